@@ -1,0 +1,251 @@
+"""Fast exact categorical sampling from many precomputed rows (Walker's alias method).
+
+A ladder's conditional tables hold a few thousand rows P(z_child | z_parent = a) but are
+sampled hundreds of millions of times. ``torch.multinomial`` and ``dist.Categorical.sample``
+gather a full probability row per draw and run at a few million draws/s here; the alias
+method needs one uniform number, two table look-ups and a comparison per draw, whatever the
+number of events (``benchmarks/bench_ladder_sampling.py`` measures the ratio).
+
+:class:`AliasTable` holds the tables for a stack of rows; :class:`IndexedCategorical` is a
+Pyro distribution whose batch element ``i`` is the categorical row ``row[i]`` of a shared
+table: probabilities are never materialized per draw, so a Pyro model that samples with it
+is the fast sampler, and its ``log_prob`` / ``enumerate_support`` keep it usable under
+``TraceEnum_ELBO`` and ``infer_discrete``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from pyro.distributions import TorchDistribution, constraints
+
+__all__ = ["AliasTable", "BlockRNG", "IndexedCategorical", "alias_setup", "randn", "uniform"]
+
+# float32 uniforms carry 24 random bits; u * m keeps 24 - log2(m) of them for the
+# within-cell comparison.  Above this many events per row we draw float64 uniforms.
+_FLOAT32_MAX_EVENTS = 256
+
+
+class BlockRNG:
+    """Random numbers for consecutive blocks of examples, each block with its own generator.
+
+    A tensor of shape ``(N, ...)`` is drawn as the concatenation along dim 0 of draws of
+    shape ``(sizes[k], ...)`` from ``generators[k]``; so each block's numbers do not depend
+    on how many blocks are drawn together (the dataset sampler's chunk size).
+    """
+
+    def __init__(self, generators: list[torch.Generator], sizes: list[int]):
+        if len(generators) != len(sizes):
+            raise ValueError("generators and sizes must have the same length")
+        self.generators, self.sizes = list(generators), [int(s) for s in sizes]
+        self.total = sum(self.sizes)
+
+    def _draw(self, fn, shape, dtype, device):
+        shape = torch.Size(shape)
+        if len(shape) == 0 or shape[0] != self.total:
+            raise ValueError(f"BlockRNG covers {self.total} examples along dim 0, asked for shape {tuple(shape)}")
+        parts = [fn((s, *shape[1:]), generator=g, dtype=dtype, device=device)
+                 for g, s in zip(self.generators, self.sizes, strict=True)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def uniform(shape, generator: torch.Generator | BlockRNG | None, dtype=torch.float32, device=None) -> torch.Tensor:
+    """``torch.rand`` that also accepts a :class:`BlockRNG`."""
+    if isinstance(generator, BlockRNG):
+        return generator._draw(torch.rand, shape, dtype, device)
+    return torch.rand(shape, generator=generator, dtype=dtype, device=device)
+
+
+def randn(shape, generator: torch.Generator | BlockRNG | None, dtype=torch.float32, device=None) -> torch.Tensor:
+    """``torch.randn`` that also accepts a :class:`BlockRNG`."""
+    if isinstance(generator, BlockRNG):
+        return generator._draw(torch.randn, shape, dtype, device)
+    return torch.randn(shape, generator=generator, dtype=dtype, device=device)
+
+
+def alias_setup(probs: np.ndarray | torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Vose's alias tables for every row of ``probs``, all rows in lock-step.
+
+    :param probs: ``(rows, m)`` non-negative rows summing to one.
+    :returns: ``(threshold, alias)``, both ``(rows, m)``: draw ``k`` uniform in ``[0, m)``
+        and a uniform ``v`` in ``[0, 1)``; the event is ``k`` if ``v < threshold[k]`` else
+        ``alias[k]``.  Exact up to float64 rounding.
+    """
+    p = probs.detach().cpu().double().numpy() if isinstance(probs, torch.Tensor) else np.asarray(probs, np.float64)
+    if p.ndim != 2:
+        raise ValueError(f"probs: expected a (rows, m) array, got shape {p.shape}")
+    rows, m = p.shape
+    q = p * m
+    threshold = np.ones((rows, m))
+    alias = np.tile(np.arange(m), (rows, 1))
+    is_small = q < 1.0
+    order = np.argsort(~is_small, axis=1, kind="stable")  # small cells first, then large
+    n_small = is_small.sum(1)
+    small = order.copy()  # stack: small[r, :n_small[r]]
+    # large stack: order[r, n_small[r]:], shifted to start at column 0
+    cols = (np.arange(m)[None, :] + n_small[:, None]) % m
+    large = np.take_along_axis(order, cols, axis=1)
+    n_large = m - n_small
+    r_all = np.arange(rows)
+    for _ in range(m):
+        active = (n_small > 0) & (n_large > 0)
+        if not active.any():
+            break
+        r = r_all[active]
+        s = small[r, n_small[r] - 1]
+        n_small[r] -= 1
+        g = large[r, n_large[r] - 1]
+        threshold[r, s] = q[r, s]
+        alias[r, s] = g
+        q[r, g] -= 1.0 - q[r, s]
+        moved = q[r, g] < 1.0
+        rm, gm = r[moved], g[moved]
+        n_large[rm] -= 1
+        small[rm, n_small[rm]] = gm
+        n_small[rm] += 1
+    # cells left on either stack keep threshold 1 (rounding leftovers are exact to ~1e-16)
+    return threshold, alias
+
+
+class AliasTable:
+    """Alias tables for a stack of categorical rows, ready to sample on a device.
+
+    :param probs: ``(rows, m)`` tensor or array of probability rows (float64 recommended).
+    :param device: where sampling happens.
+    """
+
+    def __init__(self, probs: torch.Tensor | np.ndarray, device: torch.device | str | None = None):
+        threshold, alias = alias_setup(probs)
+        self.rows, self.num_events = threshold.shape
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        m = self.num_events
+        self.uniform_dtype = torch.float32 if m <= _FLOAT32_MAX_EVENTS else torch.float64
+        # Store k + threshold[k]: the draw u*m lands in cell k = floor(u*m) and keeps the
+        # cell when u*m < k + threshold[k], which saves one subtraction per draw.
+        cut = np.arange(m)[None, :] + threshold
+        # never let float32 rounding of k + 1 exceed the next cell's start
+        cut = np.minimum(cut, np.arange(m)[None, :] + 1.0)
+        self.cut = torch.as_tensor(cut.reshape(-1), dtype=self.uniform_dtype, device=self.device)
+        self.index_dtype = torch.int32 if self.rows * m < 2**31 else torch.int64
+        # events are computed in the narrowest dtype: the blend below is exact modulo 2^8.
+        self.event_dtype = torch.uint8 if m <= 256 else torch.int32
+        self.alias = torch.as_tensor(alias.reshape(-1), dtype=self.event_dtype, device=self.device)
+
+    def sample(self, row: torch.Tensor, generator: torch.Generator | BlockRNG | None = None) -> torch.Tensor:
+        """One draw per entry of ``row`` (any shape, integer row indices).
+
+        :returns: event indices, same shape as ``row``, dtype ``event_dtype`` (uint8 when
+            m <= 256, else int32).
+        """
+        shape = row.shape
+        m = self.num_events
+        um = uniform(shape, generator, dtype=self.uniform_dtype, device=self.device).reshape(-1).mul_(m)
+        k = um.to(self.alias.dtype)
+        k.clamp_(max=m - 1)  # u < 1 always, but u * m can round up to m in float32
+        flat = row.reshape(-1).to(self.index_dtype) * m  # out of place: row may be an expanded view
+        flat += k
+        keep = um < self.cut.index_select(0, flat)
+        alias = self.alias.index_select(0, flat)
+        # alias + keep * (k - alias), exact even when k - alias wraps around in uint8; it is
+        # ~5x faster than torch.where on CPU.
+        return k.sub_(alias).mul_(keep).add_(alias).reshape(shape)
+
+
+class IndexedCategorical(TorchDistribution):
+    r"""Categorical distribution whose batch element ``i`` is row ``row[i]`` of a shared table.
+
+    ``IndexedCategorical(table, row)`` equals ``Categorical(probs=table.probs[row])`` but
+    never materializes the ``batch_shape + (m,)`` probabilities: ``sample`` uses the alias
+    tables, ``log_prob(value)`` gathers ``log_probs[row, value]`` with broadcasting (so
+    enumerated values of shape ``(m, 1, ..., 1)`` and enumerated ``row`` tensors work as in
+    Pyro's :class:`~pyro.ops.indexing.Vindex` semantics).
+
+    :param table: a :class:`CategoricalTable` (shared rows, their logs and alias tables).
+    :param row: integer tensor of row indices; its shape is the batch shape.
+    :param generator: optional ``torch.Generator`` (or :class:`BlockRNG`) used by ``sample``
+        (Pyro's global RNG otherwise); this is how a dataset sampler makes a Pyro model
+        reproducible per block.
+    :param compact: ``sample`` returns the alias table's narrow dtype (uint8 for m <= 256)
+        instead of Categorical's int64; the dataset sampler's fast path.
+    """
+
+    arg_constraints = {}
+    has_enumerate_support = True
+
+    def __new__(cls, table=None, row=None, generator=None, compact=False, validate_args=None, *, logits=None,
+                probs=None):
+        # Pyro rebuilds distributions as ``type(d)(logits=...)`` (e.g. TraceEnum_ELBO's
+        # compute_marginals); those are ordinary dense categoricals.
+        if logits is not None or probs is not None:
+            from pyro.distributions import Categorical
+
+            return Categorical(logits=logits, probs=probs, validate_args=validate_args)
+        return super().__new__(cls)
+
+    def __init__(self, table: CategoricalTable, row: torch.Tensor, generator: torch.Generator | BlockRNG | None = None,
+                 compact: bool = False, validate_args=None, **_dense):
+        self.table = table
+        self.row = row
+        self.generator = generator
+        self.compact = compact
+        super().__init__(batch_shape=row.shape, event_shape=torch.Size(), validate_args=False)
+
+    @constraints.dependent_property(is_discrete=True, event_dim=0)
+    def support(self):
+        return constraints.integer_interval(0, self.table.num_events - 1)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(IndexedCategorical, _instance)
+        new.table = self.table
+        new.row = self.row.expand(batch_shape)
+        new.generator = self.generator
+        new.compact = self.compact
+        super(IndexedCategorical, new).__init__(batch_shape=torch.Size(batch_shape), event_shape=torch.Size(),
+                                                validate_args=False)
+        return new
+
+    @property
+    def logits(self) -> torch.Tensor:
+        return self.table.log_probs[self.row]
+
+    @property
+    def probs(self) -> torch.Tensor:
+        return self.table.probs[self.row]
+
+    def sample(self, sample_shape=torch.Size()):
+        row = self.row.expand(torch.Size(sample_shape) + self.batch_shape)
+        with torch.no_grad():
+            z = self.table.alias.sample(row, self.generator)
+        return z if self.compact else z.long()
+
+    def log_prob(self, value):
+        row, value = torch.broadcast_tensors(self.row, value.long())
+        return self.table.log_probs[row, value]
+
+    def enumerate_support(self, expand=True):
+        m = self.table.num_events
+        values = torch.arange(m, device=self.row.device).reshape((m,) + (1,) * len(self.batch_shape))
+        if expand:
+            values = values.expand((m, *self.batch_shape))
+        return values
+
+    @property
+    def mean(self):
+        raise NotImplementedError("IndexedCategorical has no mean: events are labels, not numbers")
+
+
+class CategoricalTable:
+    """A stack of categorical rows with their log-probabilities and alias tables.
+
+    :param probs: ``(rows, m)`` probability rows (validated by the caller).
+    :param device: device for sampling and log-probabilities.
+    """
+
+    def __init__(self, probs: torch.Tensor, device: torch.device | str | None = None):
+        probs = torch.as_tensor(probs, dtype=torch.float64)
+        self.device = torch.device(device) if device is not None else probs.device
+        self.probs = probs.to(self.device)
+        self.num_events = probs.shape[-1]
+        # log(0) = -inf is the exact answer; enumeration contracts it with logsumexp.
+        self.log_probs = self.probs.log()
+        self.alias = AliasTable(probs, device=self.device)

@@ -1,0 +1,193 @@
+"""How a ladder's leaf events become observed inputs x.
+
+Every leaf region r emits an observation vector x_r of size ``dim`` from its event z_r:
+
+- :class:`OneHotEmission`: x_r = one-hot(z_r), the "delta" case of the framework paper's
+  Thm 3 (P(x_r | z_r) is a point mass and z_r holds all information of its region);
+- :class:`GaussianEmission`: x_r = mu[r, z_r] + sigma * eps, eps ~ N(0, I);
+- a subclass of :class:`Emission` for anything else (its ``sample`` and ``log_prob``).
+
+Shapes: leaf events ``z`` are ``(N, R)`` (R leaf regions), inputs ``x`` are ``(N, R, dim)``,
+and ``log_likelihood(x)`` is ``(N, R, m)``: log p(x_r | z_r = k) for every event k.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .categorical import randn
+
+__all__ = ["Emission", "GaussianEmission", "OneHotEmission", "emission_from_dict"]
+
+
+class Emission:
+    """Base class: the observation model of the leaf regions.
+
+    Subclasses set ``num_regions`` (R), ``num_events`` (m), ``dim`` and implement
+    :meth:`sample` and :meth:`log_likelihood`.  ``derivable`` is True when x is a
+    deterministic function of z (then dataset files need not store x).
+    """
+
+    kind = "custom"
+    derivable = False
+    num_regions: int
+    num_events: int
+    dim: int
+
+    def sample(self, z: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Draw x ``(N, R, dim)`` given leaf events z ``(N, R)``."""
+        raise NotImplementedError
+
+    def log_likelihood(self, x: torch.Tensor) -> torch.Tensor:
+        """log p(x_r | z_r = k) for all k: ``(N, R, m)`` from x ``(N, R, dim)``."""
+        raise NotImplementedError
+
+    def pyro_distribution(self, z: torch.Tensor, region: torch.Tensor):
+        """The Pyro distribution of x_r given events z (any batch shape) of leaf regions ``region``."""
+        raise NotImplementedError(f"{type(self).__name__} has no Pyro distribution; override pyro_distribution")
+
+    def to_dict(self) -> dict:
+        """JSON-able description (arrays as tensors; the dataset writer stores them as arrays)."""
+        return {"kind": self.kind, "name": type(self).__name__, "dim": self.dim}
+
+    def check_input(self, x: torch.Tensor, name: str = "x") -> None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 3 or x.shape[1] != self.num_regions or x.shape[2] != self.dim:
+            raise ValueError(f"{name}: expected shape (N, {self.num_regions}, {self.dim}), got {tuple(x.shape)}")
+
+
+class OneHotEmission(Emission):
+    """x_r = one-hot(z_r): exact, noiseless leaves (Thm 3's delta case).
+
+    :param num_regions: number of leaf regions R.
+    :param num_events: events per leaf m (= dim).
+    """
+
+    kind = "onehot"
+    derivable = True
+
+    def __init__(self, num_regions: int, num_events: int):
+        self.num_regions, self.num_events, self.dim = int(num_regions), int(num_events), int(num_events)
+
+    def sample(self, z, generator=None):
+        return F.one_hot(z.long(), self.num_events).to(torch.get_default_dtype())
+
+    def log_likelihood(self, x):
+        self.check_input(x)
+        # p(x | z=k) = 1 if x is the k-th one-hot vector, else 0.
+        match = (x == 1) & (x.sum(-1, keepdim=True) == 1)
+        return torch.where(match, 0.0, -math.inf).to(x.dtype if x.is_floating_point() else torch.float64)
+
+    def pyro_distribution(self, z, region):
+        import pyro.distributions as dist
+
+        return dist.OneHotCategorical(probs=F.one_hot(z.long(), self.num_events).double())
+
+    def to_dict(self):
+        return {"kind": self.kind, "num_regions": self.num_regions, "num_events": self.num_events}
+
+
+class GaussianEmission(Emission):
+    """x_r ~ Normal(means[r, z_r], sigma^2 I).
+
+    :param means: ``(R, m, dim)`` per-region, per-event mean vectors.
+    :param sigma: noise standard deviation, > 0 (a float, or an ``(R,)`` tensor per region).
+    """
+
+    kind = "gaussian"
+
+    def __init__(self, means: torch.Tensor, sigma: float | torch.Tensor):
+        means = torch.as_tensor(means, dtype=torch.float64)
+        if means.dim() != 3:
+            raise ValueError(f"emission.means: expected shape (R, m, dim), got {tuple(means.shape)}")
+        if not torch.isfinite(means).all():
+            raise ValueError("emission.means: must be finite")
+        sigma = torch.as_tensor(sigma, dtype=torch.float64)
+        if sigma.dim() > 1 or (sigma.dim() == 1 and sigma.shape[0] != means.shape[0]):
+            raise ValueError(f"emission.sigma: expected a number or shape ({means.shape[0]},), "
+                             f"got {tuple(sigma.shape)}")
+        if not torch.isfinite(sigma).all() or (sigma <= 0).any():
+            raise ValueError(f"emission.sigma: must be > 0 and finite, got {sigma.tolist()}")
+        self.means = means
+        self.sigma = sigma
+        self.num_regions, self.num_events, self.dim = means.shape
+
+    @classmethod
+    def around_one_hot(cls, num_regions: int, num_events: int, sigma: float, scale: float = 1.0) -> GaussianEmission:
+        """Means ``scale * one-hot(k)``: sigma -> 0 recovers :class:`OneHotEmission`."""
+        means = scale * torch.eye(num_events, dtype=torch.float64).expand(num_regions, -1, -1).clone()
+        return cls(means, sigma)
+
+    @classmethod
+    def random_means(cls, num_regions: int, num_events: int, dim: int, sigma: float,
+                     generator: torch.Generator | None = None) -> GaussianEmission:
+        """Means drawn i.i.d. N(0, I / dim) (unit expected norm)."""
+        means = torch.randn(num_regions, num_events, dim, generator=generator, dtype=torch.float64) / math.sqrt(dim)
+        return cls(means, sigma)
+
+    def _sigma(self, device):
+        s = self.sigma.to(device)
+        return s[:, None] if s.dim() == 1 else s
+
+    def sample(self, z, generator=None):
+        n, r = z.shape
+        means = self.means.to(device=z.device, dtype=torch.float32)
+        flat = (torch.arange(r, device=z.device) * self.num_events + z.long()).reshape(-1)
+        mu = means.reshape(-1, self.dim).index_select(0, flat).reshape(n, r, self.dim)
+        noise = randn((n, r, self.dim), generator, device=z.device, dtype=torch.float32)
+        return mu.add_(noise.mul_(self._sigma(z.device).to(torch.float32)))
+
+    def log_likelihood(self, x):
+        self.check_input(x)
+        x64 = x.double()
+        means = self.means.to(x.device)
+        sigma = self.sigma.to(x.device)
+        sq = (x64[:, :, None, :] - means[None]).pow(2).sum(-1)  # (N, R, m)
+        s2 = sigma.pow(2)[:, None] if sigma.dim() == 1 else sigma.pow(2)
+        return -0.5 * sq / s2 - 0.5 * self.dim * torch.log(2 * math.pi * s2)
+
+    def pyro_distribution(self, z, region):
+        import pyro.distributions as dist
+        from pyro.ops.indexing import Vindex
+
+        loc = Vindex(self.means.to(z.device))[region, z.long(), :]
+        scale = self.sigma.to(z.device)
+        if scale.dim() == 1:
+            scale = scale[region][..., None]
+        return dist.Normal(loc, scale).to_event(1)
+
+    def to_dict(self):
+        return {"kind": self.kind, "means": self.means, "sigma": self.sigma}
+
+
+def emission_from_dict(d: dict, num_regions: int, num_events: int) -> Emission:
+    """Inverse of ``Emission.to_dict`` for the built-in kinds; checks the sizes against the ladder."""
+    if not isinstance(d, dict) or "kind" not in d:
+        raise ValueError("emission: expected a table with a 'kind' field ('onehot' or 'gaussian')")
+    kind = d["kind"]
+    if kind == "onehot":
+        for key, want in (("num_regions", num_regions), ("num_events", num_events)):
+            if key in d and int(d[key]) != want:
+                raise ValueError(f"emission.{key}: is {d[key]} but the ladder's leaf level has {want}")
+        return OneHotEmission(num_regions, num_events)
+    if kind == "gaussian":
+        if "sigma" not in d:
+            raise ValueError("emission.sigma: required for a gaussian emission")
+        if "means" in d:
+            means = torch.as_tensor(d["means"], dtype=torch.float64)
+            if means.dim() != 3 or tuple(means.shape[:2]) != (num_regions, num_events):
+                raise ValueError(f"emission.means: expected shape ({num_regions}, {num_events}, dim), "
+                                 f"got {tuple(means.shape)}")
+            return GaussianEmission(means, d["sigma"])
+        sigma = d["sigma"]
+        if isinstance(sigma, (int, float)) and sigma <= 0:
+            raise ValueError(f"emission.sigma: must be > 0, got {sigma}")
+        return GaussianEmission.around_one_hot(num_regions, num_events, sigma, float(d.get("scale", 1.0)))
+    if kind == "custom":
+        raise ValueError(f"emission: a custom emission ({d.get('name', '?')}) cannot be rebuilt from a file; "
+                         "pass the Emission object itself")
+    raise ValueError(f"emission.kind: expected 'onehot' or 'gaussian', got {kind!r}")

@@ -1,0 +1,541 @@
+"""The summarization ladder: the framework paper's teacher (§3.1; ``shared/MATH.md`` §1).
+
+Every receptive field (region) alpha of the input carries a discrete latent event z_alpha
+with m_alpha values; the root region omega is the whole input and its event is the label
+y = z_omega; the leaf regions emit the observed input x.  A :class:`Ladder` is *layered*,
+like the layers of a CNN: all regions at depth l have the same number of events m_l and the
+same number of children b_l, so level l has R_l = b_0 b_1 ... b_{l-1} regions.  Regions are
+numbered breadth-first: region i of level l has children i*b_l, ..., i*b_l + b_l - 1 of
+level l+1, and global index ``level_offsets[l] + i``.
+
+Two ways to relate events across levels, both exact and both sampled by the same code:
+
+``mode="topdown"`` (generative)
+    y ~ P(y) = ``prior``; every child region c of level l draws z_c from the row z_parent of
+    ``tables[l-1][c]`` = P(z_c | z_parent), shape ``(R_l, m_{l-1}, m_l)``.
+``mode="bottomup"`` (summarization, as in the paper)
+    leaf events are drawn independently from ``leaf_prior`` ``(R_d, m_d)``, and each parent
+    event is a deterministic function of its children's events: ``lookup[l][i, code]`` with
+    ``code = sum_c z_{child c} * m_{l+1}^(b_l - 1 - c)`` (first child most significant),
+    shape ``(R_l, m_{l+1}^b_l)``.
+
+Constructors: :meth:`Ladder.random` (uniform branching and depth, Dirichlet tables with a
+concentration knob), :meth:`Ladder.fully_informative` (parent event = tuple of its children's
+events, so P(x_alpha | z_alpha) is a delta and Thm 3 holds), :meth:`Ladder.factorized_binary`
+(P_ab a Kronecker product of per-factor tables, for Thm 8/9) and :meth:`Ladder.default`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .emission import Emission, GaussianEmission, OneHotEmission, emission_from_dict
+
+__all__ = ["MAX_EVENTS", "Factorization", "Ladder", "LadderSpecError"]
+
+TOPDOWN, BOTTOMUP = "topdown", "bottomup"
+MODES = (TOPDOWN, BOTTOMUP)
+# Largest number of events one region may have: tables and statistics are dense in m.
+MAX_EVENTS = 2**16
+# Largest bottom-up lookup table per region (m_child ** branching entries).
+MAX_LOOKUP = 2**22
+ROW_SUM_TOL = 1e-6
+
+
+class LadderSpecError(ValueError):
+    """A ladder specification is inconsistent; the message names the offending field."""
+
+
+@dataclass(frozen=True)
+class Factorization:
+    """Binary-factor structure of a :meth:`Ladder.factorized_binary` ladder (Thm 8/9).
+
+    ``factors[l]`` = n_l binary factors per region of level l (m_l = 2^n_l).  Factor i of a
+    parent drives the contiguous group ``S_i = [i*s_l, (i+1)*s_l)`` of each child's factors,
+    ``s_l = n_l / n_{l-1}``, through ``factor_tables[l-1][c, i]`` of shape ``(2, 2^s_l)``, so
+    that ``tables[l-1][c] = kron_i factor_tables[l-1][c, i]``.  ``root_factor_priors`` is
+    ``(n_0, 2)``: the label's factors are independent.
+    """
+
+    factors: tuple[int, ...]
+    root_factor_priors: torch.Tensor
+    factor_tables: tuple[torch.Tensor, ...]
+
+    def groups(self, level: int) -> list[list[int]]:
+        """The disjoint sets S_i (child factor indices) for parent factors of ``level - 1``."""
+        n_parent, n_child = self.factors[level - 1], self.factors[level]
+        s = n_child // n_parent
+        return [list(range(i * s, (i + 1) * s)) for i in range(n_parent)]
+
+
+def _as_int_tuple(value, name: str, length: int | None = None) -> tuple[int, ...]:
+    if isinstance(value, (int, np.integer)):
+        if length is None:
+            raise LadderSpecError(f"{name}: expected a list of integers, got {value!r}")
+        value = [int(value)] * length
+    try:
+        out = tuple(int(v) for v in value)
+    except (TypeError, ValueError):
+        raise LadderSpecError(f"{name}: expected a list of integers, got {value!r}") from None
+    if any(float(v) != o for v, o in zip(value, out, strict=True)):
+        raise LadderSpecError(f"{name}: expected integers, got {list(value)!r}")
+    if length is not None and len(out) != length:
+        raise LadderSpecError(f"{name}: expected {length} entries, got {len(out)}")
+    return out
+
+
+def _as_float64(value, name: str) -> torch.Tensor:
+    try:
+        t = torch.as_tensor(np.asarray(value, dtype=np.float64))
+    except (TypeError, ValueError) as e:
+        raise LadderSpecError(f"{name}: expected an array of numbers ({e})") from None
+    if not torch.isfinite(t).all():
+        raise LadderSpecError(f"{name}: contains NaN or infinity")
+    return t
+
+
+def _check_rows(p: torch.Tensor, name: str, what: str) -> torch.Tensor:
+    """Rows (last dim) must be non-negative and sum to 1; returns them renormalized in float64."""
+    neg = (p < 0).nonzero()
+    if len(neg):
+        idx = tuple(neg[0].tolist())
+        raise LadderSpecError(f"{name}{list(idx)}: probability {p[idx].item():.6g} is negative ({what})")
+    s = p.sum(-1)
+    bad = ((s - 1).abs() > ROW_SUM_TOL).nonzero()
+    if len(bad):
+        idx = tuple(bad[0].tolist())
+        raise LadderSpecError(
+            f"{name}{list(idx)}: row sums to {s[idx].item():.9g}, expected 1 (tolerance {ROW_SUM_TOL:g}) ({what})")
+    return p / s[..., None]
+
+
+class Ladder:
+    """A layered summarization ladder (see the module docstring for the conventions).
+
+    :param branching: ``(b_0, ..., b_{d-1})`` children per region at each non-leaf level.
+    :param events: ``(m_0, ..., m_d)`` events per region at each level; ``m_0`` = classes.
+    :param mode: ``"topdown"`` or ``"bottomup"``.
+    :param prior: top-down: P(y), shape ``(m_0,)``.
+    :param tables: top-down: ``d`` arrays, ``tables[l-1]`` = P(z_child | z_parent) of shape
+        ``(R_l, m_{l-1}, m_l)``, or ``(m_{l-1}, m_l)`` shared by the whole level.
+    :param leaf_prior: bottom-up: ``(R_d, m_d)`` or ``(m_d,)`` shared.
+    :param lookup: bottom-up: ``d`` integer arrays, ``lookup[l]`` of shape
+        ``(R_l, m_{l+1}^b_l)`` or ``(m_{l+1}^b_l,)`` shared.
+    :param emission: leaf observation model (default: one-hot, Thm 3's delta case).
+    :param name: free-form label kept in dataset files.
+    """
+
+    def __init__(self, branching: Sequence[int], events: Sequence[int], *, mode: str = TOPDOWN,
+                 prior=None, tables=None, leaf_prior=None, lookup=None, emission: Emission | dict | None = None,
+                 name: str = "ladder", factorization: Factorization | None = None):
+        if mode not in MODES:
+            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {mode!r}")
+        self.mode = mode
+        self.name = str(name)
+        self.branching = _as_int_tuple(branching, "branching")
+        d = len(self.branching)
+        if d < 1:
+            raise LadderSpecError("branching: a ladder needs at least one level below the root (depth >= 1)")
+        if any(b < 1 for b in self.branching):
+            raise LadderSpecError(f"branching: every entry must be >= 1, got {list(self.branching)}")
+        self.events = _as_int_tuple(events, "events", d + 1)
+        if any(m < 1 for m in self.events):
+            raise LadderSpecError(f"events: every entry must be >= 1, got {list(self.events)}")
+        if self.events[0] < 2:
+            raise LadderSpecError(f"events[0]: the label needs at least 2 classes, got {self.events[0]}")
+        if max(self.events) > MAX_EVENTS:
+            raise LadderSpecError(f"events: at most {MAX_EVENTS} events per region, got {list(self.events)}")
+        self.num_regions = tuple(int(np.prod(self.branching[:l], dtype=np.int64)) for l in range(d + 1))
+        self.level_offsets = tuple(int(v) for v in np.concatenate([[0], np.cumsum(self.num_regions)]))
+        self.factorization = factorization
+        if mode == TOPDOWN:
+            if leaf_prior is not None or lookup is not None:
+                raise LadderSpecError("leaf_prior/lookup: only for mode='bottomup'; a top-down ladder takes "
+                                      "prior and tables")
+            self._init_topdown(prior, tables)
+        else:
+            if prior is not None or tables is not None:
+                raise LadderSpecError("prior/tables: only for mode='topdown'; a bottom-up ladder takes "
+                                      "leaf_prior and lookup")
+            self._init_bottomup(leaf_prior, lookup)
+        if emission is None:
+            emission = OneHotEmission(self.num_regions[-1], self.events[-1])
+        elif isinstance(emission, dict):
+            emission = emission_from_dict(emission, self.num_regions[-1], self.events[-1])
+        if not isinstance(emission, Emission):
+            raise LadderSpecError(f"emission: expected an Emission or a dict, got {type(emission).__name__}")
+        if (emission.num_regions, emission.num_events) != (self.num_regions[-1], self.events[-1]):
+            raise LadderSpecError(
+                f"emission: covers {emission.num_regions} regions x {emission.num_events} events, but the "
+                f"ladder's leaf level has {self.num_regions[-1]} regions x {self.events[-1]} events")
+        self.emission = emission
+
+    # ------------------------------------------------------------------ validation
+    def _init_topdown(self, prior, tables):
+        d, m = self.depth, self.events
+        if prior is None or tables is None:
+            raise LadderSpecError("prior/tables: a top-down ladder needs prior (P(y)) and tables "
+                                  "(P(z_child | z_parent))")
+        prior = _as_float64(prior, "prior")
+        if prior.shape != (m[0],):
+            raise LadderSpecError(f"prior: expected shape ({m[0]},) (events[0]), got {tuple(prior.shape)}")
+        self.prior = _check_rows(prior, "prior", "P(y)")
+        if not isinstance(tables, (list, tuple)) or len(tables) != d:
+            raise LadderSpecError(f"tables: expected a list of {d} tables (one per level below the root)")
+        out = []
+        for l in range(1, d + 1):
+            t = _as_float64(tables[l - 1], f"tables[{l - 1}]")
+            want = (self.num_regions[l], m[l - 1], m[l])
+            if t.shape == want[1:]:
+                t = t.expand(want).clone()
+            if t.shape != want:
+                raise LadderSpecError(
+                    f"tables[{l - 1}]: expected shape {want} (regions of level {l}, events of level {l - 1}, "
+                    f"events of level {l}) or {want[1:]}, got {tuple(t.shape)}")
+            out.append(_check_rows(t, f"tables[{l - 1}]", "index = [region, parent event]"))
+        self.tables = tuple(out)
+        self.leaf_prior = None
+        self.lookup = None
+
+    def _init_bottomup(self, leaf_prior, lookup):
+        d, m = self.depth, self.events
+        if leaf_prior is None or lookup is None:
+            raise LadderSpecError("leaf_prior/lookup: a bottom-up ladder needs leaf_prior and lookup tables")
+        p = _as_float64(leaf_prior, "leaf_prior")
+        want = (self.num_regions[d], m[d])
+        if p.shape == want[1:]:
+            p = p.expand(want).clone()
+        if p.shape != want:
+            raise LadderSpecError(f"leaf_prior: expected shape {want} or {want[1:]}, got {tuple(p.shape)}")
+        self.leaf_prior = _check_rows(p, "leaf_prior", "index = [leaf region]")
+        if not isinstance(lookup, (list, tuple)) or len(lookup) != d:
+            raise LadderSpecError(f"lookup: expected a list of {d} tables (one per non-leaf level)")
+        out = []
+        for l in range(d):
+            size = m[l + 1] ** self.branching[l]
+            if size > MAX_LOOKUP:
+                raise LadderSpecError(
+                    f"lookup[{l}]: {m[l + 1]}^{self.branching[l]} = {size} child configurations per region "
+                    f"exceeds {MAX_LOOKUP}; use fewer events or a smaller branching")
+            arr = np.asarray(lookup[l])
+            if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0)):
+                raise LadderSpecError(f"lookup[{l}]: expected integer event indices, got dtype {arr.dtype}")
+            t = torch.as_tensor(arr.astype(np.int64))
+            want = (self.num_regions[l], size)
+            if t.shape == want[1:]:
+                t = t.expand(want).clone()
+            if t.shape != want:
+                raise LadderSpecError(
+                    f"lookup[{l}]: expected shape {want} (regions of level {l}, "
+                    f"events[{l + 1}]^branching[{l}]) or {want[1:]}, got {tuple(t.shape)}")
+            bad = ((t < 0) | (t >= m[l])).nonzero()
+            if len(bad):
+                r, c = bad[0].tolist()
+                raise LadderSpecError(f"lookup[{l}][{r}, {c}]: event {t[r, c].item()} outside [0, {m[l]}) "
+                                      f"(events[{l}] = {m[l]})")
+            out.append(t)
+        self.lookup = tuple(out)
+        self.prior = None
+        self.tables = None
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def depth(self) -> int:
+        """Number of levels below the root (leaves are at level ``depth``)."""
+        return len(self.branching)
+
+    @property
+    def total_regions(self) -> int:
+        return self.level_offsets[-1]
+
+    @property
+    def num_classes(self) -> int:
+        return self.events[0]
+
+    def parents(self, level: int) -> torch.Tensor:
+        """Index (within level ``level - 1``) of the parent of each region of ``level``: ``(R_l,)``."""
+        if not 1 <= level <= self.depth:
+            raise ValueError(f"level: expected 1..{self.depth}, got {level}")
+        return torch.arange(self.num_regions[level]) // self.branching[level - 1]
+
+    def region_level(self) -> torch.Tensor:
+        """Level of every region, in global (breadth-first) order: ``(total_regions,)``."""
+        return torch.repeat_interleave(torch.arange(self.depth + 1), torch.tensor(self.num_regions))
+
+    def region_names(self) -> list[str]:
+        """``"l.i"`` for region i of level l, in global order (``"0.0"`` is the root / label)."""
+        return [f"{l}.{i}" for l in range(self.depth + 1) for i in range(self.num_regions[l])]
+
+    def leaves_under(self, level: int) -> int:
+        """How many leaf regions lie under one region of ``level``."""
+        return int(np.prod(self.branching[level:], dtype=np.int64))
+
+    def event_dtype(self) -> torch.dtype:
+        """Smallest integer dtype that holds every event index (storage dtype of samples)."""
+        top = max(self.events)
+        return torch.uint8 if top <= 256 else torch.int16 if top <= 2**15 else torch.int32
+
+    def describe(self) -> str:
+        lines = [f"Ladder {self.name!r}: mode={self.mode}, depth={self.depth}, "
+                 f"{self.total_regions} regions, {self.num_classes} classes, emission={self.emission.kind}"]
+        for l in range(self.depth + 1):
+            b = f", {self.branching[l]} children each" if l < self.depth else " (leaves)"
+            lines.append(f"  level {l}: {self.num_regions[l]} regions x {self.events[l]} events{b}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (f"Ladder(mode={self.mode!r}, branching={list(self.branching)}, events={list(self.events)}, "
+                f"emission={self.emission.kind!r})")
+
+    def with_emission(self, emission: Emission | dict) -> Ladder:
+        """The same events with another leaf observation model."""
+        new = object.__new__(Ladder)
+        new.__dict__.update(self.__dict__)
+        if isinstance(emission, dict):
+            emission = emission_from_dict(emission, self.num_regions[-1], self.events[-1])
+        if (emission.num_regions, emission.num_events) != (self.num_regions[-1], self.events[-1]):
+            raise LadderSpecError(f"emission: covers {emission.num_regions} x {emission.num_events}, the leaves are "
+                                  f"{self.num_regions[-1]} x {self.events[-1]}")
+        new.emission = emission
+        return new
+
+    # ------------------------------------------------------------------ serialization
+    def to_dict(self) -> dict:
+        """Plain description: lists/ints/strings plus tensors (see :mod:`teachers.spec_io`)."""
+        d = {"format": "smaso-ladder", "version": 1, "name": self.name, "mode": self.mode,
+             "branching": list(self.branching), "events": list(self.events), "emission": self.emission.to_dict()}
+        if self.mode == TOPDOWN:
+            d["prior"] = self.prior
+            d["tables"] = list(self.tables)
+        else:
+            d["leaf_prior"] = self.leaf_prior
+            d["lookup"] = list(self.lookup)
+        if self.factorization is not None:
+            f = self.factorization
+            d["factorization"] = {"factors": list(f.factors), "root_factor_priors": f.root_factor_priors,
+                                  "factor_tables": list(f.factor_tables)}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Ladder:
+        """Inverse of :meth:`to_dict`; also accepts ``{"kind": "random" | "fully_informative" |
+        "factorized_binary", ...}`` generator descriptions (the keyword arguments of the
+        constructor of that name)."""
+        if not isinstance(d, dict):
+            raise LadderSpecError(f"ladder spec: expected a table/object, got {type(d).__name__}")
+        if "kind" in d:
+            kind = d["kind"]
+            builders = {"random": cls.random, "fully_informative": cls.fully_informative,
+                        "factorized_binary": cls.factorized_binary, "default": cls.default}
+            if kind not in builders:
+                raise LadderSpecError(f"kind: expected one of {sorted(builders)}, got {kind!r}")
+            kwargs = {k: v for k, v in d.items() if k not in ("kind", "format", "version")}
+            try:
+                return builders[kind](**kwargs)
+            except TypeError as e:
+                raise LadderSpecError(f"ladder spec of kind {kind!r}: {e}") from None
+        if d.get("format", "smaso-ladder") != "smaso-ladder":
+            raise LadderSpecError(f"format: expected 'smaso-ladder', got {d.get('format')!r}")
+        if int(d.get("version", 1)) != 1:
+            raise LadderSpecError(f"version: this library reads ladder spec version 1, got {d.get('version')!r}")
+        for key in ("mode", "branching", "events"):
+            if key not in d:
+                raise LadderSpecError(f"{key}: missing from the ladder spec")
+        known = {"format", "version", "name", "mode", "branching", "events", "emission", "prior", "tables",
+                 "leaf_prior", "lookup", "factorization"}
+        unknown = set(d) - known
+        if unknown:
+            raise LadderSpecError(f"ladder spec: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
+        fac = None
+        if d.get("factorization") is not None:
+            f = d["factorization"]
+            fac = Factorization(tuple(int(v) for v in f["factors"]),
+                                _as_float64(f["root_factor_priors"], "factorization.root_factor_priors"),
+                                tuple(_as_float64(t, "factorization.factor_tables") for t in f["factor_tables"]))
+        return cls(d["branching"], d["events"], mode=d["mode"], prior=d.get("prior"), tables=d.get("tables"),
+                   leaf_prior=d.get("leaf_prior"), lookup=d.get("lookup"), emission=d.get("emission"),
+                   name=d.get("name", "ladder"), factorization=fac)
+
+    # ------------------------------------------------------------------ constructors
+    @staticmethod
+    def _emission(emission, num_regions, num_events, sigma):
+        if emission in (None, "onehot"):
+            return OneHotEmission(num_regions, num_events)
+        if emission == "gaussian":
+            if sigma is None or not sigma > 0:
+                raise LadderSpecError(f"sigma: a gaussian emission needs sigma > 0, got {sigma!r}")
+            return GaussianEmission.around_one_hot(num_regions, num_events, float(sigma))
+        if isinstance(emission, (Emission, dict)):
+            return emission
+        raise LadderSpecError(f"emission: expected 'onehot', 'gaussian', an Emission or a dict, got {emission!r}")
+
+    @classmethod
+    def random(cls, depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence[int] = 4, *,
+               mode: str = TOPDOWN, concentration: float = 1.0, seed: int = 0, emission=None,
+               sigma: float | None = None, name: str | None = None) -> Ladder:
+        """A ladder with uniform branching and random tables.
+
+        Top-down: P(y) and every row of every P(z_child | z_parent) ~ Dirichlet(concentration);
+        small concentrations give peaked rows (events that carry the label), large ones
+        near-uniform rows.  Bottom-up: leaf priors ~ Dirichlet(concentration) and each parent's
+        lookup table is a uniformly random map onto all m_l events (every event reachable).
+
+        :param depth: levels below the root (>= 1).
+        :param branching: children per region (an int, or one per level).
+        :param events: events per region (an int, or ``depth + 1`` values, root first).
+        :param concentration: Dirichlet concentration, > 0.
+        :param seed: seed of the tables (numpy's PCG64, platform independent).
+        :param emission: ``"onehot"`` (default), ``"gaussian"`` (means one-hot, noise ``sigma``)
+            or an :class:`~teachers.emission.Emission`.
+        """
+        depth = _check_depth(depth)
+        branching = _as_int_tuple(branching, "branching", depth)
+        events = _as_int_tuple(events, "events", depth + 1)
+        if not concentration > 0 or not math.isfinite(concentration):
+            raise LadderSpecError(f"concentration: must be > 0 and finite, got {concentration!r}")
+        rng = np.random.default_rng(seed)
+        num_regions = [int(np.prod(branching[:l], dtype=np.int64)) for l in range(depth + 1)]
+        emission = cls._emission(emission, num_regions[-1], events[-1], sigma)
+        name = name or f"random-{mode}-d{depth}"
+        if mode == TOPDOWN:
+            prior = _dirichlet(rng, concentration, (), events[0])
+            tables = [_dirichlet(rng, concentration, (num_regions[l], events[l - 1]), events[l])
+                      for l in range(1, depth + 1)]
+            return cls(branching, events, mode=mode, prior=prior, tables=tables, emission=emission, name=name)
+        if mode != BOTTOMUP:
+            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {mode!r}")
+        leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
+        lookup = []
+        for l in range(depth):
+            size = events[l + 1] ** branching[l]
+            if size < events[l]:
+                raise LadderSpecError(
+                    f"events[{l}]: {events[l]} parent events cannot all be reached from "
+                    f"{events[l + 1]}^{branching[l]} = {size} child configurations")
+            if size > MAX_LOOKUP:
+                raise LadderSpecError(f"events[{l + 1}]^branching[{l}] = {size} exceeds {MAX_LOOKUP} entries per table")
+            tabs = np.empty((num_regions[l], size), dtype=np.int64)
+            for r in range(num_regions[l]):
+                vals = np.concatenate([np.arange(events[l]), rng.integers(0, events[l], size - events[l])])
+                tabs[r] = rng.permutation(vals)
+            lookup.append(tabs)
+        return cls(branching, events, mode=mode, leaf_prior=leaf_prior, lookup=lookup, emission=emission, name=name)
+
+    @classmethod
+    def fully_informative(cls, depth: int = 2, branching: int | Sequence[int] = 2, leaf_events: int = 2, *,
+                          concentration: float | None = None, seed: int = 0, emission=None,
+                          sigma: float | None = None, name: str | None = None) -> Ladder:
+        """The ladder where each parent event is the tuple of its children's events.
+
+        Bottom-up with ``lookup`` the mixed-radix code of the children tuple, so
+        m_l = m_{l+1}^b_l and z_alpha determines every leaf event under alpha: with one-hot
+        leaves, P(x_alpha | z_alpha) is a delta for every region (Thm 3).  Leaf priors are
+        uniform, or Dirichlet(concentration) when ``concentration`` is given.
+        """
+        depth = _check_depth(depth)
+        branching = _as_int_tuple(branching, "branching", depth)
+        events = [int(leaf_events)]
+        if events[0] < 1:
+            raise LadderSpecError(f"leaf_events: must be >= 1, got {leaf_events}")
+        for l in reversed(range(depth)):
+            events.insert(0, events[0] ** branching[l])
+            if events[0] > MAX_EVENTS:
+                raise LadderSpecError(
+                    f"fully informative ladder: level {l} would need {events[1]}^{branching[l]} events "
+                    f"(> {MAX_EVENTS}); lower depth, branching or leaf_events")
+        if events[0] < 2:
+            raise LadderSpecError("leaf_events: the label needs >= 2 classes; use leaf_events >= 2")
+        num_regions = [int(np.prod(branching[:l], dtype=np.int64)) for l in range(depth + 1)]
+        if concentration is None:
+            leaf_prior = np.full(events[-1], 1.0 / events[-1])
+        else:
+            leaf_prior = _dirichlet(np.random.default_rng(seed), concentration, (num_regions[-1],), events[-1])
+        lookup = [np.arange(events[l]) for l in range(depth)]  # code -> itself: the tuple is the event
+        return cls(branching, events, mode=BOTTOMUP, leaf_prior=leaf_prior, lookup=lookup,
+                   emission=cls._emission(emission, num_regions[-1], events[-1], sigma),
+                   name=name or f"fully-informative-d{depth}")
+
+    @classmethod
+    def factorized_binary(cls, depth: int = 2, branching: int | Sequence[int] = 2,
+                          factors: Sequence[int] = (1, 2, 2), *, concentration: float = 1.0, seed: int = 0,
+                          emission=None, sigma: float | None = None, name: str | None = None) -> Ladder:
+        """Top-down ladder of binary factors with P_ab a Kronecker product (Thm 8/9).
+
+        A region of level l carries n_l = ``factors[l]`` binary factors (m_l = 2^n_l, factor 0
+        the most significant bit).  Factor i of a parent drives the i-th contiguous group S_i of
+        s_l = n_l / n_{l-1} factors of each child through its own (2, 2^s_l) table, so
+        P(z_child | z_parent) = kron_i P_{parent[i], child[S_i]}.  The label's factors are
+        independent Bernoulli variables.  All small tables are Dirichlet(concentration).
+        """
+        depth = _check_depth(depth)
+        branching = _as_int_tuple(branching, "branching", depth)
+        factors = _as_int_tuple(factors, "factors", depth + 1)
+        if any(n < 1 for n in factors):
+            raise LadderSpecError(f"factors: every level needs >= 1 binary factor, got {list(factors)}")
+        for l in range(1, depth + 1):
+            if factors[l] % factors[l - 1]:
+                raise LadderSpecError(f"factors[{l}]: {factors[l]} child factors cannot be split into "
+                                      f"{factors[l - 1]} equal groups (factors[{l - 1}] = {factors[l - 1]})")
+        events = [2**n for n in factors]
+        if max(events) > MAX_EVENTS:
+            raise LadderSpecError(f"factors: 2^{max(factors)} events per region exceeds {MAX_EVENTS}")
+        rng = np.random.default_rng(seed)
+        num_regions = [int(np.prod(branching[:l], dtype=np.int64)) for l in range(depth + 1)]
+        root_f = _dirichlet(rng, concentration, (factors[0],), 2)
+        prior = _kron_vectors(root_f)
+        factor_tables, tables = [], []
+        for l in range(1, depth + 1):
+            s = factors[l] // factors[l - 1]
+            ft = _dirichlet(rng, concentration, (num_regions[l], factors[l - 1], 2), 2**s)
+            factor_tables.append(torch.as_tensor(ft))
+            t = np.empty((num_regions[l], events[l - 1], events[l]))
+            for r in range(num_regions[l]):
+                k = ft[r, 0]
+                for i in range(1, factors[l - 1]):
+                    k = np.kron(k, ft[r, i])
+                t[r] = k
+            tables.append(t)
+        fac = Factorization(tuple(factors), torch.as_tensor(root_f), tuple(factor_tables))
+        return cls(branching, events, mode=TOPDOWN, prior=prior, tables=tables,
+                   emission=cls._emission(emission, num_regions[-1], events[-1], sigma),
+                   name=name or f"factorized-binary-d{depth}", factorization=fac)
+
+    @classmethod
+    def default(cls, emission=None, sigma: float | None = None) -> Ladder:
+        """The built-in ladder of ``smaso demo``: top-down, depth 3, branching 2, 4 events per
+        region (4 classes), Dirichlet(0.5) tables, seed 0, one-hot leaves."""
+        return cls.random(depth=3, branching=2, events=4, mode=TOPDOWN, concentration=0.5, seed=0,
+                          emission=emission, sigma=sigma, name="default")
+
+
+def _check_depth(depth) -> int:
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
+        raise LadderSpecError(f"depth: expected an integer >= 1, got {depth!r}")
+    return int(depth)
+
+
+def _dirichlet(rng: np.random.Generator, concentration: float, shape: tuple, m: int) -> np.ndarray:
+    """Dirichlet rows of length m; tiny concentrations can underflow to an all-zero row in
+    numpy, which is replaced by a one-hot row at a random event (the limit of the distribution)."""
+    if m == 1:
+        return np.ones((*shape, 1))
+    p = rng.dirichlet(np.full(m, float(concentration)), size=shape if shape else None)
+    p = np.asarray(p, dtype=np.float64).reshape(*shape, m)
+    s = p.sum(-1)
+    bad = ~(s > 0)
+    if bad.any():
+        idx = rng.integers(0, m, size=int(bad.sum()))
+        p[bad] = np.eye(m)[idx]
+    return p / p.sum(-1, keepdims=True)
+
+
+def _kron_vectors(rows: np.ndarray) -> np.ndarray:
+    out = rows[0]
+    for r in rows[1:]:
+        out = np.kron(out, r)
+    return out

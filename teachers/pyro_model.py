@@ -1,0 +1,279 @@
+"""The summarization ladder as Pyro generative models.
+
+:class:`LadderModel` is the model a user runs: one ``pyro.sample`` site per *level*
+(``"z_0"`` = the label y, ..., ``"z_d"`` = the leaf events, then ``"x"``), vectorized with
+nested plates that mirror the region tree::
+
+    plate "data"    (N,   dim -(d+1))
+      plate "level_1" (b_0, dim -d)        z_1: (N, b_0, 1, ..., 1)
+        plate "level_2" (b_1, dim -d+1)    z_2: (N, b_0, b_1, 1, ..., 1)
+          ...                              z_d, x: (N, b_0, ..., b_{d-1}[, dim])
+
+so a level-l site has batch shape ``(N, b_0, ..., b_{l-1}) + (1,) * (d - l)`` and depends on
+its parent level through ordinary plate broadcasting.  Top-down ladders draw every level with
+:class:`~teachers.categorical.IndexedCategorical` (the fast alias sampler; ``log_prob`` and
+``enumerate_support`` for ``TraceEnum_ELBO`` / ``infer_discrete``).  Bottom-up ladders draw
+the leaves and record each parent event as a ``pyro.deterministic`` site computed by the
+lookup tables; because a parent depends on *all* of its children, which live in one plate,
+that model can be sampled, traced and conditioned but not enumerated (a site outside a plate
+cannot depend on enumerated values inside it).  Exact inference for both modes is
+:mod:`inference.ladder_posterior`, checked against :meth:`LadderModel.plain_model`: one
+``dist.Categorical`` site per region, the model a Pyro user writes first, enumerable in both
+modes on small ladders and the baseline of ``benchmarks/bench_ladder_sampling.py``.
+"""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import torch
+import torch.nn.functional as F
+from pyro.distributions import TorchDistribution, constraints
+from pyro.ops.indexing import Vindex
+
+from .categorical import BlockRNG, CategoricalTable, IndexedCategorical
+from .emission import Emission
+from .ladder import TOPDOWN, Ladder
+
+__all__ = ["EmissionDistribution", "LadderModel"]
+
+
+class EmissionDistribution(TorchDistribution):
+    """p(x_r | z_r) for the leaves of a ladder, as a Pyro distribution over ``(..., dim)``.
+
+    ``z`` has the leaf site's batch shape ``(..., N, b_0, ..., b_{d-1})`` (possibly with
+    enumeration dims on the left).  ``sample`` calls the emission's own sampler (with
+    ``generator``), ``log_prob(x)`` gathers ``emission.log_likelihood`` at ``z``, so any
+    :class:`~teachers.emission.Emission`, custom ones included, works in the model.
+    """
+
+    arg_constraints = {}
+    support = constraints.real_vector
+
+    def __init__(self, emission: Emission, z: torch.Tensor, generator: torch.Generator | None = None,
+                 validate_args=None):
+        self.emission, self.z, self.generator = emission, z, generator
+        super().__init__(batch_shape=z.shape, event_shape=torch.Size([emission.dim]), validate_args=False)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(EmissionDistribution, _instance)
+        new.emission, new.z, new.generator = self.emission, self.z.expand(batch_shape), self.generator
+        super(EmissionDistribution, new).__init__(batch_shape=torch.Size(batch_shape), event_shape=self.event_shape,
+                                                  validate_args=False)
+        return new
+
+    def sample(self, sample_shape=torch.Size()):
+        z = self.z.expand(torch.Size(sample_shape) + self.batch_shape)
+        r = self.emission.num_regions
+        with torch.no_grad():
+            x = self.emission.sample(z.reshape(-1, r), self.generator)
+        return x.reshape(*z.shape, self.emission.dim)
+
+    def log_prob(self, value):
+        r, m = self.emission.num_regions, self.emission.num_events
+        ll = self.emission.log_likelihood(value.reshape(-1, r, self.emission.dim))  # (N', R, m)
+        ll = ll.reshape(*value.shape[:-1], m)
+        shape = torch.broadcast_shapes(ll.shape[:-1], self.z.shape)
+        return ll.expand(*shape, m).gather(-1, self.z.long().expand(shape).unsqueeze(-1)).squeeze(-1)
+
+
+class LadderModel:
+    """Pyro models of a :class:`~teachers.ladder.Ladder` (see the module docstring).
+
+    :param ladder: the ladder.
+    :param device: device of the tables (and of sampled tensors).
+    """
+
+    def __init__(self, ladder: Ladder, device: torch.device | str | None = None):
+        self.ladder = ladder
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        d = ladder.depth
+        # region_index[l]: index within level l, shaped like the level's plates (mixed radix
+        # over (b_0, ..., b_{l-1}) equals the breadth-first numbering).
+        self.region_index = [
+            torch.arange(ladder.num_regions[l], device=self.device, dtype=torch.int32)
+            .reshape(*ladder.branching[:l], *([1] * (d - l)))
+            for l in range(d + 1)]
+        if ladder.mode == TOPDOWN:
+            self.root_table = CategoricalTable(ladder.prior[None], device=self.device)
+            self.level_tables = [None] + [CategoricalTable(t.reshape(-1, ladder.events[l]), device=self.device)
+                                          for l, t in enumerate(ladder.tables, start=1)]
+        else:
+            self.leaf_table = CategoricalTable(ladder.leaf_prior, device=self.device)
+            self.lookup = [t.to(self.device) for t in ladder.lookup]
+            m, b = ladder.events, ladder.branching
+            self.radix = [m[l + 1] ** torch.arange(b[l] - 1, -1, -1, device=self.device) for l in range(d)]
+
+    # ------------------------------------------------------------------ helpers
+    def plates(self, num_examples: int) -> list:
+        """``[data plate, level_1 plate, ..., level_d plate]`` with the dims of the docstring."""
+        lad = self.ladder
+        d = lad.depth
+        return [pyro.plate("data", num_examples, dim=-(d + 1))] + [
+            pyro.plate(f"level_{l}", lad.branching[l - 1], dim=-(d + 1 - l)) for l in range(1, d + 1)]
+
+    def leaf_shape(self, n: int) -> tuple[int, ...]:
+        return (n, *self.ladder.branching)
+
+    def parent_events(self, level: int, child: torch.Tensor) -> torch.Tensor:
+        """Bottom-up: events of level ``level`` from its children's ``(N, R_{l+1})`` events: ``(N, R_l)``."""
+        lad = self.ladder
+        n = child.shape[0]
+        b = lad.branching[level]
+        code = (child.reshape(n, lad.num_regions[level], b).long() * self.radix[level]).sum(-1)
+        size = lad.events[level + 1] ** b
+        flat = code + torch.arange(lad.num_regions[level], device=child.device) * size
+        return self.lookup[level].reshape(-1).index_select(0, flat.reshape(-1)).reshape(n, -1)
+
+    # ------------------------------------------------------------------ the model
+    def model(self, num_examples: int | None = None, x: torch.Tensor | None = None,
+              leaves: torch.Tensor | None = None, *, emit: bool = True,
+              generator: torch.Generator | BlockRNG | None = None, compact: bool = False) -> dict[str, torch.Tensor]:
+        """The ladder as a Pyro model with one sample site per level.
+
+        :param num_examples: N (inferred from ``x`` or ``leaves`` when they are given).
+        :param x: optional observed inputs ``(N, R_d, dim)`` (site ``"x"``).
+        :param leaves: optional observed leaf events ``(N, R_d)`` (site ``"z_d"``).
+        :param emit: include the ``"x"`` site when x is not observed (set False to sample
+            events only, e.g. for one-hot leaves whose x is a function of z_d).
+        :param generator: ``torch.Generator`` (or :class:`~teachers.categorical.BlockRNG`) for
+            every draw (Pyro's global RNG otherwise).
+        :param compact: sampled events in the narrowest integer dtype (uint8 for m <= 256)
+            instead of int64: the dataset sampler's fast path.
+        :returns: ``{"z_0": ..., ..., "z_d": ..., "x": ...}`` with the plate-shaped values.
+        """
+        lad = self.ladder
+        d = lad.depth
+        n = _num_examples(num_examples, x, leaves, lad)
+        leaves_obs = None if leaves is None else leaves.reshape(self.leaf_shape(n)).long()
+        x_obs = None if x is None else x.reshape(*self.leaf_shape(n), lad.emission.dim)
+        plates = self.plates(n)
+        out: dict[str, torch.Tensor] = {}
+        with plates[0]:
+            if lad.mode == TOPDOWN:
+                z = pyro.sample("z_0", IndexedCategorical(
+                    self.root_table, torch.zeros((), dtype=torch.int32, device=self.device), generator, compact))
+                out["z_0"] = z
+                for l in range(1, d + 1):
+                    plates[l].__enter__()
+                    row = self.region_index[l] * lad.events[l - 1] + z
+                    z = pyro.sample(f"z_{l}", IndexedCategorical(self.level_tables[l], row, generator, compact),
+                                    obs=leaves_obs if l == d else None)
+                    out[f"z_{l}"] = z
+            else:
+                for l in range(1, d + 1):
+                    plates[l].__enter__()
+                z = pyro.sample(f"z_{d}", IndexedCategorical(self.leaf_table, self.region_index[d], generator, compact),
+                                obs=leaves_obs)
+                out[f"z_{d}"] = z
+            if x_obs is not None or emit:
+                out["x"] = pyro.sample("x", EmissionDistribution(lad.emission, out[f"z_{d}"], generator), obs=x_obs)
+            if lad.mode == TOPDOWN:
+                for l in range(d, 0, -1):
+                    plates[l].__exit__(None, None, None)
+            else:
+                flat = out[f"z_{d}"].reshape(n, -1)
+                for l in range(d - 1, -1, -1):
+                    plates[l + 1].__exit__(None, None, None)
+                    flat = self.parent_events(l, flat)
+                    shape = (n, *lad.branching[:l], *([1] * (d - l)))
+                    out[f"z_{l}"] = pyro.deterministic(f"z_{l}", flat.reshape(shape))
+        return out
+
+    __call__ = model
+
+    def flatten(self, values: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Stack per-level site values into the dataset layout ``(N, total_regions)`` (global order)."""
+        lad = self.ladder
+        n = values["z_0"].shape[0]
+        return torch.cat([values[f"z_{l}"].reshape(n, lad.num_regions[l]) for l in range(lad.depth + 1)], dim=1)
+
+    # ------------------------------------------------------------------ plain reference model
+    def plain_model(self, num_examples: int | None = None, x: torch.Tensor | None = None, *,
+                    emit: bool = True) -> dict[str, torch.Tensor]:
+        """One ``dist.Categorical`` site ``"z_<g>"`` per region g (global order) under one data plate.
+
+        This is the ladder as a Pyro user first writes it: no shared tables, no plates over
+        regions.  It is enumerable in both modes (bottom-up parents are Categorical with a
+        one-hot row picked by the lookup table), which makes it the reference for exact
+        inference on small ladders, and the baseline of the sampling benchmark.  Leaf inputs
+        are sites ``"x_<r>"`` (leaf region r).
+        """
+        lad = self.ladder
+        n = _num_examples(num_examples, x, None, lad)
+        z: dict[int, torch.Tensor] = {}
+        off = lad.level_offsets
+        with pyro.plate("data", n, dim=-1):
+            if lad.mode == TOPDOWN:
+                z[0] = pyro.sample("z_0", dist.Categorical(probs=lad.prior.to(self.device)))
+                for l in range(1, lad.depth + 1):
+                    table = lad.tables[l - 1].to(self.device)
+                    for i in range(lad.num_regions[l]):
+                        parent = off[l - 1] + i // lad.branching[l - 1]
+                        z[off[l] + i] = pyro.sample(f"z_{off[l] + i}",
+                                                    dist.Categorical(probs=Vindex(table)[i, z[parent], :]))
+            else:
+                d = lad.depth
+                for i in range(lad.num_regions[d]):
+                    z[off[d] + i] = pyro.sample(f"z_{off[d] + i}",
+                                                dist.Categorical(probs=lad.leaf_prior[i].to(self.device)))
+                for l in range(d - 1, -1, -1):
+                    b, mc = lad.branching[l], lad.events[l + 1]
+                    for i in range(lad.num_regions[l]):
+                        code = 0
+                        for c in range(b):
+                            code = code * mc + z[off[l + 1] + i * b + c]
+                        event = self.lookup[l][i][code]
+                        z[off[l] + i] = pyro.sample(f"z_{off[l] + i}", dist.Categorical(
+                            probs=F.one_hot(event, lad.events[l]).to(torch.float64)))
+            if x is not None or emit:
+                d = lad.depth
+                em = lad.emission
+                for i in range(lad.num_regions[d]):
+                    obs = None if x is None else x[:, i]
+                    one = _SingleRegion(em, i)
+                    pyro.sample(f"x_{i}", EmissionDistribution(one, z[off[d] + i]), obs=obs)
+        return {f"z_{g}": v for g, v in z.items()}
+
+
+class _SingleRegion(Emission):
+    """View of one leaf region of an emission (for the per-region plain model)."""
+
+    def __init__(self, base: Emission, region: int):
+        self.base, self.region = base, region
+        self.num_regions, self.num_events, self.dim = 1, base.num_events, base.dim
+        self.kind = base.kind
+
+    def sample(self, z, generator=None):
+        full = torch.zeros(z.shape[0], self.base.num_regions, dtype=z.dtype, device=z.device)
+        full[:, self.region] = z[:, 0]
+        return self.base.sample(full, generator)[:, self.region: self.region + 1]
+
+    def log_likelihood(self, x):
+        full = x.new_zeros(x.shape[0], self.base.num_regions, self.base.dim)
+        full[:, self.region] = x[:, 0]
+        return self.base.log_likelihood(full)[:, self.region: self.region + 1]
+
+
+def _num_examples(num_examples, x, leaves, ladder: Ladder) -> int:
+    sizes = {}
+    if num_examples is not None:
+        if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples <= 0:
+            raise ValueError(f"num_examples: expected a positive integer, got {num_examples!r}")
+        sizes["num_examples"] = num_examples
+    if x is not None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+        ladder.emission.check_input(x)
+        sizes["x"] = x.shape[0]
+    if leaves is not None:
+        if not isinstance(leaves, torch.Tensor):
+            raise TypeError(f"leaves: expected a torch.Tensor, got {type(leaves).__name__}")
+        if leaves.dim() != 2 or leaves.shape[1] != ladder.num_regions[-1]:
+            raise ValueError(f"leaves: expected shape (N, {ladder.num_regions[-1]}), got {tuple(leaves.shape)}")
+        sizes["leaves"] = leaves.shape[0]
+    if not sizes:
+        raise ValueError("num_examples: give num_examples, x or leaves")
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"num_examples: inconsistent sizes {sizes}")
+    return next(iter(sizes.values()))

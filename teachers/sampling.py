@@ -1,0 +1,171 @@
+"""Fast, reproducible, shardable sampling of labelled examples from a ladder.
+
+Examples are generated in fixed blocks of :data:`BLOCK_SIZE`; block k draws from its own
+``torch.Generator`` seeded by ``SeedSequence([seed, k])``, and always draws the whole block.
+Example i therefore depends only on (ladder, seed, i): the same seed gives the same bytes
+whatever ``chunk_size`` is, and ``shard=(i, n)`` returns exactly rows
+``[i*N//n, (i+1)*N//n)`` of the unsharded sample.  (Bytes are reproducible per device type:
+CUDA generators produce other streams than CPU ones.)
+
+Each block is one call of the ladder's Pyro model (:class:`~teachers.pyro_model.LadderModel`)
+under a plate of the block's size; its sample sites use the alias sampler, so the Pyro model
+*is* the fast sampler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .categorical import BlockRNG
+from .ladder import Ladder
+from .pyro_model import LadderModel
+
+__all__ = ["BLOCK_SIZE", "LadderSample", "block_generator", "parse_shard", "sample_ladder"]
+
+#: Examples per RNG block.  Part of the sampling stream's definition (``STREAM_VERSION``):
+#: changing it changes every sampled byte.
+BLOCK_SIZE = 4096
+STREAM_VERSION = 1
+
+
+@dataclass
+class LadderSample:
+    """A sample from a ladder: every latent event of every example, and the inputs.
+
+    :ivar z: ``(N, total_regions)`` events of every region in global (breadth-first) order,
+        stored in the ladder's ``event_dtype()`` (uint8 for m <= 256).  ``z[:, 0]`` is y.
+    :ivar x: ``(N, R_d, dim)`` inputs, or ``None`` when the emission is derivable from the
+        leaf events (one-hot leaves): then :meth:`inputs` builds them on demand.
+    :ivar start: index of the first example in the full (unsharded) stream.
+    """
+
+    ladder: Ladder
+    z: torch.Tensor
+    x: torch.Tensor | None = None
+    seed: int | None = None
+    start: int = 0
+    total: int | None = None
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.z.shape[0]
+
+    @property
+    def y(self) -> torch.Tensor:
+        """Labels ``(N,)`` int64 (= z of the root region)."""
+        return self.z[:, 0].long()
+
+    def events(self, level: int) -> torch.Tensor:
+        """Events of level ``level``: ``(N, R_l)`` int64."""
+        lad = self.ladder
+        if not 0 <= level <= lad.depth:
+            raise ValueError(f"level: expected 0..{lad.depth}, got {level}")
+        return self.z[:, lad.level_offsets[level]: lad.level_offsets[level + 1]].long()
+
+    @property
+    def leaves(self) -> torch.Tensor:
+        return self.events(self.ladder.depth)
+
+    def inputs(self, index: torch.Tensor | slice | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Inputs x ``(n, R_d, dim)`` for the selected examples (all by default)."""
+        sel = slice(None) if index is None else index
+        if self.x is not None:
+            return self.x[sel].to(dtype)
+        leaves = self.z[sel, self.ladder.level_offsets[-2]:].long()
+        return F.one_hot(leaves, self.ladder.events[-1]).to(dtype)
+
+    def to(self, device: torch.device | str) -> LadderSample:
+        return LadderSample(self.ladder, self.z.to(device), None if self.x is None else self.x.to(device),
+                            self.seed, self.start, self.total, dict(self.meta))
+
+
+def block_generator(seed: int, block: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """The generator of block ``block`` of the stream with ``seed`` (independent streams)."""
+    state = np.random.SeedSequence([int(seed), int(block), STREAM_VERSION]).generate_state(2, np.uint32)
+    g = torch.Generator(device=device)
+    g.manual_seed(int(state[0]) << 32 | int(state[1]))
+    return g
+
+
+def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int]:
+    """``"i/n"`` or ``(i, n)`` with 0 <= i < n; ``None`` means ``(0, 1)``."""
+    if shard is None:
+        return 0, 1
+    if isinstance(shard, str):
+        parts = shard.split("/")
+        try:
+            i, n = (int(p) for p in parts)
+        except ValueError:
+            raise ValueError(f"shard: expected 'i/n' with integers, got {shard!r}") from None
+    else:
+        try:
+            i, n = (int(v) for v in shard)
+        except (TypeError, ValueError):
+            raise ValueError(f"shard: expected (i, n), got {shard!r}") from None
+    if n < 1 or not 0 <= i < n:
+        raise ValueError(f"shard: expected 0 <= i < n, got {i}/{n}")
+    return i, n
+
+
+def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: str | tuple[int, int] | None = None,
+                  chunk_size: int | None = None, device: torch.device | str | None = None,
+                  progress: bool | None = None, model: LadderModel | None = None) -> LadderSample:
+    """Sample ``num_examples`` examples (or one shard of them) from ``ladder``.
+
+    :param num_examples: N of the full stream (> 0).
+    :param seed: stream seed (a non-negative integer).
+    :param shard: ``"i/n"``: return only rows ``[i*N//n, (i+1)*N//n)`` of the full stream.
+    :param chunk_size: examples generated per model call (rounded up to whole blocks); only
+        memory and speed depend on it, never the bytes.
+    :param device: where to sample (cpu default; cuda works, with CUDA's own RNG streams).
+    :param progress: show a tqdm bar (default: when more than 2^18 examples are drawn).
+    :returns: a :class:`LadderSample` with ``z`` (and ``x`` when not derivable) on ``device``.
+    """
+    if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)) or num_examples <= 0:
+        raise ValueError(f"num_examples: expected a positive integer, got {num_examples!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+    if not isinstance(ladder, Ladder):
+        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    if chunk_size is not None and (not isinstance(chunk_size, (int, np.integer)) or chunk_size <= 0):
+        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
+    num_examples, seed = int(num_examples), int(seed)
+    i, n_shards = parse_shard(shard)
+    lo, hi = i * num_examples // n_shards, (i + 1) * num_examples // n_shards
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    model = model or LadderModel(ladder, device=device)
+    emit = not ladder.emission.derivable
+    blocks_per_call = max(1, -(-(chunk_size or BLOCK_SIZE) // BLOCK_SIZE))
+    first, last = lo // BLOCK_SIZE, -(-hi // BLOCK_SIZE)  # blocks [first, last)
+    n = hi - lo
+    z = torch.empty(n, ladder.total_regions, dtype=ladder.event_dtype(), device=device)
+    x = torch.empty(n, ladder.num_regions[-1], ladder.emission.dim, device=device) if emit else None
+    if progress is None:
+        progress = n > 2**18
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=n, unit="ex", unit_scale=True, desc="sampling ladder")
+    with torch.no_grad():
+        for call_start in range(first, last, blocks_per_call):
+            blocks = range(call_start, min(call_start + blocks_per_call, last))
+            rng = BlockRNG([block_generator(seed, k, device) for k in blocks], [BLOCK_SIZE] * len(blocks))
+            vals = model.model(rng.total, emit=emit, generator=rng, compact=True)
+            base = call_start * BLOCK_SIZE
+            a, b = max(lo, base), min(hi, base + rng.total)
+            for l in range(ladder.depth + 1):
+                lvl = vals[f"z_{l}"].reshape(rng.total, ladder.num_regions[l])
+                z[a - lo: b - lo, ladder.level_offsets[l]: ladder.level_offsets[l + 1]] = lvl[a - base: b - base]
+            if emit:
+                x[a - lo: b - lo] = vals["x"].reshape(rng.total, ladder.num_regions[-1], -1)[a - base: b - base]
+            if bar is not None:
+                bar.update(b - a)
+    if bar is not None:
+        bar.close()
+    return LadderSample(ladder, z, x, seed=seed, start=lo, total=num_examples,
+                        meta={"shard": [i, n_shards], "block_size": BLOCK_SIZE, "stream_version": STREAM_VERSION})

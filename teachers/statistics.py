@@ -1,0 +1,200 @@
+"""Event statistics of a ladder: exact from its specification, or counted in a sample.
+
+The framework paper's reformulation (Thm 2 / Thm 4, Eq 9) consumes, for every region alpha
+and child beta, the marginal P(z_alpha) and the conditional matrix
+P_ab[a, b] = P(z_beta = b | z_alpha = a) (``m_alpha x m_beta``).  :class:`EventStatistics`
+holds, level by level, batched over the regions of the level:
+
+- ``marginals[l]``: ``(R_l, m_l)``, P(z_alpha) for every region alpha of level l;
+- ``joints[l]`` (l >= 1): ``(R_l, m_{l-1}, m_l)``, P(z_parent, z_child) indexed by the child;
+- ``P_down[l]`` (l >= 1): ``(R_l, m_{l-1}, m_l)``, P(z_child | z_parent) (rows of parent events);
+- ``P_up[l]`` (l >= 1): ``(R_l, m_l, m_{l-1})``, P(z_parent | z_child).
+
+Conditionals of events that never occur (probability 0, or never seen in a sample) are rows
+of zeros; ``marginals`` tells which.  :func:`exact_statistics` computes them in float64 from
+the ladder (top-down: products of tables; bottom-up: pushing leaf marginals through the
+lookup tables), :func:`empirical_statistics` counts them in a sample with one ``bincount`` per
+level, and :func:`compare_statistics` measures their agreement against the sampling noise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .ladder import TOPDOWN, Ladder
+
+__all__ = ["EventStatistics", "compare_statistics", "empirical_statistics", "exact_statistics"]
+
+
+@dataclass
+class EventStatistics:
+    """Marginals and parent/child tables of every region (see the module docstring)."""
+
+    ladder: Ladder
+    marginals: list[torch.Tensor]
+    joints: list[torch.Tensor | None]
+    num_examples: int | None = None  # None: exact
+
+    @property
+    def P_down(self) -> list[torch.Tensor | None]:
+        """P(z_child | z_parent): ``P_down[l][c]`` is the m_{l-1} x m_l matrix P_ab of Eq 9."""
+        return [None] + [_normalize(j, -1) for j in self.joints[1:]]
+
+    @property
+    def P_up(self) -> list[torch.Tensor | None]:
+        """P(z_parent | z_child): ``P_up[l][c]`` is m_l x m_{l-1}."""
+        return [None] + [_normalize(j.transpose(-1, -2), -1) for j in self.joints[1:]]
+
+    def P_ab(self, child_level: int, child: int) -> torch.Tensor:
+        """P(z_beta | z_alpha) for child region ``child`` of ``child_level`` and its parent alpha."""
+        return self.P_down[child_level][child]
+
+    def region_marginal(self, level: int, region: int) -> torch.Tensor:
+        return self.marginals[level][region]
+
+
+def _normalize(t: torch.Tensor, dim: int) -> torch.Tensor:
+    s = t.sum(dim, keepdim=True)
+    return torch.where(s > 0, t / torch.where(s > 0, s, 1.0), 0.0)
+
+
+def exact_statistics(ladder: Ladder) -> EventStatistics:
+    """Exact P(z_alpha) and P(z_parent, z_child) of every region pair, in float64.
+
+    Top-down: P(z_l) = P(z_{l-1}) P_ab and P(z_a, z_b) = diag(P(z_a)) P_ab.  Bottom-up: the
+    children of a region are independent (their leaf sets are disjoint), so the joint of
+    (z_alpha, z_child_i) is the product of the children's marginals pushed through the lookup
+    table, summed over the other children.
+    """
+    if not isinstance(ladder, Ladder):
+        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    d = ladder.depth
+    marg: list[torch.Tensor | None] = [None] * (d + 1)
+    joints: list[torch.Tensor | None] = [None] * (d + 1)
+    if ladder.mode == TOPDOWN:
+        marg[0] = ladder.prior[None].clone()
+        for l in range(1, d + 1):
+            parent = marg[l - 1][ladder.parents(l)]  # (R_l, m_{l-1})
+            joints[l] = parent[:, :, None] * ladder.tables[l - 1]
+            marg[l] = joints[l].sum(1)
+    else:
+        marg[d] = ladder.leaf_prior.clone()
+        for l in range(d - 1, -1, -1):
+            joint_children, parent_marg = _bottomup_level(ladder, l, marg[l + 1])
+            marg[l] = parent_marg
+            joints[l + 1] = joint_children
+    return EventStatistics(ladder, marg, joints, None)
+
+
+def _bottomup_level(ladder: Ladder, l: int, child_marg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Joint P(z_parent, z_child) ``(R_{l+1}, m_l, m_{l+1})`` and parent marginals ``(R_l, m_l)``."""
+    b, mc, mp, R = ladder.branching[l], ladder.events[l + 1], ladder.events[l], ladder.num_regions[l]
+    cm = child_marg.reshape(R, b, mc)
+    # probability of every child configuration, first child most significant: (R, mc^b)
+    conf = cm[:, 0]
+    for c in range(1, b):
+        conf = (conf[:, :, None] * cm[:, c, None, :]).reshape(R, -1)
+    table = ladder.lookup[l]  # (R, mc^b)
+    parent = torch.zeros(R, mp, dtype=torch.float64).scatter_add_(1, table, conf)
+    codes = torch.arange(mc**b)
+    joint = torch.zeros(R, b, mp * mc, dtype=torch.float64)
+    for c in range(b):
+        digit = (codes // mc ** (b - 1 - c)) % mc
+        joint[:, c].scatter_add_(1, table * mc + digit, conf)
+    return joint.reshape(R * b, mp, mc), parent
+
+
+def empirical_statistics(ladder: Ladder, z: torch.Tensor, *, chunk_size: int = 2**18) -> EventStatistics:
+    """Frequency counts of events and parent/child pairs in a sample.
+
+    :param z: ``(N, total_regions)`` events in global order (``LadderSample.z``).
+    :param chunk_size: examples counted per pass (memory only; the counts are exact).
+    :returns: :class:`EventStatistics` with empirical frequencies (float64).
+    """
+    if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != ladder.total_regions:
+        shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
+        raise ValueError(f"z: expected an (N, {ladder.total_regions}) tensor of events, got {shape}")
+    n = z.shape[0]
+    if n == 0:
+        raise ValueError("z: the sample is empty")
+    d, off = ladder.depth, ladder.level_offsets
+    counts_m = [torch.zeros(ladder.num_regions[l] * ladder.events[l], dtype=torch.float64) for l in range(d + 1)]
+    counts_j = [None] + [torch.zeros(ladder.num_regions[l] * ladder.events[l - 1] * ladder.events[l],
+                                     dtype=torch.float64) for l in range(1, d + 1)]
+    for s in range(0, n, chunk_size):
+        zc = z[s: s + chunk_size].long().cpu()
+        for l in range(d + 1):
+            R, m = ladder.num_regions[l], ladder.events[l]
+            ev = zc[:, off[l]: off[l + 1]]
+            if (ev >= m).any() or (ev < 0).any():
+                raise ValueError(f"z: level {l} has events outside [0, {m})")
+            counts_m[l] += torch.bincount((ev + torch.arange(R) * m).reshape(-1), minlength=R * m).double()
+            if l >= 1:
+                mp = ladder.events[l - 1]
+                par = zc[:, off[l - 1]: off[l]][:, ladder.parents(l)]
+                idx = (torch.arange(R) * mp + par) * m + ev
+                counts_j[l] += torch.bincount(idx.reshape(-1), minlength=R * mp * m).double()
+    marg = [c.reshape(ladder.num_regions[l], ladder.events[l]) / n for l, c in enumerate(counts_m)]
+    joints = [None] + [c.reshape(ladder.num_regions[l], ladder.events[l - 1], ladder.events[l]) / n
+                       for l, c in enumerate(counts_j) if l >= 1]
+    return EventStatistics(ladder, marg, joints, n)
+
+
+def compare_statistics(exact: EventStatistics, empirical: EventStatistics, *,
+                       confidence: float = 1e-6) -> dict:
+    """Agreement of sample frequencies with the exact tables, judged against sampling noise.
+
+    For every region (marginal) and every parent/child pair (joint), the total-variation
+    distance TV = 1/2 sum |p_hat - p| and a bound that holds with probability >= 1 -
+    ``confidence`` under multinomial sampling (Bretagnolle-Huber-Carol):
+    TV <= sqrt((k log 2 + log(1/confidence)) / (2N)), with k the number of cells, shrinking
+    like 1/sqrt(N).  Also Pearson's chi-square p-value per region (scipy).
+
+    :returns: ``{"max_tv_marginal", "max_tv_joint", "bound_marginal", "bound_joint",
+        "within_bound", "min_chi2_pvalue", "per_level": [...]}``.
+    """
+    from scipy import stats
+
+    n = empirical.num_examples
+    if n is None:
+        raise ValueError("empirical: expected statistics counted from a sample (num_examples set)")
+    lad = exact.ladder
+    out_levels = []
+    ok = True
+    worst_m = worst_j = 0.0
+    min_p = 1.0
+    for l in range(lad.depth + 1):
+        pm, qm = exact.marginals[l], empirical.marginals[l]
+        tv_m = 0.5 * (pm - qm).abs().sum(-1)
+        bound_m = _tv_bound(pm.shape[-1], n, confidence)
+        level = {"level": l, "max_tv_marginal": tv_m.max().item(), "bound_marginal": bound_m}
+        ok &= bool((tv_m <= bound_m).all())
+        worst_m = max(worst_m, tv_m.max().item())
+        # chi-square on each region's marginal, cells with positive expected count
+        for r in range(pm.shape[0]):
+            e = pm[r] * n
+            mask = e > 0
+            if mask.sum() > 1:
+                obs = qm[r][mask] * n
+                if (qm[r][~mask] > 0).any():
+                    min_p = 0.0
+                    continue
+                p = stats.chisquare(obs.numpy(), e[mask].numpy() * obs.sum().item() / e[mask].sum().item()).pvalue
+                min_p = min(min_p, float(p))
+        if l >= 1:
+            pj, qj = exact.joints[l], empirical.joints[l]
+            tv_j = 0.5 * (pj - qj).abs().sum((-1, -2))
+            bound_j = _tv_bound(pj.shape[-1] * pj.shape[-2], n, confidence)
+            level.update(max_tv_joint=tv_j.max().item(), bound_joint=bound_j)
+            ok &= bool((tv_j <= bound_j).all())
+            worst_j = max(worst_j, tv_j.max().item())
+        out_levels.append(level)
+    return {"num_examples": n, "max_tv_marginal": worst_m, "max_tv_joint": worst_j,
+            "within_bound": ok, "min_chi2_pvalue": min_p, "confidence": confidence, "per_level": out_levels}
+
+
+def _tv_bound(cells: int, n: int, confidence: float) -> float:
+    return math.sqrt((cells * math.log(2) + math.log(1 / confidence)) / (2 * n))
