@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from .categorical import randn
 
-__all__ = ["Emission", "GaussianEmission", "OneHotEmission", "emission_from_dict"]
+__all__ = ["Emission", "GaussianEmission", "OneHotEmission", "OpaqueEmission", "emission_from_dict"]
 
 
 class Emission:
@@ -164,6 +164,23 @@ class GaussianEmission(Emission):
         return {"kind": self.kind, "means": self.means, "sigma": self.sigma}
 
 
+class OpaqueEmission(Emission):
+    """Stand-in for a user-supplied emission read back from a file: it knows the shapes (the
+    file stores x itself) but cannot sample or evaluate likelihoods."""
+
+    def __init__(self, num_regions: int, num_events: int, dim: int, name: str):
+        self.num_regions, self.num_events, self.dim, self.name = num_regions, num_events, dim, name
+
+    def _unavailable(self, *args, **kwargs):
+        raise NotImplementedError(f"emission: the custom emission {self.name!r} was not saved with the data; "
+                                  "rebuild the ladder with ladder.with_emission(your_emission)")
+
+    sample = log_likelihood = _unavailable
+
+    def to_dict(self):
+        return {"kind": "custom", "name": self.name, "dim": self.dim}
+
+
 def emission_from_dict(d: dict, num_regions: int, num_events: int) -> Emission:
     """Inverse of ``Emission.to_dict`` for the built-in kinds; checks the sizes against the ladder."""
     if not isinstance(d, dict) or "kind" not in d:
@@ -188,6 +205,7 @@ def emission_from_dict(d: dict, num_regions: int, num_events: int) -> Emission:
             raise ValueError(f"emission.sigma: must be > 0, got {sigma}")
         return GaussianEmission.around_one_hot(num_regions, num_events, sigma, float(d.get("scale", 1.0)))
     if kind == "custom":
-        raise ValueError(f"emission: a custom emission ({d.get('name', '?')}) cannot be rebuilt from a file; "
-                         "pass the Emission object itself")
+        if "dim" not in d:
+            raise ValueError("emission.dim: required for a custom emission")
+        return OpaqueEmission(num_regions, num_events, int(d["dim"]), str(d.get("name", "custom")))
     raise ValueError(f"emission.kind: expected 'onehot' or 'gaussian', got {kind!r}")

@@ -100,7 +100,8 @@ def _as_float64(value, name: str) -> torch.Tensor:
 
 
 def _check_rows(p: torch.Tensor, name: str, what: str) -> torch.Tensor:
-    """Rows (last dim) must be non-negative and sum to 1; returns them renormalized in float64."""
+    """Rows (last dim) must be non-negative and sum to 1 (within ``ROW_SUM_TOL``); returns them
+    in float64, renormalized where they are off by more than rounding."""
     neg = (p < 0).nonzero()
     if len(neg):
         idx = tuple(neg[0].tolist())
@@ -111,7 +112,9 @@ def _check_rows(p: torch.Tensor, name: str, what: str) -> torch.Tensor:
         idx = tuple(bad[0].tolist())
         raise LadderSpecError(
             f"{name}{list(idx)}: row sums to {s[idx].item():.9g}, expected 1 (tolerance {ROW_SUM_TOL:g}) ({what})")
-    return p / s[..., None]
+    # Renormalize only rows that are off by more than rounding, so that saving and loading a
+    # ladder reproduces its tables bit for bit.
+    return torch.where((s - 1).abs()[..., None] > 1e-12, p / s[..., None], p)
 
 
 class Ladder:
@@ -166,7 +169,7 @@ class Ladder:
         if emission is None:
             emission = OneHotEmission(self.num_regions[-1], self.events[-1])
         elif isinstance(emission, dict):
-            emission = emission_from_dict(emission, self.num_regions[-1], self.events[-1])
+            emission = _emission_from_dict(emission, self.num_regions[-1], self.events[-1])
         if not isinstance(emission, Emission):
             raise LadderSpecError(f"emission: expected an Emission or a dict, got {type(emission).__name__}")
         if (emission.num_regions, emission.num_events) != (self.num_regions[-1], self.events[-1]):
@@ -297,7 +300,7 @@ class Ladder:
         new = object.__new__(Ladder)
         new.__dict__.update(self.__dict__)
         if isinstance(emission, dict):
-            emission = emission_from_dict(emission, self.num_regions[-1], self.events[-1])
+            emission = _emission_from_dict(emission, self.num_regions[-1], self.events[-1])
         if (emission.num_regions, emission.num_events) != (self.num_regions[-1], self.events[-1]):
             raise LadderSpecError(f"emission: covers {emission.num_regions} x {emission.num_events}, the leaves are "
                                   f"{self.num_regions[-1]} x {self.events[-1]}")
@@ -511,6 +514,15 @@ class Ladder:
         region (4 classes), Dirichlet(0.5) tables, seed 0, one-hot leaves."""
         return cls.random(depth=3, branching=2, events=4, mode=TOPDOWN, concentration=0.5, seed=0,
                           emission=emission, sigma=sigma, name="default")
+
+
+def _emission_from_dict(d, num_regions, num_events) -> Emission:
+    try:
+        return emission_from_dict(d, num_regions, num_events)
+    except LadderSpecError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise LadderSpecError(str(e)) from None
 
 
 def _check_depth(depth) -> int:

@@ -14,6 +14,7 @@ under a plate of the block's size; its sample sites use the alias sampler, so th
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -122,7 +123,8 @@ def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: st
     :param chunk_size: examples generated per model call (rounded up to whole blocks); only
         memory and speed depend on it, never the bytes.
     :param device: where to sample (cpu default; cuda works, with CUDA's own RNG streams).
-    :param progress: show a tqdm bar (default: when more than 2^18 examples are drawn).
+    :param progress: show a tqdm bar (default: when more than 2^18 examples are drawn and
+        stderr is a terminal).
     :returns: a :class:`LadderSample` with ``z`` (and ``x`` when not derivable) on ``device``.
     """
     if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)) or num_examples <= 0:
@@ -144,8 +146,8 @@ def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: st
     n = hi - lo
     z = torch.empty(n, ladder.total_regions, dtype=ladder.event_dtype(), device=device)
     x = torch.empty(n, ladder.num_regions[-1], ladder.emission.dim, device=device) if emit else None
-    if progress is None:
-        progress = n > 2**18
+    if progress is None:  # auto: large requests on an interactive terminal
+        progress = n > 2**18 and sys.stderr.isatty()
     bar = None
     if progress:
         from tqdm.auto import tqdm

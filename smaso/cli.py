@@ -1,0 +1,279 @@
+"""The ``smaso`` command line.
+
+::
+
+    smaso demo                                   # sample the built-in ladder, print its statistics
+    smaso sample ladder -n 1000000 --seed 0 --out data.npz [--depth 4 --branching 4 --events 16]
+    smaso sample ladder --spec ladder.json -n 100000 --shard 0/4 --out part0.npz
+    smaso inspect data.npz [part1.npz ...]       # counts, statistics vs exact, Bayes-optimal accuracy
+    smaso spec --depth 3 --events 8 --out ladder.json   # write an editable spec file
+
+Every subcommand has ``--help``.  Bad input ends with ``smaso: error: <what and where>``
+and exit status 2; nothing half-written is left on disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["main"]
+
+
+def _add_ladder_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("ladder (ignored with --spec)")
+    g.add_argument("--spec", help="ladder spec file (.json or .toml); see teachers/spec_io.py")
+    g.add_argument("--kind", default="random", choices=["random", "fully_informative", "factorized_binary", "default"],
+                   help="ladder constructor (default: random)")
+    g.add_argument("--mode", default="topdown", choices=["topdown", "bottomup"],
+                   help="random ladders: generative top-down tables or bottom-up lookup tables")
+    g.add_argument("--depth", type=int, default=3, help="levels below the root (default 3)")
+    g.add_argument("--branching", type=_int_list, default=[2], help="children per region: one int or a list 'b0,b1,..'")
+    g.add_argument("--events", type=_int_list, default=[4],
+                   help="random: events per region (int or 'm0,...,md'); fully_informative: leaf events")
+    g.add_argument("--factors", type=_int_list, default=None,
+                   help="factorized_binary: binary factors per level 'n0,...,nd' (default 1,2,..)")
+    g.add_argument("--concentration", type=float, default=None, help="Dirichlet concentration of the tables")
+    g.add_argument("--ladder-seed", type=int, default=0, help="seed of the random tables (not of the data)")
+    g.add_argument("--emission", default="onehot", choices=["onehot", "gaussian"], help="leaf observations")
+    g.add_argument("--sigma", type=float, default=None, help="gaussian emission: noise standard deviation (> 0)")
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or a comma-separated list of integers, got {text!r}") \
+            from None
+
+
+def _one_or_list(values: list[int]):
+    return values[0] if len(values) == 1 else values
+
+
+def ladder_from_args(args: argparse.Namespace):
+    """Build the ladder described by the CLI options."""
+    from teachers.ladder import Ladder
+    from teachers.spec_io import load_spec
+
+    if args.spec:
+        lad = load_spec(args.spec)
+        if args.emission != "onehot" or args.sigma is not None:
+            lad = lad.with_emission({"kind": args.emission, "sigma": args.sigma} if args.emission == "gaussian"
+                                    else {"kind": "onehot"})
+        return lad
+    common = {"emission": args.emission, "sigma": args.sigma}
+    if args.kind == "default":
+        return Ladder.default(**common)
+    if args.kind == "fully_informative":
+        return Ladder.fully_informative(args.depth, _one_or_list(args.branching), args.events[0],
+                                        concentration=args.concentration, seed=args.ladder_seed, **common)
+    if args.kind == "factorized_binary":
+        factors = args.factors or [2**0] + [2] * args.depth
+        return Ladder.factorized_binary(args.depth, _one_or_list(args.branching), factors,
+                                        concentration=args.concentration or 1.0, seed=args.ladder_seed, **common)
+    return Ladder.random(args.depth, _one_or_list(args.branching), _one_or_list(args.events), mode=args.mode,
+                         concentration=args.concentration or 1.0, seed=args.ladder_seed, **common)
+
+
+def _cmd_sample_ladder(args) -> int:
+    from teachers.dataset import save_dataset
+    from teachers.sampling import sample_ladder
+
+    lad = ladder_from_args(args)
+    t0 = time.perf_counter()
+    sample = sample_ladder(lad, args.n, args.seed, shard=args.shard, chunk_size=args.chunk_size,
+                           device=args.device, progress=False if args.no_progress else None)
+    t1 = time.perf_counter()
+    path = save_dataset(sample.to("cpu"), args.out, compress=args.compress)
+    t2 = time.perf_counter()
+    print(lad.describe())
+    i, k = sample.meta["shard"]
+    print(f"sampled {len(sample)} examples (rows {sample.start}..{sample.start + len(sample)} of {args.n}, "
+          f"shard {i}/{k}, seed {args.seed}) in {t1 - t0:.2f} s "
+          f"({len(sample) / max(t1 - t0, 1e-9):,.0f} examples/s); wrote {path} in {t2 - t1:.2f} s")
+    return 0
+
+
+def _cmd_spec(args) -> int:
+    from teachers.spec_io import save_spec
+
+    lad = ladder_from_args(args)
+    path = save_spec(lad, args.out)
+    print(f"{lad.describe()}\nwrote {path}")
+    return 0
+
+
+def inspect_report(sample, *, bayes_n: int = 2000) -> dict:
+    """Counts, exact-vs-empirical statistics and Bayes-optimal accuracy of a sample."""
+    from inference.ladder_posterior import bayes_optimal_accuracy
+    from teachers.statistics import compare_statistics, empirical_statistics, exact_statistics
+
+    lad = sample.ladder
+    y = sample.y.cpu()
+    counts = torch.bincount(y, minlength=lad.num_classes)
+    exact = exact_statistics(lad)
+    emp = empirical_statistics(lad, sample.z.cpu())
+    cmp = compare_statistics(exact, emp)
+    report = {"n": len(sample), "start": sample.start, "total": sample.total, "seed": sample.seed,
+              "ladder": repr(lad), "label_counts": counts.tolist(),
+              "label_prior_exact": exact.marginals[0][0].tolist(), "statistics": cmp}
+    if bayes_n > 0:
+        k = min(bayes_n, len(sample))
+        try:
+            x = sample.inputs(slice(0, k), dtype=torch.float64)
+            report["bayes_optimal"] = bayes_optimal_accuracy(lad, x, y[:k])
+        except NotImplementedError as e:
+            report["bayes_optimal"] = {"unavailable": str(e)}
+    return report
+
+
+def print_report(report: dict, ladder) -> None:
+    print(ladder.describe())
+    n = report["n"]
+    print(f"\n{n} examples (rows {report['start']}..{report['start'] + n} of {report['total']}, seed {report['seed']})")
+    print("\nlabel   count      frequency   exact P(y)")
+    for c, (k, p) in enumerate(zip(report["label_counts"], report["label_prior_exact"], strict=True)):
+        print(f"{c:5d} {k:9d}   {k / n:10.5f}   {p:10.5f}")
+    st = report["statistics"]
+    print("\nsample frequencies vs the ladder's exact event statistics")
+    print("(TV = total-variation distance, max over the regions of a level; bound = multinomial bound at "
+          f"confidence {st['confidence']:g})")
+    print("level   max TV P(z)   bound     max TV P(z_parent, z)   bound")
+    for lv in st["per_level"]:
+        tj = f"{lv['max_tv_joint']:10.5f}          {lv['bound_joint']:8.5f}" if "max_tv_joint" in lv else "         -"
+        print(f"{lv['level']:5d}   {lv['max_tv_marginal']:10.5f}  {lv['bound_marginal']:8.5f}    {tj}")
+    print(f"all within bounds: {st['within_bound']}   (smallest chi-square p-value over regions: "
+          f"{st['min_chi2_pvalue']:.3g})")
+    b = report.get("bayes_optimal")
+    if b and "expected" in b:
+        emp = f", fraction correct {b['empirical']:.4f}" if "empirical" in b else ""
+        print(f"\nBayes-optimal accuracy (exact posterior p(y|x) on {b['n']} examples): "
+              f"{b['expected']:.4f} +- {b['stderr']:.4f}{emp}\n(the ceiling of any student trained on this ladder)")
+    elif b:
+        print(f"\nBayes-optimal accuracy: {b['unavailable']}")
+
+
+def _cmd_inspect(args) -> int:
+    from teachers.dataset import load_dataset
+
+    sample = load_dataset(args.files)
+    report = inspect_report(sample, bayes_n=args.bayes_n)
+    print_report(report, sample.ladder)
+    if args.json:
+        _write_json(args.json, report)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+def _write_json(path, obj) -> None:
+    from teachers.spec_io import atomic_write
+
+    text = json.dumps(obj, indent=1, default=float)
+    atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def _cmd_demo(args) -> int:
+    from teachers.ladder import Ladder
+    from teachers.sampling import sample_ladder
+
+    lad = Ladder.default()
+    t0 = time.perf_counter()
+    sample = sample_ladder(lad, args.n, args.seed, progress=False)
+    t1 = time.perf_counter()
+    print(f"smaso demo: sampled {args.n} examples from the built-in ladder in {t1 - t0:.2f} s\n")
+    report = inspect_report(sample, bayes_n=args.bayes_n)
+    print_report(report, lad)
+    if args.json:
+        _write_json(args.json, report)
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="smaso", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = sub.add_parser("demo", help="sample the built-in ladder and print its statistics",
+                          description="Sample the built-in default ladder (Ladder.default()) and print its label "
+                                      "counts, exact-vs-sampled event statistics and Bayes-optimal accuracy.")
+    demo.add_argument("-n", type=_positive_int, default=100_000, help="examples (default 100000)")
+    demo.add_argument("--seed", type=_nonneg_int, default=0)
+    demo.add_argument("--bayes-n", type=_nonneg_int, default=2000, help="examples for the Bayes-optimal accuracy")
+    demo.add_argument("--json", help="also write the report as JSON here")
+    demo.set_defaults(func=_cmd_demo)
+
+    sample = sub.add_parser("sample", help="sample a dataset from a teacher",
+                            description="Sample a synthetic dataset from a teacher and write it to a file.")
+    teachers = sample.add_subparsers(dest="teacher", metavar="TEACHER", required=True)
+    lad = teachers.add_parser("ladder", help="the summarization ladder",
+                              description="Sample N examples (x, y and every latent event) from a summarization "
+                                          "ladder into a versioned .npz dataset file (see teachers/dataset.py).")
+    _add_ladder_options(lad)
+    lad.add_argument("-n", type=_positive_int, required=True, help="examples in the full stream")
+    lad.add_argument("--seed", type=_nonneg_int, default=0, help="data seed (default 0)")
+    lad.add_argument("--out", required=True, help="output file (.npz), written atomically")
+    lad.add_argument("--shard", default=None, help="'i/n': write only shard i of n (same rows as one full run)")
+    lad.add_argument("--chunk-size", type=_positive_int, default=None, help="examples per model call (memory only)")
+    lad.add_argument("--device", default=None, help="torch device to sample on (default cpu)")
+    lad.add_argument("--compress", action="store_true", help="deflate the file's members")
+    lad.add_argument("--no-progress", action="store_true", help="no progress bar")
+    lad.set_defaults(func=_cmd_sample_ladder)
+
+    spec = sub.add_parser("spec", help="write a ladder spec file to edit",
+                          description="Build a ladder from the options and write it as a JSON spec file.")
+    _add_ladder_options(spec)
+    spec.add_argument("--out", required=True, help="output .json file")
+    spec.set_defaults(func=_cmd_spec)
+
+    insp = sub.add_parser("inspect", help="statistics of a dataset file",
+                          description="Print counts, sampled-vs-exact event statistics and the Bayes-optimal "
+                                      "accuracy of a dataset file (or of several shards of one stream).")
+    insp.add_argument("files", nargs="+", help="dataset file(s); shards of one stream are joined")
+    insp.add_argument("--bayes-n", type=_nonneg_int, default=2000,
+                      help="examples for the Bayes-optimal accuracy (0: skip)")
+    insp.add_argument("--json", help="also write the report as JSON here")
+    insp.set_defaults(func=_cmd_inspect)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    v = _int(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    v = _int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return v
+
+
+def _int(text: str) -> int:
+    try:
+        return int(float(text)) if "e" in text.lower() and float(text).is_integer() else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, NotImplementedError) as e:
+        parser.exit(2, f"smaso: error: {e}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, "smaso: interrupted\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
