@@ -77,7 +77,7 @@ def test_torch_dataset(ladder, tmp_path):
     assert torch.equal(x, s.inputs()[17])
     assert y.item() == s.y[17].item() and torch.equal(z, s.z[17].long())
     xb, yb, zb = next(iter(torch.utils.data.DataLoader(ds, batch_size=64)))
-    assert xb.shape == (64, 9, 5) and torch.equal(yb, s.y[:64])
+    assert xb.shape == (64, 9, 5) and torch.equal(yb, s.y[:64]) and torch.equal(zb, s.z[:64].long())
 
 
 def test_atomic_write_leaves_nothing_on_failure(tmp_path):

@@ -9,7 +9,7 @@ def test_readme_quick_start_runs():
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert blocks, "README has no python quick start"
     namespace: dict = {}
-    exec(compile(blocks[0], "README.md", "exec"), namespace)  # noqa: S102
+    exec(compile(blocks[0], "README.md", "exec"), namespace)
     assert namespace["report"]["within_bound"]
     assert namespace["post"].label.shape == (1000, 4)
     assert set(namespace["draws"]) >= {"z_0", "z_1", "z_2", "z_3", "x"}
