@@ -21,7 +21,8 @@ tables (what a dense-probabilities categorical sampler pays per draw) on ``--mul
 
 Rates are per second, so contenders measured on different N are comparable.  Each contender is warmed
 up once on a small N, then timed ``--repeats`` times with ``time.perf_counter``; rates and ratios use the
-best (shortest) time, the median is recorded too.  Targets: sampler >= 10x faster than plain Pyro, and at
+best (shortest) time, the median is recorded too, and so is each run's process CPU time (above the wall
+time when torch uses several threads; a wall time far above it means the cores were busy elsewhere).  Targets: sampler >= 10x faster than plain Pyro, and at
 most 4x slower than the floor.  All numbers and machine information go to ``--out`` (JSON, written
 atomically).
 
@@ -60,8 +61,8 @@ QUICK_N, QUICK_REPEATS = 20_000, 1
 SPEEDUP_TARGET = 10.0  # sampler draws/s over plain-Pyro draws/s, at least
 FLOOR_TARGET = 4.0  # floor draws/s over sampler draws/s, at most
 WARMUP_N = 4096
-RESULT_KEYS = ("contender", "description", "n", "draws", "chunk", "repeats", "times_s", "best_s", "median_s",
-               "examples_per_s", "draws_per_s", "examples_per_s_median", "draws_per_s_median", "x_floor", "target")
+RESULT_KEYS = ("contender", "description", "n", "draws", "chunk", "repeats", "times_s", "process_cpu_s", "best_s",
+               "median_s", "examples_per_s", "draws_per_s", "examples_per_s_median", "draws_per_s_median", "x_floor", "target")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -79,7 +80,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--baseline-repeats", type=int, default=1,
                    help="timed runs of the plain Pyro model (capped at --repeats)")
     p.add_argument("--multinomial-n", type=int, default=None,
-                   help="examples for the torch.multinomial reference (default min(N, 65536); 0 skips it)")
+                   help="examples for the torch.multinomial reference (default min(N, 16384); 0 skips it)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (default: torch's own choice, recorded in the JSON)")
     p.add_argument("--no-bottomup", action="store_true", help="skip the bottom-up reference row")
     p.add_argument("--quick", action="store_true", help=f"smoke run: N={QUICK_N}, repeats={QUICK_REPEATS}")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file")
@@ -91,7 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.baseline_n is None:
         args.baseline_n = args.n
     if args.multinomial_n is None:
-        args.multinomial_n = min(args.n, 65536)
+        args.multinomial_n = min(args.n, 16384)
     args.baseline_repeats = max(1, min(args.baseline_repeats, args.repeats))
     for name in ("n", "repeats", "baseline_n", "baseline_chunk", "depth", "branching", "events"):
         if getattr(args, name) < 1:
@@ -175,13 +178,16 @@ def measure(name: str, description: str, run: Callable[[int], float], n: int, dr
     print(f"  {name}: warm-up on {warmup_n} examples, then {repeats} x {n} examples ...", flush=True)
     run(min(warmup_n, n))
     times = []
+    cpu_times = []
     for _ in range(repeats):
         gc.collect()
+        c0 = time.process_time()
         times.append(run(n))
+        cpu_times.append(time.process_time() - c0)
     best, median = min(times), statistics.median(times)
     draws = n * draws_per_example
     return {"contender": name, "description": description, "n": n, "draws": draws, "chunk": chunk,
-            "repeats": repeats, "times_s": times, "best_s": best, "median_s": median,
+            "repeats": repeats, "times_s": times, "process_cpu_s": cpu_times, "best_s": best, "median_s": median,
             "examples_per_s": n / best, "draws_per_s": draws / best,
             "examples_per_s_median": n / median, "draws_per_s_median": draws / median,
             "x_floor": None, "target": False}
@@ -234,6 +240,8 @@ def print_table(rows: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     wall0 = time.perf_counter()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     ladder = Ladder.random(args.depth, args.branching, args.events, mode="topdown", seed=args.seed)
     regions = ladder.total_regions
@@ -310,7 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
         "config": {"n": args.n, "baseline_n": args.baseline_n, "baseline_chunk": args.baseline_chunk,
                    "baseline_repeats": args.baseline_repeats, "multinomial_n": args.multinomial_n,
                    "depth": args.depth, "branching": args.branching, "events": args.events, "seed": args.seed,
-                   "repeats": args.repeats, "quick": args.quick, "block_size": BLOCK_SIZE, "rate_statistic": "best"},
+                   "repeats": args.repeats, "threads": args.threads, "quick": args.quick, "block_size": BLOCK_SIZE, "rate_statistic": "best"},
         "ladder": {"mode": "topdown", "total_regions": regions, "num_regions": list(ladder.num_regions),
                    "draws_per_example": regions,
                    "bottomup_draws_per_example": None if bottomup is None else bottomup.num_regions[-1]},

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from pyro.distributions import TorchDistribution, constraints
 
-__all__ = ["AliasTable", "BlockRNG", "IndexedCategorical", "alias_setup", "randn", "uniform"]
+__all__ = ["AliasTable", "BlockRNG", "IndexedCategorical", "alias_setup", "uniform"]
 
 # float32 uniforms carry 24 random bits; u * m keeps 24 - log2(m) of them for the
 # within-cell comparison.  Above this many events per row we draw float64 uniforms.
@@ -40,6 +40,12 @@ class BlockRNG:
         self.generators, self.sizes = list(generators), [int(s) for s in sizes]
         self.total = sum(self.sizes)
 
+    def split(self, t: torch.Tensor):
+        """Pairs ``(rows of block k, generator k)`` of a tensor whose dim 0 covers the blocks."""
+        if t.shape[0] != self.total:
+            raise ValueError(f"BlockRNG covers {self.total} examples along dim 0, got {t.shape[0]}")
+        return zip(t.split(self.sizes), self.generators, strict=True)
+
     def _draw(self, fn, shape, dtype, device):
         shape = torch.Size(shape)
         if len(shape) == 0 or shape[0] != self.total:
@@ -54,13 +60,6 @@ def uniform(shape, generator: torch.Generator | BlockRNG | None, dtype=torch.flo
     if isinstance(generator, BlockRNG):
         return generator._draw(torch.rand, shape, dtype, device)
     return torch.rand(shape, generator=generator, dtype=dtype, device=device)
-
-
-def randn(shape, generator: torch.Generator | BlockRNG | None, dtype=torch.float32, device=None) -> torch.Tensor:
-    """``torch.randn`` that also accepts a :class:`BlockRNG`."""
-    if isinstance(generator, BlockRNG):
-        return generator._draw(torch.randn, shape, dtype, device)
-    return torch.randn(shape, generator=generator, dtype=dtype, device=device)
 
 
 def alias_setup(probs: np.ndarray | torch.Tensor) -> tuple[np.ndarray, np.ndarray]:

@@ -18,8 +18,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .categorical import randn
-
 __all__ = ["Emission", "GaussianEmission", "OneHotEmission", "OpaqueEmission", "emission_from_dict"]
 
 
@@ -38,7 +36,8 @@ class Emission:
     dim: int
 
     def sample(self, z: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """Draw x ``(N, R, dim)`` given leaf events z ``(N, R)``."""
+        """Draw x ``(N, R, dim)`` given leaf events z ``(N, R)``, with ``generator`` (a
+        ``torch.Generator``, or None for torch's global RNG) for every random number."""
         raise NotImplementedError
 
     def log_likelihood(self, x: torch.Tensor) -> torch.Tensor:
@@ -138,7 +137,7 @@ class GaussianEmission(Emission):
         means = self.means.to(device=z.device, dtype=torch.float32)
         flat = (torch.arange(r, device=z.device) * self.num_events + z.long()).reshape(-1)
         mu = means.reshape(-1, self.dim).index_select(0, flat).reshape(n, r, self.dim)
-        noise = randn((n, r, self.dim), generator, device=z.device, dtype=torch.float32)
+        noise = torch.randn((n, r, self.dim), generator=generator, device=z.device, dtype=torch.float32)
         return mu.add_(noise.mul_(self._sigma(z.device).to(torch.float32)))
 
     def log_likelihood(self, x):

@@ -135,7 +135,8 @@ class Ladder:
 
     def __init__(self, branching: Sequence[int], events: Sequence[int], *, mode: str = TOPDOWN,
                  prior=None, tables=None, leaf_prior=None, lookup=None, emission: Emission | dict | None = None,
-                 name: str = "ladder", factorization: Factorization | None = None):
+                 name: str = "ladder", factorization: Factorization | None = None,
+                 region_names: Sequence[str] | None = None):
         if mode not in MODES:
             raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {mode!r}")
         self.mode = mode
@@ -156,6 +157,11 @@ class Ladder:
         self.num_regions = tuple(int(np.prod(self.branching[:l], dtype=np.int64)) for l in range(d + 1))
         self.level_offsets = tuple(int(v) for v in np.concatenate([[0], np.cumsum(self.num_regions)]))
         self.factorization = factorization
+        if region_names is not None:
+            region_names = [str(v) for v in region_names]
+            if len(region_names) != self.total_regions or len(set(region_names)) != len(region_names):
+                raise LadderSpecError(f"region_names: expected {self.total_regions} distinct names")
+        self._region_names = region_names
         if mode == TOPDOWN:
             if leaf_prior is not None or lookup is not None:
                 raise LadderSpecError("leaf_prior/lookup: only for mode='bottomup'; a top-down ladder takes "
@@ -271,7 +277,10 @@ class Ladder:
         return torch.repeat_interleave(torch.arange(self.depth + 1), torch.tensor(self.num_regions))
 
     def region_names(self) -> list[str]:
-        """``"l.i"`` for region i of level l, in global order (``"0.0"`` is the root / label)."""
+        """Region names in global order: those of the spec's region tree, else ``"l.i"`` for
+        region i of level l (``"0.0"`` is the root / label)."""
+        if self._region_names is not None:
+            return list(self._region_names)
         return [f"{l}.{i}" for l in range(self.depth + 1) for i in range(self.num_regions[l])]
 
     def leaves_under(self, level: int) -> int:
@@ -318,6 +327,8 @@ class Ladder:
         else:
             d["leaf_prior"] = self.leaf_prior
             d["lookup"] = list(self.lookup)
+        if self._region_names is not None:
+            d["region_names"] = list(self._region_names)
         if self.factorization is not None:
             f = self.factorization
             d["factorization"] = {"factors": list(f.factors), "root_factor_priors": f.root_factor_priors,
@@ -346,11 +357,19 @@ class Ladder:
             raise LadderSpecError(f"format: expected 'smaso-ladder', got {d.get('format')!r}")
         if int(d.get("version", 1)) != 1:
             raise LadderSpecError(f"version: this library reads ladder spec version 1, got {d.get('version')!r}")
+        names = None
+        if "regions" in d:
+            if "branching" in d or "events" in d:
+                raise LadderSpecError("regions: give either a region tree or branching/events, not both")
+            d = dict(d)
+            d["branching"], d["events"], names = _parse_region_tree(d.pop("regions"))
+        elif "region_names" in d:
+            names = d["region_names"]
         for key in ("mode", "branching", "events"):
             if key not in d:
                 raise LadderSpecError(f"{key}: missing from the ladder spec")
         known = {"format", "version", "name", "mode", "branching", "events", "emission", "prior", "tables",
-                 "leaf_prior", "lookup", "factorization"}
+                 "leaf_prior", "lookup", "factorization", "region_names"}
         unknown = set(d) - known
         if unknown:
             raise LadderSpecError(f"ladder spec: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
@@ -362,7 +381,7 @@ class Ladder:
                                 tuple(_as_float64(t, "factorization.factor_tables") for t in f["factor_tables"]))
         return cls(d["branching"], d["events"], mode=d["mode"], prior=d.get("prior"), tables=d.get("tables"),
                    leaf_prior=d.get("leaf_prior"), lookup=d.get("lookup"), emission=d.get("emission"),
-                   name=d.get("name", "ladder"), factorization=fac)
+                   name=d.get("name", "ladder"), factorization=fac, region_names=names)
 
     # ------------------------------------------------------------------ constructors
     @staticmethod
@@ -514,6 +533,63 @@ class Ladder:
         region (4 classes), Dirichlet(0.5) tables, seed 0, one-hot leaves."""
         return cls.random(depth=3, branching=2, events=4, mode=TOPDOWN, concentration=0.5, seed=0,
                           emission=emission, sigma=sigma, name="default")
+
+
+def _parse_region_tree(regions) -> tuple[list[int], list[int], list[str]]:
+    """An explicit region tree -> (branching, events, names in breadth-first order).
+
+    ``regions`` is a list of ``{"name": str, "events": int, "children": [names]}`` (leaves
+    have no or empty ``children``); the root is the one region that is nobody's child.
+    The tree must be layered: every region of a level has the same number of events and of
+    children, and all leaves are at the same depth.  Tables are then given in the
+    breadth-first order of this tree (children in the order listed).
+    """
+    if not isinstance(regions, list) or not regions:
+        raise LadderSpecError("regions: expected a non-empty list of {name, events, children} tables")
+    by_name: dict[str, dict] = {}
+    for i, r in enumerate(regions):
+        if not isinstance(r, dict) or "name" not in r or "events" not in r:
+            raise LadderSpecError(f"regions[{i}]: expected a table with 'name', 'events' and optional 'children'")
+        name = str(r["name"])
+        if name in by_name:
+            raise LadderSpecError(f"regions[{i}]: region name {name!r} is used twice")
+        by_name[name] = r
+    parent: dict[str, str] = {}
+    for name, r in by_name.items():
+        for c in r.get("children") or []:
+            c = str(c)
+            if c not in by_name:
+                raise LadderSpecError(f"regions: region {name!r} has a child {c!r} that is not a defined region")
+            if c in parent:
+                raise LadderSpecError(f"regions: region {c!r} is a child of both {parent[c]!r} and {name!r}")
+            parent[c] = name
+    roots = [n for n in by_name if n not in parent]
+    if len(roots) != 1:
+        raise LadderSpecError(f"regions: expected exactly one root (a region that is nobody's child), found {roots}")
+    order, level, depth_of = [], [roots[0]], {roots[0]: 0}
+    branching, events = [], []
+    while level:
+        ev = {int(by_name[n]["events"]) for n in level}
+        if len(ev) != 1:
+            raise LadderSpecError(f"regions: regions at depth {len(events)} have different event counts {sorted(ev)}; "
+                                  "a ladder needs the same m at every region of a level")
+        events.append(ev.pop())
+        order += level
+        kids = [len(by_name[n].get("children") or []) for n in level]
+        if len(set(kids)) != 1:
+            raise LadderSpecError(f"regions: regions at depth {len(events) - 1} have {sorted(set(kids))} children; "
+                                  "a ladder needs the same branching at every region of a level "
+                                  "(and all leaves at the same depth)")
+        nxt = [str(c) for n in level for c in by_name[n].get("children") or []]
+        for c in nxt:
+            depth_of[c] = len(events)
+        if kids[0]:
+            branching.append(kids[0])
+        level = nxt
+    unreachable = [n for n in by_name if n not in depth_of]
+    if unreachable:  # only possible through a cycle that avoids the root
+        raise LadderSpecError(f"regions: region(s) {unreachable} cannot be reached from the root {roots[0]!r}")
+    return branching, events, order
 
 
 def _emission_from_dict(d, num_regions, num_events) -> Emission:

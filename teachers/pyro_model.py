@@ -63,11 +63,17 @@ class EmissionDistribution(TorchDistribution):
         return new
 
     def sample(self, sample_shape=torch.Size()):
-        z = self.z.expand(torch.Size(sample_shape) + self.batch_shape)
+        shape = torch.Size(sample_shape) + self.batch_shape
+        z = self.z.expand(shape)
         r = self.emission.num_regions
+        z = z.reshape(-1, r)
         with torch.no_grad():
-            x = self.emission.sample(z.reshape(-1, r), self.generator)
-        return x.reshape(*z.shape, self.emission.dim)
+            if isinstance(self.generator, BlockRNG):
+                # each block's own generator, so an Emission only ever sees a torch.Generator
+                x = torch.cat([self.emission.sample(zb, g) for zb, g in self.generator.split(z)])
+            else:
+                x = self.emission.sample(z, self.generator)
+        return x.reshape(*shape, self.emission.dim)
 
     def log_prob(self, value):
         r, m = self.emission.num_regions, self.emission.num_events

@@ -198,3 +198,63 @@ def test_bad_spec_files(tmp_path, text, match):
     p.write_text(text)
     with pytest.raises(LadderSpecError, match=match):
         load_spec(p)
+
+
+def test_region_tree_spec(tmp_path):
+    spec = {"mode": "topdown", "prior": [0.5, 0.5], "tables": [[[0.7, 0.2, 0.1], [0.1, 0.2, 0.7]]],
+            "regions": [{"name": "image", "events": 2, "children": ["left", "right"]},
+                        {"name": "left", "events": 3}, {"name": "right", "events": 3, "children": []}]}
+    (tmp_path / "tree.json").write_text(json.dumps(spec))
+    lad = load_spec(tmp_path / "tree.json")
+    assert lad.branching == (2,) and lad.events == (2, 3) and lad.region_names() == ["image", "left", "right"]
+    back = load_dataset(save_dataset(sample_ladder(lad, 10, seed=0), tmp_path / "d.npz")).ladder
+    assert back.region_names() == ["image", "left", "right"]
+
+
+@pytest.mark.parametrize("regions,match", [
+    ([{"name": "r", "events": 2, "children": ["a", "ghost"]}, {"name": "a", "events": 3}],
+     "child 'ghost' that is not a defined region"),
+    ([{"name": "r", "events": 2, "children": ["a", "b"]}, {"name": "a", "events": 3, "children": ["b"]},
+      {"name": "b", "events": 3}], "child of both"),
+    ([{"name": "r", "events": 2, "children": ["a"]}, {"name": "a", "events": 3},
+      {"name": "x", "events": 2, "children": ["y"]}, {"name": "y", "events": 2, "children": ["x"]}],
+     "cannot be reached from the root"),
+    ([{"name": "r", "events": 2, "children": ["a", "b"]}, {"name": "a", "events": 3, "children": ["c"]},
+      {"name": "b", "events": 3}, {"name": "c", "events": 2}], "same branching"),
+    ([{"name": "r", "events": 2, "children": ["a", "b"]}, {"name": "a", "events": 3}, {"name": "b", "events": 4}],
+     "different event counts"),
+    ([{"name": "r", "events": 2, "children": ["a"]}, {"name": "r", "events": 3}], "used twice"),
+])
+def test_bad_region_trees(regions, match):
+    with pytest.raises(LadderSpecError, match=match):
+        Ladder.from_dict({"mode": "topdown", "regions": regions, "prior": [0.5, 0.5],
+                          "tables": [[[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]]})
+
+
+def test_custom_emission_end_to_end(tmp_path):
+    from teachers.emission import Emission
+
+    class Squared(Emission):
+        def __init__(self, num_regions, num_events):
+            self.num_regions, self.num_events, self.dim = num_regions, num_events, 1
+
+        def sample(self, z, generator=None):
+            noise = torch.randn(*z.shape, 1, generator=generator)
+            return (z.float()[..., None] + 1) ** 2 + 0.1 * noise
+
+        def log_likelihood(self, x):
+            mu = (torch.arange(self.num_events, dtype=torch.float64) + 1) ** 2
+            return torch.distributions.Normal(mu, 0.1).log_prob(x.double())
+
+    from inference.ladder_posterior import ladder_posterior
+
+    lad = Ladder.random(depth=1, branching=3, events=[2, 3], seed=0).with_emission(Squared(3, 3))
+    s = sample_ladder(lad, 500, seed=0)
+    assert s.x.shape == (500, 3, 1)
+    # noise 0.1 vs spacing >= 3: the posterior recovers every leaf event
+    post = ladder_posterior(lad, s.x.double(), marginals=True)
+    assert torch.equal(post.marginals[1].argmax(-1), s.leaves)
+    back = load_dataset(save_dataset(s, tmp_path / "c.npz"))
+    assert torch.equal(back.x, s.x) and back.ladder.emission.kind == "custom"
+    with pytest.raises(NotImplementedError, match="was not saved with the data"):
+        ladder_posterior(back.ladder, back.x)
