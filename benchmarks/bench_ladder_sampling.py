@@ -21,10 +21,10 @@ tables (what a dense-probabilities categorical sampler pays per draw) on ``--mul
 
 Rates are per second, so contenders measured on different N are comparable.  Each contender is warmed
 up once on a small N, then timed ``--repeats`` times with ``time.perf_counter``; rates and ratios use the
-best (shortest) time, the median is recorded too, and so is each run's process CPU time (above the wall
-time when torch uses several threads; a wall time far above it means the cores were busy elsewhere).  Targets: sampler >= 10x faster than plain Pyro, and at
-most 4x slower than the floor.  All numbers and machine information go to ``--out`` (JSON, written
-atomically).
+best (shortest) time, and the median is recorded too, as is each run's process CPU time (above the wall
+time when torch uses several threads; a wall time far above it means the cores were busy elsewhere).
+Targets: the sampler >= 10x faster than plain Pyro, and at most 4x slower than the floor.  All numbers
+and machine information go to ``--out`` (JSON, written atomically).
 
 Run it with::
 
@@ -62,7 +62,8 @@ SPEEDUP_TARGET = 10.0  # sampler draws/s over plain-Pyro draws/s, at least
 FLOOR_TARGET = 4.0  # floor draws/s over sampler draws/s, at most
 WARMUP_N = 4096
 RESULT_KEYS = ("contender", "description", "n", "draws", "chunk", "repeats", "times_s", "process_cpu_s", "best_s",
-               "median_s", "examples_per_s", "draws_per_s", "examples_per_s_median", "draws_per_s_median", "x_floor", "target")
+               "median_s", "examples_per_s", "draws_per_s", "examples_per_s_median", "draws_per_s_median",
+               "x_floor", "target")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -318,7 +319,8 @@ def main(argv: list[str] | None = None) -> dict:
         "config": {"n": args.n, "baseline_n": args.baseline_n, "baseline_chunk": args.baseline_chunk,
                    "baseline_repeats": args.baseline_repeats, "multinomial_n": args.multinomial_n,
                    "depth": args.depth, "branching": args.branching, "events": args.events, "seed": args.seed,
-                   "repeats": args.repeats, "threads": args.threads, "quick": args.quick, "block_size": BLOCK_SIZE, "rate_statistic": "best"},
+                   "repeats": args.repeats, "threads": args.threads, "quick": args.quick,
+                   "block_size": BLOCK_SIZE, "rate_statistic": "best"},
         "ladder": {"mode": "topdown", "total_regions": regions, "num_regions": list(ladder.num_regions),
                    "draws_per_example": regions,
                    "bottomup_draws_per_example": None if bottomup is None else bottomup.num_regions[-1]},
