@@ -56,7 +56,8 @@ from teachers.ladder import Ladder
 from teachers.pyro_model import LadderModel
 from teachers.sampling import BLOCK_SIZE, sample_ladder
 
-DEFAULT_OUT = Path("benchmarks") / "results" / "ladder_sampling.json"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "ladder_sampling.json"
 QUICK_N, QUICK_REPEATS = 20_000, 1
 SPEEDUP_TARGET = 10.0  # sampler draws/s over plain-Pyro draws/s, at least
 FLOOR_TARGET = 4.0  # floor draws/s over sampler draws/s, at most
@@ -67,26 +68,26 @@ RESULT_KEYS = ("contender", "description", "n", "draws", "chunk", "repeats", "ti
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=None, help="examples per contender (default 1_000_000; 20000 with --quick)")
-    p.add_argument("--depth", type=int, default=4)
-    p.add_argument("--branching", type=int, default=4)
-    p.add_argument("--events", type=int, default=16)
-    p.add_argument("--seed", type=int, default=0, help="seed of the ladder's tables and of every stream")
+    p.add_argument("--depth", type=int, default=4, help="levels below the root (default 4)")
+    p.add_argument("--branching", type=int, default=4, help="children per region (default 4)")
+    p.add_argument("--events", type=int, default=16, help="events per region (default 16)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the ladder's tables and of every stream (default 0)")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per contender (default 3; 1 with --quick)")
     p.add_argument("--baseline-n", type=int, default=None, help="examples for the plain Pyro model (default N)")
     p.add_argument("--baseline-chunk", type=int, default=2**15,
-                   help="examples per plain-Pyro model call (chunk times are summed)")
+                   help="examples per plain-Pyro model call, chunk times summed (default 2**15)")
     p.add_argument("--baseline-repeats", type=int, default=1,
-                   help="timed runs of the plain Pyro model (capped at --repeats)")
+                   help="timed runs of the plain Pyro model, capped at --repeats (default 1)")
     p.add_argument("--multinomial-n", type=int, default=None,
-                   help="examples for the torch.multinomial reference (default min(N, 16384); 0 skips it)")
+                   help="examples for the torch.multinomial reference (default min(N, 8192); 0 skips it)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads (default: torch's own choice, recorded in the JSON)")
     p.add_argument("--no-bottomup", action="store_true", help="skip the bottom-up reference row")
     p.add_argument("--quick", action="store_true", help=f"smoke run: N={QUICK_N}, repeats={QUICK_REPEATS}")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="JSON results file")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help="JSON results file (default: benchmarks/results/ladder_sampling.json of this repository)")
     args = p.parse_args(argv)
     if args.n is None:
         args.n = QUICK_N if args.quick else 1_000_000
@@ -95,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.baseline_n is None:
         args.baseline_n = args.n
     if args.multinomial_n is None:
-        args.multinomial_n = min(args.n, 16384)
+        args.multinomial_n = min(args.n, 8192)
     args.baseline_repeats = max(1, min(args.baseline_repeats, args.repeats))
     for name in ("n", "repeats", "baseline_n", "baseline_chunk", "depth", "branching", "events"):
         if getattr(args, name) < 1:
@@ -124,16 +125,16 @@ def plain_pyro_runner(ladder: Ladder, chunk: int) -> Callable[[int], float]:
     model = LadderModel(ladder)
 
     def run(n: int) -> float:
-        total = 0.0
+        run.chunk_times = []
         for start in range(0, n, chunk):
             size = min(chunk, n - start)
             with torch.no_grad():
                 t0 = time.perf_counter()
                 values = model.plain_model(size, emit=False)
-                total += time.perf_counter() - t0
+                run.chunk_times.append(time.perf_counter() - t0)
             assert len(values) == ladder.total_regions
             del values
-        return total
+        return sum(run.chunk_times)
     return run
 
 
@@ -178,20 +179,21 @@ def measure(name: str, description: str, run: Callable[[int], float], n: int, dr
     """Warm up once on ``warmup_n`` examples, then time ``repeats`` runs on ``n`` examples."""
     print(f"  {name}: warm-up on {warmup_n} examples, then {repeats} x {n} examples ...", flush=True)
     run(min(warmup_n, n))
-    times = []
-    cpu_times = []
+    times, cpu_times, chunk_times = [], [], []
     for _ in range(repeats):
         gc.collect()
         c0 = time.process_time()
         times.append(run(n))
         cpu_times.append(time.process_time() - c0)
+        if hasattr(run, "chunk_times"):
+            chunk_times.append(list(run.chunk_times))
     best, median = min(times), statistics.median(times)
     draws = n * draws_per_example
     return {"contender": name, "description": description, "n": n, "draws": draws, "chunk": chunk,
             "repeats": repeats, "times_s": times, "process_cpu_s": cpu_times, "best_s": best, "median_s": median,
             "examples_per_s": n / best, "draws_per_s": draws / best,
             "examples_per_s_median": n / median, "draws_per_s_median": draws / median,
-            "x_floor": None, "target": False}
+            "x_floor": None, "target": False, **({"chunk_times_s": chunk_times} if chunk_times else {})}
 
 
 # ---------------------------------------------------------------------- reporting

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from teachers.ladder import TOPDOWN, Ladder
@@ -67,8 +68,8 @@ def ladder_posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False
     n = x.shape[0]
     if chunk_size is None:
         chunk_size = max(1, _CHUNK_ELEMENTS // max(1, _per_example_elements(ladder)))
-    elif chunk_size <= 0:
-        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size}")
+    elif isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size <= 0:
+        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
     logs, labels, margs = [], [], []
     params = _Params(ladder, device)
     for s in range(0, n, chunk_size):
@@ -81,6 +82,12 @@ def ladder_posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False
             lam, msgs = _upward_bottomup(params, ll)
             joint = lam[0][:, 0]
         log_z = torch.logsumexp(joint, -1)
+        impossible = torch.isneginf(log_z).nonzero().flatten()
+        if len(impossible):
+            first = (impossible[:5] + s).tolist()
+            raise ValueError(f"x: example(s) {first}{' ...' if len(impossible) > 5 else ''} have probability 0 "
+                             "under the ladder (e.g. a leaf input that is not one-hot for a one-hot emission); "
+                             "their posterior is undefined")
         post = (joint - log_z[:, None]).exp()
         logs.append(log_z)
         labels.append(post)
@@ -96,14 +103,22 @@ def ladder_posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False
 def bayes_optimal_accuracy(ladder: Ladder, x: torch.Tensor, y: torch.Tensor | None = None, **kwargs) -> dict:
     """Accuracy of the Bayes-optimal classifier argmax_y p(y | x) on a sample.
 
-    :returns: ``{"expected": mean_x max_y p(y|x)`` (the exact expected accuracy given these
-        inputs, lower variance than counting), ``"empirical"``: fraction of argmax equal to
-        ``y`` (when ``y`` is given), ``"stderr"``: standard error of ``"expected"``, ``"n"``}.
+    :returns: a dict with
+
+        - ``"expected"``: mean over the inputs of max_y p(y|x), the exact accuracy the Bayes
+          classifier has on average on these inputs (lower variance than counting);
+        - ``"stderr"``: its standard error as an estimate of the ladder's accuracy (the spread
+          of max_y p(y|x) over inputs, / sqrt(N));
+        - ``"empirical"`` (when ``y`` is given): the fraction of argmax_y p(y|x) equal to y;
+        - ``"stderr_empirical"``: the standard deviation of ``"empirical"`` around
+          ``"expected"`` given these inputs, sqrt(sum_i q_i (1 - q_i)) / N with q_i = max p;
+        - ``"n"``.
     """
     post = ladder_posterior(ladder, x, **kwargs)
     best = post.label.max(-1).values
-    out = {"expected": best.mean().item(), "stderr": (best.std() / best.numel() ** 0.5).item()
-           if best.numel() > 1 else float("nan"), "n": best.numel()}
+    n = best.numel()
+    out = {"expected": best.mean().item(), "stderr": (best.std() / n**0.5).item() if n > 1 else float("nan"),
+           "stderr_empirical": ((best * (1 - best)).sum().sqrt() / n).item(), "n": n}
     if y is not None:
         if y.shape != (x.shape[0],):
             raise ValueError(f"y: expected shape ({x.shape[0]},), got {tuple(y.shape)}")

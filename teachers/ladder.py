@@ -78,6 +78,8 @@ def _as_int_tuple(value, name: str, length: int | None = None) -> tuple[int, ...
         if length is None:
             raise LadderSpecError(f"{name}: expected a list of integers, got {value!r}")
         value = [int(value)] * length
+    if isinstance(value, (str, bytes)):
+        raise LadderSpecError(f"{name}: expected a list of integers, got the string {value!r}")
     try:
         out = tuple(int(v) for v in value)
     except (TypeError, ValueError):
@@ -102,16 +104,19 @@ def _as_float64(value, name: str) -> torch.Tensor:
 def _check_rows(p: torch.Tensor, name: str, what: str) -> torch.Tensor:
     """Rows (last dim) must be non-negative and sum to 1 (within ``ROW_SUM_TOL``); returns them
     in float64, renormalized where they are off by more than rounding."""
+    def where(idx):
+        return f"{name}{list(idx)}" if idx else name
+
     neg = (p < 0).nonzero()
     if len(neg):
         idx = tuple(neg[0].tolist())
-        raise LadderSpecError(f"{name}{list(idx)}: probability {p[idx].item():.6g} is negative ({what})")
+        raise LadderSpecError(f"{where(idx)}: probability {p[idx].item():.6g} is negative ({what})")
     s = p.sum(-1)
     bad = ((s - 1).abs() > ROW_SUM_TOL).nonzero()
     if len(bad):
         idx = tuple(bad[0].tolist())
         raise LadderSpecError(
-            f"{name}{list(idx)}: row sums to {s[idx].item():.9g}, expected 1 (tolerance {ROW_SUM_TOL:g}) ({what})")
+            f"{where(idx)}: row sums to {s[idx].item():.9g}, expected 1 (tolerance {ROW_SUM_TOL:g}) ({what})")
     # Renormalize only rows that are off by more than rounding, so that saving and loading a
     # ladder reproduces its tables bit for bit.
     return torch.where((s - 1).abs()[..., None] > 1e-12, p / s[..., None], p)
@@ -172,8 +177,8 @@ class Ladder:
                 raise LadderSpecError("prior/tables: only for mode='topdown'; a bottom-up ladder takes "
                                       "leaf_prior and lookup")
             self._init_bottomup(leaf_prior, lookup)
-        if emission is None:
-            emission = OneHotEmission(self.num_regions[-1], self.events[-1])
+        if emission is None or isinstance(emission, str):
+            emission = self._emission(emission, self.num_regions[-1], self.events[-1], None)
         elif isinstance(emission, dict):
             emission = _emission_from_dict(emission, self.num_regions[-1], self.events[-1])
         if not isinstance(emission, Emission):
@@ -355,7 +360,7 @@ class Ladder:
                 raise LadderSpecError(f"ladder spec of kind {kind!r}: {e}") from None
         if d.get("format", "smaso-ladder") != "smaso-ladder":
             raise LadderSpecError(f"format: expected 'smaso-ladder', got {d.get('format')!r}")
-        if int(d.get("version", 1)) != 1:
+        if d.get("version", 1) not in (1, 1.0) or isinstance(d.get("version", 1), bool):
             raise LadderSpecError(f"version: this library reads ladder spec version 1, got {d.get('version')!r}")
         names = None
         if "regions" in d:
@@ -376,6 +381,9 @@ class Ladder:
         fac = None
         if d.get("factorization") is not None:
             f = d["factorization"]
+            missing = {"factors", "root_factor_priors", "factor_tables"} - set(f if isinstance(f, dict) else ())
+            if missing:
+                raise LadderSpecError(f"factorization: missing field(s) {sorted(missing)}")
             fac = Factorization(tuple(int(v) for v in f["factors"]),
                                 _as_float64(f["root_factor_priors"], "factorization.root_factor_priors"),
                                 tuple(_as_float64(t, "factorization.factor_tables") for t in f["factor_tables"]))
@@ -389,8 +397,8 @@ class Ladder:
         if emission in (None, "onehot"):
             return OneHotEmission(num_regions, num_events)
         if emission == "gaussian":
-            if sigma is None or not sigma > 0:
-                raise LadderSpecError(f"sigma: a gaussian emission needs sigma > 0, got {sigma!r}")
+            if sigma is None or not sigma > 0 or not math.isfinite(sigma):
+                raise LadderSpecError(f"sigma: a gaussian emission needs a finite sigma > 0, got {sigma!r}")
             return GaussianEmission.around_one_hot(num_regions, num_events, float(sigma))
         if isinstance(emission, (Emission, dict)):
             return emission
@@ -420,7 +428,7 @@ class Ladder:
         events = _as_int_tuple(events, "events", depth + 1)
         if not concentration > 0 or not math.isfinite(concentration):
             raise LadderSpecError(f"concentration: must be > 0 and finite, got {concentration!r}")
-        rng = np.random.default_rng(seed)
+        rng = _rng(seed)
         num_regions = [int(np.prod(branching[:l], dtype=np.int64)) for l in range(depth + 1)]
         emission = cls._emission(emission, num_regions[-1], events[-1], sigma)
         name = name or f"random-{mode}-d{depth}"
@@ -473,10 +481,11 @@ class Ladder:
         if events[0] < 2:
             raise LadderSpecError("leaf_events: the label needs >= 2 classes; use leaf_events >= 2")
         num_regions = [int(np.prod(branching[:l], dtype=np.int64)) for l in range(depth + 1)]
+        rng = _rng(seed)
         if concentration is None:
             leaf_prior = np.full(events[-1], 1.0 / events[-1])
         else:
-            leaf_prior = _dirichlet(np.random.default_rng(seed), concentration, (num_regions[-1],), events[-1])
+            leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
         lookup = [np.arange(events[l]) for l in range(depth)]  # code -> itself: the tuple is the event
         return cls(branching, events, mode=BOTTOMUP, leaf_prior=leaf_prior, lookup=lookup,
                    emission=cls._emission(emission, num_regions[-1], events[-1], sigma),
@@ -506,7 +515,7 @@ class Ladder:
         events = [2**n for n in factors]
         if max(events) > MAX_EVENTS:
             raise LadderSpecError(f"factors: 2^{max(factors)} events per region exceeds {MAX_EVENTS}")
-        rng = np.random.default_rng(seed)
+        rng = _rng(seed)
         num_regions = [int(np.prod(branching[:l], dtype=np.int64)) for l in range(depth + 1)]
         root_f = _dirichlet(rng, concentration, (factors[0],), 2)
         prior = _kron_vectors(root_f)
@@ -599,6 +608,12 @@ def _emission_from_dict(d, num_regions, num_events) -> Emission:
         raise
     except (ValueError, TypeError) as e:
         raise LadderSpecError(str(e)) from None
+
+
+def _rng(seed) -> np.random.Generator:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise LadderSpecError(f"seed: expected a non-negative integer, got {seed!r}")
+    return np.random.default_rng(int(seed))
 
 
 def _check_depth(depth) -> int:

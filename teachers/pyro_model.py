@@ -24,6 +24,7 @@ modes on small ladders and the baseline of ``benchmarks/bench_ladder_sampling.py
 
 from __future__ import annotations
 
+import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
@@ -122,14 +123,14 @@ class LadderModel:
         return (n, *self.ladder.branching)
 
     def parent_events(self, level: int, child: torch.Tensor) -> torch.Tensor:
-        """Bottom-up: events of level ``level`` from its children's ``(N, R_{l+1})`` events: ``(N, R_l)``."""
+        """Bottom-up: events of level ``level`` from its children's events ``(..., R_{l+1})``: ``(..., R_l)``."""
         lad = self.ladder
-        n = child.shape[0]
+        lead = child.shape[:-1]
         b = lad.branching[level]
-        code = (child.reshape(n, lad.num_regions[level], b).long() * self.radix[level]).sum(-1)
+        code = (child.reshape(*lead, lad.num_regions[level], b).long() * self.radix[level]).sum(-1)
         size = lad.events[level + 1] ** b
         flat = code + torch.arange(lad.num_regions[level], device=child.device) * size
-        return self.lookup[level].reshape(-1).index_select(0, flat.reshape(-1)).reshape(n, -1)
+        return self.lookup[level].reshape(-1).index_select(0, flat.reshape(-1)).reshape(*lead, -1)
 
     # ------------------------------------------------------------------ the model
     def model(self, num_examples: int | None = None, x: torch.Tensor | None = None,
@@ -155,35 +156,51 @@ class LadderModel:
         x_obs = None if x is None else x.reshape(*self.leaf_shape(n), lad.emission.dim)
         plates = self.plates(n)
         out: dict[str, torch.Tensor] = {}
+        open_plates = []  # level plates are left one at a time (bottom-up parents live outside them)
+
+        def enter(level):
+            plates[level].__enter__()
+            open_plates.append(plates[level])
+
+        def leave():
+            open_plates.pop().__exit__(None, None, None)
+
         with plates[0]:
-            if lad.mode == TOPDOWN:
-                z = pyro.sample("z_0", IndexedCategorical(
-                    self.root_table, torch.zeros((), dtype=torch.int32, device=self.device), generator, compact))
-                out["z_0"] = z
-                for l in range(1, d + 1):
-                    plates[l].__enter__()
-                    row = self.region_index[l] * lad.events[l - 1] + z
-                    z = pyro.sample(f"z_{l}", IndexedCategorical(self.level_tables[l], row, generator, compact),
-                                    obs=leaves_obs if l == d else None)
-                    out[f"z_{l}"] = z
-            else:
-                for l in range(1, d + 1):
-                    plates[l].__enter__()
-                z = pyro.sample(f"z_{d}", IndexedCategorical(self.leaf_table, self.region_index[d], generator, compact),
-                                obs=leaves_obs)
-                out[f"z_{d}"] = z
-            if x_obs is not None or emit:
-                out["x"] = pyro.sample("x", EmissionDistribution(lad.emission, out[f"z_{d}"], generator), obs=x_obs)
-            if lad.mode == TOPDOWN:
-                for l in range(d, 0, -1):
-                    plates[l].__exit__(None, None, None)
-            else:
-                flat = out[f"z_{d}"].reshape(n, -1)
-                for l in range(d - 1, -1, -1):
-                    plates[l + 1].__exit__(None, None, None)
-                    flat = self.parent_events(l, flat)
-                    shape = (n, *lad.branching[:l], *([1] * (d - l)))
-                    out[f"z_{l}"] = pyro.deterministic(f"z_{l}", flat.reshape(shape))
+            try:
+                if lad.mode == TOPDOWN:
+                    z = pyro.sample("z_0", IndexedCategorical(
+                        self.root_table, torch.zeros((), dtype=torch.int32, device=self.device), generator, compact))
+                    out["z_0"] = z
+                    for l in range(1, d + 1):
+                        enter(l)
+                        row = self.region_index[l] * lad.events[l - 1] + z
+                        z = pyro.sample(f"z_{l}", IndexedCategorical(self.level_tables[l], row, generator, compact),
+                                        obs=leaves_obs if l == d else None)
+                        out[f"z_{l}"] = z
+                else:
+                    for l in range(1, d + 1):
+                        enter(l)
+                    out[f"z_{d}"] = pyro.sample(f"z_{d}", IndexedCategorical(
+                        self.leaf_table, self.region_index[d], generator, compact), obs=leaves_obs)
+                if x_obs is not None or emit:
+                    out["x"] = pyro.sample("x", EmissionDistribution(lad.emission, out[f"z_{d}"], generator),
+                                           obs=x_obs)
+                if lad.mode == TOPDOWN:
+                    while open_plates:
+                        leave()
+                else:
+                    leaf = out[f"z_{d}"]
+                    lead = leaf.shape[: leaf.dim() - (d + 1)]  # e.g. Predictive's sample dims
+                    flat = leaf.reshape(*lead, n, -1)
+                    for l in range(d - 1, -1, -1):
+                        leave()
+                        flat = self.parent_events(l, flat)
+                        shape = (*lead, n, *lad.branching[:l], *([1] * (d - l)))
+                        out[f"z_{l}"] = pyro.deterministic(f"z_{l}", flat.reshape(shape))
+            finally:
+                # after an error, leave the plates still open so Pyro's plate dims are freed
+                while open_plates:
+                    open_plates.pop().__exit__(None, None, None)
         return out
 
     __call__ = model
@@ -264,9 +281,9 @@ class _SingleRegion(Emission):
 def _num_examples(num_examples, x, leaves, ladder: Ladder) -> int:
     sizes = {}
     if num_examples is not None:
-        if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples <= 0:
+        if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)) or num_examples <= 0:
             raise ValueError(f"num_examples: expected a positive integer, got {num_examples!r}")
-        sizes["num_examples"] = num_examples
+        sizes["num_examples"] = int(num_examples)
     if x is not None:
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")

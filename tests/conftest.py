@@ -95,7 +95,7 @@ TINY_LADDERS = {
     "factorized": lambda: Ladder.factorized_binary(depth=2, branching=2, factors=(1, 2, 2), seed=41),
 }
 
-TOPDOWN_NAMES = [k for k, f in TINY_LADDERS.items() if k.startswith("td") or k == "factorized"]
+TOPDOWN_NAMES = [k for k in TINY_LADDERS if k.startswith("td") or k == "factorized"]
 BOTTOMUP_NAMES = [k for k in TINY_LADDERS if k not in TOPDOWN_NAMES]
 
 

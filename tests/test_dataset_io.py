@@ -179,7 +179,7 @@ def test_spec_files_json_and_toml(tmp_path, ladder):
 
 @pytest.mark.parametrize("text,match", [
     ('{"mode": "topdown", "branching": [2], "events": [2, 2], "prior": [0.5, 0.6], '
-     '"tables": [[[0.5, 0.5], [0.5, 0.5]]]}', r"prior\[\]: row sums to 1.1"),
+     '"tables": [[[0.5, 0.5], [0.5, 0.5]]]}', r"prior: row sums to 1.1"),
     ('{"mode": "topdown", "branching": [2], "events": [2, 2], "prior": [0.5, 0.5], '
      '"tables": [[[0.5, 0.5], [1.5, -0.5]]]}', r"tables\[0\]\[\d, 1, 1\]: probability -0.5 is negative"),
     ('{"mode": "topdown", "branching": [2], "events": [2, 3], "prior": [0.5, 0.5], '
