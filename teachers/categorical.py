@@ -126,6 +126,8 @@ class AliasTable:
         cut = np.minimum(cut, np.arange(m)[None, :] + 1.0)
         self.cut = torch.as_tensor(cut.reshape(-1), dtype=self.uniform_dtype, device=self.device)
         self.index_dtype = torch.int32 if self.rows * m < 2**31 else torch.int64
+        # u * m is exact (so < m) when m is a power of two: no clamp needed
+        self._exact_scale = m & (m - 1) == 0
         # events are computed in the narrowest dtype: the blend below is exact modulo 2^8.
         self.event_dtype = torch.uint8 if m <= 256 else torch.int32
         self.alias = torch.as_tensor(alias.reshape(-1), dtype=self.event_dtype, device=self.device)
@@ -139,12 +141,13 @@ class AliasTable:
         shape = row.shape
         m = self.num_events
         um = uniform(shape, generator, dtype=self.uniform_dtype, device=self.device).reshape(-1).mul_(m)
-        k = um.to(self.alias.dtype)
-        k.clamp_(max=m - 1)  # u < 1 always, but u * m can round up to m in float32
-        flat = row.reshape(-1).to(self.index_dtype) * m  # out of place: row may be an expanded view
-        flat += k
+        k = um.to(self.index_dtype)  # float -> int32 is ~4x faster than float -> uint8 on CPU
+        if not self._exact_scale:
+            k.clamp_(max=m - 1)  # u < 1 always, but u * m can round up to m
+        flat = torch.add(k, row.reshape(-1).to(self.index_dtype), alpha=m)  # k + m * row in one pass
         keep = um < self.cut.index_select(0, flat)
         alias = self.alias.index_select(0, flat)
+        k = k.to(self.event_dtype)
         # alias + keep * (k - alias), exact even when k - alias wraps around in uint8; it is
         # ~5x faster than torch.where on CPU.
         return k.sub_(alias).mul_(keep).add_(alias).reshape(shape)
