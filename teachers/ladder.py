@@ -122,6 +122,15 @@ def _check_rows(p: torch.Tensor, name: str, what: str) -> torch.Tensor:
     return torch.where((s - 1).abs()[..., None] > 1e-12, p / s[..., None], p)
 
 
+def _per_region(t: torch.Tensor, want: tuple[int, ...], name: str, meaning: str) -> torch.Tensor:
+    """``t`` of shape ``want``, or of ``want[1:]`` (one table shared by every region of the level)."""
+    if t.shape == want[1:]:
+        t = t.expand(want).clone()
+    if t.shape != want:
+        raise LadderSpecError(f"{name}: expected shape {want} ({meaning}) or {want[1:]}, got {tuple(t.shape)}")
+    return t
+
+
 class Ladder:
     """A layered summarization ladder (see the module docstring for the conventions).
 
@@ -204,13 +213,8 @@ class Ladder:
         out = []
         for l in range(1, d + 1):
             t = _as_float64(tables[l - 1], f"tables[{l - 1}]")
-            want = (self.num_regions[l], m[l - 1], m[l])
-            if t.shape == want[1:]:
-                t = t.expand(want).clone()
-            if t.shape != want:
-                raise LadderSpecError(
-                    f"tables[{l - 1}]: expected shape {want} (regions of level {l}, events of level {l - 1}, "
-                    f"events of level {l}) or {want[1:]}, got {tuple(t.shape)}")
+            t = _per_region(t, (self.num_regions[l], m[l - 1], m[l]), f"tables[{l - 1}]",
+                            f"regions of level {l}, events of level {l - 1}, events of level {l}")
             out.append(_check_rows(t, f"tables[{l - 1}]", "index = [region, parent event]"))
         self.tables = tuple(out)
         self.leaf_prior = None
@@ -220,12 +224,8 @@ class Ladder:
         d, m = self.depth, self.events
         if leaf_prior is None or lookup is None:
             raise LadderSpecError("leaf_prior/lookup: a bottom-up ladder needs leaf_prior and lookup tables")
-        p = _as_float64(leaf_prior, "leaf_prior")
-        want = (self.num_regions[d], m[d])
-        if p.shape == want[1:]:
-            p = p.expand(want).clone()
-        if p.shape != want:
-            raise LadderSpecError(f"leaf_prior: expected shape {want} or {want[1:]}, got {tuple(p.shape)}")
+        p = _per_region(_as_float64(leaf_prior, "leaf_prior"), (self.num_regions[d], m[d]), "leaf_prior",
+                        "leaf regions, leaf events")
         self.leaf_prior = _check_rows(p, "leaf_prior", "index = [leaf region]")
         if not isinstance(lookup, (list, tuple)) or len(lookup) != d:
             raise LadderSpecError(f"lookup: expected a list of {d} tables (one per non-leaf level)")
@@ -239,14 +239,8 @@ class Ladder:
             arr = np.asarray(lookup[l])
             if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0)):
                 raise LadderSpecError(f"lookup[{l}]: expected integer event indices, got dtype {arr.dtype}")
-            t = torch.as_tensor(arr.astype(np.int64))
-            want = (self.num_regions[l], size)
-            if t.shape == want[1:]:
-                t = t.expand(want).clone()
-            if t.shape != want:
-                raise LadderSpecError(
-                    f"lookup[{l}]: expected shape {want} (regions of level {l}, "
-                    f"events[{l + 1}]^branching[{l}]) or {want[1:]}, got {tuple(t.shape)}")
+            t = _per_region(torch.as_tensor(arr.astype(np.int64)), (self.num_regions[l], size), f"lookup[{l}]",
+                            f"regions of level {l}, events[{l + 1}]^branching[{l}]")
             bad = ((t < 0) | (t >= m[l])).nonzero()
             if len(bad):
                 r, c = bad[0].tolist()
