@@ -96,7 +96,8 @@ def test_topdown_bad_input_names_field(overrides, field):
         (dict(lookup=[[0, 1, 1, 0], [0, 1, 1, 0]]), r"^lookup: expected a list of 1 tables"),
         (dict(leaf_prior=[0.5, 0.6]), r"^leaf_prior\[0\]: row sums to 1\.1"),  # shared row, checked per region
         (dict(leaf_prior=[[0.5, 0.5], [1.5, -0.5]]), r"^leaf_prior\[1, 1\]: probability -0\.5 is negative"),
-        (dict(leaf_prior=[0.2, 0.3, 0.5]), r"^leaf_prior: expected shape \(2, 2\) or \(2,\), got \(3,\)"),
+        (dict(leaf_prior=[0.2, 0.3, 0.5]),
+         r"^leaf_prior: expected shape \(2, 2\) \(leaf regions, leaf events\) or \(2,\), got \(3,\)"),
         (dict(leaf_prior=None), r"^leaf_prior/lookup: a bottom-up ladder needs"),
         (dict(prior=[0.5, 0.5]), r"^prior/tables: only for mode='topdown'"),
         (dict(branching=[23], events=[2, 2], lookup=[[0]]), rf"^lookup\[0\]: 2\^23 = {2**23} .*exceeds {MAX_LOOKUP}"),
