@@ -2,7 +2,8 @@
 
 ::
 
-    smaso demo                                   # sample the built-in ladder, print its statistics
+    smaso demo                                   # sample -> train a student -> compare with the theory
+    smaso compare data.npz --width 16 --bn --steps 1000 --out results/
     smaso sample ladder -n 1000000 --seed 0 --out data.npz [--depth 4 --branching 4 --events 16]
     smaso sample ladder --spec ladder.json -n 100000 --shard 0/4 --out part0.npz
     smaso inspect data.npz [part1.npz ...]       # counts, statistics vs exact, Bayes-optimal accuracy
@@ -178,20 +179,135 @@ def _write_json(path, obj) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
 
 
+def format_comparison(result, *, every: int = 1) -> str:
+    """The comparison as text: training curve, then the last checkpoint level by level."""
+    hist = result.history
+    lines = ["step    loss   accuracy | relative error of the reformulation, mean over levels (F / G~ / dW)"]
+    for h in hist[::every] if hist[-1] in hist[::every] else [*hist[::every], hist[-1]]:
+        lv = h["levels"]
+        mean = {k: sum(r[f"{k}_propagated"] for r in lv) / len(lv) for k in ("F", "G", "dW")}
+        lines.append(f"{h['step']:5d} {h['loss']:8.4f}  {h['accuracy']:8.4f} | "
+                     f"{mean['F']:9.2e} {mean['G']:9.2e} {mean['dW']:9.2e}")
+    last = hist[-1]
+    lines += ["",
+              f"at step {last['step']} (P: {last['P_source']} frequencies of {last['num_examples']} examples); "
+              "errors = ||predicted - measured||_F / ||measured||_F",
+              "                          recursion from leaves/label   | one step from measured   "
+              "| Thm 2 conditions: size of each error term",
+              "level regions events nodes    F        G~       dW      |    F        G~       dW    "
+              "| decorr.fwd decorr.bwd  focus   broadness"]
+
+    def fmt(row, key):
+        return f"{row[key]:8.2e}" if key in row else "     -  "
+
+    for r in last["levels"]:
+        empty = f"  ({r['empty_events']} events never seen)" if r["empty_events"] else ""
+        lines.append(f"{r['level']:5d} {r['regions']:7d} {r['events']:6d} {r['nodes']:5d}  "
+                     f"{fmt(r, 'F_propagated')} {fmt(r, 'G_propagated')} {fmt(r, 'dW_propagated')} | "
+                     f"{fmt(r, 'F_local')} {fmt(r, 'G_local')} {fmt(r, 'dW_local')} | "
+                     f"{fmt(r, 'decorrelation_fwd')}  {fmt(r, 'decorrelation_bwd')} {fmt(r, 'focus')} "
+                     f"{fmt(r, 'broadness')}{empty}")
+    leaves = last["leaves"]
+    lines.append(f"{'leaves':>5}: inputs; focus of the leaf level {leaves.get('focus', 0.0):.2e}, "
+                 f"broadness {leaves.get('broadness', 0.0):.2e}")
+    return "\n".join(lines)
+
+
+def _student_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("student and training")
+    g.add_argument("--width", type=_int_list, default=[16], help="nodes per hidden region (int or one per level)")
+    g.add_argument("--activation", default="relu", help="relu, silu, swish:BETA, leaky_relu:NU, abs, linear")
+    g.add_argument("--bn", action="store_true", help="Batch Norm after every hidden activation")
+    g.add_argument("--no-bias", action="store_true", help="no biases")
+    g.add_argument("--loss", default="squared", choices=["squared", "cross_entropy"])
+    g.add_argument("--steps", type=_nonneg_int, default=600, help="training steps")
+    g.add_argument("--lr", type=float, default=0.5, help="learning rate")
+    g.add_argument("--batch-size", type=_nonneg_int, default=256, help="SGD minibatch (0: full-batch GD)")
+    g.add_argument("--weight-decay", type=float, default=0.0, help="Frobenius regularizer lambda")
+    g.add_argument("--eval-every", type=_positive_int, default=50, help="compare every this many steps")
+    g.add_argument("--eval-examples", type=_positive_int, default=8192, help="examples measured at each comparison")
+    g.add_argument("--P", dest="P_source", default="empirical", choices=["empirical", "exact"],
+                   help="event frequencies of the evaluation set, or the ladder's exact tables")
+    g.add_argument("--student-seed", type=_nonneg_int, default=0, help="initialization and minibatch seed")
+    g.add_argument("--out", default=None, help="directory for comparison.json and comparison.png")
+
+
+def _run_comparison(sample, args, title: str):
+    from smaso.compare import compare_student
+
+    width = args.width[0] if len(args.width) == 1 else args.width
+    return compare_student(sample, width=width, activation=args.activation, batch_norm=args.bn,
+                           bias=not args.no_bias, loss=args.loss, steps=args.steps, lr=args.lr,
+                           batch_size=args.batch_size or None, weight_decay=args.weight_decay,
+                           eval_every=args.eval_every, eval_examples=args.eval_examples, P_source=args.P_source,
+                           seed=args.student_seed)
+
+
+def _save_outputs(out_dir, payload: dict, result, title: str) -> list[str]:
+    from pathlib import Path
+
+    from smaso.plots import plot_comparison
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_json(out / "comparison.json", payload)
+    plot_comparison(result, out / "comparison.png", title=title)
+    return [str(out / "comparison.json"), str(out / "comparison.png")]
+
+
+def _comparison_payload(result, args) -> dict:
+    return {"history": result.history, "seconds": result.seconds,
+            "student": {k: getattr(args, k) for k in ("width", "activation", "bn", "loss", "steps", "lr",
+                                                       "batch_size", "weight_decay", "P_source")}}
+
+
 def _cmd_demo(args) -> int:
+    from smaso.compare import compare_student
     from teachers.ladder import Ladder
     from teachers.sampling import sample_ladder
 
-    lad = Ladder.default()
     t0 = time.perf_counter()
+    lad = Ladder.default()
     sample = sample_ladder(lad, args.n, args.seed, progress=False)
-    t1 = time.perf_counter()
-    print(f"smaso demo: sampled {args.n} examples from the built-in ladder in {t1 - t0:.2f} s\n")
+    print(f"smaso demo: {args.n} examples from the built-in ladder "
+          f"({lad.depth} levels below the label, {lad.total_regions} regions, {lad.num_classes} classes)\n")
     report = inspect_report(sample, bayes_n=args.bayes_n)
     print_report(report, lad)
-    if args.json:
-        _write_json(args.json, report)
-        print(f"\nwrote {args.json}")
+    title = "default ladder: student vs reformulation"
+    print(f"\n== student vs reformulation (Thm 4 / Eq 9): {args.steps} SGD steps, width {args.width}, "
+          f"{args.activation}{', BN' if args.bn else ''} ==")
+    result = _run_comparison(sample, args, title)
+    print(format_comparison(result, every=max(1, len(result.history) // 8)))
+    print(f"Bayes-optimal accuracy of this ladder: {report['bayes_optimal']['expected']:.4f}")
+    # Thm 3: on the fully informative ladder with one-hot leaves the reformulation is exact
+    fi = Ladder.fully_informative(depth=2, branching=2, leaf_events=2, concentration=1.0, seed=args.seed)
+    fi_sample = sample_ladder(fi, 4096, args.seed)
+    exact = compare_student(fi_sample, width=4, activation=args.activation, batch_norm=args.bn,
+                            steps=50, lr=args.lr, eval_every=50, seed=args.student_seed)
+    worst = max(max(r[k] for k in ("F_propagated", "G_propagated", "dW_propagated"))
+                for h in exact.history for r in h["levels"])
+    print(f"\nThm 3 check (fully informative ladder, one-hot leaves, {len(exact.history)} checkpoints): "
+          f"largest relative error {worst:.1e} (float64: exact)")
+    out_dir = args.out or "smaso-demo"
+    payload = {"ladder_report": report, **_comparison_payload(result, args),
+               "thm3_fully_informative_max_error": worst}
+    files = _save_outputs(out_dir, payload, result, title)
+    print(f"\nwrote {', '.join(files)}  ({time.perf_counter() - t0:.1f} s in all)")
+    return 0
+
+
+def _cmd_compare(args) -> int:
+    from teachers.dataset import load_dataset
+
+    sample = load_dataset(args.files)
+    lad = sample.ladder
+    print(lad.describe())
+    title = f"{lad.name}: student vs reformulation"
+    result = _run_comparison(sample, args, title)
+    print(format_comparison(result, every=max(1, len(result.history) // 8)))
+    if args.out:
+        files = _save_outputs(args.out, _comparison_payload(result, args), result, title)
+        print(f"\nwrote {', '.join(files)}")
     return 0
 
 
@@ -200,14 +316,24 @@ def build_parser() -> argparse.ArgumentParser:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    demo = sub.add_parser("demo", help="sample the built-in ladder and print its statistics",
-                          description="Sample the built-in default ladder (Ladder.default()) and print its label "
-                                      "counts, exact-vs-sampled event statistics and Bayes-optimal accuracy.")
-    demo.add_argument("-n", type=_positive_int, default=100_000, help="examples (default 100000)")
-    demo.add_argument("--seed", type=_nonneg_int, default=0)
-    demo.add_argument("--bayes-n", type=_nonneg_int, default=2000, help="examples for the Bayes-optimal accuracy")
-    demo.add_argument("--json", help="also write the report as JSON here")
+    demo = sub.add_parser("demo", help="sample -> train a student -> compare with the reformulation",
+                          description="The main job on the built-in ladder (Ladder.default()): sample a dataset, "
+                                      "print its event statistics and Bayes-optimal accuracy, train a locally "
+                                      "connected student, compare its per-event statistics with the reformulation "
+                                      "(Thm 4 / Eq 9) during training, check Thm 3 on a fully informative ladder, "
+                                      "and write comparison.json and comparison.png to --out (default smaso-demo/).")
+    demo.add_argument("-n", type=_positive_int, default=50_000, help="examples (default 50000)")
+    demo.add_argument("--seed", type=_nonneg_int, default=0, help="data seed")
+    demo.add_argument("--bayes-n", type=_positive_int, default=2000, help="examples for the Bayes-optimal accuracy")
+    _student_options(demo)
     demo.set_defaults(func=_cmd_demo)
+
+    cmp_ = sub.add_parser("compare", help="train a student on a dataset file and compare it with the reformulation",
+                          description="Train a locally connected student on a ladder dataset file (or shards) and "
+                                      "compare its per-event statistics with the reformulation during training.")
+    cmp_.add_argument("files", nargs="+", help="dataset file(s) from `smaso sample ladder`")
+    _student_options(cmp_)
+    cmp_.set_defaults(func=_cmd_compare)
 
     sample = sub.add_parser("sample", help="sample a dataset from a teacher",
                             description="Sample a synthetic dataset from a teacher and write it to a file.")

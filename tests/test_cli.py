@@ -1,6 +1,7 @@
 """The `smaso` command line: help on every subcommand, sample/inspect round trips, clear errors."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -12,7 +13,8 @@ from teachers.dataset import load_dataset
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["demo", "--help"], ["sample", "--help"],
-                                  ["sample", "ladder", "--help"], ["inspect", "--help"], ["spec", "--help"]])
+                                  ["sample", "ladder", "--help"], ["inspect", "--help"], ["spec", "--help"],
+                                  ["compare", "--help"]])
 def test_help(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -20,13 +22,44 @@ def test_help(argv, capsys):
     assert "usage: smaso" in capsys.readouterr().out
 
 
-def test_demo_prints_statistics(capsys, tmp_path):
-    assert main(["demo", "-n", "20000", "--bayes-n", "300", "--json", str(tmp_path / "r.json")]) == 0
+def test_demo_runs_the_main_job(capsys, tmp_path):
+    out_dir = tmp_path / "demo"
+    assert main(["demo", "-n", "6000", "--bayes-n", "300", "--steps", "30", "--eval-every", "10",
+                 "--eval-examples", "2000", "--out", str(out_dir)]) == 0
     out = capsys.readouterr().out
     assert "Bayes-optimal accuracy" in out and "all within bounds: True" in out
-    report = json.loads((tmp_path / "r.json").read_text())
-    assert report["n"] == 20000 and sum(report["label_counts"]) == 20000
-    assert 0 < report["bayes_optimal"]["expected"] <= 1
+    assert "decorr.fwd" in out and "recursion from leaves/label" in out
+    thm3 = float(re.search(r"largest relative error ([0-9.e+-]+)", out).group(1))
+    assert thm3 < 1e-9
+    report = json.loads((out_dir / "comparison.json").read_text())
+    assert report["ladder_report"]["n"] == 6000 and sum(report["ladder_report"]["label_counts"]) == 6000
+    assert [h["step"] for h in report["history"]] == [0, 10, 20, 30]
+    assert report["thm3_fully_informative_max_error"] == thm3 or abs(report["thm3_fully_informative_max_error"]
+                                                                     - thm3) < 1e-10
+    assert (out_dir / "comparison.png").stat().st_size > 10_000
+
+
+def test_compare_on_a_dataset_file(tmp_path, capsys):
+    data = tmp_path / "fi.npz"
+    assert main(["sample", "ladder", "-n", "3000", "--kind", "fully_informative", "--depth", "2", "--events", "2",
+                 "--concentration", "1", "--out", str(data)]) == 0
+    assert main(["compare", str(data), "--width", "3", "--bn", "--steps", "20", "--eval-every", "10",
+                 "--out", str(tmp_path / "cmp")]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if re.match(r"\s+[01]\s+\d+\s+\d+\s+\d+\s", line)]
+    assert len(rows) == 2
+    # Thm 3: fully informative + one-hot leaves -> every reformulation error ~ 0, with BN too
+    errors = [float(v) for row in rows for v in re.findall(r"\d\.\d+e[+-]\d+", row)]
+    assert len(errors) == 6 + 8 and max(errors) < 1e-9  # 6 errors at the top (no focus/broadness), 8 below
+    assert (tmp_path / "cmp" / "comparison.json").exists()
+
+
+def test_compare_rejects_a_student_of_another_shape(tmp_path):
+    data = tmp_path / "d.npz"
+    assert main(["sample", "ladder", "-n", "100", "--out", str(data)]) == 0
+    with pytest.raises(SystemExit) as e:
+        main(["compare", str(data), "--width", "3,4,5", "--steps", "1"])
+    assert e.value.code == 2
 
 
 def test_sample_inspect_round_trip(tmp_path, capsys):

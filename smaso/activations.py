@@ -1,0 +1,93 @@
+"""Pointwise activations seen as max-affine splines: value, forward slope and derivative.
+
+The framework paper writes a ReLU node as f = f' * u with f' in {0, 1} the gate (Eq 1).  Every
+activation of the beta-VQ family (SMASO, ``shared/MATH.md`` §3, Table 1) has the same form
+f(u) = s(u) * u with a *soft* gate s(u) in [0, 1] or [-1, 1] (the region probability of the
+spline's VQ), so the reformulation carries over with two gate matrices:
+
+- ``slope(u)`` = s(u) = f(u) / u, the forward gate (D in F_a = D o sum P F W);
+- ``derivative(u)`` = f'(u), the backward gate (D in G~_b = D o sum P^T G~ W^T).
+
+For ReLU both are the 0/1 gate.  All functions are numerically stable at any |u| and exact at
+the limits (``beta = 0`` linear-like, ``beta = 1`` hard).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Activation", "get_activation"]
+
+
+@dataclass(frozen=True)
+class Activation:
+    """A pointwise activation f(u) = slope(u) * u.
+
+    :param name: ``"relu"``, ``"linear"``, ``"leaky_relu"``, ``"abs"`` or ``"swish"``.
+    :param nu: leaky ReLU negative slope.
+    :param beta: swish: beta-VQ temperature in [0, 1], eta = beta / (1 - beta) (Eq 7-9 of
+        "From Hard to Soft"); beta = 1/2 is SiLU, beta = 1 is ReLU, beta = 0 is u / 2.
+    """
+
+    name: str = "relu"
+    nu: float = 0.01
+    beta: float = 0.5
+
+    def __post_init__(self):
+        if self.name not in ("relu", "linear", "leaky_relu", "abs", "swish"):
+            raise ValueError(f"activation: expected relu, linear, leaky_relu, abs or swish, got {self.name!r}")
+        if self.name == "swish" and not 0.0 <= self.beta <= 1.0:
+            raise ValueError(f"beta: expected a value in [0, 1], got {self.beta}")
+
+    @property
+    def eta(self) -> float:
+        return math.inf if self.beta == 1.0 else self.beta / (1.0 - self.beta)
+
+    @property
+    def homogeneous(self) -> bool:
+        """f(u) = f'(u) u exactly (ReLU, leaky ReLU, abs, linear): forward and backward gates agree."""
+        return self.name != "swish" or self.beta == 1.0
+
+    def slope(self, u: torch.Tensor) -> torch.Tensor:
+        """s(u) with f(u) = s(u) u: the forward gate."""
+        if self.name == "linear":
+            return torch.ones_like(u)
+        if self.name == "relu" or (self.name == "swish" and self.beta == 1.0):
+            return (u > 0).to(u.dtype)
+        if self.name == "leaky_relu":
+            return torch.where(u > 0, 1.0, self.nu).to(u.dtype)
+        if self.name == "abs":
+            return torch.sign(u)
+        return torch.sigmoid(self.eta * u)  # beta = 0: sigmoid(0) = 1/2 exactly
+
+    def __call__(self, u: torch.Tensor) -> torch.Tensor:
+        return self.slope(u) * u
+
+    def derivative(self, u: torch.Tensor) -> torch.Tensor:
+        """f'(u): the backward gate."""
+        if self.homogeneous:
+            return self.slope(u)
+        s = torch.sigmoid(self.eta * u)
+        return s + self.eta * u * s * (1 - s)
+
+
+def get_activation(spec: str | Activation) -> Activation:
+    """``"relu"``, ``"silu"``, ``"swish:0.7"`` (beta), ``"leaky_relu:0.1"`` (nu), ``"abs"``, ``"linear"``."""
+    if isinstance(spec, Activation):
+        return spec
+    if not isinstance(spec, str):
+        raise TypeError(f"activation: expected a name or an Activation, got {type(spec).__name__}")
+    name, _, arg = spec.partition(":")
+    if name == "silu":
+        return Activation("swish", beta=0.5)
+    try:
+        if name == "swish":
+            return Activation("swish", beta=float(arg) if arg else 0.5)
+        if name == "leaky_relu":
+            return Activation("leaky_relu", nu=float(arg) if arg else 0.01)
+    except ValueError:
+        raise ValueError(f"activation: cannot read the parameter of {spec!r}") from None
+    return Activation(name)

@@ -1,0 +1,68 @@
+"""Batch Normalization as a projection (framework paper §4: Eq 10-12, Thm 5).
+
+Forward, per node over a batch of N values f (Eq 10):
+    f^ = f - mu,  f~ = f^ / sigma,  fbar = c1 f~ + c0,   sigma^2 = mean(f^2) + eps.
+Backward (Thm 5): for the gradient g arriving at fbar,
+    g_f = (c1 / sigma) (g - mean(g) - f~ mean(f~ g)) = (c1 / sigma) P_perp_{f,1} g,
+    g_c1 = sum(f~ g),  g_c0 = sum(g),
+where P_perp = I - S S^T / N with S = [f~, 1] projects off span{f, 1} (exactly a projection
+when eps = 0, since then |f~|^2 = N).  Under the reformulation (Eq 12) the batch average is
+replaced by the P(z_alpha)-weighted average over events: with p = P(z_alpha),
+    mu = p^T F,  sigma^2 = p^T (F - mu)^2 + eps,
+and in the P-weighted gradient G~ = diag(p) G the projection reads
+    G~_f = (c1 / sigma) (G~ - p 1^T G~ - (p o F~) F~^T G~),
+which keeps 1^T G~_f = 0 (the centred gradient of Thm 9).  All functions act column-wise on
+``(N, ...)`` / ``(m, ...)`` tensors: dim 0 is the batch (or event) axis.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["bn_backward", "bn_backward_weighted", "bn_forward", "bn_forward_weighted", "projection_matrix"]
+
+
+def bn_forward(f: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor, eps: float = 0.0):
+    """Eq 10 over dim 0.  :returns: ``(fbar, f_tilde, mu, sigma)``."""
+    mu = f.mean(0)
+    f_hat = f - mu
+    sigma = (f_hat.pow(2).mean(0) + eps).sqrt()
+    f_tilde = f_hat / sigma
+    return c1 * f_tilde + c0, f_tilde, mu, sigma
+
+
+def bn_backward(g: torch.Tensor, f_tilde: torch.Tensor, sigma: torch.Tensor, c1: torch.Tensor):
+    """Thm 5 / Eq 11: gradient at the BN input and at (c1, c0), from the gradient ``g`` at its output.
+
+    :returns: ``(g_f, g_c1, g_c0)``; ``g_f`` has ``g``'s shape.
+    """
+    g_f = (c1 / sigma) * (g - g.mean(0) - f_tilde * (f_tilde * g).mean(0))
+    return g_f, (f_tilde * g).sum(0), g.sum(0)
+
+
+def projection_matrix(f: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
+    """P_perp_{f,1} = I - S S^T / N for one node's batch ``f`` ``(N,)`` (S = [f~, 1])."""
+    n = f.shape[0]
+    f_tilde = (f - f.mean()) / ((f - f.mean()).pow(2).mean() + eps).sqrt()
+    s = torch.stack([f_tilde, torch.ones_like(f)], 1)
+    return torch.eye(n, dtype=f.dtype, device=f.device) - s @ s.T / n
+
+
+def bn_forward_weighted(F: torch.Tensor, p: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor, eps: float = 0.0):
+    """Eq 12 forward: ``F`` ``(m, ...)`` event-conditional activations, ``p`` ``(m,)`` = P(z_alpha).
+
+    :returns: ``(Fbar, F_tilde, mu, sigma)``.
+    """
+    w = p.reshape(-1, *([1] * (F.dim() - 1)))
+    mu = (w * F).sum(0)
+    F_hat = F - mu
+    sigma = ((w * F_hat.pow(2)).sum(0) + eps).sqrt()
+    F_tilde = F_hat / sigma
+    return c1 * F_tilde + c0, F_tilde, mu, sigma
+
+
+def bn_backward_weighted(G_tilde: torch.Tensor, F_tilde: torch.Tensor, p: torch.Tensor, sigma: torch.Tensor,
+                         c1: torch.Tensor) -> torch.Tensor:
+    """Eq 12 backward on P-weighted gradients: G~_f = (c1/sigma)(G~ - p 1^T G~ - (p o F~) F~^T G~)."""
+    w = p.reshape(-1, *([1] * (G_tilde.dim() - 1)))
+    return (c1 / sigma) * (G_tilde - w * G_tilde.sum(0) - w * F_tilde * (F_tilde * G_tilde).sum(0))
