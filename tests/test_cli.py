@@ -50,7 +50,7 @@ def test_compare_on_a_dataset_file(tmp_path, capsys):
     assert len(rows) == 2
     # Thm 3: fully informative + one-hot leaves -> every reformulation error ~ 0, with BN too
     errors = [float(v) for row in rows for v in re.findall(r"\d\.\d+e[+-]\d+", row)]
-    assert len(errors) == 6 + 8 and max(errors) < 1e-9  # 6 errors at the top (no focus/broadness), 8 below
+    assert len(errors) == 8 + 10 and max(errors) < 1e-9  # top row has no focus/broadness terms
     assert (tmp_path / "cmp" / "comparison.json").exists()
 
 
