@@ -112,6 +112,10 @@ class FrequencyAccumulator:
         n = z.shape[0]
         z = z.to(self.device).long()
         levels = [z[:, off[l]: off[l + 1]] for l in range(d + 1)]
+        for l, ev in enumerate(levels):
+            if ev.numel() and (ev.min() < 0 or ev.max() >= lad.events[l]):
+                raise ValueError(f"z: level {l} holds events outside [0, {lad.events[l]}): the dataset's ladder does "
+                                 "not match the student's")
         for l in range(d + 1):
             R, m = lad.num_regions[l], lad.events[l]
             idx = (levels[l] + torch.arange(R, device=self.device) * m).reshape(-1)
