@@ -58,7 +58,7 @@ class Activation:
         if self.name == "relu" or (self.name == "swish" and self.beta == 1.0):
             return (u > 0).to(u.dtype)
         if self.name == "leaky_relu":
-            return torch.where(u > 0, 1.0, self.nu).to(u.dtype)
+            return torch.where(u > 0, torch.ones_like(u), torch.full_like(u, self.nu))  # nu in u's precision
         if self.name == "abs":
             return torch.sign(u)
         return torch.sigmoid(self.eta * u)  # beta = 0: sigmoid(0) = 1/2 exactly
@@ -80,14 +80,18 @@ def get_activation(spec: str | Activation) -> Activation:
         return spec
     if not isinstance(spec, str):
         raise TypeError(f"activation: expected a name or an Activation, got {type(spec).__name__}")
-    name, _, arg = spec.partition(":")
+    name, colon, arg = spec.partition(":")
+    if name not in ("swish", "leaky_relu") and colon:
+        raise ValueError(f"activation: {name!r} takes no parameter, got {spec!r}")
     if name == "silu":
         return Activation("swish", beta=0.5)
-    try:
-        if name == "swish":
-            return Activation("swish", beta=float(arg) if arg else 0.5)
-        if name == "leaky_relu":
-            return Activation("leaky_relu", nu=float(arg) if arg else 0.01)
-    except ValueError:
-        raise ValueError(f"activation: cannot read the parameter of {spec!r}") from None
+    if name in ("swish", "leaky_relu") and arg:
+        try:
+            value = float(arg)
+        except ValueError:
+            raise ValueError(f"activation: cannot read the parameter of {spec!r} as a number") from None
+        try:
+            return Activation("swish", beta=value) if name == "swish" else Activation("leaky_relu", nu=value)
+        except ValueError as e:
+            raise ValueError(f"activation {spec!r}: {e}") from None
     return Activation(name)

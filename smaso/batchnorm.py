@@ -27,6 +27,9 @@ def bn_forward(f: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor, eps: float =
     mu = f.mean(0)
     f_hat = f - mu
     sigma = (f_hat.pow(2).mean(0) + eps).sqrt()
+    if eps == 0 and not bool((sigma > 0).all()):
+        raise ValueError("batch norm: a node is constant over the batch (sigma = 0; e.g. a dead ReLU) and eps = 0; "
+                         "use eps > 0")
     f_tilde = f_hat / sigma
     return c1 * f_tilde + c0, f_tilde, mu, sigma
 

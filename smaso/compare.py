@@ -137,6 +137,8 @@ def compare_student(sample: LadderSample, *, width: int | list[int] = 8, activat
     lad = sample.ladder
     if sample.z is None or sample.z.shape[1] != lad.total_regions:
         raise ValueError("sample: the dataset must hold every latent event z of its ladder")
+    if P_source not in ("empirical", "exact"):
+        raise ValueError(f"P_source: expected 'empirical' or 'exact', got {P_source!r}")
     if steps < 0 or eval_every <= 0:
         raise ValueError(f"steps/eval_every: expected steps >= 0 and eval_every > 0, got {steps}, {eval_every}")
     student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bias=bias, seed=seed,

@@ -86,7 +86,7 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     d = lad.depth
     dt = torch.float64
     W = [w.detach().to(dt).cpu() for w in student.weights]
-    bias = [None if student.biases is None else b.detach().to(dt).cpu() for b in student.biases]
+    bias = [None] * d if student.biases is None else [b.detach().to(dt).cpu() for b in student.biases]
     p = [m.to(dt) for m in P.marginals]
     P_down = [None] + [t.to(dt) for t in P.P_down[1:]]
     U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)

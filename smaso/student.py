@@ -175,6 +175,8 @@ class LadderStudent(nn.Module):
             raise ValueError(f"loss: expected one of {LOSSES}, got {loss!r}")
         if y.shape != (x.shape[0],):
             raise ValueError(f"y: expected shape ({x.shape[0]},), got {tuple(y.shape)}")
+        if y.numel() and (y.min() < 0 or y.max() >= self.widths[0]):
+            raise ValueError(f"y: labels must lie in [0, {self.widths[0]}), got [{y.min().item()}, {y.max().item()}]")
         lad = self.ladder
         d, n = lad.depth, x.shape[0]
         rec = StudentRecord()
@@ -223,7 +225,8 @@ class LadderStudent(nn.Module):
     @torch.no_grad()
     def apply_update(self, rec: StudentRecord, lr: float, weight_decay: float = 0.0) -> None:
         """Gradient descent step W += lr (Delta W - 2 weight_decay W) (Frobenius regularizer
-        weight_decay * sum |W|_F^2), likewise for biases and BN parameters."""
+        weight_decay * sum |W|_F^2 on the weights only); biases and BN parameters take
+        their plain updates."""
         for l, W in enumerate(self.weights):
             W.add_(rec.dW[l] - 2 * weight_decay * W, alpha=lr)
             if self.biases is not None:

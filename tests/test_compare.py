@@ -1,0 +1,117 @@
+"""Student vs reformulation end to end (smaso/compare.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest_student import fi_sample, one_torch_thread, rel  # noqa: F401 (fixture)
+
+from smaso.compare import ComparisonResult, compare_statistics_to_theory, compare_student, diagnose
+from smaso.frequency import collect_statistics
+from smaso.reformulation import reformulate
+from smaso.student import LadderStudent
+from teachers import Ladder, LadderSample, sample_ladder
+
+HISTORY_KEYS = {"step", "accuracy", "levels", "leaves", "loss", "P_source", "num_examples"}
+LEVEL_KEYS = {"level", "regions", "events", "nodes", "empty_events", "F_propagated", "G_propagated",
+              "dW_propagated", "F_local", "G_local", "dW_local", "decorrelation_fwd", "decorrelation_bwd"}
+ERROR_KEYS = ("F_propagated", "G_propagated", "dW_propagated", "F_local", "G_local", "dW_local")
+
+
+@pytest.fixture(scope="module")
+def fi():
+    return fi_sample(depth=2, branching=2, leaf_events=2, n=300, seed=3)
+
+
+@pytest.mark.parametrize("batch_norm, activation", [(False, "relu"), (True, "relu"), (True, "swish:0.7")])
+def test_compare_student_fully_informative(fi, batch_norm, activation):
+    lad, s = fi
+    res = compare_student(s, width=4, activation=activation, batch_norm=batch_norm, steps=6, lr=0.2, batch_size=32,
+                          eval_every=2, eval_examples=200, seed=1)
+    assert isinstance(res, ComparisonResult) and res.seconds > 0
+    assert [h["step"] for h in res.history] == [0, 2, 4, 6]
+    for h in res.history:
+        assert set(h) == HISTORY_KEYS
+        assert h["P_source"] == "empirical" and h["num_examples"] == 200
+        assert 0.0 <= h["accuracy"] <= 1.0 and h["loss"] > 0
+        assert [row["level"] for row in h["levels"]] == list(range(lad.depth))
+        for row in h["levels"]:
+            want = LEVEL_KEYS | ({"focus", "broadness"} if row["level"] >= 1 else set())
+            assert set(row) == want
+            assert row["regions"] == lad.num_regions[row["level"]]
+            assert row["events"] == lad.events[row["level"]]
+            for k in ERROR_KEYS:
+                assert row[k] < 1e-9, (h["step"], row["level"], k, row[k])
+            for k in ("decorrelation_fwd", "decorrelation_bwd", "focus", "broadness"):
+                if k in row:
+                    assert row[k] < 1e-9, (h["step"], row["level"], k, row[k])
+        assert set(h["leaves"]) == {"level", "focus", "broadness"} and h["leaves"]["level"] == lad.depth
+    assert res.final() is res.history[-1]
+    # training happened: the final student differs from a fresh one with the same seed
+    fresh = LadderStudent(lad, 4, activation=activation, batch_norm=batch_norm, seed=1, dtype=torch.float64)
+    assert (res.student.weights[0] - fresh.weights[0]).abs().max().item() > 1e-4
+    # the final statistics / prediction belong to the final weights
+    stats = collect_statistics(res.student, s.inputs(dtype=torch.float64)[:200], s.y[:200], s.z[:200])
+    assert torch.equal(stats.counts[0], res.final_stats.counts[0])
+    assert rel(res.final_stats.dW[0], stats.dW[0]) < 1e-12
+    assert rel(res.final_prediction.dW[0], stats.dW[0]) < 1e-9
+
+
+def test_compare_student_full_batch_exact_P_and_cross_entropy(fi):
+    _, s = fi
+    res = compare_student(s, width=3, steps=2, lr=0.1, batch_size=None, eval_every=5, eval_examples=None,
+                          P_source="exact", loss="cross_entropy")
+    assert [h["step"] for h in res.history] == [0, 2]
+    h = res.history[-1]
+    assert h["P_source"] == "exact" and h["num_examples"] == 300
+    for row in h["levels"]:
+        assert row["F_propagated"] < 1e-9  # Fbar does not depend on the frequencies (no BN)
+        assert row["G_propagated"] > 1e-4  # G~ does (sampling noise with N = 300)
+    assert h["levels"][0]["empty_events"] == int((res.final_stats.counts[0] == 0).sum())
+
+
+def test_compare_statistics_to_theory_generic_ladder():
+    """On a generic top-down ladder the propagated errors are O(1), and the row reports them."""
+    lad = Ladder.random(depth=2, branching=2, events=3, mode="topdown", concentration=1.0, seed=3)
+    s = sample_ladder(lad, 2000, seed=0)
+    st = LadderStudent(lad, 5, dtype=torch.float64, seed=1)
+    stats = collect_statistics(st, s.inputs(dtype=torch.float64), s.y, s.z)
+    rep = compare_statistics_to_theory(st, stats)
+    pred = reformulate(st, stats.P, stats)
+    assert rep["levels"][1]["F_propagated"] == pytest.approx(rel(pred.Fbar[1], stats.Fbar[1]), rel=1e-12)
+    assert rep["levels"][0]["dW_propagated"] == pytest.approx(rel(pred.dW[0], stats.dW[0]), rel=1e-12)
+    assert rep["levels"][1]["F_propagated"] > 0.2
+    assert rep["levels"][1]["decorrelation_fwd"] > 0.2
+    d = diagnose(stats)
+    assert rep["levels"][1]["focus"] == d[1]["focus"] and rep["leaves"] == d[2]
+
+
+def test_missing_latents_and_bad_arguments(fi):
+    lad, s = fi
+    # a sample whose z lacks the hidden levels' columns
+    keep = [0, *range(lad.level_offsets[-2], lad.total_regions)]
+    partial = LadderSample(lad, s.z[:, keep], None)
+    with pytest.raises(ValueError, match="every latent event z"):
+        compare_student(partial, steps=1)
+    with pytest.raises(ValueError, match="every latent event z"):
+        compare_student(LadderSample(lad, s.z[:, :-1], None), steps=1)
+    with pytest.raises(ValueError, match=r"P_source.*'bogus'"):
+        compare_student(s, width=2, steps=1, P_source="bogus")
+    with pytest.raises(ValueError, match="loss"):
+        compare_student(s, width=2, steps=1, loss="hinge")
+    with pytest.raises(ValueError, match="steps"):
+        compare_student(s, steps=-1)
+    with pytest.raises(ValueError, match="eval_every"):
+        compare_student(s, eval_every=0)
+    with pytest.raises(TypeError, match="LadderSample"):
+        compare_student((s.inputs(), s.y))
+    st = LadderStudent(lad, 2, dtype=torch.float64)
+    stats = collect_statistics(st, s.inputs(dtype=torch.float64), s.y, s.z)
+    with pytest.raises(ValueError, match="P_source"):
+        compare_statistics_to_theory(st, stats, P_source="bogus")
+
+
+def test_compare_student_without_bias(fi):
+    _, s = fi
+    res = compare_student(s, width=3, bias=False, steps=2, eval_every=1, eval_examples=100)
+    assert max(row["F_propagated"] for row in res.final()["levels"]) < 1e-9

@@ -1,0 +1,249 @@
+"""Per-event frequency statistics (smaso/frequency.py, framework paper Eq 6).
+
+Reference: plain Python loops over examples, regions and events on the per-example record
+of one batch (which test_student.py checks against autograd), and
+``teachers.statistics.empirical_statistics`` for P.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest_student import assert_close, fi_sample, one_torch_thread  # noqa: F401 (fixture)
+
+from smaso.frequency import FrequencyAccumulator, collect_statistics
+from smaso.student import LadderStudent
+from teachers import Ladder, LadderSample, sample_ladder
+from teachers.statistics import empirical_statistics, exact_statistics
+
+PER_EVENT = {"Fbar": "fbar", "F": "f", "D": "slope", "Dp": "deriv", "U": "u", "G": "g", "Gf": "g_f"}
+
+
+def _ladder():
+    return Ladder.random(depth=2, branching=[2, 3], events=[3, 4, 2], mode="topdown", concentration=0.6, seed=3,
+                         emission="gaussian", sigma=0.5)
+
+
+def _student(lad, batch_norm=False, activation="swish:0.7", seed=0):
+    st = LadderStudent(lad, [4], activation=activation, batch_norm=batch_norm, dtype=torch.float64, seed=seed)
+    with torch.no_grad():
+        for b in st.biases:
+            b.normal_(0, 0.3, generator=torch.Generator().manual_seed(seed + 10))
+    return st
+
+
+def _brute_force(lad, rec, z):
+    """Every statistic by loops over examples (n), regions (r) and events (e)."""
+    d, off, N = lad.depth, lad.level_offsets, z.shape[0]
+    z = z.long()
+    out = {"counts": [], "means": {k: [None] * (d + 1) for k in PER_EVENT}, "Fc": [None] * (d + 1),
+           "Gp_tilde": [None] * (d + 1)}
+    for l in range(d + 1):
+        R, m = lad.num_regions[l], lad.events[l]
+        counts = torch.zeros(R, m, dtype=torch.float64)
+        keys = PER_EVENT if l < d else {"Fbar": "fbar"}
+        sums = {k: torch.zeros(R, m, rec.fbar[l].shape[-1], dtype=torch.float64) for k in keys}
+        for n in range(N):
+            for r in range(R):
+                e = z[n, off[l] + r].item()
+                counts[r, e] += 1
+                for k, attr in keys.items():
+                    sums[k][r, e] += getattr(rec, attr)[l][n, r]
+        out["counts"].append(counts)
+        for k in keys:
+            out["means"][k][l] = torch.where(counts[..., None] > 0, sums[k] / counts.clamp(min=1)[..., None], 0.0)
+        if l >= 1:
+            b, mp = lad.branching[l - 1], lad.events[l - 1]
+            fc = torch.zeros(R, mp, rec.fbar[l].shape[-1], dtype=torch.float64)
+            pc = torch.zeros(R, mp, dtype=torch.float64)
+            gp = torch.zeros(R, m, rec.g[l - 1].shape[-1], dtype=torch.float64)
+            for n in range(N):
+                for r in range(R):
+                    a = z[n, off[l - 1] + r // b].item()
+                    fc[r, a] += rec.fbar[l][n, r]
+                    pc[r, a] += 1
+                    gp[r, z[n, off[l] + r].item()] += rec.g[l - 1][n, r // b]
+            out["Fc"][l] = torch.where(pc[..., None] > 0, fc / pc.clamp(min=1)[..., None], 0.0)
+            out["Gp_tilde"][l] = gp / N
+    dW = []
+    for l in range(d):
+        b = lad.branching[l]
+        acc = torch.zeros_like(rec.dW[l])
+        for n in range(N):
+            for c in range(lad.num_regions[l + 1]):
+                acc[c] += torch.outer(rec.fbar[l + 1][n, c], rec.g[l][n, c // b])
+        dW.append(acc / N)
+    out["dW"] = dW
+    return out
+
+
+@pytest.mark.parametrize("batch_norm", [False, True])
+def test_statistics_equal_brute_force_loops(batch_norm):
+    lad = _ladder()
+    s = sample_ladder(lad, 40, seed=2)
+    x = s.inputs(dtype=torch.float64)
+    st = _student(lad, batch_norm)
+    stats = collect_statistics(st, x, s.y, s.z)
+    rec = st.forward_backward(x, s.y)
+    ref = _brute_force(lad, rec, s.z)
+    d = lad.depth
+    assert stats.num_examples == 40
+    assert stats.loss == pytest.approx(rec.loss, rel=1e-14)
+    for l in range(d + 1):
+        assert torch.equal(stats.counts[l], ref["counts"][l])
+        assert_close(stats.p[l], ref["counts"][l] / 40, 1e-15, f"p[{l}]")
+        for k in PER_EVENT:
+            if ref["means"][k][l] is None:
+                assert stats.means[k][l] is None, (k, l)
+            else:
+                assert_close(stats.means[k][l], ref["means"][k][l], 1e-12, f"{k}[{l}]")
+                assert_close(getattr(stats, k)[l], ref["means"][k][l], 1e-12, f"attribute {k}[{l}]")
+        if l < d:
+            assert_close(stats.G_tilde[l], ref["means"]["G"][l] * ref["counts"][l][..., None] / 40, 1e-12, "G~")
+        if l >= 1:
+            assert_close(stats.Fc[l], ref["Fc"][l], 1e-12, f"Fc[{l}]")
+            assert_close(stats.Gp_tilde[l], ref["Gp_tilde"][l], 1e-12, f"Gp_tilde[{l}]")
+    for l in range(d):
+        assert_close(stats.dW[l], ref["dW"][l], 1e-12, f"dW[{l}]")
+        assert_close(stats.dW[l], rec.dW[l], 1e-12, f"dW[{l}] vs record")
+        assert_close(stats.db[l], rec.g[l].mean(0), 1e-12, f"db[{l}]")
+    # leaves: E[x | z] of a Gaussian emission around one-hot means is the one-hot mean + noise
+    assert stats.Fbar[d].shape == (lad.num_regions[d], lad.events[d], lad.emission.dim)
+    with pytest.raises(AttributeError):
+        _ = stats.not_a_statistic
+
+
+def test_empirical_P_equals_empirical_statistics():
+    lad = _ladder()
+    s = sample_ladder(lad, 300, seed=4)
+    stats = collect_statistics(_student(lad), s.inputs(dtype=torch.float64), s.y, s.z, batch_size=64)
+    ref = empirical_statistics(lad, s.z)
+    assert stats.P.num_examples == ref.num_examples == 300
+    for l in range(lad.depth + 1):
+        assert torch.equal(stats.P.marginals[l], ref.marginals[l])
+        if l >= 1:
+            assert torch.equal(stats.P.joints[l], ref.joints[l])
+            assert torch.equal(stats.P.P_down[l], ref.P_down[l])
+
+
+def test_streaming_batches_equal_one_batch_without_bn():
+    lad = _ladder()
+    s = sample_ladder(lad, 61, seed=5)  # 61 = 8 * 7 + 5: a ragged last batch
+    x = s.inputs(dtype=torch.float64)
+    st = _student(lad)
+    one = collect_statistics(st, x, s.y, s.z)
+    many = collect_statistics(st, x, s.y, s.z, batch_size=7)
+    assert many.num_examples == one.num_examples == 61
+    assert many.loss == pytest.approx(one.loss, rel=1e-13)
+    for l in range(lad.depth + 1):
+        assert torch.equal(many.counts[l], one.counts[l])
+        for k, v in one.means.items():
+            if v[l] is not None:
+                assert_close(many.means[k][l], v[l], 1e-13, f"{k}[{l}]")
+        if l >= 1:
+            assert_close(many.Fc[l], one.Fc[l], 1e-13)
+            assert_close(many.Gp_tilde[l], one.Gp_tilde[l], 1e-13)
+    for l in range(lad.depth):
+        assert_close(many.dW[l], one.dW[l], 1e-13)
+        assert_close(many.db[l], one.db[l], 1e-13)
+    # the accumulator used by hand gives the same result
+    acc = FrequencyAccumulator(st)
+    for a in range(0, 61, 20):
+        acc.add(st.forward_backward(x[a: a + 20], s.y[a: a + 20]), s.z[a: a + 20])
+    res = acc.result()
+    assert_close(res.dW[0], one.dW[0], 1e-13)
+    assert_close(res.means["G"][1], one.means["G"][1], 1e-13)
+
+
+def test_streaming_with_bn_differs():
+    """With BN each batch is normalized with its own statistics: batches of 7 are another network."""
+    lad = _ladder()
+    s = sample_ladder(lad, 61, seed=5)
+    x = s.inputs(dtype=torch.float64)
+    st = _student(lad, batch_norm=True)
+    one = collect_statistics(st, x, s.y, s.z)
+    many = collect_statistics(st, x, s.y, s.z, batch_size=7)
+    assert (many.Fbar[1] - one.Fbar[1]).abs().max().item() > 1e-3
+    assert torch.equal(many.counts[1], one.counts[1])
+
+
+def test_empty_events_small_sample():
+    """N = 5 on a ladder with 16 classes: most events never occur; their rows are 0, never NaN."""
+    lad, s = fi_sample(depth=2, branching=2, leaf_events=2, n=5, seed=0)
+    st = LadderStudent(lad, 3, batch_norm=True, dtype=torch.float64)
+    stats = collect_statistics(st, s.inputs(dtype=torch.float64), s.y, s.z)
+    z = s.z.long()
+    for l in range(lad.depth + 1):
+        off = lad.level_offsets
+        seen = {(r, int(z[n, off[l] + r])) for n in range(5) for r in range(lad.num_regions[l])}
+        want = sorted((r, e) for r in range(lad.num_regions[l]) for e in range(lad.events[l]) if (r, e) not in seen)
+        assert sorted(stats.empty_events[l]) == want, l
+        empty = stats.counts[l] == 0
+        assert empty.sum().item() == len(want)
+        for k, v in stats.means.items():
+            if v[l] is not None:
+                assert torch.isfinite(v[l]).all(), (k, l)
+                assert bool((v[l][empty] == 0).all()), (k, l)
+        if l < lad.depth:
+            assert bool((stats.G_tilde[l][empty] == 0).all())
+        if l >= 1:
+            assert torch.isfinite(stats.Fc[l]).all() and torch.isfinite(stats.Gp_tilde[l]).all()
+            parent_empty = stats.counts[l - 1][lad.parents(l)] == 0
+            assert bool((stats.Fc[l][parent_empty] == 0).all())
+            assert bool((stats.Gp_tilde[l][empty] == 0).all())
+    assert len(stats.empty_events[0]) >= 11  # at most 5 of the 16 labels occur
+
+
+def test_zero_probability_event():
+    """A label of probability 0 never occurs, however large N is; rows 0, exact P row 0 too."""
+    lad = Ladder([2], [3, 2], mode="topdown", prior=[0.6, 0.4, 0.0],
+                 tables=[[[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]]])
+    s = sample_ladder(lad, 500, seed=1)
+    st = LadderStudent(lad, [], dtype=torch.float64)
+    stats = collect_statistics(st, s.inputs(dtype=torch.float64), s.y, s.z, batch_size=128)
+    assert stats.empty_events[0] == [(0, 2)]
+    assert stats.empty_events[1] == []
+    assert stats.counts[0][0, 2].item() == 0
+    for k in ("F", "Fbar", "D", "Dp", "U", "G", "Gf"):
+        assert torch.isfinite(stats.means[k][0]).all()
+        assert stats.means[k][0][0, 2].abs().max().item() == 0.0
+    assert torch.isfinite(stats.Fc[1]).all() and stats.Fc[1][:, 2].abs().max().item() == 0.0
+    ex = exact_statistics(lad)
+    assert ex.P_down[1][:, 2].abs().max().item() == 0.0 and torch.isfinite(ex.P_down[1]).all()
+
+
+def test_bad_inputs():
+    lad = _ladder()
+    s = sample_ladder(lad, 20, seed=0)
+    x, y, z = s.inputs(dtype=torch.float64), s.y, s.z
+    st = _student(lad)
+    # a dataset missing latents: only the label and the leaves
+    keep = [0, *range(lad.level_offsets[-2], lad.total_regions)]
+    with pytest.raises(ValueError, match=rf"z: expected the \(N, {lad.total_regions}\) events"):
+        collect_statistics(st, x, y, z[:, keep])
+    with pytest.raises(ValueError, match="z: expected"):
+        collect_statistics(st, x, y, z[:, 0])  # 1-D
+    with pytest.raises(ValueError, match="z: expected"):
+        collect_statistics(st, x, y, z.numpy())
+    with pytest.raises(ValueError, match=r"same number of examples.*20, 20, 19"):
+        collect_statistics(st, x, y, z[:19])
+    with pytest.raises(ValueError, match=r"same number of examples.*20, 18, 20"):
+        collect_statistics(st, x, y[:18], z)
+    with pytest.raises(ValueError, match="empty"):
+        collect_statistics(st, x[:0], y[:0], z[:0])
+    with pytest.raises(ValueError, match="batch_size"):
+        collect_statistics(st, x, y, z, batch_size=0)
+    with pytest.raises(ValueError, match="x: expected shape"):
+        collect_statistics(st, x[:, :3], y, z)
+    bad = z.long().clone()
+    bad[3, lad.level_offsets[1]] = lad.events[1]  # an event index the student's ladder does not have
+    with pytest.raises(ValueError, match=r"z: level 1 holds events outside \[0, 4\)"):
+        collect_statistics(st, x, y, bad)
+    with pytest.raises(ValueError, match="no examples"):
+        FrequencyAccumulator(st).result()
+    # a sample of another ladder with the same input layout but another region tree
+    other = Ladder.random(depth=1, branching=6, events=[3, 2], seed=0, emission="gaussian", sigma=0.5)
+    so = sample_ladder(other, 20, seed=0)
+    with pytest.raises(ValueError, match="z: expected"):
+        collect_statistics(st, so.inputs(dtype=torch.float64), so.y, so.z)
+    assert isinstance(s, LadderSample)
