@@ -11,8 +11,10 @@ For every region alpha (level l) and node j of its group, over the examples of a
     Fc[a, k]   = E[fbar_k | z_parent = a]   child k's output given its *parent's* event (focus)
     Gp~[b, j]  = P(z_b = b) E[g_j | z_child = b]   parent j's gradient given a child's event (broadness)
 
-All are sums accumulated with ``index_add_`` (one scatter per level and batch), so they
-stream over batches; they are kept in float64 by default.  Events never observed are
+All are per-event sums accumulated by one scatter per level and batch (a batched matmul with
+the events' one-hot matrix, ~10x faster on CPU than ``index_add_``; ``index_add_`` for regions
+with more than 256 events), so they stream over batches; they are kept in the student's dtype,
+or in float64 when asked.  Events never observed are
 reported in ``empty_events`` and their rows are zero, never 0/0.  ``dW`` is the measured
 weight update E_x[fbar_b g_a] averaged over the batches.
 """
@@ -24,14 +26,16 @@ from dataclasses import dataclass
 import torch
 
 from teachers.ladder import Ladder
-from teachers.statistics import EventStatistics, empirical_statistics
+from teachers.statistics import EventStatistics
 
 from .student import LadderStudent, StudentRecord
 
 __all__ = ["FrequencyAccumulator", "FrequencyStatistics", "collect_statistics"]
 
-# per-level quantities, in the order they are stacked for the single scatter per level
+# per-level quantities, in the order they are stacked for the single scatter per level,
+# and the StudentRecord field each one averages
 _OWN = ("Fbar", "F", "D", "Dp", "U", "G", "Gf")
+_RECORD = {"Fbar": "fbar", "F": "f", "D": "slope", "Dp": "deriv", "U": "u", "G": "g", "Gf": "g_f"}
 
 
 @dataclass
@@ -77,37 +81,76 @@ class FrequencyStatistics:
         return [[tuple(v) for v in (c == 0).nonzero().tolist()] for c in self.counts]
 
 
+_ONE_HOT_MAX_EVENTS = 256
+
+
+def _one_hot_events(z: torch.Tensor, m: int, dtype: torch.dtype) -> torch.Tensor:
+    """``(R, m, N)`` with entry [r, a, n] = [z[n, r] = a] (the scatter matrix of one level)."""
+    n, r = z.shape
+    return torch.zeros(r, m, n, dtype=dtype, device=z.device).scatter_(1, z.T.unsqueeze(1), 1.0)
+
+
+def scatter_sums(z: torch.Tensor, q: torch.Tensor, m: int, dtype: torch.dtype,
+                 one_hot: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-event sums: ``out[r, a] = sum_n [z[n, r] = a] q[n, r]``.
+
+    :param z: ``(N, R)`` events in [0, m); ``q``: ``(N, R, K)``.
+    :param one_hot: the level's ``_one_hot_events`` when already built.
+    :returns: ``(R, m, K)`` in ``dtype``.
+    """
+    n, r = z.shape
+    q = q.to(dtype)
+    if m <= _ONE_HOT_MAX_EVENTS:
+        one_hot = _one_hot_events(z, m, dtype) if one_hot is None else one_hot
+        return torch.bmm(one_hot, q.transpose(0, 1))
+    out = torch.zeros(r * m, q.shape[-1], dtype=dtype, device=q.device)
+    idx = (z + torch.arange(r, device=z.device) * m).reshape(-1)
+    return out.index_add_(0, idx, q.reshape(n * r, -1)).reshape(r, m, -1)
+
+
 class FrequencyAccumulator:
     """Streams :class:`StudentRecord` batches into per-event sums.
 
+    Per batch and level: one bincount of events and of (parent, child) event pairs, and one
+    batched matmul of the level's one-hot event matrix with the stacked per-example
+    quantities.  Quantities that coincide are summed once (F = Fbar without BN; D' = D for
+    ReLU-like activations); with one-hot leaves the leaf sums follow from the counts and from
+    Delta W exactly (x is a function of z), so the leaf level costs no scatter.
+
     :param student: the student (gives the widths).
-    :param dtype: accumulation dtype (float64 default: the sums are exact to ~1e-16 relative).
+    :param dtype: accumulation dtype (default: the student's; float64 for exact sums).
     """
 
-    def __init__(self, student: LadderStudent, dtype: torch.dtype = torch.float64):
+    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None):
+        dtype = dtype or student.weights[0].dtype
         self.student, self.ladder, self.dtype = student, student.ladder, dtype
         lad, n = self.ladder, student.widths
         dev = student.weights[0].device
         self.device = dev
         d = lad.depth
-        self.counts = [torch.zeros(lad.num_regions[l] * lad.events[l], dtype=dtype, device=dev) for l in range(d + 1)]
-        width = [len(_OWN) * n[l] for l in range(d)] + [n[d]]
-        self.own = [torch.zeros(lad.num_regions[l] * lad.events[l], width[l], dtype=dtype, device=dev)
+        # which of _OWN are summed (the others are copies of one of them)
+        self.summed = [k for k in _OWN if not (k == "F" and not student.batch_norm)
+                       and not (k == "Dp" and student.activation.homogeneous and student.top_activation.homogeneous)]
+        self.onehot_leaves = lad.emission.kind == "onehot"
+        self.counts = [torch.zeros(lad.num_regions[l], lad.events[l], dtype=torch.float64, device=dev)
+                       for l in range(d + 1)]
+        self.joint_counts = [None] + [torch.zeros(lad.num_regions[l], lad.events[l - 1], lad.events[l],
+                                                  dtype=torch.float64, device=dev) for l in range(1, d + 1)]
+        width = [len(self.summed) * n[l] for l in range(d)] + [n[d]]
+        self.own = [torch.zeros(lad.num_regions[l], lad.events[l], width[l], dtype=dtype, device=dev)
                     for l in range(d + 1)]
-        self.fc = [None] + [torch.zeros(lad.num_regions[l] * lad.events[l - 1], n[l], dtype=dtype, device=dev)
+        self.fc = [None] + [torch.zeros(lad.num_regions[l], lad.events[l - 1], n[l], dtype=dtype, device=dev)
                             for l in range(1, d + 1)]
-        self.gp = [None] + [torch.zeros(lad.num_regions[l] * lad.events[l], n[l - 1], dtype=dtype, device=dev)
+        self.gp = [None] + [torch.zeros(lad.num_regions[l], lad.events[l], n[l - 1], dtype=dtype, device=dev)
                             for l in range(1, d + 1)]
         self.dW = [torch.zeros_like(w, dtype=dtype) for w in student.weights]
-        self.db = [torch.zeros(w.shape[-1:], dtype=dtype, device=dev).expand(lad.num_regions[l], -1).clone()
-                   for l, w in enumerate(student.weights)]
-        self.z_all: list[torch.Tensor] = []
+        self.db = [torch.zeros(lad.num_regions[l], n[l], dtype=dtype, device=dev) for l in range(d)]
         self.n = 0
         self.loss_sum = 0.0
 
     def add(self, rec: StudentRecord, z: torch.Tensor) -> None:
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, regions)``."""
-        lad = self.ladder
+        lad, dt = self.ladder, self.dtype
         d, off = lad.depth, lad.level_offsets
         n = z.shape[0]
         z = z.to(self.device).long()
@@ -116,26 +159,42 @@ class FrequencyAccumulator:
             if ev.numel() and (ev.min() < 0 or ev.max() >= lad.events[l]):
                 raise ValueError(f"z: level {l} holds events outside [0, {lad.events[l]}): the dataset's ladder does "
                                  "not match the student's")
+        small = [lad.events[l] <= _ONE_HOT_MAX_EVENTS for l in range(d + 1)]
+        one_hot = [_one_hot_events(levels[l], lad.events[l], dt) if small[l] and (l < d or not self.onehot_leaves)
+                   else None for l in range(d + 1)]
         for l in range(d + 1):
             R, m = lad.num_regions[l], lad.events[l]
             idx = (levels[l] + torch.arange(R, device=self.device) * m).reshape(-1)
-            self.counts[l] += torch.bincount(idx, minlength=R * m).to(self.dtype)
+            self.counts[l] += torch.bincount(idx, minlength=R * m).reshape(R, m)
             if l < d:
-                f = rec.f[l]
-                stack = torch.cat([rec.fbar[l], f, rec.slope[l], rec.deriv[l], rec.u[l], rec.g[l], rec.g_f[l]], -1)
+                stack = torch.cat([getattr(rec, _RECORD[k])[l] for k in self.summed], -1)
+                self.own[l] += scatter_sums(levels[l], stack, m, dt, one_hot[l])
+            elif not self.onehot_leaves:
+                self.own[l] += scatter_sums(levels[l], rec.fbar[l], m, dt, one_hot[l])
+            if l == 0:
+                continue
+            b, mp, Rp = lad.branching[l - 1], lad.events[l - 1], lad.num_regions[l - 1]
+            par = levels[l - 1].repeat_interleave(b, dim=1)  # each child's parent event
+            pair = ((torch.arange(R, device=self.device) * mp + par) * m + levels[l]).reshape(-1)
+            self.joint_counts[l] += torch.bincount(pair, minlength=R * mp * m).reshape(R, mp, m)
+            if l == d and self.onehot_leaves:
+                # x = one-hot(z): E[x | z_parent] follows from the joint counts, and
+                # sum_n [z_c = k] g_parent = N * Delta W[c, k, :] exactly
+                self.gp[l] += rec.dW[l - 1].to(dt) * n
+                continue
+            if small[l] and small[l - 1]:
+                # grouped by parent region: no per-child copies of the parents' tensors
+                g_par = rec.g[l - 1].transpose(0, 1).to(dt)  # (R_{l-1}, N, n_{l-1})
+                self.gp[l] += torch.bmm(one_hot[l].reshape(Rp, b * m, n), g_par).reshape(R, m, -1)
+                child = rec.fbar[l].reshape(n, Rp, -1).transpose(0, 1).to(dt)  # (R_{l-1}, N, b n_l)
+                fc = torch.bmm(one_hot[l - 1], child).reshape(Rp, mp, b, -1).transpose(1, 2)
+                self.fc[l] += fc.reshape(R, mp, -1)
             else:
-                stack = rec.fbar[l]
-            self.own[l].index_add_(0, idx, stack.reshape(n * R, -1).to(self.dtype))
-            if l >= 1:
-                par = levels[l - 1][:, lad.parents(l).to(self.device)]
-                idx_p = (par + torch.arange(R, device=self.device) * lad.events[l - 1]).reshape(-1)
-                self.fc[l].index_add_(0, idx_p, rec.fbar[l].reshape(n * R, -1).to(self.dtype))
-                g_par = rec.g[l - 1].repeat_interleave(lad.branching[l - 1], dim=1)
-                self.gp[l].index_add_(0, idx, g_par.reshape(n * R, -1).to(self.dtype))
+                self.fc[l] += scatter_sums(par, rec.fbar[l], mp, dt)
+                self.gp[l] += scatter_sums(levels[l], rec.g[l - 1].repeat_interleave(b, dim=1), m, dt)
         for l in range(d):
-            self.dW[l] += rec.dW[l].to(self.dtype) * n
-            self.db[l] += rec.db[l].to(self.dtype) * n
-        self.z_all.append(z.cpu())
+            self.dW[l] += rec.dW[l].to(dt) * n
+            self.db[l] += rec.db[l].to(dt) * n
         self.n += n
         self.loss_sum += rec.loss * n
 
@@ -145,41 +204,48 @@ class FrequencyAccumulator:
             raise ValueError("no examples were added")
         lad, widths = self.ladder, self.student.widths
         d = lad.depth
-        counts = [c.reshape(lad.num_regions[l], lad.events[l]) for l, c in enumerate(self.counts)]
+        counts = [c.cpu() for c in self.counts]
+        joints = [None] + [j.cpu() / self.n for j in self.joint_counts[1:]]
+        P = EventStatistics(lad, [c / self.n for c in counts], joints, self.n)
         means: dict[str, list] = {k: [None] * (d + 1) for k in _OWN}
         for l in range(d + 1):
-            safe = counts[l].clamp(min=1)[..., None]  # empty events: sums are 0, rows stay 0
-            mean = self.own[l].reshape(lad.num_regions[l], lad.events[l], -1) / safe
+            safe = counts[l].clamp(min=1)[..., None].to(self.own[l])  # empty events: sums are 0, rows stay 0
+            if l == d and self.onehot_leaves:
+                eye = torch.eye(lad.events[d], dtype=self.dtype)
+                means["Fbar"][l] = eye * (counts[l] > 0)[..., None]
+                continue
+            mean = self.own[l].cpu() / safe.cpu()
             if l == d:
                 means["Fbar"][l] = mean
-            else:
-                for i, key in enumerate(_OWN):
-                    means[key][l] = mean[..., i * widths[l]: (i + 1) * widths[l]]
+                continue
+            for i, key in enumerate(self.summed):
+                means[key][l] = mean[..., i * widths[l]: (i + 1) * widths[l]]
+            if means["F"][l] is None:
+                means["F"][l] = means["Fbar"][l]
+            if means["Dp"][l] is None:
+                means["Dp"][l] = means["D"][l]
         fc, gp = [None] * (d + 1), [None] * (d + 1)
-        z = torch.cat(self.z_all)
-        P = empirical_statistics(lad, z)
         for l in range(1, d + 1):
-            R = lad.num_regions[l]
-            parent_counts = counts[l - 1][lad.parents(l)]  # (R_l, m_{l-1})
-            fc[l] = self.fc[l].reshape(R, lad.events[l - 1], -1) / parent_counts.clamp(min=1)[..., None].to(
-                self.fc[l].device)
-            gp[l] = self.gp[l].reshape(R, lad.events[l], -1) / self.n  # P(z_b) E[g | z_b] = sum / N
-        return FrequencyStatistics(lad, self.n, [c.cpu() for c in counts],
-                                   {k: [None if t is None else t.cpu() for t in v] for k, v in means.items()},
-                                   [None if t is None else t.cpu() for t in fc],
-                                   [None if t is None else t.cpu() for t in gp],
+            if l == d and self.onehot_leaves:
+                fc[l] = P.P_down[l].to(self.dtype)  # E[one-hot(z_c) | z_parent] = P(z_c | z_parent)
+            else:
+                parent_counts = counts[l - 1][lad.parents(l)]  # (R_l, m_{l-1})
+                fc[l] = self.fc[l].cpu() / parent_counts.clamp(min=1)[..., None].to(self.dtype)
+            gp[l] = self.gp[l].cpu() / self.n  # P(z_b) E[g | z_b] = sum / N
+        return FrequencyStatistics(lad, self.n, counts, means, fc, gp,
                                    [w.cpu() / self.n for w in self.dW], [b.cpu() / self.n for b in self.db],
                                    P, self.loss_sum / self.n)
 
 
 def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, *,
                        loss: str = "squared", batch_size: int | None = None,
-                       dtype: torch.dtype = torch.float64) -> FrequencyStatistics:
+                       dtype: torch.dtype | None = None) -> FrequencyStatistics:
     """One pass over a dataset at fixed weights: forward, explicit backward, per-event sums.
 
     :param x: ``(N, R_d, dim)`` inputs; ``y``: ``(N,)`` labels; ``z``: ``(N, regions)`` events.
     :param batch_size: examples per batch (default: all at once, i.e. full-batch GD and BN
         statistics of the whole set, which is what the reformulation describes).
+    :param dtype: accumulation dtype (default: the student's; pass float64 for exact sums).
     """
     lad = student.ladder
     if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:

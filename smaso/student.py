@@ -187,7 +187,8 @@ class LadderStudent(nn.Module):
         for l in range(d - 1, -1, -1):
             u = self._pre_activation(l, rec.fbar[l + 1])
             a = self.act(l)
-            rec.u[l], rec.slope[l], rec.deriv[l] = u, a.slope(u), a.derivative(u)
+            rec.u[l], rec.slope[l] = u, a.slope(u)
+            rec.deriv[l] = rec.slope[l] if a.homogeneous else a.derivative(u)
             rec.f[l] = rec.slope[l] * u
             bn = self.bn_params(l)
             if bn is None:
@@ -213,12 +214,15 @@ class LadderStudent(nn.Module):
                 rec.g_f[l] = gf.reshape(rec.g_raw[l].shape)
                 rec.dc1[l], rec.dc0[l] = dc1.reshape(bn[0].shape) / n, dc0.reshape(bn[0].shape) / n
             rec.g[l] = rec.deriv[l] * rec.g_f[l]  # g = f' o g_f: the paper's gated gradient (Eq 1)
-            # Delta W_ba = E_x[fbar_b g_a] (Eq 2), one matrix per child region b
-            g_par = rec.g[l].repeat_interleave(lad.branching[l], dim=1)  # (N, R_{l+1}, n_l)
-            rec.dW[l] = torch.einsum("nck,ncj->ckj", rec.fbar[l + 1], g_par) / n
+            # Delta W_ba = E_x[fbar_b g_a] (Eq 2), one matrix per child region b, computed per
+            # parent region on its children's stacked outputs (as autograd does: no copies)
+            R, b, n_child = lad.num_regions[l], lad.branching[l], self.widths[l + 1]
+            child = rec.fbar[l + 1].reshape(n, R, b * n_child)
+            rec.dW[l] = (torch.einsum("nrk,nrj->rkj", child, rec.g[l]) / n).reshape(self.weights[l].shape)
             rec.db[l] = rec.g[l].mean(0)
             if l + 1 < d:  # raw gradient at the children's outputs: sum over parents of W g
-                rec.g_raw[l + 1] = torch.einsum("ncj,ckj->nck", g_par, self.weights[l])
+                W = self.weights[l].reshape(R, b * n_child, self.widths[l])
+                rec.g_raw[l + 1] = torch.einsum("nrj,rkj->nrk", rec.g[l], W).reshape(n, R * b, n_child)
         return rec
 
     # ------------------------------------------------------------------ updates

@@ -138,7 +138,7 @@ def test_theorem_condition_matters_on_generic_ladder():
     assert e_td[0]["F"] > 0.2 and e_td[1]["F"] > 0.2 and e_td[0]["dW"] > 0.2
     assert diag_td[1]["decorrelation_fwd"] > 0.2 and diag_td[1]["decorrelation_bwd"] > 0.05
     # a linear top node has a constant gate: its decorrelation terms vanish even here
-    assert diag_td[0]["decorrelation_fwd"] == 0.0 and diag_td[0]["decorrelation_bwd"] == 0.0
+    assert diag_td[0]["decorrelation_fwd"] < 1e-12 and diag_td[0]["decorrelation_bwd"] < 1e-12  # rounding only
     # broadness fails: x_b carries information on z_b beyond its parent's z_a
     assert diag_td[2]["broadness"] > 0.2
     # focus at level 1 is only sampling noise on a top-down ladder (x_b depends on z_a only via z_b)

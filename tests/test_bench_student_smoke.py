@@ -1,0 +1,71 @@
+"""Smoke test of ``benchmarks/bench_student.py``: it runs and writes well-formed results.
+
+Only the structure and positivity of the numbers are checked, never timings against the targets
+(those depend on the machine and its load).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_student.py"
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("bench_student", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_student_quick(tmp_path):
+    bench = _load_bench()
+    out = tmp_path / "b.json"
+    returned = bench.main(["--quick", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert data["results"] == json.loads(json.dumps(returned["results"]))
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "b.json"], "temporary file left behind"
+
+    for key in ("benchmark", "config", "ladder", "student", "dense", "machine", "results", "targets", "total_wall_s"):
+        assert key in data
+    config = data["config"]
+    assert config["n"] == bench.QUICK_N and config["repeats"] == 1 and config["quick"]
+    assert config["judged_accumulation"] == "float64"
+    assert config["batches"] == math.ceil(config["n"] / config["batch_size"])
+    assert data["ladder"]["total_regions"] == 341
+    for key in ("torch", "torch_threads", "platform", "python", "pyro"):
+        assert key in data["machine"]
+
+    # the dense reference does the student's multiply-adds, level by level
+    assert data["dense"]["macs_per_level"] == data["student"]["macs_per_level"]
+    assert data["dense"]["dims"][-1] == data["student"]["widths"][0]
+
+    rows = {r["contender"]: r for r in data["results"]}
+    expected = {"plain", "explicit fwd+bwd", "stats f64", "stats f32", "dense"}
+    expected |= {f"{name} (BN)" for name in ("plain", "explicit fwd+bwd", "stats f64", "stats f32")}
+    assert expected <= set(rows)
+    for row in rows.values():
+        assert set(bench.RESULT_KEYS) <= set(row)
+        assert row["n"] == config["n"] and row["batches"] == config["batches"]
+        assert len(row["times_s"]) == len(row["process_cpu_s"]) == row["repeats"] >= 1
+        for key in ("best_s", "median_s", "batch_min_sum_s", "examples_per_s", "ms_per_batch", "x_plain"):
+            assert math.isfinite(row[key]) and row[key] > 0, (row["contender"], key)
+    assert rows["stats f64"]["accumulation"] == "float64" and rows["stats f32"]["accumulation"] == "float32"
+    assert rows["stats f64 (BN)"]["batch_norm"] and not rows["stats f64"]["batch_norm"]
+    assert rows["plain"]["x_plain"] == 1.0
+
+    for key in ("stats_overhead", "stats_overhead_float32", "explicit_backward_overhead", "stats_overhead_bn",
+                "stats_overhead_bn_float32", "explicit_backward_overhead_bn", "locally_connected_vs_dense"):
+        target = data["targets"][key]
+        assert math.isfinite(target["value"]) and target["value"] > 0
+        for stat in ("value_median", "value_batch_min"):
+            assert math.isfinite(target[stat]) and target[stat] > 0
+    for key in ("stats_overhead", "stats_overhead_bn", "locally_connected_vs_dense"):
+        assert data["targets"][key]["judged"] and isinstance(data["targets"][key]["pass"], bool)
+    assert not data["targets"]["stats_overhead_float32"]["judged"]
+    # the stats rows time the accumulator's setup and result() as part of the epoch
+    stats = rows["stats f64"]
+    assert 0 < stats["setup_and_result_s"] < stats["batch_min_sum_s"] <= stats["best_s"]
