@@ -1,0 +1,305 @@
+"""Hard, soft and beta-VQ of a max-affine spline layer, in closed form and as Pyro inference.
+
+MATH.md §3 (seed ``003``).  A layer with slopes ``A`` ``(K, R, D)`` and offsets ``B`` ``(K, R)`` gives
+every example x the region scores ``s[n, k, r] = <A[k, r, :], x[n]> + B[k, r]`` and, for region
+probabilities ``t[n, k, :]`` on the simplex, the unit outputs ``z[n, k] = sum_r t[n, k, r] s[n, k, r]``.
+
+Closed forms (:func:`hard_vq`, :func:`soft_vq`, :func:`beta_vq`):
+
+- hard VQ (Eq 2): ``t = one_hot(argmax_r s)``, so z is the MASO output ``max_r s``;
+- soft VQ (Eq 5-6): ``t = softmax_r(s)``, the maximizer of ``<t, s> + H(t)``;
+- beta-VQ (Eq 7-9): ``t = softmax_r(eta s)``, ``eta = beta / (1 - beta)``, the maximizer of
+  ``beta <t, s> + (1 - beta) H(t)``; beta = 1/2 is soft VQ, beta = 1 hard VQ, beta = 0 uniform (1/R).
+
+For the ReLU MASO (R = 2, ``(A, B)[k, 0] = (0, 0)``, ``(A, B)[k, 1] = (W_k, b_k)``, u = <W_k, x> + b_k)
+the outputs are ReLU, SiLU ``u sigmoid(u)`` and swish ``u sigmoid(eta u)`` (Table 1).
+
+The same answers as inference on the per-unit SMASO (Eq 3, :func:`smaso.mixture.unit_mixture_model`
+with ``pi = pi_from_offsets(A, B, sigma)``), whose posterior is ``softmax(s / sigma^2)``:
+
+- :func:`vq_map`: the MAP of the region variables by ``infer_discrete(temperature=0)`` (any sigma)
+  is the hard VQ;
+- :func:`svi_vq`: SVI with a mean-field categorical guide (``pyro.param(..., constraint=simplex)``,
+  enumerated exactly by ``TraceEnum_ELBO``) maximizes ``E_q[eta log p(t, x)] + H(q)``, the model's joint
+  log-density tempered by eta (``poutine.scale``, or equivalently a tempered likelihood with
+  ``sigma^2 = 1 / eta``); its optimum is the beta-VQ ``softmax(eta s)`` (soft VQ at eta = 1);
+- :func:`posterior_region_draws`: exact draws of the beta-VQ regions (``infer_discrete(temperature=1)``
+  on the model at ``sigma^2 = 1 / eta``), and :meth:`VQFit.draws`: draws from the fitted guide, both
+  as ArviZ ``InferenceData`` (``az.from_dict``, arrays ``(chain, draw, example, unit)``).
+
+``beta`` is a number in [0, 1] or a ``(K,)`` tensor (one value per unit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import arviz as az
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro import poutine
+from pyro.infer import SVI, Predictive, TraceEnum_ELBO, config_enumerate, infer_discrete
+from torch.distributions import constraints
+
+from smaso.mixture import check_maso, check_x, pi_from_offsets, unit_mixture_model
+
+__all__ = [
+    "VQFit",
+    "beta_vq",
+    "eta_from_beta",
+    "hard_vq",
+    "posterior_region_draws",
+    "region_scores",
+    "soft_vq",
+    "svi_vq",
+    "vq_map",
+    "vq_outputs",
+]
+
+PARAM_NAME = "vq_region_probs"  # the guide's pyro.param
+
+
+# ---------------------------------------------------------------------- closed forms
+def _check_beta(beta, num_units: int, dtype=torch.float64) -> torch.Tensor:
+    if isinstance(beta, bool):
+        raise ValueError(f"beta: expected a number in [0, 1], got {beta!r}")
+    b = beta if isinstance(beta, torch.Tensor) else torch.as_tensor(beta, dtype=dtype)
+    if b.dim() > 1 or (b.dim() == 1 and b.shape[0] != num_units):
+        raise ValueError(f"beta: expected a number or a ({num_units},) tensor (one per unit), got shape "
+                         f"{tuple(b.shape)}")
+    if not b.is_floating_point():
+        b = b.to(dtype)
+    if bool(torch.isnan(b).any()) or bool((b < 0).any()) or bool((b > 1).any()):
+        raise ValueError(f"beta: must lie in [0, 1] (0: uniform, 1/2: soft VQ, 1: hard VQ), got {b.tolist()}")
+    return b
+
+
+def eta_from_beta(beta):
+    """``eta = beta / (1 - beta)`` (Eq 9): 0 at beta = 0, 1 at beta = 1/2, ``inf`` at beta = 1.
+
+    :param beta: a number in [0, 1] (returns a float) or a tensor of them (returns a tensor).
+    """
+    if isinstance(beta, torch.Tensor):
+        b = _check_beta(beta, beta.shape[0] if beta.dim() == 1 else 1)
+        return torch.where(b < 1, b / (1 - b).clamp_min(torch.finfo(b.dtype).tiny), torch.inf)
+    b = float(_check_beta(beta, 1))
+    return b / (1 - b) if b < 1 else float("inf")
+
+
+def region_scores(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``s[n, k, r] = <A[k, r, :], x[n]> + B[k, r]`` ``(N, K, R)`` (MASO, Eq 1)."""
+    check_maso(A, B)
+    check_x(x, A)
+    K, R, D = A.shape
+    return (x.to(A.dtype) @ A.reshape(K * R, D).T).reshape(-1, K, R) + B
+
+
+def vq_outputs(t: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Unit outputs ``z[n, k] = sum_r t[n, k, r] s[n, k, r]`` ``(N, K)``.
+
+    Regions with ``t = 0`` contribute 0 even where their score is infinite.
+    """
+    if t.shape != scores.shape:
+        raise ValueError(f"t: expected the shape of the scores {tuple(scores.shape)}, got {tuple(t.shape)}")
+    return torch.where(t == 0, torch.zeros((), dtype=scores.dtype), t * scores).sum(-1)
+
+
+def hard_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Hard VQ (Eq 2): one-hot of ``argmax_r s`` ``(N, K, R)`` (first region on ties)."""
+    s = region_scores(A, B, x)
+    return torch.nn.functional.one_hot(s.argmax(-1), A.shape[1]).to(s.dtype)
+
+
+def beta_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5) -> torch.Tensor:
+    """beta-VQ (Eq 7-9): ``softmax_r(eta s)`` ``(N, K, R)``, eta = beta/(1-beta); exact limits at 0 and 1.
+
+    :param beta: in [0, 1], a number or ``(K,)``; 1 gives :func:`hard_vq`, 0 the uniform 1/R.
+    """
+    check_maso(A, B)
+    b = _check_beta(beta, A.shape[0], A.dtype).to(A.dtype)
+    s = region_scores(A, B, x)
+    bk = b[:, None] if b.dim() == 1 else b  # against (N, K, R)
+    eta = torch.where(bk < 1, bk / (1 - bk).clamp_min(torch.finfo(s.dtype).tiny), torch.zeros(()))
+    soft = torch.softmax(eta * s, dim=-1)
+    hard = torch.nn.functional.one_hot(s.argmax(-1), A.shape[1]).to(s.dtype)
+    return torch.where(bk == 1, hard, soft)
+
+
+def soft_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Soft VQ (Eq 5-6): ``softmax_r(s)``, i.e. :func:`beta_vq` at beta = 1/2."""
+    return beta_vq(A, B, x, 0.5)
+
+
+# ---------------------------------------------------------------------- inference on the Pyro model
+def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torch.Tensor:
+    """Hard VQ as MAP inference: ``infer_discrete(temperature=0)`` on the per-unit SMASO.
+
+    The model is :func:`~smaso.mixture.unit_mixture_model` with ``pi = pi_from_offsets(A, B, sigma)``;
+    its MAP does not depend on sigma.
+
+    :returns: one-hot region assignments ``(N, K, R)`` (equal to :func:`hard_vq` up to exact ties).
+    """
+    check_maso(A, B)
+    check_x(x, A)
+    pi = pi_from_offsets(A, B, sigma)
+    model = infer_discrete(config_enumerate(unit_mixture_model), first_available_dim=-3, temperature=0)
+    with torch.no_grad():
+        t = model(A, pi, sigma, x.to(A.dtype))["t"]
+    return torch.nn.functional.one_hot(t, A.shape[1]).to(A.dtype)
+
+
+def _tempered_sigma(A: torch.Tensor, beta) -> tuple[torch.Tensor, torch.Tensor]:
+    """(beta, sigma) with sigma^2 = 1/eta per unit, for 0 < beta < 1."""
+    b = _check_beta(beta, A.shape[0], A.dtype).to(A.dtype)
+    if bool((b <= 0).any()) or bool((b >= 1).any()):
+        raise ValueError(f"beta: posterior draws need 0 < beta < 1 (beta = 1 is the deterministic hard VQ, "
+                         f"see vq_map; beta = 0 is uniform), got {b.tolist()}")
+    return b, ((1 - b) / b).sqrt()
+
+
+def posterior_region_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, num_draws: int = 500,
+                           num_chains: int = 2, beta=0.5, seed: int | None = None) -> az.InferenceData:
+    """Exact draws of the region variables from p(t | x) at ``sigma^2 = 1/eta`` (``infer_discrete(temperature=1)``).
+
+    The per-unit SMASO with ``pi = pi_from_offsets(A, B, sigma)`` and ``sigma^2 = 1/eta`` has the
+    posterior ``softmax(eta s)``: the draws are beta-VQ draws (soft VQ at beta = 1/2).  All draws come
+    from one model call under a ``"particles"`` plate (dim -3).
+
+    :param num_draws: draws per chain.
+    :param num_chains: independent chains (``az.summary``'s r_hat needs at least 2).
+    :param beta: in (0, 1), a number or ``(K,)``.
+    :param seed: ``pyro.set_rng_seed`` before drawing (Pyro's global RNG state otherwise).
+    :returns: ``InferenceData`` with ``posterior["t"]`` ``(chain, draw, example, unit)`` int64 and
+        ``observed_data["x"]`` ``(example, feature)``.
+    """
+    check_maso(A, B)
+    check_x(x, A)
+    for name, v in (("num_draws", num_draws), ("num_chains", num_chains)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+    _, sigma = _tempered_sigma(A, beta)
+    pi = pi_from_offsets(A, B, sigma)
+    total = num_draws * num_chains
+
+    def particles(xx):
+        with pyro.plate("particles", total, dim=-3):
+            return unit_mixture_model(A, pi, sigma, xx)
+
+    if seed is not None:
+        pyro.set_rng_seed(seed)
+    sampler = infer_discrete(config_enumerate(particles), first_available_dim=-4, temperature=1)
+    with torch.no_grad():
+        t = sampler(x.to(A.dtype))["t"]  # (total, N, K)
+    t = t.expand(total, x.shape[0], A.shape[0]).reshape(num_chains, num_draws, x.shape[0], A.shape[0])
+    return _inference_data(t, x)
+
+
+def _inference_data(t: torch.Tensor, x: torch.Tensor) -> az.InferenceData:
+    n, k = t.shape[2], t.shape[3]
+    return az.from_dict(posterior={"t": t.cpu().numpy()}, observed_data={"x": x.detach().cpu().numpy()},
+                        coords={"example": np.arange(n), "unit": np.arange(k), "feature": np.arange(x.shape[1])},
+                        dims={"t": ["example", "unit"], "x": ["example", "feature"]})
+
+
+@dataclass
+class VQFit:
+    """Result of :func:`svi_vq`.
+
+    :ivar probs: fitted region probabilities q ``(N, K, R)`` (the guide's ``pyro.param``).
+    :ivar outputs: unit outputs ``sum_r q s`` ``(N, K)``.
+    :ivar losses: the tempered loss ``-E_q[eta log p(t, x)] - H(q)`` per step.
+    :ivar eta: the tempering (number or ``(K,)``).
+    """
+
+    probs: torch.Tensor
+    outputs: torch.Tensor
+    losses: list[float]
+    eta: float | torch.Tensor
+    x: torch.Tensor = field(repr=False)
+
+    def draws(self, num_draws: int = 500, num_chains: int = 2, seed: int | None = None) -> az.InferenceData:
+        """Region draws from the fitted mean-field guide (``Predictive`` over the guide), as ``InferenceData``.
+
+        :returns: ``posterior["t"]`` ``(chain, draw, example, unit)`` and ``observed_data["x"]``.
+        """
+        for name, v in (("num_draws", num_draws), ("num_chains", num_chains)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        probs = self.probs
+        n, k, _ = probs.shape
+
+        def guide():
+            with pyro.plate("data", n, dim=-2), pyro.plate("units", k, dim=-1):
+                pyro.sample("t", dist.Categorical(probs=probs))
+
+        if seed is not None:
+            pyro.set_rng_seed(seed)
+        total = num_draws * num_chains
+        with torch.no_grad():
+            t = Predictive(guide, num_samples=total, parallel=True, return_sites=["t"])()["t"]
+        return _inference_data(t.reshape(num_chains, num_draws, n, k), self.x)
+
+
+def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_steps: int = 300, lr: float = 0.1,
+           tempering: str = "scale", seed: int | None = 0) -> VQFit:
+    """Soft / beta-VQ as variational inference: SVI on the per-unit SMASO with a mean-field categorical guide.
+
+    Guide: ``q = pyro.param("vq_region_probs", uniform (N, K, R), constraint=simplex)``, site ``"t"`` ~
+    ``Categorical(q)`` under the model's plates, enumerated (``TraceEnum_ELBO(max_plate_nesting=2)``
+    computes the expectation over q exactly: no score-function noise).  Objective, with eta = beta/(1-beta):
+
+    - ``tempering="scale"``: the model at sigma = 1 (``pi = pi_from_offsets(A, B, 1)``) under
+      ``poutine.scale(scale=eta)``: maximizes ``E_q[eta log p(t, x)] + H(q)``, optimum ``q = softmax(eta s)``;
+    - ``tempering="likelihood"``: the unscaled model at ``sigma^2 = 1/eta`` with ``pi = pi_from_offsets(A, B,
+      sigma)``: the ordinary ELBO, whose optimum is the posterior ``softmax(eta s)`` too.
+
+    Adam (``lr``) for ``num_steps`` steps from the uniform q.  Any previous value of the guide's param is
+    replaced; the rest of Pyro's param store is left alone.
+
+    :param beta: in [0, 1), a number or ``(K,)`` (beta = 1 is hard VQ: use :func:`vq_map`; the
+        likelihood tempering needs beta > 0).
+    :param seed: ``pyro.set_rng_seed`` first (the fit itself is deterministic: the guide is enumerated).
+    """
+    check_maso(A, B)
+    check_x(x, A)
+    if tempering not in ("scale", "likelihood"):
+        raise ValueError(f"tempering: expected 'scale' or 'likelihood', got {tempering!r}")
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
+        raise ValueError(f"num_steps: expected a positive integer, got {num_steps!r}")
+    if not lr > 0:
+        raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
+    b = _check_beta(beta, A.shape[0], A.dtype).to(A.dtype)
+    if bool((b >= 1).any()):
+        raise ValueError("beta: SVI needs beta < 1 (eta = beta/(1-beta) is infinite at 1; beta = 1 is the hard VQ, "
+                         "computed exactly by vq_map)")
+    eta = b / (1 - b)
+    x = x.to(A.dtype)
+    n, (K, R, _) = x.shape[0], A.shape
+    if tempering == "scale":
+        pi = pi_from_offsets(A, B, 1.0)
+        model = poutine.scale(lambda xx: unit_mixture_model(A, pi, 1.0, xx), scale=eta)
+    else:
+        _, sigma = _tempered_sigma(A, b)
+        pi = pi_from_offsets(A, B, sigma)
+
+        def model(xx):
+            return unit_mixture_model(A, pi, sigma, xx)
+
+    def guide(xx):
+        q = pyro.param(PARAM_NAME, lambda: torch.full((n, K, R), 1.0 / R, dtype=A.dtype),
+                       constraint=constraints.simplex)
+        with pyro.plate("data", n, dim=-2), pyro.plate("units", K, dim=-1):
+            pyro.sample("t", dist.Categorical(probs=q), infer={"enumerate": "parallel"})
+
+    store = pyro.get_param_store()
+    if PARAM_NAME in store:
+        del store[PARAM_NAME]
+    if seed is not None:
+        pyro.set_rng_seed(seed)
+    svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), TraceEnum_ELBO(max_plate_nesting=2))
+    losses = [svi.step(x) for _ in range(num_steps)]
+    probs = pyro.param(PARAM_NAME).detach().clone()
+    return VQFit(probs=probs, outputs=vq_outputs(probs, region_scores(A, B, x)), losses=losses,
+                 eta=float(eta) if eta.dim() == 0 else eta, x=x)

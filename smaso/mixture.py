@@ -1,0 +1,247 @@
+"""SMASO: the Gaussian mixtures behind a max-affine spline layer, as Pyro generative models.
+
+MATH.md §3 (seed ``003``, "From Hard to Soft").  A layer is a MASO with slopes ``A`` ``(K, R, D)``
+and offsets ``B`` ``(K, R)``: unit k has R regions, region r has score
+``s[k, r] = <A[k, r, :], x> + B[k, r]`` and the unit outputs ``max_r s[k, r]``.
+
+Per-unit mixture (Eq 3), one Gaussian mixture per unit::
+
+    t_k ~ Categorical(pi[k, :]),    x | t_k = r ~ Normal(A[k, r, :], sigma^2 I)
+
+:func:`unit_mixture_model` writes it with a plate over examples (dim -2) and a plate over units
+(dim -1): site ``"t"`` has batch shape ``(N, K)``, site ``"x"`` has batch shape ``(N, K)`` and event
+shape ``(D,)``.  Each unit is its *own* model of x: an observed ``x`` ``(N, D)`` is shown to every
+unit (broadcast to ``(N, 1, D)``), and a sampled ``x`` is ``(N, K, D)``, one draw per unit.  Its
+posterior is ``p(t_k = r | x) = softmax_r((<A[k, r], x> + B[k, r]) / sigma^2)`` when
+``pi = pi_from_offsets(A, B, sigma)``, so its MAP is the MASO argmax (hard VQ).
+
+Factorial mixture (Eq 10), the whole layer explains x together::
+
+    t_k ~ Categorical(pi[k, :]) independently,    x = sum_k A[k, t_k, :] + eps,    eps ~ Normal(0, sigma^2 I)
+
+:func:`factorial_mixture_model` writes it in two layouts: ``"plate"`` (site ``"t"`` under the unit
+plate, batch ``(N, K)``; ``"x"`` outside the unit plate, value ``(N, 1, D)``), the fast
+layout for sampling, ``Predictive``, traces and SVI with sampled guides; and ``"sequential"`` (one
+site ``"t_<k>"`` per unit, batch ``(N,)``), which ``TraceEnum_ELBO`` and ``infer_discrete`` can
+enumerate (a site outside a plate cannot depend on enumerated values inside it, so the plate
+layout cannot be enumerated; the sequential one costs R^K joint configurations).
+
+Conversions (MATH.md §3, below Eq 3), with ``||A||^2`` the squared norm over D:
+
+    pi[k, :]  = softmax((B[k, :] + 1/2 ||A[k, :, :]||^2) / sigma^2)          (:func:`pi_from_offsets`)
+    B[k, r]   = sigma^2 log pi[k, r] - 1/2 ||A[k, r, :]||^2  (+ a per-unit constant)   (:func:`offsets_from_pi`)
+
+``sigma`` is a positive scalar, or a ``(K,)`` tensor (one noise level per unit) for the per-unit
+mixture and the conversions; the factorial mixture has one noise for the whole layer.
+"""
+
+from __future__ import annotations
+
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.ops.indexing import Vindex
+
+__all__ = [
+    "check_maso",
+    "check_pi",
+    "check_sigma",
+    "check_x",
+    "factorial_mixture_model",
+    "offsets_from_pi",
+    "pi_from_offsets",
+    "unit_mixture_model",
+]
+
+_LAYOUTS = ("plate", "sequential")
+
+
+# ---------------------------------------------------------------------- validation
+def check_maso(A: torch.Tensor, B: torch.Tensor | None = None) -> None:
+    """Raise ``ValueError`` unless ``A`` is a ``(K, R, D)`` floating tensor and ``B`` (if given) ``(K, R)``."""
+    if not isinstance(A, torch.Tensor):
+        raise ValueError(f"A: expected a torch.Tensor of slopes (K, R, D), got {type(A).__name__}")
+    if A.dim() != 3 or min(A.shape) < 1:
+        raise ValueError(f"A: expected slopes of shape (K, R, D) with K, R, D >= 1, got {tuple(A.shape)}")
+    if not A.is_floating_point():
+        raise ValueError(f"A: expected a floating dtype, got {A.dtype}")
+    if B is not None:
+        if not isinstance(B, torch.Tensor):
+            raise ValueError(f"B: expected a torch.Tensor of offsets (K, R), got {type(B).__name__}")
+        if tuple(B.shape) != tuple(A.shape[:2]):
+            raise ValueError(f"B: expected offsets of shape (K, R) = {tuple(A.shape[:2])} to match A "
+                             f"{tuple(A.shape)}, got {tuple(B.shape)}")
+        if not B.is_floating_point():
+            raise ValueError(f"B: expected a floating dtype, got {B.dtype}")
+
+
+def check_sigma(sigma, num_units: int | None = None, *, scalar_only: bool = False) -> torch.Tensor:
+    """``sigma`` as a tensor: a positive finite scalar, or (unless ``scalar_only``) ``(K,)`` positive values.
+
+    :returns: a 0-d tensor, or ``(K,)``.
+    """
+    if isinstance(sigma, bool):
+        raise ValueError(f"sigma: expected a positive number, got {sigma!r}")
+    s = torch.as_tensor(sigma, dtype=torch.get_default_dtype()) if not isinstance(sigma, torch.Tensor) else sigma
+    if s.dim() > (0 if scalar_only else 1):
+        what = "a positive scalar" if scalar_only else "a positive scalar or a (K,) tensor"
+        raise ValueError(f"sigma: expected {what}, got shape {tuple(s.shape)}")
+    if s.dim() == 1 and num_units is not None and s.shape[0] != num_units:
+        raise ValueError(f"sigma: expected a scalar or shape ({num_units},) (one per unit), got {tuple(s.shape)}")
+    if not bool(torch.isfinite(s).all()) or not bool((s > 0).all()):
+        raise ValueError(f"sigma: the noise standard deviation must be positive and finite, got {s.tolist()}")
+    return s
+
+
+def check_pi(pi: torch.Tensor, A: torch.Tensor, atol: float = 1e-5) -> None:
+    """Raise ``ValueError`` unless ``pi`` is ``(K, R)`` like ``A``'s first two dims with rows on the simplex."""
+    if not isinstance(pi, torch.Tensor):
+        raise ValueError(f"pi: expected a torch.Tensor of region priors (K, R), got {type(pi).__name__}")
+    if tuple(pi.shape) != tuple(A.shape[:2]):
+        raise ValueError(f"pi: expected shape (K, R) = {tuple(A.shape[:2])} to match A {tuple(A.shape)}, "
+                         f"got {tuple(pi.shape)}")
+    if not bool(torch.isfinite(pi).all()) or bool((pi < 0).any()):
+        raise ValueError("pi: region priors must be finite and non-negative")
+    dev = (pi.sum(-1) - 1).abs().max().item()
+    if dev > atol:
+        raise ValueError(f"pi: every row must sum to 1 (largest deviation {dev:.3g})")
+
+
+def check_x(x: torch.Tensor, A: torch.Tensor, name: str = "x") -> None:
+    """Raise ``ValueError`` unless ``x`` is ``(N, D)`` with A's D."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name}: expected a torch.Tensor (N, D), got {type(x).__name__}")
+    if x.dim() != 2 or x.shape[1] != A.shape[2]:
+        raise ValueError(f"{name}: expected shape (N, D) with D = {A.shape[2]} (A is {tuple(A.shape)}), "
+                         f"got {tuple(x.shape)}")
+
+
+def _per_unit(sigma: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """sigma ``()`` or ``(K,)`` as ``(K, 1)`` / ``()`` broadcastable against ``(K, R)``."""
+    sigma = sigma.to(dtype=like.dtype, device=like.device)
+    return sigma[:, None] if sigma.dim() == 1 else sigma
+
+
+# ---------------------------------------------------------------------- conversions
+def pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma=1.0) -> torch.Tensor:
+    """Region priors of the SMASO whose MAP is the MASO (A, B): ``softmax((B + 1/2 ||A||^2) / sigma^2)``.
+
+    :param A: slopes ``(K, R, D)``.
+    :param B: offsets ``(K, R)``.
+    :param sigma: noise standard deviation, positive scalar or ``(K,)``.
+    :returns: ``pi`` ``(K, R)``, rows on the simplex.
+    """
+    check_maso(A, B)
+    s2 = _per_unit(check_sigma(sigma, A.shape[0]), A) ** 2
+    return torch.softmax((B + 0.5 * A.pow(2).sum(-1)) / s2, dim=-1)
+
+
+def offsets_from_pi(A: torch.Tensor, pi: torch.Tensor, sigma=1.0) -> torch.Tensor:
+    """Offsets of the MASO that is the MAP of the SMASO (A, pi, sigma): ``sigma^2 log pi - 1/2 ||A||^2``.
+
+    Defined up to a per-unit constant (adding c_k to row k of B changes neither the argmax nor
+    :func:`pi_from_offsets`); this is the representative with that constant 0.  ``pi = 0`` gives
+    ``-inf`` (a region that is never chosen).
+
+    :param A: slopes ``(K, R, D)``.
+    :param pi: region priors ``(K, R)``.
+    :param sigma: noise standard deviation, positive scalar or ``(K,)``.
+    :returns: ``B`` ``(K, R)``.
+    """
+    check_maso(A)
+    check_pi(pi, A)
+    s2 = _per_unit(check_sigma(sigma, A.shape[0]), A) ** 2
+    return s2 * pi.to(A.dtype).log() - 0.5 * A.pow(2).sum(-1)
+
+
+# ---------------------------------------------------------------------- models
+def _num_examples(num_examples, x, A) -> int:
+    if x is not None:
+        check_x(x, A)
+        if num_examples is not None and num_examples != x.shape[0]:
+            raise ValueError(f"num_examples: {num_examples} disagrees with x, which has {x.shape[0]} rows")
+        return x.shape[0]
+    if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 1:
+        raise ValueError(f"num_examples: expected a positive integer when x is not given, got {num_examples!r}")
+    return num_examples
+
+
+def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor, sigma=1.0, x: torch.Tensor | None = None,
+                       num_examples: int | None = None) -> dict[str, torch.Tensor]:
+    """The per-unit SMASO (Eq 3): one Gaussian mixture of x per unit, as a Pyro model.
+
+    Plates: ``"data"`` (N, dim -2) and ``"units"`` (K, dim -1).  Sites: ``"t"`` (region of every
+    unit, ``Categorical(pi[k])``, batch ``(N, K)``) and ``"x"`` (``Normal(A[k, t_k], sigma^2 I)``,
+    batch ``(N, K)``, event ``(D,)``); see the module docstring for how x is shared by the units.
+    Enumerable (``config_enumerate`` + ``TraceEnum_ELBO(max_plate_nesting=2)``, ``infer_discrete``
+    with ``first_available_dim=-3``); outer plates (e.g. particles at dim -3) broadcast.
+
+    :param A: slopes ``(K, R, D)`` (the means of the components).
+    :param pi: region priors ``(K, R)`` (e.g. :func:`pi_from_offsets`).
+    :param sigma: noise standard deviation, positive scalar or ``(K,)``.
+    :param x: optional observed inputs ``(N, D)``.
+    :param num_examples: N when x is not given.
+    :returns: ``{"t": ..., "x": ...}``.
+    """
+    check_maso(A)
+    check_pi(pi, A)
+    K = A.shape[0]
+    sig = check_sigma(sigma, K).to(dtype=A.dtype, device=A.device)
+    sig = sig[:, None] if sig.dim() == 1 else sig  # (K, 1) against the (K, D) means
+    n = _num_examples(num_examples, x, A)
+    units = torch.arange(K, device=A.device)
+    with pyro.plate("data", n, dim=-2), pyro.plate("units", K, dim=-1):
+        t = pyro.sample("t", dist.Categorical(probs=pi.to(A.dtype)))
+        mean = Vindex(A)[units, t, :]  # (..., N, K, D)
+        xs = pyro.sample("x", dist.Normal(mean, sig).to_event(1), obs=None if x is None else x[:, None, :])
+    return {"t": t, "x": xs}
+
+
+def factorial_mixture_model(A: torch.Tensor, pi: torch.Tensor, sigma=1.0, x: torch.Tensor | None = None,
+                            num_examples: int | None = None, *, layout: str = "plate") -> dict[str, torch.Tensor]:
+    """The factorial SMASO of a whole layer (Eq 10) as a Pyro model.
+
+    ``layout="plate"``: plates ``"data"`` (N, dim -2) and ``"units"`` (K, dim -1) around site
+    ``"t"`` (batch ``(N, K)``); site ``"x"`` ~ ``Normal(sum_k A[k, t_k], sigma^2 I)`` under the data
+    plate only (site value ``(N, 1, D)``: batch ``(N, 1)``, event ``(D,)``).  Not enumerable (x depends on every unit of the plate).
+
+    ``layout="sequential"``: plate ``"data"`` (N, dim -1), sites ``"t_0"``, ..., ``"t_<K-1>"`` (batch
+    ``(N,)``) then ``"x"``; enumerable (``TraceEnum_ELBO(max_plate_nesting=1)``, ``infer_discrete``
+    with ``first_available_dim=-2``) for small K: the cost is R^K joint configurations.
+
+    :param A: slopes ``(K, R, D)``.
+    :param pi: region priors ``(K, R)``.
+    :param sigma: the layer's noise standard deviation, a positive scalar.
+    :param x: optional observed inputs ``(N, D)``.
+    :param num_examples: N when x is not given.
+    :param layout: ``"plate"`` or ``"sequential"``.
+    :returns: ``{"t": (N, K) regions, "x": (N, D)}`` (sequential: ``"t"`` stacks the ``"t_<k>"`` values
+        on the last dim).
+    """
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout: expected one of {_LAYOUTS}, got {layout!r}")
+    check_maso(A)
+    check_pi(pi, A)
+    K = A.shape[0]
+    sig = check_sigma(sigma, scalar_only=True).to(dtype=A.dtype, device=A.device)
+    n = _num_examples(num_examples, x, A)
+    pi = pi.to(A.dtype)
+    if layout == "plate":
+        units = torch.arange(K, device=A.device)
+        with pyro.plate("data", n, dim=-2):
+            with pyro.plate("units", K, dim=-1):
+                t = pyro.sample("t", dist.Categorical(probs=pi))
+            mean = Vindex(A)[units, t, :].sum(-2, keepdim=True)  # (..., N, 1, D)
+            xs = pyro.sample("x", dist.Normal(mean, sig).to_event(1), obs=None if x is None else x[:, None, :])
+        return {"t": t, "x": xs.squeeze(-2)}
+    ts = []
+    with pyro.plate("data", n, dim=-1):
+        mean = 0.0
+        for k in range(K):
+            tk = pyro.sample(f"t_{k}", dist.Categorical(probs=pi[k]))
+            ts.append(tk)
+            mean = mean + A[k][tk]  # (..., N, D); enumerated values broadcast on the left
+        xs = pyro.sample("x", dist.Normal(mean, sig).to_event(1), obs=x)
+    shape = torch.broadcast_shapes(*[tk.shape for tk in ts])
+    return {"t": torch.stack([tk.expand(shape) for tk in ts], dim=-1), "x": xs}
+
