@@ -312,8 +312,11 @@ def _cmd_compare(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="smaso", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="smaso", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Sample summarization-ladder datasets, train locally connected students on them and compare "
+                    "their per-event statistics with the framework's reformulation.",
+        epilog="examples:" + __doc__.split("::")[1].split("Every subcommand")[0].rstrip())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser("demo", help="sample -> train a student -> compare with the reformulation",
