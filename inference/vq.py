@@ -43,7 +43,7 @@ from pyro import poutine
 from pyro.infer import SVI, Predictive, TraceEnum_ELBO, config_enumerate, infer_discrete
 from torch.distributions import constraints
 
-from smaso.mixture import check_maso, check_x, pi_from_offsets, unit_mixture_model
+from smaso.mixture import check_maso, check_x, log_pi_from_offsets, unit_mixture_model
 
 __all__ = [
     "VQFit",
@@ -83,7 +83,7 @@ def eta_from_beta(beta):
     """
     if isinstance(beta, torch.Tensor):
         b = _check_beta(beta, beta.shape[0] if beta.dim() == 1 else 1)
-        return torch.where(b < 1, b / (1 - b).clamp_min(torch.finfo(b.dtype).tiny), torch.inf)
+        return torch.where(b < 1, b / torch.where(b < 1, 1 - b, 1.0), torch.inf)
     b = float(_check_beta(beta, 1))
     return b / (1 - b) if b < 1 else float("inf")
 
@@ -121,10 +121,11 @@ def beta_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5) -> torc
     b = _check_beta(beta, A.shape[0], A.dtype).to(A.dtype)
     s = region_scores(A, B, x)
     bk = b[:, None] if b.dim() == 1 else b  # against (N, K, R)
-    eta = torch.where(bk < 1, bk / (1 - bk).clamp_min(torch.finfo(s.dtype).tiny), torch.zeros(()))
+    hard_units = bk == 1
+    eta = torch.where(hard_units, 0.0, bk / torch.where(hard_units, 1.0, 1 - bk))  # finite everywhere (and grads)
     soft = torch.softmax(eta * s, dim=-1)
     hard = torch.nn.functional.one_hot(s.argmax(-1), A.shape[1]).to(s.dtype)
-    return torch.where(bk == 1, hard, soft)
+    return torch.where(hard_units, hard, soft)
 
 
 def soft_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -143,10 +144,10 @@ def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torc
     """
     check_maso(A, B)
     check_x(x, A)
-    pi = pi_from_offsets(A, B, sigma)
+    log_pi = log_pi_from_offsets(A, B, sigma)
     model = infer_discrete(config_enumerate(unit_mixture_model), first_available_dim=-3, temperature=0)
     with torch.no_grad():
-        t = model(A, pi, sigma, x.to(A.dtype))["t"]
+        t = model(A, None, sigma, x.to(A.dtype), log_pi=log_pi)["t"]
     return torch.nn.functional.one_hot(t, A.shape[1]).to(A.dtype)
 
 
@@ -180,12 +181,12 @@ def posterior_region_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, nu
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name}: expected a positive integer, got {v!r}")
     _, sigma = _tempered_sigma(A, beta)
-    pi = pi_from_offsets(A, B, sigma)
+    log_pi = log_pi_from_offsets(A, B, sigma)
     total = num_draws * num_chains
 
     def particles(xx):
         with pyro.plate("particles", total, dim=-3):
-            return unit_mixture_model(A, pi, sigma, xx)
+            return unit_mixture_model(A, None, sigma, xx, log_pi=log_pi)
 
     if seed is not None:
         pyro.set_rng_seed(seed)
@@ -278,14 +279,14 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
     x = x.to(A.dtype)
     n, (K, R, _) = x.shape[0], A.shape
     if tempering == "scale":
-        pi = pi_from_offsets(A, B, 1.0)
-        model = poutine.scale(lambda xx: unit_mixture_model(A, pi, 1.0, xx), scale=eta)
+        log_pi = log_pi_from_offsets(A, B, 1.0)
+        model = poutine.scale(lambda xx: unit_mixture_model(A, None, 1.0, xx, log_pi=log_pi), scale=eta)
     else:
         _, sigma = _tempered_sigma(A, b)
-        pi = pi_from_offsets(A, B, sigma)
+        log_pi = log_pi_from_offsets(A, B, sigma)
 
         def model(xx):
-            return unit_mixture_model(A, pi, sigma, xx)
+            return unit_mixture_model(A, None, sigma, xx, log_pi=log_pi)
 
     def guide(xx):
         q = pyro.param(PARAM_NAME, lambda: torch.full((n, K, R), 1.0 / R, dtype=A.dtype),

@@ -48,6 +48,7 @@ __all__ = [
     "check_sigma",
     "check_x",
     "factorial_mixture_model",
+    "log_pi_from_offsets",
     "offsets_from_pi",
     "pi_from_offsets",
     "unit_mixture_model",
@@ -82,7 +83,7 @@ def check_sigma(sigma, num_units: int | None = None, *, scalar_only: bool = Fals
     """
     if isinstance(sigma, bool):
         raise ValueError(f"sigma: expected a positive number, got {sigma!r}")
-    s = torch.as_tensor(sigma, dtype=torch.get_default_dtype()) if not isinstance(sigma, torch.Tensor) else sigma
+    s = sigma if isinstance(sigma, torch.Tensor) else torch.as_tensor(sigma, dtype=torch.float64)
     if s.dim() > (0 if scalar_only else 1):
         what = "a positive scalar" if scalar_only else "a positive scalar or a (K,) tensor"
         raise ValueError(f"sigma: expected {what}, got shape {tuple(s.shape)}")
@@ -154,7 +155,36 @@ def offsets_from_pi(A: torch.Tensor, pi: torch.Tensor, sigma=1.0) -> torch.Tenso
     return s2 * pi.to(A.dtype).log() - 0.5 * A.pow(2).sum(-1)
 
 
+def log_pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma=1.0) -> torch.Tensor:
+    """``log pi_from_offsets(A, B, sigma)`` computed as a log-softmax: finite where pi underflows to 0."""
+    check_maso(A, B)
+    s2 = _per_unit(check_sigma(sigma, A.shape[0]), A) ** 2
+    return torch.log_softmax((B + 0.5 * A.pow(2).sum(-1)) / s2, dim=-1)
+
+
 # ---------------------------------------------------------------------- models
+def _check_prior(pi, log_pi, A):
+    """Exactly one of pi / log_pi, validated, in A's dtype."""
+    if (pi is None) == (log_pi is None):
+        raise ValueError("pi: give exactly one of pi (region priors) and log_pi (their logarithms)")
+    if pi is not None:
+        check_pi(pi, A)
+        return pi.to(A.dtype), None
+    if not isinstance(log_pi, torch.Tensor) or tuple(log_pi.shape) != tuple(A.shape[:2]):
+        shape = tuple(log_pi.shape) if isinstance(log_pi, torch.Tensor) else type(log_pi).__name__
+        raise ValueError(f"log_pi: expected shape (K, R) = {tuple(A.shape[:2])} to match A, got {shape}")
+    if bool(torch.isnan(log_pi).any()) or bool((log_pi > 1e-6).any()):
+        raise ValueError("log_pi: log region priors must be <= 0 and not NaN")
+    dev = (torch.logsumexp(log_pi.to(A.dtype), -1)).abs().max().item()
+    if dev > 1e-5:
+        raise ValueError(f"log_pi: every row must be normalized (largest |logsumexp| {dev:.3g})")
+    return None, log_pi.to(A.dtype)
+
+
+def _categorical(pi, log_pi):
+    return dist.Categorical(probs=pi) if log_pi is None else dist.Categorical(logits=log_pi)
+
+
 def _num_examples(num_examples, x, A) -> int:
     if x is not None:
         check_x(x, A)
@@ -166,8 +196,9 @@ def _num_examples(num_examples, x, A) -> int:
     return num_examples
 
 
-def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor, sigma=1.0, x: torch.Tensor | None = None,
-                       num_examples: int | None = None) -> dict[str, torch.Tensor]:
+def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0, x: torch.Tensor | None = None,
+                       num_examples: int | None = None, *,
+                       log_pi: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The per-unit SMASO (Eq 3): one Gaussian mixture of x per unit, as a Pyro model.
 
     Plates: ``"data"`` (N, dim -2) and ``"units"`` (K, dim -1).  Sites: ``"t"`` (region of every
@@ -177,60 +208,67 @@ def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor, sigma=1.0, x: torch.Te
     with ``first_available_dim=-3``); outer plates (e.g. particles at dim -3) broadcast.
 
     :param A: slopes ``(K, R, D)`` (the means of the components).
-    :param pi: region priors ``(K, R)`` (e.g. :func:`pi_from_offsets`).
+    :param pi: region priors ``(K, R)`` (e.g. :func:`pi_from_offsets`), or None with ``log_pi``.
     :param sigma: noise standard deviation, positive scalar or ``(K,)``.
     :param x: optional observed inputs ``(N, D)``.
     :param num_examples: N when x is not given.
+    :param log_pi: log region priors ``(K, R)`` instead of ``pi`` (e.g. :func:`log_pi_from_offsets`: at small
+        sigma, ``pi`` underflows to exact zeros that the log form keeps finite).
     :returns: ``{"t": ..., "x": ...}``.
     """
     check_maso(A)
-    check_pi(pi, A)
+    pi, log_pi = _check_prior(pi, log_pi, A)
     K = A.shape[0]
     sig = check_sigma(sigma, K).to(dtype=A.dtype, device=A.device)
     sig = sig[:, None] if sig.dim() == 1 else sig  # (K, 1) against the (K, D) means
     n = _num_examples(num_examples, x, A)
     units = torch.arange(K, device=A.device)
     with pyro.plate("data", n, dim=-2), pyro.plate("units", K, dim=-1):
-        t = pyro.sample("t", dist.Categorical(probs=pi.to(A.dtype)))
+        t = pyro.sample("t", _categorical(pi, log_pi))
         mean = Vindex(A)[units, t, :]  # (..., N, K, D)
         xs = pyro.sample("x", dist.Normal(mean, sig).to_event(1), obs=None if x is None else x[:, None, :])
     return {"t": t, "x": xs}
 
 
-def factorial_mixture_model(A: torch.Tensor, pi: torch.Tensor, sigma=1.0, x: torch.Tensor | None = None,
-                            num_examples: int | None = None, *, layout: str = "plate") -> dict[str, torch.Tensor]:
+def factorial_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0, x: torch.Tensor | None = None,
+                            num_examples: int | None = None, *, layout: str = "plate",
+                            log_pi: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The factorial SMASO of a whole layer (Eq 10) as a Pyro model.
 
     ``layout="plate"``: plates ``"data"`` (N, dim -2) and ``"units"`` (K, dim -1) around site
     ``"t"`` (batch ``(N, K)``); site ``"x"`` ~ ``Normal(sum_k A[k, t_k], sigma^2 I)`` under the data
-    plate only (site value ``(N, 1, D)``: batch ``(N, 1)``, event ``(D,)``).  Not enumerable (x depends on every unit of the plate).
+    plate only (site value ``(N, 1, D)``: batch ``(N, 1)``, event ``(D,)``).  Not enumerable (x depends
+    on every unit of the plate).
 
     ``layout="sequential"``: plate ``"data"`` (N, dim -1), sites ``"t_0"``, ..., ``"t_<K-1>"`` (batch
     ``(N,)``) then ``"x"``; enumerable (``TraceEnum_ELBO(max_plate_nesting=1)``, ``infer_discrete``
     with ``first_available_dim=-2``) for small K: the cost is R^K joint configurations.
 
     :param A: slopes ``(K, R, D)``.
-    :param pi: region priors ``(K, R)``.
+    :param pi: region priors ``(K, R)``, or None with ``log_pi``.
     :param sigma: the layer's noise standard deviation, a positive scalar.
     :param x: optional observed inputs ``(N, D)``.
     :param num_examples: N when x is not given.
     :param layout: ``"plate"`` or ``"sequential"``.
+    :param log_pi: log region priors ``(K, R)`` instead of ``pi``.
     :returns: ``{"t": (N, K) regions, "x": (N, D)}`` (sequential: ``"t"`` stacks the ``"t_<k>"`` values
         on the last dim).
     """
     if layout not in _LAYOUTS:
         raise ValueError(f"layout: expected one of {_LAYOUTS}, got {layout!r}")
     check_maso(A)
-    check_pi(pi, A)
+    pi, log_pi = _check_prior(pi, log_pi, A)
     K = A.shape[0]
     sig = check_sigma(sigma, scalar_only=True).to(dtype=A.dtype, device=A.device)
     n = _num_examples(num_examples, x, A)
-    pi = pi.to(A.dtype)
     if layout == "plate":
         units = torch.arange(K, device=A.device)
         with pyro.plate("data", n, dim=-2):
             with pyro.plate("units", K, dim=-1):
-                t = pyro.sample("t", dist.Categorical(probs=pi))
+                t = pyro.sample("t", _categorical(pi, log_pi))
+            if t.shape[-1] != K:  # enumerated: one value for the whole plate, so the sum below would be wrong
+                raise ValueError("layout: the 'plate' layout of the factorial mixture cannot be enumerated (x depends "
+                                 "on every unit of the plate); use layout='sequential' (R^K configurations)")
             mean = Vindex(A)[units, t, :].sum(-2, keepdim=True)  # (..., N, 1, D)
             xs = pyro.sample("x", dist.Normal(mean, sig).to_event(1), obs=None if x is None else x[:, None, :])
         return {"t": t, "x": xs.squeeze(-2)}
@@ -238,7 +276,8 @@ def factorial_mixture_model(A: torch.Tensor, pi: torch.Tensor, sigma=1.0, x: tor
     with pyro.plate("data", n, dim=-1):
         mean = 0.0
         for k in range(K):
-            tk = pyro.sample(f"t_{k}", dist.Categorical(probs=pi[k]))
+            tk = pyro.sample(f"t_{k}", _categorical(None if pi is None else pi[k],
+                                                    None if log_pi is None else log_pi[k]))
             ts.append(tk)
             mean = mean + A[k][tk]  # (..., N, D); enumerated values broadcast on the left
         xs = pyro.sample("x", dist.Normal(mean, sig).to_event(1), obs=x)

@@ -1,0 +1,276 @@
+"""Benchmark: the beta-VQ ReLU (swish, ``smaso.functional.beta_swish``) forward + backward against ``F.silu``.
+
+What is measured, in one process, on ``--n`` float32 elements (default 10^7), each contender doing one
+forward pass y = f(u) and one backward pass ``y.backward(g)`` with a fixed upstream gradient g:
+
+1. ``silu``: ``torch.nn.functional.silu`` -- the fused floor (one kernel each way);
+2. ``beta-swish``: ``BetaSwish(beta)`` with a fixed beta (default 0.7, eta = 7/3; beta = 1/2 would
+   dispatch to ``F.silu`` itself), the project's custom autograd function;
+3. ``naive``: ``u * torch.sigmoid(eta * u)`` with plain autograd, the same function written directly;
+4. ``beta-swish-learnable``: ``BetaSwish(beta, learnable=True)``, one beta for the layer (its gradient
+   is computed too);
+5. ``naive-learnable``: ``u * torch.sigmoid(torch.exp(theta) * u)`` with a parameter theta;
+6. ``beta-swish-per-channel`` (reference, no target): learnable beta per channel on ``(n / C, C)``.
+
+Each contender is warmed up once, then all are timed in ``--repeats`` round-robin rounds (one run of
+each per round, so a change of load on shared cores hits all alike) with ``time.perf_counter``; ratios use
+the best (shortest) time and the median is recorded too, as is each run's process CPU time (a wall
+time far above the CPU time / threads means the cores were busy elsewhere; the load average at start
+and end is recorded).  Targets: fixed beta within 1.5x of ``F.silu``, learnable beta within 2x.  All
+numbers and machine information go to ``--out`` (JSON, written atomically).
+
+Run it with::
+
+    python benchmarks/bench_activations.py            # full run (n = 1e7, 7 repeats), about a minute on 2 cores
+    python benchmarks/bench_activations.py --quick    # smoke run (n = 1e5, 2 repeats)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from smaso.modules import BetaSwish
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "activations.json"
+QUICK_N, QUICK_REPEATS = 100_000, 2
+FIXED_TARGET = 1.5  # beta-swish (fixed beta) time / F.silu time, at most
+LEARNABLE_TARGET = 2.0  # beta-swish (learnable beta) time / F.silu time, at most
+RESULT_KEYS = ("contender", "description", "n", "repeats", "times_s", "process_cpu_s", "best_s", "median_s",
+               "elements_per_s", "x_silu", "x_silu_median", "target")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=None, help="elements per pass (default 10_000_000; 100000 with --quick)")
+    p.add_argument("--beta", type=float, default=0.7, help="beta of the swish (default 0.7; in (0, 1))")
+    p.add_argument("--channels", type=int, default=64, help="channels of the per-channel row (default 64; 0 skips)")
+    p.add_argument("--repeats", type=int, default=None, help="timed runs per contender (default 7; 2 with --quick)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the input and upstream gradient (default 0)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (default: torch's own choice, recorded in the JSON)")
+    p.add_argument("--quick", action="store_true", help=f"smoke run: n={QUICK_N}, repeats={QUICK_REPEATS}")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help="JSON results file (default: benchmarks/results/activations.json of this repository)")
+    args = p.parse_args(argv)
+    if args.n is None:
+        args.n = QUICK_N if args.quick else 10_000_000
+    if args.repeats is None:
+        args.repeats = QUICK_REPEATS if args.quick else 7
+    for name in ("n", "repeats"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1")
+    if not 0.0 < args.beta < 1.0:
+        p.error(f"--beta must lie strictly inside (0, 1), got {args.beta}")
+    if args.channels < 0:
+        p.error("--channels must be >= 0")
+    return args
+
+
+# ---------------------------------------------------------------------- contenders
+# Each is a function u -> y on a leaf u that requires grad; the timed step is y = f(u); y.backward(g).
+
+def contenders(beta: float, channels: int) -> list[tuple[str, str, Callable[[torch.Tensor], torch.Tensor], bool,
+                                                          tuple[int, ...] | None]]:
+    eta = beta / (1.0 - beta)
+    fixed = BetaSwish(beta)
+    learnable = BetaSwish(beta, learnable=True)
+    theta = torch.nn.Parameter(torch.tensor(float(np.log(eta))))
+    rows = [
+        ("silu", "torch.nn.functional.silu (fused floor)", F.silu, True, None),
+        ("beta-swish", f"smaso BetaSwish({beta:g}), fixed beta, custom autograd function", fixed, True, None),
+        ("naive", "u * torch.sigmoid(eta * u), plain autograd", lambda u: u * torch.sigmoid(eta * u), True, None),
+        ("beta-swish-learnable", f"smaso BetaSwish({beta:g}, learnable=True), one beta per layer", learnable,
+         True, None),
+        ("naive-learnable", "u * torch.sigmoid(torch.exp(theta) * u), theta a parameter, plain autograd",
+         lambda u: u * torch.sigmoid(torch.exp(theta) * u), True, None),
+    ]
+    if channels:
+        per_channel = BetaSwish(beta, learnable=True, num_channels=channels)
+        rows.append(("beta-swish-per-channel", f"BetaSwish({beta:g}, learnable=True, num_channels={channels}) "
+                     f"on (n / {channels}, {channels})", per_channel, False, (channels,)))
+    return rows
+
+
+def make_step(fn: Callable[[torch.Tensor], torch.Tensor], u0: torch.Tensor, g0: torch.Tensor,
+              channels: tuple[int, ...] | None) -> tuple[Callable[[], float], int]:
+    """A timed step (one forward + backward, seconds) on the first n // C * C elements, and that count."""
+    n = u0.numel()
+    m = n // channels[0] * channels[0] if channels else n
+    shape = (m // channels[0], channels[0]) if channels else (m,)
+    u = u0[:m].reshape(shape).clone().requires_grad_()
+    g = g0[:m].reshape(shape)
+
+    def step() -> float:
+        u.grad = None
+        t0 = time.perf_counter()
+        y = fn(u)
+        y.backward(g)
+        dt = time.perf_counter() - t0
+        del y
+        return dt
+
+    return step, m
+
+
+def measure_all(specs: list[tuple], u0: torch.Tensor, g0: torch.Tensor, repeats: int) -> list[dict]:
+    """Warm each contender up once, then time ``repeats`` rounds in which every contender runs once.
+
+    Round-robin order spreads a change of the machine's load over all contenders alike (the cores
+    may be shared), instead of charging it to whichever contender happened to be running.
+    """
+    steps = []
+    for name, description, fn, _, channels in specs:
+        step, m = make_step(fn, u0, g0, channels)
+        print(f"  {name}: warm-up on {m} elements", flush=True)
+        step()
+        steps.append((name, description, step, m))
+    times = {name: [] for name, *_ in steps}
+    cpu = {name: [] for name, *_ in steps}
+    print(f"  {repeats} round(s) of forward + backward, contenders in turn ...", flush=True)
+    for _ in range(repeats):
+        for name, _, step, _ in steps:
+            gc.collect()
+            c0 = time.process_time()
+            times[name].append(step())
+            cpu[name].append(time.process_time() - c0)
+    rows = []
+    for name, description, _, m in steps:
+        best, median = min(times[name]), statistics.median(times[name])
+        rows.append({"contender": name, "description": description, "n": m, "repeats": repeats,
+                     "times_s": times[name], "process_cpu_s": cpu[name], "best_s": best, "median_s": median,
+                     "elements_per_s": m / best, "x_silu": None, "x_silu_median": None, "target": False})
+    return rows
+
+
+# ---------------------------------------------------------------------- reporting
+def machine_info() -> dict:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "numpy": np.__version__,
+        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def print_table(rows: list[dict]) -> None:
+    head = f"{'contender':<24} {'n':>10} {'best s':>9} {'median s':>9} {'elements/s':>12} {'x silu':>8}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r['contender']:<24} {r['n']:>10} {r['best_s']:>9.4f} {r['median_s']:>9.4f} "
+              f"{r['elements_per_s']:>12.4g} {r['x_silu']:>8.2f}")
+    print("(forward + backward; seconds = best of the repeats; x silu = time / F.silu's time)")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    wall0 = time.perf_counter()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    gen = torch.Generator().manual_seed(args.seed)
+    u0 = 4 * torch.randn(args.n, generator=gen)
+    g0 = torch.randn(args.n, generator=gen)
+    eta = args.beta / (1 - args.beta)
+    print(f"beta-VQ ReLU (swish) forward + backward: n = {args.n} float32 elements, beta = {args.beta:g} "
+          f"(eta = {eta:.4g}), {args.repeats} repeat(s); torch {torch.__version__}, "
+          f"{torch.get_num_threads()} thread(s)")
+    info = machine_info()
+
+    rows = measure_all(contenders(args.beta, args.channels), u0, g0, args.repeats)
+    targeted = {name for name, _, _, t, _ in contenders(args.beta, 0) if t}
+    by_name = {r["contender"]: r for r in rows}
+    silu = by_name["silu"]
+    for r in rows:
+        r["x_silu"] = r["best_s"] / silu["best_s"] * (silu["n"] / r["n"])
+        r["x_silu_median"] = r["median_s"] / silu["median_s"] * (silu["n"] / r["n"])
+        r["target"] = r["contender"] in targeted
+
+    def ratio(a: str, b: str, key: str = "best_s") -> float:
+        return by_name[a][key] / by_name[b][key]
+
+    targets = {
+        "fixed_vs_silu": {"value": ratio("beta-swish", "silu"), "value_median": ratio("beta-swish", "silu",
+                                                                                         "median_s"),
+                          "target": f"<= {FIXED_TARGET:g}", "pass": ratio("beta-swish", "silu") <= FIXED_TARGET},
+        "learnable_vs_silu": {"value": ratio("beta-swish-learnable", "silu"),
+                              "value_median": ratio("beta-swish-learnable", "silu", "median_s"),
+                              "target": f"<= {LEARNABLE_TARGET:g}",
+                              "pass": ratio("beta-swish-learnable", "silu") <= LEARNABLE_TARGET},
+    }
+    speedups = {
+        "fixed_vs_naive": ratio("naive", "beta-swish"),
+        "learnable_vs_naive": ratio("naive-learnable", "beta-swish-learnable"),
+    }
+
+    print()
+    print_table(rows)
+    print()
+    for key, label in (("fixed_vs_silu", "fixed beta vs F.silu"), ("learnable_vs_silu", "learnable beta vs F.silu")):
+        t = targets[key]
+        print(f"{label:<28} {t['value']:6.2f}x  (median {t['value_median']:.2f}x)  target {t['target']}x  "
+              f"{'PASS' if t['pass'] else 'FAIL'}")
+    print(f"{'speedup over naive (fixed)':<28} {speedups['fixed_vs_naive']:6.2f}x")
+    print(f"{'speedup over naive (learn.)':<28} {speedups['learnable_vs_naive']:6.2f}x")
+    total_s = time.perf_counter() - wall0
+    info["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    print(f"\nload average {info['loadavg_start'][0]:.2f} -> {info['loadavg_end'][0]:.2f} on {os.cpu_count()} "
+          f"CPU(s); total wall time {total_s:.1f} s; results -> {args.out}")
+
+    result = {
+        "benchmark": "activations",
+        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "argv": list(sys.argv[1:] if argv is None else argv),
+        "config": {"n": args.n, "beta": args.beta, "eta": eta, "channels": args.channels, "repeats": args.repeats,
+                   "seed": args.seed, "threads": args.threads, "quick": args.quick, "dtype": "float32",
+                   "rate_statistic": "best"},
+        "machine": info,
+        "results": rows,
+        "targets": targets,
+        "speedups": speedups,
+        "total_wall_s": total_s,
+    }
+    write_json_atomic(args.out, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Smoke test of ``benchmarks/bench_activations.py``: it runs and writes well-formed results.
+
+Only the structure and positivity of the numbers are checked, never timings against the targets
+(those depend on the machine and its load).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_activations.py"
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("bench_activations", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_activations_quick(tmp_path):
+    bench = _load_bench()
+    out = tmp_path / "a.json"
+    returned = bench.main(["--quick", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert data["results"] == json.loads(json.dumps(returned["results"]))
+    assert not [p.name for p in tmp_path.iterdir() if p.name != "a.json"], "temporary file left behind"
+
+    for key in ("benchmark", "config", "machine", "results", "targets", "speedups", "total_wall_s"):
+        assert key in data
+    assert data["config"]["n"] == 100_000 and data["config"]["repeats"] == 2 and data["config"]["quick"]
+    for key in ("torch", "torch_threads", "platform", "python", "loadavg_start", "loadavg_end"):
+        assert key in data["machine"]
+
+    rows = {r["contender"]: r for r in data["results"]}
+    assert {"silu", "beta-swish", "naive", "beta-swish-learnable", "naive-learnable",
+            "beta-swish-per-channel"} <= set(rows)
+    assert rows["silu"]["x_silu"] == 1.0
+    for row in rows.values():
+        assert set(bench.RESULT_KEYS) <= set(row)
+        assert len(row["times_s"]) == row["repeats"] == 2
+        for key in ("best_s", "median_s", "elements_per_s", "x_silu", "x_silu_median"):
+            assert math.isfinite(row[key]) and row[key] > 0, (row["contender"], key)
+    assert rows["beta-swish-per-channel"]["n"] == 100_000 // 64 * 64 and not rows["beta-swish-per-channel"]["target"]
+    for key in ("fixed_vs_silu", "learnable_vs_silu"):
+        target = data["targets"][key]
+        assert math.isfinite(target["value"]) and target["value"] > 0 and isinstance(target["pass"], bool)
+    assert all(math.isfinite(v) and v > 0 for v in data["speedups"].values())
+
+
+def test_bench_activations_rejects_bad_arguments():
+    bench = _load_bench()
+    for argv in (["--beta", "1.0"], ["--beta", "0"], ["--n", "0"], ["--channels", "-1"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(argv)

@@ -1,0 +1,133 @@
+"""Orthogonality (``smaso.orthogonality``): the paper's penalty, the Eq 11 defect, Gram-Schmidt and ``orthogonal``."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from smaso.maso import MASO
+from smaso.orthogonality import (
+    GramSchmidt,
+    gram_schmidt,
+    model_orthogonality_penalty,
+    orthogonality_defect,
+    orthogonality_penalty,
+    register_gram_schmidt,
+    register_orthogonal,
+)
+
+DT = torch.float64
+
+
+def _brute_penalty(A: torch.Tensor) -> float:
+    K, R, _ = A.shape
+    return sum(float(A[k, r] @ A[k2, r2]) ** 2
+               for k, k2 in itertools.permutations(range(K), 2) for r in range(R) for r2 in range(R))
+
+
+def _orthogonal_rows(K, D, seed=0):
+    q, _ = torch.linalg.qr(torch.randn(D, K, generator=torch.Generator().manual_seed(seed), dtype=DT))
+    return q.T * torch.linspace(0.5, 3, K, dtype=DT)[:, None]  # orthogonal, unequal norms
+
+
+def test_penalty_matches_definition():
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(4, 3, 6, generator=g, dtype=DT)
+    assert orthogonality_penalty(A).item() == pytest.approx(_brute_penalty(A), rel=1e-12)
+    assert orthogonality_penalty(MASO(A, torch.zeros(4, 3, dtype=DT)), lam=0.5).item() == pytest.approx(
+        0.5 * _brute_penalty(A), rel=1e-12)
+    for K, D in ((5, 8), (9, 4)):  # both Gram orders for a weight
+        W = torch.randn(K, D, generator=g, dtype=DT)
+        assert orthogonality_penalty(W).item() == pytest.approx(_brute_penalty(W[:, None]), rel=1e-10)
+        # linear + ReLU: the zero piece adds nothing, so the MASO's penalty is the rows' penalty
+        relu = MASO.from_linear_relu(W, torch.randn(K, generator=g, dtype=DT))
+        assert orthogonality_penalty(relu).item() == pytest.approx(orthogonality_penalty(W).item(), rel=1e-10)
+
+
+def test_penalty_zero_iff_orthogonal_and_differentiable():
+    W = _orthogonal_rows(5, 8)
+    assert orthogonality_penalty(W).item() == pytest.approx(0.0, abs=1e-20)
+    d = orthogonality_defect(W)
+    assert d.penalty < 1e-20 and d.relative < 1e-20 and d.max_abs_cosine < 1e-12 and d.orthogonal
+    assert orthogonality_penalty(MASO.from_linear_abs(W, torch.ones(5, dtype=DT))).item() < 1e-20
+    bent = W.clone()
+    bent[1] += 0.1 * W[0]
+    assert orthogonality_penalty(bent).item() > 1e-4
+    d = orthogonality_defect(bent)
+    assert 0 < d.relative < 1 and 0 < d.max_abs_cosine < 1 and not d.orthogonal
+    parallel = torch.randn(1, 6, dtype=DT).repeat(3, 1) * torch.tensor([[1.0], [-2.0], [3.0]], dtype=DT)
+    d = orthogonality_defect(parallel)
+    assert d.relative == pytest.approx(1.0) and d.max_abs_cosine == pytest.approx(1.0)
+    Wg = torch.randn(4, 6, dtype=DT, requires_grad=True)
+    assert torch.autograd.gradcheck(orthogonality_penalty, (Wg,))
+    # descending the penalty makes a layer orthogonal
+    w = nn.Parameter(torch.randn(4, 10, dtype=DT))
+    opt = torch.optim.Adam([w], lr=0.05)
+    for _ in range(300):
+        opt.zero_grad()
+        orthogonality_penalty(w).backward()
+        opt.step()
+    assert orthogonality_defect(w).max_abs_cosine < 1e-2
+
+
+def test_gram_schmidt_rows_are_orthogonal():
+    g = torch.Generator().manual_seed(1)
+    for K, D in ((1, 3), (4, 4), (6, 10)):
+        W = torch.randn(K, D, generator=g, dtype=DT)
+        V = gram_schmidt(W)
+        assert V.shape == W.shape
+        assert orthogonality_defect(V).max_abs_cosine < 1e-10
+        torch.testing.assert_close(V[0], W[0])  # unnormalized: the first row is untouched
+        # classical GS: v_k = w_k minus its projection on span(w_1..w_{k-1})
+        for k in range(1, K):
+            Q, _ = torch.linalg.qr(W[:k].T)
+            torch.testing.assert_close(V[k], W[k] - Q @ (Q.T @ W[k]))
+    already = _orthogonal_rows(3, 7)
+    torch.testing.assert_close(gram_schmidt(already), already)
+    dependent = torch.tensor([[1.0, 0, 0], [2.0, 0, 0], [0, 1.0, 0]], dtype=DT)
+    V = gram_schmidt(dependent)
+    assert torch.isfinite(V).all() and V[1].abs().max() < 1e-15
+    Wg = torch.randn(3, 5, generator=g, dtype=DT, requires_grad=True)
+    assert torch.autograd.gradcheck(gram_schmidt, (Wg,))
+
+
+def test_parametrizations_on_linear():
+    torch.manual_seed(0)
+    lin = register_gram_schmidt(nn.Linear(12, 5).double())
+    assert isinstance(lin.parametrizations.weight[0], GramSchmidt)
+    assert orthogonality_defect(lin.weight).max_abs_cosine < 1e-10
+    opt = torch.optim.SGD(lin.parameters(), lr=0.1)
+    x = torch.randn(32, 12, dtype=DT)
+    for _ in range(5):
+        opt.zero_grad()
+        lin(x).pow(2).sum().backward()
+        opt.step()
+    assert orthogonality_defect(lin.weight).max_abs_cosine < 1e-10  # stays orthogonal while training
+    assert lin.parametrizations.weight.original.grad is not None
+    orth = register_orthogonal(nn.Linear(12, 5).double())
+    W = orth.weight
+    torch.testing.assert_close(W @ W.T, torch.eye(5, dtype=DT))
+    assert orthogonality_defect(orth.weight).orthogonal
+    model = nn.Sequential(nn.Linear(6, 4), nn.ReLU(), nn.Linear(4, 3))
+    expected = orthogonality_penalty(model[0].weight) + orthogonality_penalty(model[2].weight)
+    torch.testing.assert_close(model_orthogonality_penalty(model), expected)
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="out_features <= in_features"):
+        gram_schmidt(torch.randn(5, 3))
+    with pytest.raises(ValueError, match="out_features <= in_features"):
+        register_gram_schmidt(nn.Linear(3, 5))
+    with pytest.raises(ValueError, match="out_features <= in_features"):
+        register_orthogonal(nn.Linear(3, 5))
+    with pytest.raises(ValueError, match="2-D weight"):
+        register_gram_schmidt(nn.Linear(3, 2), name="bias")
+    with pytest.raises(ValueError, match="lam"):
+        orthogonality_penalty(torch.randn(3, 4), lam=-1.0)
+    with pytest.raises(ValueError, match="shape"):
+        orthogonality_penalty(torch.randn(2, 3, 4, 5))
+    with pytest.raises(TypeError, match="floating-point"):
+        orthogonality_defect(torch.ones(3, 4, dtype=torch.long))
