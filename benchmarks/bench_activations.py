@@ -28,14 +28,8 @@ Run it with::
 from __future__ import annotations
 
 import argparse
-import datetime
-import gc
-import json
 import os
-import platform
-import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -46,8 +40,10 @@ import torch.nn.functional as F
 
 from smaso.modules import BetaSwish
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "activations.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this script, also when loaded by path
+import _common as common
+
+DEFAULT_OUT = common.default_out("activations")
 QUICK_N, QUICK_REPEATS = 100_000, 2
 FIXED_TARGET = 1.5  # beta-swish (fixed beta) time / F.silu time, at most
 LEARNABLE_TARGET = 2.0  # beta-swish (learnable beta) time / F.silu time, at most
@@ -62,19 +58,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--channels", type=int, default=64, help="channels of the per-channel row (default 64; 0 skips)")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per contender (default 7; 2 with --quick)")
     p.add_argument("--seed", type=int, default=0, help="seed of the input and upstream gradient (default 0)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads (default: torch's own choice, recorded in the JSON)")
-    p.add_argument("--quick", action="store_true", help=f"smoke run: n={QUICK_N}, repeats={QUICK_REPEATS}")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                   help="JSON results file (default: benchmarks/results/activations.json of this repository)")
+    common.add_threads_arg(p)
+    common.add_quick_out_args(p, f"smoke run: n={QUICK_N}, repeats={QUICK_REPEATS}", DEFAULT_OUT)
     args = p.parse_args(argv)
-    if args.n is None:
-        args.n = QUICK_N if args.quick else 10_000_000
-    if args.repeats is None:
-        args.repeats = QUICK_REPEATS if args.quick else 7
-    for name in ("n", "repeats"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be >= 1")
+    common.fill_defaults(args, {"n": QUICK_N, "repeats": QUICK_REPEATS}, {"n": 10_000_000, "repeats": 7})
+    common.require_positive(p, args, ("n", "repeats"))
     if not 0.0 < args.beta < 1.0:
         p.error(f"--beta must lie strictly inside (0, 1), got {args.beta}")
     if args.channels < 0:
@@ -129,91 +117,45 @@ def make_step(fn: Callable[[torch.Tensor], torch.Tensor], u0: torch.Tensor, g0: 
 
 
 def measure_all(specs: list[tuple], u0: torch.Tensor, g0: torch.Tensor, repeats: int) -> list[dict]:
-    """Warm each contender up once, then time ``repeats`` rounds in which every contender runs once.
-
-    Round-robin order spreads a change of the machine's load over all contenders alike (the cores
-    may be shared), instead of charging it to whichever contender happened to be running.
-    """
+    """Warm each contender up once, then time ``repeats`` rounds in which every contender runs once
+    (``_common.round_robin``)."""
     steps = []
     for name, description, fn, _, channels in specs:
         step, m = make_step(fn, u0, g0, channels)
         print(f"  {name}: warm-up on {m} elements", flush=True)
         step()
         steps.append((name, description, step, m))
-    times = {name: [] for name, *_ in steps}
-    cpu = {name: [] for name, *_ in steps}
     print(f"  {repeats} round(s) of forward + backward, contenders in turn ...", flush=True)
-    for _ in range(repeats):
-        for name, _, step, _ in steps:
-            gc.collect()
-            c0 = time.process_time()
-            times[name].append(step())
-            cpu[name].append(time.process_time() - c0)
+    all_times, all_cpu = common.round_robin([step for _, _, step, _ in steps], repeats)
     rows = []
-    for name, description, _, m in steps:
-        best, median = min(times[name]), statistics.median(times[name])
+    for (name, description, _, m), times, cpu in zip(steps, all_times, all_cpu, strict=True):
+        best, median = common.best_median(times)
         rows.append({"contender": name, "description": description, "n": m, "repeats": repeats,
-                     "times_s": times[name], "process_cpu_s": cpu[name], "best_s": best, "median_s": median,
+                     "times_s": times, "process_cpu_s": cpu, "best_s": best, "median_s": median,
                      "elements_per_s": m / best, "x_silu": None, "x_silu_median": None, "target": False})
     return rows
 
 
 # ---------------------------------------------------------------------- reporting
-def machine_info() -> dict:
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "torch_interop_threads": torch.get_num_interop_threads(),
-        "numpy": np.__version__,
-        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def print_table(rows: list[dict]) -> None:
-    head = f"{'contender':<24} {'n':>10} {'best s':>9} {'median s':>9} {'elements/s':>12} {'x silu':>8}"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        print(f"{r['contender']:<24} {r['n']:>10} {r['best_s']:>9.4f} {r['median_s']:>9.4f} "
-              f"{r['elements_per_s']:>12.4g} {r['x_silu']:>8.2f}")
-    print("(forward + backward; seconds = best of the repeats; x silu = time / F.silu's time)")
+TABLE = (common.Column("contender", 24, "contender", align="<"),
+         common.Column("n", 10, "n"),
+         common.Column("best s", 9, "best_s", ".4f"),
+         common.Column("median s", 9, "median_s", ".4f"),
+         common.Column("elements/s", 12, "elements_per_s", ".4g"),
+         common.Column("x silu", 8, "x_silu", ".2f"))
+TABLE_NOTE = "(forward + backward; seconds = best of the repeats; x silu = time / F.silu's time)"
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    wall0 = time.perf_counter()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    wall0 = common.start(args.threads)
     gen = torch.Generator().manual_seed(args.seed)
     u0 = 4 * torch.randn(args.n, generator=gen)
     g0 = torch.randn(args.n, generator=gen)
     eta = args.beta / (1 - args.beta)
     print(f"beta-VQ ReLU (swish) forward + backward: n = {args.n} float32 elements, beta = {args.beta:g} "
-          f"(eta = {eta:.4g}), {args.repeats} repeat(s); torch {torch.__version__}, "
-          f"{torch.get_num_threads()} thread(s)")
-    info = machine_info()
+          f"(eta = {eta:.4g}), {args.repeats} repeat(s); {common.torch_summary()}")
+    info = common.machine_info(pyro=False)
 
     rows = measure_all(contenders(args.beta, args.channels), u0, g0, args.repeats)
     targeted = {name for name, _, _, t, _ in contenders(args.beta, 0) if t}
@@ -242,7 +184,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
 
     print()
-    print_table(rows)
+    common.print_table(TABLE, rows, TABLE_NOTE)
     print()
     for key, label in (("fixed_vs_silu", "fixed beta vs F.silu"), ("learnable_vs_silu", "learnable beta vs F.silu")):
         t = targets[key]
@@ -250,26 +192,18 @@ def main(argv: list[str] | None = None) -> dict:
               f"{'PASS' if t['pass'] else 'FAIL'}")
     print(f"{'speedup over naive (fixed)':<28} {speedups['fixed_vs_naive']:6.2f}x")
     print(f"{'speedup over naive (learn.)':<28} {speedups['learnable_vs_naive']:6.2f}x")
-    total_s = time.perf_counter() - wall0
-    info["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    total_s = common.finish(info, wall0)
     print(f"\nload average {info['loadavg_start'][0]:.2f} -> {info['loadavg_end'][0]:.2f} on {os.cpu_count()} "
           f"CPU(s); total wall time {total_s:.1f} s; results -> {args.out}")
 
-    result = {
-        "benchmark": "activations",
-        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "argv": list(sys.argv[1:] if argv is None else argv),
+    sections = {
         "config": {"n": args.n, "beta": args.beta, "eta": eta, "channels": args.channels, "repeats": args.repeats,
                    "seed": args.seed, "threads": args.threads, "quick": args.quick, "dtype": "float32",
                    "rate_statistic": "best"},
-        "machine": info,
-        "results": rows,
-        "targets": targets,
-        "speedups": speedups,
-        "total_wall_s": total_s,
     }
-    write_json_atomic(args.out, result)
-    return result
+    result = common.record("activations", argv, sections, info, rows, {"targets": targets, "speedups": speedups},
+                           total_s)
+    return common.write_json(args.out, result)
 
 
 if __name__ == "__main__":

@@ -34,28 +34,21 @@ Run it with::
 from __future__ import annotations
 
 import argparse
-import datetime
-import gc
-import json
 import math
-import os
-import platform
-import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import pyro
 import torch
 
 from inference.factorial import exact_joint_map, factorized_map
 from smaso.orthogonality import orthogonality_defect
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "factorial_map.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this script, also when loaded by path
+import _common as common
+
+DEFAULT_OUT = common.default_out("factorial_map")
 FLOOR_TARGET = 1.5  # factorized_map time / matmul time, at most
 ENUM_REPEATS = 3  # timed runs per enumerated K (best kept), fewer once they add up to a second
 QUICK = {"k": 128, "d": 128, "n": 256, "repeats": 1, "enum_max_k": 6}
@@ -76,19 +69,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--enum-time-limit", type=float, default=20.0,
                    help="stop enumerating after a K that took longer than this many seconds (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the layers and inputs (default 0)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads (default: torch's own choice, recorded in the JSON)")
-    p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK}")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                   help="JSON results file (default: benchmarks/results/factorial_map.json of this repository)")
+    common.add_threads_arg(p)
+    common.add_quick_out_args(p, f"smoke run: {QUICK}", DEFAULT_OUT)
     args = p.parse_args(argv)
-    defaults = QUICK if args.quick else {"k": 1024, "d": 1024, "n": 4096, "repeats": 5, "enum_max_k": 22}
-    for name, value in defaults.items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
-    for name in ("k", "d", "n", "repeats", "enum_max_k", "enum_d", "enum_batch"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    common.fill_defaults(args, QUICK, {"k": 1024, "d": 1024, "n": 4096, "repeats": 5, "enum_max_k": 22})
+    common.require_positive(p, args, ("k", "d", "n", "repeats", "enum_max_k", "enum_d", "enum_batch"))
     if args.k > args.d:
         p.error("--k must be <= --d (orthogonal rows of W need K <= D)")
     if not args.enum_time_limit > 0:
@@ -113,16 +98,10 @@ def measure(name: str, description: str, run: Callable[[], object], repeats: int
     """One warm-up call, then ``repeats`` timed calls."""
     print(f"  {name}: warm-up, then {repeats} timed run(s) ...", flush=True)
     run()
-    times, cpu = [], []
-    for _ in range(repeats):
-        gc.collect()
-        c0, t0 = time.process_time(), time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    best = min(times)
+    times, cpu = common.repeat(common.timed(run), repeats)
+    best, median = common.best_median(times)
     return {"contender": name, "description": description, "shape": None, "repeats": repeats, "times_s": times,
-            "process_cpu_s": cpu, "best_s": best, "median_s": statistics.median(times), "gflops": flops / best / 1e9,
+            "process_cpu_s": cpu, "best_s": best, "median_s": median, "gflops": flops / best / 1e9,
             "x_floor": None, "target": False}
 
 
@@ -158,50 +137,22 @@ def enumeration_rows(args, dtype: torch.dtype) -> list[dict]:
 
 
 # ---------------------------------------------------------------------- reporting
-def machine_info() -> dict:
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "torch_interop_threads": torch.get_num_interop_threads(),
-        "pyro": pyro.__version__,
-        "numpy": np.__version__,
-        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+TABLE = (common.Column("contender", 26, "contender", align="<"),
+         common.Column("shape (N, D, out)", 20, lambda r: str(tuple(r["shape"]))),
+         common.Column("best s", 9, "best_s", ".4f"),
+         common.Column("GFLOP/s", 9, "gflops", ".1f"),
+         common.Column("x floor", 8, "x_floor", ".2f"))
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    wall0 = time.perf_counter()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    wall0 = common.start(args.threads)
     dtype = torch.float32 if args.dtype == "float32" else torch.float64
     g = torch.Generator().manual_seed(args.seed)
     k, d, n = args.k, args.d, args.n
     print(f"factorial SMASO: ReLU layer K={k} units, D={d} inputs, orthogonal rows; batch N={n}; {args.dtype}; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
-    info = machine_info()
+          f"{common.torch_summary()}")
+    info = common.machine_info()
     A, B, W = orthogonal_relu_layer(k, d, dtype, g)
     x = torch.randn(n, d, generator=g, dtype=dtype)
     defect = orthogonality_defect(A).relative
@@ -235,10 +186,8 @@ def main(argv: list[str] | None = None) -> dict:
     targets = {"factorized_vs_matmul": {"value": ratio, "value_median": ratio_median,
                                         "target": f"<= {FLOOR_TARGET:g}", "pass": ratio <= FLOOR_TARGET}}
 
-    print(f"\n{'contender':<26} {'shape (N, D, out)':>20} {'best s':>9} {'GFLOP/s':>9} {'x floor':>8}")
-    for r in rows:
-        print(f"{r['contender']:<26} {tuple(r['shape'])!s:>20} {r['best_s']:>9.4f} {r['gflops']:>9.1f} "
-              f"{r['x_floor']:>8.2f}")
+    print()
+    common.print_table(TABLE, rows, rule=False)
     t = targets["factorized_vs_matmul"]
     print(f"factorized MAP vs matmul floor: {t['value']:.2f}x (median {t['value_median']:.2f}x), target "
           f"{t['target']}x  {'PASS' if t['pass'] else 'FAIL'}; orthogonality defect {defect:.2e}\n")
@@ -251,28 +200,19 @@ def main(argv: list[str] | None = None) -> dict:
                   "from_k": last["k"], "seconds_per_config_example": per}
     print(f"exact enumeration at K={k} would take ~10^{projection['log10_seconds_per_example']:.0f} s per example "
           f"(2^{k} configurations at {per * 1e9:.1f} ns each)")
-    total_s = time.perf_counter() - wall0
-    info["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    print(f"\ntotal wall time {total_s:.1f} s; results -> {args.out}")
-    result = {
-        "benchmark": "factorial_map",
-        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "argv": list(sys.argv[1:] if argv is None else argv),
+    total_s = common.finish(info, wall0)
+    common.print_done(total_s, args.out)
+    sections = {
         "config": {"k": k, "d": d, "n": n, "r": 2, "repeats": args.repeats, "dtype": args.dtype, "seed": args.seed,
                    "threads": args.threads, "quick": args.quick, "enum_max_k": args.enum_max_k,
                    "enum_d": args.enum_d, "enum_batch": args.enum_batch, "enum_time_limit": args.enum_time_limit,
                    "rate_statistic": "best"},
         "layer": {"kind": "ReLU MASO, orthonormal rows of W (torch.linalg.qr)", "orthogonality_defect": defect,
                   "factorized_map_is_relu_gate": agrees},
-        "machine": info,
-        "results": rows,
-        "enumeration": enum,
-        "enumeration_projection": projection,
-        "targets": targets,
-        "total_wall_s": total_s,
     }
-    write_json_atomic(args.out, result)
-    return result
+    after = {"enumeration": enum, "enumeration_projection": projection, "targets": targets}
+    result = common.record("factorial_map", argv, sections, info, rows, after, total_s)
+    return common.write_json(args.out, result)
 
 
 if __name__ == "__main__":

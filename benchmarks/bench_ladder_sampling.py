@@ -36,28 +36,21 @@ Run it with::
 from __future__ import annotations
 
 import argparse
-import datetime
-import gc
-import json
-import os
-import platform
-import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import pyro
 import torch
 
 from teachers.ladder import Ladder
 from teachers.pyro_model import LadderModel
 from teachers.sampling import BLOCK_SIZE, sample_ladder
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "ladder_sampling.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this script, also when loaded by path
+import _common as common
+
+DEFAULT_OUT = common.default_out("ladder_sampling")
 QUICK_N, QUICK_REPEATS = 20_000, 1
 SPEEDUP_TARGET = 10.0  # sampler draws/s over plain-Pyro draws/s, at least
 FLOOR_TARGET = 4.0  # floor draws/s over sampler draws/s, at most
@@ -82,25 +75,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="timed runs of the plain Pyro model, capped at --repeats (default 1)")
     p.add_argument("--multinomial-n", type=int, default=None,
                    help="examples for the torch.multinomial reference (default min(N, 8192); 0 skips it)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads (default: torch's own choice, recorded in the JSON)")
+    common.add_threads_arg(p)
     p.add_argument("--no-bottomup", action="store_true", help="skip the bottom-up reference row")
-    p.add_argument("--quick", action="store_true", help=f"smoke run: N={QUICK_N}, repeats={QUICK_REPEATS}")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                   help="JSON results file (default: benchmarks/results/ladder_sampling.json of this repository)")
+    common.add_quick_out_args(p, f"smoke run: N={QUICK_N}, repeats={QUICK_REPEATS}", DEFAULT_OUT)
     args = p.parse_args(argv)
-    if args.n is None:
-        args.n = QUICK_N if args.quick else 1_000_000
-    if args.repeats is None:
-        args.repeats = QUICK_REPEATS if args.quick else 3
+    common.fill_defaults(args, {"n": QUICK_N, "repeats": QUICK_REPEATS}, {"n": 1_000_000, "repeats": 3})
     if args.baseline_n is None:
         args.baseline_n = args.n
     if args.multinomial_n is None:
         args.multinomial_n = min(args.n, 8192)
     args.baseline_repeats = max(1, min(args.baseline_repeats, args.repeats))
-    for name in ("n", "repeats", "baseline_n", "baseline_chunk", "depth", "branching", "events"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    common.require_positive(p, args, ("n", "repeats", "baseline_n", "baseline_chunk", "depth", "branching", "events"))
     if args.multinomial_n < 0:
         p.error("--multinomial-n must be >= 0")
     return args
@@ -179,15 +164,16 @@ def measure(name: str, description: str, run: Callable[[int], float], n: int, dr
     """Warm up once on ``warmup_n`` examples, then time ``repeats`` runs on ``n`` examples."""
     print(f"  {name}: warm-up on {warmup_n} examples, then {repeats} x {n} examples ...", flush=True)
     run(min(warmup_n, n))
-    times, cpu_times, chunk_times = [], [], []
-    for _ in range(repeats):
-        gc.collect()
-        c0 = time.process_time()
-        times.append(run(n))
-        cpu_times.append(time.process_time() - c0)
+    chunk_times = []
+
+    def timed_run() -> float:
+        dt = run(n)
         if hasattr(run, "chunk_times"):
             chunk_times.append(list(run.chunk_times))
-    best, median = min(times), statistics.median(times)
+        return dt
+
+    times, cpu_times = common.repeat(timed_run, repeats)
+    best, median = common.best_median(times)
     draws = n * draws_per_example
     return {"contender": name, "description": description, "n": n, "draws": draws, "chunk": chunk,
             "repeats": repeats, "times_s": times, "process_cpu_s": cpu_times, "best_s": best, "median_s": median,
@@ -197,70 +183,32 @@ def measure(name: str, description: str, run: Callable[[int], float], n: int, dr
 
 
 # ---------------------------------------------------------------------- reporting
-def machine_info() -> dict:
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "torch_interop_threads": torch.get_num_interop_threads(),
-        "pyro": pyro.__version__,
-        "numpy": np.__version__,
-        "distribution_validation": bool(torch.distributions.Distribution._validate_args),
-        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def print_table(rows: list[dict]) -> None:
-    head = f"{'contender':<22} {'N':>9} {'seconds':>9} {'examples/s':>12} {'draws/s':>12} {'x floor':>9}"
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        x = "" if r["x_floor"] is None else f"{r['x_floor']:.2f}"
-        print(f"{r['contender']:<22} {r['n']:>9} {r['best_s']:>9.3f} {r['examples_per_s']:>12.4g} "
-              f"{r['draws_per_s']:>12.4g} {x:>9}")
-    print("(seconds = best of the repeats; x floor = floor draws/s / contender draws/s: time per draw in units "
-          "of one torch.rand float)")
+TABLE = (common.Column("contender", 22, "contender", align="<"),
+         common.Column("N", 9, "n"),
+         common.Column("seconds", 9, "best_s", ".3f"),
+         common.Column("examples/s", 12, "examples_per_s", ".4g"),
+         common.Column("draws/s", 12, "draws_per_s", ".4g"),
+         common.Column("x floor", 9, "x_floor", ".2f"))
+TABLE_NOTE = ("(seconds = best of the repeats; x floor = floor draws/s / contender draws/s: time per draw in units "
+              "of one torch.rand float)")
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    wall0 = time.perf_counter()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    wall0 = common.start(args.threads)
     torch.manual_seed(args.seed)
     ladder = Ladder.random(args.depth, args.branching, args.events, mode="topdown", seed=args.seed)
     regions = ladder.total_regions
     print(f"ladder: top-down, depth {args.depth}, branching {args.branching}, {args.events} events, "
           f"{regions} regions -> {regions} categorical draws per example")
-    print(f"N = {args.n} examples ({args.n * regions:.4g} draws), {args.repeats} repeat(s); torch "
-          f"{torch.__version__}, {torch.get_num_threads()} thread(s)")
+    print(f"N = {args.n} examples ({args.n * regions:.4g} draws), {args.repeats} repeat(s); "
+          f"{common.torch_summary()}")
     if args.baseline_n != args.n:
         print(f"NOTE: the plain Pyro baseline runs on N = {args.baseline_n} examples, not {args.n}: rates are per "
               f"second, so they stay comparable (fixed per-call overheads weigh more at small N)")
     print(f"plain Pyro baseline: chunks of {args.baseline_chunk} examples (chunk times summed), "
           f"{args.baseline_repeats} timed run(s)")
-    info = machine_info()
+    info = common.machine_info(distribution_validation=bool(torch.distributions.Distribution._validate_args))
 
     rows = []
     rows.append(measure("sampler", "teachers.sampling.sample_ladder (alias method in a Pyro model)",
@@ -306,21 +254,17 @@ def main(argv: list[str] | None = None) -> dict:
     }
 
     print()
-    print_table(rows)
+    common.print_table(TABLE, rows, TABLE_NOTE)
     print()
     for key, label in (("speedup_over_plain_pyro", "speedup over the plain Pyro model"),
                        ("slowdown_vs_floor", "slowdown vs the torch.rand floor")):
         t = targets[key]
         print(f"{label:<36} {t['value']:8.2f}x  (median {t['value_median']:.2f}x)  target {t['target']}x  "
               f"{'PASS' if t['pass'] else 'FAIL'}")
-    total_s = time.perf_counter() - wall0
-    info["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    print(f"\ntotal wall time {total_s:.1f} s; results -> {args.out}")
+    total_s = common.finish(info, wall0)
+    common.print_done(total_s, args.out)
 
-    result = {
-        "benchmark": "ladder_sampling",
-        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "argv": list(sys.argv[1:] if argv is None else argv),
+    sections = {
         "config": {"n": args.n, "baseline_n": args.baseline_n, "baseline_chunk": args.baseline_chunk,
                    "baseline_repeats": args.baseline_repeats, "multinomial_n": args.multinomial_n,
                    "depth": args.depth, "branching": args.branching, "events": args.events, "seed": args.seed,
@@ -329,13 +273,9 @@ def main(argv: list[str] | None = None) -> dict:
         "ladder": {"mode": "topdown", "total_regions": regions, "num_regions": list(ladder.num_regions),
                    "draws_per_example": regions,
                    "bottomup_draws_per_example": None if bottomup is None else bottomup.num_regions[-1]},
-        "machine": info,
-        "results": rows,
-        "targets": targets,
-        "total_wall_s": total_s,
     }
-    write_json_atomic(args.out, result)
-    return result
+    result = common.record("ladder_sampling", argv, sections, info, rows, {"targets": targets}, total_s)
+    return common.write_json(args.out, result)
 
 
 if __name__ == "__main__":

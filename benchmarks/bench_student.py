@@ -52,20 +52,13 @@ Run it with::
 from __future__ import annotations
 
 import argparse
-import datetime
-import gc
-import json
-import os
-import platform
-import statistics
+import functools
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pyro
 import torch
 from torch import nn
 
@@ -74,8 +67,10 @@ from smaso.student import LadderStudent
 from teachers.ladder import Ladder
 from teachers.sampling import sample_ladder
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results" / "student.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this script, also when loaded by path
+import _common as common
+
+DEFAULT_OUT = common.default_out("student")
 QUICK_N, QUICK_REPEATS = 2048, 1
 STATS_TARGET = 1.3  # instrumented epoch (float64 accumulation) over the plain epoch, at most
 DENSE_TARGET = 1.5  # LC forward+backward over the equal-MACs dense forward+backward, at most
@@ -96,20 +91,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="seed of the ladder, the sample and the weights (default 0)")
     p.add_argument("--repeats", type=int, default=None, help="timed epochs per contender (default 3; 1 with --quick)")
     p.add_argument("--warmup-batches", type=int, default=2, help="untimed minibatches per contender (default 2)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads (default: torch's own choice, recorded in the JSON)")
+    common.add_threads_arg(p)
     p.add_argument("--no-bn", action="store_true", help="skip the Batch-Norm rows")
-    p.add_argument("--quick", action="store_true", help=f"smoke run: N={QUICK_N}, repeats={QUICK_REPEATS}")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
-                   help="JSON results file (default: benchmarks/results/student.json of this repository)")
+    common.add_quick_out_args(p, f"smoke run: N={QUICK_N}, repeats={QUICK_REPEATS}", DEFAULT_OUT)
     args = p.parse_args(argv)
-    if args.n is None:
-        args.n = QUICK_N if args.quick else 65536
-    if args.repeats is None:
-        args.repeats = QUICK_REPEATS if args.quick else 3
-    for name in ("n", "batch_size", "depth", "branching", "events", "width", "repeats"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    common.fill_defaults(args, {"n": QUICK_N, "repeats": QUICK_REPEATS}, {"n": 65536, "repeats": 3})
+    common.require_positive(p, args, ("n", "batch_size", "depth", "branching", "events", "width", "repeats"))
     if args.warmup_batches < 0:
         p.error("--warmup-batches must be >= 0")
     if args.depth < 2:
@@ -146,17 +133,21 @@ class Batches:
 # ---------------------------------------------------------------------- contenders
 # Each returns run(batch_indices) -> seconds: the summed times of the timed parts of the minibatches.
 
-def plain_runner(student: LadderStudent, data: Batches) -> Callable[[list[int]], list[float]]:
+def autograd_runner(model: nn.Module, loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                    inputs: Callable[[int], torch.Tensor], data: Batches) -> Callable[[list[int]], list[float]]:
+    """Per minibatch ``model.zero_grad(set_to_none=True)``, ``loss(model(x), y)``, ``backward()`` (autograd),
+    with ``x = inputs(i)`` built outside the timed region: the ``plain`` rows (the student on its one-hot
+    inputs) and the ``dense`` row (the dense chain on its Gaussian inputs)."""
     def run(batches: list[int]) -> list[float]:
         times = []
         for i in batches:
-            x, y = data.x(i), data.y[data.bounds(i)]
+            x, y = inputs(i), data.y[data.bounds(i)]
             t0 = time.perf_counter()
-            student.zero_grad(set_to_none=True)
-            loss = student.loss(student(x), y)
-            loss.backward()
+            model.zero_grad(set_to_none=True)
+            value = loss(model(x), y)
+            value.backward()
             times.append(time.perf_counter() - t0)
-        assert torch.isfinite(loss)
+        assert torch.isfinite(value)
         return times
     return run
 
@@ -228,21 +219,6 @@ def dense_dims(student: LadderStudent) -> tuple[list[int], list[int]]:
     return [*reversed(ins), n[0]], macs
 
 
-def dense_runner(net: DenseNet, student: LadderStudent, data: Batches) -> Callable[[list[int]], list[float]]:
-    def run(batches: list[int]) -> list[float]:
-        times = []
-        for i in batches:
-            x, y = data.dense_x(i), data.y[data.bounds(i)]
-            t0 = time.perf_counter()
-            net.zero_grad(set_to_none=True)
-            loss = student.loss(net(x), y)
-            loss.backward()
-            times.append(time.perf_counter() - t0)
-        assert torch.isfinite(loss)
-        return times
-    return run
-
-
 def measure_round_robin(contenders: list[dict], num_batches: int, repeats: int, warmup_batches: int) -> None:
     """Warm up every contender, then time ``repeats`` epochs of each, round-robin; fills in the timing keys."""
     all_batches = list(range(num_batches))
@@ -250,22 +226,19 @@ def measure_round_robin(contenders: list[dict], num_batches: int, repeats: int, 
         print(f"  warm-up: {c['contender']} ({min(warmup_batches, num_batches)} minibatch(es))", flush=True)
         if warmup_batches:
             c["run"](all_batches[:warmup_batches])
-        c["times_s"], c["process_cpu_s"], c["part_times"] = [], [], []
-    for r in range(repeats):
-        print(f"  epoch {r + 1}/{repeats}:", end="", flush=True)
-        for c in contenders:
-            gc.collect()
-            c0 = time.process_time()
-            parts = c["run"](all_batches)
-            c["process_cpu_s"].append(time.process_time() - c0)
-            c["part_times"].append(parts)
-            c["times_s"].append(sum(parts))
-            print(f" {c['contender']} {c['times_s'][-1]:.2f}s;", end="", flush=True)
-        print()
+
+    def progress(r: int, i: int, parts: list[float]) -> None:
+        print(f" {contenders[i]['contender']} {sum(parts):.2f}s;", end="\n" if i == len(contenders) - 1 else "",
+              flush=True)
+
+    parts, cpu = common.round_robin([functools.partial(c["run"], all_batches) for c in contenders], repeats,
+                                    lambda r: print(f"  epoch {r + 1}/{repeats}:", end="", flush=True), progress)
+    for c, c_parts, c_cpu in zip(contenders, parts, cpu, strict=True):
+        c["times_s"], c["process_cpu_s"], c["part_times"] = [sum(p) for p in c_parts], c_cpu, c_parts
 
 
 def finish_row(c: dict, n: int, num_batches: int, batch_size: int, repeats: int) -> dict:
-    best, median = min(c["times_s"]), statistics.median(c["times_s"])
+    best, median = common.best_median(c["times_s"])
     # noise-robust floor: every minibatch (and the stats rows' setup + result()) at its fastest over the repeats
     floor = sum(min(ts) for ts in zip(*c["part_times"], strict=True))
     row = {k: v for k, v in c.items() if k not in ("run", "part_times")}
@@ -278,61 +251,29 @@ def finish_row(c: dict, n: int, num_batches: int, batch_size: int, repeats: int)
 
 
 # ---------------------------------------------------------------------- reporting
-def machine_info() -> dict:
-    return {
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "torch_interop_threads": torch.get_num_interop_threads(),
-        "pyro": pyro.__version__,
-        "numpy": np.__version__,
-        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
+def _best_cpu(r: dict) -> float:
+    """Process CPU time of the best epoch."""
+    return r["process_cpu_s"][r["times_s"].index(r["best_s"])]
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def print_table(rows: list[dict]) -> None:
-    head = (f"{'contender':<21} {'BN':>3} {'accum':>7} {'seconds':>8} {'median':>8} {'b-min':>8} {'CPU s':>7} "
-            f"{'ms/batch':>9} {'examples/s':>11} {'x plain':>8}")
-    print(head)
-    print("-" * len(head))
-    for r in rows:
-        x = "" if r["x_plain"] is None else f"{r['x_plain']:.2f}"
-        cpu = r["process_cpu_s"][r["times_s"].index(r["best_s"])]
-        print(f"{r['contender']:<21} {'yes' if r['batch_norm'] else 'no':>3} {r['accumulation'] or '-':>7} "
-              f"{r['best_s']:>8.3f} {r['median_s']:>8.3f} {r['batch_min_sum_s']:>8.3f} {cpu:>7.2f} "
-              f"{r['ms_per_batch']:>9.2f} "
-              f"{r['examples_per_s']:>11.4g} {x:>8}")
-    print("(seconds = best epoch of the repeats; b-min = sum over the minibatches of each one's fastest time; "
-          "CPU s = process CPU time of the best epoch, all threads and the untimed input building included; "
-          "x plain = seconds / seconds of the plain autograd epoch with the same BN setting)")
+TABLE = (common.Column("contender", 21, "contender", align="<"),
+         common.Column("BN", 3, lambda r: "yes" if r["batch_norm"] else "no"),
+         common.Column("accum", 7, lambda r: r["accumulation"] or "-"),
+         common.Column("seconds", 8, "best_s", ".3f"),
+         common.Column("median", 8, "median_s", ".3f"),
+         common.Column("b-min", 8, "batch_min_sum_s", ".3f"),
+         common.Column("CPU s", 7, _best_cpu, ".2f"),
+         common.Column("ms/batch", 9, "ms_per_batch", ".2f"),
+         common.Column("examples/s", 11, "examples_per_s", ".4g"),
+         common.Column("x plain", 8, "x_plain", ".2f"))
+TABLE_NOTE = ("(seconds = best epoch of the repeats; b-min = sum over the minibatches of each one's fastest time; "
+              "CPU s = process CPU time of the best epoch, all threads and the untimed input building included; "
+              "x plain = seconds / seconds of the plain autograd epoch with the same BN setting)")
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    wall0 = time.perf_counter()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    wall0 = common.start(args.threads)
     torch.manual_seed(args.seed)
     ladder = Ladder.random(args.depth, args.branching, args.events, seed=args.seed)
     t0 = time.perf_counter()
@@ -351,17 +292,17 @@ def main(argv: list[str] | None = None) -> dict:
           f"{ladder.total_regions} regions, leaves {ladder.num_regions[-1]} x {ladder.emission.dim}; "
           f"student widths {student.widths}")
     print(f"N = {args.n} examples in {len(data)} minibatch(es) of {args.batch_size}, {args.repeats} repeat(s); "
-          f"sampled in {sample_s:.2f} s; torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
+          f"sampled in {sample_s:.2f} s; {common.torch_summary()}")
     print(f"MACs per example, level 0..{args.depth}: student {macs} (total {sum(macs)}); dense chain "
           f"{' -> '.join(map(str, dims))}: {dense_macs} (total {sum(dense_macs)})")
-    info = machine_info()
+    info = common.machine_info()
 
     contenders = []
     for bn, st in students.items():
         tag = " (BN)" if bn else ""
         contenders.append({"contender": "plain" + tag, "description": "student(x), student.loss, loss.backward() "
                            "(autograd), zero_grad per minibatch", "batch_norm": bn, "accumulation": None,
-                           "target": True, "run": plain_runner(st, data)})
+                           "target": True, "run": autograd_runner(st, st.loss, data.x, data)})
         contenders.append({"contender": "explicit fwd+bwd" + tag, "description": "student.forward_backward(x, y) "
                            "alone (no accumulation)", "batch_norm": bn, "accumulation": None, "target": False,
                            "run": explicit_runner(st, data)})
@@ -372,7 +313,7 @@ def main(argv: list[str] | None = None) -> dict:
                                "target": name == JUDGED_ACCUMULATION, "run": stats_runner(st, data, dt)})
     contenders.append({"contender": "dense", "description": "chain of nn.Linear with the student's per-level MACs "
                        f"({' -> '.join(map(str, dims))}), autograd", "batch_norm": False, "accumulation": None,
-                       "target": True, "run": dense_runner(net, student, data), "dims": dims,
+                       "target": True, "run": autograd_runner(net, student.loss, data.dense_x, data), "dims": dims,
                        "macs_per_level": dense_macs})
     measure_round_robin(contenders, len(data), args.repeats, args.warmup_batches)
     rows = [finish_row(c, args.n, len(data), args.batch_size, args.repeats) for c in contenders]
@@ -402,7 +343,7 @@ def main(argv: list[str] | None = None) -> dict:
     targets["locally_connected_vs_dense"] = ratio("plain", "dense", DENSE_TARGET, True)
 
     print()
-    print_table(rows)
+    common.print_table(TABLE, rows, TABLE_NOTE)
     print()
     labels = {"stats_overhead": "stats (float32 accum, default) / plain",
               "stats_overhead_float64": "stats (float64 accum) / plain",
@@ -418,14 +359,10 @@ def main(argv: list[str] | None = None) -> dict:
               f"{t['value_batch_min']:5.2f}x)  {tgt:<14} {verdict}".rstrip())
     print(f"(judged on the best epochs; the statistics targets on {JUDGED_ACCUMULATION} accumulation, the "
           "accumulator's default; batch-min: ratio of the sums of per-minibatch minima over the repeats)")
-    total_s = time.perf_counter() - wall0
-    info["loadavg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-    print(f"\ntotal wall time {total_s:.1f} s; results -> {args.out}")
+    total_s = common.finish(info, wall0)
+    common.print_done(total_s, args.out)
 
-    result = {
-        "benchmark": "student",
-        "timestamp": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "argv": list(sys.argv[1:] if argv is None else argv),
+    sections = {
         "config": {"n": args.n, "batch_size": args.batch_size, "batches": len(data), "depth": args.depth,
                    "branching": args.branching, "events": args.events, "width": args.width, "seed": args.seed,
                    "repeats": args.repeats, "warmup_batches": args.warmup_batches, "threads": args.threads,
@@ -438,13 +375,9 @@ def main(argv: list[str] | None = None) -> dict:
         "student": {"widths": list(student.widths), "activation": student.activation.name,
                     "macs_per_level": macs, "macs_per_example": sum(macs)},
         "dense": {"dims": dims, "macs_per_level": dense_macs, "macs_per_example": sum(dense_macs)},
-        "machine": info,
-        "results": rows,
-        "targets": targets,
-        "total_wall_s": total_s,
     }
-    write_json_atomic(args.out, result)
-    return result
+    result = common.record("student", argv, sections, info, rows, {"targets": targets}, total_s)
+    return common.write_json(args.out, result)
 
 
 if __name__ == "__main__":

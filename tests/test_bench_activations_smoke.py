@@ -6,30 +6,15 @@ Only the structure and positivity of the numbers are checked, never timings agai
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_activations.py"
-
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_activations", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench_smoke_helpers import load_bench, run_quick
 
 
 def test_bench_activations_quick(tmp_path):
-    bench = _load_bench()
-    out = tmp_path / "a.json"
-    returned = bench.main(["--quick", "--out", str(out)])
-    data = json.loads(out.read_text())
-    assert data["results"] == json.loads(json.dumps(returned["results"]))
-    assert not [p.name for p in tmp_path.iterdir() if p.name != "a.json"], "temporary file left behind"
+    bench = load_bench("bench_activations")
+    data = run_quick(bench, tmp_path, "a.json")
 
     for key in ("benchmark", "config", "machine", "results", "targets", "speedups", "total_wall_s"):
         assert key in data
@@ -54,7 +39,7 @@ def test_bench_activations_quick(tmp_path):
 
 
 def test_bench_activations_rejects_bad_arguments():
-    bench = _load_bench()
+    bench = load_bench("bench_activations")
     for argv in (["--beta", "1.0"], ["--beta", "0"], ["--n", "0"], ["--channels", "-1"]):
         with pytest.raises(SystemExit):
             bench.parse_args(argv)

@@ -6,30 +6,15 @@ Only the structure and positivity of the numbers are checked, never timings agai
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_factorial_map.py"
-
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_factorial_map", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench_smoke_helpers import load_bench, run_quick
 
 
 def test_bench_factorial_map_quick(tmp_path):
-    bench = _load_bench()
-    out = tmp_path / "b.json"
-    returned = bench.main(["--quick", "--out", str(out)])
-    data = json.loads(out.read_text())
-    assert data["results"] == json.loads(json.dumps(returned["results"]))
-    assert not [p.name for p in tmp_path.iterdir() if p.name != "b.json"], "temporary file left behind"
+    bench = load_bench("bench_factorial_map")
+    data = run_quick(bench, tmp_path)
 
     for key in ("benchmark", "config", "layer", "machine", "results", "enumeration", "enumeration_projection",
                 "targets", "total_wall_s"):
@@ -64,7 +49,7 @@ def test_bench_factorial_map_quick(tmp_path):
 
 
 def test_bench_factorial_map_rejects_bad_arguments(tmp_path):
-    bench = _load_bench()
+    bench = load_bench("bench_factorial_map")
     for argv in (["--k", "0"], ["--k", "64", "--d", "32"], ["--enum-time-limit", "0"]):
         with pytest.raises(SystemExit):
             bench.parse_args([*argv, "--out", str(tmp_path / "b.json")])

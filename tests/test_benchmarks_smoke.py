@@ -6,28 +6,14 @@ Only the structure and positivity of the numbers are checked, never timings agai
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ladder_sampling.py"
-
-
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_ladder_sampling", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench_smoke_helpers import load_bench, run_quick
 
 
 def test_bench_ladder_sampling_quick(tmp_path):
-    bench = _load_bench()
-    out = tmp_path / "b.json"
-    returned = bench.main(["--quick", "--out", str(out)])
-    data = json.loads(out.read_text())
-    assert data["results"] == json.loads(json.dumps(returned["results"]))
-    assert not [p.name for p in tmp_path.iterdir() if p.name != "b.json"], "temporary file left behind"
+    bench = load_bench("bench_ladder_sampling")
+    data = run_quick(bench, tmp_path)
 
     for key in ("benchmark", "config", "ladder", "machine", "results", "targets", "total_wall_s"):
         assert key in data
