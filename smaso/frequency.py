@@ -166,9 +166,15 @@ class FrequencyAccumulator:
             R, m = lad.num_regions[l], lad.events[l]
             idx = (levels[l] + torch.arange(R, device=self.device) * m).reshape(-1)
             self.counts[l] += torch.bincount(idx, minlength=R * m).reshape(R, m)
-            if l < d:
+            if l < d and small[l]:
+                # one matmul per quantity on its transposed view: cheaper than concatenating them first
+                w = self.student.widths[l]
+                for i, key in enumerate(self.summed):
+                    q = getattr(rec, _RECORD[key])[l].to(dt)
+                    self.own[l][..., i * w: (i + 1) * w] += torch.bmm(one_hot[l], q.transpose(0, 1))
+            elif l < d:
                 stack = torch.cat([getattr(rec, _RECORD[k])[l] for k in self.summed], -1)
-                self.own[l] += scatter_sums(levels[l], stack, m, dt, one_hot[l])
+                self.own[l] += scatter_sums(levels[l], stack, m, dt)
             elif not self.onehot_leaves:
                 self.own[l] += scatter_sums(levels[l], rec.fbar[l], m, dt, one_hot[l])
             if l == 0:
