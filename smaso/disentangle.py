@@ -1,0 +1,499 @@
+"""Disentangled representations on factorized binary ladders (§5.2, appendix §7.7).
+
+A region alpha carries n binary factors z_alpha = [z[1], ..., z[n]] (m = 2^n events, factor 0 the
+most significant bit of the event index, as in :meth:`teachers.ladder.Ladder.factorized_binary`).
+
+* Def 3: ``F`` ``(2^n, n)`` is disentangled if column j = 1 x ... x f[j] x ... x 1 (Kronecker
+  products of 2-vectors, f[j] in position j).
+* Def 4: ``G~`` ``(2^n, n)`` is disentangled if column j = p[1] x ... x g~[j] x ... x p[n] with
+  p[i] = [P(z[i] = 0), P(z[i] = 1)].
+* Def 5: ``W_ba`` ``(n_b, n_a)`` is separable w.r.t. disjoint sets {S_i} covering the child's factors
+  if W_ba[k, i] = 0 whenever k is not in S_i (block i = W_ba[S_i, i]).
+
+Distances: for a fixed column j the Def 3 / Def 4 forms are a linear subspace (2 free numbers), so
+the distance of a matrix from disentangled is the relative Frobenius norm of its residual after
+projecting each column onto that subspace (Def 3: average over the other bits; Def 4: contract the
+other bits with p[i] / |p[i]|^2).  Separability distance: norm of the off-block part / norm.
+
+* Thm 8 (:func:`forward_region`, :func:`forward_disentangled_demo`): P_ab Kronecker, W_ba separable,
+  F_b disentangled => F_a = relu(sum_b P_ab F_b W_ba + 1 bias^T) disentangled, also after the
+  P-weighted Batch Norm of Eq 12 (a per-column affine map).
+* Thm 9 (:func:`weight_update`, :func:`separable_update_demo`): F_b, G~_a disentangled and
+  1^T G~_a = 0 => Delta W_ba = (P_ab F_b)^T G~_a separable; without centering it is not.
+* §7.7.1 / Eq 111 (:func:`backward_g_tilde`, :func:`backward_disentangle_distance`): the backward
+  G~_b = D_b o sum_a P_ab^T G~_a W_ba^T is in general *not* disentangled: column k in S_i is
+  (P_{S_i}^T g~_i) w_k x (joint p of the other groups), where P_{S_i}^T g~_i is a generic
+  2^|S_i|-vector (not a Kronecker product of 2-vectors) and the joint p of other groups is not the
+  product of per-factor marginals.  The paper leaves this open ("future work"); here it is measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .reformulation import _weighted_bn
+
+__all__ = [
+    "BackwardDemo",
+    "ForwardDemo",
+    "UpdateDemo",
+    "backward_disentangle_distance",
+    "backward_g_tilde",
+    "check_groups",
+    "disentangled_F_distance",
+    "disentangled_G_distance",
+    "factor_marginals",
+    "forward_disentangled_demo",
+    "forward_region",
+    "is_disentangled_F",
+    "is_disentangled_G",
+    "is_separable",
+    "random_disentangled_F",
+    "random_disentangled_G",
+    "random_separable_W",
+    "region_marginals",
+    "separability_distance",
+    "separable_update_demo",
+    "weight_update",
+]
+
+ROW_TOL = 1e-9
+
+
+# ---------------------------------------------------------------------------- validation
+def _matrix(x, name: str) -> torch.Tensor:
+    t = torch.as_tensor(x, dtype=torch.float64)
+    if t.dim() != 2:
+        raise ValueError(f"{name}: expected a 2-D matrix, got shape {tuple(t.shape)}")
+    if not torch.isfinite(t).all():
+        raise ValueError(f"{name}: contains NaN or infinity")
+    return t
+
+
+def _n_factors(rows: int, n_factors: int, name: str) -> int:
+    n = int(n_factors)
+    if n < 1 or rows != 2**n:
+        raise ValueError(f"{name}: expected 2^n_factors = {2**max(n, 0)} rows for n_factors = {n}, got {rows}")
+    return n
+
+
+def _check_stochastic(P, name: str) -> torch.Tensor:
+    P = _matrix(P, name)
+    if (P < -ROW_TOL).any():
+        raise ValueError(f"{name}: has negative entries; rows must be probability distributions")
+    dev = (P.sum(1) - 1).abs()
+    if (dev > ROW_TOL).any():
+        r = int(dev.argmax())
+        raise ValueError(f"{name}: row {r} sums to {float(P[r].sum())}, not 1 (not row-stochastic)")
+    return P
+
+
+def _check_p_factors(p_factors, n: int, name: str = "p_factors") -> torch.Tensor:
+    p = torch.as_tensor(p_factors, dtype=torch.float64)
+    if p.shape != (n, 2):
+        raise ValueError(f"{name}: expected shape ({n}, 2), got {tuple(p.shape)}")
+    if (p < -ROW_TOL).any() or ((p.sum(1) - 1).abs() > ROW_TOL).any():
+        raise ValueError(f"{name}: every row must be a distribution [P(z=0), P(z=1)]")
+    return p
+
+
+def check_groups(groups: Sequence[Sequence[int]], n_child: int, name: str = "groups") -> list[list[int]]:
+    """Validate the index sets {S_i} of Def 5: disjoint and covering ``range(n_child)``."""
+    try:
+        out = [[int(k) for k in g] for g in groups]
+    except TypeError:
+        raise ValueError(f"{name}: expected a list of index lists, got {groups!r}") from None
+    seen: dict[int, int] = {}
+    for i, g in enumerate(out):
+        for k in g:
+            if not 0 <= k < n_child:
+                raise ValueError(f"{name}[{i}]: index {k} outside the child's factors [0, {n_child})")
+            if k in seen:
+                raise ValueError(f"{name}: index sets overlap: child factor {k} is in S_{seen[k]} and S_{i}")
+            seen[k] = i
+    missing = sorted(set(range(n_child)) - set(seen))
+    if missing:
+        raise ValueError(f"{name}: index sets do not cover the child's factors; missing {missing}")
+    return out
+
+
+# ---------------------------------------------------------------------------- Defs 3-5
+def _factor_form_residual(M: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
+    """Residual of each column j of ``M`` ``(2^n, n)`` after projection onto
+    {q[0] x ... x g (position j) x ... x q[n-1] : g in R^2}, ``others`` = q ``(n, 2)``."""
+    n = others.shape[0]
+    R = torch.empty_like(M)
+    for j in range(n):
+        T = M[:, j].reshape([2] * n).movedim(j, 0).reshape(2, -1)
+        Q = torch.ones(1, dtype=M.dtype)
+        for i in range(n):
+            if i != j:
+                Q = torch.kron(Q, others[i])
+        qq = Q @ Q
+        g = T @ Q / qq if qq > 0 else torch.zeros(2, dtype=M.dtype)
+        fit = torch.outer(g, Q).reshape([2] * n).movedim(0, j).reshape(-1)
+        R[:, j] = M[:, j] - fit
+    return R
+
+
+def _relative(res: torch.Tensor, ref: torch.Tensor) -> float:
+    den = float(torch.linalg.norm(ref))
+    return float(torch.linalg.norm(res)) / den if den > 0 else 0.0
+
+
+def disentangled_F_distance(F, n_factors: int) -> float:
+    """Def 3 distance: ||F - proj(F)||_F / ||F||_F, ``F`` ``(2^n, n)``; column j is projected onto
+    vectors depending only on bit j (factor j = j-th most significant bit) by averaging over the
+    other bits.  0 for disentangled F (and for F = 0)."""
+    F = _matrix(F, "F")
+    n = _n_factors(F.shape[0], n_factors, "F")
+    if F.shape[1] != n:
+        raise ValueError(f"F: expected {n} columns (one per factor, Def 3), got {F.shape[1]}")
+    return _relative(_factor_form_residual(F, torch.ones(n, 2, dtype=F.dtype)), F)
+
+
+def is_disentangled_F(F, n_factors: int, tol: float = 1e-10) -> bool:
+    """Def 3: column j of ``F`` ``(2^n, n)`` is 1 x ... x f[j] x ... x 1 (up to relative ``tol``)."""
+    return disentangled_F_distance(F, n_factors) <= tol
+
+
+def disentangled_G_distance(G_tilde, p_factors) -> float:
+    """Def 4 distance of ``G_tilde`` ``(2^n, n)`` given ``p_factors`` ``(n, 2)`` (row i =
+    [P(z[i]=0), P(z[i]=1)]): relative Frobenius residual after the least-squares projection of
+    column j onto {p[1] x ... x g (position j) x ... x p[n]}."""
+    G = _matrix(G_tilde, "G_tilde")
+    n = G.shape[1]
+    _n_factors(G.shape[0], n, "G_tilde")
+    p = _check_p_factors(p_factors, n)
+    return _relative(_factor_form_residual(G, p), G)
+
+
+def is_disentangled_G(G_tilde, p_factors, tol: float = 1e-10) -> bool:
+    """Def 4: column j of ``G_tilde`` ``(2^n, n)`` is p[1] x ... x g~[j] x ... x p[n]."""
+    return disentangled_G_distance(G_tilde, p_factors) <= tol
+
+
+def separability_distance(W, groups: Sequence[Sequence[int]]) -> float:
+    """Def 5 distance of ``W`` ``(n_b, n_a)`` w.r.t. ``groups`` (n_a disjoint sets covering
+    ``range(n_b)``): ||off-block part||_F / ||W||_F."""
+    W = _matrix(W, "W")
+    if len(groups) != W.shape[1]:
+        raise ValueError(f"W: {W.shape[1]} columns but {len(groups)} groups (one set S_i per parent factor)")
+    groups = check_groups(groups, W.shape[0])
+    mask = torch.zeros_like(W, dtype=torch.bool)
+    for i, g in enumerate(groups):
+        mask[g, i] = True
+    return _relative(W.masked_fill(mask, 0.0), W)
+
+
+def is_separable(W, groups: Sequence[Sequence[int]], tol: float = 1e-10) -> bool:
+    """Def 5: ``W`` ``(n_b, n_a)`` = diag(W[S_1, 1], ..., W[S_n, n_a]) (up to relative ``tol``)."""
+    return separability_distance(W, groups) <= tol
+
+
+def factor_marginals(p, n_factors: int) -> torch.Tensor:
+    """Per-factor marginals ``(n, 2)`` of a joint distribution ``p`` ``(2^n,)`` over n binary factors."""
+    p = torch.as_tensor(p, dtype=torch.float64)
+    n = _n_factors(p.numel(), n_factors, "p")
+    T = p.reshape([2] * n)
+    return torch.stack([T.sum(dim=[i for i in range(n) if i != j]) if n > 1 else T for j in range(n)])
+
+
+# ---------------------------------------------------------------------------- random objects
+def random_disentangled_F(n_factors: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """A random Def 3 matrix ``(2^n, n)``: column j = 1 x ... x f[j] x ... x 1, f[j] ~ N(0, I_2)."""
+    n = int(n_factors)
+    f = torch.randn(n, 2, generator=generator, dtype=torch.float64)
+    return _expand(f, torch.ones(n, 2, dtype=torch.float64))
+
+
+def random_disentangled_G(p_factors, generator: torch.Generator | None = None, centered: bool = True) -> torch.Tensor:
+    """A random Def 4 matrix ``(2^n, n)`` for ``p_factors`` ``(n, 2)``; with ``centered`` each g~[j]
+    sums to 0, so 1^T G~ = 0 (the hypothesis of Thm 9)."""
+    p = torch.as_tensor(p_factors, dtype=torch.float64)
+    if p.dim() != 2:
+        raise ValueError(f"p_factors: expected shape (n, 2), got {tuple(p.shape)}")
+    p = _check_p_factors(p, p.shape[0])
+    g = torch.randn(p.shape[0], 2, generator=generator, dtype=torch.float64)
+    if centered:
+        g = g - g.mean(1, keepdim=True)
+    return _expand(g, p)
+
+
+def _expand(own: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
+    n = own.shape[0]
+    cols = []
+    for j in range(n):
+        v = torch.ones(1, dtype=torch.float64)
+        for i in range(n):
+            v = torch.kron(v, own[i] if i == j else others[i])
+        cols.append(v)
+    return torch.stack(cols, 1)
+
+
+def random_separable_W(groups: Sequence[Sequence[int]], generator: torch.Generator | None = None,
+                       n_child: int | None = None) -> torch.Tensor:
+    """A random Def 5 matrix ``(n_b, n_a)``: N(0, 1) on the blocks W[S_i, i], 0 elsewhere."""
+    n_child = sum(len(g) for g in groups) if n_child is None else n_child
+    groups = check_groups(groups, n_child)
+    W = torch.zeros(n_child, len(groups), dtype=torch.float64)
+    for i, g in enumerate(groups):
+        W[g, i] = torch.randn(len(g), generator=generator, dtype=torch.float64)
+    return W
+
+
+# ---------------------------------------------------------------------------- Thm 8 / 9 / Eq 111
+def forward_region(P_ab: Sequence, F_b: Sequence, W_ba: Sequence, *, bias=None, relu: bool = True,
+                   bn_p=None, bn_scale=None, bn_shift=None, bn_eps: float = 1e-5) -> torch.Tensor:
+    """Eq 9 forward at one region (Thm 8): F_a = D o (sum_b P_ab F_b W_ba + 1 bias^T), D the ReLU gates
+    of that pre-activation (``relu=False``: D = 1), then optionally the P-weighted BN of Eq 12 with
+    weights ``bn_p`` ``(m_a,)`` (= P(z_a)) and per-column ``bn_scale``, ``bn_shift`` ``(n_a,)``.
+
+    ``P_ab[i]`` ``(m_a, m_b)`` row-stochastic, ``F_b[i]`` ``(m_b, n_b)``, ``W_ba[i]`` ``(n_b, n_a)``.
+    Returns ``(m_a, n_a)``.
+    """
+    if not (len(P_ab) == len(F_b) == len(W_ba)) or not P_ab:
+        raise ValueError(f"P_ab/F_b/W_ba: expected one entry per child, got {len(P_ab)}, {len(F_b)}, {len(W_ba)}")
+    U = None
+    for i, (P, F, W) in enumerate(zip(P_ab, F_b, W_ba, strict=True)):
+        P = _check_stochastic(P, f"P_ab[{i}]")
+        F = _matrix(F, f"F_b[{i}]")
+        W = _matrix(W, f"W_ba[{i}]")
+        if F.shape[0] != P.shape[1]:
+            raise ValueError(f"F_b[{i}]: expected {P.shape[1]} rows (child events), got {F.shape[0]}")
+        if W.shape[0] != F.shape[1]:
+            raise ValueError(f"W_ba[{i}]: expected {F.shape[1]} rows (child neurons), got shape {tuple(W.shape)}")
+        if U is not None and (P.shape[0], W.shape[1]) != tuple(U.shape):
+            raise ValueError(f"W_ba[{i}]: shape {tuple(W.shape)} does not match the other children's output "
+                             f"{tuple(U.shape)}")
+        term = P @ F @ W
+        U = term if U is None else U + term
+    if bias is not None:
+        b = torch.as_tensor(bias, dtype=torch.float64)
+        if b.shape != (U.shape[1],):
+            raise ValueError(f"bias: expected shape ({U.shape[1]},), got {tuple(b.shape)}")
+        U = U + b
+    out = U.clamp_min(0) if relu else U
+    if bn_p is not None:
+        p = _check_stochastic(torch.as_tensor(bn_p, dtype=torch.float64)[None], "bn_p")[0]
+        if p.shape != (U.shape[0],):
+            raise ValueError(f"bn_p: expected shape ({U.shape[0]},), got {tuple(p.shape)}")
+        n = U.shape[1]
+        c1 = torch.ones(n, dtype=torch.float64) if bn_scale is None else torch.as_tensor(bn_scale, dtype=torch.float64)
+        c0 = torch.zeros(n, dtype=torch.float64) if bn_shift is None else torch.as_tensor(bn_shift, dtype=torch.float64)
+        if c1.shape != (n,) or c0.shape != (n,):
+            raise ValueError(f"bn_scale/bn_shift: expected shape ({n},)")
+        out = _weighted_bn(out[None], p[None], c1[None], c0[None], bn_eps)[0][0]
+    return out
+
+
+def weight_update(P_ab, F_b, G_tilde_a) -> torch.Tensor:
+    """Eq 9 update (Thm 9): Delta W_ba = (P_ab F_b)^T G~_a, ``(n_b, n_a)`` from ``P_ab`` ``(m_a, m_b)``,
+    ``F_b`` ``(m_b, n_b)``, ``G_tilde_a`` ``(m_a, n_a)``."""
+    P = _check_stochastic(P_ab, "P_ab")
+    F = _matrix(F_b, "F_b")
+    G = _matrix(G_tilde_a, "G_tilde_a")
+    if F.shape[0] != P.shape[1]:
+        raise ValueError(f"F_b: expected {P.shape[1]} rows (child events), got {F.shape[0]}")
+    if G.shape[0] != P.shape[0]:
+        raise ValueError(f"G_tilde_a: expected {P.shape[0]} rows (parent events), got {G.shape[0]}")
+    return (P @ F).T @ G
+
+
+def backward_g_tilde(P_ab: Sequence, G_tilde_a: Sequence, W_ba: Sequence, D_b=None) -> torch.Tensor:
+    """Eq 9 backward / Eq 104-111 at one child region: G~_b = D_b o sum_a P_ab^T G~_a W_ba^T.
+
+    ``P_ab[i]`` ``(m_a, m_b)``, ``G_tilde_a[i]`` ``(m_a, n_a)``, ``W_ba[i]`` ``(n_b, n_a)``; ``D_b``
+    ``(m_b, n_b)`` gates (None: no gating).  Returns ``(m_b, n_b)``.
+    """
+    if not (len(P_ab) == len(G_tilde_a) == len(W_ba)) or not P_ab:
+        raise ValueError("P_ab/G_tilde_a/W_ba: expected one entry per parent")
+    out = None
+    for i, (P, G, W) in enumerate(zip(P_ab, G_tilde_a, W_ba, strict=True)):
+        P = _check_stochastic(P, f"P_ab[{i}]")
+        G = _matrix(G, f"G_tilde_a[{i}]")
+        W = _matrix(W, f"W_ba[{i}]")
+        if G.shape[0] != P.shape[0]:
+            raise ValueError(f"G_tilde_a[{i}]: expected {P.shape[0]} rows (parent events), got {G.shape[0]}")
+        if W.shape[1] != G.shape[1]:
+            raise ValueError(f"W_ba[{i}]: expected {G.shape[1]} columns (parent neurons), got shape {tuple(W.shape)}")
+        term = P.T @ G @ W.T
+        if out is not None and term.shape != out.shape:
+            raise ValueError(f"W_ba[{i}]: shape {tuple(W.shape)} does not match the other parents'")
+        out = term if out is None else out + term
+    if D_b is not None:
+        D = _matrix(D_b, "D_b")
+        if D.shape != out.shape:
+            raise ValueError(f"D_b: expected shape {tuple(out.shape)}, got {tuple(D.shape)}")
+        out = D * out
+    return out
+
+
+# ---------------------------------------------------------------------------- ladder demos
+def _factorization(ladder):
+    fac = getattr(ladder, "factorization", None)
+    if fac is None or ladder.tables is None:
+        raise ValueError("ladder: expected a top-down ladder from Ladder.factorized_binary (no factorization)")
+    return fac
+
+
+def region_marginals(ladder) -> list[torch.Tensor]:
+    """P(z) of every region, level by level: ``[(R_l, m_l)]`` (top-down: p_b = P_ab^T p_a)."""
+    _factorization(ladder)
+    p = [ladder.prior.to(torch.float64)[None]]
+    for l in range(1, ladder.depth + 1):
+        par = p[-1][ladder.parents(l)]
+        p.append(torch.einsum("ca,cab->cb", par, ladder.tables[l - 1].to(torch.float64)))
+    return p
+
+
+def _check_weights(ladder, weights, fac) -> list[torch.Tensor]:
+    if len(weights) != ladder.depth:
+        raise ValueError(f"weights: expected {ladder.depth} tensors (one per level), got {len(weights)}")
+    out = []
+    for l, W in enumerate(weights):
+        W = torch.as_tensor(W, dtype=torch.float64)
+        want = (ladder.num_regions[l + 1], fac.factors[l + 1], fac.factors[l])
+        if tuple(W.shape) != want:
+            raise ValueError(f"weights[{l}]: expected shape {want} (child regions, child factors, parent factors), "
+                             f"got {tuple(W.shape)}")
+        out.append(W)
+    return out
+
+
+def _random_weights(ladder, fac, gen, separable: bool) -> list[torch.Tensor]:
+    out = []
+    for l in range(ladder.depth):
+        R, nb, na = ladder.num_regions[l + 1], fac.factors[l + 1], fac.factors[l]
+        if separable:
+            out.append(torch.stack([random_separable_W(fac.groups(l + 1), gen, nb) for _ in range(R)]))
+        else:
+            out.append(torch.randn(R, nb, na, generator=gen, dtype=torch.float64))
+    return out
+
+
+@dataclass
+class ForwardDemo:
+    """Result of :func:`forward_disentangled_demo`: ``F[l]`` ``(R_l, 2^n_l, n_l)``, the weights
+    ``[(R_{l+1}, n_{l+1}, n_l)]``, ``distance[l]`` = max Def 3 distance over the regions of level l,
+    ``separability[l]`` = max Def 5 distance of ``weights[l]``."""
+
+    F: list
+    weights: list
+    distance: list
+    separability: list
+
+
+def forward_disentangled_demo(ladder, weights=None, *, seed: int = 0, separable: bool = True, relu: bool = True,
+                              bn: bool = False, bias: bool = True) -> ForwardDemo:
+    """Thm 8 on a :meth:`~teachers.ladder.Ladder.factorized_binary` ladder: random Def 3 leaf
+    activations, ``weights`` (default random, separable w.r.t. the factorization's S_i if
+    ``separable``), Eq 9 forward with ReLU gates / random bias / P-weighted BN (Eq 12, weights
+    P(z_a), random scale and shift) up to the root; reports the Def 3 distance of every level.
+    """
+    fac = _factorization(ladder)
+    gen = torch.Generator().manual_seed(int(seed))
+    d = ladder.depth
+    W = _random_weights(ladder, fac, gen, separable) if weights is None else _check_weights(ladder, weights, fac)
+    p = region_marginals(ladder)
+    F = [None] * (d + 1)
+    F[d] = torch.stack([random_disentangled_F(fac.factors[d], gen) for _ in range(ladder.num_regions[d])])
+    for l in range(d - 1, -1, -1):
+        par = ladder.parents(l + 1)
+        n = fac.factors[l]
+        regs = []
+        for r in range(ladder.num_regions[l]):
+            kids = (par == r).nonzero().flatten().tolist()
+            b = torch.randn(n, generator=gen, dtype=torch.float64) if bias else None
+            kw = {}
+            if bn:
+                kw = dict(bn_p=p[l][r], bn_scale=torch.rand(n, generator=gen, dtype=torch.float64) + 0.5,
+                          bn_shift=torch.randn(n, generator=gen, dtype=torch.float64))
+            regs.append(forward_region([ladder.tables[l][c] for c in kids], [F[l + 1][c] for c in kids],
+                                       [W[l][c] for c in kids], bias=b, relu=relu, **kw))
+        F[l] = torch.stack(regs)
+    dist = [max(disentangled_F_distance(f, fac.factors[l]) for f in F[l]) for l in range(d + 1)]
+    sep = [max(separability_distance(w, fac.groups(l + 1)) for w in W[l]) for l in range(d)]
+    return ForwardDemo(F, W, dist, sep)
+
+
+@dataclass
+class UpdateDemo:
+    """Result of :func:`separable_update_demo` at one parent level: ``dW`` ``(R_{l+1}, n_{l+1}, n_l)``,
+    ``separability`` ``(R_{l+1},)`` Def 5 distances, ``G_distance`` the max Def 4 distance of the
+    G~_a used (0 by construction), ``col_sums`` max |1^T G~_a|."""
+
+    dW: torch.Tensor
+    separability: torch.Tensor
+    G_distance: float
+    col_sums: float
+
+
+def separable_update_demo(ladder, level: int = 0, *, seed: int = 0, centered: bool = True) -> UpdateDemo:
+    """Thm 9 at parent level ``level``: random Def 3 F_b, random Def 4 G~_a (per-factor marginals of
+    P(z_a); ``centered``: 1^T G~_a = 0), Delta W_ba = (P_ab F_b)^T G~_a for every child b."""
+    fac = _factorization(ladder)
+    if not 0 <= level < ladder.depth:
+        raise ValueError(f"level: expected a parent level in 0..{ladder.depth - 1}, got {level}")
+    gen = torch.Generator().manual_seed(int(seed))
+    p = region_marginals(ladder)
+    na, nb = fac.factors[level], fac.factors[level + 1]
+    G = [random_disentangled_G(factor_marginals(p[level][r], na), gen, centered)
+         for r in range(ladder.num_regions[level])]
+    par = ladder.parents(level + 1).tolist()
+    dW = torch.stack([weight_update(ladder.tables[level][c], random_disentangled_F(nb, gen), G[par[c]])
+                      for c in range(ladder.num_regions[level + 1])])
+    groups = fac.groups(level + 1)
+    sep = torch.tensor([separability_distance(w, groups) for w in dW], dtype=torch.float64)
+    gd = max(disentangled_G_distance(g, factor_marginals(p[level][r], na)) for r, g in enumerate(G))
+    cs = max(float(g.sum(0).abs().max()) for g in G)
+    return UpdateDemo(dW, sep, gd, cs)
+
+
+def _random_gates(n: int, gen: torch.Generator) -> torch.Tensor:
+    """Def 3 ReLU gates ``(2^n, n)``: column j = 1 x d[j] x 1, d[j] uniform over the three non-dead
+    patterns [1, 1], [1, 0], [0, 1] (a dead column has zero gradient, trivially disentangled)."""
+    patterns = torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    d = patterns[torch.randint(3, (n,), generator=gen)]
+    return _expand(d, torch.ones(n, 2, dtype=torch.float64))
+
+
+@dataclass
+class BackwardDemo:
+    """Result of :func:`backward_disentangle_distance`: ``G_tilde`` ``(R_{l+1}, m, n)`` and its Def 4
+    distances ``distance`` ``(R_{l+1},)`` (w.r.t. the per-factor marginals of P(z_b)); ``parent_distance``
+    is the max Def 4 distance of the parents' G~_a (0 by construction)."""
+
+    G_tilde: torch.Tensor
+    distance: torch.Tensor
+    parent_distance: float
+
+
+def backward_disentangle_distance(ladder, level: int = 1, *, seed: int = 0, gated: bool = True) -> BackwardDemo:
+    """§7.7.1 / Eq 111: G~_b = D_b o P_ab^T G~_a W_ba^T at child level ``level`` (>= 1) with P_ab
+    Kronecker, W_ba separable (random), G~_a a random centered Def 4 matrix and (``gated``) D_b the
+    random Def 3 ReLU gates with no all-off column (disentangled, Lemma 1).  Every hypothesis of
+    Thm 8/9 holds, yet the returned Def 4 distances of G~_b are generically non-zero: the paper
+    shows this (Eq 111, "no longer disentangled") and leaves a fix to future work.
+    """
+    fac = _factorization(ladder)
+    if not 1 <= level <= ladder.depth:
+        raise ValueError(f"level: expected a child level in 1..{ladder.depth}, got {level}")
+    gen = torch.Generator().manual_seed(int(seed))
+    p = region_marginals(ladder)
+    na, nb = fac.factors[level - 1], fac.factors[level]
+    G = [random_disentangled_G(factor_marginals(p[level - 1][r], na), gen, True)
+         for r in range(ladder.num_regions[level - 1])]
+    pd = max(disentangled_G_distance(g, factor_marginals(p[level - 1][r], na)) for r, g in enumerate(G))
+    par = ladder.parents(level).tolist()
+    out, dist = [], []
+    for c in range(ladder.num_regions[level]):
+        W = random_separable_W(fac.groups(level), gen, nb)
+        D = _random_gates(nb, gen) if gated else None
+        g = backward_g_tilde([ladder.tables[level - 1][c]], [G[par[c]]], [W], D)
+        out.append(g)
+        dist.append(disentangled_G_distance(g, factor_marginals(p[level][c], nb)))
+    return BackwardDemo(torch.stack(out), torch.tensor(dist, dtype=torch.float64), pd)
