@@ -1,0 +1,346 @@
+"""Over-fitting from finite samples (framework paper §5.3, Eq 14-17; ``shared/MATH.md`` §1).
+
+The paper's example, built as a ladder (:func:`overfitting_ladder`): the label y = z_omega has
+two child regions, alpha and gamma, each with a binary event and one leaf that emits a Gaussian
+observation.  The label *is* z_alpha (Eq 14), and z_gamma is independent of it.  Alpha's two
+events are barely separable (means close relative to the noise: the "detailed structures" of
+Fig. 4), gamma's are easily separable (means far apart, little noise).
+
+With N examples:
+
+* Eq 15: gamma shows a spurious correlation eps = P_hat(y=1 | z_gamma=1) - 1/2 with the label,
+  of size ~ 1/sqrt(N) (:func:`spurious_correlation`, :func:`expected_abs_eps`).
+* Eq 16: a node j over alpha has f_j(z_alpha) ~ constant at a random initialization, so its
+  weight into the top receives Delta w_j = E[f_j g_0] ~ 0 although g_0(z_alpha) = +-1 is a
+  strong signal.
+* Eq 17: a node k over gamma has distinctive f_k(z_gamma), so Delta w_k = E[f_k g_0] with
+  g_0(z_gamma) = +-2 eps: a weak, spurious signal times a large feature difference.
+
+:func:`update_magnitudes` measures |Delta W| into the top nodes from alpha and from gamma
+(``rec.dW[0]`` of :class:`~smaso.student.LadderStudent`, via
+:func:`~smaso.frequency.collect_statistics`); :func:`update_curve` sweeps N.  With finite N
+alpha's update is dominated by sampling noise ~ sd(f_alpha)/sqrt(N) and gamma's by
+|f_gamma(1) - f_gamma(0)| eps ~ 1/sqrt(N); as N grows alpha's true, small signal
+(E[f | z_alpha=1] - E[f | z_alpha=0]) takes over while gamma's keeps shrinking, so the ratio
+|Delta W_gamma| / |Delta W_alpha| falls like 1/sqrt(N) (the paper's two remedies: eps -> 0 and
+P_hat(x_alpha | z_alpha) starts to show its difference).
+
+SGD is gradient descent on a perturbed P_hat(z_alpha, z_beta): a minibatch of B examples sees
+the event frequencies of its own B examples, at total-variation distance ~ 1/sqrt(B) from the
+full data's (:func:`minibatch_tv`).
+
+The top gradient: Eq 16-17 take g_0 a function of the label only.  The default student
+(:func:`default_student`) has zero top weights and biases and is trained with cross entropy, so
+at the first step g_0 = onehot(y) - 1/2 exactly (+-1/2, the paper's +-1 up to the factor 1/2).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import torch
+from scipy.special import gammaln
+
+matplotlib.use("Agg") if not os.environ.get("MPLBACKEND") else None
+import matplotlib.pyplot as plt  # noqa: E402
+
+from teachers.emission import GaussianEmission  # noqa: E402
+from teachers.ladder import Ladder  # noqa: E402
+from teachers.sampling import LadderSample, sample_ladder  # noqa: E402
+
+from .frequency import collect_statistics  # noqa: E402
+from .student import LadderStudent  # noqa: E402
+
+__all__ = ["ALPHA", "GAMMA", "default_student", "expected_abs_eps", "minibatch_tv", "overfitting_ladder",
+           "plot_overfitting", "spurious_correlation", "update_curve", "update_magnitudes"]
+
+#: Indices of the two child regions within level 1 of :func:`overfitting_ladder`.
+ALPHA, GAMMA = 0, 1
+
+
+def _positive(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name}: expected a positive number, got {value!r}")
+    value = float(value)
+    if not value > 0 or not math.isfinite(value):
+        raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
+    return value
+
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def overfitting_ladder(*, alpha_separation: float = 0.1, alpha_sigma: float = 1.0, gamma_separation: float = 2.0,
+                       gamma_sigma: float = 0.1, dim: int = 1) -> Ladder:
+    """The §5.3 example (Eq 14-15) as a bottom-up ladder of depth 2.
+
+    Regions ``omega`` (label) -> ``alpha``, ``gamma`` (level 1, binary events) -> one leaf each
+    (``x_alpha``, ``x_gamma``, binary events).  Leaf events are uniform and independent; each
+    level-1 event equals its leaf's event, and y = z_alpha whatever z_gamma (``lookup[0] =
+    [0, 0, 1, 1]`` with code = 2 z_alpha + z_gamma).  So P(y | z_alpha) is the identity (Eq 14)
+    and z_gamma is independent of y.
+
+    Leaf region r emits x ~ N(+-separation_r / 2 * u, sigma_r^2 I) (u = the unit diagonal of
+    R^dim, sign by the event).  Defaults: alpha barely separable (0.1 apart, sigma 1: per-event
+    feature means nearly equal, Eq 16), gamma easily separable (2 apart, sigma 0.1, Eq 17).
+    """
+    a_sep, a_sig = _positive(alpha_separation, "alpha_separation"), _positive(alpha_sigma, "alpha_sigma")
+    g_sep, g_sig = _positive(gamma_separation, "gamma_separation"), _positive(gamma_sigma, "gamma_sigma")
+    dim = _positive_int(dim, "dim")
+    u = torch.ones(dim, dtype=torch.float64) / math.sqrt(dim)
+    sign = torch.tensor([-0.5, 0.5], dtype=torch.float64)[:, None]
+    means = torch.stack([a_sep * sign * u, g_sep * sign * u])  # (R=2, m=2, dim)
+    emission = GaussianEmission(means, torch.tensor([a_sig, g_sig], dtype=torch.float64))
+    return Ladder((2, 1), (2, 2, 2), mode="bottomup", leaf_prior=[0.5, 0.5],
+                  lookup=[[0, 0, 1, 1], [0, 1]], emission=emission, name="overfitting-5.3",
+                  region_names=["omega", "alpha", "gamma", "x_alpha", "x_gamma"])
+
+
+def _check_sample(sample) -> LadderSample:
+    if not isinstance(sample, LadderSample):
+        raise ValueError(f"sample: expected a LadderSample (teachers.sampling.sample_ladder), "
+                         f"got {type(sample).__name__}")
+    lad = sample.ladder
+    if lad.depth < 1 or lad.num_regions[1] != 2 or lad.events[0] != 2 or lad.events[1] != 2:
+        raise ValueError("sample: expected a ladder with a binary label and two binary child regions "
+                         f"(alpha, gamma) at level 1, as overfitting_ladder() builds; got {lad!r} with "
+                         f"events {list(lad.events)} and regions {list(lad.num_regions)}")
+    if len(sample) == 0:
+        raise ValueError("sample: no examples")
+    return sample
+
+
+def spurious_correlation(sample: LadderSample) -> dict:
+    """Empirical spurious correlation of the irrelevant region gamma with the label (§5.3, Eq 15).
+
+    :returns: ``eps`` = P_hat(y=1 | z_gamma=1) - 1/2 (Eq 15's one-sided definition),
+        ``eps_sym`` = (P_hat(y=1 | z_gamma=1) - P_hat(y=1 | z_gamma=0)) / 2 (the sign-symmetric
+        version: Eq 15 with both conditionals at once; equals ``eps`` when the sample happens to
+        satisfy Eq 15 exactly), and the counts ``n1``, ``n0`` of z_gamma = 1, 0.  A conditional
+        with no example is NaN (probability 2^(1-N) for the default ladder).
+    """
+    s = _check_sample(sample)
+    y = s.y
+    zg = s.events(1)[:, GAMMA]
+    n1, n0 = int((zg == 1).sum()), int((zg == 0).sum())
+    p1 = float(y[zg == 1].double().mean()) if n1 else math.nan
+    p0 = float(y[zg == 0].double().mean()) if n0 else math.nan
+    return {"N": len(s), "eps": p1 - 0.5, "eps_sym": (p1 - p0) / 2, "n1": n1, "n0": n0}
+
+
+def expected_abs_eps(n: int) -> dict:
+    """E|eps| of Eq 15 for N examples when y and z_gamma are independent fair coins (§5.3).
+
+    ``eps``: exact.  Given n1 = #{z_gamma = 1} ~ Bin(N, 1/2) (conditioned on n1 >= 1),
+    K = #{y = 1, z_gamma = 1} ~ Bin(n1, 1/2) and E|eps| = E[MAD(n1) / n1] with the binomial mean
+    absolute deviation MAD(n) = E|K - n/2| = 2 (1/2)^(n+1) (k+1) C(n, k+1), k = floor(n/2).
+    For large N, sqrt(N) E|eps| -> 1/sqrt(pi) ~ 0.564 (P_hat has sd 1/(2 sqrt(n1)), n1 ~ N/2).
+
+    ``eps_sym``: normal approximation given (n1, n0): sd^2 = (1/n1 + 1/n0) / 16, averaged over
+    n1 ~ Bin(N, 1/2) with both cells non-empty; sqrt(N) E|eps_sym| -> 1/sqrt(2 pi) ~ 0.399.
+    """
+    n = _positive_int(n, "n")
+    k1 = np.arange(1, n + 1)
+    logw = gammaln(n + 1) - gammaln(k1 + 1) - gammaln(n - k1 + 1) - n * math.log(2)
+    w = np.exp(logw)
+    k = np.floor(k1 / 2)
+    log_mad = math.log(2) + (k1 + 1) * math.log(0.5) + np.log(k + 1) + gammaln(k1 + 1) - gammaln(k + 2) \
+        - gammaln(k1 - k)
+    eps = float((w * np.exp(log_mad) / k1).sum() / w.sum())
+    if n >= 2:
+        k1 = np.arange(1, n)
+        w2 = w[:-1]
+        sd = np.sqrt((1 / k1 + 1 / (n - k1)) / 16)
+        eps_sym = float(math.sqrt(2 / math.pi) * (w2 * sd).sum() / w2.sum())
+    else:
+        eps_sym = math.nan
+    return {"N": n, "eps": eps, "eps_sym": eps_sym}
+
+
+def default_student(ladder: Ladder, *, width: int = 8, seed: int = 0) -> LadderStudent:
+    """The §5.3 student: ReLU hidden level of ``width`` nodes per region, float64, random
+    hidden weights (``seed``), and zero top weights and biases, so that with cross entropy the
+    first step's top gradient is g_0 = onehot(y) - 1/2: a function of the label only, as Eq 16-17
+    assume."""
+    st = LadderStudent(ladder, _positive_int(width, "width"), seed=seed, dtype=torch.float64)
+    with torch.no_grad():
+        st.weights[0].zero_()
+        st.biases[0].zero_()
+    return st
+
+
+def _check_student(student, ladder: Ladder) -> LadderStudent:
+    if not isinstance(student, LadderStudent):
+        raise ValueError(f"student: expected a LadderStudent, got {type(student).__name__}")
+    sl = student.ladder
+    if (sl.branching, sl.events, sl.emission.dim) != (ladder.branching, ladder.events, ladder.emission.dim):
+        raise ValueError(f"student: built for a ladder with branching {list(sl.branching)}, events "
+                         f"{list(sl.events)}, input dim {sl.emission.dim}; the sample's ladder has "
+                         f"{list(ladder.branching)}, {list(ladder.events)}, {ladder.emission.dim}")
+    return student
+
+
+def update_magnitudes(sample: LadderSample, student: LadderStudent | None = None, *, width: int = 8,
+                      init_seed: int = 0, loss: str = "cross_entropy") -> dict:
+    """First-step weight updates into the top nodes from alpha and from gamma (§5.3, Eq 16-17).
+
+    Runs :func:`~smaso.frequency.collect_statistics` (full batch, float64) on the sample and
+    returns the Frobenius norms of Delta W_{alpha, omega} and Delta W_{gamma, omega}
+    (``dW[0][ALPHA]``, ``dW[0][GAMMA]``: E_x[f_child g_0], Eq 2), their ratio gamma / alpha, and
+    the feature distinctiveness per region, |F(z=1) - F(z=0)| (norm over the region's nodes of
+    the per-event mean activations: ~0 for alpha, Eq 16; large for gamma, Eq 17).
+
+    :param student: a :class:`LadderStudent` of a ladder shaped like the sample's (used as is);
+        default :func:`default_student` with ``width`` and ``init_seed``.
+    """
+    s = _check_sample(sample)
+    lad = s.ladder
+    if lad.depth != 2:
+        raise ValueError(f"sample: expected a depth-2 ladder (label, alpha/gamma, leaves), got depth {lad.depth}")
+    st = default_student(lad, width=width, seed=init_seed) if student is None else _check_student(student, lad)
+    x = s.inputs(dtype=st.weights[0].dtype)
+    stats = collect_statistics(st, x, s.y, s.z.long(), loss=loss, dtype=torch.float64)
+    dW = stats.dW[0]  # (R_1, n_1, n_0)
+    F1 = stats.means["Fbar"][1]  # (R_1, m_1, n_1); rows of unseen events are 0
+    sep = (F1[:, 1] - F1[:, 0]).norm(dim=-1)
+    a, g = float(dW[ALPHA].norm()), float(dW[GAMMA].norm())
+    return {"N": len(s), "dW_alpha": a, "dW_gamma": g, "ratio": g / a if a > 0 else math.inf,
+            "feature_sep_alpha": float(sep[ALPHA]), "feature_sep_gamma": float(sep[GAMMA])}
+
+
+def _chunks(ladder: Ladder, n: int, reps: int, seed: int):
+    """``reps`` independent samples of ``n`` examples: disjoint consecutive slices of one
+    stream of n * reps i.i.d. examples."""
+    big = sample_ladder(ladder, n * reps, seed)
+    for r in range(reps):
+        sl = slice(r * n, (r + 1) * n)
+        yield LadderSample(ladder, big.z[sl], None if big.x is None else big.x[sl], seed=seed, start=r * n)
+
+
+def update_curve(ns: Sequence[int], *, ladder: Ladder | None = None, student: LadderStudent | None = None,
+                 reps: int = 20, width: int = 8, init_seed: int = 0, seed: int = 0) -> list[dict]:
+    """Sweep of §5.3 over sample sizes N: per N, the means over ``reps`` independent samples of
+    |eps|, |eps_sym| (Eq 15), |Delta W_alpha| and |Delta W_gamma| (Eq 16-17) at one fixed
+    initialization (``student`` or :func:`default_student`), and ``ratio`` = mean
+    |Delta W_gamma| / mean |Delta W_alpha|; ``expected_eps`` from :func:`expected_abs_eps`.
+    Samples with an empty z_gamma cell are left out of the eps means (``eps_dropped``)."""
+    lad = overfitting_ladder() if ladder is None else ladder
+    reps = _positive_int(reps, "reps")
+    ns = [_positive_int(n, "ns[]") for n in ns]
+    if not ns:
+        raise ValueError("ns: expected at least one sample size")
+    st = default_student(lad, width=width, seed=init_seed) if student is None else _check_student(student, lad)
+    rows = []
+    for i, n in enumerate(ns):
+        eps, eps_sym, a, g = [], [], [], []
+        for chunk in _chunks(lad, n, reps, seed * 1_000_003 + i):
+            e = spurious_correlation(chunk)
+            eps.append(abs(e["eps"]))
+            eps_sym.append(abs(e["eps_sym"]))
+            u = update_magnitudes(chunk, st)
+            a.append(u["dW_alpha"])
+            g.append(u["dW_gamma"])
+        a_m, g_m = float(np.mean(a)), float(np.mean(g))
+        rows.append({"N": n, "reps": reps, "abs_eps": float(np.nanmean(eps)), "abs_eps_sym": float(np.nanmean(eps_sym)),
+                     "eps_dropped": int(np.isnan(eps_sym).sum()), "expected_eps": expected_abs_eps(n)["eps"],
+                     "dW_alpha": a_m, "dW_gamma": g_m, "ratio": g_m / a_m if a_m > 0 else math.inf,
+                     "dW_alpha_sd": float(np.std(a)), "dW_gamma_sd": float(np.std(g))})
+    return rows
+
+
+def _top_events(sample: LadderSample) -> torch.Tensor:
+    """Joint code of (y, z_alpha, z_gamma) per example, in [0, 8)."""
+    y = sample.y
+    z1 = sample.events(1)
+    return y * 4 + z1[:, ALPHA] * 2 + z1[:, GAMMA]
+
+
+def minibatch_tv(sample: LadderSample, batch_sizes: Sequence[int], *, num_batches: int = 64, seed: int = 0) -> list:
+    """SGD's perturbed P (§5.3): total-variation distance between the minibatch and full-data
+    frequencies P_hat(z_omega, z_alpha, z_gamma) (the joint of the top events, whose marginals
+    are the P_hat(z_alpha, z_beta) the reformulation's gradient reads), per batch size B.
+
+    Batches are consecutive slices of random permutations of the sample (SGD epochs), at most
+    ``num_batches`` per B.  ``predicted`` is the normal approximation
+    1/2 sum_k sqrt(2/pi) sqrt(p_k (1 - p_k) / B * (N - B) / (N - 1)) (sampling without
+    replacement), ~ 1/sqrt(B).
+    """
+    s = _check_sample(sample)
+    n = len(s)
+    num_batches = _positive_int(num_batches, "num_batches")
+    bss = [_positive_int(b, "batch_sizes[]") for b in batch_sizes]
+    if not bss:
+        raise ValueError("batch_sizes: expected at least one batch size")
+    if max(bss) > n:
+        raise ValueError(f"batch_sizes: {max(bss)} exceeds the sample size {n}")
+    code = _top_events(s)
+    full = torch.bincount(code, minlength=8).double() / n
+    g = torch.Generator().manual_seed(int(seed))
+    rows = []
+    for b in bss:
+        tvs = []
+        while len(tvs) < num_batches:
+            perm = torch.randperm(n, generator=g)
+            for j in range(n // b):
+                if len(tvs) == num_batches:
+                    break
+                p = torch.bincount(code[perm[j * b:(j + 1) * b]], minlength=8).double() / b
+                tvs.append(0.5 * float((p - full).abs().sum()))
+        fpc = (n - b) / (n - 1) if n > 1 else 0.0
+        pred = 0.5 * math.sqrt(2 / math.pi) * float(torch.sqrt(full * (1 - full) / b * fpc).sum())
+        rows.append({"batch_size": b, "tv": float(np.mean(tvs)), "predicted": pred, "batches": len(tvs)})
+    return rows
+
+
+def plot_overfitting(rows: Sequence[dict], path: str | os.PathLike | None = None, *,
+                     tv_rows: Sequence[dict] | None = None):
+    """Figure of §5.3: mean |Delta W_alpha|, |Delta W_gamma| and |eps| (Eq 15-17) against N on
+    log-log axes with a 1/sqrt(N) guide, the ratio gamma / alpha, and (with ``tv_rows`` from
+    :func:`minibatch_tv`) SGD's minibatch TV distance against B.  Written atomically when
+    ``path`` is given; returns the figure."""
+    rows = list(rows)
+    if not rows or any(k not in r for r in rows for k in ("N", "dW_alpha", "dW_gamma", "abs_eps", "ratio")):
+        raise ValueError("rows: expected the non-empty output of update_curve()")
+    ns = np.array([r["N"] for r in rows], dtype=float)
+    ncols = 3 if tv_rows else 2
+    fig, axes = plt.subplots(1, ncols, figsize=(5.2 * ncols, 4.2))
+    ax = axes[0]
+    ax.loglog(ns, [r["dW_alpha"] for r in rows], "o-", label=r"$|\Delta W_\alpha|$ (relevant, barely separable)")
+    ax.loglog(ns, [r["dW_gamma"] for r in rows], "s-", label=r"$|\Delta W_\gamma|$ (irrelevant, separable)")
+    ax.loglog(ns, [r["abs_eps"] for r in rows], "^--", label=r"$|\epsilon|$ (Eq 15)")
+    ax.loglog(ns, rows[0]["abs_eps"] * np.sqrt(ns[0] / ns), ":", color="gray", label=r"$\propto 1/\sqrt{N}$")
+    ax.set_xlabel("training examples N")
+    ax.set_ylabel("magnitude")
+    ax.set_title("§5.3: first-step updates into the label")
+    ax.legend(fontsize=7)
+    ax = axes[1]
+    ax.loglog(ns, [r["ratio"] for r in rows], "o-", color="C3")
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xlabel("training examples N")
+    ax.set_ylabel(r"$|\Delta W_\gamma| / |\Delta W_\alpha|$")
+    ax.set_title("irrelevant / relevant update")
+    if tv_rows:
+        ax = axes[2]
+        bs = [r["batch_size"] for r in tv_rows]
+        ax.loglog(bs, [r["tv"] for r in tv_rows], "o-", label="measured")
+        ax.loglog(bs, [r["predicted"] for r in tv_rows], ":", color="gray", label="normal approx.")
+        ax.set_xlabel("batch size B")
+        ax.set_ylabel(r"TV(minibatch $\hat P$, full $\hat P$)")
+        ax.set_title("SGD: perturbed P")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    if path is not None:
+        from teachers.spec_io import atomic_write
+
+        path = Path(path)
+        fmt = path.suffix.lstrip(".") or "png"
+        atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=110))
+    return fig

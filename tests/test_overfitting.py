@@ -1,0 +1,197 @@
+"""§5.3 over-fitting (Eq 14-17): spurious correlation eps ~ 1/sqrt(N), the irrelevant region's
+update relative to the relevant one shrinking with N, SGD's minibatch P_hat ~ 1/sqrt(B)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from smaso.overfitting import (
+    ALPHA,
+    GAMMA,
+    default_student,
+    expected_abs_eps,
+    minibatch_tv,
+    overfitting_ladder,
+    plot_overfitting,
+    spurious_correlation,
+    update_curve,
+    update_magnitudes,
+)
+from smaso.student import LadderStudent
+from teachers.ladder import Ladder
+from teachers.sampling import LadderSample, sample_ladder
+
+
+def _chunks(ladder, n, reps, seed):
+    big = sample_ladder(ladder, n * reps, seed)
+    return [LadderSample(ladder, big.z[r * n:(r + 1) * n], big.x[r * n:(r + 1) * n]) for r in range(reps)]
+
+
+def test_ladder_is_the_papers_example():
+    lad = overfitting_ladder()
+    s = sample_ladder(lad, 20000, 1)
+    z1 = s.events(1)
+    assert torch.equal(s.y, z1[:, ALPHA])  # Eq 14: y = z_alpha
+    assert torch.equal(z1, s.leaves)  # each level-1 event is its leaf's event
+    # z_gamma independent of y: all four cells ~ 1/4 (binomial sd ~ 0.003)
+    cells = torch.bincount(s.y * 2 + z1[:, GAMMA], minlength=4).double() / len(s)
+    assert (cells - 0.25).abs().max() < 0.015
+    # alpha barely separable (means 0.1 apart, sigma 1), gamma easily (2 apart, sigma 0.1)
+    x = s.inputs(dtype=torch.float64)[..., 0]
+    for r, sep, sig in ((ALPHA, 0.1, 1.0), (GAMMA, 2.0, 0.1)):
+        m1, m0 = x[z1[:, r] == 1, r].mean(), x[z1[:, r] == 0, r].mean()
+        assert abs((m1 - m0) - sep) < 4 * sig * math.sqrt(4 / len(s))
+
+
+def test_expected_abs_eps_matches_brute_force():
+    # enumerate every (y, z_gamma) sequence of N fair coins; eps conditioned on n1 >= 1
+    for n in range(1, 6):
+        vals = []
+        for cfg in itertools.product(range(4), repeat=n):
+            zg = [c % 2 for c in cfg]
+            y = [c // 2 for c in cfg]
+            n1 = sum(zg)
+            if n1:
+                vals.append(abs(sum(yi for yi, g in zip(y, zg, strict=True) if g) / n1 - 0.5))
+        assert expected_abs_eps(n)["eps"] == pytest.approx(sum(vals) / len(vals), abs=1e-12)
+    # asymptotes: sqrt(N) E|eps| -> 1/sqrt(pi), sqrt(N) E|eps_sym| -> 1/sqrt(2 pi)
+    e = expected_abs_eps(100_000)
+    assert math.sqrt(1e5) * e["eps"] == pytest.approx(1 / math.sqrt(math.pi), rel=1e-3)
+    assert math.sqrt(1e5) * e["eps_sym"] == pytest.approx(1 / math.sqrt(2 * math.pi), rel=1e-3)
+
+
+def test_spurious_correlation_shrinks_like_one_over_sqrt_n():
+    """Mean |eps| over 400 samples per N (fixed seeds) vs the exact binomial expectation.
+
+    |eps| has sd ~ 0.76 E|eps| (half-normal), so the mean of 400 has relative SE ~ 4%; the
+    tolerance is 15%.  sqrt(N) mean |eps| must stay in [0.45, 0.68] (asymptote 1/sqrt(pi) =
+    0.564) and the symmetric version near 1/sqrt(2 pi) = 0.399."""
+    lad = overfitting_ladder()
+    reps = 400
+    means = {}
+    for n in (64, 256, 1024, 4096):
+        es = [spurious_correlation(c) for c in _chunks(lad, n, reps, seed=n)]
+        m = sum(abs(e["eps"]) for e in es) / reps
+        m_sym = sum(abs(e["eps_sym"]) for e in es) / reps
+        exp = expected_abs_eps(n)
+        assert m == pytest.approx(exp["eps"], rel=0.15)
+        assert m_sym == pytest.approx(exp["eps_sym"], rel=0.15)
+        assert 0.45 < math.sqrt(n) * m < 0.68
+        assert 0.32 < math.sqrt(n) * m_sym < 0.48
+        means[n] = m
+    # 64x more data: |eps| drops by ~8 (allow 5..12)
+    assert 5 < means[64] / means[4096] < 12
+
+
+def test_spurious_correlation_single_sample():
+    lad = overfitting_ladder()
+    s = sample_ladder(lad, 1000, 3)
+    e = spurious_correlation(s)
+    zg = s.events(1)[:, GAMMA]
+    p1 = s.y[zg == 1].double().mean().item()
+    p0 = s.y[zg == 0].double().mean().item()
+    assert e["eps"] == pytest.approx(p1 - 0.5)
+    assert e["eps_sym"] == pytest.approx((p1 - p0) / 2)
+    assert e["n1"] + e["n0"] == 1000
+
+
+def test_features_and_updates_match_eq16_eq17():
+    """On a large sample: alpha's per-event feature means are nearly equal (Eq 16), gamma's
+    distinct (Eq 17); the top gradient of the default student is onehot(y) - 1/2 exactly."""
+    lad = overfitting_ladder()
+    s = sample_ladder(lad, 2**16, 11)
+    u = update_magnitudes(s)
+    assert u["feature_sep_alpha"] < 0.1 * u["feature_sep_gamma"]
+    st = default_student(lad)
+    rec = st.forward_backward(s.inputs(dtype=torch.float64), s.y, loss="cross_entropy")
+    g0 = rec.g[0][:, 0]
+    assert torch.equal(g0, torch.nn.functional.one_hot(s.y, 2).double() - 0.5)
+    # dW[0] is E[f_child g_0]: recompute by hand for the gamma block
+    f_gamma = rec.fbar[1][:, GAMMA]
+    assert torch.allclose(rec.dW[0][GAMMA], f_gamma.T @ g0 / len(s), atol=1e-12)
+    assert u["dW_gamma"] == pytest.approx(rec.dW[0][GAMMA].norm().item(), rel=1e-9)
+
+
+def test_update_ratio_decreases_with_n():
+    """Mean |dW_gamma| / mean |dW_alpha| over 40 samples per N at one initialization.
+
+    Measured (seed 0): ~1.1 at N=16 (comparable updates: the irrelevant region gets as much
+    as the relevant one) and ~0.2 at N=16384.  The assertion asks for a drop by at least a
+    factor 2.5 (observed ~5), and ratio(16) > 0.6."""
+    rows = update_curve([16, 1024, 16384], reps=40, seed=0)
+    r = [row["ratio"] for row in rows]
+    assert r[0] > 0.6
+    assert r[2] < r[1] < r[0]
+    assert r[2] < r[0] / 2.5
+    # gamma's update follows eps ~ 1/sqrt(N): 1024x more data, ~32x smaller (allow 15..60)
+    assert 15 < rows[0]["dW_gamma"] / rows[2]["dW_gamma"] < 60
+
+
+def test_minibatch_tv_scales_like_one_over_sqrt_b():
+    s = sample_ladder(overfitting_ladder(), 2**15, 2)
+    rows = minibatch_tv(s, [16, 64, 256, 1024], num_batches=200, seed=0)
+    for row in rows:
+        assert row["tv"] == pytest.approx(row["predicted"], rel=0.2)
+    assert 1.5 < rows[0]["tv"] / rows[1]["tv"] < 2.6  # 4x batch -> ~2x smaller TV
+    assert rows[-1]["tv"] < rows[0]["tv"] / 5
+
+
+def test_plot_written_atomically(tmp_path):
+    rows = update_curve([16, 64], reps=3)
+    s = sample_ladder(overfitting_ladder(), 512, 0)
+    path = tmp_path / "fig.png"
+    fig = plot_overfitting(rows, path, tv_rows=minibatch_tv(s, [8, 32], num_batches=4))
+    assert path.stat().st_size > 1000
+    assert len(fig.axes) == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["fig.png"]
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(ValueError, match="alpha_sigma"):
+        overfitting_ladder(alpha_sigma=0)
+    with pytest.raises(ValueError, match="dim"):
+        overfitting_ladder(dim=0)
+    with pytest.raises(ValueError, match="gamma_separation"):
+        overfitting_ladder(gamma_separation=float("nan"))
+    with pytest.raises(ValueError, match="LadderSample"):
+        spurious_correlation("not a sample")
+    other = sample_ladder(Ladder.random(depth=2, events=4, mode="bottomup"), 64, 0)
+    with pytest.raises(ValueError, match="binary"):
+        spurious_correlation(other)
+    s = sample_ladder(overfitting_ladder(), 64, 0)
+    wrong = LadderStudent(overfitting_ladder(dim=3), 4)
+    with pytest.raises(ValueError, match="student"):
+        update_magnitudes(s, wrong)
+    with pytest.raises(ValueError, match="student"):
+        update_magnitudes(s, "student")
+    with pytest.raises(ValueError, match="batch_sizes"):
+        minibatch_tv(s, [128])
+    with pytest.raises(ValueError, match="batch_sizes"):
+        minibatch_tv(s, [0])
+    with pytest.raises(ValueError, match="reps"):
+        update_curve([16], reps=0)
+    with pytest.raises(ValueError, match="ns"):
+        update_curve([])
+    with pytest.raises(ValueError, match="n"):
+        expected_abs_eps(0)
+    with pytest.raises(ValueError, match="rows"):
+        plot_overfitting([])
+
+
+def test_example_runs(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "overfitting.py"
+    spec = importlib.util.spec_from_file_location("example_overfitting", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "o.png"
+    rows, tv_rows = mod.main(["--ns", "16,256", "--reps", "4", "--batch-sizes", "8,64", "--out", str(out)])
+    assert out.stat().st_size > 1000
+    assert [r["N"] for r in rows] == [16, 256] and len(tv_rows) == 2
+    assert "gamma/alpha" in capsys.readouterr().out
