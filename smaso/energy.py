@@ -283,5 +283,7 @@ def plot_energy(sample: LadderSample, lr: float = 0.05, steps: int = 400, path: 
     ax2.legend()
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=120)
+        from smaso.plots import save_figure
+
+        save_figure(fig, path, dpi=120)
     return fig, runs

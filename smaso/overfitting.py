@@ -39,7 +39,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -338,9 +337,7 @@ def plot_overfitting(rows: Sequence[dict], path: str | os.PathLike | None = None
         ax.legend(fontsize=7)
     fig.tight_layout()
     if path is not None:
-        from teachers.spec_io import atomic_write
+        from smaso.plots import save_figure
 
-        path = Path(path)
-        fmt = path.suffix.lstrip(".") or "png"
-        atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=110))
+        save_figure(fig, path)
     return fig

@@ -17,7 +17,16 @@ import matplotlib
 matplotlib.use("Agg") if not os.environ.get("MPLBACKEND") else None
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["plot_comparison"]
+__all__ = ["plot_comparison", "save_figure"]
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
+    """Write ``fig`` to ``path`` atomically, in the format of its suffix (PNG by default)."""
+    from teachers.spec_io import atomic_write
+
+    path = Path(path)
+    fmt = path.suffix.lstrip(".") or "png"
+    return atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi))
 
 _QUANTITIES = (("F", "activations Fbar"), ("G", "gradients G~"), ("dW", "weight updates ΔW"))
 
@@ -81,9 +90,5 @@ def plot_comparison(result, path: str | os.PathLike | None = None, *, title: str
         fig.suptitle(title)
     fig.tight_layout()
     if path is not None:
-        from teachers.spec_io import atomic_write
-
-        path = Path(path)
-        fmt = path.suffix.lstrip(".") or "png"
-        atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=110))
+        save_figure(fig, path)
     return fig

@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import matplotlib
 import numpy as np
@@ -544,9 +543,7 @@ def plot_relu_vs_linear(ms: Sequence[int], path: str | os.PathLike | None = None
     ax.legend()
     fig.tight_layout()
     if path is not None:
-        from teachers.spec_io import atomic_write
+        from smaso.plots import save_figure
 
-        path = Path(path)
-        fmt = path.suffix.lstrip(".") or "png"
-        atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=110))
+        save_figure(fig, path)
     return fig, rows
