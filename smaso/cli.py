@@ -6,7 +6,9 @@
     smaso compare data.npz --width 16 --bn --steps 1000 --out results/
     smaso sample ladder -n 1000000 --seed 0 --out data.npz [--depth 4 --branching 4 --events 16]
     smaso sample ladder --spec ladder.json -n 100000 --shard 0/4 --out part0.npz
+    smaso sample tent --k 6 -n 100000 --seed 0 --out tent.npz [--shard 0/4] [--noise 0.01]
     smaso inspect data.npz [part1.npz ...]       # counts, statistics vs exact, Bayes-optimal accuracy
+    smaso inspect tent.npz                       # tent data: k, N, x range and histogram, max |y - tau^k(x)|
     smaso spec --depth 3 --events 8 --out ladder.json   # write an editable spec file
 
 Every subcommand has ``--help``.  Bad input ends with ``smaso: error: <what and where>``
@@ -101,6 +103,22 @@ def _cmd_sample_ladder(args) -> int:
     return 0
 
 
+def _cmd_sample_tent(args) -> int:
+    from teachers.tent import sample_tent, save_tent_dataset
+
+    t0 = time.perf_counter()
+    sample = sample_tent(args.n, args.k, args.seed, shard=args.shard, chunk_size=args.chunk_size, noise=args.noise)
+    t1 = time.perf_counter()
+    path = save_tent_dataset(sample, args.out, compress=args.compress)
+    t2 = time.perf_counter()
+    i, n_shards = sample.meta["shard"]
+    noise = f", Gaussian label noise sigma={args.noise:g}" if args.noise else ""
+    print(f"tent teacher: y = tau^{args.k}(x), x ~ U[0, 1), {_pieces(args.k)} linear pieces{noise}")
+    print(f"sampled {len(sample)} examples (rows {sample.start}..{sample.start + len(sample)} of {args.n}, "
+          f"shard {i}/{n_shards}, seed {args.seed}) in {t1 - t0:.2f} s; wrote {path} in {t2 - t1:.2f} s")
+    return 0
+
+
 def _cmd_spec(args) -> int:
     from teachers.spec_io import save_spec
 
@@ -160,9 +178,50 @@ def print_report(report: dict, ladder) -> None:
         print(f"\nBayes-optimal accuracy: {b['unavailable']}")
 
 
+def _pieces(k: int) -> int | str:
+    """2^k, written "2^k" when too long to print."""
+    return 2**k if k <= 60 else f"2^{k}"
+
+
+def tent_report(sample) -> dict:
+    """k, N, x range, a 10-bin histogram of x on [0, 1] and max |y - tau^k(x)| of a tent sample."""
+    import numpy as np
+
+    x = sample.x.reshape(-1).cpu().numpy()
+    counts, edges = np.histogram(x, bins=10, range=(0.0, 1.0))
+    dev = (sample.y - sample.clean_y).abs().max().item() if len(sample) else 0.0
+    return {"teacher": "tent", "k": sample.k, "pieces": _pieces(sample.k), "n": len(sample), "start": sample.start,
+            "total": sample.total, "seed": sample.seed, "noise": sample.noise,
+            "x_min": float(x.min()), "x_max": float(x.max()),
+            "x_histogram": {"edges": edges.tolist(), "counts": counts.tolist()}, "max_abs_y_minus_target": dev}
+
+
+def print_tent_report(report: dict) -> None:
+    n = report["n"]
+    print(f"tent teacher: y = tau^{report['k']}(x) ({report['pieces']} linear pieces), label noise sigma "
+          f"{report['noise']:g}")
+    print(f"{n} examples (rows {report['start']}..{report['start'] + n} of {report['total']}, seed {report['seed']})")
+    print(f"x range: [{report['x_min']:.6f}, {report['x_max']:.6f}]")
+    print("\nx bin           count      frequency")
+    h = report["x_histogram"]
+    for lo, hi, c in zip(h["edges"][:-1], h["edges"][1:], h["counts"], strict=True):
+        print(f"[{lo:.1f}, {hi:.1f})  {c:9d}   {c / n:10.5f}")
+    print(f"\nmax |y - tau^{report['k']}(x)| = {report['max_abs_y_minus_target']:.6g}"
+          + (" (exact labels)" if report["noise"] == 0 else ""))
+
+
 def _cmd_inspect(args) -> int:
     from teachers.dataset import load_dataset
+    from teachers.tent import FORMAT as TENT_FORMAT
+    from teachers.tent import dataset_format, load_tent_dataset
 
+    if dataset_format(args.files[0]) == TENT_FORMAT:
+        report = tent_report(load_tent_dataset(args.files))
+        print_tent_report(report)
+        if args.json:
+            _write_json(args.json, report)
+            print(f"\nwrote {args.json}")
+        return 0
     sample = load_dataset(args.files)
     report = inspect_report(sample, bayes_n=args.bayes_n)
     print_report(report, sample.ladder)
@@ -354,6 +413,19 @@ def build_parser() -> argparse.ArgumentParser:
     lad.add_argument("--compress", action="store_true", help="deflate the file's members")
     lad.add_argument("--no-progress", action="store_true", help="no progress bar")
     lad.set_defaults(func=_cmd_sample_ladder)
+    tent = teachers.add_parser("tent", help="the tent map tau^k (a deep 1-D regression target)",
+                               description="Sample N examples (x, tau^k(x)), x ~ U[0, 1), of the tent map composed "
+                                           "k times (2^k linear pieces; see teachers/tent.py) into a versioned .npz "
+                                           "dataset file, with the ladder's seeding and sharding scheme.")
+    tent.add_argument("--k", type=_nonneg_int, required=True, help="compositions of the tent map (>= 0)")
+    tent.add_argument("-n", type=_positive_int, required=True, help="examples in the full stream")
+    tent.add_argument("--seed", type=_nonneg_int, default=0, help="data seed (default 0)")
+    tent.add_argument("--out", required=True, help="output file (.npz), written atomically")
+    tent.add_argument("--shard", default=None, help="'i/n': write only shard i of n (same rows as one full run)")
+    tent.add_argument("--noise", type=float, default=0.0, help="standard deviation of Gaussian label noise (default 0)")
+    tent.add_argument("--chunk-size", type=_positive_int, default=None, help="examples per step (memory only)")
+    tent.add_argument("--compress", action="store_true", help="deflate the file's members")
+    tent.set_defaults(func=_cmd_sample_tent)
 
     spec = sub.add_parser("spec", help="write a ladder spec file to edit",
                           description="Build a ladder from the options and write it as a JSON spec file.")
@@ -363,7 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     insp = sub.add_parser("inspect", help="statistics of a dataset file",
                           description="Print counts, sampled-vs-exact event statistics and the Bayes-optimal "
-                                      "accuracy of a dataset file (or of several shards of one stream).")
+                                      "accuracy of a dataset file (or of several shards of one stream); for a tent "
+                                      "dataset: k, N, the x range and histogram, and max |y - tau^k(x)|.")
     insp.add_argument("files", nargs="+", help="dataset file(s); shards of one stream are joined")
     insp.add_argument("--bayes-n", type=_nonneg_int, default=2000,
                       help="examples for the Bayes-optimal accuracy (0: skip)")

@@ -1,10 +1,12 @@
-"""Teachers with known hidden structure: the summarization ladder (framework paper §3)."""
+"""Teachers with known hidden structure: the summarization ladder (framework paper §3) and the
+tent map tau^k (a deep 1-D target with exactly 2^k linear pieces, ``MATH.md`` §2)."""
 
 from .categorical import AliasTable, BlockRNG, CategoricalTable, IndexedCategorical
 from .emission import Emission, GaussianEmission, OneHotEmission
 from .ladder import Factorization, Ladder, LadderSpecError
 from .pyro_model import EmissionDistribution, LadderModel
 from .sampling import BLOCK_SIZE, LadderSample, sample_ladder
+from .tent import TentNetwork, TentSample, sample_tent, tent, tent_power
 
 __all__ = [
     "BLOCK_SIZE",
@@ -21,5 +23,10 @@ __all__ = [
     "LadderSample",
     "LadderSpecError",
     "OneHotEmission",
+    "TentNetwork",
+    "TentSample",
     "sample_ladder",
+    "sample_tent",
+    "tent",
+    "tent_power",
 ]

@@ -1,0 +1,370 @@
+"""The tent-map teacher: a deep target whose complexity is known exactly (``MATH.md`` §2).
+
+The tent map on [0, 1] is ``tau(x) = 2 [ReLU(x) - ReLU(2x - 1)]`` (``2x`` for ``x <= 1/2``,
+``2 - 2x`` above).  Its k-fold composition ``tau^k`` has ``2^(k-1)`` teeth and ``2^k`` linear
+pieces, with breakpoints ``i / 2^k``, and is computed exactly by a ReLU network of depth k and
+width 2 (:class:`TentNetwork`).  In float64 (or float32) every operation involved -- doubling,
+subtracting from a power of two, the network's power-of-two weights -- is exact on [0, 1], so
+the network and :func:`tent_power` agree bit for bit.
+
+Datasets ``(x, tau^k(x))`` are sampled with the ladder's stream scheme
+(:mod:`teachers.sampling`): block b of :data:`~teachers.sampling.BLOCK_SIZE` examples draws
+from :func:`~teachers.sampling.block_generator` ``(seed, b)`` -- first the block's x, then (only
+with label noise) its noise -- so example i depends only on (seed, i, k, noise): the chunk size
+never changes the bytes and ``shard="i/n"`` returns rows ``[i*N//n, (i+1)*N//n)`` of the full
+stream.
+
+Dataset files (format ``smaso-tent-dataset`` version 1) follow :mod:`teachers.dataset`'s
+conventions: an uncompressed (or deflated) ``.npz`` without pickles, members ``meta`` (0-d
+unicode array, JSON: ``format``, ``version``, ``n``, ``start``, ``total``, ``seed``, ``k``,
+``noise``, ``distribution``, ``shard``, ``block_size``, ``stream_version``, ``sha256`` of
+``x`` and ``y``), ``x`` ``(n, 1)`` float64 and ``y`` ``(n, 1)`` float64; atomic writes;
+:class:`~teachers.dataset.DatasetFormatError` on a corrupted, truncated, foreign or
+other-version file.  :func:`teachers.dataset.load_dataset` reads ladder files only (it rejects
+a tent file as a foreign format); :func:`load_tent_dataset` reads tent files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from .dataset import DatasetFormatError, _sha256
+from .sampling import BLOCK_SIZE, STREAM_VERSION, block_generator, parse_shard
+from .spec_io import atomic_write
+
+__all__ = ["FORMAT", "VERSION", "TentNetwork", "TentSample", "dataset_format", "load_tent_dataset",
+           "sample_tent", "save_tent_dataset", "tent", "tent_breakpoints", "tent_power"]
+
+FORMAT = "smaso-tent-dataset"
+VERSION = 1
+DISTRIBUTIONS = ("uniform",)
+#: largest k accepted by :func:`tent_breakpoints` (2^k + 1 points must fit in memory)
+MAX_BREAKPOINT_K = 30
+
+
+def _check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ValueError(f"k: expected a non-negative integer, got {k!r}")
+    return int(k)
+
+
+def tent(x):
+    """The tent map ``tau(x) = 2 [ReLU(x) - ReLU(2x - 1)]``, elementwise and exact.
+
+    :param x: a tensor (result: a tensor of the same dtype and device), a NumPy array or a
+        Python number (result: a float64 array, or a float for a scalar).
+    """
+    if isinstance(x, torch.Tensor):
+        if not x.is_floating_point():
+            x = x.to(torch.get_default_dtype())
+        return 2 * (torch.relu(x) - torch.relu(2 * x - 1))
+    a = np.asarray(x)
+    if not np.issubdtype(a.dtype, np.floating):
+        a = a.astype(np.float64)
+    out = 2 * (np.maximum(a, 0) - np.maximum(2 * a - 1, 0))
+    return float(out) if np.ndim(x) == 0 and not isinstance(x, np.ndarray) else out
+
+
+def tent_power(x, k: int):
+    """``tau^k(x)``: the tent map composed k times (k = 0 is the identity).
+
+    :raises ValueError: k negative or not an integer.
+    """
+    k = _check_k(k)
+    for _ in range(k):
+        x = tent(x)
+    if k == 0 and not isinstance(x, torch.Tensor):
+        a = np.asarray(x, dtype=np.float64)
+        return float(a) if np.ndim(x) == 0 and not isinstance(x, np.ndarray) else a
+    return x
+
+
+def tent_breakpoints(k: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """The ``2^k + 1`` points ``i / 2^k`` (i = 0..2^k) that cut [0, 1] into the ``2^k`` linear
+    pieces of ``tau^k`` (the ends 0 and 1 included; the slope changes at the ``2^k - 1``
+    interior ones).  ``tau^k`` is 0 at even i and 1 at odd i.  Exact in float64."""
+    k = _check_k(k)
+    if k > MAX_BREAKPOINT_K:
+        raise ValueError(f"k: tent_breakpoints supports k <= {MAX_BREAKPOINT_K} (2^k + 1 points), got {k}")
+    return torch.arange(2**k + 1, dtype=torch.float64).div_(2**k).to(dtype)
+
+
+class TentNetwork(nn.Sequential):
+    """The depth-k, width-2 ReLU network that computes ``tau^k`` exactly.
+
+    A plain ``nn.Sequential`` of ``nn.Linear`` layers with ``nn.ReLU`` between them (k hidden
+    layers of 2 ReLU units, then a linear read-out), so generic tools for Linear+ReLU MLPs
+    (piece counting, back-propagation) apply to it.  With ``u`` the current value of the
+    composition (u = x at the input), every hidden layer computes
+
+        h1 = ReLU(u),  h2 = ReLU(2u - 1),  and the next u = tau(u) = 2 h1 - 2 h2,
+
+    and the read-out ``2 h1 - 2 h2`` is folded into the next hidden layer.  The exact weights:
+
+    ========================  ==========================  =============
+    layer                     weight                      bias
+    ========================  ==========================  =============
+    first Linear(1, 2)        ``[[1], [2]]``              ``[0, -1]``
+    middle Linear(2, 2)       ``[[2, -2], [4, -4]]``      ``[0, -1]``
+    (k - 1 of them)           (= [1, 2]^T [2, -2])
+    read-out Linear(2, 1)     ``[[2, -2]]``               ``[0]``
+    ========================  ==========================  =============
+
+    k = 0 is the identity: a single ``Linear(1, 1)`` with weight 1 and bias 0.  All weights
+    are small powers of two, so on [0, 1] every product and sum is exact in float64 (and
+    float32) and the output equals :func:`tent_power` bit for bit.
+
+    The module takes ``(N, 1)`` inputs (or ``(N,)``, returned as ``(N,)``).
+
+    :param k: depth (number of compositions), >= 0.
+    :param dtype: parameter dtype (default float64).
+    """
+
+    def __init__(self, k: int, *, dtype: torch.dtype = torch.float64):
+        k = _check_k(k)
+        layers: list[nn.Module] = []
+        if k == 0:
+            layers.append(_linear([[1.0]], [0.0], dtype))
+        else:
+            layers += [_linear([[1.0], [2.0]], [0.0, -1.0], dtype), nn.ReLU()]
+            for _ in range(k - 1):
+                layers += [_linear([[2.0, -2.0], [4.0, -4.0]], [0.0, -1.0], dtype), nn.ReLU()]
+            layers.append(_linear([[2.0, -2.0]], [0.0], dtype))
+        super().__init__(*layers)
+        self.k = k
+
+    @property
+    def depth(self) -> int:
+        """Number of hidden (ReLU) layers: k."""
+        return self.k
+
+    @property
+    def width(self) -> int:
+        """Units per hidden layer: 2 (1 for the k = 0 identity, which has none)."""
+        return 2 if self.k > 0 else 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 1:
+            return super().forward(x.unsqueeze(-1)).squeeze(-1)
+        return super().forward(x)
+
+    def extra_repr(self) -> str:
+        return f"k={self.k}"
+
+
+def _linear(weight, bias, dtype) -> nn.Linear:
+    w = torch.tensor(weight, dtype=dtype)
+    lin = nn.Linear(w.shape[1], w.shape[0], dtype=dtype)
+    with torch.no_grad():
+        lin.weight.copy_(w)
+        lin.bias.copy_(torch.tensor(bias, dtype=dtype))
+    return lin
+
+
+@dataclass
+class TentSample:
+    """Examples ``(x, y)`` of the tent teacher ``y = tau^k(x)`` (+ Gaussian label noise).
+
+    :ivar x: ``(N, 1)`` float64 inputs in [0, 1).
+    :ivar y: ``(N, 1)`` float64 labels.
+    :ivar start: index of the first example in the full (unsharded) stream.
+    :ivar total: N of the full stream.
+    """
+
+    x: torch.Tensor
+    y: torch.Tensor
+    k: int
+    seed: int | None = None
+    start: int = 0
+    total: int | None = None
+    noise: float = 0.0
+    distribution: str = "uniform"
+    meta: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def clean_y(self) -> torch.Tensor:
+        """``tau^k(x)`` without noise, ``(N, 1)``."""
+        return tent_power(self.x, self.k)
+
+    @property
+    def pieces(self) -> int:
+        """Linear pieces of the target on [0, 1]: ``2^k``."""
+        return 2**self.k
+
+
+def _stream_rows(num_examples, seed, shard, chunk_size) -> tuple[int, int, int, int, int, int]:
+    """Validate the stream arguments like :func:`~teachers.sampling.sample_ladder` and return
+    ``(num_examples, seed, i, n_shards, lo, hi)``: this shard holds rows ``[lo, hi)``."""
+    if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)) or num_examples <= 0:
+        raise ValueError(f"num_examples: expected a positive integer, got {num_examples!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer))
+                                   or chunk_size <= 0):
+        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
+    num_examples, seed = int(num_examples), int(seed)
+    i, n_shards = parse_shard(shard)
+    return num_examples, seed, i, n_shards, i * num_examples // n_shards, (i + 1) * num_examples // n_shards
+
+
+def sample_tent(num_examples: int, k: int, seed: int = 0, *, shard: str | tuple[int, int] | None = None,
+                chunk_size: int | None = None, distribution: str = "uniform", noise: float = 0.0) -> TentSample:
+    """Sample ``num_examples`` examples ``(x, tau^k(x) + noise)`` (or one shard of them).
+
+    :param num_examples: N of the full stream (> 0).
+    :param k: compositions of the tent map (>= 0).
+    :param seed: stream seed (a non-negative integer).
+    :param shard: ``"i/n"``: return only rows ``[i*N//n, (i+1)*N//n)`` of the full stream.
+    :param chunk_size: examples generated per step (rounded up to whole blocks); memory only,
+        never the bytes.
+    :param distribution: law of x; ``"uniform"`` on [0, 1) (the only one so far).
+    :param noise: standard deviation of Gaussian label noise (>= 0; 0: exact labels).  x does
+        not depend on it: each block draws its x before its noise.
+    """
+    k = _check_k(k)
+    num_examples, seed, i, n_shards, lo, hi = _stream_rows(num_examples, seed, shard, chunk_size)
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"distribution: expected one of {', '.join(map(repr, DISTRIBUTIONS))}, got {distribution!r}")
+    if isinstance(noise, bool) or not isinstance(noise, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(noise) or noise < 0:
+        raise ValueError(f"noise: expected a finite standard deviation >= 0, got {noise!r}")
+    noise = float(noise)
+    blocks_per_step = max(1, -(-(chunk_size or BLOCK_SIZE) // BLOCK_SIZE))
+    first, last = lo // BLOCK_SIZE, -(-hi // BLOCK_SIZE)  # blocks [first, last)
+    x = torch.empty(hi - lo, 1, dtype=torch.float64)
+    eps = torch.zeros(hi - lo, 1, dtype=torch.float64)
+    for step_start in range(first, last, blocks_per_step):
+        blocks = range(step_start, min(step_start + blocks_per_step, last))
+        bx = torch.empty(len(blocks) * BLOCK_SIZE, dtype=torch.float64)
+        be = torch.empty_like(bx) if noise > 0 else None
+        for j, b in enumerate(blocks):
+            g = block_generator(seed, b)
+            sl = slice(j * BLOCK_SIZE, (j + 1) * BLOCK_SIZE)
+            bx[sl] = torch.rand(BLOCK_SIZE, generator=g, dtype=torch.float64)
+            if be is not None:
+                be[sl] = torch.randn(BLOCK_SIZE, generator=g, dtype=torch.float64)
+        base = step_start * BLOCK_SIZE
+        a, c = max(lo, base), min(hi, base + bx.numel())
+        x[a - lo: c - lo, 0] = bx[a - base: c - base]
+        if be is not None:
+            eps[a - lo: c - lo, 0] = be[a - base: c - base]
+    y = tent_power(x, k)
+    if noise > 0:
+        y = y + noise * eps
+    return TentSample(x, y, k, seed=seed, start=lo, total=num_examples, noise=noise, distribution=distribution,
+                      meta={"shard": [i, n_shards], "block_size": BLOCK_SIZE, "stream_version": STREAM_VERSION})
+
+
+_STREAM_KEYS = ("k", "seed", "total", "noise", "distribution", "block_size", "stream_version")
+
+
+def save_tent_dataset(sample: TentSample, path: str | os.PathLike, *, compress: bool = False) -> Path:
+    """Write ``sample`` to ``path`` atomically (format ``smaso-tent-dataset`` version 1).
+
+    :param compress: deflate the members (smaller, slower); default stores them raw.
+    :returns: the path written.
+    """
+    if not isinstance(sample, TentSample):
+        raise TypeError(f"sample: expected a TentSample, got {type(sample).__name__}")
+    data = {"x": sample.x.detach().cpu().to(torch.float64).reshape(-1, 1).numpy(),
+            "y": sample.y.detach().cpu().to(torch.float64).reshape(-1, 1).numpy()}
+    if data["x"].shape != data["y"].shape:
+        raise ValueError(f"sample: x {tuple(data['x'].shape)} and y {tuple(data['y'].shape)} differ in length")
+    meta = {"format": FORMAT, "version": VERSION, "n": len(data["x"]), "start": sample.start,
+            "total": sample.total if sample.total is not None else len(data["x"]), "seed": sample.seed,
+            "k": sample.k, "noise": sample.noise, "distribution": sample.distribution,
+            "shard": sample.meta.get("shard", [0, 1]), "block_size": sample.meta.get("block_size", BLOCK_SIZE),
+            "stream_version": sample.meta.get("stream_version", STREAM_VERSION),
+            "sha256": {k: _sha256(v) for k, v in data.items()}}
+    members = {"meta": np.array(json.dumps(meta)), **data}
+    saver = np.savez_compressed if compress else np.savez
+    return atomic_write(path, lambda f: saver(f, **members))
+
+
+def dataset_format(path: str | os.PathLike) -> str | None:
+    """The ``format`` named by a dataset file's meta, or ``None`` when it cannot be read
+    (missing, corrupted, no meta): lets a caller pick the loader; the loader reports errors."""
+    try:
+        with np.load(Path(path), allow_pickle=False) as npz:
+            if "meta" not in npz.files:
+                return None
+            meta = json.loads(str(npz["meta"][()]))
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError, json.JSONDecodeError):
+        return None
+    return meta.get("format") if isinstance(meta, dict) else None
+
+
+def _read_tent(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    if not path.is_file():
+        raise DatasetFormatError(f"dataset: no such file {str(path)!r}")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            if "meta" not in npz.files:
+                raise DatasetFormatError(f"dataset: {str(path)!r} has no 'meta' member: not a {FORMAT} file")
+            meta = json.loads(str(npz["meta"][()]))
+            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+                raise DatasetFormatError(f"dataset: {str(path)!r} is not a {FORMAT} file "
+                                         f"(format {meta.get('format') if isinstance(meta, dict) else None!r})")
+            if meta.get("version") != VERSION:
+                raise DatasetFormatError(f"dataset: {str(path)!r} has format version {meta.get('version')!r}; "
+                                         f"this library reads version {VERSION}")
+            arrays = {k: npz[k] for k in npz.files if k != "meta"}
+    except DatasetFormatError:
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError, json.JSONDecodeError) as e:
+        raise DatasetFormatError(f"dataset: {str(path)!r} is corrupted or truncated ({type(e).__name__}: {e})") \
+            from None
+    missing = [key for key in ("n", "start", "total", "seed", "k", "noise") if key not in meta]
+    if missing:
+        raise DatasetFormatError(f"dataset: {str(path)!r}: meta lacks {', '.join(missing)}")
+    for key in ("x", "y"):
+        if key not in arrays:
+            raise DatasetFormatError(f"dataset: {str(path)!r} lacks member {key!r}")
+        if meta.get("sha256", {}).get(key) != _sha256(arrays[key]):
+            raise DatasetFormatError(f"dataset: {str(path)!r}: member {key!r} fails its SHA-256 check (corrupted)")
+        if arrays[key].shape != (meta["n"], 1) or arrays[key].dtype != np.float64:
+            raise DatasetFormatError(f"dataset: {str(path)!r}: {key} is {arrays[key].dtype} {arrays[key].shape}, "
+                                     f"expected float64 ({meta['n']}, 1)")
+    return meta, arrays
+
+
+def load_tent_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> TentSample:
+    """Load one tent dataset file, or several shards of one stream (joined in stream order).
+
+    :raises DatasetFormatError: corrupted/truncated/foreign file, wrong version, or shards
+        that do not belong together (other k, seed, noise or total; gaps or overlaps).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if not paths:
+        raise ValueError("paths: expected at least one dataset file")
+    parts = sorted(((*_read_tent(Path(p)), Path(p)) for p in paths), key=lambda t: t[0]["start"])
+    meta0, _, p0 = parts[0]
+    pos = meta0["start"]
+    for meta, _, p in parts:
+        if any(meta.get(key) != meta0.get(key) for key in _STREAM_KEYS):
+            raise DatasetFormatError(f"dataset: {str(p)!r} is not a shard of the same stream as {str(p0)!r} "
+                                     "(k, seed, noise or total differ)")
+        if meta["start"] != pos:
+            raise DatasetFormatError(f"dataset: shards leave a gap or overlap at example {pos} "
+                                     f"({str(p)!r} starts at {meta['start']})")
+        pos += meta["n"]
+    x = torch.as_tensor(np.concatenate([a["x"] for _, a, _ in parts]))
+    y = torch.as_tensor(np.concatenate([a["y"] for _, a, _ in parts]))
+    extra = {key: meta0[key] for key in ("shard", "block_size", "stream_version") if key in meta0}
+    extra["files"] = [str(p) for *_, p in parts]
+    return TentSample(x, y, int(meta0["k"]), seed=meta0["seed"], start=meta0["start"], total=meta0["total"],
+                      noise=float(meta0["noise"]), distribution=meta0.get("distribution", "uniform"), meta=extra)
