@@ -1,0 +1,290 @@
+"""The depth-separation experiment of the lecture notes (``shared/MATH.md`` §2, seed ``001``).
+
+Target: f = tau^k on [0, 1] (tau the tent map), with 2^k linear pieces; the theorem takes
+k = L^2 and states that every ReLU network of depth L (L hidden layers) with at most 2^L
+hidden nodes has integral_0^1 |f - h| >= 1/8 (a constant the notes call loose; a smaller one is
+safe). Students of depth L with at most 2^L nodes are trained by minibatch SGD on the squared
+loss plus the Frobenius regularizer lambda sum_i ||W_i||_F^2 (biases unpenalised), from samples
+x ~ U[0, 1]; their L1 error is measured on a fine grid and their linear pieces are counted
+exactly (:func:`smaso.pieces.count_pieces`) next to the breakpoint bound. A deep student, the
+exact depth-k width-2 tent network and the same network perturbed and then trained, fits.
+
+Note: for L = 1 the crude estimate in the proof fails (a depth-1 network with 2 nodes computes
+tau exactly), so the lower bound is only claimed for L >= 2.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from teachers.tent import TentNetwork, tent_power
+
+from .pieces import count_pieces
+
+__all__ = [
+    "DepthRow",
+    "balanced_widths",
+    "depth_separation",
+    "format_table",
+    "l1_error",
+    "make_student",
+    "plot_depth",
+    "tent_network",
+    "tent_power",
+    "train_student",
+]
+
+DT = torch.float64
+LECTURE_BOUND = 1 / 8
+
+
+def tent_network(k: int, dtype: torch.dtype = DT) -> nn.Sequential:
+    """The exact depth-k, width-2 ReLU network of tau^k (:class:`teachers.tent.TentNetwork`)."""
+    return TentNetwork(k, dtype=dtype)
+
+
+def make_student(widths: Sequence[int], seed: int = 0, dtype: torch.dtype = DT) -> nn.Sequential:
+    """A ReLU MLP R -> R with hidden widths ``widths`` (PyTorch's default init, seeded)."""
+    if not widths or any(int(m) < 1 for m in widths):
+        raise ValueError(f"widths: expected at least one positive hidden width, got {list(widths)}")
+    gen_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        dims = [1, *map(int, widths)]
+        layers: list[nn.Module] = []
+        for a, b in itertools.pairwise(dims):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        net = nn.Sequential(*layers, nn.Linear(dims[-1], 1)).to(dtype)
+    finally:
+        torch.random.set_rng_state(gen_state)
+    return net
+
+
+def balanced_widths(depth: int, nodes: int) -> tuple[int, ...]:
+    """``nodes`` hidden units spread over ``depth`` layers as evenly as possible (first layers wider)."""
+    if depth < 1 or nodes < depth:
+        raise ValueError(f"need depth >= 1 and nodes >= depth, got depth={depth}, nodes={nodes}")
+    base, extra = divmod(nodes, depth)
+    return tuple(base + (i < extra) for i in range(depth))
+
+
+def l1_error(net: nn.Module, k: int, n_grid: int | None = None) -> float:
+    """integral_0^1 |tau^k - net| by the midpoint rule on a grid fine against the 2^k pieces."""
+    if n_grid is None:
+        n_grid = min(2**22, max(2**16, 64 * 2**k))
+    x = (torch.arange(n_grid, dtype=DT) + 0.5) / n_grid
+    with torch.no_grad():
+        h = net.to(DT)(x[:, None]).reshape(-1)
+    return float((h - tent_power(x, k)).abs().mean())
+
+
+def train_student(
+    net: nn.Module,
+    k: int,
+    *,
+    steps: int = 3000,
+    batch: int = 128,
+    n_train: int = 4096,
+    lr: float = 0.05,
+    frobenius: float = 1e-5,
+    seed: int = 0,
+) -> list[float]:
+    """Minibatch SGD on mean (h(x) - tau^k(x))^2 + lambda sum ||W||_F^2, x ~ U[0, 1] (a fixed sample).
+
+    :returns: the training loss every ``steps // 20`` steps.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(n_train, 1, generator=gen, dtype=DT)
+    y = tent_power(x, k)
+    weights = [m.weight for m in net.modules() if isinstance(m, nn.Linear)]
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    history = []
+    for step in range(steps):
+        idx = torch.randint(0, n_train, (batch,), generator=gen)
+        loss = ((net(x[idx]) - y[idx]) ** 2).mean()
+        reg = frobenius * sum((W**2).sum() for W in weights) if frobenius else 0.0
+        opt.zero_grad()
+        (loss + reg).backward()
+        opt.step()
+        if step % max(1, steps // 20) == 0:
+            history.append(float(loss.detach()))
+    return history
+
+
+@dataclass
+class DepthRow:
+    """One student of the experiment."""
+
+    L: int
+    k: int
+    student: str
+    widths: tuple[int, ...]
+    l1: float
+    pieces: int
+    bound: int
+    l1_init: float = math.nan
+    seconds: float = 0.0
+    in_theorem: bool = True  # depth <= L and at most 2^L nodes
+    net: nn.Module | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def depth(self) -> int:
+        return len(self.widths)
+
+    @property
+    def nodes(self) -> int:
+        return sum(self.widths)
+
+
+def _students(L: int) -> dict[str, tuple[int, ...]]:
+    nodes = 2**L
+    out = {"narrow (width 2)": (2,) * L, "balanced": balanced_widths(L, nodes), "shallow": (nodes,)}
+    seen, unique = set(), {}
+    for name, w in out.items():
+        if w not in seen:
+            seen.add(w)
+            unique[name] = w
+    return unique
+
+
+def depth_separation(
+    Ls: Sequence[int] = (1, 2, 3, 4),
+    *,
+    target: str = "L^2",
+    steps: int = 3000,
+    seeds: Sequence[int] = (0, 1),
+    lr: float = 0.05,
+    frobenius: float = 1e-5,
+    deep_noise: float = 0.05,
+    deep_steps: int | None = None,
+    deep_lr: float = 0.25,
+    n_train: int = 4096,
+) -> list[DepthRow]:
+    """Run the experiment for each L: small students (best of ``seeds``) and two deep students.
+
+    :param target: ``"L^2"`` (the theorem: k = L^2) or ``"2L"`` (k = 2L, a cheaper deep target).
+    :param deep_noise: the perturbed deep student starts from the exact tent network with every
+        weight and bias multiplied by (1 + deep_noise 2^-k N(0, 1)): an error in layer j is
+        amplified by up to 2^(k - j) downstream, so a k-independent perturbation would destroy
+        the 2^k pieces (at k = 9 a relative 5e-4 already gives an L1 error of about 0.19).
+    :param deep_lr: its SGD step is deep_lr 4^-k (the gradients scale like 2^k, the curvature like
+        4^k; larger steps collapse it to the constant 1/2).
+    """
+    if target not in ("L^2", "2L"):
+        raise ValueError(f"target: expected 'L^2' or '2L', got {target!r}")
+    if any(int(L) < 1 for L in Ls):
+        raise ValueError(f"Ls: expected depths >= 1, got {list(Ls)}")
+    rows: list[DepthRow] = []
+    for L in Ls:
+        k = L * L if target == "L^2" else 2 * L
+        for name, widths in _students(L).items():
+            best = None
+            t0 = time.perf_counter()
+            for seed in seeds:
+                net = make_student(widths, seed)
+                train_student(net, k, steps=steps, lr=lr, frobenius=frobenius, seed=seed, n_train=n_train)
+                err = l1_error(net, k)
+                if best is None or err < best[0]:
+                    best = (err, net)
+            err, net = best
+            pc = count_pieces(net, 0.0, 1.0)
+            rows.append(
+                DepthRow(L, k, name, widths, err, pc.count, pc.bound, seconds=time.perf_counter() - t0, net=net)
+            )
+        # deep students: the exact tent network, and a perturbed copy trained by SGD
+        exact = tent_network(k)
+        pc = count_pieces(exact, 0.0, 1.0)
+        rows.append(
+            DepthRow(L, k, "deep: exact tent", (2,) * k, l1_error(exact, k), pc.count, pc.bound, in_theorem=False,
+                     net=exact)
+        )
+        t0 = time.perf_counter()
+        deep = tent_network(k)
+        gen = torch.Generator().manual_seed(1234 + L)
+        noise = deep_noise / 2**k
+        with torch.no_grad():
+            for p in deep.parameters():
+                p.mul_(1 + noise * torch.randn(p.shape, generator=gen, dtype=DT))
+        init = l1_error(deep, k)
+        train_student(
+            deep, k, steps=deep_steps or steps, lr=deep_lr / 4**k, frobenius=0.0, seed=L, n_train=max(n_train, 8 * 2**k)
+        )
+        pc = count_pieces(deep, 0.0, 1.0)
+        rows.append(
+            DepthRow(L, k, f"deep: tent x(1+{noise:.2g}N), SGD", (2,) * k, l1_error(deep, k), pc.count, pc.bound,
+                     l1_init=init, seconds=time.perf_counter() - t0, in_theorem=False, net=deep)
+        )
+    return rows
+
+
+def _widths_label(widths: Sequence[int]) -> str:
+    return f"{widths[0]}^{len(widths)}" if len(set(widths)) == 1 else "x".join(map(str, widths))
+
+
+def format_table(rows: Sequence[DepthRow]) -> str:
+    """A markdown table of the rows."""
+    head = ("| L | k | student | widths | depth | nodes | in theorem | exact pieces | bound | 2^k | "
+            "L1 error (init) | L1 error |")
+    lines = [head, "|" + "---|" * 12]
+    for r in rows:
+        init = "" if math.isnan(r.l1_init) else f"{r.l1_init:.4f}"
+        widths = _widths_label(r.widths)
+        lines.append(
+            f"| {r.L} | {r.k} | {r.student} | {widths} | {r.depth} | {r.nodes} | {'yes' if r.in_theorem else 'no'} | "
+            f"{r.pieces} | {r.bound} | {2**r.k} | {init} | {r.l1:.4f} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_depth(rows: Sequence[DepthRow], path=None):
+    """Per L: tau^k with the best in-theorem student and the trained deep student; and the L1 errors
+    of all students against the lecture's 1/8 (and the constant-1/2 predictor's 1/4).
+
+    :param path: save the figure here (written atomically by suffix); None: only return it.
+    :returns: the matplotlib ``Figure``.
+    """
+    from .plots import plt, save_figure
+
+    Ls = sorted({r.L for r in rows})
+    if not Ls:
+        raise ValueError("rows: nothing to plot")
+    fig, axes = plt.subplots(len(Ls), 2, figsize=(13, 3.2 * len(Ls)), squeeze=False,
+                             gridspec_kw={"width_ratios": [2, 1]})
+    for ax, ax_bar, L in zip(axes[:, 0], axes[:, 1], Ls, strict=True):
+        mine = [r for r in rows if r.L == L]
+        k = mine[0].k
+        right = min(1.0, 16 / 2**k)  # at most 8 teeth, so that the curves can be told apart
+        x = torch.linspace(0, right, 4001, dtype=DT)
+        small = [r for r in mine if r.in_theorem and r.net is not None]
+        deep = [r for r in mine if not r.in_theorem and r.net is not None and "SGD" in r.student]
+        picks = ([(min(small, key=lambda r: r.l1), "C0")] if small else []) + ([(deep[0], "C3")] if deep else [])
+        for r, color in picks:
+            with torch.no_grad():
+                y = r.net.to(DT)(x[:, None]).reshape(-1)
+            ax.plot(x, y, color=color, lw=1.6,
+                    label=f"{r.student} {_widths_label(r.widths)}: L1 {r.l1:.3f}, {r.pieces} pieces")
+        ax.plot(x, tent_power(x, k), "k--", lw=0.8, label=f"target tau^{k} ({2**k} pieces)")
+        window = "" if right == 1.0 else f" (x in [0, {right:.3g}]; L1 over [0, 1])"
+        ax.set_title(f"L = {L}: depth-{L} students with <= {2**L} nodes vs tau^{k}{window}", fontsize=10)
+        ax.set_xlabel("x")
+        ax.legend(fontsize=7, loc="upper right")
+        names = [r.student for r in mine]
+        ax_bar.barh(range(len(mine)), [max(r.l1, 1e-6) for r in mine],
+                    color=["C0" if r.in_theorem else "C3" for r in mine])
+        ax_bar.set_yticks(range(len(mine)), names, fontsize=7)
+        ax_bar.axvline(LECTURE_BOUND, color="k", ls="--", lw=1, label="lecture bound 1/8")
+        ax_bar.axvline(0.25, color="0.5", ls=":", lw=1, label="constant 1/2: 1/4")
+        ax_bar.set_xscale("log")
+        ax_bar.set_xlabel("integral_0^1 |tau^k - h| (log; 0 drawn at 1e-6)")
+        ax_bar.legend(fontsize=7)
+    fig.tight_layout()
+    if path is not None:
+        save_figure(fig, path)
+    return fig
