@@ -107,20 +107,21 @@ def save_dataset(sample: LadderSample, path: str | os.PathLike, *, compress: boo
     return atomic_write(path, lambda f: saver(f, **members))
 
 
-def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
+def _read(path: Path, fmt: str = FORMAT, version: int = VERSION) -> tuple[dict, dict[str, np.ndarray]]:
+    """Meta and members of a versioned npz of format ``fmt`` (shared by every dataset kind)."""
     if not path.is_file():
         raise DatasetFormatError(f"dataset: no such file {str(path)!r}")
     try:
         with np.load(path, allow_pickle=False) as npz:
             if "meta" not in npz.files:
-                raise DatasetFormatError(f"dataset: {str(path)!r} has no 'meta' member: not a {FORMAT} file")
+                raise DatasetFormatError(f"dataset: {str(path)!r} has no 'meta' member: not a {fmt} file")
             meta = json.loads(str(npz["meta"][()]))
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                raise DatasetFormatError(f"dataset: {str(path)!r} is not a {FORMAT} file "
+            if not isinstance(meta, dict) or meta.get("format") != fmt:
+                raise DatasetFormatError(f"dataset: {str(path)!r} is not a {fmt} file "
                                          f"(format {meta.get('format') if isinstance(meta, dict) else None!r})")
-            if meta.get("version") != VERSION:
+            if meta.get("version") != version:
                 raise DatasetFormatError(f"dataset: {str(path)!r} has format version {meta.get('version')!r}; "
-                                         f"this library reads version {VERSION}")
+                                         f"this library reads version {version}")
             arrays = {k: npz[k] for k in npz.files if k != "meta"}
     except DatasetFormatError:
         raise

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .dataset import DatasetFormatError, _sha256
+from .dataset import DatasetFormatError, _read, _sha256
 from .sampling import BLOCK_SIZE, STREAM_VERSION, block_generator, parse_shard
 from .spec_io import atomic_write
 
@@ -308,25 +308,7 @@ def dataset_format(path: str | os.PathLike) -> str | None:
 
 
 def _read_tent(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    if not path.is_file():
-        raise DatasetFormatError(f"dataset: no such file {str(path)!r}")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            if "meta" not in npz.files:
-                raise DatasetFormatError(f"dataset: {str(path)!r} has no 'meta' member: not a {FORMAT} file")
-            meta = json.loads(str(npz["meta"][()]))
-            if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-                raise DatasetFormatError(f"dataset: {str(path)!r} is not a {FORMAT} file "
-                                         f"(format {meta.get('format') if isinstance(meta, dict) else None!r})")
-            if meta.get("version") != VERSION:
-                raise DatasetFormatError(f"dataset: {str(path)!r} has format version {meta.get('version')!r}; "
-                                         f"this library reads version {VERSION}")
-            arrays = {k: npz[k] for k in npz.files if k != "meta"}
-    except DatasetFormatError:
-        raise
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError, json.JSONDecodeError) as e:
-        raise DatasetFormatError(f"dataset: {str(path)!r} is corrupted or truncated ({type(e).__name__}: {e})") \
-            from None
+    meta, arrays = _read(path, FORMAT, VERSION)
     missing = [key for key in ("n", "start", "total", "seed", "k", "noise") if key not in meta]
     if missing:
         raise DatasetFormatError(f"dataset: {str(path)!r}: meta lacks {', '.join(missing)}")
