@@ -131,6 +131,16 @@ def _read(path: Path, fmt: str = FORMAT, version: int = VERSION) -> tuple[dict, 
     return meta, arrays
 
 
+def check_contiguous(shards: list[tuple[dict, Path]]) -> None:
+    """Shards sorted by ``start`` must tile their rows without gaps or overlaps."""
+    pos = shards[0][0]["start"]
+    for meta, p in shards:
+        if meta["start"] != pos:
+            raise DatasetFormatError(f"dataset: shards leave a gap or overlap at example {pos} "
+                                     f"({str(p)!r} starts at {meta['start']})")
+        pos += meta["n"]
+
+
 def _check(path: Path, meta: dict, arrays: dict[str, np.ndarray], ladder: Ladder):
     for key in ("z", "y") + (("x",) if meta.get("x_stored") else ()):
         if key not in arrays:
@@ -175,7 +185,6 @@ def load_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     meta0, _, ladder0, p0 = parts[0]
     if len(parts) > 1:
         spec0 = json.dumps(meta0["spec"], sort_keys=True)
-        pos = meta0["start"]
         for meta, arrays, _, p in parts:
             same = (meta["seed"], meta["total"], json.dumps(meta["spec"], sort_keys=True)) == (
                 meta0["seed"], meta0["total"], spec0)
@@ -183,10 +192,7 @@ def load_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
             if not (same and spec_arrays_equal):
                 raise DatasetFormatError(f"dataset: {str(p)!r} is not a shard of the same stream as {str(p0)!r} "
                                          "(ladder, seed or total differ)")
-            if meta["start"] != pos:
-                raise DatasetFormatError(f"dataset: shards leave a gap or overlap at example {pos} "
-                                         f"({str(p)!r} starts at {meta['start']})")
-            pos += meta["n"]
+        check_contiguous([(meta, p) for meta, _, _, p in parts])
     z = torch.as_tensor(np.concatenate([a["z"] for _, a, _, _ in parts]))
     x = None
     if meta0.get("x_stored"):

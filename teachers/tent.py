@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .dataset import DatasetFormatError, _read, _sha256
+from .dataset import DatasetFormatError, _read, _sha256, check_contiguous
 from .sampling import BLOCK_SIZE, STREAM_VERSION, block_generator, parse_shard
 from .spec_io import atomic_write
 
@@ -335,15 +335,11 @@ def load_tent_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike]) ->
         raise ValueError("paths: expected at least one dataset file")
     parts = sorted(((*_read_tent(Path(p)), Path(p)) for p in paths), key=lambda t: t[0]["start"])
     meta0, _, p0 = parts[0]
-    pos = meta0["start"]
     for meta, _, p in parts:
         if any(meta.get(key) != meta0.get(key) for key in _STREAM_KEYS):
             raise DatasetFormatError(f"dataset: {str(p)!r} is not a shard of the same stream as {str(p0)!r} "
                                      "(k, seed, noise or total differ)")
-        if meta["start"] != pos:
-            raise DatasetFormatError(f"dataset: shards leave a gap or overlap at example {pos} "
-                                     f"({str(p)!r} starts at {meta['start']})")
-        pos += meta["n"]
+    check_contiguous([(meta, p) for meta, _, p in parts])
     x = torch.as_tensor(np.concatenate([a["x"] for _, a, _ in parts]))
     y = torch.as_tensor(np.concatenate([a["y"] for _, a, _ in parts]))
     extra = {key: meta0[key] for key in ("shard", "block_size", "stream_version") if key in meta0}
