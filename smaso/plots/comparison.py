@@ -10,23 +10,10 @@ function serves scripts, the CLI and notebooks.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
-import matplotlib
+from ._base import plt, save_figure
 
-matplotlib.use("Agg") if not os.environ.get("MPLBACKEND") else None
-import matplotlib.pyplot as plt  # noqa: E402
-
-__all__ = ["plot_comparison", "save_figure"]
-
-
-def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
-    """Write ``fig`` to ``path`` atomically, in the format of its suffix (PNG by default)."""
-    from teachers.spec_io import atomic_write
-
-    path = Path(path)
-    fmt = path.suffix.lstrip(".") or "png"
-    return atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi))
+__all__ = ["plot_comparison"]
 
 _QUANTITIES = (("F", "activations Fbar"), ("G", "gradients G~"), ("dW", "weight updates ΔW"))
 

@@ -1,0 +1,27 @@
+"""Shared matplotlib set-up for the figure modules: headless-safe backend, atomic saving."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import matplotlib
+
+if not os.environ.get("MPLBACKEND") and "ipykernel" not in sys.modules:
+    matplotlib.use("Agg")  # scripts and CI have no display; notebooks keep their inline backend
+import matplotlib.pyplot as plt
+
+__all__ = ["plt", "save_figure"]
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
+    """Write ``fig`` to ``path`` atomically, in the format of its suffix (PNG by default).
+
+    :returns: the path written.
+    """
+    from teachers.spec_io import atomic_write
+
+    path = Path(path)
+    fmt = path.suffix.lstrip(".") or "png"
+    return atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi))
