@@ -10,7 +10,7 @@ Target 1 -- frequency statistics cost at most 1.3x a plain epoch:
 
 - ``plain``: per minibatch ``student.zero_grad(set_to_none=True)``, ``loss = student.loss(student(x), y)``,
   ``loss.backward()`` (autograd; what an ordinary training epoch costs);
-- ``stats f32`` (judged) / ``stats f64``: per minibatch ``rec = student.forward_backward(x, y)`` and
+- ``stats f32`` (judged) / ``stats f64``: per minibatch ``rec = student.forward_backward(x, y, stacked=True)`` and
   ``acc.add(rec, z)`` on a ``smaso.frequency.FrequencyAccumulator`` with float32 (its default for a
   float32 student) or float64 (on request) accumulation, plus building the accumulator and one
   ``acc.result()`` at the end of the epoch;
@@ -176,7 +176,7 @@ def stats_runner(student: LadderStudent, data: Batches, dtype: torch.dtype) -> C
             sl = data.bounds(i)
             x, y, z = data.x(i), data.y[sl], data.sample.z[sl]
             t0 = time.perf_counter()
-            rec = student.forward_backward(x, y)
+            rec = student.forward_backward(x, y, stacked=True)  # as collect_statistics does
             acc.add(rec, z)
             times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()

@@ -147,6 +147,13 @@ class FrequencyAccumulator:
         self.db = [torch.zeros(lad.num_regions[l], n[l], dtype=dtype, device=dev) for l in range(d)]
         self.n = 0
         self.loss_sum = 0.0
+        # flat bincount indices: region r's event a is bin r m + a; the (parent, child) pair of child
+        # region r = (p, c) (parent p, position c) is bin (r m_p + a_p) m + a
+        self._count_offset = [torch.arange(lad.num_regions[l], device=dev) * lad.events[l] for l in range(d + 1)]
+        self._pair_offset = [None] + [
+            (torch.arange(lad.num_regions[l], device=dev) * lad.events[l - 1] * lad.events[l]).view(
+                lad.num_regions[l - 1], lad.branching[l - 1]) for l in range(1, d + 1)]
+        self._one_hot_buffers: dict[int, torch.Tensor] = {}
 
     def add(self, rec: StudentRecord, z: torch.Tensor) -> None:
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, regions)``."""
@@ -156,17 +163,52 @@ class FrequencyAccumulator:
         z = z.to(self.device).long()
         levels = [z[:, off[l]: off[l + 1]] for l in range(d + 1)]
         for l, ev in enumerate(levels):
-            if ev.numel() and (ev.min() < 0 or ev.max() >= lad.events[l]):
+            lo, hi = torch.aminmax(ev) if ev.numel() else (0, 0)
+            if lo < 0 or hi >= lad.events[l]:
                 raise ValueError(f"z: level {l} holds events outside [0, {lad.events[l]}): the dataset's ladder does "
                                  "not match the student's")
         small = [lad.events[l] <= _ONE_HOT_MAX_EVENTS for l in range(d + 1)]
-        one_hot = [_one_hot_events(levels[l], lad.events[l], dt) if small[l] and (l < d or not self.onehot_leaves)
-                   else None for l in range(d + 1)]
+        stacked = rec.stacked is not None and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in self.summed)
+        try:
+            one_hot = [self._set_one_hot(l, levels[l]) if small[l] and (l < d or not self.onehot_leaves)
+                       else None for l in range(d + 1)]
+            self._add_sums(rec, levels, one_hot, small, stacked, n)
+        except BaseException:
+            self._one_hot_buffers.clear()  # a buffer may hold ones of this batch: rebuild from zeros next time
+            raise
+        for l, ev in enumerate(levels):  # put the one-hot buffers back to zero: N R writes, not R m N
+            if one_hot[l] is not None:
+                one_hot[l].scatter_(1, ev.T.unsqueeze(1), 0.0)
+        for l in range(d):
+            self.dW[l] += rec.dW[l].to(dt) * n
+            self.db[l] += rec.db[l].to(dt) * n
+        self.n += n
+        self.loss_sum += rec.loss * n
+
+    def _set_one_hot(self, level: int, ev: torch.Tensor) -> torch.Tensor:
+        """The level's ``(R, m, N)`` scatter matrix [z[n, r] = a], in a buffer kept between batches
+        (a fresh R m N allocation costs page faults and a fill on every batch)."""
+        R, m = self.ladder.num_regions[level], self.ladder.events[level]
+        buf = self._one_hot_buffers.get(level)
+        if buf is None or buf.shape[-1] != ev.shape[0]:
+            buf = self._one_hot_buffers[level] = torch.zeros(R, m, ev.shape[0], dtype=self.dtype, device=self.device)
+        return buf.scatter_(1, ev.T.unsqueeze(1), 1.0)
+
+    def _add_sums(self, rec: StudentRecord, levels: list[torch.Tensor], one_hot: list, small: list[bool],
+                  stacked: bool, n: int) -> None:
+        """Counts, joint counts and per-event sums of one batch (the body of :meth:`add`)."""
+        lad, dt = self.ladder, self.dtype
+        d = lad.depth
         for l in range(d + 1):
             R, m = lad.num_regions[l], lad.events[l]
-            idx = (levels[l] + torch.arange(R, device=self.device) * m).reshape(-1)
+            idx = (levels[l] + self._count_offset[l]).reshape(-1)
             self.counts[l] += torch.bincount(idx, minlength=R * m).reshape(R, m)
-            if l < d and small[l]:
+            if l < d and small[l] and stacked:
+                # every quantity of the level at once: (R, m, N) @ (R, N, k n); one wide matmul is
+                # ~2.5x faster than k narrow ones (n = 16 columns each) on CPU
+                buf = rec.stacked[l].to(dt)
+                self.own[l] += torch.bmm(one_hot[l], buf.reshape(buf.shape[0], -1, n).transpose(1, 2))
+            elif l < d and small[l]:
                 # one matmul per quantity on its transposed view: cheaper than concatenating them first
                 w = self.student.widths[l]
                 for i, key in enumerate(self.summed):
@@ -180,9 +222,8 @@ class FrequencyAccumulator:
             if l == 0:
                 continue
             b, mp, Rp = lad.branching[l - 1], lad.events[l - 1], lad.num_regions[l - 1]
-            par = levels[l - 1].repeat_interleave(b, dim=1)  # each child's parent event
-            pair = ((torch.arange(R, device=self.device) * mp + par) * m + levels[l]).reshape(-1)
-            self.joint_counts[l] += torch.bincount(pair, minlength=R * mp * m).reshape(R, mp, m)
+            pair = (levels[l - 1][:, :, None] * m + self._pair_offset[l]) + levels[l].view(n, Rp, b)
+            self.joint_counts[l] += torch.bincount(pair.reshape(-1), minlength=R * mp * m).reshape(R, mp, m)
             if l == d and self.onehot_leaves:
                 # x = one-hot(z): E[x | z_parent] follows from the joint counts, and
                 # sum_n [z_c = k] g_parent = N * Delta W[c, k, :] exactly
@@ -192,17 +233,15 @@ class FrequencyAccumulator:
                 # grouped by parent region: no per-child copies of the parents' tensors
                 g_par = rec.g[l - 1].transpose(0, 1).to(dt)  # (R_{l-1}, N, n_{l-1})
                 self.gp[l] += torch.bmm(one_hot[l].reshape(Rp, b * m, n), g_par).reshape(R, m, -1)
-                child = rec.fbar[l].reshape(n, Rp, -1).transpose(0, 1).to(dt)  # (R_{l-1}, N, b n_l)
-                fc = torch.bmm(one_hot[l - 1], child).reshape(Rp, mp, b, -1).transpose(1, 2)
-                self.fc[l] += fc.reshape(R, mp, -1)
+                # child position c of every parent: a strided batch of the children's node-major outputs
+                child = rec.fbar[l].permute(1, 2, 0).to(dt)  # (R_l, n_l, N)
+                fc = self.fc[l].view(Rp, b, mp, -1)
+                for c in range(b):
+                    fc[:, c] += torch.bmm(one_hot[l - 1], child[c::b].transpose(1, 2))
             else:
+                par = levels[l - 1].repeat_interleave(b, dim=1)  # each child's parent event
                 self.fc[l] += scatter_sums(par, rec.fbar[l], mp, dt)
                 self.gp[l] += scatter_sums(levels[l], rec.g[l - 1].repeat_interleave(b, dim=1), m, dt)
-        for l in range(d):
-            self.dW[l] += rec.dW[l].to(dt) * n
-            self.db[l] += rec.db[l].to(dt) * n
-        self.n += n
-        self.loss_sum += rec.loss * n
 
     def result(self) -> FrequencyStatistics:
         """Normalize the sums into :class:`FrequencyStatistics`."""
@@ -267,6 +306,6 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
         raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
     dev = student.weights[0].device
     for s in range(0, x.shape[0], bs):
-        rec = student.forward_backward(x[s: s + bs].to(dev), y[s: s + bs].to(dev), loss)
+        rec = student.forward_backward(x[s: s + bs].to(dev), y[s: s + bs].to(dev), loss, stacked=True)
         acc.add(rec, z[s: s + bs])
     return acc.result()

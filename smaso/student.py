@@ -45,7 +45,13 @@ class StudentRecord:
     ``u[l], f[l], fbar[l], slope[l], deriv[l], g_raw[l], g_f[l], g[l]``: ``(N, R_l, n_l)``
     (None where not defined: the leaves have only ``fbar`` = x).  ``dW[l]``: ``(R_{l+1},
     n_{l+1}, n_l)`` = E_x[fbar_{l+1} g_l] (child -> parent weights of level l), ``db[l]``:
-    ``(R_l, n_l)`` = E_x[g_l], ``dc1[l], dc0[l]``: BN parameter updates.  ``loss``: mean loss.
+    ``(R_l, n_l)`` = E_x[g_l], ``dc1[l], dc0[l]``: BN parameter updates, ``sigma[l]``: ``(R_l, n_l)``
+    BN's batch standard deviations.  ``loss``: mean loss.
+
+    The per-example fields are views of node-major ``(R_l, n_l, N)`` tensors (``t.permute(1, 2, 0)``
+    is contiguous), the layout :meth:`LadderStudent.forward_backward` computes in.  With
+    ``stacked=True`` they live in one buffer per level: ``stacked[l]`` ``(R_l, k, n_l, N)`` whose
+    slots are the fields named by ``stacked_fields`` (see :meth:`LadderStudent.stacked_fields`).
     """
 
     u: list = field(default_factory=list)
@@ -63,6 +69,8 @@ class StudentRecord:
     dc1: list = field(default_factory=list)
     dc0: list = field(default_factory=list)
     loss: float = math.nan
+    stacked: list | None = None
+    stacked_fields: tuple[str, ...] | None = None
 
 
 class LadderStudent(nn.Module):
@@ -115,6 +123,7 @@ class LadderStudent(nn.Module):
 
     # ------------------------------------------------------------------ helpers
     def act(self, level: int) -> Activation:
+        """Activation of ``level``: the top activation at level 0, the hidden one elsewhere."""
         return self.top_activation if level == 0 else self.activation
 
     def bn_params(self, level: int):
@@ -124,6 +133,7 @@ class LadderStudent(nn.Module):
         return self.bn_scale[level - 1], self.bn_shift[level - 1]
 
     def check_inputs(self, x: torch.Tensor) -> None:
+        """Raise a TypeError/ValueError unless ``x`` is ``(N, R_d, dim)`` for this student's ladder."""
         lad = self.ladder
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
@@ -133,30 +143,43 @@ class LadderStudent(nn.Module):
                              f"({lad!r}), got {tuple(x.shape)}")
 
     def _pre_activation(self, level: int, child: torch.Tensor) -> torch.Tensor:
-        """u of ``level`` from the children's outputs ``(N, R_{l+1}, n_{l+1})``: ``(N, R_l, n_l)``."""
-        lad = self.ladder
-        n = child.shape[0]
-        b, n_child = lad.branching[level], self.widths[level + 1]
-        W = self.weights[level].reshape(lad.num_regions[level], b * n_child, self.widths[level])
-        u = torch.einsum("nrk,rkj->nrj", child.reshape(n, lad.num_regions[level], b * n_child), W)
-        if self.biases is not None:
-            u = u + self.biases[level]
-        return u
+        """u of ``level``, node-major: ``(R_l, n_l, N)`` from the children's outputs ``(R_{l+1}, n_{l+1}, N)``.
+
+        The b children of parent region r are regions rb .. rb+b-1, so in the node-major layout
+        the rows of parent r's input are one contiguous block: the reshape below is a view and a
+        level is one batched matmul (the bias added by the same call) with no copies.
+        """
+        R, n = self.ladder.num_regions[level], child.shape[-1]
+        h = child.reshape(R, -1, n)  # (R_l, b n_{l+1}, N)
+        Wt = self.weights[level].reshape(R, -1, self.widths[level]).transpose(1, 2)  # (R_l, n_l, b n_{l+1})
+        if self.biases is None:
+            return torch.bmm(Wt, h)
+        return torch.baddbmm(self.biases[level].unsqueeze(-1), Wt, h)
+
+    def _leaves(self, x: torch.Tensor) -> torch.Tensor:
+        """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
+        return x.to(self.weights[0].dtype).permute(1, 2, 0)
+
+    def _batch_norm(self, level: int, f: torch.Tensor):
+        """Eq 10 on a node-major ``(R_l, n_l, N)`` level, or None without BN: ``(fbar, f_tilde, sigma)``."""
+        bn = self.bn_params(level)
+        if bn is None:
+            return None
+        # bn_forward normalizes over dim 0: hand it the (N, R, n) view; its outputs keep f's layout
+        fbar, f_tilde, _, sigma = bn_forward(f.permute(2, 0, 1), bn[0], bn[1], self.bn_eps)
+        return fbar.permute(1, 2, 0), f_tilde.permute(1, 2, 0), sigma
 
     # ------------------------------------------------------------------ forward
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Outputs f_0 ``(N, n_0)`` (differentiable; BN uses the batch's statistics)."""
         self.check_inputs(x)
-        h = x.to(self.weights[0].dtype)
+        h = self._leaves(x)
         for l in range(self.ladder.depth - 1, -1, -1):
-            u = self._pre_activation(l, h)
-            h = self.act(l)(u)
-            bn = self.bn_params(l)
+            h = self.act(l)(self._pre_activation(l, h))
+            bn = self._batch_norm(l, h)
             if bn is not None:
-                shape = h.shape
-                h = bn_forward(h.reshape(shape[0], -1), bn[0].reshape(-1), bn[1].reshape(-1), self.bn_eps)[0]
-                h = h.reshape(shape)
-        return h[:, 0]
+                h = bn[0]
+        return h[0].T
 
     def loss(self, out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
         """Mean loss: ``"squared"`` 1/2 |f_0 - onehot(y)|^2 (G_omega = I - F_omega) or ``"cross_entropy"``."""
@@ -167,9 +190,31 @@ class LadderStudent(nn.Module):
         raise ValueError(f"loss: expected one of {LOSSES}, got {kind!r}")
 
     # ------------------------------------------------------------------ explicit forward + backward
+    def stacked_fields(self) -> tuple[str, ...]:
+        """The record fields that differ per example and per node, in the order of a stacked buffer.
+
+        ``fbar, f, slope, deriv, u, g, g_f`` less those that coincide with another: f = fbar
+        without BN, and f' = s for activations with f(u) = f'(u) u (ReLU, leaky ReLU, abs, linear).
+        These are what frequency statistics average (Eq 6).
+        """
+        homogeneous = self.activation.homogeneous and self.top_activation.homogeneous
+        return tuple(k for k in ("fbar", "f", "slope", "deriv", "u", "g", "g_f")
+                     if not (k == "f" and not self.batch_norm) and not (k == "deriv" and homogeneous))
+
     @torch.no_grad()
-    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss: str = "squared") -> StudentRecord:
-        """Forward and explicit backward pass on one batch, every per-example quantity recorded."""
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss: str = "squared", *,
+                         stacked: bool = False) -> StudentRecord:
+        """Forward and explicit backward pass on one batch, every per-example quantity recorded.
+
+        Computed node-major (every level's tensors are ``(R_l, n_l, N)``, contiguous over the
+        batch, so that a level is one batched matmul, Delta W contracts over the batch and BN
+        reduces along memory); the record's fields are ``(N, R_l, n_l)`` views of them.
+
+        :param stacked: write the :meth:`stacked_fields` of every level l < d into one buffer
+            ``rec.stacked[l]`` of shape ``(R_l, k, n_l, N)`` (the fields are views of its slots), so
+            that per-event sums of all of them are one batched matmul
+            (:class:`~smaso.frequency.FrequencyAccumulator` asks for this).
+        """
         self.check_inputs(x)
         if loss not in LOSSES:
             raise ValueError(f"loss: expected one of {LOSSES}, got {loss!r}")
@@ -179,50 +224,73 @@ class LadderStudent(nn.Module):
             raise ValueError(f"y: labels must lie in [0, {self.widths[0]}), got [{y.min().item()}, {y.max().item()}]")
         lad = self.ladder
         d, n = lad.depth, x.shape[0]
-        rec = StudentRecord()
-        for name in ("u", "f", "fbar", "slope", "deriv", "f_tilde", "sigma", "g_raw", "g_f", "g", "dW", "db",
-                     "dc1", "dc0"):
-            setattr(rec, name, [None] * (d + 1))
-        rec.fbar[d] = x.to(self.weights[0].dtype)
+        dtype, dev = self.weights[0].dtype, self.weights[0].device
+        keys = self.stacked_fields()
+        buffers = [torch.empty(lad.num_regions[l], len(keys), self.widths[l], n, dtype=dtype, device=dev)
+                   if stacked else None for l in range(d)]
+
+        def slot(l: int, key: str) -> torch.Tensor | None:
+            """Where field ``key`` of level ``l`` is written: a slot of the stacked buffer, or None (new tensor)."""
+            return buffers[l][:, keys.index(key)] if stacked and key in keys else None
+
+        def put(l: int, key: str, value: torch.Tensor) -> torch.Tensor:
+            out = slot(l, key)
+            return value if out is None else out.copy_(value)
+
+        names = ("u", "f", "fbar", "slope", "deriv", "f_tilde", "g_raw", "g_f", "g")
+        nm = {k: [None] * (d + 1) for k in names}  # node-major (R_l, n_l, N)
+        sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))
+        nm["fbar"][d] = self._leaves(x)
         for l in range(d - 1, -1, -1):
-            u = self._pre_activation(l, rec.fbar[l + 1])
+            u = nm["u"][l] = put(l, "u", self._pre_activation(l, nm["fbar"][l + 1]))
             a = self.act(l)
-            rec.u[l], rec.slope[l] = u, a.slope(u)
-            rec.deriv[l] = rec.slope[l] if a.homogeneous else a.derivative(u)
-            rec.f[l] = rec.slope[l] * u
+            s = nm["slope"][l] = put(l, "slope", a.slope(u))
+            nm["deriv"][l] = s if a.homogeneous else put(l, "deriv", a.derivative(u))
+            if "deriv" in keys and a.homogeneous:  # the other level's activation needs its own slot
+                put(l, "deriv", s)
             bn = self.bn_params(l)
+            f = nm["f"][l] = torch.mul(s, u, out=slot(l, "f" if bn is not None else "fbar"))
+            bn = self._batch_norm(l, f)
             if bn is None:
-                rec.fbar[l] = rec.f[l]
+                nm["fbar"][l] = f
+                if "f" in keys:  # BN elsewhere in the network: F = Fbar on this level
+                    put(l, "f", f)
             else:
-                fb, ft, _, sig = bn_forward(rec.f[l].reshape(n, -1), bn[0].reshape(-1), bn[1].reshape(-1), self.bn_eps)
-                rec.fbar[l], rec.f_tilde[l], rec.sigma[l] = fb.reshape(u.shape), ft.reshape(u.shape), sig
-        out = rec.fbar[0][:, 0]
-        target = F.one_hot(y.long(), out.shape[-1]).to(out.dtype)
+                nm["fbar"][l] = put(l, "fbar", bn[0])
+                nm["f_tilde"][l], sigma[l] = bn[1], bn[2]
+        out = nm["fbar"][0][0]  # (n_0, N)
+        target = F.one_hot(y.long(), self.widths[0]).to(out.dtype).T
         if loss == "squared":
-            rec.g_raw[0] = (target - out)[:, None]
-            rec.loss = (0.5 * (out - target).pow(2).sum(-1).mean()).item()
+            nm["g_raw"][0] = (target - out)[None]
+            loss_value = (0.5 * (out - target).pow(2).sum(0).mean()).item()
         else:
-            rec.g_raw[0] = (target - out.softmax(-1))[:, None]
-            rec.loss = F.cross_entropy(out, y.long()).item()
+            nm["g_raw"][0] = (target - out.softmax(0))[None]
+            loss_value = F.cross_entropy(out.T, y.long()).item()
         for l in range(d):
             bn = self.bn_params(l)
             if bn is None:
-                rec.g_f[l] = rec.g_raw[l]
+                nm["g_f"][l] = put(l, "g_f", nm["g_raw"][l])
             else:
-                gf, dc1, dc0 = bn_backward(rec.g_raw[l].reshape(n, -1), rec.f_tilde[l].reshape(n, -1), rec.sigma[l],
-                                           bn[0].reshape(-1))
-                rec.g_f[l] = gf.reshape(rec.g_raw[l].shape)
-                rec.dc1[l], rec.dc0[l] = dc1.reshape(bn[0].shape) / n, dc0.reshape(bn[0].shape) / n
-            rec.g[l] = rec.deriv[l] * rec.g_f[l]  # g = f' o g_f: the paper's gated gradient (Eq 1)
-            # Delta W_ba = E_x[fbar_b g_a] (Eq 2), one matrix per child region b, computed per
-            # parent region on its children's stacked outputs (as autograd does: no copies)
-            R, b, n_child = lad.num_regions[l], lad.branching[l], self.widths[l + 1]
-            child = rec.fbar[l + 1].reshape(n, R, b * n_child)
-            rec.dW[l] = (torch.einsum("nrk,nrj->rkj", child, rec.g[l]) / n).reshape(self.weights[l].shape)
-            rec.db[l] = rec.g[l].mean(0)
-            if l + 1 < d:  # raw gradient at the children's outputs: sum over parents of W g
-                W = self.weights[l].reshape(R, b * n_child, self.widths[l])
-                rec.g_raw[l + 1] = torch.einsum("nrj,rkj->nrk", rec.g[l], W).reshape(n, R * b, n_child)
+                gf, c1, c0 = bn_backward(nm["g_raw"][l].permute(2, 0, 1), nm["f_tilde"][l].permute(2, 0, 1),
+                                         sigma[l], bn[0])
+                nm["g_f"][l] = put(l, "g_f", gf.permute(1, 2, 0))
+                dc1[l], dc0[l] = c1 / n, c0 / n
+            # g = f' o g_f: the paper's gated gradient (Eq 1)
+            g = nm["g"][l] = torch.mul(nm["deriv"][l], nm["g_f"][l], out=slot(l, "g"))
+            # Delta W_ba = E_x[fbar_b g_a] (Eq 2): per parent region, g times its children's stacked
+            # outputs (R_l, b n_{l+1}, N) transposed, a contraction over the batch (in this order the
+            # leaf view of x is read row by row: ~1.5x faster than child @ g^T)
+            R, n_l = lad.num_regions[l], self.widths[l]
+            child = nm["fbar"][l + 1].reshape(R, -1, n)
+            dW[l] = (torch.bmm(g, child.transpose(1, 2)).transpose(1, 2) / n).reshape(self.weights[l].shape)
+            db[l] = g.mean(-1)
+            if l + 1 < d:  # raw gradient at the children's outputs: W g, one block per parent
+                W = self.weights[l].reshape(R, -1, n_l)
+                nm["g_raw"][l + 1] = torch.bmm(W, g).reshape(lad.num_regions[l + 1], self.widths[l + 1], n)
+        rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
+                            sigma=sigma, dW=dW, db=db, dc1=dc1, dc0=dc0, loss=loss_value,
+                            stacked=buffers if stacked else None, stacked_fields=keys if stacked else None)
+        rec.fbar[d] = x.to(dtype)
         return rec
 
     # ------------------------------------------------------------------ updates

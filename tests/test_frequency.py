@@ -77,12 +77,13 @@ def _brute_force(lad, rec, z):
     return out
 
 
+@pytest.mark.parametrize("activation", ["swish:0.7", "relu"])
 @pytest.mark.parametrize("batch_norm", [False, True])
-def test_statistics_equal_brute_force_loops(batch_norm):
+def test_statistics_equal_brute_force_loops(batch_norm, activation):
     lad = _ladder()
     s = sample_ladder(lad, 40, seed=2)
     x = s.inputs(dtype=torch.float64)
-    st = _student(lad, batch_norm)
+    st = _student(lad, batch_norm, activation)
     stats = collect_statistics(st, x, s.y, s.z)
     rec = st.forward_backward(x, s.y)
     ref = _brute_force(lad, rec, s.z)
@@ -111,6 +112,38 @@ def test_statistics_equal_brute_force_loops(batch_norm):
     assert stats.Fbar[d].shape == (lad.num_regions[d], lad.events[d], lad.emission.dim)
     with pytest.raises(AttributeError):
         _ = stats.not_a_statistic
+
+
+@pytest.mark.parametrize(("activation", "top", "batch_norm"), [
+    ("relu", "linear", False), ("relu", "linear", True), ("swish:0.7", "linear", False), ("swish:0.7", "relu", True),
+    ("leaky_relu:0.2", "swish:0.3", False)])
+def test_stacked_record_is_the_same_record(activation, top, batch_norm):
+    """``stacked=True`` only changes where the fields live: the same values, views of one buffer per level
+    whose slots are ``stacked_fields``; and the accumulator's one-matmul path equals its per-field path."""
+    lad = _ladder()
+    s = sample_ladder(lad, 50, seed=6)
+    x = s.inputs(dtype=torch.float64)
+    st = LadderStudent(lad, [4], activation=activation, top_activation=top, batch_norm=batch_norm,
+                       dtype=torch.float64, seed=1)
+    plain, stacked = st.forward_backward(x, s.y), st.forward_backward(x, s.y, stacked=True)
+    assert plain.stacked is None and stacked.stacked_fields == st.stacked_fields()
+    for name in ("u", "f", "fbar", "slope", "deriv", "f_tilde", "g_raw", "g_f", "g", "dW", "db", "dc1", "dc0"):
+        for a, b in zip(getattr(plain, name), getattr(stacked, name), strict=True):
+            assert (a is None) == (b is None), name
+            if a is not None:
+                assert torch.equal(a, b), name
+    for l in range(lad.depth):
+        buf = stacked.stacked[l]
+        assert buf.shape == (lad.num_regions[l], len(st.stacked_fields()), st.widths[l], 50)
+        for i, name in enumerate(st.stacked_fields()):
+            assert torch.equal(buf[:, i].permute(2, 0, 1), getattr(plain, name)[l]), (l, name)
+    acc_plain, acc_stacked = FrequencyAccumulator(st), FrequencyAccumulator(st)
+    acc_plain.add(plain, s.z)
+    acc_stacked.add(stacked, s.z)
+    a, b = acc_plain.result(), acc_stacked.result()
+    for k in PER_EVENT:
+        for l in range(lad.depth):
+            assert_close(a.means[k][l], b.means[k][l], 1e-13, f"{k}[{l}]")
 
 
 def test_empirical_P_equals_empirical_statistics():
