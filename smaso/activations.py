@@ -44,6 +44,7 @@ class Activation:
 
     @property
     def eta(self) -> float:
+        """Inverse temperature eta = beta / (1 - beta) of the beta-VQ swish (inf at beta = 1: ReLU)."""
         return math.inf if self.beta == 1.0 else self.beta / (1.0 - self.beta)
 
     @property

@@ -76,6 +76,7 @@ class ForwardCache:
 
     @property
     def output(self) -> torch.Tensor:
+        """The network output h_L ``(N, width_L)`` (the last recorded layer)."""
         return self.h[-1]
 
 

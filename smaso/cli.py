@@ -153,6 +153,7 @@ def inspect_report(sample, *, bayes_n: int = 2000) -> dict:
 
 
 def print_report(report: dict, ladder) -> None:
+    """Print ``smaso inspect``'s report of a ladder dataset: counts, sampled vs exact statistics, Bayes accuracy."""
     print(ladder.describe())
     n = report["n"]
     print(f"\n{n} examples (rows {report['start']}..{report['start'] + n} of {report['total']}, seed {report['seed']})")
@@ -197,6 +198,7 @@ def tent_report(sample) -> dict:
 
 
 def print_tent_report(report: dict) -> None:
+    """Print ``smaso inspect``'s report of a tent dataset: tau^k, its pieces, label noise, fit of the file."""
     n = report["n"]
     print(f"tent teacher: y = tau^{report['k']}(x) ({report['pieces']} linear pieces), label noise sigma "
           f"{report['noise']:g}")
@@ -371,6 +373,7 @@ def _cmd_compare(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``smaso`` argument parser (subcommands demo, compare, sample ladder|tent, inspect, spec)."""
     parser = argparse.ArgumentParser(
         prog="smaso", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Sample summarization-ladder datasets, train locally connected students on them and compare "
@@ -467,6 +470,7 @@ def _int(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``smaso`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

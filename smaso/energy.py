@@ -149,6 +149,7 @@ class EnergyTrajectory:
 
     @property
     def time(self) -> float:
+        """Continuous time lr * steps reached by the trajectory (the gradient-flow clock of §7.5.1)."""
         return self.lr * self.steps
 
     def total_energy(self) -> torch.Tensor:

@@ -67,14 +67,17 @@ class MASO:
     # ------------------------------------------------------------------ shape
     @property
     def K(self) -> int:
+        """Number of output units K (Eq 1: one max-affine spline per unit)."""
         return self.A.shape[0]
 
     @property
     def R(self) -> int:
+        """Number of regions R per unit (affine pieces of each max-affine spline)."""
         return self.A.shape[1]
 
     @property
     def D(self) -> int:
+        """Input dimension D."""
         return self.A.shape[2]
 
     def __repr__(self) -> str:

@@ -208,10 +208,12 @@ class IndexedCategorical(TorchDistribution):
 
     @property
     def logits(self) -> torch.Tensor:
+        """Log-probabilities of the selected rows: ``batch_shape + (m,)`` (gathered, so it costs memory)."""
         return self.table.log_probs[self.row]
 
     @property
     def probs(self) -> torch.Tensor:
+        """Probabilities of the selected rows: ``batch_shape + (m,)`` (gathered, so it costs memory)."""
         return self.table.probs[self.row]
 
     def sample(self, sample_shape=torch.Size()):

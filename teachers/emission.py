@@ -53,6 +53,7 @@ class Emission:
         return {"kind": self.kind, "name": type(self).__name__, "dim": self.dim}
 
     def check_input(self, x: torch.Tensor, name: str = "x") -> None:
+        """Raise a TypeError/ValueError unless ``x`` is a ``(N, R, dim)`` tensor of this emission's width."""
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
         if x.dim() != 3 or x.shape[1] != self.num_regions or x.shape[2] != self.dim:
@@ -171,6 +172,7 @@ class OpaqueEmission(Emission):
         self.num_regions, self.num_events, self.dim, self.name = num_regions, num_events, dim, name
 
     def _unavailable(self, *args, **kwargs):
+        """Refuse: the class of a custom emission is not stored with the data, so it cannot sample or score."""
         raise NotImplementedError(f"emission: the custom emission {self.name!r} was not saved with the data; "
                                   "rebuild the ladder with ladder.with_emission(your_emission)")
 

@@ -259,10 +259,12 @@ class Ladder:
 
     @property
     def total_regions(self) -> int:
+        """Number of regions over all levels (the width of an event matrix z)."""
         return self.level_offsets[-1]
 
     @property
     def num_classes(self) -> int:
+        """Number of labels: the events of the top region (z_omega = y)."""
         return self.events[0]
 
     def parents(self, level: int) -> torch.Tensor:
@@ -292,6 +294,7 @@ class Ladder:
         return torch.uint8 if top <= 256 else torch.int16 if top <= 2**15 else torch.int32
 
     def describe(self) -> str:
+        """A few lines for people: mode, depth, regions, events and branching per level, emission."""
         lines = [f"Ladder {self.name!r}: mode={self.mode}, depth={self.depth}, "
                  f"{self.total_regions} regions, {self.num_classes} classes, emission={self.emission.kind}"]
         for l in range(self.depth + 1):

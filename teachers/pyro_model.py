@@ -120,6 +120,7 @@ class LadderModel:
             pyro.plate(f"level_{l}", lad.branching[l - 1], dim=-(d + 1 - l)) for l in range(1, d + 1)]
 
     def leaf_shape(self, n: int) -> tuple[int, ...]:
+        """Shape of the leaf events of ``n`` examples in the nested-plate layout: ``(n, b_0, ..., b_{d-1})``."""
         return (n, *self.ladder.branching)
 
     def parent_events(self, level: int, child: torch.Tensor) -> torch.Tensor:

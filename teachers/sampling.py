@@ -69,6 +69,7 @@ class LadderSample:
 
     @property
     def leaves(self) -> torch.Tensor:
+        """Leaf events z_d: ``(N, R_d)``."""
         return self.events(self.ladder.depth)
 
     def inputs(self, index: torch.Tensor | slice | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -80,6 +81,7 @@ class LadderSample:
         return F.one_hot(leaves, self.ladder.events[-1]).to(dtype)
 
     def to(self, device: torch.device | str) -> LadderSample:
+        """The same sample with its tensors on ``device``."""
         return LadderSample(self.ladder, self.z.to(device), None if self.x is None else self.x.to(device),
                             self.seed, self.start, self.total, dict(self.meta))
 

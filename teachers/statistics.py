@@ -53,6 +53,7 @@ class EventStatistics:
         return self.P_down[child_level][child]
 
     def region_marginal(self, level: int, region: int) -> torch.Tensor:
+        """P(z_alpha) of one region: ``(m_level,)``."""
         return self.marginals[level][region]
 
 
