@@ -244,7 +244,7 @@ class VQFit:
 
 
 def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_steps: int = 300, lr: float = 0.1,
-           tempering: str = "scale", seed: int | None = 0) -> VQFit:
+           tempering: str = "scale", seed: int | None = 0, progress: bool = False) -> VQFit:
     """Soft / beta-VQ as variational inference: SVI on the per-unit SMASO with a mean-field categorical guide.
 
     Guide: ``q = pyro.param("vq_region_probs", uniform (N, K, R), constraint=simplex)``, site ``"t"`` ~
@@ -262,6 +262,7 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
     :param beta: in [0, 1), a number or ``(K,)`` (beta = 1 is hard VQ: use :func:`vq_map`; the
         likelihood tempering needs beta > 0).
     :param seed: ``pyro.set_rng_seed`` first (the fit itself is deterministic: the guide is enumerated).
+    :param progress: show a tqdm bar over the SVI steps (off by default, so notebooks and logs stay clean).
     """
     check_maso(A, B)
     check_x(x, A)
@@ -300,7 +301,12 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
     if seed is not None:
         pyro.set_rng_seed(seed)
     svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), TraceEnum_ELBO(max_plate_nesting=2))
-    losses = [svi.step(x) for _ in range(num_steps)]
+    steps = range(num_steps)
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps = tqdm(steps, desc="SVI (beta-VQ)")
+    losses = [svi.step(x) for _ in steps]
     probs = pyro.param(PARAM_NAME).detach().clone()
     return VQFit(probs=probs, outputs=vq_outputs(probs, region_scores(A, B, x)), losses=losses,
                  eta=float(eta) if eta.dim() == 0 else eta, x=x)

@@ -178,6 +178,17 @@ def test_svi_likelihood_tempering_agrees_with_scale():
     assert (fits[0].probs - fits[1].probs).abs().max() < 1e-6
 
 
+def test_svi_progress_bar_changes_nothing_but_the_output(capsys):
+    A, B = _random_layer(K=2, R=3, D=2, seed=5)
+    x = torch.randn(4, 2, dtype=F64)
+    quiet = svi_vq(A, B, x, 0.6, num_steps=20, lr=0.1)
+    assert capsys.readouterr().err == ""
+    loud = svi_vq(A, B, x, 0.6, num_steps=20, lr=0.1, progress=True)
+    assert "SVI" in capsys.readouterr().err
+    assert loud.losses == quiet.losses
+    assert torch.equal(loud.probs, quiet.probs)
+
+
 # ---------------------------------------------------------------------- posterior draws (infer_discrete, T = 1)
 def test_posterior_region_draws_are_beta_vq_draws():
     u = torch.linspace(-3, 3, 13, dtype=F64)
