@@ -18,24 +18,30 @@ the exact size of the error term that condition's failure introduces:
 - ``broadness`` ||P(z_b) E[g_a | z_b] - P_ab^T G~_a|| / ||P(z_b) E[g_a | z_b]||  (parents, by child event)
 
 On the fully informative ladder with one-hot leaves all of these are ~1e-15 (Thm 3).
+:func:`noise_sweep` measures how they grow when the leaves are made noisy (Gaussian leaves of
+increasing sigma), i.e. as Thm 3's delta condition is relaxed.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from teachers.sampling import LadderSample
+from teachers.emission import GaussianEmission, OneHotEmission
+from teachers.ladder import Ladder
+from teachers.sampling import LadderSample, sample_ladder
 from teachers.statistics import exact_statistics
 
 from .frequency import FrequencyStatistics, collect_statistics
 from .reformulation import Reformulation, reformulate
 from .student import LadderStudent
 
-__all__ = ["ComparisonResult", "compare_statistics_to_theory", "compare_student", "diagnose"]
+__all__ = ["ComparisonResult", "compare_statistics_to_theory", "compare_student", "diagnose", "noise_sweep"]
 
 
 def _rel(pred: torch.Tensor, meas: torch.Tensor, mask: torch.Tensor | None = None) -> float:
@@ -111,6 +117,7 @@ class ComparisonResult:
     seconds: float = 0.0
 
     def final(self) -> dict:
+        """The last checkpoint's row of :attr:`history` (step, accuracy, per-level errors, diagnosis)."""
         return self.history[-1]
 
 
@@ -179,3 +186,94 @@ def compare_student(sample: LadderSample, *, width: int | list[int] = 8, activat
     result.final_prediction = reformulate(student, P, result.final_stats, loss=loss)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+ERROR_KEYS = tuple(f"{q}_{kind}" for kind in ("propagated", "local") for q in ("F", "G", "dW"))
+
+
+def _check_sigmas(sigmas) -> list[float]:
+    if isinstance(sigmas, (str, bytes)) or not hasattr(sigmas, "__iter__"):
+        raise TypeError(f"sigmas: expected a sequence of noise levels, got {type(sigmas).__name__}")
+    out = []
+    for s in list(sigmas):
+        if isinstance(s, (torch.Tensor,)) and s.numel() == 1:  # numpy scalars are numbers.Real already
+            s = s.item()
+        if isinstance(s, bool) or not isinstance(s, numbers.Real) or not math.isfinite(s) or s < 0:
+            raise ValueError(f"sigmas: every noise level must be a finite number >= 0, got {s!r}")
+        out.append(float(s))
+    if not out:
+        raise ValueError("sigmas: expected at least one noise level")
+    if len(set(out)) != len(out):
+        raise ValueError(f"sigmas: noise levels must be distinct, got {out}")
+    return out
+
+
+def _leaves_at(ladder: Ladder, sigma: float) -> Ladder:
+    """``ladder`` with one-hot leaves (sigma = 0) or Gaussian leaves N(one-hot(z), sigma^2 I)."""
+    r, m = ladder.num_regions[-1], ladder.events[-1]
+    if sigma == 0:
+        return ladder.with_emission(OneHotEmission(r, m))
+    return ladder.with_emission(GaussianEmission.around_one_hot(r, m, sigma))
+
+
+def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[float], n: int, seed: int = 0, *,
+                student_seed: int = 0, progress: bool = False, **student_kwargs) -> list[dict]:
+    """Student vs reformulation as the leaves get noisier: Thm 3's exactness and how Thm 2 fails.
+
+    Thm 3: when P(x_alpha | z_alpha) is a delta for every region (the fully informative ladder
+    with one-hot leaves) Thm 2's three conditions hold and the reformulation (Thm 4 / Eq 9) is
+    exact, so every relative error is round-off (~1e-14 in float64).  Gaussian leaves
+    x_r ~ N(one-hot(z_r), sigma^2 I) break the delta: the inputs vary within an event, the ReLU
+    gates correlate with the raw activations given the event (Thm 2's decorrelation), and the
+    errors grow with sigma.  For each sigma this samples ``n`` examples, trains a student with
+    :func:`compare_student` and records its last checkpoint.
+
+    The events z are the same draw at every sigma (the sampler draws them before the leaf
+    noise, from the same ``seed``), and the student starts from the same weights, so the rows
+    differ only by the leaf noise.
+
+    :param ladder: a :class:`~teachers.ladder.Ladder` whose leaves are replaced by one-hot
+        (sigma = 0) or Gaussian leaves around one-hot means (sigma > 0); or a factory
+        ``sigma -> Ladder`` that builds the ladder for each noise level itself.
+    :param sigmas: distinct noise levels >= 0 (0: one-hot leaves).
+    :param n: examples per noise level (> 0).
+    :param seed: sample seed.
+    :param student_seed: the student's seed (its initial weights and SGD minibatches), the
+        ``seed`` of :func:`compare_student`.
+    :param progress: a tqdm bar over the noise levels (the student's own bar stays off).
+    :param student_kwargs: passed to :func:`compare_student` (width, batch_norm, steps, lr, ...).
+    :returns: one row per sigma, in the given order: ``sigma``, ``accuracy``, ``loss``, ``step``,
+        ``levels`` (per level: the relative errors ``F_/G_/dW_propagated`` and ``_local`` and
+        Thm 2's measured terms, as in :func:`compare_statistics_to_theory`), ``leaves``,
+        ``max_error`` (the largest relative error of F, G~ or Delta W, propagated or local, over
+        every level and checkpoint of the run) and ``seconds``.
+    """
+    sig = _check_sigmas(sigmas)
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n <= 0:
+        raise ValueError(f"n: expected a positive integer number of examples, got {n!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+    if not isinstance(ladder, Ladder) and not callable(ladder):
+        raise TypeError(f"ladder: expected a Ladder or a callable sigma -> Ladder, got {type(ladder).__name__}")
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(sig), desc="noise sweep")
+    rows = []
+    for s in sig:
+        lad = _leaves_at(ladder, s) if isinstance(ladder, Ladder) else ladder(s)
+        if not isinstance(lad, Ladder):
+            raise TypeError(f"ladder: the factory returned {type(lad).__name__} for sigma = {s}, expected a Ladder")
+        sample = sample_ladder(lad, int(n), int(seed), progress=False)
+        res = compare_student(sample, seed=student_seed, progress=False, **student_kwargs)
+        last = res.final()
+        worst = max(row[k] for h in res.history for row in h["levels"] for k in ERROR_KEYS)
+        rows.append({"sigma": s, "step": last["step"], "accuracy": last["accuracy"], "loss": last["loss"],
+                     "levels": last["levels"], "leaves": last["leaves"], "max_error": worst,
+                     "seconds": res.seconds})
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return rows

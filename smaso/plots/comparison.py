@@ -3,17 +3,21 @@
 :func:`plot_comparison` draws, for a :class:`~smaso.compare.ComparisonResult`, the relative
 error of every level over training for F, G~ and Delta W (solid: full recursion, dashed: one
 step from measured neighbours) and, at the last checkpoint, predicted against measured
-entries of F and G~ per level (on the diagonal when the reformulation is exact).  The same
-function serves scripts, the CLI and notebooks.
+entries of F and G~ per level (on the diagonal when the reformulation is exact).
+:func:`plot_noise_sweep` draws the rows of :func:`~smaso.compare.noise_sweep`: the same errors
+and Thm 2's measured terms against the noise of the leaves (Thm 3 at sigma = 0).  The same
+functions serve scripts, the CLI and notebooks.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping, Sequence
 
 from ._base import plt, save_figure
 
-__all__ = ["plot_comparison"]
+__all__ = ["plot_comparison", "plot_noise_sweep"]
 
 _QUANTITIES = (("F", "activations Fbar"), ("G", "gradients G~"), ("dW", "weight updates ΔW"))
 
@@ -76,6 +80,132 @@ def plot_comparison(result, path: str | os.PathLike | None = None, *, title: str
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
+
+_FLOOR = 1e-17  # log axes: exact zeros (a condition that holds bit for bit) are drawn at the floor
+_KINDS = {"propagated": "recursion", "local": "one step"}
+_TERMS = (("decorrelation_fwd", "decorrelation, forward (gate vs raw activation)"),
+          ("decorrelation_bwd", "decorrelation, backward (gate vs raw gradient)"),
+          ("focus", "focus (solid) and broadness (dotted)"))
+_STYLES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D")
+
+
+def _check_sweep(rows, name: str) -> list[dict]:
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+        raise ValueError(f"{name}: expected a non-empty list of noise_sweep rows, got {rows!r:.80}")
+    for r in rows:
+        if not isinstance(r, Mapping) or "sigma" not in r or "levels" not in r:
+            raise ValueError(f"{name}: every row needs 'sigma' and 'levels' (a noise_sweep row), got {r!r:.80}")
+        sig = r["sigma"]
+        if isinstance(sig, bool) or not isinstance(sig, (int, float)) or not math.isfinite(sig) or sig < 0:
+            raise ValueError(f"{name}: sigma must be a finite number >= 0, got {sig!r}")
+    levels = [row["level"] for row in rows[0]["levels"]]
+    if any([row["level"] for row in r["levels"]] != levels for r in rows):
+        raise ValueError(f"{name}: the rows do not all report the same levels")
+    return sorted(rows, key=lambda r: r["sigma"])
+
+
+def plot_noise_sweep(rows: Sequence[dict] | Mapping[str, Sequence[dict]], path: str | os.PathLike | None = None, *,
+                     kinds: Sequence[str] = ("propagated", "local"), title: str | None = None):
+    """Errors of the reformulation and Thm 2's measured terms against the leaves' noise sigma.
+
+    Illustrates Thm 3 (sigma = 0, one-hot leaves on the fully informative ladder: every error is
+    round-off) and what breaks as the delta condition is relaxed (Thm 2's conditions, measured by
+    :func:`~smaso.compare.diagnose`).  Top row: relative Frobenius errors of Fbar, G~ and Delta W
+    (Thm 4 / Eq 9) per level; bottom row: the sizes of Thm 2's error terms per level.  Colours are
+    levels; line styles are the ``kinds`` (full recursion / one step from measured neighbours)
+    and, when ``rows`` is a mapping, its series (e.g. without / with Batch Norm, Eq 12).  The x
+    axis is linear between 0 and the smallest sigma > 0 and logarithmic above.
+
+    :param rows: the list returned by :func:`~smaso.compare.noise_sweep` (one row per sigma, each
+        with ``sigma`` and ``levels``, a list of per-level dicts), or a mapping label -> such list.
+    :param path: save the figure here (PNG/PDF/SVG by suffix, written atomically); None: only return it.
+    :param kinds: which errors to draw, a non-empty subset of ``("propagated", "local")``.
+    :returns: the matplotlib ``Figure``.
+    """
+    if isinstance(rows, Mapping):
+        if not rows:
+            raise ValueError("rows: the mapping of series is empty")
+        series = {str(k): _check_sweep(v, f"rows[{k!r}]") for k, v in rows.items()}
+    else:
+        series = {"": _check_sweep(rows, "rows")}
+    if isinstance(kinds, str) or not kinds or any(k not in _KINDS for k in kinds) or len(set(kinds)) != len(kinds):
+        raise ValueError(f"kinds: expected a non-empty subset of {tuple(_KINDS)}, got {kinds!r}")
+    combos = [(label, kind) for label in series for kind in kinds]
+    if len(combos) > len(_STYLES):
+        raise ValueError(f"rows/kinds: at most {len(_STYLES)} (series, kind) line styles, got {len(combos)}")
+    first = next(iter(series.values()))
+    levels = [row["level"] for row in first[0]["levels"]]
+    if any([row["level"] for row in v[0]["levels"]] != levels for v in series.values()):
+        raise ValueError("rows: the series do not all report the same levels")
+    positive = [r["sigma"] for v in series.values() for r in v if r["sigma"] > 0]
+    all_sigmas = sorted({r["sigma"] for v in series.values() for r in v})
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5), sharex=True)
+
+    def draw(ax, v, key, style, marker) -> list:
+        """One curve per level; levels where ``key`` is exactly 0 at every sigma (e.g. the gate
+        terms of a level without a gate) are left out and returned, to be named on the panel."""
+        zero = []
+        for i, l in enumerate(levels):
+            pts = [(r["sigma"], r["levels"][i][key]) for r in v if key in r["levels"][i]]
+            if not pts:
+                continue
+            if all(y == 0 for _, y in pts):
+                zero.append(l)
+                continue
+            xs, ys = zip(*pts, strict=True)
+            ax.plot(xs, [max(y, _FLOOR) for y in ys], style, marker=marker, ms=4, color=colors[i % len(colors)])
+        return zero
+
+    def note_zero(ax, zero: set) -> None:
+        if zero:
+            ax.text(0.98, 0.03, f"exactly 0 at level {', '.join(map(str, sorted(zero)))} (not drawn)",
+                    transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="0.3")
+
+    for ax, (key, label) in zip(axes[0], _QUANTITIES, strict=True):
+        zero: set = set()
+        for j, (name, kind) in enumerate(combos):
+            zero |= set(draw(ax, series[name], f"{key}_{kind}", _STYLES[j], _MARKERS[j]))
+        note_zero(ax, zero)
+        ax.set_title(f"{label}: reformulation vs measured")
+        ax.set_ylabel("relative Frobenius error")
+    for ax, (key, label) in zip(axes[1], _TERMS, strict=True):
+        zero = set()
+        for j, name in enumerate(series):
+            zero |= set(draw(ax, series[name], key, _STYLES[j], _MARKERS[j]))
+            if key == "focus":
+                zero |= set(draw(ax, series[name], "broadness", ":", "x"))
+        note_zero(ax, zero)
+        ax.set_title(label, fontsize=10)
+        ax.set_ylabel("relative size of the error term")
+    for ax in axes.flat:
+        ax.set_yscale("log")
+        if positive:
+            lin = min(positive)
+            ax.set_xscale("symlog", linthresh=lin, linscale=0.5)
+            ax.set_xlim(-0.4 * lin if min(all_sigmas) == 0 else 0.8 * lin, 1.15 * max(all_sigmas))
+        ax.set_xticks(all_sigmas)
+        ax.set_xticklabels([("0\n(one-hot)" if s == 0 else f"{s:g}") for s in all_sigmas], fontsize=8)
+        ax.grid(alpha=0.3, which="major")
+    for ax in axes[1]:
+        ax.set_xlabel("leaf noise sigma")
+    handles = [plt.Line2D([], [], color=colors[i % len(colors)], lw=3, label=f"level {l}")
+               for i, l in enumerate(levels)]
+    handles += [plt.Line2D([], [], color="k", ls=_STYLES[j], marker=_MARKERS[j], ms=4,
+                           label=" / ".join(p for p in (name, _KINDS[kind]) if p))
+                for j, (name, kind) in enumerate(combos)]
+    if len(series) > 1:
+        handles += [plt.Line2D([], [], color="0.4", ls=":", marker="x", ms=4, label="broadness (bottom right)")]
+    fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=9, frameon=False,
+               bbox_to_anchor=(0.5, 0.955 if title else 0.995))
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 1, 0.93 if title else 0.96))
     if path is not None:
         save_figure(fig, path)
     return fig
