@@ -8,6 +8,8 @@ loss plus the Frobenius regularizer lambda sum_i ||W_i||_F^2 (biases unpenalised
 x ~ U[0, 1]; their L1 error is measured on a fine grid and their linear pieces are counted
 exactly (:func:`smaso.pieces.count_pieces`) next to the breakpoint bound. A deep student, the
 exact depth-k width-2 tent network and the same network perturbed and then trained, fits.
+:func:`piece_survey` counts the pieces of random, trained and tent networks of any shapes; the
+figures live in :mod:`smaso.plots.depth` (:func:`plot_depth` here forwards to it).
 
 Note: for L = 1 the crude estimate in the proof fails (a depth-1 network with 2 nodes computes
 tau exactly), so the lower bound is only claimed for L >= 2.
@@ -30,11 +32,13 @@ from .pieces import count_pieces
 
 __all__ = [
     "DepthRow",
+    "PieceRecord",
     "balanced_widths",
     "depth_separation",
     "format_table",
     "l1_error",
     "make_student",
+    "piece_survey",
     "plot_depth",
     "tent_network",
     "tent_power",
@@ -95,17 +99,27 @@ def train_student(
     lr: float = 0.05,
     frobenius: float = 1e-5,
     seed: int = 0,
+    progress: bool = False,
+    desc: str | None = None,
+    optimizer: str = "sgd",
 ) -> list[float]:
     """Minibatch SGD on mean (h(x) - tau^k(x))^2 + lambda sum ||W||_F^2, x ~ U[0, 1] (a fixed sample).
 
+    :param progress: show a tqdm bar over the steps.
+    :param desc: the bar's label (default: the target).
+    :param optimizer: ``"sgd"`` (the lecture's, default) or ``"adam"`` (same ``lr``; it escapes the
+        constant-1/2 plateau where plain SGD from PyTorch's default init stays).
     :returns: the training loss every ``steps // 20`` steps.
     """
     gen = torch.Generator().manual_seed(seed)
     x = torch.rand(n_train, 1, generator=gen, dtype=DT)
     y = tent_power(x, k)
     weights = [m.weight for m in net.modules() if isinstance(m, nn.Linear)]
-    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {optimizer!r}")
+    opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(net.parameters(), lr=lr)
     history = []
+    bar = _bar(progress, steps, desc or f"SGD on tau^{k}")
     for step in range(steps):
         idx = torch.randint(0, n_train, (batch,), generator=gen)
         loss = ((net(x[idx]) - y[idx]) ** 2).mean()
@@ -115,7 +129,22 @@ def train_student(
         opt.step()
         if step % max(1, steps // 20) == 0:
             history.append(float(loss.detach()))
+            if bar is not None:
+                bar.set_postfix(loss=f"{history[-1]:.3g}", refresh=False)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
     return history
+
+
+def _bar(progress: bool, total: int, desc: str):
+    """A tqdm bar, or None when ``progress`` is off (tqdm is then not even imported)."""
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, leave=False)
 
 
 @dataclass
@@ -136,10 +165,12 @@ class DepthRow:
 
     @property
     def depth(self) -> int:
+        """Number of hidden layers."""
         return len(self.widths)
 
     @property
     def nodes(self) -> int:
+        """Number of hidden nodes (the sum of the widths)."""
         return sum(self.widths)
 
 
@@ -166,6 +197,7 @@ def depth_separation(
     deep_steps: int | None = None,
     deep_lr: float = 0.25,
     n_train: int = 4096,
+    progress: bool = False,
 ) -> list[DepthRow]:
     """Run the experiment for each L: small students (best of ``seeds``) and two deep students.
 
@@ -189,7 +221,8 @@ def depth_separation(
             t0 = time.perf_counter()
             for seed in seeds:
                 net = make_student(widths, seed)
-                train_student(net, k, steps=steps, lr=lr, frobenius=frobenius, seed=seed, n_train=n_train)
+                train_student(net, k, steps=steps, lr=lr, frobenius=frobenius, seed=seed, n_train=n_train,
+                              progress=progress, desc=f"L={L} {name} seed {seed}")
                 err = l1_error(net, k)
                 if best is None or err < best[0]:
                     best = (err, net)
@@ -214,7 +247,8 @@ def depth_separation(
                 p.mul_(1 + noise * torch.randn(p.shape, generator=gen, dtype=DT))
         init = l1_error(deep, k)
         train_student(
-            deep, k, steps=deep_steps or steps, lr=deep_lr / 4**k, frobenius=0.0, seed=L, n_train=max(n_train, 8 * 2**k)
+            deep, k, steps=deep_steps or steps, lr=deep_lr / 4**k, frobenius=0.0, seed=L,
+            n_train=max(n_train, 8 * 2**k), progress=progress, desc=f"L={L} deep tent",
         )
         pc = count_pieces(deep, 0.0, 1.0)
         rows.append(
@@ -222,6 +256,97 @@ def depth_separation(
                      l1_init=init, seconds=time.perf_counter() - t0, in_theorem=False, net=deep)
         )
     return rows
+
+
+@dataclass
+class PieceRecord:
+    """The exact linear pieces of one network on [lo, hi] next to the breakpoint bound of its widths.
+
+    :ivar kind: ``"random"`` (PyTorch's default init), ``"trained"`` (that init after SGD on tau^k)
+        or ``"tent"`` (the exact depth-k width-2 tent network).
+    """
+
+    widths: tuple[int, ...]
+    kind: str
+    pieces: int
+    bound: int
+    seed: int | None = None
+    k: int | None = None
+
+    @property
+    def depth(self) -> int:
+        """Number of hidden layers."""
+        return len(self.widths)
+
+    @property
+    def nodes(self) -> int:
+        """Number of hidden nodes (the sum of the widths)."""
+        return sum(self.widths)
+
+    @property
+    def label(self) -> str:
+        """The widths as a short label: ``"2^3"`` for equal widths, ``"4x2"`` otherwise."""
+        return _widths_label(self.widths)
+
+
+def piece_survey(
+    architectures: Sequence[Sequence[int]],
+    seeds: Sequence[int] = (0, 1, 2),
+    *,
+    train_k: int | None = 6,
+    steps: int = 1000,
+    lr: float = 0.05,
+    frobenius: float = 0.0,
+    optimizer: str = "sgd",
+    tent_ks: Sequence[int] = (),
+    lo: float = 0.0,
+    hi: float = 1.0,
+    progress: bool = False,
+) -> list[PieceRecord]:
+    """Exact piece counts (:func:`smaso.pieces.count_pieces`) of random, trained and tent networks.
+
+    For every hidden-width tuple in ``architectures`` and every seed: the network at PyTorch's
+    default init (``"random"``) and, unless ``train_k`` is None, the same network after ``steps``
+    of :func:`train_student` (``optimizer``, ``lr``, ``frobenius``) on tau^train_k (``"trained"``).
+    For every k in ``tent_ks``: the exact tent network (``"tent"``, 2^k pieces with depth k and width 2).
+
+    :param architectures: hidden widths m_1..m_L of each network, e.g. ``[(8,), (4, 4), (2,) * 6]``.
+    :param lo, hi: the interval the pieces are counted on.
+    :param progress: a tqdm bar over the networks.
+    """
+    archs = [tuple(int(m) for m in w) for w in architectures]
+    if not archs and not tent_ks:
+        raise ValueError("architectures: expected at least one width tuple (or some tent_ks)")
+    if any(not w or min(w) < 1 for w in archs):
+        raise ValueError(f"architectures: every entry needs at least one positive width, got {archs}")
+    if any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in tent_ks):
+        raise ValueError(f"tent_ks: expected integers >= 1, got {list(tent_ks)}")
+    if archs and not seeds:
+        raise ValueError("seeds: expected at least one seed")
+    if train_k is not None and (isinstance(train_k, bool) or not isinstance(train_k, int) or train_k < 0):
+        raise ValueError(f"train_k: expected a non-negative integer or None, got {train_k!r}")
+    records: list[PieceRecord] = []
+    bar = _bar(progress, len(archs) * len(seeds) + len(tent_ks), "counting pieces")
+    for widths in archs:
+        for seed in seeds:
+            net = make_student(widths, int(seed))
+            pc = count_pieces(net, lo, hi)
+            records.append(PieceRecord(widths, "random", pc.count, pc.bound, seed=int(seed)))
+            if train_k is not None:
+                train_student(net, train_k, steps=steps, lr=lr, frobenius=frobenius, seed=int(seed),
+                              optimizer=optimizer)
+                pc = count_pieces(net, lo, hi)
+                records.append(PieceRecord(widths, "trained", pc.count, pc.bound, seed=int(seed), k=train_k))
+            if bar is not None:
+                bar.update(1)
+    for k in tent_ks:
+        pc = count_pieces(tent_network(int(k)), lo, hi)
+        records.append(PieceRecord((2,) * int(k), "tent", pc.count, pc.bound, k=int(k)))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return records
 
 
 def _widths_label(widths: Sequence[int]) -> str:
@@ -244,47 +369,7 @@ def format_table(rows: Sequence[DepthRow]) -> str:
 
 
 def plot_depth(rows: Sequence[DepthRow], path=None):
-    """Per L: tau^k with the best in-theorem student and the trained deep student; and the L1 errors
-    of all students against the lecture's 1/8 (and the constant-1/2 predictor's 1/4).
+    """The figure of :func:`depth_separation`; see :func:`smaso.plots.depth.plot_depth`."""
+    from .plots.depth import plot_depth as _plot_depth
 
-    :param path: save the figure here (written atomically by suffix); None: only return it.
-    :returns: the matplotlib ``Figure``.
-    """
-    from .plots import plt, save_figure
-
-    Ls = sorted({r.L for r in rows})
-    if not Ls:
-        raise ValueError("rows: nothing to plot")
-    fig, axes = plt.subplots(len(Ls), 2, figsize=(13, 3.2 * len(Ls)), squeeze=False,
-                             gridspec_kw={"width_ratios": [2, 1]})
-    for ax, ax_bar, L in zip(axes[:, 0], axes[:, 1], Ls, strict=True):
-        mine = [r for r in rows if r.L == L]
-        k = mine[0].k
-        right = min(1.0, 16 / 2**k)  # at most 8 teeth, so that the curves can be told apart
-        x = torch.linspace(0, right, 4001, dtype=DT)
-        small = [r for r in mine if r.in_theorem and r.net is not None]
-        deep = [r for r in mine if not r.in_theorem and r.net is not None and "SGD" in r.student]
-        picks = ([(min(small, key=lambda r: r.l1), "C0")] if small else []) + ([(deep[0], "C3")] if deep else [])
-        for r, color in picks:
-            with torch.no_grad():
-                y = r.net.to(DT)(x[:, None]).reshape(-1)
-            ax.plot(x, y, color=color, lw=1.6,
-                    label=f"{r.student} {_widths_label(r.widths)}: L1 {r.l1:.3f}, {r.pieces} pieces")
-        ax.plot(x, tent_power(x, k), "k--", lw=0.8, label=f"target tau^{k} ({2**k} pieces)")
-        window = "" if right == 1.0 else f" (x in [0, {right:.3g}]; L1 over [0, 1])"
-        ax.set_title(f"L = {L}: depth-{L} students with <= {2**L} nodes vs tau^{k}{window}", fontsize=10)
-        ax.set_xlabel("x")
-        ax.legend(fontsize=7, loc="upper right")
-        names = [r.student for r in mine]
-        ax_bar.barh(range(len(mine)), [max(r.l1, 1e-6) for r in mine],
-                    color=["C0" if r.in_theorem else "C3" for r in mine])
-        ax_bar.set_yticks(range(len(mine)), names, fontsize=7)
-        ax_bar.axvline(LECTURE_BOUND, color="k", ls="--", lw=1, label="lecture bound 1/8")
-        ax_bar.axvline(0.25, color="0.5", ls=":", lw=1, label="constant 1/2: 1/4")
-        ax_bar.set_xscale("log")
-        ax_bar.set_xlabel("integral_0^1 |tau^k - h| (log; 0 drawn at 1e-6)")
-        ax_bar.legend(fontsize=7)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return _plot_depth(rows, path)

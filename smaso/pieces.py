@@ -27,7 +27,15 @@ from torch import nn
 
 from .activations import Activation, get_activation
 
-__all__ = ["Abs", "PieceCount", "breakpoint_bound", "count_pieces", "hidden_widths", "network_layers"]
+__all__ = [
+    "Abs",
+    "PieceCount",
+    "breakpoint_bound",
+    "count_pieces",
+    "hidden_widths",
+    "min_widths_for_pieces",
+    "network_layers",
+]
 
 
 class Abs(nn.Module):
@@ -85,6 +93,43 @@ def breakpoint_bound(widths: Sequence[int]) -> int:
     if not widths:
         return 1
     return 2 ** (len(widths) - 1) * (widths[0] + 1) * math.prod(widths[1:])
+
+
+def min_widths_for_pieces(pieces: int, depth: int) -> tuple[int, ...]:
+    """The hidden widths m_1..m_depth with the fewest nodes m_1 + ... + m_depth whose
+    :func:`breakpoint_bound` reaches ``pieces``: by the lemma, no ReLU network of this depth with
+    fewer nodes has ``pieces`` linear pieces (a necessary condition, not a sufficient one).
+
+    The search is exact: the bound of (m_1..m_L) is 2 m_L times the bound of (m_1..m_{L-1}), so
+    the least nodes for depth L and P pieces is min over m_L of m_L + (least nodes for depth
+    L - 1 and ceil(P / (2 m_L)) pieces), with m_1 = P - 1 at depth 1. Ties go to the narrower
+    last layers.
+
+    :param pieces: the number of pieces to reach, >= 1.
+    :param depth: the number of hidden layers L, >= 1.
+    """
+    if isinstance(pieces, bool) or not isinstance(pieces, int | np.integer) or pieces < 1:
+        raise ValueError(f"pieces: expected a positive integer, got {pieces!r}")
+    if isinstance(depth, bool) or not isinstance(depth, int | np.integer) or depth < 1:
+        raise ValueError(f"depth: expected a positive integer, got {depth!r}")
+    memo: dict[tuple[int, int], tuple[int, ...]] = {}
+
+    def best(L: int, P: int) -> tuple[int, ...]:
+        if (L, P) in memo:
+            return memo[L, P]
+        if L == 1:
+            out: tuple[int, ...] = (max(1, P - 1),)
+        else:
+            out = ()
+            # m_L beyond ceil(P / 2) cannot help: the rest needs a bound of 1 already at m_L = ceil(P / 2)
+            for m in range(1, max(1, -(-P // 2)) + 1):
+                cand = (*best(L - 1, -(-P // (2 * m))), m)
+                if not out or sum(cand) < sum(out):
+                    out = cand
+        memo[L, P] = out
+        return out
+
+    return best(int(depth), int(pieces))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -88,3 +88,57 @@ def test_example_script_smoke(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "| L | k |" in text and "lecture bound" in text and out.exists()
     assert {r.k for r in rows} == {4}
+
+
+def test_train_student_progress_and_optimizer(capsys):
+    from smaso.depth import train_student
+
+    quiet = train_student(make_student([4], seed=1), 2, steps=40, n_train=128, seed=3)
+    loud = train_student(make_student([4], seed=1), 2, steps=40, n_train=128, seed=3, progress=True)
+    assert quiet == loud  # the bar changes nothing but the display
+    assert "" == capsys.readouterr().out  # tqdm writes to stderr, never stdout
+    adam = train_student(make_student([8], seed=0), 1, steps=300, lr=1e-2, n_train=256, optimizer="adam")
+    assert adam[-1] < adam[0]
+    with pytest.raises(ValueError, match="optimizer"):
+        train_student(make_student([2]), 1, steps=1, optimizer="lbfgs")
+
+
+def test_piece_survey():
+    from smaso.depth import piece_survey
+    from smaso.pieces import breakpoint_bound
+
+    records = piece_survey([(3,), (2, 2)], seeds=[0, 1], train_k=2, steps=20, tent_ks=[1, 4], progress=True)
+    kinds = [r.kind for r in records]
+    assert kinds.count("random") == 4 and kinds.count("trained") == 4 and kinds.count("tent") == 2
+    for r in records:
+        assert r.bound == breakpoint_bound(r.widths) and 1 <= r.pieces <= r.bound
+    random0 = next(r for r in records if r.kind == "random" and r.widths == (3,) and r.seed == 0)
+    assert random0.pieces == count_pieces(make_student((3,), 0)).count
+    tents = [r for r in records if r.kind == "tent"]
+    assert [(r.pieces, r.nodes, r.depth, r.label) for r in tents] == [(2, 2, 1, "2^1"), (16, 8, 4, "2^4")]
+    assert all(r.kind != "trained" for r in piece_survey([(2,)], seeds=[0], train_k=None))
+    with pytest.raises(ValueError, match="architectures"):
+        piece_survey([])
+    with pytest.raises(ValueError, match="architectures"):
+        piece_survey([(0, 2)])
+    with pytest.raises(ValueError, match="tent_ks"):
+        piece_survey([(2,)], tent_ks=[0])
+    with pytest.raises(ValueError, match="seeds"):
+        piece_survey([(2,)], seeds=[])
+    with pytest.raises(ValueError, match="train_k"):
+        piece_survey([(2,)], train_k=-1)
+
+
+def test_min_widths_for_pieces():
+    from smaso.pieces import breakpoint_bound, min_widths_for_pieces
+
+    assert min_widths_for_pieces(16, 1) == (15,)
+    assert min_widths_for_pieces(1, 3) == (1, 1, 1)
+    for pieces in (2, 5, 16, 33, 100):
+        for depth in (1, 2, 3):
+            w = min_widths_for_pieces(pieces, depth)
+            assert len(w) == depth and breakpoint_bound(w) >= pieces
+    with pytest.raises(ValueError, match="pieces"):
+        min_widths_for_pieces(0, 2)
+    with pytest.raises(ValueError, match="depth"):
+        min_widths_for_pieces(4, 0)
