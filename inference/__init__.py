@@ -1,5 +1,16 @@
-"""Inference routines: exact posteriors of the ladder teacher (sum-product on the region tree)."""
+"""Inference routines, one module per model.
 
-from .ladder_posterior import LadderPosterior, bayes_optimal_accuracy, ladder_posterior
+- :mod:`inference.ladder_posterior`: exact posteriors of the ladder teacher (sum-product on the region
+  tree), the Bayes-optimal accuracy, exact posterior draws of the latent events (ArviZ).
+- :mod:`inference.vq`: hard, soft and beta-VQ inference in the SMASO mixture of a layer (closed forms,
+  MAP by ``infer_discrete``, SVI), which produce ReLU, SiLU and swish.
+- :mod:`inference.factorial`: the factorial mixture of a whole layer: exact joint MAP by enumeration,
+  factorized MAP, mean field, and their gaps (Eq 10, Eq 11).
 
-__all__ = ["LadderPosterior", "bayes_optimal_accuracy", "ladder_posterior"]
+The submodules are the API (``from inference.vq import svi_vq``); this package re-exports nothing, so
+``inference.ladder_posterior`` is the module, not its function of the same name.
+"""
+
+from . import factorial, ladder_posterior, vq
+
+__all__ = ["factorial", "ladder_posterior", "vq"]

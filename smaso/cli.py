@@ -240,40 +240,6 @@ def _write_json(path, obj) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
 
 
-def format_comparison(result, *, every: int = 1) -> str:
-    """The comparison as text: training curve, then the last checkpoint level by level."""
-    hist = result.history
-    lines = ["step    loss   accuracy | relative error of the reformulation, mean over levels (F / G~ / dW)"]
-    for h in hist[::every] if hist[-1] in hist[::every] else [*hist[::every], hist[-1]]:
-        lv = h["levels"]
-        mean = {k: sum(r[f"{k}_propagated"] for r in lv) / len(lv) for k in ("F", "G", "dW")}
-        lines.append(f"{h['step']:5d} {h['loss']:8.4f}  {h['accuracy']:8.4f} | "
-                     f"{mean['F']:9.2e} {mean['G']:9.2e} {mean['dW']:9.2e}")
-    last = hist[-1]
-    lines += ["",
-              f"at step {last['step']} (P: {last['P_source']} frequencies of {last['num_examples']} examples); "
-              "errors = ||predicted - measured||_F / ||measured||_F",
-              "                          recursion from leaves/label   | one step from measured   "
-              "| Thm 2 conditions: size of each error term",
-              "level regions events nodes    F        G~       dW      |    F        G~       dW    "
-              "| decorr.fwd decorr.bwd  focus   broadness"]
-
-    def fmt(row, key):
-        return f"{row[key]:8.2e}" if key in row else "     -  "
-
-    for r in last["levels"]:
-        empty = f"  ({r['empty_events']} events never seen)" if r["empty_events"] else ""
-        lines.append(f"{r['level']:5d} {r['regions']:7d} {r['events']:6d} {r['nodes']:5d}  "
-                     f"{fmt(r, 'F_propagated')} {fmt(r, 'G_propagated')} {fmt(r, 'dW_propagated')} | "
-                     f"{fmt(r, 'F_local')} {fmt(r, 'G_local')} {fmt(r, 'dW_local')} | "
-                     f"{fmt(r, 'decorrelation_fwd')}  {fmt(r, 'decorrelation_bwd')} {fmt(r, 'focus')} "
-                     f"{fmt(r, 'broadness')}{empty}")
-    leaves = last["leaves"]
-    lines.append(f"{'leaves':>5}: inputs; focus of the leaf level {leaves.get('focus', 0.0):.2e}, "
-                 f"broadness {leaves.get('broadness', 0.0):.2e}")
-    return "\n".join(lines)
-
-
 def _student_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("student and training")
     g.add_argument("--width", type=_int_list, default=[16], help="nodes per hidden region (int or one per level)")
@@ -338,7 +304,7 @@ def _cmd_demo(args) -> int:
     print(f"\n== student vs reformulation (Thm 4 / Eq 9): {args.steps} SGD steps, width {args.width}, "
           f"{args.activation}{', BN' if args.bn else ''} ==")
     result = _run_comparison(sample, args, title)
-    print(format_comparison(result, every=max(1, len(result.history) // 8)))
+    print(result.table(every=max(1, len(result.history) // 8)))
     print(f"Bayes-optimal accuracy of this ladder: {report['bayes_optimal']['expected']:.4f}")
     # Thm 3: on the fully informative ladder with one-hot leaves the reformulation is exact
     fi = Ladder.fully_informative(depth=2, branching=2, leaf_events=2, concentration=1.0, seed=args.seed)
@@ -365,7 +331,7 @@ def _cmd_compare(args) -> int:
     print(lad.describe())
     title = f"{lad.name}: student vs reformulation"
     result = _run_comparison(sample, args, title)
-    print(format_comparison(result, every=max(1, len(result.history) // 8)))
+    print(result.table(every=max(1, len(result.history) // 8)))
     if args.out:
         files = _save_outputs(args.out, _comparison_payload(result, args), result, title)
         print(f"\nwrote {', '.join(files)}")

@@ -120,6 +120,46 @@ class ComparisonResult:
         """The last checkpoint's row of :attr:`history` (step, accuracy, per-level errors, diagnosis)."""
         return self.history[-1]
 
+    def table(self, *, every: int = 1) -> str:
+        """The comparison as text (what ``smaso demo`` prints): the training curve (mean relative
+        error of Eq 9 over levels for F, G~, Delta W, every ``every``-th checkpoint and the last),
+        then the last checkpoint level by level: errors of the full recursion and of one step from
+        measured neighbours, and the size of each of Thm 2's error terms (see :func:`diagnose`)."""
+        if not self.history:
+            raise ValueError("result: the comparison has no checkpoints")
+        if every < 1:
+            raise ValueError(f"every: expected a positive integer, got {every!r}")
+        hist = self.history
+        lines = ["step    loss   accuracy | relative error of the reformulation, mean over levels (F / G~ / dW)"]
+        for h in hist[::every] if hist[-1] in hist[::every] else [*hist[::every], hist[-1]]:
+            lv = h["levels"]
+            mean = {k: sum(r[f"{k}_propagated"] for r in lv) / len(lv) for k in ("F", "G", "dW")}
+            lines.append(f"{h['step']:5d} {h['loss']:8.4f}  {h['accuracy']:8.4f} | "
+                         f"{mean['F']:9.2e} {mean['G']:9.2e} {mean['dW']:9.2e}")
+        last = hist[-1]
+        lines += ["",
+                  f"at step {last['step']} (P: {last['P_source']} frequencies of {last['num_examples']} examples); "
+                  "errors = ||predicted - measured||_F / ||measured||_F",
+                  "                          recursion from leaves/label   | one step from measured   "
+                  "| Thm 2 conditions: size of each error term",
+                  "level regions events nodes    F        G~       dW      |    F        G~       dW    "
+                  "| decorr.fwd decorr.bwd  focus   broadness"]
+
+        def fmt(row, key):
+            return f"{row[key]:8.2e}" if key in row else "     -  "
+
+        for r in last["levels"]:
+            empty = f"  ({r['empty_events']} events never seen)" if r["empty_events"] else ""
+            lines.append(f"{r['level']:5d} {r['regions']:7d} {r['events']:6d} {r['nodes']:5d}  "
+                         f"{fmt(r, 'F_propagated')} {fmt(r, 'G_propagated')} {fmt(r, 'dW_propagated')} | "
+                         f"{fmt(r, 'F_local')} {fmt(r, 'G_local')} {fmt(r, 'dW_local')} | "
+                         f"{fmt(r, 'decorrelation_fwd')}  {fmt(r, 'decorrelation_bwd')} {fmt(r, 'focus')} "
+                         f"{fmt(r, 'broadness')}{empty}")
+        leaves = last["leaves"]
+        lines.append(f"{'leaves':>5}: inputs; focus of the leaf level {leaves.get('focus', 0.0):.2e}, "
+                     f"broadness {leaves.get('broadness', 0.0):.2e}")
+        return "\n".join(lines)
+
 
 def compare_student(sample: LadderSample, *, width: int | list[int] = 8, activation: str = "relu",
                     batch_norm: bool = False, bias: bool = True, loss: str = "squared", steps: int = 200,

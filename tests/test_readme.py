@@ -15,6 +15,9 @@ def test_readme_quick_start_runs(tmp_path, monkeypatch):
     for block in blocks:  # the blocks build on each other, as a reader runs them
         exec(compile(block, "README.md", "exec"), namespace)
     assert (tmp_path / "comparison.png").stat().st_size > 10_000
+    # twenty-line quick start: 300 steps compared every 100, its figure written, hard VQ one-hot per unit
+    assert [h["step"] for h in namespace["run"].history] == [0, 100, 200, 300]
+    assert (tmp_path / "quick_start.png").stat().st_size > 10_000
     assert len(namespace["result"].history) == 3
     # SMASO block: SVI on the tempered mixture reproduces swish (300 Adam steps: within 0.05)
     u, fit = namespace["u"], namespace["fit"]
