@@ -18,7 +18,12 @@ units) the cross term vanishes and the joint MAP is the per-unit MAP, the MASO a
   [0, 1], 0 iff Eq 11) when the layer is far from orthogonal;
 - :func:`mean_field_map`: mean-field variational inference q(t) = prod_k q_k(t_k) by coordinate
   ascent (deterministic, stops at a tolerance), then the argmax of each q_k;
-- :func:`factorial_gap`: how far the factorized and mean-field answers are from the exact MAP.
+- :func:`factorial_gap`: how far the factorized and mean-field answers are from the exact MAP;
+- :func:`exact_posterior`: the whole posterior p(t | x) over the R^K configurations, its per-unit
+  marginals and log p(x), by the same enumeration (what mean field approximates);
+- :func:`factorial_posterior_draws`: exact draws from p(t | x) by Pyro's ``infer_discrete(temperature=1)``
+  on the enumerable (sequential) layout of the model, and :meth:`MeanField.draws`: draws from the
+  mean-field q, both as ArviZ ``InferenceData`` (``posterior["t"]`` ``(chain, draw, example, unit)``).
 
 All functions take ``x`` ``(N, D)``; configurations are ``(N, K)`` int64 region indices.
 """
@@ -28,23 +33,37 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import numpy as np
+import pyro
+import pyro.distributions as dist
 import torch
+from pyro.infer import Predictive, config_enumerate, infer_discrete
 
-from smaso.mixture import check_maso, check_sigma, check_x, log_pi_from_offsets
+from smaso.mixture import check_maso, check_sigma, check_x, factorial_mixture_model, log_pi_from_offsets
 from smaso.orthogonality import orthogonality_defect
+
+if TYPE_CHECKING:  # arviz is imported where draws are packaged: importing this module stays light for the MAP paths
+    import arviz as az
 
 __all__ = [
     "DEFAULT_MAX_CONFIGS",
+    "DEFAULT_MAX_DRAW_CONFIGS",
+    "FactorialPosterior",
     "MeanField",
+    "configurations",
     "exact_joint_map",
+    "exact_posterior",
     "factorial_gap",
     "factorial_log_joint",
+    "factorial_posterior_draws",
     "factorized_map",
     "mean_field_map",
 ]
 
 DEFAULT_MAX_CONFIGS = 2**16  # largest R^K that exact_joint_map enumerates by default
+DEFAULT_MAX_DRAW_CONFIGS = 2**12  # largest R^K that factorial_posterior_draws enumerates (one tensor dim per unit)
 DEFAULT_ORTHOGONALITY_TOL = 1e-6  # defect above which factorized_map warns
 _CHUNK_ELEMENTS = 2**24  # elements of the largest temporary per chunk of configurations
 
@@ -176,6 +195,35 @@ class MeanField:
     iterations: int
     converged: bool
 
+    def draws(self, num_draws: int = 500, num_chains: int = 2, seed: int | None = None,
+              x: torch.Tensor | None = None) -> az.InferenceData:
+        """Draws of the regions from the mean-field ``q(t) = prod_k q_k(t_k)``, as ``InferenceData``.
+
+        ``Predictive`` over a guide with the model's site ``"t"`` under the plates ``"data"`` (dim -2) and
+        ``"units"`` (dim -1), the layout of :func:`smaso.mixture.factorial_mixture_model`'s plate layout;
+        their summaries sit next to those of :func:`factorial_posterior_draws` (same names and dims).
+
+        :param seed: seeds torch's RNG for these draws only (the global RNG state is left as it was); None
+            draws from the global state.
+        :param x: the inputs ``(N, D)`` the fit was made on, stored as ``observed_data["x"]`` when given.
+        :returns: ``posterior["t"]`` ``(chain, draw, example, unit)`` int64.
+        """
+        _check_counts(num_draws, num_chains)
+        n, k, _ = self.probs.shape
+        if x is not None and (not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] != n):
+            raise ValueError(f"x: expected the ({n}, D) inputs of the fit, got "
+                             f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+        probs = self.probs
+
+        def guide():
+            with pyro.plate("data", n, dim=-2), pyro.plate("units", k, dim=-1):
+                pyro.sample("t", dist.Categorical(probs=probs))
+
+        total = num_draws * num_chains
+        with _rng(seed), torch.no_grad():
+            t = Predictive(guide, num_samples=total, parallel=True, return_sites=["t"])()["t"]
+        return _inference_data(t.reshape(num_chains, num_draws, n, k), x)
+
 
 def mean_field_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, *, tol: float = 1e-8,
                    max_iter: int = 1000, init: torch.Tensor | None = None) -> MeanField:
@@ -256,3 +304,170 @@ def factorial_gap(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, 
                      "log_joint_gap_mean": float(gap.mean()), "log_joint_gap_max": float(gap.max())}
     out["mean_field"].update(iterations=mf.iterations, converged=mf.converged)
     return out
+
+
+# ---------------------------------------------------------------------- the whole posterior
+def configurations(K: int, R: int) -> torch.Tensor:
+    """All R^K configurations ``(R^K, K)`` int64 in code order (unit 0 most significant), the order of the
+    columns of :attr:`FactorialPosterior.log_probs` and of the ties of :func:`exact_joint_map`."""
+    for name, v in (("K", K), ("R", R)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+    return _digits(torch.arange(R**K), K, R)
+
+
+@dataclass
+class FactorialPosterior:
+    """Result of :func:`exact_posterior`.
+
+    :ivar configs: the configurations ``(C, K)``, C = R^K, in code order (:func:`configurations`).
+    :ivar log_probs: ``log p(t = configs[c] | x[n])`` ``(N, C)``.
+    :ivar marginals: ``p(t_k = r | x[n])`` ``(N, K, R)``.
+    :ivar log_evidence: ``log p(x[n])`` ``(N,)``.
+    """
+
+    configs: torch.Tensor
+    log_probs: torch.Tensor
+    marginals: torch.Tensor
+    log_evidence: torch.Tensor
+
+    @property
+    def probs(self) -> torch.Tensor:
+        """``p(t = configs[c] | x[n])`` ``(N, C)``."""
+        return self.log_probs.exp()
+
+
+def exact_posterior(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, *,
+                    max_configs: int = DEFAULT_MAX_CONFIGS) -> FactorialPosterior:
+    """The exact posterior ``p(t | x)`` of the factorial mixture (Eq 10) over all R^K configurations.
+
+    Same enumeration as :func:`exact_joint_map` (``pi = pi_from_offsets(A, B, sigma)``); unlike the MAP it
+    depends on sigma.  Under Eq 11 it is the product of the per-unit posteriors ``softmax_r(s / sigma^2)``;
+    otherwise the units compete to explain x (explaining away) and it does not factorize, which is what
+    mean field (:func:`mean_field_map`) cannot represent.  Memory N * R^K.
+
+    :param max_configs: refuse (``ValueError``) when R^K exceeds it.
+    """
+    sig = _check(A, B, x, sigma)
+    K, R, D = A.shape
+    if R**K > max_configs:
+        raise ValueError(f"exact_posterior enumerates R^K = {R}^{K} = {float(R**K):.4g} configurations, a cost "
+                         f"exponential in the number of units K (limit max_configs={max_configs}); use mean_field_map "
+                         f"for an approximation")
+    x = x.to(A.dtype)
+    configs = configurations(K, R).to(A.device)
+    log_pi = log_pi_from_offsets(A, B, sig)
+    s2 = float(sig) ** 2
+    units = torch.arange(K, device=A.device)
+    mean = A[units, configs].sum(-2)  # (C, D)
+    log_joint = (log_pi[units, configs].sum(-1) + (x @ mean.T - 0.5 * mean.pow(2).sum(-1)) / s2
+                 - 0.5 * x.pow(2).sum(-1, keepdim=True) / s2 - 0.5 * D * math.log(2 * math.pi * s2))  # (N, C)
+    log_evidence = torch.logsumexp(log_joint, -1)
+    log_probs = log_joint - log_evidence[:, None]
+    onehot = torch.nn.functional.one_hot(configs, R).to(A.dtype)  # (C, K, R)
+    marginals = torch.einsum("nc,ckr->nkr", log_probs.exp(), onehot)
+    return FactorialPosterior(configs=configs, log_probs=log_probs, marginals=marginals, log_evidence=log_evidence)
+
+
+def _check_counts(num_draws, num_chains) -> None:
+    for name, v in (("num_draws", num_draws), ("num_chains", num_chains)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+
+
+class _rng:
+    """Seed torch's RNG inside the block only (``fork_rng``), or do nothing when seed is None."""
+
+    def __init__(self, seed: int | None):
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"seed: expected an integer or None, got {seed!r}")
+        self.seed = seed
+        self._fork = None
+
+    def __enter__(self):
+        if self.seed is not None:
+            self._fork = torch.random.fork_rng(devices=[])
+            self._fork.__enter__()
+            torch.manual_seed(self.seed)
+        return self
+
+    def __exit__(self, *exc):
+        if self._fork is not None:
+            return self._fork.__exit__(*exc)
+        return False
+
+
+def _inference_data(t: torch.Tensor, x: torch.Tensor | None) -> az.InferenceData:
+    """``InferenceData`` with ``posterior["t"]`` from ``t`` ``(chain, draw, example, unit)``."""
+    import arviz as az
+
+    n, k = t.shape[2], t.shape[3]
+    coords = {"example": np.arange(n), "unit": np.arange(k)}
+    dims = {"t": ["example", "unit"]}
+    observed = None
+    if x is not None:
+        coords["feature"] = np.arange(x.shape[1])
+        dims["x"] = ["example", "feature"]
+        observed = {"x": x.detach().cpu().numpy()}
+    return az.from_dict(posterior={"t": t.cpu().numpy()}, observed_data=observed, coords=coords, dims=dims)
+
+
+def factorial_posterior_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, num_draws: int = 500,
+                              num_chains: int = 2, seed: int | None = None, *,
+                              max_configs: int = DEFAULT_MAX_DRAW_CONFIGS, method: str = "pyro") -> az.InferenceData:
+    """Exact draws from the factorial mixture's posterior ``p(t | x)`` (Eq 10), as ArviZ ``InferenceData``.
+
+    ``infer_discrete(temperature=1)`` on :func:`smaso.mixture.factorial_mixture_model` in its sequential
+    layout (sites ``"t_0"``, ..., ``"t_<K-1>"``, ``pi = pi_from_offsets(A, B, sigma)``), enumerated by Pyro
+    (one tensor dimension per unit, R^K joint configurations), with all draws from one model call under a
+    ``"particles"`` plate (dim -2).  Draws are independent (no Markov chain): ``num_chains`` only splits them
+    so that ``az.summary`` can report r_hat (about 1) next to the effective sample size (about the number of
+    draws).  The draws' frequencies converge to :func:`exact_posterior` (checked in the tests).
+
+    :param num_draws: draws per chain.
+    :param num_chains: chains.
+    :param seed: seeds torch's RNG for these draws only (the global RNG state is left as it was); None
+        draws from the global state.
+    :param max_configs: refuse (``ValueError``) when R^K exceeds it (the enumeration's cost and memory).
+    :param method: ``"pyro"`` (``infer_discrete``, above) or ``"enumeration"``: categorical draws over the
+        configurations with the probabilities of :func:`exact_posterior` (the same distribution).  Pyro's
+        log-space contraction underflows when configurations differ by more than ~700 nats (sharp posteriors:
+        large ``|A| / sigma``); it then fails with a ``ValueError`` that points to ``method="enumeration"``.
+    :returns: ``posterior["t"]`` ``(chain, draw, example, unit)`` int64 and ``observed_data["x"]``
+        ``(example, feature)``.
+    """
+    sig = _check(A, B, x, sigma)
+    _check_counts(num_draws, num_chains)
+    if method not in ("pyro", "enumeration"):
+        raise ValueError(f"method: expected 'pyro' or 'enumeration', got {method!r}")
+    K, R, _ = A.shape
+    if R**K > max_configs:
+        raise ValueError(f"factorial_posterior_draws enumerates R^K = {R}^{K} = {float(R**K):.4g} configurations "
+                         f"(limit max_configs={max_configs}); draws from the mean-field approximation: "
+                         f"mean_field_map(...).draws()")
+    total = num_draws * num_chains
+    rng = _rng(seed)
+    if method == "enumeration":
+        post = exact_posterior(A, B, x, sig, max_configs=max_configs)
+        with rng, torch.no_grad():
+            codes = torch.distributions.Categorical(logits=post.log_probs).sample((total,))  # (total, N)
+        t = post.configs[codes]
+    else:
+        log_pi = log_pi_from_offsets(A, B, sig)
+        xx = x.to(A.dtype)
+
+        def particles():
+            with pyro.plate("particles", total, dim=-2):
+                return factorial_mixture_model(A, None, sig, xx, layout="sequential", log_pi=log_pi)
+
+        sampler = infer_discrete(config_enumerate(particles), first_available_dim=-3, temperature=1)
+        try:
+            with rng, torch.no_grad():
+                t = sampler()["t"]  # (total, N, K), or smaller where a unit's draws broadcast
+        except (ValueError, RuntimeError) as exc:
+            raise ValueError(
+                "factorial_posterior_draws: Pyro's enumeration failed (its log-space contraction underflows when "
+                "the posterior is very sharp, |A| / sigma large); method='enumeration' draws from the same posterior "
+                f"through exact_posterior ({type(exc).__name__}: {str(exc)[:120]})") from exc
+    t = t.expand(total, x.shape[0], K).reshape(num_chains, num_draws, x.shape[0], K)
+    return _inference_data(t, x)
