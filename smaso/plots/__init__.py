@@ -1,10 +1,64 @@
-"""Figures of the library, one module per topic; every function returns a matplotlib ``Figure`` and
-saves it atomically when given a path, so the same plots serve scripts, the CLI and notebooks.
+"""Figures of the library, one module per topic; every ``plot_*`` function returns a matplotlib
+``Figure`` and saves it atomically when given ``path=``, so the same plots serve scripts, the CLI and
+the notebooks in ``examples/``.
 
-- :mod:`smaso.plots.comparison`: student statistics against the reformulation (Thm 2 / Thm 4).
+- :mod:`smaso.plots.comparison`: student statistics against the reformulation (Thm 2 / Thm 4, Eq 9),
+  over training and against leaf noise (Thm 3's delta case and beyond).
+- :mod:`smaso.plots.vq`: hard, soft and beta-VQ inference of a MASO layer (Eq 2, 7-9): the family of
+  activations, Table 1, the VQ partition of a 2-D layer, posterior region draws.
+- :mod:`smaso.plots.factorial`: the factorial mixture (Eq 10): exact vs factorized vs mean-field
+  inference against the orthogonality defect (Eq 11), posterior marginals and configurations.
+- :mod:`smaso.plots.ladder`: the summarization ladder: its tables P(z_child | z_parent), sampled vs
+  exact statistics against N, Bayes accuracy against leaf noise, posterior draws of the events.
+- :mod:`smaso.plots.depth`: the tent map, exact piece counts against the breakpoint bound, nodes
+  needed for 2^k pieces, shallow vs deep students.
 """
 
 from ._base import plt, save_figure
-from .comparison import plot_comparison
+from .comparison import plot_comparison, plot_noise_sweep
+from .depth import nodes_needed, plot_depth, plot_nodes_needed, plot_piece_counts, plot_tent_powers
+from .factorial import (
+    configuration_frequencies,
+    marginal_frequencies,
+    mean_field_configuration_probs,
+    plot_configuration_posterior,
+    plot_gap_vs_defect,
+    plot_marginal_forest,
+)
+from .ladder import (
+    event_frequencies,
+    plot_bayes_accuracy,
+    plot_event_posterior,
+    plot_ladder_tables,
+    plot_tv_convergence,
+)
+from .vq import plot_activation_family, plot_region_draws, plot_table1, plot_vq_partition, table1_curves, vq_partition
 
-__all__ = ["plot_comparison", "plt", "save_figure"]
+__all__ = [
+    "configuration_frequencies",
+    "event_frequencies",
+    "marginal_frequencies",
+    "mean_field_configuration_probs",
+    "nodes_needed",
+    "plot_activation_family",
+    "plot_bayes_accuracy",
+    "plot_comparison",
+    "plot_configuration_posterior",
+    "plot_depth",
+    "plot_event_posterior",
+    "plot_gap_vs_defect",
+    "plot_ladder_tables",
+    "plot_marginal_forest",
+    "plot_nodes_needed",
+    "plot_noise_sweep",
+    "plot_piece_counts",
+    "plot_region_draws",
+    "plot_table1",
+    "plot_tent_powers",
+    "plot_tv_convergence",
+    "plot_vq_partition",
+    "plt",
+    "save_figure",
+    "table1_curves",
+    "vq_partition",
+]
