@@ -140,7 +140,8 @@ def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torc
     The model is :func:`~smaso.mixture.unit_mixture_model` with ``pi = pi_from_offsets(A, B, sigma)``;
     its MAP does not depend on sigma.
 
-    :returns: one-hot region assignments ``(N, K, R)`` (equal to :func:`hard_vq` up to exact ties).
+    :returns: one-hot region assignments ``(N, K, R)`` (equal to :func:`hard_vq` except at ties
+        within rounding, where either region gives the same output).
     """
     check_maso(A, B)
     check_x(x, A)

@@ -162,14 +162,15 @@ class ComparisonResult:
 
 
 def compare_student(sample: LadderSample, *, width: int | list[int] = 8, activation: str = "relu",
-                    batch_norm: bool = False, bias: bool = True, loss: str = "squared", steps: int = 200,
-                    lr: float = 0.1, batch_size: int | None = 256, weight_decay: float = 0.0,
+                    batch_norm: bool = False, bn_eps: float = 1e-5, bias: bool = True, loss: str = "squared",
+                    steps: int = 200, lr: float = 0.1, batch_size: int | None = 256, weight_decay: float = 0.0,
                     eval_every: int = 20, eval_examples: int | None = 4096, P_source: str = "empirical",
                     seed: int = 0, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
                     progress: bool = False) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
     :param sample: a ladder sample (needs every latent event: ``sample.z``).
+    :param bn_eps: BN's eps (0: Thm 5's exact projection; fails on a node constant over the batch).
     :param batch_size: SGD minibatch (``None``: full-batch GD on the whole sample).
     :param eval_every: compare every this many steps (and at steps 0 and ``steps``).
     :param eval_examples: the first this many examples form the evaluation set, processed as
@@ -188,8 +189,8 @@ def compare_student(sample: LadderSample, *, width: int | list[int] = 8, activat
         raise ValueError(f"P_source: expected 'empirical' or 'exact', got {P_source!r}")
     if steps < 0 or eval_every <= 0:
         raise ValueError(f"steps/eval_every: expected steps >= 0 and eval_every > 0, got {steps}, {eval_every}")
-    student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bias=bias, seed=seed,
-                            dtype=dtype, device=device)
+    student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
+                            seed=seed, dtype=dtype, device=device)
     x_all = sample.inputs(dtype=dtype)
     y_all, z_all = sample.y, sample.z
     n = len(sample)

@@ -35,14 +35,17 @@ from .ladder import Ladder, LadderSpecError
 __all__ = ["atomic_write", "load_spec", "save_spec", "spec_to_jsonable"]
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> Path:
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None], *, name: str = "out") -> Path:
     """Call ``write(f)`` on a temporary file beside ``path``, fsync it, then rename it over
-    ``path``: a reader never sees a half-written file, and a failed write leaves nothing."""
+    ``path``: a reader never sees a half-written file, and a failed write leaves nothing.
+
+    :param name: the argument's name in error messages (a directory, or a missing parent).
+    """
     path = Path(path)
     if path.is_dir():
-        raise ValueError(f"out: {str(path)!r} is a directory, expected a file name")
+        raise ValueError(f"{name}: {str(path)!r} is a directory, expected a file name")
     if not path.parent.exists():
-        raise ValueError(f"out: directory {str(path.parent)!r} does not exist")
+        raise ValueError(f"{name}: directory {str(path.parent)!r} does not exist")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:

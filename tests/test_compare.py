@@ -115,3 +115,13 @@ def test_compare_student_without_bias(fi):
     _, s = fi
     res = compare_student(s, width=3, bias=False, steps=2, eval_every=1, eval_examples=100)
     assert max(row["F_propagated"] for row in res.final()["levels"]) < 1e-9
+
+
+def test_compare_student_bn_eps_reaches_the_student(fi):
+    """bn_eps = 0 is Thm 5's exact projection; on the fully informative ladder the comparison stays exact,
+    and the student built for it carries that eps (leaky ReLU: no dead node, so no sigma = 0)."""
+    _, s = fi
+    res = compare_student(s, width=4, activation="leaky_relu:0.2", batch_norm=True, bn_eps=0.0, steps=2, lr=0.1,
+                          batch_size=64, eval_every=2, eval_examples=200, seed=2)
+    assert res.student.bn_eps == 0.0
+    assert max(row[k] for h in res.history for row in h["levels"] for k in ERROR_KEYS) < 1e-9

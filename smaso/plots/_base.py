@@ -16,12 +16,15 @@ __all__ = ["plt", "save_figure"]
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
-    """Write ``fig`` to ``path`` atomically, in the format of its suffix (PNG by default).
+    """Write ``fig`` to ``path`` atomically, in the format of its suffix (PNG by default), creating
+    missing parent folders.
 
     :returns: the path written.
     """
     from teachers.spec_io import atomic_write
 
     path = Path(path)
+    if not path.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
     fmt = path.suffix.lstrip(".") or "png"
-    return atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi))
+    return atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi), name="path")
