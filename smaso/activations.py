@@ -52,12 +52,19 @@ class Activation:
         """f(u) = f'(u) u exactly (ReLU, leaky ReLU, abs, linear): forward and backward gates agree."""
         return self.name != "swish" or self.beta == 1.0
 
-    def slope(self, u: torch.Tensor) -> torch.Tensor:
-        """s(u) with f(u) = s(u) u: the forward gate."""
+    def slope(self, u: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """s(u) with f(u) = s(u) u: the forward gate.
+
+        :param out: write it here (a tensor of u's shape and dtype, e.g. a slot of a stacked buffer).
+        """
+        if out is not None:
+            if self.name == "relu" or (self.name == "swish" and self.beta == 1.0):
+                return torch.gt(u, 0, out=out)  # the 0/1 gate in u's dtype, one pass
+            return out.copy_(self.slope(u))
         if self.name == "linear":
             return torch.ones_like(u)
         if self.name == "relu" or (self.name == "swish" and self.beta == 1.0):
-            return (u > 0).to(u.dtype)
+            return torch.gt(u, 0, out=torch.empty_like(u))  # in u's dtype without a bool temporary
         if self.name == "leaky_relu":
             return torch.where(u > 0, torch.ones_like(u), torch.full_like(u, self.nu))  # nu in u's precision
         if self.name == "abs":

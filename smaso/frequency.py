@@ -148,10 +148,16 @@ class FrequencyAccumulator:
         self.n = 0
         self.loss_sum = 0.0
         # flat bincount indices: region r's event a is bin r m + a; the (parent, child) pair of child
-        # region r = (p, c) (parent p, position c) is bin (r m_p + a_p) m + a
-        self._count_offset = [torch.arange(lad.num_regions[l], device=dev) * lad.events[l] for l in range(d + 1)]
+        # region r = (p, c) (parent p, position c) is bin (r m_p + a_p) m + a.  int32 (half the memory
+        # traffic of int64, and the leaf level's index arithmetic is a large part of a batch's cost)
+        # unless a level has 2^31 bins or more
+        bins = max(lad.num_regions[l] * lad.events[l] * (lad.events[l - 1] if l else 1) for l in range(d + 1))
+        self._index_dtype = torch.int32 if bins < 2**31 else torch.int64
+        idt = self._index_dtype
+        self._count_offset = [torch.arange(lad.num_regions[l], device=dev, dtype=idt) * lad.events[l]
+                              for l in range(d + 1)]
         self._pair_offset = [None] + [
-            (torch.arange(lad.num_regions[l], device=dev) * lad.events[l - 1] * lad.events[l]).view(
+            (torch.arange(lad.num_regions[l], device=dev, dtype=idt) * lad.events[l - 1] * lad.events[l]).view(
                 lad.num_regions[l - 1], lad.branching[l - 1]) for l in range(1, d + 1)]
         self._one_hot_buffers: dict[int, torch.Tensor] = {}
 
@@ -160,19 +166,21 @@ class FrequencyAccumulator:
         lad, dt = self.ladder, self.dtype
         d, off = lad.depth, lad.level_offsets
         n = z.shape[0]
-        z = z.to(self.device).long()
-        levels = [z[:, off[l]: off[l + 1]] for l in range(d + 1)]
-        for l, ev in enumerate(levels):
+        z = z.to(self.device, self._index_dtype)
+        bins = [z[:, off[l]: off[l + 1]] for l in range(d + 1)]  # events, for bincount arithmetic
+        for l, ev in enumerate(bins):
             lo, hi = torch.aminmax(ev) if ev.numel() else (0, 0)
             if lo < 0 or hi >= lad.events[l]:
                 raise ValueError(f"z: level {l} holds events outside [0, {lad.events[l]}): the dataset's ladder does "
                                  "not match the student's")
         small = [lad.events[l] <= _ONE_HOT_MAX_EVENTS for l in range(d + 1)]
         stacked = rec.stacked is not None and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in self.summed)
+        # int64 events where torch needs them (scatter indices); not the one-hot leaves, the widest level
+        levels = [None if l == d and self.onehot_leaves else ev.long() for l, ev in enumerate(bins)]
         try:
             one_hot = [self._set_one_hot(l, levels[l]) if small[l] and (l < d or not self.onehot_leaves)
                        else None for l in range(d + 1)]
-            self._add_sums(rec, levels, one_hot, small, stacked, n)
+            self._add_sums(rec, levels, bins, one_hot, small, stacked, n)
         except BaseException:
             self._one_hot_buffers.clear()  # a buffer may hold ones of this batch: rebuild from zeros next time
             raise
@@ -194,15 +202,20 @@ class FrequencyAccumulator:
             buf = self._one_hot_buffers[level] = torch.zeros(R, m, ev.shape[0], dtype=self.dtype, device=self.device)
         return buf.scatter_(1, ev.T.unsqueeze(1), 1.0)
 
-    def _add_sums(self, rec: StudentRecord, levels: list[torch.Tensor], one_hot: list, small: list[bool],
-                  stacked: bool, n: int) -> None:
+    def _add_sums(self, rec: StudentRecord, levels: list, bins: list[torch.Tensor], one_hot: list,
+                  small: list[bool], stacked: bool, n: int) -> None:
         """Counts, joint counts and per-event sums of one batch (the body of :meth:`add`)."""
         lad, dt = self.ladder, self.dtype
         d = lad.depth
         for l in range(d + 1):
             R, m = lad.num_regions[l], lad.events[l]
-            idx = (levels[l] + self._count_offset[l]).reshape(-1)
-            self.counts[l] += torch.bincount(idx, minlength=R * m).reshape(R, m)
+            if one_hot[l] is not None:  # 0/1 sums: exact in float32 up to 2^24 examples per batch
+                self.counts[l] += one_hot[l].sum(-1)
+            elif l == d and d > 0:
+                pass  # the leaves' counts are the margins of their (parent, child) counts, below
+            else:
+                idx = (bins[l] + self._count_offset[l]).reshape(-1)
+                self.counts[l] += torch.bincount(idx, minlength=R * m).reshape(R, m)
             if l < d and small[l] and stacked:
                 # every quantity of the level at once: (R, m, N) @ (R, N, k n); one wide matmul is
                 # ~2.5x faster than k narrow ones (n = 16 columns each) on CPU
@@ -222,8 +235,11 @@ class FrequencyAccumulator:
             if l == 0:
                 continue
             b, mp, Rp = lad.branching[l - 1], lad.events[l - 1], lad.num_regions[l - 1]
-            pair = (levels[l - 1][:, :, None] * m + self._pair_offset[l]) + levels[l].view(n, Rp, b)
-            self.joint_counts[l] += torch.bincount(pair.reshape(-1), minlength=R * mp * m).reshape(R, mp, m)
+            pair = (bins[l - 1][:, :, None] * m + self._pair_offset[l]) + bins[l].view(n, Rp, b)
+            pairs = torch.bincount(pair.reshape(-1), minlength=R * mp * m).reshape(R, mp, m)
+            self.joint_counts[l] += pairs
+            if l == d and one_hot[l] is None:
+                self.counts[l] += pairs.sum(1)
             if l == d and self.onehot_leaves:
                 # x = one-hot(z): E[x | z_parent] follows from the joint counts, and
                 # sum_n [z_c = k] g_parent = N * Delta W[c, k, :] exactly

@@ -241,10 +241,13 @@ class LadderStudent(nn.Module):
         nm = {k: [None] * (d + 1) for k in names}  # node-major (R_l, n_l, N)
         sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))
         nm["fbar"][d] = self._leaves(x)
+        inputs = [None] * d  # (R_l, b n_{l+1}, N): level l's input, its children's outputs grouped by parent
         for l in range(d - 1, -1, -1):
-            u = nm["u"][l] = put(l, "u", self._pre_activation(l, nm["fbar"][l + 1]))
+            # a view, except for a slot of a stacked buffer (then one copy, shared by forward and Delta W)
+            inputs[l] = nm["fbar"][l + 1].reshape(lad.num_regions[l], -1, n)
+            u = nm["u"][l] = put(l, "u", self._pre_activation(l, inputs[l]))
             a = self.act(l)
-            s = nm["slope"][l] = put(l, "slope", a.slope(u))
+            s = nm["slope"][l] = a.slope(u, out=slot(l, "slope"))
             nm["deriv"][l] = s if a.homogeneous else put(l, "deriv", a.derivative(u))
             if "deriv" in keys and a.homogeneous:  # the other level's activation needs its own slot
                 put(l, "deriv", s)
@@ -277,12 +280,11 @@ class LadderStudent(nn.Module):
                 dc1[l], dc0[l] = c1 / n, c0 / n
             # g = f' o g_f: the paper's gated gradient (Eq 1)
             g = nm["g"][l] = torch.mul(nm["deriv"][l], nm["g_f"][l], out=slot(l, "g"))
-            # Delta W_ba = E_x[fbar_b g_a] (Eq 2): per parent region, g times its children's stacked
+            # Delta W_ba = E_x[fbar_b g_a] (Eq 2): per parent region, g times its children's grouped
             # outputs (R_l, b n_{l+1}, N) transposed, a contraction over the batch (in this order the
             # leaf view of x is read row by row: ~1.5x faster than child @ g^T)
             R, n_l = lad.num_regions[l], self.widths[l]
-            child = nm["fbar"][l + 1].reshape(R, -1, n)
-            dW[l] = (torch.bmm(g, child.transpose(1, 2)).transpose(1, 2) / n).reshape(self.weights[l].shape)
+            dW[l] = (torch.bmm(g, inputs[l].transpose(1, 2)).transpose(1, 2) / n).reshape(self.weights[l].shape)
             db[l] = g.mean(-1)
             if l + 1 < d:  # raw gradient at the children's outputs: W g, one block per parent
                 W = self.weights[l].reshape(R, -1, n_l)

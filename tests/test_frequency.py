@@ -146,8 +146,12 @@ def test_stacked_record_is_the_same_record(activation, top, batch_norm):
             assert_close(a.means[k][l], b.means[k][l], 1e-13, f"{k}[{l}]")
 
 
-def test_empirical_P_equals_empirical_statistics():
-    lad = _ladder()
+@pytest.mark.parametrize("emission", ["gaussian", "onehot"])
+def test_empirical_P_equals_empirical_statistics(emission):
+    """Counts come from the one-hot scatter matrices, from bincounts, and (one-hot leaves) from the
+    margins of the (parent, child) counts: all must equal a plain recount of z."""
+    lad = Ladder.random(depth=2, branching=[2, 3], events=[3, 4, 2], mode="topdown", concentration=0.6, seed=3,
+                        emission=emission, sigma=0.5 if emission == "gaussian" else None)
     s = sample_ladder(lad, 300, seed=4)
     stats = collect_statistics(_student(lad), s.inputs(dtype=torch.float64), s.y, s.z, batch_size=64)
     ref = empirical_statistics(lad, s.z)
