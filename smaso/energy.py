@@ -165,7 +165,8 @@ def _relative_drift(energies: dict[int, torch.Tensor]) -> torch.Tensor:
 def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, *, student: LadderStudent | None = None,
                  width: int | list[int] = 4, bias: bool = False, include_bias: bool | None = None,
                  activation: str = "relu", bn_eps: float = 0.0, init_scale: float = 1.0, seed: int = 0,
-                 loss: str = "squared", num_examples: int | None = None, levels=None) -> EnergyTrajectory:
+                 loss: str = "squared", num_examples: int | None = None, levels=None,
+                 progress: bool = False) -> EnergyTrajectory:
     """Train by full-batch gradient descent and record the row energies (§7.5.1).
 
     Every step is ``rec = student.forward_backward(x, y); student.apply_update(rec, lr)`` on the
@@ -180,6 +181,7 @@ def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, 
         ``activation``, ``bn_eps``, ``init_scale``, ``seed`` and ``batch_norm`` are not used).
     :param include_bias: count 1/2 b_j^2 in the energy (default: whenever the student has biases).
     :param levels: levels to record (default: hidden levels 1..d-1).
+    :param progress: show a tqdm bar over the steps.
     """
     if not isinstance(sample, LadderSample):
         raise TypeError(f"sample: expected a LadderSample, got {type(sample).__name__}")
@@ -204,7 +206,12 @@ def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, 
     incr = {l: [] for l in levels}
     first = {l: [] for l in levels}
     losses = []
-    for _ in range(steps):
+    step_range = range(steps)
+    if progress:
+        from tqdm.auto import tqdm
+
+        step_range = tqdm(step_range, desc=f"gradient descent ({'BN' if student.batch_norm else 'no BN'})")
+    for _ in step_range:
         for l, e in row_energies(student, include_bias=include_bias, levels=levels).items():
             energies[l].append(e)
         rec = student.forward_backward(x, y, loss=loss)

@@ -191,3 +191,10 @@ def test_example_script(tmp_path, capsys):
     assert 1.7 <= result["exponents"][("steps", True)][0] <= 2.3
     assert 0.7 <= result["exponents"][("steps", False)][0] <= 1.3
     assert "exponent" in capsys.readouterr().out
+
+
+def test_progress_bar_changes_nothing_but_stderr(sample, capsys):
+    quiet = energy_drift(sample, 0.05, 4, True)
+    loud = energy_drift(sample, 0.05, 4, True, progress=True)
+    assert "gradient descent (BN)" in capsys.readouterr().err
+    assert torch.equal(quiet.losses, loud.losses) and quiet.max_relative_drift == loud.max_relative_drift
