@@ -82,13 +82,7 @@ def ladder_posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False
     params = _Params(ladder, device)
     for s in range(0, n, chunk_size):
         xc = x[s: s + chunk_size].to(device)
-        ll = ladder.emission.log_likelihood(xc).double()  # (n, R_d, m_d)
-        if ladder.mode == TOPDOWN:
-            lam, msgs = _upward_topdown(params, ll)
-            joint = params.log_prior + lam[0][:, 0]
-        else:
-            lam, msgs = _upward_bottomup(params, ll)
-            joint = lam[0][:, 0]
+        lam, msgs, joint = _upward(ladder, params, xc)
         log_z = torch.logsumexp(joint, -1)
         impossible = torch.isneginf(log_z).nonzero().flatten()
         if len(impossible):
@@ -182,13 +176,7 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
     x = x.detach().cpu()
     n = x.shape[0]
     params = _Params(ladder, torch.device("cpu"))
-    ll = ladder.emission.log_likelihood(x).double()
-    if ladder.mode == TOPDOWN:
-        lam, _ = _upward_topdown(params, ll)
-        joint = params.log_prior + lam[0][:, 0]
-    else:
-        lam, _ = _upward_bottomup(params, ll)
-        joint = lam[0][:, 0]
+    lam, _, joint = _upward(ladder, params, x)
     impossible = torch.isneginf(torch.logsumexp(joint, -1)).nonzero().flatten()
     if len(impossible):
         raise ValueError(f"x: example(s) {impossible[:5].tolist()} have probability 0 under the ladder; "
@@ -337,6 +325,17 @@ def _upward_bottomup(p: _Params, ll: torch.Tensor):
         lam[l] = _scatter_logsumexp(conf, index, lad.events[l])
     return lam, None
 
+
+
+def _upward(ladder: Ladder, params: _Params, x: torch.Tensor):
+    """Upward pass on inputs ``x`` ``(n, R_d, dim)``: ``(lam, msgs, joint)`` with ``joint`` ``(n, m_0)`` =
+    log p(x, y) (top-down: the label's prior times its subtree's likelihood)."""
+    ll = ladder.emission.log_likelihood(x).double()  # (n, R_d, m_d)
+    if ladder.mode == TOPDOWN:
+        lam, msgs = _upward_topdown(params, ll)
+        return lam, msgs, params.log_prior + lam[0][:, 0]
+    lam, msgs = _upward_bottomup(params, ll)
+    return lam, msgs, lam[0][:, 0]
 
 def _downward_bottomup(p: _Params, lam, msgs, log_root):
     lad = p.ladder

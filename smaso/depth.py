@@ -147,8 +147,24 @@ def _bar(progress: bool, total: int, desc: str):
     return tqdm(total=total, desc=desc, leave=False)
 
 
+class _Widths:
+    """Depth and node count of a network described by its hidden ``widths``."""
+
+    widths: tuple[int, ...]
+
+    @property
+    def depth(self) -> int:
+        """Number of hidden layers."""
+        return len(self.widths)
+
+    @property
+    def nodes(self) -> int:
+        """Number of hidden nodes (the sum of the widths)."""
+        return sum(self.widths)
+
+
 @dataclass
-class DepthRow:
+class DepthRow(_Widths):
     """One student of the experiment."""
 
     L: int
@@ -162,16 +178,6 @@ class DepthRow:
     seconds: float = 0.0
     in_theorem: bool = True  # depth <= L and at most 2^L nodes
     net: nn.Module | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def depth(self) -> int:
-        """Number of hidden layers."""
-        return len(self.widths)
-
-    @property
-    def nodes(self) -> int:
-        """Number of hidden nodes (the sum of the widths)."""
-        return sum(self.widths)
 
 
 def _students(L: int) -> dict[str, tuple[int, ...]]:
@@ -259,7 +265,7 @@ def depth_separation(
 
 
 @dataclass
-class PieceRecord:
+class PieceRecord(_Widths):
     """The exact linear pieces of one network on [lo, hi] next to the breakpoint bound of its widths.
 
     :ivar kind: ``"random"`` (PyTorch's default init), ``"trained"`` (that init after SGD on tau^k)
@@ -272,16 +278,6 @@ class PieceRecord:
     bound: int
     seed: int | None = None
     k: int | None = None
-
-    @property
-    def depth(self) -> int:
-        """Number of hidden layers."""
-        return len(self.widths)
-
-    @property
-    def nodes(self) -> int:
-        """Number of hidden nodes (the sum of the widths)."""
-        return sum(self.widths)
 
     @property
     def label(self) -> str:

@@ -15,7 +15,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 
-from ._base import plt, save_figure
+from ._base import finish_figure, plt, save_figure
 
 __all__ = ["plot_comparison", "plot_noise_sweep"]
 
@@ -77,12 +77,7 @@ def plot_comparison(result, path: str | os.PathLike | None = None, *, title: str
     ax.set_xticks(levels)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path, title)
 
 
 _FLOOR = 1e-17  # log axes: exact zeros (a condition that holds bit for bit) are drawn at the floor

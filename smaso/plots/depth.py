@@ -23,7 +23,7 @@ from teachers.tent import TentNetwork, tent_power
 
 from ..depth import DT, LECTURE_BOUND, DepthRow, PieceRecord, _widths_label
 from ..pieces import count_pieces, min_widths_for_pieces
-from ._base import plt, save_figure
+from ._base import finish_figure, plt
 
 __all__ = ["nodes_needed", "plot_depth", "plot_nodes_needed", "plot_piece_counts", "plot_tent_powers"]
 
@@ -39,13 +39,6 @@ def _check_ks(ks, name: str = "ks") -> list[int]:
     if not ks or any(isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1 for k in ks):
         raise ValueError(f"{name}: expected a non-empty list of integers >= 1, got {ks!r}")
     return [int(k) for k in ks]
-
-
-def _finish(fig, path):
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
 
 
 def plot_tent_powers(
@@ -97,7 +90,7 @@ def plot_tent_powers(
     for ax in list(axes.flat)[len(ks):]:
         ax.set_visible(False)
     axes[0][0].set_ylabel("tau^k(x)")
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def _check_records(records) -> list[PieceRecord]:
@@ -167,7 +160,7 @@ def plot_piece_counts(records: Sequence[PieceRecord], path: str | os.PathLike | 
     ax2.set_title("Pieces per node: depth multiplies, width adds", fontsize=10)
     ax2.grid(alpha=0.3, which="major")
     ax2.legend(fontsize=8, loc="lower right")
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def nodes_needed(ks: Sequence[int], depths: Sequence[int]) -> dict[int, list[int]]:
@@ -202,7 +195,7 @@ def plot_nodes_needed(
     ax.set_xticks(ks)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return _finish(fig, path)
+    return finish_figure(fig, path)
 
 
 def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
@@ -253,4 +246,4 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
         ax_bar.set_xscale("log")
         ax_bar.set_xlabel("integral_0^1 |tau^k - h| (log; 0 drawn at 1e-6)")
         ax_bar.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
-    return _finish(fig, path)
+    return finish_figure(fig, path)

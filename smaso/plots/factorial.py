@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from ._base import plt, save_figure
+from ._base import finish_figure, plt, save_figure
 
 __all__ = [
     "configuration_frequencies",
@@ -189,12 +189,7 @@ def plot_gap_vs_defect(gaps: Sequence[Mapping], path: str | os.PathLike | None =
     if exact_zero and all(exact_zero):
         axes[1].annotate("Eq 11: gaps exactly 0", xy=(0, 0), xytext=(0.04, 0.3), textcoords="axes fraction",
                          fontsize=8, arrowprops={"arrowstyle": "->", "color": "0.3"})
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path, title)
 
 
 _ZERO_DEFECT = 1e-20  # relative defects below this are Eq 11 up to rounding (squared cosines ~ eps^2)
@@ -364,9 +359,4 @@ def plot_configuration_posterior(configs, exact, mean_field, path: str | os.Path
         ax.set_title((titles[p] if titles is not None else f"input {p}") + (f"\n({note})" if note else ""),
                      fontsize=10)
     axes[0][0].legend(fontsize=8)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path, title)

@@ -21,19 +21,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from ._base import plt, save_figure
+from ._base import finish_figure, plt, save_figure
 
 __all__ = ["event_frequencies", "plot_bayes_accuracy", "plot_event_posterior", "plot_ladder_tables",
            "plot_tv_convergence"]
-
-
-def _finish(fig, path, title):
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
 
 
 def plot_ladder_tables(ladder, path: str | os.PathLike | None = None, *, max_regions: int = 4,
@@ -150,7 +141,7 @@ def plot_tv_convergence(reports: Sequence[Mapping], path: str | os.PathLike | No
         ax.set_title(f"{label}: sampled vs exact")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7, loc="upper right")
-    return _finish(fig, path, title)
+    return finish_figure(fig, path, title)
 
 
 def plot_bayes_accuracy(sigmas: Sequence[float], curves: Mapping[str, Sequence[Mapping]],
@@ -200,7 +191,7 @@ def plot_bayes_accuracy(sigmas: Sequence[float], curves: Mapping[str, Sequence[M
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    return _finish(fig, path, title)
+    return finish_figure(fig, path, title)
 
 
 def event_frequencies(draws: np.ndarray, events: Sequence[int]) -> list[np.ndarray]:

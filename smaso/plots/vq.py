@@ -25,7 +25,7 @@ import torch
 from inference.vq import VQFit, beta_vq, eta_from_beta, hard_vq, region_scores, vq_outputs
 from smaso.maso import MASO
 
-from ._base import plt, save_figure
+from ._base import finish_figure, plt, save_figure
 
 __all__ = [
     "plot_activation_family",
@@ -62,15 +62,6 @@ def _beta_label(beta: float) -> str:
     eta = eta_from_beta(beta)
     eta_s = "∞" if math.isinf(eta) else f"{eta:.3g}"
     return f"β = {beta:g} (η = {eta_s})"
-
-
-def _finish(fig, path, title):
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    if path is not None:
-        save_figure(fig, path)
-    return fig
 
 
 # ---------------------------------------------------------------------- the family of curves (Eq 7-9)
@@ -161,7 +152,7 @@ def plot_activation_family(layer: MASO, betas: Sequence[float], x: torch.Tensor,
     ax_t.set_ylim(-0.03, 1.03)
     for ax in (ax_z, ax_t):
         ax.grid(alpha=0.3)
-    return _finish(fig, path, title)
+    return finish_figure(fig, path, title)
 
 
 # ---------------------------------------------------------------------- Table 1
@@ -278,7 +269,7 @@ def plot_table1(u: torch.Tensor, beta: float = 0.8, *, nu: float = 0.1, pool_wit
     axes[0, 2].legend(fontsize=7, loc="upper left")
     for ax in axes[-1]:
         ax.set_xlabel("u")
-    return _finish(fig, path, title)
+    return finish_figure(fig, path, title)
 
 
 # ---------------------------------------------------------------------- the VQ partition of a 2-D layer
@@ -488,4 +479,4 @@ def plot_region_draws(draws: Mapping[str, object], probs: torch.Tensor, *, regio
     ax_d.set_xticklabels([f"x{n}·u{k}" for n in range(N) for k in range(K)], rotation=90, fontsize=7)
     ax_d.set_xlabel("example · unit")
     ax_d.grid(alpha=0.3, axis="y")
-    return _finish(fig, path, title)
+    return finish_figure(fig, path, title)
