@@ -10,7 +10,8 @@ Target 1 -- frequency statistics cost at most 1.3x a plain epoch:
 
 - ``plain``: per minibatch ``student.zero_grad(set_to_none=True)``, ``loss = student.loss(student(x), y)``,
   ``loss.backward()`` (autograd; what an ordinary training epoch costs);
-- ``stats f32`` (judged) / ``stats f64``: per minibatch ``rec = student.forward_backward(x, y, stacked=True)`` and
+- ``stats f32`` (judged) / ``stats f64``: per minibatch ``rec = student.forward_backward(x, y, stacked=buffers)``
+  (the previous minibatch's ``rec.stacked``, reused as ``collect_statistics`` does) and
   ``acc.add(rec, z)`` on a ``smaso.frequency.FrequencyAccumulator`` with float32 (its default for a
   float32 student) or float64 (on request) accumulation, plus building the accumulator and one
   ``acc.result()`` at the end of the epoch;
@@ -172,12 +173,14 @@ def stats_runner(student: LadderStudent, data: Batches, dtype: torch.dtype) -> C
         acc = FrequencyAccumulator(student, dtype)
         setup = time.perf_counter() - t0
         times = []
+        buffers = True
         for i in batches:
             sl = data.bounds(i)
             x, y, z = data.x(i), data.y[sl], data.sample.z[sl]
             t0 = time.perf_counter()
-            rec = student.forward_backward(x, y, stacked=True)  # as collect_statistics does
+            rec = student.forward_backward(x, y, stacked=buffers)  # as collect_statistics does
             acc.add(rec, z)
+            buffers = rec.stacked
             times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         stats = acc.result()

@@ -321,7 +321,9 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     if bs <= 0:
         raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
     dev = student.weights[0].device
+    buffers: list | bool = True
     for s in range(0, x.shape[0], bs):
-        rec = student.forward_backward(x[s: s + bs].to(dev), y[s: s + bs].to(dev), loss, stacked=True)
+        rec = student.forward_backward(x[s: s + bs].to(dev), y[s: s + bs].to(dev), loss, stacked=buffers)
         acc.add(rec, z[s: s + bs])
+        buffers = rec.stacked  # the next batch writes into the same memory
     return acc.result()

@@ -203,7 +203,7 @@ class LadderStudent(nn.Module):
 
     @torch.no_grad()
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss: str = "squared", *,
-                         stacked: bool = False) -> StudentRecord:
+                         stacked: bool | list[torch.Tensor] = False) -> StudentRecord:
         """Forward and explicit backward pass on one batch, every per-example quantity recorded.
 
         Computed node-major (every level's tensors are ``(R_l, n_l, N)``, contiguous over the
@@ -213,7 +213,10 @@ class LadderStudent(nn.Module):
         :param stacked: write the :meth:`stacked_fields` of every level l < d into one buffer
             ``rec.stacked[l]`` of shape ``(R_l, k, n_l, N)`` (the fields are views of its slots), so
             that per-event sums of all of them are one batched matmul
-            (:class:`~smaso.frequency.FrequencyAccumulator` asks for this).
+            (:class:`~smaso.frequency.FrequencyAccumulator` asks for this).  A previous record's
+            ``rec.stacked`` is reused when its shapes fit (that record's fields are overwritten):
+            streaming over batches then writes into the same memory instead of faulting in fresh
+            pages on every batch.
         """
         self.check_inputs(x)
         if loss not in LOSSES:
@@ -226,8 +229,15 @@ class LadderStudent(nn.Module):
         d, n = lad.depth, x.shape[0]
         dtype, dev = self.weights[0].dtype, self.weights[0].device
         keys = self.stacked_fields()
-        buffers = [torch.empty(lad.num_regions[l], len(keys), self.widths[l], n, dtype=dtype, device=dev)
-                   if stacked else None for l in range(d)]
+        shapes = [(lad.num_regions[l], len(keys), self.widths[l], n) for l in range(d)]
+        if not isinstance(stacked, (bool, list, tuple)):
+            raise TypeError(f"stacked: expected a bool or a previous record's buffers, got {type(stacked).__name__}")
+        reuse = not isinstance(stacked, bool) and len(stacked) == d and all(
+            isinstance(b, torch.Tensor) and tuple(b.shape) == shape and b.dtype == dtype and b.device == dev
+            and b.is_contiguous() for b, shape in zip(stacked, shapes, strict=False))
+        stacked_given, stacked = stacked, stacked is not False  # buffers to reuse also mean "stacked"
+        buffers = list(stacked_given) if reuse else [torch.empty(shape, dtype=dtype, device=dev) if stacked else None
+                                                     for shape in shapes]
 
         def slot(l: int, key: str) -> torch.Tensor | None:
             """Where field ``key`` of level ``l`` is written: a slot of the stacked buffer, or None (new tensor)."""

@@ -284,3 +284,32 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="z: expected"):
         collect_statistics(st, so.inputs(dtype=torch.float64), so.y, so.z)
     assert isinstance(s, LadderSample)
+
+
+def test_stacked_buffers_are_reused_when_they_fit():
+    """Passing a previous record's buffers writes into the same memory (same values as fresh buffers);
+    a batch of another size gets new ones; anything else is refused."""
+    lad = _ladder()
+    s = sample_ladder(lad, 70, seed=8)
+    x = s.inputs(dtype=torch.float64)
+    st = _student(lad, batch_norm=True)
+    first = st.forward_backward(x[:32], s.y[:32], stacked=True)
+    buffers = first.stacked
+    second = st.forward_backward(x[32:64], s.y[32:64], stacked=buffers)
+    assert all(a is b for a, b in zip(second.stacked, buffers, strict=True))
+    fresh = st.forward_backward(x[32:64], s.y[32:64], stacked=True)
+    for name in st.stacked_fields():
+        for a, b in zip(getattr(second, name)[: lad.depth], getattr(fresh, name)[: lad.depth], strict=True):
+            assert torch.equal(a, b), name
+    last = st.forward_backward(x[64:], s.y[64:], stacked=buffers)  # 6 examples: other shapes
+    assert not any(a is b for a, b in zip(last.stacked, buffers, strict=True))
+    with pytest.raises(TypeError, match="stacked"):
+        st.forward_backward(x[:4], s.y[:4], stacked=3)
+    # collect_statistics streams with reuse: equal to one accumulator fed fresh records
+    acc = FrequencyAccumulator(st)
+    for lo in range(0, 70, 32):
+        acc.add(st.forward_backward(x[lo: lo + 32], s.y[lo: lo + 32]), s.z[lo: lo + 32])
+    ref, got = acc.result(), collect_statistics(st, x, s.y, s.z, batch_size=32)
+    for k in PER_EVENT:
+        for l in range(lad.depth):
+            assert_close(got.means[k][l], ref.means[k][l], 1e-13, f"{k}[{l}]")
