@@ -26,7 +26,8 @@ does R_l * (b_l * n_{l+1}) * n_l = R_{l+1} * n_{l+1} * n_l multiply-adds (MACs) 
 reference ``dense`` is a chain of ``nn.Linear(K_l, J_l)`` (with bias), one per level, with
 K_l * J_l = that level's MACs and each layer's input the previous layer's output: J_0 = n_0 (classes),
 K_l = MACs_l / J_l, J_{l+1} = K_l (for the defaults 256 -> 256 -> 64 -> 64 -> 16).  It uses the student's
-own activation objects (hidden ``student.activation``, top ``student.top_activation``), the same squared
+own activation objects (hidden ``student.activation``, top ``student.top_activation``), applied as the
+student's forward applies them (``Activation.apply_``: in place on the fresh layer output), the same squared
 loss, the same batch size and labels, a float32 Gaussian input of width K_d drawn outside the timing, and
 is timed the same way.  Equal MACs at every layer means the dense net has fewer activations than the
 LC one (its input is K_d = 256 wide, the student's R_d * n_d = 4096): moving the LC layer's larger,
@@ -193,8 +194,9 @@ def stats_runner(student: LadderStudent, data: Batches, dtype: torch.dtype) -> C
 class DenseNet(nn.Module):
     """Chain of nn.Linear layers (dims[0] -> dims[1] -> ... -> dims[-1]) with the student's activations."""
 
-    def __init__(self, dims: list[int], student: LadderStudent, seed: int):
+    def __init__(self, dims: list[int], student: LadderStudent, seed: int, in_place: bool = True):
         super().__init__()
+        self.in_place = in_place
         with torch.random.fork_rng():  # nn.Linear's default init, seeded, without touching the global stream
             torch.manual_seed(seed)
             self.layers = nn.ModuleList([nn.Linear(dims[i], dims[i + 1]) for i in range(len(dims) - 1)])
@@ -202,7 +204,10 @@ class DenseNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for i, layer in enumerate(self.layers):
-            x = (self.top if i == len(self.layers) - 1 else self.hidden)(layer(x))
+            # by default the student's activation applied as the student applies it: in place on the fresh
+            # layer output; in_place=False is nn.Sequential(nn.Linear, nn.ReLU())'s out-of-place style
+            act = self.top if i == len(self.layers) - 1 else self.hidden
+            x = act.apply_(layer(x)) if self.in_place else act(layer(x))
         return x
 
 
@@ -318,6 +323,10 @@ def main(argv: list[str] | None = None) -> dict:
                        f"({' -> '.join(map(str, dims))}), autograd", "batch_norm": False, "accumulation": None,
                        "target": True, "run": autograd_runner(net, student.loss, data.dense_x, data), "dims": dims,
                        "macs_per_level": dense_macs})
+    contenders.append({"contender": "dense (out-of-place act.)", "description": "the same chain with out-of-place "
+                       "activations (reported, not judged)", "batch_norm": False, "accumulation": None,
+                       "target": False, "run": autograd_runner(DenseNet(dims, student, args.seed, in_place=False),
+                                                               student.loss, data.dense_x, data)})
     measure_round_robin(contenders, len(data), args.repeats, args.warmup_batches)
     rows = [finish_row(c, args.n, len(data), args.batch_size, args.repeats) for c in contenders]
 
@@ -344,6 +353,7 @@ def main(argv: list[str] | None = None) -> dict:
         targets["stats_overhead_bn_float64"] = ratio("stats f64 (BN)", "plain (BN)", STATS_TARGET, False)
         targets["explicit_backward_overhead_bn"] = ratio("explicit fwd+bwd (BN)", "plain (BN)", None, False)
     targets["locally_connected_vs_dense"] = ratio("plain", "dense", DENSE_TARGET, True)
+    targets["locally_connected_vs_dense_out_of_place"] = ratio("plain", "dense (out-of-place act.)", None, False)
 
     print()
     common.print_table(TABLE, rows, TABLE_NOTE)
@@ -354,7 +364,8 @@ def main(argv: list[str] | None = None) -> dict:
               "stats_overhead_bn": "BN: stats (float32 accum, default) / plain",
               "stats_overhead_bn_float64": "BN: stats (float64 accum) / plain",
               "explicit_backward_overhead_bn": "BN: explicit fwd+bwd / plain",
-              "locally_connected_vs_dense": "locally connected / dense (same MACs)"}
+              "locally_connected_vs_dense": "locally connected / dense (same MACs)",
+              "locally_connected_vs_dense_out_of_place": "  ... / dense with out-of-place activations"}
     for key, t in targets.items():
         verdict = ("PASS" if t["pass"] else "FAIL") if t["judged"] else "(not judged)" if "pass" in t else ""
         tgt = f"target {t['target']}x" if "target" in t else ""

@@ -175,7 +175,7 @@ class LadderStudent(nn.Module):
         self.check_inputs(x)
         h = self._leaves(x)
         for l in range(self.ladder.depth - 1, -1, -1):
-            h = self.act(l)(self._pre_activation(l, h))
+            h = self.act(l).apply_(self._pre_activation(l, h))  # u is a fresh temporary: activate in place
             bn = self._batch_norm(l, h)
             if bn is not None:
                 h = bn[0]

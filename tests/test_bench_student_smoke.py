@@ -44,7 +44,8 @@ def test_bench_student_quick(tmp_path):
     assert rows["plain"]["x_plain"] == 1.0
 
     for key in ("stats_overhead", "stats_overhead_float64", "explicit_backward_overhead", "stats_overhead_bn",
-                "stats_overhead_bn_float64", "explicit_backward_overhead_bn", "locally_connected_vs_dense"):
+                "stats_overhead_bn_float64", "explicit_backward_overhead_bn", "locally_connected_vs_dense",
+                "locally_connected_vs_dense_out_of_place"):
         target = data["targets"][key]
         assert math.isfinite(target["value"]) and target["value"] > 0
         for stat in ("value_median", "value_batch_min"):
@@ -52,6 +53,7 @@ def test_bench_student_quick(tmp_path):
     for key in ("stats_overhead", "stats_overhead_bn", "locally_connected_vs_dense"):
         assert data["targets"][key]["judged"] and isinstance(data["targets"][key]["pass"], bool)
     assert not data["targets"]["stats_overhead_float64"]["judged"]
+    assert not data["targets"]["locally_connected_vs_dense_out_of_place"]["judged"]
     # the stats rows time the accumulator's setup and result() as part of the epoch
     stats = rows["stats f64"]
     assert 0 < stats["setup_and_result_s"] < stats["batch_min_sum_s"] <= stats["best_s"]

@@ -378,3 +378,17 @@ def test_questionable_inputs_are_clear_errors():
     st2 = LadderStudent(lad, 3, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"y: labels must lie in \[0, 3\)"):
         st2.forward_backward(x, torch.full((50,), 7))
+
+
+@pytest.mark.parametrize("name", ["relu", "leaky_relu:0.2", "swish:1", "swish:0.7", "abs", "linear"])
+def test_in_place_activation_equals_out_of_place_with_gradients(name):
+    """``Activation.apply_`` (used by the student's forward on its fresh pre-activations) gives the same
+    values and, through autograd, the same gradients as ``Activation.__call__``."""
+    a = get_activation(name)
+    w = torch.randn(7, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(4), requires_grad=True)
+    x = torch.randn(11, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    ref = a(x @ w)
+    (g_ref,) = torch.autograd.grad(ref.pow(2).sum(), w)
+    got = a.apply_(x @ w)
+    (g_got,) = torch.autograd.grad(got.pow(2).sum(), w)
+    assert torch.equal(got, ref) and torch.equal(g_got, g_ref)
