@@ -111,11 +111,12 @@ def scatter_sums(z: torch.Tensor, q: torch.Tensor, m: int, dtype: torch.dtype,
 class FrequencyAccumulator:
     """Streams :class:`StudentRecord` batches into per-event sums.
 
-    Per batch and level: one bincount of events and of (parent, child) event pairs, and one
-    batched matmul of the level's one-hot event matrix with the stacked per-example
-    quantities.  Quantities that coincide are summed once (F = Fbar without BN; D' = D for
-    ReLU-like activations); with one-hot leaves the leaf sums follow from the counts and from
-    Delta W exactly (x is a function of z), so the leaf level costs no scatter.
+    Per batch and level: one bincount of (parent, child) event pairs (event counts are the row
+    sums of the level's one-hot event matrix, or the margins of the pair counts), and one batched
+    matmul of that one-hot matrix with the stacked per-example quantities.  Quantities that
+    coincide are summed once (F = Fbar without BN; D' = D for ReLU-like activations); with one-hot
+    leaves the leaf sums follow from the counts and from Delta W exactly (x is a function of z), so
+    the leaf level costs no scatter.
 
     :param student: the student (gives the widths).
     :param dtype: accumulation dtype (default: the student's; float64 for exact sums).
@@ -147,15 +148,12 @@ class FrequencyAccumulator:
         self.db = [torch.zeros(lad.num_regions[l], n[l], dtype=dtype, device=dev) for l in range(d)]
         self.n = 0
         self.loss_sum = 0.0
-        # flat bincount indices: region r's event a is bin r m + a; the (parent, child) pair of child
-        # region r = (p, c) (parent p, position c) is bin (r m_p + a_p) m + a.  int32 (half the memory
-        # traffic of int64, and the leaf level's index arithmetic is a large part of a batch's cost)
-        # unless a level has 2^31 bins or more
+        # flat bincount index of the (parent, child) event pair of child region r = (p, c) (parent p,
+        # position c): (r m_p + a_p) m + a.  int32 (half the memory traffic of int64, and the leaf
+        # level's index arithmetic is a large part of a batch's cost) unless a level has 2^31 bins or more
         bins = max(lad.num_regions[l] * lad.events[l] * (lad.events[l - 1] if l else 1) for l in range(d + 1))
         self._index_dtype = torch.int32 if bins < 2**31 else torch.int64
         idt = self._index_dtype
-        self._count_offset = [torch.arange(lad.num_regions[l], device=dev, dtype=idt) * lad.events[l]
-                              for l in range(d + 1)]
         self._pair_offset = [None] + [
             (torch.arange(lad.num_regions[l], device=dev, dtype=idt) * lad.events[l - 1] * lad.events[l]).view(
                 lad.num_regions[l - 1], lad.branching[l - 1]) for l in range(1, d + 1)]
@@ -209,13 +207,13 @@ class FrequencyAccumulator:
         d = lad.depth
         for l in range(d + 1):
             R, m = lad.num_regions[l], lad.events[l]
-            if one_hot[l] is not None:  # 0/1 sums: exact in float32 up to 2^24 examples per batch
+            # counts: row sums of the scatter matrix where there is one (0/1 sums, exact in float32 up
+            # to 2^24 examples per batch), else margins of the (parent, child) counts below; the
+            # root (one region) without one is a plain bincount
+            if one_hot[l] is not None:
                 self.counts[l] += one_hot[l].sum(-1)
-            elif l == d and d > 0:
-                pass  # the leaves' counts are the margins of their (parent, child) counts, below
-            else:
-                idx = (bins[l] + self._count_offset[l]).reshape(-1)
-                self.counts[l] += torch.bincount(idx, minlength=R * m).reshape(R, m)
+            elif l == 0:
+                self.counts[0] += torch.bincount(bins[0].reshape(-1), minlength=m).reshape(1, m)
             if l < d and small[l] and stacked:
                 # every quantity of the level at once: (R, m, N) @ (R, N, k n); one wide matmul is
                 # ~2.5x faster than k narrow ones (n = 16 columns each) on CPU
@@ -238,7 +236,7 @@ class FrequencyAccumulator:
             pair = (bins[l - 1][:, :, None] * m + self._pair_offset[l]) + bins[l].view(n, Rp, b)
             pairs = torch.bincount(pair.reshape(-1), minlength=R * mp * m).reshape(R, mp, m)
             self.joint_counts[l] += pairs
-            if l == d and one_hot[l] is None:
+            if one_hot[l] is None:
                 self.counts[l] += pairs.sum(1)
             if l == d and self.onehot_leaves:
                 # x = one-hot(z): E[x | z_parent] follows from the joint counts, and

@@ -261,9 +261,9 @@ class LadderStudent(nn.Module):
             nm["deriv"][l] = s if a.homogeneous else put(l, "deriv", a.derivative(u))
             if "deriv" in keys and a.homogeneous:  # the other level's activation needs its own slot
                 put(l, "deriv", s)
-            bn = self.bn_params(l)
-            f = nm["f"][l] = torch.mul(s, u, out=slot(l, "f" if bn is not None else "fbar"))
-            bn = self._batch_norm(l, f)
+            has_bn = self.bn_params(l) is not None
+            f = nm["f"][l] = torch.mul(s, u, out=slot(l, "f" if has_bn else "fbar"))
+            bn = self._batch_norm(l, f)  # None exactly when not has_bn
             if bn is None:
                 nm["fbar"][l] = f
                 if "f" in keys:  # BN elsewhere in the network: F = Fbar on this level

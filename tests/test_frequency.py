@@ -147,6 +147,31 @@ def test_stacked_record_is_the_same_record(activation, top, batch_norm):
 
 
 @pytest.mark.parametrize("emission", ["gaussian", "onehot"])
+def test_regions_with_many_events_take_the_index_add_path(emission, monkeypatch):
+    """Regions with more than 256 events get no one-hot scatter matrix: their sums go through
+    index_add_ and their counts through bincounts (root) or the margins of the pair counts.  Forcing
+    that path on every level must give the brute-force loops' numbers."""
+    import smaso.frequency as frequency
+
+    monkeypatch.setattr(frequency, "_ONE_HOT_MAX_EVENTS", 0)
+    lad = Ladder.random(depth=2, branching=[2, 3], events=[3, 4, 2], mode="topdown", concentration=0.6, seed=3,
+                        emission=emission, sigma=0.5 if emission == "gaussian" else None)
+    s = sample_ladder(lad, 40, seed=2)
+    x = s.inputs(dtype=torch.float64)
+    st = _student(lad)
+    stats = collect_statistics(st, x, s.y, s.z, batch_size=16)
+    ref = _brute_force(lad, st.forward_backward(x, s.y), s.z)
+    for l in range(lad.depth + 1):
+        assert torch.equal(stats.counts[l], ref["counts"][l])
+        for k in PER_EVENT:
+            if ref["means"][k][l] is not None and stats.means[k][l] is not None and l < lad.depth:
+                assert_close(stats.means[k][l], ref["means"][k][l], 1e-12, f"{k}[{l}]")
+        if l >= 1:
+            assert_close(stats.Fc[l], ref["Fc"][l], 1e-12, f"Fc[{l}]")
+            assert_close(stats.Gp_tilde[l], ref["Gp_tilde"][l], 1e-12, f"Gp_tilde[{l}]")
+
+
+@pytest.mark.parametrize("emission", ["gaussian", "onehot"])
 def test_empirical_P_equals_empirical_statistics(emission):
     """Counts come from the one-hot scatter matrices, from bincounts, and (one-hot leaves) from the
     margins of the (parent, child) counts: all must equal a plain recount of z."""
