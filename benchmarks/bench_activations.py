@@ -1,4 +1,4 @@
-"""Benchmark: the beta-VQ ReLU (swish, ``smaso.functional.beta_swish``) forward + backward against ``F.silu``.
+"""Benchmark: the beta-VQ ReLU (swish, ``smaso.splines.functional.beta_swish``) forward + backward against ``F.silu``.
 
 What is measured, in one process, on ``--n`` float32 elements (default 10^7), each contender doing one
 forward pass y = f(u) and one backward pass ``y.backward(g)`` with a fixed upstream gradient g:
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from smaso.modules import BetaSwish
+from smaso.splines.modules import BetaSwish
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this script, also when loaded by path
 import _common as common

@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 from inference.factorial import exact_joint_map, factorized_map
-from smaso.orthogonality import orthogonality_defect
+from smaso.splines.orthogonality import orthogonality_defect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this script, also when loaded by path
 import _common as common

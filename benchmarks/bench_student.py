@@ -12,7 +12,7 @@ Target 1 -- frequency statistics cost at most 1.3x a plain epoch:
   ``loss.backward()`` (autograd; what an ordinary training epoch costs);
 - ``stats f32`` (judged) / ``stats f64``: per minibatch ``rec = student.forward_backward(x, y, stacked=buffers)``
   (the previous minibatch's ``rec.stacked``, reused as ``collect_statistics`` does) and
-  ``acc.add(rec, z)`` on a ``smaso.frequency.FrequencyAccumulator`` with float32 (its default for a
+  ``acc.add(rec, z)`` on a ``smaso.student.frequency.FrequencyAccumulator`` with float32 (its default for a
   float32 student) or float64 (on request) accumulation, plus building the accumulator and one
   ``acc.result()`` at the end of the epoch;
 - ``explicit fwd+bwd`` (reference row): ``student.forward_backward(x, y)`` alone, no accumulation.
@@ -64,8 +64,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from smaso.frequency import FrequencyAccumulator
-from smaso.student import LadderStudent
+from smaso.student.frequency import FrequencyAccumulator
+from smaso.student.network import LadderStudent
 from teachers.ladder import Ladder
 from teachers.sampling import sample_ladder
 

@@ -4,7 +4,7 @@ Trains the ladder student by full-batch gradient descent with BN after every hid
 = 0, no biases, as in the paper) and without BN, plots the total hidden-level row energy
 1/2 sum |W_j.|^2 relative to its start, and prints the drift exponents p (drift ~ lr^p) of the
 log-log fits: at a fixed number of steps (BN ~2, no BN ~1) and at a fixed training time (BN ~1,
-no BN ~0); see ``smaso/energy.py`` for why.
+no BN ~0); see ``smaso/theorems/energy.py`` for why.
 
     python examples/bn_energy.py --out bn_energy.png
 """
@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from smaso.energy import drift_exponent, plot_energy
+from smaso.theorems.energy import drift_exponent, plot_energy
 from teachers import Ladder, sample_ladder
 
 

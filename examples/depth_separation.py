@@ -1,4 +1,4 @@
-"""Depth separation (lecture notes, seed 001; shared/MATH.md §2): tau^(L^2) against depth-L students.
+"""Depth separation (lecture notes, seed 001; docs/theory.md §2): tau^(L^2) against depth-L students.
 
 For each L, ReLU students of depth L with at most 2^L hidden nodes (width 2; the 2^L nodes spread
 evenly over L layers; one hidden layer of 2^L) are trained by minibatch SGD on the squared loss
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from smaso.depth import LECTURE_BOUND, depth_separation, format_table, plot_depth
+from smaso.depth.separation import LECTURE_BOUND, depth_separation, format_table, plot_depth
 
 
 def main(argv=None):

@@ -4,7 +4,7 @@ beta, with and without orthogonal filters, on scikit-learn's bundled digits (no 
 A 64 -> 48 -> 48 -> 10 MLP is trained with Adam on 70% of the 1797 digits and tested on the other
 30%, for every combination of
 
-- activation: ``relu`` or ``swish`` (``smaso.modules.BetaSwish``, learnable beta per layer, started at
+- activation: ``relu`` or ``swish`` (``smaso.splines.modules.BetaSwish``, learnable beta per layer, started at
   beta = 1/2, i.e. SiLU);
 - orthogonality of the hidden layers (Eq 11): ``none``, the paper's ``penalty``
   (lambda * sum_{k != k'} <W_k, W_k'>^2 added to the loss), ``gram_schmidt`` (the authors' unnormalized
@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from smaso.modules import BetaSwish
-from smaso.orthogonality import (
+from smaso.splines.modules import BetaSwish
+from smaso.splines.orthogonality import (
     model_orthogonality_penalty,
     orthogonality_defect,
     register_gram_schmidt,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from smaso.overfitting import minibatch_tv, overfitting_ladder, plot_overfitting, update_curve
+from smaso.theorems.overfitting import minibatch_tv, overfitting_ladder, plot_overfitting, update_curve
 from teachers.sampling import sample_ladder
 
 

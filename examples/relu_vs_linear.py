@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from smaso.relu_vs_linear import plot_relu_vs_linear
+from smaso.theorems.relu_vs_linear import plot_relu_vs_linear
 
 
 def main(argv=None) -> list[dict]:

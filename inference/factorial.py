@@ -1,7 +1,7 @@
-"""Joint inference of the region variables in the factorial SMASO of a layer (MATH.md §3, Eq 10-11).
+"""Joint inference of the region variables in the factorial SMASO of a layer (docs/theory.md §3, Eq 10-11).
 
 The layer (A ``(K, R, D)``, B ``(K, R)``) with noise sigma defines the factorial mixture
-:func:`smaso.mixture.factorial_mixture_model` with ``pi = pi_from_offsets(A, B, sigma)``.  With
+:func:`smaso.splines.mixture.factorial_mixture_model` with ``pi = pi_from_offsets(A, B, sigma)``.  With
 ``s[n, k, r] = <A[k, r], x[n]> + B[k, r]`` and the Gram blocks ``G[k, r, k', r'] = <A[k, r], A[k', r']>``,
 its log joint is, up to a term that does not depend on the configuration t = (t_1, ..., t_K)::
 
@@ -13,7 +13,7 @@ units) the cross term vanishes and the joint MAP is the per-unit MAP, the MASO a
 - :func:`exact_joint_map`: brute force over the R^K configurations, vectorized in chunks; refuses
   R^K above ``max_configs`` (the cost is exponential in K);
 - :func:`factorized_map`: the per-unit MAP ``argmax_r s`` (one matmul), exact under Eq 11; it warns
-  with the measured defect (``smaso.orthogonality.orthogonality_defect(A).relative``: the squared cross-unit
+  with the measured defect (``smaso.splines.orthogonality.orthogonality_defect(A).relative``: the squared cross-unit
   inner products normalized by the products of the squared norms, a weighted mean of squared cosines in
   [0, 1], 0 iff Eq 11) when the layer is far from orthogonal;
 - :func:`mean_field_map`: mean-field variational inference q(t) = prod_k q_k(t_k) by coordinate
@@ -41,8 +41,8 @@ import pyro.distributions as dist
 import torch
 from pyro.infer import Predictive, config_enumerate, infer_discrete
 
-from smaso.mixture import check_maso, check_sigma, check_x, factorial_mixture_model, log_pi_from_offsets
-from smaso.orthogonality import orthogonality_defect
+from smaso.splines.mixture import check_maso, check_sigma, check_x, factorial_mixture_model, log_pi_from_offsets
+from smaso.splines.orthogonality import orthogonality_defect
 
 if TYPE_CHECKING:  # arviz is imported where draws are packaged: importing this module stays light for the MAP paths
     import arviz as az
@@ -75,7 +75,7 @@ def _check(A, B, x, sigma) -> torch.Tensor:
 
 
 def _defect(A: torch.Tensor) -> float:
-    """The relative defect of :func:`smaso.orthogonality.orthogonality_defect` (0 iff Eq 11, at most 1)."""
+    """The relative defect of :func:`smaso.splines.orthogonality.orthogonality_defect` (0 iff Eq 11, at most 1)."""
     return orthogonality_defect(A).relative
 
 
@@ -83,7 +83,7 @@ def factorial_log_joint(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, t: to
     """Exact ``log p(t, x)`` ``(N,)`` of configurations ``t`` ``(N, K)`` in the factorial mixture (Eq 10).
 
     ``sum_k log pi[k, t_k] + log Normal(x; sum_k A[k, t_k], sigma^2 I)`` with ``pi = pi_from_offsets(A, B, sigma)``
-    (the log density of :func:`smaso.mixture.factorial_mixture_model`).
+    (the log density of :func:`smaso.splines.mixture.factorial_mixture_model`).
     """
     sig = _check(A, B, x, sigma)
     K, R, D = A.shape
@@ -200,7 +200,7 @@ class MeanField:
         """Draws of the regions from the mean-field ``q(t) = prod_k q_k(t_k)``, as ``InferenceData``.
 
         ``Predictive`` over a guide with the model's site ``"t"`` under the plates ``"data"`` (dim -2) and
-        ``"units"`` (dim -1), the layout of :func:`smaso.mixture.factorial_mixture_model`'s plate layout;
+        ``"units"`` (dim -1), the layout of :func:`smaso.splines.mixture.factorial_mixture_model`'s plate layout;
         their summaries sit next to those of :func:`factorial_posterior_draws` (same names and dims).
 
         :param seed: seeds torch's RNG for these draws only (the global RNG state is left as it was); None
@@ -417,7 +417,7 @@ def factorial_posterior_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor,
                               max_configs: int = DEFAULT_MAX_DRAW_CONFIGS, method: str = "pyro") -> az.InferenceData:
     """Exact draws from the factorial mixture's posterior ``p(t | x)`` (Eq 10), as ArviZ ``InferenceData``.
 
-    ``infer_discrete(temperature=1)`` on :func:`smaso.mixture.factorial_mixture_model` in its sequential
+    ``infer_discrete(temperature=1)`` on :func:`smaso.splines.mixture.factorial_mixture_model` in its sequential
     layout (sites ``"t_0"``, ..., ``"t_<K-1>"``, ``pi = pi_from_offsets(A, B, sigma)``), enumerated by Pyro
     (one tensor dimension per unit, R^K joint configurations), with all draws from one model call under a
     ``"particles"`` plate (dim -2).  Draws are independent (no Markov chain): ``num_chains`` only splits them

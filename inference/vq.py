@@ -1,6 +1,6 @@
 """Hard, soft and beta-VQ of a max-affine spline layer, in closed form and as Pyro inference.
 
-MATH.md §3 (seed ``003``).  A layer with slopes ``A`` ``(K, R, D)`` and offsets ``B`` ``(K, R)`` gives
+docs/theory.md §3 (seed ``003``).  A layer with slopes ``A`` ``(K, R, D)`` and offsets ``B`` ``(K, R)`` gives
 every example x the region scores ``s[n, k, r] = <A[k, r, :], x[n]> + B[k, r]`` and, for region
 probabilities ``t[n, k, :]`` on the simplex, the unit outputs ``z[n, k] = sum_r t[n, k, r] s[n, k, r]``.
 
@@ -14,7 +14,7 @@ Closed forms (:func:`hard_vq`, :func:`soft_vq`, :func:`beta_vq`):
 For the ReLU MASO (R = 2, ``(A, B)[k, 0] = (0, 0)``, ``(A, B)[k, 1] = (W_k, b_k)``, u = <W_k, x> + b_k)
 the outputs are ReLU, SiLU ``u sigmoid(u)`` and swish ``u sigmoid(eta u)`` (Table 1).
 
-The same answers as inference on the per-unit SMASO (Eq 3, :func:`smaso.mixture.unit_mixture_model`
+The same answers as inference on the per-unit SMASO (Eq 3, :func:`smaso.splines.mixture.unit_mixture_model`
 with ``pi = pi_from_offsets(A, B, sigma)``), whose posterior is ``softmax(s / sigma^2)``:
 
 - :func:`vq_map`: the MAP of the region variables by ``infer_discrete(temperature=0)`` (any sigma)
@@ -43,7 +43,7 @@ from pyro import poutine
 from pyro.infer import SVI, Predictive, TraceEnum_ELBO, config_enumerate, infer_discrete
 from torch.distributions import constraints
 
-from smaso.mixture import check_maso, check_x, log_pi_from_offsets, unit_mixture_model
+from smaso.splines.mixture import check_maso, check_x, log_pi_from_offsets, unit_mixture_model
 
 __all__ = [
     "VQFit",
@@ -137,7 +137,7 @@ def soft_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torch.Tensor:
     """Hard VQ as MAP inference: ``infer_discrete(temperature=0)`` on the per-unit SMASO.
 
-    The model is :func:`~smaso.mixture.unit_mixture_model` with ``pi = pi_from_offsets(A, B, sigma)``;
+    The model is :func:`~smaso.splines.mixture.unit_mixture_model` with ``pi = pi_from_offsets(A, B, sigma)``;
     its MAP does not depend on sigma.
 
     :returns: one-hot region assignments ``(N, K, R)`` (equal to :func:`hard_vq` except at ties

@@ -1,26 +1,76 @@
 """smaso: deep ReLU networks as inference.
 
-Student side of the framework paper (locally connected student, frequency statistics, the
-reformulation of Thm 4 / Eq 9 and Batch Norm as a projection) and, from "From Hard to Soft",
-activations as spline / vector-quantization inference.  See README.md for a tour.
+One subpackage per body of theory (``docs/theory.md`` maps every equation to its function):
+
+- :mod:`smaso.student`: the framework paper's locally connected student, Batch Norm as a projection,
+  frequency statistics, the reformulation (Thm 4 / Eq 9) and the comparison with Thm 2's diagnosis.
+- :mod:`smaso.theorems`: the framework paper's further results (Thm 1, 6-9, §5.3, §7.5.1).
+- :mod:`smaso.splines`: "From Hard to Soft": max-affine splines, hard / soft / beta VQ, the beta-VQ
+  activations as functions and modules, the SMASO Gaussian mixtures, orthogonality (Eq 1-11).
+- :mod:`smaso.depth`: linear pieces, back-propagation written out, depth separation.
+- :mod:`smaso.plots`: one function per figure; :mod:`smaso.cli`: the ``smaso`` command.
+
+The teachers (summarization ladder, tent map) are the top-level package :mod:`teachers`, and the
+inference routines (exact ladder posterior, VQ as MAP / variational inference, the factorial
+mixture) the top-level package :mod:`inference`.
+
+The names below are the entry points a user starts with; they are imported on first use, so that
+``import smaso`` (and ``smaso --help``) stays cheap.
 """
 
-from .activations import Activation, get_activation
-from .compare import ComparisonResult, compare_student, diagnose
-from .frequency import FrequencyStatistics, collect_statistics
-from .reformulation import Reformulation, reformulate
-from .student import LadderStudent, StudentRecord
+from __future__ import annotations
 
-__all__ = [
-    "Activation",
+import importlib
+from typing import TYPE_CHECKING
+
+from ._version import __version__
+
+_ENTRY_POINTS = {
+    "LadderStudent": "smaso.student.network",
+    "collect_statistics": "smaso.student.frequency",
+    "reformulate": "smaso.student.reformulation",
+    "compare_student": "smaso.student.compare",
+    "ComparisonResult": "smaso.student.compare",
+    "MASO": "smaso.splines.maso",
+    "BetaSwish": "smaso.splines.modules",
+    "count_pieces": "smaso.depth.pieces",
+}
+
+_SUBPACKAGES = ("cli", "depth", "plots", "splines", "student", "theorems")
+
+__all__ = [  # noqa: RUF022 (the version first, then the entry points)
+    "__version__",
+    "BetaSwish",
     "ComparisonResult",
-    "FrequencyStatistics",
     "LadderStudent",
-    "Reformulation",
-    "StudentRecord",
+    "MASO",
     "collect_statistics",
     "compare_student",
-    "diagnose",
-    "get_activation",
+    "count_pieces",
     "reformulate",
 ]
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
+    from smaso.depth.pieces import count_pieces
+    from smaso.splines.maso import MASO
+    from smaso.splines.modules import BetaSwish
+    from smaso.student.compare import ComparisonResult, compare_student
+    from smaso.student.frequency import collect_statistics
+    from smaso.student.network import LadderStudent
+    from smaso.student.reformulation import reformulate
+
+
+def __getattr__(name: str):
+    """Import an entry point or a subpackage on first use (PEP 562)."""
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"smaso.{name}")
+    module = _ENTRY_POINTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'smaso' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_ENTRY_POINTS, *_SUBPACKAGES})

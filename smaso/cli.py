@@ -260,7 +260,7 @@ def _student_options(p: argparse.ArgumentParser) -> None:
 
 
 def _run_comparison(sample, args, title: str):
-    from smaso.compare import compare_student
+    from smaso.student.compare import compare_student
 
     width = args.width[0] if len(args.width) == 1 else args.width
     return compare_student(sample, width=width, activation=args.activation, batch_norm=args.bn,
@@ -289,7 +289,7 @@ def _comparison_payload(result, args) -> dict:
 
 
 def _cmd_demo(args) -> int:
-    from smaso.compare import compare_student
+    from smaso.student.compare import compare_student
     from teachers.ladder import Ladder
     from teachers.sampling import sample_ladder
 

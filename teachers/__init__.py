@@ -1,5 +1,5 @@
 """Teachers with known hidden structure: the summarization ladder (framework paper §3) and the
-tent map tau^k (a deep 1-D target with exactly 2^k linear pieces, ``MATH.md`` §2)."""
+tent map tau^k (a deep 1-D target with exactly 2^k linear pieces, ``docs/theory.md`` §2)."""
 
 from .categorical import AliasTable, BlockRNG, CategoricalTable, IndexedCategorical
 from .emission import Emission, GaussianEmission, OneHotEmission

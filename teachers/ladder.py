@@ -1,4 +1,4 @@
-"""The summarization ladder: the framework paper's teacher (§3.1; ``shared/MATH.md`` §1).
+"""The summarization ladder: the framework paper's teacher (§3.1; ``docs/theory.md`` §1).
 
 Every receptive field (region) alpha of the input carries a discrete latent event z_alpha
 with m_alpha values; the root region omega is the whole input and its event is the label

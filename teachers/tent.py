@@ -1,4 +1,4 @@
-"""The tent-map teacher: a deep target whose complexity is known exactly (``MATH.md`` §2).
+"""The tent-map teacher: a deep target whose complexity is known exactly (``docs/theory.md`` §2).
 
 The tent map on [0, 1] is ``tau(x) = 2 [ReLU(x) - ReLU(2x - 1)]`` (``2x`` for ``x <= 1/2``,
 ``2 - 2x`` above).  Its k-fold composition ``tau^k`` has ``2^(k-1)`` teeth and ``2^k`` linear

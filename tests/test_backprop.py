@@ -1,4 +1,4 @@
-"""Back-propagation written out (``smaso.backprop``) against autograd, and the chain-rule warm-up."""
+"""Back-propagation written out (``smaso.depth.backprop``) against autograd, and the chain-rule warm-up."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from smaso.backprop import activation_pair, backprop, chain_rule_example, forward, sgd_step
+from smaso.depth.backprop import activation_pair, backprop, chain_rule_example, forward, sgd_step
 
 DT = torch.float64
 

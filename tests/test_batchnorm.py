@@ -1,4 +1,4 @@
-"""Batch Norm as a projection (smaso/batchnorm.py; framework paper Eq 10-12, Thm 5).
+"""Batch Norm as a projection (smaso/student/batchnorm.py; framework paper Eq 10-12, Thm 5).
 
 Reference: ``torch.nn.BatchNorm1d`` in training mode (affine weight = c1, bias = c0) and torch
 autograd, in float64.  torch refuses eps = 0 in training mode, so "eps = 0" uses eps = 1e-300,
@@ -11,7 +11,13 @@ import pytest
 import torch
 from conftest_student import assert_close, one_torch_thread, torch_bn_eps  # noqa: F401 (fixture)
 
-from smaso.batchnorm import bn_backward, bn_backward_weighted, bn_forward, bn_forward_weighted, projection_matrix
+from smaso.student.batchnorm import (
+    bn_backward,
+    bn_backward_weighted,
+    bn_forward,
+    bn_forward_weighted,
+    projection_matrix,
+)
 
 
 def _batch(n=37, c=5, seed=0):

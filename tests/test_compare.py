@@ -1,4 +1,4 @@
-"""Student vs reformulation end to end (smaso/compare.py)."""
+"""Student vs reformulation end to end (smaso/student/compare.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 import torch
 from conftest_student import fi_sample, one_torch_thread, rel  # noqa: F401 (fixture)
 
-from smaso.compare import ComparisonResult, compare_statistics_to_theory, compare_student, diagnose
-from smaso.frequency import collect_statistics
-from smaso.reformulation import reformulate
-from smaso.student import LadderStudent
+from smaso.student.compare import ComparisonResult, compare_statistics_to_theory, compare_student, diagnose
+from smaso.student.frequency import collect_statistics
+from smaso.student.network import LadderStudent
+from smaso.student.reformulation import reformulate
 from teachers import Ladder, LadderSample, sample_ladder
 
 HISTORY_KEYS = {"step", "accuracy", "levels", "leaves", "loss", "P_source", "num_examples"}

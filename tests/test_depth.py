@@ -1,4 +1,4 @@
-"""The depth-separation experiment (``smaso.depth``, ``examples/depth_separation.py``), tiny settings."""
+"""The depth-separation experiment (``smaso.depth.separation``, ``examples/depth_separation.py``), tiny settings."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from smaso.depth import (
+from smaso.depth.pieces import count_pieces
+from smaso.depth.separation import (
     balanced_widths,
     depth_separation,
     format_table,
@@ -18,7 +19,6 @@ from smaso.depth import (
     tent_network,
     tent_power,
 )
-from smaso.pieces import count_pieces
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,7 +91,7 @@ def test_example_script_smoke(tmp_path, capsys):
 
 
 def test_train_student_progress_and_optimizer(capsys):
-    from smaso.depth import train_student
+    from smaso.depth.separation import train_student
 
     quiet = train_student(make_student([4], seed=1), 2, steps=40, n_train=128, seed=3)
     loud = train_student(make_student([4], seed=1), 2, steps=40, n_train=128, seed=3, progress=True)
@@ -104,8 +104,8 @@ def test_train_student_progress_and_optimizer(capsys):
 
 
 def test_piece_survey():
-    from smaso.depth import piece_survey
-    from smaso.pieces import breakpoint_bound
+    from smaso.depth.pieces import breakpoint_bound
+    from smaso.depth.separation import piece_survey
 
     records = piece_survey([(3,), (2, 2)], seeds=[0, 1], train_k=2, steps=20, tent_ks=[1, 4], progress=True)
     kinds = [r.kind for r in records]
@@ -130,7 +130,7 @@ def test_piece_survey():
 
 
 def test_min_widths_for_pieces():
-    from smaso.pieces import breakpoint_bound, min_widths_for_pieces
+    from smaso.depth.pieces import breakpoint_bound, min_widths_for_pieces
 
     assert min_widths_for_pieces(16, 1) == (15,)
     assert min_widths_for_pieces(1, 3) == (1, 1, 1)

@@ -1,4 +1,4 @@
-"""Defs 3-5, Thm 8-9 and §7.7.1 / Eq 111 on factorized binary ladders (smaso.disentangle).
+"""Defs 3-5, Thm 8-9 and §7.7.1 / Eq 111 on factorized binary ladders (smaso.theorems.disentangle).
 
 Tolerances: Thm 8 / Thm 9 are exact identities, so in float64 the measured distances are rounding
 (~1e-16 .. 1e-14); 1e-12 leaves two orders of margin.  The negative results (non-separable W,
@@ -13,7 +13,8 @@ import math
 import pytest
 import torch
 
-from smaso.disentangle import (
+from smaso.student.reformulation import _weighted_bn, _weighted_bn_backward
+from smaso.theorems.disentangle import (
     backward_disentangle_distance,
     backward_g_tilde,
     check_groups,
@@ -33,7 +34,6 @@ from smaso.disentangle import (
     separable_update_demo,
     weight_update,
 )
-from smaso.reformulation import _weighted_bn, _weighted_bn_backward
 from teachers.ladder import Ladder
 
 EXACT = 1e-12

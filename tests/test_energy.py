@@ -1,4 +1,4 @@
-"""§7.5.1 conserved row energy under BN (smaso/energy.py).
+"""§7.5.1 conserved row energy under BN (smaso/theorems/energy.py).
 
 Exact identities in float64 (1e-12 relative): Eq 80 (sum of W o Delta W over the incoming weights
 = E_x[u g]), E_x[u g] = 0 at BN levels (bn_eps = 0), and the per-step energy change
@@ -16,7 +16,8 @@ import pytest
 import torch
 from conftest_student import assert_close, one_torch_thread  # noqa: F401 (fixture)
 
-from smaso.energy import (
+from smaso.student.network import LadderStudent
+from smaso.theorems.energy import (
     drift_exponent,
     energy_drift,
     energy_rates,
@@ -24,7 +25,6 @@ from smaso.energy import (
     row_energies,
     ug_correlation,
 )
-from smaso.student import LadderStudent
 from teachers import Ladder, sample_ladder
 
 matplotlib.use("Agg")

@@ -1,5 +1,5 @@
 """The whole posterior of the factorial mixture (inference/factorial.py: configurations, exact_posterior,
-factorial_posterior_draws, MeanField.draws) against brute-force enumeration written here from MATH.md §3 (Eq 10),
+factorial_posterior_draws, MeanField.draws) against brute-force enumeration written here from docs/theory.md §3 (Eq 10),
 Pyro's own enumeration, and, for the draws, the exact probabilities with tolerances that shrink like 1/sqrt(N)."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from inference.factorial import (
     factorial_posterior_draws,
     mean_field_map,
 )
-from smaso.mixture import factorial_mixture_model, log_pi_from_offsets
+from smaso.splines.mixture import factorial_mixture_model, log_pi_from_offsets
 
 F64 = torch.float64
 
@@ -43,7 +43,7 @@ def _orthogonal_relu_layer(K=3, D=6, seed=0):
 
 def _brute_log_joint(A, B, x, sigma):
     """log p(t, x) ``(N, R^K)`` and the configurations, from the definitions: pi = softmax((B + |A|^2/2) / sigma^2)
-    (MATH.md §3), x ~ Normal(sum_k A[k, t_k], sigma^2 I); plain loops over itertools.product."""
+    (docs/theory.md §3), x ~ Normal(sum_k A[k, t_k], sigma^2 I); plain loops over itertools.product."""
     K, R, D = A.shape
     An, Bn, xn = A.numpy(), B.numpy(), x.numpy()
     logits = (Bn + 0.5 * (An**2).sum(-1)) / sigma**2

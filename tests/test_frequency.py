@@ -1,4 +1,4 @@
-"""Per-event frequency statistics (smaso/frequency.py, framework paper Eq 6).
+"""Per-event frequency statistics (smaso/student/frequency.py, framework paper Eq 6).
 
 Reference: plain Python loops over examples, regions and events on the per-example record
 of one batch (which test_student.py checks against autograd), and
@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest_student import assert_close, fi_sample, one_torch_thread  # noqa: F401 (fixture)
 
-from smaso.frequency import FrequencyAccumulator, collect_statistics
-from smaso.student import LadderStudent
+from smaso.student.frequency import FrequencyAccumulator, collect_statistics
+from smaso.student.network import LadderStudent
 from teachers import Ladder, LadderSample, sample_ladder
 from teachers.statistics import empirical_statistics, exact_statistics
 
@@ -151,7 +151,7 @@ def test_regions_with_many_events_take_the_index_add_path(emission, monkeypatch)
     """Regions with more than 256 events get no one-hot scatter matrix: their sums go through
     index_add_ and their counts through bincounts (root) or the margins of the pair counts.  Forcing
     that path on every level must give the brute-force loops' numbers."""
-    import smaso.frequency as frequency
+    import smaso.student.frequency as frequency
 
     monkeypatch.setattr(frequency, "_ONE_HOT_MAX_EVENTS", 0)
     lad = Ladder.random(depth=2, branching=[2, 3], events=[3, 4, 2], mode="topdown", concentration=0.6, seed=3,

@@ -1,4 +1,4 @@
-"""Marginalized gradients, Eq 3 and Thm 1 (smaso/marginalized.py), by exact enumeration.
+"""Marginalized gradients, Eq 3 and Thm 1 (smaso/theorems/marginalized.py), by exact enumeration.
 
 References written here: P(x, y) by brute force over every latent configuration of a top-down
 ladder, p(y | x) and p(x) from ``inference.ladder_posterior``, per-example gradients from torch
@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from conftest_student import assert_close, autograd_reference, one_torch_thread  # noqa: F401 (fixture)
 
 from inference.ladder_posterior import ladder_posterior
-from smaso.marginalized import MAX_CONFIGS, enumerate_inputs, marginalized_gradient
-from smaso.student import LadderStudent
+from smaso.student.network import LadderStudent
+from smaso.theorems.marginalized import MAX_CONFIGS, enumerate_inputs, marginalized_gradient
 from teachers import Ladder
 
 LADDERS = {

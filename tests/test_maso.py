@@ -1,4 +1,5 @@
-"""MASO (``smaso.maso``): Eq 1-2 and the layers of ``shared/MATH.md`` §3 written exactly as max-affine splines."""
+"""MASO (``smaso.splines.maso``): Eq 1-2 and the layers of ``docs/theory.md`` §3 written exactly as max-affine
+splines."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from smaso.maso import MASO, channel_pool_windows, pool_windows_1d
+from smaso.splines.maso import MASO, channel_pool_windows, pool_windows_1d
 
 DT = torch.float64
 

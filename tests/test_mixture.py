@@ -1,4 +1,4 @@
-"""The SMASO mixtures as Pyro models (smaso/mixture.py): conversions (A, B, sigma) <-> pi, the per-unit
+"""The SMASO mixtures as Pyro models (smaso/splines/mixture.py): conversions (A, B, sigma) <-> pi, the per-unit
 mixture (Eq 3) and the factorial mixture (Eq 10) under Predictive, poutine.trace, TraceEnum_ELBO and
 infer_discrete, checked against closed forms and brute-force enumeration written here."""
 
@@ -13,7 +13,7 @@ import torch
 from pyro import poutine
 from pyro.infer import Predictive, TraceEnum_ELBO, config_enumerate, infer_discrete
 
-from smaso.mixture import (
+from smaso.splines.mixture import (
     factorial_mixture_model,
     log_pi_from_offsets,
     offsets_from_pi,

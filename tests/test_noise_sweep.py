@@ -1,4 +1,4 @@
-"""Noise sweep (smaso.compare.noise_sweep): Thm 3 at sigma = 0, Thm 2's failure as the leaves get noisy."""
+"""Noise sweep (smaso.student.compare.noise_sweep): Thm 3 at sigma = 0, Thm 2's failure as the leaves get noisy."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest_student import one_torch_thread  # noqa: F401 (fixture)
 
-from smaso.compare import compare_student, noise_sweep
+from smaso.student.compare import compare_student, noise_sweep
 from teachers import Ladder, sample_ladder
 from teachers.emission import GaussianEmission
 

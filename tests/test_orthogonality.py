@@ -1,4 +1,5 @@
-"""Orthogonality (``smaso.orthogonality``): the paper's penalty, the Eq 11 defect, Gram-Schmidt and ``orthogonal``."""
+"""Orthogonality (``smaso.splines.orthogonality``): the paper's penalty, the Eq 11 defect, Gram-Schmidt and
+``orthogonal``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from smaso.maso import MASO
-from smaso.orthogonality import (
+from smaso.splines.maso import MASO
+from smaso.splines.orthogonality import (
     GramSchmidt,
     gram_schmidt,
     model_orthogonality_penalty,

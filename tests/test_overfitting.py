@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from smaso.overfitting import (
+from smaso.student.network import LadderStudent
+from smaso.theorems.overfitting import (
     ALPHA,
     GAMMA,
     default_student,
@@ -21,7 +22,6 @@ from smaso.overfitting import (
     update_curve,
     update_magnitudes,
 )
-from smaso.student import LadderStudent
 from teachers.ladder import Ladder
 from teachers.sampling import LadderSample, sample_ladder
 

@@ -1,4 +1,4 @@
-"""Exact linear-piece counting (``smaso.pieces``, ``shared/MATH.md`` §2)."""
+"""Exact linear-piece counting (``smaso.depth.pieces``, ``docs/theory.md`` §2)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from smaso.pieces import Abs, breakpoint_bound, count_pieces, network_layers
+from smaso.depth.pieces import Abs, breakpoint_bound, count_pieces, network_layers
 
 DT = torch.float64
 

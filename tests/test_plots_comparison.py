@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from conftest_student import fi_sample, one_torch_thread  # noqa: F401 (fixture)
 
-from smaso.compare import ComparisonResult, compare_student, noise_sweep
 from smaso.plots._base import plt
 from smaso.plots.comparison import plot_comparison, plot_noise_sweep
+from smaso.student.compare import ComparisonResult, compare_student, noise_sweep
 from teachers import Ladder
 
 FLOOR = 1e-17

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from smaso.depth import PieceRecord, depth_separation, make_student, piece_survey
-from smaso.pieces import count_pieces
+from smaso.depth.pieces import count_pieces
+from smaso.depth.separation import PieceRecord, depth_separation, make_student, piece_survey
 from smaso.plots.depth import nodes_needed, plot_depth, plot_nodes_needed, plot_piece_counts, plot_tent_powers
 
 

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from inference.vq import beta_vq
-from smaso.maso import MASO
 from smaso.plots.vq import (
     plot_activation_family,
     plot_region_draws,
@@ -19,6 +18,7 @@ from smaso.plots.vq import (
     table1_curves,
     vq_partition,
 )
+from smaso.splines.maso import MASO
 
 F64 = torch.float64
 

@@ -1,4 +1,4 @@
-"""The reformulation (smaso/reformulation.py): Thm 3/4 (Eq 9) and Batch Norm under it (Eq 12).
+"""The reformulation (smaso/student/reformulation.py): Thm 3/4 (Eq 9) and Batch Norm under it (Eq 12).
 
 On ``Ladder.fully_informative`` with one-hot leaves, z_alpha determines every input of its
 region (Thm 3), so with the sample's own event frequencies the reformulation is an exact
@@ -15,11 +15,11 @@ import pytest
 import torch
 from conftest_student import fi_sample, one_torch_thread, rel  # noqa: F401 (fixture)
 
-from smaso.batchnorm import bn_backward_weighted, bn_forward_weighted
-from smaso.compare import diagnose
-from smaso.frequency import collect_statistics
-from smaso.reformulation import one_hot_leaves, reformulate
-from smaso.student import LadderStudent
+from smaso.student.batchnorm import bn_backward_weighted, bn_forward_weighted
+from smaso.student.compare import diagnose
+from smaso.student.frequency import collect_statistics
+from smaso.student.network import LadderStudent
+from smaso.student.reformulation import one_hot_leaves, reformulate
 from teachers import Ladder, sample_ladder
 from teachers.statistics import exact_statistics
 

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial import ConvexHull
 
-from smaso.relu_vs_linear import (
+from smaso.theorems.relu_vs_linear import (
     all_vert,
     best_linear_loss,
     eckart_young_loss,
@@ -397,7 +397,7 @@ def test_example_script(tmp_path, capsys):
 
 # --------------------------------------------------------------------------- the student and the reformulation
 def _student_with(lad, c):
-    from smaso.student import LadderStudent
+    from smaso.student.network import LadderStudent
 
     student = LadderStudent(lad, list(lad.events[1:-1]), activation="relu", top_activation="relu",
                             dtype=torch.float64)
@@ -410,10 +410,10 @@ def _student_with(lad, c):
 
 @pytest.mark.parametrize("make,split", [LADDERS[0], LADDERS[3]])
 def test_reformulate_with_relu_gates_gives_identity(make, split):
-    # smaso.reformulation.reformulate itself (Eq 9), D = the ReLU gates of the constructed pre-activations
+    # smaso.student.reformulation.reformulate itself (Eq 9), D = the ReLU gates of the constructed pre-activations
     from types import SimpleNamespace
 
-    from smaso.reformulation import reformulate
+    from smaso.student.reformulation import reformulate
 
     lad = make()
     c = relu_identity_ladder(lad, split=split)

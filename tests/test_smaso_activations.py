@@ -1,4 +1,5 @@
-"""The beta-VQ activations (``smaso.functional``, ``smaso.modules``) against Table 1 of ``shared/MATH.md`` §3.
+"""The beta-VQ activations (``smaso.splines.functional``, ``smaso.splines.modules``)
+against Table 1 of ``docs/theory.md`` §3.
 
 Closed forms are written here from the table (float64, eta = beta / (1 - beta)); the beta-VQ column is
 also re-derived from the MASO of each layer (softmax(eta scores)-weighted pieces), which shares no code
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smaso.functional import (
+from smaso.splines.functional import (
     beta_abs,
     beta_leaky_relu,
     beta_swish,
@@ -27,8 +28,8 @@ from smaso.functional import (
     vq_probability_pool,
     vq_probability_relu,
 )
-from smaso.maso import MASO, pool_windows_1d
-from smaso.modules import BetaAbs, BetaLeakyReLU, BetaSwish, SoftmaxPool1d, VQSigmoid, VQSoftmax, VQTanh
+from smaso.splines.maso import MASO, pool_windows_1d
+from smaso.splines.modules import BetaAbs, BetaLeakyReLU, BetaSwish, SoftmaxPool1d, VQSigmoid, VQSoftmax, VQTanh
 
 BETAS = [0.05, 0.2, 0.5, 0.7, 0.9, 0.99]
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]

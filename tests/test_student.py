@@ -1,4 +1,4 @@
-"""The ladder student (smaso/student.py) and its activations (smaso/activations.py).
+"""The ladder student (smaso/student/network.py) and its activations (smaso/student/activations.py).
 
 References: torch's own pointwise functions and autograd (activations); a loop-based forward
 pass on the student's parameters with ``torch.nn.functional.batch_norm`` and torch autograd
@@ -21,8 +21,8 @@ from conftest_student import (
     reference_forward,
 )
 
-from smaso.activations import Activation, get_activation
-from smaso.student import LadderStudent
+from smaso.student.activations import Activation, get_activation
+from smaso.student.network import LadderStudent
 from teachers import Ladder, sample_ladder
 
 # ====================================================================== activations

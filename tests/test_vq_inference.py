@@ -34,15 +34,15 @@ from inference.vq import (
     vq_map,
     vq_outputs,
 )
-from smaso.mixture import factorial_mixture_model, log_pi_from_offsets
-from smaso.orthogonality import orthogonality_defect
+from smaso.splines.mixture import factorial_mixture_model, log_pi_from_offsets
+from smaso.splines.orthogonality import orthogonality_defect
 
 F64 = torch.float64
 BETAS = [0.05, 0.2, 0.35, 0.5, 0.65, 0.8, 0.95]
 
 
 def relu_maso(W, b):
-    """ReLU as a MASO (MATH.md §3): (A, B)[k, 0] = (0, 0), (A, B)[k, 1] = (W_k, b_k)."""
+    """ReLU as a MASO (docs/theory.md §3): (A, B)[k, 0] = (0, 0), (A, B)[k, 1] = (W_k, b_k)."""
     K, D = W.shape
     A = torch.zeros(K, 2, D, dtype=W.dtype)
     A[:, 1] = W

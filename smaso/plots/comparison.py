@@ -1,10 +1,10 @@
 """Figures of the student-versus-reformulation comparison (matplotlib, headless-safe).
 
-:func:`plot_comparison` draws, for a :class:`~smaso.compare.ComparisonResult`, the relative
+:func:`plot_comparison` draws, for a :class:`~smaso.student.compare.ComparisonResult`, the relative
 error of every level over training for F, G~ and Delta W (solid: full recursion, dashed: one
 step from measured neighbours) and, at the last checkpoint, predicted against measured
 entries of F and G~ per level (on the diagonal when the reformulation is exact).
-:func:`plot_noise_sweep` draws the rows of :func:`~smaso.compare.noise_sweep`: the same errors
+:func:`plot_noise_sweep` draws the rows of :func:`~smaso.student.compare.noise_sweep`: the same errors
 and Thm 2's measured terms against the noise of the leaves (Thm 3 at sigma = 0).  The same
 functions serve scripts, the CLI and notebooks.
 """
@@ -25,7 +25,7 @@ _QUANTITIES = (("F", "activations Fbar"), ("G", "gradients G~"), ("dW", "weight 
 def plot_comparison(result, path: str | os.PathLike | None = None, *, title: str | None = None):
     """Error curves over training and predicted-vs-measured scatter plots.
 
-    :param result: a :class:`~smaso.compare.ComparisonResult`.
+    :param result: a :class:`~smaso.student.compare.ComparisonResult`.
     :param path: save the figure here (PNG/PDF/SVG by suffix, written atomically); None: only return it.
     :returns: the matplotlib ``Figure``.
     """
@@ -110,13 +110,13 @@ def plot_noise_sweep(rows: Sequence[dict] | Mapping[str, Sequence[dict]], path: 
 
     Illustrates Thm 3 (sigma = 0, one-hot leaves on the fully informative ladder: every error is
     round-off) and what breaks as the delta condition is relaxed (Thm 2's conditions, measured by
-    :func:`~smaso.compare.diagnose`).  Top row: relative Frobenius errors of Fbar, G~ and Delta W
+    :func:`~smaso.student.compare.diagnose`).  Top row: relative Frobenius errors of Fbar, G~ and Delta W
     (Thm 4 / Eq 9) per level; bottom row: the sizes of Thm 2's error terms per level.  Colours are
     levels; line styles are the ``kinds`` (full recursion / one step from measured neighbours)
     and, when ``rows`` is a mapping, its series (e.g. without / with Batch Norm, Eq 12).  The x
     axis is linear between 0 and the smallest sigma > 0 and logarithmic above.
 
-    :param rows: the list returned by :func:`~smaso.compare.noise_sweep` (one row per sigma, each
+    :param rows: the list returned by :func:`~smaso.student.compare.noise_sweep` (one row per sigma, each
         with ``sigma`` and ``levels``, a list of per-level dicts), or a mapping label -> such list.
     :param path: save the figure here (PNG/PDF/SVG by suffix, written atomically); None: only return it.
     :param kinds: which errors to draw, a non-empty subset of ``("propagated", "local")``.

@@ -1,10 +1,10 @@
-"""Figures of depth (``shared/MATH.md`` §2, seed ``001``): the tent map, linear pieces, depth separation.
+"""Figures of depth (``docs/theory.md`` §2, seed ``001``): the tent map, linear pieces, depth separation.
 
 - :func:`plot_tent_powers`: tau^k and the exact depth-k width-2 ReLU network that computes it.
 - :func:`plot_piece_counts`: exact piece counts of networks against the breakpoint lemma's bound
   2^(L-1) (m_1 + 1) m_2 ... m_L.
 - :func:`plot_nodes_needed`: the fewest hidden nodes the lemma allows for 2^k pieces at each depth.
-- :func:`plot_depth`: the depth-separation experiment (:func:`smaso.depth.depth_separation`).
+- :func:`plot_depth`: the depth-separation experiment (:func:`smaso.depth.separation.depth_separation`).
 
 Every function returns a matplotlib ``Figure`` and, given ``path``, saves it atomically.
 """
@@ -19,10 +19,10 @@ import torch
 from matplotlib.ticker import NullFormatter, ScalarFormatter
 from torch import nn
 
+from smaso.depth.pieces import count_pieces, min_widths_for_pieces
+from smaso.depth.separation import DT, LECTURE_BOUND, DepthRow, PieceRecord, _widths_label
 from teachers.tent import TentNetwork, tent_power
 
-from ..depth import DT, LECTURE_BOUND, DepthRow, PieceRecord, _widths_label
-from ..pieces import count_pieces, min_widths_for_pieces
 from ._base import finish_figure, plt
 
 __all__ = ["nodes_needed", "plot_depth", "plot_nodes_needed", "plot_piece_counts", "plot_tent_powers"]
@@ -48,10 +48,10 @@ def plot_tent_powers(
     n_grid: int = 2**12 + 1,
     path: str | os.PathLike | None = None,
 ):
-    """tau^k on [0, 1] for each k, with a network's output drawn over it (MATH.md §2: tau^k has
+    """tau^k on [0, 1] for each k, with a network's output drawn over it (docs/theory.md §2: tau^k has
     2^(k-1) teeth and 2^k linear pieces, and a depth-k width-2 ReLU network computes it exactly).
 
-    Each panel's title gives the network's exact piece count (:func:`smaso.pieces.count_pieces`)
+    Each panel's title gives the network's exact piece count (:func:`smaso.depth.pieces.count_pieces`)
     and its largest deviation from tau^k on the grid; dots mark the breakpoints i / 2^k.
 
     :param ks: the compositions k >= 1, one panel each.
@@ -100,7 +100,7 @@ def _check_records(records) -> list[PieceRecord]:
     for r in records:
         if not isinstance(r, PieceRecord):
             raise ValueError(
-                f"records: expected PieceRecord entries (smaso.depth.piece_survey), got {type(r).__name__}"
+                f"records: expected PieceRecord entries (smaso.depth.separation.piece_survey), got {type(r).__name__}"
             )
         if r.kind not in _KINDS:
             raise ValueError(f"records: unknown kind {r.kind!r} (expected one of {', '.join(_KINDS)})")
@@ -108,14 +108,15 @@ def _check_records(records) -> list[PieceRecord]:
 
 
 def plot_piece_counts(records: Sequence[PieceRecord], path: str | os.PathLike | None = None):
-    """Exact piece counts against the breakpoint lemma (MATH.md §2: a ReLU network with hidden widths
+    """Exact piece counts against the breakpoint lemma (docs/theory.md §2: a ReLU network with hidden widths
     m_1..m_L has at most 2^(L-1) (m_1 + 1) m_2 ... m_L linear pieces).
 
     Left: per architecture (ordered by depth, then nodes), the bound (black bar) and the measured
     pieces of every network (log scale). Right: pieces against hidden nodes; a one-hidden-layer
     network of m nodes has at most m + 1 pieces (dotted line), the tent network 2^k with 2k nodes.
 
-    :param records: :class:`smaso.depth.PieceRecord` entries, e.g. from :func:`smaso.depth.piece_survey`.
+    :param records: :class:`smaso.depth.separation.PieceRecord` entries, e.g. from
+        :func:`smaso.depth.separation.piece_survey`.
     """
     records = _check_records(records)
     archs = sorted({r.widths for r in records}, key=lambda w: (len(w), sum(w), w))
@@ -165,7 +166,7 @@ def plot_piece_counts(records: Sequence[PieceRecord], path: str | os.PathLike | 
 
 def nodes_needed(ks: Sequence[int], depths: Sequence[int]) -> dict[int, list[int]]:
     """Depth L -> for each k the fewest hidden nodes whose breakpoint bound reaches 2^k
-    (:func:`smaso.pieces.min_widths_for_pieces`); the numbers :func:`plot_nodes_needed` draws."""
+    (:func:`smaso.depth.pieces.min_widths_for_pieces`); the numbers :func:`plot_nodes_needed` draws."""
     ks, depths = _check_ks(ks), _check_ks(depths, "depths")
     return {L: [sum(min_widths_for_pieces(2**k, L)) for k in ks] for L in depths}
 
@@ -175,7 +176,7 @@ def plot_nodes_needed(
     depths: Sequence[int] = (1, 2, 3, 4),
     path: str | os.PathLike | None = None,
 ):
-    """The depth-separation count (MATH.md §2): fewest hidden nodes a depth-L ReLU network needs
+    """The depth-separation count (docs/theory.md §2): fewest hidden nodes a depth-L ReLU network needs
     to have the 2^k linear pieces of tau^k, by the breakpoint lemma, against the 2k nodes of the
     exact depth-k tent network. Depth 1 needs 2^k - 1 nodes; depth L about L 2^(k/L).
 
@@ -199,19 +200,19 @@ def plot_nodes_needed(
 
 
 def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
-    """The depth-separation experiment (MATH.md §2, seed 001: every depth-L ReLU network with at most
+    """The depth-separation experiment (docs/theory.md §2, seed 001: every depth-L ReLU network with at most
     2^L nodes has integral_0^1 |tau^(L^2) - h| >= 1/8).
 
     Per L (one row): tau^k with the best in-theorem student and the SGD-trained deep student; and
     the L1 errors of all students against the lecture's 1/8 (and the constant 1/2's error 1/4).
 
-    :param rows: :class:`smaso.depth.DepthRow` entries from :func:`smaso.depth.depth_separation`.
+    :param rows: :class:`smaso.depth.separation.DepthRow` entries from :func:`smaso.depth.separation.depth_separation`.
     :param path: save the figure here (written atomically by suffix); None: only return it.
     :returns: the matplotlib ``Figure``.
     """
     rows = list(rows)
     if any(not isinstance(r, DepthRow) for r in rows):
-        raise ValueError("rows: expected DepthRow entries (smaso.depth.depth_separation)")
+        raise ValueError("rows: expected DepthRow entries (smaso.depth.separation.depth_separation)")
     Ls = sorted({r.L for r in rows})
     if not Ls:
         raise ValueError("rows: nothing to plot")

@@ -1,4 +1,4 @@
-"""Figures of joint inference in the factorial SMASO of a layer (MATH.md §3, Eq 10-11).
+"""Figures of joint inference in the factorial SMASO of a layer (docs/theory.md §3, Eq 10-11).
 
 - :func:`plot_gap_vs_defect`: how far the factorized (per-unit, MASO) and the mean-field MAP are from the
   exact joint MAP, against the layer's orthogonality defect (0 iff Eq 11), from

@@ -1,4 +1,4 @@
-"""Figures of the summarization ladder (framework paper §3.1, ``shared/MATH.md`` §1).
+"""Figures of the summarization ladder (framework paper §3.1, ``docs/theory.md`` §1).
 
 - :func:`plot_ladder_tables`: the matrices P_ab = P(z_beta | z_alpha) of Eq 9, one heatmap per
   child region and level;

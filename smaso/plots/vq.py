@@ -1,6 +1,6 @@
-"""Figures of hard, soft and beta-VQ (*From Hard to Soft*, ``shared/MATH.md`` §3, Eq 1-9 and Table 1).
+"""Figures of hard, soft and beta-VQ (*From Hard to Soft*, ``docs/theory.md`` §3, Eq 1-9 and Table 1).
 
-Every curve and image is computed by the library (:class:`~smaso.maso.MASO` and the closed forms of
+Every curve and image is computed by the library (:class:`~smaso.splines.maso.MASO` and the closed forms of
 :mod:`inference.vq`), so a figure is also a check of the code that drew it:
 
 - :func:`plot_activation_family`: one unit's beta-VQ output and VQ probability as beta moves from 1 (hard VQ:
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from inference.vq import VQFit, beta_vq, eta_from_beta, hard_vq, region_scores, vq_outputs
-from smaso.maso import MASO
+from smaso.splines.maso import MASO
 
 from ._base import finish_figure, plt, save_figure
 
@@ -43,7 +43,7 @@ TABLE1_COLUMNS = ("hard VQ (β = 1)", "soft VQ (β = 1/2)", "β-VQ", "VQ probabi
 # ---------------------------------------------------------------------- validation helpers
 def _check_layer(layer, name: str = "layer") -> MASO:
     if not isinstance(layer, MASO):
-        raise TypeError(f"{name}: expected a smaso.maso.MASO, got {type(layer).__name__}")
+        raise TypeError(f"{name}: expected a smaso.splines.maso.MASO, got {type(layer).__name__}")
     return layer
 
 
@@ -172,7 +172,7 @@ def table1_curves(u: torch.Tensor, beta: float = 0.8, *, nu: float = 0.1,
                   pool_with: float = 1.0) -> dict[str, dict[str, dict[str, np.ndarray]]]:
     """Table 1 computed by the library: every MASO layer kind under hard, soft and beta-VQ (Eq 2, 5-6, 7-9).
 
-    Rows (the layers of MATH.md §3, built by :class:`~smaso.maso.MASO`'s constructors with W = 1, b = 0):
+    Rows (the layers of docs/theory.md §3, built by :class:`~smaso.splines.maso.MASO`'s constructors with W = 1, b = 0):
     ReLU, leaky ReLU (slope ``nu``), absolute value, max pool and average pool of the pair ``(u, pool_with)``.
     For each row, the outputs ``z = sum_r t_r s_r`` with ``t`` from :func:`inference.vq.beta_vq` at beta = 1
     (hard), 1/2 (soft) and ``beta``; and the VQ probability at those three betas: ``t`` of the last region
@@ -226,7 +226,7 @@ def plot_table1(u: torch.Tensor, beta: float = 0.8, *, nu: float = 0.1, pool_wit
     """Table 1 of *From Hard to Soft* drawn: rows = MASO layer kind, columns = hard / soft / beta-VQ / VQ probability.
 
     Each panel is a curve computed by :func:`table1_curves` (the library's MASO and beta-VQ), titled with the
-    closed form of Table 1 (MATH.md §3); the soft and beta columns repeat the hard curve in grey for reference,
+    closed form of Table 1 (docs/theory.md §3); the soft and beta columns repeat the hard curve in grey for reference,
     the beta column adds the beta -> 0 limit (dotted), and the VQ-probability column draws beta = 1, 1/2 and
     ``beta`` together.
 

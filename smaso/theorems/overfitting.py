@@ -1,4 +1,4 @@
-"""Over-fitting from finite samples (framework paper §5.3, Eq 14-17; ``shared/MATH.md`` §1).
+"""Over-fitting from finite samples (framework paper §5.3, Eq 14-17; ``docs/theory.md`` §1).
 
 The paper's example, built as a ladder (:func:`overfitting_ladder`): the label y = z_omega has
 two child regions, alpha and gamma, each with a binary event and one leaf that emits a Gaussian
@@ -17,8 +17,8 @@ With N examples:
   g_0(z_gamma) = +-2 eps: a weak, spurious signal times a large feature difference.
 
 :func:`update_magnitudes` measures |Delta W| into the top nodes from alpha and from gamma
-(``rec.dW[0]`` of :class:`~smaso.student.LadderStudent`, via
-:func:`~smaso.frequency.collect_statistics`); :func:`update_curve` sweeps N.  With finite N
+(``rec.dW[0]`` of :class:`~smaso.student.network.LadderStudent`, via
+:func:`~smaso.student.frequency.collect_statistics`); :func:`update_curve` sweeps N.  With finite N
 alpha's update is dominated by sampling noise ~ sd(f_alpha)/sqrt(N) and gamma's by
 |f_gamma(1) - f_gamma(0)| eps ~ 1/sqrt(N); as N grows alpha's true, small signal
 (E[f | z_alpha=1] - E[f | z_alpha=0]) takes over while gamma's keeps shrinking, so the ratio
@@ -48,12 +48,11 @@ from scipy.special import gammaln
 matplotlib.use("Agg") if not os.environ.get("MPLBACKEND") else None
 import matplotlib.pyplot as plt  # noqa: E402
 
+from smaso.student.frequency import collect_statistics  # noqa: E402
+from smaso.student.network import LadderStudent  # noqa: E402
 from teachers.emission import GaussianEmission  # noqa: E402
 from teachers.ladder import Ladder  # noqa: E402
 from teachers.sampling import LadderSample, sample_ladder  # noqa: E402
-
-from .frequency import collect_statistics  # noqa: E402
-from .student import LadderStudent  # noqa: E402
 
 __all__ = ["ALPHA", "GAMMA", "default_student", "expected_abs_eps", "minibatch_tv", "overfitting_ladder",
            "plot_overfitting", "spurious_correlation", "update_curve", "update_magnitudes"]
@@ -191,7 +190,7 @@ def update_magnitudes(sample: LadderSample, student: LadderStudent | None = None
                       init_seed: int = 0, loss: str = "cross_entropy") -> dict:
     """First-step weight updates into the top nodes from alpha and from gamma (§5.3, Eq 16-17).
 
-    Runs :func:`~smaso.frequency.collect_statistics` (full batch, float64) on the sample and
+    Runs :func:`~smaso.student.frequency.collect_statistics` (full batch, float64) on the sample and
     returns the Frobenius norms of Delta W_{alpha, omega} and Delta W_{gamma, omega}
     (``dW[0][ALPHA]``, ``dW[0][GAMMA]``: E_x[f_child g_0], Eq 2), their ratio gamma / alpha, and
     the feature distinctiveness per region, |F(z=1) - F(z=0)| (norm over the region's nodes of

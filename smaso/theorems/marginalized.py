@@ -40,9 +40,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from smaso.student.network import LadderStudent
 from teachers.ladder import TOPDOWN, Ladder
-
-from .student import LadderStudent
 
 __all__ = ["MAX_CONFIGS", "MarginalizedGradient", "enumerate_inputs", "marginalized_gradient"]
 
@@ -157,7 +156,7 @@ def marginalized_gradient(student: LadderStudent, ladder: Ladder | None = None, 
     P(x_j) (Thm 1, Eq 18 of the framework paper).  See the module docstring for the inputs
     (every one-hot leaf configuration, exact P(x, y)) and for g_j(x) = E_{y|x}[g_j(x, y)].
 
-    :param student: a :class:`~smaso.student.LadderStudent` of ``ladder`` (its current weights).
+    :param student: a :class:`~smaso.student.network.LadderStudent` of ``ladder`` (its current weights).
     :param ladder: the teacher (default: ``student.ladder``); must have one-hot leaves and at
         most :data:`MAX_CONFIGS` leaf configurations.
     :param loss: ``"squared"`` or ``"cross_entropy"``.

@@ -1,7 +1,7 @@
 """Pointwise activations seen as max-affine splines: value, forward slope and derivative.
 
 The framework paper writes a ReLU node as f = f' * u with f' in {0, 1} the gate (Eq 1).  Every
-activation of the beta-VQ family (SMASO, ``shared/MATH.md`` §3, Table 1) has the same form
+activation of the beta-VQ family (SMASO, ``docs/theory.md`` §3, Table 1) has the same form
 f(u) = s(u) * u with a *soft* gate s(u) in [0, 1] or [-1, 1] (the region probability of the
 spline's VQ), so the reformulation carries over with two gate matrices:
 

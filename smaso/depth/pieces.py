@@ -1,4 +1,4 @@
-"""Exact linear pieces of a 1-D piecewise-linear network (``shared/MATH.md`` §2).
+"""Exact linear pieces of a 1-D piecewise-linear network (``docs/theory.md`` §2).
 
 A network with scalar input and scalar output built from affine layers and the piecewise-linear
 activations ReLU, leaky ReLU and absolute value is a continuous piecewise-linear function.
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .activations import Activation, get_activation
+from smaso.student.activations import Activation, get_activation
 
 __all__ = [
     "Abs",
@@ -177,7 +177,7 @@ def network_layers(net, activation: str | Activation = "relu") -> list[tuple]:
 
     :param net: an ``nn.Sequential`` (or ``nn.ModuleList``, nested allowed) of ``nn.Linear``,
         ``nn.ReLU``, ``nn.LeakyReLU``, :class:`Abs`, ``nn.Identity`` or any module with an
-        ``activation`` attribute (a name or :class:`~smaso.activations.Activation`); or a plain
+        ``activation`` attribute (a name or :class:`~smaso.student.activations.Activation`); or a plain
         list of ``(W, b)`` pairs (W of shape (out, in)), with ``activation`` applied between them.
     """
     layers: list[tuple] = []

@@ -1,4 +1,4 @@
-"""The beta-VQ family of "From Hard to Soft" (``shared/MATH.md`` §3, Table 1) as stable functions.
+"""The beta-VQ family of "From Hard to Soft" (``docs/theory.md`` §3, Table 1) as stable functions.
 
 A unit u = <W_k, x> + b_k of a MASO layer picks one of R affine pieces (Eq 1-2, hard VQ).  beta-VQ
 inference (Eq 7-9) replaces the argmax by the region probabilities t = softmax(eta (<A,x> + B)),

@@ -1,7 +1,7 @@
 """Student versus reformulation: train on a ladder sample, measure, predict, compare, diagnose.
 
 At chosen training steps :func:`compare_student` collects the student's frequency statistics
-(:mod:`smaso.frequency`), predicts them with the reformulation (:mod:`smaso.reformulation`),
+(:mod:`smaso.student.frequency`), predicts them with the reformulation (:mod:`smaso.student.reformulation`),
 and reports per level the relative Frobenius error ||pred - meas||_F / ||meas||_F of
 
 - ``F``: the activations Fbar (after BN when present), over the events that occur;
@@ -32,14 +32,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from smaso.student.frequency import FrequencyStatistics, collect_statistics
+from smaso.student.network import LadderStudent
+from smaso.student.reformulation import Reformulation, reformulate
 from teachers.emission import GaussianEmission, OneHotEmission
 from teachers.ladder import Ladder
 from teachers.sampling import LadderSample, sample_ladder
 from teachers.statistics import exact_statistics
-
-from .frequency import FrequencyStatistics, collect_statistics
-from .reformulation import Reformulation, reformulate
-from .student import LadderStudent
 
 __all__ = ["ComparisonResult", "compare_statistics_to_theory", "compare_student", "diagnose", "noise_sweep"]
 

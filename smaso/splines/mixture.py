@@ -1,6 +1,6 @@
 """SMASO: the Gaussian mixtures behind a max-affine spline layer, as Pyro generative models.
 
-MATH.md §3 (seed ``003``, "From Hard to Soft").  A layer is a MASO with slopes ``A`` ``(K, R, D)``
+docs/theory.md §3 (seed ``003``, "From Hard to Soft").  A layer is a MASO with slopes ``A`` ``(K, R, D)``
 and offsets ``B`` ``(K, R)``: unit k has R regions, region r has score
 ``s[k, r] = <A[k, r, :], x> + B[k, r]`` and the unit outputs ``max_r s[k, r]``.
 
@@ -26,7 +26,7 @@ site ``"t_<k>"`` per unit, batch ``(N,)``), which ``TraceEnum_ELBO`` and ``infer
 enumerate (a site outside a plate cannot depend on enumerated values inside it, so the plate
 layout cannot be enumerated; the sequential one costs R^K joint configurations).
 
-Conversions (MATH.md §3, below Eq 3), with ``||A||^2`` the squared norm over D:
+Conversions (docs/theory.md §3, below Eq 3), with ``||A||^2`` the squared norm over D:
 
     pi[k, :]  = softmax((B[k, :] + 1/2 ||A[k, :, :]||^2) / sigma^2)          (:func:`pi_from_offsets`)
     B[k, r]   = sigma^2 log pi[k, r] - 1/2 ||A[k, r, :]||^2  (+ a per-unit constant)   (:func:`offsets_from_pi`)

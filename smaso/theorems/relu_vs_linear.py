@@ -1,5 +1,5 @@
 """ReLU versus linear networks on the summarization ladder (framework paper §5.1, Thm 6 and Thm 7;
-``shared/MATH.md`` §1).
+``docs/theory.md`` §1).
 
 vert(P) is the number of rows of a matrix P (``m x n``) that are vertices of the convex hull of
 its rows (row p_i is a vertex iff p_i is not a convex combination of the *other* rows, so two
@@ -323,7 +323,7 @@ def propagate_relu(P_down: Sequence, weights: Sequence, biases: Sequence, leaf_i
                    branching: Sequence[int]) -> tuple[list, list]:
     """The reformulation's forward recursion (Eq 9, no BN) with D = the ReLU gates [U > 0]:
     U_a = sum_b P_ab F_b W_ba + 1 bias_a^T, F_a = D o U_a, batched per level as in
-    :func:`smaso.reformulation.reformulate`.
+    :func:`smaso.student.reformulation.reformulate`.
 
     ``P_down[l]`` ``(R_l, m_{l-1}, m_l)`` (index 0 unused), ``weights[l]`` ``(R_{l+1}, n_{l+1}, n_l)``,
     ``biases[l]`` ``(R_l, n_l)`` or None, ``leaf_inputs`` ``(R_d, m_d, n_d)``.  Returns ``(U, F)`` lists.

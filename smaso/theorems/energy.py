@@ -1,4 +1,4 @@
-"""The conserved row energy of Batch Norm (framework paper §7.5.1, Eq 80-81; ``shared/MATH.md`` §1).
+"""The conserved row energy of Batch Norm (framework paper §7.5.1, Eq 80-81; ``docs/theory.md`` §1).
 
 For a node j with pre-activation u_j = sum_{k in ch(j)} w_jk fbar_k + b_j, multiplying by g_j and
 averaging over the batch gives, with Delta w_jk = E_x[fbar_k g_j] (Eq 2) and Delta b_j = E_x[g_j],
@@ -34,7 +34,7 @@ E_j by exactly lr^2/2 (|Delta W_j.|^2 + Delta b_j^2) >= 0.  Hence
   accumulated one is first order, as for any explicit Euler integration of a conservation law;
   without BN the drift at fixed time tends to the nonzero gradient-flow change (exponent 0).
 
-:func:`energy_drift` trains a :class:`~smaso.student.LadderStudent` by full-batch gradient descent
+:func:`energy_drift` trains a :class:`~smaso.student.network.LadderStudent` by full-batch gradient descent
 and records the energies; :func:`drift_exponent` fits the exponent; :func:`plot_energy` draws the
 energy over training with and without BN.
 """
@@ -48,9 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from smaso.student.network import LadderStudent, StudentRecord
 from teachers.sampling import LadderSample
-
-from .student import LadderStudent, StudentRecord
 
 __all__ = ["EnergyTrajectory", "drift_exponent", "energy_drift", "energy_rates", "plot_energy", "row_energies",
            "ug_correlation"]

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .reformulation import _weighted_bn
+from smaso.student.reformulation import _weighted_bn
 
 __all__ = [
     "BackwardDemo",

@@ -28,17 +28,16 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from smaso.student.frequency import FrequencyStatistics
+from smaso.student.network import LadderStudent
 from teachers.statistics import EventStatistics
-
-from .frequency import FrequencyStatistics
-from .student import LadderStudent
 
 __all__ = ["Reformulation", "reformulate"]
 
 
 @dataclass
 class Reformulation:
-    """Predicted statistics, same layouts as :class:`~smaso.frequency.FrequencyStatistics`."""
+    """Predicted statistics, same layouts as :class:`~smaso.student.frequency.FrequencyStatistics`."""
 
     U: list
     F: list

@@ -1,4 +1,4 @@
-"""Max-affine spline operators (MASO, ``shared/MATH.md`` §3, Eq 1-2) and the layers they write exactly.
+"""Max-affine spline operators (MASO, ``docs/theory.md`` §3, Eq 1-2) and the layers they write exactly.
 
 A MASO with slopes A ``(K, R, D)`` and offsets B ``(K, R)`` maps x in R^D to z in R^K,
 
@@ -120,13 +120,13 @@ class MASO:
 
         beta = 1 gives the hard VQ (ties shared equally), beta = 0 the uniform 1/R, beta = 1/2 soft VQ.
         """
-        from smaso.functional import vq_probability_pool  # same stable softmax(eta .) as the pooling layers
+        from smaso.splines.functional import vq_probability_pool  # same stable softmax(eta .) as the pooling layers
 
         return vq_probability_pool(self.region_scores(x), beta, dim=-1)
 
     def beta_vq(self, x: torch.Tensor, beta: float = 0.5) -> torch.Tensor:
         """beta-VQ output sum_r t_r (<A,x> + B) with t the beta-VQ probabilities, ``(N, K)`` (Table 1's column)."""
-        from smaso.functional import softmax_pool
+        from smaso.splines.functional import softmax_pool
 
         return softmax_pool(self.region_scores(x), beta, dim=-1)
 

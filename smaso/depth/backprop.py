@@ -1,4 +1,4 @@
-"""Back-propagation written out (``shared/MATH.md`` §2, seed ``001``: the lecture's recursion).
+"""Back-propagation written out (``docs/theory.md`` §2, seed ``001``: the lecture's recursion).
 
 For a plain MLP h_0 = x, a_i = h_{i-1} W_i^T + b_i, h_i = g_i(a_i) (i = 1..F) and the squared
 loss L = ||h_F - y||^2 (averaged over the batch):

@@ -1,4 +1,4 @@
-"""The depth-separation experiment of the lecture notes (``shared/MATH.md`` §2, seed ``001``).
+"""The depth-separation experiment of the lecture notes (``docs/theory.md`` §2, seed ``001``).
 
 Target: f = tau^k on [0, 1] (tau the tent map), with 2^k linear pieces; the theorem takes
 k = L^2 and states that every ReLU network of depth L (L hidden layers) with at most 2^L
@@ -6,7 +6,7 @@ hidden nodes has integral_0^1 |f - h| >= 1/8 (a constant the notes call loose; a
 safe). Students of depth L with at most 2^L nodes are trained by minibatch SGD on the squared
 loss plus the Frobenius regularizer lambda sum_i ||W_i||_F^2 (biases unpenalised), from samples
 x ~ U[0, 1]; their L1 error is measured on a fine grid and their linear pieces are counted
-exactly (:func:`smaso.pieces.count_pieces`) next to the breakpoint bound. A deep student, the
+exactly (:func:`smaso.depth.pieces.count_pieces`) next to the breakpoint bound. A deep student, the
 exact depth-k width-2 tent network and the same network perturbed and then trained, fits.
 :func:`piece_survey` counts the pieces of random, trained and tent networks of any shapes; the
 figures live in :mod:`smaso.plots.depth` (:func:`plot_depth` here forwards to it).
@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from smaso.depth.pieces import count_pieces
 from teachers.tent import TentNetwork, tent_power
-
-from .pieces import count_pieces
 
 __all__ = [
     "DepthRow",
@@ -299,7 +298,7 @@ def piece_survey(
     hi: float = 1.0,
     progress: bool = False,
 ) -> list[PieceRecord]:
-    """Exact piece counts (:func:`smaso.pieces.count_pieces`) of random, trained and tent networks.
+    """Exact piece counts (:func:`smaso.depth.pieces.count_pieces`) of random, trained and tent networks.
 
     For every hidden-width tuple in ``architectures`` and every seed: the network at PyTorch's
     default init (``"random"``) and, unless ``train_k`` is None, the same network after ``steps``
@@ -366,6 +365,6 @@ def format_table(rows: Sequence[DepthRow]) -> str:
 
 def plot_depth(rows: Sequence[DepthRow], path=None):
     """The figure of :func:`depth_separation`; see :func:`smaso.plots.depth.plot_depth`."""
-    from .plots.depth import plot_depth as _plot_depth
+    from smaso.plots.depth import plot_depth as _plot_depth
 
     return _plot_depth(rows, path)

@@ -1,6 +1,6 @@
-"""The beta-VQ activations of Table 1 (``shared/MATH.md`` §3) as ``nn.Module`` s, shaped like ``nn.SiLU``.
+"""The beta-VQ activations of Table 1 (``docs/theory.md`` §3) as ``nn.Module`` s, shaped like ``nn.SiLU``.
 
-Each module is the functional of :mod:`smaso.functional` with its beta held by the module:
+Each module is the functional of :mod:`smaso.splines.functional` with its beta held by the module:
 
 - fixed beta (``learnable=False``, the default): a buffer ``beta`` (shape ``()``, or ``(C,)`` with
   ``num_channels=C``), any value in [0, 1]; beta = 0 / 1 are the exact linear / hard limits and
@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from smaso.functional import (
+from smaso.splines.functional import (
     _F32_MAX,
     _abs_eta,
     _check_beta,

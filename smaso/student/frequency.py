@@ -25,10 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
+from smaso.student.network import LadderStudent, StudentRecord
 from teachers.ladder import Ladder
 from teachers.statistics import EventStatistics
-
-from .student import LadderStudent, StudentRecord
 
 __all__ = ["FrequencyAccumulator", "FrequencyStatistics", "collect_statistics"]
 

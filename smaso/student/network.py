@@ -28,10 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from smaso.student.activations import Activation, get_activation
+from smaso.student.batchnorm import bn_backward, bn_forward
 from teachers.ladder import Ladder
-
-from .activations import Activation, get_activation
-from .batchnorm import bn_backward, bn_forward
 
 __all__ = ["LadderStudent", "StudentRecord"]
 
@@ -213,7 +212,7 @@ class LadderStudent(nn.Module):
         :param stacked: write the :meth:`stacked_fields` of every level l < d into one buffer
             ``rec.stacked[l]`` of shape ``(R_l, k, n_l, N)`` (the fields are views of its slots), so
             that per-event sums of all of them are one batched matmul
-            (:class:`~smaso.frequency.FrequencyAccumulator` asks for this).  A previous record's
+            (:class:`~smaso.student.frequency.FrequencyAccumulator` asks for this).  A previous record's
             ``rec.stacked`` is reused when its shapes fit (that record's fields are overwritten):
             streaming over batches then writes into the same memory instead of faulting in fresh
             pages on every batch.

@@ -1,4 +1,4 @@
-"""Orthogonal MASO layers (``shared/MATH.md`` §3, Eq 11): penalty, defect measure, reparametrizations.
+"""Orthogonal MASO layers (``docs/theory.md`` §3, Eq 11): penalty, defect measure, reparametrizations.
 
 Eq 11 asks <A[k,r,:], A[k',r',:]> = 0 for every pair of different units k != k' and all pieces r, r';
 then the factorial mixture's joint MAP splits into the K per-unit MAPs (the layer's MASO).  For a
@@ -42,7 +42,7 @@ __all__ = [
 
 def _pieces(A) -> torch.Tensor:
     """Slopes as ``(K, R, D)`` from a MASO, a ``(K, R, D)`` tensor or a ``(K, D)`` weight (R = 1)."""
-    from smaso.maso import MASO
+    from smaso.splines.maso import MASO
 
     if isinstance(A, MASO):
         A = A.A

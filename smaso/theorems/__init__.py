@@ -1,0 +1,15 @@
+"""The framework paper's further results, each measured on the student of :mod:`smaso.student`.
+
+- :mod:`smaso.theorems.marginalized`: marginalized gradients and their recursion (§2.3, Eq 3, Thm 1).
+- :mod:`smaso.theorems.relu_vs_linear`: ReLU versus linear networks, vert(P) (§5.1, Thm 6-7).
+- :mod:`smaso.theorems.disentangle`: disentangled F and G~, separable updates, and the backward
+  pass that does not stay disentangled (§5.2, Defs 3-5, Thm 8-9, Eq 111).
+- :mod:`smaso.theorems.overfitting`: over-fitting from finite samples (§5.3, Eq 14-17).
+- :mod:`smaso.theorems.energy`: the row energy conserved by Batch Norm (§7.5.1, Eq 80-81).
+
+``docs/theory.md`` maps every equation to its function.
+"""
+
+from . import disentangle, energy, marginalized, overfitting, relu_vs_linear
+
+__all__ = ["disentangle", "energy", "marginalized", "overfitting", "relu_vs_linear"]
