@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from smaso.depth.separation import LECTURE_BOUND, depth_separation, format_table, plot_depth
+from smaso.depth.separation import LECTURE_BOUND, depth_separation, format_table
+from smaso.plots.depth import plot_depth
 
 
 def main(argv=None):

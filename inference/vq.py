@@ -1,10 +1,12 @@
-"""Hard, soft and beta-VQ of a max-affine spline layer, in closed form and as Pyro inference.
+"""Hard, soft and beta-VQ of a max-affine spline layer as inference in its Pyro mixture model.
 
 docs/theory.md §3 (seed ``003``).  A layer with slopes ``A`` ``(K, R, D)`` and offsets ``B`` ``(K, R)`` gives
 every example x the region scores ``s[n, k, r] = <A[k, r, :], x[n]> + B[k, r]`` and, for region
 probabilities ``t[n, k, :]`` on the simplex, the unit outputs ``z[n, k] = sum_r t[n, k, r] s[n, k, r]``.
 
-Closed forms (:func:`hard_vq`, :func:`soft_vq`, :func:`beta_vq`):
+The closed forms live with the spline (:mod:`smaso.splines.maso`: :func:`~smaso.splines.maso.region_scores`,
+:func:`~smaso.splines.maso.hard_regions`, :func:`~smaso.splines.maso.region_probabilities`,
+:func:`~smaso.splines.maso.vq_outputs`):
 
 - hard VQ (Eq 2): ``t = one_hot(argmax_r s)``, so z is the MASO output ``max_r s``;
 - soft VQ (Eq 5-6): ``t = softmax_r(s)``, the maximizer of ``<t, s> + H(t)``;
@@ -43,94 +45,12 @@ from pyro import poutine
 from pyro.infer import SVI, Predictive, TraceEnum_ELBO, config_enumerate, infer_discrete
 from torch.distributions import constraints
 
+from smaso.splines.maso import check_unit_beta, region_scores, vq_outputs
 from smaso.splines.mixture import check_maso, check_x, log_pi_from_offsets, unit_mixture_model
 
-__all__ = [
-    "VQFit",
-    "beta_vq",
-    "eta_from_beta",
-    "hard_vq",
-    "posterior_region_draws",
-    "region_scores",
-    "soft_vq",
-    "svi_vq",
-    "vq_map",
-    "vq_outputs",
-]
+__all__ = ["VQFit", "posterior_region_draws", "svi_vq", "vq_map"]
 
 PARAM_NAME = "vq_region_probs"  # the guide's pyro.param
-
-
-# ---------------------------------------------------------------------- closed forms
-def _check_beta(beta, num_units: int, dtype=torch.float64) -> torch.Tensor:
-    if isinstance(beta, bool):
-        raise ValueError(f"beta: expected a number in [0, 1], got {beta!r}")
-    b = beta if isinstance(beta, torch.Tensor) else torch.as_tensor(beta, dtype=dtype)
-    if b.dim() > 1 or (b.dim() == 1 and b.shape[0] != num_units):
-        raise ValueError(f"beta: expected a number or a ({num_units},) tensor (one per unit), got shape "
-                         f"{tuple(b.shape)}")
-    if not b.is_floating_point():
-        b = b.to(dtype)
-    if bool(torch.isnan(b).any()) or bool((b < 0).any()) or bool((b > 1).any()):
-        raise ValueError(f"beta: must lie in [0, 1] (0: uniform, 1/2: soft VQ, 1: hard VQ), got {b.tolist()}")
-    return b
-
-
-def eta_from_beta(beta):
-    """``eta = beta / (1 - beta)`` (Eq 9): 0 at beta = 0, 1 at beta = 1/2, ``inf`` at beta = 1.
-
-    :param beta: a number in [0, 1] (returns a float) or a tensor of them (returns a tensor).
-    """
-    if isinstance(beta, torch.Tensor):
-        b = _check_beta(beta, beta.shape[0] if beta.dim() == 1 else 1)
-        return torch.where(b < 1, b / torch.where(b < 1, 1 - b, 1.0), torch.inf)
-    b = float(_check_beta(beta, 1))
-    return b / (1 - b) if b < 1 else float("inf")
-
-
-def region_scores(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``s[n, k, r] = <A[k, r, :], x[n]> + B[k, r]`` ``(N, K, R)`` (MASO, Eq 1)."""
-    check_maso(A, B)
-    check_x(x, A)
-    K, R, D = A.shape
-    return (x.to(A.dtype) @ A.reshape(K * R, D).T).reshape(-1, K, R) + B
-
-
-def vq_outputs(t: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-    """Unit outputs ``z[n, k] = sum_r t[n, k, r] s[n, k, r]`` ``(N, K)``.
-
-    Regions with ``t = 0`` contribute 0 even where their score is infinite.
-    """
-    if t.shape != scores.shape:
-        raise ValueError(f"t: expected the shape of the scores {tuple(scores.shape)}, got {tuple(t.shape)}")
-    return torch.where(t == 0, torch.zeros((), dtype=scores.dtype), t * scores).sum(-1)
-
-
-def hard_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Hard VQ (Eq 2): one-hot of ``argmax_r s`` ``(N, K, R)`` (first region on ties)."""
-    s = region_scores(A, B, x)
-    return torch.nn.functional.one_hot(s.argmax(-1), A.shape[1]).to(s.dtype)
-
-
-def beta_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5) -> torch.Tensor:
-    """beta-VQ (Eq 7-9): ``softmax_r(eta s)`` ``(N, K, R)``, eta = beta/(1-beta); exact limits at 0 and 1.
-
-    :param beta: in [0, 1], a number or ``(K,)``; 1 gives :func:`hard_vq`, 0 the uniform 1/R.
-    """
-    check_maso(A, B)
-    b = _check_beta(beta, A.shape[0], A.dtype).to(A.dtype)
-    s = region_scores(A, B, x)
-    bk = b[:, None] if b.dim() == 1 else b  # against (N, K, R)
-    hard_units = bk == 1
-    eta = torch.where(hard_units, 0.0, bk / torch.where(hard_units, 1.0, 1 - bk))  # finite everywhere (and grads)
-    soft = torch.softmax(eta * s, dim=-1)
-    hard = torch.nn.functional.one_hot(s.argmax(-1), A.shape[1]).to(s.dtype)
-    return torch.where(hard_units, hard, soft)
-
-
-def soft_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Soft VQ (Eq 5-6): ``softmax_r(s)``, i.e. :func:`beta_vq` at beta = 1/2."""
-    return beta_vq(A, B, x, 0.5)
 
 
 # ---------------------------------------------------------------------- inference on the Pyro model
@@ -140,7 +60,7 @@ def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torc
     The model is :func:`~smaso.splines.mixture.unit_mixture_model` with ``pi = pi_from_offsets(A, B, sigma)``;
     its MAP does not depend on sigma.
 
-    :returns: one-hot region assignments ``(N, K, R)`` (equal to :func:`hard_vq` except at ties
+    :returns: one-hot region assignments ``(N, K, R)`` (equal to :func:`~smaso.splines.maso.hard_regions` except at ties
         within rounding, where either region gives the same output).
     """
     check_maso(A, B)
@@ -154,7 +74,7 @@ def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torc
 
 def _tempered_sigma(A: torch.Tensor, beta) -> tuple[torch.Tensor, torch.Tensor]:
     """(beta, sigma) with sigma^2 = 1/eta per unit, for 0 < beta < 1."""
-    b = _check_beta(beta, A.shape[0], A.dtype).to(A.dtype)
+    b = check_unit_beta(beta, A.shape[0], A.dtype).to(A.dtype)
     if bool((b <= 0).any()) or bool((b >= 1).any()):
         raise ValueError(f"beta: posterior draws need 0 < beta < 1 (beta = 1 is the deterministic hard VQ, "
                          f"see vq_map; beta = 0 is uniform), got {b.tolist()}")
@@ -273,7 +193,7 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
         raise ValueError(f"num_steps: expected a positive integer, got {num_steps!r}")
     if not lr > 0:
         raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
-    b = _check_beta(beta, A.shape[0], A.dtype).to(A.dtype)
+    b = check_unit_beta(beta, A.shape[0], A.dtype).to(A.dtype)
     if bool((b >= 1).any()):
         raise ValueError("beta: SVI needs beta < 1 (eta = beta/(1-beta) is infinite at 1; beta = 1 is the hard VQ, "
                          "computed exactly by vq_map)")

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 
 import torch
 
+from smaso._version import __version__
+
 __all__ = ["main"]
 
 
@@ -345,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sample summarization-ladder datasets, train locally connected students on them and compare "
                     "their per-event statistics with the framework's reformulation.",
         epilog="examples:" + __doc__.split("::")[1].split("Every subcommand")[0].rstrip())
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser("demo", help="sample -> train a student -> compare with the reformulation",

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 
-from smaso.depth.backprop import activation_pair, backprop, chain_rule_example, forward, sgd_step
+from smaso.depth.backprop import activation_pair, backprop, chain_rule_example, forward_pass, sgd_step
 
 DT = torch.float64
 
@@ -65,7 +65,7 @@ def test_forward_cache_and_single_neuron():
     # the single-neuron warm-up: dL/dw = 2 (h - y) g'(a) x, dL/db = 2 (h - y) g'(a)
     W, b = torch.tensor([[0.5]], dtype=DT), torch.tensor([0.25], dtype=DT)
     x, y = torch.tensor([[2.0]], dtype=DT), torch.tensor([[0.0]], dtype=DT)
-    cache = forward([(W, b)], x, ["tanh"])
+    cache = forward_pass([(W, b)], x, ["tanh"])
     a = torch.tensor(1.25, dtype=DT)
     assert len(cache.h) == 2 and torch.equal(cache.h[0], x)
     torch.testing.assert_close(cache.output[0, 0], torch.tanh(a))
@@ -99,14 +99,14 @@ def test_chain_rule_warm_up_numbers():
 def test_bad_inputs():
     W, b = torch.ones(2, 3, dtype=DT), torch.zeros(2, dtype=DT)
     with pytest.raises(ValueError, match="layer 0"):
-        forward([(W, b)], torch.ones(4, 2, dtype=DT))
+        forward_pass([(W, b)], torch.ones(4, 2, dtype=DT))
     with pytest.raises(ValueError, match="batch, features"):
-        forward([(W, b)], torch.ones(3, dtype=DT))
+        forward_pass([(W, b)], torch.ones(3, dtype=DT))
     with pytest.raises(ValueError, match="activation"):
-        forward([(W, b)], torch.ones(4, 3, dtype=DT), ["swish"])
+        forward_pass([(W, b)], torch.ones(4, 3, dtype=DT), ["swish"])
     with pytest.raises(ValueError, match="one per layer"):
-        forward([(W, b)], torch.ones(4, 3, dtype=DT), ["relu", "relu"])
+        forward_pass([(W, b)], torch.ones(4, 3, dtype=DT), ["relu", "relu"])
     with pytest.raises(ValueError, match="y: expected"):
         backprop([(W, b)], torch.ones(4, 3, dtype=DT), torch.ones(5, dtype=DT))
     with pytest.raises(ValueError, match="at least one"):
-        forward([], torch.ones(4, 3, dtype=DT))
+        forward_pass([], torch.ones(4, 3, dtype=DT))

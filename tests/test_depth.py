@@ -15,10 +15,9 @@ from smaso.depth.separation import (
     format_table,
     l1_error,
     make_student,
-    plot_depth,
-    tent_network,
-    tent_power,
 )
+from smaso.plots.depth import plot_depth
+from teachers.tent import TentNetwork, tent_power
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,7 +26,7 @@ def test_tent_power_and_network():
     x = torch.linspace(0, 1, 1025, dtype=torch.float64)
     assert torch.equal(tent_power(x, 0), x)
     for k in (1, 2, 5):
-        net = tent_network(k)
+        net = TentNetwork(k)
         with torch.no_grad():
             torch.testing.assert_close(net(x[:, None]).reshape(-1), tent_power(x, k), rtol=0, atol=1e-12)
         assert l1_error(net, k) < 1e-12
@@ -46,7 +45,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="k: expected a non-negative integer"):
         tent_power(torch.zeros(3), -1)
     with pytest.raises(ValueError, match="k: expected a non-negative integer"):
-        tent_network(-1)
+        TentNetwork(-1)
     with pytest.raises(ValueError, match="positive hidden width"):
         make_student([])
     with pytest.raises(ValueError, match="nodes >= depth"):

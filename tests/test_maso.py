@@ -32,11 +32,11 @@ def test_forward_scores_and_hard_vq_follow_eq1_eq2(layer):
     ref = torch.einsum("krd,nd->nkr", A, x) + B  # Eq 1 term by term
     torch.testing.assert_close(scores, ref)
     torch.testing.assert_close(m(x), ref.amax(-1))
-    t = m.hard_vq(x)
+    t = m.hard_regions(x)
     assert t.shape == (200, 4, 3) and t.dtype == DT
     assert torch.equal(t.sum(-1), torch.ones(200, 4, dtype=DT))
     assert torch.equal(t.argmax(-1), ref.argmax(-1))
-    torch.testing.assert_close(m.vq_output(x, t), m(x))  # Eq 2: z = sum_r t_r (<A,x> + B)
+    torch.testing.assert_close(m.vq_outputs(x, t), m(x))  # Eq 2: z = sum_r t_r (<A,x> + B)
 
 
 def test_layers_reproduced_exactly(layer):
@@ -53,7 +53,7 @@ def test_layers_reproduced_exactly(layer):
     nob = MASO.from_linear_relu(W)
     assert nob.reproduction_error(lambda v: torch.relu(v @ W.T), x) <= 1e-12
     # the hard VQ of the ReLU MASO is the ReLU's gate
-    assert torch.equal(relu.hard_vq(x)[..., 1], (u > 0).to(DT))
+    assert torch.equal(relu.hard_regions(x)[..., 1], (u > 0).to(DT))
     # a layer the MASO does not write is caught
     assert relu.reproduction_error(lambda v: F.silu(F.linear(v, W, b)), x) > 0.1
 
@@ -80,7 +80,7 @@ def test_pooling_reproduced_exactly(C, L, k, s):
     avg = MASO.avg_pool(C * L, windows)
     assert avg.R == 1 and avg.reproduction_error(unflat(F.avg_pool1d), x) <= 1e-14
     # max pooling's hard VQ picks the max's position in each window
-    t = mx.hard_vq(x)
+    t = mx.hard_regions(x)
     idx = torch.tensor(windows)[None].expand(40, -1, -1)
     assert torch.equal(torch.gather(x[:, None, :].expand(-1, len(windows), -1), 2, idx).argmax(-1), t.argmax(-1))
 
@@ -123,7 +123,7 @@ def test_bad_inputs_raise_clear_errors(layer):
     with pytest.raises(TypeError, match="x: expected dtype"):
         m(torch.randn(3, 5))
     with pytest.raises(ValueError, match="t: expected region weights"):
-        m.vq_output(x, torch.ones(200, 4, 2, dtype=DT))
+        m.vq_outputs(x, torch.ones(200, 4, 2, dtype=DT))
     with pytest.raises(ValueError, match=r"b: expected a bias of shape \(7,\)"):
         MASO.from_linear_relu(W, b[:3])
     with pytest.raises(ValueError, match="nu"):

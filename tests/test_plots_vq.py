@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from inference.vq import beta_vq
 from smaso.plots.vq import (
     plot_activation_family,
     plot_region_draws,
@@ -18,7 +17,7 @@ from smaso.plots.vq import (
     table1_curves,
     vq_partition,
 )
-from smaso.splines.maso import MASO
+from smaso.splines.maso import MASO, region_probabilities
 
 F64 = torch.float64
 
@@ -187,7 +186,7 @@ def _idata(t):
 def test_region_draws_frequencies_and_file(tmp_path):
     layer, _, _ = _layer2d()
     x = torch.tensor([[0.5, 0.5], [-1.0, 1.5]], dtype=F64)
-    probs = beta_vq(layer.A, layer.B, x, 0.5)  # (2, 3, 2)
+    probs = region_probabilities(layer.A, layer.B, x, 0.5)  # (2, 3, 2)
     rng = np.random.default_rng(0)
     t = (rng.random((2, 400, 2, 3)) < probs[..., 1].numpy()).astype(np.int64)
     path = tmp_path / "draws.png"

@@ -115,16 +115,17 @@ def test_table1_from_the_maso(beta):
     W, b = torch.randn(6, 4, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64)
     x = torch.randn(50, 4, generator=g, dtype=torch.float64)
     u = x @ W.T + b
-    torch.testing.assert_close(MASO.from_linear_relu(W, b).beta_vq(x, beta), beta_swish(u, beta))
-    torch.testing.assert_close(MASO.from_linear_leaky_relu(W, b, NU).beta_vq(x, beta), beta_leaky_relu(u, beta, NU))
-    torch.testing.assert_close(MASO.from_linear_abs(W, b).beta_vq(x, beta), beta_abs(u, beta))
+    torch.testing.assert_close(MASO.from_linear_relu(W, b).beta_vq_outputs(x, beta), beta_swish(u, beta))
+    torch.testing.assert_close(MASO.from_linear_leaky_relu(W, b, NU).beta_vq_outputs(x, beta),
+                               beta_leaky_relu(u, beta, NU))
+    torch.testing.assert_close(MASO.from_linear_abs(W, b).beta_vq_outputs(x, beta), beta_abs(u, beta))
     probs = MASO.from_linear_relu(W, b).region_probabilities(x, beta)
     torch.testing.assert_close(probs[..., 1], vq_probability_relu(u, beta))
     abs_probs = MASO.from_linear_abs(W, b).region_probabilities(x, beta)
     torch.testing.assert_close(abs_probs[..., 1] - abs_probs[..., 0], vq_probability_abs(u, beta))
     maps = torch.randn(50, 3, 8, generator=g, dtype=torch.float64)
     pool = MASO.max_pool(24, pool_windows_1d(3, 8, 4, 2))
-    torch.testing.assert_close(pool.beta_vq(maps.reshape(50, -1), beta),
+    torch.testing.assert_close(pool.beta_vq_outputs(maps.reshape(50, -1), beta),
                                softmax_pool1d(maps, 4, 2, beta).reshape(50, -1))
 
 

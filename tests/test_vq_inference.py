@@ -23,17 +23,9 @@ from inference.factorial import (
     factorized_map,
     mean_field_map,
 )
-from inference.vq import (
-    beta_vq,
-    eta_from_beta,
-    hard_vq,
-    posterior_region_draws,
-    region_scores,
-    soft_vq,
-    svi_vq,
-    vq_map,
-    vq_outputs,
-)
+from inference.vq import posterior_region_draws, svi_vq, vq_map
+from smaso.splines.functional import eta_from_beta
+from smaso.splines.maso import hard_regions, region_probabilities, region_scores, vq_outputs
 from smaso.splines.mixture import factorial_mixture_model, log_pi_from_offsets
 from smaso.splines.orthogonality import orthogonality_defect
 
@@ -78,24 +70,25 @@ def test_closed_forms_are_relu_silu_swish():
     x = 3 * torch.randn(400, 3, dtype=F64)
     u = x @ W.T + b
     s = region_scores(A, B, x)
-    torch.testing.assert_close(vq_outputs(hard_vq(A, B, x), s), torch.relu(u), rtol=0, atol=1e-12)
-    torch.testing.assert_close(vq_outputs(soft_vq(A, B, x), s), torch.nn.functional.silu(u), rtol=0, atol=1e-12)
-    torch.testing.assert_close(soft_vq(A, B, x)[..., 1], torch.sigmoid(u), rtol=0, atol=1e-12)  # VQ probability
+    torch.testing.assert_close(vq_outputs(hard_regions(A, B, x), s), torch.relu(u), rtol=0, atol=1e-12)
+    soft = region_probabilities(A, B, x)  # beta = 1/2
+    torch.testing.assert_close(vq_outputs(soft, s), torch.nn.functional.silu(u), rtol=0, atol=1e-12)
+    torch.testing.assert_close(soft[..., 1], torch.sigmoid(u), rtol=0, atol=1e-12)  # the VQ probability
     for beta in BETAS:
         eta = beta / (1 - beta)
-        z = vq_outputs(beta_vq(A, B, x, beta), s)
+        z = vq_outputs(region_probabilities(A, B, x, beta), s)
         torch.testing.assert_close(z, u * torch.sigmoid(eta * u), rtol=0, atol=1e-12)
-    torch.testing.assert_close(vq_outputs(beta_vq(A, B, x, 1.0), s), torch.relu(u), rtol=0, atol=1e-12)
-    torch.testing.assert_close(vq_outputs(beta_vq(A, B, x, 0.0), s), u / 2, rtol=0, atol=1e-12)
+    torch.testing.assert_close(vq_outputs(region_probabilities(A, B, x, 1.0), s), torch.relu(u), rtol=0, atol=1e-12)
+    torch.testing.assert_close(vq_outputs(region_probabilities(A, B, x, 0.0), s), u / 2, rtol=0, atol=1e-12)
     # near the limits the family approaches them continuously
-    assert (vq_outputs(beta_vq(A, B, x, 1e-12), s) - u / 2).abs().max() < 1e-9
-    assert (vq_outputs(beta_vq(A, B, x, 1 - 1e-9), s) - torch.relu(u)).abs().max() < 1e-6
+    assert (vq_outputs(region_probabilities(A, B, x, 1e-12), s) - u / 2).abs().max() < 1e-9
+    assert (vq_outputs(region_probabilities(A, B, x, 1 - 1e-9), s) - torch.relu(u)).abs().max() < 1e-6
     # per-unit beta
     betas = torch.tensor([0.0, 0.25, 0.5, 0.9, 1.0], dtype=F64)
     eta = eta_from_beta(betas)
     finite_eta = torch.where(torch.isinf(eta), 0, eta)
     expected = torch.where(torch.isinf(eta), torch.relu(u), u * torch.sigmoid(finite_eta * u))
-    torch.testing.assert_close(vq_outputs(beta_vq(A, B, x, betas), s), expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(vq_outputs(region_probabilities(A, B, x, betas), s), expected, rtol=0, atol=1e-12)
 
 
 def test_closed_forms_on_a_general_maso():
@@ -103,11 +96,11 @@ def test_closed_forms_on_a_general_maso():
     x = torch.randn(50, 6, dtype=F64)
     s = torch.einsum("krd,nd->nkr", A, x) + B
     torch.testing.assert_close(region_scores(A, B, x), s, rtol=0, atol=1e-12)
-    t = hard_vq(A, B, x)
+    t = hard_regions(A, B, x)
     assert torch.equal(t.argmax(-1), s.argmax(-1)) and torch.equal(t.sum(-1), torch.ones(50, 4, dtype=F64))
     torch.testing.assert_close(vq_outputs(t, s), s.max(-1).values, rtol=0, atol=1e-12)
-    torch.testing.assert_close(beta_vq(A, B, x, 0.8), torch.softmax(4.0 * s, -1), rtol=0, atol=1e-12)
-    torch.testing.assert_close(beta_vq(A, B, x, 0.0), torch.full_like(s, 1 / 3), rtol=0, atol=1e-15)
+    torch.testing.assert_close(region_probabilities(A, B, x, 0.8), torch.softmax(4.0 * s, -1), rtol=0, atol=1e-12)
+    torch.testing.assert_close(region_probabilities(A, B, x, 0.0), torch.full_like(s, 1 / 3), rtol=0, atol=1e-15)
     assert eta_from_beta(0.5) == 1.0 and eta_from_beta(0.0) == 0.0 and math.isinf(eta_from_beta(1.0))
     assert eta_from_beta(0.75) == pytest.approx(3.0)
 
@@ -117,13 +110,13 @@ def test_beta_and_shape_errors():
     x = torch.randn(5, 6, dtype=F64)
     for beta in (-0.1, 1.1, float("nan"), torch.full((3,), 0.5)):
         with pytest.raises(ValueError, match="beta"):
-            beta_vq(A, B, x, beta)
+            region_probabilities(A, B, x, beta)
     with pytest.raises(ValueError, match="beta"):
         eta_from_beta(2.0)
     with pytest.raises(ValueError, match="B"):
-        hard_vq(A, B[:3], x)
+        hard_regions(A, B[:3], x)
     with pytest.raises(ValueError, match="x"):
-        soft_vq(A, B, x[:, :5])
+        region_probabilities(A, B, x[:, :5])
     with pytest.raises(ValueError, match="sigma"):
         vq_map(A, B, x, sigma=0.0)
     with pytest.raises(ValueError, match="beta"):
@@ -139,7 +132,7 @@ def test_beta_and_shape_errors():
 def test_vq_map_is_hard_vq(sigma):
     A, B = _random_layer(seed=1)
     x = 2 * torch.randn(80, 6, dtype=F64)
-    assert torch.equal(vq_map(A, B, x, sigma), hard_vq(A, B, x))
+    assert torch.equal(vq_map(A, B, x, sigma), hard_regions(A, B, x))
     A, B, x, u = _relu_grid(n=50)  # no exact ties on this grid
     torch.testing.assert_close(vq_outputs(vq_map(A, B, x, sigma), region_scores(A, B, x))[:, 0], torch.relu(u),
                                rtol=0, atol=1e-12)
@@ -171,7 +164,7 @@ def test_svi_beta_vq_gives_silu_and_swish_over_a_grid_of_beta():
 def test_svi_likelihood_tempering_agrees_with_scale():
     A, B = _random_layer(K=2, R=3, D=2, seed=4)
     x = torch.randn(6, 2, dtype=F64)
-    target = beta_vq(A, B, x, 0.3)
+    target = region_probabilities(A, B, x, 0.3)
     fits = [svi_vq(A, B, x, 0.3, num_steps=200, lr=0.1, tempering=t) for t in ("scale", "likelihood")]
     for fit in fits:
         assert (fit.probs - target).abs().max() < 0.01
@@ -199,7 +192,7 @@ def test_posterior_region_draws_are_beta_vq_draws():
     assert t.shape == (2, 1000, 13, 3) and t.dims == ("chain", "draw", "example", "unit")
     assert "x" in idata.observed_data
     mean = torch.as_tensor(t.values.mean((0, 1)))
-    target = beta_vq(A, B, u[:, None], betas)[..., 1]
+    target = region_probabilities(A, B, u[:, None], betas)[..., 1]
     assert (mean - target).abs().max() < 0.06  # 2000 draws: ~5.4 standard errors at p = 1/2
     summary = _quiet_summary(idata)
     assert len(summary) == 13 * 3

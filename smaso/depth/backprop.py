@@ -27,7 +27,7 @@ __all__ = [
     "activation_pair",
     "backprop",
     "chain_rule_example",
-    "forward",
+    "forward_pass",
     "sgd_step",
 ]
 
@@ -95,7 +95,7 @@ def _check(params: Params, x: torch.Tensor) -> None:
         width = W.shape[0]
 
 
-def forward(params: Params, x: torch.Tensor, activations: str | Sequence[str] = "relu") -> ForwardCache:
+def forward_pass(params: Params, x: torch.Tensor, activations: str | Sequence[str] = "relu") -> ForwardCache:
     """Forward pass storing every h_u and g'(a_u). ``params``: list of (W, b), W of shape (out, in)."""
     _check(params, x)
     names = _activations(activations, len(params))
@@ -124,7 +124,7 @@ def backprop(
     :param frobenius: lambda of the regularizer lambda sum ||W||_F^2 (added to loss and gradients).
     :returns: (loss, [(dL/dW_i, dL/db_i)]) with loss = mean_batch ||h_F - y||^2 + lambda sum ||W||_F^2.
     """
-    cache = forward(params, x, activations)
+    cache = forward_pass(params, x, activations)
     out = cache.output
     if y.ndim == 1 and out.shape[1] == 1:
         y = y[:, None]

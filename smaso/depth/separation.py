@@ -9,7 +9,7 @@ x ~ U[0, 1]; their L1 error is measured on a fine grid and their linear pieces a
 exactly (:func:`smaso.depth.pieces.count_pieces`) next to the breakpoint bound. A deep student, the
 exact depth-k width-2 tent network and the same network perturbed and then trained, fits.
 :func:`piece_survey` counts the pieces of random, trained and tent networks of any shapes; the
-figures live in :mod:`smaso.plots.depth` (:func:`plot_depth` here forwards to it).
+figures live in :mod:`smaso.plots.depth`.
 
 Note: for L = 1 the crude estimate in the proof fails (a depth-1 network with 2 nodes computes
 tau exactly), so the lower bound is only claimed for L >= 2.
@@ -38,19 +38,11 @@ __all__ = [
     "l1_error",
     "make_student",
     "piece_survey",
-    "plot_depth",
-    "tent_network",
-    "tent_power",
     "train_student",
 ]
 
 DT = torch.float64
 LECTURE_BOUND = 1 / 8
-
-
-def tent_network(k: int, dtype: torch.dtype = DT) -> nn.Sequential:
-    """The exact depth-k, width-2 ReLU network of tau^k (:class:`teachers.tent.TentNetwork`)."""
-    return TentNetwork(k, dtype=dtype)
 
 
 def make_student(widths: Sequence[int], seed: int = 0, dtype: torch.dtype = DT) -> nn.Sequential:
@@ -237,14 +229,14 @@ def depth_separation(
                 DepthRow(L, k, name, widths, err, pc.count, pc.bound, seconds=time.perf_counter() - t0, net=net)
             )
         # deep students: the exact tent network, and a perturbed copy trained by SGD
-        exact = tent_network(k)
+        exact = TentNetwork(k, dtype=DT)
         pc = count_pieces(exact, 0.0, 1.0)
         rows.append(
             DepthRow(L, k, "deep: exact tent", (2,) * k, l1_error(exact, k), pc.count, pc.bound, in_theorem=False,
                      net=exact)
         )
         t0 = time.perf_counter()
-        deep = tent_network(k)
+        deep = TentNetwork(k, dtype=DT)
         gen = torch.Generator().manual_seed(1234 + L)
         noise = deep_noise / 2**k
         with torch.no_grad():
@@ -335,7 +327,7 @@ def piece_survey(
             if bar is not None:
                 bar.update(1)
     for k in tent_ks:
-        pc = count_pieces(tent_network(int(k)), lo, hi)
+        pc = count_pieces(TentNetwork(int(k), dtype=DT), lo, hi)
         records.append(PieceRecord((2,) * int(k), "tent", pc.count, pc.bound, k=int(k)))
         if bar is not None:
             bar.update(1)
@@ -361,10 +353,3 @@ def format_table(rows: Sequence[DepthRow]) -> str:
             f"{r.pieces} | {r.bound} | {2**r.k} | {init} | {r.l1:.4f} |"
         )
     return "\n".join(lines)
-
-
-def plot_depth(rows: Sequence[DepthRow], path=None):
-    """The figure of :func:`depth_separation`; see :func:`smaso.plots.depth.plot_depth`."""
-    from smaso.plots.depth import plot_depth as _plot_depth
-
-    return _plot_depth(rows, path)

@@ -22,8 +22,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from inference.vq import VQFit, beta_vq, eta_from_beta, hard_vq, region_scores, vq_outputs
-from smaso.splines.maso import MASO
+from inference.vq import VQFit
+from smaso.splines.functional import eta_from_beta
+from smaso.splines.maso import MASO, hard_regions, region_probabilities, region_scores, vq_outputs
 
 from ._base import finish_figure, plt, save_figure
 
@@ -88,7 +89,7 @@ def plot_activation_family(layer: MASO, betas: Sequence[float], x: torch.Tensor,
 
     For the ReLU MASO the curves run from ReLU (beta = 1, hard VQ, Eq 2) through SiLU ``u sigmoid(u)``
     (beta = 1/2, soft VQ, Eq 5-6) and swish ``u sigmoid(eta u)``, eta = beta / (1 - beta), to the line
-    ``u / 2`` (beta = 0).  Left: unit output ``z = sum_r t_r s_r`` with ``t = beta_vq(A, B, x, beta)``;
+    ``u / 2`` (beta = 0).  Left: unit output ``z = sum_r t_r s_r`` with ``t = region_probabilities(A, B, x, beta)``;
     right: the probability of the unit's last region ``t[..., -1]`` (for ReLU the active piece,
     ``sigmoid(eta u)``).
 
@@ -126,7 +127,7 @@ def plot_activation_family(layer: MASO, betas: Sequence[float], x: torch.Tensor,
     names = {1.0: "hard VQ: ReLU", 0.5: "soft VQ: SiLU", 0.0: "linear"}
     for b in sorted(bs, reverse=True):
         color = cmap(0.9 * (1 - b))
-        t = beta_vq(A, B, xg, b)
+        t = region_probabilities(A, B, xg, b)
         z = vq_outputs(t, s)[:, 0]
         label = _beta_label(b) + (f"  {names[b]}" if b in names else "")
         lw = 2.4 if b in names else 1.5
@@ -174,10 +175,11 @@ def table1_curves(u: torch.Tensor, beta: float = 0.8, *, nu: float = 0.1,
 
     Rows (the layers of docs/theory.md §3, built by :class:`~smaso.splines.maso.MASO`'s constructors with W = 1, b = 0):
     ReLU, leaky ReLU (slope ``nu``), absolute value, max pool and average pool of the pair ``(u, pool_with)``.
-    For each row, the outputs ``z = sum_r t_r s_r`` with ``t`` from :func:`inference.vq.beta_vq` at beta = 1
-    (hard), 1/2 (soft) and ``beta``; and the VQ probability at those three betas: ``t`` of the last region
-    (ReLU, leaky: sigmoid(eta (1 - nu) u)), ``t_2 - t_1`` (absolute value: tanh(eta u)) or the weight of ``u``
-    in the pool (softmax; 1 for the average pool, whose MASO has R = 1).
+    For each row, the outputs ``z = sum_r t_r s_r`` with ``t`` from
+    :func:`smaso.splines.maso.region_probabilities` at beta = 1 (hard), 1/2 (soft) and ``beta``; and the VQ
+    probability at those three betas: ``t`` of the last region (ReLU, leaky: sigmoid(eta (1 - nu) u)),
+    ``t_2 - t_1`` (absolute value: tanh(eta u)) or the weight of ``u`` in the pool (softmax; 1 for the average
+    pool, whose MASO has R = 1).
 
     :param u: the input grid ``(N,)``.
     :param beta: the beta of the beta-VQ column, in (0, 1).
@@ -203,7 +205,7 @@ def table1_curves(u: torch.Tensor, beta: float = 0.8, *, nu: float = 0.1,
         s = region_scores(layer.A, layer.B, x)
         row = {}
         for col, b in (("hard", 1.0), ("soft", 0.5), ("beta", beta), ("linear", 0.0)):
-            t = beta_vq(layer.A, layer.B, x, b)
+            t = region_probabilities(layer.A, layer.B, x, b)
             z = vq_outputs(t, s)[:, 0]
             tk = t[:, 0]
             prob = {"last": tk[:, -1], "first": tk[:, 0], "difference": tk[:, -1] - tk[:, 0]}[read]
@@ -308,11 +310,11 @@ def vq_partition(layer: MASO, betas: Sequence[float] = (0.5,), *, extent: Sequen
     pts = torch.stack([gx.reshape(-1), gy.reshape(-1)], 1)
     K, R = layer.K, layer.R
     shape = (resolution, resolution)
-    regions = hard_vq(layer.A, layer.B, pts).argmax(-1)  # (H*W, K)
+    regions = hard_regions(layer.A, layer.B, pts).argmax(-1)  # (H*W, K)
     code = (regions * (R ** torch.arange(K))).sum(-1)
     probs, joint = {}, {}
     for b in bs:
-        t = beta_vq(layer.A, layer.B, pts, b)  # (H*W, K, R)
+        t = region_probabilities(layer.A, layer.B, pts, b)  # (H*W, K, R)
         probs[b] = t.reshape(*shape, K, R).numpy()
         joint[b] = t.gather(-1, regions[..., None])[..., 0].prod(-1).reshape(shape).numpy()
     return {"xs": xs.numpy(), "ys": ys.numpy(), "regions": regions.reshape(*shape, K).numpy(),
@@ -423,7 +425,7 @@ def plot_region_draws(draws: Mapping[str, object], probs: torch.Tensor, *, regio
 
     For every (example, unit) pair: the fraction of draws in which ``t == region``, with two of ArviZ's
     Monte Carlo standard errors (``az.mcse`` of the indicator, which accounts for the chains), next to the
-    exact probability ``probs[..., region]`` (e.g. ``beta_vq(A, B, x, beta)``).  Bottom: the standardized
+    exact probability ``probs[..., region]`` (e.g. ``region_probabilities(A, B, x, beta)``).  Bottom: the standardized
     deviation ``(frequency - p) / mcse``, which should stay within a few units.
 
     :param draws: ``{label: InferenceData}`` with ``posterior["t"]`` ``(chain, draw, example, unit)``, e.g.

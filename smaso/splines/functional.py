@@ -81,20 +81,25 @@ def _check_beta(beta) -> None:
 
 
 def eta_from_beta(beta):
-    """eta = beta / (1 - beta) (Eq 9), without dividing by zero.
+    """eta = beta / (1 - beta) (Eq 9): 0 at beta = 0, 1 at beta = 1/2, ``inf`` at beta = 1 (hard VQ).
 
-    A float gives a float (``math.inf`` at beta = 1).  A tensor gives a tensor clamped to the
-    largest float32 at beta = 1, with a zero (not NaN) gradient there.
-    :raises ValueError: beta outside [0, 1].
+    :param beta: a number in [0, 1] (returns a float) or a floating tensor of them, any shape (returns a
+        tensor of that shape and dtype, ``inf`` where beta = 1, with a zero, not NaN, gradient there).
+    :raises ValueError: a value outside [0, 1] or NaN.  :raises TypeError: neither a number nor a floating tensor.
     """
     _check_beta(beta)
     if not isinstance(beta, torch.Tensor):
         beta = float(beta)
         return math.inf if beta == 1.0 else beta / (1.0 - beta)
     below = beta < 1
-    denom = torch.where(below, 1 - beta, torch.ones_like(beta))
+    return torch.where(below, beta / torch.where(below, 1 - beta, torch.ones_like(beta)), math.inf)
+
+
+def _finite_eta(beta: torch.Tensor) -> torch.Tensor:
+    """eta for a tensor beta, clamped to the largest float32 where beta = 1 (the kernels multiply it by u,
+    and inf * 0 would be NaN); the gradient there is zero."""
     top = min(_F32_MAX, torch.finfo(beta.dtype).max)
-    return torch.where(below, (beta / denom).clamp(max=top), torch.full_like(beta, top))
+    return eta_from_beta(beta).clamp(max=top)
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -269,7 +274,7 @@ def _eta_arg(beta):
     """Validate beta; return eta as a float (fixed beta) or a tensor (beta needing a gradient / per entry)."""
     _check_beta(beta)
     fixed = _scalar_beta(beta)
-    return eta_from_beta(fixed) if fixed is not None else eta_from_beta(beta)
+    return eta_from_beta(fixed) if fixed is not None else _finite_eta(beta)
 
 
 def _check_nu(nu) -> float:

@@ -25,7 +25,19 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-__all__ = ["MASO", "channel_pool_windows", "pool_windows_1d"]
+from smaso.splines.functional import softmax_pool, vq_probability_pool
+from smaso.splines.mixture import check_maso, check_x
+
+__all__ = [
+    "MASO",
+    "channel_pool_windows",
+    "check_unit_beta",
+    "hard_regions",
+    "pool_windows_1d",
+    "region_probabilities",
+    "region_scores",
+    "vq_outputs",
+]
 
 
 def _floating(name: str, t) -> torch.Tensor:
@@ -34,6 +46,73 @@ def _floating(name: str, t) -> torch.Tensor:
     if not t.is_floating_point():
         raise TypeError(f"{name}: expected a floating-point tensor, got dtype {t.dtype}")
     return t
+
+
+def region_scores(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The score of every region, ``s[n, k, r] = <A[k, r, :], x[n]> + B[k, r]`` ``(N, K, R)`` (Eq 1's argument).
+
+    :param A: slopes ``(K, R, D)``.  :param B: offsets ``(K, R)``.  :param x: inputs ``(N, D)`` (cast to A's dtype).
+    """
+    check_maso(A, B)
+    check_x(x, A)
+    K, R, D = A.shape
+    return (x.to(A.dtype) @ A.reshape(K * R, D).T).reshape(-1, K, R) + B
+
+
+def hard_regions(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Hard VQ (Eq 2): the one-hot ``t_H`` of ``argmax_r s`` ``(N, K, R)``, the first region on ties."""
+    s = region_scores(A, B, x)
+    return torch.nn.functional.one_hot(s.argmax(-1), A.shape[1]).to(s.dtype)
+
+
+def check_unit_beta(beta, num_units: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """``beta`` as a floating tensor of shape ``()`` (one for the layer) or ``(K,)`` (one per unit), in [0, 1].
+
+    :raises ValueError: another shape, a bool, NaN or a value outside [0, 1].
+    """
+    if isinstance(beta, bool):
+        raise ValueError(f"beta: expected a number in [0, 1], got {beta!r}")
+    b = beta if isinstance(beta, torch.Tensor) else torch.as_tensor(beta, dtype=dtype)
+    if b.dim() > 1 or (b.dim() == 1 and b.shape[0] != num_units):
+        raise ValueError(f"beta: expected a number or a ({num_units},) tensor (one per unit), got shape "
+                         f"{tuple(b.shape)}")
+    if not b.is_floating_point():
+        b = b.to(dtype)
+    if bool(torch.isnan(b).any()) or bool((b < 0).any()) or bool((b > 1).any()):
+        raise ValueError(f"beta: must lie in [0, 1] (0: uniform, 1/2: soft VQ, 1: hard VQ), got {b.tolist()}")
+    return b
+
+
+def region_probabilities(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5) -> torch.Tensor:
+    """beta-VQ (Eq 7-9): the region probabilities ``t = softmax_r(eta s)`` ``(N, K, R)``, eta = beta / (1 - beta).
+
+    The maximizer of ``beta <t, s> + (1 - beta) H(t)`` over the simplex.  beta = 1/2 is soft VQ (Eq 5-6,
+    ``softmax(s)``); beta = 0 gives the uniform 1/R and beta = 1 the hard VQ with ties shared equally (the
+    limit of the softmax; :func:`hard_regions` breaks ties to the first region instead), both exactly.
+
+    :param beta: a number in [0, 1] for the layer, or a ``(K,)`` tensor (one per unit; gradients flow).
+    """
+    s = region_scores(A, B, x)
+    b = check_unit_beta(beta, A.shape[0], s.dtype)
+    if b.dim() == 0 and not b.requires_grad:
+        return vq_probability_pool(s, float(b), dim=-1)
+    b = b.to(s.dtype)
+    bk = b[:, None] if b.dim() == 1 else b  # against (N, K, R)
+    hard = bk == 1
+    eta = torch.where(hard, 0.0, bk / torch.where(hard, 1.0, 1 - bk))  # finite everywhere, and so its gradient
+    tied = (s == s.amax(-1, keepdim=True)).to(s.dtype)
+    return torch.where(hard, tied / tied.sum(-1, keepdim=True), torch.softmax(eta * s, dim=-1))
+
+
+def vq_outputs(t: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Unit outputs ``z[n, k] = sum_r t[n, k, r] s[n, k, r]`` ``(N, K)`` for region weights ``t`` (Eq 2, 6, 9).
+
+    Regions with ``t = 0`` contribute 0 even where their score is infinite.
+    """
+    if t.shape != scores.shape:
+        raise ValueError(f"t: expected region weights of the scores' shape {tuple(scores.shape)}, "
+                         f"got {tuple(t.shape)}")
+    return torch.where(t == 0, torch.zeros((), dtype=scores.dtype, device=scores.device), t * scores).sum(-1)
 
 
 class MASO:
@@ -91,11 +170,10 @@ class MASO:
             raise TypeError(f"x: expected dtype {self.A.dtype} (the MASO's), got {x.dtype}")
         return x
 
-    # ------------------------------------------------------------------ Eq 1-2
+    # ------------------------------------------------------------------ Eq 1-2, 5-9
     def region_scores(self, x: torch.Tensor) -> torch.Tensor:
-        """<A[k,r], x> + B[k,r] for ``x`` ``(N, D)``: ``(N, K, R)``."""
-        x = self._check_x(x)
-        return (x @ self.A.reshape(self.K * self.R, self.D).T).reshape(x.shape[0], self.K, self.R) + self.B
+        """<A[k,r], x> + B[k,r] for ``x`` ``(N, D)``: ``(N, K, R)`` (:func:`region_scores`)."""
+        return region_scores(self.A, self.B, self._check_x(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Eq 1: max over the R pieces, ``(N, D)`` -> ``(N, K)``."""
@@ -103,31 +181,24 @@ class MASO:
 
     __call__ = forward
 
-    def hard_vq(self, x: torch.Tensor) -> torch.Tensor:
-        """Eq 2: one-hot ``(N, K, R)`` of the argmax region (the first one on ties), in x's dtype."""
-        scores = self.region_scores(x)
-        return torch.nn.functional.one_hot(scores.argmax(-1), self.R).to(scores.dtype)
+    def hard_regions(self, x: torch.Tensor) -> torch.Tensor:
+        """Eq 2: one-hot ``(N, K, R)`` of the argmax region (the first one on ties) (:func:`hard_regions`)."""
+        return hard_regions(self.A, self.B, self._check_x(x))
 
-    def vq_output(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-        """z_k = sum_r t[k,r] (<A[k,r],x> + B[k,r]) for region weights ``t`` ``(N, K, R)`` (hard, soft or beta)."""
-        scores = self.region_scores(x)
-        if t.shape != scores.shape:
-            raise ValueError(f"t: expected region weights of shape {tuple(scores.shape)}, got {tuple(t.shape)}")
-        return (t * scores).sum(-1)
+    def region_probabilities(self, x: torch.Tensor, beta=0.5) -> torch.Tensor:
+        """beta-VQ region probabilities softmax_r(eta s) ``(N, K, R)`` (Eq 5-9, :func:`region_probabilities`)."""
+        return region_probabilities(self.A, self.B, self._check_x(x), beta)
 
-    def region_probabilities(self, x: torch.Tensor, beta: float = 0.5) -> torch.Tensor:
-        """beta-VQ region probabilities softmax_r(eta (<A,x> + B)), eta = beta / (1 - beta) (Eq 7-9), ``(N, K, R)``.
+    def vq_outputs(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """z_k = sum_r t[k,r] (<A[k,r],x> + B[k,r]) for region weights ``t`` ``(N, K, R)`` (:func:`vq_outputs`)."""
+        return vq_outputs(t, self.region_scores(x))
 
-        beta = 1 gives the hard VQ (ties shared equally), beta = 0 the uniform 1/R, beta = 1/2 soft VQ.
+    def beta_vq_outputs(self, x: torch.Tensor, beta: float = 0.5) -> torch.Tensor:
+        """Unit outputs of beta-VQ, sum_r t_r s_r with t = :meth:`region_probabilities`, ``(N, K)`` (Table 1).
+
+        Computed as softmax pooling over the R scores (one stable kernel, exact at beta = 0 and 1); equal
+        to ``vq_outputs(x, region_probabilities(x, beta))``.
         """
-        from smaso.splines.functional import vq_probability_pool  # same stable softmax(eta .) as the pooling layers
-
-        return vq_probability_pool(self.region_scores(x), beta, dim=-1)
-
-    def beta_vq(self, x: torch.Tensor, beta: float = 0.5) -> torch.Tensor:
-        """beta-VQ output sum_r t_r (<A,x> + B) with t the beta-VQ probabilities, ``(N, K)`` (Table 1's column)."""
-        from smaso.splines.functional import softmax_pool
-
         return softmax_pool(self.region_scores(x), beta, dim=-1)
 
     def reproduction_error(self, layer: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> float:

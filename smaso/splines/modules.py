@@ -24,6 +24,7 @@ from smaso.splines.functional import (
     _abs_eta,
     _check_beta,
     _check_nu,
+    _finite_eta,
     _leaky_eta,
     _swish_eta,
     eta_from_beta,
@@ -68,7 +69,7 @@ class _BetaModule(nn.Module):
         elif self.num_channels is None:
             return eta_from_beta(float(self.beta_value))
         else:
-            eta = eta_from_beta(self.beta_value)
+            eta = _finite_eta(self.beta_value)
         if self.num_channels is None:
             return eta
         if u.dim() < 2 or u.shape[1] != self.num_channels:
