@@ -138,3 +138,40 @@ def test_bad_inputs_raise_clear_errors(layer):
         channel_pool_windows(5, 2, 2)
     with pytest.raises(ValueError, match="N \\* K"):
         MASO.from_linear_relu(W, b).reproduction_error(lambda v: v, x)
+
+
+def test_region_probabilities_limits_ties_and_per_unit_beta():
+    """One beta-VQ function (Eq 5-9): the method and the function agree; beta = 1 shares ties equally (the limit
+    of softmax(eta s)), hard_regions breaks them to the first region; a per-unit beta of 1 is exact in float32."""
+    from smaso.splines.functional import eta_from_beta
+    from smaso.splines.maso import hard_regions, region_probabilities, region_scores, vq_outputs
+
+    W = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=DT)
+    relu = MASO.from_linear_relu(W, torch.zeros(3, dtype=DT))
+    x = torch.tensor([[0.0, 2.0], [3.0, -1.0], [-2.0, 2.0]], dtype=DT)  # u has exact zeros: ties of the two pieces
+    t1 = region_probabilities(relu.A, relu.B, x, 1.0)
+    u = x @ W.T
+    assert torch.equal(t1[..., 1], (torch.sign(u) + 1) / 2)  # 1/2 at every tie u = 0, else the one-hot
+    assert torch.equal(hard_regions(relu.A, relu.B, x)[..., 1], (u > 0).to(DT))
+    s = region_scores(relu.A, relu.B, x)
+    torch.testing.assert_close(vq_outputs(t1, s), torch.relu(u), rtol=0, atol=0)  # same outputs either way
+    for beta in (0.0, 0.3, 0.5, 0.8, 1.0):
+        torch.testing.assert_close(relu.region_probabilities(x, beta), region_probabilities(relu.A, relu.B, x, beta),
+                                   rtol=0, atol=0)
+        torch.testing.assert_close(relu.beta_vq_outputs(x, beta), vq_outputs(relu.region_probabilities(x, beta), s),
+                                   rtol=1e-15, atol=1e-15)
+    # per-unit beta, float32, scores far above 1: the hard units are exact one-hots (no clamped-eta softmax)
+    A32, B32 = (relu.A * 50).float(), relu.B.float()
+    x32 = torch.tensor([[3.0, 2.0], [4.0, 5.0]])
+    betas = torch.tensor([1.0, 0.5, 1.0])
+    t = region_probabilities(A32, B32, x32, betas)
+    s32 = region_scores(A32, B32, x32)
+    hard = torch.nn.functional.one_hot(s32.argmax(-1), 2).float()
+    assert torch.equal(t[:, [0, 2]], hard[:, [0, 2]])
+    torch.testing.assert_close(t[:, 1], torch.softmax(s32[:, 1], -1), rtol=0, atol=0)
+    # eta of a tensor beta: exact inf at 1, a zero gradient there
+    b = torch.tensor([0.0, 0.5, 0.75, 1.0], dtype=DT, requires_grad=True)
+    eta = eta_from_beta(b)
+    assert eta.tolist() == [0.0, 1.0, 3.0, float("inf")]
+    eta[:3].sum().backward()
+    assert b.grad.tolist() == [1.0, 4.0, 16.0, 0.0]

@@ -2,19 +2,26 @@
 
 Each module is the functional of :mod:`smaso.splines.functional` with its beta held by the module:
 
-- fixed beta (``learnable=False``, the default): a buffer ``beta`` (shape ``()``, or ``(C,)`` with
-  ``num_channels=C``), any value in [0, 1]; beta = 0 / 1 are the exact linear / hard limits and
-  ``BetaSwish(0.5)`` *is* ``F.silu``.  Note that ``module.to(dtype)`` casts the buffer like any other.
+- fixed beta (``learnable=False``, the default): a float64 buffer ``beta_value`` (shape ``()``, or ``(C,)``
+  with ``num_channels=C``), any value in [0, 1]; beta = 0 / 1 are the exact linear / hard limits and
+  ``BetaSwish(0.5)`` *is* ``F.silu``.  A fixed beta is a constant of the layer, not a weight: casting the
+  module (``.half()``, ``.to(torch.float32)``) moves it to the new device but keeps its exact float64
+  value, so a cast never changes which activation the module computes (the computation itself runs in
+  the input's dtype, float32 for float16 / bfloat16 inputs).
 - learnable beta (``learnable=True``): a parameter ``theta`` = logit(beta) = log(eta) (shape ``()`` per
   layer or ``(C,)`` per channel), so beta = sigmoid(theta) lies in (0, 1) for every theta and
   eta = beta / (1 - beta) = exp(theta) needs no division.  This plain logit parameter is used rather than
   ``torch.nn.utils.parametrize`` because the kernels want eta, not beta, and exp(theta) is its exact,
   cheapest form; ``module.beta`` reads beta back.  The initial beta must lie strictly inside (0, 1).
+  Like every ``nn.Module`` parameter, ``theta`` is made with the ``dtype`` / ``device`` factory arguments
+  (default: ``torch.get_default_dtype()``) and follows the module when it is cast.
 
 Per-channel beta broadcasts along dim 1 of an ``(N, C, *)`` input, like ``nn.BatchNorm``.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import nn
@@ -40,7 +47,8 @@ __all__ = ["BetaAbs", "BetaLeakyReLU", "BetaSwish", "SoftmaxPool1d", "VQSigmoid"
 class _BetaModule(nn.Module):
     """Holds beta: a buffer (fixed) or a logit parameter ``theta`` (learnable), per layer or per channel."""
 
-    def __init__(self, beta: float = 0.5, learnable: bool = False, num_channels: int | None = None) -> None:
+    def __init__(self, beta: float = 0.5, learnable: bool = False, num_channels: int | None = None, *,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         _check_beta(beta)
         beta = float(beta)
@@ -53,9 +61,21 @@ class _BetaModule(nn.Module):
         if self.learnable:
             if not 0.0 < beta < 1.0:
                 raise ValueError(f"beta: a learnable beta starts strictly inside (0, 1), got {beta}")
-            self.theta = nn.Parameter(torch.full(shape, torch.logit(torch.tensor(beta, dtype=torch.float64)).item()))
+            if dtype is not None and not dtype.is_floating_point:
+                raise TypeError(f"dtype: a learnable beta needs a floating dtype, got {dtype}")
+            theta = math.log(beta) - math.log1p(-beta)  # logit(beta) = log(eta), in float64
+            self.theta = nn.Parameter(torch.full(shape, theta, device=device, dtype=dtype))
         else:
-            self.register_buffer("beta_value", torch.full(shape, beta, dtype=torch.float64))
+            self.register_buffer("beta_value", torch.full(shape, beta, dtype=torch.float64, device=device))
+
+    def _apply(self, fn, recurse: bool = True):
+        fixed = self._buffers.get("beta_value")
+        super()._apply(fn, recurse)
+        moved = self._buffers.get("beta_value")
+        if fixed is not None and moved is not None and moved.dtype != fixed.dtype:
+            # a cast moves the layer's weights, not the temperature it was built with
+            self._buffers["beta_value"] = fixed.to(device=moved.device)
+        return self
 
     @property
     def beta(self) -> torch.Tensor:
@@ -112,8 +132,9 @@ class BetaLeakyReLU(_BetaModule):
     """
 
     def __init__(self, beta: float = 0.5, nu: float = 0.01, learnable: bool = False,
-                 num_channels: int | None = None) -> None:
-        super().__init__(beta, learnable, num_channels)
+                 num_channels: int | None = None, *, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__(beta, learnable, num_channels, device=device, dtype=dtype)
         self.nu = _check_nu(nu)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -141,8 +162,9 @@ class SoftmaxPool1d(_BetaModule):
     """
 
     def __init__(self, kernel_size: int, stride: int | None = None, beta: float = 0.5, learnable: bool = False,
-                 num_channels: int | None = None) -> None:
-        super().__init__(beta, learnable, num_channels)
+                 num_channels: int | None = None, *, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__(beta, learnable, num_channels, device=device, dtype=dtype)
         stride = kernel_size if stride is None else stride
         for name, value in (("kernel_size", kernel_size), ("stride", stride)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
