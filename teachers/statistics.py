@@ -14,7 +14,8 @@ Conditionals of events that never occur (probability 0, or never seen in a sampl
 of zeros; ``marginals`` tells which.  :func:`exact_statistics` computes them in float64 from
 the ladder (top-down: products of tables; bottom-up: pushing leaf marginals through the
 lookup tables), :func:`empirical_statistics` counts them in a sample with one ``bincount`` per
-level, and :func:`compare_statistics` measures their agreement against the sampling noise.
+level (:class:`EventCounts`: the exact int64 state that batches, shards and workers add up), and
+:func:`compare_statistics` measures their agreement against the sampling noise.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 
 from .ladder import TOPDOWN, Ladder
 
-__all__ = ["EventStatistics", "compare_statistics", "empirical_statistics", "exact_statistics"]
+__all__ = ["EventCounts", "EventStatistics", "compare_statistics", "empirical_statistics", "exact_statistics"]
 
 
 @dataclass
@@ -108,8 +109,97 @@ def _bottomup_level(ladder: Ladder, l: int, child_marg: torch.Tensor) -> tuple[t
     return joint.reshape(R * b, mp, mc), parent
 
 
+@dataclass
+class EventCounts:
+    """Event and parent/child pair counts of a sample: the exact, mergeable state behind
+    :func:`empirical_statistics`.
+
+    Counts are int64, so adding batches, shards or workers in any order and grouping gives the same
+    integers; :meth:`statistics` turns them into frequencies.  Like a torchmetrics ``Metric``: state
+    (``counts``, ``pairs``, ``num_examples``) that :meth:`update` grows and :meth:`merge` adds up.
+
+    :ivar counts: ``counts[l]`` ``(R_l, m_l)``: examples with z_alpha = a, per region of level l.
+    :ivar pairs: ``pairs[l]`` ``(R_l, m_{l-1}, m_l)`` (l >= 1; None at l = 0): examples with
+        (z_parent, z_child) = (a, b), indexed by the child region.
+    """
+
+    ladder: Ladder
+    counts: list[torch.Tensor]
+    pairs: list[torch.Tensor | None]
+    num_examples: int = 0
+
+    @classmethod
+    def zeros(cls, ladder: Ladder, device: torch.device | str | None = None) -> EventCounts:
+        """An empty state for ``ladder`` (on ``device``, default CPU)."""
+        if not isinstance(ladder, Ladder):
+            raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+        R, m = ladder.num_regions, ladder.events
+        counts = [torch.zeros(R[l], m[l], dtype=torch.int64, device=device) for l in range(ladder.depth + 1)]
+        pairs = [None] + [torch.zeros(R[l], m[l - 1], m[l], dtype=torch.int64, device=device)
+                          for l in range(1, ladder.depth + 1)]
+        return cls(ladder, counts, pairs, 0)
+
+    def update(self, z: torch.Tensor) -> EventCounts:
+        """Count a batch of events ``z`` ``(N, total_regions)`` (any integer dtype) in place; returns self.
+
+        :raises ValueError: wrong shape, or events outside [0, m_l) at some level.
+        """
+        lad = self.ladder
+        if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
+            shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
+            raise ValueError(f"z: expected an (N, {lad.total_regions}) tensor of events, got {shape}")
+        if z.is_floating_point() or z.dtype == torch.bool:
+            raise ValueError(f"z: expected integer events, got dtype {z.dtype}")
+        dev = self.counts[0].device
+        zc = z.to(dev, torch.int64)
+        off = lad.level_offsets
+        for l in range(lad.depth + 1):
+            R, m = lad.num_regions[l], lad.events[l]
+            ev = zc[:, off[l]: off[l + 1]]
+            if ev.numel() and (int(ev.min()) < 0 or int(ev.max()) >= m):
+                raise ValueError(f"z: level {l} has events outside [0, {m})")
+            base = torch.arange(R, device=dev)
+            self.counts[l] += torch.bincount((ev + base * m).reshape(-1), minlength=R * m).reshape(R, m)
+            if l >= 1:
+                mp = lad.events[l - 1]
+                par = zc[:, off[l - 1]: off[l]][:, lad.parents(l)]
+                idx = (base * mp + par) * m + ev
+                self.pairs[l] += torch.bincount(idx.reshape(-1), minlength=R * mp * m).reshape(R, mp, m)
+        self.num_examples += z.shape[0]
+        return self
+
+    def merge(self, other: EventCounts) -> EventCounts:
+        """The counts of both samples together (a new state; neither input changes).
+
+        :raises ValueError: the other state counts another ladder's events.
+        """
+        if not isinstance(other, EventCounts):
+            raise TypeError(f"other: expected EventCounts, got {type(other).__name__}")
+        if [tuple(c.shape) for c in other.counts] != [tuple(c.shape) for c in self.counts] or (
+                other.ladder is not self.ladder and other.ladder.to_dict() != self.ladder.to_dict()):
+            raise ValueError("other: counts of a different ladder cannot be merged")
+        dev = self.counts[0].device
+        return EventCounts(self.ladder, [a + b.to(dev) for a, b in zip(self.counts, other.counts, strict=True)],
+                           [None] + [a + b.to(dev) for a, b in zip(self.pairs[1:], other.pairs[1:], strict=True)],
+                           self.num_examples + other.num_examples)
+
+    __add__ = merge
+
+    def statistics(self) -> EventStatistics:
+        """Empirical frequencies (float64) as :class:`EventStatistics`.
+
+        :raises ValueError: nothing was counted.
+        """
+        n = self.num_examples
+        if n == 0:
+            raise ValueError("z: the sample is empty")
+        marg = [c.cpu().double() / n for c in self.counts]
+        joints = [None] + [p.cpu().double() / n for p in self.pairs[1:]]
+        return EventStatistics(self.ladder, marg, joints, n)
+
+
 def empirical_statistics(ladder: Ladder, z: torch.Tensor, *, chunk_size: int = 2**18) -> EventStatistics:
-    """Frequency counts of events and parent/child pairs in a sample.
+    """Frequency counts of events and parent/child pairs in a sample (:class:`EventCounts`, normalized).
 
     :param z: ``(N, total_regions)`` events in global order (``LadderSample.z``).
     :param chunk_size: examples counted per pass (memory only; the counts are exact).
@@ -118,30 +208,12 @@ def empirical_statistics(ladder: Ladder, z: torch.Tensor, *, chunk_size: int = 2
     if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != ladder.total_regions:
         shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
         raise ValueError(f"z: expected an (N, {ladder.total_regions}) tensor of events, got {shape}")
-    n = z.shape[0]
-    if n == 0:
+    if z.shape[0] == 0:
         raise ValueError("z: the sample is empty")
-    d, off = ladder.depth, ladder.level_offsets
-    counts_m = [torch.zeros(ladder.num_regions[l] * ladder.events[l], dtype=torch.float64) for l in range(d + 1)]
-    counts_j = [None] + [torch.zeros(ladder.num_regions[l] * ladder.events[l - 1] * ladder.events[l],
-                                     dtype=torch.float64) for l in range(1, d + 1)]
-    for s in range(0, n, chunk_size):
-        zc = z[s: s + chunk_size].long().cpu()
-        for l in range(d + 1):
-            R, m = ladder.num_regions[l], ladder.events[l]
-            ev = zc[:, off[l]: off[l + 1]]
-            if (ev >= m).any() or (ev < 0).any():
-                raise ValueError(f"z: level {l} has events outside [0, {m})")
-            counts_m[l] += torch.bincount((ev + torch.arange(R) * m).reshape(-1), minlength=R * m).double()
-            if l >= 1:
-                mp = ladder.events[l - 1]
-                par = zc[:, off[l - 1]: off[l]][:, ladder.parents(l)]
-                idx = (torch.arange(R) * mp + par) * m + ev
-                counts_j[l] += torch.bincount(idx.reshape(-1), minlength=R * mp * m).double()
-    marg = [c.reshape(ladder.num_regions[l], ladder.events[l]) / n for l, c in enumerate(counts_m)]
-    joints = [None] + [c.reshape(ladder.num_regions[l], ladder.events[l - 1], ladder.events[l]) / n
-                       for l, c in enumerate(counts_j) if l >= 1]
-    return EventStatistics(ladder, marg, joints, n)
+    state = EventCounts.zeros(ladder)
+    for s in range(0, z.shape[0], chunk_size):
+        state.update(z[s: s + chunk_size])
+    return state.statistics()
 
 
 def compare_statistics(exact: EventStatistics, empirical: EventStatistics, *,

@@ -190,6 +190,44 @@ class FrequencyAccumulator:
         self.n += n
         self.loss_sum += rec.loss * n
 
+    # ------------------------------------------------------------------ mergeable state
+    _SUMS = ("counts", "joint_counts", "own", "fc", "gp", "dW", "db")
+
+    def state_dict(self) -> dict:
+        """The accumulated state: example count, loss sum, and every per-event sum (lists of tensors, None
+        where a level has none).  Two partial states over disjoint rows add up (:meth:`merge_`) to the
+        state of one pass over all of them; it is what moves between processes (with the student's
+        parameters)."""
+        return {"n": self.n, "loss_sum": self.loss_sum,
+                **{k: [None if t is None else t.clone() for t in getattr(self, k)] for k in self._SUMS}}
+
+    def merge_(self, other: FrequencyAccumulator | dict) -> FrequencyAccumulator:
+        """Add another accumulator's state (or its :meth:`state_dict`) to this one, in place; returns self.
+
+        Exact for the counts; the sums are added in the accumulation dtype (use float64 for sums that
+        agree with one pass to round-off).
+
+        :raises ValueError: the other state was accumulated for a student of other widths or dtype.
+        """
+        state = other.state_dict() if isinstance(other, FrequencyAccumulator) else other
+        if not isinstance(state, dict) or set(state) != {"n", "loss_sum", *self._SUMS}:
+            raise TypeError("other: expected a FrequencyAccumulator or its state_dict()")
+        for key in self._SUMS:
+            mine, theirs = getattr(self, key), state[key]
+            shapes = [None if t is None else (tuple(t.shape), t.dtype) for t in mine]
+            if shapes != [None if t is None else (tuple(t.shape), t.dtype) for t in theirs]:
+                raise ValueError(f"other: its {key!r} sums have other shapes or dtypes (another student, ladder "
+                                 "or accumulation dtype)")
+        for key in self._SUMS:
+            for mine, theirs in zip(getattr(self, key), state[key], strict=True):
+                if mine is not None:
+                    mine += theirs.to(mine.device)
+        self.n += int(state["n"])
+        self.loss_sum += float(state["loss_sum"])
+        return self
+
+    __iadd__ = merge_
+
     def _set_one_hot(self, level: int, ev: torch.Tensor) -> torch.Tensor:
         """The level's ``(R, m, N)`` scatter matrix [z[n, r] = a], in a buffer kept between batches
         (a fresh R m N allocation costs page faults and a fill on every batch)."""

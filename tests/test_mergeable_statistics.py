@@ -1,0 +1,121 @@
+"""Mergeable statistics: event counts and the student's per-event sums are explicit states that partial
+results over disjoint rows add up to exactly (counts) or to round-off (float64 sums)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import operator
+
+import pytest
+import torch
+
+from smaso.student.frequency import FrequencyAccumulator
+from smaso.student.network import LadderStudent
+from teachers import Ladder, sample_ladder
+from teachers.statistics import EventCounts, empirical_statistics
+
+
+def _ladder(emission="gaussian"):
+    return Ladder.random(depth=2, branching=[2, 3], events=[3, 4, 2], mode="topdown", concentration=0.6, seed=3,
+                         emission=emission, sigma=0.5)
+
+
+SPLITS = [0, 37, 500, 501, 1200, 2000]  # uneven parts, one of a single row
+
+
+def test_event_counts_merge_exactly_in_any_order():
+    lad = _ladder()
+    z = sample_ladder(lad, 2000, seed=1).z
+    whole = EventCounts.zeros(lad).update(z)
+    parts = [EventCounts.zeros(lad).update(z[a:b]) for a, b in itertools.pairwise(SPLITS)]
+    for order in (parts, parts[::-1], parts[2:] + parts[:2]):
+        merged = functools.reduce(operator.add, order)
+        assert merged.num_examples == 2000
+        for a, b in zip(merged.counts + merged.pairs[1:], whole.counts + whole.pairs[1:], strict=True):
+            assert a.dtype == torch.int64 and torch.equal(a, b)
+    assert parts[0].num_examples == 37  # merging made new states
+    # the normalized state is empirical_statistics, which is built on it
+    ref = empirical_statistics(lad, z, chunk_size=333)
+    got = whole.statistics()
+    for a, b in zip(got.marginals + got.joints[1:], ref.marginals + ref.joints[1:], strict=True):
+        assert torch.equal(a, b)
+    # brute force on a few cells
+    off = lad.level_offsets
+    assert whole.counts[1][1, 3] == int((z[:, off[1] + 1] == 3).sum())
+    par = lad.parents(2)[4]
+    assert whole.pairs[2][4, 1, 0] == int(((z[:, off[1] + par] == 1) & (z[:, off[2] + 4] == 0)).sum())
+
+
+def test_event_counts_refuse_bad_input_and_foreign_states():
+    lad = _ladder()
+    st = EventCounts.zeros(lad)
+    with pytest.raises(ValueError, match="z: expected an"):
+        st.update(torch.zeros(3, 2, dtype=torch.int64))
+    with pytest.raises(ValueError, match="integer events"):
+        st.update(torch.zeros(3, lad.total_regions))
+    bad = torch.zeros(2, lad.total_regions, dtype=torch.int64)
+    bad[0, -1] = 2
+    with pytest.raises(ValueError, match="level 2 has events outside"):
+        st.update(bad)
+    other = EventCounts.zeros(Ladder.random(depth=2, branching=2, events=3, seed=0))
+    with pytest.raises(ValueError, match="different ladder"):
+        st.merge(other)
+    with pytest.raises(ValueError, match="empty"):
+        st.statistics()
+
+
+def _student(lad, batch_norm):
+    st = LadderStudent(lad, [4], activation="swish:0.7", batch_norm=batch_norm, dtype=torch.float64, seed=0)
+    with torch.no_grad():
+        for b in st.biases:
+            b.normal_(0, 0.3, generator=torch.Generator().manual_seed(10))
+    return st
+
+
+def _accumulate(st, sample, rows, batch):
+    acc = FrequencyAccumulator(st, torch.float64)
+    a, b = rows
+    for s in range(a, b, batch):
+        e = min(s + batch, b)
+        rec = st.forward_backward(sample.inputs(slice(s, e), torch.float64), sample.y[s:e])
+        acc.add(rec, sample.z[s:e])
+    return acc
+
+
+@pytest.mark.parametrize("emission", ["gaussian", "onehot"])
+@pytest.mark.parametrize("batch_norm", [False, True])
+def test_frequency_sums_merge_to_one_pass(emission, batch_norm):
+    lad = _ladder(emission)
+    sample = sample_ladder(lad, 2000, seed=2)
+    st = _student(lad, batch_norm)
+    batch = 100  # every part is a whole number of batches, so BN sees the same batches either way
+    splits = [0, 300, 1100, 2000]
+    whole = _accumulate(st, sample, (0, 2000), batch)
+    parts = [_accumulate(st, sample, (a, b), batch) for a, b in itertools.pairwise(splits)]
+    merged = FrequencyAccumulator(st, torch.float64)
+    for p in parts[::-1]:
+        merged.merge_(p.state_dict())  # states, as they come back from other processes
+    r1, r2 = whole.result(), merged.result()
+    assert r1.num_examples == r2.num_examples == 2000
+    for a, b in zip(r1.counts, r2.counts, strict=True):
+        assert torch.equal(a, b)
+    for key, levels in r1.means.items():
+        for a, b in zip(levels, r2.means[key], strict=True):
+            if a is not None:
+                torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-13, msg=key)
+    for a, b in zip(r1.dW + r1.Fc[1:] + r1.Gp_tilde[1:], r2.dW + r2.Fc[1:] + r2.Gp_tilde[1:], strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-13)
+    assert r2.loss == pytest.approx(r1.loss, rel=1e-13)
+
+
+def test_frequency_merge_refuses_another_student():
+    lad = _ladder()
+    acc = FrequencyAccumulator(_student(lad, False), torch.float64)
+    wider = LadderStudent(lad, [5], dtype=torch.float64, seed=0)
+    with pytest.raises(ValueError, match="other shapes"):
+        acc.merge_(FrequencyAccumulator(wider, torch.float64))
+    with pytest.raises(ValueError, match="other shapes"):
+        acc.merge_(FrequencyAccumulator(_student(lad, False), torch.float32))
+    with pytest.raises(TypeError, match="state_dict"):
+        acc.merge_({"n": 1})
