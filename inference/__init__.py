@@ -2,8 +2,9 @@
 
 - :mod:`inference.ladder_posterior`: exact posteriors of the ladder teacher (sum-product on the region
   tree), the Bayes-optimal accuracy, exact posterior draws of the latent events (ArviZ).
-- :mod:`inference.vq`: hard, soft and beta-VQ inference in the SMASO mixture of a layer (closed forms,
-  MAP by ``infer_discrete``, SVI), which produce ReLU, SiLU and swish.
+- :mod:`inference.vq`: hard, soft and beta-VQ as inference in the SMASO mixture of a layer (MAP by
+  ``infer_discrete``, tempered SVI, exact posterior draws), which produce ReLU, SiLU and swish; the
+  closed forms they reproduce are in :mod:`smaso.splines.maso`.
 - :mod:`inference.factorial`: the factorial mixture of a whole layer: exact joint MAP by enumeration,
   factorized MAP, mean field, and their gaps (Eq 10, Eq 11).
 

@@ -175,3 +175,17 @@ def test_region_probabilities_limits_ties_and_per_unit_beta():
     assert eta.tolist() == [0.0, 1.0, 3.0, float("inf")]
     eta[:3].sum().backward()
     assert b.grad.tolist() == [1.0, 4.0, 16.0, 0.0]
+
+
+def test_beta_vq_outputs_take_one_beta_per_unit():
+    g = torch.Generator().manual_seed(5)
+    for K in (2, 3):  # K == R and K != R (a per-unit beta must not be read as one per region)
+        W, b = torch.randn(K, 4, generator=g, dtype=DT), torch.randn(K, generator=g, dtype=DT)
+        m = MASO.from_linear_relu(W, b)
+        x = torch.randn(30, 4, generator=g, dtype=DT)
+        betas = torch.linspace(0.2, 0.9, K, dtype=DT)
+        u = x @ W.T + b
+        expected = u * torch.sigmoid(betas / (1 - betas) * u)
+        torch.testing.assert_close(m.beta_vq_outputs(x, betas), expected, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(m.beta_vq_outputs(x, betas), m.vq_outputs(x, m.region_probabilities(x, betas)),
+                                   rtol=1e-12, atol=1e-12)

@@ -3,7 +3,8 @@ against Table 1 of ``docs/theory.md`` §3.
 
 Closed forms are written here from the table (float64, eta = beta / (1 - beta)); the beta-VQ column is
 also re-derived from the MASO of each layer (softmax(eta scores)-weighted pieces), which shares no code
-with the activation kernels.
+with the activation kernels except for max pooling, whose MASO output is softmax pooling itself (that
+kernel is checked against its closed form separately).
 """
 
 from __future__ import annotations

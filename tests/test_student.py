@@ -392,3 +392,18 @@ def test_in_place_activation_equals_out_of_place_with_gradients(name):
     got = a.apply_(x @ w)
     (g_got,) = torch.autograd.grad(got.pow(2).sum(), w)
     assert torch.equal(got, ref) and torch.equal(g_got, g_ref)
+
+
+def test_swish_backward_gate_is_finite_where_eta_u_overflows():
+    from smaso.student.activations import Activation
+
+    for beta, dtype in ((0.9, torch.float32), (0.999, torch.float32), (0.999, torch.float64)):
+        act = Activation("swish", beta=beta)
+        top = torch.finfo(dtype).max
+        u = torch.tensor([-top, -1e37, -3.0, 0.0, 3.0, 1e37, top], dtype=dtype)
+        d = act.derivative(u)
+        assert torch.isfinite(d).all()
+        assert d[0] == 0 and d[-1] == 1  # the hard limits of the gate far from 0
+        eta = beta / (1 - beta)
+        s = torch.sigmoid(torch.tensor(eta * 3.0, dtype=torch.float64))
+        assert d[4].item() == pytest.approx((s + eta * 3.0 * s * (1 - s)).item(), rel=1e-6)

@@ -193,12 +193,15 @@ class MASO:
         """z_k = sum_r t[k,r] (<A[k,r],x> + B[k,r]) for region weights ``t`` ``(N, K, R)`` (:func:`vq_outputs`)."""
         return vq_outputs(t, self.region_scores(x))
 
-    def beta_vq_outputs(self, x: torch.Tensor, beta: float = 0.5) -> torch.Tensor:
+    def beta_vq_outputs(self, x: torch.Tensor, beta=0.5) -> torch.Tensor:
         """Unit outputs of beta-VQ, sum_r t_r s_r with t = :meth:`region_probabilities`, ``(N, K)`` (Table 1).
 
-        Computed as softmax pooling over the R scores (one stable kernel, exact at beta = 0 and 1); equal
-        to ``vq_outputs(x, region_probabilities(x, beta))``.
+        One beta for the layer is computed as softmax pooling over the R scores (one stable kernel, exact at
+        beta = 0 and 1); a ``(K,)`` beta (one per unit) goes through :meth:`region_probabilities`.  Either
+        way it equals ``vq_outputs(x, region_probabilities(x, beta))``.
         """
+        if isinstance(beta, torch.Tensor) and beta.dim() > 0:
+            return vq_outputs(self.region_probabilities(x, beta), self.region_scores(x))
         return softmax_pool(self.region_scores(x), beta, dim=-1)
 
     def reproduction_error(self, layer: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> float:

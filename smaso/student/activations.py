@@ -92,8 +92,12 @@ class Activation:
         """f'(u): the backward gate."""
         if self.homogeneous:
             return self.slope(u)
-        s = torch.sigmoid(self.eta * u)
-        return s + self.eta * u * s * (1 - s)
+        # v = eta u may overflow; clamped to the dtype's range, s (1 - s) is exactly 0 there, so the term
+        # vanishes instead of inf * 0 = NaN
+        top = torch.finfo(u.dtype).max
+        v = (self.eta * u).clamp(-top, top)
+        s = torch.sigmoid(v)
+        return s + v * s * (1 - s)
 
 
 def get_activation(spec: str | Activation) -> Activation:
