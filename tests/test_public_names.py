@@ -5,24 +5,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
 from collections import defaultdict
 
-PACKAGES = ("smaso", "teachers", "inference")
-
-
-def _public_modules():
-    for top in PACKAGES:
-        pkg = importlib.import_module(top)
-        yield pkg
-        for info in pkgutil.walk_packages(pkg.__path__, top + "."):
-            if not any(part.startswith("_") for part in info.name.split(".")):
-                yield importlib.import_module(info.name)
+from test_docstrings import MODULES  # every public module of smaso, teachers and inference
 
 
 def test_no_public_name_is_defined_twice():
     where = defaultdict(set)
-    for mod in _public_modules():
+    for mod in MODULES:
         for name, obj in vars(mod).items():
             if name.startswith("_") or not (inspect.isfunction(obj) or inspect.isclass(obj)):
                 continue
