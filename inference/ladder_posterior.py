@@ -102,8 +102,12 @@ def ladder_posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False
     return out
 
 
-def bayes_optimal_accuracy(ladder: Ladder, x: torch.Tensor, y: torch.Tensor | None = None, **kwargs) -> dict:
+def bayes_optimal_accuracy(ladder: Ladder, x: torch.Tensor, y: torch.Tensor | None = None, *,
+                           batch_size: int | None = 256, **kwargs) -> dict:
     """Accuracy of the Bayes-optimal classifier argmax_y p(y | x) on a sample.
+
+    :param batch_size: examples per posterior pass (memory only: the sum-product messages of a wide
+        ladder take far more memory per example than x); None: all at once.
 
     :returns: a dict with
 
@@ -116,15 +120,22 @@ def bayes_optimal_accuracy(ladder: Ladder, x: torch.Tensor, y: torch.Tensor | No
           ``"expected"`` given these inputs, sqrt(sum_i q_i (1 - q_i)) / N with q_i = max p;
         - ``"n"``.
     """
-    post = ladder_posterior(ladder, x, **kwargs)
-    best = post.label.max(-1).values
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size: expected a positive integer or None, got {batch_size!r}")
+    if y is not None and y.shape != (x.shape[0],):
+        raise ValueError(f"y: expected shape ({x.shape[0]},), got {tuple(y.shape)}")
+    step = x.shape[0] if batch_size is None else batch_size
+    best_parts, pred_parts = [], []
+    for s in range(0, max(x.shape[0], 1), max(step, 1)):
+        post = ladder_posterior(ladder, x[s: s + step], **kwargs)
+        best_parts.append(post.label.max(-1).values)
+        pred_parts.append(post.predict().cpu())
+    best = torch.cat(best_parts)
     n = best.numel()
     out = {"expected": best.mean().item(), "stderr": (best.std() / n**0.5).item() if n > 1 else float("nan"),
            "stderr_empirical": ((best * (1 - best)).sum().sqrt() / n).item(), "n": n}
     if y is not None:
-        if y.shape != (x.shape[0],):
-            raise ValueError(f"y: expected shape ({x.shape[0]},), got {tuple(y.shape)}")
-        out["empirical"] = (post.predict().cpu() == y.long().cpu()).double().mean().item()
+        out["empirical"] = (torch.cat(pred_parts) == y.long().cpu()).double().mean().item()
     return out
 
 

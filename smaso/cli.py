@@ -4,8 +4,9 @@
 
     smaso demo                                   # sample -> train a student -> compare with the theory
     smaso compare data.npz --width 16 --bn --steps 1000 --out results/
-    smaso sample ladder -n 1000000 --seed 0 --out data.npz [--depth 4 --branching 4 --events 16]
-    smaso sample ladder --spec ladder.json -n 100000 --shard 0/4 --out part0.npz
+    smaso sample ladder -n 1000000 --seed 0 --out data.zarr [--depth 4 --branching 4 --events 16]
+    smaso sample ladder -n 100000000 --out big.zarr --engine dask --workers 2   # one task per chunk
+    smaso sample ladder --spec ladder.json -n 100000 --shard 0/4 --out part0.zarr
     smaso sample tent --k 6 -n 100000 --seed 0 --out tent.npz [--shard 0/4] [--noise 0.01]
     smaso inspect data.npz [part1.npz ...]       # counts, statistics vs exact, Bayes-optimal accuracy
     smaso inspect tent.npz                       # tent data: k, N, x range and histogram, max |y - tau^k(x)|
@@ -86,22 +87,54 @@ def ladder_from_args(args: argparse.Namespace):
                          concentration=args.concentration or 1.0, seed=args.ladder_seed, **common)
 
 
+def _engine(args):
+    """The engine of ``--engine`` (a context manager): this process, or a Dask cluster."""
+    from teachers.engine import DaskEngine, EngineError, SerialEngine
+
+    if getattr(args, "engine", "serial") != "dask":
+        if getattr(args, "scheduler", None) or getattr(args, "workers", None):
+            raise ValueError("--scheduler/--workers: they apply to --engine dask only")
+        return SerialEngine()
+    try:
+        return DaskEngine(args.scheduler, workers=args.workers, threads_per_worker=args.threads or 1)
+    except EngineError as e:
+        raise ValueError(str(e)) from None
+
+
+def _set_threads(args) -> None:
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
+
+
 def _cmd_sample_ladder(args) -> int:
-    from teachers.dataset import save_dataset
-    from teachers.sampling import sample_ladder
+    from teachers.sampling import parse_shard
 
     lad = ladder_from_args(args)
+    _set_threads(args)
     t0 = time.perf_counter()
-    sample = sample_ladder(lad, args.n, args.seed, shard=args.shard, chunk_size=args.chunk_size,
-                           device=args.device, progress=False if args.no_progress else None)
+    progress = False if args.no_progress else None
+    lo, hi = (lambda i, k: (i * args.n // k, (i + 1) * args.n // k))(*parse_shard(args.shard))
+    if str(args.out).endswith(".npz"):  # format 1: one file, sampled in memory
+        from teachers.dataset import save_dataset
+        from teachers.sampling import sample_ladder
+
+        if args.engine != "serial":
+            raise ValueError("--engine: a .npz file (format 1) is written by one process; give a .zarr store")
+        sample = sample_ladder(lad, args.n, args.seed, shard=args.shard, chunk_size=args.chunk_size,
+                               device=args.device, progress=progress)
+        path = save_dataset(sample.to("cpu"), args.out, compress=bool(args.compress))
+    else:  # format 2: a chunked store, written chunk by chunk
+        from teachers.chunked import sample_to_store
+
+        with _engine(args) as engine:
+            path = sample_to_store(lad, args.n, args.out, args.seed, shard=args.shard, chunk_rows=args.chunk_rows,
+                                   compress=True if args.compress is None else args.compress, device=args.device,
+                                   progress=progress, engine=engine)
     t1 = time.perf_counter()
-    path = save_dataset(sample.to("cpu"), args.out, compress=args.compress)
-    t2 = time.perf_counter()
     print(lad.describe())
-    i, k = sample.meta["shard"]
-    print(f"sampled {len(sample)} examples (rows {sample.start}..{sample.start + len(sample)} of {args.n}, "
-          f"shard {i}/{k}, seed {args.seed}) in {t1 - t0:.2f} s "
-          f"({len(sample) / max(t1 - t0, 1e-9):,.0f} examples/s); wrote {path} in {t2 - t1:.2f} s")
+    i, k = parse_shard(args.shard)
+    print(f"sampled {hi - lo} examples (rows {lo}..{hi} of {args.n}, shard {i}/{k}, seed {args.seed}) and wrote "
+          f"{path} in {t1 - t0:.2f} s ({(hi - lo) / max(t1 - t0, 1e-9):,.0f} examples/s)")
     return 0
 
 
@@ -130,25 +163,27 @@ def _cmd_spec(args) -> int:
     return 0
 
 
-def inspect_report(sample, *, bayes_n: int = 2000) -> dict:
-    """Counts, exact-vs-empirical statistics and Bayes-optimal accuracy of a sample."""
+def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool = False) -> dict:
+    """Counts, exact-vs-empirical statistics and Bayes-optimal accuracy of a dataset, streamed chunk by chunk
+    (memory does not grow with N; ``engine`` runs one task per chunk)."""
     from inference.ladder_posterior import bayes_optimal_accuracy
-    from teachers.statistics import compare_statistics, empirical_statistics, exact_statistics
+    from smaso.student.compare import _head
+    from teachers.chunked import as_chunks
+    from teachers.statistics import compare_statistics, count_events, exact_statistics
 
-    lad = sample.ladder
-    y = sample.y.cpu()
-    counts = torch.bincount(y, minlength=lad.num_classes)
+    chunks = as_chunks(source)
+    lad = chunks.ladder
+    counts = count_events(chunks, engine=engine, progress=progress)
     exact = exact_statistics(lad)
-    emp = empirical_statistics(lad, sample.z.cpu())
-    cmp = compare_statistics(exact, emp)
-    report = {"n": len(sample), "start": sample.start, "total": sample.total, "seed": sample.seed,
-              "ladder": repr(lad), "label_counts": counts.tolist(),
+    cmp = compare_statistics(exact, counts.statistics())
+    first = chunks.chunk(0)
+    report = {"n": len(chunks), "start": first.start, "total": first.total, "seed": first.seed,
+              "ladder": repr(lad), "label_counts": counts.counts[0][0].tolist(),
               "label_prior_exact": exact.marginals[0][0].tolist(), "statistics": cmp}
     if bayes_n > 0:
-        k = min(bayes_n, len(sample))
+        head = _head(chunks, min(bayes_n, len(chunks)))
         try:
-            x = sample.inputs(slice(0, k), dtype=torch.float64)
-            report["bayes_optimal"] = bayes_optimal_accuracy(lad, x, y[:k])
+            report["bayes_optimal"] = bayes_optimal_accuracy(lad, head.inputs(dtype=torch.float64), head.y)
         except NotImplementedError as e:
             report["bayes_optimal"] = {"unavailable": str(e)}
     return report
@@ -226,9 +261,12 @@ def _cmd_inspect(args) -> int:
             _write_json(args.json, report)
             print(f"\nwrote {args.json}")
         return 0
-    sample = load_dataset(args.files)
-    report = inspect_report(sample, bayes_n=args.bayes_n)
-    print_report(report, sample.ladder)
+    source = load_dataset(args.files)
+    _set_threads(args)
+    with _engine(args) as engine:
+        report = inspect_report(source, bayes_n=args.bayes_n, engine=engine,
+                                progress=not args.no_progress and sys.stderr.isatty())
+    print_report(report, source.ladder)
     if args.json:
         _write_json(args.json, report)
         print(f"\nwrote {args.json}")
@@ -261,7 +299,7 @@ def _student_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--out", default=None, help="directory for comparison.json and comparison.png")
 
 
-def _run_comparison(sample, args, title: str):
+def _run_comparison(sample, args, title: str, engine=None):
     from smaso.student.compare import compare_student
 
     width = args.width[0] if len(args.width) == 1 else args.width
@@ -269,7 +307,7 @@ def _run_comparison(sample, args, title: str):
                            bias=not args.no_bias, loss=args.loss, steps=args.steps, lr=args.lr,
                            batch_size=args.batch_size or None, weight_decay=args.weight_decay,
                            eval_every=args.eval_every, eval_examples=args.eval_examples, P_source=args.P_source,
-                           seed=args.student_seed)
+                           seed=args.student_seed, engine=engine)
 
 
 def _save_outputs(out_dir, payload: dict, result, title: str) -> list[str]:
@@ -332,7 +370,9 @@ def _cmd_compare(args) -> int:
     lad = sample.ladder
     print(lad.describe())
     title = f"{lad.name}: student vs reformulation"
-    result = _run_comparison(sample, args, title)
+    _set_threads(args)
+    with _engine(args) as engine:
+        result = _run_comparison(sample, args, title, engine=engine)
     print(result.table(every=max(1, len(result.history) // 8)))
     if args.out:
         files = _save_outputs(args.out, _comparison_payload(result, args), result, title)
@@ -365,8 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="train a student on a dataset file and compare it with the reformulation",
                           description="Train a locally connected student on a ladder dataset file (or shards) and "
                                       "compare its per-event statistics with the reformulation during training.")
-    cmp_.add_argument("files", nargs="+", help="dataset file(s) from `smaso sample ladder`")
+    cmp_.add_argument("files", nargs="+", help="dataset file(s) or store(s) from `smaso sample ladder`")
     _student_options(cmp_)
+    _add_engine_options(cmp_)
     cmp_.set_defaults(func=_cmd_compare)
 
     sample = sub.add_parser("sample", help="sample a dataset from a teacher",
@@ -378,12 +419,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_ladder_options(lad)
     lad.add_argument("-n", type=_positive_int, required=True, help="examples in the full stream")
     lad.add_argument("--seed", type=_nonneg_int, default=0, help="data seed (default 0)")
-    lad.add_argument("--out", required=True, help="output file (.npz), written atomically")
+    lad.add_argument("--out", required=True,
+                     help="output: a chunked store (format 2, e.g. data.zarr; written chunk by chunk, memory bounded "
+                          "whatever N) or a .npz file (format 1, sampled in memory); written atomically")
     lad.add_argument("--shard", default=None, help="'i/n': write only shard i of n (same rows as one full run)")
-    lad.add_argument("--chunk-size", type=_positive_int, default=None, help="examples per model call (memory only)")
+    lad.add_argument("--chunk-size", type=_positive_int, default=None,
+                     help="examples per model call of a .npz run (memory only)")
+    lad.add_argument("--chunk-rows", type=_positive_int, default=65536,
+                     help="rows per chunk of a store, a multiple of 4096 (default 65536)")
     lad.add_argument("--device", default=None, help="torch device to sample on (default cpu)")
-    lad.add_argument("--compress", action="store_true", help="deflate the file's members")
+    lad.add_argument("--compress", nargs="?", const=True, default=None,
+                     help="a .npz: deflate its members; a store: its codec (default zstd level 1; 'none' for raw)")
     lad.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_engine_options(lad)
     lad.set_defaults(func=_cmd_sample_ladder)
     tent = teachers.add_parser("tent", help="the tent map tau^k (a deep 1-D regression target)",
                                description="Sample N examples (x, tau^k(x)), x ~ U[0, 1), of the tent map composed "
@@ -413,8 +461,22 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("--bayes-n", type=_nonneg_int, default=2000,
                       help="examples for the Bayes-optimal accuracy (0: skip)")
     insp.add_argument("--json", help="also write the report as JSON here")
+    insp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_engine_options(insp)
     insp.set_defaults(func=_cmd_inspect)
     return parser
+
+
+def _add_engine_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("engine")
+    g.add_argument("--engine", choices=("serial", "dask"), default="serial",
+                   help="serial: this process (default); dask: one task per chunk on a Dask cluster "
+                        "(needs the 'distributed' extra)")
+    g.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (tcp://host:8786)")
+    g.add_argument("--workers", type=_positive_int, default=None,
+                   help="worker processes of the local Dask cluster started without --scheduler (default: cores)")
+    g.add_argument("--threads", type=_positive_int, default=None,
+                   help="torch threads of this process, and of each Dask worker (default 1 for Dask workers)")
 
 
 def _positive_int(text: str) -> int:

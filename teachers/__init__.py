@@ -2,10 +2,11 @@
 tent map tau^k (a deep 1-D target with exactly 2^k linear pieces, ``docs/theory.md`` §2)."""
 
 from .categorical import AliasTable, BlockRNG, CategoricalTable, IndexedCategorical
+from .chunked import ChunkDataset, ChunkedLadderData, StreamingLadderDataset, open_dataset, sample_to_store
 from .emission import Emission, GaussianEmission, OneHotEmission
 from .ladder import Factorization, Ladder, LadderSpecError
 from .pyro_model import EmissionDistribution, LadderModel
-from .sampling import BLOCK_SIZE, LadderSample, sample_ladder
+from .sampling import BLOCK_SIZE, LadderSample, sample_ladder, sample_rows
 from .tent import TentNetwork, TentSample, sample_tent, tent, tent_power
 
 __all__ = [
@@ -13,6 +14,8 @@ __all__ = [
     "AliasTable",
     "BlockRNG",
     "CategoricalTable",
+    "ChunkDataset",
+    "ChunkedLadderData",
     "Emission",
     "EmissionDistribution",
     "Factorization",
@@ -23,10 +26,14 @@ __all__ = [
     "LadderSample",
     "LadderSpecError",
     "OneHotEmission",
+    "StreamingLadderDataset",
     "TentNetwork",
     "TentSample",
+    "open_dataset",
     "sample_ladder",
+    "sample_rows",
     "sample_tent",
+    "sample_to_store",
     "tent",
     "tent_power",
 ]

@@ -35,6 +35,7 @@ import os
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -43,6 +44,9 @@ import torch.nn.functional as F
 from .ladder import Ladder, LadderSpecError
 from .sampling import LadderSample
 from .spec_io import atomic_write
+
+if TYPE_CHECKING:
+    from .chunked import ChunkedLadderData
 
 __all__ = ["FORMAT", "VERSION", "DatasetFormatError", "LadderDataset", "load_dataset", "save_dataset"]
 
@@ -161,16 +165,32 @@ def _check(path: Path, meta: dict, arrays: dict[str, np.ndarray], ladder: Ladder
 
 
 def load_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
-                 device: torch.device | str | None = None) -> LadderSample:
+                 device: torch.device | str | None = None) -> LadderSample | ChunkedLadderData:
     """Load one dataset file, or several shards of one stream (concatenated in stream order).
+
+    Version-1 ``.npz`` files are read into memory: the result is a :class:`LadderSample`.
+    Version-2 stores (zarr directories, ``*.zarr``; see :mod:`teachers.chunked`) open lazily
+    with :func:`teachers.chunked.open_dataset`: the result is a
+    :class:`~teachers.chunked.ChunkedLadderData` (read it by chunks; ``device`` must be ``None``).
 
     :raises DatasetFormatError: corrupted/truncated/foreign file, wrong version, or shards
         that do not belong together (other ladder, seed or total, gaps or overlaps).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    paths = list(paths)
     if not paths:
         raise ValueError("paths: expected at least one dataset file")
+    is_store = [Path(p).is_dir() or Path(p).suffix == ".zarr" for p in paths]
+    if any(is_store):
+        if not all(is_store):
+            raise DatasetFormatError("dataset: cannot join version-1 .npz files and version-2 stores "
+                                     f"({[str(p) for p in paths]})")
+        if device is not None:
+            raise ValueError("device: a version-2 store opens lazily; move its chunks with LadderSample.to")
+        from .chunked import open_dataset
+
+        return open_dataset(paths)
     parts = []
     for p in paths:
         p = Path(p)

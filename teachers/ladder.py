@@ -27,6 +27,8 @@ events, so P(x_alpha | z_alpha) is a delta and Thm 3 holds), :meth:`Ladder.facto
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -319,6 +321,35 @@ class Ladder:
         return new
 
     # ------------------------------------------------------------------ serialization
+    def fingerprint(self) -> str:
+        """SHA-256 of the whole specification (structure, mode, emission and every table's dtype, shape and
+        bytes): equal for two ladders exactly when they define the same teacher, the check used before
+        counts or statistics of two samples are merged."""
+        h = hashlib.sha256()
+
+        def feed(obj) -> None:
+            if isinstance(obj, torch.Tensor | np.ndarray):
+                a = np.ascontiguousarray(obj.detach().cpu().numpy() if isinstance(obj, torch.Tensor) else obj)
+                h.update(f"<array {a.dtype.str} {a.shape}>".encode())
+                h.update(a.tobytes())
+            elif isinstance(obj, dict):
+                h.update(b"{")
+                for k in sorted(obj):
+                    h.update(json.dumps(k).encode() + b":")
+                    feed(obj[k])
+                h.update(b"}")
+            elif isinstance(obj, list | tuple):
+                h.update(b"[")
+                for v in obj:
+                    feed(v)
+                    h.update(b",")
+                h.update(b"]")
+            else:
+                h.update(json.dumps(obj).encode())
+
+        feed(self.to_dict())
+        return h.hexdigest()
+
     def to_dict(self) -> dict:
         """Plain description: lists/ints/strings plus tensors (see :mod:`teachers.spec_io`)."""
         d = {"format": "smaso-ladder", "version": 1, "name": self.name, "mode": self.mode,

@@ -25,12 +25,15 @@ from .categorical import BlockRNG
 from .ladder import Ladder
 from .pyro_model import LadderModel
 
-__all__ = ["BLOCK_SIZE", "LadderSample", "block_generator", "parse_shard", "sample_ladder"]
+__all__ = ["BLOCK_SIZE", "DEFAULT_CHUNK_ROWS", "LadderSample", "block_generator", "parse_shard", "sample_ladder",
+           "sample_rows"]
 
 #: Examples per RNG block.  Part of the sampling stream's definition (``STREAM_VERSION``):
 #: changing it changes every sampled byte.
 BLOCK_SIZE = 4096
 STREAM_VERSION = 1
+#: Rows per chunk of a chunked (version 2) dataset store, and of :meth:`LadderSample.iter_chunks`, by default.
+DEFAULT_CHUNK_ROWS = 16 * BLOCK_SIZE
 
 
 @dataclass
@@ -84,6 +87,20 @@ class LadderSample:
         """The same sample with its tensors on ``device``."""
         return LadderSample(self.ladder, self.z.to(device), None if self.x is None else self.x.to(device),
                             self.seed, self.start, self.total, dict(self.meta))
+
+    def iter_chunks(self, chunk_rows: int = DEFAULT_CHUNK_ROWS):
+        """Consecutive row slices of at most ``chunk_rows`` rows, each a :class:`LadderSample`
+        (views, no copy) whose ``start`` is its first row's index in the full stream.
+
+        :class:`teachers.chunked.ChunkedLadderData` has the same method, so one loop streams
+        over an in-memory sample and a chunked store alike.
+        """
+        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)) or chunk_rows <= 0:
+            raise ValueError(f"chunk_rows: expected a positive integer, got {chunk_rows!r}")
+        for lo in range(0, len(self), int(chunk_rows)):
+            hi = min(len(self), lo + int(chunk_rows))
+            yield LadderSample(self.ladder, self.z[lo:hi], None if self.x is None else self.x[lo:hi], self.seed,
+                               self.start + lo, self.total, dict(self.meta))
 
 
 def block_generator(seed: int, block: int, device: torch.device | str = "cpu") -> torch.Generator:
@@ -144,7 +161,6 @@ def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: st
     model = model or LadderModel(ladder, device=device)
     emit = not ladder.emission.derivable
     blocks_per_call = max(1, -(-(chunk_size or BLOCK_SIZE) // BLOCK_SIZE))
-    first, last = lo // BLOCK_SIZE, -(-hi // BLOCK_SIZE)  # blocks [first, last)
     n = hi - lo
     z = torch.empty(n, ladder.total_regions, dtype=ladder.event_dtype(), device=device)
     x = torch.empty(n, ladder.num_regions[-1], ladder.emission.dim, device=device) if emit else None
@@ -155,6 +171,19 @@ def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: st
         from tqdm.auto import tqdm
 
         bar = tqdm(total=n, unit="ex", unit_scale=True, desc="sampling ladder")
+    _sample_into(ladder, seed, lo, hi, z, x, model, device, blocks_per_call, bar)
+    if bar is not None:
+        bar.close()
+    return LadderSample(ladder, z, x, seed=seed, start=lo, total=num_examples,
+                        meta={"shard": [i, n_shards], "block_size": BLOCK_SIZE, "stream_version": STREAM_VERSION})
+
+
+def _sample_into(ladder: Ladder, seed: int, lo: int, hi: int, z: torch.Tensor, x: torch.Tensor | None,
+                 model: LadderModel, device: torch.device, blocks_per_call: int, bar=None) -> None:
+    """Fill ``z`` (and ``x`` when the emission is not derivable) with stream rows ``[lo, hi)``:
+    one model call per ``blocks_per_call`` blocks, block k drawn from ``block_generator(seed, k)``."""
+    emit = not ladder.emission.derivable
+    first, last = lo // BLOCK_SIZE, -(-hi // BLOCK_SIZE)  # blocks [first, last)
     with torch.no_grad():
         for call_start in range(first, last, blocks_per_call):
             blocks = range(call_start, min(call_start + blocks_per_call, last))
@@ -169,7 +198,44 @@ def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: st
                 x[a - lo: b - lo] = vals["x"].reshape(rng.total, ladder.num_regions[-1], -1)[a - base: b - base]
             if bar is not None:
                 bar.update(b - a)
-    if bar is not None:
-        bar.close()
-    return LadderSample(ladder, z, x, seed=seed, start=lo, total=num_examples,
-                        meta={"shard": [i, n_shards], "block_size": BLOCK_SIZE, "stream_version": STREAM_VERSION})
+
+
+def sample_rows(ladder: Ladder, seed: int, lo: int, hi: int, *, model: LadderModel | None = None,
+                device: torch.device | str | None = None,
+                chunk_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rows ``[lo, hi)`` of the stream with ``seed``: the same bytes as those rows of
+    :func:`sample_ladder` (example i depends only on (ladder, seed, i)), for any ``lo``/``hi``.
+
+    This is the unit a chunked writer samples (one chunk of a store, perhaps in another
+    process): pass a prebuilt ``model`` (a :class:`LadderModel` of this ladder) to reuse its
+    alias tables over many calls.
+
+    :param chunk_size: examples per model call, as in :func:`sample_ladder` (memory and speed only).
+    :returns: ``(z, x)``: ``z`` ``(hi - lo, total_regions)`` in the ladder's event dtype, ``x``
+        ``(hi - lo, R_d, dim)`` or ``None`` when the emission is derivable from the events.
+    """
+    if not isinstance(ladder, Ladder):
+        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+    for name, v in (("lo", lo), ("hi", hi)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"{name}: expected a non-negative integer, got {v!r}")
+    if hi < lo:
+        raise ValueError(f"hi: expected hi >= lo, got lo={lo}, hi={hi}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer))
+                                   or chunk_size <= 0):
+        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
+    if model is not None and not isinstance(model, LadderModel):
+        raise TypeError(f"model: expected a LadderModel, got {type(model).__name__}")
+    if model is not None and (model.ladder.branching, model.ladder.events, model.ladder.mode) != (
+            ladder.branching, ladder.events, ladder.mode):
+        raise ValueError("model: a LadderModel of another ladder (branching, events or mode differ)")
+    device = torch.device(device) if device is not None else model.device if model is not None else torch.device("cpu")
+    model = model or LadderModel(ladder, device=device)
+    lo, hi, seed = int(lo), int(hi), int(seed)
+    z = torch.empty(hi - lo, ladder.total_regions, dtype=ladder.event_dtype(), device=device)
+    x = None if ladder.emission.derivable else torch.empty(hi - lo, ladder.num_regions[-1], ladder.emission.dim,
+                                                           device=device)
+    _sample_into(ladder, seed, lo, hi, z, x, model, device, max(1, -(-(chunk_size or BLOCK_SIZE) // BLOCK_SIZE)))
+    return z, x

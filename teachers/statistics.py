@@ -27,7 +27,14 @@ import torch
 
 from .ladder import TOPDOWN, Ladder
 
-__all__ = ["EventCounts", "EventStatistics", "compare_statistics", "empirical_statistics", "exact_statistics"]
+__all__ = [
+    "EventCounts",
+    "EventStatistics",
+    "compare_statistics",
+    "count_events",
+    "empirical_statistics",
+    "exact_statistics",
+]
 
 
 @dataclass
@@ -151,20 +158,27 @@ class EventCounts:
         if z.is_floating_point() or z.dtype == torch.bool:
             raise ValueError(f"z: expected integer events, got dtype {z.dtype}")
         dev = self.counts[0].device
-        zc = z.to(dev, torch.int64)
         off = lad.level_offsets
+
+        def level(l: int) -> torch.Tensor:  # int64 one level at a time: memory of one level, not of z
+            return z[:, off[l]: off[l + 1]].to(dev, torch.int64)
+
+        parent = None
         for l in range(lad.depth + 1):
             R, m = lad.num_regions[l], lad.events[l]
-            ev = zc[:, off[l]: off[l + 1]]
+            ev = level(l)
             if ev.numel() and (int(ev.min()) < 0 or int(ev.max()) >= m):
                 raise ValueError(f"z: level {l} has events outside [0, {m})")
             base = torch.arange(R, device=dev)
-            self.counts[l] += torch.bincount((ev + base * m).reshape(-1), minlength=R * m).reshape(R, m)
-            if l >= 1:
+            if l == 0:
+                self.counts[0] += torch.bincount((ev + base * m).reshape(-1), minlength=R * m).reshape(R, m)
+            else:  # one bincount of the (parent, child) pairs; the child's counts are its margins
                 mp = lad.events[l - 1]
-                par = zc[:, off[l - 1]: off[l]][:, lad.parents(l)]
-                idx = (base * mp + par) * m + ev
-                self.pairs[l] += torch.bincount(idx.reshape(-1), minlength=R * mp * m).reshape(R, mp, m)
+                idx = (base * mp + parent[:, lad.parents(l)]) * m + ev
+                pairs = torch.bincount(idx.reshape(-1), minlength=R * mp * m).reshape(R, mp, m)
+                self.pairs[l] += pairs
+                self.counts[l] += pairs.sum(1)
+            parent = ev
         self.num_examples += z.shape[0]
         return self
 
@@ -176,7 +190,7 @@ class EventCounts:
         if not isinstance(other, EventCounts):
             raise TypeError(f"other: expected EventCounts, got {type(other).__name__}")
         if [tuple(c.shape) for c in other.counts] != [tuple(c.shape) for c in self.counts] or (
-                other.ladder is not self.ladder and other.ladder.to_dict() != self.ladder.to_dict()):
+                other.ladder is not self.ladder and other.ladder.fingerprint() != self.ladder.fingerprint()):
             raise ValueError("other: counts of a different ladder cannot be merged")
         dev = self.counts[0].device
         return EventCounts(self.ladder, [a + b.to(dev) for a, b in zip(self.counts, other.counts, strict=True)],
@@ -214,6 +228,34 @@ def empirical_statistics(ladder: Ladder, z: torch.Tensor, *, chunk_size: int = 2
     for s in range(0, z.shape[0], chunk_size):
         state.update(z[s: s + chunk_size])
     return state.statistics()
+
+
+def _count_chunk(c: int, chunks) -> EventCounts:
+    """The task of one chunk (any process): its event counts."""
+    return EventCounts.zeros(chunks.ladder).update(chunks.chunk(c).z)
+
+
+def count_events(source, *, engine=None, progress: bool = False) -> EventCounts:
+    """Event and pair counts of a whole dataset, streamed chunk by chunk (one task per chunk).
+
+    Memory is one chunk whatever N is; the counts are exact int64 and, merged in chunk order, the same
+    on every engine and for any number of workers.
+
+    :param source: a :class:`~teachers.sampling.LadderSample`, a :class:`~teachers.chunked.ChunkedLadderData`
+        or dataset path(s).
+    :param engine: None (this process) or a :class:`~teachers.engine.DaskEngine`.
+    :param progress: a tqdm bar over the chunks.
+    """
+    from .chunked import as_chunks
+    from .engine import get_engine
+
+    chunks = as_chunks(source)
+    parts = get_engine(engine).map(_count_chunk, range(chunks.num_chunks), chunks,
+                                   progress="counting events" if progress else None)
+    total = EventCounts.zeros(chunks.ladder)
+    for part in parts:
+        total = total.merge(part)
+    return total
 
 
 def compare_statistics(exact: EventStatistics, empirical: EventStatistics, *,

@@ -119,3 +119,13 @@ def test_frequency_merge_refuses_another_student():
         acc.merge_(FrequencyAccumulator(_student(lad, False), torch.float32))
     with pytest.raises(TypeError, match="state_dict"):
         acc.merge_({"n": 1})
+
+
+def test_ladder_fingerprint_names_the_teacher():
+    a, b = _ladder(), _ladder()
+    assert a.fingerprint() == b.fingerprint() and len(a.fingerprint()) == 64
+    assert a.fingerprint() != _ladder("onehot").fingerprint()  # another emission
+    tables = [t.clone() for t in a.tables]
+    tables[0][0, 0, [0, 1]] = tables[0][0, 0, [1, 0]]  # one row's entries swapped: another teacher
+    c = Ladder(a.branching, a.events, mode=a.mode, prior=a.prior, tables=tables, emission=a.emission, name=a.name)
+    assert c.fingerprint() != a.fingerprint()

@@ -160,42 +160,117 @@ class ComparisonResult:
         return "\n".join(lines)
 
 
-def compare_student(sample: LadderSample, *, width: int | list[int] = 8, activation: str = "relu",
+def _head(chunks, k: int) -> LadderSample:
+    """The first ``k`` rows of a chunked source, in memory (the evaluation set)."""
+    parts, got = [], 0
+    for c in range(chunks.num_chunks):
+        if got >= k:
+            break
+        part = chunks.chunk(c)
+        take = min(len(part), k - got)
+        parts.append(part if take == len(part) else LadderSample(
+            part.ladder, part.z[:take], None if part.x is None else part.x[:take], part.seed, part.start, part.total,
+            part.meta))
+        got += take
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    x = None if first.x is None else torch.cat([p.x for p in parts])
+    return LadderSample(first.ladder, torch.cat([p.z for p in parts]), x, first.seed, first.start, first.total,
+                        first.meta)
+
+
+def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torch.dtype):
+    """SGD minibatches ``(x, y)`` without end: each epoch visits the chunks in a random order and each
+    chunk's rows in a random order (``gen``), a batch's last rows carried over into the next chunk, so
+    every row is used once per epoch.  Inputs are built per batch in ``dtype``; memory is one chunk."""
+    carry: tuple[torch.Tensor, torch.Tensor] | None = None
+    while True:
+        for c in torch.randperm(chunks.num_chunks, generator=gen).tolist():
+            part = chunks.chunk(c)
+            perm = torch.randperm(len(part), generator=gen)
+            first = 0
+            if carry is not None:
+                need = batch_size - carry[1].shape[0]
+                idx = perm[:need]
+                x = torch.cat([carry[0], part.inputs(idx, dtype)])
+                y = torch.cat([carry[1], part.y[idx]])
+                first, carry = idx.shape[0], None
+                if y.shape[0] < batch_size:
+                    carry = (x, y)
+                    continue
+                yield x, y
+            for s in range(first, len(part), batch_size):
+                idx = perm[s: s + batch_size]
+                if idx.shape[0] < batch_size:
+                    carry = (part.inputs(idx, dtype), part.y[idx])
+                    break
+                yield part.inputs(idx, dtype), part.y[idx]
+
+
+def compare_student(sample, *, width: int | list[int] = 8, activation: str = "relu",
                     batch_norm: bool = False, bn_eps: float = 1e-5, bias: bool = True, loss: str = "squared",
                     steps: int = 200, lr: float = 0.1, batch_size: int | None = 256, weight_decay: float = 0.0,
-                    eval_every: int = 20, eval_examples: int | None = 4096, P_source: str = "empirical",
-                    seed: int = 0, dtype: torch.dtype = torch.float64, device: torch.device | str | None = None,
-                    progress: bool = False) -> ComparisonResult:
+                    eval_every: int = 20, eval_examples: int | None = 4096, eval_batch_size: int = 4096,
+                    P_source: str = "empirical", seed: int = 0, dtype: torch.dtype = torch.float64,
+                    device: torch.device | str | None = None, progress: bool = False,
+                    engine=None) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
-    :param sample: a ladder sample (needs every latent event: ``sample.z``).
+    The data stream: training reads minibatches chunk by chunk (each epoch a seeded random order of
+    the chunks and of the rows within each chunk), and inputs are built per batch, so a chunked store
+    of any size trains in the memory of one chunk; an in-memory sample is cut into chunks of
+    ``DEFAULT_CHUNK_ROWS`` rows, so a ``.npz`` file and a store of the same rows give the same run.
+
+    :param sample: a :class:`~teachers.sampling.LadderSample`, a :class:`~teachers.chunked.ChunkedLadderData`
+        or dataset path(s); it needs every latent event z.
     :param bn_eps: BN's eps (0: Thm 5's exact projection; fails on a node constant over the batch).
-    :param batch_size: SGD minibatch (``None``: full-batch GD on the whole sample).
+    :param batch_size: SGD minibatch (``None``: full-batch GD, for an in-memory sample only).
     :param eval_every: compare every this many steps (and at steps 0 and ``steps``).
-    :param eval_examples: the first this many examples form the evaluation set, processed as
-        one batch (the reformulation describes full-batch statistics); ``None``: all.
+    :param eval_examples: the first this many examples form the evaluation set, processed as one
+        batch (the reformulation describes full-batch statistics); ``None``: every example (one batch
+        for an in-memory sample; a chunked dataset is streamed chunk by chunk in batches of
+        ``eval_batch_size``, with BN normalizing each batch by its own statistics, and merged exactly:
+        :func:`~smaso.student.frequency.accumulate_statistics`).
     :param P_source: ``"empirical"`` (frequencies of the evaluation set) or ``"exact"`` (the
         ladder's tables).
+    :param engine: where the streamed evaluation runs (None: this process; a
+        :class:`~teachers.engine.DaskEngine`: one task per chunk).
     :returns: :class:`ComparisonResult` with one history row per checkpoint: step, loss,
         accuracy and the per-level errors and diagnosis.
     """
-    if not isinstance(sample, LadderSample):
-        raise TypeError(f"sample: expected a LadderSample, got {type(sample).__name__}")
-    lad = sample.ladder
-    if sample.z is None or sample.z.shape[1] != lad.total_regions:
+    from smaso.student.frequency import accumulate_statistics
+    from teachers.chunked import as_chunks
+
+    if not isinstance(sample, LadderSample) and not hasattr(sample, "chunk"):
+        raise TypeError(f"sample: expected a LadderSample or a ChunkedLadderData, got {type(sample).__name__}")
+    chunks = as_chunks(sample)
+    lad = chunks.ladder
+    if isinstance(sample, LadderSample) and (sample.z is None or sample.z.shape[1] != lad.total_regions):
         raise ValueError("sample: the dataset must hold every latent event z of its ladder")
     if P_source not in ("empirical", "exact"):
         raise ValueError(f"P_source: expected 'empirical' or 'exact', got {P_source!r}")
     if steps < 0 or eval_every <= 0:
         raise ValueError(f"steps/eval_every: expected steps >= 0 and eval_every > 0, got {steps}, {eval_every}")
+    if batch_size is None and not isinstance(sample, LadderSample):
+        raise ValueError("batch_size: full-batch GD (None) needs an in-memory LadderSample; give a minibatch size "
+                         "to stream a chunked dataset")
+    for name, v in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
     student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
                             seed=seed, dtype=dtype, device=device)
-    x_all = sample.inputs(dtype=dtype)
-    y_all, z_all = sample.y, sample.z
-    n = len(sample)
-    ne = n if eval_examples is None else min(eval_examples, n)
-    x_eval, y_eval, z_eval = x_all[:ne], y_all[:ne], z_all[:ne]
+    n = len(chunks)
+    streamed = eval_examples is None and not isinstance(sample, LadderSample)
+    if not streamed:
+        ev = _head(chunks, n if eval_examples is None else min(eval_examples, n))
+        x_eval, y_eval, z_eval = ev.inputs(dtype=dtype), ev.y, ev.z
     gen = torch.Generator().manual_seed(seed)
+    if batch_size is None:
+        x_all, y_all = sample.inputs(dtype=dtype), sample.y
+        batches = iter(lambda: (x_all, y_all), None)
+    else:
+        batches = _training_batches(chunks, batch_size, gen, dtype)
     dev = student.weights[0].device
     result = ComparisonResult(student=student)
     t0 = time.perf_counter()
@@ -207,16 +282,21 @@ def compare_student(sample: LadderSample, *, width: int | list[int] = 8, activat
         bar = tqdm(total=steps, desc="training student")
     for step in range(steps + 1):
         if step in checkpoints:
-            stats = collect_statistics(student, x_eval, y_eval, z_eval, loss=loss)
+            if streamed:
+                acc_state, correct = accumulate_statistics(student, chunks, loss=loss, batch_size=eval_batch_size,
+                                                           dtype=torch.float64, engine=engine)
+                stats, acc = acc_state.result(), correct / n
+            else:
+                stats = collect_statistics(student, x_eval, y_eval, z_eval, loss=loss, dtype=torch.float64)
+                with torch.no_grad():
+                    acc = (student(x_eval.to(dev)).argmax(-1).cpu() == y_eval).double().mean().item()
             report = compare_statistics_to_theory(student, stats, P_source=P_source, loss=loss)
-            with torch.no_grad():
-                acc = (student(x_eval.to(dev)).argmax(-1).cpu() == y_eval).double().mean().item()
             result.history.append({"step": step, "accuracy": acc, **report})
             result.final_stats = stats
         if step == steps:
             break
-        idx = torch.randint(0, n, (batch_size,), generator=gen) if batch_size else slice(None)
-        rec = student.forward_backward(x_all[idx].to(dev), y_all[idx].to(dev), loss)
+        x_b, y_b = next(batches)
+        rec = student.forward_backward(x_b.to(dev), y_b.to(dev), loss)
         student.apply_update(rec, lr, weight_decay)
         if bar is not None:
             bar.update(1)

@@ -362,3 +362,63 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
         acc.add(rec, z[s: s + bs])
         buffers = rec.stacked  # the next batch writes into the same memory
     return acc.result()
+
+
+def _chunk_statistics(c: int, student: LadderStudent, chunks, loss: str, batch_size: int,
+                      dtype: torch.dtype | None) -> tuple[dict, int]:
+    """The task of one chunk (any process): its rows in batches of ``batch_size`` into a fresh accumulator.
+
+    :returns: ``(state_dict, correct)``: the accumulator's state and how many of the chunk's examples
+        the student classifies correctly.
+    """
+    part = chunks.chunk(c)
+    acc = FrequencyAccumulator(student, dtype)
+    dev = student.weights[0].device
+    wdt = student.weights[0].dtype
+    correct = 0
+    buffers: list | bool = True
+    with torch.no_grad():
+        for s in range(0, len(part), batch_size):
+            rows = slice(s, min(s + batch_size, len(part)))
+            y = part.y[rows].to(dev)
+            rec = student.forward_backward(part.inputs(rows, wdt).to(dev), y, loss, stacked=buffers)
+            acc.add(rec, part.z[rows])
+            correct += int((rec.fbar[0][:, 0].argmax(-1) == y).sum())
+            buffers = rec.stacked
+    return acc.state_dict(), correct
+
+
+def accumulate_statistics(student: LadderStudent, source, *, loss: str = "squared", batch_size: int = 4096,
+                          dtype: torch.dtype | None = None, engine=None,
+                          progress: bool = False) -> tuple[FrequencyAccumulator, int]:
+    """One streaming pass of a fixed student over a dataset, chunk by chunk: the mergeable sums.
+
+    Each chunk is one task (in this process, or on a Dask cluster with ``engine``); it runs its rows in
+    batches of ``batch_size`` (BN normalizes each batch by its own statistics, as in training) into a
+    fresh accumulator, and the chunks' states are merged in chunk order.  Memory is one chunk and one
+    batch of per-example records, whatever N is; the result does not depend on the engine or its
+    number of workers (the same per-chunk sums, added in the same order).
+
+    :param source: a :class:`~teachers.sampling.LadderSample`, a :class:`~teachers.chunked.ChunkedLadderData`,
+        or dataset path(s).
+    :param dtype: accumulation dtype (default: the student's; float64 for exact sums).
+    :param engine: None (this process), or a :class:`~teachers.engine.DaskEngine`.
+    :returns: ``(accumulator, correct)``: call ``accumulator.result()`` for the
+        :class:`FrequencyStatistics`; ``correct`` counts the examples classified correctly.
+    """
+    from teachers.chunked import as_chunks
+    from teachers.engine import get_engine
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+    chunks = as_chunks(source)
+    if chunks.ladder is not student.ladder and chunks.ladder.fingerprint() != student.ladder.fingerprint():
+        raise ValueError("source: the dataset's ladder is not the student's")
+    results = get_engine(engine).map(_chunk_statistics, range(chunks.num_chunks), student, chunks, loss, batch_size,
+                                     dtype, progress="student statistics" if progress else None)
+    acc = FrequencyAccumulator(student, dtype)
+    correct = 0
+    for state, right in results:  # chunk order: the same sums in the same order on every engine
+        acc.merge_(state)
+        correct += right
+    return acc, correct

@@ -1,0 +1,254 @@
+"""Datasets larger than memory, and the Dask engine (issue 12): memory against N, engine scaling, contention.
+
+Sections (each in fresh subprocesses, so every peak RSS is that of one job alone):
+
+- ``memory``: peak resident memory and examples/s of sampling into a chunked store, of ``inspect``
+  (streaming event counts and statistics) and of a fixed student's statistics pass, against N on the
+  341-region ladder (depth 4, branching 4, m = 16); and the in-memory path (``sample_ladder`` + counts)
+  at ``--baseline-n`` for comparison.
+- ``engine``: sampling throughput of one process at one thread against Dask with 1 and 2 worker
+  processes of one thread each, the stores' bytes compared, and the per-task overhead.
+- ``contention``: the sampler with 1 and 2 torch threads, on a quiet machine and with ``--busy`` busy
+  processes competing for the cores.
+- ``main_job``: ``compare_student`` streaming over a store of ``--main-n`` examples (evaluation over
+  every example): time and peak memory.
+
+    python3 benchmarks/bench_out_of_core.py                       # everything (long: N up to 1e8)
+    python3 benchmarks/bench_out_of_core.py --sections engine contention --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common
+import torch
+
+LADDER = {"depth": 4, "branching": 4, "events": 16, "seed": 0}
+SECTIONS = ("memory", "engine", "contention", "main_job")
+
+
+def _ladder(emission: str = "onehot"):
+    from teachers import Ladder
+
+    return Ladder.random(**LADDER, emission=emission)
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---------------------------------------------------------------------- child jobs (one per subprocess)
+def _child(job: str, path: str, n: int, threads: int, extra: dict) -> dict:
+    torch.set_num_threads(threads)
+    rss0 = _peak_rss_mib()
+    t0 = time.perf_counter()
+    if job == "sample":
+        from teachers.chunked import sample_to_store
+
+        sample_to_store(_ladder(), n, path, seed=0, chunk_rows=extra.get("chunk_rows", 65536), progress=False)
+    elif job == "sample_memory":
+        from teachers.sampling import sample_ladder
+        from teachers.statistics import empirical_statistics
+
+        s = sample_ladder(_ladder(), n, seed=0, progress=False)
+        empirical_statistics(s.ladder, s.z)
+    elif job == "inspect":
+        from smaso.cli import inspect_report
+        from teachers.chunked import open_dataset
+
+        inspect_report(open_dataset(path), bayes_n=2000)
+    elif job == "statistics":
+        from smaso.student.frequency import accumulate_statistics
+        from smaso.student.network import LadderStudent
+        from teachers.chunked import open_dataset
+
+        data = open_dataset(path)
+        student = LadderStudent(data.ladder, 16, dtype=torch.float32, seed=0)
+        accumulate_statistics(student, data, batch_size=1024, dtype=torch.float64)
+    elif job == "main_job":
+        from smaso.student.compare import compare_student
+        from teachers.chunked import open_dataset
+
+        run = compare_student(open_dataset(path), width=16, steps=extra["steps"], lr=0.5, batch_size=1024,
+                              eval_every=extra["steps"], eval_examples=None, eval_batch_size=1024,
+                              dtype=torch.float32)
+        extra["final_accuracy"] = run.final()["accuracy"]
+    else:
+        raise ValueError(f"job: unknown {job!r}")
+    seconds = time.perf_counter() - t0
+    return {"job": job, "n": n, "threads": threads, "seconds": seconds, "examples_per_s": n / seconds,
+            "peak_rss_mib": _peak_rss_mib(), "rss_before_mib": rss0, **extra}
+
+
+def _run_child(job: str, path: Path | str, n: int, threads: int = 1, **extra) -> dict:
+    cmd = [sys.executable, __file__, "--child", job, str(path), str(n), str(threads), json.dumps(extra)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"child {job} n={n} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _du(path: Path) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+# ---------------------------------------------------------------------- sections
+def bench_memory(ns: list[int], baseline_n: int, stats_max_n: int, work: Path) -> list[dict]:
+    rows = []
+    for n in ns:
+        path = work / f"m{n}.zarr"
+        r = _run_child("sample", path, n)
+        r["bytes_per_example"] = _du(path) / n
+        rows.append(r)
+        print(f"sample     N={n:>11,}: {r['seconds']:8.1f} s {r['examples_per_s']:>11,.0f} ex/s  peak RSS "
+              f"{r['peak_rss_mib']:7.0f} MiB  {r['bytes_per_example']:.0f} B/ex on disk", flush=True)
+        r = _run_child("inspect", path, n)
+        rows.append(r)
+        print(f"inspect    N={n:>11,}: {r['seconds']:8.1f} s {r['examples_per_s']:>11,.0f} ex/s  peak RSS "
+              f"{r['peak_rss_mib']:7.0f} MiB", flush=True)
+        if n <= stats_max_n:
+            r = _run_child("statistics", path, n)
+            rows.append(r)
+            print(f"statistics N={n:>11,}: {r['seconds']:8.1f} s {r['examples_per_s']:>11,.0f} ex/s  peak RSS "
+                  f"{r['peak_rss_mib']:7.0f} MiB", flush=True)
+        shutil.rmtree(path)
+    r = _run_child("sample_memory", "-", baseline_n)
+    rows.append(r)
+    print(f"in-memory sample + counts N={baseline_n:,}: {r['examples_per_s']:,.0f} ex/s, peak RSS "
+          f"{r['peak_rss_mib']:.0f} MiB", flush=True)
+    return rows
+
+
+def _dask_sample(n: int, path: Path, workers: int, chunk_rows: int) -> float:
+    from teachers.chunked import sample_to_store
+    from teachers.engine import DaskEngine
+
+    with DaskEngine(workers=workers, threads_per_worker=1) as engine:
+        t0 = time.perf_counter()
+        sample_to_store(_ladder(), n, path, seed=0, chunk_rows=chunk_rows, engine=engine, progress=False)
+        return time.perf_counter() - t0
+
+
+def _chunk_sums(path: Path) -> dict:
+    return json.loads((Path(path) / "zarr.json").read_text())["attributes"]["chunk_sha256"]
+
+
+def bench_engine(n: int, chunk_rows: int, work: Path) -> list[dict]:
+    serial = _run_child("sample", work / "e_serial.zarr", n, chunk_rows=chunk_rows)
+    rows = [{"contender": "one process, 1 thread", "seconds": serial["seconds"],
+             "examples_per_s": serial["examples_per_s"]}]
+    ref = _chunk_sums(work / "e_serial.zarr")
+    chunks = -(-n // chunk_rows)
+    for workers in (1, 2):
+        path = work / f"e_dask{workers}.zarr"
+        sec = _dask_sample(n, path, workers, chunk_rows)
+        rows.append({"contender": f"dask, {workers} worker(s) x 1 thread", "seconds": sec, "examples_per_s": n / sec,
+                     "same_bytes": _chunk_sums(path) == ref,
+                     "x_one_thread": (n / sec) / serial["examples_per_s"]})
+        if workers == 1:
+            rows[-1]["per_task_overhead_s"] = (sec - serial["seconds"]) / chunks
+        shutil.rmtree(path)
+    shutil.rmtree(work / "e_serial.zarr")
+    for r in rows:
+        print(f"{r['contender']:<28} {r['seconds']:7.2f} s {r['examples_per_s']:>10,.0f} ex/s "
+              f"{r.get('x_one_thread', 1.0):5.2f}x  same bytes: {r.get('same_bytes', True)}", flush=True)
+    return rows
+
+
+def _busy(k: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(k)]
+
+
+def bench_contention(n: int, busy: int, work: Path) -> list[dict]:
+    rows = []
+    for label, k in (("quiet", 0), (f"{busy} busy processes", busy)):
+        procs = _busy(k)
+        try:
+            time.sleep(0.5 if k else 0)
+            for threads in (1, 2):
+                r = _run_child("sample", work / "c.zarr", n, threads)
+                shutil.rmtree(work / "c.zarr")
+                rows.append({"machine": label, "threads": threads, "examples_per_s": r["examples_per_s"],
+                             "seconds": r["seconds"]})
+                print(f"{label:<20} {threads} thread(s): {r['examples_per_s']:>10,.0f} ex/s", flush=True)
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+    return rows
+
+
+def bench_main_job(n: int, steps: int, work: Path) -> list[dict]:
+    path = work / "main.zarr"
+    sample = _run_child("sample", path, n)
+    r = _run_child("main_job", path, n, steps=steps)
+    shutil.rmtree(path)
+    print(f"main job on N={n:,} (341 regions, width 16, {steps} SGD steps, 2 full streamed evaluations): "
+          f"{r['seconds']:.1f} s, peak RSS {r['peak_rss_mib']:.0f} MiB (sampling it took {sample['seconds']:.1f} s)",
+          flush=True)
+    return [{**r, "sample_seconds": sample["seconds"]}]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Run the chosen sections and write the JSON results."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    p.add_argument("--ns", type=float, nargs="+", default=None, help="N of the memory section")
+    p.add_argument("--baseline-n", type=float, default=None, help="N of the in-memory path")
+    p.add_argument("--stats-max-n", type=float, default=None, help="largest N of the statistics pass")
+    p.add_argument("--engine-n", type=float, default=None)
+    p.add_argument("--chunk-rows", type=int, default=65536)
+    p.add_argument("--busy", type=int, default=None, help="busy processes of the contention section (default 6)")
+    p.add_argument("--main-n", type=float, default=None)
+    p.add_argument("--main-steps", type=int, default=None)
+    p.add_argument("--workdir", type=Path, default=None, help="where the stores are written (default: a temp dir)")
+    _common.add_quick_out_args(p, "small sizes, for the smoke test", _common.default_out("out_of_core"))
+    args = p.parse_args(argv)
+    _common.fill_defaults(args, quick={"ns": [2e4], "baseline_n": 2e4, "stats_max_n": 2e4, "engine_n": 3e4,
+                                       "main_n": 2e4, "main_steps": 4, "chunk_rows": 8192, "busy": 1},
+                          full={"ns": [1e5, 1e6, 1e7, 1e8], "baseline_n": 2e6, "stats_max_n": 1e7, "engine_n": 2e6,
+                                "main_n": 1e7, "main_steps": 200, "busy": 6})
+    wall0 = _common.start(None)
+    machine = _common.machine_info(pyro=False)
+    work = Path(tempfile.mkdtemp(prefix="smaso-ooc-", dir=args.workdir))
+    results: list[dict] = []
+    try:
+        if "memory" in args.sections:
+            for r in bench_memory([int(n) for n in args.ns], int(args.baseline_n), int(args.stats_max_n), work):
+                results.append({"section": "memory", **r})
+        if "engine" in args.sections:
+            results += [{"section": "engine", **r} for r in bench_engine(int(args.engine_n), args.chunk_rows, work)]
+        if "contention" in args.sections:
+            results += [{"section": "contention", **r}
+                        for r in bench_contention(int(args.engine_n), args.busy, work)]
+        if "main_job" in args.sections:
+            results += [{"section": "main_job", **r} for r in bench_main_job(int(args.main_n), args.main_steps, work)]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    total = _common.finish(machine, wall0)
+    data = _common.record("out_of_core", argv, {"config": {**vars(args), "out": str(args.out),
+                                                           "workdir": str(args.workdir), "ladder": LADDER}},
+                          machine, results, {}, total)
+    _common.write_json(args.out, data)
+    _common.print_done(total, args.out)
+    return data
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        job, path, n, threads, extra = sys.argv[2:7]
+        print(json.dumps(_child(job, path, int(n), int(threads), json.loads(extra))))
+    else:
+        main()
+        os._exit(0)  # the Dask cluster's threads may linger

@@ -1,0 +1,189 @@
+"""Where a dataset pass runs: in this process, or as tasks on a Dask cluster.
+
+Every pass over a dataset that can be split (sampling a store chunk by chunk, counting events,
+collecting a fixed student's statistics) is written as one *task per chunk*: a module-level function
+of the chunk index whose result is small (checksums, or a mergeable state such as
+:class:`~teachers.statistics.EventCounts`).  An engine runs the tasks and hands back their results in
+chunk order; the caller merges them in that order.  So the bytes of a store and the statistics of a
+pass do not depend on the engine, nor on how many workers it has:
+
+- :class:`SerialEngine` (the default everywhere): the tasks one after the other in this process;
+- :class:`DaskEngine`: the tasks on a ``dask.distributed`` cluster, either an existing scheduler
+  (``scheduler="tcp://host:8786"``) or a ``LocalCluster`` of ``workers`` processes started here.
+
+The core library never imports Dask; :class:`DaskEngine` imports ``dask.distributed`` when it is
+created, and says which extra to install when it is missing (``pip install 'smaso[distributed]'``).
+
+Threads.  Each Dask worker process runs its tasks with ``threads_per_worker`` torch threads (default
+1).  The ladder sampler gains little from a second thread on a quiet 2-core machine and loses most of
+its throughput to oversubscription when other processes compete (``benchmarks/bench_engine.py``
+measures both), so one thread per worker process, and as many processes as cores, is the default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+__all__ = ["DaskEngine", "EngineError", "SerialEngine", "get_engine"]
+
+
+class EngineError(RuntimeError):
+    """The requested engine cannot run here (Dask not installed, no scheduler at the address, ...)."""
+
+
+def _progress_bar(total: int, desc: str | None):
+    if not desc:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="chunk")
+
+
+class SerialEngine:
+    """Runs every task in this process, one after the other (the engine of ``engine=None``)."""
+
+    workers = 1
+
+    def map(self, fn: Callable[..., Any], items: Sequence, *args, progress: str | None = None, **kwargs) -> list:
+        """``[fn(item, *args, **kwargs) for item in items]``, with a tqdm bar titled ``progress`` (None: no bar)."""
+        bar = _progress_bar(len(items), progress)
+        out = []
+        try:
+            for item in items:
+                out.append(fn(item, *args, **kwargs))
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+        return out
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __enter__(self) -> SerialEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "SerialEngine()"
+
+
+class DaskEngine:
+    """Runs the tasks on a ``dask.distributed`` cluster.
+
+    :param scheduler: address of a running scheduler (``"tcp://host:8786"``); ``None`` starts a
+        ``LocalCluster`` of ``workers`` processes on this machine, closed with the engine.
+    :param workers: worker processes of the local cluster (ignored with ``scheduler``).
+    :param threads_per_worker: torch threads (and Dask task slots) per worker process.
+    :param client: an existing ``dask.distributed.Client`` to use instead (not closed by the engine).
+    :param timeout: seconds to wait for the scheduler at ``scheduler``.
+    :raises EngineError: Dask is not installed, or the scheduler cannot be reached.
+
+    Use as a context manager (``with DaskEngine(workers=2) as engine: ...``) or call :meth:`close`.
+    """
+
+    def __init__(self, scheduler: str | None = None, *, workers: int | None = None, threads_per_worker: int = 1,
+                 client=None, timeout: float = 20.0) -> None:
+        try:
+            from dask.distributed import Client, LocalCluster
+        except ImportError:
+            raise EngineError("the dask engine needs dask.distributed: pip install 'smaso[distributed]'") from None
+        for name, v in (("workers", workers), ("threads_per_worker", threads_per_worker)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        self.threads_per_worker = threads_per_worker
+        self._cluster = None
+        self._own_client = client is None
+        if client is not None:
+            self.client = client
+        elif scheduler is not None:
+            if not isinstance(scheduler, str) or not scheduler:
+                raise ValueError(f"scheduler: expected an address such as 'tcp://host:8786', got {scheduler!r}")
+            try:
+                self.client = Client(scheduler, timeout=f"{float(timeout)}s")
+            except (OSError, TimeoutError) as e:
+                raise EngineError(f"scheduler: cannot reach {scheduler!r} ({e})") from None
+        else:
+            n = workers or max(1, os.cpu_count() or 1)
+            self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=True,
+                                         dashboard_address=None, silence_logs=40)
+            self.client = Client(self._cluster)
+        self.client.run(_set_threads, threads_per_worker)
+
+    @property
+    def workers(self) -> int:
+        """Worker processes the scheduler knows of now."""
+        return len(self.client.scheduler_info(n_workers=-1)["workers"])
+
+    def map(self, fn: Callable[..., Any], items: Sequence, *args, progress: str | None = None, **kwargs) -> list:
+        """``fn(item, *args, **kwargs)`` for every item as one task each; the results in ``items``' order.
+
+        Large arguments (a ladder, a student, a dataset handle) are scattered once to every worker.
+        A failed task's exception is raised here (the other tasks are cancelled).
+        """
+        from dask.distributed import as_completed
+
+        client = self.client
+        shared = [client.scatter(a, broadcast=True) if _is_large(a) else a for a in args]
+        shared_kw = {k: client.scatter(v, broadcast=True) if _is_large(v) else v for k, v in kwargs.items()}
+        futures = [client.submit(fn, item, *shared, pure=False, **shared_kw) for item in items]
+        bar = _progress_bar(len(futures), progress)
+        try:
+            for fut in as_completed(futures):
+                if fut.status == "error":
+                    fut.result()  # raises the task's exception
+                if bar is not None:
+                    bar.update(1)
+            return client.gather(futures)
+        except BaseException:
+            client.cancel(futures)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def close(self) -> None:
+        """Close the client and the local cluster this engine started."""
+        if self._own_client:
+            self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+            self._cluster = None
+
+    def __enter__(self) -> DaskEngine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"DaskEngine({self.client.scheduler.address!r}, threads_per_worker={self.threads_per_worker})"
+
+
+def _set_threads(n: int) -> None:
+    import torch
+
+    torch.set_num_threads(n)
+
+
+def _is_large(value) -> bool:
+    """Objects worth scattering once instead of sending with every task."""
+    return not isinstance(value, (str, bytes, int, float, bool, type(None), os.PathLike, tuple, list, dict))
+
+
+def get_engine(engine: SerialEngine | DaskEngine | None) -> SerialEngine | DaskEngine:
+    """``engine``, or a :class:`SerialEngine` for None.
+
+    :raises TypeError: anything else.
+    """
+    if engine is None:
+        return SerialEngine()
+    if not callable(getattr(engine, "map", None)):
+        raise TypeError(f"engine: expected None, a SerialEngine or a DaskEngine, got {type(engine).__name__}")
+    return engine
+

@@ -1,0 +1,93 @@
+"""The Dask engine: a LocalCluster of 2 worker processes gives the same store bytes, counts and student
+statistics as one process; the core library never imports Dask."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from smaso.student.compare import compare_student
+from smaso.student.frequency import accumulate_statistics
+from smaso.student.network import LadderStudent
+from teachers import Ladder
+from teachers.chunked import open_dataset, sample_to_store
+from teachers.engine import DaskEngine, EngineError, SerialEngine, get_engine
+from teachers.statistics import count_events
+
+pytest.importorskip("dask.distributed")
+pytestmark = pytest.mark.slow
+
+N, CHUNK = 5 * 4096 + 123, 4096  # six chunks, the last one short
+
+
+@pytest.fixture(scope="module")
+def dask_engine():
+    with DaskEngine(workers=2, threads_per_worker=1) as engine:
+        yield engine
+
+
+def _ladder(emission="onehot"):
+    return Ladder.random(depth=2, branching=[3, 2], events=[3, 4, 3], concentration=0.7, seed=4,
+                         emission=emission, sigma=0.4)
+
+
+@pytest.mark.parametrize("emission", ["onehot", "gaussian"])
+def test_two_workers_write_the_same_store_as_one_process(tmp_path, dask_engine, emission):
+    lad = _ladder(emission)
+    serial = sample_to_store(lad, N, tmp_path / "serial.zarr", seed=3, chunk_rows=CHUNK)
+    dask = sample_to_store(lad, N, tmp_path / "dask.zarr", seed=3, chunk_rows=CHUNK, engine=dask_engine)
+    a, b = open_dataset(serial), open_dataset(dask)
+    assert dask_engine.workers == 2
+    sa, sb = a.to_sample(), b.to_sample()
+    assert torch.equal(sa.z, sb.z)
+    if emission == "gaussian":
+        assert torch.equal(sa.x, sb.x)
+    assert a.verify()["chunks"] == b.verify()["chunks"] == 6
+
+
+def test_counts_and_statistics_on_two_workers_equal_one_process_bit_for_bit(tmp_path, dask_engine):
+    lad = _ladder("gaussian")
+    data = open_dataset(sample_to_store(lad, N, tmp_path / "d.zarr", seed=5, chunk_rows=CHUNK))
+    c1, c2 = count_events(data), count_events(data, engine=dask_engine)
+    for x, y in zip(c1.counts + c1.pairs[1:], c2.counts + c2.pairs[1:], strict=True):
+        assert torch.equal(x, y)
+    assert c1.num_examples == c2.num_examples == N
+    st = LadderStudent(lad, [4], activation="relu", batch_norm=True, dtype=torch.float64, seed=1)
+    (a1, r1), (a2, r2) = (accumulate_statistics(st, data, batch_size=1000, dtype=torch.float64, engine=e)
+                          for e in (None, dask_engine))
+    assert r1 == r2
+    s1, s2 = a1.state_dict(), a2.state_dict()
+    for key in ("counts", "own", "fc", "gp", "dW", "db"):
+        for x, y in zip(s1[key], s2[key], strict=True):
+            assert (x is None and y is None) or torch.equal(x, y), key
+    assert s1["loss_sum"] == s2["loss_sum"]
+
+
+def test_streamed_comparison_is_the_same_on_the_engine(tmp_path, dask_engine):
+    lad = _ladder()
+    data = open_dataset(sample_to_store(lad, N, tmp_path / "c.zarr", seed=6, chunk_rows=CHUNK))
+    runs = [compare_student(data, width=4, steps=20, lr=0.3, batch_size=64, eval_every=10, eval_examples=None,
+                            eval_batch_size=2048, engine=e) for e in (None, dask_engine)]
+    assert runs[0].history == runs[1].history
+    assert runs[0].final()["num_examples"] == N
+
+
+def test_engine_arguments():
+    assert isinstance(get_engine(None), SerialEngine)
+    with pytest.raises(TypeError, match="engine"):
+        get_engine("dask")
+    with pytest.raises(ValueError, match="workers"):
+        DaskEngine(workers=0)
+    with pytest.raises(EngineError, match="cannot reach"):
+        DaskEngine("tcp://127.0.0.1:9", timeout=1.0)
+
+
+def test_the_core_library_does_not_import_dask():
+    code = ("import sys, smaso, teachers, inference, teachers.chunked, teachers.engine, teachers.statistics, "
+            "smaso.student.compare, smaso.cli; smaso.compare_student; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
