@@ -526,6 +526,6 @@ def test_memory_stays_bounded_whatever_n(tmp_path):
           + ", ".join(f"{m} N={n}: {v / 2**20:.0f}" for (m, n), v in growth.items()))
     assert abs(growth["store", 2_000_000] - growth["store", 500_000]) < 100 * 2**20
     assert growth["store", 2_000_000] < 200 * 2**20 < 2_000_000 * regions <= growth["memory", 2_000_000]
-    assert growth["memory", 2_000_000] - growth["memory", 500_000] >= 1_500_000 * regions
+    assert growth["memory", 2_000_000] - growth["memory", 500_000] >= 0.8 * 1_500_000 * regions  # the events
     data = open_dataset(tmp_path / "big2000000store.zarr")
     assert len(data) == 2_000_000 and data.num_chunks == -(-2_000_000 // 65536)
