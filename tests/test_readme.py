@@ -25,3 +25,7 @@ def test_readme_quick_start_runs(tmp_path, monkeypatch):
     assert namespace["report"]["within_bound"]
     assert namespace["post"].label.shape == (1000, 4)
     assert set(namespace["draws"]) >= {"z_0", "z_1", "z_2", "z_3", "x"}
+    # dataset block: a chunked store written and streamed through a DataLoader with two workers
+    assert len(namespace["data"]) == 100_000
+    assert namespace["z"].shape == (1024, namespace["data"].ladder.total_regions)
+    assert namespace["x"].shape[0] == 1024 and torch.equal(namespace["y"], namespace["z"][:, 0])
