@@ -101,16 +101,20 @@ def _engine(args):
         raise ValueError(str(e)) from None
 
 
-def _set_threads(args) -> None:
-    if getattr(args, "threads", None):
-        torch.set_num_threads(args.threads)
+def _set_threads(args, default: int | None = None) -> None:
+    """Apply ``--threads`` (else ``default``; None leaves torch's own choice)."""
+    threads = getattr(args, "threads", None) or default
+    if threads:
+        torch.set_num_threads(threads)
 
 
 def _cmd_sample_ladder(args) -> int:
     from teachers.sampling import parse_shard
 
     lad = ladder_from_args(args)
-    _set_threads(args)
+    # one thread unless asked: a second one gains a few percent on a quiet machine and loses most of the
+    # throughput when other processes compete for the cores (benchmarks/bench_out_of_core.py, contention)
+    _set_threads(args, default=1)
     t0 = time.perf_counter()
     progress = False if args.no_progress else None
     lo, hi = (lambda i, k: (i * args.n // k, (i + 1) * args.n // k))(*parse_shard(args.shard))
@@ -476,7 +480,8 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--workers", type=_positive_int, default=None,
                    help="worker processes of the local Dask cluster started without --scheduler (default: cores)")
     g.add_argument("--threads", type=_positive_int, default=None,
-                   help="torch threads of this process, and of each Dask worker (default 1 for Dask workers)")
+                   help="torch threads of this process and of each Dask worker (default 1 for sampling and for "
+                        "Dask workers, torch's own choice otherwise)")
 
 
 def _positive_int(text: str) -> int:
