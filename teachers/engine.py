@@ -60,6 +60,22 @@ class SerialEngine:
                 bar.close()
         return out
 
+    def fold(self, fn: Callable[..., Any], items: Sequence, *args, merge: Callable[[Any, Any], Any], init: Any,
+             progress: str | None = None, **kwargs) -> Any:
+        """``merge(... merge(merge(init, fn(items[0])), fn(items[1])) ...)``: each result is merged as soon as it
+        exists and then dropped, so only the running total is kept (memory of one chunk's result)."""
+        bar = _progress_bar(len(items), progress)
+        acc = init
+        try:
+            for item in items:
+                acc = merge(acc, fn(item, *args, **kwargs))
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+        return acc
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -142,6 +158,37 @@ class DaskEngine:
             return client.gather(futures)
         except BaseException:
             client.cancel(futures)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def fold(self, fn: Callable[..., Any], items: Sequence, *args, merge: Callable[[Any, Any], Any], init: Any,
+             progress: str | None = None, **kwargs) -> Any:
+        """Like :meth:`SerialEngine.fold`, with the tasks on the cluster: results are merged in ``items``' order
+        as soon as the next one in that order is done (later ones wait, then are dropped once merged), so
+        the total is the same as in one process, bit for bit."""
+        from dask.distributed import as_completed
+
+        client = self.client
+        shared = [client.scatter(a, broadcast=True) if _is_large(a) else a for a in args]
+        shared_kw = {k: client.scatter(v, broadcast=True) if _is_large(v) else v for k, v in kwargs.items()}
+        futures = [client.submit(fn, item, *shared, pure=False, **shared_kw) for item in items]
+        index = {f.key: i for i, f in enumerate(futures)}
+        bar = _progress_bar(len(futures), progress)
+        acc, waiting, nxt = init, {}, 0
+        try:
+            for fut in as_completed(futures):
+                waiting[index[fut.key]] = fut.result()  # raises a failed task's exception
+                futures[index[fut.key]] = None  # let the cluster forget it
+                while nxt in waiting:
+                    acc = merge(acc, waiting.pop(nxt))
+                    nxt += 1
+                if bar is not None:
+                    bar.update(1)
+            return acc
+        except BaseException:
+            client.cancel([f for f in futures if f is not None])
             raise
         finally:
             if bar is not None:

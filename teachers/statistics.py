@@ -146,6 +146,9 @@ class EventCounts:
                           for l in range(1, ladder.depth + 1)]
         return cls(ladder, counts, pairs, 0)
 
+    #: rows counted per pass: the int64 index temporaries of a wide level stay at a few tens of MB
+    ROWS_PER_PASS = 8192
+
     def update(self, z: torch.Tensor) -> EventCounts:
         """Count a batch of events ``z`` ``(N, total_regions)`` (any integer dtype) in place; returns self.
 
@@ -157,6 +160,13 @@ class EventCounts:
             raise ValueError(f"z: expected an (N, {lad.total_regions}) tensor of events, got {shape}")
         if z.is_floating_point() or z.dtype == torch.bool:
             raise ValueError(f"z: expected integer events, got dtype {z.dtype}")
+        for s in range(0, z.shape[0], self.ROWS_PER_PASS):
+            self._update(z[s: s + self.ROWS_PER_PASS])
+        self.num_examples += z.shape[0]
+        return self
+
+    def _update(self, z: torch.Tensor) -> None:
+        lad = self.ladder
         dev = self.counts[0].device
         off = lad.level_offsets
 
@@ -179,8 +189,6 @@ class EventCounts:
                 self.pairs[l] += pairs
                 self.counts[l] += pairs.sum(1)
             parent = ev
-        self.num_examples += z.shape[0]
-        return self
 
     def merge(self, other: EventCounts) -> EventCounts:
         """The counts of both samples together (a new state; neither input changes).
@@ -250,12 +258,16 @@ def count_events(source, *, engine=None, progress: bool = False) -> EventCounts:
     from .engine import get_engine
 
     chunks = as_chunks(source)
-    parts = get_engine(engine).map(_count_chunk, range(chunks.num_chunks), chunks,
+
+    def merge(total: EventCounts, part: EventCounts) -> EventCounts:  # in place: one running total
+        for a, b in zip(total.counts + total.pairs[1:], part.counts + part.pairs[1:], strict=True):
+            a += b
+        total.num_examples += part.num_examples
+        return total
+
+    return get_engine(engine).fold(_count_chunk, range(chunks.num_chunks), chunks, merge=merge,
+                                   init=EventCounts.zeros(chunks.ladder),
                                    progress="counting events" if progress else None)
-    total = EventCounts.zeros(chunks.ladder)
-    for part in parts:
-        total = total.merge(part)
-    return total
 
 
 def compare_statistics(exact: EventStatistics, empirical: EventStatistics, *,

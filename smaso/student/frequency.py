@@ -414,11 +414,10 @@ def accumulate_statistics(student: LadderStudent, source, *, loss: str = "square
     chunks = as_chunks(source)
     if chunks.ladder is not student.ladder and chunks.ladder.fingerprint() != student.ladder.fingerprint():
         raise ValueError("source: the dataset's ladder is not the student's")
-    results = get_engine(engine).map(_chunk_statistics, range(chunks.num_chunks), student, chunks, loss, batch_size,
-                                     dtype, progress="student statistics" if progress else None)
-    acc = FrequencyAccumulator(student, dtype)
-    correct = 0
-    for state, right in results:  # chunk order: the same sums in the same order on every engine
-        acc.merge_(state)
-        correct += right
-    return acc, correct
+    def merge(total: tuple[FrequencyAccumulator, int], part: tuple[dict, int]) -> tuple[FrequencyAccumulator, int]:
+        return total[0].merge_(part[0]), total[1] + part[1]
+
+    # chunk order: the same sums in the same order on every engine
+    return get_engine(engine).fold(_chunk_statistics, range(chunks.num_chunks), student, chunks, loss, batch_size,
+                                   dtype, merge=merge, init=(FrequencyAccumulator(student, dtype), 0),
+                                   progress="student statistics" if progress else None)
