@@ -48,17 +48,7 @@ class SerialEngine:
 
     def map(self, fn: Callable[..., Any], items: Sequence, *args, progress: str | None = None, **kwargs) -> list:
         """``[fn(item, *args, **kwargs) for item in items]``, with a tqdm bar titled ``progress`` (None: no bar)."""
-        bar = _progress_bar(len(items), progress)
-        out = []
-        try:
-            for item in items:
-                out.append(fn(item, *args, **kwargs))
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if bar is not None:
-                bar.close()
-        return out
+        return self.fold(fn, items, *args, merge=_append, init=[], progress=progress, **kwargs)
 
     def fold(self, fn: Callable[..., Any], items: Sequence, *args, merge: Callable[[Any, Any], Any], init: Any,
              progress: str | None = None, **kwargs) -> Any:
@@ -142,26 +132,7 @@ class DaskEngine:
         Large arguments (a ladder, a student, a dataset handle) are scattered once to every worker.
         A failed task's exception is raised here (the other tasks are cancelled).
         """
-        from dask.distributed import as_completed
-
-        client = self.client
-        shared = [client.scatter(a, broadcast=True) if _is_large(a) else a for a in args]
-        shared_kw = {k: client.scatter(v, broadcast=True) if _is_large(v) else v for k, v in kwargs.items()}
-        futures = [client.submit(fn, item, *shared, pure=False, **shared_kw) for item in items]
-        bar = _progress_bar(len(futures), progress)
-        try:
-            for fut in as_completed(futures):
-                if fut.status == "error":
-                    fut.result()  # raises the task's exception
-                if bar is not None:
-                    bar.update(1)
-            return client.gather(futures)
-        except BaseException:
-            client.cancel(futures)
-            raise
-        finally:
-            if bar is not None:
-                bar.close()
+        return self.fold(fn, items, *args, merge=_append, init=[], progress=progress, **kwargs)
 
     def fold(self, fn: Callable[..., Any], items: Sequence, *args, merge: Callable[[Any, Any], Any], init: Any,
              progress: str | None = None, **kwargs) -> Any:
@@ -210,6 +181,11 @@ class DaskEngine:
 
     def __repr__(self) -> str:
         return f"DaskEngine({self.client.scheduler.address!r}, threads_per_worker={self.threads_per_worker})"
+
+
+def _append(acc: list, item) -> list:
+    acc.append(item)
+    return acc
 
 
 def _set_threads(n: int) -> None:
