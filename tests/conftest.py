@@ -248,3 +248,22 @@ def tv_bound(cells: int, n: int, delta: float = 1e-6) -> float:
 @pytest.fixture
 def tv():
     return tv_bound
+
+
+# ---------------------------------------------------------------------- ladders of the chunked-store tests
+@pytest.fixture(scope="module")
+def ladder():
+    """A small top-down ladder with one-hot leaves (three levels, 3/4/5 events)."""
+    from teachers import Ladder
+
+    return Ladder.random(depth=2, branching=3, events=[3, 4, 5], concentration=0.5, seed=7)
+
+
+@pytest.fixture(scope="module")
+def gaussian():
+    """A small bottom-up ladder whose leaves emit 5-dimensional Gaussians (x is stored)."""
+    from teachers import Ladder
+    from teachers.emission import GaussianEmission
+
+    return Ladder.random(depth=2, branching=2, events=[3, 3, 2], mode="bottomup", seed=1).with_emission(
+        GaussianEmission.random_means(4, 2, dim=5, sigma=0.3, generator=torch.Generator().manual_seed(0)))

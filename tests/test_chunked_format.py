@@ -21,7 +21,7 @@ import torch
 import zarr
 
 import teachers.chunked as chunked
-from teachers import GaussianEmission, Ladder, LadderSample, sample_ladder
+from teachers import Ladder, LadderSample, sample_ladder
 from teachers.chunked import (
     ChunkedLadderData,
     chunk_bounds,
@@ -36,17 +36,6 @@ from teachers.dataset import DatasetFormatError, load_dataset, save_dataset
 from teachers.sampling import BLOCK_SIZE, sample_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def ladder():
-    return Ladder.random(depth=2, branching=3, events=[3, 4, 5], concentration=0.5, seed=7)
-
-
-@pytest.fixture(scope="module")
-def gaussian():
-    return Ladder.random(depth=2, branching=2, events=[3, 3, 2], mode="bottomup", seed=1).with_emission(
-        GaussianEmission.random_means(4, 2, dim=5, sigma=0.3, generator=torch.Generator().manual_seed(0)))
 
 
 def _attrs(store: Path) -> dict:

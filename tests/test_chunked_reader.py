@@ -10,23 +10,12 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from teachers import GaussianEmission, Ladder, sample_ladder
+from teachers import sample_ladder
 from teachers.chunked import ChunkDataset, StreamingLadderDataset, open_dataset, sample_to_store
 from teachers.dataset import save_dataset
 from teachers.sampling import BLOCK_SIZE
 
 N = 10_000  # three chunks of BLOCK_SIZE rows, the last one short
-
-
-@pytest.fixture(scope="module")
-def ladder():
-    return Ladder.random(depth=2, branching=3, events=[3, 4, 5], concentration=0.5, seed=7)
-
-
-@pytest.fixture(scope="module")
-def gaussian():
-    return Ladder.random(depth=2, branching=2, events=[3, 3, 2], mode="bottomup", seed=1).with_emission(
-        GaussianEmission.random_means(4, 2, dim=5, sigma=0.3, generator=torch.Generator().manual_seed(0)))
 
 
 @pytest.fixture(scope="module")
