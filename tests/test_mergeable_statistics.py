@@ -129,3 +129,32 @@ def test_ladder_fingerprint_names_the_teacher():
     tables[0][0, 0, [0, 1]] = tables[0][0, 0, [1, 0]]  # one row's entries swapped: another teacher
     c = Ladder(a.branching, a.events, mode=a.mode, prior=a.prior, tables=tables, emission=a.emission, name=a.name)
     assert c.fingerprint() != a.fingerprint()
+
+
+def test_streaming_functions_refuse_bad_arguments(tmp_path):
+    from inference.ladder_posterior import bayes_optimal_accuracy
+    from smaso.student.compare import compare_student
+    from smaso.student.frequency import accumulate_statistics
+    from teachers.chunked import sample_to_store
+    from teachers.dataset import load_dataset
+    from teachers.statistics import count_events
+
+    lad = _ladder("onehot")
+    sample = sample_ladder(lad, 300, seed=0)
+    st = _student(lad, False)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="batch_size"):
+            accumulate_statistics(st, sample, batch_size=bad)
+        with pytest.raises(ValueError, match="eval_batch_size"):
+            compare_student(sample, steps=1, eval_batch_size=bad)
+        with pytest.raises(ValueError, match="batch_size"):
+            bayes_optimal_accuracy(lad, sample.inputs(slice(0, 10), torch.float64), batch_size=bad)
+    with pytest.raises(TypeError, match="source"):
+        count_events(object())
+    with pytest.raises(TypeError, match="sample"):
+        compare_student(object(), steps=1)
+    with pytest.raises(ValueError, match="not the student's"):
+        accumulate_statistics(_student(_ladder(), False), sample)
+    store = load_dataset(sample_to_store(lad, 300, tmp_path / "s.zarr"))
+    with pytest.raises(ValueError, match="full-batch GD"):
+        compare_student(store, steps=1, batch_size=None)
