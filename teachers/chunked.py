@@ -113,9 +113,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .dataset import FORMAT, DatasetFormatError, _join_arrays, _split_arrays, check_contiguous
+from .emission import one_hot
 from .ladder import Ladder, LadderSpecError
 from .pyro_model import LadderModel
 from .sampling import BLOCK_SIZE, DEFAULT_CHUNK_ROWS, STREAM_VERSION, LadderSample, parse_shard, sample_rows
@@ -1036,7 +1036,7 @@ def _check_dtype(dtype) -> torch.dtype:
 def _triple(ladder: Ladder, z: torch.Tensor, x: torch.Tensor | None, dtype: torch.dtype):
     z = z.long()
     if x is None:
-        x = F.one_hot(z[:, ladder.level_offsets[-2]:], ladder.events[-1]).to(dtype)
+        x = one_hot(z[:, ladder.level_offsets[-2]:], ladder.events[-1], dtype)
     else:
         x = x.to(dtype)
     return x, z[:, 0], z

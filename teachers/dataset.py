@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from .emission import one_hot
 from .ladder import Ladder, LadderSpecError
 from .sampling import LadderSample
 from .spec_io import atomic_write
@@ -247,5 +247,5 @@ class LadderDataset(torch.utils.data.Dataset):
     def __getitem__(self, i):
         s = self.sample
         z = s.z[i].long()
-        x = s.x[i].float() if s.x is not None else F.one_hot(z[..., self._leaf_offset:], self._m).float()
+        x = s.x[i].float() if s.x is not None else one_hot(z[..., self._leaf_offset:], self._m, torch.float32)
         return x, z[..., 0], z

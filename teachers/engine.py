@@ -16,8 +16,14 @@ created, and says which extra to install when it is missing (``pip install 'smas
 
 Threads.  Each Dask worker process runs its tasks with ``threads_per_worker`` torch threads (default
 1).  The ladder sampler gains little from a second thread on a quiet 2-core machine and loses most of
-its throughput to oversubscription when other processes compete (``benchmarks/bench_engine.py``
+its throughput to oversubscription when other processes compete (``benchmarks/bench_out_of_core.py``
 measures both), so one thread per worker process, and as many processes as cores, is the default.
+
+Memory allocator.  Dask's nanny starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which
+freezes glibc's mmap threshold, so every large tensor is mapped and unmapped afresh: the sampler then
+runs at half speed (0.23 s of extra time per 65536-row chunk, measured).  A ``LocalCluster`` started
+here unsets it; for workers started elsewhere the engine warns (:class:`EngineWarning`) and
+:data:`MALLOC_TRIM_CONFIG` is the Dask configuration that fixes it.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["DaskEngine", "EngineError", "SerialEngine", "get_engine"]
+__all__ = ["MALLOC_TRIM_CONFIG", "DaskEngine", "EngineError", "EngineWarning", "SerialEngine", "get_engine"]
 
 
 class EngineError(RuntimeError):
@@ -115,11 +121,22 @@ class DaskEngine:
             except (OSError, TimeoutError) as e:
                 raise EngineError(f"scheduler: cannot reach {scheduler!r} ({e})") from None
         else:
+            import dask
+
             n = workers or max(1, os.cpu_count() or 1)
-            self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=True,
-                                         dashboard_address=None, silence_logs=40)
+            # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in its workers, which also freezes glibc's
+            # mmap threshold: every tensor over 128 KiB is then mmap'ed and unmapped afresh, and the
+            # sampler runs at half speed (benchmarks/bench_out_of_core.py).  None unsets it (Dask's own
+            # documented way); the variable is still honoured when this process has it set.
+            with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+                # (the scheduler's HTTP server binds 8787 even without a dashboard; ":0" lets two clusters coexist)
+                self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=True,
+                                             dashboard_address=None, scheduler_kwargs={"dashboard_address": ":0"},
+                                             silence_logs=40)
             self.client = Client(self._cluster)
         self.client.run(_set_threads, threads_per_worker)
+        if self._cluster is None:
+            _warn_about_malloc_trim(self.client)
 
     @property
     def workers(self) -> int:
@@ -186,6 +203,29 @@ class DaskEngine:
 def _append(acc: list, item) -> list:
     acc.append(item)
     return acc
+
+
+class EngineWarning(UserWarning):
+    """The cluster runs, but in a way measured to be slow."""
+
+
+#: A Dask configuration file that stops the nanny from setting ``MALLOC_TRIM_THRESHOLD_`` in the
+#: workers it spawns (put it in ``~/.config/dask/`` on every worker machine, or point ``DASK_CONFIG``
+#: at its folder, before ``dask worker`` starts).
+MALLOC_TRIM_CONFIG = "distributed:\n  nanny:\n    pre-spawn-environ:\n      MALLOC_TRIM_THRESHOLD_: null\n"
+
+
+def _warn_about_malloc_trim(client) -> None:
+    """Warn when workers of a cluster started elsewhere run with Dask's ``MALLOC_TRIM_THRESHOLD_``."""
+    env = client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_")
+    slow = sorted(addr for addr, v in env.items() if v is not None)
+    if slow:
+        import warnings
+
+        warnings.warn(
+            f"{len(slow)} of {len(env)} Dask workers (e.g. {slow[0]}) run with MALLOC_TRIM_THRESHOLD_ set (the "
+            "nanny's default), which halves the ladder sampler's speed; start them with this Dask config "
+            f"(teachers.engine.MALLOC_TRIM_CONFIG):\n{MALLOC_TRIM_CONFIG}", EngineWarning, stacklevel=3)
 
 
 def _set_threads(n: int) -> None:

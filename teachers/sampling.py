@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .categorical import BlockRNG
+from .emission import one_hot
 from .ladder import Ladder
 from .pyro_model import LadderModel
 
@@ -80,8 +80,7 @@ class LadderSample:
         sel = slice(None) if index is None else index
         if self.x is not None:
             return self.x[sel].to(dtype)
-        leaves = self.z[sel, self.ladder.level_offsets[-2]:].long()
-        return F.one_hot(leaves, self.ladder.events[-1]).to(dtype)
+        return one_hot(self.z[sel, self.ladder.level_offsets[-2]:], self.ladder.events[-1], dtype)
 
     def to(self, device: torch.device | str) -> LadderSample:
         """The same sample with its tensors on ``device``."""

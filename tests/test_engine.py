@@ -14,7 +14,7 @@ from smaso.student.frequency import accumulate_statistics
 from smaso.student.network import LadderStudent
 from teachers import Ladder
 from teachers.chunked import open_dataset, sample_to_store
-from teachers.engine import DaskEngine, EngineError, SerialEngine, get_engine
+from teachers.engine import MALLOC_TRIM_CONFIG, DaskEngine, EngineError, EngineWarning, SerialEngine, get_engine
 from teachers.statistics import count_events
 
 pytest.importorskip("dask.distributed")
@@ -73,6 +73,31 @@ def test_streamed_comparison_is_the_same_on_the_engine(tmp_path, dask_engine):
                             eval_batch_size=2048, engine=e) for e in (None, dask_engine)]
     assert runs[0].history == runs[1].history
     assert runs[0].final()["num_examples"] == N
+
+
+def test_own_cluster_unsets_the_nannys_malloc_trim_and_a_foreign_one_is_warned_about(dask_engine):
+    # (the variable freezes glibc's mmap threshold: measured half speed for the sampler)
+    import os
+
+    import dask
+    from dask.distributed import Client, LocalCluster
+
+    env = dask_engine.client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_")
+    assert len(env) == 2 and set(env.values()) == {None}
+    cluster = LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                           scheduler_kwargs={"dashboard_address": ":0"}, silence_logs=40)
+    with cluster, Client(cluster) as client:
+        assert set(client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_").values()) == {"65536"}
+        with pytest.warns(EngineWarning, match="MALLOC_TRIM_THRESHOLD_"):
+            DaskEngine(client=client).close()
+    # the documented fix is a Dask config that removes the variable
+    import yaml
+
+    cfg = yaml.safe_load(MALLOC_TRIM_CONFIG)
+    with dask.config.set(cfg):
+        from distributed.nanny import _get_env_variables
+
+        assert "MALLOC_TRIM_THRESHOLD_" not in _get_env_variables("distributed.nanny.pre-spawn-environ")
 
 
 def test_engine_arguments():

@@ -510,3 +510,17 @@ def test_argument_types_are_checked():
         Ladder.fully_informative(depth=1, seed=1.5)
     lad = Ladder([2], [2, 2], prior=[0.5, 0.5], tables=[[[1.0, 0.0], [0.0, 1.0]]], emission="onehot")
     assert lad.emission.kind == "onehot"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("index_dtype", [torch.uint8, torch.int16, torch.int64])
+def test_one_hot_matches_torch_one_hot_in_any_dtype(dtype, index_dtype):
+    from teachers.emission import one_hot
+
+    z = torch.randint(0, 7, (5, 3, 4), generator=torch.Generator().manual_seed(0)).to(index_dtype)
+    got = one_hot(z, 7, dtype)
+    assert got.dtype == dtype and got.shape == (5, 3, 4, 7)
+    assert torch.equal(got, torch.nn.functional.one_hot(z.long(), 7).to(dtype))
+    assert one_hot(z, 7).dtype == torch.get_default_dtype()
+    with pytest.raises(RuntimeError):
+        one_hot(torch.tensor([7]), 7)
