@@ -159,8 +159,12 @@ class DaskEngine:
         from dask.distributed import as_completed
 
         client = self.client
-        shared = [client.scatter(a, broadcast=True) if _is_large(a) else a for a in args]
-        shared_kw = {k: client.scatter(v, broadcast=True) if _is_large(v) else v for k, v in kwargs.items()}
+        # hash=False: a random key per call.  With content keys, a second pass with the same argument
+        # (the same ladder or dataset) reuses the key while the first pass's release of it is still in
+        # flight, and the scheduler cancels its tasks for "lost dependencies" (or they wait forever)
+        shared = [client.scatter(a, broadcast=True, hash=False) if _is_large(a) else a for a in args]
+        shared_kw = {k: client.scatter(v, broadcast=True, hash=False) if _is_large(v) else v
+                     for k, v in kwargs.items()}
         futures = [client.submit(fn, item, *shared, pure=False, **shared_kw) for item in items]
         index = {f.key: i for i, f in enumerate(futures)}
         bar = _progress_bar(len(futures), progress)

@@ -100,6 +100,18 @@ def test_own_cluster_unsets_the_nannys_malloc_trim_and_a_foreign_one_is_warned_a
         assert "MALLOC_TRIM_THRESHOLD_" not in _get_env_variables("distributed.nanny.pre-spawn-environ")
 
 
+def _chunk_index(c: int, ladder: Ladder) -> int:
+    return c + ladder.depth
+
+
+def test_back_to_back_passes_with_the_same_argument(dask_engine):
+    # regression: content-hashed scatter keys made the second pass lose its (just released) dependency
+    lad = _ladder()
+    for _ in range(4):
+        assert dask_engine.map(_chunk_index, list(range(6)), lad) == [c + 2 for c in range(6)]
+        assert dask_engine.fold(_chunk_index, list(range(3)), lad, merge=lambda a, b: a * 10 + b, init=0) == 234
+
+
 def test_engine_arguments():
     assert isinstance(get_engine(None), SerialEngine)
     with pytest.raises(TypeError, match="engine"):
