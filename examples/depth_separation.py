@@ -8,6 +8,7 @@ pieces are counted exactly next to the breakpoint bound. The deep student (depth
 2) is the exact tent network, and the same network perturbed and retrained by SGD.
 
     python examples/depth_separation.py --Ls 1,2,3,4 --out depth_separation.png
+    python examples/depth_separation.py --Ls 1,2,3,4 --seeds 0,1,2,3 --engine dask --workers 2
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 
 from smaso.depth.separation import LECTURE_BOUND, depth_separation, format_table
 from smaso.plots.depth import plot_depth
+from teachers.engine import make_engine
 
 
 def main(argv=None):
@@ -28,16 +30,22 @@ def main(argv=None):
     p.add_argument("--frobenius", type=float, default=1e-5, help="lambda of the Frobenius regularizer")
     p.add_argument("--n-train", type=int, default=4096, help="training samples x ~ U[0, 1]")
     p.add_argument("--out", default="depth_separation.png", help="figure file (png/pdf/svg); '' = none")
+    p.add_argument("--engine", choices=("serial", "dask"), default="serial",
+                   help="dask: every training run (student, seed) is one task on a Dask cluster")
+    p.add_argument("--workers", type=int, default=None, help="worker processes of a local Dask cluster")
+    p.add_argument("--scheduler", default=None, help="address of a running Dask scheduler")
     args = p.parse_args(argv)
-    rows = depth_separation(
-        [int(L) for L in args.Ls.split(",")],
-        target=args.target,
-        steps=args.steps,
-        seeds=[int(s) for s in args.seeds.split(",")],
-        lr=args.lr,
-        frobenius=args.frobenius,
-        n_train=args.n_train,
-    )
+    with make_engine(args.engine, scheduler=args.scheduler, workers=args.workers) as engine:
+        rows = depth_separation(
+            [int(L) for L in args.Ls.split(",")],
+            target=args.target,
+            steps=args.steps,
+            seeds=[int(s) for s in args.seeds.split(",")],
+            lr=args.lr,
+            frobenius=args.frobenius,
+            n_train=args.n_train,
+            engine=engine,
+        )
     print(format_table(rows))
     small = [r for r in rows if r.in_theorem and r.L >= 2]
     if small:

@@ -89,14 +89,14 @@ def ladder_from_args(args: argparse.Namespace):
 
 def _engine(args):
     """The engine of ``--engine`` (a context manager): this process, or a Dask cluster."""
-    from teachers.engine import DaskEngine, EngineError, SerialEngine
+    from teachers.engine import EngineError, make_engine
 
-    if getattr(args, "engine", "serial") != "dask":
-        if getattr(args, "scheduler", None) or getattr(args, "workers", None):
-            raise ValueError("--scheduler/--workers: they apply to --engine dask only")
-        return SerialEngine()
+    kind = getattr(args, "engine", "serial")
+    if kind != "dask" and (getattr(args, "scheduler", None) or getattr(args, "workers", None)):
+        raise ValueError("--scheduler/--workers: they apply to --engine dask only")
     try:
-        return DaskEngine(args.scheduler, workers=args.workers, threads_per_worker=args.threads or 1)
+        return make_engine(kind, scheduler=getattr(args, "scheduler", None), workers=getattr(args, "workers", None),
+                           threads_per_worker=getattr(args, "threads", None) or 1)
     except EngineError as e:
         raise ValueError(str(e)) from None
 

@@ -32,7 +32,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["MALLOC_TRIM_CONFIG", "DaskEngine", "EngineError", "EngineWarning", "SerialEngine", "get_engine"]
+__all__ = ["MALLOC_TRIM_CONFIG", "DaskEngine", "EngineError", "EngineWarning", "SerialEngine", "get_engine",
+           "make_engine"]
 
 
 class EngineError(RuntimeError):
@@ -254,3 +255,22 @@ def get_engine(engine: SerialEngine | DaskEngine | None) -> SerialEngine | DaskE
         raise TypeError(f"engine: expected None, a SerialEngine or a DaskEngine, got {type(engine).__name__}")
     return engine
 
+
+
+def make_engine(kind: str = "serial", *, scheduler: str | None = None, workers: int | None = None,
+                threads_per_worker: int = 1) -> SerialEngine | DaskEngine:
+    """An engine by name, for scripts and command lines (``--engine serial|dask``).
+
+    :param kind: ``"serial"`` (this process) or ``"dask"`` (a :class:`DaskEngine`).
+    :param scheduler, workers, threads_per_worker: as in :class:`DaskEngine`; with ``"serial"``,
+        ``scheduler`` and ``workers`` must be left None.
+    :raises ValueError: an unknown ``kind``, or Dask options with ``"serial"``.
+    :raises EngineError: as :class:`DaskEngine`.
+    """
+    if kind == "serial":
+        if scheduler is not None or workers is not None:
+            raise ValueError("scheduler/workers: they apply to the dask engine only")
+        return SerialEngine()
+    if kind == "dask":
+        return DaskEngine(scheduler, workers=workers, threads_per_worker=threads_per_worker)
+    raise ValueError(f"engine: expected 'serial' or 'dask', got {kind!r}")

@@ -128,3 +128,51 @@ def test_the_core_library_does_not_import_dask():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_noise_sweep_on_two_workers_equals_one_process(dask_engine):
+    from smaso.student.compare import noise_sweep
+
+    kw = dict(width=4, steps=12, lr=0.3, eval_every=6, dtype=torch.float64)
+    lad = Ladder.random(depth=2, branching=2, events=3, mode="bottomup", seed=2)
+    here = noise_sweep(lad, [0.0, 0.3, 1.0], 600, seed=1, **kw)
+    there = noise_sweep(lad, [0.0, 0.3, 1.0], 600, seed=1, engine=dask_engine, **kw)
+    assert [r["sigma"] for r in there] == [0.0, 0.3, 1.0]
+    for a, b in zip(here, there, strict=True):
+        assert a["accuracy"] == b["accuracy"] and a["step"] == b["step"]
+        # float64 runs of one seed: the same to round-off whatever process (and thread count) runs them
+        assert b["max_error"] == pytest.approx(a["max_error"], rel=1e-9, abs=1e-13)
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-12)
+    with pytest.raises(TypeError, match="sample"):
+        noise_sweep(lad, [0.0], 100, sample=None)
+
+
+def test_depth_experiments_on_two_workers_equal_one_process(dask_engine):
+    from smaso.depth.separation import depth_separation, piece_survey
+
+    kw = dict(steps=40, seeds=(0, 1), n_train=256)
+    here, there = depth_separation((1, 2), **kw), depth_separation((1, 2), engine=dask_engine, **kw)
+    key = [(r.L, r.student, r.widths, r.pieces, r.bound) for r in here]
+    assert key == [(r.L, r.student, r.widths, r.pieces, r.bound) for r in there]
+    assert [r.l1 for r in there] == pytest.approx([r.l1 for r in here], rel=1e-12)
+    archs = [(3,), (2, 2)]
+    a = piece_survey(archs, seeds=(0, 1), train_k=3, steps=30, tent_ks=(2,))
+    b = piece_survey(archs, seeds=(0, 1), train_k=3, steps=30, tent_ks=(2,), engine=dask_engine)
+    assert a == b and len(a) == 9
+
+
+def test_digits_example_on_a_local_cluster_equals_one_process(tmp_path):
+    pytest.importorskip("sklearn")
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "examples" / "digits_table2.py"
+    common = ["--seeds", "2", "--epochs", "1", "--activations", "relu", "--orthogonality", "none,penalty"]
+    outs = []
+    for extra, name in (([], "serial.json"), (["--engine", "dask", "--workers", "2"], "dask.json")):
+        subprocess.run([sys.executable, str(script), *common, *extra, "--out", str(tmp_path / name)], check=True,
+                       capture_output=True, text=True, timeout=300)
+        outs.append(json.loads((tmp_path / name).read_text())["rows"])
+    assert [(r["activation"], r["orthogonality"]) for r in outs[1]] == [("relu", "none"), ("relu", "penalty")]
+    for a, b in zip(*outs, strict=True):
+        assert [r["accuracy"] for r in a["runs"]] == [r["accuracy"] for r in b["runs"]]

@@ -182,6 +182,37 @@ def _students(L: int) -> dict[str, tuple[int, ...]]:
     return unique
 
 
+def _fit_restart(item: tuple, *, steps: int, lr: float, frobenius: float, n_train: int,
+                 bars: bool) -> tuple[float, nn.Module, float]:
+    """One small student of :func:`depth_separation` from one seed (a task: any process):
+    ``(l1 error, trained net, seconds)``."""
+    L, k, name, widths, seed = item
+    t0 = time.perf_counter()
+    net = make_student(widths, seed)
+    train_student(net, k, steps=steps, lr=lr, frobenius=frobenius, seed=seed, n_train=n_train,
+                  progress=bars, desc=f"L={L} {name} seed {seed}")
+    return l1_error(net, k), net, time.perf_counter() - t0
+
+
+def _fit_deep(item: tuple, *, steps: int, deep_noise: float, deep_lr: float, n_train: int,
+              bars: bool) -> DepthRow:
+    """The perturbed deep tent student of :func:`depth_separation` for one L (a task: any process)."""
+    L, k = item
+    t0 = time.perf_counter()
+    deep = TentNetwork(k, dtype=DT)
+    gen = torch.Generator().manual_seed(1234 + L)
+    noise = deep_noise / 2**k
+    with torch.no_grad():
+        for p in deep.parameters():
+            p.mul_(1 + noise * torch.randn(p.shape, generator=gen, dtype=DT))
+    init = l1_error(deep, k)
+    train_student(deep, k, steps=steps, lr=deep_lr / 4**k, frobenius=0.0, seed=L, n_train=max(n_train, 8 * 2**k),
+                  progress=bars, desc=f"L={L} deep tent")
+    pc = count_pieces(deep, 0.0, 1.0)
+    return DepthRow(L, k, f"deep: tent x(1+{noise:.2g}N), SGD", (2,) * k, l1_error(deep, k), pc.count, pc.bound,
+                    l1_init=init, seconds=time.perf_counter() - t0, in_theorem=False, net=deep)
+
+
 def depth_separation(
     Ls: Sequence[int] = (1, 2, 3, 4),
     *,
@@ -195,6 +226,7 @@ def depth_separation(
     deep_lr: float = 0.25,
     n_train: int = 4096,
     progress: bool = False,
+    engine=None,
 ) -> list[DepthRow]:
     """Run the experiment for each L: small students (best of ``seeds``) and two deep students.
 
@@ -205,53 +237,49 @@ def depth_separation(
         the 2^k pieces (at k = 9 a relative 5e-4 already gives an L1 error of about 0.19).
     :param deep_lr: its SGD step is deep_lr 4^-k (the gradients scale like 2^k, the curvature like
         4^k; larger steps collapse it to the constant 1/2).
+    :param progress: tqdm bars: one per training run here, or one over the runs on an engine.
+    :param engine: ``None`` (every run here, one after the other) or a
+        :class:`~teachers.engine.SerialEngine` / :class:`~teachers.engine.DaskEngine`: every training
+        run (each small student and seed, each L's deep student) is one task.  Each run is seeded on
+        its own, so the rows are the same on any engine.  A row's ``seconds`` is the sum over its
+        restarts.
     """
     if target not in ("L^2", "2L"):
         raise ValueError(f"target: expected 'L^2' or '2L', got {target!r}")
     if any(int(L) < 1 for L in Ls):
         raise ValueError(f"Ls: expected depths >= 1, got {list(Ls)}")
+    if not seeds:
+        raise ValueError("seeds: expected at least one seed")
+    from teachers.engine import get_engine
+
+    run = get_engine(engine)
+    inner = progress and engine is None
+    bar = "depth separation" if progress and engine is not None else None
+    ks = {int(L): int(L) ** 2 if target == "L^2" else 2 * int(L) for L in Ls}
+    small = [(L, ks[L], name, widths, int(seed)) for L in ks for name, widths in _students(L).items()
+             for seed in seeds]
+    fits = run.map(_fit_restart, small, steps=steps, lr=lr, frobenius=frobenius, n_train=n_train, bars=inner,
+                   progress=bar)
+    deep_rows = run.map(_fit_deep, [(L, ks[L]) for L in ks], steps=deep_steps or steps, deep_noise=deep_noise,
+                        deep_lr=deep_lr, n_train=n_train, bars=inner, progress=bar)
+    best: dict[tuple[int, str], list] = {}
+    for (L, k, name, widths, _), (err, net, sec) in zip(small, fits, strict=True):
+        b = best.setdefault((L, name), [math.inf, None, 0.0, k, widths])
+        if err < b[0]:  # the first seed wins ties, as in a loop over the seeds
+            b[0], b[1] = err, net
+        b[2] += sec
     rows: list[DepthRow] = []
-    for L in Ls:
-        k = L * L if target == "L^2" else 2 * L
-        for name, widths in _students(L).items():
-            best = None
-            t0 = time.perf_counter()
-            for seed in seeds:
-                net = make_student(widths, seed)
-                train_student(net, k, steps=steps, lr=lr, frobenius=frobenius, seed=seed, n_train=n_train,
-                              progress=progress, desc=f"L={L} {name} seed {seed}")
-                err = l1_error(net, k)
-                if best is None or err < best[0]:
-                    best = (err, net)
-            err, net = best
+    for L, deep in zip(ks, deep_rows, strict=True):
+        for name in _students(L):
+            err, net, sec, k, widths = best[(L, name)]
             pc = count_pieces(net, 0.0, 1.0)
-            rows.append(
-                DepthRow(L, k, name, widths, err, pc.count, pc.bound, seconds=time.perf_counter() - t0, net=net)
-            )
+            rows.append(DepthRow(L, k, name, widths, err, pc.count, pc.bound, seconds=sec, net=net))
         # deep students: the exact tent network, and a perturbed copy trained by SGD
-        exact = TentNetwork(k, dtype=DT)
+        exact = TentNetwork(ks[L], dtype=DT)
         pc = count_pieces(exact, 0.0, 1.0)
-        rows.append(
-            DepthRow(L, k, "deep: exact tent", (2,) * k, l1_error(exact, k), pc.count, pc.bound, in_theorem=False,
-                     net=exact)
-        )
-        t0 = time.perf_counter()
-        deep = TentNetwork(k, dtype=DT)
-        gen = torch.Generator().manual_seed(1234 + L)
-        noise = deep_noise / 2**k
-        with torch.no_grad():
-            for p in deep.parameters():
-                p.mul_(1 + noise * torch.randn(p.shape, generator=gen, dtype=DT))
-        init = l1_error(deep, k)
-        train_student(
-            deep, k, steps=deep_steps or steps, lr=deep_lr / 4**k, frobenius=0.0, seed=L,
-            n_train=max(n_train, 8 * 2**k), progress=progress, desc=f"L={L} deep tent",
-        )
-        pc = count_pieces(deep, 0.0, 1.0)
-        rows.append(
-            DepthRow(L, k, f"deep: tent x(1+{noise:.2g}N), SGD", (2,) * k, l1_error(deep, k), pc.count, pc.bound,
-                     l1_init=init, seconds=time.perf_counter() - t0, in_theorem=False, net=deep)
-        )
+        rows.append(DepthRow(L, ks[L], "deep: exact tent", (2,) * ks[L], l1_error(exact, ks[L]), pc.count, pc.bound,
+                             in_theorem=False, net=exact))
+        rows.append(deep)
     return rows
 
 
@@ -289,6 +317,7 @@ def piece_survey(
     lo: float = 0.0,
     hi: float = 1.0,
     progress: bool = False,
+    engine=None,
 ) -> list[PieceRecord]:
     """Exact piece counts (:func:`smaso.depth.pieces.count_pieces`) of random, trained and tent networks.
 
@@ -300,6 +329,8 @@ def piece_survey(
     :param architectures: hidden widths m_1..m_L of each network, e.g. ``[(8,), (4, 4), (2,) * 6]``.
     :param lo, hi: the interval the pieces are counted on.
     :param progress: a tqdm bar over the networks.
+    :param engine: ``None`` (here) or a :class:`~teachers.engine.SerialEngine` /
+        :class:`~teachers.engine.DaskEngine`: one task per (widths, seed), the records the same.
     """
     archs = [tuple(int(m) for m in w) for w in architectures]
     if not archs and not tent_ks:
@@ -312,28 +343,31 @@ def piece_survey(
         raise ValueError("seeds: expected at least one seed")
     if train_k is not None and (isinstance(train_k, bool) or not isinstance(train_k, int) or train_k < 0):
         raise ValueError(f"train_k: expected a non-negative integer or None, got {train_k!r}")
-    records: list[PieceRecord] = []
-    bar = _bar(progress, len(archs) * len(seeds) + len(tent_ks), "counting pieces")
-    for widths in archs:
-        for seed in seeds:
-            net = make_student(widths, int(seed))
-            pc = count_pieces(net, lo, hi)
-            records.append(PieceRecord(widths, "random", pc.count, pc.bound, seed=int(seed)))
-            if train_k is not None:
-                train_student(net, train_k, steps=steps, lr=lr, frobenius=frobenius, seed=int(seed),
-                              optimizer=optimizer)
-                pc = count_pieces(net, lo, hi)
-                records.append(PieceRecord(widths, "trained", pc.count, pc.bound, seed=int(seed), k=train_k))
-            if bar is not None:
-                bar.update(1)
+    from teachers.engine import get_engine
+
+    items = [(widths, int(seed)) for widths in archs for seed in seeds]
+    per_net = get_engine(engine).map(_survey_one, items, train_k=train_k, steps=steps, lr=lr, frobenius=frobenius,
+                                     optimizer=optimizer, lo=lo, hi=hi,
+                                     progress="counting pieces" if progress else None)
+    records = [r for recs in per_net for r in recs]
     for k in tent_ks:
         pc = count_pieces(TentNetwork(int(k), dtype=DT), lo, hi)
         records.append(PieceRecord((2,) * int(k), "tent", pc.count, pc.bound, k=int(k)))
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
     return records
+
+
+def _survey_one(item: tuple, *, train_k: int | None, steps: int, lr: float, frobenius: float, optimizer: str,
+                lo: float, hi: float) -> list[PieceRecord]:
+    """One network of :func:`piece_survey` at init and after training (a task: any process)."""
+    widths, seed = item
+    net = make_student(widths, seed)
+    pc = count_pieces(net, lo, hi)
+    out = [PieceRecord(widths, "random", pc.count, pc.bound, seed=seed)]
+    if train_k is not None:
+        train_student(net, train_k, steps=steps, lr=lr, frobenius=frobenius, seed=seed, optimizer=optimizer)
+        pc = count_pieces(net, lo, hi)
+        out.append(PieceRecord(widths, "trained", pc.count, pc.bound, seed=seed, k=train_k))
+    return out
 
 
 def _widths_label(widths: Sequence[int]) -> str:

@@ -336,8 +336,22 @@ def _leaves_at(ladder: Ladder, sigma: float) -> Ladder:
     return ladder.with_emission(GaussianEmission.around_one_hot(r, m, sigma))
 
 
+def _noise_row(sigma: float, ladder: Ladder | Callable[[float], Ladder], n: int, seed: int, student_seed: int,
+               student_kwargs: dict) -> dict:
+    """One row of :func:`noise_sweep` (a task of its engine: any process)."""
+    lad = _leaves_at(ladder, sigma) if isinstance(ladder, Ladder) else ladder(sigma)
+    if not isinstance(lad, Ladder):
+        raise TypeError(f"ladder: the factory returned {type(lad).__name__} for sigma = {sigma}, expected a Ladder")
+    sample = sample_ladder(lad, int(n), int(seed), progress=False)
+    res = compare_student(sample, seed=student_seed, progress=False, **student_kwargs)
+    last = res.final()
+    worst = max(row[k] for h in res.history for row in h["levels"] for k in ERROR_KEYS)
+    return {"sigma": sigma, "step": last["step"], "accuracy": last["accuracy"], "loss": last["loss"],
+            "levels": last["levels"], "leaves": last["leaves"], "max_error": worst, "seconds": res.seconds}
+
+
 def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[float], n: int, seed: int = 0, *,
-                student_seed: int = 0, progress: bool = False, **student_kwargs) -> list[dict]:
+                student_seed: int = 0, progress: bool = False, engine=None, **student_kwargs) -> list[dict]:
     """Student vs reformulation as the leaves get noisier: Thm 3's exactness and how Thm 2 fails.
 
     Thm 3: when P(x_alpha | z_alpha) is a delta for every region (the fully informative ladder
@@ -361,6 +375,11 @@ def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[flo
     :param student_seed: the student's seed (its initial weights and SGD minibatches), the
         ``seed`` of :func:`compare_student`.
     :param progress: a tqdm bar over the noise levels (the student's own bar stays off).
+    :param engine: where the noise levels run: ``None`` (here, one after the other) or a
+        :class:`~teachers.engine.SerialEngine` / :class:`~teachers.engine.DaskEngine`, one task per
+        level (a factory ``ladder`` must then be picklable by cloudpickle: a lambda is).  Every
+        level's run is seeded on its own, so the rows do not depend on the engine (up to the
+        round-off of a different torch thread count in the workers).
     :param student_kwargs: passed to :func:`compare_student` (width, batch_norm, steps, lr, ...).
     :returns: one row per sigma, in the given order: ``sigma``, ``accuracy``, ``loss``, ``step``,
         ``levels`` (per level: the relative errors ``F_/G_/dW_propagated`` and ``_local`` and
@@ -375,25 +394,9 @@ def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[flo
         raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
     if not isinstance(ladder, Ladder) and not callable(ladder):
         raise TypeError(f"ladder: expected a Ladder or a callable sigma -> Ladder, got {type(ladder).__name__}")
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    if "sample" in student_kwargs:
+        raise TypeError("student_kwargs: 'sample' is not a student option (noise_sweep samples each noise level)")
+    from teachers.engine import get_engine
 
-        bar = tqdm(total=len(sig), desc="noise sweep")
-    rows = []
-    for s in sig:
-        lad = _leaves_at(ladder, s) if isinstance(ladder, Ladder) else ladder(s)
-        if not isinstance(lad, Ladder):
-            raise TypeError(f"ladder: the factory returned {type(lad).__name__} for sigma = {s}, expected a Ladder")
-        sample = sample_ladder(lad, int(n), int(seed), progress=False)
-        res = compare_student(sample, seed=student_seed, progress=False, **student_kwargs)
-        last = res.final()
-        worst = max(row[k] for h in res.history for row in h["levels"] for k in ERROR_KEYS)
-        rows.append({"sigma": s, "step": last["step"], "accuracy": last["accuracy"], "loss": last["loss"],
-                     "levels": last["levels"], "leaves": last["leaves"], "max_error": worst,
-                     "seconds": res.seconds})
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    return rows
+    return get_engine(engine).map(_noise_row, sig, ladder, int(n), int(seed), student_seed, dict(student_kwargs),
+                                  progress="noise sweep" if progress else None)
