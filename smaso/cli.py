@@ -429,8 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     lad.add_argument("--shard", default=None, help="'i/n': write only shard i of n (same rows as one full run)")
     lad.add_argument("--chunk-size", type=_positive_int, default=None,
                      help="examples per model call of a .npz run (memory only)")
-    lad.add_argument("--chunk-rows", type=_positive_int, default=65536,
-                     help="rows per chunk of a store, a multiple of 4096 (default 65536)")
+    lad.add_argument("--chunk-rows", type=_positive_int, default=None,
+                     help="rows per chunk of a store, a multiple of 4096 (default 65536, fewer when a chunk "
+                          "would pass 32 MiB)")
     lad.add_argument("--device", default=None, help="torch device to sample on (default cpu)")
     lad.add_argument("--compress", nargs="?", const=True, default=None,
                      help="a .npz: deflate its members; a store: its codec (default zstd level 1; 'none' for raw)")

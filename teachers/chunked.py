@@ -121,6 +121,7 @@ from .pyro_model import LadderModel
 from .sampling import BLOCK_SIZE, DEFAULT_CHUNK_ROWS, STREAM_VERSION, LadderSample, parse_shard, sample_rows
 
 __all__ = [
+    "CHUNK_BYTES",
     "DEFAULT_CHUNK_ROWS",
     "DEFAULT_COMPRESSION",
     "VERSION",
@@ -130,9 +131,11 @@ __all__ = [
     "as_chunks",
     "chunk_bounds",
     "create_partial",
+    "default_chunk_rows",
     "finalize",
     "open_dataset",
     "partial_path",
+    "row_bytes",
     "sample_to_store",
     "write_chunk",
 ]
@@ -169,6 +172,26 @@ def _check_chunk_rows(chunk_rows) -> int:
     if not _is_int(chunk_rows) or chunk_rows <= 0 or chunk_rows % BLOCK_SIZE:
         raise ValueError(f"chunk_rows: expected a positive multiple of BLOCK_SIZE={BLOCK_SIZE}, got {chunk_rows!r}")
     return int(chunk_rows)
+
+
+#: Target size of one chunk's rows in memory, for :func:`default_chunk_rows`.
+CHUNK_BYTES = 32 * 2**20
+
+
+def row_bytes(ladder: Ladder) -> int:
+    """Bytes of one example in memory: its events and label, and its inputs when they are stored."""
+    item = torch.empty(0, dtype=ladder.event_dtype()).element_size()
+    x = 0 if ladder.emission.derivable else ladder.num_regions[-1] * ladder.emission.dim * 4  # float32
+    return (ladder.total_regions + 1) * item + x
+
+
+def default_chunk_rows(ladder: Ladder) -> int:
+    """Rows per chunk of a new store of ``ladder``: ``DEFAULT_CHUNK_ROWS`` (65536) unless a chunk would
+    then pass :data:`CHUNK_BYTES` (32 MiB) in memory, else the largest multiple of ``BLOCK_SIZE`` under
+    it (at least one block).  The 341-region ladder with one-hot leaves keeps 65536 rows (22 MB);
+    with Gaussian leaves (16 KiB of x per row) it gets 4096 rows, 67 MB, instead of a 1 GB chunk."""
+    rows = CHUNK_BYTES // row_bytes(ladder) // BLOCK_SIZE * BLOCK_SIZE
+    return int(min(DEFAULT_CHUNK_ROWS, max(BLOCK_SIZE, rows)))
 
 
 def _sha256(a: np.ndarray) -> str:
@@ -279,7 +302,7 @@ def _recover(path: Path) -> None:
 
 
 def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: int = 0, total: int | None = None,
-                   seed: int = 0, shard: str | tuple[int, int] | None = None, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                   seed: int = 0, shard: str | tuple[int, int] | None = None, chunk_rows: int | None = None,
                    compress: bool | str = True) -> Path:
     """Step 1 of a write (see the module docstring): create the partial store of ``path``.
 
@@ -288,7 +311,7 @@ def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: in
     :param n: rows of this store: stream rows ``[start, start + n)`` of ``total`` (default ``n``).
     :param shard: ``"i/k"``: this is shard i of k, so ``[start, start + n)`` must be that shard's
         rows ``[i * total // k, (i + 1) * total // k)``.
-    :param chunk_rows: rows per chunk, a multiple of ``BLOCK_SIZE``.
+    :param chunk_rows: rows per chunk, a multiple of ``BLOCK_SIZE`` (default :func:`default_chunk_rows`).
     :param compress: see the module docstring.
     :returns: the partial's path (``partial_path(path)``), for :func:`write_chunk` and :func:`finalize`.
     """
@@ -302,7 +325,7 @@ def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: in
     if (start, start + n) != (i * total // k, (i + 1) * total // k):
         raise ValueError(f"shard: {i}/{k} of a stream of {total} is rows [{i * total // k}, {(i + 1) * total // k}), "
                          f"not start={start}, n={n}")
-    chunk_rows = _check_chunk_rows(chunk_rows)
+    chunk_rows = default_chunk_rows(ladder) if chunk_rows is None else _check_chunk_rows(chunk_rows)
     label, compressors = _compression(compress)
     if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path: expected a path, got {type(path).__name__}")
@@ -494,7 +517,7 @@ def _sample_chunk_task(c: int, partial: str, ladder: Ladder, seed: int, start: i
 
 
 def sample_to_store(ladder: Ladder, num_examples: int, path: str | os.PathLike, seed: int = 0, *,
-                    shard: str | tuple[int, int] | None = None, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                    shard: str | tuple[int, int] | None = None, chunk_rows: int | None = None,
                     compress: bool | str = True, device: torch.device | str | None = None,
                     progress: bool | None = None, engine=None) -> Path:
     """Sample ``num_examples`` examples (or one shard of them) from ``ladder`` straight into a
@@ -504,7 +527,8 @@ def sample_to_store(ladder: Ladder, num_examples: int, path: str | os.PathLike, 
     ladder, N, seed and shard, whatever ``chunk_rows`` is.  With ``shard="i/k"`` the store holds
     that shard's rows only (with ``start``/``total`` set); :func:`open_dataset` joins a set of them.
 
-    :param chunk_rows: rows per chunk, a multiple of ``BLOCK_SIZE`` (default 65536).
+    :param chunk_rows: rows per chunk, a multiple of ``BLOCK_SIZE`` (default :func:`default_chunk_rows`:
+        65536, fewer when a chunk would pass 32 MiB).
     :param compress: see the module docstring (default ``True`` = ``"zstd:1"``).
     :param device: where to sample (the rows are written from the CPU).
     :param progress: a tqdm bar (default: when more than 2^18 rows and stderr is a terminal).
@@ -518,7 +542,7 @@ def sample_to_store(ladder: Ladder, num_examples: int, path: str | os.PathLike, 
         raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
     num_examples = _check_int(num_examples, "num_examples", minimum=1)
     seed = _check_int(seed, "seed")
-    chunk_rows = _check_chunk_rows(chunk_rows)
+    chunk_rows = default_chunk_rows(ladder) if chunk_rows is None else _check_chunk_rows(chunk_rows)
     i, k = parse_shard(shard)
     lo, hi = i * num_examples // k, (i + 1) * num_examples // k
     device = torch.device(device) if device is not None else torch.device("cpu")

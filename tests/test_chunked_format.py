@@ -21,14 +21,16 @@ import torch
 import zarr
 
 import teachers.chunked as chunked
-from teachers import Ladder, LadderSample, sample_ladder
+from teachers import GaussianEmission, Ladder, LadderSample, sample_ladder
 from teachers.chunked import (
     ChunkedLadderData,
     chunk_bounds,
     create_partial,
+    default_chunk_rows,
     finalize,
     open_dataset,
     partial_path,
+    row_bytes,
     sample_to_store,
     write_chunk,
 )
@@ -82,6 +84,22 @@ def test_gaussian_leaves_store_x(tmp_path, gaussian):
     assert back.x.dtype == torch.float32 and torch.equal(back.x, ref.x) and torch.equal(back.z, ref.z)
     assert torch.equal(data.ladder.emission.means, gaussian.emission.means)
     assert all(torch.equal(a, b) for a, b in zip(data.ladder.lookup, gaussian.lookup, strict=True))
+
+
+def test_default_chunk_rows_keep_a_chunk_near_32_mib(tmp_path):
+    onehot = Ladder.random(depth=4, branching=4, events=16, seed=0)
+    wide = onehot.with_emission(GaussianEmission.around_one_hot(256, 16, 0.3))
+    small = Ladder.random(depth=2, branching=4, events=16, seed=0, emission="gaussian", sigma=0.3)
+    # a row: 341 events + the label (uint8), and 256 x 16 float32 inputs when they are stored
+    assert (row_bytes(onehot), row_bytes(wide), row_bytes(small)) == (342, 342 + 16384, 22 + 16 * 16 * 4)
+    assert default_chunk_rows(onehot) == 65536  # 22 MB: the cap
+    assert default_chunk_rows(wide) == BLOCK_SIZE  # one block (67 MB), not 65536 rows (1.1 GB)
+    assert default_chunk_rows(small) == 28672 and 28672 * 1046 <= chunked.CHUNK_BYTES < 32768 * 1046
+    data = open_dataset(sample_to_store(small, 30000, tmp_path / "s.zarr"))
+    assert data.chunk_rows == 28672 and data.num_chunks == 2
+    # the in-memory bytes of a read chunk are what row_bytes says
+    c = data.chunk(0)
+    assert c.z.nbytes + c.z[:, 0].nbytes + c.x.nbytes == 28672 * row_bytes(small)
 
 
 def test_factorized_spec_survives(tmp_path):
