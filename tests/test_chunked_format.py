@@ -15,6 +15,7 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 
+import _memory
 import numpy as np
 import pytest
 import torch
@@ -481,38 +482,15 @@ def test_killed_write_leaves_nothing_that_loads(tmp_path, ladder):
 
 
 # ---------------------------------------------------------------------- bounded memory
-_PEAK = """
-    import resource, sys, threading, time
+_SAMPLE_SETUP = """
+    import sys
     from teachers import Ladder, sample_ladder
     from teachers.chunked import sample_to_store
     lad = Ladder.random(depth=4, branching=4, events=16, seed=0)
     # warm up both paths (imports, first-call allocations), so that only the call below is measured
     sample_ladder(lad, 4096, seed=0)
     sample_to_store(lad, 4096, sys.argv[3] + ".warm", seed=0, chunk_rows=4096, progress=False)
-    page = resource.getpagesize()
-
-    def resident():
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * page
-
-    base, peak, done = resident(), [0], threading.Event()
-
-    def watch():  # the largest resident set while the call runs, sampled every 5 ms
-        while not done.is_set():
-            peak[0] = max(peak[0], resident())
-            time.sleep(0.005)
-
-    t = threading.Thread(target=watch)
-    t.start()
     n = int(sys.argv[2])
-    if sys.argv[1] == "store":
-        sample_to_store(lad, n, sys.argv[3], seed=0, chunk_rows=65536, progress=False)
-    else:
-        s = sample_ladder(lad, n, seed=0)
-    peak[0] = max(peak[0], resident())
-    done.set()
-    t.join()
-    print(base, peak[0])
 """
 
 
@@ -522,13 +500,10 @@ def test_memory_stays_bounded_whatever_n(tmp_path):
     within 100 MiB, and under 200 MiB above where it started), while the in-memory sampler's grows by
     the events themselves (341 B per row)."""
     regions = 341
-    growth = {}
-    for mode, n in (("store", 500_000), ("store", 2_000_000), ("memory", 500_000), ("memory", 2_000_000)):
-        proc = _child(_PEAK, mode, n, tmp_path / f"big{n}{mode}.zarr")
-        out, err = proc.communicate(timeout=180)
-        assert proc.returncode == 0, err
-        base, peak = map(int, out.split())
-        growth[mode, n] = peak - base
+    calls = {"store": "sample_to_store(lad, n, sys.argv[3], seed=0, chunk_rows=65536, progress=False)",
+             "memory": "sample_ladder(lad, n, seed=0)"}
+    growth = {(mode, n): _memory.growth(_SAMPLE_SETUP, calls[mode], mode, n, tmp_path / f"big{n}{mode}.zarr")
+              for mode, n in (("store", 500_000), ("store", 2_000_000), ("memory", 500_000), ("memory", 2_000_000))}
     print("\nresident growth during the call (MiB): "
           + ", ".join(f"{m} N={n}: {v / 2**20:.0f}" for (m, n), v in growth.items()))
     assert abs(growth["store", 2_000_000] - growth["store", 500_000]) < 100 * 2**20

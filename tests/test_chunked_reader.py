@@ -4,6 +4,9 @@ datasets over them (map-style per chunk, streaming batches split among DataLoade
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -241,3 +244,23 @@ def test_sample_to_store_through_an_engine(ladder, ref, tmp_path):
     with pytest.raises(TypeError, match="engine"):
         sample_to_store(ladder, N, tmp_path / "f.zarr", engine="dask")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["e.zarr"]
+
+
+@pytest.mark.parametrize("preset", [None, 3])
+def test_zarr_codecs_run_on_one_thread_unless_the_user_chose(tmp_path, preset):
+    # each zarr pool thread's malloc arena kept a chunk-sized buffer: resident memory climbed by a chunk
+    # every few chunks read (tests/test_mergeable_statistics.py measures the pass's memory)
+    code = textwrap.dedent(f"""
+        import sys, zarr
+        from teachers import Ladder
+        from teachers.chunked import open_dataset, sample_to_store
+        if {preset!r} is not None:
+            zarr.config.set({{"threading.max_workers": {preset!r}}})
+        p = sample_to_store(Ladder.random(depth=1, branching=2, events=2, seed=0), 5000, sys.argv[1])
+        open_dataset(p).to_sample()
+        from zarr.core import sync
+        print(zarr.config.get("threading.max_workers"), sync._executor._max_workers)
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "d.zarr")], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == [str(preset or 1)] * 2

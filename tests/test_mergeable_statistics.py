@@ -158,3 +158,49 @@ def test_streaming_functions_refuse_bad_arguments(tmp_path):
     store = load_dataset(sample_to_store(lad, 300, tmp_path / "s.zarr"))
     with pytest.raises(ValueError, match="full-batch GD"):
         compare_student(store, steps=1, batch_size=None)
+
+
+_STATS_SETUP = """
+    import sys
+    import torch
+    from smaso.student.frequency import accumulate_statistics, collect_statistics
+    from smaso.student.network import LadderStudent
+    from teachers.chunked import open_dataset
+    from teachers.statistics import count_events
+    torch.set_num_threads(1)
+    data = open_dataset(sys.argv[1])
+    student = LadderStudent(data.ladder, 4, seed=0)
+    accumulate_statistics(student, data.read(0, 8192), batch_size=4096, dtype=torch.float64)  # warm-up
+    count_events(data.read(0, 8192))
+
+    def stream():  # the statistics pass and inspect's counts, chunk by chunk
+        accumulate_statistics(student, data, batch_size=4096, dtype=torch.float64)
+        count_events(data)
+
+    def in_memory():  # the same on the whole file loaded first (the path before chunked stores)
+        s = data.to_sample()
+        collect_statistics(student, s.inputs(), s.y, s.z, batch_size=4096, dtype=torch.float64)
+        count_events(s)
+"""
+
+
+@pytest.mark.slow
+def test_statistics_pass_memory_does_not_grow_with_n(tmp_path):
+    """A fixed student's statistics and the event counts over a store: 4x the rows, the same resident
+    growth (within 40 MiB, under 120 MiB in all), while loading the file first costs its 534 B a row."""
+    import _memory
+
+    from teachers.chunked import row_bytes, sample_to_store
+
+    lad = Ladder.random(depth=2, branching=4, events=8, seed=0, emission="gaussian", sigma=0.5)  # x stored
+    assert row_bytes(lad) == 22 + 16 * 8 * 4  # 21 events and the label, 16 leaves x 8 float32
+    growth = {}
+    for n in (250_000, 1_000_000):
+        path = sample_to_store(lad, n, tmp_path / f"s{n}.zarr", seed=0, progress=False)
+        for call in ("stream()", "in_memory()"):
+            growth[call, n] = _memory.growth(_STATS_SETUP, call, path)
+    print("\nresident growth (MiB): " + ", ".join(f"{c} N={n}: {v / 2**20:.0f}" for (c, n), v in growth.items()))
+    assert abs(growth["stream()", 1_000_000] - growth["stream()", 250_000]) < 40 * 2**20
+    assert growth["stream()", 1_000_000] < 120 * 2**20
+    loaded = 1_000_000 * row_bytes(lad)  # 534 MB: what the streaming pass never holds
+    assert growth["in_memory()", 1_000_000] >= loaded > 4 * growth["stream()", 1_000_000]
