@@ -300,6 +300,8 @@ def _student_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--P", dest="P_source", default="empirical", choices=["empirical", "exact"],
                    help="event frequencies of the evaluation set, or the ladder's exact tables")
     g.add_argument("--student-seed", type=_nonneg_int, default=0, help="initialization and minibatch seed")
+    g.add_argument("--noise-groups", type=_nonneg_int, default=10,
+                   help="row groups of the jackknife behind every number's noise floor (0: no floors; default 10)")
     g.add_argument("--out", default=None, help="directory for comparison.json and comparison.png")
 
 
@@ -311,7 +313,14 @@ def _run_comparison(sample, args, title: str, engine=None):
                            bias=not args.no_bias, loss=args.loss, steps=args.steps, lr=args.lr,
                            batch_size=args.batch_size or None, weight_decay=args.weight_decay,
                            eval_every=args.eval_every, eval_examples=args.eval_examples, P_source=args.P_source,
-                           seed=args.student_seed, engine=engine)
+                           seed=args.student_seed, engine=engine, noise_groups=_noise_groups(args))
+
+
+def _noise_groups(args) -> int | None:
+    k = getattr(args, "noise_groups", 10)
+    if k == 1:
+        raise ValueError("--noise-groups: expected 0 (no floors) or at least 2 groups, got 1")
+    return k or None
 
 
 def _save_outputs(out_dir, payload: dict, result, title: str) -> list[str]:
@@ -338,10 +347,19 @@ def _cmd_demo(args) -> int:
     from teachers.sampling import sample_ladder
 
     t0 = time.perf_counter()
-    lad = Ladder.default()
+    lad = Ladder.default(mode="bottomup" if args.teacher == "summarization" else "topdown")
     sample = sample_ladder(lad, args.n, args.seed, progress=False)
     print(f"smaso demo: {args.n} examples from the built-in ladder "
-          f"({lad.depth} levels below the label, {lad.total_regions} regions, {lad.num_classes} classes)\n")
+          f"({lad.depth} levels below the label, {lad.total_regions} regions, {lad.num_classes} classes)")
+    if args.teacher == "summarization":
+        print("teacher: the paper's summarization ladder: leaf events drawn, each parent event a fixed 16-to-4 "
+              "function of its two children's events, the label the top event;\n"
+              "so y is a function of x (Bayes-optimal accuracy 1), while broadness of knowledge fails by design "
+              "(a child's event is not determined by its parent's)\n")
+    else:
+        print("teacher: the top-down stochastic ladder (--teacher topdown): events drawn from the label down, so "
+              "y is not a function of x;\nbroadness of knowledge fails by construction and the Bayes-optimal "
+              "accuracy is below 1\n")
     report = inspect_report(sample, bayes_n=args.bayes_n)
     print_report(report, lad)
     title = "default ladder: student vs reformulation"
@@ -403,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("-n", type=_positive_int, default=50_000, help="examples (default 50000)")
     demo.add_argument("--seed", type=_nonneg_int, default=0, help="data seed")
     demo.add_argument("--bayes-n", type=_positive_int, default=2000, help="examples for the Bayes-optimal accuracy")
+    demo.add_argument("--teacher", choices=("summarization", "topdown"), default="summarization",
+                      help="the built-in ladder: the paper's summarization ladder (default) or the top-down one")
     _student_options(demo)
     demo.set_defaults(func=_cmd_demo)
 

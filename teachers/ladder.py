@@ -371,14 +371,15 @@ class Ladder:
     @classmethod
     def from_dict(cls, d: dict) -> Ladder:
         """Inverse of :meth:`to_dict`; also accepts ``{"kind": "random" | "fully_informative" |
-        "factorized_binary", ...}`` generator descriptions (the keyword arguments of the
+        "factorized_binary" | "summarization" | "default", ...}`` generator descriptions (the keyword arguments of the
         constructor of that name)."""
         if not isinstance(d, dict):
             raise LadderSpecError(f"ladder spec: expected a table/object, got {type(d).__name__}")
         if "kind" in d:
             kind = d["kind"]
             builders = {"random": cls.random, "fully_informative": cls.fully_informative,
-                        "factorized_binary": cls.factorized_binary, "default": cls.default}
+                        "factorized_binary": cls.factorized_binary, "summarization": cls.summarization,
+                        "default": cls.default}
             if kind not in builders:
                 raise LadderSpecError(f"kind: expected one of {sorted(builders)}, got {kind!r}")
             kwargs = {k: v for k, v in d.items() if k not in ("kind", "format", "version")}
@@ -565,11 +566,66 @@ class Ladder:
                    name=name or f"factorized-binary-d{depth}", factorization=fac)
 
     @classmethod
-    def default(cls, emission=None, sigma: float | None = None) -> Ladder:
-        """The built-in ladder of ``smaso demo``: top-down, depth 3, branching 2, 4 events per
-        region (4 classes), Dirichlet(0.5) tables, seed 0, one-hot leaves."""
-        return cls.random(depth=3, branching=2, events=4, mode=TOPDOWN, concentration=0.5, seed=0,
-                          emission=emission, sigma=sigma, name="default")
+    def summarization(cls, depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence[int] = 4, *,
+                      concentration: float = 2.0, seed: int = 0, emission=None, sigma: float | None = None,
+                      name: str | None = None) -> Ladder:
+        """A summarization ladder in the paper's sense (§2.1, §3): leaf events drawn, every parent
+        event a deterministic function of its children's events, the label the root's event.
+
+        Leaf priors ~ Dirichlet(``concentration``); each region's lookup table is a random *balanced*
+        map from the m^b child configurations onto its m events (every event the image of
+        floor(m^b / m) or one more configurations), so with near-uniform leaves every level's events
+        are near-uniform too (no class is rare).  The map is not injective when m^b > m: a child's
+        event is then not determined by its parent's, so broadness of knowledge fails while focus
+        holds, and y is a function of x (Bayes-optimal accuracy 1 with one-hot leaves).
+
+        :param depth, branching, events: as in :meth:`random` (m^b >= m at every level).
+        :param concentration: Dirichlet concentration of the leaf priors, > 0.
+        :param seed: seed of the priors and maps (numpy's PCG64, platform independent).
+        """
+        depth = _check_depth(depth)
+        branching = _as_int_tuple(branching, "branching", depth)
+        events = _as_int_tuple(events, "events", depth + 1)
+        if not concentration > 0 or not math.isfinite(concentration):
+            raise LadderSpecError(f"concentration: must be > 0 and finite, got {concentration!r}")
+        rng = _rng(seed)
+        num_regions = [int(np.prod(branching[:l], dtype=np.int64)) for l in range(depth + 1)]
+        leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
+        lookup = []
+        for l in range(depth):
+            size = events[l + 1] ** branching[l]
+            if size < events[l]:
+                raise LadderSpecError(f"events[{l}]: {events[l]} parent events cannot all be reached from "
+                                      f"{events[l + 1]}^{branching[l]} = {size} child configurations")
+            if size > MAX_LOOKUP:
+                raise LadderSpecError(f"events[{l + 1}]^branching[{l}] = {size} exceeds {MAX_LOOKUP} entries per table")
+            balanced = np.arange(size) % events[l]  # each event size // m or size // m + 1 times
+            lookup.append(np.stack([rng.permutation(balanced) for _ in range(num_regions[l])]))
+        return cls(branching, events, mode=BOTTOMUP, leaf_prior=leaf_prior, lookup=lookup,
+                   emission=cls._emission(emission, num_regions[-1], events[-1], sigma),
+                   name=name or f"summarization-d{depth}")
+
+    @classmethod
+    def default(cls, emission=None, sigma: float | None = None, mode: str = BOTTOMUP) -> Ladder:
+        """The built-in ladder of ``smaso demo``.
+
+        ``mode="bottomup"`` (the default, name ``"default"``): the summarization ladder of the
+        framework paper, :meth:`summarization` with depth 3, branching 2, 4 events per region
+        (4 classes), Dirichlet(2) leaf priors, seed 2 (of seeds 0-9 the one with the most even
+        classes: P(y) = 0.259, 0.273, 0.242, 0.227): y is a function of x, and each parent event
+        summarizes 4 of its 16 child configurations, so broadness of knowledge fails by design.
+
+        ``mode="topdown"`` (name ``"default-topdown"``, the default before version 0.3): a top-down
+        stochastic ladder, depth 3, branching 2, 4 events, Dirichlet(0.5) tables, seed 0; y is not a
+        function of x (Bayes-optimal accuracy about 0.56).
+        """
+        if mode == BOTTOMUP:
+            return cls.summarization(depth=3, branching=2, events=4, concentration=2.0, seed=2, emission=emission,
+                                     sigma=sigma, name="default")
+        if mode == TOPDOWN:
+            return cls.random(depth=3, branching=2, events=4, mode=TOPDOWN, concentration=0.5, seed=0,
+                              emission=emission, sigma=sigma, name="default-topdown")
+        raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {mode!r}")
 
 
 def _parse_region_tree(regions) -> tuple[list[int], list[int], list[str]]:

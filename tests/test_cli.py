@@ -28,12 +28,17 @@ def test_demo_runs_the_main_job(capsys, tmp_path):
                  "--eval-examples", "2000", "--out", str(out_dir)]) == 0
     out = capsys.readouterr().out
     assert "Bayes-optimal accuracy" in out and "all within bounds: True" in out
-    assert "decorr.fwd" in out and "recursion from leaves/label" in out
+    assert "decorr. fwd" in out and "recursion" in out and "one step" in out
+    assert "the paper's summarization ladder" in out and "Bayes-optimal accuracy of this ladder: 1.0000" in out
+    # every number comes with its noise floor, and the one-step errors with their two parts
+    assert re.search(r"\[\de-\d\d\]", out) and "within noise" in out and "part: decorrelation" in out
     thm3 = float(re.search(r"largest relative error ([0-9.e+-]+)", out).group(1))
     assert thm3 < 1e-9
     report = json.loads((out_dir / "comparison.json").read_text())
     assert report["ladder_report"]["n"] == 6000 and sum(report["ladder_report"]["label_counts"]) == 6000
     assert [h["step"] for h in report["history"]] == [0, 10, 20, 30]
+    last = report["history"][-1]
+    assert last["noise_groups"] == 10 and all("F_local_floor" in r and "within_noise" in r for r in last["levels"])
     assert report["thm3_fully_informative_max_error"] == thm3 or abs(report["thm3_fully_informative_max_error"]
                                                                      - thm3) < 1e-10
     assert (out_dir / "comparison.png").stat().st_size > 10_000
@@ -46,12 +51,13 @@ def test_compare_on_a_dataset_file(tmp_path, capsys):
     assert main(["compare", str(data), "--width", "3", "--bn", "--steps", "20", "--eval-every", "10",
                  "--out", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if re.match(r"\s+[01]\s+\d+\s+\d+\s+\d+\s", line)]
-    assert len(rows) == 2
+    assert "Thm 2's conditions, measured" in out
     # Thm 3: fully informative + one-hot leaves -> every reformulation error ~ 0, with BN too
-    errors = [float(v) for row in rows for v in re.findall(r"\d\.\d+e[+-]\d+", row)]
-    assert len(errors) == 8 + 10 and max(errors) < 1e-9  # top row has no focus/broadness terms
-    assert (tmp_path / "cmp" / "comparison.json").exists()
+    report = json.loads((tmp_path / "cmp" / "comparison.json").read_text())
+    levels = report["history"][-1]["levels"]
+    errors = [v for r in levels for k, v in r.items() if isinstance(v, float) and not k.endswith("_floor")]
+    assert len(levels) == 2 and len(errors) >= 2 * 11 and max(errors) < 1e-9
+    assert all(set(r["within_noise"]) >= {"F_local", "G_local", "dW_local"} for r in levels)
 
 
 def test_compare_rejects_a_student_of_another_shape(tmp_path):

@@ -12,9 +12,12 @@ from smaso.student.network import LadderStudent
 from smaso.student.reformulation import reformulate
 from teachers import Ladder, LadderSample, sample_ladder
 
-HISTORY_KEYS = {"step", "accuracy", "levels", "leaves", "loss", "P_source", "num_examples"}
-LEVEL_KEYS = {"level", "regions", "events", "nodes", "empty_events", "F_propagated", "G_propagated",
-              "dW_propagated", "F_local", "G_local", "dW_local", "decorrelation_fwd", "decorrelation_bwd"}
+HISTORY_KEYS = {"step", "accuracy", "levels", "leaves", "loss", "P_source", "num_examples", "noise_groups"}
+TERM_KEYS = {"F_propagated", "G_propagated", "dW_propagated", "F_local", "G_local", "dW_local", "F_local_focus",
+             "F_local_decorrelation", "G_local_broadness", "G_local_decorrelation", "dW_local_focus",
+             "dW_local_decorrelation", "decorrelation_fwd", "decorrelation_bwd", "decorrelation_dW"}
+LEVEL_KEYS = {"level", "regions", "events", "nodes", "empty_events", "within_noise", *TERM_KEYS,
+              *(f"{k}_floor" for k in TERM_KEYS)}
 ERROR_KEYS = ("F_propagated", "G_propagated", "dW_propagated", "F_local", "G_local", "dW_local")
 
 
@@ -36,8 +39,15 @@ def test_compare_student_fully_informative(fi, batch_norm, activation):
         assert 0.0 <= h["accuracy"] <= 1.0 and h["loss"] > 0
         assert [row["level"] for row in h["levels"]] == list(range(lad.depth))
         for row in h["levels"]:
-            want = LEVEL_KEYS | ({"focus", "broadness"} if row["level"] >= 1 else set())
+            bn_level = batch_norm and 0 < row["level"]  # F and G~ do not split additively through Eq 12
+            split = {"F_local_focus", "F_local_decorrelation", "G_local_broadness", "G_local_decorrelation"}
+            want = LEVEL_KEYS - ({*split, *(f"{k}_floor" for k in split)} if bn_level else set())
+            want |= {"focus", "broadness", "focus_floor", "broadness_floor"} if row["level"] >= 1 else set()
             assert set(row) == want
+            # Thm 3: every number exact, so every floor is round-off and every number within noise
+            assert set(row["within_noise"]) == {k for k in want if k in TERM_KEYS | {"focus", "broadness"}}
+            if not batch_norm:  # with BN the groups share the batch's normalization (smaso.student.noise)
+                assert max(v for k, v in row.items() if k.endswith("_floor")) < 1e-9
             assert row["regions"] == lad.num_regions[row["level"]]
             assert row["events"] == lad.events[row["level"]]
             for k in ERROR_KEYS:
@@ -45,7 +55,8 @@ def test_compare_student_fully_informative(fi, batch_norm, activation):
             for k in ("decorrelation_fwd", "decorrelation_bwd", "focus", "broadness"):
                 if k in row:
                     assert row[k] < 1e-9, (h["step"], row["level"], k, row[k])
-        assert set(h["leaves"]) == {"level", "focus", "broadness"} and h["leaves"]["level"] == lad.depth
+        assert set(h["leaves"]) == {"level", "focus", "broadness", "focus_floor", "broadness_floor",
+                                    "within_noise"} and h["leaves"]["level"] == lad.depth
     assert res.final() is res.history[-1]
     # training happened: the final student differs from a fresh one with the same seed
     fresh = LadderStudent(lad, 4, activation=activation, batch_norm=batch_norm, seed=1, dtype=torch.float64)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from teachers import GaussianEmission, Ladder, LadderSpecError, OneHotEmission
+from teachers import GaussianEmission, Ladder, LadderSpecError, OneHotEmission, sample_ladder
 from teachers.ladder import MAX_EVENTS, MAX_LOOKUP
 
 UNIFORM2 = [[0.5, 0.5], [0.5, 0.5]]
@@ -297,7 +297,8 @@ def test_from_dict_missing_and_generator_specs():
         Ladder.from_dict(d)
     with raises_spec(r"^ladder spec: expected a table/object, got list"):
         Ladder.from_dict([1, 2])
-    with raises_spec(r"^kind: expected one of \['default', 'factorized_binary', 'fully_informative', 'random'\]"):
+    kinds = r"\['default', 'factorized_binary', 'fully_informative', 'random', 'summarization'\]"
+    with raises_spec(r"^kind: expected one of " + kinds):
         Ladder.from_dict({"kind": "tree"})
     with raises_spec(r"^ladder spec of kind 'random': .*unexpected keyword argument 'colour'"):
         Ladder.from_dict({"kind": "random", "depth": 2, "colour": "red"})
@@ -437,13 +438,49 @@ def test_factorized_binary_tables_are_kron_of_factor_tables():
             assert t[parent, child].item() == pytest.approx(pf[0, f0, hi].item() * pf[1, f1, lo].item(), abs=1e-15)
 
 
-def test_default_ladder():
+def test_default_ladder_is_a_summarization_ladder():
     lad = Ladder.default()
-    assert (lad.mode, lad.branching, lad.events, lad.name) == ("topdown", (2, 2, 2), (4, 4, 4, 4), "default")
-    _assert_same_ladder(lad, Ladder.random(depth=3, branching=2, events=4, concentration=0.5, seed=0, name="default"))
+    assert (lad.mode, lad.branching, lad.events, lad.name) == ("bottomup", (2, 2, 2), (4, 4, 4, 4), "default")
+    _assert_same_ladder(lad, Ladder.summarization(depth=3, branching=2, events=4, concentration=2.0, seed=2,
+                                                  name="default"))
+    # every parent event is the image of exactly 4 of the 16 child configurations: not injective
+    for t in lad.lookup:
+        assert all(torch.equal(torch.bincount(row, minlength=4), torch.full((4,), 4)) for row in t)
     g = Ladder.default(emission="gaussian", sigma=0.25)
     assert g.emission.kind == "gaussian" and torch.equal(g.emission.sigma, torch.tensor(0.25, dtype=torch.float64))
-    assert torch.equal(g.tables[2], lad.tables[2])
+    assert all(torch.equal(a, b) for a, b in zip(g.lookup, lad.lookup, strict=True))
+    # y is a function of x: the root's event follows from the leaves through the lookups
+    s = sample_ladder(lad, 3000, seed=0)
+    z = s.leaves
+    for l in range(lad.depth - 1, -1, -1):
+        b, m = lad.branching[l], lad.events[l + 1]
+        code = sum(z[:, c::b] * m ** (b - 1 - c) for c in range(b))  # child configuration index
+        z = torch.stack([lad.lookup[l][r][code[:, r]] for r in range(lad.num_regions[l])], 1)
+    assert torch.equal(z[:, 0], s.y.long())
+    p_y = torch.bincount(s.y.long(), minlength=4) / 3000.0
+    assert p_y.min() > 0.18  # balanced classes (exact: 0.227-0.273)
+
+
+def test_top_down_default_stays_available_by_name():
+    lad = Ladder.default(mode="topdown")
+    assert (lad.mode, lad.name) == ("topdown", "default-topdown")
+    _assert_same_ladder(lad, Ladder.random(depth=3, branching=2, events=4, concentration=0.5, seed=0,
+                                           name="default-topdown"))
+    _assert_same_ladder(Ladder.from_dict({"kind": "default", "mode": "topdown"}), lad)
+    with pytest.raises(LadderSpecError, match="mode"):
+        Ladder.default(mode="sideways")
+
+
+def test_summarization_constructor_balances_and_checks():
+    lad = Ladder.summarization(depth=2, branching=[3, 2], events=[5, 4, 3], seed=1)
+    counts = torch.bincount(lad.lookup[0][0], minlength=5)  # 4^3 = 64 configurations onto 5 events
+    assert counts.max() - counts.min() <= 1 and counts.sum() == 64
+    _assert_same_ladder(Ladder.from_dict({"kind": "summarization", "depth": 2, "branching": [3, 2],
+                                          "events": [5, 4, 3], "seed": 1}), lad)
+    with pytest.raises(LadderSpecError, match="events"):
+        Ladder.summarization(depth=1, branching=1, events=[4, 2])
+    with pytest.raises(LadderSpecError, match="concentration"):
+        Ladder.summarization(concentration=0.0)
 
 
 # ---------------------------------------------------------------------- explicit region trees

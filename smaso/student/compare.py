@@ -53,56 +53,152 @@ def _rel(pred: torch.Tensor, meas: torch.Tensor, mask: torch.Tensor | None = Non
     return num / den
 
 
-def diagnose(stats: FrequencyStatistics) -> list[dict]:
-    """Thm 2's conditions measured from the data, per level (see the module docstring)."""
+# A measured number is ||v|| / ||m|| over rows ``mask``: ``_Term(v, m, mask)``.
+_Term = tuple
+
+
+def _norm(t: torch.Tensor, mask) -> float:
+    return float((t if mask is None else t[mask]).norm())
+
+
+def _value(term: _Term) -> float:
+    v, m, mask = term
+    num, den = _norm(v, mask), _norm(m, mask)
+    if den == 0:
+        return 0.0 if num == 0 else math.inf
+    return num / den
+
+
+def _condition_terms(stats: FrequencyStatistics) -> list[dict[str, _Term]]:
+    """Thm 2's conditions per level as difference vectors (see the module docstring)."""
     lad = stats.ladder
     d = lad.depth
     P_down = stats.P.P_down
     G_tilde = stats.G_tilde
     out = []
     for l in range(d + 1):
-        row: dict = {"level": l}
+        row: dict[str, _Term] = {}
         seen = stats.counts[l] > 0
         if l < d:
-            row["decorrelation_fwd"] = _rel(stats.D[l] * stats.U[l], stats.F[l], seen)
-            row["decorrelation_bwd"] = _rel(stats.Dp[l] * stats.Gf[l], stats.G[l], seen)
+            row["decorrelation_fwd"] = (stats.D[l] * stats.U[l] - stats.F[l], stats.F[l], seen)
+            row["decorrelation_bwd"] = (stats.Dp[l] * stats.Gf[l] - stats.G[l], stats.G[l], seen)
+            # Delta W = E[f_k g_j] = sum_a P(a) E[f_k | a] E[g_j | a] needs f_k, g_j uncorrelated given
+            # z_alpha (the step from Eq 63 to Eq 64): E[fbar_child | z_parent]^T G~_parent against Delta W
+            g_par = G_tilde[l].repeat_interleave(lad.branching[l], dim=0)
+            fcg = torch.einsum("cak,caj->ckj", stats.Fc[l + 1], g_par).reshape(stats.dW[l].shape)
+            row["decorrelation_dW"] = (fcg - stats.dW[l], stats.dW[l], None)
         if l >= 1:
             parent_seen = stats.counts[l - 1][lad.parents(l)] > 0
-            row["focus"] = _rel(torch.einsum("cab,cbk->cak", P_down[l], stats.Fbar[l]), stats.Fc[l], parent_seen)
+            row["focus"] = (torch.einsum("cab,cbk->cak", P_down[l], stats.Fbar[l]) - stats.Fc[l], stats.Fc[l],
+                            parent_seen)
             g_par = G_tilde[l - 1].repeat_interleave(lad.branching[l - 1], dim=0)
-            row["broadness"] = _rel(torch.einsum("cab,caj->cbj", P_down[l], g_par), stats.Gp_tilde[l], seen)
+            row["broadness"] = (torch.einsum("cab,caj->cbj", P_down[l], g_par) - stats.Gp_tilde[l],
+                                stats.Gp_tilde[l], seen)
         out.append(row)
     return out
 
 
+def diagnose(stats: FrequencyStatistics) -> list[dict]:
+    """Thm 2's conditions measured from the data, per level (see the module docstring)."""
+    return [{"level": l, **{k: _value(t) for k, t in row.items()}} for l, row in enumerate(_condition_terms(stats))]
+
+
+#: The one-step error of each quantity and the two exact parts it splits into (module docstring).
+CONTRIBUTIONS = {"F_local": ("focus", "decorrelation"), "G_local": ("broadness", "decorrelation"),
+                 "dW_local": ("focus", "decorrelation")}
+
+
+def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P, loss: str) -> tuple[list, dict]:
+    """Every reported number of :func:`compare_statistics_to_theory` as a :data:`_Term`, per level."""
+    lad = stats.ladder
+    d = lad.depth
+    preds = {k: reformulate(student, P, stats, propagate=k == "propagated", loss=loss)
+             for k in ("propagated", "local")}
+    local = preds["local"]
+    conditions = _condition_terms(stats)
+    G_meas = stats.G_tilde
+    p = stats.p
+    P_down = P.P_down
+    levels = []
+    for l in range(d):
+        seen = stats.counts[l] > 0
+        row: dict[str, _Term] = {}
+        for kind, pr in preds.items():
+            row[f"F_{kind}"] = (pr.Fbar[l] - stats.Fbar[l], stats.Fbar[l], seen)
+            row[f"G_{kind}"] = (pr.G_tilde[l] - G_meas[l], G_meas[l], seen)
+            row[f"dW_{kind}"] = (pr.dW[l] - stats.dW[l], stats.dW[l], None)
+        # the one-step errors split exactly into a part per condition (pred - meas = a + b):
+        # F: D o (U_pred - E[u | z]) (focus: children averaged through P instead of by parent event)
+        #    + (D o E[u | z] - E[f | z]) (forward decorrelation)
+        # G~: D' o (raw G~ from parents through P^T - P(z) E[g_f | z]) (broadness) + (D' o G~_f - G~)
+        # Delta W: ((P F_b) - E[F_b | z_a])^T G~_a (focus) + (E[F_b | z_a]^T G~_a - Delta W) (decorrelation)
+        if student.bn_params(l) is None:
+            row["F_local_focus"] = (stats.D[l] * (local.U[l] - stats.U[l]), stats.Fbar[l], seen)
+            row["F_local_decorrelation"] = (conditions[l]["decorrelation_fwd"][0], stats.Fbar[l], seen)
+        if l == 0 or student.bn_params(l) is None:
+            gf_tilde = stats.Gf[l] * p[l][..., None]
+            row["G_local_broadness"] = (local.G_tilde[l] - stats.Dp[l] * gf_tilde, G_meas[l], seen)
+            row["G_local_decorrelation"] = (stats.Dp[l] * gf_tilde - G_meas[l], G_meas[l], seen)
+        g_par = G_meas[l].repeat_interleave(lad.branching[l], dim=0)
+        child = stats.Fbar[l + 1].to(torch.float64)
+        pf = torch.einsum("cab,cbk->cak", P_down[l + 1].to(torch.float64), child)
+        row["dW_local_focus"] = (torch.einsum("cak,caj->ckj", pf - stats.Fc[l + 1], g_par).reshape(stats.dW[l].shape),
+                                 stats.dW[l], None)
+        row["dW_local_decorrelation"] = (conditions[l]["decorrelation_dW"][0], stats.dW[l], None)
+        row.update(conditions[l])
+        levels.append(row)
+    return levels, conditions[d]
+
+
 def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatistics, *, P_source: str = "empirical",
-                                 loss: str = "squared") -> dict:
-    """Relative errors of the reformulation against measured statistics, per level, plus the diagnosis."""
+                                 loss: str = "squared", replicates: Sequence[FrequencyStatistics] | None = None
+                                 ) -> dict:
+    """Relative errors of the reformulation against measured statistics, per level, plus the diagnosis.
+
+    :param replicates: leave-one-out statistics of a jackknife
+        (:meth:`~smaso.student.noise.ReplicateAccumulator.leave_one_out`); with them every number
+        ``key`` gets ``key_floor``, its noise floor (:mod:`smaso.student.noise`), and each row lists
+        in ``within_noise`` the keys at most :data:`~smaso.student.noise.WITHIN_NOISE` times their floor.
+    :returns: ``levels`` (per level l < d: ``F_/G_/dW_propagated`` and ``_local``, the parts of each
+        one-step error (``F_local_focus``, ``F_local_decorrelation``, ``G_local_broadness``,
+        ``G_local_decorrelation``, ``dW_local_focus``, ``dW_local_decorrelation``: the norm of each
+        part over the same denominator, so the one-step error is at most their sum; absent for F and
+        G~ at a BN level, where Eq 12's normalization makes the split non-additive) and Thm 2's
+        conditions (``decorrelation_fwd``, ``decorrelation_bwd``, ``decorrelation_dW``, ``focus``,
+        ``broadness``)), ``leaves`` (focus and broadness of the leaf level), ``loss``, ``P_source``,
+        ``num_examples`` and, with replicates, ``noise_groups``.
+    """
     if P_source == "empirical":
-        P = stats.P
+        P_of = lambda st: st.P  # noqa: E731
     elif P_source == "exact":
-        P = exact_statistics(stats.ladder)
+        exact = exact_statistics(stats.ladder)
+        P_of = lambda st: exact  # noqa: E731
     else:
         raise ValueError(f"P_source: expected 'empirical' or 'exact', got {P_source!r}")
     lad = stats.ladder
-    d = lad.depth
-    preds: dict[str, Reformulation] = {k: reformulate(student, P, stats, propagate=k == "propagated", loss=loss)
-                                      for k in ("propagated", "local")}
-    G_meas = stats.G_tilde
-    levels = []
-    diag = diagnose(stats)
-    for l in range(d):
+    levels_t, leaves_t = _comparison_terms(student, stats, P_of(stats), loss)
+    levels, leaves = [], {"level": lad.depth, **{k: _value(t) for k, t in leaves_t.items()}}
+    for l, terms in enumerate(levels_t):
         seen = stats.counts[l] > 0
         row = {"level": l, "regions": lad.num_regions[l], "events": lad.events[l], "nodes": student.widths[l],
-               "empty_events": int((~seen).sum())}
-        for kind, pr in preds.items():
-            row[f"F_{kind}"] = _rel(pr.Fbar[l], stats.Fbar[l], seen)
-            row[f"G_{kind}"] = _rel(pr.G_tilde[l], G_meas[l], seen)
-            row[f"dW_{kind}"] = _rel(pr.dW[l], stats.dW[l])
-        row.update({k: v for k, v in diag[l].items() if k != "level"})
+               "empty_events": int((~seen).sum()), **{k: _value(t) for k, t in terms.items()}}
         levels.append(row)
-    return {"levels": levels, "leaves": diag[d], "loss": stats.loss, "P_source": P_source,
-            "num_examples": stats.num_examples}
+    out = {"levels": levels, "leaves": leaves, "loss": stats.loss, "P_source": P_source,
+           "num_examples": stats.num_examples}
+    if replicates:
+        from smaso.student.noise import ROUNDOFF, WITHIN_NOISE, norm_floor
+
+        reps = [_comparison_terms(student, st, P_of(st), loss) for st in replicates]
+        for l, (row, terms) in enumerate(zip(levels, levels_t, strict=True)):
+            for k, (_, m, mask) in terms.items():
+                row[f"{k}_floor"] = norm_floor([r[0][l][k][0] for r in reps], _norm(m, mask), mask)
+            row["within_noise"] = [k for k in terms if row[k] <= WITHIN_NOISE * row[f"{k}_floor"] + ROUNDOFF]
+        for k, (_, m, mask) in leaves_t.items():
+            leaves[f"{k}_floor"] = norm_floor([r[1][k][0] for r in reps], _norm(m, mask), mask)
+        leaves["within_noise"] = [k for k in leaves_t
+                                  if leaves[k] <= WITHIN_NOISE * leaves[f"{k}_floor"] + ROUNDOFF]
+        out["noise_groups"] = len(replicates)
+    return out
 
 
 @dataclass
@@ -136,28 +232,50 @@ class ComparisonResult:
             lines.append(f"{h['step']:5d} {h['loss']:8.4f}  {h['accuracy']:8.4f} | "
                          f"{mean['F']:9.2e} {mean['G']:9.2e} {mean['dW']:9.2e}")
         last = hist[-1]
+        floors = "noise_groups" in last
+        w = self._w(floors)
         lines += ["",
-                  f"at step {last['step']} (P: {last['P_source']} frequencies of {last['num_examples']} examples); "
-                  "errors = ||predicted - measured||_F / ||measured||_F",
-                  "                          recursion from leaves/label   | one step from measured   "
-                  "| Thm 2 conditions: size of each error term",
-                  "level regions events nodes    F        G~       dW      |    F        G~       dW    "
-                  "| decorr.fwd decorr.bwd  focus   broadness"]
-
-        def fmt(row, key):
-            return f"{row[key]:8.2e}" if key in row else "     -  "
-
+                  f"at step {last['step']} (P: {last['P_source']} frequencies of {last['num_examples']} examples"
+                  + (f"; noise floors [in brackets] from a {last['noise_groups']}-group jackknife, * = within noise"
+                     if floors else "") + ")",
+                  "errors = ||predicted - measured||_F / ||measured||_F; the one-step error (from measured "
+                  "neighbours) is at most the sum of its two parts",
+                  f"{'level':>5} {'':3} {'recursion':>{w}} {'one step':>{w}} | "
+                  f"{'part: focus / broadness':>{w + 10}} {'part: decorrelation':>{w + 14}}"]
+        parts = {"F": ("F_local_focus", "F_local_decorrelation"), "G": ("G_local_broadness", "G_local_decorrelation"),
+                 "dW": ("dW_local_focus", "dW_local_decorrelation")}
         for r in last["levels"]:
-            empty = f"  ({r['empty_events']} events never seen)" if r["empty_events"] else ""
-            lines.append(f"{r['level']:5d} {r['regions']:7d} {r['events']:6d} {r['nodes']:5d}  "
-                         f"{fmt(r, 'F_propagated')} {fmt(r, 'G_propagated')} {fmt(r, 'dW_propagated')} | "
-                         f"{fmt(r, 'F_local')} {fmt(r, 'G_local')} {fmt(r, 'dW_local')} | "
-                         f"{fmt(r, 'decorrelation_fwd')}  {fmt(r, 'decorrelation_bwd')} {fmt(r, 'focus')} "
-                         f"{fmt(r, 'broadness')}{empty}")
-        leaves = last["leaves"]
-        lines.append(f"{'leaves':>5}: inputs; focus of the leaf level {leaves.get('focus', 0.0):.2e}, "
-                     f"broadness {leaves.get('broadness', 0.0):.2e}")
+            for q, label in (("F", "F"), ("G", "G~"), ("dW", "dW")):
+                a, b = parts[q]
+                head = f"{r['level']:5d}" if q == "F" else " " * 5
+                lines.append(f"{head} {label:3} {self._fmt(r, f'{q}_propagated')} {self._fmt(r, f'{q}_local')} | "
+                             f"{'focus' if q != 'G' else 'broad':>9} {self._fmt(r, a)} "
+                             f"{'decorrelation':>13} {self._fmt(r, b)}")
+            if r["empty_events"]:
+                lines.append(f"{'':5} ({r['empty_events']} events never seen)")
+        lines += ["", "Thm 2's conditions, measured (0 when the condition holds):",
+                  f"{'level':>5} " + " ".join(f"{k:>{w}}" for k in
+                                              ("decorr. fwd", "decorr. bwd", "decorr. dW", "focus", "broadness"))]
+        keys = ("decorrelation_fwd", "decorrelation_bwd", "decorrelation_dW", "focus", "broadness")
+        for r in [*last["levels"], {**last["leaves"], "level": "leaves"}]:
+            lines.append(f"{r['level']:>5} " + " ".join(self._fmt(r, k) for k in keys))
         return "\n".join(lines)
+
+
+    @staticmethod
+    def _w(floors: bool) -> int:
+        return 17 if floors else 8
+
+    @staticmethod
+    def _fmt(row: dict, key: str) -> str:
+        """``value [floor]*`` (the star: within noise), or ``-`` where the number is not defined."""
+        floors = f"{key}_floor" in row or "within_noise" in row
+        if key not in row:
+            return f"{'-':>17}" if floors else f"{'-':>8}"
+        if not floors:
+            return f"{row[key]:8.2e}"
+        star = "*" if key in row.get("within_noise", ()) else " "
+        return f"{row[key]:8.2e} [{row[f'{key}_floor']:5.0e}]{star}"
 
 
 def _head(chunks, k: int) -> LadderSample:
@@ -214,7 +332,7 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                     eval_every: int = 20, eval_examples: int | None = 4096, eval_batch_size: int = 4096,
                     P_source: str = "empirical", seed: int = 0, dtype: torch.dtype = torch.float64,
                     device: torch.device | str | None = None, progress: bool = False,
-                    engine=None) -> ComparisonResult:
+                    engine=None, noise_groups: int | None = 10) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
     The data stream: training reads minibatches chunk by chunk (each epoch a seeded random order of
@@ -236,6 +354,9 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         ladder's tables).
     :param engine: where the streamed evaluation runs (None: this process; a
         :class:`~teachers.engine.DaskEngine`: one task per chunk).
+    :param noise_groups: row groups of the jackknife that gives every number its noise floor
+        (:mod:`smaso.student.noise`; the evaluation's rows split into this many groups, the same
+        pass); ``None``: no floors.
     :returns: :class:`ComparisonResult` with one history row per checkpoint: step, loss,
         accuracy and the per-level errors and diagnosis.
     """
@@ -250,6 +371,9 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         raise ValueError("sample: the dataset must hold every latent event z of its ladder")
     if P_source not in ("empirical", "exact"):
         raise ValueError(f"P_source: expected 'empirical' or 'exact', got {P_source!r}")
+    if noise_groups is not None and (isinstance(noise_groups, bool) or not isinstance(noise_groups, int)
+                                     or noise_groups < 2):
+        raise ValueError(f"noise_groups: expected None or an integer >= 2, got {noise_groups!r}")
     if steps < 0 or eval_every <= 0:
         raise ValueError(f"steps/eval_every: expected steps >= 0 and eval_every > 0, got {steps}, {eval_every}")
     if batch_size is None and not isinstance(sample, LadderSample):
@@ -283,14 +407,19 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     for step in range(steps + 1):
         if step in checkpoints:
             if streamed:
-                acc_state, correct = accumulate_statistics(student, chunks, loss=loss, batch_size=eval_batch_size,
-                                                           dtype=torch.float64, engine=engine)
-                stats, acc = acc_state.result(), correct / n
+                state, correct = accumulate_statistics(student, chunks, loss=loss, batch_size=eval_batch_size,
+                                                       dtype=torch.float64, engine=engine, groups=noise_groups)
+                acc = correct / n
             else:
-                stats = collect_statistics(student, x_eval, y_eval, z_eval, loss=loss, dtype=torch.float64)
+                state = collect_statistics(student, x_eval, y_eval, z_eval, loss=loss, dtype=torch.float64,
+                                           groups=noise_groups)
                 with torch.no_grad():
                     acc = (student(x_eval.to(dev)).argmax(-1).cpu() == y_eval).double().mean().item()
-            report = compare_statistics_to_theory(student, stats, P_source=P_source, loss=loss)
+            if noise_groups is None:
+                stats, reps = (state if isinstance(state, FrequencyStatistics) else state.result()), None
+            else:
+                stats, reps = state.result(), list(state.leave_one_out())
+            report = compare_statistics_to_theory(student, stats, P_source=P_source, loss=loss, replicates=reps)
             result.history.append({"step": step, "accuracy": acc, **report})
             result.final_stats = stats
         if step == steps:

@@ -21,6 +21,7 @@ weight update E_x[fbar_b g_a] averaged over the batches.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +30,7 @@ from smaso.student.network import LadderStudent, StudentRecord
 from teachers.ladder import Ladder
 from teachers.statistics import EventStatistics
 
-__all__ = ["FrequencyAccumulator", "FrequencyStatistics", "collect_statistics"]
+__all__ = ["FrequencyAccumulator", "FrequencyStatistics", "collect_statistics", "record_rows"]
 
 # per-level quantities, in the order they are stacked for the single scatter per level,
 # and the StudentRecord field each one averages
@@ -107,6 +108,37 @@ def scatter_sums(z: torch.Tensor, q: torch.Tensor, m: int, dtype: torch.dtype,
     return out.index_add_(0, idx, q.reshape(n * r, -1)).reshape(r, m, -1)
 
 
+_PER_EXAMPLE = ("u", "f", "fbar", "slope", "deriv", "f_tilde", "g_raw", "g_f", "g")
+
+
+def record_rows(rec: StudentRecord, rows: slice) -> StudentRecord:
+    """The rows ``rows`` of a batch's record, as a record of its own.
+
+    Per-example fields (``(N, R_l, n_l)``) and the stacked buffers (``(R_l, k, n_l, N)``) are sliced
+    (views); ``dW`` and ``db`` are recomputed as the means over these rows (Eq 2: E[fbar_b g_a]
+    and E[g_a]).  Batch-level quantities stay those of the whole batch: BN's ``sigma`` and the
+    parameter updates ``dc1``/``dc0`` (the rows were normalized with the batch's statistics), and
+    ``loss`` (the batch mean; the record keeps no per-example loss).
+    """
+    if not isinstance(rows, slice) or rows.step not in (None, 1):
+        raise TypeError(f"rows: expected a slice with step 1, got {rows!r}")
+    n_all = rec.fbar[0].shape[0]
+    lo, hi, _ = rows.indices(n_all)
+    if hi <= lo:
+        raise ValueError(f"rows: expected a non-empty range of the batch's {n_all} rows, got {rows!r}")
+    sl = slice(lo, hi)
+    per = {k: [None if t is None else t[sl] for t in getattr(rec, k)] for k in _PER_EXAMPLE}
+    d = len(rec.fbar) - 1
+    dW, db = [None] * len(rec.dW), [None] * len(rec.db)
+    for l in range(d):
+        g, child = per["g"][l], per["fbar"][l + 1]  # (n, R_l, n_l), (n, R_{l+1}, n_{l+1})
+        grouped = child.reshape(hi - lo, g.shape[1], -1)  # children grouped by parent
+        dW[l] = (torch.einsum("nrk,nrj->rkj", grouped, g) / (hi - lo)).reshape(rec.dW[l].shape)
+        db[l] = g.mean(0)
+    stacked = None if rec.stacked is None else [buf[..., sl] for buf in rec.stacked]
+    return dataclasses.replace(rec, **per, dW=dW, db=db, stacked=stacked)
+
+
 class FrequencyAccumulator:
     """Streams :class:`StudentRecord` batches into per-event sums.
 
@@ -156,10 +188,17 @@ class FrequencyAccumulator:
         self._pair_offset = [None] + [
             (torch.arange(lad.num_regions[l], device=dev, dtype=idt) * lad.events[l - 1] * lad.events[l]).view(
                 lad.num_regions[l - 1], lad.branching[l - 1]) for l in range(1, d + 1)]
-        self._one_hot_buffers: dict[int, torch.Tensor] = {}
+        self._one_hot_buffers: dict[tuple[int, int], torch.Tensor] = {}
 
-    def add(self, rec: StudentRecord, z: torch.Tensor) -> None:
-        """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, regions)``."""
+    def add(self, rec: StudentRecord, z: torch.Tensor, rows: slice | None = None) -> None:
+        """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, regions)``.
+
+        :param rows: add only these rows of the batch (a ``slice`` with step 1; see :func:`record_rows`):
+            how :class:`~smaso.student.noise.ReplicateAccumulator` splits a batch into groups without
+            changing BN's batch statistics.
+        """
+        if rows is not None:
+            rec, z = record_rows(rec, rows), z[rows]
         lad, dt = self.ladder, self.dtype
         d, off = lad.depth, lad.level_offsets
         n = z.shape[0]
@@ -232,9 +271,12 @@ class FrequencyAccumulator:
         """The level's ``(R, m, N)`` scatter matrix [z[n, r] = a], in a buffer kept between batches
         (a fresh R m N allocation costs page faults and a fill on every batch)."""
         R, m = self.ladder.num_regions[level], self.ladder.events[level]
-        buf = self._one_hot_buffers.get(level)
-        if buf is None or buf.shape[-1] != ev.shape[0]:
-            buf = self._one_hot_buffers[level] = torch.zeros(R, m, ev.shape[0], dtype=self.dtype, device=self.device)
+        key = (level, ev.shape[0])  # by size too: groups of a batch alternate between two sizes
+        buf = self._one_hot_buffers.get(key)
+        if buf is None:
+            if len(self._one_hot_buffers) > 4 * (self.ladder.depth + 1):
+                self._one_hot_buffers.clear()
+            buf = self._one_hot_buffers[key] = torch.zeros(R, m, ev.shape[0], dtype=self.dtype, device=self.device)
         return buf.scatter_(1, ev.T.unsqueeze(1), 1.0)
 
     def _add_sums(self, rec: StudentRecord, levels: list, bins: list[torch.Tensor], one_hot: list,
@@ -335,13 +377,16 @@ class FrequencyAccumulator:
 
 def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, *,
                        loss: str = "squared", batch_size: int | None = None,
-                       dtype: torch.dtype | None = None) -> FrequencyStatistics:
+                       dtype: torch.dtype | None = None, groups: int | None = None):
     """One pass over a dataset at fixed weights: forward, explicit backward, per-event sums.
 
     :param x: ``(N, R_d, dim)`` inputs; ``y``: ``(N,)`` labels; ``z``: ``(N, regions)`` events.
     :param batch_size: examples per batch (default: all at once, i.e. full-batch GD and BN
         statistics of the whole set, which is what the reformulation describes).
     :param dtype: accumulation dtype (default: the student's; pass float64 for exact sums).
+    :param groups: ``K``: return the :class:`~smaso.student.noise.ReplicateAccumulator` of K row
+        groups (its ``result()`` is the statistics; its ``leave_one_out()`` the jackknife's) instead
+        of the :class:`FrequencyStatistics`.
     """
     lad = student.ladder
     if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
@@ -351,7 +396,7 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
         raise ValueError(f"x, y, z: expected the same number of examples, got {x.shape[0]}, {y.shape[0]}, {z.shape[0]}")
     if x.shape[0] == 0:
         raise ValueError("x: the dataset is empty")
-    acc = FrequencyAccumulator(student, dtype)
+    acc = _accumulator(student, dtype, groups)
     bs = x.shape[0] if batch_size is None else int(batch_size)
     if bs <= 0:
         raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
@@ -361,18 +406,26 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
         rec = student.forward_backward(x[s: s + bs].to(dev), y[s: s + bs].to(dev), loss, stacked=buffers)
         acc.add(rec, z[s: s + bs])
         buffers = rec.stacked  # the next batch writes into the same memory
-    return acc.result()
+    return acc if groups is not None else acc.result()
+
+
+def _accumulator(student: LadderStudent, dtype: torch.dtype | None, groups: int | None):
+    if groups is None:
+        return FrequencyAccumulator(student, dtype)
+    from smaso.student.noise import ReplicateAccumulator
+
+    return ReplicateAccumulator(student, dtype, groups)
 
 
 def _chunk_statistics(c: int, student: LadderStudent, chunks, loss: str, batch_size: int,
-                      dtype: torch.dtype | None) -> tuple[dict, int]:
+                      dtype: torch.dtype | None, groups: int | None = None) -> tuple[dict, int]:
     """The task of one chunk (any process): its rows in batches of ``batch_size`` into a fresh accumulator.
 
     :returns: ``(state_dict, correct)``: the accumulator's state and how many of the chunk's examples
         the student classifies correctly.
     """
     part = chunks.chunk(c)
-    acc = FrequencyAccumulator(student, dtype)
+    acc = _accumulator(student, dtype, groups)
     dev = student.weights[0].device
     wdt = student.weights[0].dtype
     correct = 0
@@ -389,7 +442,7 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks, loss: str, batch_s
 
 
 def accumulate_statistics(student: LadderStudent, source, *, loss: str = "squared", batch_size: int = 4096,
-                          dtype: torch.dtype | None = None, engine=None,
+                          dtype: torch.dtype | None = None, engine=None, groups: int | None = None,
                           progress: bool = False) -> tuple[FrequencyAccumulator, int]:
     """One streaming pass of a fixed student over a dataset, chunk by chunk: the mergeable sums.
 
@@ -403,6 +456,8 @@ def accumulate_statistics(student: LadderStudent, source, *, loss: str = "square
         or dataset path(s).
     :param dtype: accumulation dtype (default: the student's; float64 for exact sums).
     :param engine: None (this process), or a :class:`~teachers.engine.DaskEngine`.
+    :param groups: ``K``: accumulate a :class:`~smaso.student.noise.ReplicateAccumulator` of K row
+        groups instead (every batch split into K blocks), for the jackknife's noise floors.
     :returns: ``(accumulator, correct)``: call ``accumulator.result()`` for the
         :class:`FrequencyStatistics`; ``correct`` counts the examples classified correctly.
     """
@@ -419,5 +474,5 @@ def accumulate_statistics(student: LadderStudent, source, *, loss: str = "square
 
     # chunk order: the same sums in the same order on every engine
     return get_engine(engine).fold(_chunk_statistics, range(chunks.num_chunks), student, chunks, loss, batch_size,
-                                   dtype, merge=merge, init=(FrequencyAccumulator(student, dtype), 0),
+                                   dtype, groups, merge=merge, init=(_accumulator(student, dtype, groups), 0),
                                    progress="student statistics" if progress else None)

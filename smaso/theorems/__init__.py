@@ -1,5 +1,7 @@
-"""The framework paper's further results, each measured on the student of :mod:`smaso.student`.
+"""The framework paper's further results, each measured on the student of :mod:`smaso.student` (or on the teacher).
 
+- :mod:`smaso.theorems.conditions`: Thm 2's focus and broadness of knowledge measured on the teacher alone,
+  as conditional mutual informations (§3.2, Thm 2), exactly or by Monte Carlo.
 - :mod:`smaso.theorems.marginalized`: marginalized gradients and their recursion (§2.3, Eq 3, Thm 1).
 - :mod:`smaso.theorems.relu_vs_linear`: ReLU versus linear networks, vert(P) (§5.1, Thm 6-7).
 - :mod:`smaso.theorems.disentangle`: disentangled F and G~, separable updates, and the backward
@@ -10,6 +12,6 @@
 ``docs/theory.md`` maps every equation to its function.
 """
 
-from . import disentangle, energy, marginalized, overfitting, relu_vs_linear
+from . import conditions, disentangle, energy, marginalized, overfitting, relu_vs_linear
 
-__all__ = ["disentangle", "energy", "marginalized", "overfitting", "relu_vs_linear"]
+__all__ = ["conditions", "disentangle", "energy", "marginalized", "overfitting", "relu_vs_linear"]

@@ -1,0 +1,175 @@
+"""Sampling noise of the frequency statistics: a delete-one-group jackknife over row groups.
+
+Every measured statistic (F, G~, Delta W, the event frequencies P), every relative error of the
+reformulation and every Thm 2 term is a function of per-event means estimated from N examples, so
+it carries sampling noise of order 1/sqrt(N).  Its size is measured here by the jackknife: the rows
+of every batch are split into ``K`` contiguous groups (:class:`ReplicateAccumulator`, the same
+forward/backward pass, so BN's batch statistics are untouched), the statistics are recomputed K
+times with one group left out (:meth:`ReplicateAccumulator.leave_one_out`), and
+
+    se(theta) = sqrt((K - 1) / K * sum_i (theta_(i) - mean_i theta_(i))^2)
+
+is the standard error of any quantity theta computed from them (Efron & Stein; Quenouille).  Why
+the jackknife and not analytic second moments: the reported errors are norms of differences of
+*nonlinear* functions of the means (the reformulation multiplies gates, tables and weights level by
+level, BN divides by a weighted standard deviation, P itself is estimated), whose delta-method
+variances would need the covariances of every pair of per-event sums; the jackknife needs only K
+mergeable states (K times the state, not the data), works unchanged for every term, and costs K
+extra event-level evaluations per checkpoint (no pass over the data).
+
+Noise floor of a norm.  A reported error or term is ``||v|| / ||m||`` for a difference vector v
+(predicted minus measured, or the two sides of one of Thm 2's conditions) whose population value
+may be exactly 0.  Its *floor* is ``||se(v)|| / ||m||`` (the component-wise jackknife standard
+errors of v, in the same norm): what the number would read from sampling noise alone, since
+E||v_hat||^2 = ||v||^2 + sum_i se(v_i)^2.  A number is *within noise* when it is at most
+:data:`WITHIN_NOISE` = 2 times its floor (for a v that is truly 0 the ratio concentrates near 1),
+or below :data:`ROUNDOFF` (1e-12: an exact identity in float64).
+Floors fall like 1/sqrt(N) (tests/test_noise.py measures the slope).
+
+Batch Norm.  BN couples the rows of a batch: a group left out was normalized with the statistics of
+the whole batch, while the reformulation of a leave-one-out replicate renormalizes with that
+replicate's frequencies.  So through a BN level the replicates differ by more than sampling noise and
+the floors there are over-estimates: on the fully informative ladder with one-hot leaves (every
+error exactly 0) they read 0.04-0.6 with BN after the activation, 0 without BN.  Without BN every
+per-example quantity is independent of the batch and the jackknife is the textbook one.
+
+Intervals: ``theta +- t_{K-1, 0.975} se(theta)`` are 95% intervals (Student's t with K - 1 degrees
+of freedom; for ``K = 10``, t = 2.262); tests/test_noise.py checks their coverage on quantities
+known exactly (event frequencies and E[x | z] of Gaussian leaves).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from smaso.student.frequency import FrequencyAccumulator, FrequencyStatistics
+from smaso.student.network import LadderStudent, StudentRecord
+
+__all__ = ["DEFAULT_GROUPS", "ROUNDOFF", "WITHIN_NOISE", "ReplicateAccumulator", "jackknife_se", "norm_floor",
+           "t_quantile"]
+
+#: Row groups of the jackknife by default (the standard error's own relative error is about
+#: 1 / sqrt(2 (K - 1)) = 24%).
+DEFAULT_GROUPS = 10
+#: A number at most this many times its noise floor is reported as within noise.
+WITHIN_NOISE = 2.0
+#: ... or below this (float64 round-off of an exact identity, where the floor is round-off too).
+ROUNDOFF = 1e-12
+
+
+class ReplicateAccumulator:
+    """``groups`` :class:`FrequencyAccumulator` s over disjoint row groups of the same batches.
+
+    Each batch's rows are cut into ``groups`` contiguous blocks of (nearly) equal size, block g going
+    to group g; the sum of the groups' states is the state of one accumulator over every row (to
+    round-off), so :meth:`result` is the ordinary :class:`FrequencyStatistics`, and each
+    leave-one-out state is the total minus one group.  States merge like the accumulator's own
+    (:meth:`state_dict`, :meth:`merge_`), so a pass split over chunks and processes keeps its groups.
+
+    :param student: the student; ``dtype``: accumulation dtype (float64 for floors that do not
+        suffer from cancellation in ``total - group``).
+    :param groups: K >= 2.
+    """
+
+    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None, groups: int = DEFAULT_GROUPS):
+        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 2:
+            raise ValueError(f"groups: expected an integer >= 2 (row groups of the jackknife), got {groups!r}")
+        self.student, self.groups = student, groups
+        self.parts = [FrequencyAccumulator(student, dtype) for _ in range(groups)]
+
+    @property
+    def n(self) -> int:
+        """Examples added so far."""
+        return sum(p.n for p in self.parts)
+
+    def add(self, rec: StudentRecord, z: torch.Tensor) -> None:
+        """Add one batch (as :meth:`FrequencyAccumulator.add`), its rows split over the groups.
+
+        A batch of fewer rows than groups feeds its rows to groups 0, 1, ... (one each)."""
+        n = z.shape[0]
+        bounds = [g * n // self.groups for g in range(self.groups + 1)]
+        for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):
+            if hi > lo:
+                part.add(rec, z, rows=slice(lo, hi))
+
+    def state_dict(self) -> dict:
+        """``{"groups": [state of group 0, ...]}`` (see :meth:`FrequencyAccumulator.state_dict`)."""
+        return {"groups": [p.state_dict() for p in self.parts]}
+
+    def merge_(self, other: ReplicateAccumulator | dict) -> ReplicateAccumulator:
+        """Add another replicate state group by group, in place; returns self."""
+        state = other.state_dict() if isinstance(other, ReplicateAccumulator) else other
+        if not isinstance(state, dict) or len(state.get("groups", ())) != self.groups:
+            raise ValueError(f"other: expected the state of a ReplicateAccumulator with {self.groups} groups")
+        for part, st in zip(self.parts, state["groups"], strict=True):
+            part.merge_(st)
+        return self
+
+    __iadd__ = merge_
+
+    def total(self) -> FrequencyAccumulator:
+        """One accumulator holding every group's rows."""
+        out = FrequencyAccumulator(self.student, self.parts[0].dtype)
+        for p in self.parts:
+            out.merge_(p)
+        return out
+
+    def result(self) -> FrequencyStatistics:
+        """The statistics of every row (:meth:`FrequencyAccumulator.result` of :meth:`total`)."""
+        return self.total().result()
+
+    def leave_one_out(self) -> Iterator[FrequencyStatistics]:
+        """The K statistics with one group left out, in group order (groups with no rows skipped)."""
+        total = self.total().state_dict()
+        for part in self.parts:
+            if part.n == 0:
+                continue
+            rest = FrequencyAccumulator(self.student, part.dtype)
+            rest.merge_(total)
+            rest.merge_(_negated(part.state_dict()))
+            if rest.n > 0:
+                yield rest.result()
+
+
+def _negated(state: dict) -> dict:
+    return {k: (-v if k in ("n", "loss_sum") else [None if t is None else -t for t in v]) for k, v in state.items()}
+
+
+def jackknife_se(replicates: Sequence[torch.Tensor | float]) -> torch.Tensor:
+    """Jackknife standard error of a quantity from its leave-one-out values ``(K, ...)``.
+
+    ``sqrt((K - 1) / K * sum_i (theta_(i) - mean theta_(i))^2)``, component-wise.  Non-finite
+    components (e.g. a mean over an event that one replicate never saw) give a NaN there, so a
+    caller can tell "no floor" from "floor 0".
+    """
+    t = torch.stack([torch.as_tensor(r, dtype=torch.float64) for r in replicates])
+    k = t.shape[0]
+    if k < 2:
+        raise ValueError(f"replicates: expected at least 2 leave-one-out values, got {k}")
+    return ((k - 1) / k * (t - t.mean(0)).pow(2).sum(0)).sqrt()
+
+
+def norm_floor(replicates: Sequence[torch.Tensor], denominator: float, mask: torch.Tensor | None = None) -> float:
+    """Noise floor ``||se(v)|| / denominator`` of a reported ``||v|| / denominator`` (module docstring).
+
+    :param replicates: the leave-one-out values of the vector v (each of v's shape).
+    :param mask: the rows of v that enter the norm (events that occur), as in the reported number.
+    """
+    se = jackknife_se(replicates)
+    if mask is not None:
+        se = se[mask]
+    se = torch.nan_to_num(se, nan=0.0)  # an event missing from some replicate: no information there
+    num = float(se.norm())
+    if denominator == 0:
+        return 0.0 if num == 0 else math.inf
+    return num / denominator
+
+
+def t_quantile(groups: int, level: float = 0.975) -> float:
+    """Student's t quantile with ``groups - 1`` degrees of freedom (the jackknife interval's factor)."""
+    from scipy.stats import t
+
+    return float(t.ppf(level, groups - 1))
