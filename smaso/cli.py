@@ -381,6 +381,20 @@ def _cmd_demo(args) -> int:
     payload = {"ladder_report": report, **_comparison_payload(result, args),
                "thm3_fully_informative_max_error": worst}
     files = _save_outputs(out_dir, payload, result, title)
+    groups = _noise_groups(args)
+    if groups and args.n >= 2048:
+        from pathlib import Path
+
+        from smaso.plots import plot_errors_against_n
+        from smaso.student.compare import errors_against_n
+
+        # the trained student's errors and floors as N doubles: which terms are noise, which persist
+        by_n = errors_against_n(result.student, sample, n_min=1024, loss=args.loss, P_source=args.P_source,
+                                noise_groups=groups)
+        plot_errors_against_n(by_n, Path(out_dir) / "errors_vs_n.png",
+                              title=f"{title}: errors and noise floors against N")
+        _write_json(Path(out_dir) / "errors_vs_n.json", by_n)
+        files += [str(Path(out_dir) / "errors_vs_n.png"), str(Path(out_dir) / "errors_vs_n.json")]
     print(f"\nwrote {', '.join(files)}  ({time.perf_counter() - t0:.1f} s in all)")
     return 0
 

@@ -42,6 +42,8 @@ def test_demo_runs_the_main_job(capsys, tmp_path):
     assert report["thm3_fully_informative_max_error"] == thm3 or abs(report["thm3_fully_informative_max_error"]
                                                                      - thm3) < 1e-10
     assert (out_dir / "comparison.png").stat().st_size > 10_000
+    by_n = json.loads((out_dir / "errors_vs_n.json").read_text())
+    assert [r["n"] for r in by_n] == [1024, 2048, 4096] and (out_dir / "errors_vs_n.png").stat().st_size > 10_000
 
 
 def test_compare_on_a_dataset_file(tmp_path, capsys):

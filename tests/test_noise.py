@@ -121,3 +121,33 @@ def test_one_step_errors_are_bounded_by_their_parts_and_focus_is_noise_on_the_de
             # broadness fails by design on the summarization ladder: far above its floor
             if r["level"] >= 1:
                 assert "broadness" not in r["within_noise"] and r["broadness"] > 3 * r["broadness_floor"]
+
+
+def test_errors_against_n_stream_once_and_match_a_direct_comparison(tmp_path):
+    from smaso.plots import plot_errors_against_n
+    from smaso.student.compare import errors_against_n
+    from teachers.chunked import open_dataset, sample_to_store
+
+    lad = Ladder.default()
+    data = open_dataset(sample_to_store(lad, 9000, tmp_path / "d.zarr", seed=2, chunk_rows=4096))
+    st = LadderStudent(lad, 5, dtype=torch.float64, seed=0)
+    rows = errors_against_n(st, data, n_min=1000, batch_size=700)
+    assert [r["n"] for r in rows] == [1000, 2000, 4000, 8000] and all(r["noise_groups"] == 10 for r in rows)
+    # the 4000-row point equals a comparison on the first 4000 rows in the same batches (no BN: batching
+    # does not change the statistics), and its floors come from the same grouping
+    head = data.read(0, 4000)
+    rep = ReplicateAccumulator(st, torch.float64, 10)
+    cuts = [0, 700, 1000, 1700, 2000, 2700, 3400, 4000]  # batches of 700 rows cut at the grid points
+    for s, e in itertools.pairwise(cuts):
+        rec = st.forward_backward(head.inputs(slice(s, e), torch.float64), head.y[s:e])
+        rep.add(rec, head.z[s:e])
+    direct = compare_statistics_to_theory(st, rep.result(), replicates=list(rep.leave_one_out()))
+    for a, b in zip(rows[2]["levels"], direct["levels"], strict=True):
+        for k in ("F_local", "dW_propagated", "F_local_floor", "G_local_floor"):
+            assert a[k] == pytest.approx(b[k], rel=1e-9, abs=1e-15)
+    fig = plot_errors_against_n(rows, tmp_path / "n.png")
+    assert (tmp_path / "n.png").stat().st_size > 10_000 and len(fig.axes) >= 6
+    with pytest.raises(ValueError, match="n_max"):
+        errors_against_n(st, data, n_min=1000, n_max=20000)
+    with pytest.raises(ValueError, match="rows"):
+        plot_errors_against_n([])

@@ -15,7 +15,7 @@ the notebooks in ``examples/``.
 """
 
 from ._base import plt, save_figure
-from .comparison import plot_comparison, plot_noise_sweep
+from .comparison import plot_comparison, plot_errors_against_n, plot_noise_sweep
 from .depth import nodes_needed, plot_depth, plot_nodes_needed, plot_piece_counts, plot_tent_powers
 from .factorial import (
     configuration_frequencies,
@@ -45,6 +45,7 @@ __all__ = [
     "plot_comparison",
     "plot_configuration_posterior",
     "plot_depth",
+    "plot_errors_against_n",
     "plot_event_posterior",
     "plot_gap_vs_defect",
     "plot_ladder_tables",

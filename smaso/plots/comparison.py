@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from ._base import finish_figure, plt, save_figure
 
-__all__ = ["plot_comparison", "plot_noise_sweep"]
+__all__ = ["plot_comparison", "plot_errors_against_n", "plot_noise_sweep"]
 
 _QUANTITIES = (("F", "activations Fbar"), ("G", "gradients G~"), ("dW", "weight updates ΔW"))
 
@@ -204,3 +204,55 @@ def plot_noise_sweep(rows: Sequence[dict] | Mapping[str, Sequence[dict]], path: 
     if path is not None:
         save_figure(fig, path)
     return fig
+
+
+#: What :func:`plot_errors_against_n` draws by default: the one-step errors and Thm 2's conditions.
+N_KEYS = ("F_local", "G_local", "dW_local", "decorrelation_fwd", "focus", "broadness")
+
+
+def plot_errors_against_n(rows: Sequence[dict], path: str | os.PathLike | None = None, *,
+                          keys: Sequence[str] = N_KEYS, title: str | None = None):
+    """Errors and Thm 2's terms against N with their noise floors, on log-log axes.
+
+    :param rows: the list returned by :func:`~smaso.student.compare.errors_against_n` (one report
+        per N, each with ``n`` and ``levels`` holding ``key`` and ``key_floor``).
+    :param keys: the numbers to draw, one panel each: solid lines the measured value per level,
+        dashed its noise floor; a grey guide falls like 1/sqrt(N).  A condition that holds falls
+        with its floor; one that fails levels off above it.
+    :returns: the matplotlib ``Figure``.
+    """
+    if not rows or any("n" not in r or "levels" not in r for r in rows):
+        raise ValueError("rows: expected the non-empty list of errors_against_n (dicts with 'n' and 'levels')")
+    if isinstance(keys, str) or not keys:
+        raise ValueError(f"keys: expected a non-empty sequence of report keys, got {keys!r}")
+    ns = [r["n"] for r in rows]
+    levels = [row["level"] for row in rows[0]["levels"]]
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    cols = min(3, len(keys))
+    fig, axes = plt.subplots(-(-len(keys) // cols), cols, figsize=(5 * cols, 4 * -(-len(keys) // cols)),
+                             squeeze=False)
+    for ax, key in zip(axes.flat, keys, strict=False):
+        drawn = False
+        for i, l in enumerate(levels):
+            pts = [(r["n"], r["levels"][i][key], r["levels"][i].get(f"{key}_floor")) for r in rows
+                   if key in r["levels"][i]]
+            if not pts or all(v == 0 for _, v, _ in pts):
+                continue
+            c = colors[i % len(colors)]
+            ax.plot([p[0] for p in pts], [max(p[1], _FLOOR) for p in pts], "-o", ms=3, color=c, label=f"level {l}")
+            if all(p[2] is not None for p in pts):
+                ax.plot([p[0] for p in pts], [max(p[2], _FLOOR) for p in pts], "--", color=c)
+            drawn = True
+        if not drawn:
+            ax.text(0.5, 0.5, "exactly 0 at every level", transform=ax.transAxes, ha="center", color="0.3")
+        else:
+            top = max(max(r["levels"][i].get(key, 0.0) for i in range(len(levels))) for r in rows[:1])
+            ax.plot(ns, [max(top, _FLOOR) * math.sqrt(ns[0] / n) for n in ns], ":", color="0.5", label="∝ 1/√N")
+            ax.set_yscale("log")
+            ax.legend(fontsize=7)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{key} (dashed: noise floor)")
+        ax.set_xlabel("examples N")
+    for ax in list(axes.flat)[len(keys):]:
+        ax.set_visible(False)
+    return finish_figure(fig, path, title or "errors and their noise floors against N")
