@@ -9,7 +9,19 @@ W_ba (n_{l+1} x n_l; no weight sharing).  Level by level, batched over the regio
     fbar_a = BN(f_a)  (optional, hidden levels, Eq 10)   else f_a
 
 with fbar at the leaves = the inputs x (one-hot or Gaussian, n_d = input dim) and a linear
-top layer of n_0 = number of classes (its activation is configurable).
+top layer of n_0 = number of classes (its activation is configurable).  That is Batch Norm
+*after* the activation (``batch_norm=True`` or ``"after"``).  With ``batch_norm="before"`` BN
+sits between the linear map and the gate, the premise of Thm 9 and the setting of §7.5.1:
+
+    u_a    = sum_{b in ch(a)} fbar_b W_ba + bias_a        (the BN input)
+    f_a    = BN(u_a) = c1 (u_a - mu) / sigma + c0        (the normalized pre-activation: the gate's input)
+    fbar_a = act(f_a) = s(f_a) o f_a                     (the node's output)
+
+Backward the gradient at fbar goes through the gate first, g_f = f'(f) o g_raw, and then
+through BN (Thm 5), g = (c1 / sigma) P_perp_{u,1} g_f, so the gradient that enters Delta W is
+zero-mean over the batch (1^T G~ = 0, Thm 9) and orthogonal to u (E_x[u g] = 0 for bn_eps = 0,
+§7.5.1).  In both placements the record's ``f`` is the middle of a node's chain
+u -> f -> fbar, ``g_f`` the gradient at it, ``g`` the gradient at u and ``g_raw`` the one at fbar.
 
 :meth:`LadderStudent.forward_backward` runs the forward pass and an explicit backward pass
 (Eq 1, back-propagation written out level by level; BN by Thm 5) and records, per example and
@@ -35,6 +47,18 @@ from teachers.ladder import Ladder
 __all__ = ["LadderStudent", "StudentRecord"]
 
 LOSSES = ("squared", "cross_entropy")
+BN_PLACEMENTS = ("after", "before")
+
+
+def _bn_placement(batch_norm) -> str | None:
+    """``batch_norm`` of :class:`LadderStudent` as None (no BN), ``"after"`` or ``"before"``."""
+    if isinstance(batch_norm, bool):
+        return "after" if batch_norm else None
+    if isinstance(batch_norm, str):
+        if batch_norm in BN_PLACEMENTS:
+            return batch_norm
+        raise ValueError(f"batch_norm: expected False, True, 'after' or 'before', got {batch_norm!r}")
+    raise TypeError(f"batch_norm: expected a bool or one of {BN_PLACEMENTS}, got {type(batch_norm).__name__}")
 
 
 @dataclass
@@ -46,6 +70,23 @@ class StudentRecord:
     n_{l+1}, n_l)`` = E_x[fbar_{l+1} g_l] (child -> parent weights of level l), ``db[l]``:
     ``(R_l, n_l)`` = E_x[g_l], ``dc1[l], dc0[l]``: BN parameter updates, ``sigma[l]``: ``(R_l, n_l)``
     BN's batch standard deviations.  ``loss``: mean loss.
+
+    Every level is a chain u -> f -> fbar: ``u`` the linear pre-activation, ``fbar`` the node's
+    output (what the parent sees), ``g`` = -N dLoss/du (the gradient of Eq 1-2 that enters
+    Delta W), ``g_f`` = -N dLoss/df, ``g_raw`` = -N dLoss/dfbar.  What sits in the middle depends
+    on the student's ``bn_placement``:
+
+    - ``None`` (no BN at the level, e.g. the top): f = fbar = s(u) u, ``slope``/``deriv`` = s(u),
+      f'(u), g_f = g_raw and g = f'(u) g_f;
+    - ``"after"`` (Eq 10): f = s(u) u the activation, fbar = BN(f), ``f_tilde`` = standardized f,
+      ``sigma`` its std; g_f = BN'(g_raw) (Thm 5), g = f'(u) g_f;
+    - ``"before"``: f = BN(u) the normalized pre-activation (the gate's input), fbar = s(f) f,
+      ``slope``/``deriv`` = s(f), f'(f) (the gates at the gate's input), ``f_tilde`` =
+      standardized u, ``sigma`` the std of u; g_f = f'(f) g_raw, g = BN'(g_f) (Thm 5: zero batch
+      mean, and orthogonal to u for bn_eps = 0).
+
+    So :mod:`~smaso.student.frequency`'s F = E[f | z] is the BN output for ``"before"`` and
+    U = E[u | z] the BN input, while G = E[g | z] is always the gradient of Delta W.
 
     The per-example fields are views of node-major ``(R_l, n_l, N)`` tensors (``t.permute(1, 2, 0)``
     is contiguous), the layout :meth:`LadderStudent.forward_backward` computes in.  With
@@ -79,7 +120,10 @@ class LadderStudent(nn.Module):
     :param width: nodes per region at the hidden levels 1..d-1 (an int or one per level).
     :param activation: hidden activation (``"relu"``, ``"silu"``, ``"swish:0.7"``, ...).
     :param top_activation: activation of the top layer (``"linear"`` by default).
-    :param batch_norm: BN after the activation of every hidden node (Eq 10).
+    :param batch_norm: Batch Norm at every hidden node (levels 1..d-1): ``False`` (none),
+        ``True`` or ``"after"`` (after the activation, Eq 10), ``"before"`` (between the linear map
+        and the gate: f = s(BN(u)) BN(u), Thm 9's premise).  Stored as :attr:`bn_placement`
+        (None, ``"after"``, ``"before"``); :attr:`batch_norm` is the bool "has BN".
     :param bias: learnable biases.
     :param bn_eps: BN's eps (0 reproduces Thm 5's exact projection).
     :param init_scale: weights ~ N(0, init_scale^2 / fan_in).
@@ -88,7 +132,7 @@ class LadderStudent(nn.Module):
     """
 
     def __init__(self, ladder: Ladder, width: int | list[int] = 8, *, activation: str | Activation = "relu",
-                 top_activation: str | Activation = "linear", batch_norm: bool = False, bias: bool = True,
+                 top_activation: str | Activation = "linear", batch_norm: bool | str = False, bias: bool = True,
                  bn_eps: float = 1e-5, init_scale: float = 1.0, seed: int = 0,
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
         super().__init__()
@@ -104,7 +148,8 @@ class LadderStudent(nn.Module):
         self.widths = [ladder.num_classes, *width, ladder.emission.dim]  # n_0 .. n_d
         self.activation = get_activation(activation)
         self.top_activation = get_activation(top_activation)
-        self.batch_norm = bool(batch_norm)
+        self.bn_placement = _bn_placement(batch_norm)
+        self.batch_norm = self.bn_placement is not None
         self.bn_eps = float(bn_eps)
         g = torch.Generator().manual_seed(seed)
         R, n = ladder.num_regions, self.widths
@@ -160,7 +205,8 @@ class LadderStudent(nn.Module):
         return x.to(self.weights[0].dtype).permute(1, 2, 0)
 
     def _batch_norm(self, level: int, f: torch.Tensor):
-        """Eq 10 on a node-major ``(R_l, n_l, N)`` level, or None without BN: ``(fbar, f_tilde, sigma)``."""
+        """Eq 10 on a node-major ``(R_l, n_l, N)`` level (the BN input: f after, u before the gate), or
+        None without BN: ``(output, standardized input, sigma)``."""
         bn = self.bn_params(level)
         if bn is None:
             return None
@@ -173,9 +219,14 @@ class LadderStudent(nn.Module):
         """Outputs f_0 ``(N, n_0)`` (differentiable; BN uses the batch's statistics)."""
         self.check_inputs(x)
         h = self._leaves(x)
+        before = self.bn_placement == "before"
         for l in range(self.ladder.depth - 1, -1, -1):
-            h = self.act(l).apply_(self._pre_activation(l, h))  # u is a fresh temporary: activate in place
-            bn = self._batch_norm(l, h)
+            h = self._pre_activation(l, h)
+            bn = self._batch_norm(l, h) if before else None
+            if bn is not None:
+                h = bn[0]
+            h = self.act(l).apply_(h)  # u (or BN(u)) is a fresh temporary: activate in place
+            bn = None if before else self._batch_norm(l, h)
             if bn is not None:
                 h = bn[0]
         return h[0].T
@@ -251,16 +302,25 @@ class LadderStudent(nn.Module):
         sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))
         nm["fbar"][d] = self._leaves(x)
         inputs = [None] * d  # (R_l, b n_{l+1}, N): level l's input, its children's outputs grouped by parent
+        before = self.bn_placement == "before"
         for l in range(d - 1, -1, -1):
             # a view, except for a slot of a stacked buffer (then one copy, shared by forward and Delta W)
             inputs[l] = nm["fbar"][l + 1].reshape(lad.num_regions[l], -1, n)
             u = nm["u"][l] = put(l, "u", self._pre_activation(l, inputs[l]))
+            has_bn = self.bn_params(l) is not None
+            gate_in = u
+            if before and has_bn:  # BN between the linear map and the gate: f = BN(u) is the gate's input
+                bn = self._batch_norm(l, u)
+                gate_in = nm["f"][l] = put(l, "f", bn[0])
+                nm["f_tilde"][l], sigma[l] = bn[1], bn[2]
             a = self.act(l)
-            s = nm["slope"][l] = a.slope(u, out=slot(l, "slope"))
-            nm["deriv"][l] = s if a.homogeneous else put(l, "deriv", a.derivative(u))
+            s = nm["slope"][l] = a.slope(gate_in, out=slot(l, "slope"))
+            nm["deriv"][l] = s if a.homogeneous else put(l, "deriv", a.derivative(gate_in))
             if "deriv" in keys and a.homogeneous:  # the other level's activation needs its own slot
                 put(l, "deriv", s)
-            has_bn = self.bn_params(l) is not None
+            if before and has_bn:
+                nm["fbar"][l] = torch.mul(s, gate_in, out=slot(l, "fbar"))
+                continue
             f = nm["f"][l] = torch.mul(s, u, out=slot(l, "f" if has_bn else "fbar"))
             bn = self._batch_norm(l, f)  # None exactly when not has_bn
             if bn is None:
@@ -282,13 +342,20 @@ class LadderStudent(nn.Module):
             bn = self.bn_params(l)
             if bn is None:
                 nm["g_f"][l] = put(l, "g_f", nm["g_raw"][l])
+            elif before:
+                # the gate first (g_f: the gradient at BN's output), then Thm 5 back to u
+                gf = nm["g_f"][l] = torch.mul(nm["deriv"][l], nm["g_raw"][l], out=slot(l, "g_f"))
+                gu, c1, c0 = bn_backward(gf.permute(2, 0, 1), nm["f_tilde"][l].permute(2, 0, 1), sigma[l], bn[0])
+                dc1[l], dc0[l] = c1 / n, c0 / n
+                g = nm["g"][l] = put(l, "g", gu.permute(1, 2, 0))
             else:
                 gf, c1, c0 = bn_backward(nm["g_raw"][l].permute(2, 0, 1), nm["f_tilde"][l].permute(2, 0, 1),
                                          sigma[l], bn[0])
                 nm["g_f"][l] = put(l, "g_f", gf.permute(1, 2, 0))
                 dc1[l], dc0[l] = c1 / n, c0 / n
-            # g = f' o g_f: the paper's gated gradient (Eq 1)
-            g = nm["g"][l] = torch.mul(nm["deriv"][l], nm["g_f"][l], out=slot(l, "g"))
+            if bn is None or not before:
+                # g = f' o g_f: the paper's gated gradient (Eq 1)
+                g = nm["g"][l] = torch.mul(nm["deriv"][l], nm["g_f"][l], out=slot(l, "g"))
             # Delta W_ba = E_x[fbar_b g_a] (Eq 2): per parent region, g times its children's grouped
             # outputs (R_l, b n_{l+1}, N) transposed, a contraction over the batch (in this order the
             # leaf view of x is read row by row: ~1.5x faster than child @ g^T)
@@ -320,5 +387,6 @@ class LadderStudent(nn.Module):
                 self.bn_shift[l - 1].add_(rec.dc0[l], alpha=lr)
 
     def extra_repr(self) -> str:
+        bn = self.bn_placement if self.batch_norm else False
         return (f"widths={self.widths}, activation={self.activation.name}, top={self.top_activation.name}, "
-                f"batch_norm={self.batch_norm}, bias={self.biases is not None}")
+                f"batch_norm={bn!r}, bias={self.biases is not None}")

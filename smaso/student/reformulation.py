@@ -9,11 +9,22 @@ leaves (F = I for one-hot leaves, E[x | z] in general):
     F_a  = D_a o U_a                                               (Eq 9, forward)
     Fbar_a = BN_p(F_a)   (Eq 12: mean and variance weighted by p = P(z_a)), else F_a
 
-and top-down from the label (squared loss: G_omega = I - F_omega, so G~_omega = diag(p) (I - F_omega)):
+and top-down from the label (squared loss: G_omega = I - F_omega, so G~_omega = diag(p) (I - F_omega);
+softmax cross-entropy: G_omega = I - softmax(F_omega) row-wise, see :func:`reformulate`'s ``top``):
 
     G~raw_b = sum_{a in pa(b)} P_ab^T G~_a W_ba^T
     G~_b    = D'_b o BN'_p(G~raw_b)          (Eq 9 backward; BN'_p: the projection of Eq 12)
     Delta W_ba = (P_ab Fbar_b)^T G~_a,   Delta bias_a = 1^T G~_a          (Eq 9, update)
+
+With Batch Norm *before* the gate (``LadderStudent(batch_norm="before")``) Eq 12 acts on the
+pre-activation instead, and its projection on the gated gradient:
+
+    F_a    = BN_p(U_a)                     the normalized pre-activation (the gate's input)
+    Fbar_a = D_a o F_a                     (D_a = E[s(BN(u)) | z_a])
+    G~_b   = BN'_p(D'_b o G~raw_b)         (Eq 12 with the statistics of U_b: 1^T G~_b = 0, Thm 9)
+
+so ``Reformulation.F`` holds BN_p(U) there, matching the measured F = E[BN(u) | z] of
+:mod:`~smaso.student.frequency` (see :class:`~smaso.student.network.StudentRecord`).
 
 Everything is batched over the regions of a level with ``einsum``.  :func:`reformulate` runs
 the full recursion (``propagate=True``: each level from the *predicted* level below/above),
@@ -23,6 +34,7 @@ which separates the local error of Thm 2 at a level from the error carried up or
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -32,12 +44,20 @@ from smaso.student.frequency import FrequencyStatistics
 from smaso.student.network import LadderStudent
 from teachers.statistics import EventStatistics
 
-__all__ = ["Reformulation", "reformulate"]
+__all__ = ["Reformulation", "eq7_signs", "reformulate", "top_gradient"]
+
+TOPS = ("predicted", "measured")
 
 
 @dataclass
 class Reformulation:
-    """Predicted statistics, same layouts as :class:`~smaso.student.frequency.FrequencyStatistics`."""
+    """Predicted statistics, same layouts as :class:`~smaso.student.frequency.FrequencyStatistics`.
+
+    Lists over levels ``l = 0..d`` of ``(R_l, m_l, n_l)`` (``dW[l]``: ``(R_{l+1}, n_{l+1}, n_l)``,
+    ``db[l]``: ``(R_l, n_l)``).  ``U``: the linear pre-activation; ``F``: the middle of a node's chain
+    (D o U without BN or with BN after the gate; BN_p(U) with BN before it); ``Fbar``: the node's
+    output; ``G_tilde``: the P-weighted gradient at U (the one of Delta W).
+    """
 
     U: list
     F: list
@@ -63,25 +83,64 @@ def _weighted_bn_backward(G: torch.Tensor, F_tilde: torch.Tensor, p: torch.Tenso
     return (c1[:, None, :] / sigma) * proj
 
 
+def top_gradient(F_top: torch.Tensor, loss: str = "squared") -> torch.Tensor:
+    """The top boundary of Eq 9 as a function of the top activations: G_omega from F_omega.
+
+    ``F_top`` ``(..., m_0, n_0)``: row a = the output f_omega given the label y = a.  Squared loss
+    (1/2 |f - onehot(y)|^2): G_omega = I - F_omega.  Softmax cross-entropy: G_omega = I -
+    softmax(F_omega) row-wise (Eq 7's boundary: positive diagonal, negative off-diagonal).
+    Un-weighted: multiply by P(y) for G~_omega.
+    """
+    eye = torch.eye(F_top.shape[-2], F_top.shape[-1], dtype=F_top.dtype, device=F_top.device)
+    if loss == "squared":
+        return eye - F_top
+    if loss == "cross_entropy":
+        return eye - F_top.softmax(-1)
+    raise ValueError(f"loss: expected 'squared' or 'cross_entropy', got {loss!r}")
+
+
 def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyStatistics, *,
                 propagate: bool = True, loss: str = "squared",
-                leaf_inputs: torch.Tensor | None = None) -> Reformulation:
-    """Thm 4 / Eq 9 (and Eq 12 with BN): predicted F, Fbar, G~, Delta W of every level.
+                leaf_inputs: torch.Tensor | None = None, top: str | None = None) -> Reformulation:
+    """Thm 4 / Eq 9 (and Eq 12 with BN, after or before the gate): predicted F, Fbar, G~, Delta W
+    of every level.
 
-    :param student: the student (its weights, biases and BN parameters are used).
+    :param student: the student (its weights, biases, BN parameters and BN placement are used).
     :param P: event statistics: ``exact_statistics(ladder)`` or the empirical ones
         (``measured.P``).
     :param measured: measured frequency statistics; supplies the gates D, D' (the
         reformulation takes them as given), the leaf inputs E[x | z], and, when
-        ``propagate=False``, the neighbouring levels' measured statistics.  With
-        ``loss="cross_entropy"`` the top gradient is taken from it too (E[softmax(f) | y] is
-        not a function of F).
+        ``propagate=False``, the neighbouring levels' measured statistics (the BN statistics of
+        a level from its measured F for BN after the gate, from its measured U for BN before it).
     :param leaf_inputs: override E[x | z] at the leaves ``(R_d, m_d, dim)`` (e.g. the
         emission's exact means).
+    :param top: where the top gradient G_omega ``(1, m_0, n_0)`` comes from.  ``"predicted"``:
+        :func:`top_gradient` of the top activations F_omega (the predicted ones when
+        ``propagate``, the measured E[f_omega | y] otherwise).  ``"measured"``: the measured
+        E[g_raw_omega | y] (``measured.Gf[0]``).  Default (None): ``"predicted"``, except
+        ``"measured"`` for ``loss="cross_entropy"`` with ``propagate=False``, so that the
+        one-step mode takes the top gradient as the measured neighbour of level 0 (its error
+        there is then the gate's alone) while the full recursion predicts every level from the
+        leaves and the label.  For the squared loss the two agree to round-off whenever F_omega
+        is the measured one (the loss gradient is affine in f: E[onehot(y) - f | y] = I - F_omega).
+        For cross-entropy the predicted top is exact when the output f_omega is constant within
+        each label (then E[softmax(f) | y] = softmax(E[f | y])): on a fully informative ladder
+        with one-hot leaves (Thm 3: z_omega fixes x), or with any ladder for a student whose
+        output does not depend on x beyond y.  Otherwise (noisy leaves, a summarization
+        ladder whose label does not determine x, minibatch BN statistics) it differs from the
+        measured top by the Jensen gap E[softmax(f) | y] - softmax(E[f | y]), second order in the
+        within-label spread of f_omega, on top of the error of the predicted F_omega itself.
     """
     lad = student.ladder
     if P.ladder.total_regions != lad.total_regions or P.ladder.events != lad.events:
         raise ValueError("P: event statistics of another ladder than the student's")
+    if loss not in ("squared", "cross_entropy"):
+        raise ValueError(f"loss: expected 'squared' or 'cross_entropy', got {loss!r}")
+    if top is None:
+        top = "measured" if loss == "cross_entropy" and not propagate else "predicted"
+    if top not in TOPS:
+        raise ValueError(f"top: expected one of {TOPS} or None, got {top!r}")
+    before = student.bn_placement == "before"
     d = lad.depth
     dt = torch.float64
     W = [w.detach().to(dt).cpu() for w in student.weights]
@@ -97,22 +156,23 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
         U[l] = contrib.reshape(lad.num_regions[l], lad.branching[l], lad.events[l], -1).sum(1)
         if bias[l] is not None:
             U[l] = U[l] + bias[l][:, None, :]
-        F_[l] = measured.D[l].to(dt) * U[l]
         bn = student.bn_params(l)
+        if bn is not None and before:  # Eq 12 on the pre-activation, then the gate
+            c1, c0 = (t.detach().to(dt).cpu() for t in bn)
+            F_[l], F_tilde[l], sigma[l] = _weighted_bn(U[l], p[l], c1, c0, student.bn_eps)
+            Fbar[l] = measured.D[l].to(dt) * F_[l]
+            continue
+        F_[l] = measured.D[l].to(dt) * U[l]
         if bn is None:
             Fbar[l] = F_[l]
         else:
             c1, c0 = (t.detach().to(dt).cpu() for t in bn)
             Fbar[l], F_tilde[l], sigma[l] = _weighted_bn(F_[l], p[l], c1, c0, student.bn_eps)
     G_tilde = [None] * (d + 1)
-    top = Fbar[0] if propagate else measured.Fbar[0].to(dt)
-    if loss == "squared":
-        eye = torch.eye(lad.events[0], lad.num_classes, dtype=dt)[None]
-        G_raw_top = p[0][..., None] * (eye - top)
-    elif loss == "cross_entropy":
-        G_raw_top = measured.means["Gf"][0].to(dt) * p[0][..., None]
+    if top == "predicted":
+        G_raw_top = p[0][..., None] * top_gradient(Fbar[0] if propagate else measured.Fbar[0].to(dt), loss)
     else:
-        raise ValueError(f"loss: expected 'squared' or 'cross_entropy', got {loss!r}")
+        G_raw_top = measured.means["Gf"][0].to(dt) * p[0][..., None]
     G_tilde[0] = measured.Dp[0].to(dt) * G_raw_top
     dW, db = [None] * d, [None] * d
     for l in range(d):
@@ -124,16 +184,56 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
         if l + 1 < d:
             g_raw = torch.einsum("cab,caj,ckj->cbk", P_down[l + 1], g_par, W[l])
             bn = student.bn_params(l + 1)
-            if bn is not None:
-                c1 = bn[0].detach().to(dt).cpu()
-                if propagate:
-                    ft, sg = F_tilde[l + 1], sigma[l + 1]
-                else:  # Eq 12 statistics of the measured F of that level
-                    _, ft, sg = _weighted_bn(measured.F[l + 1].to(dt), p[l + 1], c1, torch.zeros_like(c1),
-                                             student.bn_eps)
-                g_raw = _weighted_bn_backward(g_raw, ft, p[l + 1], sg, c1)
-            G_tilde[l + 1] = measured.Dp[l + 1].to(dt) * g_raw
+            if bn is None:
+                G_tilde[l + 1] = measured.Dp[l + 1].to(dt) * g_raw
+                continue
+            c1 = bn[0].detach().to(dt).cpu()
+            if propagate:
+                ft, sg = F_tilde[l + 1], sigma[l + 1]
+            else:  # Eq 12 statistics of the measured BN input of that level (F after the gate, U before it)
+                bn_in = measured.U[l + 1] if before else measured.F[l + 1]
+                _, ft, sg = _weighted_bn(bn_in.to(dt), p[l + 1], c1, torch.zeros_like(c1), student.bn_eps)
+            if before:  # the gate first, then Eq 12's projection at the pre-activation
+                G_tilde[l + 1] = _weighted_bn_backward(measured.Dp[l + 1].to(dt) * g_raw, ft, p[l + 1], sg, c1)
+            else:
+                G_tilde[l + 1] = measured.Dp[l + 1].to(dt) * _weighted_bn_backward(g_raw, ft, p[l + 1], sg, c1)
     return Reformulation(U, F_, Fbar, G_tilde, dW, db)
+
+
+def eq7_signs(measured: FrequencyStatistics, *, gated: bool = False) -> dict:
+    """Eq 7's sign property of the top gradient, measured per class from frequency statistics.
+
+    For softmax cross-entropy every example has g_j = [y = j] - softmax_j(f) (the framework's sign,
+    g = -dLoss/df), so g_j(y = j) > 0 and g_j(y != j) < 0, per example and hence per label; for
+    the squared loss g_j = [y = j] - f_j and the signs can fail.  Reads G_omega[y, j] =
+    E[g_raw_j | y] (``measured.Gf[0]``, the gradient at the top output; ``gated``: E[g_j | y]
+    after the top gate, ``measured.G[0]``, the same for a linear top).  Labels never observed
+    are left out of the off-diagonal test; a class whose own label was never observed has a NaN
+    diagonal and fails.
+
+    :returns: a dict with ``G`` ``(m_0, n_0)`` the measured top gradient per label; per class j
+        ``(n_0,)``: ``diagonal`` g_j(y = j), ``off_diagonal_max`` max_{y != j} g_j(y) (-inf if no
+        other label was observed), ``positive`` (diagonal > 0), ``negative`` (all observed
+        off-diagonal entries < 0), ``margin`` min(g_j(y = j), -max_{y != j} g_j(y)) (> 0 iff both
+        hold); and ``holds`` (every class passes), ``worst_margin`` and ``worst_class`` (the class
+        of the smallest margin).
+    """
+    G = (measured.G if gated else measured.Gf)[0][0].to(torch.float64)  # (m_0, n_0): the one top region
+    seen = measured.counts[0][0] > 0
+    m, n = G.shape
+    if m != n:
+        raise ValueError(f"measured: Eq 7 needs one top node per class, got {m} labels and {n} top nodes")
+    eye = torch.eye(m, dtype=torch.bool)
+    diagonal = torch.where(seen, G.diagonal(), torch.full((m,), float("nan"), dtype=G.dtype))
+    off = G.masked_fill(eye | ~seen[:, None], -math.inf)
+    off_max = off.max(0).values
+    positive = diagonal > 0
+    negative = off_max < 0
+    margin = torch.minimum(diagonal, -off_max)
+    worst = int(torch.nan_to_num(margin, nan=-math.inf).argmin())
+    return {"G": G, "diagonal": diagonal, "off_diagonal_max": off_max, "positive": positive, "negative": negative,
+            "margin": margin, "holds": bool((positive & negative).all()), "worst_margin": float(margin[worst]),
+            "worst_class": worst}
 
 
 def one_hot_leaves(student: LadderStudent) -> torch.Tensor:
