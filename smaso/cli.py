@@ -288,7 +288,9 @@ def _student_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("student and training")
     g.add_argument("--width", type=_int_list, default=[16], help="nodes per hidden region (int or one per level)")
     g.add_argument("--activation", default="relu", help="relu, silu, swish:BETA, leaky_relu:NU, abs, linear")
-    g.add_argument("--bn", action="store_true", help="Batch Norm after every hidden activation")
+    g.add_argument("--bn", nargs="?", const="after", default=None, choices=("after", "before"),
+                   help="Batch Norm at every hidden level: after the activation (--bn, --bn after) or right after "
+                        "the linear map, before the gate (--bn before: Thm 9's premise)")
     g.add_argument("--no-bias", action="store_true", help="no biases")
     g.add_argument("--loss", default="squared", choices=["squared", "cross_entropy"])
     g.add_argument("--steps", type=_nonneg_int, default=600, help="training steps")
@@ -309,7 +311,7 @@ def _run_comparison(sample, args, title: str, engine=None):
     from smaso.student.compare import compare_student
 
     width = args.width[0] if len(args.width) == 1 else args.width
-    return compare_student(sample, width=width, activation=args.activation, batch_norm=args.bn,
+    return compare_student(sample, width=width, activation=args.activation, batch_norm=args.bn or False,
                            bias=not args.no_bias, loss=args.loss, steps=args.steps, lr=args.lr,
                            batch_size=args.batch_size or None, weight_decay=args.weight_decay,
                            eval_every=args.eval_every, eval_examples=args.eval_examples, P_source=args.P_source,
@@ -364,14 +366,14 @@ def _cmd_demo(args) -> int:
     print_report(report, lad)
     title = "default ladder: student vs reformulation"
     print(f"\n== student vs reformulation (Thm 4 / Eq 9): {args.steps} SGD steps, width {args.width}, "
-          f"{args.activation}{', BN' if args.bn else ''} ==")
+          f"{args.activation}{f', BN {args.bn} the gate' if args.bn else ''} ==")
     result = _run_comparison(sample, args, title)
     print(result.table(every=max(1, len(result.history) // 8)))
     print(f"Bayes-optimal accuracy of this ladder: {report['bayes_optimal']['expected']:.4f}")
     # Thm 3: on the fully informative ladder with one-hot leaves the reformulation is exact
     fi = Ladder.fully_informative(depth=2, branching=2, leaf_events=2, concentration=1.0, seed=args.seed)
     fi_sample = sample_ladder(fi, 4096, args.seed)
-    exact = compare_student(fi_sample, width=4, activation=args.activation, batch_norm=args.bn,
+    exact = compare_student(fi_sample, width=4, activation=args.activation, batch_norm=args.bn or False,
                             steps=50, lr=args.lr, eval_every=50, seed=args.student_seed)
     worst = max(max(r[k] for k in ("F_propagated", "G_propagated", "dW_propagated"))
                 for h in exact.history for r in h["levels"])

@@ -158,3 +158,14 @@ def test_engine_options_are_checked(capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
         main([*base, "--out", str(tmp_path / "a.npz"), "--engine", "dask"])
     assert e.value.code == 2 and "one process" in capsys.readouterr().err
+
+
+def test_demo_with_bn_before_the_gate_and_cross_entropy(tmp_path, capsys):
+    assert main(["demo", "-n", "3000", "--bayes-n", "200", "--steps", "10", "--eval-every", "10", "--eval-examples",
+                 "1000", "--bn", "before", "--loss", "cross_entropy", "--noise-groups", "0",
+                 "--out", str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "BN before the gate" in out and "Eq 7 (softmax" in out and "[" not in out.split("Thm 2's")[1][:200]
+    report = json.loads((tmp_path / "d" / "comparison.json").read_text())
+    assert report["history"][-1]["eq7"]["holds"] and "noise_groups" not in report["history"][-1]
+    assert not (tmp_path / "d" / "errors_vs_n.png").exists()  # no floors asked for: no floor figure

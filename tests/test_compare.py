@@ -136,3 +136,23 @@ def test_compare_student_bn_eps_reaches_the_student(fi):
                           batch_size=64, eval_every=2, eval_examples=200, seed=2)
     assert res.student.bn_eps == 0.0
     assert max(row[k] for h in res.history for row in h["levels"] for k in ERROR_KEYS) < 1e-9
+
+
+@pytest.mark.parametrize("loss", ["squared", "cross_entropy"])
+def test_bn_before_the_gate_is_exact_on_the_fully_informative_ladder_and_eq7_is_reported(fi, loss):
+    lad, s = fi
+    res = compare_student(s, width=4, batch_norm="before", loss=loss, steps=6, lr=0.2, batch_size=32, eval_every=3,
+                          eval_examples=200, seed=2)
+    for row in res.final()["levels"]:
+        # Thm 3 with BN before the gate: the errors and the forward decorrelation (D o F against Fbar) vanish
+        for k in ("F_propagated", "G_propagated", "dW_propagated", "F_local", "G_local", "dW_local",
+                  "decorrelation_fwd", "decorrelation_dW"):
+            assert row[k] < 1e-9, (row["level"], k, row[k])
+        # the backward decorrelation would need E[g_raw | z] at a BN-before level: not reported there
+        assert ("decorrelation_bwd" in row) == (row["level"] == 0)
+    if loss == "cross_entropy":
+        e7 = res.final()["eq7"]
+        assert e7["holds"] and e7["worst_margin"] > 0 and len(e7["margin"]) == lad.num_classes
+        assert "Eq 7" in res.table()
+    else:
+        assert "eq7" not in res.final()

@@ -70,8 +70,13 @@ def _value(term: _Term) -> float:
     return num / den
 
 
-def _condition_terms(stats: FrequencyStatistics) -> list[dict[str, _Term]]:
-    """Thm 2's conditions per level as difference vectors (see the module docstring)."""
+def _condition_terms(stats: FrequencyStatistics, bn_before: Sequence[bool] | None = None) -> list[dict[str, _Term]]:
+    """Thm 2's conditions per level as difference vectors (see the module docstring).
+
+    :param bn_before: per level, whether BN sits between the linear map and the gate there (then the
+        gate acts on F = E[BN(u) | z] and the forward decorrelation compares D o F with Fbar; the backward
+        one would need E[g_raw | z], which is not accumulated, and is left out).
+    """
     lad = stats.ladder
     d = lad.depth
     P_down = stats.P.P_down
@@ -80,9 +85,12 @@ def _condition_terms(stats: FrequencyStatistics) -> list[dict[str, _Term]]:
     for l in range(d + 1):
         row: dict[str, _Term] = {}
         seen = stats.counts[l] > 0
-        if l < d:
+        if l < d and bn_before is not None and bn_before[l]:
+            row["decorrelation_fwd"] = (stats.D[l] * stats.F[l] - stats.Fbar[l], stats.Fbar[l], seen)
+        elif l < d:
             row["decorrelation_fwd"] = (stats.D[l] * stats.U[l] - stats.F[l], stats.F[l], seen)
             row["decorrelation_bwd"] = (stats.Dp[l] * stats.Gf[l] - stats.G[l], stats.G[l], seen)
+        if l < d:
             # Delta W = E[f_k g_j] = sum_a P(a) E[f_k | a] E[g_j | a] needs f_k, g_j uncorrelated given
             # z_alpha (the step from Eq 63 to Eq 64): E[fbar_child | z_parent]^T G~_parent against Delta W
             g_par = G_tilde[l].repeat_interleave(lad.branching[l], dim=0)
@@ -99,9 +107,18 @@ def _condition_terms(stats: FrequencyStatistics) -> list[dict[str, _Term]]:
     return out
 
 
-def diagnose(stats: FrequencyStatistics) -> list[dict]:
-    """Thm 2's conditions measured from the data, per level (see the module docstring)."""
-    return [{"level": l, **{k: _value(t) for k, t in row.items()}} for l, row in enumerate(_condition_terms(stats))]
+def _bn_before(student: LadderStudent) -> list[bool]:
+    return [getattr(student, "bn_placement", None) == "before" and student.bn_params(l) is not None
+            for l in range(student.ladder.depth)]
+
+
+def diagnose(stats: FrequencyStatistics, student: LadderStudent | None = None) -> list[dict]:
+    """Thm 2's conditions measured from the data, per level (see the module docstring).
+
+    :param student: the student, needed only when its BN sits before the gate (``batch_norm="before"``).
+    """
+    terms = _condition_terms(stats, None if student is None else _bn_before(student))
+    return [{"level": l, **{k: _value(t) for k, t in row.items()}} for l, row in enumerate(terms)]
 
 
 #: The one-step error of each quantity and the two exact parts it splits into (module docstring).
@@ -116,7 +133,7 @@ def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P, los
     preds = {k: reformulate(student, P, stats, propagate=k == "propagated", loss=loss)
              for k in ("propagated", "local")}
     local = preds["local"]
-    conditions = _condition_terms(stats)
+    conditions = _condition_terms(stats, _bn_before(student))
     G_meas = stats.G_tilde
     p = stats.p
     P_down = P.P_down
@@ -186,6 +203,12 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
         levels.append(row)
     out = {"levels": levels, "leaves": leaves, "loss": stats.loss, "P_source": P_source,
            "num_examples": stats.num_examples}
+    if loss == "cross_entropy" and student.widths[0] == lad.events[0]:
+        from smaso.student.reformulation import eq7_signs
+
+        e7 = eq7_signs(stats)  # g_j(y = j) > 0 > g_j(y != j) per class (Eq 7)
+        out["eq7"] = {"holds": e7["holds"], "worst_margin": e7["worst_margin"], "worst_class": int(e7["worst_class"]),
+                      "margin": [None if math.isnan(v) else float(v) for v in e7["margin"].tolist()]}  # None: unseen
     if replicates:
         from smaso.student.noise import ROUNDOFF, WITHIN_NOISE, norm_floor
 
@@ -260,6 +283,11 @@ class ComparisonResult:
         keys = ("decorrelation_fwd", "decorrelation_bwd", "decorrelation_dW", "focus", "broadness")
         for r in [*last["levels"], {**last["leaves"], "level": "leaves"}]:
             lines.append(f"{r['level']:>5} " + " ".join(self._fmt(r, k) for k in keys))
+        if "eq7" in last:
+            e7 = last["eq7"]
+            verdict = "holds for every class" if e7["holds"] else "FAILS"
+            lines.append(f"Eq 7 (softmax: g_j(y=j) > 0 > g_j(y!=j)) {verdict}; smallest margin "
+                         f"{e7['worst_margin']:.3g} (class {e7['worst_class']})")
         return "\n".join(lines)
 
 
@@ -328,7 +356,7 @@ def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torc
 
 
 def compare_student(sample, *, width: int | list[int] = 8, activation: str = "relu",
-                    batch_norm: bool = False, bn_eps: float = 1e-5, bias: bool = True, loss: str = "squared",
+                    batch_norm: bool | str = False, bn_eps: float = 1e-5, bias: bool = True, loss: str = "squared",
                     steps: int = 200, lr: float = 0.1, batch_size: int | None = 256, weight_decay: float = 0.0,
                     eval_every: int = 20, eval_examples: int | None = 4096, eval_batch_size: int = 4096,
                     P_source: str = "empirical", seed: int = 0, dtype: torch.dtype = torch.float64,
