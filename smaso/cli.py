@@ -19,7 +19,9 @@ and exit status 2; nothing half-written is left on disk.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -122,13 +124,22 @@ def _cmd_sample_ladder(args) -> int:
         from teachers.dataset import save_dataset
         from teachers.sampling import sample_ladder
 
+        _check_memory(lad, hi - lo, "-n", factor=2)  # the sample and the file's buffers
         if args.engine != "serial":
             raise ValueError("--engine: a .npz file (format 1) is written by one process; give a .zarr store")
         sample = sample_ladder(lad, args.n, args.seed, shard=args.shard, chunk_size=args.chunk_size,
                                device=args.device, progress=progress)
         path = save_dataset(sample.to("cpu"), args.out, compress=bool(args.compress))
     else:  # format 2: a chunked store, written chunk by chunk
-        from teachers.chunked import sample_to_store
+        from teachers.chunked import row_bytes, sample_to_store
+
+        # zstd keeps at least a quarter of the raw bytes on every ladder measured: a lower bound
+        need = (hi - lo) * row_bytes(lad) * (1.0 if args.compress in (False, "none") else 0.25)
+        free = _free_disk(args.out)
+        if free is not None and need > free:
+            raise ValueError(f"-n: {hi - lo:,} examples need at least {need / 1e9:.3g} GB on disk, and "
+                             f"{free / 1e9:.3g} GB are free where --out points; sample fewer, or in shards "
+                             "(--shard i/k) on a cluster's shared storage")
 
         with _engine(args) as engine:
             path = sample_to_store(lad, args.n, args.out, args.seed, shard=args.shard, chunk_rows=args.chunk_rows,
@@ -350,6 +361,7 @@ def _cmd_demo(args) -> int:
 
     t0 = time.perf_counter()
     lad = Ladder.default(mode="bottomup" if args.teacher == "summarization" else "topdown")
+    _check_memory(lad, args.n, "-n", factor=3)  # the sample, its one-hot inputs per batch, the report
     sample = sample_ladder(lad, args.n, args.seed, progress=False)
     print(f"smaso demo: {args.n} examples from the built-in ladder "
           f"({lad.depth} levels below the label, {lad.total_regions} regions, {lad.num_classes} classes)")
@@ -426,6 +438,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "their per-event statistics with the framework's reformulation.",
         epilog="examples:" + __doc__.split("::")[1].split("Every subcommand")[0].rstrip())
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser("demo", help="sample -> train a student -> compare with the reformulation",
@@ -505,7 +518,17 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("--no-progress", action="store_true", help="no progress bar")
     _add_engine_options(insp)
     insp.set_defaults(func=_cmd_inspect)
+    _add_debug(parser)
     return parser
+
+
+def _add_debug(parser: argparse.ArgumentParser) -> None:
+    """``--debug`` after any subcommand too (``smaso demo --debug``), without overriding the top-level one."""
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        for child in getattr(action, "choices", {}).values():
+            child.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                               help="show the traceback of an error")
+            _add_debug(child)
 
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
@@ -542,16 +565,108 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
 
 
+def _describe_error(e: BaseException) -> str:
+    """One line for a failure the user can cause (the CLI's error boundary)."""
+    if isinstance(e, MemoryError):
+        return ("out of memory: the request does not fit in this machine's memory; use fewer examples, or a "
+                ".zarr store (written and read chunk by chunk)")
+    if isinstance(e, OSError):
+        where = f" {e.filename!r}" if getattr(e, "filename", None) else ""
+        if getattr(e, "errno", None) in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            return f"cannot write{where}: the disk or the file-size limit is full ({e.strerror})"
+        return f"cannot access{where}: {e.strerror or e}"
+    return str(e)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``smaso`` console script; returns the exit status."""
+    """Entry point of the ``smaso`` console script; returns the exit status.
+
+    Every failure a user can cause (a bad argument or field, an unreadable or unwritable path, a full
+    disk, too little memory, an unavailable device, a diverging run) ends in one ``smaso: error:`` line
+    and exit status 2; ``--debug`` shows the traceback instead.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        _check_early(args)
         return args.func(args)
-    except (ValueError, NotImplementedError) as e:
-        parser.exit(2, f"smaso: error: {e}\n")
     except KeyboardInterrupt:
         parser.exit(130, "smaso: interrupted\n")
+    except (ValueError, TypeError, NotImplementedError, OSError, MemoryError, RuntimeError) as e:
+        if getattr(args, "debug", False):
+            raise
+        parser.exit(2, f"smaso: error: {_describe_error(e)}\n")
+
+
+def _available_memory() -> int | None:
+    """Bytes of memory available now (Linux's MemAvailable), or None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def _free_disk(out: str) -> int | None:
+    import shutil
+    from pathlib import Path
+
+    p = Path(out).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def _check_memory(ladder, n: int, arg: str, factor: float = 1.0) -> None:
+    """Refuse an in-memory job whose rows alone would not fit (before allocating them)."""
+    from teachers.chunked import row_bytes
+
+    need, have = n * row_bytes(ladder) * factor, _available_memory()
+    if have is not None and need > have:
+        raise ValueError(f"{arg}: {n:,} examples held in memory need about {need / 1e9:.3g} GB and "
+                         f"{have / 1e9:.3g} GB are available; write a .zarr store instead (sampled, read and "
+                         "compared chunk by chunk: `smaso sample ladder --out data.zarr`, then `smaso compare "
+                         "data.zarr`)")
+
+
+def _check_early(args) -> None:
+    """What can be checked before any work: the device, and that the outputs can be written."""
+    device = getattr(args, "device", None)
+    if device is not None:
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, ValueError, TypeError):
+            raise ValueError(f"--device: expected a torch device such as 'cpu' or 'cuda:0', got {device!r}") from None
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: this torch build or machine has no CUDA device "
+                             "(torch.cuda.is_available() is False)")
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"--device: expected 'cpu' or 'cuda[:i]', got {device!r}")
+    out = getattr(args, "out", None)
+    if out:
+        _check_writable(out, directory=args.command in ("demo", "compare"))
+
+
+def _check_writable(out: str, *, directory: bool) -> None:
+    """Refuse an ``--out`` that cannot be created, before sampling or training for minutes."""
+    from pathlib import Path
+
+    path = Path(out)
+    if directory and path.exists() and not path.is_dir():
+        raise ValueError(f"--out: {out!r} exists and is not a directory")
+    parent = path if directory and path.is_dir() else path.parent
+    while not parent.exists() and parent != parent.parent:  # a directory still to create: check its ancestor
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"--out: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out: cannot write into {str(parent)!r} (permission denied)")
 
 
 if __name__ == "__main__":

@@ -40,8 +40,8 @@ from teachers.ladder import Ladder
 from teachers.sampling import LadderSample, sample_ladder
 from teachers.statistics import exact_statistics
 
-__all__ = ["ComparisonResult", "compare_statistics_to_theory", "compare_student", "diagnose", "errors_against_n",
-           "noise_sweep"]
+__all__ = ["ComparisonResult", "TrainingDiverged", "compare_statistics_to_theory", "compare_student", "diagnose",
+           "errors_against_n", "noise_sweep"]
 
 
 def _rel(pred: torch.Tensor, meas: torch.Tensor, mask: torch.Tensor | None = None) -> float:
@@ -225,6 +225,21 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
     return out
 
 
+class TrainingDiverged(RuntimeError):
+    """Training produced a non-finite loss, weight or statistic (the message names the step)."""
+
+
+def _check_hyper(name: str, v, *, positive: bool) -> None:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0 or (positive and v == 0):
+        want = "a finite number > 0" if positive else "a finite number >= 0"
+        raise ValueError(f"{name}: expected {want}, got {v!r}")
+
+
+def _finite_weights(student: LadderStudent) -> bool:
+    params = [*student.weights, *(student.biases or [])]
+    return all(bool(torch.isfinite(p).all()) for p in params)
+
+
 @dataclass
 class ComparisonResult:
     """History of a training run with comparisons at checkpoints."""
@@ -400,6 +415,9 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         raise ValueError("sample: the dataset must hold every latent event z of its ladder")
     if P_source not in ("empirical", "exact"):
         raise ValueError(f"P_source: expected 'empirical' or 'exact', got {P_source!r}")
+    _check_hyper("lr", lr, positive=True)
+    _check_hyper("weight_decay", weight_decay, positive=False)
+    _check_hyper("bn_eps", bn_eps, positive=False)
     if noise_groups is not None and (isinstance(noise_groups, bool) or not isinstance(noise_groups, int)
                                      or noise_groups < 2):
         raise ValueError(f"noise_groups: expected None or an integer >= 2, got {noise_groups!r}")
@@ -449,17 +467,27 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
             else:
                 stats, reps = state.result(), list(state.leave_one_out())
             report = compare_statistics_to_theory(student, stats, P_source=P_source, loss=loss, replicates=reps)
+            bad = [f"level {r['level']} {k}" for r in report["levels"] for k, v in r.items()
+                   if isinstance(v, float) and math.isnan(v)]
+            if bad or not math.isfinite(stats.loss):
+                raise TrainingDiverged(f"step {step}: the statistics are not finite ({', '.join(bad[:3]) or 'loss'}); "
+                                       "lower lr, or use BN")
             result.history.append({"step": step, "accuracy": acc, **report})
             result.final_stats = stats
         if step == steps:
             break
         x_b, y_b = next(batches)
         rec = student.forward_backward(x_b.to(dev), y_b.to(dev), loss)
+        if not math.isfinite(rec.loss):  # (the loss is a Python float already: no extra sync)
+            raise TrainingDiverged(f"step {step}: the training loss is {rec.loss} (the run diverged; lower lr="
+                                   f"{lr}, add weight_decay or BN)")
         student.apply_update(rec, lr, weight_decay)
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
+    if not _finite_weights(student):
+        raise TrainingDiverged(f"step {steps}: the weights are not finite (the run diverged; lower lr={lr})")
     P = result.final_stats.P if P_source == "empirical" else exact_statistics(lad)
     result.final_prediction = reformulate(student, P, result.final_stats, loss=loss)
     result.seconds = time.perf_counter() - t0

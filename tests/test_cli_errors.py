@@ -1,0 +1,86 @@
+"""The CLI's error boundary (issue 14): every failure a user can cause is one ``smaso: error:`` line and exit
+status 2, checked before any work where it can be; ``--debug`` shows the traceback; training stops at the first
+non-finite loss, naming the step."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from smaso.cli import main
+from smaso.student.compare import TrainingDiverged, compare_student
+from teachers import Ladder, sample_ladder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _error(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("smaso: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("argv, expect", [
+    (["sample", "ladder", "-n", "10", "--device", "blah", "--out", "{tmp}/a.zarr"], "--device: expected"),
+    (["sample", "ladder", "-n", "10", "--device", "meta", "--out", "{tmp}/a.zarr"], "--device: expected 'cpu'"),
+    (["sample", "ladder", "-n", "1e12", "--out", "{tmp}/a.npz"], "-n: 1,000,000,000,000 examples held in memory"),
+    (["sample", "ladder", "-n", "1e13", "--out", "{tmp}/a.zarr"], "-n: 10,000,000,000,000 examples need at least"),
+    (["demo", "-n", "1e11", "--out", "{tmp}/d"], "write a .zarr store instead"),
+    (["demo", "--out", "{tmp}/file"], "exists and is not a directory"),
+    (["demo", "-n", "2000", "--lr", "nan", "--out", "{tmp}/d"], "lr: expected a finite number > 0"),
+    (["demo", "-n", "2000", "--weight-decay", "-1", "--out", "{tmp}/d"], "weight_decay: expected a finite number"),
+    (["demo", "-n", "2000", "--lr", "1e6", "--steps", "60", "--out", "{tmp}/d"], "the training loss is inf"),
+])
+def test_bad_requests_are_one_line_before_any_work(tmp_path, capsys, argv, expect):
+    (tmp_path / "file").write_text("x")
+    err = _error(capsys, [a.replace("{tmp}", str(tmp_path)) for a in argv])
+    assert expect in err, err
+    assert not list(tmp_path.glob("a.*")) and not (tmp_path / "d" / "comparison.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_on_a_cpu_machine_and_debug_shows_the_traceback(tmp_path, capsys):
+    argv = ["sample", "ladder", "-n", "10", "--device", "cuda", "--out", str(tmp_path / "a.zarr")]
+    assert "no CUDA device" in _error(capsys, argv)
+    with pytest.raises(ValueError, match="no CUDA device"):
+        main([*argv, "--debug"])
+    with pytest.raises(ValueError, match="no CUDA device"):
+        main(["--debug", *argv])
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_unwritable_out_is_refused_before_sampling(tmp_path, capsys):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert "permission denied" in _error(capsys, ["sample", "ladder", "-n", "10", "--out", str(locked / "a.zarr")])
+
+
+def test_a_full_disk_is_one_line(tmp_path):
+    # a file-size limit of 64 KiB: the store's first chunk cannot be written (EFBIG), nothing is left behind
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536)); "
+            "import signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "from smaso.cli import main; sys.exit(main(sys.argv[1:]))")
+    out = subprocess.run([sys.executable, "-c", code, "sample", "ladder", "-n", "200000", "--compress", "none",
+                          "--out", str(tmp_path / "big.zarr")], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("smaso: error: cannot write") and "Traceback" not in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_training_stops_at_the_first_non_finite_loss():
+    s = sample_ladder(Ladder.default(), 2000, seed=0)
+    with pytest.raises(TrainingDiverged, match=r"step \d+: the training loss is (inf|nan)"):
+        compare_student(s, width=8, lr=1e6, steps=100, eval_every=50)
+    for name, kw in (("lr", {"lr": float("inf")}), ("lr", {"lr": 0}), ("bn_eps", {"bn_eps": -1e-5}),
+                     ("weight_decay", {"weight_decay": float("nan")})):
+        with pytest.raises(ValueError, match=name):
+            compare_student(s, steps=1, **kw)
