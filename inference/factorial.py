@@ -70,7 +70,7 @@ _CHUNK_ELEMENTS = 2**24  # elements of the largest temporary per chunk of config
 
 def _check(A, B, x, sigma) -> torch.Tensor:
     check_maso(A, B)
-    check_x(x, A)
+    check_x(x, A, finite=True)
     return check_sigma(sigma, scalar_only=True)
 
 

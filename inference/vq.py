@@ -64,7 +64,7 @@ def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torc
         within rounding, where either region gives the same output).
     """
     check_maso(A, B)
-    check_x(x, A)
+    check_x(x, A, finite=True)
     log_pi = log_pi_from_offsets(A, B, sigma)
     model = infer_discrete(config_enumerate(unit_mixture_model), first_available_dim=-3, temperature=0)
     with torch.no_grad():
@@ -97,7 +97,7 @@ def posterior_region_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, nu
         ``observed_data["x"]`` ``(example, feature)``.
     """
     check_maso(A, B)
-    check_x(x, A)
+    check_x(x, A, finite=True)
     for name, v in (("num_draws", num_draws), ("num_chains", num_chains)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name}: expected a positive integer, got {v!r}")
@@ -186,7 +186,7 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
     :param progress: show a tqdm bar over the SVI steps (off by default, so notebooks and logs stay clean).
     """
     check_maso(A, B)
-    check_x(x, A)
+    check_x(x, A, finite=True)
     if tempering not in ("scale", "likelihood"):
         raise ValueError(f"tempering: expected 'scale' or 'likelihood', got {tempering!r}")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:

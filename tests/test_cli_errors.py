@@ -84,3 +84,26 @@ def test_training_stops_at_the_first_non_finite_loss():
                      ("weight_decay", {"weight_decay": float("nan")})):
         with pytest.raises(ValueError, match=name):
             compare_student(s, steps=1, **kw)
+
+
+def test_map_routines_and_the_tent_sampler_refuse_what_they_cannot_represent(capsys, tmp_path):
+    from inference.factorial import factorized_map
+    from inference.vq import vq_map
+    from smaso.splines.maso import hard_regions
+    from teachers.tent import MAX_SAMPLE_K, sample_tent
+
+    A = torch.randn(2, 3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    B = torch.zeros(2, 3, dtype=torch.float64)
+    x = torch.randn(5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    x[3, 1] = float("nan")
+    for fn in (vq_map, hard_regions, factorized_map):
+        with pytest.raises(ValueError, match=r"x: expected finite values, got nan at index \[3, 1\]"):
+            fn(A, B, x)
+    A[0, 0, 0] = float("inf")
+    with pytest.raises(ValueError, match="A: expected finite"):
+        hard_regions(A, B, torch.zeros(2, 4, dtype=torch.float64))
+    assert len(sample_tent(10, MAX_SAMPLE_K)) == 10
+    with pytest.raises(ValueError, match="k: at most 40"):
+        sample_tent(10, MAX_SAMPLE_K + 1)
+    assert "k: at most 40" in _error(capsys, ["sample", "tent", "-n", "10", "--k", "60", "--out",
+                                              str(tmp_path / "t.npz")])

@@ -356,11 +356,15 @@ def test_cli_bad_input_exits_2_and_writes_nothing(argv, match, tmp_path, capsys,
 
 
 def test_cli_huge_k(tmp_path, capsys):
+    # float64 x has 53 random bits and tau^k keeps 53 - k of them: a huge k is refused, not sampled as zeros
     out = tmp_path / "t.npz"
-    assert main(["sample", "tent", "--k", "20000", "-n", "10", "--out", str(out)]) == 0
-    assert "2^20000 linear pieces" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["sample", "tent", "--k", "20000", "-n", "10", "--out", str(out)])
+    assert e.value.code == 2 and "k: at most 40" in capsys.readouterr().err and not out.exists()
+    assert main(["sample", "tent", "--k", "40", "-n", "10", "--out", str(out)]) == 0
+    assert f"{2**40} linear pieces" in capsys.readouterr().out
     assert main(["inspect", str(out)]) == 0
-    assert "(2^20000 linear pieces)" in capsys.readouterr().out
+    assert f"{2**40} linear pieces" in capsys.readouterr().out
 
 
 def test_cli_inspect_bad_tent_file(tmp_path, capsys):

@@ -60,7 +60,12 @@ def region_scores(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Te
 
 
 def hard_regions(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Hard VQ (Eq 2): the one-hot ``t_H`` of ``argmax_r s`` ``(N, K, R)``, the first region on ties."""
+    """Hard VQ (Eq 2): the one-hot ``t_H`` of ``argmax_r s`` ``(N, K, R)``, the first region on ties.
+
+    :raises ValueError: non-finite x or A (argmax would pick region 0 for a NaN score).
+    """
+    check_maso(A, B)
+    check_x(x, A, finite=True)
     s = region_scores(A, B, x)
     return torch.nn.functional.one_hot(s.argmax(-1), A.shape[1]).to(s.dtype)
 

@@ -108,13 +108,22 @@ def check_pi(pi: torch.Tensor, A: torch.Tensor, atol: float = 1e-5) -> None:
         raise ValueError(f"pi: every row must sum to 1 (largest deviation {dev:.3g})")
 
 
-def check_x(x: torch.Tensor, A: torch.Tensor, name: str = "x") -> None:
-    """Raise ``ValueError`` unless ``x`` is ``(N, D)`` with A's D."""
+def check_x(x: torch.Tensor, A: torch.Tensor, name: str = "x", *, finite: bool = False) -> None:
+    """Raise ``ValueError`` unless ``x`` is ``(N, D)`` with A's D (and, with ``finite``, it and A finite).
+
+    ``finite`` is for the inference routines (MAP, posteriors): a NaN score would otherwise pick
+    region 0 silently.  It costs a device sync, so the modules' forward passes leave it off.
+    """
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor (N, D), got {type(x).__name__}")
     if x.dim() != 2 or x.shape[1] != A.shape[2]:
         raise ValueError(f"{name}: expected shape (N, D) with D = {A.shape[2]} (A is {tuple(A.shape)}), "
                          f"got {tuple(x.shape)}")
+    if finite:
+        for label, t in ((name, x), ("A", A)):
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                bad = (~torch.isfinite(t)).nonzero()[0].tolist()
+                raise ValueError(f"{label}: expected finite values, got {t[tuple(bad)].item()} at index {bad}")
 
 
 def _per_unit(sigma: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
