@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
 import os
 import sys
 import time
@@ -288,10 +289,24 @@ def _cmd_inspect(args) -> int:
     return 0
 
 
+def _json_safe(obj):
+    """``obj`` with every non-finite float as None: valid JSON, and no bare NaN read as a result (an
+    infinite relative error means the measured side is 0 while the prediction is not; the tables say so)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, torch.Tensor):
+        return _json_safe(obj.tolist())
+    return obj
+
+
 def _write_json(path, obj) -> None:
     from teachers.spec_io import atomic_write
 
-    text = json.dumps(obj, indent=1, default=float)
+    text = json.dumps(_json_safe(obj), indent=1, default=float, allow_nan=False)
     atomic_write(path, lambda f: f.write(text.encode()))
 
 

@@ -107,3 +107,13 @@ def test_map_routines_and_the_tent_sampler_refuse_what_they_cannot_represent(cap
         sample_tent(10, MAX_SAMPLE_K + 1)
     assert "k: at most 40" in _error(capsys, ["sample", "tent", "-n", "10", "--k", "60", "--out",
                                               str(tmp_path / "t.npz")])
+
+
+def test_json_outputs_hold_no_nan():
+    import json
+
+    from smaso.cli import _json_safe
+
+    obj = {"a": float("nan"), "b": [1.0, float("inf"), {"c": -float("inf")}], "t": torch.tensor([0.5, float("nan")])}
+    assert json.loads(json.dumps(_json_safe(obj), allow_nan=False)) == {"a": None, "b": [1.0, None, {"c": None}],
+                                                                        "t": [0.5, None]}
