@@ -213,10 +213,18 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
         from smaso.student.noise import ROUNDOFF, WITHIN_NOISE, norm_floor
 
         reps = [_comparison_terms(student, st, P_of(st), loss) for st in replicates]
+        has_bn = any(student.bn_params(l) is not None for l in range(lad.depth))
         for l, (row, terms) in enumerate(zip(levels, levels_t, strict=True)):
             for k, (_, m, mask) in terms.items():
                 row[f"{k}_floor"] = norm_floor([r[0][l][k][0] for r in reps], _norm(m, mask), mask)
-            row["within_noise"] = [k for k in terms if row[k] <= WITHIN_NOISE * row[f"{k}_floor"] + ROUNDOFF]
+            # predictions through Eq 12 renormalize each replicate, so their floors are over-estimates
+            # (smaso.student.noise): never call such a number "within noise"
+            inflated = {k for k in terms if has_bn and (k.endswith("_propagated") or (
+                student.bn_params(l) is not None and k in ("F_local", "G_local")))}
+            row["within_noise"] = [k for k in terms if k not in inflated
+                                   and row[k] <= WITHIN_NOISE * row[f"{k}_floor"] + ROUNDOFF]
+            if inflated:
+                row["floor_over_estimated"] = sorted(inflated)
         for k, (_, m, mask) in leaves_t.items():
             leaves[f"{k}_floor"] = norm_floor([r[1][k][0] for r in reps], _norm(m, mask), mask)
         leaves["within_noise"] = [k for k in leaves_t
@@ -276,6 +284,8 @@ class ComparisonResult:
         lines += ["",
                   f"at step {last['step']} (P: {last['P_source']} frequencies of {last['num_examples']} examples"
                   + (f"; noise floors [in brackets] from a {last['noise_groups']}-group jackknife, * = within noise"
+                     + (", ? = floor over-estimated through BN" if any("floor_over_estimated" in r
+                                                                      for r in last["levels"]) else "")
                      if floors else "") + ")",
                   "errors = ||predicted - measured||_F / ||measured||_F; the one-step error (from measured "
                   "neighbours) is at most the sum of its two parts",
@@ -318,7 +328,7 @@ class ComparisonResult:
             return f"{'-':>17}" if floors else f"{'-':>8}"
         if not floors:
             return f"{row[key]:8.2e}"
-        star = "*" if key in row.get("within_noise", ()) else " "
+        star = "*" if key in row.get("within_noise", ()) else "?" if key in row.get("floor_over_estimated", ()) else " "
         return f"{row[key]:8.2e} [{row[f'{key}_floor']:5.0e}]{star}"
 
 
