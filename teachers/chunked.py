@@ -76,10 +76,10 @@ A killed run (even SIGKILL) therefore leaves at most a partial, which never load
 Sets of shard stores (``smaso sample ... --shard i/k`` style, each its own store) open as one
 dataset: :func:`open_dataset` checks that they are of the same stream (ladder, seed, total,
 stream), sorts them by ``start`` and refuses gaps and overlaps between them.  A set that does not
-start at row 0 or end at ``total`` (some leading or trailing shards not given) opens, since a
-single shard is a legitimate dataset, but :attr:`ChunkedLadderData.covers_stream` is false,
-:attr:`ChunkedLadderData.missing_rows` lists what is missing, :meth:`ChunkedLadderData.verify`
-reports it, and ``open_dataset(..., require_full=True)`` refuses it.
+start at row 0 or end at ``total`` (a lone shard, or some leading or trailing shards not given) is
+refused, naming the missing rows, unless ``open_dataset(..., partial=True)``: then
+:attr:`ChunkedLadderData.covers_stream` is false, :attr:`ChunkedLadderData.missing_rows` lists
+what is missing and :meth:`ChunkedLadderData.verify` reports it.
 
 Compression (``compress=``): ``False``/``"none"`` (raw), ``True`` (the default, ``"zstd:1"``),
 ``"zstd"`` (= ``"zstd:1"``), ``"zstd:<level>"`` (level -7..22), ``"zarr"`` (zarr's default codecs,
@@ -114,9 +114,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .dataset import FORMAT, DatasetFormatError, _join_arrays, _split_arrays, check_contiguous
+from .dataset import (
+    FORMAT,
+    DatasetFormatError,
+    _canonical,
+    _events_out_of_range,
+    _join_arrays,
+    _split_arrays,
+    check_contiguous,
+    check_coverage,
+    check_metadata_checksum,
+)
+from .dataset import metadata_checksum as _metadata_checksum
 from .emission import one_hot
-from .ladder import Ladder, LadderSpecError
+from .ladder import Ladder
 from .pyro_model import LadderModel
 from .sampling import BLOCK_SIZE, DEFAULT_CHUNK_ROWS, STREAM_VERSION, LadderSample, parse_shard, sample_rows
 
@@ -213,21 +224,6 @@ def default_chunk_rows(ladder: Ladder) -> int:
 
 def _sha256(a: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(a).data).hexdigest()
-
-
-def _canonical(obj) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
-
-
-def _metadata_checksum(attrs: dict) -> dict:
-    body = {k: v for k, v in attrs.items() if k != _META_CHECKSUM}
-    fields = {}
-    for k, v in body.items():
-        fields[k] = hashlib.sha256(_canonical(v)).hexdigest()
-        if isinstance(v, dict):
-            for k2, v2 in v.items():
-                fields[f"{k}.{k2}"] = hashlib.sha256(_canonical(v2)).hexdigest()
-    return {"all": hashlib.sha256(_canonical(body)).hexdigest(), "fields": fields}
 
 
 def chunk_bounds(n: int, chunk_rows: int) -> list[tuple[int, int]]:
@@ -630,6 +626,11 @@ class _Store:
         self.n, self.start, self.total = attrs["n"], attrs["start"], attrs["total"]
         self.chunk_rows, self.num_chunks = attrs["chunk_rows"], attrs["num_chunks"]
         self.x_stored = attrs["x_stored"]
+        if not isinstance(self.x_stored, bool):
+            raise DatasetFormatError(f"{where}: metadata field 'x_stored' is {self.x_stored!r}, expected true/false")
+        for key in ("compression", "event_dtype"):
+            if not isinstance(attrs[key], str):
+                raise DatasetFormatError(f"{where}: metadata field {key!r} is {attrs[key]!r}, expected a string")
         self.names = ["z", "y"] + (["x"] if self.x_stored else [])
         self.ladder = self._rebuild_ladder(attrs, where)
         self._check_arrays(where)
@@ -639,22 +640,7 @@ class _Store:
     # -- open-time checks
     @staticmethod
     def _check_metadata(attrs: dict, where: str) -> None:
-        stored = attrs.get(_META_CHECKSUM)
-        if not isinstance(stored, dict) or not isinstance(stored.get("fields"), dict):
-            raise DatasetFormatError(f"{where}: metadata field {_META_CHECKSUM!r} is missing or malformed")
-        try:
-            now = _metadata_checksum(attrs)
-        except (TypeError, ValueError) as e:
-            raise DatasetFormatError(f"{where}: metadata is not canonical JSON ({e})") from None
-        if now["all"] == stored.get("all"):
-            return
-        old = stored["fields"]
-        changed = sorted(k for k in set(now["fields"]) | set(old) if now["fields"].get(k) != old.get(k))
-        # name the most specific fields: "spec.emission" rather than also "spec"
-        specific = [k for k in changed if not any(o.startswith(k + ".") for o in changed)]
-        what = (f"field(s) {', '.join(repr(k) for k in specific)} changed" if specific
-                else f"field {_META_CHECKSUM!r} edited")
-        raise DatasetFormatError(f"{where}: metadata {what} since the store was written (metadata checksum fails)")
+        check_metadata_checksum(attrs, where)
 
     def _rebuild_ladder(self, attrs: dict, where: str) -> Ladder:
         for key in ("n", "start", "total", "seed", "chunk_rows", "num_chunks", "block_size", "stream_version"):
@@ -673,8 +659,9 @@ class _Store:
         zarr = _zarr()
         arrays = {}
         spec_sums = attrs["spec_sha256"]
-        if not isinstance(spec_sums, dict):
-            raise DatasetFormatError(f"{where}: metadata field 'spec_sha256' is malformed")
+        if not isinstance(spec_sums, dict) or any(not isinstance(v, dict) for v in spec_sums.values()) \
+                or not isinstance(attrs["spec"], dict):
+            raise DatasetFormatError(f"{where}: metadata field 'spec_sha256' or 'spec' is malformed")
         for name, want in spec_sums.items():
             try:
                 a = zarr.open_array(str(self.path / "spec" / name.removeprefix("spec.")), mode="r")[...]
@@ -686,9 +673,12 @@ class _Store:
                 raise DatasetFormatError(f"{where}: spec array {name!r} fails its SHA-256 check (corrupted or edited)")
             arrays[name] = a
         try:
-            ladder = Ladder.from_dict(_join_arrays(attrs["spec"], arrays))
-        except (LadderSpecError, KeyError, TypeError, ValueError) as e:
-            raise DatasetFormatError(f"{where} holds an invalid ladder spec: {e}") from None
+            ladder = Ladder.from_dict(_join_arrays(attrs["spec"], arrays, where))
+        except DatasetFormatError:
+            raise
+        except Exception as e:  # LadderSpecError, or anything a malformed spec makes the constructor raise
+            raise DatasetFormatError(f"{where} holds an invalid ladder spec (metadata field 'spec'): "
+                                     f"{type(e).__name__}: {e}") from None
         if ladder.emission.derivable == bool(attrs["x_stored"]):
             raise DatasetFormatError(f"{where}: metadata field 'x_stored' contradicts the ladder's emission")
         dtype = str(ladder.event_dtype()).removeprefix("torch.")
@@ -756,6 +746,12 @@ class _Store:
             out[name] = a
         if not np.array_equal(out["y"], out["z"][:, 0]):
             raise DatasetFormatError(f"dataset: {str(self.path)!r}: chunk {c}: y differs from z[:, 0]")
+        bad = _events_out_of_range(out["z"], self.ladder)
+        if bad:
+            raise DatasetFormatError(f"dataset: {str(self.path)!r}: array 'z' chunk {c} (rows [{lo}, {hi}) of the "
+                                     f"store): {bad} (rows counted within the chunk)")
+        if "x" in out and not np.isfinite(out["x"]).all():
+            raise DatasetFormatError(f"dataset: {str(self.path)!r}: array 'x' chunk {c} holds non-finite values")
         return out["z"], out.get("x")
 
 
@@ -769,14 +765,25 @@ def _same_stream(s: _Store, s0: _Store) -> None:
                                  "(the ladders differ)")
 
 
-def open_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
-                 require_full: bool = False) -> ChunkedLadderData:
+def open_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *, partial: bool = False,
+                 require_full: bool | None = None) -> ChunkedLadderData:
     """Open a version-2 store, or a set of shard stores of one stream, lazily (metadata only).
 
-    :param require_full: refuse a set that does not cover the whole stream ``[0, total)``.
+    :param partial: accept stores that do not hold the whole stream ``[0, total)`` (a lone
+        shard, or a set missing its first or last shards); by default they are refused, naming
+        the missing rows.  Gaps between the given shards are always refused.
+    :param require_full: the former spelling: ``True`` is ``partial=False`` (now the default),
+        ``False`` is ``partial=True``.
     :raises DatasetFormatError: not a version-2 store, incomplete, corrupted metadata or spec,
-        shards of other streams, gaps or overlaps between shards (naming the missing rows).
+        shards of other streams, gaps or overlaps between shards, or an incomplete set of
+        shards (naming the missing rows).
     """
+    if require_full is not None:
+        if not isinstance(require_full, bool):
+            raise TypeError(f"require_full: expected a bool, got {type(require_full).__name__}")
+        partial = not require_full
+    if not isinstance(partial, bool):
+        raise TypeError(f"partial: expected a bool, got {type(partial).__name__}")
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if isinstance(paths, (bytes, dict)) or not isinstance(paths, Iterable):
@@ -802,9 +809,7 @@ def open_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
                                          f"{str(a.path)!r} and {str(b.path)!r}") from None
         raise
     data = ChunkedLadderData(stores)
-    if require_full and not data.covers_stream:
-        raise DatasetFormatError(f"dataset: the stores do not cover the stream of {data.total} examples: rows "
-                                 f"{data.missing_rows} are missing")
+    check_coverage(data.paths, data.start, len(data), data.total, partial)
     return data
 
 
@@ -1044,7 +1049,8 @@ class _SampleChunks:
         return self.sample.iter_chunks(self.chunk_rows if chunk_rows is None else chunk_rows)
 
 
-def as_chunks(source, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> ChunkedLadderData | _SampleChunks:
+def as_chunks(source, chunk_rows: int = DEFAULT_CHUNK_ROWS, *,
+              partial: bool = False) -> ChunkedLadderData | _SampleChunks:
     """Any dataset as chunks, for passes that run chunk by chunk (one task per chunk).
 
     The result has ``ladder``, ``seed``, ``start``, ``total``, ``num_chunks``, ``len()``,
@@ -1054,6 +1060,7 @@ def as_chunks(source, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> ChunkedLadderData
     :param source: a :class:`ChunkedLadderData` (returned as is), dataset path(s) (version-2
         stores open lazily; version-1 ``.npz`` files load in memory), or a :class:`LadderSample`.
     :param chunk_rows: rows per chunk of an in-memory sample (a store keeps its own chunks).
+    :param partial: for path(s): accept an incomplete set of shards (see :func:`open_dataset`).
     """
     if isinstance(source, (ChunkedLadderData, _SampleChunks)):
         return source
@@ -1062,7 +1069,7 @@ def as_chunks(source, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> ChunkedLadderData
     if isinstance(source, (str, os.PathLike)) or (isinstance(source, Sequence) and not isinstance(source, bytes)):
         from .dataset import load_dataset
 
-        data = load_dataset(source)
+        data = load_dataset(source, partial=partial)
         return data if isinstance(data, ChunkedLadderData) else _SampleChunks(data, chunk_rows)
     raise TypeError(f"source: expected a ChunkedLadderData, a LadderSample or dataset path(s), "
                     f"got {type(source).__name__}")
@@ -1094,10 +1101,12 @@ class ChunkDataset(torch.utils.data.Dataset):
 
     :param source: a :class:`ChunkedLadderData`, dataset path(s) (v2 store(s) or v1 ``.npz``), or a
         :class:`LadderSample` (cut into chunks of ``chunk_rows`` rows).
+    :param partial: for path(s): accept an incomplete set of shards (see :func:`open_dataset`).
     """
 
-    def __init__(self, source, dtype: torch.dtype = torch.float32, *, chunk_rows: int = DEFAULT_CHUNK_ROWS):
-        self.source = as_chunks(source, chunk_rows)
+    def __init__(self, source, dtype: torch.dtype = torch.float32, *, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                 partial: bool = False):
+        self.source = as_chunks(source, chunk_rows, partial=partial)
         self.dtype = _check_dtype(dtype)
 
     def __len__(self) -> int:
@@ -1133,17 +1142,19 @@ class StreamingLadderDataset(torch.utils.data.IterableDataset):
     ``persistent_workers=True`` the workers keep the epoch they started with.)
 
     :param source: as for :class:`ChunkDataset`.
+    :param partial: as for :class:`ChunkDataset`.
     """
 
     def __init__(self, source, batch_size: int, dtype: torch.dtype = torch.float32, shuffle: bool = False,
-                 seed: int = 0, *, drop_last: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS):
+                 seed: int = 0, *, drop_last: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                 partial: bool = False):
         if not _is_int(batch_size) or batch_size <= 0:
             raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
         if not isinstance(shuffle, bool):
             raise TypeError(f"shuffle: expected a bool, got {type(shuffle).__name__}")
         if not isinstance(drop_last, bool):
             raise TypeError(f"drop_last: expected a bool, got {type(drop_last).__name__}")
-        self.source = as_chunks(source, chunk_rows)
+        self.source = as_chunks(source, chunk_rows, partial=partial)
         self.batch_size = int(batch_size)
         self.dtype = _check_dtype(dtype)
         self.shuffle, self.drop_last = shuffle, drop_last

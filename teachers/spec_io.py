@@ -14,14 +14,21 @@ or a generator description, e.g. ``{"kind": "random", "depth": 4, "branching": 4
 "events": 16, "concentration": 0.5, "seed": 1}`` (keyword arguments of the constructor
 :meth:`Ladder.random`, :meth:`Ladder.fully_informative` or :meth:`Ladder.factorized_binary`).
 TOML files use the same keys.
+
+Every field is checked before it is converted (:mod:`teachers.spec_check`): a bad file gives one
+:class:`~teachers.ladder.LadderSpecError` whose one-line message names the field by its path
+(``regions[2].children``, ``emission.sigma``, ``tables[0][1][0]``) and what was expected; unknown keys
+at any level, options that do not apply, NaN/infinity, files nested too deeply and sizes beyond the
+library's limits are errors too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
-import tempfile
+import re
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -31,13 +38,81 @@ import numpy as np
 import torch
 
 from .ladder import Ladder, LadderSpecError
+from .spec_check import MAX_NESTING
 
-__all__ = ["atomic_write", "load_spec", "save_spec", "spec_to_jsonable"]
+__all__ = ["atomic_write", "load_spec", "remove_stale_temps", "save_spec", "spec_to_jsonable", "temp_path"]
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def temp_path(path: str | os.PathLike, pid: int | None = None) -> Path:
+    """Where :func:`atomic_write` writes ``path`` before renaming it into place:
+    ``<parent>/.<name>.tmp-<pid>`` (deterministic, so a later write of the same path finds what a
+    killed process left)."""
+    path = Path(path)
+    return path.parent / f".{path.name}.tmp-{os.getpid() if pid is None else pid}"
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files of ``path`` (``.<name>.tmp-<pid>[-<k>]``) left by processes that
+    are no longer alive (a killed write: SIGKILL, power loss); those of live processes stay.
+
+    :returns: the files deleted.
+    """
+    path = Path(path)
+    pattern = re.compile(re.escape(f".{path.name}.tmp-") + r"(\d+)(?:-\d+)?")
+    removed = []
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = pattern.fullmatch(entry.name)
+        if m is None or _pid_alive(int(m.group(1))):
+            continue
+        try:
+            if entry.is_file(follow_symlinks=False) or entry.is_symlink():
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+        except FileNotFoundError:  # another writer removed it first
+            pass
+    return removed
+
+
+def _create_temp(path: Path) -> tuple[int, Path]:
+    """Open a new temporary file for ``path`` (mode ``0666 & ~umask``, like any new file)."""
+    base = temp_path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0) | getattr(os, "O_CLOEXEC", 0)
+    for k in itertools.count():
+        tmp = base if k == 0 else base.with_name(f"{base.name}-{k}")  # another thread of this process
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            if k > 1000:
+                raise
+    raise AssertionError("unreachable")
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None], *, name: str = "out") -> Path:
     """Call ``write(f)`` on a temporary file beside ``path``, fsync it, then rename it over
     ``path``: a reader never sees a half-written file, and a failed write leaves nothing.
+
+    The temporary file is ``.<name>.tmp-<pid>`` beside ``path`` (:func:`temp_path`).  It is deleted
+    on every exit this process sees (an exception, KeyboardInterrupt); one left by a process killed
+    outright (SIGKILL) is deleted by the next write of the same path (:func:`remove_stale_temps`).
+    The file is created with mode ``0666 & ~umask``, as ``open(path, "w")`` would.
 
     :param name: the argument's name in error messages (a directory, or a missing parent).
     """
@@ -46,17 +121,20 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None], *,
         raise ValueError(f"{name}: {str(path)!r} is a directory, expected a file name")
     if not path.parent.exists():
         raise ValueError(f"{name}: directory {str(path.parent)!r} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    remove_stale_temps(path)
+    tmp = None
     try:
+        fd, tmp = _create_temp(path)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        tmp = None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
     return path
 
 
@@ -90,12 +168,23 @@ def load_spec(path: str | os.PathLike) -> Ladder:
     if not path.is_file():
         raise LadderSpecError(f"spec: no such file {str(path)!r}")
     raw = path.read_bytes()
+    toml = path.suffix.lower() == ".toml"
     try:
-        if path.suffix.lower() == ".toml":
-            data = tomllib.loads(raw.decode())
-        else:
-            data = json.loads(raw.decode())
-    except (UnicodeDecodeError, json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        raise LadderSpecError(f"spec: {str(path)!r} is not valid {'TOML' if path.suffix == '.toml' else 'JSON'}: {e}") \
-            from None
+        text = raw.decode()
+        data = tomllib.loads(text) if toml else json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except RecursionError:
+        raise LadderSpecError(f"spec: {str(path)!r} is nested too deeply (a spec is at most "
+                              f"{MAX_NESTING} levels deep)") from None
+    except ValueError as e:  # JSONDecodeError, TOMLDecodeError, UnicodeDecodeError, integers of > 4300 digits
+        msg = " ".join(str(e).split())  # one line
+        raise LadderSpecError(f"spec: {str(path)!r} is not valid {'TOML' if toml else 'JSON'}: {msg}") from None
     return Ladder.from_dict(data)
+
+
+def _no_duplicate_keys(pairs: list) -> dict:
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"key {k!r} appears twice in one object")
+        out[k] = v
+    return out

@@ -18,7 +18,9 @@ Dataset files (format ``smaso-tent-dataset`` version 1) follow :mod:`teachers.da
 conventions: an uncompressed (or deflated) ``.npz`` without pickles, members ``meta`` (0-d
 unicode array, JSON: ``format``, ``version``, ``n``, ``start``, ``total``, ``seed``, ``k``,
 ``noise``, ``distribution``, ``shard``, ``block_size``, ``stream_version``, ``sha256`` of
-``x`` and ``y``), ``x`` ``(n, 1)`` float64 and ``y`` ``(n, 1)`` float64; atomic writes;
+``x`` and ``y``, ``metadata_sha256`` of every other field), ``x`` ``(n, 1)`` float64 and ``y``
+``(n, 1)`` float64; atomic writes; every field validated on load; an incomplete set of shards
+refused unless ``partial=True``;
 :class:`~teachers.dataset.DatasetFormatError` on a corrupted, truncated, foreign or
 other-version file.  :func:`teachers.dataset.load_dataset` reads ladder files only (it rejects
 a tent file as a foreign format); :func:`load_tent_dataset` reads tent files.
@@ -29,7 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import zipfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +40,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from .dataset import DatasetFormatError, _read, _sha256, check_contiguous
+from .dataset import (
+    META_CHECKSUM,
+    DatasetFormatError,
+    UnverifiedDatasetWarning,
+    _field_int,
+    _read,
+    _sha256,
+    check_contiguous,
+    check_coverage,
+    metadata_checksum,
+)
 from .sampling import BLOCK_SIZE, STREAM_VERSION, block_generator, parse_shard
 from .spec_io import atomic_write
 
@@ -296,6 +308,8 @@ def save_tent_dataset(sample: TentSample, path: str | os.PathLike, *, compress: 
             "shard": sample.meta.get("shard", [0, 1]), "block_size": sample.meta.get("block_size", BLOCK_SIZE),
             "stream_version": sample.meta.get("stream_version", STREAM_VERSION),
             "sha256": {k: _sha256(v) for k, v in data.items()}}
+    meta = json.loads(json.dumps(meta))  # as a reader will parse it
+    meta[META_CHECKSUM] = metadata_checksum(meta)
     members = {"meta": np.array(json.dumps(meta)), **data}
     saver = np.savez_compressed if compress else np.savez
     return atomic_write(path, lambda f: saver(f, **members))
@@ -305,37 +319,77 @@ def dataset_format(path: str | os.PathLike) -> str | None:
     """The ``format`` named by a dataset file's meta, or ``None`` when it cannot be read
     (missing, corrupted, no meta): lets a caller pick the loader; the loader reports errors."""
     try:
-        with np.load(Path(path), allow_pickle=False) as npz:
+        with open(Path(path), "rb") as fh, np.load(fh, allow_pickle=False) as npz:
             if "meta" not in npz.files:
                 return None
             meta = json.loads(str(npz["meta"][()]))
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, KeyError, json.JSONDecodeError):
+    except Exception:  # anything unreadable: the loader will say what is wrong
         return None
     return meta.get("format") if isinstance(meta, dict) else None
 
 
 def _read_tent(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     meta, arrays = _read(path, FORMAT, VERSION)
+    where = f"dataset: {str(path)!r}"
+    if META_CHECKSUM not in meta:
+        warnings.warn(f"{where} was written before dataset files had metadata checksums: its metadata is "
+                      "validated but not checksummed; save it again to add them", UnverifiedDatasetWarning,
+                      stacklevel=3)
     missing = [key for key in ("n", "start", "total", "seed", "k", "noise") if key not in meta]
     if missing:
-        raise DatasetFormatError(f"dataset: {str(path)!r}: meta lacks {', '.join(missing)}")
+        raise DatasetFormatError(f"{where}: meta lacks {', '.join(missing)}")
+    n = _field_int(meta, "n", where)
+    start = _field_int(meta, "start", where)
+    total = _field_int(meta, "total", where)
+    if start + n > total:
+        raise DatasetFormatError(f"{where}: metadata field 'total' is {total}, less than start + n = "
+                                 f"{start} + {n}: the rows do not fit in the stream")
+    _field_int(meta, "seed", where, none_ok=True)
+    _field_int(meta, "k", where)
+    noise = meta["noise"]
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
+        raise DatasetFormatError(f"{where}: metadata field 'noise' is {noise!r}, expected a finite number >= 0")
+    if meta.get("distribution", "uniform") not in DISTRIBUTIONS:
+        raise DatasetFormatError(f"{where}: metadata field 'distribution' is {meta.get('distribution')!r}, "
+                                 f"expected one of {list(DISTRIBUTIONS)}")
+    _field_int(meta, "block_size", where, minimum=1, optional=True)
+    _field_int(meta, "stream_version", where, optional=True)
+    if "shard" in meta:
+        sh = meta["shard"]
+        if not (isinstance(sh, list) and len(sh) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                              for v in sh) and 0 <= sh[0] < sh[1]):
+            raise DatasetFormatError(f"{where}: metadata field 'shard' is {sh!r}, expected [i, k] with 0 <= i < k")
+    sums = meta.get("sha256")
+    if not isinstance(sums, dict):
+        raise DatasetFormatError(f"{where}: metadata field 'sha256' is missing or malformed")
     for key in ("x", "y"):
         if key not in arrays:
-            raise DatasetFormatError(f"dataset: {str(path)!r} lacks member {key!r}")
-        if meta.get("sha256", {}).get(key) != _sha256(arrays[key]):
-            raise DatasetFormatError(f"dataset: {str(path)!r}: member {key!r} fails its SHA-256 check (corrupted)")
-        if arrays[key].shape != (meta["n"], 1) or arrays[key].dtype != np.float64:
-            raise DatasetFormatError(f"dataset: {str(path)!r}: {key} is {arrays[key].dtype} {arrays[key].shape}, "
-                                     f"expected float64 ({meta['n']}, 1)")
+            raise DatasetFormatError(f"{where} lacks member {key!r}")
+        if sums.get(key) != _sha256(arrays[key]):
+            raise DatasetFormatError(f"{where}: member {key!r} fails its SHA-256 check (corrupted)")
+        if arrays[key].shape != (n, 1) or arrays[key].dtype != np.float64:
+            raise DatasetFormatError(f"{where}: {key} is {arrays[key].dtype} {arrays[key].shape}, "
+                                     f"expected float64 ({n}, 1)")
+        if not np.isfinite(arrays[key]).all():
+            raise DatasetFormatError(f"{where}: {key} holds non-finite values")
+    x = arrays["x"]
+    if n and not (x.min() >= 0 and x.max() < 1):
+        raise DatasetFormatError(f"{where}: x holds values outside [0, 1)")
     return meta, arrays
 
 
-def load_tent_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> TentSample:
+def load_tent_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
+                      partial: bool = False) -> TentSample:
     """Load one tent dataset file, or several shards of one stream (joined in stream order).
 
-    :raises DatasetFormatError: corrupted/truncated/foreign file, wrong version, or shards
-        that do not belong together (other k, seed, noise or total; gaps or overlaps).
+    :param partial: accept files that do not hold the whole stream ``[0, total)`` (a lone shard,
+        or a set missing its first or last shards); refused by default, naming the missing rows.
+    :raises DatasetFormatError: corrupted/truncated/foreign/edited file, wrong version, shards
+        that do not belong together (other k, seed, noise or total; gaps or overlaps), or an
+        incomplete set of shards.
     """
+    if not isinstance(partial, bool):
+        raise TypeError(f"partial: expected a bool, got {type(partial).__name__}")
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     if not paths:
@@ -347,6 +401,7 @@ def load_tent_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike]) ->
             raise DatasetFormatError(f"dataset: {str(p)!r} is not a shard of the same stream as {str(p0)!r} "
                                      "(k, seed, noise or total differ)")
     check_contiguous([(meta, p) for meta, _, p in parts])
+    check_coverage([p for *_, p in parts], meta0["start"], sum(m["n"] for m, *_ in parts), meta0["total"], partial)
     x = torch.as_tensor(np.concatenate([a["x"] for _, a, _ in parts]))
     y = torch.as_tensor(np.concatenate([a["y"] for _, a, _ in parts]))
     extra = {key: meta0[key] for key in ("shard", "block_size", "stream_version") if key in meta0}

@@ -133,7 +133,7 @@ def test_shard_stores_join_to_the_single_run(tmp_path, ladder, n, shards):
     paths = []
     for i in range(shards):
         p = sample_to_store(ladder, n, tmp_path / f"p{i}.zarr", seed=11, shard=f"{i}/{shards}", chunk_rows=BLOCK_SIZE)
-        one = open_dataset(p)
+        one = open_dataset(p, partial=shards > 1)  # a lone shard opens only when asked for
         ref = sample_ladder(ladder, n, seed=11, shard=f"{i}/{shards}")
         assert (one.start, len(one), one.total) == (ref.start, len(ref), n)
         assert torch.equal(one.to_sample().z, ref.z)
@@ -155,18 +155,23 @@ def test_missing_middle_shard_is_refused_naming_the_gap(tmp_path, ladder):
         open_dataset([paths[0], paths[0]])
 
 
-def test_missing_end_shards_open_but_say_so(tmp_path, ladder):
+def test_missing_end_shards_refused_unless_partial(tmp_path, ladder):
     paths = [sample_to_store(ladder, 9000, tmp_path / f"p{i}.zarr", seed=1, shard=f"{i}/3", chunk_rows=BLOCK_SIZE)
              for i in range(3)]
-    tail = open_dataset(paths[1:])
+    with pytest.raises(DatasetFormatError, match=r"rows \[0, 3000\) are missing.*partial=True"):
+        open_dataset(paths[1:])
+    with pytest.raises(DatasetFormatError, match=r"rows \[6000, 9000\) are missing.*partial=True"):
+        load_dataset(paths[:2])
+    tail = open_dataset(paths[1:], partial=True)
     assert not tail.covers_stream and tail.missing_rows == [(0, 3000)]
     report = tail.verify()
     assert report["covers_stream"] is False and report["missing_rows"] == [(0, 3000)] and report["rows"] == 6000
-    head = open_dataset(paths[:2])
+    head = open_dataset(paths[:2], partial=True)
     assert head.missing_rows == [(6000, 9000)]
     assert tail.chunk(0).start == 3000
-    with pytest.raises(DatasetFormatError, match=r"do not cover the stream.*\(0, 3000\)"):
+    with pytest.raises(DatasetFormatError, match=r"rows \[0, 3000\) are missing"):
         open_dataset(paths[1:], require_full=True)
+    assert open_dataset(paths[1:], require_full=False).missing_rows == [(0, 3000)]  # the former spelling
     assert open_dataset(paths, require_full=True).covers_stream
 
 
