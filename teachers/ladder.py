@@ -38,7 +38,8 @@ import torch
 
 from .emission import Emission, GaussianEmission, OneHotEmission, emission_from_dict
 
-__all__ = ["MAX_EVENTS", "Factorization", "Ladder", "LadderSpecError"]
+__all__ = ["MAX_DEPTH", "MAX_EVENTS", "MAX_LOOKUP", "MAX_REGIONS", "MAX_TABLE_ENTRIES", "Factorization", "Ladder",
+           "LadderSpecError"]
 
 TOPDOWN, BOTTOMUP = "topdown", "bottomup"
 MODES = (TOPDOWN, BOTTOMUP)
@@ -46,6 +47,12 @@ MODES = (TOPDOWN, BOTTOMUP)
 MAX_EVENTS = 2**16
 # Largest bottom-up lookup table per region (m_child ** branching entries).
 MAX_LOOKUP = 2**22
+# Most levels below the root, and most regions over all levels (the width of an event matrix z).
+MAX_DEPTH = 64
+MAX_REGIONS = 2**24
+# Most entries of one dense table (a level's P(z_child | z_parent), lookup, leaf prior or Gaussian means):
+# 2^27 float64 values are 1 GiB.  Checked before anything of that size is allocated.
+MAX_TABLE_ENTRIES = 2**27
 ROW_SUM_TOL = 1e-6
 
 
@@ -76,21 +83,103 @@ class Factorization:
 
 
 def _as_int_tuple(value, name: str, length: int | None = None) -> tuple[int, ...]:
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         if length is None:
-            raise LadderSpecError(f"{name}: expected a list of integers, got {value!r}")
+            raise LadderSpecError(f"{name}: expected a list of integers, got {_short(value)}")
         value = [int(value)] * length
     if isinstance(value, (str, bytes)):
-        raise LadderSpecError(f"{name}: expected a list of integers, got the string {value!r}")
+        raise LadderSpecError(f"{name}: expected a list of integers, got the string {_short(value)}")
+    if not isinstance(value, (list, tuple, np.ndarray, torch.Tensor)):
+        raise LadderSpecError(f"{name}: expected a list of integers, got {_short(value)}")
+    if length is not None and len(value) != length:
+        raise LadderSpecError(f"{name}: expected {length} entries, got {len(value)}")
+    out = []
+    for v in value:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating, torch.Tensor)):
+            raise LadderSpecError(f"{name}: expected a list of integers, got {_short(list(value))}")
+        try:
+            o = int(v)
+            exact = float(v) == o
+        except (TypeError, ValueError, OverflowError, RuntimeError):
+            exact = False
+        if not exact:
+            raise LadderSpecError(f"{name}: expected integers, got {_short(list(value))}")
+        out.append(o)
+    return tuple(out)
+
+
+def _short(v, limit: int = 80) -> str:
+    """``repr(v)``, cut to ``limit`` characters (and never the digits of a huge integer)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"<a {v.bit_length()}-bit integer>"
+    if isinstance(v, list) and len(v) > 16:
+        v = [*v[:16], ...]
     try:
-        out = tuple(int(v) for v in value)
-    except (TypeError, ValueError):
-        raise LadderSpecError(f"{name}: expected a list of integers, got {value!r}") from None
-    if any(float(v) != o for v, o in zip(value, out, strict=True)):
-        raise LadderSpecError(f"{name}: expected integers, got {list(value)!r}")
-    if length is not None and len(out) != length:
-        raise LadderSpecError(f"{name}: expected {length} entries, got {len(out)}")
-    return out
+        r = repr(v)
+    except ValueError:  # an integer too long to print
+        r = f"<{type(v).__name__}>"
+    return r if len(r) <= limit else r[:limit - 3] + "..."
+
+
+def _pow(m: int, b: int) -> int | None:
+    """``m ** b``, or None when it has more than 64 bits (never computes a huge power)."""
+    if m <= 1:
+        return m
+    return None if b * math.log2(m) > 64 else m**b
+
+
+def _level_sizes(branching: Sequence[int]) -> list[int]:
+    """Regions per level, in Python integers; raises once the total exceeds MAX_REGIONS."""
+    num = [1]
+    for b in branching:
+        num.append(num[-1] * b)
+        if sum(num) > MAX_REGIONS:
+            raise LadderSpecError(f"branching: {_short(list(branching))} gives more than {MAX_REGIONS} regions "
+                                  f"(level {len(num) - 1} alone has {num[-1]})")
+    return num
+
+
+def _check_entries(n: int, name: str, what: str) -> None:
+    if n > MAX_TABLE_ENTRIES:
+        raise LadderSpecError(f"{name}: {what} = {n} entries exceeds {MAX_TABLE_ENTRIES}; "
+                              "use fewer regions or events")
+
+
+def _check_dense_sizes(num_regions: Sequence[int], events: Sequence[int], mode: str) -> None:
+    """The dense tables a ladder of this layout allocates, before they are allocated."""
+    if mode == TOPDOWN:
+        for l in range(1, len(events)):
+            _check_entries(num_regions[l] * events[l - 1] * events[l], f"tables[{l - 1}]",
+                           f"{num_regions[l]} regions x {events[l - 1]} x {events[l]} events")
+    else:
+        _check_entries(num_regions[-1] * events[-1], "leaf_prior",
+                       f"{num_regions[-1]} leaf regions x {events[-1]} events")
+
+
+def _check_layout(branching: Sequence[int], events: Sequence[int]) -> list[int]:
+    """Ranges of a constructor's layout, before anything is allocated: returns the regions per level."""
+    if len(branching) > MAX_DEPTH:
+        raise LadderSpecError(f"branching: at most {MAX_DEPTH} levels below the root, got {len(branching)}")
+    if any(b < 1 for b in branching):
+        raise LadderSpecError(f"branching: every entry must be >= 1, got {_short(list(branching))}")
+    if any(m < 1 for m in events):
+        raise LadderSpecError(f"events: every entry must be >= 1, got {_short(list(events))}")
+    if events[0] < 2:
+        raise LadderSpecError(f"events[0]: the label needs at least 2 classes, got {events[0]}")
+    if max(events) > MAX_EVENTS:
+        raise LadderSpecError(f"events: at most {MAX_EVENTS} events per region, got {_short(list(events))}")
+    return _level_sizes(branching)
+
+
+def _check_concentration(concentration) -> float:
+    try:
+        ok = (not isinstance(concentration, (bool, np.bool_)) and isinstance(concentration, (int, float, np.number))
+              and concentration > 0 and math.isfinite(concentration))
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise LadderSpecError(f"concentration: must be > 0 and finite, got {_short(concentration)}")
+    return float(concentration)
 
 
 def _as_float64(value, name: str) -> torch.Tensor:
@@ -161,6 +250,8 @@ class Ladder:
         d = len(self.branching)
         if d < 1:
             raise LadderSpecError("branching: a ladder needs at least one level below the root (depth >= 1)")
+        if d > MAX_DEPTH:
+            raise LadderSpecError(f"branching: at most {MAX_DEPTH} levels below the root, got {d}")
         if any(b < 1 for b in self.branching):
             raise LadderSpecError(f"branching: every entry must be >= 1, got {list(self.branching)}")
         self.events = _as_int_tuple(events, "events", d + 1)
@@ -170,10 +261,14 @@ class Ladder:
             raise LadderSpecError(f"events[0]: the label needs at least 2 classes, got {self.events[0]}")
         if max(self.events) > MAX_EVENTS:
             raise LadderSpecError(f"events: at most {MAX_EVENTS} events per region, got {list(self.events)}")
-        self.num_regions = tuple(int(np.prod(self.branching[:l], dtype=np.int64)) for l in range(d + 1))
+        self.num_regions = tuple(_level_sizes(self.branching))
+        _check_dense_sizes(self.num_regions, self.events, mode if mode in MODES else TOPDOWN)
         self.level_offsets = tuple(int(v) for v in np.concatenate([[0], np.cumsum(self.num_regions)]))
         self.factorization = factorization
         if region_names is not None:
+            if isinstance(region_names, (str, bytes)) or not isinstance(region_names, Sequence):
+                raise LadderSpecError(f"region_names: expected a list of {self.total_regions} names, "
+                                      f"got {type(region_names).__name__}")
             region_names = [str(v) for v in region_names]
             if len(region_names) != self.total_regions or len(set(region_names)) != len(region_names):
                 raise LadderSpecError(f"region_names: expected {self.total_regions} distinct names")
@@ -233,11 +328,13 @@ class Ladder:
             raise LadderSpecError(f"lookup: expected a list of {d} tables (one per non-leaf level)")
         out = []
         for l in range(d):
-            size = m[l + 1] ** self.branching[l]
-            if size > MAX_LOOKUP:
+            size = _pow(m[l + 1], self.branching[l])
+            if size is None or size > MAX_LOOKUP:
                 raise LadderSpecError(
-                    f"lookup[{l}]: {m[l + 1]}^{self.branching[l]} = {size} child configurations per region "
-                    f"exceeds {MAX_LOOKUP}; use fewer events or a smaller branching")
+                    f"lookup[{l}]: {m[l + 1]}^{self.branching[l]} = {size or 'over 2^64'} child configurations "
+                    f"per region exceeds {MAX_LOOKUP}; use fewer events or a smaller branching")
+            _check_entries(self.num_regions[l] * size, f"lookup[{l}]",
+                           f"{self.num_regions[l]} regions x {size} child configurations")
             arr = np.asarray(lookup[l])
             if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0)):
                 raise LadderSpecError(f"lookup[{l}]: expected integer event indices, got dtype {arr.dtype}")
@@ -314,6 +411,8 @@ class Ladder:
         new.__dict__.update(self.__dict__)
         if isinstance(emission, dict):
             emission = _emission_from_dict(emission, self.num_regions[-1], self.events[-1])
+        if not isinstance(emission, Emission):
+            raise LadderSpecError(f"emission: expected an Emission or a dict, got {type(emission).__name__}")
         if (emission.num_regions, emission.num_events) != (self.num_regions[-1], self.events[-1]):
             raise LadderSpecError(f"emission: covers {emission.num_regions} x {emission.num_events}, the leaves are "
                                   f"{self.num_regions[-1]} x {self.events[-1]}")
@@ -373,65 +472,57 @@ class Ladder:
         """Inverse of :meth:`to_dict`; also accepts ``{"kind": "random" | "fully_informative" |
         "factorized_binary" | "summarization" | "default", ...}`` generator descriptions (the keyword arguments of the
         constructor of that name)."""
-        if not isinstance(d, dict):
-            raise LadderSpecError(f"ladder spec: expected a table/object, got {type(d).__name__}")
+        from .spec_check import check_spec
+
+        check_spec(d)  # every field's type and range, unknown keys, options that do not apply
         if "kind" in d:
             kind = d["kind"]
             builders = {"random": cls.random, "fully_informative": cls.fully_informative,
                         "factorized_binary": cls.factorized_binary, "summarization": cls.summarization,
                         "default": cls.default}
-            if kind not in builders:
-                raise LadderSpecError(f"kind: expected one of {sorted(builders)}, got {kind!r}")
             kwargs = {k: v for k, v in d.items() if k not in ("kind", "format", "version")}
-            try:
-                return builders[kind](**kwargs)
-            except TypeError as e:
-                raise LadderSpecError(f"ladder spec of kind {kind!r}: {e}") from None
-        if d.get("format", "smaso-ladder") != "smaso-ladder":
-            raise LadderSpecError(f"format: expected 'smaso-ladder', got {d.get('format')!r}")
-        if d.get("version", 1) not in (1, 1.0) or isinstance(d.get("version", 1), bool):
-            raise LadderSpecError(f"version: this library reads ladder spec version 1, got {d.get('version')!r}")
+            return builders[kind](**kwargs)
         names = None
         if "regions" in d:
-            if "branching" in d or "events" in d:
-                raise LadderSpecError("regions: give either a region tree or branching/events, not both")
             d = dict(d)
             d["branching"], d["events"], names = _parse_region_tree(d.pop("regions"))
         elif "region_names" in d:
             names = d["region_names"]
-        for key in ("mode", "branching", "events"):
-            if key not in d:
-                raise LadderSpecError(f"{key}: missing from the ladder spec")
-        known = {"format", "version", "name", "mode", "branching", "events", "emission", "prior", "tables",
-                 "leaf_prior", "lookup", "factorization", "region_names"}
-        unknown = set(d) - known
-        if unknown:
-            raise LadderSpecError(f"ladder spec: unknown field(s) {sorted(unknown)}; known: {sorted(known)}")
         fac = None
         if d.get("factorization") is not None:
             f = d["factorization"]
-            missing = {"factors", "root_factor_priors", "factor_tables"} - set(f if isinstance(f, dict) else ())
-            if missing:
-                raise LadderSpecError(f"factorization: missing field(s) {sorted(missing)}")
             fac = Factorization(tuple(int(v) for v in f["factors"]),
                                 _as_float64(f["root_factor_priors"], "factorization.root_factor_priors"),
-                                tuple(_as_float64(t, "factorization.factor_tables") for t in f["factor_tables"]))
-        return cls(d["branching"], d["events"], mode=d["mode"], prior=d.get("prior"), tables=d.get("tables"),
-                   leaf_prior=d.get("leaf_prior"), lookup=d.get("lookup"), emission=d.get("emission"),
-                   name=d.get("name", "ladder"), factorization=fac, region_names=names)
+                                tuple(_as_float64(t, f"factorization.factor_tables[{i}]")
+                                      for i, t in enumerate(f["factor_tables"])))
+        lad = cls(d["branching"], d["events"], mode=d["mode"], prior=d.get("prior"), tables=d.get("tables"),
+                  leaf_prior=d.get("leaf_prior"), lookup=d.get("lookup"), emission=d.get("emission"),
+                  name=d.get("name") or "ladder", factorization=fac, region_names=names)
+        if fac is not None:
+            _check_factorization(fac, lad)
+        return lad
 
     # ------------------------------------------------------------------ constructors
     @staticmethod
     def _emission(emission, num_regions, num_events, sigma):
-        if emission in (None, "onehot"):
+        if emission is None or (isinstance(emission, str) and emission == "onehot"):
             return OneHotEmission(num_regions, num_events)
-        if emission == "gaussian":
-            if sigma is None or not sigma > 0 or not math.isfinite(sigma):
-                raise LadderSpecError(f"sigma: a gaussian emission needs a finite sigma > 0, got {sigma!r}")
+        if isinstance(emission, str) and emission == "gaussian":
+            try:
+                ok = (isinstance(sigma, (int, float, np.number)) and not isinstance(sigma, (bool, np.bool_))
+                      and sigma > 0 and math.isfinite(sigma))
+            except OverflowError:
+                ok = False
+            if not ok:
+                raise LadderSpecError(f"sigma: a gaussian emission needs a finite sigma > 0, got {_short(sigma)}")
+            _check_entries(num_regions * num_events * num_events, "emission",
+                           f"gaussian means around one-hot, {num_regions} leaf regions x {num_events} x "
+                           f"{num_events}")
             return GaussianEmission.around_one_hot(num_regions, num_events, float(sigma))
         if isinstance(emission, (Emission, dict)):
             return emission
-        raise LadderSpecError(f"emission: expected 'onehot', 'gaussian', an Emission or a dict, got {emission!r}")
+        raise LadderSpecError(f"emission: expected 'onehot', 'gaussian', an Emission or a dict, "
+                              f"got {_short(emission)}")
 
     @classmethod
     def random(cls, depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence[int] = 4, *,
@@ -455,10 +546,12 @@ class Ladder:
         depth = _check_depth(depth)
         branching = _as_int_tuple(branching, "branching", depth)
         events = _as_int_tuple(events, "events", depth + 1)
-        if not concentration > 0 or not math.isfinite(concentration):
-            raise LadderSpecError(f"concentration: must be > 0 and finite, got {concentration!r}")
+        concentration = _check_concentration(concentration)
         rng = _rng(seed)
-        num_regions = [int(np.prod(branching[:l], dtype=np.int64)) for l in range(depth + 1)]
+        num_regions = _check_layout(branching, events)
+        if mode not in MODES:
+            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
+        _check_dense_sizes(num_regions, events, mode)
         emission = cls._emission(emission, num_regions[-1], events[-1], sigma)
         name = name or f"random-{mode}-d{depth}"
         if mode == TOPDOWN:
@@ -471,13 +564,15 @@ class Ladder:
         leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
         lookup = []
         for l in range(depth):
-            size = events[l + 1] ** branching[l]
-            if size < events[l]:
+            size = _pow(events[l + 1], branching[l])
+            if size is not None and size < events[l]:
                 raise LadderSpecError(
                     f"events[{l}]: {events[l]} parent events cannot all be reached from "
                     f"{events[l + 1]}^{branching[l]} = {size} child configurations")
-            if size > MAX_LOOKUP:
-                raise LadderSpecError(f"events[{l + 1}]^branching[{l}] = {size} exceeds {MAX_LOOKUP} entries per table")
+            if size is None or size > MAX_LOOKUP:
+                raise LadderSpecError(f"events[{l + 1}]^branching[{l}] = {size or 'over 2^64'} exceeds {MAX_LOOKUP} "
+                                      "entries per table")
+            _check_entries(num_regions[l] * size, f"lookup[{l}]", f"{num_regions[l]} regions x {size} configurations")
             tabs = np.empty((num_regions[l], size), dtype=np.int64)
             for r in range(num_regions[l]):
                 vals = np.concatenate([np.arange(events[l]), rng.integers(0, events[l], size - events[l])])
@@ -498,23 +593,29 @@ class Ladder:
         """
         depth = _check_depth(depth)
         branching = _as_int_tuple(branching, "branching", depth)
+        if isinstance(leaf_events, (bool, np.bool_)) or not isinstance(leaf_events, (int, np.integer)):
+            raise LadderSpecError(f"leaf_events: expected an integer >= 1, got {_short(leaf_events)}")
         events = [int(leaf_events)]
         if events[0] < 1:
             raise LadderSpecError(f"leaf_events: must be >= 1, got {leaf_events}")
+        if events[0] > MAX_EVENTS:
+            raise LadderSpecError(f"leaf_events: at most {MAX_EVENTS} events per region, got {_short(events[0])}")
+        _check_layout(branching, [2] * (depth + 1))
         for l in reversed(range(depth)):
-            events.insert(0, events[0] ** branching[l])
-            if events[0] > MAX_EVENTS:
+            events.insert(0, _pow(events[0], branching[l]))
+            if events[0] is None or events[0] > MAX_EVENTS:
                 raise LadderSpecError(
                     f"fully informative ladder: level {l} would need {events[1]}^{branching[l]} events "
                     f"(> {MAX_EVENTS}); lower depth, branching or leaf_events")
         if events[0] < 2:
             raise LadderSpecError("leaf_events: the label needs >= 2 classes; use leaf_events >= 2")
-        num_regions = [int(np.prod(branching[:l], dtype=np.int64)) for l in range(depth + 1)]
+        num_regions = _check_layout(branching, events)
+        _check_dense_sizes(num_regions, events, BOTTOMUP)
         rng = _rng(seed)
         if concentration is None:
             leaf_prior = np.full(events[-1], 1.0 / events[-1])
         else:
-            leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
+            leaf_prior = _dirichlet(rng, _check_concentration(concentration), (num_regions[-1],), events[-1])
         lookup = [np.arange(events[l]) for l in range(depth)]  # code -> itself: the tuple is the event
         return cls(branching, events, mode=BOTTOMUP, leaf_prior=leaf_prior, lookup=lookup,
                    emission=cls._emission(emission, num_regions[-1], events[-1], sigma),
@@ -541,11 +642,15 @@ class Ladder:
             if factors[l] % factors[l - 1]:
                 raise LadderSpecError(f"factors[{l}]: {factors[l]} child factors cannot be split into "
                                       f"{factors[l - 1]} equal groups (factors[{l - 1}] = {factors[l - 1]})")
+        if max(factors) > 16:
+            raise LadderSpecError(f"factors: 2^{max(factors)} events per region exceeds {MAX_EVENTS}")
         events = [2**n for n in factors]
         if max(events) > MAX_EVENTS:
             raise LadderSpecError(f"factors: 2^{max(factors)} events per region exceeds {MAX_EVENTS}")
+        concentration = _check_concentration(concentration)
         rng = _rng(seed)
-        num_regions = [int(np.prod(branching[:l], dtype=np.int64)) for l in range(depth + 1)]
+        num_regions = _check_layout(branching, events)
+        _check_dense_sizes(num_regions, events, TOPDOWN)
         root_f = _dirichlet(rng, concentration, (factors[0],), 2)
         prior = _kron_vectors(root_f)
         factor_tables, tables = [], []
@@ -586,19 +691,21 @@ class Ladder:
         depth = _check_depth(depth)
         branching = _as_int_tuple(branching, "branching", depth)
         events = _as_int_tuple(events, "events", depth + 1)
-        if not concentration > 0 or not math.isfinite(concentration):
-            raise LadderSpecError(f"concentration: must be > 0 and finite, got {concentration!r}")
+        concentration = _check_concentration(concentration)
         rng = _rng(seed)
-        num_regions = [int(np.prod(branching[:l], dtype=np.int64)) for l in range(depth + 1)]
+        num_regions = _check_layout(branching, events)
+        _check_dense_sizes(num_regions, events, BOTTOMUP)
         leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
         lookup = []
         for l in range(depth):
-            size = events[l + 1] ** branching[l]
-            if size < events[l]:
+            size = _pow(events[l + 1], branching[l])
+            if size is not None and size < events[l]:
                 raise LadderSpecError(f"events[{l}]: {events[l]} parent events cannot all be reached from "
                                       f"{events[l + 1]}^{branching[l]} = {size} child configurations")
-            if size > MAX_LOOKUP:
-                raise LadderSpecError(f"events[{l + 1}]^branching[{l}] = {size} exceeds {MAX_LOOKUP} entries per table")
+            if size is None or size > MAX_LOOKUP:
+                raise LadderSpecError(f"events[{l + 1}]^branching[{l}] = {size or 'over 2^64'} exceeds {MAX_LOOKUP} "
+                                      "entries per table")
+            _check_entries(num_regions[l] * size, f"lookup[{l}]", f"{num_regions[l]} regions x {size} configurations")
             balanced = np.arange(size) % events[l]  # each event size // m or size // m + 1 times
             lookup.append(np.stack([rng.permutation(balanced) for _ in range(num_regions[l])]))
         return cls(branching, events, mode=BOTTOMUP, leaf_prior=leaf_prior, lookup=lookup,
@@ -667,6 +774,9 @@ def _parse_region_tree(regions) -> tuple[list[int], list[int], list[str]]:
             raise LadderSpecError(f"regions: regions at depth {len(events)} have different event counts {sorted(ev)}; "
                                   "a ladder needs the same m at every region of a level")
         events.append(ev.pop())
+        if len(events) > MAX_DEPTH + 1:
+            raise LadderSpecError(f"regions: the tree is more than {MAX_DEPTH} levels deep below the root "
+                                  f"{roots[0]!r}")
         order += level
         kids = [len(by_name[n].get("children") or []) for n in level]
         if len(set(kids)) != 1:
@@ -685,7 +795,36 @@ def _parse_region_tree(regions) -> tuple[list[int], list[int], list[str]]:
     return branching, events, order
 
 
+def _check_factorization(f: Factorization, lad: Ladder) -> None:
+    """A spec's factorization must describe its ladder: 2^n_l events, and factor tables of the right shapes."""
+    n = f.factors
+    if len(n) != lad.depth + 1:
+        raise LadderSpecError(f"factorization.factors: expected {lad.depth + 1} entries (one per level), got {len(n)}")
+    for l, (nl, m) in enumerate(zip(n, lad.events, strict=True)):
+        if 2**nl != m:
+            raise LadderSpecError(f"factorization.factors[{l}]: 2^{nl} binary-factor events, but events[{l}] = {m}")
+        if l and nl % n[l - 1]:
+            raise LadderSpecError(f"factorization.factors[{l}]: {nl} child factors cannot be split into "
+                                  f"{n[l - 1]} equal groups")
+    if tuple(f.root_factor_priors.shape) != (n[0], 2):
+        raise LadderSpecError(f"factorization.root_factor_priors: expected shape ({n[0]}, 2), "
+                              f"got {tuple(f.root_factor_priors.shape)}")
+    if len(f.factor_tables) != lad.depth:
+        raise LadderSpecError(f"factorization.factor_tables: expected {lad.depth} tables, got {len(f.factor_tables)}")
+    for l in range(1, lad.depth + 1):
+        want = (lad.num_regions[l], n[l - 1], 2, 2 ** (n[l] // n[l - 1]))
+        if tuple(f.factor_tables[l - 1].shape) != want:
+            raise LadderSpecError(f"factorization.factor_tables[{l - 1}]: expected shape {want}, "
+                                  f"got {tuple(f.factor_tables[l - 1].shape)}")
+
+
 def _emission_from_dict(d, num_regions, num_events) -> Emission:
+    from .spec_check import check_emission_dict
+
+    check_emission_dict(d)
+    if d["kind"] == "gaussian" and "means" not in d:
+        _check_entries(num_regions * num_events * num_events, "emission",
+                       f"gaussian means around one-hot, {num_regions} leaf regions x {num_events} x {num_events}")
     try:
         return emission_from_dict(d, num_regions, num_events)
     except LadderSpecError:
@@ -696,13 +835,15 @@ def _emission_from_dict(d, num_regions, num_events) -> Emission:
 
 def _rng(seed) -> np.random.Generator:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise LadderSpecError(f"seed: expected a non-negative integer, got {seed!r}")
+        raise LadderSpecError(f"seed: expected a non-negative integer, got {_short(seed)}")
     return np.random.default_rng(int(seed))
 
 
 def _check_depth(depth) -> int:
     if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
-        raise LadderSpecError(f"depth: expected an integer >= 1, got {depth!r}")
+        raise LadderSpecError(f"depth: expected an integer >= 1, got {_short(depth)}")
+    if depth > MAX_DEPTH:
+        raise LadderSpecError(f"depth: at most {MAX_DEPTH} levels, got {_short(int(depth))}")
     return int(depth)
 
 
