@@ -70,6 +70,10 @@ def ladder_from_args(args: argparse.Namespace):
     from teachers.ladder import Ladder
     from teachers.spec_io import load_spec
 
+    if args.sigma is not None and args.emission != "gaussian":
+        raise ValueError("--sigma: only applies with --emission gaussian")
+    if args.emission == "gaussian" and args.sigma is None:
+        raise ValueError("--sigma: required with --emission gaussian (the leaves' noise standard deviation, > 0)")
     if args.spec:
         lad = load_spec(args.spec)
         if args.emission != "onehot" or args.sigma is not None:
@@ -271,13 +275,13 @@ def _cmd_inspect(args) -> int:
     from teachers.tent import dataset_format, load_tent_dataset
 
     if dataset_format(args.files[0]) == TENT_FORMAT:
-        report = tent_report(load_tent_dataset(args.files))
+        report = tent_report(load_tent_dataset(args.files, partial=args.partial))
         print_tent_report(report)
         if args.json:
             _write_json(args.json, report)
             print(f"\nwrote {args.json}")
         return 0
-    source = load_dataset(args.files)
+    source = load_dataset(args.files, partial=args.partial)
     _set_threads(args)
     with _engine(args) as engine:
         report = inspect_report(source, bayes_n=args.bayes_n, engine=engine,
@@ -431,7 +435,7 @@ def _cmd_demo(args) -> int:
 def _cmd_compare(args) -> int:
     from teachers.dataset import load_dataset
 
-    sample = load_dataset(args.files)
+    sample = load_dataset(args.files, partial=args.partial)
     lad = sample.ladder
     print(lad.describe())
     title = f"{lad.name}: student vs reformulation"
@@ -474,6 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
                           description="Train a locally connected student on a ladder dataset file (or shards) and "
                                       "compare its per-event statistics with the reformulation during training.")
     cmp_.add_argument("files", nargs="+", help="dataset file(s) or store(s) from `smaso sample ladder`")
+    cmp_.add_argument("--partial", action="store_true",
+                      help="accept an incomplete set of shards (some leading or trailing shards missing)")
     _student_options(cmp_)
     _add_engine_options(cmp_)
     cmp_.set_defaults(func=_cmd_compare)
@@ -527,6 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "accuracy of a dataset file (or of several shards of one stream); for a tent "
                                       "dataset: k, N, the x range and histogram, and max |y - tau^k(x)|.")
     insp.add_argument("files", nargs="+", help="dataset file(s); shards of one stream are joined")
+    insp.add_argument("--partial", action="store_true",
+                      help="accept an incomplete set of shards (some leading or trailing shards missing)")
     insp.add_argument("--bayes-n", type=_nonneg_int, default=2000,
                       help="examples for the Bayes-optimal accuracy (0: skip)")
     insp.add_argument("--json", help="also write the report as JSON here")

@@ -117,3 +117,17 @@ def test_json_outputs_hold_no_nan():
     obj = {"a": float("nan"), "b": [1.0, float("inf"), {"c": -float("inf")}], "t": torch.tensor([0.5, float("nan")])}
     assert json.loads(json.dumps(_json_safe(obj), allow_nan=False)) == {"a": None, "b": [1.0, None, {"c": None}],
                                                                         "t": [0.5, None]}
+
+
+def test_an_incomplete_shard_set_needs_partial(tmp_path, capsys):
+    shard = str(tmp_path / "s0.zarr")
+    assert main(["sample", "ladder", "-n", "4000", "--depth", "2", "--shard", "0/2", "--out", shard]) == 0
+    capsys.readouterr()
+    assert "--partial" in _error(capsys, ["inspect", shard, "--bayes-n", "100"])
+    assert main(["inspect", shard, "--bayes-n", "100", "--partial"]) == 0
+
+
+@pytest.mark.parametrize("extra, expect", [(["--sigma", "0.3"], "--sigma: only applies with --emission gaussian"),
+                                           (["--emission", "gaussian"], "--sigma: required with --emission gaussian")])
+def test_sigma_must_match_the_emission(tmp_path, capsys, extra, expect):
+    assert expect in _error(capsys, ["sample", "ladder", "-n", "10", *extra, "--out", str(tmp_path / "a.zarr")])
