@@ -119,11 +119,11 @@ from .dataset import (
     DatasetFormatError,
     _canonical,
     _events_out_of_range,
-    _join_arrays,
     _split_arrays,
     check_contiguous,
     check_coverage,
     check_metadata_checksum,
+    ladder_from_spec,
 )
 from .dataset import metadata_checksum as _metadata_checksum
 from .emission import one_hot
@@ -672,13 +672,7 @@ class _Store:
             if (a.dtype.name, list(a.shape), _sha256(a)) != (want.get("dtype"), want.get("shape"), want.get("sha256")):
                 raise DatasetFormatError(f"{where}: spec array {name!r} fails its SHA-256 check (corrupted or edited)")
             arrays[name] = a
-        try:
-            ladder = Ladder.from_dict(_join_arrays(attrs["spec"], arrays, where))
-        except DatasetFormatError:
-            raise
-        except Exception as e:  # LadderSpecError, or anything a malformed spec makes the constructor raise
-            raise DatasetFormatError(f"{where} holds an invalid ladder spec (metadata field 'spec'): "
-                                     f"{type(e).__name__}: {e}") from None
+        ladder = ladder_from_spec(attrs["spec"], arrays, where)
         if ladder.emission.derivable == bool(attrs["x_stored"]):
             raise DatasetFormatError(f"{where}: metadata field 'x_stored' contradicts the ladder's emission")
         dtype = str(ladder.event_dtype()).removeprefix("torch.")

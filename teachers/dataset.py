@@ -301,8 +301,21 @@ def _events_out_of_range(z: np.ndarray, ladder: Ladder) -> str | None:
     return (f"region {r} (level {level}) has event {v} in row {row}, outside its range [0, {int(limit[r])})")
 
 
-def _validate_meta(meta: dict, where: str) -> None:
-    """Every field a ladder dataset's meta needs, of the right type and range."""
+def ladder_from_spec(spec: dict, arrays: dict, where: str) -> Ladder:
+    """The ladder of a dataset's stored spec (its tables from ``arrays``); any failure a
+    :class:`DatasetFormatError` naming the file (shared by the .npz and the chunked formats)."""
+    try:
+        return Ladder.from_dict(_join_arrays(spec, arrays, where))
+    except DatasetFormatError:
+        raise
+    except Exception as e:  # LadderSpecError, or anything a malformed spec makes the constructor raise
+        raise DatasetFormatError(f"{where} holds an invalid ladder spec (metadata field 'spec'): "
+                                 f"{type(e).__name__}: {e}") from None
+
+
+def check_stream_fields(meta: dict, where: str) -> tuple[int, int, int]:
+    """``(n, start, total)`` of a dataset's metadata, checked (integers, ``start + n <= total``, and a
+    ``seed`` that is an integer >= 0 or null); shared by the ladder and tent formats."""
     n = _field_int(meta, "n", where)
     start = _field_int(meta, "start", where)
     total = _field_int(meta, "total", where)
@@ -310,6 +323,12 @@ def _validate_meta(meta: dict, where: str) -> None:
         raise DatasetFormatError(f"{where}: metadata field 'total' is {total}, less than start + n = "
                                  f"{start} + {n}: the rows do not fit in the stream")
     _field_int(meta, "seed", where, none_ok=True)
+    return n, start, total
+
+
+def _validate_meta(meta: dict, where: str) -> None:
+    """Every field a ladder dataset's meta needs, of the right type and range."""
+    check_stream_fields(meta, where)
     for key in ("x_stored", "sha256", "spec"):
         if key not in meta:
             raise DatasetFormatError(f"{where}: metadata lacks field {key!r}")
@@ -389,13 +408,7 @@ def _load_part(p: Path) -> tuple[dict, dict[str, np.ndarray], Ladder]:
                       UnverifiedDatasetWarning, stacklevel=3)
     _validate_meta(meta, where)
     _check_spec_arrays(meta, arrays, where)
-    try:
-        ladder = Ladder.from_dict(_join_arrays(meta["spec"], arrays, where))
-    except DatasetFormatError:
-        raise
-    except Exception as e:  # LadderSpecError, or anything a malformed spec makes the constructor raise
-        raise DatasetFormatError(f"{where} holds an invalid ladder spec (metadata field 'spec'): "
-                                 f"{type(e).__name__}: {e}") from None
+    ladder = ladder_from_spec(meta["spec"], arrays, where)
     _check(p, meta, arrays, ladder)
     return meta, arrays, ladder
 

@@ -543,12 +543,8 @@ class Ladder:
         :param emission: ``"onehot"`` (default), ``"gaussian"`` (means one-hot, noise ``sigma``)
             or an :class:`~teachers.emission.Emission`.
         """
-        depth = _check_depth(depth)
-        branching = _as_int_tuple(branching, "branching", depth)
-        events = _as_int_tuple(events, "events", depth + 1)
-        concentration = _check_concentration(concentration)
-        rng = _rng(seed)
-        num_regions = _check_layout(branching, events)
+        depth, branching, events, concentration, rng, num_regions = _random_layout(depth, branching, events,
+                                                                                    concentration, seed)
         if mode not in MODES:
             raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
         _check_dense_sizes(num_regions, events, mode)
@@ -688,12 +684,8 @@ class Ladder:
         :param concentration: Dirichlet concentration of the leaf priors, > 0.
         :param seed: seed of the priors and maps (numpy's PCG64, platform independent).
         """
-        depth = _check_depth(depth)
-        branching = _as_int_tuple(branching, "branching", depth)
-        events = _as_int_tuple(events, "events", depth + 1)
-        concentration = _check_concentration(concentration)
-        rng = _rng(seed)
-        num_regions = _check_layout(branching, events)
+        depth, branching, events, concentration, rng, num_regions = _random_layout(depth, branching, events,
+                                                                                    concentration, seed)
         _check_dense_sizes(num_regions, events, BOTTOMUP)
         leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
         lookup = []
@@ -831,6 +823,16 @@ def _emission_from_dict(d, num_regions, num_events) -> Emission:
         raise
     except (ValueError, TypeError) as e:
         raise LadderSpecError(str(e)) from None
+
+
+def _random_layout(depth, branching, events, concentration, seed):
+    """The checked arguments of a random constructor: ``(depth, branching, events, concentration, rng,
+    num_regions)``."""
+    depth = _check_depth(depth)
+    branching = _as_int_tuple(branching, "branching", depth)
+    events = _as_int_tuple(events, "events", depth + 1)
+    concentration = _check_concentration(concentration)
+    return depth, branching, events, concentration, _rng(seed), _check_layout(branching, events)
 
 
 def _rng(seed) -> np.random.Generator:

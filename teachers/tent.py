@@ -49,6 +49,7 @@ from .dataset import (
     _sha256,
     check_contiguous,
     check_coverage,
+    check_stream_fields,
     metadata_checksum,
 )
 from .sampling import BLOCK_SIZE, STREAM_VERSION, block_generator, parse_shard
@@ -338,13 +339,7 @@ def _read_tent(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     missing = [key for key in ("n", "start", "total", "seed", "k", "noise") if key not in meta]
     if missing:
         raise DatasetFormatError(f"{where}: meta lacks {', '.join(missing)}")
-    n = _field_int(meta, "n", where)
-    start = _field_int(meta, "start", where)
-    total = _field_int(meta, "total", where)
-    if start + n > total:
-        raise DatasetFormatError(f"{where}: metadata field 'total' is {total}, less than start + n = "
-                                 f"{start} + {n}: the rows do not fit in the stream")
-    _field_int(meta, "seed", where, none_ok=True)
+    n, _, _ = check_stream_fields(meta, where)
     _field_int(meta, "k", where)
     noise = meta["noise"]
     if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
