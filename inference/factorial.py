@@ -41,7 +41,14 @@ import pyro.distributions as dist
 import torch
 from pyro.infer import Predictive, config_enumerate, infer_discrete
 
-from smaso.splines.mixture import check_maso, check_sigma, check_x, factorial_mixture_model, log_pi_from_offsets
+from smaso.splines.mixture import (
+    check_finite,
+    check_maso,
+    check_sigma,
+    check_x,
+    factorial_mixture_model,
+    log_pi_from_offsets,
+)
 from smaso.splines.orthogonality import orthogonality_defect
 
 if TYPE_CHECKING:  # arviz is imported where draws are packaged: importing this module stays light for the MAP paths
@@ -71,6 +78,7 @@ _CHUNK_ELEMENTS = 2**24  # elements of the largest temporary per chunk of config
 def _check(A, B, x, sigma) -> torch.Tensor:
     check_maso(A, B)
     check_x(x, A, finite=True)
+    check_finite(B, "B")
     return check_sigma(sigma, scalar_only=True)
 
 

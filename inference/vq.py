@@ -46,7 +46,7 @@ from pyro.infer import SVI, Predictive, TraceEnum_ELBO, config_enumerate, infer_
 from torch.distributions import constraints
 
 from smaso.splines.maso import check_unit_beta, region_scores, vq_outputs
-from smaso.splines.mixture import check_maso, check_x, log_pi_from_offsets, unit_mixture_model
+from smaso.splines.mixture import check_finite, check_maso, check_x, log_pi_from_offsets, unit_mixture_model
 
 __all__ = ["VQFit", "posterior_region_draws", "svi_vq", "vq_map"]
 
@@ -65,6 +65,7 @@ def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torc
     """
     check_maso(A, B)
     check_x(x, A, finite=True)
+    check_finite(B, "B")
     log_pi = log_pi_from_offsets(A, B, sigma)
     model = infer_discrete(config_enumerate(unit_mixture_model), first_available_dim=-3, temperature=0)
     with torch.no_grad():
@@ -98,6 +99,7 @@ def posterior_region_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, nu
     """
     check_maso(A, B)
     check_x(x, A, finite=True)
+    check_finite(B, "B")
     for name, v in (("num_draws", num_draws), ("num_chains", num_chains)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name}: expected a positive integer, got {v!r}")
@@ -187,6 +189,7 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
     """
     check_maso(A, B)
     check_x(x, A, finite=True)
+    check_finite(B, "B")
     if tempering not in ("scale", "likelihood"):
         raise ValueError(f"tempering: expected 'scale' or 'likelihood', got {tempering!r}")
     if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:

@@ -475,7 +475,7 @@ def template_store(scratch):
     return sample_to_store(lad, 5000, scratch / "tpl.zarr", chunk_rows=BLOCK_SIZE, compress=False)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_mutation_of_a_store_attribute_is_a_dataset_format_error(scratch, template_store, data):
     """Format 2: an attribute edited, removed or replaced (with the metadata checksum recomputed or

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from smaso.splines.functional import softmax_pool, vq_probability_pool
-from smaso.splines.mixture import check_maso, check_x
+from smaso.splines.mixture import check_finite, check_maso, check_x
 
 __all__ = [
     "MASO",
@@ -66,6 +66,7 @@ def hard_regions(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Ten
     """
     check_maso(A, B)
     check_x(x, A, finite=True)
+    check_finite(B, "B")
     s = region_scores(A, B, x)
     return torch.nn.functional.one_hot(s.argmax(-1), A.shape[1]).to(s.dtype)
 

@@ -120,10 +120,15 @@ def check_x(x: torch.Tensor, A: torch.Tensor, name: str = "x", *, finite: bool =
         raise ValueError(f"{name}: expected shape (N, D) with D = {A.shape[2]} (A is {tuple(A.shape)}), "
                          f"got {tuple(x.shape)}")
     if finite:
-        for label, t in ((name, x), ("A", A)):
-            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-                bad = (~torch.isfinite(t)).nonzero()[0].tolist()
-                raise ValueError(f"{label}: expected finite values, got {t[tuple(bad)].item()} at index {bad}")
+        check_finite(x, name)
+        check_finite(A, "A")
+
+
+def check_finite(t: torch.Tensor | None, name: str) -> None:
+    """Raise ``ValueError`` naming the first non-finite entry of a floating tensor ``t`` (None passes)."""
+    if t is not None and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        bad = (~torch.isfinite(t)).nonzero()[0].tolist()
+        raise ValueError(f"{name}: expected finite values, got {t[tuple(bad)].item()} at index {bad}")
 
 
 def _per_unit(sigma: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

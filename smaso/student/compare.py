@@ -233,6 +233,10 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
     return out
 
 
+#: A training loss this many times its first value (or above it when that is below 1) stops the run.
+DIVERGED = 1e8
+
+
 class TrainingDiverged(RuntimeError):
     """Training produced a non-finite loss, weight or statistic (the message names the step)."""
 
@@ -488,9 +492,13 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
             break
         x_b, y_b = next(batches)
         rec = student.forward_backward(x_b.to(dev), y_b.to(dev), loss)
-        if not math.isfinite(rec.loss):  # (the loss is a Python float already: no extra sync)
-            raise TrainingDiverged(f"step {step}: the training loss is {rec.loss} (the run diverged; lower lr="
-                                   f"{lr}, add weight_decay or BN)")
+        if step == 0:
+            first_loss = rec.loss
+        # (the loss is a Python float already: no extra sync).  A loss 1e8 times its first value is a
+        # diverged run even while finite: its statistics would read as an exact reformulation of nonsense
+        if not math.isfinite(rec.loss) or rec.loss > DIVERGED * max(first_loss, 1.0):
+            raise TrainingDiverged(f"step {step}: the training loss is {rec.loss:.3g} (first minibatch: "
+                                   f"{first_loss:.3g}); the run diverged: lower lr={lr}, add weight_decay or BN")
         student.apply_update(rec, lr, weight_decay)
         if bar is not None:
             bar.update(1)
