@@ -23,6 +23,7 @@ import errno
 import json
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -610,15 +611,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    previous = _terminate_as_interrupt()
     try:
         _check_early(args)
         return args.func(args)
     except KeyboardInterrupt:
         parser.exit(130, "smaso: interrupted\n")
+    except _Terminated:
+        parser.exit(143, "smaso: terminated\n")
     except (ValueError, TypeError, NotImplementedError, OSError, MemoryError, RuntimeError) as e:
         if getattr(args, "debug", False):
             raise
         parser.exit(2, f"smaso: error: {_describe_error(e)}\n")
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the process was, so that every writer's cleanup runs (no half-written files)."""
+
+
+def _terminate_as_interrupt():
+    """Turn SIGTERM into :class:`_Terminated` for the duration of a command (main thread only); returns the
+    previous handler, or None where no handler could be installed."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise _Terminated()
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _available_memory() -> int | None:

@@ -148,3 +148,24 @@ def test_offsets_must_be_finite_and_a_finite_but_exploding_loss_stops_training()
     s = sample_ladder(Ladder.default(), 2000, seed=0)
     with pytest.raises(TrainingDiverged, match=r"step \d+: the training loss is .*first minibatch"):
         compare_student(s, width=8, lr=50.0, steps=200, eval_every=100, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("suffix", [".zarr", ".npz"])
+def test_sigterm_leaves_nothing_behind(tmp_path, suffix):
+    import signal
+    import time
+
+    out = tmp_path / f"big{suffix}"
+    proc = subprocess.Popen([sys.executable, "-m", "smaso.cli", "sample", "ladder", "-n", "20000000", "--depth", "4",
+                             "--branching", "4", "--events", "16", "--no-progress", "--out", str(out)],
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    # wait until the work has started (a partial store, or a few seconds into in-memory sampling)
+    while time.time() < deadline and not list(tmp_path.iterdir()) and suffix == ".zarr":
+        time.sleep(0.05)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "smaso: terminated" in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
