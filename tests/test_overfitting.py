@@ -12,6 +12,7 @@ import torch
 from smaso.student.network import LadderStudent
 from smaso.theorems.overfitting import (
     ALPHA,
+    CROSSING_LADDER,
     GAMMA,
     default_student,
     expected_abs_eps,
@@ -19,8 +20,10 @@ from smaso.theorems.overfitting import (
     overfitting_ladder,
     plot_overfitting,
     spurious_correlation,
+    update_crossing,
     update_curve,
     update_magnitudes,
+    wilson_interval,
 )
 from teachers.ladder import Ladder
 from teachers.sampling import LadderSample, sample_ladder
@@ -131,6 +134,83 @@ def test_update_ratio_decreases_with_n():
     assert 15 < rows[0]["dW_gamma"] / rows[2]["dW_gamma"] < 60
 
 
+NS = [2 ** k for k in range(3, 13)]  # 8 .. 4096
+
+
+def test_update_crossing_irrelevant_wins_at_small_n_relevant_at_large_n():
+    """§5.3 headline, CROSSING_LADDER (alpha 0.3 apart at sigma 1, gamma 4 apart at sigma 0.1),
+    default student (init 0), 100 seeded repeats per N (independent slices).
+
+    Measured (seed 0): gamma's update is larger in 86, 87, 83 of 100 repeats at N = 8, 16, 32
+    and in 7, 2, 0 at N = 1024, 2048, 4096; the fraction crosses 1/2 at N ~ 242, the RMS ratio
+    crosses 1 at N ~ 267, predicted N* = 305.  The per-N assertions use the 95% Wilson interval
+    (width ~ 1/sqrt(reps), whatever N): wholly above 1/2 at N <= 32, wholly below at N >= 1024.
+    The RMS ratio vs the exact prediction rho(N): the mean of 100 squared norms has relative SE
+    <~ 15% (so <~ 10% on the ratio); tolerance 25% (observed <= 10%)."""
+    res = update_crossing(NS, reps=100, seed=0)
+    rows = {r["N"]: r for r in res["rows"]}
+    for n in (8, 16, 32):
+        assert rows[n]["frac_lo"] > 0.5, rows[n]
+        assert rows[n]["ratio_lo"] > 1.0 and rows[n]["predicted_ratio"] > 1.5
+    for n in (1024, 2048, 4096):
+        assert rows[n]["frac_hi"] < 0.5, rows[n]
+        assert rows[n]["ratio_hi"] < 1.0 and rows[n]["predicted_ratio"] < 0.65
+    above, below = res["bracket"]
+    assert above is not None and below is not None and above < res["crossing_N"] < below
+    # measured crossings agree with the prediction N* within a factor 2
+    pred = res["predicted_crossing_N"]
+    assert 100 < pred < 1000
+    assert pred / 2 < res["crossing_N"] < 2 * pred
+    assert pred / 2 < res["crossing_N_rms"] < 2 * pred
+    for r in res["rows"]:
+        assert r["rms_ratio"] == pytest.approx(r["predicted_ratio"], rel=0.25), r
+    # predicted ratio: sqrt(nu_g / N) / sqrt(|mu_a|^2 + (nu_a - |mu_a|^2) / N), ~ 1/sqrt(N) at large N
+    assert res["mu2_gamma"] < 0.01 * res["mu2_alpha"]  # gamma is independent of the label
+    assert res["nu_gamma"] > res["nu_alpha"] - res["mu2_alpha"]  # the condition for gamma to win at small N
+    # eps ~ 1/sqrt(N) (Eq 15): mean |eps_sym| of 100 repeats within 25% of its expectation
+    for r in res["rows"]:
+        assert r["abs_eps_sym"] == pytest.approx(r["expected_eps_sym"], rel=0.25), r
+    assert 5 < rows[64]["abs_eps_sym"] / rows[4096]["abs_eps_sym"] < 12  # 64x the data: ~8x smaller
+
+
+def test_update_crossing_absent_when_alpha_noise_dominates():
+    """No crossing: default ladder (0.1 / 2 apart) at init seed 3 has nu_gamma < nu_alpha -
+    |mu_alpha|^2 (gamma's features carry less energy than alpha's noise), so the prediction
+    gives alpha the larger RMS update at every N; measured (50 repeats) the RMS ratio stays
+    below 1 (observed <= 0.85, predicted <= 0.74) and no N has gamma winning in a fraction whose
+    Wilson interval lies above 1/2."""
+    res = update_crossing(NS[::3], ladder=overfitting_ladder(), reps=50, init_seed=3, seed=0)
+    assert math.isnan(res["predicted_crossing_N"])
+    assert res["nu_gamma"] < res["nu_alpha"] - res["mu2_alpha"]
+    assert math.isnan(res["crossing_N_rms"])
+    assert res["bracket"][0] is None
+    for r in res["rows"]:
+        assert r["predicted_ratio"] < 0.8
+        assert r["rms_ratio"] < 1.0, r
+        assert not r["frac_lo"] > 0.5
+
+
+def test_update_crossing_matches_update_magnitudes():
+    """update_crossing's norms are update_magnitudes' on the same slice (the first row of one
+    repeat: the first N examples of stream seed * 1_000_003 + 0)."""
+    lad = overfitting_ladder(**CROSSING_LADDER)
+    res = update_crossing([16], ladder=lad, reps=1, seed=2, moment_examples=4096)
+    s = sample_ladder(lad, 16, 2 * 1_000_003)
+    u = update_magnitudes(s)
+    r = res["rows"][0]
+    assert r["gamma_wins"] == int(u["dW_gamma"] > u["dW_alpha"])
+    assert r["ratio_gmean"] == pytest.approx(u["ratio"], rel=1e-9)
+    assert r["rms_ratio"] == pytest.approx(u["ratio"], rel=1e-9)
+
+
+def test_wilson_interval():
+    lo, hi = wilson_interval(50, 100)
+    assert lo == pytest.approx(0.4038, abs=1e-3) and hi == pytest.approx(0.5962, abs=1e-3)
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(10, 10)[1] == 1.0
+    with pytest.raises(ValueError, match="k"):
+        wilson_interval(11, 10)
+
+
 def test_minibatch_tv_scales_like_one_over_sqrt_b():
     s = sample_ladder(overfitting_ladder(), 2**15, 2)
     rows = minibatch_tv(s, [16, 64, 256, 1024], num_batches=200, seed=0)
@@ -180,6 +260,15 @@ def test_bad_inputs_raise():
         expected_abs_eps(0)
     with pytest.raises(ValueError, match="rows"):
         plot_overfitting([])
+    with pytest.raises(ValueError, match="increasing"):
+        update_crossing([64, 16])
+    with pytest.raises(ValueError, match="ns"):
+        update_crossing([])
+    with pytest.raises(ValueError, match="reps"):
+        update_crossing([16], reps=0)
+    with pytest.raises(ValueError, match="batch norm"):
+        update_crossing([16], student=LadderStudent(overfitting_ladder(**CROSSING_LADDER), 4, batch_norm=True,
+                                                     dtype=torch.float64), reps=1)
 
 
 def test_example_runs(tmp_path, capsys):
@@ -191,7 +280,9 @@ def test_example_runs(tmp_path, capsys):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     out = tmp_path / "o.png"
-    rows, tv_rows = mod.main(["--ns", "16,256", "--reps", "4", "--batch-sizes", "8,64", "--out", str(out)])
+    rows, tv_rows = mod.main(["--ns", "16,256", "--reps", "4", "--batch-sizes", "8,64", "--crossing-ns", "8,64,512",
+                              "--crossing-reps", "5", "--out", str(out)])
     assert out.stat().st_size > 1000
     assert [r["N"] for r in rows] == [16, 256] and len(tv_rows) == 2
-    assert "gamma/alpha" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "gamma/alpha" in text and "gamma wins" in text and "predicted" in text

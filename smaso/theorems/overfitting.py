@@ -25,6 +25,15 @@ alpha's update is dominated by sampling noise ~ sd(f_alpha)/sqrt(N) and gamma's 
 |Delta W_gamma| / |Delta W_alpha| falls like 1/sqrt(N) (the paper's two remedies: eps -> 0 and
 P_hat(x_alpha | z_alpha) starts to show its difference).
 
+:func:`update_crossing` locates the paper's headline with seeded repeats: in the regime
+:data:`CROSSING_LADDER` (alpha 0.3 apart at sigma 1, gamma 4 apart at sigma 0.1) gamma's update
+beats alpha's in most repeats up to N ~ 100 and in almost none from N ~ 1000, with a crossing
+N* = (nu_gamma - nu_alpha + |mu_alpha|^2) / |mu_alpha|^2 predicted from the per-example moments
+of the update (E|Delta W_r|^2 = |mu_r|^2 + (nu_r - |mu_r|^2) / N).  Which region wins at small N
+is decided by feature energy (nu_gamma against alpha's noise nu_alpha - |mu_alpha|^2), not by
+separability alone: at the default ladder some initializations give alpha the larger update at
+every N (no crossing).
+
 SGD is gradient descent on a perturbed P_hat(z_alpha, z_beta): a minibatch of B examples sees
 the event frequencies of its own B examples, at total-variation distance ~ 1/sqrt(B) from the
 full data's (:func:`minibatch_tv`).
@@ -54,8 +63,9 @@ from teachers.emission import GaussianEmission  # noqa: E402
 from teachers.ladder import Ladder  # noqa: E402
 from teachers.sampling import LadderSample, sample_ladder  # noqa: E402
 
-__all__ = ["ALPHA", "GAMMA", "default_student", "expected_abs_eps", "minibatch_tv", "overfitting_ladder",
-           "plot_overfitting", "spurious_correlation", "update_curve", "update_magnitudes"]
+__all__ = ["ALPHA", "CROSSING_LADDER", "GAMMA", "default_student", "expected_abs_eps", "minibatch_tv",
+           "overfitting_ladder", "plot_overfitting", "spurious_correlation", "update_crossing", "update_curve",
+           "update_magnitudes", "wilson_interval"]
 
 #: Indices of the two child regions within level 1 of :func:`overfitting_ladder`.
 ALPHA, GAMMA = 0, 1
@@ -252,6 +262,164 @@ def update_curve(ns: Sequence[int], *, ladder: Ladder | None = None, student: La
                      "dW_alpha": a_m, "dW_gamma": g_m, "ratio": g_m / a_m if a_m > 0 else math.inf,
                      "dW_alpha_sd": float(np.std(a)), "dW_gamma_sd": float(np.std(g))})
     return rows
+
+
+#: Ladder parameters of the regime where :func:`update_crossing` shows the §5.3 headline with the
+#: default student (``init_seed=0``, width 8): alpha 0.3 apart at sigma 1 (separation / noise 0.3),
+#: gamma 4 apart at sigma 0.1 (separation / noise 40).
+CROSSING_LADDER = {"alpha_separation": 0.3, "alpha_sigma": 1.0, "gamma_separation": 4.0, "gamma_sigma": 0.1}
+
+
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion k / n (``z`` = 1.96: 95%)."""
+    n = _positive_int(n, "n")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= n:
+        raise ValueError(f"k: expected an integer in [0, {n}], got {k!r}")
+    z = _positive(z, "z")
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return max(0.0, mid - half), min(1.0, mid + half)
+
+
+def _log_interp_crossing(ns, values, level: float) -> float:
+    """First N at which ``values`` (one per N) go from >= level to < level, interpolated linearly in
+    log N; NaN if they never do (or start below ``level``)."""
+    if not values or not values[0] >= level:
+        return math.nan
+    for (n0, v0), (n1, v1) in zip(zip(ns, values, strict=True), zip(ns[1:], values[1:], strict=True), strict=False):
+        if v1 < level:
+            t = (v0 - level) / (v0 - v1) if v0 != v1 else 0.0
+            return float(math.exp(math.log(n0) + t * (math.log(n1) - math.log(n0))))
+    return math.nan
+
+
+def _population_moments(student: LadderStudent, ladder: Ladder, n: int, seed: int) -> dict:
+    """Per-example moments of the first-step update into the top from alpha and gamma:
+    mu_r = E[f_r g_0^T] (n_1, n_0) and nu_r = E[|f_r|^2 |g_0|^2], from ``n`` fresh examples."""
+    s = sample_ladder(ladder, n, seed)
+    rec = student.forward_backward(s.inputs(dtype=student.weights[0].dtype), s.y, loss="cross_entropy")
+    g0 = rec.g[0][:, 0].double()  # (N, n_0)
+    out = {}
+    for name, r in (("alpha", ALPHA), ("gamma", GAMMA)):
+        f = rec.fbar[1][:, r].double()  # (N, n_1)
+        out[f"mu2_{name}"] = float((f.T @ g0 / n).pow(2).sum())
+        out[f"nu_{name}"] = float((f.pow(2).sum(1) * g0.pow(2).sum(1)).mean())
+    return out
+
+
+def update_crossing(ns: Sequence[int] = tuple(2 ** k for k in range(3, 13)), *, ladder: Ladder | None = None,
+                    student: LadderStudent | None = None, reps: int = 100, width: int = 8, init_seed: int = 0,
+                    seed: int = 0, z: float = 1.96, moment_examples: int = 2 ** 17) -> dict:
+    """Where the irrelevant region's first-step update stops beating the relevant one's (§5.3).
+
+    Framework paper §5.3 (Eq 14-17): with few examples the irrelevant but easily separable region
+    gamma picks up a spurious label correlation eps ~ 1/sqrt(N) (Eq 15) and receives a larger
+    update than the relevant but barely separable alpha (Eq 16-17); as N grows, eps -> 0 and
+    alpha's small but real signal wins.  This measures that crossing.
+
+    For each repeat r in ``range(reps)`` one i.i.d. stream of sum(ns) examples is drawn from
+    ``ladder`` (default ``overfitting_ladder(**CROSSING_LADDER)``) with stream seed
+    ``seed * 1_000_003 + r`` and cut into disjoint slices of the sizes in ``ns``; so rows for
+    different N are independent, and a repeat's N-slice is a sample of N examples.  On each slice
+    the first-step update Delta W_{r, omega} = E_hat[f_r g_0^T] (``rec.dW[0][r]``, shape
+    (n_1, n_0) = (width, 2), full batch, cross entropy) of one fixed student (``student`` or
+    :func:`default_student` with ``width``, ``init_seed``) is taken for r = alpha and gamma, and
+    its Frobenius norm |Delta W_r| (units: activation x gradient, as ``dW``) recorded.
+
+    Prediction (exact for i.i.d. examples without batch norm, no asymptotics): the N examples'
+    terms f_r g_0^T are i.i.d., so E|Delta W_r|^2 = |mu_r|^2 + (nu_r - |mu_r|^2) / N with
+    mu_r = E[f_r g_0^T] and nu_r = E[|f_r|^2 |g_0|^2], estimated on ``moment_examples`` fresh
+    examples (stream seed ``seed * 1_000_003 + reps``).  Gamma is independent of the label, so
+    mu_gamma = 0 and E|Delta W_gamma|^2 = nu_gamma / N: its whole update is sampling noise of size
+    ~ 1/sqrt(N), of which the spurious correlation is the part |f_gamma(1) - f_gamma(0)| eps
+    (Eq 17, eps ~ 1/sqrt(N) by :func:`expected_abs_eps`).  Alpha's update tends to |mu_alpha| > 0.
+    The predicted root-mean-square ratio is
+    rho(N) = sqrt(nu_gamma / (N |mu_alpha|^2 + nu_alpha - |mu_alpha|^2)) (mu_gamma ~ 0 dropped
+    only in this sentence; the code keeps it), which is > 1 at small N iff nu_gamma >
+    nu_alpha - |mu_alpha|^2 (gamma's features carry more energy than alpha's noise: that, not
+    separability by itself, decides the small-N winner) and crosses 1 at
+    N* = (nu_gamma - nu_alpha + |mu_alpha|^2 - |mu_gamma|^2) / (|mu_alpha|^2 - |mu_gamma|^2);
+    if nu_gamma <= nu_alpha - |mu_alpha|^2 there is no crossing: alpha wins at every N.
+
+    :returns: dict with ``rows`` (one per N, in the order of ``ns``): ``N``, ``reps``,
+        ``gamma_wins`` (repeats with |Delta W_gamma| > |Delta W_alpha|), ``frac`` and its Wilson
+        interval ``frac_lo``, ``frac_hi`` (level set by ``z``), ``ratio_gmean`` (geometric mean of
+        the per-repeat ratio |Delta W_gamma| / |Delta W_alpha|) with ``ratio_lo``, ``ratio_hi``
+        (normal interval of the mean log ratio, z standard errors), ``rms_ratio``
+        (sqrt(mean |Delta W_gamma|^2 / mean |Delta W_alpha|^2)), ``predicted_ratio`` (rho(N)),
+        ``abs_eps_sym`` (mean |eps_sym|, Eq 15, NaN-free repeats), ``expected_eps_sym``
+        (:func:`expected_abs_eps`); ``crossing_N`` (first N where ``frac`` drops below 1/2,
+        interpolated in log N; NaN if it does not), ``crossing_N_rms`` (same for ``rms_ratio``
+        through 1), ``bracket`` ((largest N whose interval lies wholly above 1/2 before any row
+        lies wholly below, smallest N whose interval lies wholly below 1/2); None where absent),
+        ``predicted_crossing_N`` (N*, NaN if none), and the moments ``mu2_alpha``, ``nu_alpha``,
+        ``mu2_gamma``, ``nu_gamma``.
+    """
+    lad = overfitting_ladder(**CROSSING_LADDER) if ladder is None else ladder
+    reps = _positive_int(reps, "reps")
+    ns = [_positive_int(n, "ns[]") for n in ns]
+    if not ns:
+        raise ValueError("ns: expected at least one sample size")
+    if ns != sorted(set(ns)):
+        raise ValueError(f"ns: expected strictly increasing sample sizes, got {ns}")
+    z = _positive(z, "z")
+    moment_examples = _positive_int(moment_examples, "moment_examples")
+    st = default_student(lad, width=width, seed=init_seed) if student is None else _check_student(student, lad)
+    if st.batch_norm:
+        raise ValueError("student: batch norm couples the examples; update_crossing needs a student without it")
+    dtype = st.weights[0].dtype
+    starts = np.concatenate([[0], np.cumsum(ns)])
+    a = np.empty((len(ns), reps))
+    g = np.empty((len(ns), reps))
+    eps = np.full((len(ns), reps), math.nan)
+    for r in range(reps):
+        big = sample_ladder(lad, int(starts[-1]), seed * 1_000_003 + r)
+        # one pass over the whole stream: without BN each example's f and g_0 do not depend on the
+        # others, so a slice's Delta W_r = sum over the slice of f_r g_0^T / N (= rec.dW[0][r] of
+        # that slice alone, as update_magnitudes computes it)
+        rec = st.forward_backward(big.inputs(dtype=dtype), big.y, loss="cross_entropy")
+        g0 = rec.g[0][:, 0].double()  # (sum(ns), n_0)
+        f1 = rec.fbar[1].double()  # (sum(ns), R_1, n_1)
+        for i, n in enumerate(ns):
+            sl = slice(int(starts[i]), int(starts[i + 1]))
+            dw = torch.einsum("nrk,nc->rkc", f1[sl], g0[sl]) / n  # (R_1, n_1, n_0)
+            a[i, r] = float(dw[ALPHA].norm())
+            g[i, r] = float(dw[GAMMA].norm())
+            chunk = LadderSample(lad, big.z[sl], None if big.x is None else big.x[sl])
+            eps[i, r] = abs(spurious_correlation(chunk)["eps_sym"])
+    mom = _population_moments(st, lad, moment_examples, seed * 1_000_003 + reps)
+    rows = []
+    for i, n in enumerate(ns):
+        wins = int((g[i] > a[i]).sum())
+        lo, hi = wilson_interval(wins, reps, z)
+        with np.errstate(divide="ignore"):
+            logr = np.log(g[i]) - np.log(a[i])
+        finite = np.isfinite(logr)
+        lm = float(logr[finite].mean()) if finite.any() else math.nan
+        se = float(logr[finite].std(ddof=1) / math.sqrt(finite.sum())) if finite.sum() > 1 else math.nan
+        ea2 = mom["mu2_alpha"] + (mom["nu_alpha"] - mom["mu2_alpha"]) / n
+        eg2 = mom["mu2_gamma"] + (mom["nu_gamma"] - mom["mu2_gamma"]) / n
+        rows.append({"N": n, "reps": reps, "gamma_wins": wins, "frac": wins / reps, "frac_lo": lo, "frac_hi": hi,
+                     "ratio_gmean": math.exp(lm), "ratio_lo": math.exp(lm - z * se), "ratio_hi": math.exp(lm + z * se),
+                     "rms_ratio": float(math.sqrt(np.mean(g[i] ** 2) / np.mean(a[i] ** 2))),
+                     "predicted_ratio": math.sqrt(eg2 / ea2),
+                     "abs_eps_sym": float(np.nanmean(eps[i])) if np.isfinite(eps[i]).any() else math.nan,
+                     "expected_eps_sym": expected_abs_eps(n)["eps_sym"]})
+    den = mom["mu2_alpha"] - mom["mu2_gamma"]
+    num = mom["nu_gamma"] - mom["mu2_gamma"] - mom["nu_alpha"] + mom["mu2_alpha"]
+    pred = num / den if den > 0 and num > 0 else math.nan
+    above = below = None
+    for row in rows:
+        if row["frac_hi"] < 0.5:
+            below = row["N"]
+            break
+        if row["frac_lo"] > 0.5:
+            above = row["N"]
+    return {"rows": rows, "crossing_N": _log_interp_crossing(ns, [r["frac"] for r in rows], 0.5),
+            "crossing_N_rms": _log_interp_crossing(ns, [r["rms_ratio"] for r in rows], 1.0),
+            "bracket": (above, below), "predicted_crossing_N": pred, **mom}
 
 
 def _top_events(sample: LadderSample) -> torch.Tensor:
