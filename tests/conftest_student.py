@@ -21,6 +21,21 @@ import torch.nn.functional as F
 from teachers import Ladder, sample_ladder
 
 
+def perturb_params(student, seed: int = 3, shift: float = 0.0) -> None:
+    """Non-trivial biases and BN parameters (their initial values are 0 / 1 / 0): biases 0.3 N(0, 1),
+    BN scales 1 + 0.3 N(0, 1), BN shifts ``shift`` + 0.3 N(0, 1)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        if student.biases is not None:
+            for b in student.biases:
+                b.copy_(0.3 * torch.randn(b.shape, generator=g, dtype=b.dtype))
+        if student.batch_norm:
+            for c in student.bn_scale:
+                c.copy_(1 + 0.3 * torch.randn(c.shape, generator=g, dtype=c.dtype))
+            for c in student.bn_shift:
+                c.copy_(shift + 0.3 * torch.randn(c.shape, generator=g, dtype=c.dtype))
+
+
 @pytest.fixture(autouse=True, scope="module")
 def one_torch_thread():
     """These tests use tiny tensors: one intra-op thread is ~10x faster than two on a loaded 2-core

@@ -25,6 +25,7 @@ from conftest_student import (
     assert_close,
     fi_sample,
     one_torch_thread,  # noqa: F401 (fixture)
+    perturb_params,
     ref_activation,
     reference_loss,
     rel,
@@ -57,20 +58,6 @@ ERROR_KEYS = ("F_propagated", "G_propagated", "dW_propagated", "F_local", "G_loc
 def _td_ladder(emission=None):
     return Ladder.random(depth=3, branching=[2, 2, 2], events=[3, 3, 3, 2], mode="topdown", concentration=0.8,
                          seed=7, emission=emission, sigma=0.5 if emission == "gaussian" else None)
-
-
-def _perturb(student, seed=3):
-    """Non-trivial biases and BN parameters (their initial values are 0 / 1 / 0)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        if student.biases is not None:
-            for b in student.biases:
-                b.copy_(0.3 * torch.randn(b.shape, generator=g, dtype=b.dtype))
-        if student.batch_norm:
-            for c in student.bn_scale:
-                c.copy_(1 + 0.3 * torch.randn(c.shape, generator=g, dtype=c.dtype))
-            for c in student.bn_shift:
-                c.copy_(0.3 * torch.randn(c.shape, generator=g, dtype=c.dtype))
 
 
 def _train(student, x, y, steps=6, lr=0.3, loss="squared"):
@@ -181,7 +168,7 @@ def test_bn_before_backward_equals_batchnorm1d_and_autograd(activation, bias, lo
     x, y = s.inputs(dtype=torch.float64), s.y
     st = LadderStudent(lad, [4, 5], activation=activation, batch_norm="before", bias=bias, bn_eps=eps,
                        dtype=torch.float64, seed=2)
-    _perturb(st)
+    perturb_params(st)
     rec = st.forward_backward(x, y, loss)
     ref = _bn1d_reference(st, x, y, loss)
     auto = _autograd_updates(st, x, y, loss)
@@ -227,7 +214,7 @@ def test_after_placement_record_unchanged_by_the_option():
     recs = {}
     for arg in (True, "after", "before"):
         st = LadderStudent(lad, [4, 5], batch_norm=arg, dtype=torch.float64, seed=1)
-        _perturb(st)
+        perturb_params(st)
         recs[arg] = st.forward_backward(x, y)
     for l in range(lad.depth):
         for k in ("u", "f", "fbar", "g", "g_f", "dW"):
@@ -241,7 +228,7 @@ def test_bn_before_apply_update_is_one_sgd_step(bias):
     s = sample_ladder(lad, 48, seed=1)
     x, y = s.inputs(dtype=torch.float64), s.y
     st = LadderStudent(lad, [4, 5], activation="swish:0.7", batch_norm="before", bias=bias, dtype=torch.float64)
-    _perturb(st)
+    perturb_params(st)
     ref = LadderStudent(lad, [4, 5], activation="swish:0.7", batch_norm="before", bias=bias, dtype=torch.float64)
     ref.load_state_dict(st.state_dict())
     lr, wd = 0.3, 0.05
@@ -263,7 +250,7 @@ def test_thm3_exact_for_every_placement(batch_norm, loss):
     lad, s = fi_sample(2, 2, 2, n=400, seed=1, concentration=2.0)
     x = s.inputs(dtype=torch.float64)
     st = LadderStudent(lad, 5, activation="relu", batch_norm=batch_norm, dtype=torch.float64, seed=3)
-    _perturb(st)
+    perturb_params(st)
     _train(st, x, s.y, loss=loss)
     stats = collect_statistics(st, x, s.y, s.z, loss=loss)
     report = compare_statistics_to_theory(st, stats, loss=loss)
@@ -306,7 +293,7 @@ def test_bn_before_centres_the_gradient(ladder, batch_norm):
         s = sample_ladder(lad, 800, seed=0)
     x = s.inputs(dtype=torch.float64)
     st = LadderStudent(lad, 4, activation="relu", batch_norm=batch_norm, dtype=torch.float64, seed=2)
-    _perturb(st)
+    perturb_params(st)
     _train(st, x, s.y, steps=3)
     stats = collect_statistics(st, x, s.y, s.z)
     preds = [reformulate(st, stats.P, stats, propagate=pr) for pr in (True, False)]
@@ -374,7 +361,7 @@ def test_bn_before_conserves_row_energy_to_first_order():
     out = {}
     for bn in PLACEMENTS:
         st = LadderStudent(lad, [4, 5], activation="swish:0.7", batch_norm=bn, bn_eps=0.0, dtype=torch.float64)
-        _perturb(st)
+        perturb_params(st)
         rec = st.forward_backward(x, y)
         levels = range(1, lad.depth)
         ug = ug_correlation(rec, levels)

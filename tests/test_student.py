@@ -17,6 +17,7 @@ from conftest_student import (
     assert_close,
     autograd_reference,
     one_torch_thread,  # noqa: F401 (fixture)
+    perturb_params,
     ref_activation,
     reference_forward,
 )
@@ -154,20 +155,6 @@ def _data(lad, n=48, seed=1):
     return s.inputs(dtype=torch.float64), s.y, s.z
 
 
-def _perturb_params(student, seed=3):
-    """Non-trivial biases and BN parameters (their initial values are 0 / 1 / 0)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        if student.biases is not None:
-            for b in student.biases:
-                b.copy_(0.3 * torch.randn(b.shape, generator=g, dtype=b.dtype))
-        if student.batch_norm:
-            for c in student.bn_scale:
-                c.copy_(1 + 0.3 * torch.randn(c.shape, generator=g, dtype=c.dtype))
-            for c in student.bn_shift:
-                c.copy_(0.5 + 0.3 * torch.randn(c.shape, generator=g, dtype=c.dtype))
-
-
 def _check_record_against_autograd(st, x, y, loss):
     rec = st.forward_backward(x, y, loss)
     ref = autograd_reference(st, x, y, loss)
@@ -209,7 +196,7 @@ def test_forward_backward_equals_autograd(activation, batch_norm, bias, loss, em
     x, y, _ = _data(lad)
     st = LadderStudent(lad, [4, 5], activation=activation, batch_norm=batch_norm, bias=bias, dtype=torch.float64,
                        seed=2)
-    _perturb_params(st)
+    perturb_params(st, shift=0.5)
     rec = _check_record_against_autograd(st, x, y, loss)
     # the gradients are not trivially zero (the check above would be empty otherwise)
     assert all(rec.dW[l].abs().max() > 1e-6 for l in range(lad.depth))
@@ -221,7 +208,7 @@ def test_forward_backward_nonlinear_top_and_bn_eps0(top):
     x, y, _ = _data(lad, n=40)
     st = LadderStudent(lad, [3, 4], activation="swish:0.6", top_activation=top, batch_norm=True, bn_eps=0.0,
                        dtype=torch.float64, seed=4)
-    _perturb_params(st)
+    perturb_params(st, shift=0.5)
     _check_record_against_autograd(st, x, y, "squared")
 
 
@@ -274,7 +261,7 @@ def test_apply_update_is_one_sgd_step(batch_norm, bias, wd):
     lad = _td_ladder()
     x, y, _ = _data(lad)
     st = LadderStudent(lad, [4, 5], activation="swish:0.7", batch_norm=batch_norm, bias=bias, dtype=torch.float64)
-    _perturb_params(st)
+    perturb_params(st, shift=0.5)
     lr = 0.3
     # reference: torch.optim.SGD on autograd gradients of the regularized loss, on a copy
     ref = LadderStudent(lad, [4, 5], activation="swish:0.7", batch_norm=batch_norm, bias=bias, dtype=torch.float64)
@@ -302,7 +289,7 @@ def test_network_is_locally_connected(batch_norm):
     lad = _td_ladder("gaussian")
     x, y, _ = _data(lad, n=20)
     st = LadderStudent(lad, [4, 5], activation="swish:0.7", batch_norm=batch_norm, dtype=torch.float64)
-    _perturb_params(st)
+    perturb_params(st, shift=0.5)
     base = st.forward_backward(x, y)
     d = lad.depth
     for leaf in range(lad.num_regions[d]):
