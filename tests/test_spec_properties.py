@@ -254,28 +254,29 @@ def _write(name: str, text: str) -> Path:
 
 
 # ---------------------------------------------------------------------- properties
-@EXAMPLES
-@given(documents)
-def test_any_document_is_a_ladder_or_a_spec_error(doc):
+def _loads_and_round_trips_or_refuses(doc) -> None:
+    """The property of every document target: one-line LadderSpecError, or a ladder that round-trips."""
     lad = _one_line_spec_error(lambda: Ladder.from_dict(doc))
     if lad is not None:
         _check_round_trip(lad)
+
+
+@EXAMPLES
+@given(documents)
+def test_any_document_is_a_ladder_or_a_spec_error(doc):
+    _loads_and_round_trips_or_refuses(doc)
 
 
 @EXAMPLES
 @given(generator_documents)
 def test_any_generator_description_is_a_ladder_or_a_spec_error(doc):
-    lad = _one_line_spec_error(lambda: Ladder.from_dict(doc))
-    if lad is not None:
-        _check_round_trip(lad)
+    _loads_and_round_trips_or_refuses(doc)
 
 
 @EXAMPLES
 @given(mutated_specs())
 def test_mutated_valid_specs_fail_cleanly_or_round_trip(doc):
-    lad = _one_line_spec_error(lambda: Ladder.from_dict(doc))
-    if lad is not None:
-        _check_round_trip(lad)
+    _loads_and_round_trips_or_refuses(doc)
 
 
 @EXAMPLES
