@@ -177,3 +177,28 @@ def test_sigterm_leaves_nothing_behind(tmp_path, suffix):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and "smaso: terminated" in err and "Traceback" not in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_new_arguments_refuse_wrong_values(capsys, tmp_path):
+    from smaso.student.compare import errors_against_n
+    from smaso.student.network import LadderStudent
+    from teachers.engine import make_engine
+
+    s = sample_ladder(Ladder.default(), 3000, seed=0)
+    for bad in (1, 0, True, 2.5):
+        with pytest.raises(ValueError, match="noise_groups"):
+            compare_student(s, steps=1, noise_groups=bad)
+    st = LadderStudent(s.ladder, 3, dtype=torch.float64)
+    with pytest.raises(ValueError, match="n_min"):
+        errors_against_n(st, s, n_min=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        errors_against_n(st, s, batch_size=-1)
+    with pytest.raises(ValueError, match="engine: expected 'serial' or 'dask'"):
+        make_engine("threads")
+    with pytest.raises(ValueError, match="scheduler/workers"):
+        make_engine("serial", workers=2)
+    assert "--noise-groups: expected 0" in _error(capsys, ["demo", "-n", "2000", "--noise-groups", "1",
+                                                           "--out", str(tmp_path / "d")])
+    with pytest.raises(SystemExit) as e:
+        main(["demo", "--bn", "sideways"])
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err

@@ -30,7 +30,7 @@ Batch Norm.  BN couples the rows of a batch: a group left out was normalized wit
 the whole batch, while the reformulation of a leave-one-out replicate renormalizes with that
 replicate's frequencies.  So through a BN level the replicates differ by more than sampling noise and
 the floors there are over-estimates: on the fully informative ladder with one-hot leaves (every
-error exactly 0) they read 0.04-0.6 with BN after the activation, 0 without BN.  Without BN every
+error exactly 0) they read 0.04-0.64 with BN after the activation, 0 without BN.  Without BN every
 per-example quantity is independent of the batch and the jackknife is the textbook one.
 
 Intervals: ``theta +- t_{K-1, 0.975} se(theta)`` are 95% intervals (Student's t with K - 1 degrees
