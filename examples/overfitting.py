@@ -75,7 +75,7 @@ def main(argv=None) -> tuple[list[dict], list[dict]]:
                    help="seeded repeats per N of the crossing table (0 = none)")
     p.add_argument("--crossing-alpha-separation", type=float, default=CROSSING_LADDER["alpha_separation"])
     p.add_argument("--crossing-gamma-separation", type=float, default=CROSSING_LADDER["gamma_separation"])
-    p.add_argument("--out", default="overfitting.png", help="figure file (png/pdf/svg)")
+    p.add_argument("--out", default="overfitting.png", help="figure file (png/pdf/svg); '' = none")
     args = p.parse_args(argv)
     ns = [int(n) for n in args.ns.split(",")]
     lad = overfitting_ladder(alpha_separation=args.alpha_separation, gamma_separation=args.gamma_separation)
@@ -101,8 +101,9 @@ def main(argv=None) -> tuple[list[dict], list[dict]]:
         res = update_crossing([int(n) for n in args.crossing_ns.split(",")], ladder=clad, reps=args.crossing_reps,
                               width=args.width, init_seed=args.init_seed, seed=args.seed)
         print_crossing(res)
-    plot_overfitting(rows, args.out, tv_rows=tv_rows or None)
-    print(f"figure written to {args.out}")
+    if args.out:
+        plot_overfitting(rows, args.out, tv_rows=tv_rows or None)
+        print(f"figure written to {args.out}")
     return rows, tv_rows
 
 

@@ -66,12 +66,23 @@ def test_experiment_smoke(tmp_path):
             assert r.depth <= r.L and r.nodes <= 2**r.L
         if r.L == 2 and r.in_theorem:  # at most 12 < 16 pieces: tau^4 is out of reach
             assert r.pieces < 2**r.k and r.l1 > 1e-3
+    for r in rows:  # every student respects its certified bound, and the class bracket is ordered
+        assert r.l1 >= r.lower - 1e-9 and r.l1 >= 0
+        assert r.class_lower <= r.class_upper + 1e-12
+        if r.role == "theorem":
+            assert r.l1 >= r.class_lower - 1e-9 and r.k == r.L**2
+    controls = [r for r in rows if r.role == "control"]
+    assert {(r.L, r.k) for r in controls} == {(2, 2)} and all(r.lower == 0.0 for r in controls)
+    cold = [r for r in rows if "random start" in r.student]
+    assert [(r.L, r.widths, r.restarts) for r in cold] == [(2, (2,) * 4, 4)]
     exact = [r for r in rows if r.student == "deep: exact tent"]
     assert all(r.l1 < 1e-12 and r.pieces == 2**r.k for r in exact)
     trained = [r for r in rows if "SGD" in r.student]
     assert all(r.l1 < r.l1_init for r in trained)
     table = format_table(rows)
     assert table.count("\n") == len(rows) + 1 and "deep: exact tent" in table
+    assert all(line.count("|") == 15 for line in table.splitlines())
+    assert "[0.0312, 0.1953]" in table  # the L = 2 class bracket on tau^4
     out = tmp_path / "depth.png"
     plot_depth(rows, out)
     assert out.stat().st_size > 1000
@@ -83,10 +94,16 @@ def test_example_script_smoke(tmp_path, capsys):
     spec.loader.exec_module(mod)
     out = tmp_path / "fig.svg"
     rows = mod.main(["--Ls", "2", "--target", "2L", "--steps", "100", "--seeds", "0", "--n-train", "256",
-                     "--out", str(out)])
+                     "--deep-widths", "2,3", "--deep-seeds", "0", "--out", str(out)])
     text = capsys.readouterr().out
     assert "| L | k |" in text and "lecture bound" in text and out.exists()
-    assert {r.k for r in rows} == {4}
+    assert "the best member of the class has L1 error in [0.0312, 0.1953]" in text
+    assert {(r.role, r.k) for r in rows} == {("theorem", 4), ("control", 2), ("deep", 4)}
+    assert sorted(r.widths for r in rows if "random start" in r.student) == [(2,) * 4, (3,) * 4]
+    rows = mod.main(["--Ls", "2", "--steps", "20", "--seeds", "0", "--n-train", "128", "--no-controls",
+                     "--deep-widths", "", "--optimizer", "adam", "--out", ""])
+    assert {r.role for r in rows} == {"theorem", "deep"} and not any("random" in r.student for r in rows)
+    assert all(r.training.startswith("Adam") for r in rows if r.role == "theorem")
 
 
 def test_train_student_progress_and_optimizer(capsys):
@@ -141,3 +158,30 @@ def test_min_widths_for_pieces():
         min_widths_for_pieces(0, 2)
     with pytest.raises(ValueError, match="depth"):
         min_widths_for_pieces(4, 0)
+
+
+def test_spread_init_and_one_cycle_schedule():
+    import torch
+
+    state = torch.random.get_rng_state()
+    a, b = make_student((3, 3), seed=5, init="spread"), make_student((3, 3), seed=5, init="spread")
+    assert torch.equal(torch.random.get_rng_state(), state)  # the global RNG is left as it was
+    first = a[0]
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    assert float(first.bias.detach().abs().max()) <= 0.5  # biases U(-1/2, 1/2): the first kinks sit near [0, 1]
+    assert not torch.equal(first.weight, make_student((3, 3), seed=5)[0].weight)
+    from smaso.depth.separation import train_student
+
+    h1 = train_student(a, 2, steps=60, lr=1e-2, optimizer="adam", schedule="onecycle", n_train=128)
+    h2 = train_student(b, 2, steps=60, lr=1e-2, optimizer="adam", n_train=128)
+    assert h1[0] == h2[0] and h1 != h2  # the same first step's loss; the schedule changes the rest
+    with pytest.raises(ValueError, match="init: expected one of"):
+        make_student((2,), init="xavier")
+    with pytest.raises(ValueError, match="schedule: expected 'constant' or 'onecycle'"):
+        train_student(a, 2, steps=1, schedule="cosine")
+    with pytest.raises(ValueError, match="optimizer: expected 'sgd' or 'adam'"):
+        depth_separation([2], optimizer="lbfgs")
+    with pytest.raises(ValueError, match="deep_random_widths: expected positive widths"):
+        depth_separation([2], deep_random_widths=(0,))
+    with pytest.raises(ValueError, match="deep_random_seeds: expected at least one seed"):
+        depth_separation([2], deep_random_seeds=())

@@ -164,15 +164,22 @@ def test_depth_experiments_on_two_workers_equal_one_process(dask_engine):
 def test_digits_example_on_a_local_cluster_equals_one_process(tmp_path):
     pytest.importorskip("sklearn")
     import json
+    import os
     from pathlib import Path
 
-    script = Path(__file__).parents[1] / "examples" / "digits_table2.py"
-    common = ["--seeds", "2", "--epochs", "1", "--activations", "relu", "--orthogonality", "none,penalty"]
+    root = Path(__file__).parents[1]
+    script = root / "examples" / "digits_table2.py"
+    common = ["--seeds", "2", "--epochs", "1", "--model", "mlp,cnn", "--activations", "relu",
+              "--orthogonality", "none,penalty,orthogonal", "--lams", "1", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)}
     outs = []
     for extra, name in (([], "serial.json"), (["--engine", "dask", "--workers", "2"], "dask.json")):
         subprocess.run([sys.executable, str(script), *common, *extra, "--out", str(tmp_path / name)], check=True,
-                       capture_output=True, text=True, timeout=300)
-        outs.append(json.loads((tmp_path / name).read_text())["rows"])
-    assert [(r["activation"], r["orthogonality"]) for r in outs[1]] == [("relu", "none"), ("relu", "penalty")]
-    for a, b in zip(*outs, strict=True):
+                       capture_output=True, text=True, timeout=300, env=env)
+        outs.append(json.loads((tmp_path / name).read_text()))
+    assert [(r["model"], r["orthogonality"]) for r in outs[1]["rows"]] == [
+        (m, o) for m in ("mlp", "cnn") for o in ("none", "penalty", "orthogonal")]
+    for a, b in zip(outs[0]["rows"], outs[1]["rows"], strict=True):
         assert [r["accuracy"] for r in a["runs"]] == [r["accuracy"] for r in b["runs"]]
+        assert [r["train_loss"] for r in a["runs"]] == [r["train_loss"] for r in b["runs"]]
+    assert outs[0]["comparisons"] == outs[1]["comparisons"]

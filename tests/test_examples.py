@@ -24,13 +24,19 @@ def test_noise_ceiling_bottomup(capsys):
 
 
 def test_digits_table2_smoke(tmp_path, capsys):
-    result = _load("digits_table2").main(["--seeds", "2", "--epochs", "2", "--activations", "relu,swish",
-                                          "--orthogonality", "none,gram_schmidt", "--out", str(tmp_path / "d.json")])
-    rows = {(r["activation"], r["orthogonality"]): r for r in result["rows"]}
-    assert len(rows) == 4 and (tmp_path / "d.json").exists()
+    result = _load("digits_table2").main(["--seeds", "2", "--epochs", "2", "--model", "mlp,cnn",
+                                          "--activations", "relu,swish", "--orthogonality", "none,gram_schmidt",
+                                          "--out", str(tmp_path / "d.json")])
+    rows = {(r["model"], r["activation"], r["orthogonality"]): r for r in result["rows"]}
+    assert len(rows) == 8 and (tmp_path / "d.json").exists()
     for r in rows.values():
         assert 0.5 < r["mean"] <= 1.0  # two epochs already learn the digits well above chance (0.1)
-    # Gram-Schmidt layers satisfy Eq 11 exactly; free layers do not
-    assert rows[("relu", "gram_schmidt")]["defect"] < 1e-10 < rows[("relu", "none")]["defect"]
-    assert 0 < rows[("swish", "none")]["beta"] < 1  # learnable beta stays in (0, 1)
-    assert "test accuracy" in capsys.readouterr().out
+    for m in ("mlp", "cnn"):
+        # Gram-Schmidt layers (conv filters flattened to rows) satisfy Eq 11 exactly; free layers do not
+        assert rows[(m, "relu", "gram_schmidt")]["defect"] < 1e-10 < rows[(m, "relu", "none")]["defect"]
+        assert 0 < rows[(m, "swish", "none")]["beta"] < 1  # learnable beta stays in (0, 1)
+    # paired by seed: gram_schmidt vs none per activation, swish vs relu per mode, with 95% intervals
+    comps = result["comparisons"]
+    assert len(comps) == 2 * (2 + 2) and all(c["lo"] <= c["mean"] <= c["hi"] for c in comps)
+    out = capsys.readouterr().out
+    assert "test accuracy" in out and "swish minus relu" in out

@@ -132,3 +132,42 @@ def test_bad_inputs_raise_clear_errors():
         orthogonality_penalty(torch.randn(2, 3, 4, 5))
     with pytest.raises(TypeError, match="floating-point"):
         orthogonality_defect(torch.ones(3, 4, dtype=torch.long))
+
+
+def test_conv_filters_flattened_to_rows():
+    """Convolutions: the filters ``(K, C*kh*kw)`` are the rows of Eq 11 (penalty, Gram-Schmidt, orthogonal)."""
+    torch.manual_seed(0)
+    orth = register_orthogonal(nn.Conv2d(3, 12, 3).double())  # 12 filters in R^27
+    F = orth.weight.flatten(1)
+    assert orth.weight.shape == (12, 3, 3, 3) and orth.parametrizations.weight.original.shape == (12, 27)
+    assert (F @ F.T - torch.eye(12, dtype=DT)).abs().max() < 1e-6  # orthonormal filters
+    x = torch.randn(2, 3, 6, 6, dtype=DT)
+    opt = torch.optim.SGD(orth.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        orth(x).pow(2).sum().backward()
+        opt.step()
+    F = orth.weight.flatten(1)
+    assert (F @ F.T - torch.eye(12, dtype=DT)).abs().max() < 1e-6  # and stays so while training
+    gs = register_gram_schmidt(nn.Conv1d(2, 4, 3).double())
+    assert gs.parametrizations.weight.original.shape == (4, 2, 3)
+    assert orthogonality_defect(gs.weight.flatten(1)).max_abs_cosine < 1e-10
+    torch.testing.assert_close(gs.weight[0], gs.parametrizations.weight.original[0])  # unnormalized: row 0 kept
+    # penalty on a small conv by hand: filters f0 = [1, 0, 1, 0], f1 = [1, 1, 0, 0], f2 = [0, 0, 2, 1]
+    conv = nn.Conv2d(1, 3, 2, bias=False)
+    with torch.no_grad():
+        conv.weight.copy_(torch.tensor([[1.0, 0, 1, 0], [1, 1, 0, 0], [0, 0, 2, 1]]).reshape(3, 1, 2, 2))
+    # <f0,f1> = 1, <f0,f2> = 2, <f1,f2> = 0; both orders: 2 * (1 + 4 + 0) = 10
+    assert model_orthogonality_penalty(nn.Sequential(conv, nn.ReLU())).item() == pytest.approx(10.0)
+    assert model_orthogonality_penalty(nn.Sequential(conv), lam=0.5).item() == pytest.approx(5.0)
+    lin = nn.Linear(4, 2)
+    both = nn.Sequential(conv, nn.Flatten(), lin)
+    torch.testing.assert_close(model_orthogonality_penalty(both), 10.0 + orthogonality_penalty(lin.weight))
+    # transposed convolutions (weight (in, out, ...)) are not filters-as-rows: left out of the sum
+    assert model_orthogonality_penalty(nn.Sequential(nn.ConvTranspose2d(1, 3, 2))).item() == 0.0
+
+
+def test_conv_with_more_filters_than_filter_entries_raises():
+    for register in (register_gram_schmidt, register_orthogonal):
+        with pytest.raises(ValueError, match=r"out_channels = 16 > 9"):
+            register(nn.Conv2d(1, 16, 3))  # 16 filters in R^9 cannot be mutually orthogonal

@@ -3,13 +3,22 @@
 Target: f = tau^k on [0, 1] (tau the tent map), with 2^k linear pieces; the theorem takes
 k = L^2 and states that every ReLU network of depth L (L hidden layers) with at most 2^L
 hidden nodes has integral_0^1 |f - h| >= 1/8 (a constant the notes call loose; a smaller one is
-safe). Students of depth L with at most 2^L nodes are trained by minibatch SGD on the squared
-loss plus the Frobenius regularizer lambda sum_i ||W_i||_F^2 (biases unpenalised), from samples
-x ~ U[0, 1]; their L1 error is measured on a fine grid and their linear pieces are counted
-exactly (:func:`smaso.depth.pieces.count_pieces`) next to the breakpoint bound. A deep student, the
-exact depth-k width-2 tent network and the same network perturbed and then trained, fits.
-:func:`piece_survey` counts the pieces of random, trained and tent networks of any shapes; the
-figures live in :mod:`smaso.plots.depth`.
+safe).  :func:`depth_separation` puts three kinds of rows side by side, per L:
+
+- ``"theorem"``: students of depth L with at most 2^L nodes trained on tau^k (minibatch SGD, or
+  Adam, on the squared loss plus lambda sum_i ||W_i||_F^2, biases unpenalised, x ~ U[0, 1]; the
+  best of a few restarts), with the class's *certified bracket* on the best error any member can
+  reach (:func:`smaso.depth.bracket.class_bracket`: a proven lower bound and an explicit member)
+  and each student's own certified lower bound from its widths' piece bound;
+- ``"control"``: the same students, the same training, on tau^L, a target every one of them can
+  represent exactly (error 0 is reachable), which tells the optimiser's failures from the theorem's;
+- ``"deep"``: depth-k students: the exact width-2 tent network, the same network perturbed and
+  retrained (a warm start), and width-w students from a random start (Adam with a one-cycle
+  schedule and a spread-out initialisation, the best of several restarts).
+
+L1 errors are measured on a fine grid (:func:`l1_error`) and linear pieces counted exactly
+(:func:`smaso.depth.pieces.count_pieces`).  :func:`piece_survey` counts the pieces of random,
+trained and tent networks of any shapes; the figures live in :mod:`smaso.plots.depth`.
 
 Note: for L = 1 the crude estimate in the proof fails (a depth-1 network with 2 nodes computes
 tau exactly), so the lower bound is only claimed for L >= 2.
@@ -45,10 +54,22 @@ DT = torch.float64
 LECTURE_BOUND = 1 / 8
 
 
-def make_student(widths: Sequence[int], seed: int = 0, dtype: torch.dtype = DT) -> nn.Sequential:
-    """A ReLU MLP R -> R with hidden widths ``widths`` (PyTorch's default init, seeded)."""
+INITS = ("torch", "spread")
+
+
+def make_student(widths: Sequence[int], seed: int = 0, dtype: torch.dtype = DT, *,
+                 init: str = "torch") -> nn.Sequential:
+    """A ReLU MLP R -> R with hidden widths ``widths``, seeded.
+
+    :param init: ``"torch"`` (PyTorch's default init) or ``"spread"``: He-normal weights
+        N(0, 2 / fan_in) and biases U(-1/2, 1/2), which puts the first layer's kinks inside
+        [0, 1] and keeps fewer units dead in deep narrow networks (used for the random-start
+        deep students).
+    """
     if not widths or any(int(m) < 1 for m in widths):
         raise ValueError(f"widths: expected at least one positive hidden width, got {list(widths)}")
+    if init not in INITS:
+        raise ValueError(f"init: expected one of {INITS}, got {init!r}")
     gen_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
@@ -59,6 +80,14 @@ def make_student(widths: Sequence[int], seed: int = 0, dtype: torch.dtype = DT) 
         net = nn.Sequential(*layers, nn.Linear(dims[-1], 1)).to(dtype)
     finally:
         torch.random.set_rng_state(gen_state)
+    if init == "spread":
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for m in net:
+                if isinstance(m, nn.Linear):
+                    m.weight.copy_(torch.randn(m.weight.shape, generator=gen, dtype=dtype)
+                                   * math.sqrt(2 / m.in_features))
+                    m.bias.copy_(torch.rand(m.bias.shape, generator=gen, dtype=dtype) - 0.5)
     return net
 
 
@@ -93,22 +122,27 @@ def train_student(
     progress: bool = False,
     desc: str | None = None,
     optimizer: str = "sgd",
+    schedule: str = "constant",
 ) -> list[float]:
     """Minibatch SGD on mean (h(x) - tau^k(x))^2 + lambda sum ||W||_F^2, x ~ U[0, 1] (a fixed sample).
 
     :param progress: show a tqdm bar over the steps.
     :param desc: the bar's label (default: the target).
-    :param optimizer: ``"sgd"`` (the lecture's, default) or ``"adam"`` (same ``lr``; it escapes the
-        constant-1/2 plateau where plain SGD from PyTorch's default init stays).
+    :param optimizer: ``"sgd"`` (the lecture's, default) or ``"adam"`` (same ``lr``).
+    :param schedule: ``"constant"`` (default) or ``"onecycle"`` (PyTorch's ``OneCycleLR`` with
+        peak ``lr``: warm-up, then cosine decay to ~0).
     :returns: the training loss every ``steps // 20`` steps.
     """
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {optimizer!r}")
+    if schedule not in ("constant", "onecycle"):
+        raise ValueError(f"schedule: expected 'constant' or 'onecycle', got {schedule!r}")
     gen = torch.Generator().manual_seed(seed)
     x = torch.rand(n_train, 1, generator=gen, dtype=DT)
     y = tent_power(x, k)
     weights = [m.weight for m in net.modules() if isinstance(m, nn.Linear)]
-    if optimizer not in ("sgd", "adam"):
-        raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {optimizer!r}")
     opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(net.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps) if schedule == "onecycle" else None
     history = []
     bar = _bar(progress, steps, desc or f"SGD on tau^{k}")
     for step in range(steps):
@@ -118,6 +152,8 @@ def train_student(
         opt.zero_grad()
         (loss + reg).backward()
         opt.step()
+        if sched is not None:
+            sched.step()
         if step % max(1, steps // 20) == 0:
             history.append(float(loss.detach()))
             if bar is not None:
@@ -156,7 +192,17 @@ class _Widths:
 
 @dataclass
 class DepthRow(_Widths):
-    """One student of the experiment."""
+    """One student of the experiment.
+
+    :ivar role: ``"theorem"`` (a depth-L student with <= 2^L nodes on tau^(L^2)), ``"control"``
+        (the same student and training on the representable tau^L) or ``"deep"`` (depth k).
+    :ivar k: the target tau^k of this row (L for controls).
+    :ivar lower: the certified lower bound on the error of *any* network with at most ``bound``
+        pieces against tau^k (:func:`smaso.depth.bracket.l1_lower_bound`; 0 when 2^k is reachable).
+    :ivar class_lower, class_upper: the bracket on the best error of the theorem's class for this L
+        (depth <= L, <= 2^L nodes) against this row's target (:func:`smaso.depth.bracket.class_bracket`).
+    :ivar restarts: the seeds tried (the row is the best of them).
+    """
 
     L: int
     k: int
@@ -169,6 +215,12 @@ class DepthRow(_Widths):
     seconds: float = 0.0
     in_theorem: bool = True  # depth <= L and at most 2^L nodes
     net: nn.Module | None = field(default=None, repr=False, compare=False)
+    role: str = "theorem"
+    lower: float = math.nan
+    class_lower: float = math.nan
+    class_upper: float = math.nan
+    restarts: int = 1
+    training: str = ""
 
 
 def _students(L: int) -> dict[str, tuple[int, ...]]:
@@ -182,15 +234,17 @@ def _students(L: int) -> dict[str, tuple[int, ...]]:
     return unique
 
 
-def _fit_restart(item: tuple, *, steps: int, lr: float, frobenius: float, n_train: int,
+def _fit_restart(item: tuple, *, steps: int, frobenius: float, n_train: int,
                  bars: bool) -> tuple[float, nn.Module, float]:
-    """One small student of :func:`depth_separation` from one seed (a task: any process):
-    ``(l1 error, trained net, seconds)``."""
-    L, k, name, widths, seed = item
+    """One student from one seed (a task: any process): ``(l1 error, trained net, seconds)``.
+
+    ``item = (L, k, name, widths, seed, optimizer, lr, init, schedule)``.
+    """
+    L, k, name, widths, seed, optimizer, lr, init, schedule = item
     t0 = time.perf_counter()
-    net = make_student(widths, seed)
-    train_student(net, k, steps=steps, lr=lr, frobenius=frobenius, seed=seed, n_train=n_train,
-                  progress=bars, desc=f"L={L} {name} seed {seed}")
+    net = make_student(widths, seed, init=init)
+    train_student(net, k, steps=steps, lr=lr, frobenius=frobenius, seed=seed, n_train=max(n_train, 8 * 2**k),
+                  progress=bars, desc=f"L={L} {name} seed {seed}", optimizer=optimizer, schedule=schedule)
     return l1_error(net, k), net, time.perf_counter() - t0
 
 
@@ -209,8 +263,9 @@ def _fit_deep(item: tuple, *, steps: int, deep_noise: float, deep_lr: float, n_t
     train_student(deep, k, steps=steps, lr=deep_lr / 4**k, frobenius=0.0, seed=L, n_train=max(n_train, 8 * 2**k),
                   progress=bars, desc=f"L={L} deep tent")
     pc = count_pieces(deep, 0.0, 1.0)
-    return DepthRow(L, k, f"deep: tent x(1+{noise:.2g}N), SGD", (2,) * k, l1_error(deep, k), pc.count, pc.bound,
-                    l1_init=init, seconds=time.perf_counter() - t0, in_theorem=False, net=deep)
+    return DepthRow(L, k, f"deep: tent x(1+{noise:.2g}N), SGD (warm start)", (2,) * k, l1_error(deep, k), pc.count,
+                    pc.bound, l1_init=init, seconds=time.perf_counter() - t0, in_theorem=False, net=deep,
+                    role="deep", training=f"SGD lr {deep_lr:g}/4^k, {steps} steps")
 
 
 def depth_separation(
@@ -221,65 +276,126 @@ def depth_separation(
     seeds: Sequence[int] = (0, 1),
     lr: float = 0.05,
     frobenius: float = 1e-5,
+    optimizer: str = "sgd",
+    controls: bool = True,
     deep_noise: float = 0.05,
     deep_steps: int | None = None,
     deep_lr: float = 0.25,
+    deep_random_widths: Sequence[int] = (2,),
+    deep_random_seeds: Sequence[int] = (0, 1, 2, 3),
+    deep_random_lr: float = 1e-2,
     n_train: int = 4096,
     progress: bool = False,
     engine=None,
 ) -> list[DepthRow]:
-    """Run the experiment for each L: small students (best of ``seeds``) and two deep students.
+    """Run the experiment for each L (module docstring): theorem students with their certified
+    bracket, controls on the representable tau^L, and deep students.
 
     :param target: ``"L^2"`` (the theorem: k = L^2) or ``"2L"`` (k = 2L, a cheaper deep target).
-    :param deep_noise: the perturbed deep student starts from the exact tent network with every
+    :param seeds: restarts of every theorem and control student (the best is kept).
+    :param optimizer: ``"sgd"`` (the lecture's, default) or ``"adam"``, with ``lr``, for the theorem
+        and control students.
+    :param controls: also train every theorem student, the same way, on tau^L (which each of them
+        can represent: the width-2 tent network of depth L fits in every one of them, and one
+        hidden layer of 2^L units has the 2^L pieces).
+    :param deep_noise: the warm-start deep student starts from the exact tent network with every
         weight and bias multiplied by (1 + deep_noise 2^-k N(0, 1)): an error in layer j is
         amplified by up to 2^(k - j) downstream, so a k-independent perturbation would destroy
         the 2^k pieces (at k = 9 a relative 5e-4 already gives an L1 error of about 0.19).
     :param deep_lr: its SGD step is deep_lr 4^-k (the gradients scale like 2^k, the curvature like
         4^k; larger steps collapse it to the constant 1/2).
+    :param deep_random_widths: widths w of the random-start deep students (depth k, width w), each
+        trained by Adam (peak lr ``deep_random_lr``, one-cycle schedule) from the ``"spread"``
+        initialisation for ``deep_steps`` steps, the best of ``deep_random_seeds``; ``()`` for none.
     :param progress: tqdm bars: one per training run here, or one over the runs on an engine.
     :param engine: ``None`` (every run here, one after the other) or a
         :class:`~teachers.engine.SerialEngine` / :class:`~teachers.engine.DaskEngine`: every training
-        run (each small student and seed, each L's deep student) is one task.  Each run is seeded on
-        its own, so the rows are the same on any engine.  A row's ``seconds`` is the sum over its
-        restarts.
+        run (each student and seed, each L's warm-start deep student) is one task.  Each run is
+        seeded on its own, so the rows are the same on any engine.  A row's ``seconds`` is the sum
+        over its restarts.
     """
+    from smaso.depth.bracket import class_bracket, l1_lower_bound
+
     if target not in ("L^2", "2L"):
         raise ValueError(f"target: expected 'L^2' or '2L', got {target!r}")
     if any(int(L) < 1 for L in Ls):
         raise ValueError(f"Ls: expected depths >= 1, got {list(Ls)}")
     if not seeds:
         raise ValueError("seeds: expected at least one seed")
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {optimizer!r}")
+    if any(isinstance(w, bool) or int(w) < 1 for w in deep_random_widths):
+        raise ValueError(f"deep_random_widths: expected positive widths, got {list(deep_random_widths)}")
+    if deep_random_widths and not deep_random_seeds:
+        raise ValueError("deep_random_seeds: expected at least one seed for the random-start deep students")
     from teachers.engine import get_engine
 
     run = get_engine(engine)
     inner = progress and engine is None
     bar = "depth separation" if progress and engine is not None else None
+    deep_steps = deep_steps or steps
     ks = {int(L): int(L) ** 2 if target == "L^2" else 2 * int(L) for L in Ls}
-    small = [(L, ks[L], name, widths, int(seed)) for L in ks for name, widths in _students(L).items()
-             for seed in seeds]
-    fits = run.map(_fit_restart, small, steps=steps, lr=lr, frobenius=frobenius, n_train=n_train, bars=inner,
-                   progress=bar)
-    deep_rows = run.map(_fit_deep, [(L, ks[L]) for L in ks], steps=deep_steps or steps, deep_noise=deep_noise,
+    # (L, role, name, k, widths) -> the restarts: (L, k, name, widths, seed, optimizer, lr, init, schedule)
+    groups: dict[tuple, list[tuple]] = {}
+    for L, k in ks.items():
+        for name, widths in _students(L).items():
+            roles = [("theorem", k)] + ([("control", L)] if controls and L != k else [])
+            for role, kk in roles:
+                groups[(L, role, name, kk, widths)] = [(L, kk, name, widths, int(s), optimizer, lr, "torch",
+                                                        "constant") for s in seeds]
+        for w in deep_random_widths if k > L else ():
+            name = f"deep: width {int(w)}, random start, Adam"
+            groups[(L, "deep", name, k, (int(w),) * k)] = [
+                (L, k, name, (int(w),) * k, int(s), "adam", deep_random_lr, "spread", "onecycle")
+                for s in deep_random_seeds]
+    small_keys = [key for key in groups if key[1] != "deep"]
+    deep_keys = [key for key in groups if key[1] == "deep"]
+    small_fits = run.map(_fit_restart, [it for key in small_keys for it in groups[key]], steps=steps,
+                         frobenius=frobenius, n_train=n_train, bars=inner, progress=bar)
+    deep_fits = run.map(_fit_restart, [it for key in deep_keys for it in groups[key]], steps=deep_steps,
+                        frobenius=frobenius, n_train=n_train, bars=inner, progress=bar)
+    warm_rows = run.map(_fit_deep, [(L, ks[L]) for L in ks], steps=deep_steps, deep_noise=deep_noise,
                         deep_lr=deep_lr, n_train=n_train, bars=inner, progress=bar)
-    best: dict[tuple[int, str], list] = {}
-    for (L, k, name, widths, _), (err, net, sec) in zip(small, fits, strict=True):
-        b = best.setdefault((L, name), [math.inf, None, 0.0, k, widths])
-        if err < b[0]:  # the first seed wins ties, as in a loop over the seeds
-            b[0], b[1] = err, net
-        b[2] += sec
+    best: dict[tuple, list] = {}
+    fits = iter([*small_fits, *deep_fits])
+    for key in [*small_keys, *deep_keys]:
+        for _ in groups[key]:
+            err, net, sec = next(fits)
+            b = best.setdefault(key, [math.inf, None, 0.0])
+            if err < b[0]:  # the first seed wins ties, as in a loop over the seeds
+                b[0], b[1] = err, net
+            b[2] += sec
+    brackets = {(L, kk): class_bracket(L, kk) for (L, _, _, kk, _) in groups}
+    brackets.update({(L, ks[L]): class_bracket(L, ks[L]) for L in ks})
+    train_desc = f"{ {'sgd': 'SGD', 'adam': 'Adam'}[optimizer]} lr {lr:g}, {steps} steps"
     rows: list[DepthRow] = []
-    for L, deep in zip(ks, deep_rows, strict=True):
-        for name in _students(L):
-            err, net, sec, k, widths = best[(L, name)]
+    for L, warm in zip(ks, warm_rows, strict=True):
+        k = ks[L]
+        for key, (err, net, sec) in best.items():
+            if key[0] != L:
+                continue
+            _, role, name, kk, widths = key
             pc = count_pieces(net, 0.0, 1.0)
-            rows.append(DepthRow(L, k, name, widths, err, pc.count, pc.bound, seconds=sec, net=net))
-        # deep students: the exact tent network, and a perturbed copy trained by SGD
-        exact = TentNetwork(ks[L], dtype=DT)
+            bk = brackets[(L, kk)]
+            if role == "deep":
+                training = f"Adam lr {deep_random_lr:g} one-cycle, {deep_steps} steps, spread init"
+            else:
+                training = train_desc
+            rows.append(DepthRow(L, kk, name, widths, err, pc.count, pc.bound, seconds=sec, net=net,
+                                 in_theorem=role != "deep", role=role,
+                                 lower=l1_lower_bound(kk, pc.bound).value,
+                                 class_lower=bk.lower.value, class_upper=bk.upper.l1,
+                                 restarts=len(groups[key]), training=training))
+        exact = TentNetwork(k, dtype=DT)
         pc = count_pieces(exact, 0.0, 1.0)
-        rows.append(DepthRow(L, ks[L], "deep: exact tent", (2,) * ks[L], l1_error(exact, ks[L]), pc.count, pc.bound,
-                             in_theorem=False, net=exact))
-        rows.append(deep)
+        bk = brackets[(L, k)]
+        rows.append(DepthRow(L, k, "deep: exact tent", (2,) * k, l1_error(exact, k), pc.count, pc.bound,
+                             in_theorem=False, net=exact, role="deep", lower=0.0, class_lower=bk.lower.value,
+                             class_upper=bk.upper.l1, training="exact weights"))
+        warm.lower, warm.class_lower, warm.class_upper = 0.0, bk.lower.value, bk.upper.l1
+        rows.append(warm)
+    order = {"theorem": 0, "control": 1, "deep": 2}
+    rows.sort(key=lambda r: (r.L, order[r.role]))
     return rows
 
 
@@ -375,15 +491,17 @@ def _widths_label(widths: Sequence[int]) -> str:
 
 
 def format_table(rows: Sequence[DepthRow]) -> str:
-    """A markdown table of the rows."""
-    head = ("| L | k | student | widths | depth | nodes | in theorem | exact pieces | bound | 2^k | "
-            "L1 error (init) | L1 error |")
-    lines = [head, "|" + "---|" * 12]
+    """A markdown table of the rows: each student's error next to its certified lower bound and the
+    bracket [certified lower bound, best explicit member] of the theorem's class for the row's target."""
+    head = ("| L | k | role | student | widths | nodes | exact pieces | bound | training | restarts | "
+            "lower bound (its widths) | class bracket | L1 error (init) | L1 error |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         init = "" if math.isnan(r.l1_init) else f"{r.l1_init:.4f}"
-        widths = _widths_label(r.widths)
+        bracket = "" if math.isnan(r.class_lower) else f"[{r.class_lower:.4f}, {r.class_upper:.4f}]"
+        lower = "" if math.isnan(r.lower) else f"{r.lower:.4f}"
         lines.append(
-            f"| {r.L} | {r.k} | {r.student} | {widths} | {r.depth} | {r.nodes} | {'yes' if r.in_theorem else 'no'} | "
-            f"{r.pieces} | {r.bound} | {2**r.k} | {init} | {r.l1:.4f} |"
+            f"| {r.L} | {r.k} | {r.role} | {r.student} | {_widths_label(r.widths)} | {r.nodes} | {r.pieces} | "
+            f"{r.bound} | {r.training} | {r.restarts} | {lower} | {bracket} | {init} | {r.l1:.4f} |"
         )
     return "\n".join(lines)

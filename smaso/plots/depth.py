@@ -11,6 +11,7 @@ Every function returns a matplotlib ``Figure`` and, given ``path``, saves it ato
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 
@@ -203,8 +204,10 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
     """The depth-separation experiment (docs/theory.md §2, seed 001: every depth-L ReLU network with at most
     2^L nodes has integral_0^1 |tau^(L^2) - h| >= 1/8).
 
-    Per L (one row): tau^k with the best in-theorem student and the SGD-trained deep student; and
-    the L1 errors of all students against the lecture's 1/8 (and the constant 1/2's error 1/4).
+    Per L (one row of panels): tau^k with the best theorem student, the warm-start and the best
+    random-start deep student; and every row's L1 error (bars coloured by role: theorem, control,
+    deep) with its certified lower bound (black tick) and, shaded, the bracket on the best error of
+    the theorem's class against tau^k (certified lower bound to best explicit member).
 
     :param rows: :class:`smaso.depth.separation.DepthRow` entries from :func:`smaso.depth.separation.depth_separation`.
     :param path: save the figure here (written atomically by suffix); None: only return it.
@@ -216,16 +219,19 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
     Ls = sorted({r.L for r in rows})
     if not Ls:
         raise ValueError("rows: nothing to plot")
-    fig, axes = plt.subplots(len(Ls), 2, figsize=(13, 3.2 * len(Ls)), squeeze=False,
-                             gridspec_kw={"width_ratios": [2, 1]})
+    colors = {"theorem": "C0", "control": "C2", "deep": "C3"}
+    fig, axes = plt.subplots(len(Ls), 2, figsize=(13, 0.9 + max(3.2, 0.32 * max(
+        sum(r.L == L for r in rows) for L in Ls)) * len(Ls)), squeeze=False, gridspec_kw={"width_ratios": [2, 1.2]})
     for ax, ax_bar, L in zip(axes[:, 0], axes[:, 1], Ls, strict=True):
         mine = [r for r in rows if r.L == L]
-        k = mine[0].k
+        k = max(r.k for r in mine)
         right = min(1.0, 16 / 2**k)  # at most 8 teeth, so that the curves can be told apart
         x = torch.linspace(0, right, 4001, dtype=DT)
-        small = [r for r in mine if r.in_theorem and r.net is not None]
-        deep = [r for r in mine if not r.in_theorem and r.net is not None and "SGD" in r.student]
-        picks = ([(min(small, key=lambda r: r.l1), "C0")] if small else []) + ([(deep[0], "C3")] if deep else [])
+        small = [r for r in mine if r.role == "theorem" and r.net is not None]
+        warm = [r for r in mine if r.role == "deep" and "warm" in r.student and r.net is not None]
+        cold = [r for r in mine if r.role == "deep" and "random" in r.student and r.net is not None]
+        picks = ([(min(small, key=lambda r: r.l1), "C0")] if small else []) + \
+            ([(warm[0], "C3")] if warm else []) + ([(min(cold, key=lambda r: r.l1), "C1")] if cold else [])
         for r, color in picks:
             with torch.no_grad():
                 y = r.net.to(DT)(x[:, None]).reshape(-1)
@@ -238,13 +244,20 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
         ax.set_ylabel("tau^k(x), h(x)")
         ax.set_ylim(-0.05, 1.55)  # head-room for the legend above the teeth
         ax.legend(fontsize=7, loc="upper center", ncol=2)
-        names = [r.student for r in mine]
-        ax_bar.barh(range(len(mine)), [max(r.l1, 1e-6) for r in mine],
-                    color=["C0" if r.in_theorem else "C3" for r in mine])
-        ax_bar.set_yticks(range(len(mine)), names, fontsize=7)
+        names = [f"{r.role}: {r.student} {_widths_label(r.widths)} on tau^{r.k}" for r in mine]
+        pos = range(len(mine))
+        ax_bar.barh(pos, [r.l1 for r in mine], color=[colors.get(r.role, "0.5") for r in mine])
+        ax_bar.plot([0 if math.isnan(r.lower) else r.lower for r in mine], pos, "k|", ms=12, mew=2,
+                    label="certified lower bound (its widths)")
+        on_target = [r for r in mine if r.k == k and not math.isnan(r.class_lower)]
+        if on_target:
+            lo, hi = on_target[0].class_lower, on_target[0].class_upper
+            ax_bar.axvspan(lo, hi, color="0.85", zorder=0, label=f"class bracket on tau^{k}: [{lo:.3f}, {hi:.3f}]")
         ax_bar.axvline(LECTURE_BOUND, color="k", ls="--", lw=1, label="lecture bound 1/8")
         ax_bar.axvline(0.25, color="0.5", ls=":", lw=1, label="constant 1/2: 1/4")
-        ax_bar.set_xscale("log")
-        ax_bar.set_xlabel("integral_0^1 |tau^k - h| (log; 0 drawn at 1e-6)")
+        ax_bar.set_yticks(list(pos), names, fontsize=7)
+        ax_bar.invert_yaxis()
+        ax_bar.set_xlim(0, 0.27)
+        ax_bar.set_xlabel("integral_0^1 |tau^k - h|")
         ax_bar.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
     return finish_figure(fig, path)

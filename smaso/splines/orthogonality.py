@@ -12,9 +12,18 @@ needs K <= D.  Tools:
   Eq 11 holds, 1 iff all pieces are parallel), and the max |cosine| between pieces of different units.
 - :func:`gram_schmidt` / :class:`GramSchmidt` / :func:`register_gram_schmidt`: the authors' exact
   alternative, unnormalized classical Gram-Schmidt of the rows (each row keeps its own length),
-  differentiable, as a ``torch.nn.utils.parametrize`` parametrization of a ``Linear`` weight.
+  differentiable, as a ``torch.nn.utils.parametrize`` parametrization of a ``Linear`` or convolution weight.
 - :func:`register_orthogonal`: PyTorch's own ``torch.nn.utils.parametrizations.orthogonal`` (orthonormal
   rows; maintained upstream, numerically the safer choice) wired to the same convention.
+- :func:`model_orthogonality_penalty`: the penalty summed over the ``Linear`` and convolution layers of a model.
+
+Convolutions.  A convolution weight ``(K, C, kh, kw)`` (any ``nn.Conv1d/2d/3d``) is treated as its K
+*filters* flattened to rows ``(K, C*kh*kw)``: the penalty, Gram-Schmidt and ``orthogonal`` act on those
+rows, so the filters become mutually orthogonal (K <= C*kh*kw needed, as K <= D for a ``Linear``).  That is
+the usual "orthogonal filters" of a CNN.  It is not all of Eq 11 for the layer's convolution matrix,
+whose rows are the shifted copies of the filters: shifted copies of one filter, or of two filters,
+overlap and are not orthogonal in general (the paper's Appendix E.4 asks for non-overlapping or
+apodized filters for that).
 
 Classical Gram-Schmidt loses orthogonality in floating point when the rows are nearly dependent
 (error ~ eps * cond(W)^2); check :func:`orthogonality_defect` or prefer :func:`register_orthogonal`.
@@ -148,19 +157,59 @@ def gram_schmidt(W: torch.Tensor) -> torch.Tensor:
 
 
 class GramSchmidt(nn.Module):
-    """Parametrization weight = :func:`gram_schmidt` (original weight), for ``torch.nn.utils.parametrize``."""
+    """Parametrization weight = :func:`gram_schmidt` (original weight), for ``torch.nn.utils.parametrize``.
+
+    A weight with more than two dimensions (a convolution's ``(K, C, kh, kw)``) is orthogonalized as its
+    K filters flattened to rows ``(K, C*kh*kw)`` and reshaped back.
+    """
 
     def forward(self, W: torch.Tensor) -> torch.Tensor:
+        if W.dim() > 2:
+            return gram_schmidt(W.flatten(1)).reshape(W.shape)
         return gram_schmidt(W)
 
 
+class _FlattenedFilters(nn.Module):
+    """A matrix parametrization (``inner``) applied to a convolution weight's filters flattened to rows.
+
+    The stored original is the ``(K, C*kh*kw)`` matrix ``inner`` parametrizes; ``forward`` reshapes
+    ``inner``'s output back to the weight's ``shape``.
+    """
+
+    def __init__(self, inner: nn.Module, shape: torch.Size) -> None:
+        super().__init__()
+        self.inner = inner
+        self.shape = torch.Size(shape)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.inner(X).reshape(self.shape)
+
+    @torch.no_grad()
+    def right_inverse(self, W: torch.Tensor) -> torch.Tensor:
+        return self.inner.right_inverse(W.reshape(self.shape[0], -1))
+
+
+def _is_conv(module: nn.Module) -> bool:
+    """A convolution whose weight is ``(out_channels, in_channels/groups, *kernel)`` (not a transposed one)."""
+    return isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d)
+
+
 def _check_linear(module: nn.Module, name: str) -> torch.Tensor:
+    """The weight ``module.<name>`` checked for Eq 11: 2-D (K, D), or a convolution's (K, C, *kernel) with
+    K <= C*prod(kernel) (its filters flattened to rows)."""
     if not isinstance(module, nn.Module):
         raise TypeError(f"module: expected an nn.Module, got {type(module).__name__}")
     W = getattr(module, name, None)
+    if _is_conv(module) and isinstance(W, torch.Tensor) and W.dim() >= 3:
+        K, D = W.shape[0], W[0].numel()
+        if K > D:
+            raise ValueError(f"Eq 11 needs out_channels <= in_channels/groups * kernel size (mutually orthogonal "
+                             f"filters: at most {D} in R^{D}), got out_channels = {K} > {D} "
+                             f"(weight {tuple(W.shape)})")
+        return W
     if not isinstance(W, torch.Tensor) or W.dim() != 2:
-        raise ValueError(f"module.{name}: expected a 2-D weight (out_features, in_features), got "
-                         f"{None if W is None else tuple(W.shape)}")
+        raise ValueError(f"module.{name}: expected a 2-D weight (out_features, in_features) or a convolution "
+                         f"weight, got {None if W is None else tuple(W.shape)}")
     if W.shape[0] > W.shape[1]:
         raise ValueError(f"Eq 11 needs out_features <= in_features (mutually orthogonal rows), got "
                          f"out_features = {W.shape[0]} > in_features = {W.shape[1]}")
@@ -171,8 +220,10 @@ def register_gram_schmidt(module: nn.Module, name: str = "weight") -> nn.Module:
     """Reparametrize ``module.<name>`` (e.g. ``nn.Linear.weight``) by :class:`GramSchmidt`; returns ``module``.
 
     The stored ``module.parametrizations.<name>.original`` is what the optimizer updates; reading
-    ``module.<name>`` gives its Gram-Schmidt rows.
-    :raises ValueError: out_features > in_features.
+    ``module.<name>`` gives its Gram-Schmidt rows.  For a convolution (``nn.Conv1d/2d/3d``) the filters,
+    flattened to rows ``(out_channels, in_channels/groups * kernel size)``, are orthogonalized (the
+    stored original keeps the weight's shape).
+    :raises ValueError: out_features > in_features (for a convolution: more filters than filter entries).
     """
     _check_linear(module, name)
     parametrize.register_parametrization(module, name, GramSchmidt())
@@ -184,18 +235,38 @@ def register_orthogonal(module: nn.Module, name: str = "weight", **kwargs) -> nn
 
     ``kwargs`` go to ``orthogonal`` (``orthogonal_map``, ``use_trivialization``).  Rows have unit norm
     (unlike :func:`register_gram_schmidt`); follow the layer by a scale if the norms matter.
-    :raises ValueError: out_features > in_features (``orthogonal`` would make the *columns* orthonormal).
+
+    For a convolution (``nn.Conv1d/2d/3d``, weight ``(K, C, *kernel)``) the K filters flattened to rows
+    ``(K, C*prod(kernel))`` are made orthonormal: PyTorch's ``orthogonal`` parametrizes that matrix (its
+    stored original is ``(K, C*prod(kernel))``) and the result is reshaped to the weight.  (Applied to the
+    4-D weight directly, ``orthogonal`` would treat it as a batch of ``kh x kw`` matrices.)
+
+    ``orthogonal`` itself, given more rows than columns, makes the *columns* orthonormal (a semi-orthogonal
+    matrix whose rows are not mutually orthogonal); that is not Eq 11, so this function refuses it.  The
+    initialization of a non-square matrix draws from torch's global RNG (``torch.randn``), as
+    ``orthogonal`` does; wrap the call in ``torch.random.fork_rng()`` to leave the global state alone.
+    :raises ValueError: out_features > in_features (for a convolution: out_channels > C*prod(kernel)).
     """
-    _check_linear(module, name)
-    return torch.nn.utils.parametrizations.orthogonal(module, name, **kwargs)
+    W = _check_linear(module, name)
+    if W.dim() == 2:
+        return torch.nn.utils.parametrizations.orthogonal(module, name, **kwargs)
+    # PyTorch's parametrization object, built by its public function on a holder of the flattened filters
+    holder = nn.Module()
+    holder.register_parameter("weight", nn.Parameter(W.detach().flatten(1).clone()))
+    torch.nn.utils.parametrizations.orthogonal(holder, "weight", **kwargs)
+    inner = holder.parametrizations["weight"][0]
+    parametrize.register_parametrization(module, name, _FlattenedFilters(inner, W.shape), unsafe=True)
+    return module
 
 
 def model_orthogonality_penalty(model: nn.Module, lam: float = 1.0) -> torch.Tensor:
-    """Sum of :func:`orthogonality_penalty` over the weights of every ``nn.Linear`` in ``model``."""
+    """Sum of :func:`orthogonality_penalty` over the weights of every ``nn.Linear`` and convolution
+    (``nn.Conv1d/2d/3d``, filters flattened to rows ``(out_channels, in_channels/groups * kernel size)``)
+    in ``model``; a model with neither gives 0."""
     total = None
     for m in model.modules():
-        if isinstance(m, nn.Linear):
-            p = orthogonality_penalty(m.weight, lam)
+        if isinstance(m, nn.Linear) or _is_conv(m):
+            p = orthogonality_penalty(m.weight.flatten(1), lam)
             total = p if total is None else total + p
     if total is None:
         return torch.zeros(())

@@ -1,0 +1,502 @@
+"""How well *any* network of a class can approximate tau^k: a certified bracket (``docs/theory.md`` §2).
+
+The depth-separation theorem (seed ``001``) bounds the L1 error ``integral_0^1 |tau^k - h|`` of every
+ReLU network h of depth L with at most 2^L nodes.  This module brackets the best error a member
+of such a class can reach, so that trained students can be read against it:
+
+- **Lower bound, certified** (:func:`l1_lower_bound`): the breakpoint lemma gives every member at
+  most T linear pieces (:func:`class_max_pieces`), and for *every* continuous piecewise-linear h
+  with at most T pieces on [0, 1] we prove ``integral |tau^k - h| >= B(k, T)``.  Two arguments,
+  the larger is reported:
+
+  *teeth*: tau^k has 2^(k-1) teeth of width w = 2^(1-k); at most T - 1 of them contain a
+  breakpoint of h, and on a tooth where h is affine the error is at least w / 4 (the best affine
+  approximation of a triangle of height 1 is the constant 1/2, by Markov's criterion for best L1
+  approximation: tri - 1/2 changes sign exactly at the canonical points 1/4, 3/4).  So
+  ``B_teeth = (2^(k-1) - (T - 1))_+ w / 4``.
+
+  *runs*: cut [0, 1] at the 2^k points (i + 1/2) 2^-k, where tau^k = 1/2, into 2^k - 1 *kink
+  windows* of width s = 2^-k (each holds one apex or valley of tau^k) and two end half-windows.
+  At least 2^k - T kink windows hold no breakpoint of h; they form at most T runs of consecutive
+  windows, and on a run of r windows h is continuous and affine on each window (kinks allowed at
+  the window boundaries).  The least error of such an h on r windows, s G(r), is bounded below
+  through L1 duality: ``min_h ||f - h||_1 >= integral phi f`` for every |phi| <= 1 orthogonal to the
+  hat functions at the window boundaries.  :func:`run_deficit` finds such a phi by a linear
+  programme (phi piecewise constant on ``cells`` cells per window, HiGHS), projects it onto the
+  orthogonal complement exactly, and certifies G(r) >= r/4 - d(r) with d(r) the *deficit*
+  (d(1) = 1/8, d(2) ~ 0.1717, d(r) -> 0.1757 for r >= 5 at 64 cells; the exact infimum, found by
+  minimising over h, is 0.17542).  Runs longer than ``max_run`` are split into blocks (G is
+  superadditive), so d(r) <= ceil(r / max_run) d_max.  Summing over runs,
+  ``B_runs = s ((2^k - T) / 4 - D)`` with D the largest total deficit of at most T runs of
+  2^k - T windows, bounded by the best line above d (an LP dual, exact for concave d).
+
+  Both are rigorous: the only numerical steps are the LP (whose phi is re-checked: its
+  orthogonality residual rho enters as ``4 r rho``, from |h| <= 4 r on any h that could beat
+  the bound) and float64 sums (a margin of 1e-12 per window is subtracted).  Neither is the exact
+  minimum; :func:`brute_force_min` (small k and T) shows the gap.
+
+- **Upper bound, explicit** (:func:`class_upper_bound`): a member of the class built by hand and
+  its exact error.  j width-2 tent layers compute tau^j, which maps each of its 2^j monotone
+  pieces onto [0, 1] linearly (Lebesgue measure preserved), so ``g(tau^j)`` has the error of g
+  against tau^(k-j); g is a one-hidden-layer network of m units that follows the first m - 1
+  monotone pieces of tau^(k-j) exactly and then stays at 1/2, with error
+  ``(1/4) (1 - (m - 1/2) 2^(j-k))`` (:func:`follow_then_flat`).  The class budget is
+  2 j + m <= 2^L nodes and j + 1 <= L layers; the best j is taken.  Its error is recomputed
+  exactly from the network's pieces (:func:`pieces_l1_to_tent`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from smaso.depth.pieces import PieceCount, breakpoint_bound, count_pieces
+
+__all__ = [
+    "Bracket",
+    "L1LowerBound",
+    "Member",
+    "brute_force_min",
+    "class_bracket",
+    "class_max_pieces",
+    "class_upper_bound",
+    "follow_then_flat",
+    "l1_lower_bound",
+    "pieces_l1_to_tent",
+    "pwl_l1_to_tent",
+    "run_deficit",
+]
+
+DT = torch.float64
+MARGIN = 1e-12  # per kink window, for float64 sums in the certified bound
+
+
+def _check_int(name: str, value, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < lo:
+        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# exact L1 distance between tau^k and a continuous piecewise-linear function
+# ---------------------------------------------------------------------------------------------
+
+
+def _tent_power_np(x: np.ndarray, k: int) -> np.ndarray:
+    """tau^k on [0, 1] as the triangle wave 1 - |2 frac(2^(k-1) x) - 1| (exact at dyadic points)."""
+    if k == 0:
+        return np.asarray(x, dtype=np.float64).copy()
+    y = np.ldexp(np.asarray(x, dtype=np.float64), k - 1)
+    return 1.0 - np.abs(2.0 * (y - np.floor(y)) - 1.0)
+
+
+def _abs_integral(ga: np.ndarray, gb: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """integral of |g| over intervals where g is linear from ``ga`` to ``gb``."""
+    aa, ab = np.abs(ga), np.abs(gb)
+    same = ga * gb >= 0
+    tot = aa + ab
+    crossing = np.divide(ga * ga + gb * gb, 2.0 * tot, out=np.zeros_like(tot), where=tot > 0)
+    return width * np.where(same, 0.5 * tot, crossing)
+
+
+def pwl_l1_to_tent(knots: Sequence[float], values: Sequence[float], k: int) -> float:
+    """Exact ``integral_0^1 |tau^k - h|`` for the continuous piecewise-linear h through ``(knots, values)``.
+
+    :param knots: increasing abscissae with ``knots[0] = 0`` and ``knots[-1] = 1`` (shape (n,)).
+    :param values: h at the knots (shape (n,)).
+    :param k: the tent power, >= 0.
+
+    Both functions are linear between consecutive points of the union of ``knots`` and the 2^k + 1
+    breakpoints of tau^k, so the integral is a sum of exact integrals of |linear| (no quadrature).
+    """
+    k = _check_int("k", k, 0)
+    t = np.asarray(knots, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    if t.ndim != 1 or t.shape != v.shape or len(t) < 2:
+        raise ValueError(f"knots, values: expected two 1-D arrays of the same length >= 2, got {t.shape}, {v.shape}")
+    if t[0] != 0.0 or t[-1] != 1.0 or np.any(np.diff(t) < 0):
+        raise ValueError("knots: expected a non-decreasing array from 0 to 1")
+    if not (np.all(np.isfinite(t)) and np.all(np.isfinite(v))):
+        raise ValueError("knots, values: expected finite numbers")
+    x = np.union1d(t, np.arange(2**k + 1, dtype=np.float64) / 2**k)
+    g = np.interp(x, t, v) - _tent_power_np(x, k)
+    return float(_abs_integral(g[:-1], g[1:], np.diff(x)).sum())
+
+
+def pieces_l1_to_tent(pc: PieceCount, k: int) -> float:
+    """Exact ``integral |tau^k - net|`` over ``[pc.edges[0], pc.edges[-1]]`` of a counted network
+    (:func:`smaso.depth.pieces.count_pieces`), from its pieces' slopes and intercepts."""
+    k = _check_int("k", k, 0)
+    lo, hi = float(pc.edges[0]), float(pc.edges[-1])
+    kinks = np.arange(2**k + 1, dtype=np.float64) / 2**k
+    x = np.union1d(pc.edges, kinks[(kinks > lo) & (kinks < hi)])
+    mid = 0.5 * (x[:-1] + x[1:])
+    i = np.clip(np.searchsorted(pc.edges, mid, side="right") - 1, 0, pc.count - 1)
+    ha = pc.slopes[i] * x[:-1] + pc.intercepts[i]
+    hb = pc.slopes[i] * x[1:] + pc.intercepts[i]
+    ga, gb = ha - _tent_power_np(x[:-1], k), hb - _tent_power_np(x[1:], k)
+    return float(_abs_integral(ga, gb, np.diff(x)).sum())
+
+
+# ---------------------------------------------------------------------------------------------
+# the certified lower bound
+# ---------------------------------------------------------------------------------------------
+
+
+GLUE_BASE = 24  # runs longer than this reuse the dual of a run of 24 (or 25) windows, extended
+
+
+@functools.lru_cache(maxsize=128)
+def _run_dual(r: int, cells: int) -> tuple[float, float, np.ndarray]:
+    """The LP dual of a run of r windows: ``(integral phi f, orthogonality residual, phi)``.
+
+    ``phi`` has shape (r, cells), |phi| <= 1, projected onto the orthogonal complement of the hats.
+    """
+    from scipy.optimize import linprog
+
+    edges = np.arange(r * cells + 1, dtype=np.float64) / cells
+    a, b = edges[:-1], edges[1:]
+    window = np.minimum(np.floor(a), r - 1)
+    f_int = 0.5 * (_window_f(a, window) + _window_f(b, window)) / cells  # f is linear on each cell
+    knots = np.arange(r + 1, dtype=np.float64)[:, None]
+    hat_a, hat_b = np.maximum(0.0, 1.0 - np.abs(a - knots)), np.maximum(0.0, 1.0 - np.abs(b - knots))
+    A = 0.5 * (hat_a + hat_b) / cells  # (r + 1, r * cells): integral of each hat over each cell
+    res = linprog(-f_int, A_eq=A, b_eq=np.zeros(r + 1), bounds=(-1.0, 1.0), method="highs")
+    if res.status != 0:  # pragma: no cover - the LP is always feasible (phi = 0) and bounded
+        raise RuntimeError(f"run_deficit: the LP failed: {res.message}")
+    phi = res.x - A.T @ np.linalg.solve(A @ A.T, A @ res.x)
+    phi = phi / max(1.0, float(np.abs(phi).max()))
+    return float(f_int @ phi), float(np.abs(A @ phi).max()), phi.reshape(r, cells)
+
+
+def _window_f(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """f on the unit windows of a run: an apex 1/2 -> 1 -> 1/2 on even windows, a valley on odd ones."""
+    return 0.5 + 0.5 * np.where(w % 2 == 0, 1.0, -1.0) * (1.0 - np.abs(2.0 * (x - w) - 1.0))
+
+
+def _moments(phi_w: np.ndarray, cells: int) -> tuple[float, float]:
+    """``(integral phi (1 - y), integral phi y)`` over one window (y in [0, 1], phi on ``cells`` cells):
+    its shares of the hats at the window's left and right boundary."""
+    y = (np.arange(cells) + 0.5) / cells  # both weights are linear, so the midpoint rule is exact
+    return float(phi_w @ (1.0 - y)) / cells, float(phi_w @ y) / cells
+
+
+@functools.lru_cache(maxsize=4096)
+def run_deficit(r: int, cells: int = 64) -> float:
+    """A certified upper bound d(r) on the deficit r/4 - G(r) of a run of r kink windows.
+
+    G(r) is the least ``integral |f - h|`` over r unit windows on which f alternates between an
+    apex (1/2 -> 1 -> 1/2) and a valley (1/2 -> 0 -> 1/2), over continuous h that are affine on
+    every window (kinks only at the r + 1 window boundaries).  By L1 duality
+    ``G(r) >= integral phi f`` for every |phi| <= 1 orthogonal to the boundary hat functions; a LP
+    finds the best phi that is constant on ``cells`` equal cells per window.  Away from the ends
+    that phi is +-1 window by window (its deviation shrinks ~127-fold per window), so for
+    r > ``GLUE_BASE`` the dual of a run of 24 or 25 windows (the same parity as r) is cut in the
+    middle and r - 24 (or r - 25) windows of +-1 are inserted, each pair adding exactly 1/2.
+
+    The residual rho of the orthogonality (after an exact projection, and at the two cuts)
+    enters as ``4 r rho`` (any h with error <= r/4 on the run has sum |h(knots)| <= 4 r), and a
+    float64 margin of 1e-12 per cell is subtracted, so ``G(r) >= r/4 - run_deficit(r)``
+    rigorously.  By the symmetry f -> 1 - f it does not matter whether the run starts at an apex
+    or a valley.
+    """
+    r = _check_int("r", r, 1)
+    cells = _check_int("cells", cells, 2)
+    if cells % 2:
+        raise ValueError(f"cells: expected an even number (a cell edge at every apex), got {cells}")
+    if r <= GLUE_BASE + 1:
+        value, rho, _ = _run_dual(r, cells)
+    else:
+        base = GLUE_BASE + (r - GLUE_BASE) % 2
+        value, rho, phi = _run_dual(base, cells)
+        cut = base // 2  # windows [0, cut) of the base dual, then r - base windows of +-1, then the rest
+        sign = 1.0 if cut % 2 == 0 else -1.0  # the inserted window after the cut has phi = sign
+        left_share = _moments(phi[cut - 1], cells)[1]  # window cut - 1's share of the hat at the cut
+        right_share = _moments(phi[cut], cells)[0]  # window cut's share of the hat at the far cut
+        rho = max(rho, abs(left_share + sign / 2), abs(-sign / 2 + right_share))
+        value += (r - base) / 4
+    return r / 4 - (value - 4.0 * r * rho - MARGIN * r * cells)
+
+
+def _deficit_line_bound(n_windows: int, n_runs: int, cells: int) -> float:
+    """Largest total deficit of at most ``n_runs`` runs with ``n_windows`` windows in all.
+
+    Every run of r windows has deficit <= d(r) (:func:`run_deficit`).  For any line
+    mu + lambda r above d with mu >= 0 the total is <= n_runs mu + lambda n_windows; the best such
+    line (an edge of the upper concave hull of d) is used.
+    """
+    if n_windows <= 0:
+        return 0.0
+    m = min(n_runs, n_windows)
+    r_all = np.arange(1, n_windows + 1, dtype=np.float64)
+    d = np.array([run_deficit(int(r), cells) for r in r_all])
+    hull: list[int] = []  # upper concave hull of (r, d(r)), monotone chain
+    for i in range(n_windows):
+        while len(hull) >= 2:
+            i0, i1 = hull[-2], hull[-1]
+            if (d[i1] - d[i0]) * (r_all[i] - r_all[i0]) <= (d[i] - d[i0]) * (r_all[i1] - r_all[i0]):
+                hull.pop()
+            else:
+                break
+        hull.append(i)
+    best = m * float(d.max())  # the flat line mu = max d
+    for i0, i1 in itertools.pairwise(hull):
+        lam = (d[i1] - d[i0]) / (r_all[i1] - r_all[i0])
+        mu = d[i0] - lam * r_all[i0]
+        if mu >= 0:
+            best = min(best, m * mu + lam * n_windows)
+    return best
+
+
+@dataclass(frozen=True)
+class L1LowerBound:
+    """A certified lower bound on ``integral_0^1 |tau^k - h|`` over h with at most ``pieces`` pieces.
+
+    :ivar value: the bound, ``max(teeth, runs)``.
+    :ivar teeth: the teeth argument's bound.
+    :ivar runs: the kink-window runs argument's bound.
+    :ivar method: ``"teeth"`` or ``"runs"``, whichever is larger (``"exact"`` when pieces >= 2^k: 0).
+    """
+
+    k: int
+    pieces: int
+    value: float
+    teeth: float
+    runs: float
+    method: str
+
+
+def l1_lower_bound(k: int, pieces: int, *, cells: int = 64) -> L1LowerBound:
+    """Certified ``min integral_0^1 |tau^k - h|`` >= value over continuous piecewise-linear h with at
+    most ``pieces`` linear pieces on [0, 1] (module docstring: the teeth and runs arguments).
+
+    :param k: the tent power, >= 1.
+    :param pieces: T >= 1, e.g. :func:`class_max_pieces` of a network class.
+    :param cells: cells per window of the LP's piecewise-constant dual function.
+    """
+    k = _check_int("k", k, 1)
+    T = _check_int("pieces", pieces, 1)
+    if T >= 2**k:
+        return L1LowerBound(k, T, 0.0, 0.0, 0.0, "exact")
+    teeth = max(0, 2 ** (k - 1) - (T - 1)) * 2.0 ** (1 - k) / 4
+    n_free = 2**k - T
+    deficit = _deficit_line_bound(n_free, T, cells)
+    runs = max(0.0, (n_free / 4 - deficit) / 2**k)
+    method = "teeth" if teeth >= runs else "runs"
+    return L1LowerBound(k, T, max(teeth, runs), teeth, runs, method)
+
+
+def class_max_pieces(depth: int, nodes: int) -> tuple[int, tuple[int, ...]]:
+    """The largest breakpoint bound (:func:`~smaso.depth.pieces.breakpoint_bound`) of a ReLU network
+    with at most ``depth`` hidden layers and at most ``nodes`` hidden nodes, and widths reaching it.
+
+    Every member of the class has at most that many linear pieces on any interval.
+    """
+    depth = _check_int("depth", depth, 1)
+    nodes = _check_int("nodes", nodes, 1)
+    best: tuple[int, tuple[int, ...]] = (0, ())
+    for L in range(1, min(depth, nodes) + 1):
+        # compositions of n <= nodes into L positive parts: the bound grows with every width
+        for cuts in itertools.combinations(range(1, nodes), L - 1):
+            widths = tuple(b - a for a, b in itertools.pairwise((0, *cuts, nodes)))
+            bound = breakpoint_bound(widths)
+            if bound > best[0]:
+                best = (bound, widths)
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
+# the explicit upper bound
+# ---------------------------------------------------------------------------------------------
+
+
+def follow_then_flat(K: int, units: int) -> tuple[np.ndarray, np.ndarray]:
+    """Knots and values of the function that follows tau^K exactly on its first ``units - 1``
+    monotone pieces and half of the next one, and is 1/2 after: ``units`` interior knots, a flat
+    last piece (so ``units`` ReLUs realise it), error ``(1/4) (1 - (units - 1/2) 2^-K)``.
+    """
+    K = _check_int("K", K, 0)
+    m = _check_int("units", units, 1)
+    if K == 0:
+        raise ValueError("K: expected >= 1 (tau^0 is the identity, a single unit fits it)")
+    m = min(m, 2**K)
+    s = 2.0**-K
+    follow = np.arange(1, m, dtype=np.float64) * s  # knots at the first m - 1 kinks of tau^K
+    last = (m - 0.5) * s  # halfway down (or up) the m-th piece, where tau^K = 1/2
+    knots = np.concatenate([[0.0], follow, [last, 1.0]])
+    values = np.concatenate([_tent_power_np(knots[:-2], K), [0.5, 0.5]])
+    return knots, values
+
+
+def _shallow_from_knots(knots: np.ndarray, values: np.ndarray) -> nn.Sequential:
+    """A one-hidden-layer ReLU network equal on [0, 1] to the piecewise-linear function through
+    ``(knots, values)`` whose last piece is flat: h = v_last + sum_i a_i ReLU(t_i - x), one unit
+    per interior knot t_i (a_i = the slope change there)."""
+    t, v = knots[1:-1], values
+    slopes = np.diff(v) / np.diff(knots)
+    if abs(slopes[-1]) > 1e-12:
+        raise ValueError("values: the last piece must be flat")
+    # slope on piece i is -sum_{j >= i} a_j  =>  a_i = slope_{i+1} - slope_i
+    a = slopes[1:] - slopes[:-1]
+    first = nn.Linear(1, len(t)).to(DT)
+    out = nn.Linear(len(t), 1).to(DT)
+    with torch.no_grad():
+        first.weight.copy_(torch.full((len(t), 1), -1.0, dtype=DT))
+        first.bias.copy_(torch.as_tensor(t, dtype=DT))
+        out.weight.copy_(torch.as_tensor(a, dtype=DT)[None])
+        out.bias.fill_(float(v[-1]))
+    return nn.Sequential(first, nn.ReLU(), out)
+
+
+def _compose_tent(j: int, top: nn.Sequential) -> nn.Sequential:
+    """``top(tau^j(x))`` as one Linear/ReLU network: j width-2 tent layers, then ``top``'s hidden layer."""
+    from teachers.tent import TentNetwork
+
+    if j == 0:
+        return top
+    tent = list(TentNetwork(j, dtype=DT))
+    readout, first = tent[-1], top[0]
+    merged = nn.Linear(readout.in_features, first.out_features).to(DT)
+    with torch.no_grad():  # first(readout(h)) = W1 (w h + b) + b1
+        merged.weight.copy_(first.weight @ readout.weight)
+        merged.bias.copy_(first.weight @ readout.bias + first.bias)
+    return nn.Sequential(*tent[:-1], merged, *list(top)[1:])
+
+
+@dataclass
+class Member:
+    """An explicit network of a class with its exact error against tau^k.
+
+    :ivar widths: hidden widths (2 for each tent layer, then the fitted layer).
+    :ivar tent_layers: j, the number of tent layers.
+    :ivar l1: exact ``integral |tau^k - net|`` from the network's pieces.
+    :ivar formula: the same from ``(1/4) (1 - (m - 1/2) 2^(j-k))``.
+    :ivar pieces: the network's exact piece count on [0, 1].
+    """
+
+    widths: tuple[int, ...]
+    tent_layers: int
+    l1: float
+    formula: float
+    pieces: int
+    net: nn.Module
+
+
+def class_upper_bound(k: int, depth: int, nodes: int) -> Member:
+    """The best explicit member (module docstring) of the ReLU networks with at most ``depth``
+    hidden layers and ``nodes`` hidden nodes against tau^k: j tent layers and one fitted layer of
+    ``nodes - 2 j`` units, the best j <= depth - 1 (its error recomputed from its exact pieces)."""
+    k = _check_int("k", k, 1)
+    depth = _check_int("depth", depth, 1)
+    nodes = _check_int("nodes", nodes, 1)
+    best: Member | None = None
+    if k <= depth and 2 * k <= nodes:  # the class holds the exact tent network
+        from teachers.tent import TentNetwork
+
+        tent = TentNetwork(k, dtype=DT)
+        pc = count_pieces(tent, 0.0, 1.0)
+        return Member((2,) * k, k, pieces_l1_to_tent(pc, k), 0.0, pc.count, tent)
+    for j in range(0, min(depth - 1, (nodes - 1) // 2, k - 1) + 1):
+        m = nodes - 2 * j
+        knots, values = follow_then_flat(k - j, m)
+        net = _compose_tent(j, _shallow_from_knots(knots, values))
+        pc = count_pieces(net, 0.0, 1.0)
+        used = len(knots) - 2
+        formula = 0.25 * (1 - (used - 0.5) * 2.0 ** (j - k)) if used < 2 ** (k - j) else 0.0
+        member = Member((2,) * j + (used,), j, pieces_l1_to_tent(pc, k), formula, pc.count, net)
+        if best is None or member.l1 < best.l1:
+            best = member
+    assert best is not None
+    return best
+
+
+@dataclass
+class Bracket:
+    """The best L1 error any member of a depth-separation class can reach lies in [lower, upper].
+
+    :ivar L: the class: depth <= L, at most 2^L hidden nodes.
+    :ivar k: the target tau^k.
+    :ivar max_pieces: the largest breakpoint bound in the class (reached by ``max_widths``).
+    :ivar lower: the certified lower bound for ``max_pieces`` pieces.
+    :ivar upper: the best explicit member (its exact error is ``upper.l1``).
+    """
+
+    L: int
+    k: int
+    nodes: int
+    max_pieces: int
+    max_widths: tuple[int, ...]
+    lower: L1LowerBound
+    upper: Member
+
+    def contains(self, l1: float, tol: float = 1e-9) -> bool:
+        """Whether an error is consistent with the bracket's lower end (every member's error is >= lower)."""
+        return l1 >= self.lower.value - tol
+
+
+def class_bracket(L: int, k: int | None = None, *, nodes: int | None = None) -> Bracket:
+    """The bracket of the theorem's class for depth L (at most 2^L nodes; target k = L^2 by default)."""
+    L = _check_int("L", L, 1)
+    k = L * L if k is None else _check_int("k", k, 1)
+    nodes = 2**L if nodes is None else _check_int("nodes", nodes, 1)
+    T, widths = class_max_pieces(L, nodes)
+    return Bracket(L, k, nodes, T, widths, l1_lower_bound(k, T), class_upper_bound(k, L, nodes))
+
+
+# ---------------------------------------------------------------------------------------------
+# brute force (small k and T): the reference the certified bound is checked against
+# ---------------------------------------------------------------------------------------------
+
+
+def brute_force_min(k: int, pieces: int, *, grid: int = 32, refine: int = 4, samples: int = 2048,
+                    seed: int = 0) -> float:
+    """The least error found over h with ``pieces`` pieces by exhaustive search: an upper estimate of
+    the true minimum (a value some h reaches), close to it for small k and T.
+
+    Every set of ``pieces - 1`` interior knots on a grid of step 1/``grid`` is tried with the knot
+    values of the L1 regression on ``samples`` midpoints (a linear programme, HiGHS); each
+    candidate is scored by its *exact* error (:func:`pwl_l1_to_tent`), and the ``refine`` best are
+    polished over knots and values together (Nelder-Mead on the exact error).  Exponential in
+    ``pieces``: meant for pieces <= 4.
+    """
+    from scipy.optimize import linprog, minimize
+
+    k = _check_int("k", k, 1)
+    T = _check_int("pieces", pieces, 1)
+    grid = _check_int("grid", grid, 2)
+    rng = np.random.default_rng(seed)
+    x = (np.arange(samples) + 0.5) / samples
+    y = _tent_power_np(x, k)
+
+    def exact(t, v):
+        return pwl_l1_to_tent(np.concatenate([[0.0], t, [1.0]]), v, k)
+
+    def l1_regression(t):
+        knots = np.concatenate([[0.0], t, [1.0]])
+        basis = np.stack([np.interp(x, knots, np.eye(len(knots))[i]) for i in range(len(knots))], axis=1)
+        n, p = basis.shape  # variables: values (p, free), residual bounds e (n, >= 0): min sum e
+        A = np.block([[basis, -np.eye(n)], [-basis, -np.eye(n)]])
+        res = linprog(np.concatenate([np.zeros(p), np.full(n, 1.0 / n)]), A_ub=A, b_ub=np.concatenate([y, -y]),
+                      bounds=[(None, None)] * p + [(0, None)] * n, method="highs")
+        return res.x[:p]
+
+    candidates = []
+    for t in itertools.combinations(np.arange(1, grid) / grid, T - 1):
+        t = np.asarray(t)
+        v = l1_regression(t)
+        candidates.append((exact(t, v), t, v))
+    candidates.sort(key=lambda c: c[0])
+    best = candidates[0][0]
+    for _, t, v in candidates[:refine]:
+        def joint(p, n=len(t)):
+            return exact(np.sort(np.clip(p[:n], 0.0, 1.0)), p[n:])
+        p0 = np.concatenate([t, v]) + 1e-6 * rng.standard_normal(len(t) + len(v))
+        r = minimize(joint, p0, method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-13, "maxiter": 20000})
+        best = min(best, float(r.fun))
+    return best
