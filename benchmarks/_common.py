@@ -35,7 +35,16 @@ JSON_MODE = 0o644  # results files are readable by everyone (mkstemp alone would
 
 # ---------------------------------------------------------------------- command line and output path
 def default_out(name: str) -> Path:
-    """Default results file of a benchmark: ``benchmarks/results/<name>.json`` of this repository."""
+    """Default results file of a benchmark: ``<output>/benchmarks/<name>.json``, outside the tracked
+    files (:func:`smaso.output.output_dir`: ``$SMASO_OUTPUT``, or ``./smaso-output``).  ``--record``
+    writes the recorded ``benchmarks/results/<name>.json`` of this repository instead."""
+    from smaso.output import output_dir
+
+    return output_dir("benchmarks", create=False) / f"{name}.json"
+
+
+def recorded_out(name: str) -> Path:
+    """The recorded (tracked) results file of a benchmark: ``benchmarks/results/<name>.json``."""
     return RESULTS_DIR / f"{name}.json"
 
 
@@ -46,10 +55,15 @@ def add_threads_arg(p: argparse.ArgumentParser) -> None:
 
 
 def add_quick_out_args(p: argparse.ArgumentParser, quick_help: str, default: Path) -> None:
-    """Add ``--quick`` (a smoke run, described by ``quick_help``) and ``--out`` (the JSON results file)."""
+    """Add ``--quick`` (a smoke run, described by ``quick_help``), ``--out`` (the JSON results file) and
+    ``--record`` (write the recorded results file of this repository, the only way to change it)."""
+    recorded = recorded_out(default.stem)
     p.add_argument("--quick", action="store_true", help=quick_help)
     p.add_argument("--out", type=Path, default=default,
-                   help=f"JSON results file (default: {default.relative_to(REPO_ROOT).as_posix()} of this repository)")
+                   help=f"JSON results file (default: {default}, outside the tracked files; $SMASO_OUTPUT moves it)")
+    p.add_argument("--record", dest="out", action="store_const", const=recorded,
+                   help=f"write the recorded results, {recorded.relative_to(REPO_ROOT).as_posix()} (same as --out "
+                        "with that path)")
 
 
 def fill_defaults(args: argparse.Namespace, quick: dict, full: dict) -> None:

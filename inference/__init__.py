@@ -12,6 +12,7 @@ The submodules are the API (``from inference.vq import svi_vq``); this package r
 ``inference.ladder_posterior`` is the module, not its function of the same name.
 """
 
-from . import factorial, ladder_posterior, vq
+from smaso._lazy import lazy_submodules
 
 __all__ = ["factorial", "ladder_posterior", "vq"]
+__getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

@@ -140,7 +140,8 @@ def bayes_optimal_accuracy(ladder: Ladder, x: torch.Tensor, y: torch.Tensor | No
 
 
 def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500, seed: int = 0, *,
-                          num_chains: int = 2) -> az.InferenceData:
+                          num_chains: int = 2, device: torch.device | str | None = None,
+                          onehot: bool = True) -> az.InferenceData:
     """Exact, independent draws of every latent event from p(z | x) (forward filtering, backward sampling).
 
     The upward pass of :func:`ladder_posterior` gives, for every region c, the message
@@ -158,19 +159,30 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
     :param ladder: the ladder.
     :param x: one observed input ``(R_d, dim)`` or a batch ``(N, R_d, dim)``.
     :param num_draws: draws per chain (>= 1).
-    :param seed: seed of a private ``torch.Generator`` (global RNG state is untouched); the same
-        seed gives the same draws.
+    :param seed: seed of a private ``torch.Generator`` on the computation's device (every global
+        RNG state is untouched); the same seed gives the same draws on the same device (float32 and
+        float64 inputs give the same draws).
     :param num_chains: independent chains (>= 1; ``r_hat`` needs 2).
-    :returns: ``arviz.InferenceData`` with ``posterior["z"]`` ``(chain, draw, example, region)``
-        int64, one entry per region in global (breadth-first) order, coordinate ``region`` = the
-        ladder's region names (``"0.0"`` is the label y), and ``observed_data["x"]``
-        ``(example, leaf, feature)``.
+    :param device: where to compute (default: x's device); every tensor is created there.
+    :param onehot: also store the per-level one-hot indicators (below); False saves their memory
+        (``draws x examples x sum_l R_l m_l`` bytes).
+    :returns: ``arviz.InferenceData`` with
+
+        - ``posterior["z"]`` ``(chain, draw, example, region)`` int64, one entry per region in
+          global (breadth-first) order; coordinate ``region`` is the integer global index, with
+          the non-index coordinates ``region_name`` (the ladder's names, ``"0.0"`` is the label y)
+          and ``level``;
+        - ``posterior["z_onehot_<l>"]`` ``(chain, draw, example, region_<l>, event_<l>)`` uint8 for
+          each level l (when ``onehot``): indicators whose means, as ``az.summary`` reports them,
+          are the per-event posterior probabilities ``p(z_alpha = k | x)`` with MCSE and ESS (the
+          mean and HDI of an integer event label mean nothing); ``region_<l>`` holds the global
+          indices of the level's regions;
+        - ``observed_data["x"]`` ``(example, leaf, feature)`` float64, ``leaf`` the integer leaf
+          index with the non-index coordinate ``leaf_name``.
 
     Memory: the conditional tables are ``(N, R_l, m_{l-1}, m_l)`` per level (bottom-up:
     ``(N, R_l, m_l, m_{l+1}^b_l)``), the draws are taken in passes of bounded size.
     """
-    import arviz as az
-
     if not isinstance(ladder, Ladder):
         raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
     if isinstance(x, torch.Tensor) and x.dim() == 2:
@@ -184,18 +196,19 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
     if x.shape[0] == 0:
         raise ValueError("x: expected at least one example, got 0")
     total = int(num_draws) * int(num_chains)
-    x = x.detach().cpu()
+    device = torch.device(device) if device is not None else x.device
+    x = x.detach().to(device)
     n = x.shape[0]
-    params = _Params(ladder, torch.device("cpu"))
+    params = _Params(ladder, device)
     lam, _, joint = _upward(ladder, params, x)
     impossible = torch.isneginf(torch.logsumexp(joint, -1)).nonzero().flatten()
     if len(impossible):
         raise ValueError(f"x: example(s) {impossible[:5].tolist()} have probability 0 under the ladder; "
                          "their posterior is undefined")
     # every uniform is drawn up front, in one call, so the draws depend only on the seed
-    gen = torch.Generator().manual_seed(int(seed))
-    u = torch.rand(total, n, ladder.total_regions, generator=gen, dtype=torch.float64)
-    z = torch.empty(total, n, ladder.total_regions, dtype=torch.int64)
+    gen = torch.Generator(device=device).manual_seed(int(seed))
+    u = torch.rand(total, n, ladder.total_regions, generator=gen, dtype=torch.float64, device=device)
+    z = torch.empty(total, n, ladder.total_regions, dtype=torch.int64, device=device)
     off = ladder.level_offsets
     z[:, :, :1] = _draw(_cdf(joint)[:, None], u[:, :, :1])
     for l in range(1, ladder.depth + 1):
@@ -207,18 +220,40 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
         else:
             R, b, mc, mp = ladder.num_regions[l - 1], ladder.branching[l - 1], ladder.events[l], ladder.events[l - 1]
             conf = _child_configs(lam[l], R, b)  # (n, R, mc^b)
-            allowed = params.lookup[l - 1][:, None, :] == torch.arange(mp)[None, :, None]  # (R, mp, mc^b)
+            events = torch.arange(mp, device=device)
+            allowed = params.lookup[l - 1][:, None, :] == events[None, :, None]  # (R, mp, mc^b)
             cdf = _cdf(torch.where(allowed[None], conf[:, :, None, :], -torch.inf))  # (n, R, mp, mc^b)
             # one uniform per parent (that of its first child) picks the children's configuration
             code = _draw(cdf, u[:, :, off[l]: off[l + 1]: b], parent)  # (T, n, R)
             for c in range(b):
                 z[:, :, off[l] + c: off[l + 1]: b] = (code // mc ** (b - 1 - c)) % mc
-    z = z.reshape(int(num_chains), int(num_draws), n, ladder.total_regions)
-    leaves = ladder.region_names()[off[-2]:]
-    return az.from_dict(posterior={"z": z.numpy()}, observed_data={"x": x.double().numpy()},
-                        coords={"example": np.arange(n), "region": ladder.region_names(), "leaf": leaves,
-                                "feature": np.arange(x.shape[2])},
-                        dims={"z": ["example", "region"], "x": ["example", "leaf", "feature"]})
+    z = z.reshape(int(num_chains), int(num_draws), n, ladder.total_regions).cpu().numpy()
+    return _event_inference_data(ladder, z, x.detach().cpu().double().numpy(), onehot)
+
+
+def _event_inference_data(ladder: Ladder, z: np.ndarray, x: np.ndarray, onehot: bool) -> az.InferenceData:
+    """The ``InferenceData`` of :func:`posterior_event_draws` from ``z`` ``(chain, draw, example, region)``."""
+    import arviz as az
+
+    off = ladder.level_offsets
+    names = ladder.region_names()
+    n, regions = z.shape[2], z.shape[3]
+    posterior = {"z": z}
+    coords = {"example": np.arange(n), "region": np.arange(regions), "leaf": np.arange(regions - off[-2]),
+              "feature": np.arange(x.shape[2])}
+    dims = {"z": ["example", "region"], "x": ["example", "leaf", "feature"]}
+    if onehot:
+        for l in range(ladder.depth + 1):
+            m = ladder.events[l]
+            posterior[f"z_onehot_{l}"] = (z[..., off[l]: off[l + 1], None] == np.arange(m)).astype(np.uint8)
+            coords[f"region_{l}"] = np.arange(off[l], off[l + 1])
+            coords[f"event_{l}"] = np.arange(m)
+            dims[f"z_onehot_{l}"] = ["example", f"region_{l}", f"event_{l}"]
+    idata = az.from_dict(posterior=posterior, observed_data={"x": x}, coords=coords, dims=dims)
+    level = np.repeat(np.arange(ladder.depth + 1), ladder.num_regions)
+    idata.posterior = idata.posterior.assign_coords(region_name=("region", names), level=("region", level))
+    idata.observed_data = idata.observed_data.assign_coords(leaf_name=("leaf", names[off[-2]:]))
+    return idata
 
 
 def _cdf(logits: torch.Tensor) -> torch.Tensor:
@@ -238,7 +273,7 @@ def _draw(cdf: torch.Tensor, u: torch.Tensor, rows: torch.Tensor | None = None) 
     probability 0 has an empty interval of the cdf, so it is never drawn."""
     t, n, r = u.shape
     m = cdf.shape[-1]
-    out = torch.empty(t, n, r, dtype=torch.int64)
+    out = torch.empty(t, n, r, dtype=torch.int64, device=cdf.device)
     step = max(1, _CHUNK_ELEMENTS // max(1, n * r * m))  # draws per pass: bounded temporaries
     for s in range(0, t, step):
         uc = u[s: s + step]

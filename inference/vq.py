@@ -30,10 +30,26 @@ with ``pi = pi_from_offsets(A, B, sigma)``), whose posterior is ``softmax(s / si
   as ArviZ ``InferenceData`` (``az.from_dict``, arrays ``(chain, draw, example, unit)``).
 
 ``beta`` is a number in [0, 1] or a ``(K,)`` tensor (one value per unit).
+
+Conventions (Pyro's and ArviZ's):
+
+- no call changes the caller's global RNG state: ``seed=`` is applied inside :func:`~inference.rng.seeded_rng`, which
+  saves and restores Python's ``random``, NumPy's global generator and torch's CPU (and, for a CUDA input,
+  that device's) generator; ``seed=None`` draws a fresh seed from OS entropy (never from, nor into, the
+  caller's generators);
+- every tensor created here (the guide's ``pyro.param``, betas, draws) is on ``A``'s device in ``A``'s dtype;
+  ``x`` is moved to them;
+- region variables are categorical: ``categorical="labels"`` (default) stores ``posterior["t"]`` as int64
+  labels with integer coordinates (``example``, ``unit``) and ``attrs["num_categories"] = R``;
+  ``categorical="one_hot"`` stores the per-region indicators ``(chain, draw, example, unit, region)``, whose
+  ``az.summary`` means are the per-region posterior probabilities with their MCSE, ESS and r_hat.
+  :func:`region_summary` gives that per-region table from either form.  ``observed_data["x"]`` holds the
+  inputs ``(example, feature)``.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import arviz as az
@@ -41,16 +57,25 @@ import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
+import xarray as xr
 from pyro import poutine
 from pyro.infer import SVI, Predictive, TraceEnum_ELBO, config_enumerate, infer_discrete
 from torch.distributions import constraints
 
+from inference.rng import check_seed, seeded_rng
 from smaso.splines.maso import check_unit_beta, region_scores, vq_outputs
 from smaso.splines.mixture import check_finite, check_maso, check_x, log_pi_from_offsets, unit_mixture_model
 
-__all__ = ["VQFit", "posterior_region_draws", "svi_vq", "vq_map"]
+# seeded_rng lives in inference.rng; it stays importable from here
+__all__ = ["VQFit", "posterior_region_draws", "region_summary", "seeded_rng", "svi_vq", "vq_map"]
 
 PARAM_NAME = "vq_region_probs"  # the guide's pyro.param
+_CATEGORICAL = ("labels", "one_hot")
+
+
+def _check_categorical(categorical) -> None:
+    if categorical not in _CATEGORICAL:
+        raise ValueError(f"categorical: expected one of {_CATEGORICAL}, got {categorical!r}")
 
 
 # ---------------------------------------------------------------------- inference on the Pyro model
@@ -69,13 +94,13 @@ def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torc
     log_pi = log_pi_from_offsets(A, B, sigma)
     model = infer_discrete(config_enumerate(unit_mixture_model), first_available_dim=-3, temperature=0)
     with torch.no_grad():
-        t = model(A, None, sigma, x.to(A.dtype), log_pi=log_pi)["t"]
+        t = model(A, None, sigma, x.to(device=A.device, dtype=A.dtype), log_pi=log_pi)["t"]
     return torch.nn.functional.one_hot(t, A.shape[1]).to(A.dtype)
 
 
 def _tempered_sigma(A: torch.Tensor, beta) -> tuple[torch.Tensor, torch.Tensor]:
     """(beta, sigma) with sigma^2 = 1/eta per unit, for 0 < beta < 1."""
-    b = check_unit_beta(beta, A.shape[0], A.dtype).to(A.dtype)
+    b = check_unit_beta(beta, A.shape[0], A.dtype).to(device=A.device, dtype=A.dtype)
     if bool((b <= 0).any()) or bool((b >= 1).any()):
         raise ValueError(f"beta: posterior draws need 0 < beta < 1 (beta = 1 is the deterministic hard VQ, "
                          f"see vq_map; beta = 0 is uniform), got {b.tolist()}")
@@ -83,7 +108,8 @@ def _tempered_sigma(A: torch.Tensor, beta) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def posterior_region_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, num_draws: int = 500,
-                           num_chains: int = 2, beta=0.5, seed: int | None = None) -> az.InferenceData:
+                           num_chains: int = 2, beta=0.5, seed: int | None = None, *,
+                           categorical: str = "labels") -> az.InferenceData:
     """Exact draws of the region variables from p(t | x) at ``sigma^2 = 1/eta`` (``infer_discrete(temperature=1)``).
 
     The per-unit SMASO with ``pi = pi_from_offsets(A, B, sigma)`` and ``sigma^2 = 1/eta`` has the
@@ -93,38 +119,93 @@ def posterior_region_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, nu
     :param num_draws: draws per chain.
     :param num_chains: independent chains (``az.summary``'s r_hat needs at least 2).
     :param beta: in (0, 1), a number or ``(K,)``.
-    :param seed: ``pyro.set_rng_seed`` before drawing (Pyro's global RNG state otherwise).
-    :returns: ``InferenceData`` with ``posterior["t"]`` ``(chain, draw, example, unit)`` int64 and
-        ``observed_data["x"]`` ``(example, feature)``.
+    :param seed: the draws' seed, applied inside :func:`~inference.rng.seeded_rng` (the caller's global
+        RNG state is left as it was); None: a fresh seed from OS entropy.
+    :param categorical: ``"labels"``: ``posterior["t"]`` ``(chain, draw, example, unit)`` int64;
+        ``"one_hot"``: ``posterior["t"]`` ``(chain, draw, example, unit, region)`` indicators (``az.summary``
+        means = per-region probabilities).
+    :returns: ``InferenceData`` with ``posterior["t"]`` and ``observed_data["x"]`` ``(example, feature)``;
+        integer coordinates.
     """
     check_maso(A, B)
     check_x(x, A, finite=True)
     check_finite(B, "B")
-    for name, v in (("num_draws", num_draws), ("num_chains", num_chains)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+    _check_counts(num_draws, num_chains)
+    _check_categorical(categorical)
+    check_seed(seed)
     _, sigma = _tempered_sigma(A, beta)
     log_pi = log_pi_from_offsets(A, B, sigma)
     total = num_draws * num_chains
+    xx = x.to(device=A.device, dtype=A.dtype)
 
     def particles(xx):
         with pyro.plate("particles", total, dim=-3):
             return unit_mixture_model(A, None, sigma, xx, log_pi=log_pi)
 
-    if seed is not None:
-        pyro.set_rng_seed(seed)
     sampler = infer_discrete(config_enumerate(particles), first_available_dim=-4, temperature=1)
-    with torch.no_grad():
-        t = sampler(x.to(A.dtype))["t"]  # (total, N, K)
+    with seeded_rng(seed, A.device), torch.no_grad():
+        t = sampler(xx)["t"]  # (total, N, K)
     t = t.expand(total, x.shape[0], A.shape[0]).reshape(num_chains, num_draws, x.shape[0], A.shape[0])
-    return _inference_data(t, x)
+    return _inference_data(t, x, A.shape[1], categorical)
 
 
-def _inference_data(t: torch.Tensor, x: torch.Tensor) -> az.InferenceData:
+def _check_counts(num_draws, num_chains) -> None:
+    for name, v in (("num_draws", num_draws), ("num_chains", num_chains)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+
+
+def _inference_data(t: torch.Tensor, x: torch.Tensor, num_regions: int, categorical: str) -> az.InferenceData:
+    """``InferenceData`` of region draws ``t`` ``(chain, draw, example, unit)``: integer coordinates, the
+    categorical variable as labels or one-hot, ``observed_data["x"]``."""
     n, k = t.shape[2], t.shape[3]
-    return az.from_dict(posterior={"t": t.cpu().numpy()}, observed_data={"x": x.detach().cpu().numpy()},
-                        coords={"example": np.arange(n), "unit": np.arange(k), "feature": np.arange(x.shape[1])},
-                        dims={"t": ["example", "unit"], "x": ["example", "feature"]})
+    coords = {"example": np.arange(n), "unit": np.arange(k), "feature": np.arange(x.shape[1])}
+    dims = {"t": ["example", "unit"], "x": ["example", "feature"]}
+    values = t.cpu().numpy()
+    if categorical == "one_hot":
+        values = np.eye(num_regions, dtype=np.int8)[values]  # (chain, draw, example, unit, region)
+        coords["region"] = np.arange(num_regions)
+        dims["t"] = ["example", "unit", "region"]
+    idata = az.from_dict(posterior={"t": values}, observed_data={"x": x.detach().cpu().numpy()},
+                         coords=coords, dims=dims)
+    idata.posterior["t"].attrs.update(num_categories=int(num_regions), categorical=categorical)
+    return idata
+
+
+def region_summary(idata: az.InferenceData, var_name: str = "t", num_categories: int | None = None,
+                   **summary_kwargs):
+    """``az.summary`` of a categorical posterior variable as per-category probabilities.
+
+    The labels ``(chain, draw, ...)`` (or one-hot indicators with a ``region`` dim) become indicators
+    ``1[t == r]`` with a named ``region`` dimension (integer coordinates ``0..R-1``); their summary rows
+    ``t[example, unit, region]`` give the posterior probability of each region (``mean``), its Monte Carlo
+    error (``mcse_mean``), ``ess_bulk`` / ``ess_tail`` and ``r_hat`` (the HDI columns of an indicator are
+    0 or 1 and carry no information; ``kind="all"`` keeps them, pass ``kind="diagnostics"`` / ``"stats"``
+    for less).  Constant indicators (a region drawn always or never) get NaN r_hat; the RuntimeWarnings
+    NumPy raises for them are silenced.
+
+    :param idata: ``InferenceData`` from :func:`posterior_region_draws` or :meth:`VQFit.draws`.
+    :param num_categories: R; default ``attrs["num_categories"]`` of the variable, else ``max + 1``.
+    :returns: the ``pandas.DataFrame`` of ``az.summary``.
+    """
+    post = getattr(idata, "posterior", None)
+    if post is None or var_name not in post:
+        raise ValueError(f"idata: expected InferenceData with posterior[{var_name!r}]")
+    t = post[var_name]
+    if "region" not in t.dims:
+        if t.dtype.kind not in "iu":
+            raise ValueError(f"posterior[{var_name!r}]: expected integer labels or one-hot with a 'region' dim, "
+                             f"got dtype {t.dtype}")
+        R = num_categories or int(t.attrs.get("num_categories", int(t.max()) + 1))
+        values = np.eye(R, dtype=np.int8)[t.values]
+        dims = [*t.dims, "region"]
+        coords = {d: t[d].values for d in t.dims if d in t.coords}
+        coords["region"] = np.arange(R)
+        t = xr.DataArray(values, dims=dims, coords=coords, name=var_name)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module="numpy")  # NaN r_hat of constants
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module="arviz")
+        return az.summary(t.astype(np.float64).to_dataset(name=var_name), **summary_kwargs)
 
 
 @dataclass
@@ -143,27 +224,30 @@ class VQFit:
     eta: float | torch.Tensor
     x: torch.Tensor = field(repr=False)
 
-    def draws(self, num_draws: int = 500, num_chains: int = 2, seed: int | None = None) -> az.InferenceData:
+    def draws(self, num_draws: int = 500, num_chains: int = 2, seed: int | None = None, *,
+              categorical: str = "labels") -> az.InferenceData:
         """Region draws from the fitted mean-field guide (``Predictive`` over the guide), as ``InferenceData``.
 
-        :returns: ``posterior["t"]`` ``(chain, draw, example, unit)`` and ``observed_data["x"]``.
+        :param seed: applied inside :func:`~inference.rng.seeded_rng` (the caller's global RNG state is left as it was);
+            None: a fresh seed from OS entropy.
+        :param categorical: ``"labels"`` or ``"one_hot"``, as in :func:`posterior_region_draws`.
+        :returns: ``posterior["t"]`` ``(chain, draw, example, unit)`` (one-hot: ``..., region``) and
+            ``observed_data["x"]``.
         """
-        for name, v in (("num_draws", num_draws), ("num_chains", num_chains)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        _check_counts(num_draws, num_chains)
+        _check_categorical(categorical)
+        check_seed(seed)
         probs = self.probs
-        n, k, _ = probs.shape
+        n, k, R = probs.shape
 
         def guide():
             with pyro.plate("data", n, dim=-2), pyro.plate("units", k, dim=-1):
                 pyro.sample("t", dist.Categorical(probs=probs))
 
-        if seed is not None:
-            pyro.set_rng_seed(seed)
         total = num_draws * num_chains
-        with torch.no_grad():
+        with seeded_rng(seed, probs.device), torch.no_grad():
             t = Predictive(guide, num_samples=total, parallel=True, return_sites=["t"])()["t"]
-        return _inference_data(t.reshape(num_chains, num_draws, n, k), self.x)
+        return _inference_data(t.reshape(num_chains, num_draws, n, k), self.x, R, categorical)
 
 
 def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_steps: int = 300, lr: float = 0.1,
@@ -180,11 +264,13 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
       sigma)``: the ordinary ELBO, whose optimum is the posterior ``softmax(eta s)`` too.
 
     Adam (``lr``) for ``num_steps`` steps from the uniform q.  Any previous value of the guide's param is
-    replaced; the rest of Pyro's param store is left alone.
+    replaced; the rest of Pyro's param store is left alone.  The param, ``x`` and the returned tensors are
+    on ``A``'s device in ``A``'s dtype.
 
     :param beta: in [0, 1), a number or ``(K,)`` (beta = 1 is hard VQ: use :func:`vq_map`; the
         likelihood tempering needs beta > 0).
-    :param seed: ``pyro.set_rng_seed`` first (the fit itself is deterministic: the guide is enumerated).
+    :param seed: applied inside :func:`~inference.rng.seeded_rng` around the fit (the caller's global RNG
+        state is left as it was; the fit itself is deterministic: the guide is enumerated and its start is uniform).
     :param progress: show a tqdm bar over the SVI steps (off by default, so notebooks and logs stay clean).
     """
     check_maso(A, B)
@@ -196,12 +282,13 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
         raise ValueError(f"num_steps: expected a positive integer, got {num_steps!r}")
     if not lr > 0:
         raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
-    b = check_unit_beta(beta, A.shape[0], A.dtype).to(A.dtype)
+    check_seed(seed)
+    b = check_unit_beta(beta, A.shape[0], A.dtype).to(device=A.device, dtype=A.dtype)
     if bool((b >= 1).any()):
         raise ValueError("beta: SVI needs beta < 1 (eta = beta/(1-beta) is infinite at 1; beta = 1 is the hard VQ, "
                          "computed exactly by vq_map)")
     eta = b / (1 - b)
-    x = x.to(A.dtype)
+    x = x.to(device=A.device, dtype=A.dtype)
     n, (K, R, _) = x.shape[0], A.shape
     if tempering == "scale":
         log_pi = log_pi_from_offsets(A, B, 1.0)
@@ -214,7 +301,7 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
             return unit_mixture_model(A, None, sigma, xx, log_pi=log_pi)
 
     def guide(xx):
-        q = pyro.param(PARAM_NAME, lambda: torch.full((n, K, R), 1.0 / R, dtype=A.dtype),
+        q = pyro.param(PARAM_NAME, lambda: torch.full((n, K, R), 1.0 / R, dtype=A.dtype, device=A.device),
                        constraint=constraints.simplex)
         with pyro.plate("data", n, dim=-2), pyro.plate("units", K, dim=-1):
             pyro.sample("t", dist.Categorical(probs=q), infer={"enumerate": "parallel"})
@@ -222,15 +309,14 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
     store = pyro.get_param_store()
     if PARAM_NAME in store:
         del store[PARAM_NAME]
-    if seed is not None:
-        pyro.set_rng_seed(seed)
-    svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), TraceEnum_ELBO(max_plate_nesting=2))
     steps = range(num_steps)
     if progress:
         from tqdm.auto import tqdm
 
         steps = tqdm(steps, desc="SVI (beta-VQ)")
-    losses = [svi.step(x) for _ in steps]
+    with seeded_rng(seed, A.device):
+        svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), TraceEnum_ELBO(max_plate_nesting=2))
+        losses = [svi.step(x) for _ in steps]
     probs = pyro.param(PARAM_NAME).detach().clone()
     return VQFit(probs=probs, outputs=vq_outputs(probs, region_scores(A, B, x)), losses=losses,
                  eta=float(eta) if eta.dim() == 0 else eta, x=x)

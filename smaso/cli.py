@@ -12,13 +12,20 @@
     smaso inspect tent.npz                       # tent data: k, N, x range and histogram, max |y - tau^k(x)|
     smaso spec --depth 3 --events 8 --out ladder.json   # write an editable spec file
 
-Every subcommand has ``--help``.  Bad input ends with ``smaso: error: <what and where>``
-and exit status 2; nothing half-written is left on disk.
+Every subcommand has ``--help`` (which shows each option's default).  Bad input ends with
+``smaso: error: <what and where>`` and exit status 2; nothing half-written is left on disk.
+
+Conventions: ``-q``/``--quiet`` (before or after the command) prints nothing but errors, warnings and
+data asked for on standard output; ``-`` as a text output path (``inspect --json -``, ``spec --out -``)
+means standard output, which then holds only that text; ``--device`` wherever tensors are made;
+third-party warnings (ArviZ's notice at import, tqdm's) are not shown, except with ``--debug``.
+The command imports torch and the library only once a command runs, so ``--help`` is instant.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import math
@@ -26,9 +33,9 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
-
-import torch
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from smaso._version import __version__
 
@@ -39,16 +46,17 @@ def _add_ladder_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("ladder (ignored with --spec)")
     g.add_argument("--spec", help="ladder spec file (.json or .toml); see teachers/spec_io.py")
     g.add_argument("--kind", default="random", choices=["random", "fully_informative", "factorized_binary", "default"],
-                   help="ladder constructor (default: random)")
+                   help="ladder constructor")
     g.add_argument("--mode", default="topdown", choices=["topdown", "bottomup"],
                    help="random ladders: generative top-down tables or bottom-up lookup tables")
-    g.add_argument("--depth", type=int, default=3, help="levels below the root (default 3)")
+    g.add_argument("--depth", type=int, default=3, help="levels below the root")
     g.add_argument("--branching", type=_int_list, default=[2], help="children per region: one int or a list 'b0,b1,..'")
     g.add_argument("--events", type=_int_list, default=[4],
                    help="random: events per region (int or 'm0,...,md'); fully_informative: leaf events")
     g.add_argument("--factors", type=_int_list, default=None,
                    help="factorized_binary: binary factors per level 'n0,...,nd' (default 1,2,..)")
-    g.add_argument("--concentration", type=float, default=None, help="Dirichlet concentration of the tables")
+    g.add_argument("--concentration", type=float, default=None,
+                   help="Dirichlet concentration of the tables (default: 1; fully_informative: uniform tables)")
     g.add_argument("--ladder-seed", type=int, default=0, help="seed of the random tables (not of the data)")
     g.add_argument("--emission", default="onehot", choices=["onehot", "gaussian"], help="leaf observations")
     g.add_argument("--sigma", type=float, default=None, help="gaussian emission: noise standard deviation (> 0)")
@@ -113,6 +121,8 @@ def _set_threads(args, default: int | None = None) -> None:
     """Apply ``--threads`` (else ``default``; None leaves torch's own choice)."""
     threads = getattr(args, "threads", None) or default
     if threads:
+        import torch
+
         torch.set_num_threads(threads)
 
 
@@ -124,7 +134,7 @@ def _cmd_sample_ladder(args) -> int:
     # throughput when other processes compete for the cores (benchmarks/bench_out_of_core.py, contention)
     _set_threads(args, default=1)
     t0 = time.perf_counter()
-    progress = False if args.no_progress else None
+    progress = False if args.no_progress or _quiet(args) else None
     lo, hi = (lambda i, k: (i * args.n // k, (i + 1) * args.n // k))(*parse_shard(args.shard))
     if str(args.out).endswith(".npz"):  # format 1: one file, sampled in memory
         from teachers.dataset import save_dataset
@@ -176,17 +186,23 @@ def _cmd_sample_tent(args) -> int:
 
 
 def _cmd_spec(args) -> int:
-    from teachers.spec_io import save_spec
+    from teachers.spec_io import save_spec, spec_to_jsonable
 
     lad = ladder_from_args(args)
+    if args.out == STDOUT:
+        _write_text(args, STDOUT, json.dumps(spec_to_jsonable(lad.to_dict()), indent=1) + "\n")
+        return 0
     path = save_spec(lad, args.out)
     print(f"{lad.describe()}\nwrote {path}")
     return 0
 
 
-def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool = False) -> dict:
+def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool = False, device=None) -> dict:
     """Counts, exact-vs-empirical statistics and Bayes-optimal accuracy of a dataset, streamed chunk by chunk
-    (memory does not grow with N; ``engine`` runs one task per chunk)."""
+    (memory does not grow with N; ``engine`` runs one task per chunk; ``device``: where the exact posteriors
+    behind the Bayes-optimal accuracy are computed, None for the CPU)."""
+    import torch
+
     from inference.ladder_posterior import bayes_optimal_accuracy
     from smaso.student.compare import _head
     from teachers.chunked import as_chunks
@@ -204,7 +220,8 @@ def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool =
     if bayes_n > 0:
         head = _head(chunks, min(bayes_n, len(chunks)))
         try:
-            report["bayes_optimal"] = bayes_optimal_accuracy(lad, head.inputs(dtype=torch.float64), head.y)
+            report["bayes_optimal"] = bayes_optimal_accuracy(lad, head.inputs(dtype=torch.float64), head.y,
+                                                             device=device)
         except NotImplementedError as e:
             report["bayes_optimal"] = {"unavailable": str(e)}
     return report
@@ -279,17 +296,17 @@ def _cmd_inspect(args) -> int:
         report = tent_report(load_tent_dataset(args.files, partial=args.partial))
         print_tent_report(report)
         if args.json:
-            _write_json(args.json, report)
+            _write_json(args.json, report, args)
             print(f"\nwrote {args.json}")
         return 0
     source = load_dataset(args.files, partial=args.partial)
     _set_threads(args)
     with _engine(args) as engine:
-        report = inspect_report(source, bayes_n=args.bayes_n, engine=engine,
-                                progress=not args.no_progress and sys.stderr.isatty())
+        report = inspect_report(source, bayes_n=args.bayes_n, engine=engine, device=args.device,
+                                progress=not args.no_progress and not _quiet(args) and sys.stderr.isatty())
     print_report(report, source.ladder)
     if args.json:
-        _write_json(args.json, report)
+        _write_json(args.json, report, args)
         print(f"\nwrote {args.json}")
     return 0
 
@@ -303,27 +320,44 @@ def _json_safe(obj):
         return {k: _json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_json_safe(v) for v in obj]
-    if isinstance(obj, torch.Tensor):
+    torch = sys.modules.get("torch")  # (a tensor means torch is imported; do not import it for a check)
+    if torch is not None and isinstance(obj, torch.Tensor):
         return _json_safe(obj.tolist())
     return obj
 
 
-def _write_json(path, obj) -> None:
+#: a text output path meaning standard output
+STDOUT = "-"
+
+
+def _write_text(args, path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, or to standard output when ``path`` is ``-`` (the stream the
+    command started with: informational prints never reach it then, see :func:`_streams`)."""
+    if str(path) == STDOUT:
+        out = getattr(args, "_stdout", None) or sys.stdout
+        out.write(text)
+        out.flush()
+        return
     from teachers.spec_io import atomic_write
 
-    text = json.dumps(_json_safe(obj), indent=1, default=float, allow_nan=False)
     atomic_write(path, lambda f: f.write(text.encode()))
 
 
-def _student_options(p: argparse.ArgumentParser) -> None:
+def _write_json(path, obj, args=None) -> None:
+    """``obj`` as JSON (non-finite floats as null) to ``path``, or to standard output for ``-``."""
+    _write_text(args, path, json.dumps(_json_safe(obj), indent=1, default=float, allow_nan=False)
+                + ("\n" if str(path) == STDOUT else ""))
+
+
+def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = None) -> None:
     g = p.add_argument_group("student and training")
     g.add_argument("--width", type=_int_list, default=[16], help="nodes per hidden region (int or one per level)")
     g.add_argument("--activation", default="relu", help="relu, silu, swish:BETA, leaky_relu:NU, abs, linear")
     g.add_argument("--bn", nargs="?", const="after", default=None, choices=("after", "before"),
                    help="Batch Norm at every hidden level: after the activation (--bn, --bn after) or right after "
-                        "the linear map, before the gate (--bn before: Thm 9's premise)")
+                        "the linear map, before the gate (--bn before: Thm 9's premise); default: none")
     g.add_argument("--no-bias", action="store_true", help="no biases")
-    g.add_argument("--loss", default="squared", choices=["squared", "cross_entropy"])
+    g.add_argument("--loss", default="squared", choices=["squared", "cross_entropy"], help="training loss")
     g.add_argument("--steps", type=_nonneg_int, default=600, help="training steps")
     g.add_argument("--lr", type=float, default=0.5, help="learning rate")
     g.add_argument("--batch-size", type=_nonneg_int, default=256, help="SGD minibatch (0: full-batch GD)")
@@ -334,8 +368,16 @@ def _student_options(p: argparse.ArgumentParser) -> None:
                    help="event frequencies of the evaluation set, or the ladder's exact tables")
     g.add_argument("--student-seed", type=_nonneg_int, default=0, help="initialization and minibatch seed")
     g.add_argument("--noise-groups", type=_nonneg_int, default=10,
-                   help="row groups of the jackknife behind every number's noise floor (0: no floors; default 10)")
-    g.add_argument("--out", default=None, help="directory for comparison.json and comparison.png")
+                   help="row groups of the jackknife behind every number's noise floor (0: no floors)")
+    g.add_argument("--out", default=None,
+                   help="directory for comparison.json and comparison.png"
+                        + (f" (default: {out_default})" if out_default else " (default: none written)"))
+    _add_device(g, "the student's training and evaluation, the exact posteriors")
+
+
+def _add_device(g, what: str) -> None:
+    g.add_argument("--device", default=None,
+                   help=f"torch device ('cpu', 'cuda', 'cuda:1') of {what} (default: cpu)")
 
 
 def _run_comparison(sample, args, title: str, engine=None):
@@ -346,7 +388,8 @@ def _run_comparison(sample, args, title: str, engine=None):
                            bias=not args.no_bias, loss=args.loss, steps=args.steps, lr=args.lr,
                            batch_size=args.batch_size or None, weight_decay=args.weight_decay,
                            eval_every=args.eval_every, eval_examples=args.eval_examples, P_source=args.P_source,
-                           seed=args.student_seed, engine=engine, noise_groups=_noise_groups(args))
+                           seed=args.student_seed, engine=engine, noise_groups=_noise_groups(args),
+                           device=args.device)
 
 
 def _noise_groups(args) -> int | None:
@@ -357,8 +400,6 @@ def _noise_groups(args) -> int | None:
 
 
 def _save_outputs(out_dir, payload: dict, result, title: str) -> list[str]:
-    from pathlib import Path
-
     from smaso.plots import plot_comparison
 
     out = Path(out_dir)
@@ -382,7 +423,7 @@ def _cmd_demo(args) -> int:
     t0 = time.perf_counter()
     lad = Ladder.default(mode="bottomup" if args.teacher == "summarization" else "topdown")
     _check_memory(lad, args.n, "-n", factor=3)  # the sample, its one-hot inputs per batch, the report
-    sample = sample_ladder(lad, args.n, args.seed, progress=False)
+    sample = sample_ladder(lad, args.n, args.seed, progress=False, device=args.device).to("cpu")
     print(f"smaso demo: {args.n} examples from the built-in ladder "
           f"({lad.depth} levels below the label, {lad.total_regions} regions, {lad.num_classes} classes)")
     if args.teacher == "summarization":
@@ -394,7 +435,7 @@ def _cmd_demo(args) -> int:
         print("teacher: the top-down stochastic ladder (--teacher topdown): events drawn from the label down, so "
               "y is not a function of x;\nbroadness of knowledge fails by construction and the Bayes-optimal "
               "accuracy is below 1\n")
-    report = inspect_report(sample, bayes_n=args.bayes_n)
+    report = inspect_report(sample, bayes_n=args.bayes_n, device=args.device)
     print_report(report, lad)
     title = "default ladder: student vs reformulation"
     print(f"\n== student vs reformulation (Thm 4 / Eq 9): {args.steps} SGD steps, width {args.width}, "
@@ -404,9 +445,9 @@ def _cmd_demo(args) -> int:
     print(f"Bayes-optimal accuracy of this ladder: {report['bayes_optimal']['expected']:.4f}")
     # Thm 3: on the fully informative ladder with one-hot leaves the reformulation is exact
     fi = Ladder.fully_informative(depth=2, branching=2, leaf_events=2, concentration=1.0, seed=args.seed)
-    fi_sample = sample_ladder(fi, 4096, args.seed)
+    fi_sample = sample_ladder(fi, 4096, args.seed, progress=False, device=args.device).to("cpu")
     exact = compare_student(fi_sample, width=4, activation=args.activation, batch_norm=args.bn or False,
-                            steps=50, lr=args.lr, eval_every=50, seed=args.student_seed)
+                            steps=50, lr=args.lr, eval_every=50, seed=args.student_seed, device=args.device)
     worst = max(max(r[k] for k in ("F_propagated", "G_propagated", "dW_propagated"))
                 for h in exact.history for r in h["levels"])
     print(f"\nThm 3 check (fully informative ladder, one-hot leaves, {len(exact.history)} checkpoints): "
@@ -417,8 +458,6 @@ def _cmd_demo(args) -> int:
     files = _save_outputs(out_dir, payload, result, title)
     groups = _noise_groups(args)
     if groups and args.n >= 2048:
-        from pathlib import Path
-
         from smaso.plots import plot_errors_against_n
         from smaso.student.compare import errors_against_n
 
@@ -452,13 +491,17 @@ def _cmd_compare(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``smaso`` argument parser (subcommands demo, compare, sample ladder|tent, inspect, spec)."""
-    parser = argparse.ArgumentParser(
-        prog="smaso", formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = _Parser(
+        prog="smaso",
         description="Sample summarization-ladder datasets, train locally connected students on them and compare "
                     "their per-event statistics with the framework's reformulation.",
         epilog="examples:" + __doc__.split("::")[1].split("Every subcommand")[0].rstrip())
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error, and third-party warnings")
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="print only errors, warnings and data asked for on stdout: no progress bars, "
+                             "no reports")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser("demo", help="sample -> train a student -> compare with the reformulation",
@@ -467,12 +510,12 @@ def build_parser() -> argparse.ArgumentParser:
                                       "connected student, compare its per-event statistics with the reformulation "
                                       "(Thm 4 / Eq 9) during training, check Thm 3 on a fully informative ladder, "
                                       "and write comparison.json and comparison.png to --out (default smaso-demo/).")
-    demo.add_argument("-n", type=_positive_int, default=50_000, help="examples (default 50000)")
+    demo.add_argument("-n", type=_positive_int, default=50_000, help="examples")
     demo.add_argument("--seed", type=_nonneg_int, default=0, help="data seed")
     demo.add_argument("--bayes-n", type=_positive_int, default=2000, help="examples for the Bayes-optimal accuracy")
     demo.add_argument("--teacher", choices=("summarization", "topdown"), default="summarization",
-                      help="the built-in ladder: the paper's summarization ladder (default) or the top-down one")
-    _student_options(demo)
+                      help="the built-in ladder: the paper's summarization ladder or the top-down one")
+    _student_options(demo, out_default="smaso-demo")
     demo.set_defaults(func=_cmd_demo)
 
     cmp_ = sub.add_parser("compare", help="train a student on a dataset file and compare it with the reformulation",
@@ -493,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "ladder into a versioned .npz dataset file (see teachers/dataset.py).")
     _add_ladder_options(lad)
     lad.add_argument("-n", type=_positive_int, required=True, help="examples in the full stream")
-    lad.add_argument("--seed", type=_nonneg_int, default=0, help="data seed (default 0)")
+    lad.add_argument("--seed", type=_nonneg_int, default=0, help="data seed")
     lad.add_argument("--out", required=True,
                      help="output: a chunked store (format 2, e.g. data.zarr; written chunk by chunk, memory bounded "
                           "whatever N) or a .npz file (format 1, sampled in memory); written atomically")
@@ -503,7 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     lad.add_argument("--chunk-rows", type=_positive_int, default=None,
                      help="rows per chunk of a store, a multiple of 4096 (default 65536, fewer when a chunk "
                           "would pass 32 MiB)")
-    lad.add_argument("--device", default=None, help="torch device to sample on (default cpu)")
+    _add_device(lad, "the sampling (the file is written from the CPU)")
     lad.add_argument("--compress", nargs="?", const=True, default=None,
                      help="a .npz: deflate its members; a store: its codec (default zstd level 1; 'none' for raw)")
     lad.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -515,10 +558,10 @@ def build_parser() -> argparse.ArgumentParser:
                                            "dataset file, with the ladder's seeding and sharding scheme.")
     tent.add_argument("--k", type=_nonneg_int, required=True, help="compositions of the tent map (>= 0)")
     tent.add_argument("-n", type=_positive_int, required=True, help="examples in the full stream")
-    tent.add_argument("--seed", type=_nonneg_int, default=0, help="data seed (default 0)")
+    tent.add_argument("--seed", type=_nonneg_int, default=0, help="data seed")
     tent.add_argument("--out", required=True, help="output file (.npz), written atomically")
     tent.add_argument("--shard", default=None, help="'i/n': write only shard i of n (same rows as one full run)")
-    tent.add_argument("--noise", type=float, default=0.0, help="standard deviation of Gaussian label noise (default 0)")
+    tent.add_argument("--noise", type=float, default=0.0, help="standard deviation of Gaussian label noise")
     tent.add_argument("--chunk-size", type=_positive_int, default=None, help="examples per step (memory only)")
     tent.add_argument("--compress", action="store_true", help="deflate the file's members")
     tent.set_defaults(func=_cmd_sample_tent)
@@ -526,7 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
     spec = sub.add_parser("spec", help="write a ladder spec file to edit",
                           description="Build a ladder from the options and write it as a JSON spec file.")
     _add_ladder_options(spec)
-    spec.add_argument("--out", required=True, help="output .json file")
+    spec.add_argument("--out", required=True, help="output .json file ('-': standard output)")
     spec.set_defaults(func=_cmd_spec)
 
     insp = sub.add_parser("inspect", help="statistics of a dataset file",
@@ -538,21 +581,48 @@ def build_parser() -> argparse.ArgumentParser:
                       help="accept an incomplete set of shards (some leading or trailing shards missing)")
     insp.add_argument("--bayes-n", type=_nonneg_int, default=2000,
                       help="examples for the Bayes-optimal accuracy (0: skip)")
-    insp.add_argument("--json", help="also write the report as JSON here")
+    insp.add_argument("--json", help="also write the report as JSON here ('-': standard output, instead of the "
+                                     "printed report)")
     insp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _add_device(insp, "the exact posteriors behind the Bayes-optimal accuracy")
     _add_engine_options(insp)
     insp.set_defaults(func=_cmd_inspect)
-    _add_debug(parser)
+    _add_global_options(parser)
     return parser
 
 
-def _add_debug(parser: argparse.ArgumentParser) -> None:
-    """``--debug`` after any subcommand too (``smaso demo --debug``), without overriding the top-level one."""
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written, and every option's default appended to its help ("(default: ...)"),
+    except where there is none to show (None, a flag's False) or the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        d = action.default
+        if (d is None or d is False or d is True or d == argparse.SUPPRESS or "default" in text
+                or (not action.option_strings and action.nargs not in ("?", "*"))):
+            return text
+        shown = ",".join(map(str, d)) if isinstance(d, (list, tuple)) else str(d)
+        return f"{text} (default: {shown.replace('%', '%%')})".lstrip()
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose help shows the defaults (its subcommands' parsers are of this class too)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def _add_global_options(parser: argparse.ArgumentParser) -> None:
+    """``--debug`` and ``-q`` after any subcommand too (``smaso demo -q``), without overriding the top-level
+    ones."""
     for action in parser._subparsers._group_actions if parser._subparsers else ():
         for child in getattr(action, "choices", {}).values():
             child.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                               help="show the traceback of an error")
-            _add_debug(child)
+                               help="show the traceback of an error, and third-party warnings")
+            child.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                               help="print only errors, warnings and data asked for on stdout")
+            _add_global_options(child)
 
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
@@ -607,14 +677,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Every failure a user can cause (a bad argument or field, an unreadable or unwritable path, a full
     disk, too little memory, an unavailable device, a diverging run) ends in one ``smaso: error:`` line
-    and exit status 2; ``--debug`` shows the traceback instead.
+    and exit status 2; ``--debug`` shows the traceback instead.  The known third-party warnings are
+    filtered for the duration of the command only (:func:`_cli_warnings`; the caller's filters are
+    restored on return), and ``-q`` sends informational prints nowhere (:func:`_streams`).
     """
     parser = build_parser()
     args = parser.parse_args(argv)
     previous = _terminate_as_interrupt()
     try:
-        _check_early(args)
-        return args.func(args)
+        with _cli_warnings(debug=getattr(args, "debug", False)), _streams(args):
+            _check_early(args)
+            return args.func(args)
     except KeyboardInterrupt:
         parser.exit(130, "smaso: interrupted\n")
     except _Terminated:
@@ -626,6 +699,64 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+#: Third-party warnings a normal run does not show (``--debug`` does): (category, message regex, module
+#: regex) as for :func:`warnings.filterwarnings`.  Specific on purpose: a new warning still shows.
+THIRD_PARTY_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
+    # ArviZ's once-a-day notice of its coming refactor, issued when arviz is imported
+    (FutureWarning, r"\s*ArviZ is undergoing a major refactor", r"arviz(\.|$)"),
+    # tqdm.auto: "IProgress not found" (a notebook kernel without ipywidgets), its experimental modules
+    (Warning, r".*(IProgress not found|tqdm\.rich is experimental|tqdm\.tk is experimental)", r"tqdm(\.|$)"),
+    # Dask's local cluster when its dashboard port is taken (it picks another one)
+    (UserWarning, r"Port \d+ is already in use", r"distributed(\.|$)"),
+)
+
+_OWN_PACKAGES = tuple(str(Path(__file__).resolve().parents[1] / pkg) + os.sep
+                      for pkg in ("smaso", "teachers", "inference"))
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one ``smaso: warning:`` line (the library's own without a file and line number; any
+    other with its category and origin, so that an unexpected one is recognisable)."""
+    text = str(message).strip().replace("\n", " ")
+    if not str(Path(filename).resolve()).startswith(_OWN_PACKAGES):
+        text += f" ({category.__name__} from {filename}:{lineno})"
+    print(f"smaso: warning: {text}", file=file or sys.stderr)
+
+
+@contextlib.contextmanager
+def _cli_warnings(*, debug: bool) -> Iterator[None]:
+    """The CLI's warnings for the duration of a command: :data:`THIRD_PARTY_WARNINGS` ignored and the
+    others as ``smaso: warning:`` lines, or, with ``--debug``, Python's own filters and format.  The
+    previous filters are restored on exit (a program calling :func:`main` keeps its own)."""
+    with warnings.catch_warnings():
+        if not debug:
+            for category, message, module in THIRD_PARTY_WARNINGS:
+                warnings.filterwarnings("ignore", message=message, category=category, module=module)
+            warnings.showwarning = _show_warning
+        yield
+
+
+def _quiet(args) -> bool:
+    return bool(getattr(args, "quiet", False))
+
+
+def _stdout_is_data(args) -> bool:
+    """A text output goes to standard output (``--json -``, ``spec --out -``)."""
+    return STDOUT in (getattr(args, "json", None), getattr(args, "out", None) if args.command == "spec" else None)
+
+
+@contextlib.contextmanager
+def _streams(args) -> Iterator[None]:
+    """Keep the standard output the command started with for data (``args._stdout``), and send the
+    informational prints nowhere under ``-q``, or when standard output carries data (``--json -``)."""
+    args._stdout = sys.stdout
+    if not (_quiet(args) or _stdout_is_data(args)):
+        yield
+        return
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        yield
 
 
 class _Terminated(BaseException):
@@ -660,7 +791,6 @@ def _available_memory() -> int | None:
 
 def _free_disk(out: str) -> int | None:
     import shutil
-    from pathlib import Path
 
     p = Path(out).absolute()
     while not p.exists() and p != p.parent:
@@ -685,8 +815,11 @@ def _check_memory(ladder, n: int, arg: str, factor: float = 1.0) -> None:
 
 def _check_early(args) -> None:
     """What can be checked before any work: the device, and that the outputs can be written."""
+    _check_stdout_paths(args)
     device = getattr(args, "device", None)
     if device is not None:
+        import torch
+
         try:
             dev = torch.device(device)
         except (RuntimeError, ValueError, TypeError):
@@ -696,25 +829,36 @@ def _check_early(args) -> None:
                              "(torch.cuda.is_available() is False)")
         if dev.type not in ("cpu", "cuda"):
             raise ValueError(f"--device: expected 'cpu' or 'cuda[:i]', got {device!r}")
-    out = getattr(args, "out", None)
-    if out:
-        _check_writable(out, directory=args.command in ("demo", "compare"))
+    for opt in ("out", "json"):
+        out = getattr(args, opt, None)
+        if out and out != STDOUT:
+            _check_writable(out, directory=opt == "out" and args.command in ("demo", "compare"), option=opt)
 
 
-def _check_writable(out: str, *, directory: bool) -> None:
-    """Refuse an ``--out`` that cannot be created, before sampling or training for minutes."""
-    from pathlib import Path
+def _check_stdout_paths(args) -> None:
+    """``-`` means standard output for a text output; a binary one (a dataset, a figure) refuses it rather
+    than write a file named ``-`` (``./-`` names such a file)."""
+    if getattr(args, "out", None) != STDOUT or args.command == "spec":
+        return
+    if args.command in ("demo", "compare"):
+        raise ValueError("--out: '-' (standard output) cannot take a directory of results (comparison.json and "
+                         "the figure comparison.png); give a directory")
+    raise ValueError("--out: '-' (standard output) takes text only, and a dataset file or store is binary; give a "
+                     "file name (./- for a file named '-')")
 
+
+def _check_writable(out: str, *, directory: bool, option: str = "out") -> None:
+    """Refuse an ``--out`` (or ``--json``) that cannot be created, before sampling or training for minutes."""
     path = Path(out)
     if directory and path.exists() and not path.is_dir():
-        raise ValueError(f"--out: {out!r} exists and is not a directory")
+        raise ValueError(f"--{option}: {out!r} exists and is not a directory")
     parent = path if directory and path.is_dir() else path.parent
     while not parent.exists() and parent != parent.parent:  # a directory still to create: check its ancestor
         parent = parent.parent
     if not parent.is_dir():
-        raise ValueError(f"--out: {str(parent)!r} is not a directory")
+        raise ValueError(f"--{option}: {str(parent)!r} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"--out: cannot write into {str(parent)!r} (permission denied)")
+        raise ValueError(f"--{option}: cannot write into {str(parent)!r} (permission denied)")
 
 
 if __name__ == "__main__":

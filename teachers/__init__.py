@@ -1,13 +1,28 @@
 """Teachers with known hidden structure: the summarization ladder (framework paper §3) and the
-tent map tau^k (a deep 1-D target with exactly 2^k linear pieces, ``docs/theory.md`` §2)."""
+tent map tau^k (a deep 1-D target with exactly 2^k linear pieces, ``docs/theory.md`` §2).
 
-from .categorical import AliasTable, BlockRNG, CategoricalTable, IndexedCategorical
-from .chunked import ChunkDataset, ChunkedLadderData, StreamingLadderDataset, open_dataset, sample_to_store
-from .emission import Emission, GaussianEmission, OneHotEmission
-from .ladder import Factorization, Ladder, LadderSpecError
-from .pyro_model import EmissionDistribution, LadderModel
-from .sampling import BLOCK_SIZE, LadderSample, sample_ladder, sample_rows
-from .tent import TentNetwork, TentSample, sample_tent, tent, tent_power
+The names below are imported on first use (PEP 562), so that ``import teachers`` (and ``smaso --help``)
+does not import torch or pyro."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING
+
+#: public name -> the submodule that defines it
+_EXPORTS = {
+    "AliasTable": "categorical", "BlockRNG": "categorical", "CategoricalTable": "categorical",
+    "IndexedCategorical": "categorical",
+    "ChunkDataset": "chunked", "ChunkedLadderData": "chunked", "StreamingLadderDataset": "chunked",
+    "open_dataset": "chunked", "sample_to_store": "chunked",
+    "Emission": "emission", "GaussianEmission": "emission", "OneHotEmission": "emission",
+    "Factorization": "ladder", "Ladder": "ladder", "LadderSpecError": "ladder",
+    "EmissionDistribution": "pyro_model", "LadderModel": "pyro_model",
+    "BLOCK_SIZE": "sampling", "LadderSample": "sampling", "sample_ladder": "sampling", "sample_rows": "sampling",
+    "TentNetwork": "tent", "TentSample": "tent", "sample_tent": "tent", "tent": "tent", "tent_power": "tent",
+}
 
 __all__ = [
     "BLOCK_SIZE",
@@ -37,3 +52,55 @@ __all__ = [
     "tent",
     "tent_power",
 ]
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
+    from .categorical import AliasTable, BlockRNG, CategoricalTable, IndexedCategorical
+    from .chunked import ChunkDataset, ChunkedLadderData, StreamingLadderDataset, open_dataset, sample_to_store
+    from .emission import Emission, GaussianEmission, OneHotEmission
+    from .ladder import Factorization, Ladder, LadderSpecError
+    from .pyro_model import EmissionDistribution, LadderModel
+    from .sampling import BLOCK_SIZE, LadderSample, sample_ladder, sample_rows
+    from .tent import TentNetwork, TentSample, sample_tent, tent, tent_power
+
+
+def __getattr__(name: str):
+    """Import a public name, or a submodule, on first use (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        if name.startswith("__"):
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        try:  # a submodule not imported yet (``teachers.spec_io`` after a bare ``import teachers``)
+            return importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    if name != "tent":  # (``tent`` is the function; see _Package)
+        globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+_UNSET = object()
+
+
+class _Package(types.ModuleType):
+    """``teachers.tent`` is the function tau (as when this package imported its names eagerly), not the
+    submodule of the same name that the import system binds here on its first import."""
+
+    @property
+    def tent(self):
+        override = self.__dict__.get("_tent_override", _UNSET)
+        return importlib.import_module(f"{__name__}.tent").tent if override is _UNSET else override
+
+    @tent.setter
+    def tent(self, value):
+        if not isinstance(value, types.ModuleType):  # the import system's binding of the submodule is ignored
+            self.__dict__["_tent_override"] = value
+
+
+sys.modules[__name__].__class__ = _Package

@@ -169,6 +169,12 @@ class IndexedCategorical(TorchDistribution):
         reproducible per block.
     :param compact: ``sample`` returns the alias table's narrow dtype (uint8 for m <= 256)
         instead of Categorical's int64; the dataset sampler's fast path.
+    :param validate_args: as in ``torch.distributions``: None follows the global default
+        (``pyro.enable_validation`` / ``Distribution.set_default_validate_args``); when on,
+        ``log_prob`` raises torch's own ``ValueError`` ("Expected value argument ... to be within
+        the support ...") for values outside ``{0, ..., m - 1}`` or of a non-broadcastable shape.
+        ``sample`` is never validated (it is the hot path), and ``enumerate_support``'s values are
+        in the support by construction.
     """
 
     arg_constraints = {}
@@ -190,7 +196,8 @@ class IndexedCategorical(TorchDistribution):
         self.row = row
         self.generator = generator
         self.compact = compact
-        super().__init__(batch_shape=row.shape, event_shape=torch.Size(), validate_args=False)
+        # no arg_constraints: validation costs nothing here, only log_prob checks its value
+        super().__init__(batch_shape=row.shape, event_shape=torch.Size(), validate_args=validate_args)
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
     def support(self):
@@ -204,6 +211,7 @@ class IndexedCategorical(TorchDistribution):
         new.compact = self.compact
         super(IndexedCategorical, new).__init__(batch_shape=torch.Size(batch_shape), event_shape=torch.Size(),
                                                 validate_args=False)
+        new._validate_args = self._validate_args
         return new
 
     @property
@@ -223,6 +231,8 @@ class IndexedCategorical(TorchDistribution):
         return z if self.compact else z.long()
 
     def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
         row, value = torch.broadcast_tensors(self.row, value.long())
         return self.table.log_probs[row, value]
 

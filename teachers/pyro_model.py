@@ -46,6 +46,9 @@ class EmissionDistribution(TorchDistribution):
     enumeration dims on the left).  ``sample`` calls the emission's own sampler (with
     ``generator``), ``log_prob(x)`` gathers ``emission.log_likelihood`` at ``z``, so any
     :class:`~teachers.emission.Emission`, custom ones included, works in the model.
+    ``validate_args`` follows ``torch.distributions`` (None: the global default, see
+    ``pyro.enable_validation``); when on, ``log_prob`` raises torch's own ``ValueError`` for a value
+    of the wrong event shape, a non-broadcastable batch shape or NaN entries.
     """
 
     arg_constraints = {}
@@ -54,13 +57,14 @@ class EmissionDistribution(TorchDistribution):
     def __init__(self, emission: Emission, z: torch.Tensor, generator: torch.Generator | None = None,
                  validate_args=None):
         self.emission, self.z, self.generator = emission, z, generator
-        super().__init__(batch_shape=z.shape, event_shape=torch.Size([emission.dim]), validate_args=False)
+        super().__init__(batch_shape=z.shape, event_shape=torch.Size([emission.dim]), validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(EmissionDistribution, _instance)
         new.emission, new.z, new.generator = self.emission, self.z.expand(batch_shape), self.generator
         super(EmissionDistribution, new).__init__(batch_shape=torch.Size(batch_shape), event_shape=self.event_shape,
                                                   validate_args=False)
+        new._validate_args = self._validate_args
         return new
 
     def sample(self, sample_shape=torch.Size()):
@@ -77,6 +81,8 @@ class EmissionDistribution(TorchDistribution):
         return x.reshape(*shape, self.emission.dim)
 
     def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
         r, m = self.emission.num_regions, self.emission.num_events
         ll = self.emission.log_likelihood(value.reshape(-1, r, self.emission.dim))  # (N', R, m)
         ll = ll.reshape(*value.shape[:-1], m)
@@ -135,13 +141,16 @@ class LadderModel:
 
     # ------------------------------------------------------------------ the model
     def model(self, num_examples: int | None = None, x: torch.Tensor | None = None,
-              leaves: torch.Tensor | None = None, *, emit: bool = True,
+              leaves: torch.Tensor | None = None, *, y: torch.Tensor | None = None, emit: bool = True,
               generator: torch.Generator | BlockRNG | None = None, compact: bool = False) -> dict[str, torch.Tensor]:
         """The ladder as a Pyro model with one sample site per level.
 
         :param num_examples: N (inferred from ``x`` or ``leaves`` when they are given).
         :param x: optional observed inputs ``(N, R_d, dim)`` (site ``"x"``).
         :param leaves: optional observed leaf events ``(N, R_d)`` (site ``"z_d"``).
+        :param y: optional observed labels ``(N,)``: top-down, the observed value of site ``"z_0"``;
+            bottom-up (where ``"z_0"`` is deterministic), the factor site ``"z_0_observed"`` =
+            ``log 1[z_0 = y]`` under the data plate.  :meth:`condition_on` checks shapes first.
         :param emit: include the ``"x"`` site when x is not observed (set False to sample
             events only, e.g. for one-hot leaves whose x is a function of z_d).
         :param generator: ``torch.Generator`` (or :class:`~teachers.categorical.BlockRNG`) for
@@ -152,9 +161,18 @@ class LadderModel:
         """
         lad = self.ladder
         d = lad.depth
+        if y is not None:
+            if not isinstance(y, torch.Tensor) or y.dim() != 1:
+                raise ValueError(f"y: expected labels of shape (N,), got "
+                                 f"{tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__}")
+            if num_examples is None and x is None and leaves is None:
+                num_examples = y.shape[0]
         n = _num_examples(num_examples, x, leaves, lad)
-        leaves_obs = None if leaves is None else leaves.reshape(self.leaf_shape(n)).long()
+        if y is not None and y.shape[0] != n:
+            raise ValueError(f"y: expected labels of shape (N,) = ({n},), got {tuple(y.shape)}")
+        leaves_obs = None if leaves is None else leaves.reshape(self.leaf_shape(n))
         x_obs = None if x is None else x.reshape(*self.leaf_shape(n), lad.emission.dim)
+        y_obs = None if y is None else y.reshape(n, *([1] * d))
         plates = self.plates(n)
         out: dict[str, torch.Tensor] = {}
         open_plates = []  # level plates are left one at a time (bottom-up parents live outside them)
@@ -169,20 +187,21 @@ class LadderModel:
         with plates[0]:
             try:
                 if lad.mode == TOPDOWN:
-                    z = pyro.sample("z_0", IndexedCategorical(
-                        self.root_table, torch.zeros((), dtype=torch.int32, device=self.device), generator, compact))
+                    fn = IndexedCategorical(self.root_table, torch.zeros((), dtype=torch.int32, device=self.device),
+                                            generator, compact)
+                    z = pyro.sample("z_0", fn, obs=_observed(fn, y_obs))
                     out["z_0"] = z
                     for l in range(1, d + 1):
                         enter(l)
                         row = self.region_index[l] * lad.events[l - 1] + z
-                        z = pyro.sample(f"z_{l}", IndexedCategorical(self.level_tables[l], row, generator, compact),
-                                        obs=leaves_obs if l == d else None)
+                        fn = IndexedCategorical(self.level_tables[l], row, generator, compact)
+                        z = pyro.sample(f"z_{l}", fn, obs=_observed(fn, leaves_obs) if l == d else None)
                         out[f"z_{l}"] = z
                 else:
                     for l in range(1, d + 1):
                         enter(l)
-                    out[f"z_{d}"] = pyro.sample(f"z_{d}", IndexedCategorical(
-                        self.leaf_table, self.region_index[d], generator, compact), obs=leaves_obs)
+                    fn = IndexedCategorical(self.leaf_table, self.region_index[d], generator, compact)
+                    out[f"z_{d}"] = pyro.sample(f"z_{d}", fn, obs=_observed(fn, leaves_obs))
                 if x_obs is not None or emit:
                     out["x"] = pyro.sample("x", EmissionDistribution(lad.emission, out[f"z_{d}"], generator),
                                            obs=x_obs)
@@ -198,6 +217,10 @@ class LadderModel:
                         flat = self.parent_events(l, flat)
                         shape = (*lead, n, *lad.branching[:l], *([1] * (d - l)))
                         out[f"z_{l}"] = pyro.deterministic(f"z_{l}", flat.reshape(shape))
+                    if y_obs is not None:
+                        zero = torch.zeros((), dtype=torch.float64, device=out["z_0"].device)
+                        pyro.factor("z_0_observed", torch.where(out["z_0"] == y_obs.to(out["z_0"].device), zero,
+                                                                -torch.inf))
             finally:
                 # after an error, leave the plates still open so Pyro's plate dims are freed
                 while open_plates:
@@ -205,6 +228,75 @@ class LadderModel:
         return out
 
     __call__ = model
+
+    def condition_on(self, y: torch.Tensor | None = None, x: torch.Tensor | None = None,
+                     leaves: torch.Tensor | None = None):
+        """:meth:`model` conditioned on data in the flat dataset layout, ready for ``Predictive``,
+        ``infer_discrete`` and ``TraceEnum_ELBO``.
+
+        The sites of :meth:`model` have plate-shaped values (``"z_0"``: ``(N, 1, ..., 1)``, ``"x"``:
+        ``(N, b_0, ..., b_{d-1}, dim)``); this helper takes the shapes a dataset holds and reshapes them,
+        checking every shape first (a ``ValueError`` naming the argument and the expected shape instead
+        of a broadcasting error deep inside Pyro).
+
+        - top-down ladders: ``y`` is the observed value of the label site ``"z_0"`` (the same
+          log-density as ``poutine.condition(model, data={"z_0": y.reshape(N, 1, ..., 1)})``), so it is
+          observed, not enumerated;
+        - bottom-up ladders: the label is a deterministic function of the leaves, so ``y`` adds the
+          factor site ``"z_0_observed"`` = ``log 1[z_0 = y]`` (0 or -inf) under the data plate; sampling
+          from the conditioned model does not enforce it (use the log-density, e.g. importance weights).
+
+        :param y: labels ``(N,)``, integers in ``[0, m_0)``.
+        :param x: inputs ``(N, R_d * dim)`` (flat, leaf regions in order, each ``dim`` features) or
+            ``(N, R_d, dim)``.
+        :param leaves: leaf events ``(N, R_d)``.
+        :returns: a model function ``conditioned(*, emit=True, generator=None, compact=False)`` (the
+            keywords of :meth:`model`) returning the site values of :meth:`model`.
+        """
+        lad = self.ladder
+        r_d, dim = lad.num_regions[-1], lad.emission.dim
+        sizes = {}
+        if y is not None:
+            if not isinstance(y, torch.Tensor):
+                raise TypeError(f"y: expected a torch.Tensor, got {type(y).__name__}")
+            if y.dim() != 1:
+                raise ValueError(f"y: expected labels of shape (N,), got {tuple(y.shape)}")
+            if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+                raise ValueError(f"y: expected integer labels in [0, {lad.num_classes}), got dtype {y.dtype}")
+            if y.numel() and (int(y.min()) < 0 or int(y.max()) >= lad.num_classes):
+                raise ValueError(f"y: expected integer labels in [0, {lad.num_classes}), got values in "
+                                 f"[{int(y.min())}, {int(y.max())}]")
+            sizes["y"] = y.shape[0]
+        if x is not None:
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+            if x.dim() == 2 and x.shape[1] == r_d * dim:
+                x = x.reshape(x.shape[0], r_d, dim)
+            elif not (x.dim() == 3 and tuple(x.shape[1:]) == (r_d, dim)):
+                raise ValueError(f"x: expected shape (N, {r_d * dim}) ({r_d} leaf regions x {dim} features, flat) "
+                                 f"or (N, {r_d}, {dim}), got {tuple(x.shape)}")
+            sizes["x"] = x.shape[0]
+        if leaves is not None:
+            if not isinstance(leaves, torch.Tensor):
+                raise TypeError(f"leaves: expected a torch.Tensor, got {type(leaves).__name__}")
+            if leaves.dim() != 2 or leaves.shape[1] != r_d:
+                raise ValueError(f"leaves: expected shape (N, {r_d}), got {tuple(leaves.shape)}")
+            sizes["leaves"] = leaves.shape[0]
+        if not sizes:
+            raise ValueError("condition_on: give y, x or leaves")
+        if len(set(sizes.values())) > 1:
+            raise ValueError(f"condition_on: inconsistent numbers of examples {sizes}")
+        n = next(iter(sizes.values()))
+        if n == 0:
+            raise ValueError("condition_on: expected at least one example, got 0")
+        y = None if y is None else y.to(device=self.device, dtype=torch.long)
+
+        def conditioned(*, emit: bool = True, generator: torch.Generator | BlockRNG | None = None,
+                        compact: bool = False) -> dict[str, torch.Tensor]:
+            return self.model(n, x=x, leaves=leaves, y=y, emit=emit, generator=generator, compact=compact)
+
+        conditioned.__doc__ = f"LadderModel.model conditioned on {sorted(sizes)} ({n} examples)."
+        return conditioned
 
     def flatten(self, values: dict[str, torch.Tensor]) -> torch.Tensor:
         """Stack per-level site values into the dataset layout ``(N, total_regions)`` (global order)."""
@@ -258,6 +350,16 @@ class LadderModel:
                     one = _SingleRegion(em, i)
                     pyro.sample(f"x_{i}", EmissionDistribution(one, z[off[d] + i]), obs=obs)
         return {f"z_{g}": v for g, v in z.items()}
+
+
+def _observed(fn: IndexedCategorical, value: torch.Tensor | None) -> torch.Tensor | None:
+    """An observed event tensor as int64, checked first by ``fn``'s own validation when it is on (torch's
+    ``ValueError`` for values outside the support, instead of an ``IndexError`` in the tables later)."""
+    if value is None:
+        return None
+    if fn._validate_args:
+        fn._validate_sample(value)
+    return value.long()
 
 
 class _SingleRegion(Emission):

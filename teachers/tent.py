@@ -181,7 +181,8 @@ class TentNetwork(nn.Sequential):
 
 def _linear(weight, bias, dtype) -> nn.Linear:
     w = torch.tensor(weight, dtype=dtype)
-    lin = nn.Linear(w.shape[1], w.shape[0], dtype=dtype)
+    # built on the meta device, so that its default init does not draw from the global RNG
+    lin = nn.Linear(w.shape[1], w.shape[0], dtype=dtype, device="meta").to_empty(device="cpu")
     with torch.no_grad():
         lin.weight.copy_(w)
         lin.bias.copy_(torch.tensor(bias, dtype=dtype))

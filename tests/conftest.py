@@ -45,6 +45,16 @@ def _isolate_global_state():
 
 
 @pytest.fixture
+def one_thread():
+    """One torch intra-op thread for the test, restored after: Pyro's enumeration and SVI run many tiny
+    ops, where threads on a shared machine only add waiting (``pytestmark = usefixtures("one_thread")``)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture
 def float64():
     """torch's default dtype is float64 for this test only."""
     old = torch.get_default_dtype()

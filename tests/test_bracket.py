@@ -188,7 +188,9 @@ def test_class_max_pieces_against_every_width_tuple():
 
 
 def test_upper_bound_uses_tent_layers_when_they_help():
+    state = torch.random.get_rng_state()
     member = class_upper_bound(9, 3, 8)
+    assert torch.equal(torch.random.get_rng_state(), state)  # networks built without the global RNG
     assert member.tent_layers == 2 and member.widths == (2, 2, 4)
 
 

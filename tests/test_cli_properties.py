@@ -80,7 +80,10 @@ def test_spec_command_accepts_or_refuses_cleanly(tmp_path, data):
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_sample_command_accepts_or_refuses_cleanly(tmp_path, data):
+def test_sample_command_accepts_or_refuses_cleanly(tmp_path, monkeypatch, data):
+    # a 2 GB machine: wide ladders ("--branching 64": 266k regions, ~26 GB of sampler temporaries per
+    # 4096-row block) are refused up front by teachers.sampling.check_working_memory, not run for a minute
+    monkeypatch.setattr("teachers.sampling._available_bytes", lambda device: 2 * 10**9)
     argv = data.draw(_ladder_argv(_SAMPLE))
     if "-n" not in argv:
         argv += ["-n", "5"]

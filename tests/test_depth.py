@@ -185,3 +185,22 @@ def test_spread_init_and_one_cycle_schedule():
         depth_separation([2], deep_random_widths=(0,))
     with pytest.raises(ValueError, match="deep_random_seeds: expected at least one seed"):
         depth_separation([2], deep_random_seeds=())
+
+
+def test_make_student_is_pytorchs_default_init_without_the_global_rng():
+    import itertools
+
+    import torch
+    from torch import nn
+
+    for widths, seed in [((3,), 0), ((8, 8, 4), 7), ((2,) * 5, 3)]:
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)  # the reference: nn.Linear's own init from the seeded global RNG
+            dims = [1, *widths, 1]
+            ref = [nn.Linear(a, b) for a, b in itertools.pairwise(dims)]
+        state = torch.random.get_rng_state()
+        net = make_student(widths, seed)
+        assert torch.equal(torch.random.get_rng_state(), state)
+        mine = [m for m in net if isinstance(m, nn.Linear)]
+        for a, b in zip(mine, ref, strict=True):
+            assert torch.equal(a.weight, b.weight.double()) and torch.equal(a.bias, b.bias.double())

@@ -4,6 +4,7 @@ Pyro's own enumeration, and, for the draws, the exact probabilities with toleran
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -213,7 +214,10 @@ def test_mean_field_draws_follow_q():
     for r in range(3):
         freq = (t == r).mean(0)
         assert (np.abs(freq - q[..., r]) <= 5 * np.sqrt(q[..., r] * (1 - q[..., r]) / 4000) + 1e-12).all()
-    assert "observed_data" not in mf.draws(num_draws=5, seed=0).groups()
+    # the fit's inputs are observed data by default (issue 16); a MeanField built without x has none
+    np.testing.assert_array_equal(mf.draws(num_draws=5, seed=0).observed_data["x"].values, x.numpy())
+    bare = dataclasses.replace(mf, x=None)
+    assert "observed_data" not in bare.draws(num_draws=5, seed=0).groups()
 
 
 def test_errors():

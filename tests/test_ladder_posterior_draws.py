@@ -74,7 +74,9 @@ def test_same_seed_same_draws_and_layout():
     assert not np.array_equal(a.posterior["z"].values, c.posterior["z"].values)
     assert a.posterior["z"].dims == ("chain", "draw", "example", "region")
     assert a.posterior["z"].shape == (2, 50, 2, lad.total_regions)
-    assert list(a.posterior["region"].values) == lad.region_names()
+    # integer region index; the ladder's names ("1.1") are a non-index coordinate (issue 16)
+    assert list(a.posterior["region"].values) == list(range(lad.total_regions))
+    assert list(a.posterior["region_name"].values) == lad.region_names()
     np.testing.assert_array_equal(a.observed_data["x"].values, x.numpy())
     # the global RNGs are untouched
     state = torch.random.get_rng_state()

@@ -450,3 +450,18 @@ def test_plain_model_and_plated_model_agree_in_distribution(make_ladder, tv):
     for y in (y_plain, y_plated):
         freq = torch.bincount(y, minlength=lad.num_classes).double() / n
         assert 0.5 * (freq - p).abs().sum().item() < tv(lad.num_classes, n)
+
+
+def test_a_ladder_whose_sampling_block_cannot_fit_is_refused_before_allocating(monkeypatch):
+    from teachers import Ladder, sample_ladder
+    from teachers.sampling import BLOCK_SIZE, WORK_BYTES_PER_CELL, check_working_memory
+
+    wide = Ladder.random(depth=3, branching=64, events=4, seed=0)  # 266,305 regions
+    need = BLOCK_SIZE * wide.total_regions * WORK_BYTES_PER_CELL
+    monkeypatch.setattr("teachers.sampling._available_bytes", lambda device: need - 1)
+    with pytest.raises(ValueError, match=r"ladder: sampling draws whole blocks of 4,096 rows; .*\(266,305 regions\)"):
+        sample_ladder(wide, 5, seed=0)  # refused at once: without the check, ~22 GB and a minute for 5 rows
+    monkeypatch.setattr("teachers.sampling._available_bytes", lambda device: need)
+    check_working_memory(wide)  # exactly enough: accepted
+    monkeypatch.setattr("teachers.sampling._available_bytes", lambda device: None)
+    check_working_memory(wide)  # unknown (not Linux): nothing refused

@@ -230,3 +230,44 @@ def test_bad_inputs_raise_value_errors():
         unit_mixture_model(A, pi, 1.0, x, log_pi=pi.log())  # both
     with pytest.raises(ValueError, match="log_pi"):
         unit_mixture_model(A, None, 1.0, x, log_pi=pi.log() + 1)  # not normalized
+
+
+# ---------------------------------------------------------------------- per-unit data; Pyro's validation
+def test_unit_model_conditions_on_its_own_per_unit_samples():
+    """A sampled x is (N, K, D), one dataset per unit; conditioning on it gives each unit its own likelihood."""
+    A, B = _layer(K=2, R=3, D=2, seed=3)
+    pi = pi_from_offsets(A, B, 0.7)
+    x = unit_mixture_model(A, pi, 0.7, num_examples=6)["x"]
+    assert x.shape == (6, 2, 2)
+    tr = poutine.trace(config_enumerate(unit_mixture_model)).get_trace(A, pi, 0.7, x)
+    assert torch.equal(tr.nodes["x"]["value"], x)
+    # evidence by enumeration = sum over units of log sum_r pi[k, r] N(x[:, k]; A[k, r], 0.49 I)
+    loss = TraceEnum_ELBO(max_plate_nesting=2).loss(config_enumerate(unit_mixture_model), lambda *a, **k: None,
+                                                    A, pi, 0.7, x)
+    comp = _gauss_logpdf(x[:, :, None, :], A[None], 0.7) + pi.log()  # (N, K, R)
+    assert -loss == pytest.approx(torch.logsumexp(comp, -1).sum().item(), rel=1e-10)
+    with pytest.raises(ValueError, match=r"x: expected shape \(N, D\) or \(N, K, D\)"):
+        unit_mixture_model(A, pi, 0.7, x[:, :1])
+    with pytest.raises(ValueError, match="num_examples"):
+        unit_mixture_model(A, pi, 0.7, x, num_examples=5)
+
+
+def test_model_distributions_honour_validate_args():
+    """The models use Pyro's own distributions (no custom ones forcing validate_args=False): their
+    ``validate_args`` follows ``pyro.validation_enabled``, and with validation on an out-of-support region
+    raises torch's 'within the support' ValueError."""
+    A, B = _layer(K=2, R=3, D=2, seed=4)
+    pi = pi_from_offsets(A, B, 1.0)
+    x = torch.randn(3, 2, dtype=F64)
+    for model, kw in ((unit_mixture_model, {}), (factorial_mixture_model, {"layout": "plate"})):
+        for on in (True, False):
+            with pyro.validation_enabled(on):
+                tr = poutine.trace(model).get_trace(A, None, 1.0, x, log_pi=pi.log(), **kw)
+            for name in ("t", "x"):
+                fn = tr.nodes[name]["fn"]
+                assert type(fn).__module__.startswith("pyro.distributions")
+                assert fn._validate_args is on or getattr(fn, "base_dist", fn)._validate_args is on
+        with pyro.validation_enabled(True):
+            fn = poutine.trace(model).get_trace(A, pi, 1.0, x, **kw).nodes["t"]["fn"]
+            with pytest.raises(ValueError, match="within the support"):
+                fn.log_prob(torch.full((3, 2), 3))  # R = 3: region 3 does not exist

@@ -3,8 +3,9 @@
 The notebooks read ``CI`` from the environment and shrink their sample sizes and training
 lengths when it is set, so that the whole set stays within CI's time; without it they run the
 full-size experiments (each under ~2 minutes on 2 CPU cores).  Each notebook writes its figures
-with the library's plotting helpers into ``figures/`` next to where it runs; the test checks that
-they were written, and that notebooks are stored without outputs (small diffs, nothing stale).
+with the library's plotting helpers into ``$SMASO_OUTPUT/figures/<notebook>/`` (``smaso.output``;
+never the source tree); the test checks that they were written there and nowhere else, and that
+notebooks are stored without outputs (small diffs, nothing stale).
 """
 
 from __future__ import annotations
@@ -39,11 +40,16 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     monkeypatch.setenv("CI", "true")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "2"))
+    out = tmp_path / "out"
+    monkeypatch.setenv("SMASO_OUTPUT", str(out))
+    run_dir = tmp_path / "cwd"
+    run_dir.mkdir()
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(run_dir)}})
     client.execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
-    figures = sorted((tmp_path / "figures").glob("*.png"))
-    assert figures, f"{path.name} wrote no figure into figures/"
+    figures = sorted((out / "figures" / path.stem).glob("*.png"))
+    assert figures, f"{path.name} wrote no figure into $SMASO_OUTPUT/figures/{path.stem}/"
     assert all(f.stat().st_size > 5000 for f in figures), figures
+    assert not any(run_dir.iterdir()), f"{path.name} wrote into its working directory: {list(run_dir.iterdir())}"

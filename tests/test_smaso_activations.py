@@ -205,9 +205,12 @@ def test_gradcheck_float64():
         for fn in (lambda v, b=beta0: beta_swish(v, b), lambda v, b=beta0: beta_abs(v, b),
                    lambda v, b=beta0: beta_leaky_relu(v, b, -0.5), lambda v, b=beta0: softmax_pool1d(v, 2, 1, b)):
             assert torch.autograd.gradcheck(fn, (u,))
+    # twice differentiable (issue 16): the second derivative is that of the plain formula
     (grad,) = torch.autograd.grad(beta_swish(u, 0.7).sum(), u, create_graph=True)
-    with pytest.raises(RuntimeError):  # first-order only: the custom kernels are once-differentiable
-        torch.autograd.grad(grad.sum(), u)
+    (second,) = torch.autograd.grad(grad.sum(), u)
+    ref = u.detach().clone().requires_grad_()
+    (ref_grad,) = torch.autograd.grad((ref * torch.sigmoid(7 / 3 * ref)).sum(), ref, create_graph=True)
+    torch.testing.assert_close(second, torch.autograd.grad(ref_grad.sum(), ref)[0], rtol=1e-10, atol=1e-12)
     for module in (BetaSwish(0.6, learnable=True, num_channels=4), BetaAbs(0.6, learnable=True),
                    BetaLeakyReLU(0.6, 0.2, learnable=True, num_channels=4),
                    SoftmaxPool1d(2, beta=0.6, learnable=True, num_channels=4)):

@@ -5,11 +5,14 @@
 - :mod:`smaso.depth.backprop`: back-propagation written out (the delta recursion) and the chain-rule
   warm-up.
 - :mod:`smaso.depth.separation`: depth-L students with at most 2^L nodes against tau^(L^2).
+- :mod:`smaso.depth.bracket`: the certified bracket on the best error of such a class against tau^k
+  (a proven lower bound from the piece count, an explicit member above).
 
 The tent-map teacher tau^k and its exact network are in :mod:`teachers.tent`; ``docs/theory.md`` maps
 every equation to its function.
 """
 
-from . import backprop, pieces, separation
+from smaso._lazy import lazy_submodules
 
-__all__ = ["backprop", "pieces", "separation"]
+__all__ = ["backprop", "bracket", "pieces", "separation"]
+__getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

@@ -334,6 +334,11 @@ def follow_then_flat(K: int, units: int) -> tuple[np.ndarray, np.ndarray]:
     return knots, values
 
 
+def _empty_linear(a: int, b: int) -> nn.Linear:
+    """A float64 ``Linear(a, b)`` whose weights are set next (built on meta: no draw from the global RNG)."""
+    return nn.Linear(a, b, dtype=DT, device="meta").to_empty(device="cpu")
+
+
 def _shallow_from_knots(knots: np.ndarray, values: np.ndarray) -> nn.Sequential:
     """A one-hidden-layer ReLU network equal on [0, 1] to the piecewise-linear function through
     ``(knots, values)`` whose last piece is flat: h = v_last + sum_i a_i ReLU(t_i - x), one unit
@@ -344,8 +349,8 @@ def _shallow_from_knots(knots: np.ndarray, values: np.ndarray) -> nn.Sequential:
         raise ValueError("values: the last piece must be flat")
     # slope on piece i is -sum_{j >= i} a_j  =>  a_i = slope_{i+1} - slope_i
     a = slopes[1:] - slopes[:-1]
-    first = nn.Linear(1, len(t)).to(DT)
-    out = nn.Linear(len(t), 1).to(DT)
+    first = _empty_linear(1, len(t))
+    out = _empty_linear(len(t), 1)
     with torch.no_grad():
         first.weight.copy_(torch.full((len(t), 1), -1.0, dtype=DT))
         first.bias.copy_(torch.as_tensor(t, dtype=DT))
@@ -362,7 +367,7 @@ def _compose_tent(j: int, top: nn.Sequential) -> nn.Sequential:
         return top
     tent = list(TentNetwork(j, dtype=DT))
     readout, first = tent[-1], top[0]
-    merged = nn.Linear(readout.in_features, first.out_features).to(DT)
+    merged = _empty_linear(readout.in_features, first.out_features)
     with torch.no_grad():  # first(readout(h)) = W1 (w h + b) + b1
         merged.weight.copy_(first.weight @ readout.weight)
         merged.bias.copy_(first.weight @ readout.bias + first.bias)

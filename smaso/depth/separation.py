@@ -70,16 +70,22 @@ def make_student(widths: Sequence[int], seed: int = 0, dtype: torch.dtype = DT, 
         raise ValueError(f"widths: expected at least one positive hidden width, got {list(widths)}")
     if init not in INITS:
         raise ValueError(f"init: expected one of {INITS}, got {init!r}")
-    gen_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        dims = [1, *map(int, widths)]
-        layers: list[nn.Module] = []
-        for a, b in itertools.pairwise(dims):
-            layers += [nn.Linear(a, b), nn.ReLU()]
-        net = nn.Sequential(*layers, nn.Linear(dims[-1], 1)).to(dtype)
-    finally:
-        torch.random.set_rng_state(gen_state)
+    # PyTorch's default init of every Linear, drawn from a local generator in the order nn.Linear
+    # draws it (weight, then bias): the same numbers as torch.manual_seed(seed) + nn.Linear, without
+    # touching the global RNG
+    gen = torch.Generator().manual_seed(seed)
+    dims = [1, *map(int, widths), 1]
+    linears = []
+    for a, b in itertools.pairwise(dims):
+        lin = nn.Linear(a, b, device="meta").to_empty(device="cpu")  # meta: its own init draws nothing
+        with torch.no_grad():
+            nn.init.kaiming_uniform_(lin.weight, a=math.sqrt(5), generator=gen)
+            lin.bias.uniform_(-1 / math.sqrt(a), 1 / math.sqrt(a), generator=gen)
+        linears.append(lin)
+    layers: list[nn.Module] = []
+    for lin in linears[:-1]:
+        layers += [lin, nn.ReLU()]
+    net = nn.Sequential(*layers, linears[-1]).to(dtype)
     if init == "spread":
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():

@@ -14,25 +14,45 @@ the notebooks in ``examples/``.
   needed for 2^k pieces, shallow vs deep students.
 """
 
-from ._base import plt, save_figure
-from .comparison import plot_comparison, plot_errors_against_n, plot_noise_sweep
-from .depth import nodes_needed, plot_depth, plot_nodes_needed, plot_piece_counts, plot_tent_powers
-from .factorial import (
-    configuration_frequencies,
-    marginal_frequencies,
-    mean_field_configuration_probs,
-    plot_configuration_posterior,
-    plot_gap_vs_defect,
-    plot_marginal_forest,
-)
-from .ladder import (
-    event_frequencies,
-    plot_bayes_accuracy,
-    plot_event_posterior,
-    plot_ladder_tables,
-    plot_tv_convergence,
-)
-from .vq import plot_activation_family, plot_region_draws, plot_table1, plot_vq_partition, table1_curves, vq_partition
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+_SUBMODULES = ("comparison", "depth", "factorial", "ladder", "vq")
+
+#: public name -> the submodule that defines it
+_EXPORTS = {
+    "plt": "_base",
+    "save_figure": "_base",
+    "plot_arviz": "_base",
+    "quiet_arviz": "_base",
+    "plot_comparison": "comparison",
+    "plot_errors_against_n": "comparison",
+    "plot_noise_sweep": "comparison",
+    "nodes_needed": "depth",
+    "plot_depth": "depth",
+    "plot_nodes_needed": "depth",
+    "plot_piece_counts": "depth",
+    "plot_tent_powers": "depth",
+    "configuration_frequencies": "factorial",
+    "marginal_frequencies": "factorial",
+    "mean_field_configuration_probs": "factorial",
+    "plot_configuration_posterior": "factorial",
+    "plot_gap_vs_defect": "factorial",
+    "plot_marginal_forest": "factorial",
+    "event_frequencies": "ladder",
+    "plot_bayes_accuracy": "ladder",
+    "plot_event_posterior": "ladder",
+    "plot_ladder_tables": "ladder",
+    "plot_tv_convergence": "ladder",
+    "plot_activation_family": "vq",
+    "plot_region_draws": "vq",
+    "plot_table1": "vq",
+    "plot_vq_partition": "vq",
+    "table1_curves": "vq",
+    "vq_partition": "vq",
+}
 
 __all__ = [
     "configuration_frequencies",
@@ -41,6 +61,7 @@ __all__ = [
     "mean_field_configuration_probs",
     "nodes_needed",
     "plot_activation_family",
+    "plot_arviz",
     "plot_bayes_accuracy",
     "plot_comparison",
     "plot_configuration_posterior",
@@ -59,7 +80,53 @@ __all__ = [
     "plot_tv_convergence",
     "plot_vq_partition",
     "plt",
+    "quiet_arviz",
     "save_figure",
     "table1_curves",
     "vq_partition",
 ]
+
+if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily (matplotlib on first use)
+    from ._base import plot_arviz, plt, quiet_arviz, save_figure
+    from .comparison import plot_comparison, plot_errors_against_n, plot_noise_sweep
+    from .depth import nodes_needed, plot_depth, plot_nodes_needed, plot_piece_counts, plot_tent_powers
+    from .factorial import (
+        configuration_frequencies,
+        marginal_frequencies,
+        mean_field_configuration_probs,
+        plot_configuration_posterior,
+        plot_gap_vs_defect,
+        plot_marginal_forest,
+    )
+    from .ladder import (
+        event_frequencies,
+        plot_bayes_accuracy,
+        plot_event_posterior,
+        plot_ladder_tables,
+        plot_tv_convergence,
+    )
+    from .vq import (
+        plot_activation_family,
+        plot_region_draws,
+        plot_table1,
+        plot_vq_partition,
+        table1_curves,
+        vq_partition,
+    )
+
+
+def __getattr__(name: str):
+    """Import a plotting function, ``plt`` or a submodule on first use (PEP 562), so that importing
+    the package does not import matplotlib."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        if name in _SUBMODULES:
+            return importlib.import_module(f"{__name__}.{name}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__, *_SUBMODULES})

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 if not os.environ.get("MPLBACKEND") and "ipykernel" not in sys.modules:
     matplotlib.use("Agg")  # scripts and CI have no display; notebooks keep their inline backend
 import matplotlib.pyplot as plt
 
-__all__ = ["finish_figure", "plt", "save_figure"]
+__all__ = ["finish_figure", "plot_arviz", "plt", "quiet_arviz", "save_figure"]
 
 
 def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
@@ -40,4 +44,64 @@ def finish_figure(fig, path: str | os.PathLike | None, title: str | None = None)
     fig.tight_layout()
     if path is not None:
         save_figure(fig, path)
+    return fig
+
+
+# what ArviZ 0.23's matplotlib backend triggers on matplotlib >= 3.11, once per artist
+_ARVIZ_MPL_DEPRECATION = r"Passing a dict or None as alias_mapping to normalize_kwargs"
+# numpy's warnings inside ArviZ's diagnostics for a constant chain (an indicator that never changes)
+_ARVIZ_CONSTANT_CHAIN = r"(invalid value|divide by zero) encountered"
+# ArviZ's KDE on a constant chain (same cause)
+_ARVIZ_CONSTANT_KDE = r"Your data appears to have a single value or no finite values"
+
+
+@contextlib.contextmanager
+def quiet_arviz() -> Iterator[None]:
+    """Filter the known, harmless warnings that ArviZ's plots and diagnostics emit here, and only those.
+
+    - matplotlib's ``MatplotlibDeprecationWarning`` "Passing a dict or None as alias_mapping to
+      normalize_kwargs is deprecated ...", raised once per artist by ArviZ 0.23's matplotlib backend
+      (hundreds per ``az.plot_trace``);
+    - numpy's ``RuntimeWarning`` "invalid value / divide by zero encountered" raised inside ``arviz`` modules
+      for the r_hat / ESS of a constant chain (an event indicator that is always 0 or always 1), and ArviZ's
+      ``UserWarning`` "Your data appears to have a single value ..." when it draws the density of one.
+
+    Every other warning still shows (the filters match category, message and, for numpy's, the module).
+    """
+    from matplotlib import MatplotlibDeprecationWarning
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_ARVIZ_MPL_DEPRECATION, category=MatplotlibDeprecationWarning)
+        warnings.filterwarnings("ignore", message=_ARVIZ_CONSTANT_CHAIN, category=RuntimeWarning, module=r"arviz")
+        warnings.filterwarnings("ignore", message=_ARVIZ_CONSTANT_KDE, category=UserWarning, module=r"arviz")
+        yield
+
+
+def plot_arviz(plot, *args, path: str | os.PathLike | None = None, title: str | None = None, **kwargs):
+    """An ArviZ plot inside :func:`quiet_arviz` (no warning flood in notebooks and tests), as a ``Figure``.
+
+    :param plot: the ArviZ function (e.g. ``az.plot_trace``) or its name without ``plot_`` (``"trace"``,
+        ``"forest"``, ``"posterior"``, ``"rank"``, ...); ``args`` / ``kwargs`` go to it unchanged.
+    :param path: save the figure here (format by suffix, written atomically); None: only return it.
+    :param title: a figure title (``suptitle``).
+    :returns: the matplotlib ``Figure`` of the axes ArviZ returned.
+    """
+    if isinstance(plot, str):
+        import arviz as az
+
+        fn = getattr(az, f"plot_{plot}", None)
+        if fn is None:
+            raise ValueError(f"plot: expected an ArviZ plotting function or the name of one (az.plot_<name>), "
+                             f"got {plot!r}")
+        plot = fn
+    if not callable(plot):
+        raise ValueError(f"plot: expected an ArviZ plotting function, got {type(plot).__name__}")
+    with quiet_arviz():
+        axes = plot(*args, **kwargs)
+        first = np.ravel(np.asarray(axes, dtype=object))[0]
+        fig = first.get_figure() if hasattr(first, "get_figure") else plt.gcf()
+        if title:
+            fig.suptitle(title)
+        if path is not None:
+            save_figure(fig, path)
     return fig

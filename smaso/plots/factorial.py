@@ -11,6 +11,13 @@
 
 The numbers the figures compute from draws are public (:func:`marginal_frequencies`,
 :func:`configuration_frequencies`, :func:`mean_field_configuration_probs`) so they can be checked.
+
+ArviZ's own plots: :func:`~smaso.plots._base.plot_arviz` (also importable from here) calls an ArviZ plot
+inside :func:`~smaso.plots._base.quiet_arviz`, which filters the
+warnings ArviZ 0.23 triggers on current matplotlib and numpy (a ``MatplotlibDeprecationWarning`` about
+``normalize_kwargs`` per artist, hundreds per ``az.plot_trace``; numpy's ``RuntimeWarning`` for the r_hat of
+a constant indicator) and nothing else.  Plot the one-hot indicators (``var_names=["t_onehot"]``) to see
+per-category probabilities.
 """
 
 from __future__ import annotations
@@ -21,15 +28,17 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from ._base import finish_figure, plt, save_figure
+from ._base import finish_figure, plot_arviz, plt, quiet_arviz, save_figure
 
 __all__ = [
     "configuration_frequencies",
     "marginal_frequencies",
     "mean_field_configuration_probs",
+    "plot_arviz",
     "plot_configuration_posterior",
     "plot_gap_vs_defect",
     "plot_marginal_forest",
+    "quiet_arviz",
 ]
 
 _METHODS = (("factorized", "factorized (per-unit) MAP", "C1", "o"), ("mean_field", "mean-field MAP", "C2", "s"))
@@ -84,7 +93,7 @@ def marginal_frequencies(draws, num_regions: int) -> tuple[np.ndarray, np.ndarra
     freq = onehot.mean((0, 1))
     if t.shape[1] < 4:  # az.mcse needs a few draws per chain
         return freq, np.full_like(freq, np.nan)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"), quiet_arviz():
         mcse = az.mcse(az.convert_to_dataset({"p": onehot}), method="mean")["p"].values
     # a constant indicator (every draw in one region) has no spread: its error is 0, not NaN
     return freq, np.where(np.isfinite(mcse), mcse, 0.0)

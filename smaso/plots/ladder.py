@@ -248,7 +248,12 @@ def plot_event_posterior(idata, marginals: Sequence[torch.Tensor | np.ndarray], 
         raise ValueError("idata: posterior['z'] holds events outside the marginals' range")
     freq = event_frequencies(draws, events)
     n = draws.shape[0]
-    names = list(post["region"].values) if "region" in post.coords else [str(r) for r in range(z.shape[3])]
+    if "region_name" in post.coords:  # integer region index, the '1.1'-style names as a label coordinate
+        names = [str(v) for v in post["region_name"].values]
+    elif "region" in post.coords:
+        names = [str(v) for v in post["region"].values]
+    else:
+        names = [str(r) for r in range(z.shape[3])]
     max_m = max(a.shape[1] for a in exact)
     cmap = plt.get_cmap("tab10" if max_m <= 10 else "tab20")
     widths = [max(4.0, 0.22 * a.shape[0] * (a.shape[1] + 1)) for a in exact]

@@ -10,13 +10,16 @@ Every curve and image is computed by the library (:class:`~smaso.splines.maso.MA
 - :func:`vq_partition` / :func:`plot_vq_partition`: the VQ partition of a layer with 2 inputs: hard regions
   as a categorical image, beta-VQ region probabilities as images;
 - :func:`plot_region_draws`: frequencies of posterior region draws (ArviZ ``InferenceData``) against the
-  closed-form beta-VQ probabilities, with ArviZ's Monte Carlo standard errors.
+  closed-form beta-VQ probabilities, with ArviZ's Monte Carlo standard errors;
+- :func:`plot_arviz`: any ArviZ plot (``az.plot_trace``, ``az.plot_forest``, ...) without the flood of matplotlib
+  deprecation warnings that arviz 0.23 triggers on matplotlib >= 3.11, returned as a ``Figure``.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -26,13 +29,15 @@ from inference.vq import VQFit
 from smaso.splines.functional import eta_from_beta
 from smaso.splines.maso import MASO, hard_regions, region_probabilities, region_scores, vq_outputs
 
-from ._base import finish_figure, plt, save_figure
+from ._base import finish_figure, plot_arviz, plt, quiet_arviz, save_figure
 
 __all__ = [
     "plot_activation_family",
+    "plot_arviz",
     "plot_region_draws",
     "plot_table1",
     "plot_vq_partition",
+    "quiet_arviz",
     "table1_curves",
     "vq_partition",
 ]
@@ -419,6 +424,15 @@ def plot_vq_partition(layer: MASO, betas: Sequence[float] = (0.5,), *,
 
 
 # ---------------------------------------------------------------------- posterior region draws (ArviZ)
+def _region_indicator(t, region: int, R: int):
+    """``1[t == region]`` ``(chain, draw, example, unit)`` from labels or from one-hot with a ``region`` dim."""
+    if "region" in t.dims:
+        if t.sizes["region"] != R:
+            raise ValueError(f"posterior['t'] has {t.sizes['region']} regions, probs has {R}")
+        return t.isel(region=region).astype(float)
+    return (t == region).astype(float)
+
+
 def plot_region_draws(draws: Mapping[str, object], probs: torch.Tensor, *, region: int = 1,
                       path: str | os.PathLike | None = None, title: str | None = None):
     """Frequencies of posterior region draws against the closed-form beta-VQ probabilities (Eq 7-9).
@@ -428,8 +442,9 @@ def plot_region_draws(draws: Mapping[str, object], probs: torch.Tensor, *, regio
     exact probability ``probs[..., region]`` (e.g. ``region_probabilities(A, B, x, beta)``).  Bottom: the standardized
     deviation ``(frequency - p) / mcse``, which should stay within a few units.
 
-    :param draws: ``{label: InferenceData}`` with ``posterior["t"]`` ``(chain, draw, example, unit)``, e.g.
-        from :func:`inference.vq.posterior_region_draws` and :meth:`inference.vq.VQFit.draws`.
+    :param draws: ``{label: InferenceData}`` with ``posterior["t"]`` ``(chain, draw, example, unit)`` labels or
+        ``(chain, draw, example, unit, region)`` one-hot, e.g. from :func:`inference.vq.posterior_region_draws`
+        and :meth:`inference.vq.VQFit.draws` (either ``categorical=``).
     :param probs: region probabilities ``(N, K, R)`` of the same examples and units.
     :param region: the region whose frequency is shown (for ReLU, 1 = the active piece).
     :returns: the matplotlib ``Figure``.
@@ -450,12 +465,14 @@ def plot_region_draws(draws: Mapping[str, object], probs: torch.Tensor, *, regio
         if post is None or "t" not in post:
             raise ValueError(f"draws[{label!r}]: expected InferenceData with posterior['t']")
         t = post["t"]
-        if tuple(t.shape[2:]) != (N, K):
+        if tuple(t.shape[2:4]) != (N, K) or t.ndim != (5 if "region" in t.dims else 4):
             raise ValueError(f"draws[{label!r}]: posterior['t'] is {tuple(t.shape)}, expected (chain, draw, {N}, {K}) "
                              f"to match probs {tuple(probs.shape)}")
-        ind = (t == region).astype(float)
+        ind = _region_indicator(t, region, R)
         freq = ind.mean(("chain", "draw")).values
-        mcse = az.mcse(ind.to_dataset(name="ind"))["ind"].values
+        with quiet_arviz(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=RuntimeWarning, module="numpy")  # constant indicators
+            mcse = az.mcse(ind.to_dataset(name="ind"))["ind"].values
         stats[label] = (freq.reshape(-1), np.nan_to_num(mcse.reshape(-1), nan=0.0))
     p = probs[..., region].detach().cpu().double().numpy().reshape(-1)
     pos = np.arange(N * K)

@@ -15,6 +15,7 @@ Inference in these mixtures (MAP, SVI, enumeration, posterior draws) is in the t
 :mod:`inference` package; ``docs/theory.md`` maps every equation to its function.
 """
 
-from . import functional, maso, mixture, modules, orthogonality
+from smaso._lazy import lazy_submodules
 
 __all__ = ["functional", "maso", "mixture", "modules", "orthogonality"]
+__getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

@@ -32,9 +32,26 @@ run as one ``torch.autograd.Function``: forward v = eta u, s = sigma(v), y = s u
 since d/du [u sigma(eta u)] = silu'(eta u) (the identity u sigma(eta u) = silu(eta u) / eta).  Each
 direction allocates one output-sized tensor, as ``F.silu`` does; the other passes run in place.  The
 gradient with respect to eta, when wanted, is sum g (y - nu u)(u - y) = sum g (1-nu)^2 u^2 s (1-s),
-with no division.  ``benchmarks/bench_activations.py`` measures this against ``F.silu``.  These
-functions are differentiable once (a double backward through them raises); beta = 0 / 1 and beta = 1/2
-(``F.silu``) dispatch to PyTorch's own ops.
+with no division.  ``benchmarks/bench_activations.py`` measures this against ``F.silu``.  beta = 0 / 1
+and beta = 1/2 (``F.silu``) given as Python numbers dispatch to PyTorch's own ops.
+
+Transforms and tracing.  No function here reads a tensor's values on the host in the computation: a
+tensor beta (or eta) stays a tensor, so the activations run on ``meta`` tensors and under
+``torch.compile(fullgraph=True)``, ``torch.export`` and a CUDA stream without a sync.  The one exception
+is the *check* of a tensor beta's range (and the exact-branch dispatch of a 0-dim tensor beta without
+gradient): it is done only for an ordinary eager CPU tensor, where reading it costs no device sync; on
+other devices, under ``torch.func`` or while tracing, a tensor beta is taken as given (the modules of
+:mod:`smaso.splines.modules` check their beta when it is set instead).  The autograd functions use
+``setup_context`` with ``generate_vmap_rule = True``, so ``torch.func.vmap`` / ``grad`` / ``jacrev``
+work, and their backward is written in differentiable tensor ops whenever a graph is being built
+(``create_graph=True``, ``torch.func``, tracing), so double backward (``gradgradcheck``) works; a plain
+first-order backward of ordinary tensors takes the fused in-place path above.  Forward-mode AD (``jvp``,
+``jacfwd``) is not implemented.
+
+In place.  ``beta_swish``, ``beta_leaky_relu`` and ``beta_abs`` take ``inplace=True`` like ``F.silu``:
+the result is written into ``u``, which is returned.  Without autograd that saves the output tensor;
+when a gradient is needed (``u`` or beta requires grad) the input is first copied for the backward, as
+PyTorch's own in-place activations do, and a leaf that requires grad is rejected by PyTorch.
 """
 
 from __future__ import annotations
@@ -44,7 +61,6 @@ from numbers import Real
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 __all__ = [
     "beta_abs",
@@ -61,11 +77,27 @@ __all__ = [
 
 _F32_MAX = torch.finfo(torch.float32).max
 _HALF_TYPES = (torch.float16, torch.bfloat16)
+_is_functorch_wrapped = torch._C._functorch.is_functorch_wrapped_tensor
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+# ---------------------------------------------------------------------- tensors that may be read / written eagerly
+def _is_plain(t: torch.Tensor) -> bool:
+    """An ordinary eager tensor: not a tensor subclass (fake, functional, ...) and not a ``torch.func`` wrapper.
+
+    Callers check ``torch.compiler.is_compiling()`` first (dynamo and export tracing)."""
+    return type(t) in _PLAIN_TYPES and not _is_functorch_wrapped(t)
+
+
+def _host_readable(t: torch.Tensor) -> bool:
+    """True when reading ``t``'s values costs no device sync and breaks no trace: an eager plain CPU tensor."""
+    return not torch.compiler.is_compiling() and t.device.type == "cpu" and _is_plain(t)
 
 
 # ---------------------------------------------------------------------- beta and eta
 def _check_beta(beta) -> None:
-    """ValueError unless every value of ``beta`` lies in [0, 1] (NaN rejected)."""
+    """ValueError unless every value of ``beta`` lies in [0, 1] (NaN rejected).  Reads a tensor's values:
+    call it where a host read is allowed (construction, setting beta, CPU eager), never in a forward."""
     if isinstance(beta, torch.Tensor):
         if not beta.is_floating_point():
             raise TypeError(f"beta: expected a floating-point tensor, got dtype {beta.dtype}")
@@ -95,24 +127,23 @@ def eta_from_beta(beta):
     return torch.where(below, beta / torch.where(below, 1 - beta, torch.ones_like(beta)), math.inf)
 
 
-def _finite_eta(beta: torch.Tensor) -> torch.Tensor:
-    """eta for a tensor beta, clamped to the largest float32 where beta = 1 (the kernels multiply it by u,
-    and inf * 0 would be NaN); the gradient there is zero."""
+def _eta_tensor(beta: torch.Tensor) -> torch.Tensor:
+    """eta for a tensor beta in [0, 1], unchecked and with no host read: beta / (1 - beta), and the largest
+    float32 (not inf: the kernels multiply it by u, and inf * 0 would be NaN) where beta = 1, with a zero
+    gradient there.  Same dtype and shape as ``beta``."""
+    below = beta < 1
     top = min(_F32_MAX, torch.finfo(beta.dtype).max)
-    return eta_from_beta(beta).clamp(max=top)
+    return torch.where(below, beta / torch.where(below, 1 - beta, torch.ones_like(beta)), top)
+
+
+def _finite_eta(beta: torch.Tensor) -> torch.Tensor:
+    """:func:`eta_from_beta` (checked), clamped to the largest float32 where beta = 1; the gradient there is zero."""
+    _check_beta(beta)
+    return _eta_tensor(beta)
 
 
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in _HALF_TYPES else dtype
-
-
-def _scalar_beta(beta) -> float | None:
-    """A Python float for a number or a 0-dim tensor that needs no gradient; else None."""
-    if isinstance(beta, torch.Tensor):
-        if beta.dim() == 0 and not beta.requires_grad:
-            return float(beta)
-        return None
-    return float(beta)
 
 
 def _eta_operand(eta, dtype: torch.dtype):
@@ -123,115 +154,6 @@ def _eta_operand(eta, dtype: torch.dtype):
     return min(float(eta), top)
 
 
-def _eta_max(eta) -> float:
-    return float(eta.detach().max()) if isinstance(eta, torch.Tensor) else float(eta)
-
-
-# ---------------------------------------------------------------------- sigmoid gate (swish, leaky)
-class _SigmoidGate(torch.autograd.Function):
-    """y = u [nu + (1 - nu) sigma(c u)], c = eta (1 - nu), for eta in [0, inf) (float or tensor broadcastable to u).
-
-    Memory traffic decides the speed on CPU (a fresh 40 MB output costs about as much as a sigmoid;
-    an in-place pass far less), so each direction allocates one tensor, like ``F.silu``: forward
-    y = sigma(c u) u built in place; backward recomputes v = c u into one scratch buffer and writes
-    ``silu_backward(g, v)`` into it (the eta gradient, when wanted, uses the same buffer first).
-    """
-
-    @staticmethod
-    def forward(ctx, u: torch.Tensor, eta, nu: float):
-        out_dtype = u.dtype
-        cdt = _compute_dtype(u.dtype)
-        uc = u.to(cdt)
-        top = torch.finfo(cdt).max
-        eta_c = _eta_operand(eta, cdt)
-        if nu == 0.0:
-            c = eta_c
-        elif isinstance(eta_c, torch.Tensor):
-            c = (eta_c * (1.0 - nu)).clamp(max=top)
-        else:
-            c = min(eta_c * (1.0 - nu), top)
-        y = torch.mul(uc, c)  # v = c u (may overflow to +-inf: sigma is exact there)
-        y.sigmoid_()
-        if nu != 0.0:
-            y.mul_(1.0 - nu).add_(nu)
-        y.mul_(uc)
-        eta_needs_grad = isinstance(eta, torch.Tensor) and ctx.needs_input_grad[1]
-        c_tensor = c if isinstance(c, torch.Tensor) else None
-        ctx.save_for_backward(uc, y if eta_needs_grad else None, c_tensor, eta if eta_needs_grad else None)
-        ctx.c = None if c_tensor is not None else c
-        ctx.clamp = (1.0 - nu) * _eta_max(eta) > 1.0  # |c u| <= |u| otherwise: no overflow possible
-        ctx.nu, ctx.out_dtype = nu, out_dtype
-        return y.to(out_dtype)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, g: torch.Tensor):
-        uc, y, c_tensor, eta = ctx.saved_tensors
-        c = ctx.c if c_tensor is None else c_tensor
-        nu = ctx.nu
-        gc = g.to(uc.dtype)
-        grad_u = grad_eta = buf = None
-        if eta is not None:
-            # df/deta = (1 - nu)^2 u^2 s (1 - s) = (y - nu u)(u - y); for nu >= 0 both factors are at most |u|
-            # (no overflow, no inf * 0); for nu < 0 use s (1 - s) u u (1 - nu)^2, zero first where s is 0 or 1
-            if nu == 0.0:
-                buf = torch.sub(uc, y)
-                buf.mul_(y)
-            elif nu > 0.0:
-                buf = torch.sub(uc, y)
-                buf.mul_(y - nu * uc)
-            else:
-                s = torch.sigmoid(uc * c)
-                buf = (s * (1 - s)).mul_(uc).mul_(uc).mul_((1.0 - nu) ** 2)
-            grad_eta = _reduce_like(buf, gc, eta)
-        if ctx.needs_input_grad[0]:
-            if buf is None or buf.shape != uc.shape:
-                buf = torch.mul(uc, c)
-            else:
-                torch.mul(uc, c, out=buf)
-            if ctx.clamp:
-                top = torch.finfo(buf.dtype).max
-                buf.clamp_(-top, top)  # v finite: silu_backward(g, +-inf) would be NaN
-            grad_u = torch.ops.aten.silu_backward.grad_input(gc, buf, grad_input=buf)  # d/du [u sigma(cu)] = silu'(cu)
-            if nu != 0.0:
-                grad_u.mul_(1.0 - nu).add_(gc, alpha=nu)
-            grad_u = grad_u.to(ctx.out_dtype)
-        return grad_u, grad_eta, None
-
-
-class _TanhGate(torch.autograd.Function):
-    """y = u tanh(eta u) for eta in [0, inf) (float or tensor broadcastable to u)."""
-
-    @staticmethod
-    def forward(ctx, u: torch.Tensor, eta):
-        out_dtype = u.dtype
-        cdt = _compute_dtype(u.dtype)
-        uc = u.to(cdt)
-        v = uc * _eta_operand(eta, cdt)
-        if _eta_max(eta) > 1.0:
-            top = torch.finfo(cdt).max
-            v.clamp_(-top, top)
-        t = torch.tanh(v)
-        y = t * uc
-        eta_needs_grad = isinstance(eta, torch.Tensor) and ctx.needs_input_grad[1]
-        ctx.save_for_backward(uc, v, t, eta if eta_needs_grad else None)
-        ctx.out_dtype = out_dtype
-        return y.to(out_dtype)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, g: torch.Tensor):
-        uc, v, t, eta = ctx.saved_tensors
-        gc = g.to(uc.dtype)
-        grad_u = grad_eta = None
-        if ctx.needs_input_grad[0]:
-            # f' = tanh(v) + v (1 - tanh(v)^2); v stays finite, and 1 - t^2 = 0 where |v| is large
-            grad_u = (t + v * (1 - t * t)).mul_(gc).to(ctx.out_dtype)
-        if eta is not None:
-            grad_eta = _reduce_like((1 - t * t).mul_(uc).mul_(uc), gc, eta)  # df/deta = u^2 (1 - t^2)
-        return grad_u, grad_eta, None
-
-
 def _reduce_like(d: torch.Tensor, g: torch.Tensor, eta: torch.Tensor) -> torch.Tensor:
     """sum of g * d over the dimensions that eta was broadcast along, in eta's shape and dtype (overwrites d)."""
     if eta.numel() == 1 and d.is_contiguous() and g.is_contiguous() and d.dtype == g.dtype:
@@ -240,41 +162,261 @@ def _reduce_like(d: torch.Tensor, g: torch.Tensor, eta: torch.Tensor) -> torch.T
     return d.mul_(g).sum_to_size(eta.shape).to(eta.dtype)
 
 
-def _swish_eta(u: torch.Tensor, eta) -> torch.Tensor:
+def _fast_backward(*tensors: torch.Tensor) -> bool:
+    """Whether a backward may take the fused in-place path: first order (no graph being built) on ordinary
+    eager tensors.  Otherwise it is written in differentiable, functorch-friendly ops (double backward,
+    ``torch.func``, tracing)."""
+    if torch.is_grad_enabled() or torch.compiler.is_compiling():
+        return False
+    return all(_is_plain(t) for t in tensors)
+
+
+# ---------------------------------------------------------------------- sigmoid gate (swish, leaky)
+def _gate_coefficient(eta_c, nu: float, top: float):
+    """c = eta (1 - nu), finite, from eta already in the compute dtype (float or tensor)."""
+    if nu == 0.0:
+        return eta_c
+    if isinstance(eta_c, torch.Tensor):
+        return (eta_c * (1.0 - nu)).clamp(max=top)
+    return min(eta_c * (1.0 - nu), top)
+
+
+def _sigmoid_gate_forward(uc: torch.Tensor, c, nu: float) -> torch.Tensor:
+    """u [nu + (1 - nu) sigma(c u)] in the dtype of ``uc``, one fresh tensor (the other passes in place)."""
+    y = torch.mul(uc, c)  # v = c u (may overflow to +-inf: sigma is exact there)
+    y.sigmoid_()
+    if nu != 0.0:
+        y.mul_(1.0 - nu).add_(nu)
+    return y.mul_(uc)
+
+
+class _SigmoidGate(torch.autograd.Function):
+    """y = u [nu + (1 - nu) sigma(c u)], c = eta (1 - nu), for eta in [0, inf) (float or tensor broadcastable to u).
+
+    Memory traffic decides the speed on CPU (a fresh 40 MB output costs about as much as a sigmoid;
+    an in-place pass far less), so each direction allocates one tensor, like ``F.silu``: forward
+    y = sigma(c u) u built in place; backward (first order, plain tensors) recomputes v = c u into one
+    scratch buffer and writes ``silu_backward(g, v)`` into it (the eta gradient, when wanted, uses the same
+    buffer first).  When a graph is being built (double backward, ``torch.func``, tracing) the backward is
+    the same formulas in out-of-place differentiable ops.  ``setup_context`` + ``generate_vmap_rule``:
+    works under ``torch.func.vmap`` / ``grad`` / ``jacrev``.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(u: torch.Tensor, eta, nu: float):
+        cdt = _compute_dtype(u.dtype)
+        top = torch.finfo(cdt).max
+        c = _gate_coefficient(_eta_operand(eta, cdt), nu, top)
+        return _sigmoid_gate_forward(u.to(cdt), c, nu).to(u.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        u, eta, nu = inputs
+        eta_grad = isinstance(eta, torch.Tensor) and ctx.needs_input_grad[1]
+        eta_t = eta if isinstance(eta, torch.Tensor) else None
+        ctx.save_for_backward(u, eta_t, output if eta_grad else None)
+        ctx.eta = None if eta_t is not None else float(eta)
+        ctx.nu = nu
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        u, eta_t, y = ctx.saved_tensors
+        eta = ctx.eta if eta_t is None else eta_t
+        want_u, want_eta = ctx.needs_input_grad[0], eta_t is not None and ctx.needs_input_grad[1]
+        if _fast_backward(g, u, *(t for t in (eta_t, y) if t is not None)):
+            grad_u, grad_eta = _sigmoid_gate_backward_fused(g, u, eta, y, ctx.nu, want_u, want_eta)
+        else:
+            grad_u, grad_eta = _sigmoid_gate_backward_graph(g, u, eta, ctx.nu, want_u, want_eta)
+        return grad_u, grad_eta, None
+
+
+def _sigmoid_gate_backward_fused(g, u, eta, y, nu: float, want_u: bool, want_eta: bool):
+    """First-order backward of :class:`_SigmoidGate` in place (one fresh output-sized tensor)."""
+    cdt = _compute_dtype(u.dtype)
+    top = torch.finfo(cdt).max
+    uc, gc = u.to(cdt), g.to(cdt)
+    c = _gate_coefficient(_eta_operand(eta, cdt), nu, top)
+    # |c u| <= |u| when c <= 1: no overflow possible; a tensor c is not read (no host sync): always clamp
+    clamp = isinstance(c, torch.Tensor) or c > 1.0
+    grad_u = grad_eta = buf = None
+    if want_eta:
+        # df/deta = (1 - nu)^2 u^2 s (1 - s) = (y - nu u)(u - y); for nu >= 0 both factors are at most |u|
+        # (no overflow, no inf * 0); for nu < 0, or when y was rounded to a half type, use
+        # s (1 - s) u u (1 - nu)^2, zero first where s is 0 or 1
+        if nu >= 0.0 and y.dtype == cdt:
+            buf = torch.sub(uc, y)
+            buf.mul_(y if nu == 0.0 else y - nu * uc)
+        else:
+            s = torch.mul(uc, c)
+            if clamp:
+                s.clamp_(-top, top)
+            s.sigmoid_()
+            buf = (s * (1 - s)).mul_(uc).mul_(uc).mul_((1.0 - nu) ** 2)
+        grad_eta = _reduce_like(buf, gc, eta)
+    if want_u:
+        if buf is None or buf.shape != uc.shape:
+            buf = torch.mul(uc, c)
+        else:
+            torch.mul(uc, c, out=buf)
+        if clamp:
+            buf.clamp_(-top, top)  # v finite: silu_backward(g, +-inf) would be NaN
+        grad_u = torch.ops.aten.silu_backward.grad_input(gc, buf, grad_input=buf)  # d/du [u sigma(cu)] = silu'(cu)
+        if nu != 0.0:
+            grad_u.mul_(1.0 - nu).add_(gc, alpha=nu)
+        grad_u = grad_u.to(u.dtype)
+    return grad_u, grad_eta
+
+
+def _sigmoid_gate_backward_graph(g, u, eta, nu: float, want_u: bool, want_eta: bool):
+    """The same gradients in out-of-place differentiable ops (double backward, ``torch.func``, tracing)."""
+    cdt = _compute_dtype(u.dtype)
+    top = torch.finfo(cdt).max
+    uc, gc = u.to(cdt), g.to(cdt)
+    c = _gate_coefficient(_eta_operand(eta, cdt), nu, top)
+    v = (uc * c).clamp(-top, top)
+    s = torch.sigmoid(v)
+    grad_u = grad_eta = None
+    if want_u:
+        du = s * (1 + v * (1 - s))  # silu'(v); v finite and 1 - s = 0 (or s = 0) where |v| is large
+        if nu != 0.0:
+            du = (1.0 - nu) * du + nu
+        grad_u = (gc * du).to(u.dtype)
+    if want_eta:
+        d = s * (1 - s) * uc * uc * ((1.0 - nu) ** 2)  # s (1 - s) first: 0, not inf * 0, at large |u|
+        grad_eta = (gc * d).sum_to_size(eta.shape).to(eta.dtype)
+    return grad_u, grad_eta
+
+
+# ---------------------------------------------------------------------- tanh gate (abs)
+class _TanhGate(torch.autograd.Function):
+    """y = u tanh(eta u) for eta in [0, inf) (float or tensor broadcastable to u).
+
+    Forward allocates one tensor; backward recomputes v = eta u and tanh(v) from the saved input (no
+    intermediate is kept), in place for a first-order backward of plain tensors and in differentiable ops
+    otherwise.  ``setup_context`` + ``generate_vmap_rule``, like :class:`_SigmoidGate`.
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(u: torch.Tensor, eta):
+        cdt = _compute_dtype(u.dtype)
+        uc = u.to(cdt)
+        e = _eta_operand(eta, cdt)
+        y = torch.mul(uc, e)  # v = eta u (may overflow to +-inf: tanh is exactly +-1 there)
+        y.tanh_()
+        return y.mul_(uc).to(u.dtype)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        u, eta = inputs
+        eta_t = eta if isinstance(eta, torch.Tensor) else None
+        ctx.save_for_backward(u, eta_t)
+        ctx.eta = None if eta_t is not None else float(eta)
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor):
+        u, eta_t = ctx.saved_tensors
+        eta = ctx.eta if eta_t is None else eta_t
+        want_u, want_eta = ctx.needs_input_grad[0], eta_t is not None and ctx.needs_input_grad[1]
+        cdt = _compute_dtype(u.dtype)
+        top = torch.finfo(cdt).max
+        uc, gc = u.to(cdt), g.to(cdt)
+        e = _eta_operand(eta, cdt)
+        grad_u = grad_eta = None
+        if _fast_backward(g, u, *(t for t in (eta_t,) if t is not None)):
+            v = torch.mul(uc, e)
+            if isinstance(e, torch.Tensor) or e > 1.0:
+                v.clamp_(-top, top)
+            t = torch.tanh(v)
+            sech2 = torch.mul(t, t).neg_().add_(1)  # 1 - tanh(v)^2: exactly 0 where |v| is large
+            if want_eta:
+                grad_eta = _reduce_like(torch.mul(sech2, uc).mul_(uc), gc, eta_t)  # df/deta = u^2 (1 - t^2)
+            if want_u:
+                grad_u = v.mul_(sech2).add_(t).mul_(gc).to(u.dtype)  # f' = tanh(v) + v (1 - tanh(v)^2)
+            return grad_u, grad_eta
+        v = (uc * e).clamp(-top, top)
+        t = torch.tanh(v)
+        sech2 = 1 - t * t
+        if want_u:
+            grad_u = (gc * (t + v * sech2)).to(u.dtype)
+        if want_eta:
+            grad_eta = (gc * (sech2 * uc * uc)).sum_to_size(eta_t.shape).to(eta_t.dtype)
+        return grad_u, grad_eta
+
+
+# ---------------------------------------------------------------------- dispatch (eta given)
+def _needs_graph(u: torch.Tensor, eta) -> bool:
+    return torch.is_grad_enabled() and (u.requires_grad or (isinstance(eta, torch.Tensor) and eta.requires_grad))
+
+
+def _write_back(u: torch.Tensor, fn, eta, *args) -> torch.Tensor:
+    """In-place form of an out-of-place kernel ``fn(u, eta, *args)``: computes from a copy of ``u`` when the
+    backward needs the original input (as PyTorch's in-place activations do), then writes into ``u``."""
+    src = u.clone() if _needs_graph(u, eta) else u
+    return u.copy_(fn(src, eta, *args))
+
+
+def _swish_eta(u: torch.Tensor, eta, inplace: bool = False) -> torch.Tensor:
     """u sigma(eta u) for eta = beta / (1 - beta) in [0, inf] given directly (float or tensor)."""
     if not isinstance(eta, torch.Tensor):
         if eta == 0.0:
-            return u * 0.5
+            return u.mul_(0.5) if inplace else u * 0.5
         if math.isinf(eta):
-            return torch.relu(u)
+            return torch.relu_(u) if inplace else torch.relu(u)
         if eta == 1.0:
-            return F.silu(u)
-    return _SigmoidGate.apply(u, eta, 0.0)
+            return F.silu(u, inplace=inplace)
+    return _leaky_eta(u, eta, 0.0, inplace)
 
 
-def _leaky_eta(u: torch.Tensor, eta, nu: float) -> torch.Tensor:
+def _leaky_eta(u: torch.Tensor, eta, nu: float, inplace: bool = False) -> torch.Tensor:
     if not isinstance(eta, torch.Tensor):
         if eta == 0.0:
-            return u * ((1.0 + nu) / 2.0)
+            k = (1.0 + nu) / 2.0
+            return u.mul_(k) if inplace else u * k
         if math.isinf(eta):
-            return F.leaky_relu(u, nu)
-    return _SigmoidGate.apply(u, eta, nu)
+            return F.leaky_relu(u, nu, inplace=inplace)
+    if not inplace:
+        return _SigmoidGate.apply(u, eta, nu)
+    if _needs_graph(u, eta) or u.dtype in _HALF_TYPES:
+        return _write_back(u, _SigmoidGate.apply, eta, nu)
+    cdt = _compute_dtype(u.dtype)
+    c = _gate_coefficient(_eta_operand(eta, cdt), nu, torch.finfo(cdt).max)
+    s = torch.mul(u, c)  # the same passes as the forward, the last one into u: bit for bit the same values
+    s.sigmoid_()
+    if nu != 0.0:
+        s.mul_(1.0 - nu).add_(nu)
+    return u.mul_(s)
 
 
-def _abs_eta(u: torch.Tensor, eta) -> torch.Tensor:
+def _abs_eta(u: torch.Tensor, eta, inplace: bool = False) -> torch.Tensor:
     if not isinstance(eta, torch.Tensor):
         if eta == 0.0:
-            return u * 0.0  # zeros that keep the graph (gradient 0)
+            return u.mul_(0.0) if inplace else u * 0.0  # zeros that keep the graph (gradient 0)
         if math.isinf(eta):
-            return torch.abs(u)
+            return torch.abs_(u) if inplace else torch.abs(u)
+    if inplace:
+        return _write_back(u, _TanhGate.apply, eta)
     return _TanhGate.apply(u, eta)
 
 
 def _eta_arg(beta):
-    """Validate beta; return eta as a float (fixed beta) or a tensor (beta needing a gradient / per entry)."""
+    """Validate beta; return eta as a float (a number, or a 0-dim CPU tensor without gradient) or a tensor.
+
+    A tensor beta's values are checked (and a 0-dim one read) only where that costs no device sync and
+    breaks no trace (:func:`_host_readable`); elsewhere it is used as given, with no host read."""
+    if isinstance(beta, torch.Tensor):
+        if not beta.is_floating_point():
+            raise TypeError(f"beta: expected a floating-point tensor, got dtype {beta.dtype}")
+        if _host_readable(beta):
+            _check_beta(beta)
+            if beta.dim() == 0 and not beta.requires_grad:
+                return eta_from_beta(float(beta))
+        return _eta_tensor(beta)
     _check_beta(beta)
-    fixed = _scalar_beta(beta)
-    return eta_from_beta(fixed) if fixed is not None else _finite_eta(beta)
+    return eta_from_beta(float(beta))
 
 
 def _check_nu(nu) -> float:
@@ -284,34 +426,37 @@ def _check_nu(nu) -> float:
 
 
 # ---------------------------------------------------------------------- public activations
-def beta_swish(u: torch.Tensor, beta=0.5) -> torch.Tensor:
-    """beta-VQ ReLU (Table 1): u sigma(eta u), eta = beta / (1 - beta) -- the swish.
+def beta_swish(u: torch.Tensor, beta=0.5, inplace: bool = False) -> torch.Tensor:
+    """beta-VQ ReLU (Table 1): u sigma(eta u), eta = beta / (1 - beta) -- the swish.  Twin of ``BetaSwish``.
 
     beta = 1/2 is SiLU (``F.silu`` itself), beta = 1 is ``torch.relu`` and beta = 0 is u / 2, all
     exactly.  ``beta``: a float, or a tensor broadcastable to ``u`` (e.g. per channel); a tensor that
-    requires grad receives its gradient.  Any shape; output has ``u``'s shape and dtype.
+    requires grad receives its gradient.  Any shape; output has ``u``'s shape and dtype.  ``inplace``:
+    write the result into ``u`` and return it (like ``F.silu(u, inplace=True)``).
     :raises ValueError: beta outside [0, 1].
     """
-    return _swish_eta(u, _eta_arg(beta))
+    return _swish_eta(u, _eta_arg(beta), inplace)
 
 
-def beta_leaky_relu(u: torch.Tensor, beta=0.5, nu: float = 0.01) -> torch.Tensor:
-    """beta-VQ leaky ReLU (Table 1): u [nu + (1 - nu) sigma(eta (1 - nu) u)].
+def beta_leaky_relu(u: torch.Tensor, beta=0.5, nu: float = 0.01, inplace: bool = False) -> torch.Tensor:
+    """beta-VQ leaky ReLU (Table 1): u [nu + (1 - nu) sigma(eta (1 - nu) u)].  Twin of ``BetaLeakyReLU``.
 
     beta = 1: ``F.leaky_relu(u, nu)`` = max(u, nu u); beta = 0: (1 + nu) u / 2; beta = 1/2 is the soft
     VQ.  nu in [-1, 1] (nu = -1 is the absolute value, nu = 0 the swish, nu = 1 the identity).
+    ``inplace``: write the result into ``u`` and return it.
     :raises ValueError: beta outside [0, 1] or nu outside [-1, 1].
     """
     nu = _check_nu(nu)
-    return _leaky_eta(u, _eta_arg(beta), nu)
+    return _leaky_eta(u, _eta_arg(beta), nu, inplace)
 
 
-def beta_abs(u: torch.Tensor, beta=0.5) -> torch.Tensor:
-    """beta-VQ absolute value (Table 1): u tanh(eta u); beta = 1: |u|; beta = 0: 0 (exactly).
+def beta_abs(u: torch.Tensor, beta=0.5, inplace: bool = False) -> torch.Tensor:
+    """beta-VQ absolute value (Table 1): u tanh(eta u); beta = 1: |u|; beta = 0: 0 (exactly).  Twin of ``BetaAbs``.
 
+    ``inplace``: write the result into ``u`` and return it.
     :raises ValueError: beta outside [0, 1].
     """
-    return _abs_eta(u, _eta_arg(beta))
+    return _abs_eta(u, _eta_arg(beta), inplace)
 
 
 def _pool_weights(x: torch.Tensor, eta, dim: int) -> torch.Tensor:
@@ -335,7 +480,11 @@ def softmax_pool(x: torch.Tensor, beta=0.5, dim: int = -1, keepdim: bool = False
     any shape; ``dim`` is reduced (kept with size 1 if ``keepdim``).
     :raises ValueError: beta outside [0, 1].
     """
-    eta = _eta_arg(beta)
+    return _softmax_pool_eta(x, _eta_arg(beta), dim, keepdim)
+
+
+def _softmax_pool_eta(x: torch.Tensor, eta, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
+    """softmax pooling with eta given (float, exact at 0 and inf, or a tensor broadcastable to ``x``)."""
     if not isinstance(eta, torch.Tensor) and math.isinf(eta):
         return x.amax(dim, keepdim=keepdim)
     p = _pool_weights(x, eta, dim)

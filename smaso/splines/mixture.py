@@ -11,7 +11,8 @@ Per-unit mixture (Eq 3), one Gaussian mixture per unit::
 :func:`unit_mixture_model` writes it with a plate over examples (dim -2) and a plate over units
 (dim -1): site ``"t"`` has batch shape ``(N, K)``, site ``"x"`` has batch shape ``(N, K)`` and event
 shape ``(D,)``.  Each unit is its *own* model of x: an observed ``x`` ``(N, D)`` is shown to every
-unit (broadcast to ``(N, 1, D)``), and a sampled ``x`` is ``(N, K, D)``, one draw per unit.  Its
+unit (broadcast to ``(N, 1, D)``), and a sampled ``x`` is ``(N, K, D)``, one draw per unit (an observed
+``(N, K, D)`` gives each unit its own data).  Its
 posterior is ``p(t_k = r | x) = softmax_r((<A[k, r], x> + B[k, r]) / sigma^2)`` when
 ``pi = pi_from_offsets(A, B, sigma)``, so its MAP is the MASO argmax (hard VQ).
 
@@ -76,14 +77,16 @@ def check_maso(A: torch.Tensor, B: torch.Tensor | None = None) -> None:
             raise ValueError(f"B: expected a floating dtype, got {B.dtype}")
 
 
-def check_sigma(sigma, num_units: int | None = None, *, scalar_only: bool = False) -> torch.Tensor:
+def check_sigma(sigma, num_units: int | None = None, *, scalar_only: bool = False,
+                device: torch.device | str | None = None) -> torch.Tensor:
     """``sigma`` as a tensor: a positive finite scalar, or (unless ``scalar_only``) ``(K,)`` positive values.
 
+    :param device: where a number is made a tensor (a tensor ``sigma`` stays where it is).
     :returns: a 0-d tensor, or ``(K,)``.
     """
     if isinstance(sigma, bool):
         raise ValueError(f"sigma: expected a positive number, got {sigma!r}")
-    s = sigma if isinstance(sigma, torch.Tensor) else torch.as_tensor(sigma, dtype=torch.float64)
+    s = sigma if isinstance(sigma, torch.Tensor) else torch.as_tensor(sigma, dtype=torch.float64, device=device)
     if s.dim() > (0 if scalar_only else 1):
         what = "a positive scalar" if scalar_only else "a positive scalar or a (K,) tensor"
         raise ValueError(f"sigma: expected {what}, got shape {tuple(s.shape)}")
@@ -147,7 +150,7 @@ def pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma=1.0) -> torch.Tensor
     :returns: ``pi`` ``(K, R)``, rows on the simplex.
     """
     check_maso(A, B)
-    s2 = _per_unit(check_sigma(sigma, A.shape[0]), A) ** 2
+    s2 = _per_unit(check_sigma(sigma, A.shape[0], device=A.device), A) ** 2
     return torch.softmax((B + 0.5 * A.pow(2).sum(-1)) / s2, dim=-1)
 
 
@@ -165,14 +168,14 @@ def offsets_from_pi(A: torch.Tensor, pi: torch.Tensor, sigma=1.0) -> torch.Tenso
     """
     check_maso(A)
     check_pi(pi, A)
-    s2 = _per_unit(check_sigma(sigma, A.shape[0]), A) ** 2
+    s2 = _per_unit(check_sigma(sigma, A.shape[0], device=A.device), A) ** 2
     return s2 * pi.to(A.dtype).log() - 0.5 * A.pow(2).sum(-1)
 
 
 def log_pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma=1.0) -> torch.Tensor:
     """``log pi_from_offsets(A, B, sigma)`` computed as a log-softmax: finite where pi underflows to 0."""
     check_maso(A, B)
-    s2 = _per_unit(check_sigma(sigma, A.shape[0]), A) ** 2
+    s2 = _per_unit(check_sigma(sigma, A.shape[0], device=A.device), A) ** 2
     return torch.log_softmax((B + 0.5 * A.pow(2).sum(-1)) / s2, dim=-1)
 
 
@@ -224,7 +227,8 @@ def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0, x: t
     :param A: slopes ``(K, R, D)`` (the means of the components).
     :param pi: region priors ``(K, R)`` (e.g. :func:`pi_from_offsets`), or None with ``log_pi``.
     :param sigma: noise standard deviation, positive scalar or ``(K,)``.
-    :param x: optional observed inputs ``(N, D)``.
+    :param x: optional observed inputs: ``(N, D)``, shown to every unit, or ``(N, K, D)``, one dataset per unit
+        (the shape of a sampled ``x``, so a draw of the model can be conditioned on as it is).
     :param num_examples: N when x is not given.
     :param log_pi: log region priors ``(K, R)`` instead of ``pi`` (e.g. :func:`log_pi_from_offsets`: at small
         sigma, ``pi`` underflows to exact zeros that the log form keeps finite).
@@ -233,14 +237,22 @@ def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0, x: t
     check_maso(A)
     pi, log_pi = _check_prior(pi, log_pi, A)
     K = A.shape[0]
-    sig = check_sigma(sigma, K).to(dtype=A.dtype, device=A.device)
+    sig = check_sigma(sigma, K, device=A.device).to(dtype=A.dtype, device=A.device)
     sig = sig[:, None] if sig.dim() == 1 else sig  # (K, 1) against the (K, D) means
-    n = _num_examples(num_examples, x, A)
+    per_unit = isinstance(x, torch.Tensor) and x.dim() == 3
+    if per_unit:  # one dataset per unit, the shape the model samples
+        if tuple(x.shape[1:]) != (K, A.shape[2]):
+            raise ValueError(f"x: expected shape (N, D) or (N, K, D) with K, D = {K}, {A.shape[2]} (A is "
+                             f"{tuple(A.shape)}), got {tuple(x.shape)}")
+        n = _num_examples(num_examples, x[:, 0], A)
+    else:
+        n = _num_examples(num_examples, x, A)
     units = torch.arange(K, device=A.device)
+    obs = None if x is None else (x if per_unit else x[:, None, :])
     with pyro.plate("data", n, dim=-2), pyro.plate("units", K, dim=-1):
         t = pyro.sample("t", _categorical(pi, log_pi))
         mean = Vindex(A)[units, t, :]  # (..., N, K, D)
-        xs = pyro.sample("x", dist.Normal(mean, sig).to_event(1), obs=None if x is None else x[:, None, :])
+        xs = pyro.sample("x", dist.Normal(mean, sig).to_event(1), obs=obs)
     return {"t": t, "x": xs}
 
 
@@ -273,7 +285,7 @@ def factorial_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0,
     check_maso(A)
     pi, log_pi = _check_prior(pi, log_pi, A)
     K = A.shape[0]
-    sig = check_sigma(sigma, scalar_only=True).to(dtype=A.dtype, device=A.device)
+    sig = check_sigma(sigma, scalar_only=True, device=A.device).to(dtype=A.dtype, device=A.device)
     n = _num_examples(num_examples, x, A)
     if layout == "plate":
         units = torch.arange(K, device=A.device)

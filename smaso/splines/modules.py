@@ -1,6 +1,9 @@
 """The beta-VQ activations of Table 1 (``docs/theory.md`` §3) as ``nn.Module`` s, shaped like ``nn.SiLU``.
 
-Each module is the functional of :mod:`smaso.splines.functional` with its beta held by the module:
+Each module is the functional of :mod:`smaso.splines.functional` with its beta held by the module
+(``BetaSwish`` / ``beta_swish``, ``BetaLeakyReLU`` / ``beta_leaky_relu``, ``BetaAbs`` / ``beta_abs``,
+``SoftmaxPool1d`` / ``softmax_pool1d``, ``VQSigmoid`` / ``vq_probability_relu``, ``VQTanh`` /
+``vq_probability_abs``, ``VQSoftmax`` / ``vq_probability_pool``):
 
 - fixed beta (``learnable=False``, the default): a float64 buffer ``beta_value`` (shape ``()``, or ``(C,)``
   with ``num_channels=C``), any value in [0, 1]; beta = 0 / 1 are the exact linear / hard limits and
@@ -14,7 +17,24 @@ Each module is the functional of :mod:`smaso.splines.functional` with its beta h
   ``torch.nn.utils.parametrize`` because the kernels want eta, not beta, and exp(theta) is its exact,
   cheapest form; ``module.beta`` reads beta back.  The initial beta must lie strictly inside (0, 1).
   Like every ``nn.Module`` parameter, ``theta`` is made with the ``dtype`` / ``device`` factory arguments
-  (default: ``torch.get_default_dtype()``) and follows the module when it is cast.
+  (default: ``torch.get_default_dtype()``) and follows the module when it is cast.  eta is computed from
+  theta in float32 for a float16 / bfloat16 theta (in theta's dtype otherwise), so a half-precision
+  learnable beta neither overflows nor loses its gradient.
+
+No host sync in forward.  A forward never reads a tensor's values on the host (no ``.item()`` /
+``float()``), so the modules run on ``meta`` tensors, under ``torch.compile(fullgraph=True)``,
+``torch.export`` and ``torch.func`` (``vmap``, ``grad``, ``jacrev``, ``functional_call``), and on CUDA
+without a sync per call.  beta is checked (in [0, 1], strictly inside for a learnable one) where it is
+set: at construction, by assigning ``module.beta = value`` and by ``load_state_dict``.  For a per-layer
+fixed beta the module also keeps the value it was set to as a Python float, used to dispatch the exact
+branches (0, 1/2, 1) and compiled in as a constant; that float is tied to the buffer it was read from
+(the same tensor, unmodified: its version counter), so a buffer edited in place or swapped (e.g. by
+``torch.func.functional_call``) is used as a tensor instead, with no host read.  Under ``torch.compile``
+that float is a constant of the graph (guarded: assigning ``module.beta`` recompiles); the version check
+is an eager-mode safety net only.
+
+``inplace=True`` (``BetaSwish``, ``BetaLeakyReLU``, ``BetaAbs``) writes the result into the input, as in
+``nn.SiLU(inplace=True)``.
 
 Per-channel beta broadcasts along dim 1 of an ``(N, C, *)`` input, like ``nn.BatchNorm``.
 """
@@ -31,17 +51,26 @@ from smaso.splines.functional import (
     _abs_eta,
     _check_beta,
     _check_nu,
-    _finite_eta,
+    _compute_dtype,
+    _eta_tensor,
     _leaky_eta,
+    _softmax_pool_eta,
     _swish_eta,
     eta_from_beta,
-    softmax_pool,
     vq_probability_abs,
     vq_probability_pool,
     vq_probability_relu,
 )
 
 __all__ = ["BetaAbs", "BetaLeakyReLU", "BetaSwish", "SoftmaxPool1d", "VQSigmoid", "VQSoftmax", "VQTanh"]
+
+def _version(t: torch.Tensor) -> int:
+    """The in-place version counter of ``t`` (-1 for an inference tensor, which has none)."""
+    return -1 if t.is_inference() else t._version
+
+
+def _readable(t: torch.Tensor) -> bool:
+    return t.device.type != "meta"
 
 
 class _BetaModule(nn.Module):
@@ -57,6 +86,7 @@ class _BetaModule(nn.Module):
             raise ValueError(f"num_channels: expected a positive int or None, got {num_channels!r}")
         self.learnable = bool(learnable)
         self.num_channels = num_channels
+        self._fixed = None  # (buffer, its version, its value as a float) for a per-layer fixed beta
         shape = () if num_channels is None else (num_channels,)
         if self.learnable:
             if not 0.0 < beta < 1.0:
@@ -67,29 +97,102 @@ class _BetaModule(nn.Module):
             self.theta = nn.Parameter(torch.full(shape, theta, device=device, dtype=dtype))
         else:
             self.register_buffer("beta_value", torch.full(shape, beta, dtype=torch.float64, device=device))
+            self._remember_fixed(beta)
+
+    # ------------------------------------------------------------------ the per-layer fixed beta as a float
+    def _remember_fixed(self, value: float | None = None) -> None:
+        """Record the per-layer fixed beta as a float tied to the current buffer (read it if not given)."""
+        b = self._buffers.get("beta_value")
+        if b is None or b.dim() != 0:
+            self._fixed = None
+            return
+        if value is None:
+            if not _readable(b):
+                self._fixed = None
+                return
+            value = float(b)  # a host read, outside forward
+        self._fixed = (b, _version(b), float(value))
+
+    def _fixed_float(self, b: torch.Tensor) -> float | None:
+        """The remembered per-layer fixed beta if it still describes buffer ``b``; no host read."""
+        f = self._fixed
+        if f is None or f[0] is not b:
+            return None
+        if not torch.compiler.is_compiling() and f[1] != _version(b):
+            return None  # edited in place since: use the tensor
+        return f[2]
 
     def _apply(self, fn, recurse: bool = True):
         fixed = self._buffers.get("beta_value")
+        remembered = self._fixed_float(fixed) if fixed is not None else None
         super()._apply(fn, recurse)
         moved = self._buffers.get("beta_value")
         if fixed is not None and moved is not None and moved.dtype != fixed.dtype:
             # a cast moves the layer's weights, not the temperature it was built with
             self._buffers["beta_value"] = fixed.to(device=moved.device)
+        if fixed is not None:
+            self._remember_fixed(remembered)
         return self
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs) -> None:
+        key = prefix + "beta_value"
+        incoming = state_dict.get(key)
+        if not self.learnable and isinstance(incoming, torch.Tensor) and _readable(incoming):
+            _check_beta(incoming)  # checked where it is set, not in forward
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        if not self.learnable:
+            value = float(incoming) if (isinstance(incoming, torch.Tensor) and incoming.dim() == 0
+                                        and _readable(incoming)) else None
+            self._remember_fixed(value)
+
+    def __setstate__(self, state) -> None:  # unpickling / deepcopy: tie the float to the new buffer
+        super().__setstate__(state)
+        if not self.__dict__.get("learnable", True):
+            b = self._buffers.get("beta_value")
+            if b is not None and b.dim() == 0:
+                known = getattr(self, "_fixed", None)  # absent in a module pickled by an older version
+                self._remember_fixed(None if _readable(b) else (known[2] if known else None))
+
+    # ------------------------------------------------------------------ beta
     @property
     def beta(self) -> torch.Tensor:
-        """beta in [0, 1] (in (0, 1) when learnable), shape ``()`` or ``(C,)``."""
+        """beta in [0, 1] (in (0, 1) when learnable), shape ``()`` or ``(C,)``.
+
+        Assigning ``module.beta = value`` (a number or a tensor of shape ``()`` / ``(C,)``) checks the value
+        and sets the buffer (fixed) or ``theta`` = logit(value) (learnable; strictly inside (0, 1))."""
         return torch.sigmoid(self.theta) if self.learnable else self.beta_value
 
+    @beta.setter
+    def beta(self, value) -> None:
+        value = value.detach() if isinstance(value, torch.Tensor) else value
+        _check_beta(value)
+        shape = () if self.num_channels is None else (self.num_channels,)
+        target = self.theta if self.learnable else self.beta_value
+        new = torch.as_tensor(value, dtype=torch.float64).to("cpu")
+        if new.dim() > len(shape) or (new.dim() and tuple(new.shape) != shape):
+            raise ValueError(f"beta: expected shape () or {shape}, got {tuple(new.shape)}")
+        with torch.no_grad():
+            if self.learnable:
+                if not bool(((new > 0) & (new < 1)).all()):
+                    raise ValueError(f"beta: a learnable beta lies strictly inside (0, 1), got {value}")
+                target.copy_((torch.log(new) - torch.log1p(-new)).expand(shape))
+            else:
+                target.copy_(new.expand(shape))
+                self._remember_fixed(float(new) if new.dim() == 0 and not shape else None)
+
     def _eta(self, u: torch.Tensor):
-        """eta for input ``u``: a float (fixed, per layer) or a tensor broadcastable to ``u``."""
+        """eta for input ``u``: a float (fixed, per layer) or a tensor broadcastable to ``u``; no host read."""
         if self.learnable:
-            eta = torch.exp(self.theta).clamp(max=_F32_MAX)
-        elif self.num_channels is None:
-            return eta_from_beta(float(self.beta_value))
+            theta = self.theta
+            eta = torch.exp(theta.to(_compute_dtype(theta.dtype))).clamp(max=_F32_MAX)
         else:
-            eta = _finite_eta(self.beta_value)
+            b = self.beta_value
+            fixed = self._fixed_float(b) if self.num_channels is None else None
+            if fixed is not None:
+                return eta_from_beta(fixed)
+            eta = _eta_tensor(b)
         if self.num_channels is None:
             return eta
         if u.dim() < 2 or u.shape[1] != self.num_channels:
@@ -100,18 +203,25 @@ class _BetaModule(nn.Module):
     def extra_repr(self) -> str:
         parts = []
         if self.num_channels is None:
-            parts.append(f"beta={float(self.beta):.4g}")
+            fixed = None if self.learnable else self._fixed_float(self.beta_value)
+            if fixed is None:
+                b = self.beta.detach()
+                fixed = float(b) if _readable(b) else None
+            parts.append(f"beta={fixed:.4g}" if fixed is not None else "beta=?")
         else:
             parts.append(f"num_channels={self.num_channels}")
         if self.learnable:
             parts.append("learnable=True")
+        if getattr(self, "inplace", False):
+            parts.append("inplace=True")
         return ", ".join(parts)
 
 
 class BetaSwish(_BetaModule):
-    r"""beta-VQ ReLU (Table 1): u sigma(eta u), eta = beta / (1 - beta) -- the swish.
+    r"""beta-VQ ReLU (Table 1): u sigma(eta u), eta = beta / (1 - beta) -- the swish.  Functional: ``beta_swish``.
 
     ``BetaSwish(0.5)`` is ``nn.SiLU``; ``BetaSwish(1.0)`` is ``nn.ReLU``; ``BetaSwish(0.0)`` is u / 2.
+    ``inplace=True`` writes the result into the input (as ``nn.SiLU(inplace=True)``).
 
     Shape: input ``(*)`` (``(N, C, *)`` with ``num_channels``), output the same.
 
@@ -121,34 +231,63 @@ class BetaSwish(_BetaModule):
         >>> y = m(torch.randn(4, 3))
     """
 
+    __constants__ = ["inplace"]
+    inplace: bool
+
+    def __init__(self, beta: float = 0.5, learnable: bool = False, num_channels: int | None = None, *,
+                 inplace: bool = False, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__(beta, learnable, num_channels, device=device, dtype=dtype)
+        self.inplace = bool(inplace)
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return _swish_eta(input, self._eta(input))
+        return _swish_eta(input, self._eta(input), self.inplace)
 
 
 class BetaLeakyReLU(_BetaModule):
     """beta-VQ leaky ReLU (Table 1): u [nu + (1 - nu) sigma(eta (1 - nu) u)]; beta = 1 is ``nn.LeakyReLU(nu)``.
 
+    Functional: ``beta_leaky_relu``.
+
     :param nu: negative slope in [-1, 1].
+    :param inplace: write the result into the input.
     """
 
+    __constants__ = ["inplace", "nu"]
+    inplace: bool
+
     def __init__(self, beta: float = 0.5, nu: float = 0.01, learnable: bool = False,
-                 num_channels: int | None = None, *, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
+                 num_channels: int | None = None, *, inplace: bool = False,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__(beta, learnable, num_channels, device=device, dtype=dtype)
         self.nu = _check_nu(nu)
+        self.inplace = bool(inplace)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return _leaky_eta(input, self._eta(input), self.nu)
+        return _leaky_eta(input, self._eta(input), self.nu, self.inplace)
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, nu={self.nu:g}"
+        base = super().extra_repr().replace(", inplace=True", "")
+        return f"{base}, nu={self.nu:g}" + (", inplace=True" if self.inplace else "")
 
 
 class BetaAbs(_BetaModule):
-    """beta-VQ absolute value (Table 1): u tanh(eta u); beta = 1 is |u|, beta = 0 is 0."""
+    """beta-VQ absolute value (Table 1): u tanh(eta u); beta = 1 is |u|, beta = 0 is 0.  Functional: ``beta_abs``.
+
+    :param inplace: write the result into the input.
+    """
+
+    __constants__ = ["inplace"]
+    inplace: bool
+
+    def __init__(self, beta: float = 0.5, learnable: bool = False, num_channels: int | None = None, *,
+                 inplace: bool = False, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__(beta, learnable, num_channels, device=device, dtype=dtype)
+        self.inplace = bool(inplace)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return _abs_eta(input, self._eta(input))
+        return _abs_eta(input, self._eta(input), self.inplace)
 
 
 class SoftmaxPool1d(_BetaModule):
@@ -156,7 +295,8 @@ class SoftmaxPool1d(_BetaModule):
 
     Each window of ``kernel_size`` entries (step ``stride``, default ``kernel_size``, no padding) gives
     sum_i softmax(eta x)_i x_i.  beta = 1 is ``nn.MaxPool1d(kernel_size, stride)``, beta = 0
-    ``nn.AvgPool1d(kernel_size, stride)``.
+    ``nn.AvgPool1d(kernel_size, stride)``.  Functional: ``softmax_pool1d`` (no ``inplace``: the output
+    has another shape).
 
     Shape: input ``(N, C, L)`` or ``(C, L)``; output ``(..., L_out)``, L_out = (L - kernel_size) // stride + 1.
     """
@@ -177,13 +317,7 @@ class SoftmaxPool1d(_BetaModule):
         if input.shape[-1] < self.kernel_size:
             raise ValueError(f"kernel_size: {self.kernel_size} is longer than the input length {input.shape[-1]}")
         windows = input.unfold(-1, self.kernel_size, self.stride)
-        if not self.learnable and self.num_channels is None:
-            return softmax_pool(windows, self.beta_value, dim=-1)
-        eta = self._eta(windows)
-        w = windows.float() if windows.dtype in (torch.float16, torch.bfloat16) else windows
-        top = torch.finfo(w.dtype).max
-        p = torch.softmax((w * eta.to(w.dtype)).clamp(-top, top), dim=-1)
-        return (p * w).sum(-1).to(input.dtype)
+        return _softmax_pool_eta(windows, self._eta(windows), dim=-1)
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, {super().extra_repr()}"

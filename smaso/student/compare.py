@@ -266,6 +266,31 @@ class ComparisonResult:
         """The last checkpoint's row of :attr:`history` (step, accuracy, per-level errors, diagnosis)."""
         return self.history[-1]
 
+    def __repr__(self) -> str:
+        """A few lines: checkpoints, the last one's loss, accuracy and mean errors, and the sizes of the
+        student and statistics (not their tensors; :meth:`table` prints the comparison in full)."""
+        lines = [f"ComparisonResult({len(self.history)} checkpoints, {self.seconds:.2f} s"]
+        if self.history:
+            last = self.history[-1]
+            lv = last.get("levels") or []
+            lines[0] += f", steps {self.history[0].get('step')}..{last.get('step')}"
+            lines.append(f"  final: loss {last.get('loss', float('nan')):.4g}, "
+                         f"accuracy {last.get('accuracy', float('nan')):.4g}")
+            if lv and all(f"{k}_propagated" in r for r in lv for k in ("F", "G", "dW")):
+                mean = {k: sum(r[f"{k}_propagated"] for r in lv) / len(lv) for k in ("F", "G", "dW")}
+                lines.append(f"  relative error of Eq 9, mean over {len(lv)} levels: F {mean['F']:.2e}, "
+                             f"G~ {mean['G']:.2e}, dW {mean['dW']:.2e}")
+        st = self.student
+        if st is not None:
+            lines.append(f"  student: {type(st).__name__}(widths={getattr(st, 'widths', '?')}, "
+                         f"{sum(p.numel() for p in st.parameters())} parameters)")
+        if self.final_stats is not None:
+            lines.append(f"  final_stats: {type(self.final_stats).__name__}"
+                         f"(num_examples={getattr(self.final_stats, 'num_examples', '?')})")
+        if self.final_prediction is not None:
+            lines.append(f"  final_prediction: {type(self.final_prediction).__name__}")
+        return "\n".join(lines) + ")"
+
     def table(self, *, every: int = 1) -> str:
         """The comparison as text (what ``smaso demo`` prints): the training curve (mean relative
         error of Eq 9 over levels for F, G~, Delta W, every ``every``-th checkpoint and the last),

@@ -59,6 +59,11 @@ class FrequencyStatistics:
     P: EventStatistics
     loss: float
 
+    def __repr__(self) -> str:
+        sizes = [int(c.shape[0]) for c in self.counts]
+        return (f"FrequencyStatistics(num_examples={self.num_examples}, levels={len(self.counts)}, "
+                f"regions per level={sizes}, quantities={sorted(self.means)}, loss={self.loss:.4g})")
+
     def __getattr__(self, name):
         means = self.__dict__.get("means")
         if means is not None and name in means:

@@ -66,6 +66,10 @@ class Reformulation:
     dW: list
     db: list
 
+    def __repr__(self) -> str:
+        shapes = [None if f is None else tuple(f.shape) for f in self.Fbar]
+        return f"Reformulation(levels={len(self.Fbar)}, Fbar shapes={shapes})"
+
 
 def _weighted_bn(F_: torch.Tensor, p: torch.Tensor, c1, c0, eps: float):
     """Eq 12 forward per region: F_ ``(R, m, n)``, p ``(R, m)``."""

@@ -12,6 +12,7 @@
 ``docs/theory.md`` maps every equation to its function.
 """
 
-from . import conditions, disentangle, energy, marginalized, overfitting, relu_vs_linear
+from smaso._lazy import lazy_submodules
 
 __all__ = ["conditions", "disentangle", "energy", "marginalized", "overfitting", "relu_vs_linear"]
+__getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

@@ -1,0 +1,283 @@
+"""Pyro and ArviZ conventions of the library (issue 16): no global RNG state touched, tensors on the input's
+device and in its dtype, flat-shape conditioning of the ladder model, distributions that honour
+``validate_args`` with Pyro's own errors, and ArviZ output that summarises categorical draws meaningfully
+without a warning flood."""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import arviz as az
+import numpy as np
+import pyro
+import pytest
+import torch
+from pyro import poutine
+from pyro.infer import Predictive, TraceEnum_ELBO, config_enumerate, infer_discrete
+
+from inference.factorial import (
+    configurations,
+    exact_joint_map,
+    exact_posterior,
+    factorial_posterior_draws,
+    factorized_map,
+    joint_map_pyro,
+    mean_field_map,
+)
+from inference.ladder_posterior import ladder_posterior, posterior_event_draws
+from smaso.plots.factorial import plot_arviz, quiet_arviz
+from teachers import Ladder, sample_ladder
+from teachers.categorical import CategoricalTable, IndexedCategorical
+from teachers.pyro_model import EmissionDistribution, LadderModel
+
+F64 = torch.float64
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _layer(K=3, R=2, D=4, N=6, seed=0, dtype=F64):
+    g = torch.Generator().manual_seed(seed)
+    A = torch.randn(K, R, D, dtype=F64, generator=g)
+    B = torch.randn(K, R, dtype=F64, generator=g)
+    x = 1.5 * torch.randn(N, D, dtype=F64, generator=g)
+    return A.to(dtype), B.to(dtype), x.to(dtype)
+
+
+def _global_states():
+    return random.getstate(), np.random.get_state(), torch.random.get_rng_state()  # noqa: NPY002
+
+
+def _assert_same_states(a, b):
+    assert a[0] == b[0]
+    assert a[1][0] == b[1][0] and np.array_equal(a[1][1], b[1][1]) and a[1][2:] == b[1][2:]
+    assert torch.equal(a[2], b[2])
+
+
+def _gauss_ladder(mode="topdown"):
+    return Ladder.random(depth=2, branching=2, events=[3, 3, 2], mode=mode, concentration=0.7, seed=13,
+                         emission="gaussian", sigma=0.6)
+
+
+# ---------------------------------------------------------------------- global RNG state
+def test_seeded_calls_leave_every_global_rng_state_alone():
+    A, B, x = _layer()
+    lad = _gauss_ladder()
+    xl = sample_ladder(lad, 2, seed=0).inputs(dtype=F64)
+    random.seed(5)
+    np.random.seed(5)  # noqa: NPY002 - the legacy global state is what is checked
+    torch.manual_seed(5)
+    before = _global_states()
+    runs = [lambda s: factorial_posterior_draws(A, B, x, num_draws=20, seed=s).posterior["t"].values,
+            lambda s: factorial_posterior_draws(A, B, x, num_draws=20, seed=s, method="enumeration")
+            .posterior["t"].values,
+            lambda s: mean_field_map(A, B, x).draws(20, seed=s).posterior["t"].values,
+            lambda s: posterior_event_draws(lad, xl, num_draws=20, seed=s).posterior["z"].values]
+    for run in runs:
+        a, b, c = run(3), run(3), run(4)
+        assert np.array_equal(a, b) and not np.array_equal(a, c)
+        _assert_same_states(before, _global_states())
+
+
+# ---------------------------------------------------------------------- device and dtype
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_factorial_results_follow_the_inputs_dtype_and_device(dtype):
+    A, B, x = _layer(dtype=dtype)
+    mf = mean_field_map(A, B, x)
+    assert mf.probs.dtype == dtype and mf.elbo.dtype == dtype and mf.probs.device == A.device
+    post = exact_posterior(A, B, x)
+    assert post.log_probs.dtype == dtype and post.configs.device == A.device
+    for t in (exact_joint_map(A, B, x), joint_map_pyro(A, B, x), factorized_map(A, B, x, check_orthogonality=False)):
+        assert t.dtype == torch.int64 and t.device == A.device
+    assert torch.equal(joint_map_pyro(A, B, x), exact_joint_map(A, B, x))
+    assert configurations(3, 2, device="meta").device.type == "meta"
+
+
+def test_ladder_draws_do_not_depend_on_the_input_dtype():
+    lad = _gauss_ladder("bottomup")
+    x = sample_ladder(lad, 3, seed=1).inputs(dtype=F64)
+    a = posterior_event_draws(lad, x, num_draws=30, seed=2, device="cpu").posterior["z"].values
+    b = posterior_event_draws(lad, x.float(), num_draws=30, seed=2).posterior["z"].values
+    assert np.array_equal(a, b)
+
+
+# ---------------------------------------------------------------------- validation
+def test_indexed_categorical_honours_validate_args():
+    table = CategoricalTable(torch.tensor([[0.2, 0.8], [0.5, 0.5]], dtype=F64))
+    row = torch.tensor([0, 1, 1])
+    bad = torch.tensor([0, 1, 2])
+    with pyro.validation_enabled(True):
+        d = IndexedCategorical(table, row)
+        with pytest.raises(ValueError, match=r"Expected value argument .* within the support"):
+            d.log_prob(bad)
+        with pytest.raises(ValueError, match="within the support"):
+            d.expand((2, 3)).log_prob(bad)
+        with pytest.raises(ValueError, match="not broadcastable"):
+            d.log_prob(torch.zeros(4, dtype=torch.long))
+        with pytest.raises(IndexError):  # explicitly off: no check, the raw gather fails
+            IndexedCategorical(table, row, validate_args=False).log_prob(bad)
+        # enumerate_support's values are in the support, with enumerated rows too
+        values = d.enumerate_support(expand=False)
+        assert d.log_prob(values).shape == (2, 3)
+    with pyro.validation_enabled(False):
+        assert not IndexedCategorical(table, row)._validate_args
+        with pytest.raises(ValueError, match="within the support"):
+            IndexedCategorical(table, row, validate_args=True).log_prob(bad)
+
+
+def test_emission_distribution_honours_validate_args():
+    lad = _gauss_ladder()
+    z = torch.zeros(5, lad.num_regions[-1], dtype=torch.long)
+    x = torch.zeros(5, lad.num_regions[-1], lad.emission.dim, dtype=F64)
+    with pyro.validation_enabled(True):
+        d = EmissionDistribution(lad.emission, z)
+        assert d.log_prob(x).shape == (5, lad.num_regions[-1])
+        with pytest.raises(ValueError, match="within the support"):
+            d.log_prob(torch.full_like(x, float("nan")))
+        with pytest.raises(ValueError, match="event_shape"):
+            d.log_prob(x[..., :1])
+
+
+@pytest.mark.parametrize("mode", ["topdown", "bottomup"])
+def test_out_of_support_observed_leaves_raise_pyros_error(mode):
+    lad = Ladder.random(depth=2, branching=2, events=[3, 3, 2], mode=mode, seed=1)
+    lm = LadderModel(lad)
+    leaves = torch.zeros(4, lad.num_regions[-1], dtype=torch.long)
+    leaves[1, 2] = 2  # leaves have 2 events
+    with pyro.validation_enabled(True):
+        with pytest.raises(ValueError, match=r"Expected value argument .* within the support"):
+            poutine.trace(lm.model).get_trace(leaves=leaves, emit=False)
+        with pytest.raises(ValueError, match="within the support"):
+            lm.model(leaves=leaves.double() + 0.5, emit=False)
+    # enumeration and exact inference still work with validation on
+    if mode == "topdown":
+        lad = _gauss_ladder()
+        lm = LadderModel(lad)
+        x = sample_ladder(lad, 5, seed=3).inputs(dtype=F64)
+        with pyro.validation_enabled(True):
+            loss = TraceEnum_ELBO(max_plate_nesting=3).loss(config_enumerate(lm.model), lambda **kw: None, x=x)
+        assert -loss == pytest.approx(ladder_posterior(lad, x).log_evidence.sum().item(), abs=1e-9)
+
+
+# ---------------------------------------------------------------------- flat-shape conditioning
+def _data(lad, n=12, seed=4):
+    s = sample_ladder(lad, n, seed=seed)
+    return s.z[:, 0].long(), s.inputs(dtype=F64), s.leaves.long()
+
+
+def test_condition_on_flat_labels_topdown_equals_poutine_condition(float64):
+    lad = _gauss_ladder()
+    lm = LadderModel(lad)
+    y, x, _ = _data(lad)
+    n, d = y.shape[0], lad.depth
+    conditioned = lm.condition_on(y=y, x=x.reshape(n, -1))
+    reference = poutine.condition(lm.model, data={"z_0": y.reshape(n, *([1] * d))})
+    tr = poutine.trace(conditioned).get_trace()
+    ref = poutine.trace(poutine.replay(reference, trace=tr)).get_trace(x=x)
+    tr.compute_log_prob()
+    ref.compute_log_prob()
+    for name in ("z_0", "z_1", "z_2", "x"):
+        assert torch.equal(tr.nodes[name]["log_prob"], ref.nodes[name]["log_prob"]), name
+    assert tr.nodes["z_0"]["is_observed"]
+    # exact: log p(x, y) = log p(x) + log p(y | x)
+    elbo = TraceEnum_ELBO(max_plate_nesting=d + 1)
+    post = ladder_posterior(lad, x)
+    want = (post.log_evidence + post.label.log()[torch.arange(n), y]).sum().item()
+    assert -elbo.loss(config_enumerate(conditioned), lambda: None) == pytest.approx(want, abs=1e-9)
+    assert -elbo.loss(config_enumerate(reference), lambda **kw: None, x=x) == pytest.approx(want, abs=1e-9)
+    # infer_discrete keeps the observed labels; Predictive runs it
+    out = infer_discrete(config_enumerate(conditioned), first_available_dim=-(d + 2), temperature=0)()
+    assert torch.equal(out["z_0"].reshape(n), y)
+    pred = Predictive(conditioned, num_samples=3, parallel=True)()
+    assert tuple(pred["z_1"].shape) == (3, n, 2, 1)
+
+
+def test_condition_on_bottomup_labels_is_an_indicator_factor(float64):
+    lad = _gauss_ladder("bottomup")
+    lm = LadderModel(lad)
+    y, x, leaves = _data(lad)
+    n = y.shape[0]
+    tr = poutine.trace(lm.condition_on(y=y, x=x.reshape(n, -1), leaves=leaves)).get_trace()
+    ref = poutine.trace(lm.model).get_trace(x=x, leaves=leaves)
+    tr.compute_log_prob()
+    ref.compute_log_prob()
+    assert tr.log_prob_sum().item() == pytest.approx(ref.log_prob_sum().item(), abs=1e-12)
+    wrong = y.clone()
+    wrong[0] = (wrong[0] + 1) % lad.num_classes
+    tr = poutine.trace(lm.condition_on(y=wrong, x=x, leaves=leaves)).get_trace()
+    tr.compute_log_prob()
+    assert torch.isneginf(tr.nodes["z_0_observed"]["log_prob"]).sum() == 1
+
+
+def test_condition_on_shape_errors_name_the_argument():
+    lad = _gauss_ladder()
+    lm = LadderModel(lad)
+    y, x, leaves = _data(lad, n=5)
+    with pytest.raises(ValueError, match=r"^y: expected labels of shape \(N,\), got \(5, 1\)"):
+        lm.condition_on(y=y[:, None], x=x)
+    with pytest.raises(ValueError, match=r"^x: expected shape \(N, 8\) .* or \(N, 4, 2\), got \(5, 7\)"):
+        lm.condition_on(y=y, x=x.reshape(5, -1)[:, :7])
+    with pytest.raises(ValueError, match=r"^leaves: expected shape \(N, 4\), got \(5, 3\)"):
+        lm.condition_on(leaves=leaves[:, :3])
+    with pytest.raises(ValueError, match=r"^condition_on: inconsistent numbers of examples"):
+        lm.condition_on(y=y[:4], x=x)
+    with pytest.raises(ValueError, match=r"^y: expected integer labels in \[0, 3\), got dtype"):
+        lm.condition_on(y=y.double())
+    with pytest.raises(ValueError, match=r"^y: expected integer labels in \[0, 3\), got values"):
+        lm.condition_on(y=y + 3)
+    with pytest.raises(ValueError, match=r"^condition_on: give y, x or leaves"):
+        lm.condition_on()
+    with pytest.raises(ValueError, match=r"^y: expected labels of shape \(N,\) = \(5,\)"):
+        lm.model(x=x, y=y[:3])
+
+
+# ---------------------------------------------------------------------- ArviZ
+def test_categorical_draws_summarise_as_per_category_probabilities():
+    A, B, x = _layer(K=2, R=3, N=3)
+    idata = factorial_posterior_draws(A, B, x, num_draws=2000, seed=0, method="enumeration")
+    oh = idata.posterior["t_onehot"]
+    assert oh.dims == ("chain", "draw", "example", "unit", "category")
+    for dim in ("example", "unit", "category"):
+        assert np.issubdtype(idata.posterior[dim].dtype, np.integer)
+    with quiet_arviz():
+        summary = az.summary(idata, var_names=["t_onehot"], kind="stats")
+    exact = exact_posterior(A, B, x).marginals.numpy()
+    means = summary["mean"].to_numpy().reshape(exact.shape)
+    assert np.abs(means - exact).max() < 0.05
+    mf = mean_field_map(A, B, x)
+    assert "x" in mf.draws(10, seed=0).observed_data
+
+
+def test_ladder_draws_have_integer_regions_and_per_level_indicators():
+    lad = _gauss_ladder()
+    x = sample_ladder(lad, 2, seed=0).inputs(dtype=F64)
+    idata = posterior_event_draws(lad, x, num_draws=400, seed=1)
+    post = idata.posterior
+    assert list(post["region"].values) == list(range(lad.total_regions))
+    assert list(post["region_name"].values) == lad.region_names()
+    assert list(idata.observed_data["leaf"].values) == list(range(lad.num_regions[-1]))
+    assert list(idata.observed_data["leaf_name"].values) == lad.region_names()[lad.level_offsets[-2]:]
+    marg = ladder_posterior(lad, x, marginals=True).marginals
+    for l in range(lad.depth + 1):
+        oh = post[f"z_onehot_{l}"]
+        assert oh.dims == ("chain", "draw", "example", f"region_{l}", f"event_{l}")
+        assert oh.sum(f"event_{l}").values.min() == 1
+        assert np.abs(oh.values.mean((0, 1)) - marg[l].numpy()).max() < 0.12
+    assert "z_onehot_0" not in posterior_event_draws(lad, x, num_draws=4, onehot=False).posterior
+
+
+def test_arviz_plots_emit_no_warnings():
+    A, B, x = _layer(K=2, R=2, N=2)
+    idata = factorial_posterior_draws(A, B, x, num_draws=50, seed=0, method="enumeration")
+    import matplotlib.pyplot as plt
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig = plot_arviz("trace", idata, var_names=["t_onehot"], compact=True)
+        plot_arviz("forest", idata, var_names=["t_onehot"], combined=True)
+    plt.close("all")
+    assert fig is not None
+    assert [str(w.message)[:80] for w in caught] == []
+    with pytest.raises(ValueError, match="plot: expected an ArviZ plotting function"):
+        plot_arviz("no_such_plot", idata)
