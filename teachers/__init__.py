@@ -1,5 +1,7 @@
-"""Teachers with known hidden structure: the summarization ladder (framework paper §3) and the
-tent map tau^k (a deep 1-D target with exactly 2^k linear pieces, ``docs/theory.md`` §2).
+"""Teachers with known hidden structure: the summarization ladder (framework paper §3; on uniform trees,
+:class:`~teachers.ladder.Ladder`, or on any layered region graph with overlapping receptive fields,
+:class:`~teachers.graph_ladder.GraphLadder`) and the tent map tau^k (a deep 1-D target with exactly
+2^k linear pieces, ``docs/theory.md`` §2).
 
 The names below are imported on first use (PEP 562), so that ``import teachers`` (and ``smaso --help``)
 does not import torch or pyro."""
@@ -19,6 +21,7 @@ _EXPORTS = {
     "open_dataset": "chunked", "sample_to_store": "chunked",
     "Emission": "emission", "GaussianEmission": "emission", "OneHotEmission": "emission",
     "Factorization": "ladder", "Ladder": "ladder", "LadderSpecError": "ladder",
+    "GraphLadder": "graph_ladder",
     "EmissionDistribution": "pyro_model", "LadderModel": "pyro_model",
     "BLOCK_SIZE": "sampling", "LadderSample": "sampling", "sample_ladder": "sampling", "sample_rows": "sampling",
     "TentNetwork": "tent", "TentSample": "tent", "sample_tent": "tent", "tent": "tent", "tent_power": "tent",
@@ -35,6 +38,7 @@ __all__ = [
     "EmissionDistribution",
     "Factorization",
     "GaussianEmission",
+    "GraphLadder",
     "IndexedCategorical",
     "Ladder",
     "LadderModel",
@@ -57,6 +61,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from .categorical import AliasTable, BlockRNG, CategoricalTable, IndexedCategorical
     from .chunked import ChunkDataset, ChunkedLadderData, StreamingLadderDataset, open_dataset, sample_to_store
     from .emission import Emission, GaussianEmission, OneHotEmission
+    from .graph_ladder import GraphLadder
     from .ladder import Factorization, Ladder, LadderSpecError
     from .pyro_model import EmissionDistribution, LadderModel
     from .sampling import BLOCK_SIZE, LadderSample, sample_ladder, sample_rows

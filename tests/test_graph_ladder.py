@@ -1,0 +1,122 @@
+"""Ladders on any layered region graph (teachers.graph_ladder): structure, constructors and spec validation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from teachers import Ladder
+from teachers.graph_ladder import GraphLadder, conv_children, mixed_radix
+from teachers.ladder import LadderSpecError
+
+
+def test_mixed_radix_first_index_most_significant():
+    z = torch.tensor([[0, 0], [0, 2], [1, 0], [1, 2]])
+    assert mixed_radix(z, (2, 3)).tolist() == [0, 2, 3, 5]
+    every = torch.cartesian_prod(torch.arange(2), torch.arange(3), torch.arange(4))
+    assert mixed_radix(every, (2, 3, 4)).tolist() == list(range(24))  # a bijection onto 0..23, in order
+
+
+def test_conv_children_cover_the_level_below_with_overlap():
+    assert conv_children(5, 3, 1) == [(0, 1, 2), (1, 2, 3), (2, 3, 4)]
+    assert conv_children(6, 2, 2) == [(0, 1), (2, 3), (4, 5)]  # stride = kernel: a tree level
+    with pytest.raises(LadderSpecError, match="uncovered"):
+        conv_children(6, 3, 2)
+    with pytest.raises(LadderSpecError, match="kernel"):
+        conv_children(3, 4, 1)
+
+
+def test_conv1d_parents_and_children_are_each_others_inverse():
+    g = GraphLadder.conv1d(8, kernels=[3, 6], strides=[1, 1], events=[3, 3, 2], seed=1)
+    assert g.num_regions == (1, 6, 8) and not g.is_tree()
+    assert g.parents[2][:4] == ((0,), (0, 1), (0, 1, 2), (1, 2, 3))
+    for l in range(1, g.depth + 1):
+        for i, ps in enumerate(g.parents[l]):
+            assert all(i in g.children[l - 1][p] for p in ps)
+    assert len(g.edges()) == sum(len(ps) for lvl in g.parents[1:] for ps in lvl)
+    for l in range(1, g.depth + 1):  # every table row is a distribution over the region's events
+        for i, t in enumerate(g.tables[l]):
+            assert t.shape == (3 ** len(g.parents[l][i]), g.events[l][i])
+            assert torch.allclose(t.sum(-1), torch.ones(t.shape[0], dtype=t.dtype))
+
+
+def test_conv2d_windows_on_a_grid():
+    g = GraphLadder.conv2d((4, 4), kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], mode="bottomup", seed=0)
+    assert g.num_regions == (1, 9, 16)
+    assert g.children[1][0] == (0, 1, 4, 5) and g.children[1][4] == (5, 6, 9, 10)
+    assert sorted(len(ps) for ps in g.parents[2]) == [1] * 4 + [2] * 8 + [4] * 4  # corners, edges, centre
+    assert all(t.shape == (2 ** len(g.children[l][i]),) for l in range(g.depth) for i, t in enumerate(g.lookups[l]))
+
+
+def test_a_uniform_tree_ladder_becomes_a_graph_ladder_with_the_same_tables():
+    lad = Ladder.random(depth=2, branching=2, events=3, seed=0)
+    g = GraphLadder.from_ladder(lad)
+    assert g.is_tree() and g.num_regions == tuple(lad.num_regions) and g.region_names() == lad.region_names()
+    assert torch.equal(g.tables[2][3], lad.tables[1][3].double())
+    b = GraphLadder.from_ladder(Ladder.default())  # bottom-up
+    assert b.mode == "bottomup" and torch.equal(b.lookups[0][0], Ladder.default().lookup[0][0])
+
+
+@pytest.mark.parametrize("mode", ["topdown", "bottomup"])
+def test_spec_round_trips_bit_for_bit(mode):
+    g = GraphLadder.conv1d(6, kernels=[3, 4], strides=[1, 1], events=[2, 3, 2], mode=mode, seed=3, sigma=0.5)
+    back = GraphLadder.from_dict(json.loads(json.dumps(g.to_dict())))
+    assert back.parents == g.parents and back.events == g.events and back.emission.kind == "gaussian"
+    tables = (lambda x: [t for lvl in x.tables for t in lvl]) if mode == "topdown" else \
+        (lambda x: [t for lvl in x.lookups for t in lvl] + list(x.leaf_priors))
+    assert all(torch.equal(a, b) for a, b in zip(tables(g), tables(back), strict=True))
+
+
+def _spec():
+    return GraphLadder.conv1d(4, kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], seed=0).to_dict()
+
+
+@pytest.mark.parametrize(("edit", "match"), [
+    (lambda s: s.update(parents=[[[]], [[0]] * 3, [[0], [0, 1], [1, 2], [3]]]), r"parents\[2\]\[3\]: indices must lie"),
+    (lambda s: s.update(parents=[[[]], [[0]] * 3, [[0], [0], [1], [1]]]), r"regions \[2\] of level 1 have no child"),
+    (lambda s: s.update(parents=[[[]], [[0]] * 3, [[0], [], [1, 2], [2]]]), r"parents\[2\]\[1\]: every region below"),
+    (lambda s: s.update(parents=[[[]], [[0]] * 3, [[0], [1, 0], [1, 2], [2]]]), "sorted distinct"),
+    (lambda s: s.update(parents=[[[0]], [[0]] * 3, [[0], [0, 1], [1, 2], [2]]]), r"parents\[0\]"),
+    (lambda s: s["tables"][2].pop(), r"tables\[2\]: expected one table per region"),
+    (lambda s: s["tables"][2].__setitem__(1, [[0.5, 0.5]]), r"tables\[2\]\[1\]: expected shape \(4, 2\)"),
+    (lambda s: s["tables"][1].__setitem__(0, [[0.7, 0.7], [0.5, 0.5]]), "sum to 1"),
+    (lambda s: s["tables"][1].__setitem__(0, [[1.5, -0.5], [0.5, 0.5]]), "non-negative"),
+    (lambda s: s.pop("tables"), "tables: missing"),
+    (lambda s: s.update(events=[[2], [2, 2, 2], [2, 2, 3, 2]]), "same number of events"),
+    (lambda s: s.update(events=[[2, 2], [2, 2, 2], [2, 2, 2, 2]]), r"events\[0\]: the top level holds exactly one"),
+    (lambda s: s.update(events=[[2], [2, 1, 2], [2, 2, 2, 2]]), r"events\[1\]\[1\]: expected 2"),
+    (lambda s: s.update(mode="sideways"), "mode: expected one of"),
+    (lambda s: s.update(format="smaso-ladder"), "format, version"),
+    (lambda s: s.update(emission={"kind": "onehot", "num_regions": 5}), "emission"),
+])
+def test_bad_specs_name_the_field(edit, match):
+    spec = _spec()
+    edit(spec)
+    with pytest.raises(LadderSpecError, match=match):
+        GraphLadder.from_dict(spec)
+
+
+def test_bad_bottomup_lookups_and_constructor_arguments():
+    g = GraphLadder.conv1d(4, kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], mode="bottomup", seed=0)
+    spec = g.to_dict()
+    spec["lookups"][1][0] = [0, 1, 2, 0]
+    with pytest.raises(LadderSpecError, match=r"lookups\[1\]\[0\]: events must lie in \[0, 2\)"):
+        GraphLadder.from_dict(spec)
+    spec = g.to_dict()
+    spec["lookups"][0][0] = [0, 1]
+    with pytest.raises(LadderSpecError, match=r"lookups\[0\]\[0\]: expected shape \(8,\)"):
+        GraphLadder.from_dict(spec)
+    with pytest.raises(LadderSpecError, match="top level has 2 regions"):
+        GraphLadder.conv1d(8, kernels=[3, 4], strides=[1, 2], events=[2, 2, 2])
+    with pytest.raises(LadderSpecError, match="concentration"):
+        GraphLadder.conv1d(4, kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], concentration=0)
+    with pytest.raises(LadderSpecError, match="len\\(kernels\\)"):
+        GraphLadder.conv1d(4, kernels=[2], strides=[1, 1], events=[2, 2])
+
+
+def test_describe_and_repr_are_short():
+    g = GraphLadder.conv2d((4, 4), kernels=[2, 3], strides=[1, 1], events=[2, 2, 2])
+    assert "DAG" in repr(g) and len(repr(g)) < 200
+    assert g.describe().count("\n") == g.depth + 1 and "parents per region [1, 2, 4]" in g.describe()
