@@ -6,7 +6,11 @@
   ``infer_discrete``, tempered SVI, exact posterior draws), which produce ReLU, SiLU and swish; the
   closed forms they reproduce are in :mod:`smaso.splines.maso`.
 - :mod:`inference.factorial`: the factorial mixture of a whole layer: exact joint MAP by enumeration,
-  factorized MAP, mean field, and their gaps (Eq 10, Eq 11).
+  factorized MAP, mean field, and their gaps (Eq 10, Eq 11); the same answers by Pyro inference.
+- :mod:`inference.graph_posterior`: exact inference on ladders over any layered region graph
+  (:class:`teachers.graph_ladder.GraphLadder`): a junction tree from a min-fill elimination order, its
+  cost stated and refused when too large; exact event statistics over every parent-child edge.
+- :mod:`inference.rng`: the local RNG scope every seeded call runs in.
 
 The submodules are the API (``from inference.vq import svi_vq``); this package re-exports nothing, so
 ``inference.ladder_posterior`` is the module, not its function of the same name.

@@ -196,11 +196,14 @@ def _available_bytes(device: torch.device) -> int | None:
     return None
 
 
-def check_working_memory(ladder: Ladder, blocks_per_call: int = 1, device: torch.device | str = "cpu") -> None:
+def check_working_memory(ladder, blocks_per_call: int = 1, device: torch.device | str = "cpu") -> None:
     """Refuse, before any allocation, a ladder whose sampling working set does not fit in memory.
 
     The stream is drawn in whole blocks of :data:`BLOCK_SIZE` rows (whatever ``num_examples``), so even
     a few examples of a very wide ladder need ``BLOCK_SIZE x total_regions`` cells of temporaries.
+
+    :param ladder: a :class:`~teachers.ladder.Ladder` or a :class:`~teachers.graph_ladder.GraphLadder`
+        (anything with ``total_regions``, ``num_regions`` and ``emission``).
 
     :raises ValueError: the estimate exceeds the memory available on ``device``.
     """
