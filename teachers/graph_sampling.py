@@ -1,21 +1,27 @@
 """Fast, reproducible sampling of examples from a :class:`~teachers.graph_ladder.GraphLadder` (issue 17).
 
-The sampler is vectorised over examples and over the regions of a level: the regions of a level are
-grouped by *signature* (:func:`signature_groups`) and every group is drawn with one tensor operation.
+The sampler is vectorised over examples and over *all* the regions of a level, like the uniform-tree
+sampler :func:`teachers.sampling.sample_ladder` (``benchmarks/bench_graph_sampling.py`` compares them):
 
-- topdown: signature ``(parent event counts, m)``.  The group's tables are stacked into ``(G, rows, m)``
-  cumulative rows; the parents' events ``(N, G, k)`` give the row codes (mixed radix, first parent most
-  significant, :func:`teachers.graph_ladder.mixed_radix`); each event is drawn by inverse CDF from one
-  float64 uniform: ``z = #{j < m - 1 : cdf[row, j] <= u}``.
-- bottomup: the leaves are drawn from their priors (one group, the same inverse CDF); every region above
-  is the lookup of its children's code (signature: the children's event counts), no random numbers.
+- topdown: the tables of a level's regions are stacked into one
+  :class:`~teachers.categorical.AliasTable` (rows padded to the level's largest m with zero-probability
+  events); a region's row is its first row plus the mixed-radix code of its parents' events (first
+  parent most significant, :func:`teachers.graph_ladder.mixed_radix`), and each event is one alias draw
+  from one uniform (float32 when the level's largest m <= 256, as in :mod:`teachers.categorical`).
+- bottomup: the leaves are drawn from their priors (one alias table, the same draw); every region above
+  is the lookup of its children's code (one concatenated lookup table per level), no random numbers.
+
+The codes are computed on strided views of the ``(N, total_regions)`` event array, not by gathers: a
+level's regions are split into runs whose linked regions are evenly spaced (a tree level, or a
+convolution's level, is one run plus its edges).
 
 Random numbers follow :mod:`teachers.sampling`'s block scheme: examples come in blocks of
 :data:`~teachers.sampling.BLOCK_SIZE` rows, block ``k`` draws from ``block_generator(seed, k, device)``
-and always draws the whole block, level by level and group by group (then the emission, when x is not
-derivable), so row ``i`` depends only on ``(graph, seed, i)``: the same seed gives the same rows whatever
-``chunk_size``.  (Streams are per device type, as in :mod:`teachers.sampling`.)  Torch's global RNG is
-never used.
+and always draws the whole block: one ``(BLOCK_SIZE, R_l)`` uniform array per drawn level, in sampling
+order (then the emission, when x is not derivable), so row ``i`` depends only on ``(graph, seed, i)``:
+the same seed gives the same rows whatever ``chunk_size``.  (Streams are per device type, as in
+:mod:`teachers.sampling`.)  Torch's global RNG is never used.  :func:`signature_groups` no longer defines
+the stream; it names the sites of :class:`teachers.graph_pyro_model.GraphLadderModel`.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .categorical import BlockRNG, uniform
+from .categorical import AliasTable, BlockRNG
 from .emission import one_hot
 from .graph_ladder import GraphLadder
 from .ladder import TOPDOWN
@@ -33,9 +39,10 @@ from .sampling import BLOCK_SIZE, STREAM_VERSION, block_generator, check_working
 
 __all__ = ["GRAPH_STREAM_VERSION", "GraphSample", "event_dtype", "sample_graph_ladder", "signature_groups"]
 
-#: Version of the graph sampler's stream (inverse CDF on float64 uniforms, groups in
-#: :func:`signature_groups` order); changing the scheme changes every sampled byte.
-GRAPH_STREAM_VERSION = 1
+#: Version of the graph sampler's stream (2: alias draws, one uniform array per level; 1 was the
+#: inverse CDF on float64 uniforms per :func:`signature_groups` group); changing the scheme changes
+#: every sampled byte.
+GRAPH_STREAM_VERSION = 2
 
 
 def signature_groups(g: GraphLadder, level: int) -> list[tuple[tuple, tuple[int, ...]]]:
@@ -43,7 +50,7 @@ def signature_groups(g: GraphLadder, level: int) -> list[tuple[tuple, tuple[int,
 
     topdown: signature ``(parent event counts, m)`` (level 0: ``((), m_0)``); bottomup: the tuple of the
     children's event counts (``()`` for the leaves).  Groups are ordered by their first region and hold
-    their regions in increasing order; this order defines the sampling stream and the Pyro site names
+    their regions in increasing order; this order defines the Pyro site names
     ``z_{level}_g{j}`` of :class:`teachers.graph_pyro_model.GraphLadderModel`.
     """
     if not 0 <= level <= g.depth:
@@ -109,92 +116,143 @@ class GraphSample:
         return one_hot(self.z[sel, self.graph.level_offsets[-2]:], self.graph.leaf_events, dtype)
 
 
+def _runs(links) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
+    """Split a level's regions into runs whose linked regions are strided slices of the level above/below.
+
+    A run ``(i0, q, rep, [(a_j, s_j), ...])`` covers regions ``i0 .. i0 + q * rep - 1``; region
+    ``i0 + t * rep + r`` (``0 <= r < rep``) links, in place ``j``, to region ``a_j + s_j * t``.  A tree
+    level is one run (``rep`` = branching), a convolution's level one run plus its edges.
+    """
+    runs, i0, n = [], 0, len(links)
+    while i0 < n:
+        first = links[i0]
+        rep = 1
+        while i0 + rep < n and links[i0 + rep] == first:
+            rep += 1
+        nxt = links[i0 + rep] if i0 + rep < n else None
+        steps = None if nxt is None or len(nxt) != len(first) else [b - a for a, b in zip(first, nxt, strict=True)]
+        if steps is not None and min(steps, default=0) < 0:  # torch slices cannot step backwards
+            steps = None
+        q = 1
+        while steps is not None and i0 + (q + 1) * rep <= n:
+            want = tuple(a + s * q for a, s in zip(first, steps, strict=True))
+            if any(links[i0 + q * rep + r] != want for r in range(rep)):
+                break
+            q += 1
+        runs.append((i0, q, rep, [(a, s) for a, s in zip(first, steps or [0] * len(first), strict=True)]))
+        i0 += q * rep
+    return runs
+
+
+class _Level:
+    """One level's sampling plan: every region of the level in one vectorised step.
+
+    ``runs``: :func:`_runs` of the regions' parents (topdown) or children (bottomup), as global columns
+    of the ``(n, total_regions)`` buffer, with ``(q, rep)`` int32 mixed-radix weights per linked place
+    (first most significant) and the regions' first rows ``(q, rep)`` in ``table``: a region's row (or
+    lookup index) is its offset plus the weighted sum of its linked events, computed on strided views
+    of the buffer (no gather).  topdown (and the bottomup leaves): ``table`` is one
+    :class:`~teachers.categorical.AliasTable` of every region's rows, padded to the level's largest m
+    with zero-probability events; bottomup above the leaves: the concatenated lookups (1-D).
+    """
+
+    def __init__(self, lo: int, r: int, runs, offset, table, draw: bool):
+        self.lo, self.hi, self.r, self.runs, self.offset = lo, lo + r, r, runs, offset
+        self.table, self.draw = table, draw
+
+    def rows(self, buf: torch.Tensor) -> torch.Tensor:
+        """Row (topdown) or lookup (bottomup) index ``(n, R)`` int32 of every region of every example."""
+        n = buf.shape[0]
+        if not self.runs:
+            return self.offset.expand(n, self.r)
+        out = None if len(self.runs) == 1 else torch.empty(n, self.r, dtype=torch.int32, device=buf.device)
+        for i0, q, rep, off, terms in self.runs:
+            code = None
+            for col, step, w in terms:
+                part = buf[:, col: col + step * (q - 1) + 1: step] if step else buf[:, col: col + 1].expand(n, q)
+                part = part.unsqueeze(-1)  # (n, q, 1), a view of the buffer
+                term = part if w is None else part * w
+                code = term + off if code is None else code.add_(term)
+            if out is None:
+                return code.reshape(n, self.r)
+            out[:, i0: i0 + q * rep] = code.reshape(n, q * rep)
+        return out
+
+
+def _pad_rows(probs: torch.Tensor, m: int) -> torch.Tensor:
+    """``(rows, m_r)`` float64 rows, normalised and padded with zeros to ``m`` events."""
+    p = probs.to(torch.float64).reshape(-1, probs.shape[-1])
+    p = p / p.sum(-1, keepdim=True)
+    return torch.nn.functional.pad(p, (0, m - p.shape[-1]))
+
+
 class _Plan:
-    """Per-level, per-group tensors of one graph on one device (built once per call of the sampler)."""
+    """Per-level tensors of one graph on one device (built once per call of the sampler)."""
 
     def __init__(self, g: GraphLadder, device: torch.device):
         self.g, self.device = g, device
-        # levels in sampling order; each entry: (level, [(region idx (G,), source idx (G, k), radices, table)])
-        self.levels = []
+        off = g.level_offsets
+        self.levels: list[_Level] = []
         order = range(g.depth + 1) if g.mode == TOPDOWN else range(g.depth, -1, -1)
         for l in order:
-            groups = []
-            for _key, idx in signature_groups(g, l):
-                regions = torch.tensor(idx, dtype=torch.int64, device=device)
-                if g.mode == TOPDOWN:
-                    if l == 0:
-                        src, sizes, probs = None, (), g.prior[None, None]
-                    else:
-                        src = torch.tensor([g.parents[l][i] for i in idx], dtype=torch.int64, device=device)
-                        sizes = g.parent_sizes(l, idx[0])
-                        probs = torch.stack([g.tables[l][i] for i in idx])
-                    groups.append((regions, src, sizes, _cdf(probs, device)))
-                elif l == g.depth:
-                    probs = torch.stack([g.leaf_priors[i] for i in idx])[:, None]
-                    groups.append((regions, None, (), _cdf(probs, device)))
-                else:
-                    src = torch.tensor([g.children[l][i] for i in idx], dtype=torch.int64, device=device)
-                    sizes = g.child_sizes(l, idx[0])
-                    lookup = torch.stack([g.lookups[l][i] for i in idx]).to(device)  # (G, prod sizes)
-                    groups.append((regions, src, sizes, lookup))
-            self.levels.append((l, groups))
-
-
-def _cdf(probs: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``(G, rows, m)`` probability rows -> ``(G * rows, m - 1)`` float64 cumulative sums (rows normalised)."""
-    p = probs.to(torch.float64)
-    c = p.cumsum(-1)
-    c = c / c[..., -1:]
-    return c[..., :-1].reshape(-1, p.shape[-1] - 1).contiguous().to(device)
-
-
-def _draw(cdf: torch.Tensor, flat_row: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Inverse CDF: events ``(...)`` for rows ``flat_row`` of ``cdf`` and uniforms ``u`` (same shape)."""
-    rows = cdf.index_select(0, flat_row.reshape(-1))  # (n, m - 1)
-    return (rows <= u.reshape(-1, 1)).sum(-1).reshape(flat_row.shape)
-
-
-def _radix(parts: torch.Tensor, sizes) -> torch.Tensor:
-    """Mixed-radix code ``(G, n)`` of ``parts`` ``(k, G, n)`` (contiguous rows: the hot loop)."""
-    code = parts[0].clone()
-    for j in range(1, len(sizes)):
-        code.mul_(int(sizes[j])).add_(parts[j])
-    return code
-
-
-def _sample_call(plan: _Plan, rng: BlockRNG) -> tuple[list[torch.Tensor], torch.Tensor | None]:
-    """All events of ``rng.total`` rows: one int64 tensor ``(n, R_l)`` per level, and x when not derivable.
-
-    Levels are built transposed, ``(R_l, n)``, so that gathering parents and writing a group's events move
-    contiguous rows; the uniforms are still drawn ``(n, G)`` per group (the stream's definition).
-    """
-    g, device, n = plan.g, plan.device, rng.total
-    zt: list[torch.Tensor | None] = [None] * (g.depth + 1)
-    for l, groups in plan.levels:
-        lvl = torch.empty(g.num_regions[l], n, dtype=torch.int64, device=device)
-        for regions, src, sizes, table in groups:
-            gsize = regions.numel()
-            if g.mode == TOPDOWN or l == g.depth:
-                if src is None:  # the top region, or bottomup leaves: row 0 of each region's table
-                    flat = torch.arange(gsize, device=device)[:, None].expand(gsize, n)
-                else:
-                    parents = zt[l - 1].index_select(0, src.t().reshape(-1)).reshape(-1, gsize, n)  # (k, G, n)
-                    rows = int(np.prod(sizes))
-                    flat = _radix(parents, sizes).add_(torch.arange(gsize, device=device)[:, None] * rows)
-                u = uniform((n, gsize), rng, dtype=torch.float64, device=device).t()
-                ev = _draw(table, flat, u)
+            r = g.num_regions[l]
+            if g.mode == TOPDOWN:
+                links = g.parents[l] if l else ((),) * r
+                base = off[l - 1] if l else 0
+                above = g.events[l - 1] if l else ()
+                m = max(g.events[l])
+                probs = [g.prior] if l == 0 else list(g.tables[l])
+                table = AliasTable(torch.cat([_pad_rows(p, m) for p in probs]), device=device)
+                sizes = [int(p.reshape(-1, p.shape[-1]).shape[0]) for p in probs]
+                draw = True
+            elif l == g.depth:
+                links, base, above = ((),) * r, 0, ()
+                m = max(g.events[l])
+                table = AliasTable(torch.cat([_pad_rows(p, m) for p in g.leaf_priors]),
+                                   device=device)
+                sizes, draw = [1] * r, True
             else:
-                children = zt[l + 1].index_select(0, src.t().reshape(-1)).reshape(-1, gsize, n)
-                size = table.shape[1]
-                flat = _radix(children, sizes).add_(torch.arange(gsize, device=device)[:, None] * size)
-                ev = table.reshape(-1).index_select(0, flat.reshape(-1)).reshape(gsize, n)
-            lvl.index_copy_(0, regions, ev)
-        zt[l] = lvl
-    z = [t.t() for t in zt]
-    x = None
-    if not g.emission.derivable:
-        x = torch.cat([g.emission.sample(zb, gen).to(torch.float32) for zb, gen in rng.split(z[-1].contiguous())])
-    return z, x
+                links, base, above = g.children[l], off[l + 1], g.events[l + 1]
+                lookups = [t.reshape(-1) for t in g.lookups[l]]
+                table = torch.cat(lookups).to(device=device, dtype=event_dtype(g))
+                sizes, draw = [t.numel() for t in lookups], False
+            first_row = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            offset = torch.as_tensor(first_row, dtype=torch.int32, device=device)[None]
+            runs = []
+            for i0, q, rep, places in (_runs(links) if any(links) else []):
+                regs = np.arange(i0, i0 + q * rep)
+
+                def t(v, q=q, rep=rep):
+                    return torch.as_tensor(np.asarray(v).reshape(q, rep), dtype=torch.int32, device=device)
+
+                weights = np.ones((len(places), q * rep), dtype=np.int64)
+                for j in range(len(places) - 2, -1, -1):
+                    weights[j] = weights[j + 1] * np.array([above[links[i][j + 1]] for i in regs])
+                terms = [(base + a, s, None if (weights[j] == 1).all() else t(weights[j]))
+                         for j, (a, s) in enumerate(places)]
+                runs.append((i0, q, rep, t(first_row[regs]), terms))
+            self.levels.append(_Level(off[l], r, runs, offset, table, draw))
+
+
+def _sample_call(plan: _Plan, rng: BlockRNG, buf: torch.Tensor) -> torch.Tensor | None:
+    """All events of ``rng.total`` rows written into ``buf`` ``(n, total_regions)`` (the event dtype), and x
+    when the emission is not derivable.
+
+    Per level, one alias draw for every region at once: the uniforms are ``(n, R_l)`` per level (float32
+    when the level's largest m <= 256), drawn block by block through ``rng`` (the stream's definition).
+    """
+    g = plan.g
+    for lvl in plan.levels:
+        row = lvl.rows(buf)
+        if lvl.draw:
+            ev = lvl.table.sample(row, rng)
+        else:
+            ev = lvl.table.index_select(0, row.reshape(-1)).reshape(row.shape)
+        buf[:, lvl.lo: lvl.hi] = ev
+    if g.emission.derivable:
+        return None
+    leaves = buf[:, g.level_offsets[-2]:].long()
+    return torch.cat([g.emission.sample(zb, gen).to(torch.float32) for zb, gen in rng.split(leaves)])
 
 
 def _positive_int(value, name: str) -> int:
@@ -231,7 +289,6 @@ def sample_graph_ladder(g: GraphLadder, num_examples: int, seed: int = 0, *, dev
     # whole blocks are drawn whatever n is: refuse a graph whose block cannot fit, before allocating
     check_working_memory(g, min(blocks_per_call, -(-n // BLOCK_SIZE) + 1), device)
     plan = _Plan(g, device)
-    off = g.level_offsets
     z = torch.empty(n, g.total_regions, dtype=event_dtype(g), device=device)
     x = None if g.emission.derivable else torch.empty(n, g.num_regions[-1], g.emission.dim, device=device)
     last = -(-n // BLOCK_SIZE)
@@ -239,10 +296,13 @@ def sample_graph_ladder(g: GraphLadder, num_examples: int, seed: int = 0, *, dev
         for first in range(0, last, blocks_per_call):
             blocks = range(first, min(first + blocks_per_call, last))
             rng = BlockRNG([block_generator(seed, k, device) for k in blocks], [BLOCK_SIZE] * len(blocks))
-            levels, xs = _sample_call(plan, rng)
             a, b = first * BLOCK_SIZE, min(n, first * BLOCK_SIZE + rng.total)
-            for l, lvl in enumerate(levels):
-                z[a:b, off[l]: off[l + 1]] = lvl[: b - a]
+            # whole calls are sampled in place; the last, partial one through a buffer
+            buf = z[a:b] if b - a == rng.total else torch.empty(rng.total, g.total_regions, dtype=z.dtype,
+                                                                  device=device)
+            xs = _sample_call(plan, rng, buf)
+            if b - a != rng.total:
+                z[a:b] = buf[: b - a]
             if x is not None:
                 x[a:b] = xs[: b - a]
     return GraphSample(g, z, x, seed=seed, meta={"block_size": BLOCK_SIZE, "stream_version": STREAM_VERSION,

@@ -274,3 +274,43 @@ def test_a_graph_whose_sampling_block_cannot_fit_is_refused(monkeypatch):
     monkeypatch.setattr("teachers.sampling._available_bytes", lambda device: 1000)
     with pytest.raises(ValueError, match="ladder: sampling draws whole blocks of 4,096 rows"):
         sample_graph_ladder(g, 3, seed=0)
+
+
+# ---------------------------------------------------------------------- irregular graphs (the vectorised plan)
+IRREGULAR = dict(events=[[3], [2, 3, 2], [2, 2, 2, 2]],
+                 parents=[[()], [(0,), (0,), (0,)], [(0, 2), (1,), (0, 1, 2), (2,)]])
+
+
+@pytest.mark.parametrize("mode", ["topdown", "bottomup"])
+def test_irregular_dag_with_mixed_events_matches_brute_force(mode):
+    """Regions of one level with different parent counts, event counts and non-strided links."""
+    g = GraphLadder.random(IRREGULAR["events"], IRREGULAR["parents"], mode=mode, seed=4, concentration=0.7)
+    check_frequencies(g, sample_graph_ladder(g, N_STAT, seed=9).z, TOL)
+
+
+@pytest.mark.parametrize("mode", ["topdown", "bottomup"])
+@pytest.mark.parametrize("spec", [IRREGULAR, None], ids=["irregular", "conv"])
+def test_plan_rows_are_mixed_radix_codes(spec, mode):
+    """The plan's strided row computation equals the definition: table offset + mixed-radix code."""
+    from teachers.graph_ladder import mixed_radix
+    from teachers.graph_sampling import _Plan
+
+    g = (GraphLadder.random(spec["events"], spec["parents"], mode=mode, seed=1) if spec else
+         GraphLadder.conv1d(9, kernels=[3, 3, 3], strides=[1, 2, 1], events=[2, 3, 2, 2], mode=mode, seed=1))
+    z = sample_graph_ladder(g, 500, seed=3).z
+    off = g.level_offsets
+    for lvl in _Plan(g, torch.device("cpu")).levels:
+        l = off.index(lvl.lo)
+        got = lvl.rows(z).long()
+        start = 0
+        for i in range(g.num_regions[l]):
+            if g.mode == "topdown":
+                links, base = (g.parents[l][i], off[l - 1]) if l else ((), 0)
+                size = g.tables[l][i].shape[0] if l else 1
+            else:
+                links, base = (g.children[l][i], off[l + 1]) if l < g.depth else ((), 0)
+                size = g.lookups[l][i].numel() if l < g.depth else 1
+            sizes = [g.events[off.index(base)][c] for c in links]
+            code = mixed_radix(z[:, [base + c for c in links]].long(), sizes) if links else 0
+            assert torch.equal(got[:, i], start + code + torch.zeros(len(z), dtype=torch.long)), (l, i)
+            start += size

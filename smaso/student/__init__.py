@@ -6,6 +6,8 @@ One module per step of the paper's argument, in its order:
   backward gate f' (Eq 1; ReLU, leaky ReLU, abs, the beta-VQ swish).
 - :mod:`smaso.student.network`: the locally connected student that follows a ladder, its explicit
   forward and backward (Eq 1-2) and the weight update Delta W (Eq 2).
+- :mod:`smaso.student.graph_network`: the same student on a ladder over any layered region graph
+  (one weight block per parent-child edge; a child's gradient sums over its parents).
 - :mod:`smaso.student.batchnorm`: Batch Norm as a projection (Eq 10-11, Thm 5) and its P-weighted
   form (Eq 12).
 - :mod:`smaso.student.frequency`: frequency statistics F, D, G, G~ averaged per teacher event (Eq 6).
@@ -19,5 +21,5 @@ The theorems built on top of these (Thm 1, 6-9, §5.3, §7.5.1) are in :mod:`sma
 
 from smaso._lazy import lazy_submodules
 
-__all__ = ["activations", "batchnorm", "compare", "frequency", "network", "noise", "reformulation"]
+__all__ = ["activations", "batchnorm", "compare", "frequency", "graph_network", "network", "noise", "reformulation"]
 __getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

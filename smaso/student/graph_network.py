@@ -1,0 +1,291 @@
+"""A locally connected student whose nodes follow a layered region graph (issue 17; framework paper §2.2).
+
+The graph version of :class:`smaso.student.network.LadderStudent`: every region r of level l < d of a
+:class:`~teachers.graph_ladder.GraphLadder` has a group of n_l nodes computed from *all* its children
+(level l + 1; the leaves carry the inputs x_c of size ``dim``), through one weight block per
+parent-child edge (no weight sharing):
+
+    u_r = sum_{c in ch(r)} W_{r,c} f_c + b_r       W_{r,c}: (n_l, n_{l+1})
+    f_r = act(u_r) = s(u_r) o u_r                   (Eq 1, forward; s the gate)
+
+with a linear top by default (n_0 = number of classes; ``top_activation`` as in LadderStudent).  A
+child with several parents (overlapping receptive fields) feeds each of them, so backward its
+gradient is the *sum* over its parents (Eq 1, backward):
+
+    g_c = f'(u_c) o sum_{p in pa(c)} W_{p,c}^T g_p,     Delta W_{p,c} = E_x[g_p f_c^T]   (Eq 2)
+
+Gradients follow the paper's sign: g = -N dLoss/du per example, Delta W = -dLoss/dW, so gradient
+descent adds ``lr * Delta W`` (:meth:`GraphStudent.apply_update`).
+
+Vectorised per level: the edges of level l (parent in l, child in l + 1) all have the shape
+(n_l, n_{l+1}), so a level is one gather of the children's outputs, one batched matmul over edges
+and one ``index_add`` into the parents (backward: the same with W^T, added into the children).
+No Batch Norm (use :class:`~smaso.student.network.LadderStudent` for BN on trees).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from smaso.student.activations import Activation, get_activation
+from smaso.student.network import LOSSES, LadderStudent
+from teachers.graph_ladder import GraphLadder
+
+__all__ = ["GraphStudent", "GraphStudentRecord"]
+
+
+@dataclass
+class GraphStudentRecord:
+    """Per-example quantities of one batch (lists indexed by level l = 0..d; level d = the inputs).
+
+    Field names mirror :class:`~smaso.student.network.StudentRecord` (without BN, so f = fbar and
+    g_f = g_raw):
+
+    - ``u[l], f[l], fbar[l], slope[l], deriv[l], g_raw[l], g_f[l], g[l]``: ``(N, R_l, n_l)`` (None at
+      the leaves except ``fbar[d]`` = x).  ``slope`` = s(u) (forward gate), ``deriv`` = f'(u) (backward
+      gate), ``g_raw`` = -N dLoss/df (the sum over parents of W^T g), ``g`` = f'(u) o g_raw = -N dLoss/du.
+    - ``dW[l]``: ``(E_l, n_l, n_{l+1})`` = E_x[g_parent f_child^T] for the edges of level l (in
+      :attr:`GraphStudent.edges` order), ``db[l]``: ``(R_l, n_l)`` = E_x[g_l].
+    - ``loss``: the batch's mean loss.
+    """
+
+    u: list = field(default_factory=list)
+    f: list = field(default_factory=list)
+    fbar: list = field(default_factory=list)
+    slope: list = field(default_factory=list)
+    deriv: list = field(default_factory=list)
+    g_raw: list = field(default_factory=list)
+    g_f: list = field(default_factory=list)
+    g: list = field(default_factory=list)
+    dW: list = field(default_factory=list)
+    db: list = field(default_factory=list)
+    loss: float = math.nan
+
+
+def _check_int(value, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+class GraphStudent(nn.Module):
+    """Locally connected student of a :class:`~teachers.graph_ladder.GraphLadder` (module docstring).
+
+    :param g: the teacher's region graph (regions, edges, classes, input size).
+    :param width: nodes per region at the hidden levels 1..d-1 (an int or one per level).
+    :param activation: hidden activation (``"relu"``, ``"silu"``, ``"swish:0.7"``, ...).
+    :param top_activation: activation of the top layer (``"linear"``, as LadderStudent).
+    :param bias: learnable biases (initialised to 0).
+    :param init_scale: weights ~ N(0, init_scale^2 / fan_in), fan_in = sum of the parent's children's widths.
+    :param seed: initialisation seed (a local ``torch.Generator``; the global RNG is never used).
+    :param dtype, device: parameter dtype and device.
+
+    :ivar widths: ``[n_0, ..., n_d]`` (n_0 = classes, n_d = input dim).
+    :ivar weights: ``weights[l]`` ``(E_l, n_l, n_{l+1})``: W_{r,c} for the edges of level l.
+    :ivar biases: ``biases[l]`` ``(R_l, n_l)`` (None without bias).
+
+    With the same seed, on ``GraphLadder.from_ladder(tree)`` the initial weights are LadderStudent's
+    (transposed per edge), so the two networks compute the same function (:meth:`from_ladder_student`).
+    """
+
+    def __init__(self, g: GraphLadder, width: int | list[int] = 8, *, activation: str | Activation = "relu",
+                 top_activation: str | Activation = "linear", bias: bool = True, init_scale: float = 1.0,
+                 seed: int = 0, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+        super().__init__()
+        if not isinstance(g, GraphLadder):
+            raise TypeError(f"g: expected a GraphLadder, got {type(g).__name__}")
+        d = g.depth
+        if isinstance(width, (list, tuple)):
+            if len(width) != d - 1:
+                raise ValueError(f"width: expected {d - 1} widths (levels 1..{d - 1}), got {list(width)}")
+            width = [_check_int(w, "width", 1) for w in width]
+        else:
+            width = [_check_int(width, "width", 1)] * (d - 1)
+        if not isinstance(bias, bool):
+            raise ValueError(f"bias: expected a bool, got {bias!r}")
+        if isinstance(init_scale, bool) or not isinstance(init_scale, (int, float)) or not (
+                math.isfinite(init_scale) and init_scale > 0):
+            raise ValueError(f"init_scale: expected a positive finite number, got {init_scale!r}")
+        seed = _check_int(seed, "seed", 0)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
+        self.graph = g
+        self.widths = [g.num_classes, *width, g.emission.dim]
+        self.activation = get_activation(activation)
+        self.top_activation = get_activation(top_activation)
+        # edges of level l: (parent in l, child in l + 1), parent-major, children in increasing order
+        self.edges = [[(r, c) for r in range(g.num_regions[l]) for c in g.children[l][r]] for l in range(d)]
+        for l in range(d):
+            e = torch.tensor(self.edges[l], dtype=torch.int64).reshape(-1, 2)
+            self.register_buffer(f"edge_parent_{l}", e[:, 0].contiguous(), persistent=False)
+            self.register_buffer(f"edge_child_{l}", e[:, 1].contiguous(), persistent=False)
+        gen = torch.Generator().manual_seed(seed)
+        n = self.widths
+        weights = []
+        for l in range(d):
+            fan_in = torch.tensor([len(g.children[l][r]) * n[l + 1] for r, _ in self.edges[l]], dtype=torch.float64)
+            # drawn child-major (E, n_c, n_r) as LadderStudent's (R_{l+1}, n_{l+1}, n_l): on a tree the same seed
+            # gives the same weights
+            w = torch.randn(len(self.edges[l]), n[l + 1], n[l], generator=gen, dtype=torch.float64)
+            w = w * init_scale / fan_in.sqrt()[:, None, None]
+            weights.append(nn.Parameter(w.transpose(1, 2).contiguous().to(dtype)))
+        self.weights = nn.ParameterList(weights)
+        self.biases = nn.ParameterList([nn.Parameter(torch.zeros(g.num_regions[l], n[l], dtype=dtype))
+                                        for l in range(d)]) if bias else None
+        if device is not None:
+            self.to(device)
+
+    # ------------------------------------------------------------------ helpers
+    def edge_index(self, level: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(parents, children)`` int64 ``(E_l,)``: the edges of ``level`` (parent in it, child one level below)."""
+        return getattr(self, f"edge_parent_{level}"), getattr(self, f"edge_child_{level}")
+
+    def act(self, level: int) -> Activation:
+        """Activation of ``level``: the top activation at level 0, the hidden one elsewhere."""
+        return self.top_activation if level == 0 else self.activation
+
+    def check_inputs(self, x: torch.Tensor) -> None:
+        """Raise a TypeError/ValueError unless ``x`` is ``(N, leaves, dim)`` for this student's graph."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+        want = (self.graph.num_regions[-1], self.widths[-1])
+        if x.dim() != 3 or tuple(x.shape[1:]) != want:
+            raise ValueError(f"x: expected shape (N, {want[0]}, {want[1]}) for this student's graph, "
+                             f"got {tuple(x.shape)}")
+
+    def _check_labels(self, x: torch.Tensor, y: torch.Tensor, loss: str) -> None:
+        if loss not in LOSSES:
+            raise ValueError(f"loss: expected one of {LOSSES}, got {loss!r}")
+        if not isinstance(y, torch.Tensor) or y.shape != (x.shape[0],):
+            raise ValueError(f"y: expected a tensor of shape ({x.shape[0]},), got "
+                             f"{tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__}")
+        if y.is_floating_point() or y.is_complex():
+            raise ValueError(f"y: expected integer labels, got dtype {y.dtype}")
+        if y.numel() and (y.min() < 0 or y.max() >= self.widths[0]):
+            raise ValueError(f"y: labels must lie in [0, {self.widths[0]}), got [{y.min().item()}, {y.max().item()}]")
+
+    def _leaves(self, x: torch.Tensor) -> torch.Tensor:
+        """The inputs ``(N, leaves, dim)`` as a node-major view ``(leaves, dim, N)``."""
+        return x.to(self.weights[0].dtype).permute(1, 2, 0)
+
+    def _pre_activation(self, level: int, child: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """u of ``level`` node-major ``(R_l, n_l, N)`` from the children's outputs ``(R_{l+1}, n_{l+1}, N)``,
+        and the gathered children per edge ``(E_l, n_{l+1}, N)`` (reused for Delta W)."""
+        par, chi = self.edge_index(level)
+        fc = child.index_select(0, chi)
+        msg = torch.bmm(self.weights[level], fc)  # (E, n_l, N)
+        R, N = self.graph.num_regions[level], child.shape[-1]
+        u = msg.new_zeros(R, self.widths[level], N).index_add(0, par, msg)
+        if self.biases is not None:
+            u = u + self.biases[level].unsqueeze(-1)
+        return u, fc
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Outputs f_0 ``(N, n_0)`` (differentiable)."""
+        self.check_inputs(x)
+        h = self._leaves(x)
+        for l in range(self.graph.depth - 1, -1, -1):
+            h = self.act(l)(self._pre_activation(l, h)[0])
+        return h[0].T
+
+    def loss(self, out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
+        """Mean loss: ``"squared"`` 1/2 |f_0 - onehot(y)|^2 or ``"cross_entropy"`` (as LadderStudent)."""
+        if kind == "squared":
+            return 0.5 * (out - F.one_hot(y.long(), out.shape[-1]).to(out.dtype)).pow(2).sum(-1).mean()
+        if kind == "cross_entropy":
+            return F.cross_entropy(out, y.long())
+        raise ValueError(f"loss: expected one of {LOSSES}, got {kind!r}")
+
+    # ------------------------------------------------------------------ explicit forward + backward
+    @torch.no_grad()
+    def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss: str = "squared") -> GraphStudentRecord:
+        """Forward and explicit backward pass on one batch (Eq 1-2), every per-example quantity recorded.
+
+        Backward, level by level from the top: g_l = f'(u_l) o g_raw_l, Delta W_{p,c} = E_x[g_p f_c^T],
+        Delta b = E_x[g], and the raw gradient at level l + 1 is the sum over each child's parents of
+        W_{p,c}^T g_p (one batched matmul over the edges, ``index_add`` into the children).  Equal to
+        autograd on :meth:`forward` (tests/test_graph_student.py).
+        """
+        self.check_inputs(x)
+        self._check_labels(x, y, loss)
+        gr, d, N = self.graph, self.graph.depth, x.shape[0]
+        keys = ("u", "f", "slope", "deriv", "g_raw", "g")
+        nm = {k: [None] * (d + 1) for k in keys}  # node-major (R_l, n_l, N)
+        gathered = [None] * d  # (E_l, n_{l+1}, N): level l's children per edge
+        h = self._leaves(x)
+        for l in range(d - 1, -1, -1):
+            u, gathered[l] = self._pre_activation(l, h)
+            a = self.act(l)
+            s = a.slope(u)
+            nm["u"][l], nm["slope"][l] = u, s
+            nm["deriv"][l] = s if a.homogeneous else a.derivative(u)
+            h = nm["f"][l] = s * u
+        out = h[0]  # (n_0, N)
+        target = F.one_hot(y.long(), self.widths[0]).to(out.dtype).T
+        if loss == "squared":
+            nm["g_raw"][0] = (target - out)[None]
+            loss_value = (0.5 * (out - target).pow(2).sum(0).mean()).item()
+        else:
+            nm["g_raw"][0] = (target - out.softmax(0))[None]
+            loss_value = F.cross_entropy(out.T, y.long()).item()
+        dW, db = [None] * d, [None] * d
+        for l in range(d):
+            g = nm["g"][l] = nm["deriv"][l] * nm["g_raw"][l]
+            par, chi = self.edge_index(l)
+            ge = g.index_select(0, par)  # (E, n_l, N): each edge's parent gradient
+            dW[l] = torch.bmm(ge, gathered[l].transpose(1, 2)) / N  # E_x[g_p f_c^T] (Eq 2)
+            db[l] = g.mean(-1)
+            if l + 1 < d:  # Eq 1 backward: sum over the parents of W^T g
+                back = torch.bmm(self.weights[l].transpose(1, 2), ge)  # (E, n_{l+1}, N)
+                nm["g_raw"][l + 1] = back.new_zeros(gr.num_regions[l + 1], self.widths[l + 1], N).index_add_(
+                    0, chi, back)
+        per = {k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()}
+        fbar = list(per["f"])
+        fbar[d] = x.to(self.weights[0].dtype)
+        return GraphStudentRecord(u=per["u"], f=per["f"], fbar=fbar, slope=per["slope"], deriv=per["deriv"],
+                                  g_raw=per["g_raw"], g_f=list(per["g_raw"]), g=per["g"], dW=dW, db=db,
+                                  loss=loss_value)
+
+    # ------------------------------------------------------------------ updates
+    @torch.no_grad()
+    def apply_update(self, rec: GraphStudentRecord, lr: float, weight_decay: float = 0.0) -> None:
+        """Gradient descent step W += lr (Delta W - 2 weight_decay W) (Frobenius regularizer on the
+        weights only); biases take their plain update, as LadderStudent.apply_update."""
+        for l, W in enumerate(self.weights):
+            W.add_(rec.dW[l] - 2 * weight_decay * W, alpha=lr)
+            if self.biases is not None:
+                self.biases[l].add_(rec.db[l], alpha=lr)
+
+    # ------------------------------------------------------------------ trees
+    @classmethod
+    def from_ladder_student(cls, student: LadderStudent) -> GraphStudent:
+        """The same network on ``GraphLadder.from_ladder(student.ladder)``: LadderStudent's child-major block
+        ``weights[l][c]`` ``(n_{l+1}, n_l)`` becomes edge (c // b, c)'s ``W`` = its transpose; biases,
+        activations, dtype and device copied.  Students with Batch Norm are refused (no BN here)."""
+        if not isinstance(student, LadderStudent):
+            raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+        if student.batch_norm:
+            raise ValueError("student: a LadderStudent with Batch Norm has no GraphStudent equivalent")
+        lad = student.ladder
+        W0 = student.weights[0]
+        out = cls(GraphLadder.from_ladder(lad), list(student.widths[1:-1]), activation=student.activation,
+                  top_activation=student.top_activation, bias=student.biases is not None, dtype=W0.dtype,
+                  device=W0.device)
+        with torch.no_grad():
+            for l in range(lad.depth):
+                # tree edges, parent-major, are child-ordered: edge e joins child e to parent e // b
+                out.weights[l].copy_(student.weights[l].transpose(1, 2))
+                if out.biases is not None:
+                    out.biases[l].copy_(student.biases[l])
+        return out
+
+    def extra_repr(self) -> str:
+        """Widths, activations, bias and the edge count per level."""
+        return (f"widths={self.widths}, activation={self.activation.name}, top={self.top_activation.name}, "
+                f"bias={self.biases is not None}, edges={[len(e) for e in self.edges]}")

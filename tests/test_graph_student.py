@@ -1,0 +1,241 @@
+"""The graph student (smaso/student/graph_network.py, issue 17).
+
+Reference: a loop-based forward pass over regions and their children (torch's own pointwise
+functions, :func:`conftest_student.ref_activation`) on the student's parameters, differentiated by
+torch autograd; per-example gradients in the paper's sign g = -N dLoss/du.  Exact identities are
+checked in float64 to 1e-10.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest_student import (
+    assert_close,
+    one_torch_thread,  # noqa: F401 (fixture)
+    ref_activation,
+    reference_loss,
+)
+
+from smaso.student.graph_network import GraphStudent
+from smaso.student.network import LadderStudent
+from teachers import Ladder, sample_ladder
+from teachers.graph_ladder import GraphLadder
+from teachers.graph_sampling import sample_graph_ladder
+
+TOL = 1e-10
+
+
+def _conv1d(**kw):
+    return GraphLadder.conv1d(6, kernels=[3, 4], strides=[1, 1], events=[2, 3, 2], **kw)
+
+
+def _conv2d(**kw):
+    return GraphLadder.conv2d((4, 4), kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], **kw)
+
+
+def _conv1d_deep(**kw):
+    """8 -> 6 -> 4 -> 1: hidden regions with several parents, so Eq 2's sum over parents is exercised."""
+    return GraphLadder.conv1d(8, kernels=[3, 3, 4], strides=[1, 1, 1], events=[2, 3, 3, 2], **kw)
+
+
+def _conv2d_deep(**kw):
+    return GraphLadder.conv2d((5, 5), kernels=[2, 2, 3], strides=[1, 1, 1], events=[2, 2, 2, 2], **kw)
+
+
+GRAPHS = {"conv1d": _conv1d, "conv2d": _conv2d, "conv1d_deep": _conv1d_deep, "conv2d_deep": _conv2d_deep}
+WIDTHS = {"conv1d": [5], "conv2d": 3, "conv1d_deep": [4, 3], "conv2d_deep": 3}
+
+
+def _perturb_biases(student, seed=3):
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for b in student.biases:
+            b.copy_(0.3 * torch.randn(b.shape, generator=gen, dtype=b.dtype))
+
+
+def _reference(student, x, y, loss):
+    """Loop-based forward (per region, per child) + autograd: u, f, g, g_raw per level, dW, db."""
+    g, d, N = student.graph, student.graph.depth, x.shape[0]
+    student.zero_grad(set_to_none=True)
+    h = [x[:, i, :].double() for i in range(g.num_regions[d])]
+    us, fs = [None] * (d + 1), [None] * (d + 1)
+    for l in range(d - 1, -1, -1):
+        edge = {rc: e for e, rc in enumerate(student.edges[l])}
+        cols = []
+        for r in range(g.num_regions[l]):
+            u = 0
+            for c in g.children[l][r]:
+                u = u + h[c] @ student.weights[l][edge[(r, c)]].T
+            cols.append(u + student.biases[l][r])
+        u = torch.stack(cols, 1)
+        u.retain_grad()
+        f = ref_activation(student.act(l), u)
+        if f is u:
+            f = u * 1.0
+        f.retain_grad()
+        us[l], fs[l] = u, f
+        h = [f[:, r, :] for r in range(g.num_regions[l])]
+    out = fs[0][:, 0]
+    L = reference_loss(out, y, loss)
+    L.backward()
+    return {"loss": L.item(), "out": out.detach(),
+            "u": [None if t is None else t.detach() for t in us], "f": [None if t is None else t.detach() for t in fs],
+            "g": [None if t is None else -N * t.grad for t in us],
+            "g_raw": [None if t is None else -N * t.grad for t in fs],
+            "dW": [-w.grad.clone() for w in student.weights], "db": [-b.grad.clone() for b in student.biases]}
+
+
+def _data(g, n=64, seed=1):
+    s = sample_graph_ladder(g, n, seed=seed)
+    return s.inputs(dtype=torch.float64), s.z[:, 0].long()
+
+
+@pytest.mark.parametrize("graph", list(GRAPHS))
+@pytest.mark.parametrize("activation", ["relu", "silu"])
+@pytest.mark.parametrize("loss", ["squared", "cross_entropy"])
+def test_explicit_backward_equals_autograd(graph, activation, loss):
+    g = GRAPHS[graph](sigma=0.5)  # Gaussian leaves: non-trivial inputs
+    assert not g.is_tree()
+    st = GraphStudent(g, WIDTHS[graph], activation=activation, seed=2, dtype=torch.float64)
+    _perturb_biases(st)
+    x, y = _data(g)
+    rec = st.forward_backward(x, y, loss)
+    ref = _reference(st, x, y, loss)
+    d = g.depth
+    assert rec.loss == pytest.approx(ref["loss"], rel=1e-12)
+    assert_close(st(x), ref["out"], TOL, "forward")
+    assert_close(rec.f[0][:, 0], ref["out"], TOL, "record out")
+    for l in range(d):
+        for key in ("u", "f", "g", "g_raw"):
+            assert_close(getattr(rec, key)[l], ref[key][l], TOL, f"{key}[{l}]")
+        assert_close(rec.dW[l], ref["dW"][l], TOL, f"dW[{l}]")
+        assert_close(rec.db[l], ref["db"][l], TOL, f"db[{l}]")
+        a = st.act(l)
+        assert_close(rec.slope[l] * rec.u[l], rec.f[l], TOL, f"slope[{l}]")
+        assert_close(rec.deriv[l], a.derivative(rec.u[l]), TOL, f"deriv[{l}]")
+        assert_close(rec.g[l], rec.deriv[l] * rec.g_raw[l], TOL, f"gate[{l}]")
+    assert torch.equal(rec.fbar[d], x)
+    # autograd on the student's own vectorised forward gives the same updates
+    st.zero_grad(set_to_none=True)
+    st.loss(st(x), y, loss).backward()
+    for l in range(d):
+        assert_close(-st.weights[l].grad, rec.dW[l], TOL, f"autograd dW[{l}] (forward)")
+        assert_close(-st.biases[l].grad, rec.db[l], TOL, f"autograd db[{l}] (forward)")
+
+
+def test_shared_child_gradient_is_sum_over_parents():
+    """Eq 2 on a DAG: the raw gradient at a child is sum_p W_{p,c}^T g_p, written out per edge."""
+    g = _conv1d_deep()
+    st = GraphStudent(g, 3, seed=5, dtype=torch.float64)
+    _perturb_biases(st)
+    x, y = _data(g, 32)
+    rec = st.forward_backward(x, y)
+    for l in range(g.depth - 1):
+        for c in range(g.num_regions[l + 1]):
+            parents = g.parents[l + 1][c]
+            want = sum(rec.g[l][:, p] @ st.weights[l][st.edges[l].index((p, c))] for p in parents)
+            assert_close(rec.g_raw[l + 1][:, c], want, TOL, f"g_raw[{l + 1}][{c}]")
+    assert any(len(ps) > 1 for lvl in g.parents[1:-1] for ps in lvl)  # a hidden region with several parents
+
+
+@pytest.mark.parametrize("activation", ["relu", "swish:0.7"])
+@pytest.mark.parametrize("loss", ["squared", "cross_entropy"])
+def test_tree_equals_ladder_student(activation, loss):
+    lad = Ladder.random(depth=3, branching=[2, 3, 2], events=[3, 3, 3, 2], seed=0, sigma=0.5)
+    ls = LadderStudent(lad, [4, 3], activation=activation, seed=7, dtype=torch.float64)
+    with torch.no_grad():
+        for b in ls.biases:
+            b.normal_(generator=torch.Generator().manual_seed(1)).mul_(0.3)
+    gs = GraphStudent.from_ladder_student(ls)
+    # same seed, no bias perturbation: the initial weights coincide too
+    fresh = GraphStudent(GraphLadder.from_ladder(lad), [4, 3], activation=activation, seed=7, dtype=torch.float64)
+    for l in range(lad.depth):
+        assert torch.equal(fresh.weights[l], ls.weights[l].transpose(1, 2))
+    s = sample_ladder(lad, 50, seed=3)
+    x, y = s.inputs(dtype=torch.float64), s.y
+    assert_close(gs(x), ls(x), 1e-12, "forward")
+    ra, rb = gs.forward_backward(x, y, loss), ls.forward_backward(x, y, loss)
+    assert ra.loss == pytest.approx(rb.loss, rel=1e-12)
+    for l in range(lad.depth):
+        for key in ("u", "f", "g", "g_raw", "slope", "deriv"):
+            assert_close(getattr(ra, key)[l], getattr(rb, key)[l], 1e-12, f"{key}[{l}]")
+        assert_close(ra.dW[l], rb.dW[l].transpose(1, 2), 1e-12, f"dW[{l}]")
+        assert_close(ra.db[l], rb.db[l], 1e-12, f"db[{l}]")
+
+
+def test_seeded_init_reproducible_and_global_rng_untouched():
+    g = _conv2d()
+    state = torch.get_rng_state()
+    a, b = GraphStudent(g, 4, seed=11), GraphStudent(g, 4, seed=11)
+    c = GraphStudent(g, 4, seed=12)
+    assert torch.equal(torch.get_rng_state(), state)
+    for wa, wb, wc in zip(a.weights, b.weights, c.weights, strict=True):
+        assert torch.equal(wa, wb) and not torch.equal(wa, wc)
+    assert a.weights[0].dtype == torch.float32
+    # shapes: one (n_r, n_c) block per edge
+    for l in range(g.depth):
+        n_edges = sum(len(ch) for ch in g.children[l])
+        assert a.weights[l].shape == (n_edges, a.widths[l], a.widths[l + 1])
+    x, y = _data(g, 8)
+    state = torch.get_rng_state()
+    a.forward_backward(x, y)
+    a(x)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("loss", ["squared", "cross_entropy"])
+def test_training_step_decreases_loss(loss):
+    g = _conv1d(seed=4)
+    st = GraphStudent(g, 8, seed=0, dtype=torch.float64)
+    x, y = _data(g, 256, seed=9)
+    losses = []
+    for _ in range(20):
+        rec = st.forward_backward(x, y, loss)
+        losses.append(rec.loss)
+        st.apply_update(rec, lr=0.1)
+    assert losses[1] < losses[0] and losses[-1] < 0.95 * losses[0]
+    # float32 student on float32 inputs works as well
+    st32 = GraphStudent(g, 8, seed=0)
+    x32 = x.float()
+    r0 = st32.forward_backward(x32, y, loss)
+    st32.apply_update(r0, lr=0.1)
+    assert st32.forward_backward(x32, y, loss).loss < r0.loss
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    ({"width": 0}, "width"), ({"width": [3, 3]}, "width"), ({"width": [0]}, "width"), ({"width": 2.5}, "width"),
+    ({"width": True}, "width"), ({"width": 3, "activation": "nope"}, "activation"),
+    ({"width": 3, "seed": -1}, "seed"), ({"width": 3, "init_scale": 0.0}, "init_scale"),
+    ({"width": 3, "bias": "yes"}, "bias"), ({"width": 3, "dtype": torch.int64}, "dtype"),
+])
+def test_bad_constructor_arguments(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        GraphStudent(_conv1d(), **kwargs)
+
+
+def test_bad_call_arguments():
+    g = _conv1d()
+    st = GraphStudent(g, 3, dtype=torch.float64)
+    x, y = _data(g, 8)
+    with pytest.raises(TypeError, match="g"):
+        GraphStudent("graph", 3)
+    with pytest.raises(ValueError, match="x"):
+        st(x[:, :-1])
+    with pytest.raises(ValueError, match="x"):
+        st.forward_backward(x[..., None], y)
+    with pytest.raises(ValueError, match="loss"):
+        st.forward_backward(x, y, "hinge")
+    with pytest.raises(ValueError, match="loss"):
+        st.loss(st(x), y, "hinge")
+    with pytest.raises(ValueError, match="y"):
+        st.forward_backward(x, y[:-1])
+    with pytest.raises(ValueError, match="y"):
+        st.forward_backward(x, torch.full_like(y, g.num_classes))
+    with pytest.raises(ValueError, match="y"):
+        st.forward_backward(x, y.double())
+    lad = Ladder.random(depth=2, branching=2, events=2, seed=0)
+    with pytest.raises(ValueError, match="student"):
+        GraphStudent.from_ladder_student(LadderStudent(lad, 3, batch_norm=True))
+    with pytest.raises(TypeError, match="student"):
+        GraphStudent.from_ladder_student(st)
