@@ -32,10 +32,9 @@ import numpy as np
 import torch
 
 from .categorical import AliasTable, BlockRNG
-from .emission import one_hot
 from .graph_ladder import GraphLadder
 from .ladder import TOPDOWN
-from .sampling import BLOCK_SIZE, STREAM_VERSION, block_generator, check_working_memory
+from .sampling import BLOCK_SIZE, STREAM_VERSION, EventRows, block_generator, check_working_memory
 
 __all__ = ["GRAPH_STREAM_VERSION", "GraphSample", "event_dtype", "sample_graph_ladder", "signature_groups"]
 
@@ -72,7 +71,7 @@ def event_dtype(g: GraphLadder) -> torch.dtype:
 
 
 @dataclass
-class GraphSample:
+class GraphSample(EventRows):
     """Examples sampled from a graph ladder.
 
     :ivar z: ``(N, total_regions)`` events of every region in global order (``level_offsets[l] + i``),
@@ -87,33 +86,10 @@ class GraphSample:
     seed: int | None = None
     meta: dict = field(default_factory=dict)
 
-    def __len__(self) -> int:
-        return self.z.shape[0]
-
     @property
-    def y(self) -> torch.Tensor:
-        """Labels ``(N,)`` int64 (the top region's events)."""
-        return self.z[:, 0].long()
-
-    def events(self, level: int) -> torch.Tensor:
-        """Events of level ``level``: ``(N, R_l)`` int64."""
-        g = self.graph
-        if isinstance(level, bool) or not isinstance(level, (int, np.integer)) or not 0 <= level <= g.depth:
-            raise ValueError(f"level: expected an integer in 0..{g.depth}, got {level!r}")
-        off = g.level_offsets
-        return self.z[:, off[level]: off[level + 1]].long()
-
-    @property
-    def leaves(self) -> torch.Tensor:
-        """Leaf events ``(N, R_d)`` int64."""
-        return self.events(self.graph.depth)
-
-    def inputs(self, index: torch.Tensor | slice | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Inputs x ``(n, R_d, dim)`` for the selected examples (all by default)."""
-        sel = slice(None) if index is None else index
-        if self.x is not None:
-            return self.x[sel].to(dtype)
-        return one_hot(self.z[sel, self.graph.level_offsets[-2]:], self.graph.leaf_events, dtype)
+    def teacher(self) -> GraphLadder:
+        """The graph ladder (what :class:`~teachers.sampling.EventRows` reads the layout from)."""
+        return self.graph
 
 
 def _runs(links) -> list[tuple[int, int, int, list[tuple[int, int]]]]:

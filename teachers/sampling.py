@@ -36,8 +36,45 @@ STREAM_VERSION = 1
 DEFAULT_CHUNK_ROWS = 16 * BLOCK_SIZE
 
 
+class EventRows:
+    """Row access shared by :class:`LadderSample` and :class:`teachers.graph_sampling.GraphSample`: a
+    subclass has ``z`` ``(N, total_regions)``, ``x`` (or None for one-hot leaves) and a ``teacher`` with
+    ``depth``, ``level_offsets`` and ``emission``."""
+
+    z: torch.Tensor
+    x: torch.Tensor | None
+
+    def __len__(self) -> int:
+        return self.z.shape[0]
+
+    @property
+    def y(self) -> torch.Tensor:
+        """Labels ``(N,)`` int64 (= z of the root region)."""
+        return self.z[:, 0].long()
+
+    def events(self, level: int) -> torch.Tensor:
+        """Events of level ``level``: ``(N, R_l)`` int64."""
+        t = self.teacher
+        if isinstance(level, bool) or not isinstance(level, (int, np.integer)) or not 0 <= level <= t.depth:
+            raise ValueError(f"level: expected an integer in 0..{t.depth}, got {level!r}")
+        return self.z[:, t.level_offsets[level]: t.level_offsets[level + 1]].long()
+
+    @property
+    def leaves(self) -> torch.Tensor:
+        """Leaf events z_d: ``(N, R_d)`` int64."""
+        return self.events(self.teacher.depth)
+
+    def inputs(self, index: torch.Tensor | slice | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Inputs x ``(n, R_d, dim)`` for the selected examples (all by default)."""
+        sel = slice(None) if index is None else index
+        if self.x is not None:
+            return self.x[sel].to(dtype)
+        t = self.teacher
+        return one_hot(self.z[sel, t.level_offsets[-2]:], t.emission.num_events, dtype)
+
+
 @dataclass
-class LadderSample:
+class LadderSample(EventRows):
     """A sample from a ladder: every latent event of every example, and the inputs.
 
     :ivar z: ``(N, total_regions)`` events of every region in global (breadth-first) order,
@@ -55,32 +92,10 @@ class LadderSample:
     total: int | None = None
     meta: dict = field(default_factory=dict)
 
-    def __len__(self) -> int:
-        return self.z.shape[0]
-
     @property
-    def y(self) -> torch.Tensor:
-        """Labels ``(N,)`` int64 (= z of the root region)."""
-        return self.z[:, 0].long()
-
-    def events(self, level: int) -> torch.Tensor:
-        """Events of level ``level``: ``(N, R_l)`` int64."""
-        lad = self.ladder
-        if not 0 <= level <= lad.depth:
-            raise ValueError(f"level: expected 0..{lad.depth}, got {level}")
-        return self.z[:, lad.level_offsets[level]: lad.level_offsets[level + 1]].long()
-
-    @property
-    def leaves(self) -> torch.Tensor:
-        """Leaf events z_d: ``(N, R_d)``."""
-        return self.events(self.ladder.depth)
-
-    def inputs(self, index: torch.Tensor | slice | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Inputs x ``(n, R_d, dim)`` for the selected examples (all by default)."""
-        sel = slice(None) if index is None else index
-        if self.x is not None:
-            return self.x[sel].to(dtype)
-        return one_hot(self.z[sel, self.ladder.level_offsets[-2]:], self.ladder.events[-1], dtype)
+    def teacher(self) -> Ladder:
+        """The ladder (what :class:`EventRows` reads the layout from)."""
+        return self.ladder
 
     def to(self, device: torch.device | str) -> LadderSample:
         """The same sample with its tensors on ``device``."""

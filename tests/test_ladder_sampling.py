@@ -161,7 +161,7 @@ def test_ladder_sample_accessors(make_ladder):
     assert torch.equal(s.inputs(slice(3, 5), dtype=torch.float64), F.one_hot(s.leaves[3:5], 2).double())
     assert torch.equal(s.inputs(torch.tensor([7, 2])), x[[7, 2]])
     for bad in (-1, 3):
-        with pytest.raises(ValueError, match=r"^level: expected 0\.\.2"):
+        with pytest.raises(ValueError, match=r"^level: expected an integer in 0\.\.2"):
             s.events(bad)
     t = s.to("cpu")
     assert torch.equal(t.z, s.z) and t.seed == s.seed and t.meta == s.meta and t.meta is not s.meta

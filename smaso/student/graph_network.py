@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from smaso.student.activations import Activation, get_activation
-from smaso.student.network import LOSSES, LadderStudent
+from smaso.student.network import LOSSES, LadderStudent, student_loss
 from teachers.graph_ladder import GraphLadder
 
 __all__ = ["GraphStudent", "GraphStudentRecord"]
@@ -196,11 +196,7 @@ class GraphStudent(nn.Module):
 
     def loss(self, out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
         """Mean loss: ``"squared"`` 1/2 |f_0 - onehot(y)|^2 or ``"cross_entropy"`` (as LadderStudent)."""
-        if kind == "squared":
-            return 0.5 * (out - F.one_hot(y.long(), out.shape[-1]).to(out.dtype)).pow(2).sum(-1).mean()
-        if kind == "cross_entropy":
-            return F.cross_entropy(out, y.long())
-        raise ValueError(f"loss: expected one of {LOSSES}, got {kind!r}")
+        return student_loss(out, y, kind)
 
     # ------------------------------------------------------------------ explicit forward + backward
     @torch.no_grad()

@@ -44,7 +44,7 @@ from smaso.student.activations import Activation, get_activation
 from smaso.student.batchnorm import bn_backward, bn_forward
 from teachers.ladder import Ladder
 
-__all__ = ["LadderStudent", "StudentRecord"]
+__all__ = ["LadderStudent", "StudentRecord", "student_loss"]
 
 LOSSES = ("squared", "cross_entropy")
 BN_PLACEMENTS = ("after", "before")
@@ -111,6 +111,16 @@ class StudentRecord:
     loss: float = math.nan
     stacked: list | None = None
     stacked_fields: tuple[str, ...] | None = None
+
+
+def student_loss(out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
+    """Mean loss of outputs ``out`` ``(N, m_0)`` against labels ``y`` ``(N,)``: ``"squared"``
+    1/2 |f_0 - onehot(y)|^2 (G_omega = I - F_omega) or ``"cross_entropy"`` (softmax)."""
+    if kind == "squared":
+        return 0.5 * (out - F.one_hot(y.long(), out.shape[-1]).to(out.dtype)).pow(2).sum(-1).mean()
+    if kind == "cross_entropy":
+        return F.cross_entropy(out, y.long())
+    raise ValueError(f"loss: expected one of {LOSSES}, got {kind!r}")
 
 
 class LadderStudent(nn.Module):
@@ -233,11 +243,7 @@ class LadderStudent(nn.Module):
 
     def loss(self, out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
         """Mean loss: ``"squared"`` 1/2 |f_0 - onehot(y)|^2 (G_omega = I - F_omega) or ``"cross_entropy"``."""
-        if kind == "squared":
-            return 0.5 * (out - F.one_hot(y.long(), out.shape[-1]).to(out.dtype)).pow(2).sum(-1).mean()
-        if kind == "cross_entropy":
-            return F.cross_entropy(out, y.long())
-        raise ValueError(f"loss: expected one of {LOSSES}, got {kind!r}")
+        return student_loss(out, y, kind)
 
     # ------------------------------------------------------------------ explicit forward + backward
     def stacked_fields(self) -> tuple[str, ...]:
