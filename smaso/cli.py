@@ -777,18 +777,6 @@ def _terminate_as_interrupt():
     return signal.signal(signal.SIGTERM, handler)
 
 
-def _available_memory() -> int | None:
-    """Bytes of memory available now (Linux's MemAvailable), or None where unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def _free_disk(out: str) -> int | None:
     import shutil
 
@@ -804,8 +792,9 @@ def _free_disk(out: str) -> int | None:
 def _check_memory(ladder, n: int, arg: str, factor: float = 1.0) -> None:
     """Refuse an in-memory job whose rows alone would not fit (before allocating them)."""
     from teachers.chunked import row_bytes
+    from teachers.sampling import available_memory
 
-    need, have = n * row_bytes(ladder) * factor, _available_memory()
+    need, have = n * row_bytes(ladder) * factor, available_memory()
     if have is not None and need > have:
         raise ValueError(f"{arg}: {n:,} examples held in memory need about {need / 1e9:.3g} GB and "
                          f"{have / 1e9:.3g} GB are available; write a .zarr store instead (sampled, read and "

@@ -25,8 +25,8 @@ from .emission import one_hot
 from .ladder import Ladder
 from .pyro_model import LadderModel
 
-__all__ = ["BLOCK_SIZE", "DEFAULT_CHUNK_ROWS", "LadderSample", "block_generator", "check_working_memory",
-           "parse_shard", "sample_ladder", "sample_rows"]
+__all__ = ["BLOCK_SIZE", "DEFAULT_CHUNK_ROWS", "EventRows", "LadderSample", "available_memory", "block_generator",
+           "check_working_memory", "parse_shard", "sample_ladder", "sample_rows"]
 
 #: Examples per RNG block.  Part of the sampling stream's definition (``STREAM_VERSION``):
 #: changing it changes every sampled byte.
@@ -197,10 +197,8 @@ def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: st
 WORK_BYTES_PER_CELL = 24
 
 
-def _available_bytes(device: torch.device) -> int | None:
-    """Memory available on ``device`` now (Linux's MemAvailable, or CUDA's free memory); None if unknown."""
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
+def available_memory() -> int | None:
+    """Bytes of host memory available now (Linux's MemAvailable), or None where unknown."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
@@ -209,6 +207,13 @@ def _available_bytes(device: torch.device) -> int | None:
     except OSError:
         pass
     return None
+
+
+def _available_bytes(device: torch.device) -> int | None:
+    """Memory available on ``device`` now (:func:`available_memory`, or CUDA's free memory); None if unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    return available_memory()
 
 
 def check_working_memory(ladder, blocks_per_call: int = 1, device: torch.device | str = "cpu") -> None:

@@ -217,7 +217,20 @@ class _BetaModule(nn.Module):
         return ", ".join(parts)
 
 
-class BetaSwish(_BetaModule):
+class _PointwiseBetaModule(_BetaModule):
+    """A pointwise beta-VQ activation: :class:`_BetaModule` plus ``inplace`` (write the result into the input)."""
+
+    __constants__ = ["inplace"]
+    inplace: bool
+
+    def __init__(self, beta: float = 0.5, learnable: bool = False, num_channels: int | None = None, *,
+                 inplace: bool = False, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
+        super().__init__(beta, learnable, num_channels, device=device, dtype=dtype)
+        self.inplace = bool(inplace)
+
+
+class BetaSwish(_PointwiseBetaModule):
     r"""beta-VQ ReLU (Table 1): u sigma(eta u), eta = beta / (1 - beta) -- the swish.  Functional: ``beta_swish``.
 
     ``BetaSwish(0.5)`` is ``nn.SiLU``; ``BetaSwish(1.0)`` is ``nn.ReLU``; ``BetaSwish(0.0)`` is u / 2.
@@ -231,20 +244,12 @@ class BetaSwish(_BetaModule):
         >>> y = m(torch.randn(4, 3))
     """
 
-    __constants__ = ["inplace"]
-    inplace: bool
-
-    def __init__(self, beta: float = 0.5, learnable: bool = False, num_channels: int | None = None, *,
-                 inplace: bool = False, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
-        super().__init__(beta, learnable, num_channels, device=device, dtype=dtype)
-        self.inplace = bool(inplace)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return _swish_eta(input, self._eta(input), self.inplace)
 
 
-class BetaLeakyReLU(_BetaModule):
+class BetaLeakyReLU(_PointwiseBetaModule):
     """beta-VQ leaky ReLU (Table 1): u [nu + (1 - nu) sigma(eta (1 - nu) u)]; beta = 1 is ``nn.LeakyReLU(nu)``.
 
     Functional: ``beta_leaky_relu``.
@@ -259,9 +264,8 @@ class BetaLeakyReLU(_BetaModule):
     def __init__(self, beta: float = 0.5, nu: float = 0.01, learnable: bool = False,
                  num_channels: int | None = None, *, inplace: bool = False,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
-        super().__init__(beta, learnable, num_channels, device=device, dtype=dtype)
+        super().__init__(beta, learnable, num_channels, inplace=inplace, device=device, dtype=dtype)
         self.nu = _check_nu(nu)
-        self.inplace = bool(inplace)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return _leaky_eta(input, self._eta(input), self.nu, self.inplace)
@@ -271,20 +275,12 @@ class BetaLeakyReLU(_BetaModule):
         return f"{base}, nu={self.nu:g}" + (", inplace=True" if self.inplace else "")
 
 
-class BetaAbs(_BetaModule):
+class BetaAbs(_PointwiseBetaModule):
     """beta-VQ absolute value (Table 1): u tanh(eta u); beta = 1 is |u|, beta = 0 is 0.  Functional: ``beta_abs``.
 
     :param inplace: write the result into the input.
     """
 
-    __constants__ = ["inplace"]
-    inplace: bool
-
-    def __init__(self, beta: float = 0.5, learnable: bool = False, num_channels: int | None = None, *,
-                 inplace: bool = False, device: torch.device | str | None = None,
-                 dtype: torch.dtype | None = None) -> None:
-        super().__init__(beta, learnable, num_channels, device=device, dtype=dtype)
-        self.inplace = bool(inplace)
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return _abs_eta(input, self._eta(input), self.inplace)

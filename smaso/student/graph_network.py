@@ -29,11 +29,10 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from smaso.student.activations import Activation, get_activation
-from smaso.student.network import LOSSES, LadderStudent, student_loss
+from smaso.student.network import LOSSES, LadderStudent, output_gradient, student_loss
 from teachers.graph_ladder import GraphLadder
 
 __all__ = ["GraphStudent", "GraphStudentRecord"]
@@ -223,13 +222,8 @@ class GraphStudent(nn.Module):
             nm["deriv"][l] = s if a.homogeneous else a.derivative(u)
             h = nm["f"][l] = s * u
         out = h[0]  # (n_0, N)
-        target = F.one_hot(y.long(), self.widths[0]).to(out.dtype).T
-        if loss == "squared":
-            nm["g_raw"][0] = (target - out)[None]
-            loss_value = (0.5 * (out - target).pow(2).sum(0).mean()).item()
-        else:
-            nm["g_raw"][0] = (target - out.softmax(0))[None]
-            loss_value = F.cross_entropy(out.T, y.long()).item()
+        g_top, loss_value = output_gradient(out, y, loss)
+        nm["g_raw"][0] = g_top[None]
         dW, db = [None] * d, [None] * d
         for l in range(d):
             g = nm["g"][l] = nm["deriv"][l] * nm["g_raw"][l]

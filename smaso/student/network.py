@@ -44,7 +44,7 @@ from smaso.student.activations import Activation, get_activation
 from smaso.student.batchnorm import bn_backward, bn_forward
 from teachers.ladder import Ladder
 
-__all__ = ["LadderStudent", "StudentRecord", "student_loss"]
+__all__ = ["LadderStudent", "StudentRecord", "output_gradient", "student_loss"]
 
 LOSSES = ("squared", "cross_entropy")
 BN_PLACEMENTS = ("after", "before")
@@ -121,6 +121,18 @@ def student_loss(out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> t
     if kind == "cross_entropy":
         return F.cross_entropy(out, y.long())
     raise ValueError(f"loss: expected one of {LOSSES}, got {kind!r}")
+
+
+def output_gradient(out: torch.Tensor, y: torch.Tensor, loss: str) -> tuple[torch.Tensor, float]:
+    """The backward signal at the top, ``-N dLoss/df_0``, and the loss, for outputs ``out`` ``(n_0, N)``.
+
+    ``"squared"``: ``onehot(y) - f_0`` (G_omega = I - F_omega); ``"cross_entropy"``: ``onehot(y) - softmax(f_0)``.
+    :returns: ``((n_0, N) gradient, the mean loss as a float)``.
+    """
+    target = F.one_hot(y.long(), out.shape[0]).to(out.dtype).T
+    if loss == "squared":
+        return target - out, (0.5 * (out - target).pow(2).sum(0).mean()).item()
+    return target - out.softmax(0), F.cross_entropy(out.T, y.long()).item()
 
 
 class LadderStudent(nn.Module):
@@ -337,13 +349,8 @@ class LadderStudent(nn.Module):
                 nm["fbar"][l] = put(l, "fbar", bn[0])
                 nm["f_tilde"][l], sigma[l] = bn[1], bn[2]
         out = nm["fbar"][0][0]  # (n_0, N)
-        target = F.one_hot(y.long(), self.widths[0]).to(out.dtype).T
-        if loss == "squared":
-            nm["g_raw"][0] = (target - out)[None]
-            loss_value = (0.5 * (out - target).pow(2).sum(0).mean()).item()
-        else:
-            nm["g_raw"][0] = (target - out.softmax(0))[None]
-            loss_value = F.cross_entropy(out.T, y.long()).item()
+        g_top, loss_value = output_gradient(out, y, loss)
+        nm["g_raw"][0] = g_top[None]
         for l in range(d):
             bn = self.bn_params(l)
             if bn is None:
