@@ -202,6 +202,11 @@ def test_upper_bound_uses_tent_layers_when_they_help():
     (lambda: pwl_l1_to_tent([0.0, 0.5], [0.0, 1.0], 2), "knots: expected a non-decreasing array from 0 to 1"),
     (lambda: pwl_l1_to_tent([0.0, 1.0], [0.0, float("nan")], 2), "finite"),
     (lambda: class_bracket(0), "L: expected an integer >= 1"),
+    (lambda: follow_then_flat(0, 3), "K: expected >= 1"),
+    (lambda: follow_then_flat(3, 0), "units: expected an integer >= 1"),
+    (lambda: brute_force_min(2, 2, grid=1), "grid: expected an integer >= 2"),
+    (lambda: class_max_pieces(0, 4), "depth: expected an integer >= 1"),
+    (lambda: class_upper_bound(4, 2, 0), "nodes: expected an integer >= 1"),
 ])
 def test_bad_arguments_raise_clear_errors(call, match):
     with pytest.raises(ValueError, match=match):
