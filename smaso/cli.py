@@ -11,6 +11,8 @@
     smaso inspect data.npz [part1.npz ...]       # counts, statistics vs exact, Bayes-optimal accuracy
     smaso inspect tent.npz                       # tent data: k, N, x range and histogram, max |y - tau^k(x)|
     smaso spec --depth 3 --events 8 --out ladder.json   # write an editable spec file
+    smaso spec --graph conv1d --width 8 --kernels 3,2,3 --strides 1,2,1 --events 2,3,3,2 --out graph.json
+    smaso sample ladder --spec graph.json -n 100000 --out graph.zarr  # a graph ladder (overlapping regions)
 
 Every subcommand has ``--help`` (which shows each option's default).  Bad input ends with
 ``smaso: error: <what and where>`` and exit status 2; nothing half-written is left on disk.
@@ -44,7 +46,8 @@ __all__ = ["main"]
 
 def _add_ladder_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("ladder (ignored with --spec)")
-    g.add_argument("--spec", help="ladder spec file (.json or .toml); see teachers/spec_io.py")
+    g.add_argument("--spec", help="ladder spec file (.json or .toml), a tree or a graph ladder (its 'format' field "
+                                  "decides); see teachers/spec_io.py")
     g.add_argument("--kind", default="random", choices=["random", "fully_informative", "factorized_binary", "default"],
                    help="ladder constructor")
     g.add_argument("--mode", default="topdown", choices=["topdown", "bottomup"],
@@ -62,6 +65,24 @@ def _add_ladder_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sigma", type=float, default=None, help="gaussian emission: noise standard deviation (> 0)")
 
 
+def _add_graph_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("graph ladder (--graph; the tree options --kind, --depth, --branching and --factors are "
+                             "then ignored; --mode, --events, --concentration, --ladder-seed, --emission and --sigma "
+                             "apply)")
+    g.add_argument("--graph", default=None, choices=["conv1d", "conv2d"],
+                   help="build a convolution-like GraphLadder instead of a tree: level by level from the leaves up, "
+                        "region j covers regions [j*stride, j*stride + kernel) of the level below (several parents "
+                        "per region when stride < kernel); --events is then per level, top first (default: a tree "
+                        "ladder)")
+    g.add_argument("--width", type=_positive_int, default=None, help="--graph: leaves (conv1d), or grid columns "
+                                                                       "(conv2d)")
+    g.add_argument("--height", type=_positive_int, default=None, help="--graph conv2d: grid rows (default: --width)")
+    g.add_argument("--kernels", type=_int_list, default=None,
+                   help="--graph: kernel per level, from the leaves up 'k1,k2,..' (the last must cover its level)")
+    g.add_argument("--strides", type=_int_list, default=None,
+                   help="--graph: stride per level, from the leaves up (default: 1 at every level)")
+
+
 def _int_list(text: str) -> list[int]:
     try:
         return [int(v) for v in text.split(",")]
@@ -75,7 +96,9 @@ def _one_or_list(values: list[int]):
 
 
 def ladder_from_args(args: argparse.Namespace):
-    """Build the ladder described by the CLI options."""
+    """Build the ladder described by the CLI options: a :class:`~teachers.ladder.Ladder`, or a
+    :class:`~teachers.graph_ladder.GraphLadder` for a graph spec file or ``--graph``."""
+    from teachers.graph_ladder import GraphLadder
     from teachers.ladder import Ladder
     from teachers.spec_io import load_spec
 
@@ -83,12 +106,22 @@ def ladder_from_args(args: argparse.Namespace):
         raise ValueError("--sigma: only applies with --emission gaussian")
     if args.emission == "gaussian" and args.sigma is None:
         raise ValueError("--sigma: required with --emission gaussian (the leaves' noise standard deviation, > 0)")
+    graph = getattr(args, "graph", None)
+    if args.spec and graph:
+        raise ValueError("--graph: does not apply with --spec (the spec file defines the ladder)")
+    if not graph:
+        for opt in ("width", "height", "kernels", "strides"):
+            if getattr(args, opt, None) is not None:
+                raise ValueError(f"--{opt}: only applies with --graph conv1d|conv2d")
     if args.spec:
         lad = load_spec(args.spec)
         if args.emission != "onehot" or args.sigma is not None:
-            lad = lad.with_emission({"kind": args.emission, "sigma": args.sigma} if args.emission == "gaussian"
-                                    else {"kind": "onehot"})
+            emission = ({"kind": args.emission, "sigma": args.sigma} if args.emission == "gaussian"
+                        else {"kind": "onehot"})
+            lad = _graph_with_emission(lad, emission) if isinstance(lad, GraphLadder) else lad.with_emission(emission)
         return lad
+    if graph:
+        return _graph_from_args(args)
     common = {"emission": args.emission, "sigma": args.sigma}
     if args.kind == "default":
         return Ladder.default(**common)
@@ -101,6 +134,55 @@ def ladder_from_args(args: argparse.Namespace):
                                         concentration=args.concentration or 1.0, seed=args.ladder_seed, **common)
     return Ladder.random(args.depth, _one_or_list(args.branching), _one_or_list(args.events), mode=args.mode,
                          concentration=args.concentration or 1.0, seed=args.ladder_seed, **common)
+
+
+def _is_graph(ladder) -> bool:
+    from teachers.graph_ladder import GraphLadder
+
+    return isinstance(ladder, GraphLadder)
+
+
+def _graph_with_emission(g, emission: dict):
+    """``g`` with its leaves' emission replaced (``{"kind": "onehot"}`` or ``{"kind": "gaussian", "sigma": s}``)."""
+    import dataclasses
+
+    from teachers.emission import emission_from_dict
+
+    return dataclasses.replace(g, emission=emission_from_dict(emission, g.num_regions[-1], g.leaf_events))
+
+
+def _graph_from_args(args: argparse.Namespace):
+    """The ``--graph conv1d|conv2d`` ladder of the options (:meth:`GraphLadder.conv1d` / ``conv2d``)."""
+    from teachers.graph_ladder import GraphLadder
+    from teachers.ladder import LadderSpecError
+
+    if args.width is None:
+        raise ValueError(f"--width: required with --graph {args.graph} (" +
+                         ("leaves)" if args.graph == "conv1d" else "grid columns)"))
+    if args.kernels is None:
+        raise ValueError("--kernels: required with --graph (kernel per level, from the leaves up, e.g. 3,2,3)")
+    if args.height is not None and args.graph != "conv2d":
+        raise ValueError("--height: only applies with --graph conv2d")
+    levels = len(args.kernels)
+    strides = [1] * levels if args.strides is None else args.strides
+    if len(strides) != levels:
+        raise ValueError(f"--strides: expected {levels} values (one per --kernels value), got {len(strides)}")
+    if len(args.events) not in (1, levels + 1):
+        raise ValueError(f"--events: expected one value or {levels + 1} (one per level, top first: len(--kernels) + "
+                         f"1), got {len(args.events)}")
+    events = args.events * (levels + 1) if len(args.events) == 1 else args.events
+    for name, values in (("--kernels", args.kernels), ("--strides", strides)):
+        if min(values) < 1:
+            raise ValueError(f"{name}: expected positive integers, got {','.join(map(str, values))}")
+    kwargs = {"mode": args.mode, "concentration": 1.0 if args.concentration is None else args.concentration,
+              "seed": args.ladder_seed, "sigma": args.sigma}
+    try:
+        if args.graph == "conv1d":
+            return GraphLadder.conv1d(args.width, args.kernels, strides, events, **kwargs)
+        shape = (args.width if args.height is None else args.height, args.width)
+        return GraphLadder.conv2d(shape, args.kernels, strides, events, **kwargs)
+    except LadderSpecError as e:  # name the options: the constructor names its own arguments
+        raise LadderSpecError(f"--graph {args.graph} (--width/--height, --kernels, --strides, --events): {e}") from None
 
 
 def _engine(args):
@@ -136,6 +218,9 @@ def _cmd_sample_ladder(args) -> int:
     t0 = time.perf_counter()
     progress = False if args.no_progress or _quiet(args) else None
     lo, hi = (lambda i, k: (i * args.n // k, (i + 1) * args.n // k))(*parse_shard(args.shard))
+    if str(args.out).endswith(".npz") and _is_graph(lad):
+        raise ValueError("--out: a graph ladder is written as a chunked store (format 2, e.g. data.zarr); .npz files "
+                         "(format 1) hold tree ladders only")
     if str(args.out).endswith(".npz"):  # format 1: one file, sampled in memory
         from teachers.dataset import save_dataset
         from teachers.sampling import sample_ladder
@@ -227,6 +312,149 @@ def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool =
     return report
 
 
+def _graph_cells(g):
+    """Flat count layout of a graph ladder: ``(marginal offsets (R,), marginal cells, edges (E, 2) global
+    (parent, child), child event counts (E,), pair offsets (E,), pair cells)``."""
+    import numpy as np
+
+    m = np.asarray([v for lvl in g.events for v in lvl], dtype=np.int64)
+    moff = np.concatenate([[0], np.cumsum(m)[:-1]])
+    off = g.level_offsets
+    edges = np.asarray([(off[l - 1] + p, off[l] + i) for l, p, i in g.edges()], dtype=np.int64).reshape(-1, 2)
+    sizes = m[edges[:, 0]] * m[edges[:, 1]]
+    poff = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    return moff, int(m.sum()), edges, m[edges[:, 1]], poff, int(sizes.sum())
+
+
+def _graph_count_chunk(c: int, chunks) -> dict:
+    """The task of one chunk of a graph dataset (any process): int64 counts of every region's events and of
+    every edge's (parent, child) pairs, ``{"n", "marginal": (cells,), "pair": (pair cells,)}``."""
+    import torch
+
+    moff, mcells, edges, mchild, poff, pcells = _graph_cells(chunks.ladder)
+    z = chunks.chunk(c).z
+    moff, poff = torch.from_numpy(moff), torch.from_numpy(poff)
+    par, chi, mchild = (torch.from_numpy(a) for a in (edges[:, 0], edges[:, 1], mchild))
+    marg = torch.zeros(mcells, dtype=torch.int64)
+    pair = torch.zeros(pcells, dtype=torch.int64)
+    step = max(1, 2**22 // max(1, len(par), z.shape[1]))  # rows per pass: a few million codes at a time
+    for a in range(0, z.shape[0], step):
+        zb = z[a: a + step].long()
+        marg += torch.bincount((zb + moff).reshape(-1), minlength=mcells)
+        if len(par):
+            pair += torch.bincount((zb[:, par] * mchild + zb[:, chi] + poff).reshape(-1), minlength=pcells)
+    return {"n": int(z.shape[0]), "marginal": marg, "pair": pair}
+
+
+def graph_inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool = False, device=None,
+                         confidence: float = 1e-6) -> dict:
+    """``smaso inspect``'s report of a graph-ladder dataset, streamed chunk by chunk (one task per chunk on
+    ``engine``): label counts, every region's and every edge's sample frequencies against the exact
+    :func:`inference.graph_posterior.graph_statistics`, and the Bayes-optimal accuracy on the first ``bayes_n``
+    rows (exact junction-tree posterior, on the CPU; ``device`` is not used).
+
+    The statistics are judged as :func:`teachers.statistics.compare_statistics` does: total-variation distance
+    TV per region (marginal) and per edge (joint P(z_parent, z_child)) against the multinomial bound
+    sqrt((k log 2 + log(1/confidence)) / (2N)) of its k cells; per level the largest TV and the largest bound
+    (regions may have different event counts); ``within_bound`` checks every region and edge against its own.
+    """
+    import torch
+
+    from inference.graph_posterior import graph_bayes_accuracy, graph_statistics
+    from teachers.chunked import as_chunks
+    from teachers.engine import get_engine
+
+    chunks = as_chunks(source)
+    g = chunks.ladder
+    moff, mcells, edges, _, poff, pcells = _graph_cells(g)
+
+    def merge(total: dict, part: dict) -> dict:
+        total["n"] += part["n"]
+        total["marginal"] += part["marginal"]
+        total["pair"] += part["pair"]
+        return total
+
+    counts = get_engine(engine).fold(_graph_count_chunk, range(chunks.num_chunks), chunks, merge=merge,
+                                     init={"n": 0, "marginal": torch.zeros(mcells, dtype=torch.int64),
+                                           "pair": torch.zeros(pcells, dtype=torch.int64)},
+                                     progress="counting events" if progress else None)
+    n = counts["n"]
+    exact = graph_statistics(g)
+    freq_m = counts["marginal"].double() / max(n, 1)
+    freq_p = counts["pair"].double() / max(n, 1)
+
+    def bound(cells: int) -> float:
+        return math.sqrt((cells * math.log(2) + math.log(1 / confidence)) / (2 * max(n, 1)))
+
+    off = g.level_offsets
+    levels, ok = [], True
+    edge_index = {(l, p, i): e for e, (l, p, i) in enumerate(g.edges())}
+    for l in range(g.depth + 1):
+        tv_m, b_m = [], []
+        for i in range(g.num_regions[l]):
+            r, m = off[l] + i, g.events[l][i]
+            tv_m.append(0.5 * (freq_m[moff[r]: moff[r] + m] - exact.p[l][i]).abs().sum().item())
+            b_m.append(bound(m))
+        ok &= all(t <= b for t, b in zip(tv_m, b_m, strict=True))
+        level = {"level": l, "regions": g.num_regions[l], "max_tv_marginal": max(tv_m), "bound_marginal": max(b_m)}
+        if l >= 1:
+            tv_j, b_j = [], []
+            for i, ps in enumerate(g.parents[l]):
+                for p in ps:
+                    e = edge_index[(l, p, i)]
+                    want = exact.pair[(l, p, i)].reshape(-1)
+                    got = freq_p[poff[e]: poff[e] + want.numel()]
+                    tv_j.append(0.5 * (got - want).abs().sum().item())
+                    b_j.append(bound(want.numel()))
+            ok &= all(t <= b for t, b in zip(tv_j, b_j, strict=True))
+            level.update(edges=len(tv_j), max_tv_joint=max(tv_j), bound_joint=max(b_j))
+        levels.append(level)
+    stats = {"num_examples": n, "max_tv_marginal": max(v["max_tv_marginal"] for v in levels),
+             "max_tv_joint": max((v["max_tv_joint"] for v in levels if "max_tv_joint" in v), default=0.0),
+             "within_bound": bool(ok), "confidence": confidence, "per_level": levels}
+    first = chunks.chunk(0)
+    report = {"teacher": "graph-ladder", "n": len(chunks), "start": first.start, "total": first.total,
+              "seed": first.seed, "ladder": repr(g), "mode": g.mode, "regions_per_level": list(g.num_regions),
+              "edges": len(edges), "label_counts": counts["marginal"][: g.num_classes].tolist(),
+              "label_prior_exact": exact.p[0][0].tolist(), "statistics": stats}
+    if bayes_n > 0:
+        head = next(iter(chunks.iter_chunks(min(bayes_n, len(chunks)))))
+        try:
+            report["bayes_optimal"] = graph_bayes_accuracy(g, head.inputs(dtype=torch.float64), head.y)
+        except (NotImplementedError, ValueError) as e:  # a custom emission, or a clique beyond the limit
+            report["bayes_optimal"] = {"unavailable": " ".join(str(e).split())}
+    return report
+
+
+def print_graph_report(report: dict, ladder) -> None:
+    """Print ``smaso inspect``'s report of a graph-ladder dataset (:func:`graph_inspect_report`)."""
+    print(ladder.describe())
+    n = report["n"]
+    print(f"\n{n} examples (rows {report['start']}..{report['start'] + n} of {report['total']}, "
+          f"seed {report['seed']}); {sum(report['regions_per_level'])} regions, {report['edges']} parent-child edges")
+    print("\nlabel   count      frequency   exact P(y)")
+    for c, (k, p) in enumerate(zip(report["label_counts"], report["label_prior_exact"], strict=True)):
+        print(f"{c:5d} {k:9d}   {k / max(n, 1):10.5f}   {p:10.5f}")
+    st = report["statistics"]
+    print("\nsample frequencies vs the graph ladder's exact event statistics (junction tree)")
+    print("(TV = total-variation distance, max over the regions / edges of a level; bound = the largest multinomial "
+          f"bound of the level at confidence {st['confidence']:g})")
+    print("level  regions   max TV P(z)   bound     edges   max TV P(z_parent, z)   bound")
+    for lv in st["per_level"]:
+        tj = (f"{lv['edges']:7d}   {lv['max_tv_joint']:10.5f}            {lv['bound_joint']:8.5f}"
+              if "max_tv_joint" in lv else "      -")
+        print(f"{lv['level']:5d}  {lv['regions']:7d}   {lv['max_tv_marginal']:10.5f}  {lv['bound_marginal']:8.5f}  "
+              f"{tj}")
+    print(f"all within bounds: {st['within_bound']}")
+    b = report.get("bayes_optimal")
+    if b and "expected" in b:
+        emp = f", fraction correct {b['empirical']:.4f}" if "empirical" in b else ""
+        print(f"\nBayes-optimal accuracy (exact posterior p(y|x) on {b['n']} examples): "
+              f"{b['expected']:.4f} +- {b['stderr']:.4f}{emp}\n(the ceiling of any student trained on this ladder)")
+    elif b:
+        print(f"\nBayes-optimal accuracy: {b['unavailable']}")
+
+
 def print_report(report: dict, ladder) -> None:
     """Print ``smaso inspect``'s report of a ladder dataset: counts, sampled vs exact statistics, Bayes accuracy."""
     print(ladder.describe())
@@ -301,10 +529,12 @@ def _cmd_inspect(args) -> int:
         return 0
     source = load_dataset(args.files, partial=args.partial)
     _set_threads(args)
+    graph = _is_graph(source.ladder)
     with _engine(args) as engine:
-        report = inspect_report(source, bayes_n=args.bayes_n, engine=engine, device=args.device,
-                                progress=not args.no_progress and not _quiet(args) and sys.stderr.isatty())
-    print_report(report, source.ladder)
+        report = (graph_inspect_report if graph else inspect_report)(
+            source, bayes_n=args.bayes_n, engine=engine, device=args.device,
+            progress=not args.no_progress and not _quiet(args) and sys.stderr.isatty())
+    (print_graph_report if graph else print_report)(report, source.ladder)
     if args.json:
         _write_json(args.json, report, args)
         print(f"\nwrote {args.json}")
@@ -477,6 +707,8 @@ def _cmd_compare(args) -> int:
 
     sample = load_dataset(args.files, partial=args.partial)
     lad = sample.ladder
+    if _is_graph(lad) and args.bn:
+        raise ValueError("--bn: the graph student (a dataset of a graph ladder) has no Batch Norm")
     print(lad.describe())
     title = f"{lad.name}: student vs reformulation"
     _set_threads(args)
@@ -535,6 +767,7 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Sample N examples (x, y and every latent event) from a summarization "
                                           "ladder into a versioned .npz dataset file (see teachers/dataset.py).")
     _add_ladder_options(lad)
+    _add_graph_options(lad)
     lad.add_argument("-n", type=_positive_int, required=True, help="examples in the full stream")
     lad.add_argument("--seed", type=_nonneg_int, default=0, help="data seed")
     lad.add_argument("--out", required=True,
@@ -569,6 +802,7 @@ def build_parser() -> argparse.ArgumentParser:
     spec = sub.add_parser("spec", help="write a ladder spec file to edit",
                           description="Build a ladder from the options and write it as a JSON spec file.")
     _add_ladder_options(spec)
+    _add_graph_options(spec)
     spec.add_argument("--out", required=True, help="output .json file ('-': standard output)")
     spec.set_defaults(func=_cmd_spec)
 

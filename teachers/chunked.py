@@ -4,13 +4,24 @@ A version-2 dataset is a zarr v3 *directory* store (conventionally named ``*.zar
 any number of examples without ever holding them in memory: it is written chunk by chunk as the
 sampler produces rows, and read chunk by chunk, each chunk verified by its SHA-256 when read.
 
+It holds either kind of teacher: a uniform tree :class:`~teachers.ladder.Ladder` (rows of
+:func:`~teachers.sampling.sample_ladder`) or any layered region graph,
+:class:`~teachers.graph_ladder.GraphLadder` (rows of :func:`~teachers.graph_sampling.sample_graph_ladder`;
+regions may have different event counts, the event dtype is
+:func:`~teachers.graph_sampling.event_dtype`'s).  The format name and version are the same for both; the
+stored spec's ``format`` field says which it is (``"smaso-ladder"``, or ``"smaso-graph-ladder"``), so
+stores written before graph ladders existed open unchanged.  Every function below takes either, and a
+graph store's chunks read as :class:`~teachers.graph_sampling.GraphSample` s (the fields and row access
+of :class:`~teachers.sampling.LadderSample`).
+
 Layout (every data array is chunked along the examples only, ``chunk_rows`` rows per chunk, a
 multiple of :data:`~teachers.sampling.BLOCK_SIZE`; the last chunk may be short, and zarr stores it
 padded to a whole chunk, which costs nothing once compressed)::
 
     data.zarr/
       zarr.json          group; its attributes are the metadata (below)
-      z/                 (n, total_regions) events of every region, breadth-first, event dtype
+      z/                 (n, total_regions) events of every region, breadth-first (a graph: level by
+                         level, ``level_offsets[l] + i``), event dtype
       y/                 (n,) labels, the same dtype (= z[:, 0])
       x/                 (n, R_d, dim) float32 inputs; only when the emission is not derivable
                          (one-hot leaves are rebuilt from z)
@@ -34,7 +45,10 @@ Attributes of the root group:
 ``event_dtype``       numpy name of the event dtype (``"uint8"`` for <= 256 events per region)
 ``compression``       the codec label (``"none"``, ``"zstd:1"``, ``"zarr-default"``, ...)
 ``spec``              the ladder's :meth:`~teachers.ladder.Ladder.to_dict`, arrays replaced by
-                      ``{"__array__": "spec.<path>"}``
+                      ``{"__array__": "spec.<path>"}``; a graph ladder's
+                      :meth:`~teachers.graph_ladder.GraphLadder.to_dict` with ``"packed": true``
+                      and its tables (lookups) in one flat array per level (:func:`_store_spec`);
+                      its ``format`` field names the kind of ladder
 ``spec_sha256``       per spec array: ``{"dtype", "shape", "sha256"}`` of its raw C-order bytes
 ``chunk_sha256``      ``{"z": [...], "y": [...], "x": [...]}``: SHA-256 of the raw C-order bytes of
                       the rows of every chunk of every data array, computed when it was written
@@ -43,6 +57,9 @@ Attributes of the root group:
                       keys, no spaces) of every other attribute, and of each one (and of each key of
                       a dict-valued one, ``"spec.emission"``), so that an edit is named
 ====================  ===========================================================================
+
+A graph ladder's store also has ``graph_stream_version``
+(:data:`~teachers.graph_sampling.GRAPH_STREAM_VERSION`, the version of the graph sampler's stream).
 
 Reading (:func:`open_dataset`) checks the format and version, ``complete``, the metadata
 checksum (naming the edited field), every spec array's checksum, the ladder's rebuild and every
@@ -59,7 +76,8 @@ Writing is split in three pure steps, so that it can run in one process
    the empty arrays and the spec arrays, and returns its path.
 2. :func:`write_chunk` (once per chunk, in any process, in any order): writes exactly one whole
    chunk ``c`` (rows :func:`chunk_bounds` ``(n, chunk_rows)[c]`` of the store, i.e. stream rows
-   ``start + lo .. start + hi``; :func:`~teachers.sampling.sample_rows` samples them) and returns
+   ``start + lo .. start + hi``; :func:`~teachers.sampling.sample_rows` samples them, or
+   :func:`~teachers.graph_sampling.sample_graph_rows` for a graph ladder) and returns
    its checksums as a small JSON-able dict.  Chunks are aligned, so two calls for different chunks
    never touch the same file; it never writes the metadata.  Writing the same chunk twice rewrites
    it with the same bytes (the stream is deterministic), so a retried task is harmless.
@@ -118,7 +136,7 @@ from .dataset import (
     FORMAT,
     DatasetFormatError,
     _canonical,
-    _events_out_of_range,
+    _join_arrays,
     _split_arrays,
     check_contiguous,
     check_coverage,
@@ -127,9 +145,27 @@ from .dataset import (
 )
 from .dataset import metadata_checksum as _metadata_checksum
 from .emission import one_hot
-from .ladder import Ladder
+from .graph_ladder import FORMAT as GRAPH_FORMAT
+from .graph_ladder import GraphLadder
+from .graph_sampling import GRAPH_STREAM_VERSION, GraphSample, sample_graph_rows, sampling_plan
+from .graph_sampling import event_dtype as graph_event_dtype
+from .ladder import TOPDOWN, Ladder
 from .pyro_model import LadderModel
-from .sampling import BLOCK_SIZE, DEFAULT_CHUNK_ROWS, STREAM_VERSION, LadderSample, parse_shard, sample_rows
+from .sampling import (
+    BLOCK_SIZE,
+    DEFAULT_CHUNK_ROWS,
+    STREAM_VERSION,
+    LadderSample,
+    check_working_memory,
+    parse_shard,
+    sample_rows,
+)
+
+#: What a store can hold: a uniform tree :class:`~teachers.ladder.Ladder` or any layered region graph,
+#: :class:`~teachers.graph_ladder.GraphLadder`.
+Teacher = Ladder | GraphLadder
+#: What a chunk of either is read as (the same row access: ``z``, ``x``, ``y``, ``inputs()``, ``start``, ...).
+Sample = LadderSample | GraphSample
 
 __all__ = [
     "CHUNK_BYTES",
@@ -202,18 +238,54 @@ def _check_chunk_rows(chunk_rows) -> int:
     return int(chunk_rows)
 
 
+def _check_teacher(ladder, name: str = "ladder") -> None:
+    if not isinstance(ladder, (Ladder, GraphLadder)):
+        raise TypeError(f"{name}: expected a Ladder or a GraphLadder, got {type(ladder).__name__}")
+
+
+def _event_dtype(ladder: Teacher) -> torch.dtype:
+    """The storage dtype of the events of ``ladder`` (a tree's ``event_dtype()``, a graph's
+    :func:`teachers.graph_sampling.event_dtype`: the smallest that holds its largest event count)."""
+    return graph_event_dtype(ladder) if isinstance(ladder, GraphLadder) else ladder.event_dtype()
+
+
+def _region_events(ladder: Teacher) -> np.ndarray:
+    """Event count of every region in global order, ``(total_regions,)`` int64."""
+    if isinstance(ladder, GraphLadder):
+        return np.asarray([m for lvl in ladder.events for m in lvl], dtype=np.int64)
+    return np.repeat(np.asarray(ladder.events, dtype=np.int64), ladder.num_regions)
+
+
+def _out_of_range(z: np.ndarray, ladder: Teacher, limit: np.ndarray) -> str | None:
+    """A description of the first event of ``z`` ``(rows, total_regions)`` outside its region's range
+    ``[0, limit[r])``, or ``None`` (as :func:`teachers.dataset._events_out_of_range`, for both kinds)."""
+    if len(z) == 0:
+        return None
+    lo, hi = z.min(axis=0).astype(np.int64), z.max(axis=0).astype(np.int64)
+    bad = np.flatnonzero((lo < 0) | (hi >= limit))
+    if not len(bad):
+        return None
+    r = int(bad[0])
+    level = int(np.searchsorted(ladder.level_offsets, r, side="right") - 1)
+    v = int(lo[r]) if lo[r] < 0 else int(hi[r])
+    row = int(np.flatnonzero(z[:, r] == v)[0])
+    return f"region {r} (level {level}) has event {v} in row {row}, outside its range [0, {int(limit[r])})"
+
+
 #: Target size of one chunk's rows in memory, for :func:`default_chunk_rows`.
 CHUNK_BYTES = 32 * 2**20
 
 
-def row_bytes(ladder: Ladder) -> int:
-    """Bytes of one example in memory: its events and label, and its inputs when they are stored."""
-    item = torch.empty(0, dtype=ladder.event_dtype()).element_size()
+def row_bytes(ladder: Teacher) -> int:
+    """Bytes of one example in memory: its events and label, and its inputs when they are stored
+    (a :class:`~teachers.ladder.Ladder` or a :class:`~teachers.graph_ladder.GraphLadder`)."""
+    _check_teacher(ladder)
+    item = torch.empty(0, dtype=_event_dtype(ladder)).element_size()
     x = 0 if ladder.emission.derivable else ladder.num_regions[-1] * ladder.emission.dim * 4  # float32
     return (ladder.total_regions + 1) * item + x
 
 
-def default_chunk_rows(ladder: Ladder) -> int:
+def default_chunk_rows(ladder: Teacher) -> int:
     """Rows per chunk of a new store of ``ladder``: ``DEFAULT_CHUNK_ROWS`` (65536) unless a chunk would
     then pass :data:`CHUNK_BYTES` (32 MiB) in memory, else the largest multiple of ``BLOCK_SIZE`` under
     it (at least one block).  The 341-region ladder with one-hot leaves keeps 65536 rows (22 MB);
@@ -302,6 +374,85 @@ def _to_numpy(t, name: str) -> np.ndarray:
     raise TypeError(f"{name}: expected a torch.Tensor or a numpy array, got {type(t).__name__}")
 
 
+# ---------------------------------------------------------------------- the stored spec
+def _store_spec(ladder: Teacher) -> dict:
+    """The spec a store keeps (before :func:`~teachers.dataset._split_arrays` turns its arrays into
+    ``spec/<path>`` arrays): a tree's :meth:`~teachers.ladder.Ladder.to_dict`; a graph's
+    :meth:`~teachers.graph_ladder.GraphLadder.to_dict` with ``"packed": true`` and its tables in one flat
+    float64 array per level (``tables[l]``: every region's ``(prod parent m, m)`` table, C order, regions in
+    order; ``tables[0] = []``), its leaf priors as one ``(leaves, m)`` array and its lookups in one flat
+    int64 array per level, so that a graph of thousands of regions is a few arrays, not thousands."""
+    if isinstance(ladder, Ladder):
+        return ladder.to_dict()
+    d = ladder.to_dict()
+    d["packed"] = True
+    d["emission"] = ladder.emission.to_dict()  # its arrays (Gaussian means, sigma) as arrays
+    if ladder.mode == TOPDOWN:
+        d["prior"] = ladder.prior.numpy()
+        d["tables"] = [[]] + [torch.cat([t.reshape(-1) for t in lvl]).numpy() for lvl in ladder.tables[1:]]
+    else:
+        d["leaf_priors"] = torch.stack(list(ladder.leaf_priors)).numpy()
+        d["lookups"] = [torch.cat([t.reshape(-1) for t in lvl]).numpy() for lvl in ladder.lookups]
+    return d
+
+
+def _unpack(flat, shapes: list[tuple[int, ...]], name: str) -> list[torch.Tensor]:
+    flat = torch.as_tensor(flat).reshape(-1)
+    sizes = [int(np.prod(s)) for s in shapes]
+    if flat.numel() != sum(sizes):
+        raise DatasetFormatError(f"spec array {name!r} holds {flat.numel()} values, the graph needs {sum(sizes)}")
+    return [t.reshape(s) for t, s in zip(torch.split(flat, sizes), shapes, strict=True)]
+
+
+def _graph_from_spec(spec: dict, arrays: dict, where: str) -> GraphLadder:
+    """The graph ladder of a store's spec (:func:`_store_spec`'s form); any failure a
+    :class:`DatasetFormatError` naming the store."""
+    try:
+        d = _join_arrays(spec, arrays, where)
+        if d.pop("packed", False):
+            events, parents = d["events"], d["parents"]
+            if d["mode"] == TOPDOWN:
+                d["tables"] = [[]] + [
+                    _unpack(d["tables"][l], [(int(np.prod([events[l - 1][p] for p in ps])), events[l][i])
+                                             for i, ps in enumerate(parents[l])], f"spec.tables.{l}")
+                    for l in range(1, len(events))]
+            else:
+                d["leaf_priors"] = list(torch.as_tensor(d["leaf_priors"]))
+                d["lookups"] = [
+                    _unpack(d["lookups"][l], [(int(np.prod([events[l + 1][c] for c, ps in enumerate(parents[l + 1])
+                                                            if j in ps])),) for j in range(len(events[l]))],
+                            f"spec.lookups.{l}")
+                    for l in range(len(events) - 1)]
+        return GraphLadder.from_dict(d)
+    except DatasetFormatError as e:
+        if str(e).startswith(where):
+            raise
+        raise DatasetFormatError(f"{where} holds an invalid graph ladder spec (metadata field 'spec'): {e}") from None
+    except Exception as e:  # LadderSpecError, or anything a malformed spec makes the constructor raise
+        raise DatasetFormatError(f"{where} holds an invalid graph ladder spec (metadata field 'spec'): "
+                                 f"{type(e).__name__}: {e}") from None
+
+
+def _teacher_from_spec(spec: dict, arrays: dict, where: str) -> Teacher:
+    """A store's ladder: a :class:`GraphLadder` when its spec's ``format`` is ``smaso-graph-ladder``, else
+    (every store written before graph ladders, and every tree store) a :class:`Ladder`."""
+    if isinstance(spec, dict) and spec.get("format") == GRAPH_FORMAT:
+        return _graph_from_spec(spec, arrays, where)
+    return ladder_from_spec(spec, arrays, where)
+
+
+def _rows(ladder: Teacher, seed: int, lo: int, hi: int, *, sampler=None, device=None):
+    """Stream rows ``[lo, hi)`` of either kind of ladder: ``(z, x)`` (``sampler``: a prebuilt
+    :class:`~teachers.pyro_model.LadderModel` or :func:`~teachers.graph_sampling.sampling_plan`)."""
+    if isinstance(ladder, GraphLadder):
+        return sample_graph_rows(ladder, seed, lo, hi, plan=sampler, device=device)
+    return sample_rows(ladder, seed, lo, hi, model=sampler, device=device)
+
+
+def _sampler(ladder: Teacher, device: torch.device):
+    return sampling_plan(ladder, device) if isinstance(ladder, GraphLadder) else LadderModel(ladder, device=device)
+
+
 # ---------------------------------------------------------------------- writing
 def _recover(path: Path) -> None:
     """Undo what a killed write of ``path`` left: a finished swap's old copy, or an unfinished
@@ -314,7 +465,7 @@ def _recover(path: Path) -> None:
             os.replace(old, path)
 
 
-def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: int = 0, total: int | None = None,
+def create_partial(path: str | os.PathLike, ladder: Teacher, *, n: int, start: int = 0, total: int | None = None,
                    seed: int = 0, shard: str | tuple[int, int] | None = None, chunk_rows: int | None = None,
                    compress: bool | str = True) -> Path:
     """Step 1 of a write (see the module docstring): create the partial store of ``path``.
@@ -328,8 +479,7 @@ def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: in
     :param compress: see the module docstring.
     :returns: the partial's path (``partial_path(path)``), for :func:`write_chunk` and :func:`finalize`.
     """
-    if not isinstance(ladder, Ladder):
-        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    _check_teacher(ladder)
     n, start, seed = _check_int(n, "n"), _check_int(start, "start"), _check_int(seed, "seed")
     total = n if total is None else _check_int(total, "total")
     if start + n > total:
@@ -360,13 +510,15 @@ def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: in
 
     zarr = _zarr()
     spec_arrays: dict[str, np.ndarray] = {}
-    spec = _split_arrays(ladder.to_dict(), "", spec_arrays)
+    spec = _split_arrays(_store_spec(ladder), "", spec_arrays)
     x_stored = not ladder.emission.derivable
-    dtype = np.dtype(str(ladder.event_dtype()).removeprefix("torch."))
+    dtype = np.dtype(str(_event_dtype(ladder)).removeprefix("torch."))
     attrs = {"format": FORMAT, "version": VERSION, "n": n, "start": start, "total": total, "seed": seed,
              "shard": [i, k], "block_size": BLOCK_SIZE, "stream_version": STREAM_VERSION, "x_stored": x_stored,
              "chunk_rows": chunk_rows, "num_chunks": len(range(0, n, chunk_rows)), "event_dtype": dtype.name,
              "compression": label, "spec": spec, "complete": False}
+    if isinstance(ladder, GraphLadder):
+        attrs["graph_stream_version"] = GRAPH_STREAM_VERSION
     config = {"write_empty_chunks": True}  # every chunk has its file: a missing one is an error, not zeros
     try:
         root = zarr.open_group(str(partial), mode="w-")
@@ -521,15 +673,15 @@ def finalize(partial: str | os.PathLike, path: str | os.PathLike, checksums: Ite
     return path
 
 
-def _sample_chunk_task(c: int, partial: str, ladder: Ladder, seed: int, start: int, n: int, chunk_rows: int,
+def _sample_chunk_task(c: int, partial: str, ladder: Teacher, seed: int, start: int, n: int, chunk_rows: int,
                        device: str) -> dict:
     """One task of :func:`sample_to_store` on an engine (any process): sample chunk ``c`` and write it."""
     lo, hi = c * chunk_rows, min(n, (c + 1) * chunk_rows)
-    z, x = sample_rows(ladder, seed, start + lo, start + hi, device=device)
+    z, x = _rows(ladder, seed, start + lo, start + hi, device=device)
     return write_chunk(partial, c, z, x)
 
 
-def sample_to_store(ladder: Ladder, num_examples: int, path: str | os.PathLike, seed: int = 0, *,
+def sample_to_store(ladder: Teacher, num_examples: int, path: str | os.PathLike, seed: int = 0, *,
                     shard: str | tuple[int, int] | None = None, chunk_rows: int | None = None,
                     compress: bool | str = True, device: torch.device | str | None = None,
                     progress: bool | None = None, engine=None) -> Path:
@@ -537,7 +689,9 @@ def sample_to_store(ladder: Ladder, num_examples: int, path: str | os.PathLike, 
     version-2 store at ``path``, one chunk at a time: memory stays at a few chunks whatever N is.
 
     The bytes of z (and x) equal those of :func:`~teachers.sampling.sample_ladder` with the same
-    ladder, N, seed and shard, whatever ``chunk_rows`` is.  With ``shard="i/k"`` the store holds
+    ladder, N, seed and shard, whatever ``chunk_rows`` is; for a :class:`~teachers.graph_ladder.GraphLadder`,
+    those of :func:`~teachers.graph_sampling.sample_graph_ladder` (its rows are sampled by
+    :func:`~teachers.graph_sampling.sample_graph_rows`).  With ``shard="i/k"`` the store holds
     that shard's rows only (with ``start``/``total`` set); :func:`open_dataset` joins a set of them.
 
     :param chunk_rows: rows per chunk, a multiple of ``BLOCK_SIZE`` (default :func:`default_chunk_rows`:
@@ -545,20 +699,22 @@ def sample_to_store(ladder: Ladder, num_examples: int, path: str | os.PathLike, 
     :param compress: see the module docstring (default ``True`` = ``"zstd:1"``).
     :param device: where to sample (the rows are written from the CPU).
     :param progress: a tqdm bar (default: when more than 2^18 rows and stderr is a terminal).
+    :param ladder: a :class:`~teachers.ladder.Ladder` or a :class:`~teachers.graph_ladder.GraphLadder`.
     :param engine: ``None``: every chunk sampled and written here, one after the other (one
-        :class:`~teachers.pyro_model.LadderModel` reused); else a :class:`~teachers.engine.SerialEngine`
+        :class:`~teachers.pyro_model.LadderModel`, or one graph :func:`~teachers.graph_sampling.sampling_plan`,
+        reused); else a :class:`~teachers.engine.SerialEngine`
         or :class:`~teachers.engine.DaskEngine`: one task per chunk (:func:`write_chunk` in the
         worker; the workers must see ``path``'s directory).  The bytes are the same either way.
     :returns: ``path``.  On an exception nothing is left but what was at ``path`` before.
     """
-    if not isinstance(ladder, Ladder):
-        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    _check_teacher(ladder)
     num_examples = _check_int(num_examples, "num_examples", minimum=1)
     seed = _check_int(seed, "seed")
     chunk_rows = default_chunk_rows(ladder) if chunk_rows is None else _check_chunk_rows(chunk_rows)
     i, k = parse_shard(shard)
     lo, hi = i * num_examples // k, (i + 1) * num_examples // k
     device = torch.device(device) if device is not None else torch.device("cpu")
+    check_working_memory(ladder, 1, device)  # a ladder whose block cannot be sampled: refused before any file
     partial = create_partial(path, ladder, n=hi - lo, start=lo, total=num_examples, seed=seed, shard=(i, k),
                              chunk_rows=chunk_rows, compress=compress)
     if progress is None:
@@ -572,10 +728,10 @@ def sample_to_store(ladder: Ladder, num_examples: int, path: str | os.PathLike, 
             bar = tqdm(total=hi - lo, unit="ex", unit_scale=True, desc="sampling ladder to store")
         bounds = chunk_bounds(hi - lo, chunk_rows)
         if engine is None:
-            model = LadderModel(ladder, device=device)
+            sampler = _sampler(ladder, device)
             sums = []
             for c, (a, b) in enumerate(bounds):
-                z, x = sample_rows(ladder, seed, lo + a, lo + b, model=model, device=device)
+                z, x = _rows(ladder, seed, lo + a, lo + b, sampler=sampler, device=device)
                 sums.append(write_chunk(partial, c, z, x))
                 del z, x
                 if bar is not None:
@@ -633,6 +789,7 @@ class _Store:
                 raise DatasetFormatError(f"{where}: metadata field {key!r} is {attrs[key]!r}, expected a string")
         self.names = ["z", "y"] + (["x"] if self.x_stored else [])
         self.ladder = self._rebuild_ladder(attrs, where)
+        self._limit = _region_events(self.ladder)  # (total_regions,) event counts, for the range check
         self._check_arrays(where)
         self._arrays: dict | None = None
         self._pid: int | None = None
@@ -642,7 +799,7 @@ class _Store:
     def _check_metadata(attrs: dict, where: str) -> None:
         check_metadata_checksum(attrs, where)
 
-    def _rebuild_ladder(self, attrs: dict, where: str) -> Ladder:
+    def _rebuild_ladder(self, attrs: dict, where: str) -> Teacher:
         for key in ("n", "start", "total", "seed", "chunk_rows", "num_chunks", "block_size", "stream_version"):
             if not _is_int(attrs[key]) or attrs[key] < 0:
                 raise DatasetFormatError(f"{where}: metadata field {key!r} is not a non-negative integer")
@@ -672,10 +829,14 @@ class _Store:
             if (a.dtype.name, list(a.shape), _sha256(a)) != (want.get("dtype"), want.get("shape"), want.get("sha256")):
                 raise DatasetFormatError(f"{where}: spec array {name!r} fails its SHA-256 check (corrupted or edited)")
             arrays[name] = a
-        ladder = ladder_from_spec(attrs["spec"], arrays, where)
+        ladder = _teacher_from_spec(attrs["spec"], arrays, where)
+        if isinstance(ladder, GraphLadder) and not (_is_int(attrs.get("graph_stream_version"))
+                                                    and attrs["graph_stream_version"] >= 1):
+            raise DatasetFormatError(f"{where}: metadata field 'graph_stream_version' (a graph ladder's stream) is "
+                                     f"{attrs.get('graph_stream_version')!r}, expected a positive integer")
         if ladder.emission.derivable == bool(attrs["x_stored"]):
             raise DatasetFormatError(f"{where}: metadata field 'x_stored' contradicts the ladder's emission")
-        dtype = str(ladder.event_dtype()).removeprefix("torch.")
+        dtype = str(_event_dtype(ladder)).removeprefix("torch.")
         if attrs["event_dtype"] != dtype:
             raise DatasetFormatError(f"{where}: metadata field 'event_dtype' is {attrs['event_dtype']!r}, the "
                                      f"ladder's is {dtype!r}")
@@ -740,7 +901,7 @@ class _Store:
             out[name] = a
         if not np.array_equal(out["y"], out["z"][:, 0]):
             raise DatasetFormatError(f"dataset: {str(self.path)!r}: chunk {c}: y differs from z[:, 0]")
-        bad = _events_out_of_range(out["z"], self.ladder)
+        bad = _out_of_range(out["z"], self.ladder, self._limit)
         if bad:
             raise DatasetFormatError(f"dataset: {str(self.path)!r}: array 'z' chunk {c} (rows [{lo}, {hi}) of the "
                                      f"store): {bad} (rows counted within the chunk)")
@@ -750,10 +911,11 @@ class _Store:
 
 
 def _same_stream(s: _Store, s0: _Store) -> None:
-    for key in ("seed", "total", "block_size", "stream_version", "x_stored", "event_dtype"):
-        if s.attrs[key] != s0.attrs[key]:
+    for key in ("seed", "total", "block_size", "stream_version", "graph_stream_version", "x_stored", "event_dtype"):
+        if s.attrs.get(key) != s0.attrs.get(key):
             raise DatasetFormatError(f"dataset: {str(s.path)!r} is not a shard of the same stream as "
-                                     f"{str(s0.path)!r} ({key} differs: {s.attrs[key]!r} vs {s0.attrs[key]!r})")
+                                     f"{str(s0.path)!r} ({key} differs: {s.attrs.get(key)!r} vs "
+                                     f"{s0.attrs.get(key)!r})")
     if _canonical(s.attrs["spec"]) != _canonical(s0.attrs["spec"]) or s.attrs["spec_sha256"] != s0.attrs["spec_sha256"]:
         raise DatasetFormatError(f"dataset: {str(s.path)!r} is not a shard of the same stream as {str(s0.path)!r} "
                                  "(the ladders differ)")
@@ -815,6 +977,11 @@ class ChunkedLadderData:
     ``start + r``.  Chunks are numbered across the stores in stream order.  Each chunk is
     verified (SHA-256 of each array) whenever it is read.  Picklable, and safe to use from
     DataLoader workers: zarr handles are opened lazily in each process.
+
+    A store of a :class:`~teachers.graph_ladder.GraphLadder` reads the same way: :attr:`ladder` is then
+    the graph ladder (:attr:`is_graph` is true) and chunks are :class:`~teachers.graph_sampling.GraphSample`
+    s, with the same fields and row access as :class:`~teachers.sampling.LadderSample` (``z``, ``x``,
+    ``y``, ``inputs()``, ``events(l)``, ``start``, ``total``, ``seed``, ``meta``).
     """
 
     def __init__(self, stores: list[_Store]):
@@ -822,7 +989,8 @@ class ChunkedLadderData:
             raise ValueError("stores: expected at least one store (use open_dataset)")
         self._stores = stores
         s0 = stores[0]
-        self.ladder: Ladder = s0.ladder
+        #: the teacher: a :class:`~teachers.ladder.Ladder`, or a :class:`~teachers.graph_ladder.GraphLadder`
+        self.ladder: Teacher = s0.ladder
         self.seed: int = s0.attrs["seed"]
         self.start: int = s0.start
         self.total: int = s0.total
@@ -840,8 +1008,21 @@ class ChunkedLadderData:
         self.meta = {"block_size": s0.attrs["block_size"], "stream_version": s0.attrs["stream_version"],
                      "shards": [s.attrs["shard"] for s in stores], "files": [str(p) for p in self.paths],
                      "compression": sorted({s.attrs["compression"] for s in stores})}
+        if "graph_stream_version" in s0.attrs:
+            self.meta["graph_stream_version"] = s0.attrs["graph_stream_version"]
         if len(stores) == 1:
             self.meta["shard"] = s0.attrs["shard"]
+
+    @property
+    def teacher(self) -> Teacher:
+        """The ladder (tree or graph), under the name :class:`~teachers.sampling.EventRows` uses."""
+        return self.ladder
+
+    @property
+    def is_graph(self) -> bool:
+        """Whether the store holds a :class:`~teachers.graph_ladder.GraphLadder` (its spec's format is
+        ``smaso-graph-ladder``) rather than a uniform tree :class:`~teachers.ladder.Ladder`."""
+        return isinstance(self.ladder, GraphLadder)
 
     def __len__(self) -> int:
         return self._len
@@ -884,18 +1065,19 @@ class ChunkedLadderData:
             raise IndexError(f"i: chunk {i} out of range for {self.num_chunks} chunks")
         return int(i) % self.num_chunks
 
-    def _sample(self, z: np.ndarray, x: np.ndarray | None, row: int, **extra) -> LadderSample:
-        return LadderSample(self.ladder, torch.from_numpy(z), None if x is None else torch.from_numpy(x),
+    def _sample(self, z: np.ndarray, x: np.ndarray | None, row: int, **extra) -> Sample:
+        return _make_sample(self.ladder, torch.from_numpy(z), None if x is None else torch.from_numpy(x),
                             seed=self.seed, start=self.start + row, total=self.total, meta={**self.meta, **extra})
 
-    def chunk(self, i: int) -> LadderSample:
-        """Chunk ``i``, verified, as a :class:`LadderSample` whose ``start`` is its first stream row."""
+    def chunk(self, i: int) -> Sample:
+        """Chunk ``i``, verified, as a :class:`LadderSample` (a :class:`GraphSample` for a graph ladder) whose
+        ``start`` is its first stream row."""
         i = self._check_chunk(i)
         s, c = self._chunks[i]
         z, x = s.read_chunk(c)
         return self._sample(z, x, self._offsets[i], chunk=i)
 
-    def iter_chunks(self, chunk_rows: int | None = None, progress: bool = False) -> Iterator[LadderSample]:
+    def iter_chunks(self, chunk_rows: int | None = None, progress: bool = False) -> Iterator[Sample]:
         """The stored chunks in order (``chunk_rows=None``), or consecutive windows of
         ``chunk_rows`` rows (the last may be short), as :meth:`LadderSample.iter_chunks` gives for
         an in-memory sample; every chunk read once and verified."""
@@ -939,13 +1121,14 @@ class ChunkedLadderData:
             if bar is not None:
                 bar.close()
 
-    def _window(self, buf_z, buf_x, pos) -> LadderSample:
+    def _window(self, buf_z, buf_x, pos) -> Sample:
         z = buf_z[0] if len(buf_z) == 1 else np.concatenate(buf_z)
         x = None if not buf_x else buf_x[0] if len(buf_x) == 1 else np.concatenate(buf_x)
         return self._sample(z, x, pos)
 
-    def read(self, lo: int, hi: int) -> LadderSample:
-        """Rows ``[lo, hi)`` of the dataset (verifying every chunk they touch) in memory."""
+    def read(self, lo: int, hi: int) -> Sample:
+        """Rows ``[lo, hi)`` of the dataset (verifying every chunk they touch) in memory: ``z`` ``(hi - lo,
+        total_regions)``, ``x`` ``(hi - lo, leaves, dim)`` or ``None``."""
         if not _is_int(lo) or not _is_int(hi) or not 0 <= lo <= hi <= len(self):
             raise ValueError(f"lo, hi: expected integers with 0 <= lo <= hi <= {len(self)}, got {lo!r}, {hi!r}")
         lo, hi = int(lo), int(hi)
@@ -967,8 +1150,8 @@ class ChunkedLadderData:
                 x[u - lo: v - lo] = cx[u - a: v - a]
         return self._sample(z, x, lo)
 
-    def to_sample(self) -> LadderSample:
-        """Every row in memory, as one :class:`LadderSample` (for small data and tests)."""
+    def to_sample(self) -> Sample:
+        """Every row in memory, as one :class:`LadderSample` or :class:`GraphSample` (for small data and tests)."""
         return self.read(0, len(self))
 
     def verify(self, progress: bool = False) -> dict:
@@ -1004,16 +1187,25 @@ class ChunkedLadderData:
 
 
 # ---------------------------------------------------------------------- PyTorch datasets
-class _SampleChunks:
-    """An in-memory :class:`LadderSample` seen as chunks of ``chunk_rows`` rows (the interface of
-    :class:`ChunkedLadderData` that chunk-by-chunk passes use)."""
+def _make_sample(ladder: Teacher, z: torch.Tensor, x: torch.Tensor | None, *, seed, start: int, total, meta: dict
+                 ) -> Sample:
+    """Rows of either kind of ladder as its sample class (the same fields)."""
+    if isinstance(ladder, GraphLadder):
+        return GraphSample(ladder, z, x, seed=seed, meta=meta, start=start, total=total)
+    return LadderSample(ladder, z, x, seed=seed, start=start, total=total, meta=meta)
 
-    def __init__(self, sample: LadderSample, chunk_rows: int):
+
+class _SampleChunks:
+    """An in-memory :class:`LadderSample` (or :class:`GraphSample`) seen as chunks of ``chunk_rows`` rows
+    (the interface of :class:`ChunkedLadderData` that chunk-by-chunk passes use)."""
+
+    def __init__(self, sample: Sample, chunk_rows: int):
         if not _is_int(chunk_rows) or chunk_rows <= 0:
             raise ValueError(f"chunk_rows: expected a positive integer, got {chunk_rows!r}")
         self.sample, self.chunk_rows, self.ladder = sample, int(chunk_rows), sample.ladder
         self.seed, self.start, self.total = sample.seed, sample.start, sample.total
         self.x_stored = sample.x is not None
+        self.is_graph = isinstance(sample, GraphSample)
         self.num_chunks = -(-len(sample) // self.chunk_rows)
 
     def __len__(self) -> int:
@@ -1031,14 +1223,14 @@ class _SampleChunks:
         lo = (int(i) % self.num_chunks) * self.chunk_rows
         return lo, min(len(self.sample), lo + self.chunk_rows)
 
-    def chunk(self, i: int) -> LadderSample:
+    def chunk(self, i: int) -> Sample:
         """Chunk ``i`` (views of the sample's tensors)."""
         s = self.sample
         lo, hi = self.chunk_bounds(i)
-        return LadderSample(s.ladder, s.z[lo:hi], None if s.x is None else s.x[lo:hi], s.seed, s.start + lo, s.total,
-                            dict(s.meta))
+        return _make_sample(s.ladder, s.z[lo:hi], None if s.x is None else s.x[lo:hi], seed=s.seed, start=s.start + lo,
+                            total=s.total, meta=dict(s.meta))
 
-    def iter_chunks(self, chunk_rows: int | None = None, progress: bool = False) -> Iterator[LadderSample]:
+    def iter_chunks(self, chunk_rows: int | None = None, progress: bool = False) -> Iterator[Sample]:
         """The chunks in order (or windows of ``chunk_rows`` rows), as :meth:`ChunkedLadderData.iter_chunks`."""
         return self.sample.iter_chunks(self.chunk_rows if chunk_rows is None else chunk_rows)
 
@@ -1048,24 +1240,25 @@ def as_chunks(source, chunk_rows: int = DEFAULT_CHUNK_ROWS, *,
     """Any dataset as chunks, for passes that run chunk by chunk (one task per chunk).
 
     The result has ``ladder``, ``seed``, ``start``, ``total``, ``num_chunks``, ``len()``,
-    ``chunk(i) -> LadderSample`` (with its stream ``start``), ``chunk_bounds(i)`` and
-    ``iter_chunks()``, and pickles (to send to Dask workers).
+    ``chunk(i) -> LadderSample`` (a :class:`GraphSample` for a graph ladder; with its stream
+    ``start``), ``chunk_bounds(i)`` and ``iter_chunks()``, and pickles (to send to Dask workers).
 
     :param source: a :class:`ChunkedLadderData` (returned as is), dataset path(s) (version-2
-        stores open lazily; version-1 ``.npz`` files load in memory), or a :class:`LadderSample`.
+        stores open lazily; version-1 ``.npz`` files load in memory), or a :class:`LadderSample`
+        or :class:`GraphSample`.
     :param chunk_rows: rows per chunk of an in-memory sample (a store keeps its own chunks).
     :param partial: for path(s): accept an incomplete set of shards (see :func:`open_dataset`).
     """
     if isinstance(source, (ChunkedLadderData, _SampleChunks)):
         return source
-    if isinstance(source, LadderSample):
+    if isinstance(source, (LadderSample, GraphSample)):
         return _SampleChunks(source, chunk_rows)
     if isinstance(source, (str, os.PathLike)) or (isinstance(source, Sequence) and not isinstance(source, bytes)):
         from .dataset import load_dataset
 
         data = load_dataset(source, partial=partial)
         return data if isinstance(data, ChunkedLadderData) else _SampleChunks(data, chunk_rows)
-    raise TypeError(f"source: expected a ChunkedLadderData, a LadderSample or dataset path(s), "
+    raise TypeError(f"source: expected a ChunkedLadderData, a LadderSample, a GraphSample or dataset path(s), "
                     f"got {type(source).__name__}")
 
 
@@ -1075,10 +1268,10 @@ def _check_dtype(dtype) -> torch.dtype:
     return dtype
 
 
-def _triple(ladder: Ladder, z: torch.Tensor, x: torch.Tensor | None, dtype: torch.dtype):
+def _triple(ladder: Teacher, z: torch.Tensor, x: torch.Tensor | None, dtype: torch.dtype):
     z = z.long()
     if x is None:
-        x = one_hot(z[:, ladder.level_offsets[-2]:], ladder.events[-1], dtype)
+        x = one_hot(z[:, ladder.level_offsets[-2]:], ladder.emission.num_events, dtype)
     else:
         x = x.to(dtype)
     return x, z[:, 0], z
@@ -1093,8 +1286,8 @@ class ChunkDataset(torch.utils.data.Dataset):
     chunks.  A one-hot chunk is ``rows * R_d * m`` floats: pick ``chunk_rows`` accordingly, or use
     :class:`StreamingLadderDataset`, which builds x per batch.
 
-    :param source: a :class:`ChunkedLadderData`, dataset path(s) (v2 store(s) or v1 ``.npz``), or a
-        :class:`LadderSample` (cut into chunks of ``chunk_rows`` rows).
+    :param source: a :class:`ChunkedLadderData` (of a tree or a graph ladder), dataset path(s) (v2 store(s)
+        or v1 ``.npz``), or a :class:`LadderSample` or :class:`GraphSample` (cut into chunks of ``chunk_rows`` rows).
     :param partial: for path(s): accept an incomplete set of shards (see :func:`open_dataset`).
     """
 

@@ -27,7 +27,11 @@ Leaves emit the input through a :mod:`teachers.emission` model, so all leaves sh
 Constructors: :meth:`GraphLadder.from_ladder` (a uniform tree :class:`~teachers.ladder.Ladder`, for
 checks against the existing code), :meth:`GraphLadder.random` (given the graph, Dirichlet tables),
 :meth:`GraphLadder.conv1d` / :meth:`GraphLadder.conv2d` (kernel and stride per level; overlap when
-stride < kernel) and :meth:`GraphLadder.from_dict` (explicit region graphs in spec files).
+stride < kernel; their graphs alone: :func:`conv1d_parents` / :func:`conv2d_parents`),
+:meth:`GraphLadder.fully_informative` (bottom-up; every region's event is the pattern of the leaves of its
+receptive field, so Thm 3 of the framework paper holds on the DAG; ``fully_informative_conv1d`` /
+``fully_informative_conv2d`` on the convolution graphs) and :meth:`GraphLadder.from_dict` (explicit region
+graphs in spec files).
 """
 
 from __future__ import annotations
@@ -51,9 +55,12 @@ from .ladder import (
     TOPDOWN,
     Ladder,
     LadderSpecError,
+    _check_concentration,
+    _dirichlet,
+    _rng,
 )
 
-__all__ = ["FORMAT", "GraphLadder", "conv_children", "mixed_radix"]
+__all__ = ["FORMAT", "GraphLadder", "conv1d_parents", "conv2d_parents", "conv_children", "mixed_radix"]
 
 FORMAT = "smaso-graph-ladder"
 VERSION = 1
@@ -86,6 +93,104 @@ def _invert(children: list[tuple[int, ...]], n_below: int) -> tuple[tuple[int, .
         for c in ch:
             parents[c].append(j)
     return tuple(tuple(p) for p in parents)
+
+
+def _conv_levels(first: int, kernels: Sequence[int], strides: Sequence[int], what: str, split) -> tuple:
+    """Shared upward construction: ``split(n_below_state, k, s)`` returns ``(children, n_below, state)``."""
+    if len(kernels) != len(strides) or not kernels:
+        raise LadderSpecError(f"{what}: expected len(kernels) == len(strides) >= 1, got {len(kernels)}, "
+                              f"{len(strides)}")
+    state, parents_up = first, []
+    for k, s in zip(kernels, strides, strict=True):
+        children, n_below, state = split(state, int(k), int(s))
+        parents_up.append(_invert(children, n_below))
+    return state, (((),), *parents_up[::-1])
+
+
+def conv1d_parents(width: int, kernels: Sequence[int], strides: Sequence[int]
+                   ) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The graph of :meth:`GraphLadder.conv1d`: ``parents[l][i]`` (top first, ``parents[0] == ((),)``).
+
+    Level by level from the ``width`` leaves up, region j covers ``[j s, j s + k)`` of the level below
+    (:func:`conv_children` with ``kernels[t]``, ``strides[t]``); the top level must be one region."""
+    def split(n, k, s):
+        children = conv_children(n, k, s)
+        return children, n, len(children)
+
+    top, parents = _conv_levels(int(width), kernels, strides, "conv1d", split)
+    if top != 1:
+        raise LadderSpecError(f"conv1d: the top level has {top} regions, expected 1 (choose the last "
+                              "kernel to cover the level below)")
+    return parents
+
+
+def conv2d_parents(shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int]
+                   ) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The graph of :meth:`GraphLadder.conv2d` on an ``(H, W)`` grid (row-major regions): square ``k x k``
+    windows with stride ``s`` per level from the leaves up; the top level must be ``(1, 1)``."""
+    def split(hw, k, s):
+        h, w = hw
+        rows, cols = conv_children(h, k, s), conv_children(w, k, s)
+        return [tuple(r * w + c for r in rr for c in cc) for rr in rows for cc in cols], h * w, (len(rows), len(cols))
+
+    top, parents = _conv_levels((int(shape[0]), int(shape[1])), kernels, strides, "conv2d", split)
+    if top != (1, 1):
+        raise LadderSpecError(f"conv2d: the top level is {top}, expected (1, 1)")
+    return parents
+
+
+def _conv1d_name(width, kernels, strides) -> str:
+    return f"conv1d-w{width}-k{'.'.join(map(str, kernels))}-s{'.'.join(map(str, strides))}"
+
+
+def _pattern_lookup(field_: tuple[int, ...], child_fields: list[tuple[int, ...]], m: int) -> np.ndarray:
+    """The fully informative lookup ``(prod_c m ** len(child_fields[c]),)`` int64: every configuration of
+    the children (mixed-radix, first child most significant; child c's event the mixed-radix code of its
+    leaves ``child_fields[c]``) to the code of the leaf pattern on ``field_``; 0 where two children
+    disagree on a shared leaf (an impossible configuration)."""
+    sizes = [m ** len(f) for f in child_fields]
+    codes = np.arange(math.prod(sizes), dtype=np.int64)
+    z = [None] * len(sizes)
+    for j in reversed(range(len(sizes))):  # decode the children's events
+        z[j], codes = codes % sizes[j], codes // sizes[j]
+    out = np.zeros_like(z[0]) if z else np.zeros(1, dtype=np.int64)
+    bad = np.zeros(out.shape, dtype=bool)
+    for leaf in field_:
+        value = None
+        for j, f in enumerate(child_fields):
+            if leaf in f:
+                digit = (z[j] // m ** (len(f) - 1 - f.index(leaf))) % m
+                if value is None:
+                    value = digit
+                else:
+                    bad |= digit != value
+        out = out * m + value
+    out[bad] = 0
+    return out
+
+
+def _check_parents(parents: tuple[tuple[tuple[int, ...], ...], ...], num_regions: Sequence[int]) -> None:
+    """The layered-DAG rules on ``parents`` (one tuple per region of each level, top first)."""
+    if parents[0] != ((),):
+        raise LadderSpecError("parents[0]: the top region has no parents: expected [[]]")
+    for l in range(1, len(num_regions)):
+        n_above = num_regions[l - 1]
+        covered = set()
+        for i, ps in enumerate(parents[l]):
+            if not ps:
+                raise LadderSpecError(f"parents[{l}][{i}]: every region below the top needs at least one parent "
+                                      "(otherwise it is not part of the ladder)")
+            if list(ps) != sorted(set(ps)):
+                raise LadderSpecError(f"parents[{l}][{i}]: expected sorted distinct indices, got {list(ps)}")
+            if ps[0] < 0 or ps[-1] >= n_above:
+                raise LadderSpecError(f"parents[{l}][{i}]: indices must lie in [0, {n_above}) (level {l - 1}), "
+                                      f"got {list(ps)}")
+            covered.update(ps)
+        missing = sorted(set(range(n_above)) - covered)
+        if missing:
+            raise LadderSpecError(f"parents[{l}]: regions {missing[:8]} of level {l - 1} have no child, so the "
+                                  "leaves never see them (unreachable from the input)")
+
 
 
 @dataclass(eq=False)
@@ -214,25 +319,7 @@ class GraphLadder:
         if len(set(self.events[-1])) != 1:
             raise LadderSpecError(f"events[{self.depth}]: every leaf needs the same number of events (one emission "
                                   f"model), got {sorted(set(self.events[-1]))}")
-        if self.parents[0] != ((),):
-            raise LadderSpecError("parents[0]: the top region has no parents: expected [[]]")
-        for l in range(1, len(self.events)):
-            n_above = len(self.events[l - 1])
-            covered = set()
-            for i, ps in enumerate(self.parents[l]):
-                if not ps:
-                    raise LadderSpecError(f"parents[{l}][{i}]: every region below the top needs at least one parent "
-                                          "(otherwise it is not part of the ladder)")
-                if list(ps) != sorted(set(ps)):
-                    raise LadderSpecError(f"parents[{l}][{i}]: expected sorted distinct indices, got {list(ps)}")
-                if ps[0] < 0 or ps[-1] >= n_above:
-                    raise LadderSpecError(f"parents[{l}][{i}]: indices must lie in [0, {n_above}) (level {l - 1}), "
-                                          f"got {list(ps)}")
-                covered.update(ps)
-            missing = sorted(set(range(n_above)) - covered)
-            if missing:
-                raise LadderSpecError(f"parents[{l}]: regions {missing[:8]} of level {l - 1} have no child, so the "
-                                      "leaves never see them (unreachable from the input)")
+        _check_parents(self.parents, self.num_regions)
 
     def _validate_tables(self) -> None:
         if self.emission.num_regions != self.num_regions[-1] or self.emission.num_events != self.leaf_events:
@@ -336,18 +423,9 @@ class GraphLadder:
         if len(kernels) != len(strides) or len(events) != len(kernels) + 1:
             raise LadderSpecError(f"conv1d: expected len(kernels) == len(strides) == len(events) - 1, got "
                                   f"{len(kernels)}, {len(strides)}, {len(events)}")
-        sizes, parents_up = [int(width)], []
-        for k, s in zip(kernels, strides, strict=True):
-            children = conv_children(sizes[-1], int(k), int(s))
-            parents_up.append(_invert(children, sizes[-1]))
-            sizes.append(len(children))
-        if sizes[-1] != 1:
-            raise LadderSpecError(f"conv1d: the top level has {sizes[-1]} regions, expected 1 (choose the last "
-                                  "kernel to cover the level below)")
-        sizes, parents_up = sizes[::-1], parents_up[::-1]  # top first
-        ev = tuple(tuple([int(events[l])] * n) for l, n in enumerate(sizes))
-        parents = ((),), *parents_up
-        kwargs.setdefault("name", f"conv1d-w{width}-k{'.'.join(map(str, kernels))}-s{'.'.join(map(str, strides))}")
+        parents = conv1d_parents(width, kernels, strides)
+        ev = tuple(tuple([int(events[l])] * len(lvl)) for l, lvl in enumerate(parents))
+        kwargs.setdefault("name", _conv1d_name(width, kernels, strides))
         return cls.random(ev, parents, **kwargs)
 
     @classmethod
@@ -357,19 +435,109 @@ class GraphLadder:
         ``k x k`` windows with stride ``s`` per level, from the leaves up; the top must be one region."""
         if len(kernels) != len(strides) or len(events) != len(kernels) + 1:
             raise LadderSpecError("conv2d: expected len(kernels) == len(strides) == len(events) - 1")
-        grids, parents_up = [(int(shape[0]), int(shape[1]))], []
-        for k, s in zip(kernels, strides, strict=True):
-            (h, w), k, s = grids[-1], int(k), int(s)
-            rows, cols = conv_children(h, k, s), conv_children(w, k, s)
-            children = [tuple(r * w + c for r in rr for c in cc) for rr in rows for cc in cols]
-            parents_up.append(_invert(children, h * w))
-            grids.append((len(rows), len(cols)))
-        if grids[-1] != (1, 1):
-            raise LadderSpecError(f"conv2d: the top level is {grids[-1]}, expected (1, 1)")
-        sizes = [h * w for h, w in grids][::-1]
-        ev = tuple(tuple([int(events[l])] * n) for l, n in enumerate(sizes))
+        parents = conv2d_parents(shape, kernels, strides)
+        ev = tuple(tuple([int(events[l])] * len(lvl)) for l, lvl in enumerate(parents))
         kwargs.setdefault("name", f"conv2d-{shape[0]}x{shape[1]}")
-        return cls.random(ev, (((),), *parents_up[::-1]), **kwargs)
+        return cls.random(ev, parents, **kwargs)
+
+    @classmethod
+    def fully_informative(cls, parents: Sequence[Sequence[Sequence[int]]], leaf_events: int = 2, *,
+                          concentration: float | None = None, seed: int = 0, sigma: float | None = None,
+                          name: str | None = None) -> GraphLadder:
+        """The bottom-up graph ladder whose every region holds all the information of its receptive field
+        (Thm 3 of the framework paper on a DAG: P(x_rf(r) | z_r) is a delta for every region r).
+
+        The receptive field ``rf(r)`` of a region is the sorted tuple of the leaves below it (a leaf's is
+        itself; above, the union over its children).  Its event is the joint pattern of the leaf events on
+        ``rf(r)``, coded mixed-radix over those sorted leaves (first leaf most significant), so
+        ``m_r = leaf_events ** len(rf(r))`` and the label is the pattern of all the leaves
+        (``m_0 = leaf_events ** leaves``).  ``lookups[l][i]`` ``(prod_{c in children} m_c,)`` maps each
+        configuration of the children (mixed-radix, first child most significant) to the code of the
+        pattern it spells on ``rf(r)``.  When children overlap (a leaf below two of them), configurations
+        in which they disagree on a shared leaf cannot occur (probability zero under every leaf prior);
+        their lookup entries are set to 0 and never matter.  On a tree whose children are contiguous
+        blocks (:meth:`from_ladder`) every lookup is the identity, as in
+        :meth:`teachers.ladder.Ladder.fully_informative`.
+
+        :param parents: ``parents[l][i]`` = the sorted parents (in level l - 1) of region i of level l,
+            ``[[]]`` at the top, as :class:`GraphLadder`'s ``parents`` (e.g. another ladder's).
+        :param leaf_events: m of every leaf (>= 2).
+        :param concentration: leaf priors ``(m,)`` ~ Dirichlet(concentration) per leaf (a local ``numpy``
+            generator seeded with ``seed``); uniform when ``None``.
+        :param sigma: Gaussian leaves around one-hot means with this sigma; one-hot leaves when ``None``.
+        :raises LadderSpecError: a bad argument, or a region whose event count exceeds ``MAX_EVENTS`` or
+            whose lookup exceeds ``MAX_LOOKUP`` entries (the message names the region and the size).
+        """
+        try:
+            parents = tuple(tuple(tuple(int(p) for p in ps) for ps in lvl) for lvl in parents)
+        except (TypeError, ValueError) as e:
+            raise LadderSpecError(f"parents: expected nested lists of integers ({e})") from None
+        if len(parents) < 2 or any(not lvl for lvl in parents):
+            raise LadderSpecError(f"parents: expected at least two non-empty levels (the label and the leaves), "
+                                  f"got {[len(lvl) for lvl in parents]} regions per level")
+        num_regions = [len(lvl) for lvl in parents]
+        if sum(num_regions) > MAX_REGIONS:
+            raise LadderSpecError(f"parents: more than {MAX_REGIONS} regions")
+        _check_parents(parents, num_regions)
+        if isinstance(leaf_events, (bool, np.bool_)) or not isinstance(leaf_events, (int, np.integer)) \
+                or not 2 <= leaf_events <= MAX_EVENTS:
+            raise LadderSpecError(f"leaf_events: expected an integer in 2..{MAX_EVENTS}, got {leaf_events!r}")
+        m_leaf, depth = int(leaf_events), len(parents) - 1
+        children = [[tuple(i for i, ps in enumerate(parents[l + 1]) if j in ps) for j in range(num_regions[l])]
+                    for l in range(depth)]
+        rf: list[list[tuple[int, ...]]] = [[] for _ in range(depth)] + [[(i,) for i in range(num_regions[-1])]]
+        events: list[list[int]] = [[] for _ in range(depth)] + [[m_leaf] * num_regions[-1]]
+        lookups: list[tuple[torch.Tensor, ...]] = [() for _ in range(depth)]
+        log_m = math.log2(m_leaf)
+        for l in reversed(range(depth)):
+            look = []
+            for i, cs in enumerate(children[l]):
+                field_ = tuple(sorted({leaf for c in cs for leaf in rf[l + 1][c]}))
+                if len(field_) * log_m > math.log2(MAX_EVENTS) + 1e-9:
+                    raise LadderSpecError(
+                        f"events[{l}][{i}]: region {l}.{i} sees {len(field_)} leaves, so a fully informative "
+                        f"ladder needs {m_leaf}^{len(field_)} events (more than {MAX_EVENTS}); use fewer leaves "
+                        "below it or fewer leaf_events")
+                n_conf = sum(len(rf[l + 1][c]) for c in cs)  # the lookup has m_leaf ** n_conf entries
+                if n_conf * log_m > math.log2(MAX_LOOKUP) + 1e-9:
+                    raise LadderSpecError(
+                        f"lookups[{l}][{i}]: region {l}.{i} has {len(cs)} children seeing {n_conf} leaves in all "
+                        f"(with repeats), so its lookup needs {m_leaf}^{n_conf} entries (more than {MAX_LOOKUP}); "
+                        "use less overlap, fewer leaves or fewer leaf_events")
+                rf[l].append(field_)
+                events[l].append(m_leaf ** len(field_))
+                look.append(torch.from_numpy(_pattern_lookup(field_, [rf[l + 1][c] for c in cs], m_leaf)))
+            lookups[l] = tuple(look)
+        rng = _rng(seed)
+        if concentration is None:
+            leaf_priors = tuple(torch.full((m_leaf,), 1.0 / m_leaf, dtype=torch.float64)
+                                for _ in range(num_regions[-1]))
+        else:
+            p = _dirichlet(rng, _check_concentration(concentration), (num_regions[-1],), m_leaf)
+            leaf_priors = tuple(torch.as_tensor(row) for row in p)
+        emission = Ladder._emission(None if sigma is None else "gaussian", num_regions[-1], m_leaf, sigma)
+        return cls(events, parents, BOTTOMUP, emission, leaf_priors=leaf_priors, lookups=tuple(lookups),
+                   name=name or f"fully-informative-graph-d{depth}")
+
+    @classmethod
+    def fully_informative_conv1d(cls, width: int, kernels: Sequence[int], strides: Sequence[int],
+                                 leaf_events: int = 2, **kwargs) -> GraphLadder:
+        """:meth:`fully_informative` on :meth:`conv1d`'s graph (same ``width``, ``kernels``, ``strides``).
+
+        :param kwargs: :meth:`fully_informative`'s ``concentration``, ``seed``, ``sigma``, ``name``.
+        """
+        kwargs.setdefault("name", "fully-informative-" + _conv1d_name(width, kernels, strides))
+        return cls.fully_informative(conv1d_parents(width, kernels, strides), leaf_events, **kwargs)
+
+    @classmethod
+    def fully_informative_conv2d(cls, shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int],
+                                 leaf_events: int = 2, **kwargs) -> GraphLadder:
+        """:meth:`fully_informative` on :meth:`conv2d`'s graph (an ``(H, W)`` grid of leaves, row-major).
+
+        :param kwargs: :meth:`fully_informative`'s ``concentration``, ``seed``, ``sigma``, ``name``.
+        """
+        kwargs.setdefault("name", f"fully-informative-conv2d-{shape[0]}x{shape[1]}")
+        return cls.fully_informative(conv2d_parents(shape, kernels, strides), leaf_events, **kwargs)
 
     @classmethod
     def from_ladder(cls, ladder: Ladder) -> GraphLadder:

@@ -34,9 +34,18 @@ import torch
 from .categorical import AliasTable, BlockRNG
 from .graph_ladder import GraphLadder
 from .ladder import TOPDOWN
-from .sampling import BLOCK_SIZE, STREAM_VERSION, EventRows, block_generator, check_working_memory
+from .sampling import (
+    BLOCK_SIZE,
+    DEFAULT_CHUNK_ROWS,
+    STREAM_VERSION,
+    EventRows,
+    block_generator,
+    check_working_memory,
+    parse_shard,
+)
 
-__all__ = ["GRAPH_STREAM_VERSION", "GraphSample", "event_dtype", "sample_graph_ladder", "signature_groups"]
+__all__ = ["GRAPH_STREAM_VERSION", "GraphSample", "event_dtype", "sample_graph_ladder", "sample_graph_rows",
+           "sampling_plan", "signature_groups"]
 
 #: Version of the graph sampler's stream (2: alias draws, one uniform array per level; 1 was the
 #: inverse CDF on float64 uniforms per :func:`signature_groups` group); changing the scheme changes
@@ -72,12 +81,15 @@ def event_dtype(g: GraphLadder) -> torch.dtype:
 
 @dataclass
 class GraphSample(EventRows):
-    """Examples sampled from a graph ladder.
+    """Examples sampled from a graph ladder (the row access of :class:`~teachers.sampling.LadderSample`:
+    ``len``, ``y``, ``events(l)``, ``leaves``, ``inputs()``, ``iter_chunks()``, ``to()``, ``start``/``total``).
 
     :ivar z: ``(N, total_regions)`` events of every region in global order (``level_offsets[l] + i``),
         in :func:`event_dtype` (uint8 for m <= 256).  ``z[:, 0]`` is the label y.
     :ivar x: ``(N, leaves, dim)`` float32 inputs, or ``None`` when the emission is derivable from the
         leaf events (one-hot): then :meth:`inputs` builds them.
+    :ivar start: index of the first example in the full (unsharded) stream.
+    :ivar total: examples in the full stream (``None``: unknown).
     """
 
     graph: GraphLadder
@@ -85,11 +97,37 @@ class GraphSample(EventRows):
     x: torch.Tensor | None = None
     seed: int | None = None
     meta: dict = field(default_factory=dict)
+    start: int = 0
+    total: int | None = None
 
     @property
     def teacher(self) -> GraphLadder:
         """The graph ladder (what :class:`~teachers.sampling.EventRows` reads the layout from)."""
         return self.graph
+
+    @property
+    def ladder(self) -> GraphLadder:
+        """The graph ladder, under the name :class:`~teachers.sampling.LadderSample` uses (so code reading
+        ``sample.ladder`` works on both)."""
+        return self.graph
+
+    def _rows(self, lo: int, hi: int) -> GraphSample:
+        return GraphSample(self.graph, self.z[lo:hi], None if self.x is None else self.x[lo:hi], self.seed,
+                           dict(self.meta), self.start + lo, self.total)
+
+    def to(self, device: torch.device | str) -> GraphSample:
+        """The same sample with its tensors on ``device``."""
+        return GraphSample(self.graph, self.z.to(device), None if self.x is None else self.x.to(device), self.seed,
+                           dict(self.meta), self.start, self.total)
+
+    def iter_chunks(self, chunk_rows: int = DEFAULT_CHUNK_ROWS):
+        """Consecutive row slices of at most ``chunk_rows`` rows, each a :class:`GraphSample` (views, no
+        copy) whose ``start`` is its first row's index in the full stream (as
+        :meth:`teachers.sampling.LadderSample.iter_chunks` and
+        :meth:`teachers.chunked.ChunkedLadderData.iter_chunks`)."""
+        rows = _positive_int(chunk_rows, "chunk_rows")
+        for lo in range(0, len(self), rows):
+            yield self._rows(lo, min(len(self), lo + rows))
 
 
 def _runs(links) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
@@ -237,49 +275,128 @@ def _positive_int(value, name: str) -> int:
     return int(value)
 
 
+def _nonneg_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def _device(device) -> torch.device:
+    try:
+        return torch.device(device) if device is not None else torch.device("cpu")
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device: expected a torch device, got {device!r} ({e})") from None
+
+
+def _blocks_per_call(chunk_size) -> int:
+    return 1 if chunk_size is None else -(-_positive_int(chunk_size, "chunk_size") // BLOCK_SIZE)
+
+
+def sampling_plan(g: GraphLadder, device: torch.device | str | None = None) -> _Plan:
+    """The sampler's per-level tensors of ``g`` on ``device`` (alias tables, mixed-radix weights), built once:
+    pass it as ``plan=`` to :func:`sample_graph_rows` to reuse it over many calls (one chunk each).
+
+    :raises TypeError: ``g`` is not a GraphLadder.
+    """
+    if not isinstance(g, GraphLadder):
+        raise TypeError(f"g: expected a GraphLadder, got {type(g).__name__}")
+    return _Plan(g, _device(device))
+
+
+def _sample_into(plan: _Plan, seed: int, lo: int, hi: int, z: torch.Tensor, x: torch.Tensor | None,
+                 blocks_per_call: int) -> None:
+    """Fill ``z`` ``(hi - lo, total_regions)`` (and ``x`` ``(hi - lo, leaves, dim)`` when the emission is not
+    derivable) with stream rows ``[lo, hi)``: blocks ``lo // BLOCK_SIZE .. ceil(hi / BLOCK_SIZE)`` are drawn whole,
+    ``blocks_per_call`` per pass, block k from ``block_generator(seed, k)``, and the rows kept are copied out.
+
+    A pass whose rows all lie in ``[lo, hi)`` is sampled in place; the others (the first and last ones of an
+    unaligned range) through a buffer of the pass's rows.
+    """
+    g, device = plan.g, plan.device
+    first, last = lo // BLOCK_SIZE, -(-hi // BLOCK_SIZE)  # blocks [first, last)
+    with torch.no_grad():
+        for call in range(first, last, blocks_per_call):
+            blocks = range(call, min(call + blocks_per_call, last))
+            rng = BlockRNG([block_generator(seed, k, device) for k in blocks], [BLOCK_SIZE] * len(blocks))
+            base = call * BLOCK_SIZE
+            a, b = max(lo, base), min(hi, base + rng.total)
+            inside = (a, b) == (base, base + rng.total)
+            buf = z[a - lo: b - lo] if inside else torch.empty(rng.total, g.total_regions, dtype=z.dtype,
+                                                                 device=device)
+            xs = _sample_call(plan, rng, buf)
+            if not inside:
+                z[a - lo: b - lo] = buf[a - base: b - base]
+            if x is not None:
+                x[a - lo: b - lo] = xs[a - base: b - base]
+
+
+def _rows_buffers(g: GraphLadder, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    z = torch.empty(n, g.total_regions, dtype=event_dtype(g), device=device)
+    x = None if g.emission.derivable else torch.empty(n, g.num_regions[-1], g.emission.dim, device=device)
+    return z, x
+
+
+def sample_graph_rows(g: GraphLadder, seed: int, lo: int, hi: int, *, plan: _Plan | None = None,
+                      device: torch.device | str | None = None,
+                      chunk_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rows ``[lo, hi)`` of the stream of ``g`` with ``seed``: the same bytes as those rows of
+    :func:`sample_graph_ladder` (row i depends only on (graph, seed, i)), for any ``lo``/``hi``, whatever
+    ``chunk_size`` (as :func:`teachers.sampling.sample_rows` for a tree: the unit a chunked writer samples).
+
+    :param plan: a :func:`sampling_plan` of ``g`` to reuse over many calls (its device is used).
+    :param chunk_size: rows drawn per pass (rounded up to whole blocks): memory and speed only.
+    :returns: ``(z, x)``: ``z`` ``(hi - lo, total_regions)`` in :func:`event_dtype`, ``x`` ``(hi - lo, leaves,
+        dim)`` float32, or ``None`` when the emission is derivable from the events.
+    :raises TypeError: ``g`` is not a GraphLadder, or ``plan`` is not one of ``g``.
+    :raises ValueError: a bad ``seed``, ``lo``, ``hi``, ``chunk_size`` or ``device``.
+    """
+    if not isinstance(g, GraphLadder):
+        raise TypeError(f"g: expected a GraphLadder, got {type(g).__name__}")
+    seed, lo, hi = _nonneg_int(seed, "seed"), _nonneg_int(lo, "lo"), _nonneg_int(hi, "hi")
+    if hi < lo:
+        raise ValueError(f"hi: expected hi >= lo, got lo={lo}, hi={hi}")
+    blocks_per_call = _blocks_per_call(chunk_size)
+    if plan is not None and (not isinstance(plan, _Plan) or plan.g is not g):
+        raise TypeError("plan: expected a sampling_plan of this graph ladder")
+    device = plan.device if plan is not None and device is None else _device(device)
+    if plan is not None and plan.device != device:
+        raise ValueError(f"device: the plan is on {plan.device}, not {device}")
+    check_working_memory(g, min(blocks_per_call, -(-(hi - lo) // BLOCK_SIZE) + 1), device)
+    z, x = _rows_buffers(g, hi - lo, device)
+    if hi > lo:
+        _sample_into(plan or _Plan(g, device), seed, lo, hi, z, x, blocks_per_call)
+    return z, x
+
+
 def sample_graph_ladder(g: GraphLadder, num_examples: int, seed: int = 0, *, device: torch.device | str | None = None,
-                        chunk_size: int | None = None) -> GraphSample:
-    """Sample ``num_examples`` examples from a graph ladder (module docstring for the scheme).
+                        chunk_size: int | None = None, shard: str | tuple[int, int] | None = None) -> GraphSample:
+    """Sample ``num_examples`` examples (or one shard of them) from a graph ladder (module docstring for the scheme).
 
     :param g: the :class:`~teachers.graph_ladder.GraphLadder`.
-    :param num_examples: N (a positive integer).
+    :param num_examples: N of the full stream (a positive integer).
     :param seed: stream seed (a non-negative integer).
     :param device: where to sample and keep the result (cpu by default).
     :param chunk_size: rows drawn per pass (rounded up to whole blocks of ``BLOCK_SIZE``); only memory and
         speed depend on it, never the rows.
+    :param shard: ``"i/k"``: only rows ``[i*N//k, (i+1)*N//k)`` of the full stream (the same bytes as those
+        rows of the unsharded sample; ``start``/``total`` say where they are).
     :returns: a :class:`GraphSample` (``z`` in :func:`event_dtype`, ``x`` float32 or ``None`` for one-hot).
     :raises TypeError: ``g`` is not a GraphLadder.
-    :raises ValueError: a bad ``num_examples``, ``seed``, ``chunk_size`` or ``device``.
+    :raises ValueError: a bad ``num_examples``, ``seed``, ``chunk_size``, ``shard`` or ``device``.
     """
     if not isinstance(g, GraphLadder):
         raise TypeError(f"g: expected a GraphLadder, got {type(g).__name__}")
     n = _positive_int(num_examples, "num_examples")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
-    seed = int(seed)
-    blocks_per_call = 1 if chunk_size is None else -(-_positive_int(chunk_size, "chunk_size") // BLOCK_SIZE)
-    try:
-        device = torch.device(device) if device is not None else torch.device("cpu")
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(f"device: expected a torch device, got {device!r} ({e})") from None
+    seed = _nonneg_int(seed, "seed")
+    blocks_per_call = _blocks_per_call(chunk_size)
+    i, k = parse_shard(shard)
+    lo, hi = i * n // k, (i + 1) * n // k
+    device = _device(device)
     # whole blocks are drawn whatever n is: refuse a graph whose block cannot fit, before allocating
-    check_working_memory(g, min(blocks_per_call, -(-n // BLOCK_SIZE) + 1), device)
-    plan = _Plan(g, device)
-    z = torch.empty(n, g.total_regions, dtype=event_dtype(g), device=device)
-    x = None if g.emission.derivable else torch.empty(n, g.num_regions[-1], g.emission.dim, device=device)
-    last = -(-n // BLOCK_SIZE)
-    with torch.no_grad():
-        for first in range(0, last, blocks_per_call):
-            blocks = range(first, min(first + blocks_per_call, last))
-            rng = BlockRNG([block_generator(seed, k, device) for k in blocks], [BLOCK_SIZE] * len(blocks))
-            a, b = first * BLOCK_SIZE, min(n, first * BLOCK_SIZE + rng.total)
-            # whole calls are sampled in place; the last, partial one through a buffer
-            buf = z[a:b] if b - a == rng.total else torch.empty(rng.total, g.total_regions, dtype=z.dtype,
-                                                                  device=device)
-            xs = _sample_call(plan, rng, buf)
-            if b - a != rng.total:
-                z[a:b] = buf[: b - a]
-            if x is not None:
-                x[a:b] = xs[: b - a]
-    return GraphSample(g, z, x, seed=seed, meta={"block_size": BLOCK_SIZE, "stream_version": STREAM_VERSION,
-                                                 "graph_stream_version": GRAPH_STREAM_VERSION})
+    check_working_memory(g, min(blocks_per_call, -(-(hi - lo) // BLOCK_SIZE) + 1), device)
+    z, x = _rows_buffers(g, hi - lo, device)
+    if hi > lo:
+        _sample_into(_Plan(g, device), seed, lo, hi, z, x, blocks_per_call)
+    return GraphSample(g, z, x, seed=seed, start=lo, total=n,
+                       meta={"shard": [i, k], "block_size": BLOCK_SIZE, "stream_version": STREAM_VERSION,
+                             "graph_stream_version": GRAPH_STREAM_VERSION})

@@ -15,6 +15,15 @@ or a generator description, e.g. ``{"kind": "random", "depth": 4, "branching": 4
 :meth:`Ladder.random`, :meth:`Ladder.fully_informative` or :meth:`Ladder.factorized_binary`).
 TOML files use the same keys.
 
+A graph ladder (:class:`~teachers.graph_ladder.GraphLadder`: any layered region graph, regions with
+several parents and their own event counts) is a file with ``"format": "smaso-graph-ladder"`` and
+``"version": 1``, the fields of :meth:`GraphLadder.to_dict` (``mode``, ``events`` per region level by
+level, ``parents`` per region, ``emission``; topdown ``prior`` and ``tables``, bottomup ``leaf_priors``
+and ``lookups``; ``name`` optional); :func:`load_spec` returns a ``GraphLadder`` for it (the ``format``
+field decides), and ``smaso spec --graph conv1d ...`` writes one.  Its fields are checked by
+:meth:`GraphLadder.from_dict` and here (unknown keys, the other mode's tables); a bad one is one
+:class:`~teachers.ladder.LadderSpecError` line too.
+
 Every field is checked before it is converted (:mod:`teachers.spec_check`): a bad file gives one
 :class:`~teachers.ladder.LadderSpecError` whose one-line message names the field by its path
 (``regions[2].children``, ``emission.sigma``, ``tables[0][1][0]``) and what was expected; unknown keys
@@ -37,10 +46,13 @@ from typing import IO
 import numpy as np
 import torch
 
-from .ladder import Ladder, LadderSpecError
+from .graph_ladder import FORMAT as GRAPH_FORMAT
+from .graph_ladder import GraphLadder
+from .ladder import BOTTOMUP, TOPDOWN, Ladder, LadderSpecError
 from .spec_check import MAX_NESTING
 
-__all__ = ["atomic_write", "load_spec", "remove_stale_temps", "save_spec", "spec_to_jsonable", "temp_path"]
+__all__ = ["atomic_write", "graph_from_spec", "load_spec", "remove_stale_temps", "save_spec", "spec_to_jsonable",
+           "temp_path"]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -151,16 +163,19 @@ def spec_to_jsonable(obj):
     return obj
 
 
-def save_spec(ladder: Ladder, path: str | os.PathLike) -> Path:
-    """Write ``ladder`` as a JSON spec file (atomically)."""
-    if not isinstance(ladder, Ladder):
-        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+def save_spec(ladder: Ladder | GraphLadder, path: str | os.PathLike) -> Path:
+    """Write ``ladder`` (a :class:`Ladder` or a :class:`~teachers.graph_ladder.GraphLadder`) as a JSON spec
+    file (atomically)."""
+    if not isinstance(ladder, (Ladder, GraphLadder)):
+        raise TypeError(f"ladder: expected a Ladder or a GraphLadder, got {type(ladder).__name__}")
     text = json.dumps(spec_to_jsonable(ladder.to_dict()), indent=1)
     return atomic_write(path, lambda f: f.write(text.encode()))
 
 
-def load_spec(path: str | os.PathLike) -> Ladder:
-    """Read a JSON (``.json``) or TOML (``.toml``) spec file and build the ladder.
+def load_spec(path: str | os.PathLike) -> Ladder | GraphLadder:
+    """Read a JSON (``.json``) or TOML (``.toml``) spec file and build the ladder: a
+    :class:`~teachers.graph_ladder.GraphLadder` when its ``format`` is ``"smaso-graph-ladder"``, else a
+    :class:`Ladder`.
 
     :raises LadderSpecError: naming the offending field, or the file's syntax error.
     """
@@ -178,7 +193,55 @@ def load_spec(path: str | os.PathLike) -> Ladder:
     except ValueError as e:  # JSONDecodeError, TOMLDecodeError, UnicodeDecodeError, integers of > 4300 digits
         msg = " ".join(str(e).split())  # one line
         raise LadderSpecError(f"spec: {str(path)!r} is not valid {'TOML' if toml else 'JSON'}: {msg}") from None
+    if isinstance(data, dict) and data.get("format") == GRAPH_FORMAT:
+        return graph_from_spec(data)
     return Ladder.from_dict(data)
+
+
+_GRAPH_KEYS = {"format", "version", "name", "mode", "events", "parents", "emission"}
+_GRAPH_MODE_KEYS = {TOPDOWN: {"prior", "tables"}, BOTTOMUP: {"leaf_priors", "lookups"}}
+
+
+def graph_from_spec(data: dict) -> GraphLadder:
+    """Build a :class:`~teachers.graph_ladder.GraphLadder` from a parsed graph spec (the form of
+    :meth:`GraphLadder.to_dict`), every failure one :class:`LadderSpecError` line naming the field.
+
+    Besides :meth:`GraphLadder.from_dict`'s checks: no unknown keys, no tables of the other mode, a
+    string ``name``, and any other exception a malformed value makes the constructor raise (a number where
+    a list belongs) is reported as a spec error rather than escaping.
+    """
+    if not isinstance(data, dict):
+        raise LadderSpecError(f"spec: expected a table of fields, got {type(data).__name__}")
+    mode = data.get("mode")
+    allowed = _GRAPH_KEYS | _GRAPH_MODE_KEYS.get(mode, set())
+    unknown = sorted(set(data) - allowed - set().union(*_GRAPH_MODE_KEYS.values()))
+    if unknown:
+        raise LadderSpecError(f"{unknown[0]}: unknown field of a {GRAPH_FORMAT} spec (expected "
+                              f"{', '.join(sorted(_GRAPH_KEYS | set().union(*_GRAPH_MODE_KEYS.values())))})")
+    if mode in _GRAPH_MODE_KEYS:
+        other = sorted((set(data) - allowed) & set().union(*_GRAPH_MODE_KEYS.values()))
+        if other:
+            raise LadderSpecError(f"{other[0]}: does not apply to a {mode} graph ladder (it takes "
+                                  f"{' and '.join(sorted(_GRAPH_MODE_KEYS[mode]))})")
+    for key in ("events", "parents", "tables", "lookups", "leaf_priors", "prior"):
+        if key in data and not isinstance(data[key], list):
+            raise LadderSpecError(f"{key}: expected a list, got {type(data[key]).__name__}")
+        if key in ("events", "parents", "tables", "lookups"):
+            for l, lvl in enumerate(data.get(key, [])):
+                if not isinstance(lvl, list):
+                    raise LadderSpecError(f"{key}[{l}]: expected a list (one entry per region of the level), got "
+                                          f"{type(lvl).__name__}")
+    if "emission" in data and not isinstance(data["emission"], dict):
+        raise LadderSpecError(f"emission: expected a table with a 'kind' field, got {type(data['emission']).__name__}")
+    if "name" in data and not isinstance(data["name"], str):
+        raise LadderSpecError(f"name: expected a string, got {type(data['name']).__name__}")
+    try:
+        return GraphLadder.from_dict(data)
+    except LadderSpecError as e:
+        raise LadderSpecError(" ".join(str(e).split())) from None  # one line
+    except (TypeError, ValueError, IndexError, KeyError, AttributeError, OverflowError, RuntimeError) as e:
+        raise LadderSpecError(f"spec: malformed {GRAPH_FORMAT} field ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())})") from None
 
 
 def _no_duplicate_keys(pairs: list) -> dict:

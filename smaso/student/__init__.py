@@ -12,6 +12,8 @@ One module per step of the paper's argument, in its order:
   form (Eq 12).
 - :mod:`smaso.student.frequency`: frequency statistics F, D, G, G~ averaged per teacher event (Eq 6).
 - :mod:`smaso.student.reformulation`: the matrix recursion over P(z_beta | z_alpha) (Thm 4, Eq 9).
+- :mod:`smaso.student.graph_frequency`, :mod:`smaso.student.graph_reformulation`: the same two on a
+  region graph (padded events; Eq 9 with the sum over every parent; Thm 2's terms per edge).
 - :mod:`smaso.student.noise`: the noise floor of every measured number (a delete-one-group jackknife).
 - :mod:`smaso.student.compare`: train, measure, predict, compare, and Thm 2's diagnosis.
 
@@ -21,5 +23,6 @@ The theorems built on top of these (Thm 1, 6-9, §5.3, §7.5.1) are in :mod:`sma
 
 from smaso._lazy import lazy_submodules
 
-__all__ = ["activations", "batchnorm", "compare", "frequency", "graph_network", "network", "noise", "reformulation"]
+__all__ = ["activations", "batchnorm", "compare", "frequency", "graph_frequency", "graph_network",
+           "graph_reformulation", "network", "noise", "reformulation"]
 __getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

@@ -361,24 +361,25 @@ class ComparisonResult:
         return f"{row[key]:8.2e} [{row[f'{key}_floor']:5.0e}]{star}"
 
 
-def _head(chunks, k: int) -> LadderSample:
-    """The first ``k`` rows of a chunked source, in memory (the evaluation set)."""
+def _head(chunks, k: int):
+    """The first ``k`` rows of a chunked source, in memory (the evaluation set): a
+    :class:`~teachers.sampling.LadderSample`, or a :class:`~teachers.graph_sampling.GraphSample` for a graph."""
+    import dataclasses
+
     parts, got = [], 0
     for c in range(chunks.num_chunks):
         if got >= k:
             break
         part = chunks.chunk(c)
         take = min(len(part), k - got)
-        parts.append(part if take == len(part) else LadderSample(
-            part.ladder, part.z[:take], None if part.x is None else part.x[:take], part.seed, part.start, part.total,
-            part.meta))
+        parts.append(part if take == len(part) else dataclasses.replace(
+            part, z=part.z[:take], x=None if part.x is None else part.x[:take]))
         got += take
     if len(parts) == 1:
         return parts[0]
     first = parts[0]
     x = None if first.x is None else torch.cat([p.x for p in parts])
-    return LadderSample(first.ladder, torch.cat([p.z for p in parts]), x, first.seed, first.start, first.total,
-                        first.meta)
+    return dataclasses.replace(first, z=torch.cat([p.z for p in parts]), x=x)
 
 
 def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torch.dtype):
@@ -418,6 +419,10 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                     engine=None, noise_groups: int | None = 10) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
+    A dataset of a :class:`~teachers.graph_ladder.GraphLadder` (any layered region graph) trains a
+    :class:`~smaso.student.graph_network.GraphStudent` instead and compares it with Eq 9 summed over every
+    parent (:mod:`smaso.student.graph_reformulation`); the graph student has no Batch Norm.
+
     The data stream: training reads minibatches chunk by chunk (each epoch a seeded random order of
     the chunks and of the rows within each chunk), and inputs are built per batch, so a chunked store
     of any size trains in the memory of one chunk; an in-memory sample is cut into chunks of
@@ -445,12 +450,17 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     """
     from smaso.student.frequency import accumulate_statistics
     from teachers.chunked import as_chunks
+    from teachers.graph_ladder import GraphLadder
+    from teachers.graph_sampling import GraphSample
 
-    if not isinstance(sample, LadderSample) and not hasattr(sample, "chunk"):
-        raise TypeError(f"sample: expected a LadderSample or a ChunkedLadderData, got {type(sample).__name__}")
+    in_memory = isinstance(sample, (LadderSample, GraphSample))
+    if not in_memory and not hasattr(sample, "chunk"):
+        raise TypeError(f"sample: expected a LadderSample, a GraphSample or a ChunkedLadderData, got "
+                        f"{type(sample).__name__}")
     chunks = as_chunks(sample)
     lad = chunks.ladder
-    if isinstance(sample, LadderSample) and (sample.z is None or sample.z.shape[1] != lad.total_regions):
+    graph = isinstance(lad, GraphLadder)
+    if in_memory and (sample.z is None or sample.z.shape[1] != lad.total_regions):
         raise ValueError("sample: the dataset must hold every latent event z of its ladder")
     if P_source not in ("empirical", "exact"):
         raise ValueError(f"P_source: expected 'empirical' or 'exact', got {P_source!r}")
@@ -462,16 +472,39 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         raise ValueError(f"noise_groups: expected None or an integer >= 2, got {noise_groups!r}")
     if steps < 0 or eval_every <= 0:
         raise ValueError(f"steps/eval_every: expected steps >= 0 and eval_every > 0, got {steps}, {eval_every}")
-    if batch_size is None and not isinstance(sample, LadderSample):
-        raise ValueError("batch_size: full-batch GD (None) needs an in-memory LadderSample; give a minibatch size "
+    if batch_size is None and not in_memory:
+        raise ValueError("batch_size: full-batch GD (None) needs an in-memory sample; give a minibatch size "
                          "to stream a chunked dataset")
     for name, v in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-    student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
-                            seed=seed, dtype=dtype, device=device)
+    if graph:
+        from smaso.student.graph_frequency import (
+            GraphEventStatistics,
+            accumulate_graph_statistics,
+            collect_graph_statistics,
+        )
+        from smaso.student.graph_network import GraphStudent
+        from smaso.student.graph_reformulation import compare_graph_statistics_to_theory, graph_reformulate
+
+        if batch_norm:
+            raise ValueError("batch_norm: the graph student (a dataset of a GraphLadder) has no Batch Norm")
+        student = GraphStudent(lad, width, activation=activation, bias=bias, seed=seed, dtype=dtype, device=device)
+        collect, accumulate = collect_graph_statistics, accumulate_graph_statistics
+        compare, predict = compare_graph_statistics_to_theory, graph_reformulate
+
+        def exact_P():
+            return GraphEventStatistics.exact(lad)
+    else:
+        student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
+                                seed=seed, dtype=dtype, device=device)
+        collect, accumulate, compare, predict = (collect_statistics, accumulate_statistics,
+                                                 compare_statistics_to_theory, reformulate)
+
+        def exact_P():
+            return exact_statistics(lad)
     n = len(chunks)
-    streamed = eval_examples is None and not isinstance(sample, LadderSample)
+    streamed = eval_examples is None and not in_memory
     if not streamed:
         ev = _head(chunks, n if eval_examples is None else min(eval_examples, n))
         x_eval, y_eval, z_eval = ev.inputs(dtype=dtype), ev.y, ev.z
@@ -493,19 +526,19 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     for step in range(steps + 1):
         if step in checkpoints:
             if streamed:
-                state, correct = accumulate_statistics(student, chunks, loss=loss, batch_size=eval_batch_size,
-                                                       dtype=torch.float64, engine=engine, groups=noise_groups)
+                state, correct = accumulate(student, chunks, loss=loss, batch_size=eval_batch_size,
+                                            dtype=torch.float64, engine=engine, groups=noise_groups)
                 acc = correct / n
             else:
-                state = collect_statistics(student, x_eval, y_eval, z_eval, loss=loss, dtype=torch.float64,
-                                           groups=noise_groups)
+                state = collect(student, x_eval, y_eval, z_eval, loss=loss, dtype=torch.float64,
+                                groups=noise_groups)
                 with torch.no_grad():
                     acc = (student(x_eval.to(dev)).argmax(-1).cpu() == y_eval).double().mean().item()
             if noise_groups is None:
-                stats, reps = (state if isinstance(state, FrequencyStatistics) else state.result()), None
+                stats, reps = (state.result() if hasattr(state, "result") else state), None
             else:
                 stats, reps = state.result(), list(state.leave_one_out())
-            report = compare_statistics_to_theory(student, stats, P_source=P_source, loss=loss, replicates=reps)
+            report = compare(student, stats, P_source=P_source, loss=loss, replicates=reps)
             bad = [f"level {r['level']} {k}" for r in report["levels"] for k, v in r.items()
                    if isinstance(v, float) and math.isnan(v)]
             if bad or not math.isfinite(stats.loss):
@@ -531,8 +564,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         bar.close()
     if not _finite_weights(student):
         raise TrainingDiverged(f"step {steps}: the weights are not finite (the run diverged; lower lr={lr})")
-    P = result.final_stats.P if P_source == "empirical" else exact_statistics(lad)
-    result.final_prediction = reformulate(student, P, result.final_stats, loss=loss)
+    P = result.final_stats.P if P_source == "empirical" else exact_P()
+    result.final_prediction = predict(student, P, result.final_stats, loss=loss)
     result.seconds = time.perf_counter() - t0
     return result
 

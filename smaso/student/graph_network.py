@@ -18,8 +18,11 @@ Gradients follow the paper's sign: g = -N dLoss/du per example, Delta W = -dLoss
 descent adds ``lr * Delta W`` (:meth:`GraphStudent.apply_update`).
 
 Vectorised per level: the edges of level l (parent in l, child in l + 1) all have the shape
-(n_l, n_{l+1}), so a level is one gather of the children's outputs, one batched matmul over edges
-and one ``index_add`` into the parents (backward: the same with W^T, added into the children).
+(n_l, n_{l+1}).  Where the level's children are strided slices of the level below (trees, 1-D
+convolutions; a 2-D convolution is one run per row; :func:`_strided_plan`), each child place is one
+batched matmul on a strided *view* of the children and one strided add backward, with no gather and no
+scatter; other levels take one gather of the children, one batched matmul over the edges and one
+``index_add`` into the parents (backward: the same with W^T, added into the children).
 No Batch Norm (use :class:`~smaso.student.network.LadderStudent` for BN on trees).
 """
 
@@ -35,7 +38,7 @@ from smaso.student.activations import Activation, get_activation
 from smaso.student.network import LOSSES, LadderStudent, output_gradient, student_loss
 from teachers.graph_ladder import GraphLadder
 
-__all__ = ["GraphStudent", "GraphStudentRecord"]
+__all__ = ["GraphStudent", "GraphStudentRecord", "train_graph_student"]
 
 
 @dataclass
@@ -70,6 +73,43 @@ def _check_int(value, name: str, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
     return int(value)
+
+
+#: A level split into more strided runs than this takes the gather / index_add path instead.
+MAX_RUNS = 64
+
+
+def _take(t: torch.Tensor, a: int, step: int, q: int) -> torch.Tensor:
+    """Rows ``a, a + step, ..., a + (q - 1) step`` of ``t`` as a view (``step = 0``: row a, q times)."""
+    if step == 0:
+        return t[a: a + 1].expand(q, *t.shape[1:])
+    return t[a: a + (q - 1) * step + 1: step]
+
+
+def _strided_plan(children: tuple[tuple[int, ...], ...]):
+    """A level's edges as strided runs (:func:`teachers.graph_sampling._runs` of the parents' children), or
+    None when that takes more than :data:`MAX_RUNS` runs.
+
+    Each entry ``(parents, [(edges, (a, step, q)), ...])``: the parent slice, and per child place j the slice
+    of the edge list (parent-major) and the children ``a + step * t`` (t < q) of those parents, in order.
+    """
+    from teachers.graph_sampling import _runs
+
+    runs = _runs(children)
+    if sum(rep for _, _, rep, _ in runs) > MAX_RUNS:
+        return None
+    first_edge = [0]
+    for ch in children:
+        first_edge.append(first_edge[-1] + len(ch))
+    plan = []
+    for i0, q, rep, places in runs:
+        k = len(places)
+        for r in range(rep):
+            ps = slice(i0 + r, i0 + r + (q - 1) * rep + 1, rep)
+            e0 = first_edge[i0 + r]
+            plan.append((ps, [(slice(e0 + j, e0 + j + (q - 1) * rep * k + 1, rep * k), (a, s if q > 1 else 1, q))
+                              for j, (a, s) in enumerate(places)]))
+    return plan
 
 
 class GraphStudent(nn.Module):
@@ -123,6 +163,7 @@ class GraphStudent(nn.Module):
             e = torch.tensor(self.edges[l], dtype=torch.int64).reshape(-1, 2)
             self.register_buffer(f"edge_parent_{l}", e[:, 0].contiguous(), persistent=False)
             self.register_buffer(f"edge_child_{l}", e[:, 1].contiguous(), persistent=False)
+        self._plans = [_strided_plan(g.children[l]) for l in range(d)]
         gen = torch.Generator().manual_seed(seed)
         n = self.widths
         weights = []
@@ -172,17 +213,54 @@ class GraphStudent(nn.Module):
         """The inputs ``(N, leaves, dim)`` as a node-major view ``(leaves, dim, N)``."""
         return x.to(self.weights[0].dtype).permute(1, 2, 0)
 
-    def _pre_activation(self, level: int, child: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """u of ``level`` node-major ``(R_l, n_l, N)`` from the children's outputs ``(R_{l+1}, n_{l+1}, N)``,
-        and the gathered children per edge ``(E_l, n_{l+1}, N)`` (reused for Delta W)."""
-        par, chi = self.edge_index(level)
-        fc = child.index_select(0, chi)
-        msg = torch.bmm(self.weights[level], fc)  # (E, n_l, N)
+    def _pre_activation(self, level: int, child: torch.Tensor) -> torch.Tensor:
+        """u of ``level`` node-major ``(R_l, n_l, N)`` from the children's outputs ``(R_{l+1}, n_{l+1}, N)``."""
+        W = self.weights[level]
         R, N = self.graph.num_regions[level], child.shape[-1]
-        u = msg.new_zeros(R, self.widths[level], N).index_add(0, par, msg)
+        plan = self._plans[level]
+        if plan is None:  # irregular level: one gather, one batched matmul, one index_add
+            par, chi = self.edge_index(level)
+            msg = torch.bmm(W, child.index_select(0, chi))  # (E, n_l, N)
+            u = msg.new_zeros(R, self.widths[level], N).index_add_(0, par, msg)
+        else:  # strided runs (trees, convolutions): views of the children, no gather or scatter
+            u = child.new_empty(R, self.widths[level], N)
+            for ps, places in plan:
+                acc = None
+                for es, (a, st, q) in places:
+                    m = torch.bmm(W[es], _take(child, a, st, q))
+                    acc = m if acc is None else acc.add_(m)
+                u[ps] = acc
         if self.biases is not None:
             u = u + self.biases[level].unsqueeze(-1)
-        return u, fc
+        return u
+
+    def _backward_level(self, level: int, g: torch.Tensor, child: torch.Tensor, need_raw: bool
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Delta W of ``level``'s edges ``(E_l, n_l, n_{l+1})`` = E_x[g_p f_c^T] (Eq 2) and, if ``need_raw``, the
+        children's raw gradient ``(R_{l+1}, n_{l+1}, N)`` = sum over each child's parents of W_pc^T g_p (Eq 1)."""
+        W = self.weights[level]
+        N = g.shape[-1]
+        plan = self._plans[level]
+        shape = (self.graph.num_regions[level + 1], self.widths[level + 1], N)
+        if plan is None:
+            par, chi = self.edge_index(level)
+            ge = g.index_select(0, par)  # (E, n_l, N)
+            dW = torch.bmm(ge, child.index_select(0, chi).transpose(1, 2)) / N
+            raw = g.new_zeros(shape).index_add_(0, chi, torch.bmm(W.transpose(1, 2), ge)) if need_raw else None
+            return dW, raw
+        dW = torch.empty_like(W)
+        raw = g.new_zeros(shape) if need_raw else None
+        for ps, places in plan:
+            gp = g[ps]
+            for es, (a, st, q) in places:
+                dW[es] = torch.bmm(gp, _take(child, a, st, q).transpose(1, 2)) / N
+                if need_raw:
+                    back = torch.bmm(W[es].transpose(1, 2), gp)  # (q, n_c, N)
+                    if st == 0:
+                        raw[a] += back.sum(0)
+                    else:
+                        raw[a: a + (q - 1) * st + 1: st] += back
+        return dW, raw
 
     # ------------------------------------------------------------------ forward
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -190,7 +268,7 @@ class GraphStudent(nn.Module):
         self.check_inputs(x)
         h = self._leaves(x)
         for l in range(self.graph.depth - 1, -1, -1):
-            h = self.act(l)(self._pre_activation(l, h)[0])
+            h = self.act(l)(self._pre_activation(l, h))
         return h[0].T
 
     def loss(self, out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
@@ -209,13 +287,12 @@ class GraphStudent(nn.Module):
         """
         self.check_inputs(x)
         self._check_labels(x, y, loss)
-        gr, d, N = self.graph, self.graph.depth, x.shape[0]
+        d = self.graph.depth
         keys = ("u", "f", "slope", "deriv", "g_raw", "g")
         nm = {k: [None] * (d + 1) for k in keys}  # node-major (R_l, n_l, N)
-        gathered = [None] * d  # (E_l, n_{l+1}, N): level l's children per edge
-        h = self._leaves(x)
+        h = leaves = self._leaves(x)
         for l in range(d - 1, -1, -1):
-            u, gathered[l] = self._pre_activation(l, h)
+            u = self._pre_activation(l, h)
             a = self.act(l)
             s = a.slope(u)
             nm["u"][l], nm["slope"][l] = u, s
@@ -227,14 +304,11 @@ class GraphStudent(nn.Module):
         dW, db = [None] * d, [None] * d
         for l in range(d):
             g = nm["g"][l] = nm["deriv"][l] * nm["g_raw"][l]
-            par, chi = self.edge_index(l)
-            ge = g.index_select(0, par)  # (E, n_l, N): each edge's parent gradient
-            dW[l] = torch.bmm(ge, gathered[l].transpose(1, 2)) / N  # E_x[g_p f_c^T] (Eq 2)
+            child = leaves if l + 1 == d else nm["f"][l + 1]
+            dW[l], raw = self._backward_level(l, g, child, l + 1 < d)
             db[l] = g.mean(-1)
-            if l + 1 < d:  # Eq 1 backward: sum over the parents of W^T g
-                back = torch.bmm(self.weights[l].transpose(1, 2), ge)  # (E, n_{l+1}, N)
-                nm["g_raw"][l + 1] = back.new_zeros(gr.num_regions[l + 1], self.widths[l + 1], N).index_add_(
-                    0, chi, back)
+            if raw is not None:
+                nm["g_raw"][l + 1] = raw
         per = {k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()}
         fbar = list(per["f"])
         fbar[d] = x.to(self.weights[0].dtype)
@@ -279,3 +353,50 @@ class GraphStudent(nn.Module):
         """Widths, activations, bias and the edge count per level."""
         return (f"widths={self.widths}, activation={self.activation.name}, top={self.top_activation.name}, "
                 f"bias={self.biases is not None}, edges={[len(e) for e in self.edges]}")
+
+
+def train_graph_student(student: GraphStudent, x: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float,
+                        batch_size: int | None = None, loss: str = "squared", weight_decay: float = 0.0,
+                        seed: int = 0) -> list[float]:
+    """Minibatch SGD on ``(x, y)`` with the explicit backward pass (:meth:`GraphStudent.forward_backward`,
+    then :meth:`~GraphStudent.apply_update`).
+
+    Each epoch visits the rows in a random order drawn from a local ``torch.Generator`` seeded with ``seed``
+    (the global RNG is untouched); ``batch_size=None`` is full-batch gradient descent.
+
+    :param x: ``(N, leaves, dim)`` inputs; ``y``: ``(N,)`` labels.
+    :returns: the loss of every step (the batch's mean loss before that step's update).
+    :raises smaso.student.compare.TrainingDiverged: a non-finite loss or weight (the message names the step).
+    """
+    from smaso.student.compare import TrainingDiverged, _check_hyper
+
+    steps = _check_int(steps, "steps", 0)
+    _check_hyper("lr", lr, positive=True)
+    _check_hyper("weight_decay", weight_decay, positive=False)
+    student.check_inputs(x)
+    n = x.shape[0]
+    if n == 0:
+        raise ValueError("x: the dataset is empty")
+    bs = n if batch_size is None else _check_int(batch_size, "batch_size", 1)
+    bs = min(bs, n)
+    gen = torch.Generator().manual_seed(_check_int(seed, "seed", 0))
+    dev = student.weights[0].device
+    history: list[float] = []
+    order, pos = torch.arange(n), n
+    for step in range(steps):
+        if bs < n:
+            if pos + bs > n:
+                order, pos = torch.randperm(n, generator=gen), 0
+            idx = order[pos: pos + bs]
+            pos += bs
+            xb, yb = x[idx], y[idx]
+        else:
+            xb, yb = x, y
+        rec = student.forward_backward(xb.to(dev), yb.to(dev), loss)
+        if not math.isfinite(rec.loss):
+            raise TrainingDiverged(f"step {step}: the loss is {rec.loss}")
+        history.append(rec.loss)
+        student.apply_update(rec, lr, weight_decay)
+        if not all(bool(torch.isfinite(w).all()) for w in student.weights):
+            raise TrainingDiverged(f"step {step}: a weight is no longer finite")
+    return history

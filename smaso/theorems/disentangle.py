@@ -25,6 +25,12 @@ other bits with p[i] / |p[i]|^2).  Separability distance: norm of the off-block 
   (P_{S_i}^T g~_i) w_k x (joint p of the other groups), where P_{S_i}^T g~_i is a generic
   2^|S_i|-vector (not a Kronecker product of 2-vectors) and the joint p of other groups is not the
   product of per-factor marginals.  The paper leaves this open ("future work"); here it is measured.
+* §7.7.1 / Eq 115 (:func:`eq115_best_distance`, :func:`eq115_from_statistics`,
+  :func:`multi_parent_backward_demo`): with several parents a, column k in S_1 of the summed backward
+  is sum_a c_a (v+_a - v-_a), v+-_a = P(z_b[S_1] | z_a[1] = 1 / 0), c_a free through the weights.  The
+  paper's hope: some c makes it Def 4 when the differences span the (2^|S_1| - 1)-dim sum-zero space.
+  Measured as the best relative distance over c (a generalized eigenvalue problem): 0 from
+  K = 2^|S_1| - 1 diverse parents on, > 0 generically below, the single parent's distance for a tree.
 """
 
 from __future__ import annotations
@@ -38,21 +44,27 @@ from smaso.student.reformulation import _weighted_bn
 
 __all__ = [
     "BackwardDemo",
+    "Eq115Result",
     "ForwardDemo",
+    "MultiParentDemo",
     "UpdateDemo",
     "backward_disentangle_distance",
     "backward_g_tilde",
     "check_groups",
     "disentangled_F_distance",
     "disentangled_G_distance",
+    "eq115_best_distance",
+    "eq115_from_statistics",
     "factor_marginals",
     "forward_disentangled_demo",
     "forward_region",
     "is_disentangled_F",
     "is_disentangled_G",
     "is_separable",
+    "multi_parent_backward_demo",
     "random_disentangled_F",
     "random_disentangled_G",
+    "random_parent_conditionals",
     "random_separable_W",
     "region_marginals",
     "separability_distance",
@@ -497,3 +509,262 @@ def backward_disentangle_distance(ladder, level: int = 1, *, seed: int = 0, gate
         out.append(g)
         dist.append(disentangled_G_distance(g, factor_marginals(p[level][c], nb)))
     return BackwardDemo(torch.stack(out), torch.tensor(dist, dtype=torch.float64), pd)
+
+
+# ---------------------------------------------------------------------------- §7.7.1 / Eq 115
+def _def4_column_vectors(p: torch.Tensor, factor: int) -> torch.Tensor:
+    """The two vectors ``(2^s, 2)`` spanning the Def 4 column form for ``factor``:
+    b_k = p[0] x ... x e_k (position factor) x ... x p[s-1], k = 0, 1, so that
+    {p[0] x ... x h x ... x p[s-1] : h in R^2} = {b h}.  They have disjoint supports (orthogonal)."""
+    eye = torch.eye(2, dtype=torch.float64)
+    cols = []
+    for k in range(2):
+        b = torch.ones(1, dtype=torch.float64)
+        for i in range(p.shape[0]):
+            b = torch.kron(b, eye[k] if i == factor else p[i])
+        cols.append(b)
+    return torch.stack(cols, 1)
+
+
+def _column_distance(u: torch.Tensor, Q: torch.Tensor, zero: float) -> float:
+    """||Q u|| / ||u||, NaN when ||u|| <= ``zero`` (no direction to measure)."""
+    nu = float(torch.linalg.norm(u))
+    return float(torch.linalg.norm(Q @ u)) / nu if nu > zero else float("nan")
+
+
+@dataclass
+class Eq115Result:
+    """Result of :func:`eq115_best_distance` (one child region beta, one column ``factor`` of S_1).
+
+    ``distance``: min over c != 0 of ||Q u(c)|| / ||u(c)||, u(c) = sum_a c_a (v+_a - v-_a), Q the
+    projector onto the complement of the Def 4 column form (NaN if every difference is 0; then
+    ``rank`` = 0, ``c`` = e_0, ``u`` = ``h`` = 0).
+    ``c`` ``(K,)`` an optimal c (unit norm, minimum norm among the c giving the optimal u, largest
+    entry positive); ``u`` ``(2^s,)`` = sum_a c_a (v+_a - v-_a); ``h`` ``(2,)`` the least-squares Def 4
+    fit, u ~ p[0] x ... x h x ... x p[s-1].  ``ones_distance``: the distance for c = 1 (all parents
+    weighted alike); ``single_distance`` ``(K,)``: each parent alone (NaN where v+_a = v-_a).  ``rank``:
+    the dimension of the span of the differences (at most 2^s - 1, they sum to 0)."""
+
+    distance: float
+    c: torch.Tensor
+    u: torch.Tensor
+    h: torch.Tensor
+    ones_distance: float
+    single_distance: torch.Tensor
+    rank: int
+    factor: int
+
+
+def eq115_best_distance(v_plus, v_minus, p_factors, factor: int = 0, *, rtol: float | None = None) -> Eq115Result:
+    """§7.7.1 / Eq 115: how close the multi-parent backward column can be brought to Def 4 by the
+    parents' weights.
+
+    For a child region beta whose column ``factor`` (a child factor in S_1) receives from parents a,
+    Eq 115 reads sum_a P_{a,S_1}^T g~^a_1 w_{a,k}^T = sum_a c_a (v+_a - v-_a), because 1^T g~^a_1 = 0;
+    c_a = g~^a_1[1] w_{a,k} is free through the weights.  The paper hopes ("future work") that a c
+    exists making this a rank-1 (Def 4) tensor when the parents are "informative in a diverse way".
+
+    :param v_plus: ``(K, 2^s)``, row a = P(z_beta[S_1] | z_a[1] = 1), a distribution over the 2^s joint
+        events of the s binary factors of S_1 (factor 0 the most significant bit).
+    :param v_minus: ``(K, 2^s)``, row a = P(z_beta[S_1] | z_a[1] = 0).
+    :param p_factors: ``(s, 2)`` the child's per-factor marginals p[i] = [P(z[i]=0), P(z[i]=1)].
+    :param factor: which factor of S_1 the column belongs to; the Def 4 form is the 2-dim subspace
+        {p[0] x ... x h (position ``factor``) x ... x p[s-1] : h in R^2}.
+    :param rtol: singular values of U = (v+ - v-)^T below ``rtol * max`` count as 0 (default
+        ``max(2^s, K) * eps``, numpy's matrix-rank rule); also the threshold under which a u is 0.
+
+    The minimum is the smallest generalized eigenvalue (square-rooted) of (U^T Q U, U^T U); it is
+    computed stably and for rank-deficient U (collinear or zero differences) on U's column space:
+    U = V_r S_r W_r^T, distance = smallest singular value of Q V_r, u = V_r y for its singular
+    vector y, c = W_r S_r^-1 y (then normalized), in float64.
+
+    Properties (``tests/test_eq115.py``): with K >= 2^s - 1 parents whose differences span the
+    sum-zero space the distance is 0 (Eq 115's claim; the optimal u is then proportional to
+    p[0] x ... x [1, -1] x ... x p[s-1], the only sum-zero Def 4 direction); with K = 1 (a tree) it
+    is the parent's own Def 4 distance; adding parents never increases it; for K < 2^s - 1 generic
+    parents it is > 0 (a K-dim span generically misses the Def 4 line).  For s = 1 every difference
+    is Def 4 (distance 0).
+    """
+    vp = _check_stochastic(v_plus, "v_plus")
+    vm = _check_stochastic(v_minus, "v_minus")
+    if vp.shape != vm.shape:
+        raise ValueError(f"v_minus: expected shape {tuple(vp.shape)} (that of v_plus), got {tuple(vm.shape)}")
+    K, m = vp.shape
+    if K < 1:
+        raise ValueError("v_plus: expected at least one parent (row), got 0")
+    p = torch.as_tensor(p_factors, dtype=torch.float64)
+    if p.dim() != 2 or p.shape[1] != 2 or p.shape[0] < 1:
+        raise ValueError(f"p_factors: expected shape (s, 2) with s >= 1, got {tuple(p.shape)}")
+    s = p.shape[0]
+    if m != 2**s:
+        raise ValueError(f"p_factors: s = {s} factors (2^s = {2**s} joint events) but v_plus/v_minus have "
+                         f"{m} columns")
+    p = _check_p_factors(p, s)
+    if isinstance(factor, bool) or int(factor) != factor or not 0 <= int(factor) < s:
+        raise ValueError(f"factor: expected an index in 0..{s - 1} (a factor of S_1), got {factor!r}")
+    factor = int(factor)
+    if rtol is not None and not 0 <= float(rtol) < 1:
+        raise ValueError(f"rtol: expected a relative singular-value threshold in [0, 1), got {rtol!r}")
+    b = _def4_column_vectors(p, factor)
+    nb2 = (b * b).sum(0)  # > 0: every p[i] sums to 1
+    Q = torch.eye(m, dtype=torch.float64) - (b / nb2) @ b.T
+    U = (vp - vm).T  # (2^s, K)
+    Uv, S, Wh = torch.linalg.svd(U, full_matrices=False)
+    smax = float(S[0])
+    tol = smax * (max(m, K) * torch.finfo(torch.float64).eps if rtol is None else float(rtol))
+    r = int((S > tol).sum()) if smax > 0 else 0
+    ones_d = _column_distance(U.sum(1), Q, tol * K**0.5)
+    single = torch.tensor([_column_distance(U[:, a], Q, tol) for a in range(K)], dtype=torch.float64)
+    if r == 0:
+        c = torch.zeros(K, dtype=torch.float64)
+        c[0] = 1.0
+        return Eq115Result(float("nan"), c, torch.zeros(m, dtype=torch.float64), torch.zeros(2, dtype=torch.float64),
+                           ones_d, single, 0, factor)
+    Vr = Uv[:, :r]
+    _, _, yh = torch.linalg.svd(Q @ Vr, full_matrices=False)  # (2^s, r), r <= 2^s - 1: last = smallest
+    y = yh[-1]
+    c = Wh[:r].T @ (y / S[:r])
+    c = c / torch.linalg.norm(c)
+    if c[int(c.abs().argmax())] < 0:
+        c = -c
+    u = U @ c
+    h = (b.T @ u) / nb2
+    return Eq115Result(_column_distance(u, Q, 0.0), c, u, h, ones_d, single, r, factor)
+
+
+def eq115_from_statistics(conditionals, p_child, factor: int = 0, *, p_parents=None, atol: float = 1e-9,
+                          rtol: float | None = None) -> Eq115Result:
+    """:func:`eq115_best_distance` from a child region's statistics.
+
+    :param conditionals: K tables P(z_beta[S_1] | z_a[1]) of shape ``(2, 2^s)`` (a list, or a
+        ``(K, 2, 2^s)`` tensor), row 0 = v-_a (z_a[1] = 0), row 1 = v+_a (z_a[1] = 1).
+    :param p_child: P(z_beta[S_1]) ``(2^s,)``; the Def 4 marginals are its :func:`factor_marginals`.
+    :param p_parents: optional ``(K,)`` P(z_a[1] = 1); if given, the total-probability rule
+        (1 - q_a) v-_a + q_a v+_a = P(z_beta[S_1]) (Eq 112) is checked to ``atol`` for every parent.
+    """
+    if isinstance(conditionals, torch.Tensor) and conditionals.dim() != 3:
+        raise ValueError(f"conditionals: expected K tables of shape (2, 2^s), got a tensor of shape "
+                         f"{tuple(conditionals.shape)}")
+    tables = list(conditionals)
+    if not tables:
+        raise ValueError("conditionals: expected at least one parent table, got none")
+    pc = torch.as_tensor(p_child, dtype=torch.float64)
+    if pc.dim() != 1:
+        raise ValueError(f"p_child: expected a vector (2^s,), got shape {tuple(pc.shape)}")
+    pc = _check_stochastic(pc[None], "p_child")[0]
+    m = pc.numel()
+    s = m.bit_length() - 1
+    if s < 1 or m != 2**s:
+        raise ValueError(f"p_child: expected 2^s entries (s >= 1 binary factors), got {m}")
+    rows = []
+    for i, T in enumerate(tables):
+        T = _check_stochastic(T, f"conditionals[{i}]")
+        if T.shape != (2, m):
+            raise ValueError(f"conditionals[{i}]: expected shape (2, {m}) (rows z_a = 0, 1; the {m} events of "
+                             f"p_child), got {tuple(T.shape)}")
+        rows.append(T)
+    P = torch.stack(rows)  # (K, 2, 2^s)
+    if p_parents is not None:
+        q = torch.as_tensor(p_parents, dtype=torch.float64)
+        if q.shape != (len(rows),):
+            raise ValueError(f"p_parents: expected shape ({len(rows)},), got {tuple(q.shape)}")
+        if (q < 0).any() or (q > 1).any():
+            raise ValueError("p_parents: expected probabilities P(z_a[1] = 1) in [0, 1]")
+        mix = (1 - q)[:, None] * P[:, 0] + q[:, None] * P[:, 1]
+        dev = (mix - pc).abs().amax(1)
+        if (dev > atol).any():
+            a = int(dev.argmax())
+            raise ValueError(f"conditionals[{a}]: (1 - q) v- + q v+ differs from p_child by {float(dev[a]):.3g} "
+                             f"(total probability, Eq 112; q = p_parents[{a}])")
+    return eq115_best_distance(P[:, 1], P[:, 0], factor_marginals(pc, s), factor, rtol=rtol)
+
+
+def random_parent_conditionals(p_child, k: int, generator: torch.Generator | None = None,
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """K random parents of a child with joint P(z_beta[S_1]) = ``p_child`` ``(2^s,)``, consistent with it:
+    q_a = P(z_a[1] = 1) ~ U(0.2, 0.8), a random sum-zero direction d_a (no Kronecker structure) and
+    v-_a = p - q_a t_a d_a, v+_a = p + (1 - q_a) t_a d_a with t_a a random fraction (0.3 .. 0.9) of the
+    largest step keeping both non-negative, so (1 - q_a) v-_a + q_a v+_a = p exactly (Eq 112).
+    Returns ``(conditionals (K, 2, 2^s), p_parents (K,))``; the first K' parents do not depend on K."""
+    p = _check_stochastic(torch.as_tensor(p_child, dtype=torch.float64)[None], "p_child")[0]
+    if int(k) != k or k < 1:
+        raise ValueError(f"k: expected a positive number of parents, got {k!r}")
+    m = p.numel()
+    out, qs = [], []
+    for _ in range(int(k)):
+        q = 0.2 + 0.6 * float(torch.rand((), generator=generator, dtype=torch.float64))
+        d = torch.randn(m, generator=generator, dtype=torch.float64)
+        d = d - d.mean()
+        frac = 0.3 + 0.6 * float(torch.rand((), generator=generator, dtype=torch.float64))
+        # largest t with p - q t d >= 0 and p + (1 - q) t d >= 0
+        lim = [float((p[d > 0] / (q * d[d > 0])).min()), float((p[d < 0] / ((1 - q) * -d[d < 0])).min())]
+        t = frac * min(lim)
+        out.append(torch.stack([p - q * t * d, p + (1 - q) * t * d]))
+        qs.append(q)
+    return torch.stack(out), torch.tensor(qs, dtype=torch.float64)
+
+
+def _random_child_joint(m: int, gen: torch.Generator) -> torch.Tensor:
+    """A random strictly positive joint ``(m,)``, Dirichlet(1) (normalized exponentials)."""
+    e = -torch.log(torch.rand(m, generator=gen, dtype=torch.float64).clamp_min(1e-300))
+    return e / e.sum()
+
+
+@dataclass
+class MultiParentDemo:
+    """Result of :func:`multi_parent_backward_demo`: for K = ``k[i]`` parents (the first K of one random
+    family), ``distance[i]`` the Eq 115 best distance, ``ones_distance[i]`` for c = 1, ``single_min[i]``
+    the best single parent among the first K, ``backward_distance[i]`` the Def 4 distance of G~_b from
+    :func:`backward_g_tilde` at the optimal weights (the same number, through the module's Eq 104
+    backward and :func:`disentangled_G_distance`); ``p_child`` ``(2^s,)``, ``conditionals``
+    ``(K_max, 2, 2^s)``, ``p_parents`` ``(K_max,)``, ``G_tilde`` the K_max backward ``(2^s, s)``."""
+
+    k: list
+    distance: torch.Tensor
+    ones_distance: torch.Tensor
+    single_min: torch.Tensor
+    backward_distance: torch.Tensor
+    p_child: torch.Tensor
+    conditionals: torch.Tensor
+    p_parents: torch.Tensor
+    G_tilde: torch.Tensor
+
+
+def multi_parent_backward_demo(s: int = 2, *, k_max: int | None = None, seed: int = 0,
+                               factor: int = 0) -> MultiParentDemo:
+    """§7.7.1 / Eq 115 on random statistics: a child with s binary factors (one group S_1) and a random
+    joint P(z_beta) (not a product of marginals), K = 1 .. ``k_max`` (default 2^s) single-factor parents
+    from :func:`random_parent_conditionals`.  For each K the best c is turned into weights: parent a
+    sends G~_a = g_a [-1, 1]^T (centered, Def 4 for one factor) with W_a[factor, 0] = c_a / g_a (other
+    rows 0), and G~_b = sum_a P_a^T G~_a W_a^T (Eq 104, :func:`backward_g_tilde`).  The distance is
+    generically > 0 for K < 2^s - 1 and 0 (rounding) from K = 2^s - 1 on: Eq 115's hope holds once the
+    parents span the sum-zero space."""
+    if int(s) != s or s < 1:
+        raise ValueError(f"s: expected a number of child factors >= 1, got {s!r}")
+    s = int(s)
+    m = 2**s
+    k_max = m if k_max is None else k_max
+    if int(k_max) != k_max or k_max < 1:
+        raise ValueError(f"k_max: expected a positive number of parents, got {k_max!r}")
+    k_max = int(k_max)
+    gen = torch.Generator().manual_seed(int(seed))
+    pc = _random_child_joint(m, gen)
+    P, q = random_parent_conditionals(pc, k_max, gen)
+    g = 0.5 + torch.rand(k_max, generator=gen, dtype=torch.float64)
+    pf = factor_marginals(pc, s)
+    ks, dist, ones, single, back, G_b = list(range(1, k_max + 1)), [], [], [], [], None
+    for K in ks:
+        res = eq115_from_statistics(P[:K], pc, factor, p_parents=q[:K])
+        dist.append(res.distance)
+        ones.append(res.ones_distance)
+        single.append(float(res.single_distance.min()))
+        G_a = [g[a] * torch.tensor([[-1.0], [1.0]], dtype=torch.float64) for a in range(K)]
+        W_a = []
+        for a in range(K):
+            W = torch.zeros(s, 1, dtype=torch.float64)
+            W[factor, 0] = res.c[a] / g[a]
+            W_a.append(W)
+        G_b = backward_g_tilde(list(P[:K]), G_a, W_a)
+        back.append(disentangled_G_distance(G_b, pf))
+    t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
+    return MultiParentDemo(ks, t(dist), t(ones), t(single), t(back), pc, P, q, G_b)

@@ -1,0 +1,298 @@
+"""A tree against overlapping receptive fields: the reformulation, Thm 2's terms and §7.7.1's backward
+disentanglement with one parent against several (framework paper Eq 9, Thm 2-3, Eq 115; issue 17).
+
+Two 1-D convolution-like ladders with the same leaves, depth and events (top first ``EVENTS``: 3 classes,
+binary level-1 regions, level-2 regions of 4 events = 2 binary factors, 3-event one-hot leaves), topdown
+with Dirichlet(``--concentration``) tables:
+
+- ``tree``: ``GraphLadder.conv1d(27, kernels=[3, 3, 3], strides=[3, 3, 3])``: 27, 9, 3, 1 regions, one parent each;
+- ``overlap``: ``GraphLadder.conv1d(27, kernels=[3, 3, 6], strides=[2, 2, 1])``: 27, 13, 6, 1 regions; a region
+  at an even interior position of levels 2 and 3 has 2 parents.
+
+For each of ``--seeds`` teachers, a :class:`~smaso.student.graph_network.GraphStudent` (8 ReLU nodes per
+hidden region) is trained by SGD on ``--n`` examples and measured on ``--n`` fresh ones:
+
+1. **Reformulation** (:func:`~smaso.student.graph_reformulation.compare_graph_statistics_to_theory`): per level
+   the relative errors of Eq 9 (with the sum over parents), full recursion (``propagated``) and one step
+   (``local``), Thm 2's condition terms (focus, broadness, decorrelation), each with its jackknife noise
+   floor (8 groups).  Reported: the median over seeds and the range.
+2. **§7.7.1 / Eq 115, the teacher's side**: for every level-2 region b, its K parents' tables
+   P(z_b | z_a) give the best Def 4 distance any choice of parent weights can reach
+   (:func:`~smaso.theorems.disentangle.eq115_from_statistics`), next to equal weights and the best single
+   parent; by number of parents K.
+3. **§7.7.1, the student's side**: the trained student's backward signal into level 2 per parent,
+   P_ab^T G~_a W_ab (one column per child node), and its sum over the parents (Eq 9), each column's Def 4
+   distance to its nearest factor form (min over the two factors).  For a child with 2 parents: the
+   distance of the sum against that of each single term.
+
+Controls, where the answer is known: the same pipeline on fully informative ladders (a tree and an
+overlapping DAG, Thm 3: every error is 0), and Eq 115 with 2^s - 1 generic parents (the best distance is 0).
+
+    python examples/graph_overlap.py                 # 5 seeds, N = 20000, about a minute
+    python examples/graph_overlap.py --quick         # 2 seeds, N = 4000 (the test's setting)
+    python examples/graph_overlap.py --out overlap.png --json overlap.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+
+import torch
+
+from inference.graph_posterior import graph_bayes_accuracy
+from smaso.student.graph_frequency import GraphEventStatistics, collect_graph_statistics
+from smaso.student.graph_network import GraphStudent, train_graph_student
+from smaso.student.graph_reformulation import compare_graph_statistics_to_theory
+from smaso.theorems.disentangle import (
+    disentangled_G_distance,
+    eq115_from_statistics,
+    factor_marginals,
+    multi_parent_backward_demo,
+)
+from teachers.graph_ladder import GraphLadder
+from teachers.graph_sampling import sample_graph_ladder
+from teachers.ladder import Ladder
+from teachers.spec_io import atomic_write
+
+EVENTS = [3, 2, 4, 3]
+LADDERS = {"tree": {"width": 27, "kernels": [3, 3, 3], "strides": [3, 3, 3]},
+           "overlap": {"width": 27, "kernels": [3, 3, 6], "strides": [2, 2, 1]}}
+PARENT_LEVEL, CHILD_LEVEL = 1, 2  # binary parents, children of 2 binary factors (Eq 115's setting, s = 2)
+KEYS = ("F_propagated", "F_local", "G_propagated", "G_local", "dW_propagated", "dW_local", "focus", "broadness",
+        "decorrelation_fwd", "decorrelation_bwd")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", type=int, default=None, help="teachers (seeds 0..k-1) per ladder (default 5; 2 quick)")
+    p.add_argument("--n", type=int, default=None, help="training and evaluation examples (default 20000; 4000 quick)")
+    p.add_argument("--steps", type=int, default=None, help="SGD steps (default 3000; 600 quick)")
+    p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
+    p.add_argument("--batch-size", type=int, default=256, help="SGD batch size (default 256)")
+    p.add_argument("--width", type=int, default=8, help="student nodes per hidden region (default 8)")
+    p.add_argument("--concentration", type=float, default=0.5, help="Dirichlet concentration of the tables "
+                   "(default 0.5)")
+    p.add_argument("--groups", type=int, default=8, help="jackknife groups of the noise floors (default 8)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads while it runs (default 1: the same numbers "
+                   "on any machine; restored afterwards)")
+    p.add_argument("--quick", action="store_true", help="2 seeds, N = 4000, 600 steps")
+    p.add_argument("--out", default="", help="figure file (default: none)")
+    p.add_argument("--json", default="", help="write every number to this JSON file (default: none)")
+    args = p.parse_args(argv)
+    full, quick = {"seeds": 5, "n": 20000, "steps": 3000}, {"seeds": 2, "n": 4000, "steps": 600}
+    for k, v in (quick if args.quick else full).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    for k in ("seeds", "n", "steps", "batch_size", "width", "groups", "threads"):
+        if getattr(args, k) < 1:
+            p.error(f"--{k.replace('_', '-')}: expected a positive integer")
+    return args
+
+
+def ladder(name: str, seed: int, concentration: float) -> GraphLadder:
+    spec = LADDERS[name]
+    return GraphLadder.conv1d(spec["width"], spec["kernels"], spec["strides"], EVENTS, mode="topdown", seed=seed,
+                              concentration=concentration, name=f"{name}-{seed}")
+
+
+# ------------------------------------------------------------------------------------------ §7.7.1
+def _def4_nearest(u: torch.Tensor, p_factors: torch.Tensor) -> float:
+    """Def 4 distance of one column u ``(4,)`` to its nearest factor form (min over the two factors)."""
+    out = []
+    for j in range(p_factors.shape[0]):
+        G = torch.zeros(u.numel(), p_factors.shape[0], dtype=torch.float64)
+        G[:, j] = u
+        out.append(disentangled_G_distance(G, p_factors))
+    return min(out)
+
+
+def eq115_rows(g: GraphLadder, P: GraphEventStatistics) -> list[dict]:
+    """Per child region of CHILD_LEVEL: K parents, Eq 115's best / equal-weight / best-single distances (min over
+    the child's two factors of the best, the others at that factor)."""
+    from smaso.student.graph_frequency import _edges
+
+    edges = _edges(g, PARENT_LEVEL)
+    rows = []
+    for c in range(g.num_regions[CHILD_LEVEL]):
+        es = [e for e, (_, cc) in enumerate(edges) if cc == c]
+        tables = [P.P_down[CHILD_LEVEL][e] for e in es]  # (2, 4) each: P(z_c | z_p)
+        res = [eq115_from_statistics(tables, P.marginals[CHILD_LEVEL][c], factor=f) for f in (0, 1)]
+        best = min(res, key=lambda r: r.distance)
+        rows.append({"region": c, "K": len(es), "best": best.distance, "equal_weights": best.ones_distance,
+                     "best_single": float(best.single_distance.min())})
+    return rows
+
+
+def backward_rows(student: GraphStudent, stats) -> list[dict]:
+    """The student's backward signal into CHILD_LEVEL per parent term and summed: nearest-Def 4 distances."""
+    g = student.graph
+    l = PARENT_LEVEL
+    par, chi = (t.cpu() for t in student.edge_index(l))
+    W = student.weights[l].detach().double().cpu()  # (E, n_p, n_c)
+    G = stats.G_tilde[l].double()  # measured G~ of the parents (R_p, 2, n_p)
+    terms = torch.einsum("eab,eaj,ejk->ebk", stats.P.P_down[l + 1].double(), G.index_select(0, par), W)
+    rows = []
+    for c in range(g.num_regions[l + 1]):
+        es = (chi == c).nonzero().flatten().tolist()
+        pf = factor_marginals(stats.P.marginals[l + 1][c], 2)
+        summed = terms[es].sum(0)  # (4, n_c): Eq 9's raw G~ before the gate
+        for k in range(summed.shape[1]):
+            if summed[:, k].norm() < 1e-12:
+                continue
+            rows.append({"region": c, "K": len(es), "node": k, "sum": _def4_nearest(summed[:, k], pf),
+                         "terms": [_def4_nearest(terms[e][:, k], pf) for e in es if terms[e][:, k].norm() > 1e-12]})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ one run
+def run_one(name: str, seed: int, args: argparse.Namespace) -> dict:
+    g = ladder(name, seed, args.concentration)
+    train, test = sample_graph_ladder(g, args.n, seed), sample_graph_ladder(g, args.n, seed + 10_000)
+    student = GraphStudent(g, args.width, seed=seed)
+    x, y = train.inputs(), train.y
+    hist = train_graph_student(student, x, y, steps=args.steps, lr=args.lr, batch_size=args.batch_size, seed=seed)
+    xe, ye, ze = test.inputs(), test.y, test.z.long()
+    with torch.no_grad():
+        acc = (student(xe).argmax(-1) == ye).double().mean().item()
+    reps = collect_graph_statistics(student, xe, ye, ze, dtype=torch.float64, groups=args.groups)
+    stats = reps.result()
+    res = compare_graph_statistics_to_theory(student, stats, replicates=list(reps.leave_one_out()))
+    return {"ladder": name, "seed": seed, "regions": list(g.num_regions),
+            "max_parents": max(len(p) for lvl in g.parents for p in lvl), "loss_first": hist[0], "loss_last": hist[-1],
+            "accuracy": acc, "bayes": graph_bayes_accuracy(g, xe, ye)["empirical"], "levels": res["levels"],
+            "eq115": eq115_rows(g, GraphEventStatistics.exact(g)), "backward": backward_rows(student, stats)}
+
+
+def controls(args: argparse.Namespace) -> dict:
+    """Thm 3 on fully informative ladders (every error 0) and Eq 115 with 2^s - 1 generic parents (distance 0)."""
+    out = {}
+    for name, g in (("tree", GraphLadder.from_ladder(Ladder.fully_informative(depth=2, branching=2, leaf_events=2))),
+                    ("overlap", GraphLadder.fully_informative_conv1d(4, [2, 2, 2], [1, 1, 1]))):
+        s = sample_graph_ladder(g, min(args.n, 4000), 0)
+        student = GraphStudent(g, args.width, seed=0, dtype=torch.float64)
+        train_graph_student(student, s.inputs(dtype=torch.float64), s.y, steps=50, lr=args.lr, seed=0)
+        stats = collect_graph_statistics(student, s.inputs(dtype=torch.float64), s.y, s.z.long(), dtype=torch.float64)
+        res = compare_graph_statistics_to_theory(student, stats)
+        out[f"fully_informative_{name}"] = max(v for row in res["levels"] for k, v in row.items() if k in KEYS)
+    demo = multi_parent_backward_demo(2, seed=0)
+    out["eq115_demo"] = {"K": list(demo.k), "best": [float(v) for v in demo.distance]}
+    return out
+
+
+# ------------------------------------------------------------------------------------------ report
+def _median(vals):
+    vals = [v for v in vals if math.isfinite(v)]
+    return statistics.median(vals) if vals else math.nan
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Per ladder and level: median over seeds (and min, max) of every key and of its floor."""
+    out = {}
+    for name in LADDERS:
+        rs = [r for r in runs if r["ladder"] == name]
+        levels = []
+        for l in range(len(EVENTS) - 1):
+            row = {"level": l}
+            for k in KEYS:
+                vals = [r["levels"][l].get(k, math.nan) for r in rs]
+                floors = [r["levels"][l].get(f"{k}_floor", math.nan) for r in rs]
+                row[k] = {"median": _median(vals), "min": min(vals), "max": max(vals), "floor": _median(floors)}
+            levels.append(row)
+        eq = [e for r in rs for e in r["eq115"]]
+        bw = [b for r in rs for b in r["backward"]]
+        by_k = {}
+        for K in sorted({e["K"] for e in eq}):
+            sel = [e for e in eq if e["K"] == K]
+            bsel = [b for b in bw if b["K"] == K]
+            by_k[K] = {"children": len(sel), "best": _median([e["best"] for e in sel]),
+                       "equal_weights": _median([e["equal_weights"] for e in sel]),
+                       "best_single": _median([e["best_single"] for e in sel]),
+                       "student_sum": _median([b["sum"] for b in bsel]),
+                       "student_terms": _median([t for b in bsel for t in b["terms"]]), "columns": len(bsel)}
+        multi = [b for b in bw if b["K"] >= 2 and len(b["terms"]) >= 2]
+        out[name] = {"accuracy": _median([r["accuracy"] for r in rs]), "bayes": _median([r["bayes"] for r in rs]),
+                     "levels": levels, "eq115_by_parents": by_k,
+                     "sum_below_every_term": sum(b["sum"] < min(b["terms"]) for b in multi),
+                     "multi_columns": len(multi)}
+    return out
+
+
+def print_report(summary: dict, ctrl: dict, args: argparse.Namespace) -> None:
+    print(f"{args.seeds} teachers per ladder, N = {args.n} train + {args.n} test, {args.steps} SGD steps; "
+          f"medians over teachers, [min, max], (jackknife floor, {args.groups} groups)")
+    for name, s in summary.items():
+        print(f"\n{name}: student accuracy {s['accuracy']:.3f} (Bayes {s['bayes']:.3f})")
+        print("  level  " + "  ".join(f"{k:>24}" for k in ("F_propagated", "G_propagated", "focus", "broadness",
+                                                              "decorrelation_fwd")))
+        for row in s["levels"]:
+            cells = []
+            for k in ("F_propagated", "G_propagated", "focus", "broadness", "decorrelation_fwd"):
+                v = row[k]
+                cells.append("-" if not math.isfinite(v["median"]) else
+                             f"{v['median']:.3f} [{v['min']:.2f},{v['max']:.2f}] ({v['floor']:.3f})")
+            print(f"  {row['level']:5d}  " + "  ".join(f"{c:>24}" for c in cells))
+        print("  Eq 115 at level 2 (teacher's P; Def 4 distance, nearest factor)  |  the trained student's backward")
+        print("    K  children   best   equal w.   best single  |  columns   sum    single terms")
+        for K, e in s["eq115_by_parents"].items():
+            print(f"  {K:3d}  {e['children']:8d}  {e['best']:.3f}   {e['equal_weights']:.3f}      "
+                  f"{e['best_single']:.3f}      |  {e['columns']:7d}  {e['student_sum']:.3f}  {e['student_terms']:.3f}")
+        if s["multi_columns"]:
+            print(f"  columns with 2 parents whose sum is closer to Def 4 than each of its terms: "
+                  f"{s['sum_below_every_term']} of {s['multi_columns']}")
+    print(f"\ncontrols: fully informative tree, overlap: largest error {ctrl['fully_informative_tree']:.1e}, "
+          f"{ctrl['fully_informative_overlap']:.1e} (Thm 3: 0)")
+    print("          Eq 115 with K generic parents, s = 2: best distance " +
+          ", ".join(f"K={k}: {d:.2g}" for k, d in zip(ctrl["eq115_demo"]["K"], ctrl["eq115_demo"]["best"],
+                                                      strict=True)) + " (0 from K = 3)")
+
+
+def plot(summary: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for ax, key in zip(axes, ("F_propagated", "G_propagated", "broadness"), strict=True):
+        for off, (name, s) in enumerate(summary.items()):
+            lv = [r["level"] + (off - 0.5) * 0.2 for r in s["levels"]]
+            med = [r[key]["median"] for r in s["levels"]]
+            lo = [r[key]["median"] - r[key]["min"] for r in s["levels"]]
+            hi = [r[key]["max"] - r[key]["median"] for r in s["levels"]]
+            ax.errorbar(lv, med, yerr=[lo, hi], fmt="o", capsize=3, label=name)
+            ax.plot(lv, [r[key]["floor"] for r in s["levels"]], "_", ms=12, color=f"C{off}")
+        ax.set_title(key)
+        ax.set_xlabel("level")
+        ax.set_xticks(range(len(EVENTS) - 1))
+    axes[0].set_ylabel("relative error (dash: noise floor)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        runs = [run_one(name, seed, args) for name in LADDERS for seed in range(args.seeds)]
+        summary, ctrl = summarize(runs), controls(args)
+    finally:
+        torch.set_num_threads(threads)
+    print_report(summary, ctrl, args)
+    result = {"config": {k: v for k, v in vars(args).items()}, "ladders": LADDERS, "events": EVENTS,
+              "summary": summary, "controls": ctrl, "runs": runs}
+    if args.out:
+        plot(summary, args.out)
+    if args.json:
+        text = json.dumps(result, indent=1, default=float).encode()
+        atomic_write(args.json, lambda f: f.write(text), name="--json")
+    return result
+
+
+if __name__ == "__main__":
+    main()
