@@ -426,15 +426,32 @@ def graph_inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: 
     return report
 
 
+def _print_labels(report: dict) -> None:
+    """The label counts of an inspect report, with their frequencies and the exact P(y)."""
+    n = report["n"]
+    print("\nlabel   count      frequency   exact P(y)")
+    for c, (k, p) in enumerate(zip(report["label_counts"], report["label_prior_exact"], strict=True)):
+        print(f"{c:5d} {k:9d}   {k / max(n, 1):10.5f}   {p:10.5f}")
+
+
+def _print_bayes(report: dict) -> None:
+    """The Bayes-optimal accuracy of an inspect report (or why it is unavailable)."""
+    b = report.get("bayes_optimal")
+    if b and "expected" in b:
+        emp = f", fraction correct {b['empirical']:.4f}" if "empirical" in b else ""
+        print(f"\nBayes-optimal accuracy (exact posterior p(y|x) on {b['n']} examples): "
+              f"{b['expected']:.4f} +- {b['stderr']:.4f}{emp}\n(the ceiling of any student trained on this ladder)")
+    elif b:
+        print(f"\nBayes-optimal accuracy: {b['unavailable']}")
+
+
 def print_graph_report(report: dict, ladder) -> None:
     """Print ``smaso inspect``'s report of a graph-ladder dataset (:func:`graph_inspect_report`)."""
     print(ladder.describe())
     n = report["n"]
     print(f"\n{n} examples (rows {report['start']}..{report['start'] + n} of {report['total']}, "
           f"seed {report['seed']}); {sum(report['regions_per_level'])} regions, {report['edges']} parent-child edges")
-    print("\nlabel   count      frequency   exact P(y)")
-    for c, (k, p) in enumerate(zip(report["label_counts"], report["label_prior_exact"], strict=True)):
-        print(f"{c:5d} {k:9d}   {k / max(n, 1):10.5f}   {p:10.5f}")
+    _print_labels(report)
     st = report["statistics"]
     print("\nsample frequencies vs the graph ladder's exact event statistics (junction tree)")
     print("(TV = total-variation distance, max over the regions / edges of a level; bound = the largest multinomial "
@@ -446,13 +463,7 @@ def print_graph_report(report: dict, ladder) -> None:
         print(f"{lv['level']:5d}  {lv['regions']:7d}   {lv['max_tv_marginal']:10.5f}  {lv['bound_marginal']:8.5f}  "
               f"{tj}")
     print(f"all within bounds: {st['within_bound']}")
-    b = report.get("bayes_optimal")
-    if b and "expected" in b:
-        emp = f", fraction correct {b['empirical']:.4f}" if "empirical" in b else ""
-        print(f"\nBayes-optimal accuracy (exact posterior p(y|x) on {b['n']} examples): "
-              f"{b['expected']:.4f} +- {b['stderr']:.4f}{emp}\n(the ceiling of any student trained on this ladder)")
-    elif b:
-        print(f"\nBayes-optimal accuracy: {b['unavailable']}")
+    _print_bayes(report)
 
 
 def print_report(report: dict, ladder) -> None:
@@ -460,9 +471,7 @@ def print_report(report: dict, ladder) -> None:
     print(ladder.describe())
     n = report["n"]
     print(f"\n{n} examples (rows {report['start']}..{report['start'] + n} of {report['total']}, seed {report['seed']})")
-    print("\nlabel   count      frequency   exact P(y)")
-    for c, (k, p) in enumerate(zip(report["label_counts"], report["label_prior_exact"], strict=True)):
-        print(f"{c:5d} {k:9d}   {k / n:10.5f}   {p:10.5f}")
+    _print_labels(report)
     st = report["statistics"]
     print("\nsample frequencies vs the ladder's exact event statistics")
     print("(TV = total-variation distance, max over the regions of a level; bound = multinomial bound at "
@@ -473,13 +482,7 @@ def print_report(report: dict, ladder) -> None:
         print(f"{lv['level']:5d}   {lv['max_tv_marginal']:10.5f}  {lv['bound_marginal']:8.5f}    {tj}")
     print(f"all within bounds: {st['within_bound']}   (smallest chi-square p-value over regions: "
           f"{st['min_chi2_pvalue']:.3g})")
-    b = report.get("bayes_optimal")
-    if b and "expected" in b:
-        emp = f", fraction correct {b['empirical']:.4f}" if "empirical" in b else ""
-        print(f"\nBayes-optimal accuracy (exact posterior p(y|x) on {b['n']} examples): "
-              f"{b['expected']:.4f} +- {b['stderr']:.4f}{emp}\n(the ceiling of any student trained on this ladder)")
-    elif b:
-        print(f"\nBayes-optimal accuracy: {b['unavailable']}")
+    _print_bayes(report)
 
 
 def _pieces(k: int) -> int | str:

@@ -136,6 +136,7 @@ from .dataset import (
     FORMAT,
     DatasetFormatError,
     _canonical,
+    _events_out_of_range,
     _join_arrays,
     _split_arrays,
     check_contiguous,
@@ -254,22 +255,6 @@ def _region_events(ladder: Teacher) -> np.ndarray:
     if isinstance(ladder, GraphLadder):
         return np.asarray([m for lvl in ladder.events for m in lvl], dtype=np.int64)
     return np.repeat(np.asarray(ladder.events, dtype=np.int64), ladder.num_regions)
-
-
-def _out_of_range(z: np.ndarray, ladder: Teacher, limit: np.ndarray) -> str | None:
-    """A description of the first event of ``z`` ``(rows, total_regions)`` outside its region's range
-    ``[0, limit[r])``, or ``None`` (as :func:`teachers.dataset._events_out_of_range`, for both kinds)."""
-    if len(z) == 0:
-        return None
-    lo, hi = z.min(axis=0).astype(np.int64), z.max(axis=0).astype(np.int64)
-    bad = np.flatnonzero((lo < 0) | (hi >= limit))
-    if not len(bad):
-        return None
-    r = int(bad[0])
-    level = int(np.searchsorted(ladder.level_offsets, r, side="right") - 1)
-    v = int(lo[r]) if lo[r] < 0 else int(hi[r])
-    row = int(np.flatnonzero(z[:, r] == v)[0])
-    return f"region {r} (level {level}) has event {v} in row {row}, outside its range [0, {int(limit[r])})"
 
 
 #: Target size of one chunk's rows in memory, for :func:`default_chunk_rows`.
@@ -901,7 +886,7 @@ class _Store:
             out[name] = a
         if not np.array_equal(out["y"], out["z"][:, 0]):
             raise DatasetFormatError(f"dataset: {str(self.path)!r}: chunk {c}: y differs from z[:, 0]")
-        bad = _out_of_range(out["z"], self.ladder, self._limit)
+        bad = _events_out_of_range(out["z"], self.ladder, self._limit)
         if bad:
             raise DatasetFormatError(f"dataset: {str(self.path)!r}: array 'z' chunk {c} (rows [{lo}, {hi}) of the "
                                      f"store): {bad} (rows counted within the chunk)")

@@ -285,11 +285,14 @@ def _event_dtype(ladder: Ladder) -> np.dtype:
     return np.dtype(str(ladder.event_dtype()).removeprefix("torch."))
 
 
-def _events_out_of_range(z: np.ndarray, ladder: Ladder) -> str | None:
-    """A description of the first event of ``z`` outside its region's range, or ``None``."""
+def _events_out_of_range(z: np.ndarray, ladder, limit: np.ndarray | None = None) -> str | None:
+    """A description of the first event of ``z`` ``(rows, total_regions)`` outside its region's range
+    ``[0, limit[r])``, or ``None``.  ``limit``: every region's event count (default: a tree ``Ladder``'s
+    per-level counts; a graph ladder passes its own, region by region)."""
     if len(z) == 0:
         return None
-    limit = np.repeat(np.asarray(ladder.events, dtype=np.int64), ladder.num_regions)
+    if limit is None:
+        limit = np.repeat(np.asarray(ladder.events, dtype=np.int64), ladder.num_regions)
     lo, hi = z.min(axis=0).astype(np.int64), z.max(axis=0).astype(np.int64)
     bad = np.flatnonzero((lo < 0) | (hi >= limit))
     if not len(bad):

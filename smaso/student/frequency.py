@@ -30,7 +30,8 @@ from smaso.student.network import LadderStudent, StudentRecord
 from teachers.ladder import Ladder
 from teachers.statistics import EventStatistics
 
-__all__ = ["FrequencyAccumulator", "FrequencyStatistics", "collect_statistics", "record_rows"]
+__all__ = ["FrequencyAccumulator", "FrequencyStatistics", "MergeableSums", "PerEventMeans", "collect_statistics",
+           "negated_state", "record_rows"]
 
 # per-level quantities, in the order they are stacked for the single scatter per level,
 # and the StudentRecord field each one averages
@@ -38,8 +39,33 @@ _OWN = ("Fbar", "F", "D", "Dp", "U", "G", "Gf")
 _RECORD = {"Fbar": "fbar", "F": "f", "D": "slope", "Dp": "deriv", "U": "u", "G": "g", "Gf": "g_f"}
 
 
+class PerEventMeans:
+    """What measured per-event statistics share: ``counts`` ``(R_l, m_l)`` per level, ``num_examples`` and the
+    dict ``means`` of per-level means, each of which also reads as an attribute (``stats.G``)."""
+
+    counts: list[torch.Tensor]
+    num_examples: int
+    means: dict[str, list[torch.Tensor | None]]
+
+    def __getattr__(self, name):
+        means = self.__dict__.get("means")
+        if means is not None and name in means:
+            return means[name]
+        raise AttributeError(name)
+
+    @property
+    def p(self) -> list[torch.Tensor]:
+        """Empirical P(z_alpha): ``(R_l, m_l)`` per level."""
+        return [c / self.num_examples for c in self.counts]
+
+    @property
+    def G_tilde(self) -> list[torch.Tensor | None]:
+        """G~ = diag(P(z)) G (Eq 6): ``(R_l, m_l, n_l)``."""
+        return [None if g is None else g * p[..., None].to(g) for g, p in zip(self.means["G"], self.p, strict=True)]
+
+
 @dataclass
-class FrequencyStatistics:
+class FrequencyStatistics(PerEventMeans):
     """Measured per-event statistics of a student on a dataset (see the module docstring).
 
     Dicts map a quantity name to a list over levels ``l = 0..d`` of ``(R_l, m_l, n_l)`` tensors
@@ -63,22 +89,6 @@ class FrequencyStatistics:
         sizes = [int(c.shape[0]) for c in self.counts]
         return (f"FrequencyStatistics(num_examples={self.num_examples}, levels={len(self.counts)}, "
                 f"regions per level={sizes}, quantities={sorted(self.means)}, loss={self.loss:.4g})")
-
-    def __getattr__(self, name):
-        means = self.__dict__.get("means")
-        if means is not None and name in means:
-            return means[name]
-        raise AttributeError(name)
-
-    @property
-    def p(self) -> list[torch.Tensor]:
-        """Empirical P(z_alpha): ``(R_l, m_l)`` per level."""
-        return [c / self.num_examples for c in self.counts]
-
-    @property
-    def G_tilde(self) -> list[torch.Tensor | None]:
-        """G~ = diag(P(z)) G (Eq 6): ``(R_l, m_l, n_l)``."""
-        return [None if g is None else g * p[..., None] for g, p in zip(self.means["G"], self.p, strict=True)]
 
     @property
     def empty_events(self) -> list[list[tuple[int, int]]]:
@@ -144,7 +154,59 @@ def record_rows(rec: StudentRecord, rows: slice) -> StudentRecord:
     return dataclasses.replace(rec, **per, dW=dW, db=db, stacked=stacked)
 
 
-class FrequencyAccumulator:
+class MergeableSums:
+    """The mergeable state of an accumulator (torchmetrics-style): an example count ``n``, a ``loss_sum``
+    and the lists of per-level tensors named in ``_SUMS`` (None where a level has none).
+
+    Two partial states over disjoint rows add up (:meth:`merge_`) to the state of one pass over all of
+    them; :meth:`state_dict` is what moves between processes.
+    """
+
+    _SUMS: tuple[str, ...] = ()
+    n: int
+    loss_sum: float
+
+    def state_dict(self) -> dict:
+        """The accumulated state: example count, loss sum, and every per-event sum (cloned)."""
+        return {"n": self.n, "loss_sum": self.loss_sum,
+                **{k: [None if t is None else t.clone() for t in getattr(self, k)] for k in self._SUMS}}
+
+    def merge_(self, other):
+        """Add another accumulator's state (or its :meth:`state_dict`) to this one, in place; returns self.
+
+        Exact for the counts; the sums are added in the accumulation dtype (use float64 for sums that
+        agree with one pass to round-off).
+
+        :raises TypeError: ``other`` is neither such an accumulator nor its state.
+        :raises ValueError: the other state was accumulated for a student of other widths, another teacher or
+            another accumulation dtype.
+        """
+        state = other.state_dict() if isinstance(other, type(self)) else other
+        if not isinstance(state, dict) or set(state) != {"n", "loss_sum", *self._SUMS}:
+            raise TypeError(f"other: expected a {type(self).__name__} or its state_dict()")
+        for key in self._SUMS:
+            shapes = [None if t is None else (tuple(t.shape), t.dtype) for t in getattr(self, key)]
+            if shapes != [None if t is None else (tuple(t.shape), t.dtype) for t in state[key]]:
+                raise ValueError(f"other: its {key!r} sums have other shapes or dtypes (another student, teacher "
+                                 "or accumulation dtype)")
+        for key in self._SUMS:
+            for mine, theirs in zip(getattr(self, key), state[key], strict=True):
+                if mine is not None:
+                    mine += theirs.to(mine.device)
+        self.n += int(state["n"])
+        self.loss_sum += float(state["loss_sum"])
+        return self
+
+    __iadd__ = merge_
+
+
+def negated_state(state: dict) -> dict:
+    """``-state`` of a :meth:`MergeableSums.state_dict` (merging it subtracts those rows: the jackknife's
+    leave-one-out states)."""
+    return {k: (-v if k in ("n", "loss_sum") else [None if t is None else -t for t in v]) for k, v in state.items()}
+
+
+class FrequencyAccumulator(MergeableSums):
     """Streams :class:`StudentRecord` batches into per-event sums.
 
     Per batch and level: one bincount of (parent, child) event pairs (event counts are the row
@@ -236,41 +298,6 @@ class FrequencyAccumulator:
 
     # ------------------------------------------------------------------ mergeable state
     _SUMS = ("counts", "joint_counts", "own", "fc", "gp", "dW", "db")
-
-    def state_dict(self) -> dict:
-        """The accumulated state: example count, loss sum, and every per-event sum (lists of tensors, None
-        where a level has none).  Two partial states over disjoint rows add up (:meth:`merge_`) to the
-        state of one pass over all of them; it is what moves between processes (with the student's
-        parameters)."""
-        return {"n": self.n, "loss_sum": self.loss_sum,
-                **{k: [None if t is None else t.clone() for t in getattr(self, k)] for k in self._SUMS}}
-
-    def merge_(self, other: FrequencyAccumulator | dict) -> FrequencyAccumulator:
-        """Add another accumulator's state (or its :meth:`state_dict`) to this one, in place; returns self.
-
-        Exact for the counts; the sums are added in the accumulation dtype (use float64 for sums that
-        agree with one pass to round-off).
-
-        :raises ValueError: the other state was accumulated for a student of other widths or dtype.
-        """
-        state = other.state_dict() if isinstance(other, FrequencyAccumulator) else other
-        if not isinstance(state, dict) or set(state) != {"n", "loss_sum", *self._SUMS}:
-            raise TypeError("other: expected a FrequencyAccumulator or its state_dict()")
-        for key in self._SUMS:
-            mine, theirs = getattr(self, key), state[key]
-            shapes = [None if t is None else (tuple(t.shape), t.dtype) for t in mine]
-            if shapes != [None if t is None else (tuple(t.shape), t.dtype) for t in theirs]:
-                raise ValueError(f"other: its {key!r} sums have other shapes or dtypes (another student, ladder "
-                                 "or accumulation dtype)")
-        for key in self._SUMS:
-            for mine, theirs in zip(getattr(self, key), state[key], strict=True):
-                if mine is not None:
-                    mine += theirs.to(mine.device)
-        self.n += int(state["n"])
-        self.loss_sum += float(state["loss_sum"])
-        return self
-
-    __iadd__ = merge_
 
     def _set_one_hot(self, level: int, ev: torch.Tensor) -> torch.Tensor:
         """The level's ``(R, m, N)`` scatter matrix [z[n, r] = a], in a buffer kept between batches

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from inference.graph_posterior import MAX_CLIQUE, graph_statistics
+from smaso.student.frequency import MergeableSums, PerEventMeans, negated_state
 from smaso.student.graph_network import GraphStudent, GraphStudentRecord, _take
 from teachers.graph_ladder import GraphLadder
 
@@ -109,7 +110,7 @@ class GraphEventStatistics:
 
 
 @dataclass
-class GraphFrequencyStatistics:
+class GraphFrequencyStatistics(PerEventMeans):
     """Measured per-event statistics of a graph student on a dataset (module docstring for the layout).
 
     ``means[k][l]`` ``(R_l, M_l, n_l)`` for k in Fbar, F (= Fbar), D, Dp, U, G, Gf (None at the leaves but
@@ -129,12 +130,6 @@ class GraphFrequencyStatistics:
     P: GraphEventStatistics
     loss: float
 
-    def __getattr__(self, name):
-        means = self.__dict__.get("means")
-        if means is not None and name in means:
-            return means[name]
-        raise AttributeError(name)
-
     def __repr__(self) -> str:
         return (f"GraphFrequencyStatistics(num_examples={self.num_examples}, regions per level="
                 f"{list(self.graph.num_regions)}, loss={self.loss:.4g})")
@@ -145,23 +140,13 @@ class GraphFrequencyStatistics:
         return _event_mask(self.graph)
 
     @property
-    def p(self) -> list[torch.Tensor]:
-        """Empirical P(z_r = a): ``(R_l, M_l)``."""
-        return [c / self.num_examples for c in self.counts]
-
-    @property
-    def G_tilde(self) -> list[torch.Tensor | None]:
-        """G~ = diag(P(z)) G (Eq 6): ``(R_l, M_l, n_l)``."""
-        return [None if g is None else g * p[..., None].to(g) for g, p in zip(self.means["G"], self.p, strict=True)]
-
-    @property
     def empty_events(self) -> list[list[tuple[int, int]]]:
         """``[(region, event), ...]`` per level: events that exist but were never observed."""
         return [[tuple(v) for v in ((c == 0) & m).nonzero().tolist()] for c, m in zip(self.counts, self.event_mask,
                                                                                        strict=True)]
 
 
-class GraphFrequencyAccumulator:
+class GraphFrequencyAccumulator(MergeableSums):
     """Streams :class:`~smaso.student.graph_network.GraphStudentRecord` batches into per-event sums.
 
     Per batch and level: one ``(R_l, M_l, N)`` one-hot matrix of the events; the level's stacked
@@ -305,34 +290,6 @@ class GraphFrequencyAccumulator:
                 self.fc[l][es] += torch.bmm(oh_p, _take(f_nm[l], a, st, q).transpose(1, 2))
                 self.gp[l][es] += torch.bmm(_take(oh[l], a, st, q), g_p.transpose(1, 2))
 
-    def state_dict(self) -> dict:
-        """Example count, loss sum and every per-event sum (cloned): what moves between processes."""
-        return {"n": self.n, "loss_sum": self.loss_sum,
-                **{k: [None if t is None else t.clone() for t in getattr(self, k)] for k in self._SUMS}}
-
-    def merge_(self, other: GraphFrequencyAccumulator | dict) -> GraphFrequencyAccumulator:
-        """Add another accumulator's state (or its :meth:`state_dict`) in place; returns self.
-
-        :raises ValueError: the other state belongs to a student of other widths, graph or dtype.
-        """
-        state = other.state_dict() if isinstance(other, GraphFrequencyAccumulator) else other
-        if not isinstance(state, dict) or set(state) != {"n", "loss_sum", *self._SUMS}:
-            raise TypeError("other: expected a GraphFrequencyAccumulator or its state_dict()")
-        for key in self._SUMS:
-            mine = [None if t is None else (tuple(t.shape), t.dtype) for t in getattr(self, key)]
-            if mine != [None if t is None else (tuple(t.shape), t.dtype) for t in state[key]]:
-                raise ValueError(f"other: its {key!r} sums have other shapes or dtypes (another student, graph or "
-                                 "accumulation dtype)")
-        for key in self._SUMS:
-            for mine, theirs in zip(getattr(self, key), state[key], strict=True):
-                if mine is not None:
-                    mine += theirs.to(mine.device)
-        self.n += int(state["n"])
-        self.loss_sum += float(state["loss_sum"])
-        return self
-
-    __iadd__ = merge_
-
     def result(self) -> GraphFrequencyStatistics:
         """Normalize the sums into :class:`GraphFrequencyStatistics` (on the CPU)."""
         if self.n == 0:
@@ -402,9 +359,7 @@ class GraphReplicates:
             if part.n == 0:
                 continue
             rest = GraphFrequencyAccumulator(self.student, self.dtype).merge_(total)
-            neg = {k: (-v if k in ("n", "loss_sum") else [None if t is None else -t for t in v])
-                   for k, v in part.state_dict().items()}
-            rest.merge_(neg)
+            rest.merge_(negated_state(part.state_dict()))
             if rest.n > 0:
                 yield rest.result()
 

@@ -30,7 +30,7 @@ import torch
 
 from smaso.student.graph_frequency import GraphEventStatistics, GraphFrequencyStatistics
 from smaso.student.graph_network import GraphStudent
-from smaso.student.reformulation import TOPS, Reformulation, top_gradient
+from smaso.student.reformulation import Reformulation, resolve_top, top_gradient
 
 __all__ = ["compare_graph_statistics_to_theory", "graph_conditions", "graph_reformulate"]
 
@@ -66,12 +66,7 @@ def graph_reformulate(student: GraphStudent, P: GraphEventStatistics, measured: 
         ``(R_l, M_l, n_l)`` and ``dW[l]`` ``(E_l, n_l, n_{l+1})`` (GraphStudent's edge order), ``db[l]`` ``(R_l, n_l)``.
     """
     _check(student, P, measured)
-    if loss not in ("squared", "cross_entropy"):
-        raise ValueError(f"loss: expected 'squared' or 'cross_entropy', got {loss!r}")
-    if top is None:
-        top = "measured" if loss == "cross_entropy" and not propagate else "predicted"
-    if top not in TOPS:
-        raise ValueError(f"top: expected one of {TOPS} or None, got {top!r}")
+    top = resolve_top(loss, top, propagate)
     g = student.graph
     d, dt = g.depth, torch.float64
     W = [w.detach().to(dt).cpu() for w in student.weights]

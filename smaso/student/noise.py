@@ -45,7 +45,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
-from smaso.student.frequency import FrequencyAccumulator, FrequencyStatistics
+from smaso.student.frequency import FrequencyAccumulator, FrequencyStatistics, negated_state
 from smaso.student.network import LadderStudent, StudentRecord
 
 __all__ = ["DEFAULT_GROUPS", "ROUNDOFF", "WITHIN_NOISE", "ReplicateAccumulator", "jackknife_se", "norm_floor",
@@ -129,13 +129,9 @@ class ReplicateAccumulator:
                 continue
             rest = FrequencyAccumulator(self.student, part.dtype)
             rest.merge_(total)
-            rest.merge_(_negated(part.state_dict()))
+            rest.merge_(negated_state(part.state_dict()))
             if rest.n > 0:
                 yield rest.result()
-
-
-def _negated(state: dict) -> dict:
-    return {k: (-v if k in ("n", "loss_sum") else [None if t is None else -t for t in v]) for k, v in state.items()}
 
 
 def jackknife_se(replicates: Sequence[torch.Tensor | float]) -> torch.Tensor:

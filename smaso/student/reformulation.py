@@ -44,7 +44,7 @@ from smaso.student.frequency import FrequencyStatistics
 from smaso.student.network import LadderStudent
 from teachers.statistics import EventStatistics
 
-__all__ = ["Reformulation", "eq7_signs", "reformulate", "top_gradient"]
+__all__ = ["Reformulation", "eq7_signs", "reformulate", "resolve_top", "top_gradient"]
 
 TOPS = ("predicted", "measured")
 
@@ -103,6 +103,18 @@ def top_gradient(F_top: torch.Tensor, loss: str = "squared") -> torch.Tensor:
     raise ValueError(f"loss: expected 'squared' or 'cross_entropy', got {loss!r}")
 
 
+def resolve_top(loss: str, top: str | None, propagate: bool) -> str:
+    """Check ``loss`` and return where the top gradient comes from: ``top``, or its default (``"measured"`` for
+    cross-entropy in one-step mode, else ``"predicted"``; see :func:`reformulate`)."""
+    if loss not in ("squared", "cross_entropy"):
+        raise ValueError(f"loss: expected 'squared' or 'cross_entropy', got {loss!r}")
+    if top is None:
+        top = "measured" if loss == "cross_entropy" and not propagate else "predicted"
+    if top not in TOPS:
+        raise ValueError(f"top: expected one of {TOPS} or None, got {top!r}")
+    return top
+
+
 def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyStatistics, *,
                 propagate: bool = True, loss: str = "squared",
                 leaf_inputs: torch.Tensor | None = None, top: str | None = None) -> Reformulation:
@@ -138,12 +150,7 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     lad = student.ladder
     if P.ladder.total_regions != lad.total_regions or P.ladder.events != lad.events:
         raise ValueError("P: event statistics of another ladder than the student's")
-    if loss not in ("squared", "cross_entropy"):
-        raise ValueError(f"loss: expected 'squared' or 'cross_entropy', got {loss!r}")
-    if top is None:
-        top = "measured" if loss == "cross_entropy" and not propagate else "predicted"
-    if top not in TOPS:
-        raise ValueError(f"top: expected one of {TOPS} or None, got {top!r}")
+    top = resolve_top(loss, top, propagate)
     before = student.bn_placement == "before"
     d = lad.depth
     dt = torch.float64
