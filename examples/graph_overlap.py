@@ -131,7 +131,7 @@ def backward_rows(student: GraphStudent, stats) -> list[dict]:
     g = student.graph
     l = PARENT_LEVEL
     par, chi = (t.cpu() for t in student.edge_index(l))
-    W = student.weights[l].detach().double().cpu()  # (E, n_p, n_c)
+    W = student.edge_weights(l).detach().double().cpu()  # (E, n_p, n_c)
     G = stats.G_tilde[l].double()  # measured G~ of the parents (R_p, 2, n_p)
     terms = torch.einsum("eab,eaj,ejk->ebk", stats.P.P_down[l + 1].double(), G.index_select(0, par), W)
     rows = []

@@ -590,6 +590,8 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
                    help="Batch Norm at every hidden level: after the activation (--bn, --bn after) or right after "
                         "the linear map, before the gate (--bn before: Thm 9's premise); default: none")
     g.add_argument("--no-bias", action="store_true", help="no biases")
+    g.add_argument("--shared", action="store_true",
+                   help="share weights like a convolution, one block per child place (graph datasets only)")
     g.add_argument("--loss", default="squared", choices=["squared", "cross_entropy"], help="training loss")
     g.add_argument("--steps", type=_nonneg_int, default=600, help="training steps")
     g.add_argument("--lr", type=float, default=0.5, help="learning rate")
@@ -622,7 +624,7 @@ def _run_comparison(sample, args, title: str, engine=None):
                            batch_size=args.batch_size or None, weight_decay=args.weight_decay,
                            eval_every=args.eval_every, eval_examples=args.eval_examples, P_source=args.P_source,
                            seed=args.student_seed, engine=engine, noise_groups=_noise_groups(args),
-                           device=args.device)
+                           device=args.device, shared=getattr(args, "shared", False))
 
 
 def _noise_groups(args) -> int | None:
@@ -930,6 +932,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _Terminated:
         parser.exit(143, "smaso: terminated\n")
     except (ValueError, TypeError, NotImplementedError, OSError, MemoryError, RuntimeError) as e:
+        if _Terminated.received:
+            # SIGTERM arrived, and while the stack unwound a context manager raised its own error in place of
+            # ours (Pyro's handler stack, interrupted between its bookkeeping steps, does): still a termination
+            parser.exit(143, "smaso: terminated\n")
         if getattr(args, "debug", False):
             raise
         parser.exit(2, f"smaso: error: {_describe_error(e)}\n")
@@ -997,7 +1003,11 @@ def _streams(args) -> Iterator[None]:
 
 
 class _Terminated(BaseException):
-    """SIGTERM, raised where the process was, so that every writer's cleanup runs (no half-written files)."""
+    """SIGTERM, raised where the process was, so that every writer's cleanup runs (no half-written files).
+
+    ``received`` records that the signal came, for when the stack's unwinding replaces this exception."""
+
+    received = False
 
 
 def _terminate_as_interrupt():
@@ -1009,7 +1019,10 @@ def _terminate_as_interrupt():
         return None
 
     def handler(signum, frame):
+        _Terminated.received = True
         raise _Terminated()
+
+    _Terminated.received = False
 
     return signal.signal(signal.SIGTERM, handler)
 

@@ -8,6 +8,9 @@ with stride smaller than its kernel, are regions of the level below with several
 Indexing: region ``i`` of level ``l`` has global index ``level_offsets[l] + i``; ``parents[l][i]``
 is the sorted tuple of its parents' indices in level ``l - 1`` (empty at level 0), and
 ``children[l][i]`` (derived) the sorted tuple of the regions of level ``l + 1`` that list it.
+A spec cannot hold a cycle: a parent index names a region of the level directly above, so every edge
+points one level up (indices outside that level are refused); validation also refuses a region above
+the leaves without children and a region below the top without parents (unreachable regions).
 
 Mixed-radix codes (first index most significant, as in :class:`teachers.ladder.Ladder`): for a tuple of
 regions ``(r_1, ..., r_k)`` with event counts ``(m_1, ..., m_k)``, the configuration
@@ -25,7 +28,8 @@ regions ``(r_1, ..., r_k)`` with event counts ``(m_1, ..., m_k)``, the configura
 Leaves emit the input through a :mod:`teachers.emission` model, so all leaves share one event count.
 
 Constructors: :meth:`GraphLadder.from_ladder` (a uniform tree :class:`~teachers.ladder.Ladder`, for
-checks against the existing code), :meth:`GraphLadder.random` (given the graph, Dirichlet tables),
+checks against the existing code), :meth:`GraphLadder.tree` (any tree: per-region branching and events),
+:meth:`GraphLadder.random` (given the graph, Dirichlet tables),
 :meth:`GraphLadder.conv1d` / :meth:`GraphLadder.conv2d` (kernel and stride per level; overlap when
 stride < kernel; their graphs alone: :func:`conv1d_parents` / :func:`conv2d_parents`),
 :meth:`GraphLadder.fully_informative` (bottom-up; every region's event is the pattern of the leaves of its
@@ -409,6 +413,45 @@ class GraphLadder:
                 for l in range(len(events) - 1))
             return cls(events, parents, mode, emission, leaf_priors=leaf_priors, lookups=lookups, name=name)
         raise LadderSpecError(f"mode: expected one of {MODES}, got {mode!r}")
+
+    @classmethod
+    def tree(cls, branching: Sequence[Sequence[int]], events: Sequence[int | Sequence[int]], **kwargs) -> GraphLadder:
+        """Any tree: ``branching[l][i]`` children for region i of level l (top first; level 0 is the one root),
+        the children of a level numbered in their parents' order.  ``events[l]``: one event count for every
+        region of level l, or a list with one per region (the leaves share one count, as every leaf emission
+        does).
+
+        :param kwargs: :meth:`random`'s ``mode``, ``concentration``, ``seed``, ``sigma``, ``name``.
+        :raises LadderSpecError: a branching below 1, a level whose region count disagrees with the level above's
+            branching, or ``events`` of the wrong length.
+        """
+        if isinstance(branching, (str, bytes)) or not isinstance(branching, Sequence) or not branching:
+            raise LadderSpecError(f"branching: expected one list of children counts per level above the leaves, "
+                                  f"got {branching!r}")
+        sizes, parents = [1], [((),)]
+        for l, lvl in enumerate(branching):
+            if isinstance(lvl, (str, bytes)) or not isinstance(lvl, Sequence) or len(lvl) != sizes[-1]:
+                raise LadderSpecError(f"branching[{l}]: expected {sizes[-1]} children counts (one per region of "
+                                      f"level {l}), got {lvl!r}")
+            counts = []
+            for i, b in enumerate(lvl):
+                if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
+                    raise LadderSpecError(f"branching[{l}][{i}]: expected an integer >= 1, got {b!r}")
+                counts.append(int(b))
+            parents.append(tuple((i,) for i, b in enumerate(counts) for _ in range(b)))
+            sizes.append(sum(counts))
+        if isinstance(events, (str, bytes)) or not isinstance(events, Sequence) or len(events) != len(sizes):
+            raise LadderSpecError(f"events: expected {len(sizes)} entries (levels 0..{len(sizes) - 1}), got {events!r}")
+        ev = []
+        for l, (m, n) in enumerate(zip(events, sizes, strict=True)):
+            if isinstance(m, Sequence) and not isinstance(m, (str, bytes)):
+                if len(m) != n:
+                    raise LadderSpecError(f"events[{l}]: expected {n} event counts (one per region), got {list(m)}")
+                ev.append(tuple(m))
+            else:
+                ev.append((m,) * n)
+        kwargs.setdefault("name", "tree")
+        return cls.random(ev, parents, **kwargs)
 
     @classmethod
     def conv1d(cls, width: int, kernels: Sequence[int], strides: Sequence[int], events: Sequence[int], **kwargs

@@ -120,3 +120,28 @@ def test_describe_and_repr_are_short():
     g = GraphLadder.conv2d((4, 4), kernels=[2, 3], strides=[1, 1], events=[2, 2, 2])
     assert "DAG" in repr(g) and len(repr(g)) < 200
     assert g.describe().count("\n") == g.depth + 1 and "parents per region [1, 2, 4]" in g.describe()
+
+
+# ------------------------------------------------------------------------------------ any tree
+def test_tree_constructor_per_region_branching_and_events():
+    from inference.graph_posterior import graph_posterior
+    from teachers.graph_sampling import sample_graph_ladder
+
+    g = GraphLadder.tree([[3], [2, 1, 4]], [2, [3, 4, 2], 3], seed=1, sigma=0.6)
+    assert g.num_regions == (1, 3, 7) and g.is_tree()
+    assert g.parents[2] == ((0,), (0,), (1,), (2,), (2,), (2,), (2,))
+    assert g.events == ((2,), (3, 4, 2), (3,) * 7)
+    assert [t.shape for t in g.tables[1]] == [(2, 3), (2, 4), (2, 2)]
+    s = sample_graph_ladder(g, 50, 0)
+    assert graph_posterior(g, s.inputs()).label.shape == (50, 2)
+    b = GraphLadder.tree([[2], [1, 3]], [3, 2, 2], mode="bottomup", seed=0)
+    assert [t.numel() for t in b.lookups[1]] == [2, 8] and b.num_regions == (1, 2, 4)
+    for args, match in (
+            (([[2], [1]], [2, 2, 2]), r"branching\[1\]: expected 2 children counts"),
+            (([[0]], [2, 2]), r"branching\[0\]\[0\]: expected an integer >= 1"),
+            (([[2]], [2]), r"events: expected 2 entries"),
+            (([[2]], [2, [2, 2, 2]]), r"events\[1\]: expected 2 event counts"),
+            (([], [2]), "branching: expected one list"),
+            (([[2]], [2, [2, 3]]), "same number of events")):
+        with pytest.raises(LadderSpecError, match=match):
+            GraphLadder.tree(*args)

@@ -258,7 +258,7 @@ def test_sum_over_parents_is_needed():
     par, chi = (t.cpu() for t in gs.edge_index(l))
     first = torch.tensor([list(chi.tolist()).index(c) == e for e, c in enumerate(chi.tolist())])
     back = torch.einsum("eab,eaj,ejk->ebk", stats.P.P_down[l + 1], stats.G_tilde[l].index_select(0, par),
-                        gs.weights[l].detach())
+                        gs.edge_weights(l).detach())
     one = torch.zeros_like(full.G_tilde[l + 1]).index_add_(0, chi[first], back[first]) * stats.Dp[l + 1]
     allp = torch.zeros_like(full.G_tilde[l + 1]).index_add_(0, chi, back) * stats.Dp[l + 1]
     torch.testing.assert_close(allp, full.G_tilde[l + 1], rtol=0, atol=1e-14)
@@ -319,6 +319,14 @@ def test_compare_student_runs_the_graph_student(tmp_path):
     assert [h["accuracy"] for h in res2.history] == [h["accuracy"] for h in res.history]
     with pytest.raises(ValueError, match="batch_norm"):
         compare_student(mem, width=4, steps=1, batch_norm=True)
+    shared = compare_student(mem, width=4, steps=20, eval_every=20, lr=0.05, batch_size=64, noise_groups=None,
+                             shared=True)
+    assert shared.student.shared  # Thm 3 holds whatever the weights: shared ones too
+    for h in shared.history:
+        for row in h["levels"]:
+            assert max(v for k, v in row.items() if k.endswith(("_propagated", "_local"))) < 1e-10, row
+    with pytest.raises(ValueError, match="shared: weight sharing is an option of the graph student"):
+        compare_student(sample_ladder(Ladder.fully_informative(depth=2), 100, 0), steps=1, shared=True)
 
 
 # ------------------------------------------------------------------------------------ noise floors

@@ -62,11 +62,12 @@ def _reference(student, x, y, loss):
     us, fs = [None] * (d + 1), [None] * (d + 1)
     for l in range(d - 1, -1, -1):
         edge = {rc: e for e, rc in enumerate(student.edges[l])}
+        W = student.edge_weights(l)  # the parameter itself, or (shared) its blocks gathered per edge
         cols = []
         for r in range(g.num_regions[l]):
             u = 0
             for c in g.children[l][r]:
-                u = u + h[c] @ student.weights[l][edge[(r, c)]].T
+                u = u + h[c] @ W[edge[(r, c)]].T
             cols.append(u + student.biases[l][r])
         u = torch.stack(cols, 1)
         u.retain_grad()
@@ -282,3 +283,52 @@ def test_train_graph_student_errors():
         train_graph_student(st, x[:, :2], y, steps=1, lr=0.1)
     with pytest.raises(TrainingDiverged, match="step"):
         train_graph_student(GraphStudent(g, 3, init_scale=50.0), x, y * 0 + 1, steps=200, lr=1e6)
+
+
+# ------------------------------------------------------------------------------------ shared weights
+@pytest.mark.parametrize("graph", list(GRAPHS))
+@pytest.mark.parametrize("activation", ["relu", "silu"])
+def test_shared_weights_backward_equals_autograd(graph, activation):
+    """With weight sharing (one block per child place), the explicit backward's per-edge Delta W summed
+    over each place's edges is -dLoss/dW of the shared block, by autograd on the loop reference and on the
+    student's own forward."""
+    g = GRAPHS[graph](sigma=0.5)
+    st = GraphStudent(g, WIDTHS[graph], activation=activation, seed=2, shared=True, dtype=torch.float64)
+    _perturb_biases(st)
+    assert [tuple(w.shape[:1]) for w in st.weights] == [(len(g.children[l][0]),) for l in range(g.depth)]
+    x, y = _data(g)
+    rec = st.forward_backward(x, y)
+    ref = _reference(st, x, y, "squared")
+    for l in range(g.depth):
+        assert_close(rec.g[l], ref["g"][l], TOL, f"g[{l}]")
+        assert_close(st.shared_update(rec.dW[l], l), ref["dW"][l], TOL, f"shared dW[{l}]")
+    st.zero_grad(set_to_none=True)
+    st.loss(st(x), y).backward()
+    for l in range(g.depth):
+        assert_close(-st.weights[l].grad, st.shared_update(rec.dW[l], l), TOL, f"autograd shared dW[{l}]")
+
+
+def test_shared_weights_are_tied_per_place_and_refused_on_irregular_levels():
+    from smaso.student.graph_network import train_graph_student
+
+    g = _conv1d_deep(seed=1)
+    st = GraphStudent(g, 3, seed=0, shared=True, dtype=torch.float64)
+    free = GraphStudent(g, 3, seed=0, dtype=torch.float64)
+    with torch.no_grad():
+        for l in range(g.depth):
+            free.weights[l].copy_(st.edge_weights(l))
+    x, y = _data(g, 200)
+    assert_close(st(x), free(x), TOL, "tied forward")
+    train_graph_student(st, x, y, steps=20, lr=0.05, batch_size=50)
+    for l in range(g.depth):  # after training every edge of a place still reads the same block
+        W = st.edge_weights(l)
+        place = getattr(st, f"edge_place_{l}")
+        for j in range(st.weights[l].shape[0]):
+            assert torch.equal(W[place == j], st.weights[l][j].expand_as(W[place == j]))
+    assert "shared" in repr(st)
+    irregular = GraphLadder.random([[2], [2, 2], [2, 2, 2]], [[()], [(0,), (0,)], [(0,), (0,), (1,)]])
+    assert sorted({len(c) for c in irregular.children[1]}) == [1, 2]
+    with pytest.raises(ValueError, match=r"shared: weight sharing needs .* level 1's parents have \[1, 2\]"):
+        GraphStudent(irregular, 2, shared=True)
+    with pytest.raises(ValueError, match="shared: expected a bool"):
+        GraphStudent(g, 2, shared=1)

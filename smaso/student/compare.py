@@ -416,7 +416,7 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                     eval_every: int = 20, eval_examples: int | None = 4096, eval_batch_size: int = 4096,
                     P_source: str = "empirical", seed: int = 0, dtype: torch.dtype = torch.float64,
                     device: torch.device | str | None = None, progress: bool = False,
-                    engine=None, noise_groups: int | None = 10) -> ComparisonResult:
+                    engine=None, noise_groups: int | None = 10, shared: bool = False) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
     A dataset of a :class:`~teachers.graph_ladder.GraphLadder` (any layered region graph) trains a
@@ -442,6 +442,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         ladder's tables).
     :param engine: where the streamed evaluation runs (None: this process; a
         :class:`~teachers.engine.DaskEngine`: one task per chunk).
+    :param shared: (graph ladders) share the student's weights per child place, like a convolution
+        (:class:`~smaso.student.graph_network.GraphStudent`'s ``shared``).
     :param noise_groups: row groups of the jackknife that gives every number its noise floor
         (:mod:`smaso.student.noise`; the evaluation's rows split into this many groups, the same
         pass); ``None``: no floors.
@@ -489,13 +491,17 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
 
         if batch_norm:
             raise ValueError("batch_norm: the graph student (a dataset of a GraphLadder) has no Batch Norm")
-        student = GraphStudent(lad, width, activation=activation, bias=bias, seed=seed, dtype=dtype, device=device)
+        student = GraphStudent(lad, width, activation=activation, bias=bias, seed=seed, shared=shared, dtype=dtype,
+                               device=device)
         collect, accumulate = collect_graph_statistics, accumulate_graph_statistics
         compare, predict = compare_graph_statistics_to_theory, graph_reformulate
 
         def exact_P():
             return GraphEventStatistics.exact(lad)
     else:
+        if shared:
+            raise ValueError("shared: weight sharing is an option of the graph student; for a tree Ladder, train on "
+                             "GraphLadder.from_ladder(ladder)")
         student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
                                 seed=seed, dtype=dtype, device=device)
         collect, accumulate, compare, predict = (collect_statistics, accumulate_statistics,

@@ -181,7 +181,7 @@ class GraphFrequencyAccumulator(MergeableSums):
         self.own = [torch.zeros(R[l], M[l], width[l], dtype=dtype, device=dev) for l in range(d + 1)]
         self.fc = [None] + [torch.zeros(E[l - 1], M[l - 1], n[l], dtype=dtype, device=dev) for l in range(1, d + 1)]
         self.gp = [None] + [torch.zeros(E[l - 1], M[l], n[l - 1], dtype=dtype, device=dev) for l in range(1, d + 1)]
-        self.dW = [torch.zeros_like(w, dtype=dtype) for w in student.weights]
+        self.dW = [torch.zeros(student.edge_weights(l).shape, dtype=dtype, device=dev) for l in range(d)]
         self.db = [torch.zeros(R[l], n[l], dtype=dtype, device=dev) for l in range(d)]
         self.n = 0
         self.loss_sum = 0.0

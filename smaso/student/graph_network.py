@@ -122,10 +122,15 @@ class GraphStudent(nn.Module):
     :param bias: learnable biases (initialised to 0).
     :param init_scale: weights ~ N(0, init_scale^2 / fan_in), fan_in = sum of the parent's children's widths.
     :param seed: initialisation seed (a local ``torch.Generator``; the global RNG is never used).
+    :param shared: share weights like a convolution: every parent of a level uses one weight block per child
+        *place* (the j-th of its sorted children), W_{r,c} = W_l[place(r, c)].  Needs every parent of a level
+        to have the same number of children k_l (convolution-like ladders and uniform trees); the update of a
+        shared block is the sum of its edges' Delta W (Eq 2 summed over the edges that share it).
     :param dtype, device: parameter dtype and device.
 
     :ivar widths: ``[n_0, ..., n_d]`` (n_0 = classes, n_d = input dim).
-    :ivar weights: ``weights[l]`` ``(E_l, n_l, n_{l+1})``: W_{r,c} for the edges of level l.
+    :ivar weights: ``weights[l]`` ``(E_l, n_l, n_{l+1})``: W_{r,c} for the edges of level l; with ``shared``,
+        ``(k_l, n_l, n_{l+1})``: one block per child place (:meth:`edge_weights` gives every edge's block).
     :ivar biases: ``biases[l]`` ``(R_l, n_l)`` (None without bias).
 
     With the same seed, on ``GraphLadder.from_ladder(tree)`` the initial weights are LadderStudent's
@@ -134,7 +139,8 @@ class GraphStudent(nn.Module):
 
     def __init__(self, g: GraphLadder, width: int | list[int] = 8, *, activation: str | Activation = "relu",
                  top_activation: str | Activation = "linear", bias: bool = True, init_scale: float = 1.0,
-                 seed: int = 0, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+                 seed: int = 0, shared: bool = False, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str | None = None):
         super().__init__()
         if not isinstance(g, GraphLadder):
             raise TypeError(f"g: expected a GraphLadder, got {type(g).__name__}")
@@ -151,6 +157,14 @@ class GraphStudent(nn.Module):
                 math.isfinite(init_scale) and init_scale > 0):
             raise ValueError(f"init_scale: expected a positive finite number, got {init_scale!r}")
         seed = _check_int(seed, "seed", 0)
+        if not isinstance(shared, bool):
+            raise ValueError(f"shared: expected a bool, got {shared!r}")
+        if shared:
+            for l in range(d):
+                ks = sorted({len(ch) for ch in g.children[l]})
+                if len(ks) != 1:
+                    raise ValueError(f"shared: weight sharing needs every parent of a level to have the same number "
+                                     f"of children; level {l}'s parents have {ks}")
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise ValueError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
         self.graph = g
@@ -164,10 +178,20 @@ class GraphStudent(nn.Module):
             self.register_buffer(f"edge_parent_{l}", e[:, 0].contiguous(), persistent=False)
             self.register_buffer(f"edge_child_{l}", e[:, 1].contiguous(), persistent=False)
         self._plans = [_strided_plan(g.children[l]) for l in range(d)]
+        self.shared = shared
+        for l in range(d):  # the place of every edge among its parent's sorted children
+            place = torch.tensor([j for ch in g.children[l] for j in range(len(ch))], dtype=torch.int64)
+            self.register_buffer(f"edge_place_{l}", place, persistent=False)
         gen = torch.Generator().manual_seed(seed)
         n = self.widths
         weights = []
         for l in range(d):
+            if shared:
+                k = len(g.children[l][0])
+                w = torch.randn(k, n[l + 1], n[l], generator=gen, dtype=torch.float64) * (init_scale / math.sqrt(
+                    k * n[l + 1]))
+                weights.append(nn.Parameter(w.transpose(1, 2).contiguous().to(dtype)))
+                continue
             fan_in = torch.tensor([len(g.children[l][r]) * n[l + 1] for r, _ in self.edges[l]], dtype=torch.float64)
             # drawn child-major (E, n_c, n_r) as LadderStudent's (R_{l+1}, n_{l+1}, n_l): on a tree the same seed
             # gives the same weights
@@ -184,6 +208,19 @@ class GraphStudent(nn.Module):
     def edge_index(self, level: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``(parents, children)`` int64 ``(E_l,)``: the edges of ``level`` (parent in it, child one level below)."""
         return getattr(self, f"edge_parent_{level}"), getattr(self, f"edge_child_{level}")
+
+    def edge_weights(self, level: int) -> torch.Tensor:
+        """W_{r,c} of every edge of ``level``: ``(E_l, n_l, n_{l+1})`` (with ``shared``, each edge's place's block)."""
+        W = self.weights[level]
+        return W.index_select(0, getattr(self, f"edge_place_{level}")) if self.shared else W
+
+    def shared_update(self, dW: torch.Tensor, level: int) -> torch.Tensor:
+        """The update of ``level``'s parameter from per-edge updates ``dW`` ``(E_l, n_l, n_{l+1})``: the updates
+        themselves, or with ``shared`` their sum over the edges of each place ``(k_l, n_l, n_{l+1})``."""
+        if not self.shared:
+            return dW
+        place = getattr(self, f"edge_place_{level}")
+        return dW.new_zeros(self.weights[level].shape).index_add_(0, place, dW)
 
     def act(self, level: int) -> Activation:
         """Activation of ``level``: the top activation at level 0, the hidden one elsewhere."""
@@ -215,7 +252,7 @@ class GraphStudent(nn.Module):
 
     def _pre_activation(self, level: int, child: torch.Tensor) -> torch.Tensor:
         """u of ``level`` node-major ``(R_l, n_l, N)`` from the children's outputs ``(R_{l+1}, n_{l+1}, N)``."""
-        W = self.weights[level]
+        W = self.edge_weights(level)
         R, N = self.graph.num_regions[level], child.shape[-1]
         plan = self._plans[level]
         if plan is None:  # irregular level: one gather, one batched matmul, one index_add
@@ -238,7 +275,7 @@ class GraphStudent(nn.Module):
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Delta W of ``level``'s edges ``(E_l, n_l, n_{l+1})`` = E_x[g_p f_c^T] (Eq 2) and, if ``need_raw``, the
         children's raw gradient ``(R_{l+1}, n_{l+1}, N)`` = sum over each child's parents of W_pc^T g_p (Eq 1)."""
-        W = self.weights[level]
+        W = self.edge_weights(level)
         N = g.shape[-1]
         plan = self._plans[level]
         shape = (self.graph.num_regions[level + 1], self.widths[level + 1], N)
@@ -320,9 +357,10 @@ class GraphStudent(nn.Module):
     @torch.no_grad()
     def apply_update(self, rec: GraphStudentRecord, lr: float, weight_decay: float = 0.0) -> None:
         """Gradient descent step W += lr (Delta W - 2 weight_decay W) (Frobenius regularizer on the
-        weights only); biases take their plain update, as LadderStudent.apply_update."""
+        weights only); biases take their plain update, as LadderStudent.apply_update.  Shared blocks take the
+        sum of their edges' updates (:meth:`shared_update`)."""
         for l, W in enumerate(self.weights):
-            W.add_(rec.dW[l] - 2 * weight_decay * W, alpha=lr)
+            W.add_(self.shared_update(rec.dW[l], l) - 2 * weight_decay * W, alpha=lr)
             if self.biases is not None:
                 self.biases[l].add_(rec.db[l], alpha=lr)
 
@@ -352,7 +390,8 @@ class GraphStudent(nn.Module):
     def extra_repr(self) -> str:
         """Widths, activations, bias and the edge count per level."""
         return (f"widths={self.widths}, activation={self.activation.name}, top={self.top_activation.name}, "
-                f"bias={self.biases is not None}, edges={[len(e) for e in self.edges]}")
+                f"bias={self.biases is not None}, edges={[len(e) for e in self.edges]}"
+                + (", shared" if self.shared else ""))
 
 
 def train_graph_student(student: GraphStudent, x: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float,

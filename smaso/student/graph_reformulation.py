@@ -46,8 +46,8 @@ def _check(student: GraphStudent, P: GraphEventStatistics, measured: GraphFreque
     for name, other in (("P", P.graph), ("measured", measured.graph)):
         if other is not g and (other.events != g.events or other.parents != g.parents):
             raise ValueError(f"{name}: statistics of another region graph than the student's")
-    if [t.shape[-1] for t in measured.dW] != [w.shape[-1] for w in student.weights] or any(
-            m.shape != w.shape for m, w in zip(measured.dW, student.weights, strict=True)):
+    edge_shapes = [student.edge_weights(l).shape for l in range(g.depth)]
+    if len(measured.dW) != len(edge_shapes) or any(m.shape != w for m, w in zip(measured.dW, edge_shapes, strict=True)):
         raise ValueError("measured: statistics of a student of other widths")
 
 
@@ -69,7 +69,7 @@ def graph_reformulate(student: GraphStudent, P: GraphEventStatistics, measured: 
     top = resolve_top(loss, top, propagate)
     g = student.graph
     d, dt = g.depth, torch.float64
-    W = [w.detach().to(dt).cpu() for w in student.weights]
+    W = [student.edge_weights(l).detach().to(dt).cpu() for l in range(d)]
     bias = [None] * d if student.biases is None else [b.detach().to(dt).cpu() for b in student.biases]
     Pd = [None] + [t.to(dt) for t in P.P_down[1:]]
     p = [t.to(dt) for t in P.marginals]
