@@ -45,7 +45,7 @@ from .sampling import (
 )
 
 __all__ = ["GRAPH_STREAM_VERSION", "GraphSample", "event_dtype", "sample_graph_ladder", "sample_graph_rows",
-           "sampling_plan", "signature_groups"]
+           "sampling_plan", "signature_groups", "strided_runs"]
 
 #: Version of the graph sampler's stream (2: alias draws, one uniform array per level; 1 was the
 #: inverse CDF on float64 uniforms per :func:`signature_groups` group); changing the scheme changes
@@ -130,7 +130,7 @@ class GraphSample(EventRows):
             yield self._rows(lo, min(len(self), lo + rows))
 
 
-def _runs(links) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
+def strided_runs(links) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
     """Split a level's regions into runs whose linked regions are strided slices of the level above/below.
 
     A run ``(i0, q, rep, [(a_j, s_j), ...])`` covers regions ``i0 .. i0 + q * rep - 1``; region
@@ -161,7 +161,7 @@ def _runs(links) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
 class _Level:
     """One level's sampling plan: every region of the level in one vectorised step.
 
-    ``runs``: :func:`_runs` of the regions' parents (topdown) or children (bottomup), as global columns
+    ``runs``: :func:`strided_runs` of the regions' parents (topdown) or children (bottomup), as global columns
     of the ``(n, total_regions)`` buffer, with ``(q, rep)`` int32 mixed-radix weights per linked place
     (first most significant) and the regions' first rows ``(q, rep)`` in ``table``: a region's row (or
     lookup index) is its offset plus the weighted sum of its linked events, computed on strided views
@@ -233,7 +233,7 @@ class _Plan:
             first_row = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
             offset = torch.as_tensor(first_row, dtype=torch.int32, device=device)[None]
             runs = []
-            for i0, q, rep, places in (_runs(links) if any(links) else []):
+            for i0, q, rep, places in (strided_runs(links) if any(links) else []):
                 regs = np.arange(i0, i0 + q * rep)
 
                 def t(v, q=q, rep=rep):

@@ -314,3 +314,21 @@ def test_plan_rows_are_mixed_radix_codes(spec, mode):
             code = mixed_radix(z[:, [base + c for c in links]].long(), sizes) if links else 0
             assert torch.equal(got[:, i], start + code + torch.zeros(len(z), dtype=torch.long)), (l, i)
             start += size
+
+
+def test_strided_runs_of_trees_and_convolutions():
+    from teachers.graph_sampling import strided_runs
+
+    tree = GraphLadder.from_ladder(Ladder.random(depth=2, branching=3, events=2, seed=0))
+    assert strided_runs(tree.children[1]) == [(0, 3, 1, [(0, 3), (1, 3), (2, 3)])]  # one run, stride = branching
+    conv = GraphLadder.conv1d(9, [3, 4], [2, 1], [2, 2, 2])
+    assert strided_runs(conv.children[1]) == [(0, 4, 1, [(0, 2), (1, 2), (2, 2)])]  # kernel 3, stride 2
+    assert strided_runs([(0, 1), (0, 1), (2, 3), (2, 3)]) == [(0, 2, 2, [(0, 2), (1, 2)])]  # shared links: rep 2
+    irregular = [(0,), (0, 1), (2,)]
+    runs = strided_runs(irregular)
+    covered = [i0 + t * rep + r for i0, q, rep, _ in runs for t in range(q) for r in range(rep)]
+    assert covered == [0, 1, 2]
+    for i0, q, rep, places in runs:  # every region's links are the strided places of its run
+        for t in range(q):
+            for r in range(rep):
+                assert tuple(a + s * t for a, s in places) == irregular[i0 + t * rep + r]

@@ -87,15 +87,15 @@ def _take(t: torch.Tensor, a: int, step: int, q: int) -> torch.Tensor:
 
 
 def _strided_plan(children: tuple[tuple[int, ...], ...]):
-    """A level's edges as strided runs (:func:`teachers.graph_sampling._runs` of the parents' children), or
+    """A level's edges as strided runs (:func:`teachers.graph_sampling.strided_runs` of the parents' children), or
     None when that takes more than :data:`MAX_RUNS` runs.
 
     Each entry ``(parents, [(edges, (a, step, q)), ...])``: the parent slice, and per child place j the slice
     of the edge list (parent-major) and the children ``a + step * t`` (t < q) of those parents, in order.
     """
-    from teachers.graph_sampling import _runs
+    from teachers.graph_sampling import strided_runs
 
-    runs = _runs(children)
+    runs = strided_runs(children)
     if sum(rep for _, _, rep, _ in runs) > MAX_RUNS:
         return None
     first_edge = [0]
