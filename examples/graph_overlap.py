@@ -1,21 +1,24 @@
 """A tree against overlapping receptive fields: the reformulation, Thm 2's terms and §7.7.1's backward
 disentanglement with one parent against several (framework paper Eq 9, Thm 2-3, Eq 115; issue 17).
 
-Two 1-D convolution-like ladders with the same leaves, depth and events (top first ``EVENTS``: 3 classes,
-binary level-1 regions, level-2 regions of 4 events = 2 binary factors, 3-event one-hot leaves), topdown
+Three ladders with the same 27 one-hot leaves of 3 events, the same depth and events per level (top first
+``EVENTS``: 3 classes, binary level-1 regions, level-2 regions of 4 events = 2 binary factors), top-down
 with Dirichlet(``--concentration``) tables:
 
-- ``tree``: ``GraphLadder.conv1d(27, kernels=[3, 3, 3], strides=[3, 3, 3])``: 27, 9, 3, 1 regions, one parent each;
-- ``overlap``: ``GraphLadder.conv1d(27, kernels=[3, 3, 6], strides=[2, 2, 1])``: 27, 13, 6, 1 regions; a region
-  at an even interior position of levels 2 and 3 has 2 parents.
+- ``overlap``: ``GraphLadder.conv1d(27, kernels=[3, 3, 6], strides=[2, 2, 1])``: 27, 13, 6, 1 regions; a
+  region at an even interior position of levels 2 and 3 has 2 parents;
+- ``tree-matched``: a tree with the *same region counts per level* (27, 13, 6, 1; contiguous children, 2 or
+  3 per parent, :meth:`GraphLadder.tree`): the control that differs from ``overlap`` by the overlap alone;
+- ``tree``: ``GraphLadder.conv1d(27, kernels=[3, 3, 3], strides=[3, 3, 3])``: 27, 9, 3, 1 regions.
 
-For each of ``--seeds`` teachers, a :class:`~smaso.student.graph_network.GraphStudent` (8 ReLU nodes per
-hidden region) is trained by SGD on ``--n`` examples and measured on ``--n`` fresh ones:
+For each of ``--seeds`` teachers per ladder, a :class:`~smaso.student.graph_network.GraphStudent` (8 ReLU
+nodes per hidden region) is trained by SGD on ``--n`` examples and measured on ``--n`` fresh ones:
 
 1. **Reformulation** (:func:`~smaso.student.graph_reformulation.compare_graph_statistics_to_theory`): per level
    the relative errors of Eq 9 (with the sum over parents), full recursion (``propagated``) and one step
    (``local``), Thm 2's condition terms (focus, broadness, decorrelation), each with its jackknife noise
-   floor (8 groups).  Reported: the median over seeds and the range.
+   floor (8 groups).  Reported: the median over teachers, the range, and a two-sided Mann-Whitney test of
+   ``overlap`` against each tree (the teachers are independent draws, so the test is exact for them).
 2. **§7.7.1 / Eq 115, the teacher's side**: for every level-2 region b, its K parents' tables
    P(z_b | z_a) give the best Def 4 distance any choice of parent weights can reach
    (:func:`~smaso.theorems.disentangle.eq115_from_statistics`), next to equal weights and the best single
@@ -28,8 +31,8 @@ hidden region) is trained by SGD on ``--n`` examples and measured on ``--n`` fre
 Controls, where the answer is known: the same pipeline on fully informative ladders (a tree and an
 overlapping DAG, Thm 3: every error is 0), and Eq 115 with 2^s - 1 generic parents (the best distance is 0).
 
-    python examples/graph_overlap.py                 # 5 seeds, N = 20000, about a minute
-    python examples/graph_overlap.py --quick         # 2 seeds, N = 4000 (the test's setting)
+    python examples/graph_overlap.py                 # 20 teachers per ladder, N = 20000, about 3 minutes
+    python examples/graph_overlap.py --quick         # 3 teachers, N = 4000 (the test's setting)
     python examples/graph_overlap.py --out overlap.png --json overlap.json
 """
 
@@ -59,7 +62,9 @@ from teachers.spec_io import atomic_write
 
 EVENTS = [3, 2, 4, 3]
 LADDERS = {"tree": {"width": 27, "kernels": [3, 3, 3], "strides": [3, 3, 3]},
+           "tree-matched": {"branching": [[6], [2, 2, 2, 2, 2, 3], [2] * 12 + [3]]},
            "overlap": {"width": 27, "kernels": [3, 3, 6], "strides": [2, 2, 1]}}
+TREES = ("tree-matched", "tree")  # the controls `overlap` is tested against, the closest first
 PARENT_LEVEL, CHILD_LEVEL = 1, 2  # binary parents, children of 2 binary factors (Eq 115's setting, s = 2)
 KEYS = ("F_propagated", "F_local", "G_propagated", "G_local", "dW_propagated", "dW_local", "focus", "broadness",
         "decorrelation_fwd", "decorrelation_bwd")
@@ -67,7 +72,7 @@ KEYS = ("F_propagated", "F_local", "G_propagated", "G_local", "dW_propagated", "
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, default=None, help="teachers (seeds 0..k-1) per ladder (default 5; 2 quick)")
+    p.add_argument("--seeds", type=int, default=None, help="teachers (seeds 0..k-1) per ladder (default 20; 3 quick)")
     p.add_argument("--n", type=int, default=None, help="training and evaluation examples (default 20000; 4000 quick)")
     p.add_argument("--steps", type=int, default=None, help="SGD steps (default 3000; 600 quick)")
     p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
@@ -78,11 +83,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--groups", type=int, default=8, help="jackknife groups of the noise floors (default 8)")
     p.add_argument("--threads", type=int, default=1, help="torch threads while it runs (default 1: the same numbers "
                    "on any machine; restored afterwards)")
-    p.add_argument("--quick", action="store_true", help="2 seeds, N = 4000, 600 steps")
+    p.add_argument("--quick", action="store_true", help="3 seeds, N = 4000, 600 steps")
     p.add_argument("--out", default="", help="figure file (default: none)")
     p.add_argument("--json", default="", help="write every number to this JSON file (default: none)")
     args = p.parse_args(argv)
-    full, quick = {"seeds": 5, "n": 20000, "steps": 3000}, {"seeds": 2, "n": 4000, "steps": 600}
+    full, quick = {"seeds": 20, "n": 20000, "steps": 3000}, {"seeds": 3, "n": 4000, "steps": 600}
     for k, v in (quick if args.quick else full).items():
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -94,8 +99,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def ladder(name: str, seed: int, concentration: float) -> GraphLadder:
     spec = LADDERS[name]
-    return GraphLadder.conv1d(spec["width"], spec["kernels"], spec["strides"], EVENTS, mode="topdown", seed=seed,
-                              concentration=concentration, name=f"{name}-{seed}")
+    kw = {"mode": "topdown", "seed": seed, "concentration": concentration, "name": f"{name}-{seed}"}
+    if "branching" in spec:
+        return GraphLadder.tree(spec["branching"], EVENTS, **kw)
+    return GraphLadder.conv1d(spec["width"], spec["kernels"], spec["strides"], EVENTS, **kw)
 
 
 # ------------------------------------------------------------------------------------------ §7.7.1
@@ -188,6 +195,16 @@ def _median(vals):
     return statistics.median(vals) if vals else math.nan
 
 
+def _mann_whitney(a: list[float], b: list[float]) -> float:
+    """Two-sided Mann-Whitney p-value of two samples of teachers (NaN when undefined: too few or all equal)."""
+    from scipy.stats import mannwhitneyu
+
+    a, b = [v for v in a if math.isfinite(v)], [v for v in b if math.isfinite(v)]
+    if len(a) < 2 or len(b) < 2 or len(set(a) | set(b)) < 2:
+        return math.nan
+    return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
 def summarize(runs: list[dict]) -> dict:
     """Per ladder and level: median over seeds (and min, max) of every key and of its floor."""
     out = {}
@@ -200,6 +217,9 @@ def summarize(runs: list[dict]) -> dict:
                 vals = [r["levels"][l].get(k, math.nan) for r in rs]
                 floors = [r["levels"][l].get(f"{k}_floor", math.nan) for r in rs]
                 row[k] = {"median": _median(vals), "min": min(vals), "max": max(vals), "floor": _median(floors)}
+                if name == "overlap":
+                    row[k]["p_vs"] = {t: _mann_whitney(vals, [r["levels"][l].get(k, math.nan) for r in runs
+                                                              if r["ladder"] == t]) for t in TREES}
             levels.append(row)
         eq = [e for r in rs for e in r["eq115"]]
         bw = [b for r in rs for b in r["backward"]]
@@ -242,6 +262,18 @@ def print_report(summary: dict, ctrl: dict, args: argparse.Namespace) -> None:
         if s["multi_columns"]:
             print(f"  columns with 2 parents whose sum is closer to Def 4 than each of its terms: "
                   f"{s['sum_below_every_term']} of {s['multi_columns']}")
+    ov = summary["overlap"]["levels"]
+    print("\noverlap against the trees, by teacher: median overlap / tree-matched / tree; two-sided Mann-Whitney p "
+          "(overlap vs tree-matched, vs tree)")
+    for k in ("F_propagated", "F_local", "G_local", "focus", "broadness", "decorrelation_fwd", "decorrelation_bwd"):
+        for l, row in enumerate(ov):
+            v = row[k]
+            exact_at_top = l == 0 and k in ("G_local", "decorrelation_fwd", "decorrelation_bwd")  # 0 by identity
+            if not math.isfinite(v["median"]) or exact_at_top:
+                continue
+            meds = " / ".join(f"{summary[n]['levels'][l][k]['median']:.3f}" for n in ("overlap", *TREES))
+            ps = ", ".join(f"{v['p_vs'][t]:.2g}" for t in TREES)
+            print(f"  {k:>18} level {l}: {meds}   p = {ps}")
     print(f"\ncontrols: fully informative tree, overlap: largest error {ctrl['fully_informative_tree']:.1e}, "
           f"{ctrl['fully_informative_overlap']:.1e} (Thm 3: 0)")
     print("          Eq 115 with K generic parents, s = 2: best distance " +
@@ -255,10 +287,10 @@ def plot(summary: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
-    for ax, key in zip(axes, ("F_propagated", "G_propagated", "broadness"), strict=True):
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
+    for ax, key in zip(axes, ("F_propagated", "G_local", "focus", "broadness"), strict=True):
         for off, (name, s) in enumerate(summary.items()):
-            lv = [r["level"] + (off - 0.5) * 0.2 for r in s["levels"]]
+            lv = [r["level"] + (off - (len(summary) - 1) / 2) * 0.2 for r in s["levels"]]
             med = [r[key]["median"] for r in s["levels"]]
             lo = [r[key]["median"] - r[key]["min"] for r in s["levels"]]
             hi = [r[key]["max"] - r[key]["median"] for r in s["levels"]]

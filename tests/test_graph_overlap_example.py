@@ -44,8 +44,15 @@ def test_graph_overlap_quick(tmp_path, capsys):
                 assert abs(e["best"] - e["best_single"]) < 1e-12 and abs(e["best"] - e["equal_weights"]) < 1e-12
             else:
                 assert e["best"] <= e["best_single"] + 1e-12
-    tree, overlap = res["summary"]["tree"], res["summary"]["overlap"]
-    assert set(tree["eq115_by_parents"]) == {1} and set(overlap["eq115_by_parents"]) == {1, 2}
-    assert [r["regions"] for r in res["runs"]] == [[1, 3, 9, 27], [1, 6, 13, 27]]
+    summary = res["summary"]
+    assert set(summary["tree"]["eq115_by_parents"]) == set(summary["tree-matched"]["eq115_by_parents"]) == {1}
+    assert set(summary["overlap"]["eq115_by_parents"]) == {1, 2}
+    # the matched tree differs from the overlap ladder by the overlap alone: the same regions per level
+    assert [r["regions"] for r in res["runs"]] == [[1, 3, 9, 27], [1, 6, 13, 27], [1, 6, 13, 27]]
+    assert [r["max_parents"] for r in res["runs"]] == [1, 1, 2]
+    for row in summary["overlap"]["levels"]:
+        for key in ("F_propagated", "focus"):
+            if key in row and math.isfinite(row[key]["median"]):
+                assert set(row[key]["p_vs"]) == {"tree-matched", "tree"}
     out = capsys.readouterr().out
     assert "Eq 115" in out and "controls" in out
