@@ -72,7 +72,8 @@ def _align(f: _Factor, target: Sequence[int]) -> torch.Tensor:
 
 def _product(factors: Sequence[_Factor], target: Sequence[int], sizes: Sequence[int], batch: int) -> torch.Tensor:
     """Sum of the log factors over the variables ``target`` (every factor's scope within it): ``(B, ...)``."""
-    out = torch.zeros((1,) * (len(target) + 1), dtype=torch.float64)
+    dev = factors[0].t.device if factors else None
+    out = torch.zeros((1,) * (len(target) + 1), dtype=torch.float64, device=dev)
     for f in factors:
         out = out + _align(f, target)
     return out.expand(batch if out.shape[0] == 1 else out.shape[0], *[sizes[v] for v in target])
@@ -87,30 +88,32 @@ def _sum_out(t: torch.Tensor, vars_: Sequence[int], keep: Sequence[int]) -> _Fac
     return _Factor(kept, t)
 
 
-def _factors(g: GraphLadder, x: torch.Tensor | None) -> list[_Factor]:
-    """The factor graph of ``g`` (module docstring), evidence on the leaves when ``x`` is given."""
+def _factors(g: GraphLadder, x: torch.Tensor | None, device: torch.device | None = None) -> list[_Factor]:
+    """The factor graph of ``g`` (module docstring), evidence on the leaves when ``x`` is given; every table on
+    ``device`` (default: ``x``'s device, or the CPU without evidence)."""
     off = g.level_offsets
+    dev = device if device is not None else (x.device if x is not None else torch.device("cpu"))
     out: list[_Factor] = []
     with torch.no_grad():
         if g.mode == TOPDOWN:
-            out.append(_Factor((0,), g.prior.double().log()[None]))
+            out.append(_Factor((0,), g.prior.to(dev, torch.float64).log()[None]))
             for l in range(1, g.depth + 1):
                 for i, t in enumerate(g.tables[l]):
                     ps = tuple(off[l - 1] + p for p in g.parents[l][i])
                     shape = (*g.parent_sizes(l, i), g.events[l][i])
-                    out.append(_Factor((*ps, off[l] + i), t.double().log().reshape(1, *shape)))
+                    out.append(_Factor((*ps, off[l] + i), t.to(dev, torch.float64).log().reshape(1, *shape)))
         else:
             for i, p in enumerate(g.leaf_priors):
-                out.append(_Factor((off[g.depth] + i,), p.double().log()[None]))
+                out.append(_Factor((off[g.depth] + i,), p.to(dev, torch.float64).log()[None]))
             for l in range(g.depth):
                 for i, look in enumerate(g.lookups[l]):
                     cs = tuple(off[l + 1] + c for c in g.children[l][i])
                     m = g.events[l][i]
-                    ind = look.long()[:, None] == torch.arange(m)[None, :]
+                    ind = look.to(dev, torch.int64)[:, None] == torch.arange(m, device=dev)[None, :]
                     t = torch.where(ind, 0.0, -math.inf).to(torch.float64)
                     out.append(_Factor((*cs, off[l] + i), t.reshape(1, *g.child_sizes(l, i), m)))
         if x is not None:
-            ll = g.emission.log_likelihood(x).double()  # (N, R_d, m)
+            ll = g.emission.log_likelihood(x.to(dev)).double()  # (N, R_d, m)
             for i in range(g.num_regions[-1]):
                 out.append(_Factor((off[g.depth] + i,), ll[:, i]))
     return out
@@ -293,7 +296,7 @@ class _JunctionTree:
 
     def log_z(self, up, batch: int) -> torch.Tensor:
         """Sum over the roots of the tree (one per connected component) of their upward totals: ``(B,)``."""
-        z = torch.zeros(batch, dtype=torch.float64)
+        z = torch.zeros(batch, dtype=torch.float64, device=up[0].t.device if up else None)
         for k, p in enumerate(self.parent):
             if p is None:
                 z = z + up[k].t.reshape(-1)
@@ -325,6 +328,16 @@ def _check_x(g: GraphLadder, x) -> None:
     g.emission.check_input(x, "x")
 
 
+def _device(device, x: torch.Tensor) -> torch.device:
+    """The device to compute on: ``device``, else ``x``'s (a bad name is a ValueError naming the argument)."""
+    if device is None:
+        return x.device
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device: expected a torch device, got {device!r} ({e})") from None
+
+
 def _chunk(cost: EliminationCost, chunk_size: int | None) -> int:
     if chunk_size is None:
         return max(1, _CHUNK_ELEMENTS // max(1, cost.clique_entries))
@@ -343,7 +356,7 @@ def _raise_impossible(log_z: torch.Tensor, start: int) -> None:
 
 
 def graph_posterior(g: GraphLadder, x: torch.Tensor, *, marginals: bool = True, max_clique: int = MAX_CLIQUE,
-                    chunk_size: int | None = None) -> GraphPosterior:
+                    chunk_size: int | None = None, device: torch.device | str | None = None) -> GraphPosterior:
     """Exact p(y | x), log p(x) and (by default) p(z_r | x) of every region, in float64.
 
     One upward pass of the junction tree of the min-fill elimination (= variable elimination) gives
@@ -355,18 +368,20 @@ def graph_posterior(g: GraphLadder, x: torch.Tensor, *, marginals: bool = True, 
     :param max_clique: refuse (``ValueError`` naming the induced width and the clique) when the largest
         clique table has more entries than this, per example.
     :param chunk_size: examples per pass (default: the largest clique times the chunk stays ~2^24 values).
+    :param device: where to compute and return the results (default: ``x``'s device).
     """
     _check_graph(g)
     _check_x(g, x)
+    dev = _device(device, x)
     jt = _JunctionTree(g, max_clique)
     step = _chunk(jt.cost, chunk_size)
     off = g.level_offsets
     n = x.shape[0]
     logs, labels, margs = [], [], []
     for s in range(0, n, step):
-        xc = x[s: s + step].detach().cpu()
+        xc = x[s: s + step].detach().to(dev)
         b = xc.shape[0]
-        psi, up, dn = jt.calibrate(_factors(g, xc), b)
+        psi, up, dn = jt.calibrate(_factors(g, xc, dev), b)
         log_z = jt.log_z(up, b)
         _raise_impossible(log_z, s)
         logs.append(log_z)
@@ -379,36 +394,40 @@ def graph_posterior(g: GraphLadder, x: torch.Tensor, *, marginals: bool = True, 
             chunk_m[v] = (lm - torch.logsumexp(lm, -1, keepdim=True)).exp()
         labels.append(chunk_m[0])
         margs.append(chunk_m)
-    label = torch.cat(labels) if labels else torch.empty(0, g.num_classes, dtype=torch.float64)
-    log_ev = torch.cat(logs) if logs else torch.empty(0, dtype=torch.float64)
+    label = torch.cat(labels) if labels else torch.empty(0, g.num_classes, dtype=torch.float64, device=dev)
+    log_ev = torch.cat(logs) if logs else torch.empty(0, dtype=torch.float64, device=dev)
     out = GraphPosterior(log_ev, label, cost=jt.cost)
     if marginals:
         out.marginals = [[torch.cat([m[off[l] + i] for m in margs]) if margs else
-                          torch.empty(0, g.events[l][i], dtype=torch.float64) for i in range(g.num_regions[l])]
+                          torch.empty(0, g.events[l][i], dtype=torch.float64, device=dev)
+                          for i in range(g.num_regions[l])]
                          for l in range(g.depth + 1)]
     return out
 
 
-def graph_map(g: GraphLadder, x: torch.Tensor, *, max_clique: int = MAX_CLIQUE) -> tuple[torch.Tensor, torch.Tensor]:
+def graph_map(g: GraphLadder, x: torch.Tensor, *, max_clique: int = MAX_CLIQUE,
+              device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The joint MAP configuration argmax_z p(z | x) by max-product elimination and traceback.
 
+    :param device: where to compute and return the results (default: ``x``'s device).
     :returns: ``z`` ``(N, total_regions)`` int64 in global region order and ``log p(z_map, x)`` ``(N,)``
         (ties between equally probable configurations go to the smallest event).
     """
     _check_graph(g)
     _check_x(g, x)
+    dev = _device(device, x)
     jt = _JunctionTree(g, max_clique)
     n = x.shape[0]
-    xc = x.detach().cpu()
+    xc = x.detach().to(dev)
 
     def maxed(t, dim):
         return t.max(dim=dim).values
 
-    psi, up, _ = jt.calibrate(_factors(g, xc), n, down=False, reduce=maxed)
+    psi, up, _ = jt.calibrate(_factors(g, xc, dev), n, down=False, reduce=maxed)
     best = jt.log_z(up, n)
     _raise_impossible(best, 0)
-    z = torch.zeros(n, g.total_regions, dtype=torch.int64)
-    ar = torch.arange(n)
+    z = torch.zeros(n, g.total_regions, dtype=torch.int64, device=dev)
+    ar = torch.arange(n, device=dev)
     for k in reversed(range(len(jt.cliques))):  # the separator of clique k is eliminated after it
         c = jt.cliques[k]
         t = _product([_Factor(c, psi[k]), *(up[j] for j in jt.kids[k])], c, jt.sizes, n)  # (n, m_v, *sep)
@@ -434,7 +453,8 @@ def graph_bayes_accuracy(g: GraphLadder, x: torch.Tensor, y: torch.Tensor | None
            "stderr": (best.std() / n**0.5).item() if n > 1 else float("nan"),
            "stderr_empirical": ((best * (1 - best)).sum().sqrt() / n).item() if n else float("nan"), "n": n}
     if y is not None:
-        out["empirical"] = (post.predict() == y.long().cpu()).double().mean().item() if n else float("nan")
+        out["empirical"] = (post.predict() == y.long().to(post.label.device)).double().mean().item() if n else \
+            float("nan")
     return out
 
 

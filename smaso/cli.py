@@ -351,7 +351,7 @@ def graph_inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: 
     """``smaso inspect``'s report of a graph-ladder dataset, streamed chunk by chunk (one task per chunk on
     ``engine``): label counts, every region's and every edge's sample frequencies against the exact
     :func:`inference.graph_posterior.graph_statistics`, and the Bayes-optimal accuracy on the first ``bayes_n``
-    rows (exact junction-tree posterior, on the CPU; ``device`` is not used).
+    rows (exact junction-tree posterior, computed on ``device``, default the CPU).
 
     The statistics are judged as :func:`teachers.statistics.compare_statistics` does: total-variation distance
     TV per region (marginal) and per edge (joint P(z_parent, z_child)) against the multinomial bound
@@ -420,7 +420,8 @@ def graph_inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: 
     if bayes_n > 0:
         head = next(iter(chunks.iter_chunks(min(bayes_n, len(chunks)))))
         try:
-            report["bayes_optimal"] = graph_bayes_accuracy(g, head.inputs(dtype=torch.float64), head.y)
+            report["bayes_optimal"] = graph_bayes_accuracy(g, head.inputs(dtype=torch.float64), head.y,
+                                                           device=device)
         except (NotImplementedError, ValueError) as e:  # a custom emission, or a clique beyond the limit
             report["bayes_optimal"] = {"unavailable": " ".join(str(e).split())}
     return report

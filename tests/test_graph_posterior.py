@@ -289,3 +289,18 @@ def test_query_joint_by_elimination_matches_brute_force(dag):
             code = code * sizes[v] + conf[:, v]
         ref = np.bincount(code, weights=w, minlength=math.prod(sizes[v] for v in q))
         _close(_query_joint(g, _factors(g, None), q, 2**22).reshape(-1), ref, 1e-10)
+
+
+def test_device_argument_and_results_on_it():
+    """``device=`` is where the work happens and where the results are; a bad name is one clear error.
+    (CPU here; the same code path serves CUDA, checked on the device machine when one is lent.)"""
+    g = GraphLadder.conv1d(width=3, kernels=[2, 2], strides=[1, 1], events=[2, 3, 2], sigma=0.6, seed=11)
+    x = _inputs(g, 5, seed=3)
+    a, b = graph_posterior(g, x), graph_posterior(g, x, device="cpu")
+    assert torch.equal(a.log_evidence, b.log_evidence) and b.label.device == x.device
+    za, _ = graph_map(g, x)
+    zb, _ = graph_map(g, x, device=torch.device("cpu"))
+    assert torch.equal(za, zb) and zb.device == x.device
+    for fn in (graph_posterior, graph_map):
+        with pytest.raises(ValueError, match="device: expected a torch device"):
+            fn(g, x, device="no-such-device")
