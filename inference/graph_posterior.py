@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
+from inference.ladder_posterior import raise_impossible
 from teachers.graph_ladder import GraphLadder
 from teachers.ladder import TOPDOWN
 
@@ -346,15 +347,6 @@ def _chunk(cost: EliminationCost, chunk_size: int | None) -> int:
     return chunk_size
 
 
-def _raise_impossible(log_z: torch.Tensor, start: int) -> None:
-    bad = torch.isneginf(log_z).nonzero().flatten()
-    if len(bad):
-        first = (bad[:5] + start).tolist()
-        raise ValueError(f"x: example(s) {first}{' ...' if len(bad) > 5 else ''} have probability 0 under the "
-                         "graph ladder (e.g. a leaf input that is not one-hot for a one-hot emission); their "
-                         "posterior is undefined")
-
-
 def graph_posterior(g: GraphLadder, x: torch.Tensor, *, marginals: bool = True, max_clique: int = MAX_CLIQUE,
                     chunk_size: int | None = None, device: torch.device | str | None = None) -> GraphPosterior:
     """Exact p(y | x), log p(x) and (by default) p(z_r | x) of every region, in float64.
@@ -383,7 +375,7 @@ def graph_posterior(g: GraphLadder, x: torch.Tensor, *, marginals: bool = True, 
         b = xc.shape[0]
         psi, up, dn = jt.calibrate(_factors(g, xc, dev), b)
         log_z = jt.log_z(up, b)
-        _raise_impossible(log_z, s)
+        raise_impossible(log_z, s, "the graph ladder")
         logs.append(log_z)
         want = range(g.total_regions) if marginals else [0]
         chunk_m = {}
@@ -425,7 +417,7 @@ def graph_map(g: GraphLadder, x: torch.Tensor, *, max_clique: int = MAX_CLIQUE,
 
     psi, up, _ = jt.calibrate(_factors(g, xc, dev), n, down=False, reduce=maxed)
     best = jt.log_z(up, n)
-    _raise_impossible(best, 0)
+    raise_impossible(best, 0, "the graph ladder")
     z = torch.zeros(n, g.total_regions, dtype=torch.int64, device=dev)
     ar = torch.arange(n, device=dev)
     for k in reversed(range(len(jt.cliques))):  # the separator of clique k is eliminated after it

@@ -35,7 +35,7 @@ from teachers.ladder import TOPDOWN, Ladder
 if TYPE_CHECKING:
     import arviz as az
 
-__all__ = ["LadderPosterior", "bayes_optimal_accuracy", "ladder_posterior", "posterior_event_draws"]
+__all__ = ["LadderPosterior", "bayes_optimal_accuracy", "ladder_posterior", "posterior_event_draws", "raise_impossible"]
 
 # elements of the largest temporary per chunk of examples (float64): ~256 MiB
 _CHUNK_ELEMENTS = 2**25
@@ -57,6 +57,17 @@ class LadderPosterior:
     def predict(self) -> torch.Tensor:
         """Bayes-optimal labels ``(N,)``: argmax_y p(y | x)."""
         return self.label.argmax(-1)
+
+
+def raise_impossible(log_z: torch.Tensor, start: int, teacher: str) -> None:
+    """Raise a ValueError naming the examples (rows ``start + i``) whose log evidence ``log_z`` ``(B,)`` is -inf:
+    impossible under ``teacher`` (e.g. a leaf input that is not one-hot for a one-hot emission)."""
+    bad = torch.isneginf(log_z).nonzero().flatten()
+    if len(bad):
+        first = (bad[:5] + start).tolist()
+        raise ValueError(f"x: example(s) {first}{' ...' if len(bad) > 5 else ''} have probability 0 under "
+                         f"{teacher} (e.g. a leaf input that is not one-hot for a one-hot emission); their "
+                         "posterior is undefined")
 
 
 def ladder_posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False,
@@ -84,12 +95,7 @@ def ladder_posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False
         xc = x[s: s + chunk_size].to(device)
         lam, msgs, joint = _upward(ladder, params, xc)
         log_z = torch.logsumexp(joint, -1)
-        impossible = torch.isneginf(log_z).nonzero().flatten()
-        if len(impossible):
-            first = (impossible[:5] + s).tolist()
-            raise ValueError(f"x: example(s) {first}{' ...' if len(impossible) > 5 else ''} have probability 0 "
-                             "under the ladder (e.g. a leaf input that is not one-hot for a one-hot emission); "
-                             "their posterior is undefined")
+        raise_impossible(log_z, s, "the ladder")
         post = (joint - log_z[:, None]).exp()
         logs.append(log_z)
         labels.append(post)
