@@ -47,7 +47,7 @@ import torch
 
 from inference.graph_posterior import graph_bayes_accuracy
 from smaso.student.graph_frequency import GraphEventStatistics, collect_graph_statistics
-from smaso.student.graph_network import GraphStudent, train_graph_student
+from smaso.student.graph_network import GraphStudent, level_edges, train_graph_student
 from smaso.student.graph_reformulation import compare_graph_statistics_to_theory
 from smaso.theorems.disentangle import (
     disentangled_G_distance,
@@ -119,9 +119,7 @@ def _def4_nearest(u: torch.Tensor, p_factors: torch.Tensor) -> float:
 def eq115_rows(g: GraphLadder, P: GraphEventStatistics) -> list[dict]:
     """Per child region of CHILD_LEVEL: K parents, Eq 115's best / equal-weight / best-single distances (min over
     the child's two factors of the best, the others at that factor)."""
-    from smaso.student.graph_frequency import _edges
-
-    edges = _edges(g, PARENT_LEVEL)
+    edges = level_edges(g, PARENT_LEVEL)
     rows = []
     for c in range(g.num_regions[CHILD_LEVEL]):
         es = [e for e, (_, cc) in enumerate(edges) if cc == c]

@@ -33,7 +33,7 @@ import torch
 
 from inference.graph_posterior import MAX_CLIQUE, graph_statistics
 from smaso.student.frequency import MergeableSums, PerEventMeans, negated_state
-from smaso.student.graph_network import GraphStudent, GraphStudentRecord, _take
+from smaso.student.graph_network import GraphStudent, GraphStudentRecord, _take, level_edges
 from teachers.graph_ladder import GraphLadder
 
 __all__ = ["GraphEventStatistics", "GraphFrequencyAccumulator", "GraphFrequencyStatistics", "GraphReplicates",
@@ -53,11 +53,6 @@ def _event_mask(g: GraphLadder) -> list[torch.Tensor]:
     """``(R_l, M_l)`` bool per level: event a exists in region r (a < m_r)."""
     M = padded_events(g)
     return [torch.arange(M[l])[None, :] < torch.tensor(g.events[l])[:, None] for l in range(g.depth + 1)]
-
-
-def _edges(g: GraphLadder, level: int) -> list[tuple[int, int]]:
-    """The edges of ``level`` (parent in it, child in ``level + 1``) in GraphStudent's order."""
-    return [(r, c) for r in range(g.num_regions[level]) for c in g.children[level][r]]
 
 
 def _conditionals(joints: torch.Tensor) -> torch.Tensor:
@@ -96,7 +91,7 @@ class GraphEventStatistics:
             marg.append(t)
         joints: list[torch.Tensor | None] = [None]
         for l in range(1, g.depth + 1):
-            edges = _edges(g, l - 1)
+            edges = level_edges(g, l - 1)
             t = torch.zeros(len(edges), M[l - 1], M[l], dtype=torch.float64)
             for e, (p, c) in enumerate(edges):
                 j = st.pair[(l, p, c)]
@@ -171,6 +166,7 @@ class GraphFrequencyAccumulator(MergeableSums):
         self.student, self.graph, self.dtype = student, g, dtype
         dev = self.device = student.weights[0].device
         d, M, R = g.depth, padded_events(g), g.num_regions
+        self._M = M
         E = [len(e) for e in student.edges]
         self.summed = [k for k in _OWN if not (k == "Dp" and student.activation.homogeneous
                                                and student.top_activation.homogeneous)]
@@ -200,7 +196,7 @@ class GraphFrequencyAccumulator(MergeableSums):
         if buf is None:
             if len(self._buffers) > 4 * (self.graph.depth + 1):
                 self._buffers.clear()
-            R, M = ev.shape[0], padded_events(self.graph)[level]
+            R, M = ev.shape[0], self._M[level]
             buf = self._buffers[key] = torch.zeros(R, M, ev.shape[1], dtype=self.dtype, device=ev.device)
         return buf.scatter_(1, ev.unsqueeze(1), 1.0)
 
@@ -241,7 +237,7 @@ class GraphFrequencyAccumulator(MergeableSums):
     def _add_sums(self, rec: GraphStudentRecord, ev: list, oh: list, n: int) -> None:
         """Counts, pair counts and per-event sums of one batch (the body of :meth:`add`)."""
         g, dt = self.graph, self.dtype
-        d, M = g.depth, padded_events(g)
+        d, M = g.depth, self._M
         # node-major views (R_l, n_l, N) of the record: bmm reads them transposed, no copies
         nm = {k: [None if t is None else t.permute(1, 2, 0) for t in getattr(rec, _RECORD[k])] for k in self.summed}
         f_nm = [None if t is None else t.permute(1, 2, 0).to(dt) for t in rec.fbar]
@@ -265,7 +261,7 @@ class GraphFrequencyAccumulator(MergeableSums):
 
     def _add_edges(self, l: int, ev: list, oh: list, f_nm: list, g_nm: list, rec: GraphStudentRecord) -> None:
         """Pair counts, focus and broadness sums of the edges into level ``l`` (parents in l - 1)."""
-        M = padded_events(self.graph)
+        M = self._M
         par, chi = self.student.edge_index(l - 1)
         E = par.numel()
         # pair counts: one bincount of (edge, parent event, child event) codes
@@ -303,7 +299,7 @@ class GraphFrequencyAccumulator(MergeableSums):
         means: dict[str, list] = {k: [None] * (d + 1) for k in (*_OWN, "F")}
         for l in range(d + 1):
             if l == d and self.onehot_leaves:  # x = one-hot(z): E[x | z] is the identity on the events seen
-                eye = torch.eye(padded_events(g)[d], dtype=self.dtype)
+                eye = torch.eye(self._M[d], dtype=self.dtype)
                 means["Fbar"][l] = eye * (counts[l] > 0)[..., None].to(self.dtype)
                 continue
             mean = self.own[l].cpu() / counts[l].clamp(min=1)[..., None].to(self.dtype)  # never-seen rows stay 0

@@ -38,7 +38,7 @@ from smaso.student.activations import Activation, get_activation
 from smaso.student.network import LOSSES, LadderStudent, output_gradient, student_loss
 from teachers.graph_ladder import GraphLadder
 
-__all__ = ["GraphStudent", "GraphStudentRecord", "train_graph_student"]
+__all__ = ["GraphStudent", "GraphStudentRecord", "level_edge_index", "level_edges", "train_graph_student"]
 
 
 @dataclass
@@ -67,6 +67,18 @@ class GraphStudentRecord:
     dW: list = field(default_factory=list)
     db: list = field(default_factory=list)
     loss: float = math.nan
+
+
+def level_edges(g: GraphLadder, level: int) -> list[tuple[int, int]]:
+    """The edges of ``level``: ``(parent in it, child in level + 1)``, parent-major, each parent's children in
+    increasing order (the edge order of every per-edge tensor: weights, Delta W, focus and broadness sums)."""
+    return [(r, c) for r in range(g.num_regions[level]) for c in g.children[level][r]]
+
+
+def level_edge_index(g: GraphLadder, level: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`level_edges` as ``(parents, children)`` int64 ``(E_l,)`` tensors."""
+    e = torch.tensor(level_edges(g, level), dtype=torch.int64).reshape(-1, 2)
+    return e[:, 0].contiguous(), e[:, 1].contiguous()
 
 
 def _check_int(value, name: str, low: int) -> int:
@@ -171,12 +183,11 @@ class GraphStudent(nn.Module):
         self.widths = [g.num_classes, *width, g.emission.dim]
         self.activation = get_activation(activation)
         self.top_activation = get_activation(top_activation)
-        # edges of level l: (parent in l, child in l + 1), parent-major, children in increasing order
-        self.edges = [[(r, c) for r in range(g.num_regions[l]) for c in g.children[l][r]] for l in range(d)]
+        self.edges = [level_edges(g, l) for l in range(d)]
         for l in range(d):
-            e = torch.tensor(self.edges[l], dtype=torch.int64).reshape(-1, 2)
-            self.register_buffer(f"edge_parent_{l}", e[:, 0].contiguous(), persistent=False)
-            self.register_buffer(f"edge_child_{l}", e[:, 1].contiguous(), persistent=False)
+            par, chi = level_edge_index(g, l)
+            self.register_buffer(f"edge_parent_{l}", par, persistent=False)
+            self.register_buffer(f"edge_child_{l}", chi, persistent=False)
         self._plans = [_strided_plan(g.children[l]) for l in range(d)]
         self.shared = shared
         for l in range(d):  # the place of every edge among its parent's sorted children

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import torch
 
 from smaso.student.graph_frequency import GraphEventStatistics, GraphFrequencyStatistics
-from smaso.student.graph_network import GraphStudent
+from smaso.student.graph_network import GraphStudent, level_edge_index
 from smaso.student.reformulation import Reformulation, resolve_top, top_gradient
 
 __all__ = ["compare_graph_statistics_to_theory", "graph_conditions", "graph_reformulate"]
@@ -129,7 +129,7 @@ def _condition_terms(stats: GraphFrequencyStatistics, P: GraphEventStatistics | 
     dt = torch.float64
     Gt = [None if t is None else t.to(dt) for t in stats.G_tilde]
     seen = [c > 0 for c in stats.counts]
-    par_idx = [None] * (d + 1)
+    edges = [level_edge_index(g, l) for l in range(d)]  # (parents, children) of the edges below level l
     out = []
     for l in range(d + 1):
         row: dict[str, _Term] = {}
@@ -138,12 +138,10 @@ def _condition_terms(stats: GraphFrequencyStatistics, P: GraphEventStatistics | 
             Gm, Gf, Dp = (stats.means[k][l].to(dt) for k in ("G", "Gf", "Dp"))
             row["decorrelation_fwd"] = (D * U - F_, F_, seen[l])
             row["decorrelation_bwd"] = (Dp * Gf - Gm, Gm, seen[l])
-            par, chi = (t.cpu() for t in _edge_index(g, l))
-            par_idx[l + 1] = par
-            fcg = torch.einsum("eak,eaj->ejk", stats.Fc[l + 1].to(dt), Gt[l].index_select(0, par))
+            fcg = torch.einsum("eak,eaj->ejk", stats.Fc[l + 1].to(dt), Gt[l].index_select(0, edges[l][0]))
             row["decorrelation_dW"] = (fcg - stats.dW[l].to(dt), stats.dW[l].to(dt), None)
         if l >= 1:
-            par, chi = (t.cpu() for t in _edge_index(g, l - 1))
+            par, chi = edges[l - 1]
             Pd = P.P_down[l].to(dt)
             fc = stats.Fc[l].to(dt)
             parent_seen = seen[l - 1].index_select(0, par)
@@ -154,12 +152,6 @@ def _condition_terms(stats: GraphFrequencyStatistics, P: GraphEventStatistics | 
                                 seen[l].index_select(0, chi))
         out.append(row)
     return out
-
-
-def _edge_index(g, level: int) -> tuple[torch.Tensor, torch.Tensor]:
-    e = torch.tensor([(r, c) for r in range(g.num_regions[level]) for c in g.children[level][r]],
-                     dtype=torch.int64).reshape(-1, 2)
-    return e[:, 0], e[:, 1]
 
 
 def graph_conditions(stats: GraphFrequencyStatistics) -> list[dict]:
