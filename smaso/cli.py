@@ -363,6 +363,7 @@ def graph_inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: 
     from inference.graph_posterior import graph_bayes_accuracy, graph_statistics
     from teachers.chunked import as_chunks
     from teachers.engine import get_engine
+    from teachers.statistics import tv_bound
 
     chunks = as_chunks(source)
     g = chunks.ladder
@@ -384,7 +385,7 @@ def graph_inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: 
     freq_p = counts["pair"].double() / max(n, 1)
 
     def bound(cells: int) -> float:
-        return math.sqrt((cells * math.log(2) + math.log(1 / confidence)) / (2 * max(n, 1)))
+        return tv_bound(cells, max(n, 1), confidence)
 
     off = g.level_offsets
     levels, ok = [], True

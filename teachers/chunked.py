@@ -147,7 +147,7 @@ from .dataset import (
 from .dataset import metadata_checksum as _metadata_checksum
 from .emission import one_hot
 from .graph_ladder import FORMAT as GRAPH_FORMAT
-from .graph_ladder import GraphLadder
+from .graph_ladder import GraphLadder, children_of
 from .graph_sampling import GRAPH_STREAM_VERSION, GraphSample, sample_graph_rows, sampling_plan
 from .graph_sampling import event_dtype as graph_event_dtype
 from .ladder import TOPDOWN, Ladder
@@ -403,9 +403,9 @@ def _graph_from_spec(spec: dict, arrays: dict, where: str) -> GraphLadder:
                     for l in range(1, len(events))]
             else:
                 d["leaf_priors"] = list(torch.as_tensor(d["leaf_priors"]))
+                children = children_of(parents, [len(lvl) for lvl in events])
                 d["lookups"] = [
-                    _unpack(d["lookups"][l], [(int(np.prod([events[l + 1][c] for c, ps in enumerate(parents[l + 1])
-                                                            if j in ps])),) for j in range(len(events[l]))],
+                    _unpack(d["lookups"][l], [(int(np.prod([events[l + 1][c] for c in cs])),) for cs in children[l]],
                             f"spec.lookups.{l}")
                     for l in range(len(events) - 1)]
         return GraphLadder.from_dict(d)

@@ -64,7 +64,7 @@ from .ladder import (
     _rng,
 )
 
-__all__ = ["FORMAT", "GraphLadder", "conv1d_parents", "conv2d_parents", "conv_children", "mixed_radix"]
+__all__ = ["FORMAT", "GraphLadder", "children_of", "conv1d_parents", "conv2d_parents", "conv_children", "mixed_radix"]
 
 FORMAT = "smaso-graph-ladder"
 VERSION = 1
@@ -173,6 +173,13 @@ def _pattern_lookup(field_: tuple[int, ...], child_fields: list[tuple[int, ...]]
     return out
 
 
+def children_of(parents: Sequence[Sequence[Sequence[int]]], num_regions: Sequence[int]) -> list[list[tuple[int, ...]]]:
+    """``children[l][j]``: the sorted regions of level ``l + 1`` that list region j of level l as a parent, for
+    the levels above the leaves (the inverse of ``parents``)."""
+    return [[tuple(i for i, ps in enumerate(parents[l + 1]) if j in ps) for j in range(num_regions[l])]
+            for l in range(len(num_regions) - 1)]
+
+
 def _check_parents(parents: tuple[tuple[tuple[int, ...], ...], ...], num_regions: Sequence[int]) -> None:
     """The layered-DAG rules on ``parents`` (one tuple per region of each level, top first)."""
     if parents[0] != ((),):
@@ -226,8 +233,7 @@ class GraphLadder:
         self.events = tuple(tuple(int(m) for m in lvl) for lvl in self.events)
         self.parents = tuple(tuple(tuple(int(p) for p in ps) for ps in lvl) for lvl in self.parents)
         self._validate_graph()
-        self.children = (*(tuple(tuple(i for i, ps in enumerate(self.parents[l + 1]) if j in ps)
-                                     for j in range(len(self.events[l]))) for l in range(self.depth)),
+        self.children = (*map(tuple, children_of(self.parents, [len(lvl) for lvl in self.events])),
                          tuple(() for _ in self.events[-1]))
         self._validate_tables()
 
@@ -405,8 +411,7 @@ class GraphLadder:
                                     for i in range(len(events[l]))))
             return cls(events, parents, mode, emission, prior=torch.as_tensor(prior), tables=tuple(tables), name=name)
         if mode == BOTTOMUP:
-            children = [[tuple(i for i, ps in enumerate(parents[l + 1]) if j in ps) for j in range(len(events[l]))]
-                        for l in range(len(events) - 1)]
+            children = children_of(parents, [len(lvl) for lvl in events])
             leaf_priors = tuple(torch.as_tensor(rng.dirichlet([concentration] * m)) for m in events[-1])
             lookups = tuple(tuple(torch.as_tensor(rng.integers(0, events[l][j], math.prod(
                 events[l + 1][c] for c in children[l][j]))) for j in range(len(events[l])))
@@ -526,8 +531,7 @@ class GraphLadder:
                 or not 2 <= leaf_events <= MAX_EVENTS:
             raise LadderSpecError(f"leaf_events: expected an integer in 2..{MAX_EVENTS}, got {leaf_events!r}")
         m_leaf, depth = int(leaf_events), len(parents) - 1
-        children = [[tuple(i for i, ps in enumerate(parents[l + 1]) if j in ps) for j in range(num_regions[l])]
-                    for l in range(depth)]
+        children = children_of(parents, num_regions)
         rf: list[list[tuple[int, ...]]] = [[] for _ in range(depth)] + [[(i,) for i in range(num_regions[-1])]]
         events: list[list[int]] = [[] for _ in range(depth)] + [[m_leaf] * num_regions[-1]]
         lookups: list[tuple[torch.Tensor, ...]] = [() for _ in range(depth)]

@@ -34,6 +34,7 @@ __all__ = [
     "count_events",
     "empirical_statistics",
     "exact_statistics",
+    "tv_bound",
 ]
 
 
@@ -296,7 +297,7 @@ def compare_statistics(exact: EventStatistics, empirical: EventStatistics, *,
     for l in range(lad.depth + 1):
         pm, qm = exact.marginals[l], empirical.marginals[l]
         tv_m = 0.5 * (pm - qm).abs().sum(-1)
-        bound_m = _tv_bound(pm.shape[-1], n, confidence)
+        bound_m = tv_bound(pm.shape[-1], n, confidence)
         level = {"level": l, "max_tv_marginal": tv_m.max().item(), "bound_marginal": bound_m}
         ok &= bool((tv_m <= bound_m).all())
         worst_m = max(worst_m, tv_m.max().item())
@@ -314,7 +315,7 @@ def compare_statistics(exact: EventStatistics, empirical: EventStatistics, *,
         if l >= 1:
             pj, qj = exact.joints[l], empirical.joints[l]
             tv_j = 0.5 * (pj - qj).abs().sum((-1, -2))
-            bound_j = _tv_bound(pj.shape[-1] * pj.shape[-2], n, confidence)
+            bound_j = tv_bound(pj.shape[-1] * pj.shape[-2], n, confidence)
             level.update(max_tv_joint=tv_j.max().item(), bound_joint=bound_j)
             ok &= bool((tv_j <= bound_j).all())
             worst_j = max(worst_j, tv_j.max().item())
@@ -323,5 +324,7 @@ def compare_statistics(exact: EventStatistics, empirical: EventStatistics, *,
             "within_bound": ok, "min_chi2_pvalue": min_p, "confidence": confidence, "per_level": out_levels}
 
 
-def _tv_bound(cells: int, n: int, confidence: float) -> float:
+def tv_bound(cells: int, n: int, confidence: float) -> float:
+    """The multinomial total-variation bound of a distribution over ``cells`` cells estimated from ``n`` draws:
+    with probability at least 1 - ``confidence``, TV <= sqrt((cells log 2 + log(1/confidence)) / (2 n))."""
     return math.sqrt((cells * math.log(2) + math.log(1 / confidence)) / (2 * n))

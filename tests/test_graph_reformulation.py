@@ -300,7 +300,7 @@ def test_streaming_over_a_store_equals_one_pass_in_memory(tmp_path):
         accumulate_graph_statistics(object(), data)
     with pytest.raises(ValueError, match="groups: expected an integer >= 2"):
         accumulate_graph_statistics(gs, data, groups=1)
-    with pytest.raises(ValueError, match="dtype: expected a floating torch.dtype"):
+    with pytest.raises(ValueError, match=r"dtype: expected a floating torch\.dtype"):
         GraphFrequencyAccumulator(gs, torch.int64)
 
 
