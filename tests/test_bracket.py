@@ -17,6 +17,7 @@ from scipy.optimize import minimize
 
 from smaso.depth.bracket import (
     GLUE_BASE,
+    architecture_upper_bound,
     brute_force_min,
     class_bracket,
     class_max_pieces,
@@ -194,6 +195,40 @@ def test_upper_bound_uses_tent_layers_when_they_help():
     assert member.tent_layers == 2 and member.widths == (2, 2, 4)
 
 
+ARCHITECTURES = [(4, (2, 2)), (4, (4,)), (4, (1, 3)), (2, (2, 2)), (2, (4,)), (3, (8,)), (3, (1, 8)), (3, (3, 3, 2)),
+                 (5, (2, 1, 3)), (6, (3, 3)), (9, (2, 2, 2)), (9, (3, 3, 2)), (9, (8,)), (4, (2, 2, 2, 2)),
+                 (5, (5, 4))]
+
+
+@pytest.mark.parametrize(("k", "widths"), ARCHITECTURES)
+def test_architecture_member_has_those_widths_and_its_stated_error(k, widths):
+    state = torch.random.get_rng_state()
+    member = architecture_upper_bound(k, widths)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert hidden_widths(network_layers(member.net)) == widths == member.widths
+    pc = count_pieces(member.net, 0.0, 1.0)
+    assert pc.count == member.pieces <= breakpoint_bound(widths)
+    # the exact error three ways: from its pieces, its formula, and midpoint quadrature on a fine grid
+    assert member.l1 == pytest.approx(member.formula, abs=1e-12)
+    assert member.l1 == pytest.approx(l1_error(member.net, k, n_grid=2**20), abs=1e-6)
+    # it is a member of the class its widths define: never below the certified bound for those widths
+    assert member.l1 >= l1_lower_bound(k, breakpoint_bound(widths)).value - 1e-12
+
+
+def test_architecture_member_fits_exactly_when_the_widths_can_and_matches_the_class_member():
+    assert architecture_upper_bound(4, (2, 2, 2, 2)).l1 < 1e-12  # three tent layers, then tau exactly
+    assert architecture_upper_bound(3, (8,)).l1 < 1e-12  # 2^3 units: every kink of tau^3
+    assert architecture_upper_bound(3, (2, 2, 2)).tent_layers == 2
+    for L in (2, 3, 4):  # the class's best explicit member is the architecture member of its widths
+        b = class_bracket(L)
+        assert architecture_upper_bound(b.k, b.upper.widths).l1 == pytest.approx(b.upper.l1, abs=1e-15)
+    # more units in the fitted layer, or one more tent layer in front, never hurts
+    assert architecture_upper_bound(9, (8,)).l1 < architecture_upper_bound(9, (4,)).l1
+    assert architecture_upper_bound(9, (2, 2, 4)).l1 < architecture_upper_bound(9, (2, 4)).l1
+    # a width-1 layer cannot fold: (1, 3) is no better than three units on their own
+    assert architecture_upper_bound(4, (1, 3)).l1 == pytest.approx(architecture_upper_bound(4, (3,)).l1, abs=1e-15)
+
+
 @pytest.mark.parametrize(("call", "match"), [
     (lambda: l1_lower_bound(0, 3), "k: expected an integer >= 1"),
     (lambda: l1_lower_bound(3, 0), "pieces: expected an integer >= 1"),
@@ -207,6 +242,9 @@ def test_upper_bound_uses_tent_layers_when_they_help():
     (lambda: brute_force_min(2, 2, grid=1), "grid: expected an integer >= 2"),
     (lambda: class_max_pieces(0, 4), "depth: expected an integer >= 1"),
     (lambda: class_upper_bound(4, 2, 0), "nodes: expected an integer >= 1"),
+    (lambda: architecture_upper_bound(4, ()), "widths: expected at least one positive hidden width"),
+    (lambda: architecture_upper_bound(4, (2, 0)), "widths: expected an integer >= 1"),
+    (lambda: architecture_upper_bound(0, (2,)), "k: expected an integer >= 1"),
 ])
 def test_bad_arguments_raise_clear_errors(call, match):
     with pytest.raises(ValueError, match=match):

@@ -81,7 +81,10 @@ def test_experiment_smoke(tmp_path):
     assert all(r.l1 < r.l1_init for r in trained)
     table = format_table(rows)
     assert table.count("\n") == len(rows) + 1 and "deep: exact tent" in table
-    assert all(line.count("|") == 15 for line in table.splitlines())
+    assert all(line.count("|") == 16 for line in table.splitlines())
+    for r in rows:  # every row carries its own bracket: the explicit network of its widths above
+        assert r.lower - 1e-12 <= r.upper
+        assert r.inside() == (r.lower - 1e-9 <= r.l1 <= r.upper + 1e-9)
     assert "[0.0312, 0.1953]" in table  # the L = 2 class bracket on tau^4
     out = tmp_path / "depth.png"
     plot_depth(rows, out)
@@ -204,3 +207,46 @@ def test_make_student_is_pytorchs_default_init_without_the_global_rng():
         mine = [m for m in net if isinstance(m, nn.Linear)]
         for a, b in zip(mine, ref, strict=True):
             assert torch.equal(a.weight, b.weight.double()) and torch.equal(a.bias, b.bias.double())
+
+
+def test_population_rows(tmp_path):
+    from smaso.depth.bracket import architecture_upper_bound
+
+    rows = depth_separation([2], steps=60, seeds=[0], n_train=256, deep_random_widths=(2,), deep_random_seeds=[0],
+                            population=3, deep_population=2, population_lr=0.05)
+    pops = [r for r in rows if r.student.endswith(", population")]
+    # one population next to every theorem, control and random-start deep student
+    assert sorted((r.role, r.widths) for r in pops) == [
+        ("control", (2, 2)), ("control", (4,)), ("deep", (2,) * 4), ("theorem", (2, 2)), ("theorem", (4,))]
+    assert all(r.restarts == (2 if r.role == "deep" else 3) for r in pops)
+    assert all(r.training.startswith("population: Adam lr 0.05 one-cycle, l1 loss") for r in pops)
+    for r in pops:
+        assert r.upper == architecture_upper_bound(r.k, r.widths).l1 and r.l1 >= r.lower - 1e-9
+        assert r.pieces == count_pieces(r.net, 0.0, 1.0).count and r.l1 == l1_error(r.net, r.k)
+    assert "| population: Adam" in format_table(rows)
+    plot_depth(rows, tmp_path / "p.png")
+    # the same rows again: every population is seeded on its own
+    again = depth_separation([2], steps=60, seeds=[0], n_train=256, deep_random_widths=(2,), deep_random_seeds=[0],
+                             population=3, deep_population=2, population_lr=0.05)
+    assert [r.l1 for r in again] == [r.l1 for r in rows]
+    for bad, match in [(dict(population=-1), "population: expected a non-negative integer"),
+                       (dict(population=True), "population"),
+                       (dict(deep_population=-2), "deep_population: expected a non-negative integer"),
+                       (dict(population=2, population_loss="huber"), "population_loss"),
+                       (dict(population=2, population_lr=0.0), "population_lr")]:
+        with pytest.raises(ValueError, match=match):
+            depth_separation([2], **bad)
+
+
+def test_table_shows_small_errors_and_the_bracket_verdict():
+    from smaso.depth.separation import DepthRow
+
+    rows = [DepthRow(2, 2, "a", (4,), 3e-6, 4, 5, lower=0.0, upper=0.0),
+            DepthRow(2, 4, "b", (2, 2), 0.2019, 5, 12, lower=0.0312, upper=0.2031),
+            DepthRow(2, 4, "c", (4,), 0.2110, 4, 5, lower=0.125, upper=0.1953),
+            DepthRow(2, 4, "d", (4,), 0.1, 4, 5, lower=0.125, upper=0.1953)]
+    lines = format_table(rows).splitlines()[2:]
+    assert lines[0].endswith("| 3.0e-06 | above |")  # not "0.0000", which would read as an exact fit
+    assert lines[1].endswith("| 0.2019 | yes |") and lines[2].endswith("| 0.2110 | above |")
+    assert lines[3].endswith("| 0.1000 | BELOW |")  # below a certified bound: a bug, shouted
+    assert [r.inside() for r in rows] == [False, True, False, False]

@@ -5,8 +5,10 @@
 - :mod:`smaso.depth.backprop`: back-propagation written out (the delta recursion) and the chain-rule
   warm-up.
 - :mod:`smaso.depth.separation`: depth-L students with at most 2^L nodes against tau^(L^2).
-- :mod:`smaso.depth.bracket`: the certified bracket on the best error of such a class against tau^k
-  (a proven lower bound from the piece count, an explicit member above).
+- :mod:`smaso.depth.bracket`: the certified bracket on the best error of such a class (or of one
+  architecture) against tau^k (a proven lower bound from the piece count, an explicit member above).
+- :mod:`smaso.depth.population`: many random restarts of a small student trained as one batched
+  network (the best of R).
 
 The tent-map teacher tau^k and its exact network are in :mod:`teachers.tent`; ``docs/theory.md`` maps
 every equation to its function.
@@ -14,5 +16,5 @@ every equation to its function.
 
 from smaso._lazy import lazy_submodules
 
-__all__ = ["backprop", "bracket", "pieces", "separation"]
+__all__ = ["backprop", "bracket", "pieces", "population", "separation"]
 __getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

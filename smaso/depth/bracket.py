@@ -62,6 +62,7 @@ __all__ = [
     "Bracket",
     "L1LowerBound",
     "Member",
+    "architecture_upper_bound",
     "brute_force_min",
     "class_bracket",
     "class_max_pieces",
@@ -416,6 +417,89 @@ def class_upper_bound(k: int, depth: int, nodes: int) -> Member:
         formula = 0.25 * (1 - (used - 0.5) * 2.0 ** (j - k)) if used < 2 ** (k - j) else 0.0
         member = Member((2,) * j + (used,), j, pieces_l1_to_tent(pc, k), formula, pc.count, net)
         if best is None or member.l1 < best.l1:
+            best = member
+    assert best is not None
+    return best
+
+
+def _architecture_network(widths: tuple[int, ...], roles: Sequence[str], k: int) -> nn.Sequential:
+    """The network of hidden widths ``widths`` whose layer i plays ``roles[i]``.
+
+    A *signal* s(x) in [0, 1] is carried as an affine readout ``a . h + c`` of the previous layer
+    (of the input at first: s = x).  ``"tent"`` (width >= 2): units ReLU(s), ReLU(s - 1/2), the
+    signal becomes tau(s) = 2 ReLU(s) - 4 ReLU(s - 1/2).  ``"pass"``: one unit ReLU(s) = s.
+    ``"fit"``: g(s) for the function g that follows tau^K, K = k - (tent layers before), on as
+    many monotone pieces as the layer has units (:func:`follow_then_flat`, units ReLU(t_i - s)),
+    or equals tau^K exactly when the layer has its 2^K units (units ReLU(s - t_i), t_0 = 0).
+    Every signal stays in [0, 1], so a ReLU passes it unchanged.  Spare units are dead (zero
+    weights and bias).
+    """
+    a, c = np.ones(1), 0.0
+    tents = 0
+    layers: list[nn.Module] = []
+    for m, role in zip(widths, roles, strict=True):
+        if role == "tent":
+            shifts, readout, tents = np.array([0.0, -0.5]), np.array([2.0, -4.0]), tents + 1
+            signs = np.ones(2)
+        elif role == "pass":
+            shifts, readout, signs = np.zeros(1), np.ones(1), np.ones(1)
+        else:
+            K = k - tents
+            if m >= 2**K:  # tau^K itself: slope changes at 0 and at its 2^K - 1 interior kinks
+                t = np.arange(2**K, dtype=np.float64) / 2**K
+                slopes = np.where(np.arange(2**K) % 2 == 0, 1.0, -1.0) * 2.0**K
+                shifts, signs = -t, np.ones(2**K)
+                readout, new_c = np.diff(slopes, prepend=0.0), 0.0
+            else:
+                knots, values = follow_then_flat(K, m)
+                slopes = np.diff(values) / np.diff(knots)
+                shifts, signs = knots[1:-1], -np.ones(len(knots) - 2)
+                readout, new_c = slopes[1:] - slopes[:-1], float(values[-1])
+        lin = _empty_linear(len(a), m)
+        with torch.no_grad():
+            lin.weight.zero_()
+            lin.bias.zero_()
+            n = len(shifts)  # unit u: ReLU(sign_u s + shift_u), s = a . h + c
+            lin.weight[:n] = torch.as_tensor(signs[:, None] * a[None, :], dtype=DT)
+            lin.bias[:n] = torch.as_tensor(signs * c + shifts, dtype=DT)
+        layers += [lin, nn.ReLU()]
+        a = np.zeros(m)
+        a[: len(readout)] = readout
+        c = new_c if role == "fit" else 0.0
+    out = _empty_linear(len(a), 1)
+    with torch.no_grad():
+        out.weight.copy_(torch.as_tensor(a, dtype=DT)[None])
+        out.bias.fill_(c)
+    return nn.Sequential(*layers, out)
+
+
+def architecture_upper_bound(k: int, widths: Sequence[int]) -> Member:
+    """The best explicit network with exactly the hidden widths ``widths`` against tau^k.
+
+    For each choice of the *fitted* layer f: every layer before f of width >= 2 is a tent layer
+    (up to k of them), the layers after f pass the signal through, and layer f follows
+    tau^(k - j) on its first ``widths[f] - 1`` monotone pieces and then stays at 1/2 (or equals
+    it, with enough units); the best f is kept (:func:`_architecture_network`).  Its error,
+    recomputed from the network's exact pieces, bounds from above the best error any network of
+    these widths can reach; next to :func:`l1_lower_bound` of
+    :func:`~smaso.depth.pieces.breakpoint_bound` ``(widths)`` it brackets that best error.
+    """
+    k = _check_int("k", k, 1)
+    if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or not widths:
+        raise ValueError(f"widths: expected at least one positive hidden width, got {widths!r}")
+    widths = tuple(_check_int("widths", m, 1) for m in widths)
+    best: Member | None = None
+    for f in range(len(widths)):
+        wide = [i for i in range(f) if widths[i] >= 2][:k]
+        j = len(wide)
+        roles = ["tent" if i in wide else "pass" for i in range(f)] + ["fit" if j < k else "pass"]
+        roles += ["pass"] * (len(widths) - f - 1)
+        net = _architecture_network(widths, roles, k)
+        pc = count_pieces(net, 0.0, 1.0)
+        K, m = k - j, widths[f]
+        formula = 0.0 if j == k or m >= 2**K else 0.25 * (1 - (m - 0.5) * 2.0**-K)
+        member = Member(widths, j, pieces_l1_to_tent(pc, k), formula, pc.count, net)
+        if best is None or member.l1 < best.l1 - 1e-15:
             best = member
     assert best is not None
     return best

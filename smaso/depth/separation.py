@@ -16,6 +16,13 @@ safe).  :func:`depth_separation` puts three kinds of rows side by side, per L:
   retrained (a warm start), and width-w students from a random start (Adam with a one-cycle
   schedule and a spread-out initialisation, the best of several restarts).
 
+With ``population=R`` (``deep_population=R``) every theorem and control student (every random-start
+deep width) also gets a row that is the best of R random restarts trained as one batched network
+(:mod:`smaso.depth.population`).  Every row carries its own bracket for its widths: the certified
+lower bound and the explicit network of exactly those widths
+(:func:`smaso.depth.bracket.architecture_upper_bound`); :meth:`DepthRow.inside` says whether the
+row's error lies in it.
+
 L1 errors are measured on a fine grid (:func:`l1_error`) and linear pieces counted exactly
 (:func:`smaso.depth.pieces.count_pieces`).  :func:`piece_survey` counts the pieces of random,
 trained and tent networks of any shapes; the figures live in :mod:`smaso.plots.depth`.
@@ -26,6 +33,7 @@ tau exactly), so the lower bound is only claimed for L >= 2.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -46,6 +54,7 @@ __all__ = [
     "format_table",
     "l1_error",
     "make_student",
+    "optimise",
     "piece_survey",
     "train_student",
 ]
@@ -147,23 +156,43 @@ def train_student(
     x = torch.rand(n_train, 1, generator=gen, dtype=DT)
     y = tent_power(x, k)
     weights = [m.weight for m in net.modules() if isinstance(m, nn.Linear)]
-    opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(net.parameters(), lr=lr)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps) if schedule == "onecycle" else None
-    history = []
-    bar = _bar(progress, steps, desc or f"SGD on tau^{k}")
-    for step in range(steps):
+
+    def objective():
         idx = torch.randint(0, n_train, (batch,), generator=gen)
         loss = ((net(x[idx]) - y[idx]) ** 2).mean()
         reg = frobenius * sum((W**2).sum() for W in weights) if frobenius else 0.0
+        return loss + reg, loss
+
+    history = optimise(net.parameters(), objective, steps=steps, lr=lr, optimizer=optimizer, schedule=schedule,
+                       progress=progress, desc=desc or f"SGD on tau^{k}", summary=lambda h: f"loss={float(h):.3g}")
+    return [float(h) for h in history]
+
+
+def optimise(params, objective, *, steps: int, lr: float, optimizer: str, schedule: str, progress: bool,
+             desc: str, summary) -> list[torch.Tensor]:
+    """The training loop of :func:`train_student` and :func:`smaso.depth.population.train_population`.
+
+    ``steps`` steps of ``optimizer`` (``"sgd"`` or ``"adam"``, learning rate ``lr``; with
+    ``schedule="onecycle"`` PyTorch's ``OneCycleLR`` peaking at ``lr``) on ``objective() -> (value to
+    minimise, value to record)``.  Returns the recorded values (detached) every ``max(1, steps // 20)``
+    steps; with ``progress`` a tqdm bar shows ``summary(recorded)``.
+    """
+    opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(params, lr=lr)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps) if schedule == "onecycle" else None
+    every = max(1, steps // 20)
+    history: list[torch.Tensor] = []
+    bar = _bar(progress, steps, desc)
+    for step in range(steps):
+        total, record = objective()
         opt.zero_grad()
-        (loss + reg).backward()
+        total.backward()
         opt.step()
         if sched is not None:
             sched.step()
-        if step % max(1, steps // 20) == 0:
-            history.append(float(loss.detach()))
+        if step % every == 0:
+            history.append(record.detach())
             if bar is not None:
-                bar.set_postfix(loss=f"{history[-1]:.3g}", refresh=False)
+                bar.set_postfix_str(summary(history[-1]), refresh=False)
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -207,7 +236,10 @@ class DepthRow(_Widths):
         pieces against tau^k (:func:`smaso.depth.bracket.l1_lower_bound`; 0 when 2^k is reachable).
     :ivar class_lower, class_upper: the bracket on the best error of the theorem's class for this L
         (depth <= L, <= 2^L nodes) against this row's target (:func:`smaso.depth.bracket.class_bracket`).
-    :ivar restarts: the seeds tried (the row is the best of them).
+    :ivar upper: the exact error of the explicit network with this row's widths
+        (:func:`smaso.depth.bracket.architecture_upper_bound`): with ``lower``, the row's own bracket
+        on the best error any network of its widths can reach against tau^k.
+    :ivar restarts: the seeds tried, or the population's size (the row is the best of them).
     """
 
     L: int
@@ -227,6 +259,13 @@ class DepthRow(_Widths):
     class_upper: float = math.nan
     restarts: int = 1
     training: str = ""
+    upper: float = math.nan
+
+    def inside(self, tol: float = 1e-9) -> bool:
+        """Whether the error lies in the row's own bracket [``lower``, ``upper``]: at or above the
+        certified bound (which every network of its widths obeys) and at or below the explicit
+        member (which a good enough optimiser would match)."""
+        return self.lower - tol <= self.l1 <= self.upper + tol
 
 
 def _students(L: int) -> dict[str, tuple[int, ...]]:
@@ -252,6 +291,24 @@ def _fit_restart(item: tuple, *, steps: int, frobenius: float, n_train: int,
     train_student(net, k, steps=steps, lr=lr, frobenius=frobenius, seed=seed, n_train=max(n_train, 8 * 2**k),
                   progress=bars, desc=f"L={L} {name} seed {seed}", optimizer=optimizer, schedule=schedule)
     return l1_error(net, k), net, time.perf_counter() - t0
+
+
+def _fit_population(item: tuple, *, steps: int, frobenius: float, n_train: int,
+                    bars: bool) -> tuple[float, nn.Module, float]:
+    """The best member of one population (a task: any process): ``(l1 error, its net, seconds)``.
+
+    ``item = (L, k, name, widths, size, seed, lr, loss)``; Adam with a one-cycle schedule from the
+    data-dependent init (:mod:`smaso.depth.population`).
+    """
+    from smaso.depth.population import StudentPopulation, population_l1_error, train_population
+
+    L, k, name, widths, size, seed, lr, loss = item
+    t0 = time.perf_counter()
+    pop = StudentPopulation(widths, size, seed=seed, init="data")
+    train_population(pop, k, steps=steps, lr=lr, loss=loss, frobenius=frobenius, seed=seed,
+                     n_train=max(n_train, 8 * 2**k), progress=bars, desc=f"L={L} {name}: {size} restarts")
+    best = pop.member(int(population_l1_error(pop, k).argmin()))
+    return l1_error(best, k), best, time.perf_counter() - t0  # measured as every other row is
 
 
 def _fit_deep(item: tuple, *, steps: int, deep_noise: float, deep_lr: float, n_train: int,
@@ -291,6 +348,11 @@ def depth_separation(
     deep_random_seeds: Sequence[int] = (0, 1, 2, 3),
     deep_random_lr: float = 1e-2,
     n_train: int = 4096,
+    population: int = 0,
+    deep_population: int = 0,
+    population_lr: float = 0.1,
+    population_loss: str = "l1",
+    population_seed: int = 0,
     progress: bool = False,
     engine=None,
 ) -> list[DepthRow]:
@@ -313,6 +375,13 @@ def depth_separation(
     :param deep_random_widths: widths w of the random-start deep students (depth k, width w), each
         trained by Adam (peak lr ``deep_random_lr``, one-cycle schedule) from the ``"spread"``
         initialisation for ``deep_steps`` steps, the best of ``deep_random_seeds``; ``()`` for none.
+    :param population: R > 0 adds, for every theorem and control student, a row that is the best of
+        R random restarts trained together (:class:`~smaso.depth.population.StudentPopulation`: the
+        data-dependent init, Adam with peak lr ``population_lr`` and a one-cycle schedule,
+        ``population_loss`` = ``"l1"`` (the reported error) or ``"squared"``, the same ``steps``,
+        ``frobenius`` and ``n_train``); 0 (default) for none.
+    :param deep_population: the same for every random-start deep width (``deep_steps`` steps).
+    :param population_seed: the populations' seed (member r: :func:`~smaso.depth.population.member_seed`).
     :param progress: tqdm bars: one per training run here, or one over the runs on an engine.
     :param engine: ``None`` (every run here, one after the other) or a
         :class:`~teachers.engine.SerialEngine` / :class:`~teachers.engine.DaskEngine`: every training
@@ -320,7 +389,7 @@ def depth_separation(
         seeded on its own, so the rows are the same on any engine.  A row's ``seconds`` is the sum
         over its restarts.
     """
-    from smaso.depth.bracket import class_bracket, l1_lower_bound
+    from smaso.depth.bracket import architecture_upper_bound, class_bracket, l1_lower_bound
 
     if target not in ("L^2", "2L"):
         raise ValueError(f"target: expected 'L^2' or '2L', got {target!r}")
@@ -334,6 +403,13 @@ def depth_separation(
         raise ValueError(f"deep_random_widths: expected positive widths, got {list(deep_random_widths)}")
     if deep_random_widths and not deep_random_seeds:
         raise ValueError("deep_random_seeds: expected at least one seed for the random-start deep students")
+    for name, value in (("population", population), ("deep_population", deep_population)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name}: expected a non-negative integer (0: no population rows), got {value!r}")
+    if population_loss not in ("l1", "squared"):
+        raise ValueError(f"population_loss: expected 'l1' or 'squared', got {population_loss!r}")
+    if not (math.isfinite(population_lr) and population_lr > 0):
+        raise ValueError(f"population_lr: expected a positive finite learning rate, got {population_lr!r}")
     from teachers.engine import get_engine
 
     run = get_engine(engine)
@@ -356,10 +432,24 @@ def depth_separation(
                 for s in deep_random_seeds]
     small_keys = [key for key in groups if key[1] != "deep"]
     deep_keys = [key for key in groups if key[1] == "deep"]
+    # one population per student: (L, role, name + ", population", k, widths) -> one item
+    pop_items: dict[tuple, tuple] = {}
+    for L, role, name, kk, widths in [*small_keys, *deep_keys]:
+        size = deep_population if role == "deep" else population
+        if size:
+            pname = name.replace(", Adam", "") + ", population"
+            pop_items[(L, role, pname, kk, widths)] = (L, kk, pname, widths, size, int(population_seed),
+                                                       population_lr, population_loss)
+    pop_small = [key for key in pop_items if key[1] != "deep"]
+    pop_deep = [key for key in pop_items if key[1] == "deep"]
     small_fits = run.map(_fit_restart, [it for key in small_keys for it in groups[key]], steps=steps,
                          frobenius=frobenius, n_train=n_train, bars=inner, progress=bar)
     deep_fits = run.map(_fit_restart, [it for key in deep_keys for it in groups[key]], steps=deep_steps,
                         frobenius=frobenius, n_train=n_train, bars=inner, progress=bar)
+    pop_fits = [*run.map(_fit_population, [pop_items[key] for key in pop_small], steps=steps, frobenius=frobenius,
+                         n_train=n_train, bars=inner, progress=bar),
+                *run.map(_fit_population, [pop_items[key] for key in pop_deep], steps=deep_steps,
+                         frobenius=frobenius, n_train=n_train, bars=inner, progress=bar)]
     warm_rows = run.map(_fit_deep, [(L, ks[L]) for L in ks], steps=deep_steps, deep_noise=deep_noise,
                         deep_lr=deep_lr, n_train=n_train, bars=inner, progress=bar)
     best: dict[tuple, list] = {}
@@ -371,6 +461,9 @@ def depth_separation(
             if err < b[0]:  # the first seed wins ties, as in a loop over the seeds
                 b[0], b[1] = err, net
             b[2] += sec
+    for key, (err, net, sec) in zip([*pop_small, *pop_deep], pop_fits, strict=True):
+        best[key] = [err, net, sec]
+    uppers = functools.cache(lambda kk, widths: architecture_upper_bound(kk, widths).l1)
     brackets = {(L, kk): class_bracket(L, kk) for (L, _, _, kk, _) in groups}
     brackets.update({(L, ks[L]): class_bracket(L, ks[L]) for L in ks})
     train_desc = f"{ {'sgd': 'SGD', 'adam': 'Adam'}[optimizer]} lr {lr:g}, {steps} steps"
@@ -383,22 +476,26 @@ def depth_separation(
             _, role, name, kk, widths = key
             pc = count_pieces(net, 0.0, 1.0)
             bk = brackets[(L, kk)]
-            if role == "deep":
-                training = f"Adam lr {deep_random_lr:g} one-cycle, {deep_steps} steps, spread init"
+            if key in pop_items:
+                training = (f"population: Adam lr {population_lr:g} one-cycle, {population_loss} loss, "
+                            f"{deep_steps if role == 'deep' else steps} steps, data init")
+                restarts = pop_items[key][4]
             else:
-                training = train_desc
+                training = (f"Adam lr {deep_random_lr:g} one-cycle, {deep_steps} steps, spread init"
+                            if role == "deep" else train_desc)
+                restarts = len(groups[key])
             rows.append(DepthRow(L, kk, name, widths, err, pc.count, pc.bound, seconds=sec, net=net,
                                  in_theorem=role != "deep", role=role,
                                  lower=l1_lower_bound(kk, pc.bound).value,
                                  class_lower=bk.lower.value, class_upper=bk.upper.l1,
-                                 restarts=len(groups[key]), training=training))
+                                 restarts=restarts, training=training, upper=uppers(kk, widths)))
         exact = TentNetwork(k, dtype=DT)
         pc = count_pieces(exact, 0.0, 1.0)
         bk = brackets[(L, k)]
         rows.append(DepthRow(L, k, "deep: exact tent", (2,) * k, l1_error(exact, k), pc.count, pc.bound,
                              in_theorem=False, net=exact, role="deep", lower=0.0, class_lower=bk.lower.value,
-                             class_upper=bk.upper.l1, training="exact weights"))
-        warm.lower, warm.class_lower, warm.class_upper = 0.0, bk.lower.value, bk.upper.l1
+                             class_upper=bk.upper.l1, training="exact weights", upper=0.0))
+        warm.lower, warm.class_lower, warm.class_upper, warm.upper = 0.0, bk.lower.value, bk.upper.l1, 0.0
         rows.append(warm)
     order = {"theorem": 0, "control": 1, "deep": 2}
     rows.sort(key=lambda r: (r.L, order[r.role]))
@@ -496,18 +593,25 @@ def _widths_label(widths: Sequence[int]) -> str:
     return f"{widths[0]}^{len(widths)}" if len(set(widths)) == 1 else "x".join(map(str, widths))
 
 
+def _error(value: float) -> str:
+    """An L1 error to 4 decimals, or to 2 significant digits below 1e-3 (so that 0.0000 means 0)."""
+    return f"{value:.4f}" if value == 0 or value >= 1e-3 else f"{value:.1e}"
+
+
 def format_table(rows: Sequence[DepthRow]) -> str:
-    """A markdown table of the rows: each student's error next to its certified lower bound and the
-    bracket [certified lower bound, best explicit member] of the theorem's class for the row's target."""
+    """A markdown table of the rows: each student's error next to its own bracket [certified lower
+    bound, explicit member] for its widths, whether it lies inside, and the bracket of the theorem's
+    class for the row's target."""
     head = ("| L | k | role | student | widths | nodes | exact pieces | bound | training | restarts | "
-            "lower bound (its widths) | class bracket | L1 error (init) | L1 error |")
-    lines = [head, "|" + "---|" * 14]
+            "its bracket | class bracket | L1 error (init) | L1 error | inside its bracket |")
+    lines = [head, "|" + "---|" * 15]
     for r in rows:
         init = "" if math.isnan(r.l1_init) else f"{r.l1_init:.4f}"
         bracket = "" if math.isnan(r.class_lower) else f"[{r.class_lower:.4f}, {r.class_upper:.4f}]"
-        lower = "" if math.isnan(r.lower) else f"{r.lower:.4f}"
+        own = "" if math.isnan(r.lower) or math.isnan(r.upper) else f"[{r.lower:.4f}, {r.upper:.4f}]"
+        inside = "" if not own else ("yes" if r.inside() else "above" if r.l1 > r.upper else "BELOW")
         lines.append(
             f"| {r.L} | {r.k} | {r.role} | {r.student} | {_widths_label(r.widths)} | {r.nodes} | {r.pieces} | "
-            f"{r.bound} | {r.training} | {r.restarts} | {lower} | {bracket} | {init} | {r.l1:.4f} |"
+            f"{r.bound} | {r.training} | {r.restarts} | {own} | {bracket} | {init} | {_error(r.l1)} | {inside} |"
         )
     return "\n".join(lines)

@@ -206,7 +206,8 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
 
     Per L (one row of panels): tau^k with the best theorem student, the warm-start and the best
     random-start deep student; and every row's L1 error (bars coloured by role: theorem, control,
-    deep) with its certified lower bound (black tick) and, shaded, the bracket on the best error of
+    deep) with its own bracket (black line: certified lower bound, tick, to the explicit network of its
+    widths, cross) and, shaded, the bracket on the best error of
     the theorem's class against tau^k (certified lower bound to best explicit member).
 
     :param rows: :class:`smaso.depth.separation.DepthRow` entries from :func:`smaso.depth.separation.depth_separation`.
@@ -244,11 +245,17 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
         ax.set_ylabel("tau^k(x), h(x)")
         ax.set_ylim(-0.05, 1.55)  # head-room for the legend above the teeth
         ax.legend(fontsize=7, loc="upper center", ncol=2)
-        names = [f"{r.role}: {r.student} {_widths_label(r.widths)} on tau^{r.k}" for r in mine]
+        names = [f"{'' if r.student.startswith(r.role) else r.role + ': '}{r.student} {_widths_label(r.widths)} "
+                 f"on tau^{r.k}" for r in mine]
         pos = range(len(mine))
         ax_bar.barh(pos, [r.l1 for r in mine], color=[colors.get(r.role, "0.5") for r in mine])
         ax_bar.plot([0 if math.isnan(r.lower) else r.lower for r in mine], pos, "k|", ms=12, mew=2,
                     label="certified lower bound (its widths)")
+        own = [(i, r) for i, r in zip(pos, mine, strict=True) if not math.isnan(r.upper) and not math.isnan(r.lower)]
+        if own:
+            ax_bar.hlines([i for i, _ in own], [r.lower for _, r in own], [r.upper for _, r in own], color="k", lw=0.8)
+            ax_bar.plot([r.upper for _, r in own], [i for i, _ in own], "kx", ms=5,
+                        label="explicit network of its widths (its bracket's upper end)")
         on_target = [r for r in mine if r.k == k and not math.isnan(r.class_lower)]
         if on_target:
             lo, hi = on_target[0].class_lower, on_target[0].class_upper
