@@ -233,6 +233,7 @@ def test_population_rows(tmp_path):
                        (dict(population=True), "population"),
                        (dict(deep_population=-2), "deep_population: expected a non-negative integer"),
                        (dict(population=2, population_loss="huber"), "population_loss"),
+                       (dict(population=2, population_seed=-3), "population_seed: expected a non-negative integer"),
                        (dict(population=2, population_lr=0.0), "population_lr")]:
         with pytest.raises(ValueError, match=match):
             depth_separation([2], **bad)

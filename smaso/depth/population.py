@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from smaso.depth.bracket import _check_int
 from teachers.tent import tent_power
 
 __all__ = [
@@ -55,7 +56,8 @@ _INIT_GRID = 256
 def member_seed(seed: int, member: int) -> int:
     """The seed of member ``member`` of a population seeded ``seed``: a 63-bit hash of the pair
     (NumPy's ``SeedSequence``), so members of nearby population seeds are unrelated."""
-    return int(np.random.SeedSequence([int(seed), int(member)]).generate_state(1, np.uint64)[0] >> np.uint64(1))
+    seed, member = _check_int("seed", seed, 0), _check_int("member", member, 0)
+    return int(np.random.SeedSequence([seed, member]).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def _check_widths(widths: Sequence[int]) -> tuple[int, ...]:
@@ -64,12 +66,6 @@ def _check_widths(widths: Sequence[int]) -> tuple[int, ...]:
     if any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or int(m) < 1 for m in widths):
         raise ValueError(f"widths: expected positive integer hidden widths, got {list(widths)}")
     return tuple(int(m) for m in widths)
-
-
-def _check_count(name: str, value, lo: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < lo:
-        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
-    return int(value)
 
 
 class StudentPopulation(nn.Module):
@@ -97,12 +93,12 @@ class StudentPopulation(nn.Module):
     ) -> None:
         super().__init__()
         self.widths = _check_widths(widths)
-        self.size = _check_count("size", size)
+        self.size = _check_int("size", size, 1)
         if init not in INITS:
             raise ValueError(f"init: expected one of {INITS}, got {init!r}")
         if not dtype.is_floating_point:
             raise TypeError(f"dtype: expected a floating dtype, got {dtype}")
-        self.seed, self.init = int(seed), init
+        self.seed, self.init = _check_int("seed", seed, 0), init
         members = [self._initial_member(r) for r in range(self.size)]
         linears = [[m for m in net if isinstance(m, nn.Linear)] for net in members]
         self.weights = nn.ParameterList(
@@ -157,7 +153,7 @@ class StudentPopulation(nn.Module):
 
     def member(self, r: int) -> nn.Sequential:
         """A detached copy of member ``r`` as a plain ``Linear``/``ReLU`` ``nn.Sequential``."""
-        r = _check_count("r", r, 0)
+        r = _check_int("r", r, 0)
         if r >= self.size:
             raise ValueError(f"r: expected a member index < {self.size}, got {r}")
         layers: list[nn.Module] = []
@@ -211,8 +207,9 @@ def train_population(
     """
     if not isinstance(pop, StudentPopulation):
         raise TypeError(f"pop: expected a StudentPopulation, got {type(pop).__name__}")
-    k = _check_count("k", k, 0)
-    steps, batch, n_train = _check_count("steps", steps), _check_count("batch", batch), _check_count("n_train", n_train)
+    k = _check_int("k", k, 0)
+    steps, batch, n_train = (_check_int(name, v, 1) for name, v in (("steps", steps), ("batch", batch),
+                                                                      ("n_train", n_train)))
     if loss not in LOSSES:
         raise ValueError(f"loss: expected one of {LOSSES}, got {loss!r}")
     if optimizer not in ("sgd", "adam"):
@@ -224,7 +221,7 @@ def train_population(
     if not (math.isfinite(frobenius) and frobenius >= 0):
         raise ValueError(f"frobenius: expected a non-negative finite weight, got {frobenius!r}")
     W0 = pop.weights[0]
-    gen = torch.Generator().manual_seed(int(seed))
+    gen = torch.Generator().manual_seed(_check_int("seed", seed, 0))
     x = torch.rand(n_train, 1, generator=gen, dtype=torch.float64)
     y = tent_power(x, k).to(device=W0.device, dtype=W0.dtype)
     x = x.to(device=W0.device, dtype=W0.dtype)
@@ -248,10 +245,10 @@ def train_population(
 def population_l1_error(pop: StudentPopulation, k: int, n_grid: int | None = None) -> torch.Tensor:
     """integral_0^1 |tau^k - h_r| for every member, ``(R,)`` float64 on the CPU: the midpoint rule on
     the grid of :func:`smaso.depth.separation.l1_error` (the same numbers to rounding, member by member)."""
-    k = _check_count("k", k, 0)
+    k = _check_int("k", k, 0)
     if n_grid is None:
         n_grid = min(2**22, max(2**16, 64 * 2**k))
-    n_grid = _check_count("n_grid", n_grid)
+    n_grid = _check_int("n_grid", n_grid, 1)
     W0 = pop.weights[0]
     # a chunk of the grid at a time: R x chunk x widest layer numbers resident
     chunk = max(1, 2**22 // (pop.size * max(pop.widths)))

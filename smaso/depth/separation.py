@@ -406,6 +406,8 @@ def depth_separation(
     for name, value in (("population", population), ("deep_population", deep_population)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"{name}: expected a non-negative integer (0: no population rows), got {value!r}")
+    if isinstance(population_seed, bool) or not isinstance(population_seed, int) or population_seed < 0:
+        raise ValueError(f"population_seed: expected a non-negative integer, got {population_seed!r}")
     if population_loss not in ("l1", "squared"):
         raise ValueError(f"population_loss: expected 'l1' or 'squared', got {population_loss!r}")
     if not (math.isfinite(population_lr) and population_lr > 0):
@@ -438,7 +440,7 @@ def depth_separation(
         size = deep_population if role == "deep" else population
         if size:
             pname = name.replace(", Adam", "") + ", population"
-            pop_items[(L, role, pname, kk, widths)] = (L, kk, pname, widths, size, int(population_seed),
+            pop_items[(L, role, pname, kk, widths)] = (L, kk, pname, widths, size, population_seed,
                                                        population_lr, population_loss)
     pop_small = [key for key in pop_items if key[1] != "deep"]
     pop_deep = [key for key in pop_items if key[1] == "deep"]
