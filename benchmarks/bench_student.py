@@ -20,6 +20,14 @@ Target 1 -- frequency statistics cost at most 1.3x a plain epoch:
 The same four rows are run for a Batch-Norm student (``batch_norm=True``); the BN float32 ratio is a
 target too, its float64 ratio is reported only.
 
+Target 3 -- the one student of every ladder is as fast on a uniform tree as the tree-only code it replaced:
+``reference stats f32`` (and its BN twin) runs the same statistics epoch through today's tree code kept in
+``benchmarks/reference/`` (``tree_student_network.LadderStudent`` with the same weights and
+``tree_student_frequency.FrequencyAccumulator``, copies of ``smaso/student/network.py`` and ``frequency.py`` at
+commit 3494c95); ``stats f32`` / ``reference stats f32`` is judged against 1.1x.  The load average at the start
+and the end of the run is recorded (``machine.loadavg_start`` / ``loadavg_end``): above the number of cores the
+ratios are noise.
+
 Target 2 -- the locally connected (LC) forward+backward at most 1.5x a dense network of equal work:
 the LC contender is the ``plain`` row above (``student(x)`` + backward, float32).  Level l of the student
 does R_l * (b_l * n_{l+1}) * n_l = R_{l+1} * n_{l+1} * n_l multiply-adds (MACs) per example.  The dense
@@ -55,6 +63,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -70,12 +79,16 @@ from teachers.ladder import Ladder
 from teachers.sampling import sample_ladder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this script, also when loaded by path
+sys.path.insert(0, str(Path(__file__).resolve().parent / "reference"))  # today's tree code, the reference
 import _common as common
+import tree_student_frequency as reference_frequency
+import tree_student_network as reference_network
 
 DEFAULT_OUT = common.default_out("student")
 QUICK_N, QUICK_REPEATS = 2048, 1
 STATS_TARGET = 1.3  # instrumented epoch (float64 accumulation) over the plain epoch, at most
 DENSE_TARGET = 1.5  # LC forward+backward over the equal-MACs dense forward+backward, at most
+REFERENCE_TARGET = 1.1  # the one student's statistics epoch over today's tree code's, at most
 JUDGED_ACCUMULATION = "float32"  # the accumulator's default: the student's dtype (float64 when asked)
 RESULT_KEYS = ("contender", "description", "batch_norm", "accumulation", "n", "batches", "batch_size", "repeats",
                "times_s", "process_cpu_s", "best_s", "median_s", "batch_min_sum_s", "examples_per_s", "ms_per_batch",
@@ -167,11 +180,13 @@ def explicit_runner(student: LadderStudent, data: Batches) -> Callable[[list[int
     return run
 
 
-def stats_runner(student: LadderStudent, data: Batches, dtype: torch.dtype) -> Callable[[list[int]], list[float]]:
-    """Per-minibatch times, then one last entry: building the accumulator plus ``acc.result()``."""
+def stats_runner(student: LadderStudent, data: Batches, dtype: torch.dtype,
+                 accumulator: type = FrequencyAccumulator) -> Callable[[list[int]], list[float]]:
+    """Per-minibatch times, then one last entry: building the accumulator plus ``acc.result()`` (``accumulator``:
+    the library's, or the reference tree code's with its student)."""
     def run(batches: list[int]) -> list[float]:
         t0 = time.perf_counter()
-        acc = FrequencyAccumulator(student, dtype)
+        acc = accumulator(student, dtype)
         setup = time.perf_counter() - t0
         times = []
         buffers = True
@@ -264,7 +279,7 @@ def _best_cpu(r: dict) -> float:
     return r["process_cpu_s"][r["times_s"].index(r["best_s"])]
 
 
-TABLE = (common.Column("contender", 21, "contender", align="<"),
+TABLE = (common.Column("contender", 25, "contender", align="<"),
          common.Column("BN", 3, lambda r: "yes" if r["batch_norm"] else "no"),
          common.Column("accum", 7, lambda r: r["accumulation"] or "-"),
          common.Column("seconds", 8, "best_s", ".3f"),
@@ -319,6 +334,14 @@ def main(argv: list[str] | None = None) -> dict:
                                "description": f"forward_backward + FrequencyAccumulator({name}).add per minibatch, "
                                "result() once", "batch_norm": bn, "accumulation": name,
                                "target": name == JUDGED_ACCUMULATION, "run": stats_runner(st, data, dt)})
+        ref = reference_network.LadderStudent(ladder, width=args.width, dtype=torch.float32, batch_norm=bn,
+                                              seed=args.seed)
+        ref.load_state_dict(st.state_dict())  # the same weights (and the same seeded init anyway)
+        contenders.append({"contender": "reference stats f32" + tag,
+                           "description": "today's tree code (benchmarks/reference/tree_student_*.py): its "
+                           "forward_backward + FrequencyAccumulator(float32).add per minibatch, result() once",
+                           "batch_norm": bn, "accumulation": "float32", "target": False,
+                           "run": stats_runner(ref, data, torch.float32, reference_frequency.FrequencyAccumulator)})
     contenders.append({"contender": "dense", "description": "chain of nn.Linear with the student's per-level MACs "
                        f"({' -> '.join(map(str, dims))}), autograd", "batch_norm": False, "accumulation": None,
                        "target": True, "run": autograd_runner(net, student.loss, data.dense_x, data), "dims": dims,
@@ -347,8 +370,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     targets = {"stats_overhead": ratio("stats f32", "plain", STATS_TARGET, True),
                "stats_overhead_float64": ratio("stats f64", "plain", STATS_TARGET, False),
-               "explicit_backward_overhead": ratio("explicit fwd+bwd", "plain", None, False)}
+               "explicit_backward_overhead": ratio("explicit fwd+bwd", "plain", None, False),
+               "stats_vs_reference": ratio("stats f32", "reference stats f32", REFERENCE_TARGET, True)}
     if not args.no_bn:
+        targets["stats_vs_reference_bn"] = ratio("stats f32 (BN)", "reference stats f32 (BN)", REFERENCE_TARGET, True)
         targets["stats_overhead_bn"] = ratio("stats f32 (BN)", "plain (BN)", STATS_TARGET, True)
         targets["stats_overhead_bn_float64"] = ratio("stats f64 (BN)", "plain (BN)", STATS_TARGET, False)
         targets["explicit_backward_overhead_bn"] = ratio("explicit fwd+bwd (BN)", "plain (BN)", None, False)
@@ -361,6 +386,8 @@ def main(argv: list[str] | None = None) -> dict:
     labels = {"stats_overhead": "stats (float32 accum, default) / plain",
               "stats_overhead_float64": "stats (float64 accum) / plain",
               "explicit_backward_overhead": "explicit fwd+bwd / plain",
+              "stats_vs_reference": "stats f32 / today's tree code",
+              "stats_vs_reference_bn": "BN: stats f32 / today's tree code",
               "stats_overhead_bn": "BN: stats (float32 accum, default) / plain",
               "stats_overhead_bn_float64": "BN: stats (float64 accum) / plain",
               "explicit_backward_overhead_bn": "BN: explicit fwd+bwd / plain",
@@ -374,6 +401,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"(judged on the best epochs; the statistics targets on {JUDGED_ACCUMULATION} accumulation, the "
           "accumulator's default; batch-min: ratio of the sums of per-minibatch minima over the repeats)")
     total_s = common.finish(info, wall0)
+    print(f"load average: {info.get('loadavg_start')} at the start, {info.get('loadavg_end')} at the end "
+          f"({os.cpu_count()} cores)")
     common.print_done(total_s, args.out)
 
     sections = {

@@ -5,16 +5,16 @@ Three ladders with the same 27 one-hot leaves of 3 events, the same depth and ev
 ``EVENTS``: 3 classes, binary level-1 regions, level-2 regions of 4 events = 2 binary factors), top-down
 with Dirichlet(``--concentration``) tables:
 
-- ``overlap``: ``GraphLadder.conv1d(27, kernels=[3, 3, 6], strides=[2, 2, 1])``: 27, 13, 6, 1 regions; a
+- ``overlap``: ``Ladder.conv1d(27, kernels=[3, 3, 6], strides=[2, 2, 1])``: 27, 13, 6, 1 regions; a
   region at an even interior position of levels 2 and 3 has 2 parents;
 - ``tree-matched``: a tree with the *same region counts per level* (27, 13, 6, 1; contiguous children, 2 or
-  3 per parent, :meth:`GraphLadder.tree`): the control that differs from ``overlap`` by the overlap alone;
-- ``tree``: ``GraphLadder.conv1d(27, kernels=[3, 3, 3], strides=[3, 3, 3])``: 27, 9, 3, 1 regions.
+  3 per parent, :meth:`Ladder.tree`): the control that differs from ``overlap`` by the overlap alone;
+- ``tree``: ``Ladder.conv1d(27, kernels=[3, 3, 3], strides=[3, 3, 3])``: 27, 9, 3, 1 regions.
 
-For each of ``--seeds`` teachers per ladder, a :class:`~smaso.student.graph_network.GraphStudent` (8 ReLU
+For each of ``--seeds`` teachers per ladder, a :class:`~smaso.student.network.LadderStudent` (8 ReLU
 nodes per hidden region) is trained by SGD on ``--n`` examples and measured on ``--n`` fresh ones:
 
-1. **Reformulation** (:func:`~smaso.student.graph_reformulation.compare_graph_statistics_to_theory`): per level
+1. **Reformulation** (:func:`~smaso.student.diagnosis.compare_statistics_to_theory`): per level
    the relative errors of Eq 9 (with the sum over parents), full recursion (``propagated``) and one step
    (``local``), Thm 2's condition terms (focus, broadness, decorrelation), each with its jackknife noise
    floor (8 groups).  Reported: the median over teachers, the range, and a two-sided Mann-Whitney test of
@@ -45,20 +45,21 @@ import statistics
 
 import torch
 
-from inference.graph_posterior import graph_bayes_accuracy
-from smaso.student.graph_frequency import GraphEventStatistics, collect_graph_statistics
-from smaso.student.graph_network import GraphStudent, level_edges, train_graph_student
-from smaso.student.graph_reformulation import compare_graph_statistics_to_theory
+from inference.posterior import bayes_optimal_accuracy
+from smaso.student.diagnosis import compare_statistics_to_theory
+from smaso.student.frequency import collect_statistics
+from smaso.student.network import LadderStudent
+from smaso.student.training import train_student
 from smaso.theorems.disentangle import (
     disentangled_G_distance,
     eq115_from_statistics,
     factor_marginals,
     multi_parent_backward_demo,
 )
-from teachers.graph_ladder import GraphLadder
-from teachers.graph_sampling import sample_graph_ladder
 from teachers.ladder import Ladder
+from teachers.sampling import sample_ladder
 from teachers.spec_io import atomic_write
+from teachers.statistics import EventStatistics, exact_statistics, level_edges
 
 EVENTS = [3, 2, 4, 3]
 LADDERS = {"tree": {"width": 27, "kernels": [3, 3, 3], "strides": [3, 3, 3]},
@@ -97,12 +98,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def ladder(name: str, seed: int, concentration: float) -> GraphLadder:
+def ladder(name: str, seed: int, concentration: float) -> Ladder:
     spec = LADDERS[name]
     kw = {"mode": "topdown", "seed": seed, "concentration": concentration, "name": f"{name}-{seed}"}
     if "branching" in spec:
-        return GraphLadder.tree(spec["branching"], EVENTS, **kw)
-    return GraphLadder.conv1d(spec["width"], spec["kernels"], spec["strides"], EVENTS, **kw)
+        return Ladder.tree(spec["branching"], EVENTS, **kw)
+    return Ladder.conv1d(spec["width"], spec["kernels"], spec["strides"], EVENTS, **kw)
 
 
 # ------------------------------------------------------------------------------------------ §7.7.1
@@ -116,7 +117,7 @@ def _def4_nearest(u: torch.Tensor, p_factors: torch.Tensor) -> float:
     return min(out)
 
 
-def eq115_rows(g: GraphLadder, P: GraphEventStatistics) -> list[dict]:
+def eq115_rows(g: Ladder, P: EventStatistics) -> list[dict]:
     """Per child region of CHILD_LEVEL: K parents, Eq 115's best / equal-weight / best-single distances (min over
     the child's two factors of the best, the others at that factor)."""
     edges = level_edges(g, PARENT_LEVEL)
@@ -131,14 +132,14 @@ def eq115_rows(g: GraphLadder, P: GraphEventStatistics) -> list[dict]:
     return rows
 
 
-def backward_rows(student: GraphStudent, stats) -> list[dict]:
+def backward_rows(student: LadderStudent, stats) -> list[dict]:
     """The student's backward signal into CHILD_LEVEL per parent term and summed: nearest-Def 4 distances."""
-    g = student.graph
+    g = student.ladder
     l = PARENT_LEVEL
     par, chi = (t.cpu() for t in student.edge_index(l))
-    W = student.edge_weights(l).detach().double().cpu()  # (E, n_p, n_c)
+    W = student.edge_weights(l).detach().double().cpu()  # (E, n_c, n_p): W_ba of every edge
     G = stats.G_tilde[l].double()  # measured G~ of the parents (R_p, 2, n_p)
-    terms = torch.einsum("eab,eaj,ejk->ebk", stats.P.P_down[l + 1].double(), G.index_select(0, par), W)
+    terms = torch.einsum("eab,eaj,ekj->ebk", stats.P.P_down[l + 1].double(), G.index_select(0, par), W)
     rows = []
     for c in range(g.num_regions[l + 1]):
         es = (chi == c).nonzero().flatten().tolist()
@@ -155,32 +156,32 @@ def backward_rows(student: GraphStudent, stats) -> list[dict]:
 # ------------------------------------------------------------------------------------------ one run
 def run_one(name: str, seed: int, args: argparse.Namespace) -> dict:
     g = ladder(name, seed, args.concentration)
-    train, test = sample_graph_ladder(g, args.n, seed), sample_graph_ladder(g, args.n, seed + 10_000)
-    student = GraphStudent(g, args.width, seed=seed)
+    train, test = sample_ladder(g, args.n, seed), sample_ladder(g, args.n, seed + 10_000)
+    student = LadderStudent(g, args.width, seed=seed)
     x, y = train.inputs(), train.y
-    hist = train_graph_student(student, x, y, steps=args.steps, lr=args.lr, batch_size=args.batch_size, seed=seed)
+    hist = train_student(student, x, y, steps=args.steps, lr=args.lr, batch_size=args.batch_size, seed=seed)
     xe, ye, ze = test.inputs(), test.y, test.z.long()
     with torch.no_grad():
         acc = (student(xe).argmax(-1) == ye).double().mean().item()
-    reps = collect_graph_statistics(student, xe, ye, ze, dtype=torch.float64, groups=args.groups)
+    reps = collect_statistics(student, xe, ye, ze, dtype=torch.float64, groups=args.groups)
     stats = reps.result()
-    res = compare_graph_statistics_to_theory(student, stats, replicates=list(reps.leave_one_out()))
+    res = compare_statistics_to_theory(student, stats, replicates=list(reps.leave_one_out()))
     return {"ladder": name, "seed": seed, "regions": list(g.num_regions),
             "max_parents": max(len(p) for lvl in g.parents for p in lvl), "loss_first": hist[0], "loss_last": hist[-1],
-            "accuracy": acc, "bayes": graph_bayes_accuracy(g, xe, ye)["empirical"], "levels": res["levels"],
-            "eq115": eq115_rows(g, GraphEventStatistics.exact(g)), "backward": backward_rows(student, stats)}
+            "accuracy": acc, "bayes": bayes_optimal_accuracy(g, xe, ye)["empirical"], "levels": res["levels"],
+            "eq115": eq115_rows(g, exact_statistics(g)), "backward": backward_rows(student, stats)}
 
 
 def controls(args: argparse.Namespace) -> dict:
     """Thm 3 on fully informative ladders (every error 0) and Eq 115 with 2^s - 1 generic parents (distance 0)."""
     out = {}
-    for name, g in (("tree", GraphLadder.from_ladder(Ladder.fully_informative(depth=2, branching=2, leaf_events=2))),
-                    ("overlap", GraphLadder.fully_informative_conv1d(4, [2, 2, 2], [1, 1, 1]))):
-        s = sample_graph_ladder(g, min(args.n, 4000), 0)
-        student = GraphStudent(g, args.width, seed=0, dtype=torch.float64)
-        train_graph_student(student, s.inputs(dtype=torch.float64), s.y, steps=50, lr=args.lr, seed=0)
-        stats = collect_graph_statistics(student, s.inputs(dtype=torch.float64), s.y, s.z.long(), dtype=torch.float64)
-        res = compare_graph_statistics_to_theory(student, stats)
+    for name, g in (("tree", Ladder.fully_informative(depth=2, branching=2, leaf_events=2)),
+                    ("overlap", Ladder.fully_informative_conv1d(4, [2, 2, 2], [1, 1, 1]))):
+        s = sample_ladder(g, min(args.n, 4000), 0)
+        student = LadderStudent(g, args.width, seed=0, dtype=torch.float64)
+        train_student(student, s.inputs(dtype=torch.float64), s.y, steps=50, lr=args.lr, seed=0)
+        stats = collect_statistics(student, s.inputs(dtype=torch.float64), s.y, s.z.long(), dtype=torch.float64)
+        res = compare_statistics_to_theory(student, stats)
         out[f"fully_informative_{name}"] = max(v for row in res["levels"] for k, v in row.items() if k in KEYS)
     demo = multi_parent_backward_demo(2, seed=0)
     out["eq115_demo"] = {"K": list(demo.k), "best": [float(v) for v in demo.distance]}

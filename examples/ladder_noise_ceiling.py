@@ -3,7 +3,7 @@
 The summarization ladder's label is a (stochastic) function of its leaf events; with one-hot
 leaves (Thm 3's delta case) the leaf events are observed exactly, with Gaussian leaves of
 growing sigma they are not.  For each sigma this script samples the ladder, computes the exact
-posterior p(y | x) by sum-product (``inference.ladder_posterior``) and prints the accuracy of
+posterior p(y | x) by sum-product (``inference.posterior``) and prints the accuracy of
 the Bayes-optimal classifier: the best any student network can do on that data.
 
     python examples/ladder_noise_ceiling.py --n 5000 --sigmas 0.1,0.3,0.5,1,2
@@ -15,7 +15,7 @@ import argparse
 
 import torch
 
-from inference.ladder_posterior import bayes_optimal_accuracy
+from inference.posterior import bayes_optimal_accuracy
 from teachers import GaussianEmission, Ladder, sample_ladder
 
 

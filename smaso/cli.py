@@ -27,21 +27,30 @@ The command imports torch and the library only once a command runs, so ``--help`
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import json
 import math
-import os
 import signal
 import sys
 import time
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from smaso._version import __version__
+from smaso.cli_support import (
+    STDOUT,
+    _check_early,
+    _check_memory,
+    _cli_warnings,
+    _free_disk,
+    _quiet,
+    _streams,
+    _terminate_as_interrupt,
+    _Terminated,
+)
+from smaso.reports import _pieces, inspect_report, print_report, print_tent_report, tent_report
 
-__all__ = ["main"]
+__all__ = ["inspect_report", "main"]
 
 
 def _add_ladder_options(p: argparse.ArgumentParser) -> None:
@@ -70,7 +79,7 @@ def _add_graph_options(p: argparse.ArgumentParser) -> None:
                              "then ignored; --mode, --events, --concentration, --ladder-seed, --emission and --sigma "
                              "apply)")
     g.add_argument("--graph", default=None, choices=["conv1d", "conv2d"],
-                   help="build a convolution-like GraphLadder instead of a tree: level by level from the leaves up, "
+                   help="build a convolution-like region graph instead of a tree: level by level from the leaves up, "
                         "region j covers regions [j*stride, j*stride + kernel) of the level below (several parents "
                         "per region when stride < kernel); --events is then per level, top first (default: a tree "
                         "ladder)")
@@ -96,9 +105,8 @@ def _one_or_list(values: list[int]):
 
 
 def ladder_from_args(args: argparse.Namespace):
-    """Build the ladder described by the CLI options: a :class:`~teachers.ladder.Ladder`, or a
-    :class:`~teachers.graph_ladder.GraphLadder` for a graph spec file or ``--graph``."""
-    from teachers.graph_ladder import GraphLadder
+    """Build the :class:`~teachers.ladder.Ladder` described by the CLI options (a tree, a spec file of any
+    version, or ``--graph conv1d|conv2d``)."""
     from teachers.ladder import Ladder
     from teachers.spec_io import load_spec
 
@@ -118,7 +126,7 @@ def ladder_from_args(args: argparse.Namespace):
         if args.emission != "onehot" or args.sigma is not None:
             emission = ({"kind": args.emission, "sigma": args.sigma} if args.emission == "gaussian"
                         else {"kind": "onehot"})
-            lad = _graph_with_emission(lad, emission) if isinstance(lad, GraphLadder) else lad.with_emission(emission)
+            lad = lad.with_emission(emission)
         return lad
     if graph:
         return _graph_from_args(args)
@@ -137,24 +145,13 @@ def ladder_from_args(args: argparse.Namespace):
 
 
 def _is_graph(ladder) -> bool:
-    from teachers.graph_ladder import GraphLadder
-
-    return isinstance(ladder, GraphLadder)
-
-
-def _graph_with_emission(g, emission: dict):
-    """``g`` with its leaves' emission replaced (``{"kind": "onehot"}`` or ``{"kind": "gaussian", "sigma": s}``)."""
-    import dataclasses
-
-    from teachers.emission import emission_from_dict
-
-    return dataclasses.replace(g, emission=emission_from_dict(emission, g.num_regions[-1], g.leaf_events))
+    """Whether ``ladder`` is any region graph other than a uniform tree."""
+    return not ladder.is_uniform()
 
 
 def _graph_from_args(args: argparse.Namespace):
-    """The ``--graph conv1d|conv2d`` ladder of the options (:meth:`GraphLadder.conv1d` / ``conv2d``)."""
-    from teachers.graph_ladder import GraphLadder
-    from teachers.ladder import LadderSpecError
+    """The ``--graph conv1d|conv2d`` ladder of the options (:meth:`Ladder.conv1d` / ``conv2d``)."""
+    from teachers.ladder import Ladder, LadderSpecError
 
     if args.width is None:
         raise ValueError(f"--width: required with --graph {args.graph} (" +
@@ -178,9 +175,9 @@ def _graph_from_args(args: argparse.Namespace):
               "seed": args.ladder_seed, "sigma": args.sigma}
     try:
         if args.graph == "conv1d":
-            return GraphLadder.conv1d(args.width, args.kernels, strides, events, **kwargs)
+            return Ladder.conv1d(args.width, args.kernels, strides, events, **kwargs)
         shape = (args.width if args.height is None else args.height, args.width)
-        return GraphLadder.conv2d(shape, args.kernels, strides, events, **kwargs)
+        return Ladder.conv2d(shape, args.kernels, strides, events, **kwargs)
     except LadderSpecError as e:  # name the options: the constructor names its own arguments
         raise LadderSpecError(f"--graph {args.graph} (--width/--height, --kernels, --strides, --events): {e}") from None
 
@@ -218,9 +215,6 @@ def _cmd_sample_ladder(args) -> int:
     t0 = time.perf_counter()
     progress = False if args.no_progress or _quiet(args) else None
     lo, hi = (lambda i, k: (i * args.n // k, (i + 1) * args.n // k))(*parse_shard(args.shard))
-    if str(args.out).endswith(".npz") and _is_graph(lad):
-        raise ValueError("--out: a graph ladder is written as a chunked store (format 2, e.g. data.zarr); .npz files "
-                         "(format 1) hold tree ladders only")
     if str(args.out).endswith(".npz"):  # format 1: one file, sampled in memory
         from teachers.dataset import save_dataset
         from teachers.sampling import sample_ladder
@@ -282,244 +276,6 @@ def _cmd_spec(args) -> int:
     return 0
 
 
-def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool = False, device=None) -> dict:
-    """Counts, exact-vs-empirical statistics and Bayes-optimal accuracy of a dataset, streamed chunk by chunk
-    (memory does not grow with N; ``engine`` runs one task per chunk; ``device``: where the exact posteriors
-    behind the Bayes-optimal accuracy are computed, None for the CPU)."""
-    import torch
-
-    from inference.ladder_posterior import bayes_optimal_accuracy
-    from smaso.student.compare import _head
-    from teachers.chunked import as_chunks
-    from teachers.statistics import compare_statistics, count_events, exact_statistics
-
-    chunks = as_chunks(source)
-    lad = chunks.ladder
-    counts = count_events(chunks, engine=engine, progress=progress)
-    exact = exact_statistics(lad)
-    cmp = compare_statistics(exact, counts.statistics())
-    first = chunks.chunk(0)
-    report = {"n": len(chunks), "start": first.start, "total": first.total, "seed": first.seed,
-              "ladder": repr(lad), "label_counts": counts.counts[0][0].tolist(),
-              "label_prior_exact": exact.marginals[0][0].tolist(), "statistics": cmp}
-    if bayes_n > 0:
-        head = _head(chunks, min(bayes_n, len(chunks)))
-        try:
-            report["bayes_optimal"] = bayes_optimal_accuracy(lad, head.inputs(dtype=torch.float64), head.y,
-                                                             device=device)
-        except NotImplementedError as e:
-            report["bayes_optimal"] = {"unavailable": str(e)}
-    return report
-
-
-def _graph_cells(g):
-    """Flat count layout of a graph ladder: ``(marginal offsets (R,), marginal cells, edges (E, 2) global
-    (parent, child), child event counts (E,), pair offsets (E,), pair cells)``."""
-    import numpy as np
-
-    m = np.asarray([v for lvl in g.events for v in lvl], dtype=np.int64)
-    moff = np.concatenate([[0], np.cumsum(m)[:-1]])
-    off = g.level_offsets
-    edges = np.asarray([(off[l - 1] + p, off[l] + i) for l, p, i in g.edges()], dtype=np.int64).reshape(-1, 2)
-    sizes = m[edges[:, 0]] * m[edges[:, 1]]
-    poff = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    return moff, int(m.sum()), edges, m[edges[:, 1]], poff, int(sizes.sum())
-
-
-def _graph_count_chunk(c: int, chunks) -> dict:
-    """The task of one chunk of a graph dataset (any process): int64 counts of every region's events and of
-    every edge's (parent, child) pairs, ``{"n", "marginal": (cells,), "pair": (pair cells,)}``."""
-    import torch
-
-    moff, mcells, edges, mchild, poff, pcells = _graph_cells(chunks.ladder)
-    z = chunks.chunk(c).z
-    moff, poff = torch.from_numpy(moff), torch.from_numpy(poff)
-    par, chi, mchild = (torch.from_numpy(a) for a in (edges[:, 0], edges[:, 1], mchild))
-    marg = torch.zeros(mcells, dtype=torch.int64)
-    pair = torch.zeros(pcells, dtype=torch.int64)
-    step = max(1, 2**22 // max(1, len(par), z.shape[1]))  # rows per pass: a few million codes at a time
-    for a in range(0, z.shape[0], step):
-        zb = z[a: a + step].long()
-        marg += torch.bincount((zb + moff).reshape(-1), minlength=mcells)
-        if len(par):
-            pair += torch.bincount((zb[:, par] * mchild + zb[:, chi] + poff).reshape(-1), minlength=pcells)
-    return {"n": int(z.shape[0]), "marginal": marg, "pair": pair}
-
-
-def graph_inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool = False, device=None,
-                         confidence: float = 1e-6) -> dict:
-    """``smaso inspect``'s report of a graph-ladder dataset, streamed chunk by chunk (one task per chunk on
-    ``engine``): label counts, every region's and every edge's sample frequencies against the exact
-    :func:`inference.graph_posterior.graph_statistics`, and the Bayes-optimal accuracy on the first ``bayes_n``
-    rows (exact junction-tree posterior, computed on ``device``, default the CPU).
-
-    The statistics are judged as :func:`teachers.statistics.compare_statistics` does: total-variation distance
-    TV per region (marginal) and per edge (joint P(z_parent, z_child)) against the multinomial bound
-    sqrt((k log 2 + log(1/confidence)) / (2N)) of its k cells; per level the largest TV and the largest bound
-    (regions may have different event counts); ``within_bound`` checks every region and edge against its own.
-    """
-    import torch
-
-    from inference.graph_posterior import graph_bayes_accuracy, graph_statistics
-    from teachers.chunked import as_chunks
-    from teachers.engine import get_engine
-    from teachers.statistics import tv_bound
-
-    chunks = as_chunks(source)
-    g = chunks.ladder
-    moff, mcells, edges, _, poff, pcells = _graph_cells(g)
-
-    def merge(total: dict, part: dict) -> dict:
-        total["n"] += part["n"]
-        total["marginal"] += part["marginal"]
-        total["pair"] += part["pair"]
-        return total
-
-    counts = get_engine(engine).fold(_graph_count_chunk, range(chunks.num_chunks), chunks, merge=merge,
-                                     init={"n": 0, "marginal": torch.zeros(mcells, dtype=torch.int64),
-                                           "pair": torch.zeros(pcells, dtype=torch.int64)},
-                                     progress="counting events" if progress else None)
-    n = counts["n"]
-    exact = graph_statistics(g)
-    freq_m = counts["marginal"].double() / max(n, 1)
-    freq_p = counts["pair"].double() / max(n, 1)
-
-    def bound(cells: int) -> float:
-        return tv_bound(cells, max(n, 1), confidence)
-
-    off = g.level_offsets
-    levels, ok = [], True
-    edge_index = {(l, p, i): e for e, (l, p, i) in enumerate(g.edges())}
-    for l in range(g.depth + 1):
-        tv_m, b_m = [], []
-        for i in range(g.num_regions[l]):
-            r, m = off[l] + i, g.events[l][i]
-            tv_m.append(0.5 * (freq_m[moff[r]: moff[r] + m] - exact.p[l][i]).abs().sum().item())
-            b_m.append(bound(m))
-        ok &= all(t <= b for t, b in zip(tv_m, b_m, strict=True))
-        level = {"level": l, "regions": g.num_regions[l], "max_tv_marginal": max(tv_m), "bound_marginal": max(b_m)}
-        if l >= 1:
-            tv_j, b_j = [], []
-            for i, ps in enumerate(g.parents[l]):
-                for p in ps:
-                    e = edge_index[(l, p, i)]
-                    want = exact.pair[(l, p, i)].reshape(-1)
-                    got = freq_p[poff[e]: poff[e] + want.numel()]
-                    tv_j.append(0.5 * (got - want).abs().sum().item())
-                    b_j.append(bound(want.numel()))
-            ok &= all(t <= b for t, b in zip(tv_j, b_j, strict=True))
-            level.update(edges=len(tv_j), max_tv_joint=max(tv_j), bound_joint=max(b_j))
-        levels.append(level)
-    stats = {"num_examples": n, "max_tv_marginal": max(v["max_tv_marginal"] for v in levels),
-             "max_tv_joint": max((v["max_tv_joint"] for v in levels if "max_tv_joint" in v), default=0.0),
-             "within_bound": bool(ok), "confidence": confidence, "per_level": levels}
-    first = chunks.chunk(0)
-    report = {"teacher": "graph-ladder", "n": len(chunks), "start": first.start, "total": first.total,
-              "seed": first.seed, "ladder": repr(g), "mode": g.mode, "regions_per_level": list(g.num_regions),
-              "edges": len(edges), "label_counts": counts["marginal"][: g.num_classes].tolist(),
-              "label_prior_exact": exact.p[0][0].tolist(), "statistics": stats}
-    if bayes_n > 0:
-        head = next(iter(chunks.iter_chunks(min(bayes_n, len(chunks)))))
-        try:
-            report["bayes_optimal"] = graph_bayes_accuracy(g, head.inputs(dtype=torch.float64), head.y,
-                                                           device=device)
-        except (NotImplementedError, ValueError) as e:  # a custom emission, or a clique beyond the limit
-            report["bayes_optimal"] = {"unavailable": " ".join(str(e).split())}
-    return report
-
-
-def _print_labels(report: dict) -> None:
-    """The label counts of an inspect report, with their frequencies and the exact P(y)."""
-    n = report["n"]
-    print("\nlabel   count      frequency   exact P(y)")
-    for c, (k, p) in enumerate(zip(report["label_counts"], report["label_prior_exact"], strict=True)):
-        print(f"{c:5d} {k:9d}   {k / max(n, 1):10.5f}   {p:10.5f}")
-
-
-def _print_bayes(report: dict) -> None:
-    """The Bayes-optimal accuracy of an inspect report (or why it is unavailable)."""
-    b = report.get("bayes_optimal")
-    if b and "expected" in b:
-        emp = f", fraction correct {b['empirical']:.4f}" if "empirical" in b else ""
-        print(f"\nBayes-optimal accuracy (exact posterior p(y|x) on {b['n']} examples): "
-              f"{b['expected']:.4f} +- {b['stderr']:.4f}{emp}\n(the ceiling of any student trained on this ladder)")
-    elif b:
-        print(f"\nBayes-optimal accuracy: {b['unavailable']}")
-
-
-def print_graph_report(report: dict, ladder) -> None:
-    """Print ``smaso inspect``'s report of a graph-ladder dataset (:func:`graph_inspect_report`)."""
-    print(ladder.describe())
-    n = report["n"]
-    print(f"\n{n} examples (rows {report['start']}..{report['start'] + n} of {report['total']}, "
-          f"seed {report['seed']}); {sum(report['regions_per_level'])} regions, {report['edges']} parent-child edges")
-    _print_labels(report)
-    st = report["statistics"]
-    print("\nsample frequencies vs the graph ladder's exact event statistics (junction tree)")
-    print("(TV = total-variation distance, max over the regions / edges of a level; bound = the largest multinomial "
-          f"bound of the level at confidence {st['confidence']:g})")
-    print("level  regions   max TV P(z)   bound     edges   max TV P(z_parent, z)   bound")
-    for lv in st["per_level"]:
-        tj = (f"{lv['edges']:7d}   {lv['max_tv_joint']:10.5f}            {lv['bound_joint']:8.5f}"
-              if "max_tv_joint" in lv else "      -")
-        print(f"{lv['level']:5d}  {lv['regions']:7d}   {lv['max_tv_marginal']:10.5f}  {lv['bound_marginal']:8.5f}  "
-              f"{tj}")
-    print(f"all within bounds: {st['within_bound']}")
-    _print_bayes(report)
-
-
-def print_report(report: dict, ladder) -> None:
-    """Print ``smaso inspect``'s report of a ladder dataset: counts, sampled vs exact statistics, Bayes accuracy."""
-    print(ladder.describe())
-    n = report["n"]
-    print(f"\n{n} examples (rows {report['start']}..{report['start'] + n} of {report['total']}, seed {report['seed']})")
-    _print_labels(report)
-    st = report["statistics"]
-    print("\nsample frequencies vs the ladder's exact event statistics")
-    print("(TV = total-variation distance, max over the regions of a level; bound = multinomial bound at "
-          f"confidence {st['confidence']:g})")
-    print("level   max TV P(z)   bound     max TV P(z_parent, z)   bound")
-    for lv in st["per_level"]:
-        tj = f"{lv['max_tv_joint']:10.5f}          {lv['bound_joint']:8.5f}" if "max_tv_joint" in lv else "         -"
-        print(f"{lv['level']:5d}   {lv['max_tv_marginal']:10.5f}  {lv['bound_marginal']:8.5f}    {tj}")
-    print(f"all within bounds: {st['within_bound']}   (smallest chi-square p-value over regions: "
-          f"{st['min_chi2_pvalue']:.3g})")
-    _print_bayes(report)
-
-
-def _pieces(k: int) -> int | str:
-    """2^k, written "2^k" when too long to print."""
-    return 2**k if k <= 60 else f"2^{k}"
-
-
-def tent_report(sample) -> dict:
-    """k, N, x range, a 10-bin histogram of x on [0, 1] and max |y - tau^k(x)| of a tent sample."""
-    import numpy as np
-
-    x = sample.x.reshape(-1).cpu().numpy()
-    counts, edges = np.histogram(x, bins=10, range=(0.0, 1.0))
-    dev = (sample.y - sample.clean_y).abs().max().item() if len(sample) else 0.0
-    return {"teacher": "tent", "k": sample.k, "pieces": _pieces(sample.k), "n": len(sample), "start": sample.start,
-            "total": sample.total, "seed": sample.seed, "noise": sample.noise,
-            "x_min": float(x.min()), "x_max": float(x.max()),
-            "x_histogram": {"edges": edges.tolist(), "counts": counts.tolist()}, "max_abs_y_minus_target": dev}
-
-
-def print_tent_report(report: dict) -> None:
-    """Print ``smaso inspect``'s report of a tent dataset: tau^k, its pieces, label noise, fit of the file."""
-    n = report["n"]
-    print(f"tent teacher: y = tau^{report['k']}(x) ({report['pieces']} linear pieces), label noise sigma "
-          f"{report['noise']:g}")
-    print(f"{n} examples (rows {report['start']}..{report['start'] + n} of {report['total']}, seed {report['seed']})")
-    print(f"x range: [{report['x_min']:.6f}, {report['x_max']:.6f}]")
-    print("\nx bin           count      frequency")
-    h = report["x_histogram"]
-    for lo, hi, c in zip(h["edges"][:-1], h["edges"][1:], h["counts"], strict=True):
-        print(f"[{lo:.1f}, {hi:.1f})  {c:9d}   {c / n:10.5f}")
-    print(f"\nmax |y - tau^{report['k']}(x)| = {report['max_abs_y_minus_target']:.6g}"
-          + (" (exact labels)" if report["noise"] == 0 else ""))
-
-
 def _cmd_inspect(args) -> int:
     from teachers.dataset import load_dataset
     from teachers.tent import FORMAT as TENT_FORMAT
@@ -534,12 +290,10 @@ def _cmd_inspect(args) -> int:
         return 0
     source = load_dataset(args.files, partial=args.partial)
     _set_threads(args)
-    graph = _is_graph(source.ladder)
     with _engine(args) as engine:
-        report = (graph_inspect_report if graph else inspect_report)(
-            source, bayes_n=args.bayes_n, engine=engine, device=args.device,
-            progress=not args.no_progress and not _quiet(args) and sys.stderr.isatty())
-    (print_graph_report if graph else print_report)(report, source.ladder)
+        report = inspect_report(source, bayes_n=args.bayes_n, engine=engine, device=args.device,
+                                progress=not args.no_progress and not _quiet(args) and sys.stderr.isatty())
+    print_report(report, source.ladder)
     if args.json:
         _write_json(args.json, report, args)
         print(f"\nwrote {args.json}")
@@ -562,7 +316,6 @@ def _json_safe(obj):
 
 
 #: a text output path meaning standard output
-STDOUT = "-"
 
 
 def _write_text(args, path, text: str) -> None:
@@ -944,162 +697,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-
-
-#: Third-party warnings a normal run does not show (``--debug`` does): (category, message regex, module
-#: regex) as for :func:`warnings.filterwarnings`.  Specific on purpose: a new warning still shows.
-THIRD_PARTY_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
-    # ArviZ's once-a-day notice of its coming refactor, issued when arviz is imported
-    (FutureWarning, r"\s*ArviZ is undergoing a major refactor", r"arviz(\.|$)"),
-    # tqdm.auto: "IProgress not found" (a notebook kernel without ipywidgets), its experimental modules
-    (Warning, r".*(IProgress not found|tqdm\.rich is experimental|tqdm\.tk is experimental)", r"tqdm(\.|$)"),
-    # Dask's local cluster when its dashboard port is taken (it picks another one)
-    (UserWarning, r"Port \d+ is already in use", r"distributed(\.|$)"),
-)
-
-_OWN_PACKAGES = tuple(str(Path(__file__).resolve().parents[1] / pkg) + os.sep
-                      for pkg in ("smaso", "teachers", "inference"))
-
-
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """A warning as one ``smaso: warning:`` line (the library's own without a file and line number; any
-    other with its category and origin, so that an unexpected one is recognisable)."""
-    text = str(message).strip().replace("\n", " ")
-    if not str(Path(filename).resolve()).startswith(_OWN_PACKAGES):
-        text += f" ({category.__name__} from {filename}:{lineno})"
-    print(f"smaso: warning: {text}", file=file or sys.stderr)
-
-
-@contextlib.contextmanager
-def _cli_warnings(*, debug: bool) -> Iterator[None]:
-    """The CLI's warnings for the duration of a command: :data:`THIRD_PARTY_WARNINGS` ignored and the
-    others as ``smaso: warning:`` lines, or, with ``--debug``, Python's own filters and format.  The
-    previous filters are restored on exit (a program calling :func:`main` keeps its own)."""
-    with warnings.catch_warnings():
-        if not debug:
-            for category, message, module in THIRD_PARTY_WARNINGS:
-                warnings.filterwarnings("ignore", message=message, category=category, module=module)
-            warnings.showwarning = _show_warning
-        yield
-
-
-def _quiet(args) -> bool:
-    return bool(getattr(args, "quiet", False))
-
-
-def _stdout_is_data(args) -> bool:
-    """A text output goes to standard output (``--json -``, ``spec --out -``)."""
-    return STDOUT in (getattr(args, "json", None), getattr(args, "out", None) if args.command == "spec" else None)
-
-
-@contextlib.contextmanager
-def _streams(args) -> Iterator[None]:
-    """Keep the standard output the command started with for data (``args._stdout``), and send the
-    informational prints nowhere under ``-q``, or when standard output carries data (``--json -``)."""
-    args._stdout = sys.stdout
-    if not (_quiet(args) or _stdout_is_data(args)):
-        yield
-        return
-    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
-        yield
-
-
-class _Terminated(BaseException):
-    """SIGTERM, raised where the process was, so that every writer's cleanup runs (no half-written files).
-
-    ``received`` records that the signal came, for when the stack's unwinding replaces this exception."""
-
-    received = False
-
-
-def _terminate_as_interrupt():
-    """Turn SIGTERM into :class:`_Terminated` for the duration of a command (main thread only); returns the
-    previous handler, or None where no handler could be installed."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum, frame):
-        _Terminated.received = True
-        raise _Terminated()
-
-    _Terminated.received = False
-
-    return signal.signal(signal.SIGTERM, handler)
-
-
-def _free_disk(out: str) -> int | None:
-    import shutil
-
-    p = Path(out).absolute()
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    try:
-        return shutil.disk_usage(p).free
-    except OSError:
-        return None
-
-
-def _check_memory(ladder, n: int, arg: str, factor: float = 1.0) -> None:
-    """Refuse an in-memory job whose rows alone would not fit (before allocating them)."""
-    from teachers.chunked import row_bytes
-    from teachers.sampling import available_memory
-
-    need, have = n * row_bytes(ladder) * factor, available_memory()
-    if have is not None and need > have:
-        raise ValueError(f"{arg}: {n:,} examples held in memory need about {need / 1e9:.3g} GB and "
-                         f"{have / 1e9:.3g} GB are available; write a .zarr store instead (sampled, read and "
-                         "compared chunk by chunk: `smaso sample ladder --out data.zarr`, then `smaso compare "
-                         "data.zarr`)")
-
-
-def _check_early(args) -> None:
-    """What can be checked before any work: the device, and that the outputs can be written."""
-    _check_stdout_paths(args)
-    device = getattr(args, "device", None)
-    if device is not None:
-        import torch
-
-        try:
-            dev = torch.device(device)
-        except (RuntimeError, ValueError, TypeError):
-            raise ValueError(f"--device: expected a torch device such as 'cpu' or 'cuda:0', got {device!r}") from None
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: this torch build or machine has no CUDA device "
-                             "(torch.cuda.is_available() is False)")
-        if dev.type not in ("cpu", "cuda"):
-            raise ValueError(f"--device: expected 'cpu' or 'cuda[:i]', got {device!r}")
-    for opt in ("out", "json"):
-        out = getattr(args, opt, None)
-        if out and out != STDOUT:
-            _check_writable(out, directory=opt == "out" and args.command in ("demo", "compare"), option=opt)
-
-
-def _check_stdout_paths(args) -> None:
-    """``-`` means standard output for a text output; a binary one (a dataset, a figure) refuses it rather
-    than write a file named ``-`` (``./-`` names such a file)."""
-    if getattr(args, "out", None) != STDOUT or args.command == "spec":
-        return
-    if args.command in ("demo", "compare"):
-        raise ValueError("--out: '-' (standard output) cannot take a directory of results (comparison.json and "
-                         "the figure comparison.png); give a directory")
-    raise ValueError("--out: '-' (standard output) takes text only, and a dataset file or store is binary; give a "
-                     "file name (./- for a file named '-')")
-
-
-def _check_writable(out: str, *, directory: bool, option: str = "out") -> None:
-    """Refuse an ``--out`` (or ``--json``) that cannot be created, before sampling or training for minutes."""
-    path = Path(out)
-    if directory and path.exists() and not path.is_dir():
-        raise ValueError(f"--{option}: {out!r} exists and is not a directory")
-    parent = path if directory and path.is_dir() else path.parent
-    while not parent.exists() and parent != parent.parent:  # a directory still to create: check its ancestor
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ValueError(f"--{option}: {str(parent)!r} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"--{option}: cannot write into {str(parent)!r} (permission denied)")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,17 @@
-"""Teachers with known hidden structure: the summarization ladder (framework paper §3; on uniform trees,
-:class:`~teachers.ladder.Ladder`, or on any layered region graph with overlapping receptive fields,
-:class:`~teachers.graph_ladder.GraphLadder`) and the tent map tau^k (a deep 1-D target with exactly
-2^k linear pieces, ``docs/theory.md`` §2).
+"""Teachers with known hidden structure: the summarization ladder (framework paper §3;
+:class:`~teachers.ladder.Ladder`, on any layered region graph -- overlapping receptive fields included --
+with the uniform tree as its special case) and the tent map tau^k (a deep 1-D target with exactly 2^k linear
+pieces, ``docs/theory.md`` §2).
+
+Modules: :mod:`~teachers.ladder` (the model, §3.1), :mod:`~teachers.regions` (region graphs and mixed-radix
+codes), :mod:`~teachers.validation` and :mod:`~teachers.spec_check` (limits and spec checks),
+:mod:`~teachers.emission` (p(x_r | z_r)), :mod:`~teachers.categorical` (alias sampling),
+:mod:`~teachers.sampling` (the block-seeded sampler), :mod:`~teachers.pyro_model` (the Pyro model) and
+:mod:`~teachers.pyro_sites` (its emission and deterministic sites),
+:mod:`~teachers.statistics` (P(z_beta | z_alpha), exact and counted), :mod:`~teachers.dataset` /
+:mod:`~teachers.chunked` (files and zarr stores), :mod:`~teachers.engine` (serial and Dask engines),
+:mod:`~teachers.spec_io` (spec files), :mod:`~teachers.tent` (tau^k).  ``teachers.graph_ladder``,
+``teachers.graph_sampling`` and ``teachers.graph_pyro_model`` are deprecated aliases (0.3).
 
 The names below are imported on first use (PEP 562), so that ``import teachers`` (and ``smaso --help``)
 does not import torch or pyro."""
@@ -24,6 +34,7 @@ _EXPORTS = {
     "GraphLadder": "graph_ladder",
     "EmissionDistribution": "pyro_model", "LadderModel": "pyro_model",
     "BLOCK_SIZE": "sampling", "LadderSample": "sampling", "sample_ladder": "sampling", "sample_rows": "sampling",
+    "sampling_plan": "sampling",
     "TentNetwork": "tent", "TentSample": "tent", "sample_tent": "tent", "tent": "tent", "tent_power": "tent",
 }
 
@@ -53,6 +64,7 @@ __all__ = [
     "sample_rows",
     "sample_tent",
     "sample_to_store",
+    "sampling_plan",
     "tent",
     "tent_power",
 ]
@@ -64,7 +76,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from .graph_ladder import GraphLadder
     from .ladder import Factorization, Ladder, LadderSpecError
     from .pyro_model import EmissionDistribution, LadderModel
-    from .sampling import BLOCK_SIZE, LadderSample, sample_ladder, sample_rows
+    from .sampling import BLOCK_SIZE, LadderSample, sample_ladder, sample_rows, sampling_plan
     from .tent import TentNetwork, TentSample, sample_tent, tent, tent_power
 
 

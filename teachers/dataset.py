@@ -40,7 +40,6 @@ refused unless ``partial=True``.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import warnings
@@ -52,119 +51,39 @@ import numpy as np
 import torch
 
 from .emission import one_hot
+from .formats import (
+    FORMAT,
+    META_CHECKSUM,
+    DatasetFormatError,
+    _events_out_of_range,
+    _field_int,
+    _is_int,
+    _sha256,
+    _split_arrays,
+    check_contiguous,
+    check_coverage,
+    check_metadata_checksum,
+    check_stream_fields,
+    ladder_from_spec,
+    metadata_checksum,
+    stored_spec,
+)
 from .ladder import Ladder
 from .sampling import LadderSample
 from .spec_io import atomic_write
+from .store_reader import open_dataset
+
+
+def _event_dtype(ladder: Ladder) -> np.dtype:
+    return np.dtype(str(ladder.event_dtype()).removeprefix("torch."))
 
 if TYPE_CHECKING:
-    from .chunked import ChunkedLadderData
+    from .store_reader import ChunkedLadderData
 
 __all__ = ["FORMAT", "VERSION", "DatasetFormatError", "LadderDataset", "UnverifiedDatasetWarning", "load_dataset",
            "save_dataset"]
 
-FORMAT = "smaso-ladder-dataset"
 VERSION = 1
-
-
-class DatasetFormatError(ValueError):
-    """A dataset file is corrupted, truncated, of another format, or of another version."""
-
-
-def _split_arrays(obj, prefix: str, arrays: dict[str, np.ndarray]):
-    if isinstance(obj, torch.Tensor | np.ndarray):
-        name = f"spec.{prefix}"
-        arrays[name] = obj.detach().cpu().numpy() if isinstance(obj, torch.Tensor) else obj
-        return {"__array__": name}
-    if isinstance(obj, dict):
-        return {k: _split_arrays(v, f"{prefix}.{k}" if prefix else k, arrays) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_split_arrays(v, f"{prefix}.{i}", arrays) for i, v in enumerate(obj)]
-    return obj
-
-
-def _join_arrays(obj, arrays, where: str = "dataset"):
-    if isinstance(obj, dict):
-        if set(obj) == {"__array__"}:
-            name = obj["__array__"]
-            if not isinstance(name, str) or name not in arrays:
-                raise DatasetFormatError(f"{where}: member {name!r} named by the spec (metadata field 'spec') "
-                                         "is missing")
-            return torch.as_tensor(arrays[name])
-        return {k: _join_arrays(v, arrays, where) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_join_arrays(v, arrays, where) for v in obj]
-    return obj
-
-
-def _sha256(a: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(a).data).hexdigest()
-
-
-def _canonical(obj) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
-
-
-#: The metadata field that holds the checksum of every other metadata field.
-META_CHECKSUM = "metadata_sha256"
-
-
-def metadata_checksum(meta: dict) -> dict:
-    """``{"all": sha256, "fields": {name: sha256}}`` of the canonical JSON (sorted keys, no spaces)
-    of every field of ``meta`` but :data:`META_CHECKSUM`, of each field, and of each key of a
-    dict-valued field (``"spec.emission"``), so that an edit is named."""
-    body = {k: v for k, v in meta.items() if k != META_CHECKSUM}
-    fields = {}
-    for k, v in body.items():
-        fields[k] = hashlib.sha256(_canonical(v)).hexdigest()
-        if isinstance(v, dict):
-            for k2, v2 in v.items():
-                fields[f"{k}.{k2}"] = hashlib.sha256(_canonical(v2)).hexdigest()
-    return {"all": hashlib.sha256(_canonical(body)).hexdigest(), "fields": fields}
-
-
-def check_metadata_checksum(meta: dict, where: str, *, required: bool = True) -> bool:
-    """Check ``meta`` against its :data:`META_CHECKSUM` field, naming the edited field(s).
-
-    :returns: whether the field was there (``required=False`` lets it be absent).
-    :raises DatasetFormatError: a changed field, or a missing/malformed checksum when required.
-    """
-    stored = meta.get(META_CHECKSUM)
-    if stored is None and not required:
-        return False
-    if not isinstance(stored, dict) or not isinstance(stored.get("fields"), dict):
-        raise DatasetFormatError(f"{where}: metadata field {META_CHECKSUM!r} is missing or malformed")
-    try:
-        now = metadata_checksum(meta)
-    except (TypeError, ValueError) as e:
-        raise DatasetFormatError(f"{where}: metadata is not canonical JSON ({e})") from None
-    if now["all"] == stored.get("all"):
-        return True
-    old = stored["fields"]
-    changed = sorted(k for k in set(now["fields"]) | set(old) if now["fields"].get(k) != old.get(k))
-    # name the most specific fields: "spec.emission" rather than also "spec"
-    specific = [k for k in changed if not any(o.startswith(k + ".") for o in changed)]
-    what = (f"field(s) {', '.join(repr(k) for k in specific)} changed" if specific
-            else f"field {META_CHECKSUM!r} edited")
-    raise DatasetFormatError(f"{where}: metadata {what} since the file was written (metadata checksum fails)")
-
-
-def _is_int(v) -> bool:
-    return not isinstance(v, bool) and isinstance(v, (int, np.integer))
-
-
-def _field_int(meta: dict, key: str, where: str, *, minimum: int = 0, optional: bool = False,
-               none_ok: bool = False) -> int | None:
-    if key not in meta:
-        if optional:
-            return None
-        raise DatasetFormatError(f"{where}: metadata lacks field {key!r}")
-    v = meta[key]
-    if v is None and none_ok:
-        return None
-    if not _is_int(v) or v < minimum:
-        raise DatasetFormatError(f"{where}: metadata field {key!r} is {v!r}, expected an integer >= {minimum}"
-                                 + (" or null" if none_ok else ""))
-    return int(v)
 
 
 class UnverifiedDatasetWarning(UserWarning):
@@ -192,7 +111,7 @@ def save_dataset(sample: LadderSample, path: str | os.PathLike, *, compress: boo
         raise ValueError(f"sample: z: {bad}")
     z = z.astype(_event_dtype(lad), copy=False)
     arrays: dict[str, np.ndarray] = {}
-    spec = _split_arrays(lad.to_dict(), "", arrays)
+    spec = _split_arrays(stored_spec(lad), "", arrays)
     data = {"z": z, "y": z[:, 0].astype(np.int64)}
     if sample.x is not None:
         data["x"] = sample.x.detach().cpu().to(torch.float32).numpy()
@@ -245,88 +164,6 @@ def _read(path: Path, fmt: str = FORMAT, version: int = VERSION) -> tuple[dict, 
     except Exception as e:  # any failure to parse the zip, a member or the JSON: a corrupted file
         raise DatasetFormatError(f"{where} is corrupted or truncated ({type(e).__name__}: {e})") from None
     return meta, arrays
-
-
-def check_contiguous(shards: list[tuple[dict, Path]]) -> None:
-    """Shards sorted by ``start`` must tile their rows without gaps or overlaps."""
-    pos = shards[0][0]["start"]
-    for meta, p in shards:
-        if meta["start"] != pos:
-            raise DatasetFormatError(f"dataset: shards leave a gap or overlap at example {pos} "
-                                     f"({str(p)!r} starts at {meta['start']})")
-        pos += meta["n"]
-
-
-def missing_rows(start: int, n: int, total: int) -> list[tuple[int, int]]:
-    """Stream rows ``(lo, hi)`` of ``[0, total)`` outside the contiguous rows ``[start, start + n)``."""
-    out = []
-    if start > 0:
-        out.append((0, start))
-    if start + n < total:
-        out.append((start + n, total))
-    return out
-
-
-def check_coverage(files: Sequence, start: int, n: int, total: int, partial: bool) -> None:
-    """Refuse (unless ``partial``) files whose rows ``[start, start + n)`` are not the whole stream."""
-    if not isinstance(partial, bool):
-        raise TypeError(f"partial: expected a bool, got {type(partial).__name__}")
-    missing = missing_rows(start, n, total)
-    if missing and not partial:
-        names = ", ".join(repr(str(p)) for p in files)
-        verb = "holds" if len(files) == 1 else "hold"
-        raise DatasetFormatError(
-            f"dataset: {names} {verb} stream rows [{start}, {start + n}) of {total}: rows "
-            f"{', '.join(f'[{a}, {b})' for a, b in missing)} are missing (shard(s) not given); pass partial=True "
-            "(at the command line: --partial) to load an incomplete set of shards")
-
-
-def _event_dtype(ladder: Ladder) -> np.dtype:
-    return np.dtype(str(ladder.event_dtype()).removeprefix("torch."))
-
-
-def _events_out_of_range(z: np.ndarray, ladder, limit: np.ndarray | None = None) -> str | None:
-    """A description of the first event of ``z`` ``(rows, total_regions)`` outside its region's range
-    ``[0, limit[r])``, or ``None``.  ``limit``: every region's event count (default: a tree ``Ladder``'s
-    per-level counts; a graph ladder passes its own, region by region)."""
-    if len(z) == 0:
-        return None
-    if limit is None:
-        limit = np.repeat(np.asarray(ladder.events, dtype=np.int64), ladder.num_regions)
-    lo, hi = z.min(axis=0).astype(np.int64), z.max(axis=0).astype(np.int64)
-    bad = np.flatnonzero((lo < 0) | (hi >= limit))
-    if not len(bad):
-        return None
-    r = int(bad[0])
-    level = int(np.searchsorted(ladder.level_offsets, r, side="right") - 1)
-    v = int(lo[r]) if lo[r] < 0 else int(hi[r])
-    row = int(np.flatnonzero(z[:, r] == v)[0])
-    return (f"region {r} (level {level}) has event {v} in row {row}, outside its range [0, {int(limit[r])})")
-
-
-def ladder_from_spec(spec: dict, arrays: dict, where: str) -> Ladder:
-    """The ladder of a dataset's stored spec (its tables from ``arrays``); any failure a
-    :class:`DatasetFormatError` naming the file (shared by the .npz and the chunked formats)."""
-    try:
-        return Ladder.from_dict(_join_arrays(spec, arrays, where))
-    except DatasetFormatError:
-        raise
-    except Exception as e:  # LadderSpecError, or anything a malformed spec makes the constructor raise
-        raise DatasetFormatError(f"{where} holds an invalid ladder spec (metadata field 'spec'): "
-                                 f"{type(e).__name__}: {e}") from None
-
-
-def check_stream_fields(meta: dict, where: str) -> tuple[int, int, int]:
-    """``(n, start, total)`` of a dataset's metadata, checked (integers, ``start + n <= total``, and a
-    ``seed`` that is an integer >= 0 or null); shared by the ladder and tent formats."""
-    n = _field_int(meta, "n", where)
-    start = _field_int(meta, "start", where)
-    total = _field_int(meta, "total", where)
-    if start + n > total:
-        raise DatasetFormatError(f"{where}: metadata field 'total' is {total}, less than start + n = "
-                                 f"{start} + {n}: the rows do not fit in the stream")
-    _field_int(meta, "seed", where, none_ok=True)
-    return n, start, total
 
 
 def _validate_meta(meta: dict, where: str) -> None:
@@ -446,8 +283,6 @@ def load_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
                                      f"({[str(p) for p in paths]})")
         if device is not None:
             raise ValueError("device: a version-2 store opens lazily; move its chunks with LadderSample.to")
-        from .chunked import open_dataset
-
         return open_dataset(paths, partial=partial)
     parts = []
     for p in paths:

@@ -1,278 +1,133 @@
-"""The summarization ladder: the framework paper's teacher (§3.1; ``docs/theory.md`` §1).
+"""The summarization ladder: the framework paper's teacher (§3.1; ``docs/theory.md`` §1), one model for every
+region graph.
 
-Every receptive field (region) alpha of the input carries a discrete latent event z_alpha
-with m_alpha values; the root region omega is the whole input and its event is the label
-y = z_omega; the leaf regions emit the observed input x.  A :class:`Ladder` is *layered*,
-like the layers of a CNN: all regions at depth l have the same number of events m_l and the
-same number of children b_l, so level l has R_l = b_0 b_1 ... b_{l-1} regions.  Regions are
-numbered breadth-first: region i of level l has children i*b_l, ..., i*b_l + b_l - 1 of
-level l+1, and global index ``level_offsets[l] + i``.
+Every receptive field (region) alpha of the input carries a discrete latent event z_alpha with m_alpha
+values; the top region omega is the whole input and its event is the label y = z_omega; the leaf regions
+emit the observed input x.  A :class:`Ladder` is *layered*, like the layers of a CNN: level 0 is the label's
+one region, level ``d`` the leaves, and every region of level ``l >= 1`` has one or more parents in level
+``l - 1`` (``parents[l][i]``, :mod:`teachers.regions`).  Regions of several parents are overlapping
+receptive fields (a convolution whose stride is smaller than its kernel).  A *uniform tree* -- every region
+of level l has the same number of events m_l and of children b_l, children numbered breadth-first (region
+i of level l has children ``i*b_l .. i*b_l + b_l - 1``) -- is the special case the paper draws; its
+``branching`` is ``(b_0, ..., b_{d-1})`` and its tables stack into one tensor per level.
 
-Two ways to relate events across levels, both exact and both sampled by the same code:
+Two ways to relate events across levels, both exact and sampled by the same code:
 
 ``mode="topdown"`` (generative)
-    y ~ P(y) = ``prior``; every child region c of level l draws z_c from the row z_parent of
-    ``tables[l-1][c]`` = P(z_c | z_parent), shape ``(R_l, m_{l-1}, m_l)``.
+    y ~ P(y) = ``prior``; every region r of level l >= 1 draws z_r from row ``code(z_parents(r))`` of its
+    table P(z_r | z_parents(r)) (``region_tables[l][i]``, shape ``(prod_p m_p, m_r)``; on a tree the rows
+    are the parent's events, and ``tables[l-1]`` stacks them: ``(R_l, m_{l-1}, m_l)``).
 ``mode="bottomup"`` (summarization, as in the paper)
-    leaf events are drawn independently from ``leaf_prior`` ``(R_d, m_d)``, and each parent
-    event is a deterministic function of its children's events: ``lookup[l][i, code]`` with
-    ``code = sum_c z_{child c} * m_{l+1}^(b_l - 1 - c)`` (first child most significant),
-    shape ``(R_l, m_{l+1}^b_l)``.
+    leaf events are drawn independently from ``leaf_prior`` ``(R_d, m_d)``, and each region above is a
+    deterministic function of *all* its children's events: ``lookups[l][i][code(z_children(r))]``, an
+    integer table of ``prod_c m_c`` entries (``lookup[l]`` stacks them, ``(R_l, m_{l+1}^b_l)`` on a tree).
 
-Constructors: :meth:`Ladder.random` (uniform branching and depth, Dirichlet tables with a
-concentration knob), :meth:`Ladder.fully_informative` (parent event = tuple of its children's
-events, so P(x_alpha | z_alpha) is a delta and Thm 3 holds), :meth:`Ladder.factorized_binary`
-(P_ab a Kronecker product of per-factor tables, for Thm 8/9) and :meth:`Ladder.default`.
+Codes are mixed-radix with the first parent (child) most significant (:func:`teachers.regions.mixed_radix`).
+
+Constructors: :meth:`Ladder.random`, :meth:`Ladder.summarization`, :meth:`Ladder.fully_informative` (every
+region's event is the pattern of its receptive field, so Thm 3 holds, on a tree or any graph),
+:meth:`Ladder.factorized_binary` (Thm 8/9), :meth:`Ladder.default`, :meth:`Ladder.tree` (any tree),
+:meth:`Ladder.conv1d` / :meth:`Ladder.conv2d` (overlapping fields) and their fully informative twins, and
+:meth:`Ladder.from_dict` (spec files of every version).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .emission import Emission, GaussianEmission, OneHotEmission, emission_from_dict
+from .constructors import LadderConstructors
+from .emission import Emission
+from .ladder_spec import FORMAT, GRAPH_FORMAT_V1, SPEC_VERSION, LadderSpecIO
+from .regions import (
+    check_parents,
+    children_of,
+    tree_parents,
+)
+from .spec_check import emission_from_spec
+from .validation import (
+    BOTTOMUP,
+    MAX_DEPTH,
+    MAX_EVENTS,
+    MAX_LOOKUP,
+    MAX_REGIONS,
+    MAX_TABLE_ENTRIES,
+    MODES,
+    ROW_SUM_TOL,
+    TOPDOWN,
+    Factorization,
+    LadderSpecError,
+    _as_float64,
+    _as_int_tuple,
+    _check_dense_sizes,
+    _check_entries,
+    _check_rows,
+    _level_sizes,
+    _per_region,
+    _pow,
+    _short,
+    make_emission,
+)
 
-__all__ = ["MAX_DEPTH", "MAX_EVENTS", "MAX_LOOKUP", "MAX_REGIONS", "MAX_TABLE_ENTRIES", "Factorization", "Ladder",
+__all__ = ["BOTTOMUP", "FORMAT", "GRAPH_FORMAT_V1", "MAX_DEPTH", "MAX_EVENTS", "MAX_LOOKUP", "MAX_REGIONS",
+           "MAX_TABLE_ENTRIES", "MODES", "ROW_SUM_TOL", "SPEC_VERSION", "TOPDOWN", "Factorization", "Ladder",
            "LadderSpecError"]
 
-TOPDOWN, BOTTOMUP = "topdown", "bottomup"
-MODES = (TOPDOWN, BOTTOMUP)
-# Largest number of events one region may have: tables and statistics are dense in m.
-MAX_EVENTS = 2**16
-# Largest bottom-up lookup table per region (m_child ** branching entries).
-MAX_LOOKUP = 2**22
-# Most levels below the root, and most regions over all levels (the width of an event matrix z).
-MAX_DEPTH = 64
-MAX_REGIONS = 2**24
-# Most entries of one dense table (a level's P(z_child | z_parent), lookup, leaf prior or Gaussian means):
-# 2^27 float64 values are 1 GiB.  Checked before anything of that size is allocated.
-MAX_TABLE_ENTRIES = 2**27
-ROW_SUM_TOL = 1e-6
 
 
-class LadderSpecError(ValueError):
-    """A ladder specification is inconsistent; the message names the offending field."""
+def _stack(items: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """``torch.stack(items)`` when they share one shape, else None."""
+    return torch.stack(list(items)) if len({tuple(t.shape) for t in items}) == 1 else None
 
 
-@dataclass(frozen=True)
-class Factorization:
-    """Binary-factor structure of a :meth:`Ladder.factorized_binary` ladder (Thm 8/9).
+class Ladder(LadderConstructors, LadderSpecIO):
+    """A layered summarization ladder on any region graph (see the module docstring).
 
-    ``factors[l]`` = n_l binary factors per region of level l (m_l = 2^n_l).  Factor i of a
-    parent drives the contiguous group ``S_i = [i*s_l, (i+1)*s_l)`` of each child's factors,
-    ``s_l = n_l / n_{l-1}``, through ``factor_tables[l-1][c, i]`` of shape ``(2, 2^s_l)``, so
-    that ``tables[l-1][c] = kron_i factor_tables[l-1][c, i]``.  ``root_factor_priors`` is
-    ``(n_0, 2)``: the label's factors are independent.
-    """
+    Two ways to give the graph:
 
-    factors: tuple[int, ...]
-    root_factor_priors: torch.Tensor
-    factor_tables: tuple[torch.Tensor, ...]
+    - a uniform tree: ``branching`` ``(b_0, ..., b_{d-1})`` and ``events`` ``(m_0, ..., m_d)``; then
+      ``tables[l-1]`` is ``(R_l, m_{l-1}, m_l)`` or ``(m_{l-1}, m_l)`` shared by the level, ``leaf_prior``
+      ``(R_d, m_d)`` or ``(m_d,)``, ``lookup[l]`` ``(R_l, m_{l+1}^b_l)`` or ``(m_{l+1}^b_l,)``;
+    - any layered region graph: ``parents`` (``parents[l][i]`` the sorted parents in level ``l - 1`` of region
+      i of level l, ``[[]]`` at level 0) and ``events`` (per level one count, or a list with one per region);
+      then ``tables[l-1]`` is a list of per-region ``(prod parent m, m_i)`` tables (or one stacked array),
+      ``leaf_prior`` ``(R_d, m)`` (or a list of ``(m,)``), ``lookup[l]`` a list of per-region
+      ``(prod child m,)`` integer tables (or one stacked array).
 
-    def groups(self, level: int) -> list[list[int]]:
-        """The disjoint sets S_i (child factor indices) for parent factors of ``level - 1``."""
-        n_parent, n_child = self.factors[level - 1], self.factors[level]
-        s = n_child // n_parent
-        return [list(range(i * s, (i + 1) * s)) for i in range(n_parent)]
-
-
-def _as_int_tuple(value, name: str, length: int | None = None) -> tuple[int, ...]:
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
-        if length is None:
-            raise LadderSpecError(f"{name}: expected a list of integers, got {_short(value)}")
-        value = [int(value)] * length
-    if isinstance(value, (str, bytes)):
-        raise LadderSpecError(f"{name}: expected a list of integers, got the string {_short(value)}")
-    if not isinstance(value, (list, tuple, np.ndarray, torch.Tensor)):
-        raise LadderSpecError(f"{name}: expected a list of integers, got {_short(value)}")
-    if length is not None and len(value) != length:
-        raise LadderSpecError(f"{name}: expected {length} entries, got {len(value)}")
-    out = []
-    for v in value:
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating, torch.Tensor)):
-            raise LadderSpecError(f"{name}: expected a list of integers, got {_short(list(value))}")
-        try:
-            o = int(v)
-            exact = float(v) == o
-        except (TypeError, ValueError, OverflowError, RuntimeError):
-            exact = False
-        if not exact:
-            raise LadderSpecError(f"{name}: expected integers, got {_short(list(value))}")
-        out.append(o)
-    return tuple(out)
-
-
-def _short(v, limit: int = 80) -> str:
-    """``repr(v)``, cut to ``limit`` characters (and never the digits of a huge integer)."""
-    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
-        return f"<a {v.bit_length()}-bit integer>"
-    if isinstance(v, list) and len(v) > 16:
-        v = [*v[:16], ...]
-    try:
-        r = repr(v)
-    except ValueError:  # an integer too long to print
-        r = f"<{type(v).__name__}>"
-    return r if len(r) <= limit else r[:limit - 3] + "..."
-
-
-def _pow(m: int, b: int) -> int | None:
-    """``m ** b``, or None when it has more than 64 bits (never computes a huge power)."""
-    if m <= 1:
-        return m
-    return None if b * math.log2(m) > 64 else m**b
-
-
-def _level_sizes(branching: Sequence[int]) -> list[int]:
-    """Regions per level, in Python integers; raises once the total exceeds MAX_REGIONS."""
-    num = [1]
-    for b in branching:
-        num.append(num[-1] * b)
-        if sum(num) > MAX_REGIONS:
-            raise LadderSpecError(f"branching: {_short(list(branching))} gives more than {MAX_REGIONS} regions "
-                                  f"(level {len(num) - 1} alone has {num[-1]})")
-    return num
-
-
-def _check_entries(n: int, name: str, what: str) -> None:
-    if n > MAX_TABLE_ENTRIES:
-        raise LadderSpecError(f"{name}: {what} = {n} entries exceeds {MAX_TABLE_ENTRIES}; "
-                              "use fewer regions or events")
-
-
-def _check_dense_sizes(num_regions: Sequence[int], events: Sequence[int], mode: str) -> None:
-    """The dense tables a ladder of this layout allocates, before they are allocated."""
-    if mode == TOPDOWN:
-        for l in range(1, len(events)):
-            _check_entries(num_regions[l] * events[l - 1] * events[l], f"tables[{l - 1}]",
-                           f"{num_regions[l]} regions x {events[l - 1]} x {events[l]} events")
-    else:
-        _check_entries(num_regions[-1] * events[-1], "leaf_prior",
-                       f"{num_regions[-1]} leaf regions x {events[-1]} events")
-
-
-def _check_layout(branching: Sequence[int], events: Sequence[int]) -> list[int]:
-    """Ranges of a constructor's layout, before anything is allocated: returns the regions per level."""
-    if len(branching) > MAX_DEPTH:
-        raise LadderSpecError(f"branching: at most {MAX_DEPTH} levels below the root, got {len(branching)}")
-    if any(b < 1 for b in branching):
-        raise LadderSpecError(f"branching: every entry must be >= 1, got {_short(list(branching))}")
-    if any(m < 1 for m in events):
-        raise LadderSpecError(f"events: every entry must be >= 1, got {_short(list(events))}")
-    if events[0] < 2:
-        raise LadderSpecError(f"events[0]: the label needs at least 2 classes, got {events[0]}")
-    if max(events) > MAX_EVENTS:
-        raise LadderSpecError(f"events: at most {MAX_EVENTS} events per region, got {_short(list(events))}")
-    return _level_sizes(branching)
-
-
-def _check_concentration(concentration) -> float:
-    try:
-        ok = (not isinstance(concentration, (bool, np.bool_)) and isinstance(concentration, (int, float, np.number))
-              and concentration > 0 and math.isfinite(concentration))
-    except OverflowError:
-        ok = False
-    if not ok:
-        raise LadderSpecError(f"concentration: must be > 0 and finite, got {_short(concentration)}")
-    return float(concentration)
-
-
-def _as_float64(value, name: str) -> torch.Tensor:
-    try:
-        t = torch.as_tensor(np.asarray(value, dtype=np.float64))
-    except (TypeError, ValueError) as e:
-        raise LadderSpecError(f"{name}: expected an array of numbers ({e})") from None
-    if not torch.isfinite(t).all():
-        raise LadderSpecError(f"{name}: contains NaN or infinity")
-    return t
-
-
-def _check_rows(p: torch.Tensor, name: str, what: str) -> torch.Tensor:
-    """Rows (last dim) must be non-negative and sum to 1 (within ``ROW_SUM_TOL``); returns them
-    in float64, renormalized where they are off by more than rounding."""
-    def where(idx):
-        return f"{name}{list(idx)}" if idx else name
-
-    neg = (p < 0).nonzero()
-    if len(neg):
-        idx = tuple(neg[0].tolist())
-        raise LadderSpecError(f"{where(idx)}: probability {p[idx].item():.6g} is negative ({what})")
-    s = p.sum(-1)
-    bad = ((s - 1).abs() > ROW_SUM_TOL).nonzero()
-    if len(bad):
-        idx = tuple(bad[0].tolist())
-        raise LadderSpecError(
-            f"{where(idx)}: row sums to {s[idx].item():.9g}, expected 1 (tolerance {ROW_SUM_TOL:g}) ({what})")
-    # Renormalize only rows that are off by more than rounding, so that saving and loading a
-    # ladder reproduces its tables bit for bit.
-    return torch.where((s - 1).abs()[..., None] > 1e-12, p / s[..., None], p)
-
-
-def _per_region(t: torch.Tensor, want: tuple[int, ...], name: str, meaning: str) -> torch.Tensor:
-    """``t`` of shape ``want``, or of ``want[1:]`` (one table shared by every region of the level)."""
-    if t.shape == want[1:]:
-        t = t.expand(want).clone()
-    if t.shape != want:
-        raise LadderSpecError(f"{name}: expected shape {want} ({meaning}) or {want[1:]}, got {tuple(t.shape)}")
-    return t
-
-
-class Ladder:
-    """A layered summarization ladder (see the module docstring for the conventions).
-
-    :param branching: ``(b_0, ..., b_{d-1})`` children per region at each non-leaf level.
-    :param events: ``(m_0, ..., m_d)`` events per region at each level; ``m_0`` = classes.
-    :param mode: ``"topdown"`` or ``"bottomup"``.
-    :param prior: top-down: P(y), shape ``(m_0,)``.
-    :param tables: top-down: ``d`` arrays, ``tables[l-1]`` = P(z_child | z_parent) of shape
-        ``(R_l, m_{l-1}, m_l)``, or ``(m_{l-1}, m_l)`` shared by the whole level.
-    :param leaf_prior: bottom-up: ``(R_d, m_d)`` or ``(m_d,)`` shared.
-    :param lookup: bottom-up: ``d`` integer arrays, ``lookup[l]`` of shape
-        ``(R_l, m_{l+1}^b_l)`` or ``(m_{l+1}^b_l,)`` shared.
-    :param emission: leaf observation model (default: one-hot, Thm 3's delta case).
+    :param mode: ``"topdown"`` (``prior`` P(y) ``(m_0,)`` and ``tables``) or ``"bottomup"`` (``leaf_prior``
+        and ``lookup``).
+    :param emission: leaf observation model (default: one-hot, Thm 3's delta case); all leaves share one
+        event count.
     :param name: free-form label kept in dataset files.
+    :param factorization: the binary-factor structure of :meth:`factorized_binary` (trees only).
+    :param region_names: one distinct name per region in global order (trees only).
     """
 
-    def __init__(self, branching: Sequence[int], events: Sequence[int], *, mode: str = TOPDOWN,
-                 prior=None, tables=None, leaf_prior=None, lookup=None, emission: Emission | dict | None = None,
-                 name: str = "ladder", factorization: Factorization | None = None,
-                 region_names: Sequence[str] | None = None):
-        if mode not in MODES:
-            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {mode!r}")
+    def __init__(self, branching: Sequence[int] | None = None, events: Sequence | None = None, *,
+                 parents: Sequence | None = None, mode: str = TOPDOWN, prior=None, tables=None, leaf_prior=None,
+                 lookup=None, emission: Emission | dict | str | None = None, name: str = "ladder",
+                 factorization: Factorization | None = None, region_names: Sequence[str] | None = None):
+        if not isinstance(mode, str) or mode not in MODES:
+            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
         self.mode = mode
         self.name = str(name)
-        self.branching = _as_int_tuple(branching, "branching")
-        d = len(self.branching)
-        if d < 1:
-            raise LadderSpecError("branching: a ladder needs at least one level below the root (depth >= 1)")
-        if d > MAX_DEPTH:
-            raise LadderSpecError(f"branching: at most {MAX_DEPTH} levels below the root, got {d}")
-        if any(b < 1 for b in self.branching):
-            raise LadderSpecError(f"branching: every entry must be >= 1, got {list(self.branching)}")
-        self.events = _as_int_tuple(events, "events", d + 1)
-        if any(m < 1 for m in self.events):
-            raise LadderSpecError(f"events: every entry must be >= 1, got {list(self.events)}")
-        if self.events[0] < 2:
-            raise LadderSpecError(f"events[0]: the label needs at least 2 classes, got {self.events[0]}")
-        if max(self.events) > MAX_EVENTS:
-            raise LadderSpecError(f"events: at most {MAX_EVENTS} events per region, got {list(self.events)}")
-        self.num_regions = tuple(_level_sizes(self.branching))
-        _check_dense_sizes(self.num_regions, self.events, mode if mode in MODES else TOPDOWN)
-        self.level_offsets = tuple(int(v) for v in np.concatenate([[0], np.cumsum(self.num_regions)]))
         self.factorization = factorization
-        if region_names is not None:
-            if isinstance(region_names, (str, bytes)) or not isinstance(region_names, Sequence):
-                raise LadderSpecError(f"region_names: expected a list of {self.total_regions} names, "
-                                      f"got {type(region_names).__name__}")
-            region_names = [str(v) for v in region_names]
-            if len(region_names) != self.total_regions or len(set(region_names)) != len(region_names):
-                raise LadderSpecError(f"region_names: expected {self.total_regions} distinct names")
-        self._region_names = region_names
+        self._cache: dict = {}
+        if (branching is None) == (parents is None):
+            raise LadderSpecError("branching, parents: give exactly one (branching for a uniform tree, parents for "
+                                  "any region graph)")
+        if events is None:
+            raise LadderSpecError("events: missing (events per level, root first)")
+        if parents is None:
+            self._init_tree_layout(branching, events)
+        else:
+            if factorization is not None or region_names is not None:
+                raise LadderSpecError("factorization, region_names: only for a ladder given by its branching")
+            self._init_graph_layout(parents, events)
+        self._region_names = self._check_names(region_names)
         if mode == TOPDOWN:
             if leaf_prior is not None or lookup is not None:
                 raise LadderSpecError("leaf_prior/lookup: only for mode='bottomup'; a top-down ladder takes "
@@ -283,20 +138,125 @@ class Ladder:
                 raise LadderSpecError("prior/tables: only for mode='topdown'; a bottom-up ladder takes "
                                       "leaf_prior and lookup")
             self._init_bottomup(leaf_prior, lookup)
+        self.emission = self._check_emission(emission)
+
+    # ------------------------------------------------------------------ layout
+    def _init_tree_layout(self, branching, events) -> None:
+        branching = _as_int_tuple(branching, "branching")
+        d = len(branching)
+        if d < 1:
+            raise LadderSpecError("branching: a ladder needs at least one level below the root (depth >= 1)")
+        if d > MAX_DEPTH:
+            raise LadderSpecError(f"branching: at most {MAX_DEPTH} levels below the root, got {d}")
+        if any(b < 1 for b in branching):
+            raise LadderSpecError(f"branching: every entry must be >= 1, got {list(branching)}")
+        events = _as_int_tuple(events, "events", d + 1)
+        self._check_event_counts(events)
+        self.num_regions = tuple(_level_sizes(branching))
+        _check_dense_sizes(self.num_regions, events, self.mode)
+        self._branching, self.events = branching, events
+        self._region_events = None  # built on first use (a tree may have millions of regions)
+        self._parents = None
+        self.level_offsets = tuple(int(v) for v in np.concatenate([[0], np.cumsum(self.num_regions)]))
+
+    @staticmethod
+    def _check_event_counts(events: Sequence[int]) -> None:
+        if any(m < 1 for m in events):
+            raise LadderSpecError(f"events: every entry must be >= 1, got {_short(list(events))}")
+        if events[0] < 2:
+            raise LadderSpecError(f"events[0]: the label needs at least 2 classes, got {events[0]}")
+        if max(events) > MAX_EVENTS:
+            raise LadderSpecError(f"events: at most {MAX_EVENTS} events per region, got {_short(list(events))}")
+
+    def _init_graph_layout(self, parents, events) -> None:
+        try:
+            if isinstance(parents, (str, bytes)) or len(parents) < 2:
+                raise TypeError
+            parents = tuple(tuple(tuple(int(p) for p in ps) for ps in lvl) for lvl in parents)
+        except (TypeError, ValueError) as e:
+            raise LadderSpecError(f"parents: expected one list of parent lists per level (at least the label's "
+                                  f"and the leaves'), nested lists of integers ({e or 'got ' + _short(parents)})"
+                                  ) from None
+        if len(parents) > MAX_DEPTH + 1:
+            raise LadderSpecError(f"parents: at most {MAX_DEPTH} levels below the root, got {len(parents) - 1}")
+        num_regions = tuple(len(lvl) for lvl in parents)
+        if sum(num_regions) > MAX_REGIONS:
+            raise LadderSpecError(f"parents: more than {MAX_REGIONS} regions")
+        if isinstance(events, (str, bytes)) or not isinstance(events, Sequence) or len(events) != len(parents):
+            raise LadderSpecError(f"events: expected {len(parents)} entries (one per level, root first), got "
+                                  f"{_short(events)}")
+        region_events = []
+        for l, (m, n) in enumerate(zip(events, num_regions, strict=True)):
+            if isinstance(m, Sequence | np.ndarray | torch.Tensor) and not isinstance(m, str | bytes) \
+                    and len(m) != n:
+                if l == 0:
+                    raise LadderSpecError(f"events[0]: the top level holds exactly one region (the label), got "
+                                          f"{len(m)} event counts")
+                raise LadderSpecError(f"events[{l}]: expected {n} event counts (one per region of level {l}), got "
+                                      f"{_short(list(m))}")
+            if isinstance(m, int | np.integer) and not isinstance(m, bool | np.bool_) and not 1 <= m <= MAX_EVENTS:
+                raise LadderSpecError(f"events[{l}]: expected 1..{MAX_EVENTS} events, got {_short(int(m))}")
+            lvl = _as_int_tuple(m, f"events[{l}]", n)  # one count for the level, or one per region
+            for i, v in enumerate(lvl):
+                if not 1 <= v <= MAX_EVENTS:
+                    raise LadderSpecError(f"events[{l}][{i}]: expected 1..{MAX_EVENTS} events, got {v}")
+            region_events.append(lvl)
+        if len(num_regions) and num_regions[0] != 1:
+            raise LadderSpecError(f"events[0]: the top level holds exactly one region (the label), got "
+                                  f"{num_regions[0]}")
+        if region_events[0][0] < 2:
+            raise LadderSpecError(f"events[0]: the label needs at least 2 classes, got {region_events[0][0]}")
+        if any(n == 0 for n in num_regions):
+            raise LadderSpecError(f"parents: every level needs at least one region, got {list(num_regions)}")
+        if len(set(region_events[-1])) != 1:
+            raise LadderSpecError(f"events[{len(parents) - 1}]: every leaf needs the same number of events (one "
+                                  f"emission model), got {sorted(set(region_events[-1]))}")
+        check_parents(parents, num_regions)
+        self.num_regions = num_regions
+        self.level_offsets = tuple(int(v) for v in np.concatenate([[0], np.cumsum(num_regions)]))
+        self._region_events = tuple(region_events)
+        self._parents = parents
+        self.events = tuple(max(lvl) for lvl in region_events)
+        self._branching = self._uniform_branching()
+
+    def _uniform_branching(self) -> tuple[int, ...] | None:
+        """The branching when the graph is a uniform tree in breadth-first order, else None."""
+        if any(len(set(lvl)) != 1 for lvl in self._region_events):
+            return None
+        out = []
+        for l in range(1, len(self.num_regions)):
+            b, rem = divmod(self.num_regions[l], self.num_regions[l - 1])
+            if rem or any(ps != (i // b,) for i, ps in enumerate(self._parents[l])):
+                return None
+            out.append(b)
+        return tuple(out)
+
+    def _check_names(self, region_names):
+        if region_names is None:
+            return None
+        if isinstance(region_names, (str, bytes)) or not isinstance(region_names, Sequence):
+            raise LadderSpecError(f"region_names: expected a list of {self.total_regions} names, "
+                                  f"got {type(region_names).__name__}")
+        region_names = [str(v) for v in region_names]
+        if len(region_names) != self.total_regions or len(set(region_names)) != len(region_names):
+            raise LadderSpecError(f"region_names: expected {self.total_regions} distinct names")
+        return region_names
+
+    def _check_emission(self, emission) -> Emission:
         if emission is None or isinstance(emission, str):
-            emission = self._emission(emission, self.num_regions[-1], self.events[-1], None)
-        elif isinstance(emission, dict):
-            emission = _emission_from_dict(emission, self.num_regions[-1], self.events[-1])
+            emission = make_emission(emission, self.num_regions[-1], self.events[-1], None)
+        if isinstance(emission, dict):
+            emission = emission_from_spec(emission, self.num_regions[-1], self.events[-1])
         if not isinstance(emission, Emission):
             raise LadderSpecError(f"emission: expected an Emission or a dict, got {type(emission).__name__}")
         if (emission.num_regions, emission.num_events) != (self.num_regions[-1], self.events[-1]):
             raise LadderSpecError(
                 f"emission: covers {emission.num_regions} regions x {emission.num_events} events, but the "
                 f"ladder's leaf level has {self.num_regions[-1]} regions x {self.events[-1]} events")
-        self.emission = emission
+        return emission
 
-    # ------------------------------------------------------------------ validation
-    def _init_topdown(self, prior, tables):
+    # ------------------------------------------------------------------ tables
+    def _init_topdown(self, prior, tables) -> None:
         d, m = self.depth, self.events
         if prior is None or tables is None:
             raise LadderSpecError("prior/tables: a top-down ladder needs prior (P(y)) and tables "
@@ -309,52 +269,130 @@ class Ladder:
             raise LadderSpecError(f"tables: expected a list of {d} tables (one per level below the root)")
         out = []
         for l in range(1, d + 1):
-            t = _as_float64(tables[l - 1], f"tables[{l - 1}]")
-            t = _per_region(t, (self.num_regions[l], m[l - 1], m[l]), f"tables[{l - 1}]",
-                            f"regions of level {l}, events of level {l - 1}, events of level {l}")
-            out.append(_check_rows(t, f"tables[{l - 1}]", "index = [region, parent event]"))
-        self.tables = tuple(out)
-        self.leaf_prior = None
-        self.lookup = None
+            name = f"tables[{l - 1}]"
+            if self._parents is None:  # a uniform tree: one stacked table per level
+                t = _as_float64(tables[l - 1], name)
+                t = _per_region(t, (self.num_regions[l], m[l - 1], m[l]), name,
+                                f"regions of level {l}, events of level {l - 1}, events of level {l}")
+                out.append(_check_rows(t, name, "index = [region, parent event]"))
+                continue
+            shapes = [(math.prod(self.parent_sizes(l, i)), self._region_events[l][i])
+                      for i in range(self.num_regions[l])]
+            for i, (rows, mi) in enumerate(shapes):
+                if rows * mi > MAX_TABLE_ENTRIES:
+                    raise LadderSpecError(f"{name}[{i}]: {rows} parent configurations x {mi} events is more than "
+                                          f"{MAX_TABLE_ENTRIES} entries")
+            given = tables[l - 1]
+            if isinstance(given, (list, tuple)):  # one table per region
+                if len(given) != self.num_regions[l]:
+                    raise LadderSpecError(f"{name}: expected one table per region ({self.num_regions[l]}), got "
+                                          f"{len(given)}")
+                region = [self._region_table(t, shapes[i], f"{name}[{i}]") for i, t in enumerate(given)]
+            else:  # one array of every region's table
+                t = _as_float64(given, name)
+                if len(set(shapes)) != 1 or tuple(t.shape) != (self.num_regions[l], *shapes[0]):
+                    raise LadderSpecError(f"{name}: expected a list of {self.num_regions[l]} tables (rows: "
+                                          f"configurations of the parents, mixed-radix) or one array of them, got "
+                                          f"shape {tuple(t.shape)}")
+                region = list(_check_rows(t, name, "index = [region, parent configuration]"))
+            out.append(_stack(region) if len(set(shapes)) == 1 else tuple(region))
+        self._tables = tuple(out)
+        self._leaf_prior = None
+        self._lookup = None
+        self.tables  # noqa: B018 -- built now, so that with_emission's copies share this one tuple
 
-    def _init_bottomup(self, leaf_prior, lookup):
+    @staticmethod
+    def _region_table(t, shape: tuple[int, int], name: str) -> torch.Tensor:
+        t = _as_float64(t, name)
+        if tuple(t.shape) != shape:
+            raise LadderSpecError(f"{name}: expected shape {shape} (parent configurations, events), got "
+                                  f"{tuple(t.shape)}")
+        return _check_rows(t, name, "index = [parent configuration]")
+
+    def _init_bottomup(self, leaf_prior, lookup) -> None:
         d, m = self.depth, self.events
         if leaf_prior is None or lookup is None:
             raise LadderSpecError("leaf_prior/lookup: a bottom-up ladder needs leaf_prior and lookup tables")
+        per_leaf = isinstance(leaf_prior, (list, tuple)) and leaf_prior
+        if per_leaf and isinstance(leaf_prior[0], torch.Tensor | np.ndarray):
+            if len({tuple(p.shape) for p in leaf_prior}) != 1:
+                raise LadderSpecError(f"leaf_prior: expected one prior of {m[d]} events per leaf")
+            leaf_prior = torch.stack([_as_float64(p, f"leaf_prior[{i}]") for i, p in enumerate(leaf_prior)])
         p = _per_region(_as_float64(leaf_prior, "leaf_prior"), (self.num_regions[d], m[d]), "leaf_prior",
                         "leaf regions, leaf events")
-        self.leaf_prior = _check_rows(p, "leaf_prior", "index = [leaf region]")
+        self._leaf_prior = _check_rows(p, "leaf_prior", "index = [leaf region]")
         if not isinstance(lookup, (list, tuple)) or len(lookup) != d:
             raise LadderSpecError(f"lookup: expected a list of {d} tables (one per non-leaf level)")
         out = []
         for l in range(d):
-            size = _pow(m[l + 1], self.branching[l])
-            if size is None or size > MAX_LOOKUP:
-                raise LadderSpecError(
-                    f"lookup[{l}]: {m[l + 1]}^{self.branching[l]} = {size or 'over 2^64'} child configurations "
-                    f"per region exceeds {MAX_LOOKUP}; use fewer events or a smaller branching")
-            _check_entries(self.num_regions[l] * size, f"lookup[{l}]",
-                           f"{self.num_regions[l]} regions x {size} child configurations")
-            arr = np.asarray(lookup[l])
-            if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0)):
-                raise LadderSpecError(f"lookup[{l}]: expected integer event indices, got dtype {arr.dtype}")
-            t = _per_region(torch.as_tensor(arr.astype(np.int64)), (self.num_regions[l], size), f"lookup[{l}]",
-                            f"regions of level {l}, events[{l + 1}]^branching[{l}]")
-            bad = ((t < 0) | (t >= m[l])).nonzero()
-            if len(bad):
-                r, c = bad[0].tolist()
-                raise LadderSpecError(f"lookup[{l}][{r}, {c}]: event {t[r, c].item()} outside [0, {m[l]}) "
-                                      f"(events[{l}] = {m[l]})")
-            out.append(t)
-        self.lookup = tuple(out)
+            name = f"lookup[{l}]"
+            if self._parents is None:
+                size = _pow(m[l + 1], self._branching[l])
+                if size is None or size > MAX_LOOKUP:
+                    raise LadderSpecError(
+                        f"{name}: {m[l + 1]}^{self._branching[l]} = {size or 'over 2^64'} child configurations "
+                        f"per region exceeds {MAX_LOOKUP}; use fewer events or a smaller branching")
+                _check_entries(self.num_regions[l] * size, name,
+                               f"{self.num_regions[l]} regions x {size} child configurations")
+                t = _per_region(self._as_lookup(lookup[l], name), (self.num_regions[l], size), name,
+                                f"regions of level {l}, events[{l + 1}]^branching[{l}]")
+                self._check_lookup_range(t, name, l)
+                out.append(t)
+                continue
+            sizes = []
+            for i in range(self.num_regions[l]):
+                size = math.prod(self.child_sizes(l, i))
+                if size > MAX_LOOKUP:
+                    raise LadderSpecError(f"{name}[{i}]: {size} child configurations is more than {MAX_LOOKUP}")
+                sizes.append(size)
+            given = lookup[l]
+            if isinstance(given, (list, tuple)):  # one lookup per region
+                if len(given) != self.num_regions[l]:
+                    raise LadderSpecError(f"{name}: expected one lookup per region ({self.num_regions[l]}), got "
+                                          f"{len(given)}")
+                region = []
+                for i, t in enumerate(given):
+                    t = self._as_lookup(t, f"{name}[{i}]")
+                    if tuple(t.shape) != (sizes[i],):
+                        raise LadderSpecError(f"{name}[{i}]: expected shape ({sizes[i]},) (one event per "
+                                              f"configuration of children {self.children[l][i]}), got "
+                                              f"{tuple(t.shape)}")
+                    region.append(t)
+            else:  # one array of every region's lookup
+                t = self._as_lookup(given, name)
+                if len(set(sizes)) != 1 or tuple(t.shape) != (self.num_regions[l], sizes[0]):
+                    raise LadderSpecError(f"{name}: expected a list of {self.num_regions[l]} lookups or one array "
+                                          f"of them, got shape {tuple(t.shape)}")
+                region = list(t)
+            for i, t in enumerate(region):
+                mi = self._region_events[l][i]
+                if t.numel() and (int(t.min()) < 0 or int(t.max()) >= mi):
+                    raise LadderSpecError(f"{name}[{i}]: events must lie in [0, {mi})")
+            out.append(_stack(region) if len(set(sizes)) == 1 else tuple(region))
+        self._lookup = tuple(out)
         self.prior = None
-        self.tables = None
+        self._tables = None
+        self.lookup  # noqa: B018 -- built now, so that with_emission's copies share this one tuple
+
+    @staticmethod
+    def _as_lookup(t, name: str) -> torch.Tensor:
+        arr = np.asarray(t.detach().cpu() if isinstance(t, torch.Tensor) else t)
+        if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0)):
+            raise LadderSpecError(f"{name}: expected integer event indices, got dtype {arr.dtype}")
+        return torch.as_tensor(arr.astype(np.int64))
+
+    def _check_lookup_range(self, t: torch.Tensor, name: str, l: int) -> None:
+        bad = ((t < 0) | (t >= self.events[l])).nonzero()
+        if len(bad):
+            r, c = bad[0].tolist()
+            raise LadderSpecError(f"{name}[{r}, {c}]: event {t[r, c].item()} outside [0, {self.events[l]}) "
+                                  f"(events[{l}] = {self.events[l]})")
 
     # ------------------------------------------------------------------ structure
     @property
     def depth(self) -> int:
         """Number of levels below the root (leaves are at level ``depth``)."""
-        return len(self.branching)
+        return len(self.num_regions) - 1
 
     @property
     def total_regions(self) -> int:
@@ -366,14 +404,70 @@ class Ladder:
         """Number of labels: the events of the top region (z_omega = y)."""
         return self.events[0]
 
-    def parents(self, level: int) -> torch.Tensor:
-        """Index (within level ``level - 1``) of the parent of each region of ``level``: ``(R_l,)``."""
+    @property
+    def leaf_events(self) -> int:
+        """The one event count every leaf has."""
+        return self.events[-1]
+
+    @property
+    def branching(self) -> tuple[int, ...] | None:
+        """``(b_0, ..., b_{d-1})`` of a uniform tree (breadth-first numbering); None for any other graph."""
+        return self._branching
+
+    def is_uniform(self) -> bool:
+        """Whether this is a uniform tree: :attr:`branching` is set and its tables stack per level."""
+        return self._branching is not None
+
+    def is_tree(self) -> bool:
+        """Whether every region below the top has exactly one parent."""
+        return self._branching is not None or all(len(ps) == 1 for lvl in self._parents[1:] for ps in lvl)
+
+    @property
+    def region_events(self) -> tuple[tuple[int, ...], ...]:
+        """``region_events[l][i]``: m of region i of level l (``events[l]`` is the level's largest)."""
+        if self._region_events is None:
+            self._region_events = tuple((m,) * n for m, n in zip(self.events, self.num_regions, strict=True))
+        return self._region_events
+
+    @property
+    def parents(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """``parents[l][i]``: the sorted indices in level ``l - 1`` of the parents of region i of level l
+        (``((),)`` at level 0)."""
+        if self._parents is None:
+            self._parents = tree_parents(self._branching)
+        return self._parents
+
+    @property
+    def children(self) -> tuple[tuple[tuple[int, ...], ...], ...]:
+        """``children[l][i]``: the sorted indices in level ``l + 1`` of the children of region i of level l
+        (``()`` for the leaves)."""
+        if "children" not in self._cache:
+            kids = children_of(self.parents, self.num_regions)
+            self._cache["children"] = (*map(tuple, kids), tuple(() for _ in range(self.num_regions[-1])))
+        return self._cache["children"]
+
+    def parent_sizes(self, level: int, i: int) -> tuple[int, ...]:
+        """Event counts of the parents of region i of ``level`` (the radices of its table's rows)."""
+        return tuple(self.region_events[level - 1][p] for p in self.parents[level][i])
+
+    def child_sizes(self, level: int, i: int) -> tuple[int, ...]:
+        """Event counts of the children of region i of ``level`` (the radices of its lookup)."""
+        return tuple(self.region_events[level + 1][c] for c in self.children[level][i])
+
+    def edges(self) -> list[tuple[int, int, int]]:
+        """Every parent-child edge as ``(level of the child, parent index, child index)``."""
+        return [(l, p, i) for l in range(1, self.depth + 1) for i, ps in enumerate(self.parents[l]) for p in ps]
+
+    def parent_index(self, level: int) -> torch.Tensor:
+        """Index (within level ``level - 1``) of the one parent of each region of ``level`` of a tree: ``(R_l,)``."""
         if not 1 <= level <= self.depth:
             raise ValueError(f"level: expected 1..{self.depth}, got {level}")
-        return torch.arange(self.num_regions[level]) // self.branching[level - 1]
+        if not self.is_tree():
+            raise ValueError("parent_index: regions of this ladder have several parents; use parents[level]")
+        return torch.tensor([ps[0] for ps in self.parents[level]], dtype=torch.int64)
 
     def region_level(self) -> torch.Tensor:
-        """Level of every region, in global (breadth-first) order: ``(total_regions,)``."""
+        """Level of every region, in global order: ``(total_regions,)``."""
         return torch.repeat_interleave(torch.arange(self.depth + 1), torch.tensor(self.num_regions))
 
     def region_names(self) -> list[str]:
@@ -384,33 +478,96 @@ class Ladder:
         return [f"{l}.{i}" for l in range(self.depth + 1) for i in range(self.num_regions[l])]
 
     def leaves_under(self, level: int) -> int:
-        """How many leaf regions lie under one region of ``level``."""
-        return int(np.prod(self.branching[level:], dtype=np.int64))
+        """How many leaf regions lie under one region of ``level`` of a uniform tree."""
+        if self._branching is None:
+            raise ValueError("leaves_under: only for a uniform tree (regions of this ladder see different "
+                             "numbers of leaves)")
+        return int(np.prod(self._branching[level:], dtype=np.int64))
 
     def event_dtype(self) -> torch.dtype:
         """Smallest integer dtype that holds every event index (storage dtype of samples)."""
         top = max(self.events)
         return torch.uint8 if top <= 256 else torch.int16 if top <= 2**15 else torch.int32
 
+    # ------------------------------------------------------------------ tables, stacked and per region
+    @property
+    def tables(self) -> tuple[torch.Tensor | None, ...] | None:
+        """Top-down: ``tables[l-1]`` P(z | parents) of level l stacked, ``(R_l, rows, m_l)`` (a tree:
+        ``(R_l, m_{l-1}, m_l)``), or None for a level whose regions' tables differ in shape."""
+        if self._tables is None:
+            return None
+        if "tables" not in self._cache:  # one tuple, shared by with_emission's copies (as the tables are)
+            self._cache["tables"] = tuple(t if isinstance(t, torch.Tensor) else None for t in self._tables)
+        return self._cache["tables"]
+
+    @property
+    def region_tables(self) -> tuple[tuple[torch.Tensor, ...], ...] | None:
+        """Top-down: ``region_tables[l][i]`` ``(prod parent m, m_i)`` (``region_tables[0] == ()``)."""
+        if self._tables is None:
+            return None
+        if "region_tables" not in self._cache:
+            self._cache["region_tables"] = ((), *(tuple(t) for t in self._tables))
+        return self._cache["region_tables"]
+
+    @property
+    def leaf_prior(self) -> torch.Tensor | None:
+        """Bottom-up: the leaves' priors ``(R_d, m_d)``."""
+        return self._leaf_prior
+
+    @property
+    def leaf_priors(self) -> tuple[torch.Tensor, ...] | None:
+        """Bottom-up: ``leaf_priors[i]`` ``(m_d,)`` of leaf i."""
+        return None if self._leaf_prior is None else tuple(self._leaf_prior)
+
+    @property
+    def lookup(self) -> tuple[torch.Tensor | None, ...] | None:
+        """Bottom-up: ``lookup[l]`` of level l stacked ``(R_l, prod child m)``, or None for a level whose
+        regions' lookups differ in size."""
+        if self._lookup is None:
+            return None
+        if "lookup" not in self._cache:
+            self._cache["lookup"] = tuple(t if isinstance(t, torch.Tensor) else None for t in self._lookup)
+        return self._cache["lookup"]
+
+    @property
+    def lookups(self) -> tuple[tuple[torch.Tensor, ...], ...] | None:
+        """Bottom-up: ``lookups[l][i]`` ``(prod child m,)`` int64 for every region above the leaves."""
+        if self._lookup is None:
+            return None
+        if "lookups" not in self._cache:
+            self._cache["lookups"] = tuple(tuple(t) for t in self._lookup)
+        return self._cache["lookups"]
+
+    # ------------------------------------------------------------------ for people
     def describe(self) -> str:
-        """A few lines for people: mode, depth, regions, events and branching per level, emission."""
+        """A few lines for people: mode, depth, regions, events and branching (or parents) per level."""
+        kind = "" if self.is_uniform() else ", tree" if self.is_tree() else ", DAG"
         lines = [f"Ladder {self.name!r}: mode={self.mode}, depth={self.depth}, "
-                 f"{self.total_regions} regions, {self.num_classes} classes, emission={self.emission.kind}"]
+                 f"{self.total_regions} regions, {self.num_classes} classes{kind}, emission={self.emission.kind}"]
         for l in range(self.depth + 1):
-            b = f", {self.branching[l]} children each" if l < self.depth else " (leaves)"
-            lines.append(f"  level {l}: {self.num_regions[l]} regions x {self.events[l]} events{b}")
+            if self.is_uniform():
+                b = f", {self._branching[l]} children each" if l < self.depth else " (leaves)"
+                lines.append(f"  level {l}: {self.num_regions[l]} regions x {self.events[l]} events{b}")
+            else:
+                ms = sorted(set(self.region_events[l]))
+                npar = sorted({len(ps) for ps in self.parents[l]}) if l else [0]
+                lines.append(f"  level {l}: {self.num_regions[l]} regions, events {ms}, parents per region {npar}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        return (f"Ladder(mode={self.mode!r}, branching={list(self.branching)}, events={list(self.events)}, "
-                f"emission={self.emission.kind!r})")
+        if self.is_uniform():
+            return (f"Ladder(mode={self.mode!r}, branching={list(self._branching)}, events={list(self.events)}, "
+                    f"emission={self.emission.kind!r})")
+        return (f"Ladder(mode={self.mode!r}, regions per level={list(self.num_regions)}, "
+                f"{'tree' if self.is_tree() else 'DAG'}, emission={self.emission.kind!r})")
 
     def with_emission(self, emission: Emission | dict) -> Ladder:
         """The same events with another leaf observation model."""
         new = object.__new__(Ladder)
         new.__dict__.update(self.__dict__)
+        new._cache = {k: v for k, v in self._cache.items() if k != "fingerprint"}  # the emission is hashed too
         if isinstance(emission, dict):
-            emission = _emission_from_dict(emission, self.num_regions[-1], self.events[-1])
+            emission = emission_from_spec(emission, self.num_regions[-1], self.events[-1])
         if not isinstance(emission, Emission):
             raise LadderSpecError(f"emission: expected an Emission or a dict, got {type(emission).__name__}")
         if (emission.num_regions, emission.num_events) != (self.num_regions[-1], self.events[-1]):
@@ -419,453 +576,10 @@ class Ladder:
         new.emission = emission
         return new
 
-    # ------------------------------------------------------------------ serialization
-    def fingerprint(self) -> str:
-        """SHA-256 of the whole specification (structure, mode, emission and every table's dtype, shape and
-        bytes): equal for two ladders exactly when they define the same teacher, the check used before
-        counts or statistics of two samples are merged."""
-        h = hashlib.sha256()
-
-        def feed(obj) -> None:
-            if isinstance(obj, torch.Tensor | np.ndarray):
-                a = np.ascontiguousarray(obj.detach().cpu().numpy() if isinstance(obj, torch.Tensor) else obj)
-                h.update(f"<array {a.dtype.str} {a.shape}>".encode())
-                h.update(a.tobytes())
-            elif isinstance(obj, dict):
-                h.update(b"{")
-                for k in sorted(obj):
-                    h.update(json.dumps(k).encode() + b":")
-                    feed(obj[k])
-                h.update(b"}")
-            elif isinstance(obj, list | tuple):
-                h.update(b"[")
-                for v in obj:
-                    feed(v)
-                    h.update(b",")
-                h.update(b"]")
-            else:
-                h.update(json.dumps(obj).encode())
-
-        feed(self.to_dict())
-        return h.hexdigest()
-
-    def to_dict(self) -> dict:
-        """Plain description: lists/ints/strings plus tensors (see :mod:`teachers.spec_io`)."""
-        d = {"format": "smaso-ladder", "version": 1, "name": self.name, "mode": self.mode,
-             "branching": list(self.branching), "events": list(self.events), "emission": self.emission.to_dict()}
-        if self.mode == TOPDOWN:
-            d["prior"] = self.prior
-            d["tables"] = list(self.tables)
-        else:
-            d["leaf_prior"] = self.leaf_prior
-            d["lookup"] = list(self.lookup)
-        if self._region_names is not None:
-            d["region_names"] = list(self._region_names)
-        if self.factorization is not None:
-            f = self.factorization
-            d["factorization"] = {"factors": list(f.factors), "root_factor_priors": f.root_factor_priors,
-                                  "factor_tables": list(f.factor_tables)}
-        return d
-
     @classmethod
-    def from_dict(cls, d: dict) -> Ladder:
-        """Inverse of :meth:`to_dict`; also accepts ``{"kind": "random" | "fully_informative" |
-        "factorized_binary" | "summarization" | "default", ...}`` generator descriptions (the keyword arguments of the
-        constructor of that name)."""
-        from .spec_check import check_spec
-
-        check_spec(d)  # every field's type and range, unknown keys, options that do not apply
-        if "kind" in d:
-            kind = d["kind"]
-            builders = {"random": cls.random, "fully_informative": cls.fully_informative,
-                        "factorized_binary": cls.factorized_binary, "summarization": cls.summarization,
-                        "default": cls.default}
-            kwargs = {k: v for k, v in d.items() if k not in ("kind", "format", "version")}
-            return builders[kind](**kwargs)
-        names = None
-        if "regions" in d:
-            d = dict(d)
-            d["branching"], d["events"], names = _parse_region_tree(d.pop("regions"))
-        elif "region_names" in d:
-            names = d["region_names"]
-        fac = None
-        if d.get("factorization") is not None:
-            f = d["factorization"]
-            fac = Factorization(tuple(int(v) for v in f["factors"]),
-                                _as_float64(f["root_factor_priors"], "factorization.root_factor_priors"),
-                                tuple(_as_float64(t, f"factorization.factor_tables[{i}]")
-                                      for i, t in enumerate(f["factor_tables"])))
-        lad = cls(d["branching"], d["events"], mode=d["mode"], prior=d.get("prior"), tables=d.get("tables"),
-                  leaf_prior=d.get("leaf_prior"), lookup=d.get("lookup"), emission=d.get("emission"),
-                  name=d.get("name") or "ladder", factorization=fac, region_names=names)
-        if fac is not None:
-            _check_factorization(fac, lad)
-        return lad
-
-    # ------------------------------------------------------------------ constructors
-    @staticmethod
-    def _emission(emission, num_regions, num_events, sigma):
-        if emission is None or (isinstance(emission, str) and emission == "onehot"):
-            return OneHotEmission(num_regions, num_events)
-        if isinstance(emission, str) and emission == "gaussian":
-            try:
-                ok = (isinstance(sigma, (int, float, np.number)) and not isinstance(sigma, (bool, np.bool_))
-                      and sigma > 0 and math.isfinite(sigma))
-            except OverflowError:
-                ok = False
-            if not ok:
-                raise LadderSpecError(f"sigma: a gaussian emission needs a finite sigma > 0, got {_short(sigma)}")
-            _check_entries(num_regions * num_events * num_events, "emission",
-                           f"gaussian means around one-hot, {num_regions} leaf regions x {num_events} x "
-                           f"{num_events}")
-            return GaussianEmission.around_one_hot(num_regions, num_events, float(sigma))
-        if isinstance(emission, (Emission, dict)):
-            return emission
-        raise LadderSpecError(f"emission: expected 'onehot', 'gaussian', an Emission or a dict, "
-                              f"got {_short(emission)}")
-
-    @classmethod
-    def random(cls, depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence[int] = 4, *,
-               mode: str = TOPDOWN, concentration: float = 1.0, seed: int = 0, emission=None,
-               sigma: float | None = None, name: str | None = None) -> Ladder:
-        """A ladder with uniform branching and random tables.
-
-        Top-down: P(y) and every row of every P(z_child | z_parent) ~ Dirichlet(concentration);
-        small concentrations give peaked rows (events that carry the label), large ones
-        near-uniform rows.  Bottom-up: leaf priors ~ Dirichlet(concentration) and each parent's
-        lookup table is a uniformly random map onto all m_l events (every event reachable).
-
-        :param depth: levels below the root (>= 1).
-        :param branching: children per region (an int, or one per level).
-        :param events: events per region (an int, or ``depth + 1`` values, root first).
-        :param concentration: Dirichlet concentration, > 0.
-        :param seed: seed of the tables (numpy's PCG64, platform independent).
-        :param emission: ``"onehot"`` (default), ``"gaussian"`` (means one-hot, noise ``sigma``)
-            or an :class:`~teachers.emission.Emission`.
-        """
-        depth, branching, events, concentration, rng, num_regions = _random_layout(depth, branching, events,
-                                                                                    concentration, seed)
-        if mode not in MODES:
-            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
-        _check_dense_sizes(num_regions, events, mode)
-        emission = cls._emission(emission, num_regions[-1], events[-1], sigma)
-        name = name or f"random-{mode}-d{depth}"
-        if mode == TOPDOWN:
-            prior = _dirichlet(rng, concentration, (), events[0])
-            tables = [_dirichlet(rng, concentration, (num_regions[l], events[l - 1]), events[l])
-                      for l in range(1, depth + 1)]
-            return cls(branching, events, mode=mode, prior=prior, tables=tables, emission=emission, name=name)
-        if mode != BOTTOMUP:
-            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {mode!r}")
-        leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
-        lookup = []
-        for l in range(depth):
-            size = _pow(events[l + 1], branching[l])
-            if size is not None and size < events[l]:
-                raise LadderSpecError(
-                    f"events[{l}]: {events[l]} parent events cannot all be reached from "
-                    f"{events[l + 1]}^{branching[l]} = {size} child configurations")
-            if size is None or size > MAX_LOOKUP:
-                raise LadderSpecError(f"events[{l + 1}]^branching[{l}] = {size or 'over 2^64'} exceeds {MAX_LOOKUP} "
-                                      "entries per table")
-            _check_entries(num_regions[l] * size, f"lookup[{l}]", f"{num_regions[l]} regions x {size} configurations")
-            tabs = np.empty((num_regions[l], size), dtype=np.int64)
-            for r in range(num_regions[l]):
-                vals = np.concatenate([np.arange(events[l]), rng.integers(0, events[l], size - events[l])])
-                tabs[r] = rng.permutation(vals)
-            lookup.append(tabs)
-        return cls(branching, events, mode=mode, leaf_prior=leaf_prior, lookup=lookup, emission=emission, name=name)
-
-    @classmethod
-    def fully_informative(cls, depth: int = 2, branching: int | Sequence[int] = 2, leaf_events: int = 2, *,
-                          concentration: float | None = None, seed: int = 0, emission=None,
-                          sigma: float | None = None, name: str | None = None) -> Ladder:
-        """The ladder where each parent event is the tuple of its children's events.
-
-        Bottom-up with ``lookup`` the mixed-radix code of the children tuple, so
-        m_l = m_{l+1}^b_l and z_alpha determines every leaf event under alpha: with one-hot
-        leaves, P(x_alpha | z_alpha) is a delta for every region (Thm 3).  Leaf priors are
-        uniform, or Dirichlet(concentration) when ``concentration`` is given.
-        """
-        depth = _check_depth(depth)
-        branching = _as_int_tuple(branching, "branching", depth)
-        if isinstance(leaf_events, (bool, np.bool_)) or not isinstance(leaf_events, (int, np.integer)):
-            raise LadderSpecError(f"leaf_events: expected an integer >= 1, got {_short(leaf_events)}")
-        events = [int(leaf_events)]
-        if events[0] < 1:
-            raise LadderSpecError(f"leaf_events: must be >= 1, got {leaf_events}")
-        if events[0] > MAX_EVENTS:
-            raise LadderSpecError(f"leaf_events: at most {MAX_EVENTS} events per region, got {_short(events[0])}")
-        _check_layout(branching, [2] * (depth + 1))
-        for l in reversed(range(depth)):
-            events.insert(0, _pow(events[0], branching[l]))
-            if events[0] is None or events[0] > MAX_EVENTS:
-                raise LadderSpecError(
-                    f"fully informative ladder: level {l} would need {events[1]}^{branching[l]} events "
-                    f"(> {MAX_EVENTS}); lower depth, branching or leaf_events")
-        if events[0] < 2:
-            raise LadderSpecError("leaf_events: the label needs >= 2 classes; use leaf_events >= 2")
-        num_regions = _check_layout(branching, events)
-        _check_dense_sizes(num_regions, events, BOTTOMUP)
-        rng = _rng(seed)
-        if concentration is None:
-            leaf_prior = np.full(events[-1], 1.0 / events[-1])
-        else:
-            leaf_prior = _dirichlet(rng, _check_concentration(concentration), (num_regions[-1],), events[-1])
-        lookup = [np.arange(events[l]) for l in range(depth)]  # code -> itself: the tuple is the event
-        return cls(branching, events, mode=BOTTOMUP, leaf_prior=leaf_prior, lookup=lookup,
-                   emission=cls._emission(emission, num_regions[-1], events[-1], sigma),
-                   name=name or f"fully-informative-d{depth}")
-
-    @classmethod
-    def factorized_binary(cls, depth: int = 2, branching: int | Sequence[int] = 2,
-                          factors: Sequence[int] = (1, 2, 2), *, concentration: float = 1.0, seed: int = 0,
-                          emission=None, sigma: float | None = None, name: str | None = None) -> Ladder:
-        """Top-down ladder of binary factors with P_ab a Kronecker product (Thm 8/9).
-
-        A region of level l carries n_l = ``factors[l]`` binary factors (m_l = 2^n_l, factor 0
-        the most significant bit).  Factor i of a parent drives the i-th contiguous group S_i of
-        s_l = n_l / n_{l-1} factors of each child through its own (2, 2^s_l) table, so
-        P(z_child | z_parent) = kron_i P_{parent[i], child[S_i]}.  The label's factors are
-        independent Bernoulli variables.  All small tables are Dirichlet(concentration).
-        """
-        depth = _check_depth(depth)
-        branching = _as_int_tuple(branching, "branching", depth)
-        factors = _as_int_tuple(factors, "factors", depth + 1)
-        if any(n < 1 for n in factors):
-            raise LadderSpecError(f"factors: every level needs >= 1 binary factor, got {list(factors)}")
-        for l in range(1, depth + 1):
-            if factors[l] % factors[l - 1]:
-                raise LadderSpecError(f"factors[{l}]: {factors[l]} child factors cannot be split into "
-                                      f"{factors[l - 1]} equal groups (factors[{l - 1}] = {factors[l - 1]})")
-        if max(factors) > 16:
-            raise LadderSpecError(f"factors: 2^{max(factors)} events per region exceeds {MAX_EVENTS}")
-        events = [2**n for n in factors]
-        if max(events) > MAX_EVENTS:
-            raise LadderSpecError(f"factors: 2^{max(factors)} events per region exceeds {MAX_EVENTS}")
-        concentration = _check_concentration(concentration)
-        rng = _rng(seed)
-        num_regions = _check_layout(branching, events)
-        _check_dense_sizes(num_regions, events, TOPDOWN)
-        root_f = _dirichlet(rng, concentration, (factors[0],), 2)
-        prior = _kron_vectors(root_f)
-        factor_tables, tables = [], []
-        for l in range(1, depth + 1):
-            s = factors[l] // factors[l - 1]
-            ft = _dirichlet(rng, concentration, (num_regions[l], factors[l - 1], 2), 2**s)
-            factor_tables.append(torch.as_tensor(ft))
-            t = np.empty((num_regions[l], events[l - 1], events[l]))
-            for r in range(num_regions[l]):
-                k = ft[r, 0]
-                for i in range(1, factors[l - 1]):
-                    k = np.kron(k, ft[r, i])
-                t[r] = k
-            tables.append(t)
-        fac = Factorization(tuple(factors), torch.as_tensor(root_f), tuple(factor_tables))
-        return cls(branching, events, mode=TOPDOWN, prior=prior, tables=tables,
-                   emission=cls._emission(emission, num_regions[-1], events[-1], sigma),
-                   name=name or f"factorized-binary-d{depth}", factorization=fac)
-
-    @classmethod
-    def summarization(cls, depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence[int] = 4, *,
-                      concentration: float = 2.0, seed: int = 0, emission=None, sigma: float | None = None,
-                      name: str | None = None) -> Ladder:
-        """A summarization ladder in the paper's sense (§2.1, §3): leaf events drawn, every parent
-        event a deterministic function of its children's events, the label the root's event.
-
-        Leaf priors ~ Dirichlet(``concentration``); each region's lookup table is a random *balanced*
-        map from the m^b child configurations onto its m events (every event the image of
-        floor(m^b / m) or one more configurations), so with near-uniform leaves every level's events
-        are near-uniform too (no class is rare).  The map is not injective when m^b > m: a child's
-        event is then not determined by its parent's, so broadness of knowledge fails while focus
-        holds, and y is a function of x (Bayes-optimal accuracy 1 with one-hot leaves).
-
-        :param depth, branching, events: as in :meth:`random` (m^b >= m at every level).
-        :param concentration: Dirichlet concentration of the leaf priors, > 0.
-        :param seed: seed of the priors and maps (numpy's PCG64, platform independent).
-        """
-        depth, branching, events, concentration, rng, num_regions = _random_layout(depth, branching, events,
-                                                                                    concentration, seed)
-        _check_dense_sizes(num_regions, events, BOTTOMUP)
-        leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
-        lookup = []
-        for l in range(depth):
-            size = _pow(events[l + 1], branching[l])
-            if size is not None and size < events[l]:
-                raise LadderSpecError(f"events[{l}]: {events[l]} parent events cannot all be reached from "
-                                      f"{events[l + 1]}^{branching[l]} = {size} child configurations")
-            if size is None or size > MAX_LOOKUP:
-                raise LadderSpecError(f"events[{l + 1}]^branching[{l}] = {size or 'over 2^64'} exceeds {MAX_LOOKUP} "
-                                      "entries per table")
-            _check_entries(num_regions[l] * size, f"lookup[{l}]", f"{num_regions[l]} regions x {size} configurations")
-            balanced = np.arange(size) % events[l]  # each event size // m or size // m + 1 times
-            lookup.append(np.stack([rng.permutation(balanced) for _ in range(num_regions[l])]))
-        return cls(branching, events, mode=BOTTOMUP, leaf_prior=leaf_prior, lookup=lookup,
-                   emission=cls._emission(emission, num_regions[-1], events[-1], sigma),
-                   name=name or f"summarization-d{depth}")
-
-    @classmethod
-    def default(cls, emission=None, sigma: float | None = None, mode: str = BOTTOMUP) -> Ladder:
-        """The built-in ladder of ``smaso demo``.
-
-        ``mode="bottomup"`` (the default, name ``"default"``): the summarization ladder of the
-        framework paper, :meth:`summarization` with depth 3, branching 2, 4 events per region
-        (4 classes), Dirichlet(2) leaf priors, seed 2 (of seeds 0-9 the one with the most even
-        classes: P(y) = 0.259, 0.273, 0.242, 0.227): y is a function of x, and each parent event
-        summarizes 4 of its 16 child configurations, so broadness of knowledge fails by design.
-
-        ``mode="topdown"`` (name ``"default-topdown"``, the default before version 0.3): a top-down
-        stochastic ladder, depth 3, branching 2, 4 events, Dirichlet(0.5) tables, seed 0; y is not a
-        function of x (Bayes-optimal accuracy about 0.56).
-        """
-        if mode == BOTTOMUP:
-            return cls.summarization(depth=3, branching=2, events=4, concentration=2.0, seed=2, emission=emission,
-                                     sigma=sigma, name="default")
-        if mode == TOPDOWN:
-            return cls.random(depth=3, branching=2, events=4, mode=TOPDOWN, concentration=0.5, seed=0,
-                              emission=emission, sigma=sigma, name="default-topdown")
-        raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {mode!r}")
-
-
-def _parse_region_tree(regions) -> tuple[list[int], list[int], list[str]]:
-    """An explicit region tree -> (branching, events, names in breadth-first order).
-
-    ``regions`` is a list of ``{"name": str, "events": int, "children": [names]}`` (leaves
-    have no or empty ``children``); the root is the one region that is nobody's child.
-    The tree must be layered: every region of a level has the same number of events and of
-    children, and all leaves are at the same depth.  Tables are then given in the
-    breadth-first order of this tree (children in the order listed).
-    """
-    if not isinstance(regions, list) or not regions:
-        raise LadderSpecError("regions: expected a non-empty list of {name, events, children} tables")
-    by_name: dict[str, dict] = {}
-    for i, r in enumerate(regions):
-        if not isinstance(r, dict) or "name" not in r or "events" not in r:
-            raise LadderSpecError(f"regions[{i}]: expected a table with 'name', 'events' and optional 'children'")
-        name = str(r["name"])
-        if name in by_name:
-            raise LadderSpecError(f"regions[{i}]: region name {name!r} is used twice")
-        by_name[name] = r
-    parent: dict[str, str] = {}
-    for name, r in by_name.items():
-        for c in r.get("children") or []:
-            c = str(c)
-            if c not in by_name:
-                raise LadderSpecError(f"regions: region {name!r} has a child {c!r} that is not a defined region")
-            if c in parent:
-                raise LadderSpecError(f"regions: region {c!r} is a child of both {parent[c]!r} and {name!r}")
-            parent[c] = name
-    roots = [n for n in by_name if n not in parent]
-    if len(roots) != 1:
-        raise LadderSpecError(f"regions: expected exactly one root (a region that is nobody's child), found {roots}")
-    order, level, depth_of = [], [roots[0]], {roots[0]: 0}
-    branching, events = [], []
-    while level:
-        ev = {int(by_name[n]["events"]) for n in level}
-        if len(ev) != 1:
-            raise LadderSpecError(f"regions: regions at depth {len(events)} have different event counts {sorted(ev)}; "
-                                  "a ladder needs the same m at every region of a level")
-        events.append(ev.pop())
-        if len(events) > MAX_DEPTH + 1:
-            raise LadderSpecError(f"regions: the tree is more than {MAX_DEPTH} levels deep below the root "
-                                  f"{roots[0]!r}")
-        order += level
-        kids = [len(by_name[n].get("children") or []) for n in level]
-        if len(set(kids)) != 1:
-            raise LadderSpecError(f"regions: regions at depth {len(events) - 1} have {sorted(set(kids))} children; "
-                                  "a ladder needs the same branching at every region of a level "
-                                  "(and all leaves at the same depth)")
-        nxt = [str(c) for n in level for c in by_name[n].get("children") or []]
-        for c in nxt:
-            depth_of[c] = len(events)
-        if kids[0]:
-            branching.append(kids[0])
-        level = nxt
-    unreachable = [n for n in by_name if n not in depth_of]
-    if unreachable:  # only possible through a cycle that avoids the root
-        raise LadderSpecError(f"regions: region(s) {unreachable} cannot be reached from the root {roots[0]!r}")
-    return branching, events, order
-
-
-def _check_factorization(f: Factorization, lad: Ladder) -> None:
-    """A spec's factorization must describe its ladder: 2^n_l events, and factor tables of the right shapes."""
-    n = f.factors
-    if len(n) != lad.depth + 1:
-        raise LadderSpecError(f"factorization.factors: expected {lad.depth + 1} entries (one per level), got {len(n)}")
-    for l, (nl, m) in enumerate(zip(n, lad.events, strict=True)):
-        if 2**nl != m:
-            raise LadderSpecError(f"factorization.factors[{l}]: 2^{nl} binary-factor events, but events[{l}] = {m}")
-        if l and nl % n[l - 1]:
-            raise LadderSpecError(f"factorization.factors[{l}]: {nl} child factors cannot be split into "
-                                  f"{n[l - 1]} equal groups")
-    if tuple(f.root_factor_priors.shape) != (n[0], 2):
-        raise LadderSpecError(f"factorization.root_factor_priors: expected shape ({n[0]}, 2), "
-                              f"got {tuple(f.root_factor_priors.shape)}")
-    if len(f.factor_tables) != lad.depth:
-        raise LadderSpecError(f"factorization.factor_tables: expected {lad.depth} tables, got {len(f.factor_tables)}")
-    for l in range(1, lad.depth + 1):
-        want = (lad.num_regions[l], n[l - 1], 2, 2 ** (n[l] // n[l - 1]))
-        if tuple(f.factor_tables[l - 1].shape) != want:
-            raise LadderSpecError(f"factorization.factor_tables[{l - 1}]: expected shape {want}, "
-                                  f"got {tuple(f.factor_tables[l - 1].shape)}")
-
-
-def _emission_from_dict(d, num_regions, num_events) -> Emission:
-    from .spec_check import check_emission_dict
-
-    check_emission_dict(d)
-    if d["kind"] == "gaussian" and "means" not in d:
-        _check_entries(num_regions * num_events * num_events, "emission",
-                       f"gaussian means around one-hot, {num_regions} leaf regions x {num_events} x {num_events}")
-    try:
-        return emission_from_dict(d, num_regions, num_events)
-    except LadderSpecError:
-        raise
-    except (ValueError, TypeError) as e:
-        raise LadderSpecError(str(e)) from None
-
-
-def _random_layout(depth, branching, events, concentration, seed):
-    """The checked arguments of a random constructor: ``(depth, branching, events, concentration, rng,
-    num_regions)``."""
-    depth = _check_depth(depth)
-    branching = _as_int_tuple(branching, "branching", depth)
-    events = _as_int_tuple(events, "events", depth + 1)
-    concentration = _check_concentration(concentration)
-    return depth, branching, events, concentration, _rng(seed), _check_layout(branching, events)
-
-
-def _rng(seed) -> np.random.Generator:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise LadderSpecError(f"seed: expected a non-negative integer, got {_short(seed)}")
-    return np.random.default_rng(int(seed))
-
-
-def _check_depth(depth) -> int:
-    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
-        raise LadderSpecError(f"depth: expected an integer >= 1, got {_short(depth)}")
-    if depth > MAX_DEPTH:
-        raise LadderSpecError(f"depth: at most {MAX_DEPTH} levels, got {_short(int(depth))}")
-    return int(depth)
-
-
-def _dirichlet(rng: np.random.Generator, concentration: float, shape: tuple, m: int) -> np.ndarray:
-    """Dirichlet rows of length m; tiny concentrations can underflow to an all-zero row in
-    numpy, which is replaced by a one-hot row at a random event (the limit of the distribution)."""
-    if m == 1:
-        return np.ones((*shape, 1))
-    p = rng.dirichlet(np.full(m, float(concentration)), size=shape if shape else None)
-    p = np.asarray(p, dtype=np.float64).reshape(*shape, m)
-    s = p.sum(-1)
-    bad = ~(s > 0)
-    if bad.any():
-        idx = rng.integers(0, m, size=int(bad.sum()))
-        p[bad] = np.eye(m)[idx]
-    return p / p.sum(-1, keepdims=True)
-
-
-def _kron_vectors(rows: np.ndarray) -> np.ndarray:
-    out = rows[0]
-    for r in rows[1:]:
-        out = np.kron(out, r)
-    return out
+    def _layout_only(cls, events, parents) -> Ladder:
+        """A ladder object holding only a checked graph layout (for constructors that draw tables for it)."""
+        lay = object.__new__(cls)
+        lay.mode, lay._cache = TOPDOWN, {}
+        lay._init_graph_layout(parents, events)
+        return lay

@@ -1,37 +1,53 @@
-"""Fast, reproducible, shardable sampling of labelled examples from a ladder.
+"""Fast, reproducible, shardable sampling of labelled examples from any ladder (trees and region graphs alike).
 
-Examples are generated in fixed blocks of :data:`BLOCK_SIZE`; block k draws from its own
-``torch.Generator`` seeded by ``SeedSequence([seed, k])``, and always draws the whole block.
-Example i therefore depends only on (ladder, seed, i): the same seed gives the same bytes
-whatever ``chunk_size`` is, and ``shard=(i, n)`` returns exactly rows
-``[i*N//n, (i+1)*N//n)`` of the unsharded sample.  (Bytes are reproducible per device type:
-CUDA generators produce other streams than CPU ones.)
+Examples are generated in fixed blocks of :data:`BLOCK_SIZE`; block k draws from its own ``torch.Generator``
+seeded by ``SeedSequence([seed, k, STREAM_VERSION])``, and always draws the whole block: one ``(BLOCK_SIZE,
+R_l)`` uniform array per drawn level, in sampling order (then the emission, when x is not derivable).  Example
+i therefore depends only on (ladder, seed, i): the same seed gives the same bytes whatever ``chunk_size`` is,
+and ``shard=(i, n)`` returns exactly rows ``[i*N//n, (i+1)*N//n)`` of the unsharded sample.  (Bytes are
+reproducible per device type: CUDA generators produce other streams than CPU ones.)  Torch's global RNG is
+never used.
 
-Each block is one call of the ladder's Pyro model (:class:`~teachers.pyro_model.LadderModel`)
-under a plate of the block's size; its sample sites use the alias sampler, so the Pyro model
-*is* the fast sampler.
+The sampler is vectorised over examples and over *all* the regions of a level (:func:`sampling_plan`):
+
+- topdown: the tables of a level's regions are stacked into one :class:`~teachers.categorical.AliasTable`
+  (rows padded to the level's largest m with zero-probability events); a region's row is its first row plus
+  the mixed-radix code of its parents' events (first parent most significant), and each event is one alias
+  draw from one uniform (float32 when the level's largest m <= 256, as in :mod:`teachers.categorical`);
+- bottomup: the leaves are drawn from their priors (one alias table, the same draw); every region above is the
+  lookup of its children's code (one concatenated lookup table per level), no random numbers.
+
+The codes are computed on strided views of the ``(N, total_regions)`` event array, not by gathers: a level's
+regions are split into runs whose linked regions are evenly spaced (:func:`strided_runs`: a tree level, or a
+convolution's level, is one run plus its edges).  On a uniform tree the stream is the one the tree sampler of
+versions <= 0.2 drew through the Pyro model (stream version 1, and ``graph_stream_version`` 2 of the graph
+sampler): the same bytes for the same ladder, seed and rows.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from .categorical import BlockRNG
+from .categorical import AliasTable, BlockRNG
 from .emission import one_hot
-from .ladder import Ladder
-from .pyro_model import LadderModel
+from .ladder import TOPDOWN, Ladder
 
-__all__ = ["BLOCK_SIZE", "DEFAULT_CHUNK_ROWS", "EventRows", "LadderSample", "available_memory", "block_generator",
-           "check_working_memory", "parse_shard", "sample_ladder", "sample_rows"]
+__all__ = ["BLOCK_SIZE", "DEFAULT_CHUNK_ROWS", "GRAPH_STREAM_VERSION", "STREAM_VERSION", "EventRows", "LadderSample",
+           "SamplingPlan", "available_memory", "block_generator", "check_working_memory", "parse_shard",
+           "sample_ladder", "sample_rows", "sampling_plan", "signature_groups", "strided_runs"]
 
 #: Examples per RNG block.  Part of the sampling stream's definition (``STREAM_VERSION``):
 #: changing it changes every sampled byte.
 BLOCK_SIZE = 4096
 STREAM_VERSION = 1
+#: Version of the per-level scheme on region graphs (2: alias draws, one uniform array per level; 1 was the
+#: inverse CDF on float64 uniforms per :func:`signature_groups` group), recorded in graph stores.
+GRAPH_STREAM_VERSION = 2
 #: Rows per chunk of a chunked (version 2) dataset store, and of :meth:`LadderSample.iter_chunks`, by default.
 DEFAULT_CHUNK_ROWS = 16 * BLOCK_SIZE
 
@@ -77,11 +93,12 @@ class EventRows:
 class LadderSample(EventRows):
     """A sample from a ladder: every latent event of every example, and the inputs.
 
-    :ivar z: ``(N, total_regions)`` events of every region in global (breadth-first) order,
-        stored in the ladder's ``event_dtype()`` (uint8 for m <= 256).  ``z[:, 0]`` is y.
-    :ivar x: ``(N, R_d, dim)`` inputs, or ``None`` when the emission is derivable from the
-        leaf events (one-hot leaves): then :meth:`inputs` builds them on demand.
+    :ivar z: ``(N, total_regions)`` events of every region in global order (``level_offsets[l] + i``), stored
+        in the ladder's ``event_dtype()`` (uint8 for m <= 256).  ``z[:, 0]`` is y.
+    :ivar x: ``(N, R_d, dim)`` float32 inputs, or ``None`` when the emission is derivable from the leaf events
+        (one-hot leaves): then :meth:`inputs` builds them on demand.
     :ivar start: index of the first example in the full (unsharded) stream.
+    :ivar total: examples in the full stream (``None``: unknown).
     """
 
     ladder: Ladder
@@ -95,6 +112,11 @@ class LadderSample(EventRows):
     @property
     def teacher(self) -> Ladder:
         """The ladder (what :class:`EventRows` reads the layout from)."""
+        return self.ladder
+
+    @property
+    def graph(self) -> Ladder:
+        """The ladder, under the name ``GraphSample`` used before 0.3."""
         return self.ladder
 
     def to(self, device: torch.device | str) -> LadderSample:
@@ -145,53 +167,6 @@ def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int]:
     return i, n
 
 
-def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: str | tuple[int, int] | None = None,
-                  chunk_size: int | None = None, device: torch.device | str | None = None,
-                  progress: bool | None = None, model: LadderModel | None = None) -> LadderSample:
-    """Sample ``num_examples`` examples (or one shard of them) from ``ladder``.
-
-    :param num_examples: N of the full stream (> 0).
-    :param seed: stream seed (a non-negative integer).
-    :param shard: ``"i/n"``: return only rows ``[i*N//n, (i+1)*N//n)`` of the full stream.
-    :param chunk_size: examples generated per model call (rounded up to whole blocks); only
-        memory and speed depend on it, never the bytes.
-    :param device: where to sample (cpu default; cuda works, with CUDA's own RNG streams).
-    :param progress: show a tqdm bar (default: when more than 2^18 examples are drawn and
-        stderr is a terminal).
-    :returns: a :class:`LadderSample` with ``z`` (and ``x`` when not derivable) on ``device``.
-    """
-    if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)) or num_examples <= 0:
-        raise ValueError(f"num_examples: expected a positive integer, got {num_examples!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
-    if not isinstance(ladder, Ladder):
-        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
-    if chunk_size is not None and (not isinstance(chunk_size, (int, np.integer)) or chunk_size <= 0):
-        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
-    num_examples, seed = int(num_examples), int(seed)
-    i, n_shards = parse_shard(shard)
-    lo, hi = i * num_examples // n_shards, (i + 1) * num_examples // n_shards
-    device = torch.device(device) if device is not None else torch.device("cpu")
-    model = model or LadderModel(ladder, device=device)
-    emit = not ladder.emission.derivable
-    blocks_per_call = max(1, -(-(chunk_size or BLOCK_SIZE) // BLOCK_SIZE))
-    n = hi - lo
-    z = torch.empty(n, ladder.total_regions, dtype=ladder.event_dtype(), device=device)
-    x = torch.empty(n, ladder.num_regions[-1], ladder.emission.dim, device=device) if emit else None
-    if progress is None:  # auto: large requests on an interactive terminal
-        progress = n > 2**18 and sys.stderr.isatty()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=n, unit="ex", unit_scale=True, desc="sampling ladder")
-    _sample_into(ladder, seed, lo, hi, z, x, model, device, blocks_per_call, bar)
-    if bar is not None:
-        bar.close()
-    return LadderSample(ladder, z, x, seed=seed, start=lo, total=num_examples,
-                        meta={"shard": [i, n_shards], "block_size": BLOCK_SIZE, "stream_version": STREAM_VERSION})
-
-
 # bytes the sampler's temporaries take per (row, region) of one model call: the uniform, the cell index,
 # the alias and threshold gathers, the kept mask and the events (peak RSS measured: 20.5 B on CPU)
 WORK_BYTES_PER_CELL = 24
@@ -222,7 +197,7 @@ def check_working_memory(ladder, blocks_per_call: int = 1, device: torch.device 
     The stream is drawn in whole blocks of :data:`BLOCK_SIZE` rows (whatever ``num_examples``), so even
     a few examples of a very wide ladder need ``BLOCK_SIZE x total_regions`` cells of temporaries.
 
-    :param ladder: a :class:`~teachers.ladder.Ladder` or a :class:`~teachers.graph_ladder.GraphLadder`
+    :param ladder: a :class:`~teachers.ladder.Ladder` or a :class:`~teachers.graph_ladder.Ladder`
         (anything with ``total_regions``, ``num_regions`` and ``emission``).
 
     :raises ValueError: the estimate exceeds the memory available on ``device``.
@@ -238,65 +213,330 @@ def check_working_memory(ladder, blocks_per_call: int = 1, device: torch.device 
                          f"(smaller branching or depth)")
 
 
-def _sample_into(ladder: Ladder, seed: int, lo: int, hi: int, z: torch.Tensor, x: torch.Tensor | None,
-                 model: LadderModel, device: torch.device, blocks_per_call: int, bar=None) -> None:
-    """Fill ``z`` (and ``x`` when the emission is not derivable) with stream rows ``[lo, hi)``:
-    one model call per ``blocks_per_call`` blocks, block k drawn from ``block_generator(seed, k)``."""
-    check_working_memory(ladder, min(blocks_per_call, -(-(hi - lo) // BLOCK_SIZE) + 1), device)
-    emit = not ladder.emission.derivable
+def signature_groups(g: Ladder, level: int) -> list[tuple[tuple, tuple[int, ...]]]:
+    """The regions of ``level`` grouped by signature: ``[(signature, region indices), ...]``.
+
+    topdown: signature ``(parent event counts, m)`` (level 0: ``((), m_0)``); bottomup: the tuple of the
+    children's event counts (``()`` for the leaves).  Groups are ordered by their first region and hold
+    their regions in increasing order; this order defines the Pyro site names
+    ``z_{level}_g{j}`` of :class:`teachers.pyro_model.LadderModel` (its grouped layout).
+    """
+    if not 0 <= level <= g.depth:
+        raise ValueError(f"level: expected 0..{g.depth}, got {level}")
+    groups: dict[tuple, list[int]] = {}
+    for i in range(g.num_regions[level]):
+        if g.mode == TOPDOWN:
+            key = (g.parent_sizes(level, i) if level else (), g.region_events[level][i])
+        else:
+            key = g.child_sizes(level, i) if level < g.depth else ()
+        groups.setdefault(key, []).append(i)
+    return [(key, tuple(idx)) for key, idx in groups.items()]  # dicts keep first-seen order
+
+
+def strided_runs(links) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
+    """Split a level's regions into runs whose linked regions are strided slices of the level above/below.
+
+    A run ``(i0, q, rep, [(a_j, s_j), ...])`` covers regions ``i0 .. i0 + q * rep - 1``; region
+    ``i0 + t * rep + r`` (``0 <= r < rep``) links, in place ``j``, to region ``a_j + s_j * t``.  A tree
+    level is one run (``rep`` = branching), a convolution's level one run plus its edges.
+    """
+    runs, i0, n = [], 0, len(links)
+    while i0 < n:
+        first = links[i0]
+        rep = 1
+        while i0 + rep < n and links[i0 + rep] == first:
+            rep += 1
+        nxt = links[i0 + rep] if i0 + rep < n else None
+        steps = None if nxt is None or len(nxt) != len(first) else [b - a for a, b in zip(first, nxt, strict=True)]
+        if steps is not None and min(steps, default=0) < 0:  # torch slices cannot step backwards
+            steps = None
+        q = 1
+        while steps is not None and i0 + (q + 1) * rep <= n:
+            want = tuple(a + s * q for a, s in zip(first, steps, strict=True))
+            if any(links[i0 + q * rep + r] != want for r in range(rep)):
+                break
+            q += 1
+        runs.append((i0, q, rep, [(a, s) for a, s in zip(first, steps or [0] * len(first), strict=True)]))
+        i0 += q * rep
+    return runs
+
+
+class _Level:
+    """One level's sampling plan: every region of the level in one vectorised step.
+
+    ``runs``: :func:`strided_runs` of the regions' parents (topdown) or children (bottomup), as global columns
+    of the ``(n, total_regions)`` buffer, with ``(q, rep)`` int32 mixed-radix weights per linked place
+    (first most significant) and the regions' first rows ``(q, rep)`` in ``table``: a region's row (or
+    lookup index) is its offset plus the weighted sum of its linked events, computed on strided views
+    of the buffer (no gather).  topdown (and the bottomup leaves): ``table`` is one
+    :class:`~teachers.categorical.AliasTable` of every region's rows, padded to the level's largest m
+    with zero-probability events; bottomup above the leaves: the concatenated lookups (1-D).
+    """
+
+    def __init__(self, lo: int, r: int, runs, offset, table, draw: bool):
+        self.lo, self.hi, self.r, self.runs, self.offset = lo, lo + r, r, runs, offset
+        self.table, self.draw = table, draw
+
+    def rows(self, buf: torch.Tensor) -> torch.Tensor:
+        """Row (topdown) or lookup (bottomup) index ``(n, R)`` int32 of every region of every example."""
+        n = buf.shape[0]
+        if not self.runs:
+            return self.offset.expand(n, self.r)
+        out = None if len(self.runs) == 1 else torch.empty(n, self.r, dtype=torch.int32, device=buf.device)
+        for i0, q, rep, off, terms in self.runs:
+            code = None
+            for col, step, w in terms:
+                part = buf[:, col: col + step * (q - 1) + 1: step] if step else buf[:, col: col + 1].expand(n, q)
+                part = part.unsqueeze(-1)  # (n, q, 1), a view of the buffer
+                term = part if w is None else part * w
+                code = term + off if code is None else code.add_(term)
+            if out is None:
+                return code.reshape(n, self.r)
+            out[:, i0: i0 + q * rep] = code.reshape(n, q * rep)
+        return out
+
+
+def _pad_rows(probs: torch.Tensor, m: int) -> torch.Tensor:
+    """``(rows, m_r)`` float64 rows, normalised and padded with zeros to ``m`` events."""
+    p = probs.to(torch.float64).reshape(-1, probs.shape[-1])
+    p = p / p.sum(-1, keepdim=True)
+    return torch.nn.functional.pad(p, (0, m - p.shape[-1]))
+
+
+class SamplingPlan:
+    """Per-level tensors of one graph on one device (built once per call of the sampler)."""
+
+    def __init__(self, g: Ladder, device: torch.device):
+        self.g, self.device = g, device
+        off = g.level_offsets
+        self.levels: list[_Level] = []
+        order = range(g.depth + 1) if g.mode == TOPDOWN else range(g.depth, -1, -1)
+        for l in order:
+            r = g.num_regions[l]
+            if g.mode == TOPDOWN:
+                links = g.parents[l] if l else ((),) * r
+                base = off[l - 1] if l else 0
+                above = g.region_events[l - 1] if l else ()
+                m = g.events[l]
+                stacked = g.prior[None] if l == 0 else g.tables[l - 1]
+                probs = [stacked] if stacked is not None else list(g.region_tables[l])  # stacked: one pad
+                table = AliasTable(torch.cat([_pad_rows(p, m) for p in probs]), device=device)
+                sizes = [stacked.shape[-2]] * r if stacked is not None else [int(p.shape[0]) for p in probs]
+                draw = True
+            elif l == g.depth:
+                links, base, above = ((),) * r, 0, ()
+                m = g.events[l]
+                table = AliasTable(_pad_rows(g.leaf_prior, m), device=device)
+                sizes, draw = [1] * r, True
+            else:
+                links, base, above = g.children[l], off[l + 1], g.region_events[l + 1]
+                stacked = g.lookup[l]
+                lookups = [stacked.reshape(-1)] if stacked is not None else [t.reshape(-1) for t in g.lookups[l]]
+                table = torch.cat(lookups).to(device=device, dtype=g.event_dtype())
+                sizes = [stacked.shape[-1]] * r if stacked is not None else [t.numel() for t in lookups]
+                draw = False
+            first_row = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            offset = torch.as_tensor(first_row, dtype=torch.int32, device=device)[None]
+            runs = []
+            for i0, q, rep, places in (strided_runs(links) if any(links) else []):
+                regs = np.arange(i0, i0 + q * rep)
+
+                def t(v, q=q, rep=rep):
+                    return torch.as_tensor(np.asarray(v).reshape(q, rep), dtype=torch.int32, device=device)
+
+                weights = np.ones((len(places), q * rep), dtype=np.int64)
+                for j in range(len(places) - 2, -1, -1):
+                    weights[j] = weights[j + 1] * np.array([above[links[i][j + 1]] for i in regs])
+                terms = [(base + a, s, None if (weights[j] == 1).all() else t(weights[j]))
+                         for j, (a, s) in enumerate(places)]
+                runs.append((i0, q, rep, t(first_row[regs]), terms))
+            self.levels.append(_Level(off[l], r, runs, offset, table, draw))
+
+
+def _sample_call(plan: SamplingPlan, rng: BlockRNG, buf: torch.Tensor) -> torch.Tensor | None:
+    """All events of ``rng.total`` rows written into ``buf`` ``(n, total_regions)`` (the event dtype), and x
+    when the emission is not derivable.
+
+    Per level, one alias draw for every region at once: the uniforms are ``(n, R_l)`` per level (float32
+    when the level's largest m <= 256), drawn block by block through ``rng`` (the stream's definition).
+    """
+    g = plan.g
+    for lvl in plan.levels:
+        row = lvl.rows(buf)
+        if lvl.draw:
+            ev = lvl.table.sample(row, rng)
+        else:
+            ev = lvl.table.index_select(0, row.reshape(-1)).reshape(row.shape)
+        buf[:, lvl.lo: lvl.hi] = ev
+    if g.emission.derivable:
+        return None
+    leaves = buf[:, g.level_offsets[-2]:].long()
+    return torch.cat([g.emission.sample(zb, gen).to(torch.float32) for zb, gen in rng.split(leaves)])
+
+
+def _positive_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+def _nonneg_int(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def _device(device) -> torch.device:
+    try:
+        return torch.device(device) if device is not None else torch.device("cpu")
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device: expected a torch device, got {device!r} ({e})") from None
+
+
+def _blocks_per_call(chunk_size) -> int:
+    return 1 if chunk_size is None else -(-_positive_int(chunk_size, "chunk_size") // BLOCK_SIZE)
+
+
+def _sample_into(plan: SamplingPlan, seed: int, lo: int, hi: int, z: torch.Tensor, x: torch.Tensor | None,
+                 blocks_per_call: int, bar=None) -> None:
+    """Fill ``z`` ``(hi - lo, total_regions)`` (and ``x`` ``(hi - lo, leaves, dim)`` when the emission is not
+    derivable) with stream rows ``[lo, hi)``: blocks ``lo // BLOCK_SIZE .. ceil(hi / BLOCK_SIZE)`` are drawn whole,
+    ``blocks_per_call`` per pass, block k from ``block_generator(seed, k)``, and the rows kept are copied out.
+
+    A pass whose rows all lie in ``[lo, hi)`` is sampled in place; the others (the first and last ones of an
+    unaligned range) through a buffer of the pass's rows.
+    """
+    g, device = plan.g, plan.device
     first, last = lo // BLOCK_SIZE, -(-hi // BLOCK_SIZE)  # blocks [first, last)
     with torch.no_grad():
-        for call_start in range(first, last, blocks_per_call):
-            blocks = range(call_start, min(call_start + blocks_per_call, last))
+        for call in range(first, last, blocks_per_call):
+            blocks = range(call, min(call + blocks_per_call, last))
             rng = BlockRNG([block_generator(seed, k, device) for k in blocks], [BLOCK_SIZE] * len(blocks))
-            vals = model.model(rng.total, emit=emit, generator=rng, compact=True)
-            base = call_start * BLOCK_SIZE
+            base = call * BLOCK_SIZE
             a, b = max(lo, base), min(hi, base + rng.total)
-            for l in range(ladder.depth + 1):
-                lvl = vals[f"z_{l}"].reshape(rng.total, ladder.num_regions[l])
-                z[a - lo: b - lo, ladder.level_offsets[l]: ladder.level_offsets[l + 1]] = lvl[a - base: b - base]
-            if emit:
-                x[a - lo: b - lo] = vals["x"].reshape(rng.total, ladder.num_regions[-1], -1)[a - base: b - base]
+            inside = (a, b) == (base, base + rng.total)
+            buf = z[a - lo: b - lo] if inside else torch.empty(rng.total, g.total_regions, dtype=z.dtype,
+                                                                 device=device)
+            xs = _sample_call(plan, rng, buf)
+            if not inside:
+                z[a - lo: b - lo] = buf[a - base: b - base]
+            if x is not None:
+                x[a - lo: b - lo] = xs[a - base: b - base]
             if bar is not None:
                 bar.update(b - a)
 
 
-def sample_rows(ladder: Ladder, seed: int, lo: int, hi: int, *, model: LadderModel | None = None,
-                device: torch.device | str | None = None,
-                chunk_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Rows ``[lo, hi)`` of the stream with ``seed``: the same bytes as those rows of
-    :func:`sample_ladder` (example i depends only on (ladder, seed, i)), for any ``lo``/``hi``.
 
-    This is the unit a chunked writer samples (one chunk of a store, perhaps in another
-    process): pass a prebuilt ``model`` (a :class:`LadderModel` of this ladder) to reuse its
-    alias tables over many calls.
+def sampling_plan(ladder: Ladder, device: torch.device | str | None = None) -> SamplingPlan:
+    """The sampler's per-level tensors of ``ladder`` on ``device`` (alias tables, mixed-radix weights), built
+    once: pass it as ``plan=`` to :func:`sample_rows` to reuse it over many calls (one chunk each).
 
-    :param chunk_size: examples per model call, as in :func:`sample_ladder` (memory and speed only).
-    :returns: ``(z, x)``: ``z`` ``(hi - lo, total_regions)`` in the ladder's event dtype, ``x``
-        ``(hi - lo, R_d, dim)`` or ``None`` when the emission is derivable from the events.
+    :raises TypeError: ``ladder`` is not a Ladder.
     """
+    _check_ladder(ladder)
+    return SamplingPlan(ladder, _device(device))
+
+
+def _check_ladder(ladder) -> None:
     if not isinstance(ladder, Ladder):
         raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
-    for name, v in (("lo", lo), ("hi", hi)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise ValueError(f"{name}: expected a non-negative integer, got {v!r}")
+
+
+def _plan_for(ladder: Ladder, plan, model, device) -> SamplingPlan:
+    """The plan to sample with: ``plan`` (checked), or a new one (``model=`` is the pre-0.3 spelling)."""
+    if model is not None:
+        warnings.warn("model= is deprecated since smaso 0.3 (the sampler no longer runs the Pyro model); pass "
+                      "plan=sampling_plan(ladder) to reuse the sampler's tables", DeprecationWarning, stacklevel=3)
+        if not isinstance(getattr(model, "ladder", None), Ladder):
+            raise TypeError(f"model: expected a LadderModel, got {type(model).__name__}")
+        if model.ladder is not ladder and model.ladder.fingerprint() != ladder.fingerprint():
+            raise ValueError("model: a LadderModel of another ladder (branching, events or mode differ)")
+        if device is None:
+            device = model.device
+    if plan is not None:
+        if not isinstance(plan, SamplingPlan) or (plan.g is not ladder
+                                                  and plan.g.fingerprint() != ladder.fingerprint()):
+            raise TypeError("plan: expected a sampling_plan of this ladder")
+        device = plan.device if device is None else _device(device)
+        if plan.device != device:
+            raise ValueError(f"device: the plan is on {plan.device}, not {device}")
+        return plan
+    return SamplingPlan(ladder, _device(device))
+
+
+def _rows_buffers(ladder: Ladder, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+    z = torch.empty(n, ladder.total_regions, dtype=ladder.event_dtype(), device=device)
+    x = None if ladder.emission.derivable else torch.empty(n, ladder.num_regions[-1], ladder.emission.dim,
+                                                          device=device)
+    return z, x
+
+
+def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: str | tuple[int, int] | None = None,
+                  chunk_size: int | None = None, device: torch.device | str | None = None,
+                  progress: bool | None = None, plan: SamplingPlan | None = None, model=None) -> LadderSample:
+    """Sample ``num_examples`` examples (or one shard of them) from ``ladder`` (module docstring for the scheme).
+
+    :param num_examples: N of the full stream (> 0).
+    :param seed: stream seed (a non-negative integer).
+    :param shard: ``"i/n"``: return only rows ``[i*N//n, (i+1)*N//n)`` of the full stream.
+    :param chunk_size: examples drawn per pass (rounded up to whole blocks); only memory and speed depend on
+        it, never the bytes.
+    :param device: where to sample (cpu default; cuda works, with CUDA's own RNG streams).
+    :param progress: show a tqdm bar (default: when more than 2^18 examples are drawn and stderr is a
+        terminal).
+    :param plan: a :func:`sampling_plan` of ``ladder`` to reuse (``model=``, a LadderModel, is deprecated).
+    :returns: a :class:`LadderSample` with ``z`` (and ``x`` when not derivable) on ``device``.
+    :raises TypeError: ``ladder`` is not a Ladder.
+    :raises ValueError: a bad ``num_examples``, ``seed``, ``chunk_size``, ``shard`` or ``device``.
+    """
+    _check_ladder(ladder)
+    n = _positive_int(num_examples, "num_examples")
+    seed = _nonneg_int(seed, "seed")
+    blocks_per_call = _blocks_per_call(chunk_size)
+    i, k = parse_shard(shard)
+    lo, hi = i * n // k, (i + 1) * n // k
+    plan = _plan_for(ladder, plan, model, device)
+    # whole blocks are drawn whatever n is: refuse a ladder whose block cannot fit, before allocating
+    check_working_memory(ladder, min(blocks_per_call, -(-(hi - lo) // BLOCK_SIZE) + 1), plan.device)
+    z, x = _rows_buffers(ladder, hi - lo, plan.device)
+    if progress is None:  # auto: large requests on an interactive terminal
+        progress = hi - lo > 2**18 and sys.stderr.isatty()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=hi - lo, unit="ex", unit_scale=True, desc="sampling ladder")
+    if hi > lo:
+        _sample_into(plan, seed, lo, hi, z, x, blocks_per_call, bar)
+    if bar is not None:
+        bar.close()
+    meta = {"shard": [i, k], "block_size": BLOCK_SIZE, "stream_version": STREAM_VERSION}
+    if not ladder.is_uniform():
+        meta["graph_stream_version"] = GRAPH_STREAM_VERSION
+    return LadderSample(ladder, z, x, seed=seed, start=lo, total=n, meta=meta)
+
+
+def sample_rows(ladder: Ladder, seed: int, lo: int, hi: int, *, plan: SamplingPlan | None = None,
+                device: torch.device | str | None = None, chunk_size: int | None = None,
+                model=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rows ``[lo, hi)`` of the stream with ``seed``: the same bytes as those rows of :func:`sample_ladder`
+    (example i depends only on (ladder, seed, i)), for any ``lo``/``hi``.
+
+    This is the unit a chunked writer samples (one chunk of a store, perhaps in another process): pass a
+    prebuilt ``plan`` (:func:`sampling_plan`) to reuse its alias tables over many calls.
+
+    :param chunk_size: examples per pass, as in :func:`sample_ladder` (memory and speed only).
+    :returns: ``(z, x)``: ``z`` ``(hi - lo, total_regions)`` in the ladder's event dtype, ``x``
+        ``(hi - lo, R_d, dim)`` float32 or ``None`` when the emission is derivable from the events.
+    """
+    _check_ladder(ladder)
+    seed, lo, hi = _nonneg_int(seed, "seed"), _nonneg_int(lo, "lo"), _nonneg_int(hi, "hi")
     if hi < lo:
         raise ValueError(f"hi: expected hi >= lo, got lo={lo}, hi={hi}")
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer))
-                                   or chunk_size <= 0):
-        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
-    if model is not None and not isinstance(model, LadderModel):
-        raise TypeError(f"model: expected a LadderModel, got {type(model).__name__}")
-    if model is not None and (model.ladder.branching, model.ladder.events, model.ladder.mode) != (
-            ladder.branching, ladder.events, ladder.mode):
-        raise ValueError("model: a LadderModel of another ladder (branching, events or mode differ)")
-    device = torch.device(device) if device is not None else model.device if model is not None else torch.device("cpu")
-    model = model or LadderModel(ladder, device=device)
-    lo, hi, seed = int(lo), int(hi), int(seed)
-    z = torch.empty(hi - lo, ladder.total_regions, dtype=ladder.event_dtype(), device=device)
-    x = None if ladder.emission.derivable else torch.empty(hi - lo, ladder.num_regions[-1], ladder.emission.dim,
-                                                           device=device)
-    _sample_into(ladder, seed, lo, hi, z, x, model, device, max(1, -(-(chunk_size or BLOCK_SIZE) // BLOCK_SIZE)))
+    blocks_per_call = _blocks_per_call(chunk_size)
+    plan = _plan_for(ladder, plan, model, device)
+    check_working_memory(ladder, min(blocks_per_call, -(-(hi - lo) // BLOCK_SIZE) + 1), plan.device)
+    z, x = _rows_buffers(ladder, hi - lo, plan.device)
+    if hi > lo:
+        _sample_into(plan, seed, lo, hi, z, x, blocks_per_call)
     return z, x

@@ -21,9 +21,10 @@ import math
 import numpy as np
 import torch
 
-from .ladder import MAX_DEPTH, MAX_EVENTS, MAX_REGIONS, MAX_TABLE_ENTRIES, MODES, LadderSpecError
+from .emission import Emission, emission_from_dict
+from .validation import MAX_DEPTH, MAX_EVENTS, MAX_REGIONS, MAX_TABLE_ENTRIES, MODES, LadderSpecError, _check_entries
 
-__all__ = ["MAX_NESTING", "check_emission_dict", "check_spec"]
+__all__ = ["MAX_NESTING", "check_emission_dict", "check_spec", "emission_from_spec"]
 
 # Deepest nesting of tables and lists a spec document may have (the deepest real one, a per-region
 # factor table inside ``factorization.factor_tables``, is 6 levels deep).
@@ -274,8 +275,8 @@ def _check_header(d: dict) -> None:
     if fmt != "smaso-ladder" or not isinstance(fmt, str):
         raise LadderSpecError(f"format: expected 'smaso-ladder', got {_short(fmt)}")
     version = d.get("version", 1)
-    if not _is_number(version) or version not in (1, 1.0):
-        raise LadderSpecError(f"version: this library reads ladder spec version 1, got {_short(version)}")
+    if not _is_number(version) or version not in (1, 1.0, 2, 2.0):
+        raise LadderSpecError(f"version: this library reads ladder spec versions 1 and 2, got {_short(version)}")
 
 
 def check_spec(d) -> None:
@@ -534,3 +535,17 @@ def check_emission_dict(e, path: str = "emission") -> None:
                                       f"got shape {shape}")
         if "scale" in e:
             _number(e["scale"], f"{path}.scale")
+
+
+def emission_from_spec(d, num_regions: int, num_events: int) -> Emission:
+    """An emission from its spec dict (checked field by field first)."""
+    check_emission_dict(d)
+    if d["kind"] == "gaussian" and "means" not in d:
+        _check_entries(num_regions * num_events * num_events, "emission",
+                       f"gaussian means around one-hot, {num_regions} leaf regions x {num_events} x {num_events}")
+    try:
+        return emission_from_dict(d, num_regions, num_events)
+    except LadderSpecError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise LadderSpecError(str(e)) from None

@@ -15,14 +15,12 @@ or a generator description, e.g. ``{"kind": "random", "depth": 4, "branching": 4
 :meth:`Ladder.random`, :meth:`Ladder.fully_informative` or :meth:`Ladder.factorized_binary`).
 TOML files use the same keys.
 
-A graph ladder (:class:`~teachers.graph_ladder.GraphLadder`: any layered region graph, regions with
-several parents and their own event counts) is a file with ``"format": "smaso-graph-ladder"`` and
-``"version": 1``, the fields of :meth:`GraphLadder.to_dict` (``mode``, ``events`` per region level by
-level, ``parents`` per region, ``emission``; topdown ``prior`` and ``tables``, bottomup ``leaf_priors``
-and ``lookups``; ``name`` optional); :func:`load_spec` returns a ``GraphLadder`` for it (the ``format``
-field decides), and ``smaso spec --graph conv1d ...`` writes one.  Its fields are checked by
-:meth:`GraphLadder.from_dict` and here (unknown keys, the other mode's tables); a bad one is one
-:class:`~teachers.ladder.LadderSpecError` line too.
+Version 2 (what :meth:`Ladder.to_dict` writes since 0.3) is the same for a uniform tree; any other region
+graph (regions with several parents and their own event counts) gives ``parents`` per region instead of
+``branching``, ``events`` per level (an int, or one per region), and per-region ``tables`` / ``lookup``
+where their shapes differ.  Graph specs written before 0.3 (``"format": "smaso-graph-ladder"``, version 1:
+``tables[l][i]`` with ``tables[0] = []``, ``leaf_priors``, ``lookups``) load unchanged.  A bad field of a
+graph spec is one :class:`~teachers.ladder.LadderSpecError` line too.
 
 Every field is checked before it is converted (:mod:`teachers.spec_check`): a bad file gives one
 :class:`~teachers.ladder.LadderSpecError` whose one-line message names the field by its path
@@ -46,9 +44,7 @@ from typing import IO
 import numpy as np
 import torch
 
-from .graph_ladder import FORMAT as GRAPH_FORMAT
-from .graph_ladder import GraphLadder
-from .ladder import BOTTOMUP, TOPDOWN, Ladder, LadderSpecError
+from .ladder import BOTTOMUP, GRAPH_FORMAT_V1, TOPDOWN, Ladder, LadderSpecError
 from .spec_check import MAX_NESTING
 
 __all__ = ["atomic_write", "graph_from_spec", "load_spec", "remove_stale_temps", "save_spec", "spec_to_jsonable",
@@ -163,19 +159,16 @@ def spec_to_jsonable(obj):
     return obj
 
 
-def save_spec(ladder: Ladder | GraphLadder, path: str | os.PathLike) -> Path:
-    """Write ``ladder`` (a :class:`Ladder` or a :class:`~teachers.graph_ladder.GraphLadder`) as a JSON spec
-    file (atomically)."""
-    if not isinstance(ladder, (Ladder, GraphLadder)):
-        raise TypeError(f"ladder: expected a Ladder or a GraphLadder, got {type(ladder).__name__}")
+def save_spec(ladder: Ladder, path: str | os.PathLike) -> Path:
+    """Write ``ladder`` as a JSON spec file (atomically; format ``smaso-ladder`` version 2)."""
+    if not isinstance(ladder, Ladder):
+        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
     text = json.dumps(spec_to_jsonable(ladder.to_dict()), indent=1)
     return atomic_write(path, lambda f: f.write(text.encode()))
 
 
-def load_spec(path: str | os.PathLike) -> Ladder | GraphLadder:
-    """Read a JSON (``.json``) or TOML (``.toml``) spec file and build the ladder: a
-    :class:`~teachers.graph_ladder.GraphLadder` when its ``format`` is ``"smaso-graph-ladder"``, else a
-    :class:`Ladder`.
+def load_spec(path: str | os.PathLike) -> Ladder:
+    """Read a JSON (``.json``) or TOML (``.toml``) spec file of any version and build the ladder.
 
     :raises LadderSpecError: naming the offending field, or the file's syntax error.
     """
@@ -193,7 +186,7 @@ def load_spec(path: str | os.PathLike) -> Ladder | GraphLadder:
     except ValueError as e:  # JSONDecodeError, TOMLDecodeError, UnicodeDecodeError, integers of > 4300 digits
         msg = " ".join(str(e).split())  # one line
         raise LadderSpecError(f"spec: {str(path)!r} is not valid {'TOML' if toml else 'JSON'}: {msg}") from None
-    if isinstance(data, dict) and data.get("format") == GRAPH_FORMAT:
+    if isinstance(data, dict) and (data.get("format") == GRAPH_FORMAT_V1 or "parents" in data):
         return graph_from_spec(data)
     return Ladder.from_dict(data)
 
@@ -202,21 +195,24 @@ _GRAPH_KEYS = {"format", "version", "name", "mode", "events", "parents", "emissi
 _GRAPH_MODE_KEYS = {TOPDOWN: {"prior", "tables"}, BOTTOMUP: {"leaf_priors", "lookups"}}
 
 
-def graph_from_spec(data: dict) -> GraphLadder:
-    """Build a :class:`~teachers.graph_ladder.GraphLadder` from a parsed graph spec (the form of
-    :meth:`GraphLadder.to_dict`), every failure one :class:`LadderSpecError` line naming the field.
+def graph_from_spec(data: dict) -> Ladder:
+    """Build a region-graph :class:`Ladder` from a parsed graph spec (``smaso-graph-ladder`` version 1, or
+    ``smaso-ladder`` version 2 with ``parents``), every failure one :class:`LadderSpecError` line naming the
+    field.
 
-    Besides :meth:`GraphLadder.from_dict`'s checks: no unknown keys, no tables of the other mode, a
-    string ``name``, and any other exception a malformed value makes the constructor raise (a number where
-    a list belongs) is reported as a spec error rather than escaping.
+    Besides :meth:`Ladder.from_dict`'s checks: no unknown keys, no tables of the other mode, a string
+    ``name``, and any other exception a malformed value makes the constructor raise (a number where a list
+    belongs) is reported as a spec error rather than escaping.
     """
     if not isinstance(data, dict):
         raise LadderSpecError(f"spec: expected a table of fields, got {type(data).__name__}")
+    if data.get("format") != GRAPH_FORMAT_V1:
+        return _one_line(data)
     mode = data.get("mode")
     allowed = _GRAPH_KEYS | _GRAPH_MODE_KEYS.get(mode, set())
     unknown = sorted(set(data) - allowed - set().union(*_GRAPH_MODE_KEYS.values()))
     if unknown:
-        raise LadderSpecError(f"{unknown[0]}: unknown field of a {GRAPH_FORMAT} spec (expected "
+        raise LadderSpecError(f"{unknown[0]}: unknown field of a {GRAPH_FORMAT_V1} spec (expected "
                               f"{', '.join(sorted(_GRAPH_KEYS | set().union(*_GRAPH_MODE_KEYS.values())))})")
     if mode in _GRAPH_MODE_KEYS:
         other = sorted((set(data) - allowed) & set().union(*_GRAPH_MODE_KEYS.values()))
@@ -235,12 +231,17 @@ def graph_from_spec(data: dict) -> GraphLadder:
         raise LadderSpecError(f"emission: expected a table with a 'kind' field, got {type(data['emission']).__name__}")
     if "name" in data and not isinstance(data["name"], str):
         raise LadderSpecError(f"name: expected a string, got {type(data['name']).__name__}")
+    return _one_line(data)
+
+
+def _one_line(data: dict) -> Ladder:
+    """``Ladder.from_dict(data)``, every failure one :class:`LadderSpecError` line."""
     try:
-        return GraphLadder.from_dict(data)
+        return Ladder.from_dict(data)
     except LadderSpecError as e:
         raise LadderSpecError(" ".join(str(e).split())) from None  # one line
     except (TypeError, ValueError, IndexError, KeyError, AttributeError, OverflowError, RuntimeError) as e:
-        raise LadderSpecError(f"spec: malformed {GRAPH_FORMAT} field ({type(e).__name__}: "
+        raise LadderSpecError(f"spec: malformed graph spec field ({type(e).__name__}: "
                               f"{' '.join(str(e).split())})") from None
 
 

@@ -1,26 +1,32 @@
 """Event statistics of a ladder: exact from its specification, or counted in a sample.
 
 The framework paper's reformulation (Thm 2 / Thm 4, Eq 9) consumes, for every region alpha
-and child beta, the marginal P(z_alpha) and the conditional matrix
+and every parent-child edge (alpha, beta), the marginal P(z_alpha) and the conditional matrix
 P_ab[a, b] = P(z_beta = b | z_alpha = a) (``m_alpha x m_beta``).  :class:`EventStatistics`
-holds, level by level, batched over the regions of the level:
+holds them level by level, batched over the regions and edges of the level, for any ladder
+(a uniform tree or any layered region graph).  Event axes are *padded* to the level's largest
+count ``M_l = ladder.events[l]`` (a region's events ``a >= m_r`` never occur: probability 0,
+rows of zeros; :attr:`EventStatistics.event_mask` tells them apart); on a uniform tree nothing is padded.
 
-- ``marginals[l]``: ``(R_l, m_l)``, P(z_alpha) for every region alpha of level l;
-- ``joints[l]`` (l >= 1): ``(R_l, m_{l-1}, m_l)``, P(z_parent, z_child) indexed by the child;
-- ``P_down[l]`` (l >= 1): ``(R_l, m_{l-1}, m_l)``, P(z_child | z_parent) (rows of parent events);
-- ``P_up[l]`` (l >= 1): ``(R_l, m_l, m_{l-1})``, P(z_parent | z_child).
+- ``marginals[l]``: ``(R_l, M_l)``, P(z_alpha) for every region alpha of level l;
+- ``joints[l]`` (l >= 1): ``(E_{l-1}, M_{l-1}, M_l)``, P(z_parent, z_child) of every edge into level l,
+  in :func:`level_edges` order (parent-major; on a tree: one edge per child region, in child order);
+- ``P_down[l]`` (l >= 1): the same layout, P(z_child | z_parent) (rows of parent events);
+- ``P_up[l]`` (l >= 1): ``(E_{l-1}, M_l, M_{l-1})``, P(z_parent | z_child).
 
 Conditionals of events that never occur (probability 0, or never seen in a sample) are rows
 of zeros; ``marginals`` tells which.  :func:`exact_statistics` computes them in float64 from
-the ladder (top-down: products of tables; bottom-up: pushing leaf marginals through the
-lookup tables), :func:`empirical_statistics` counts them in a sample with one ``bincount`` per
-level (:class:`EventCounts`: the exact int64 state that batches, shards and workers add up), and
-:func:`compare_statistics` measures their agreement against the sampling noise.
+the ladder (a uniform tree in closed form -- top-down: products of tables; bottom-up: pushing leaf
+marginals through the lookup tables; any other graph by the junction tree of
+:func:`inference.graph_posterior.graph_statistics`), :func:`empirical_statistics` counts them in a sample
+with one ``bincount`` per level (:class:`EventCounts`: the exact int64 state that batches, shards and
+workers add up), and :func:`compare_statistics` measures their agreement against the sampling noise.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -30,40 +36,111 @@ from .ladder import TOPDOWN, Ladder
 __all__ = [
     "EventCounts",
     "EventStatistics",
+    "check_events",
     "compare_statistics",
     "count_events",
     "empirical_statistics",
+    "event_mask",
     "exact_statistics",
+    "level_children",
+    "level_edge_index",
+    "level_edges",
     "tv_bound",
 ]
 
 
+def level_children(ladder: Ladder, level: int) -> tuple[tuple[int, ...], ...]:
+    """``ladder.children[level]`` (the sorted children in level + 1 of every region of ``level``), in time linear in
+    the edges: by arithmetic on a uniform tree (region r's children are r b .. r b + b - 1), else one pass over
+    the parents of level + 1."""
+    if ladder.is_uniform():
+        b = ladder.branching[level]
+        return tuple(tuple(range(r * b, (r + 1) * b)) for r in range(ladder.num_regions[level]))
+    kids: list[list[int]] = [[] for _ in range(ladder.num_regions[level])]
+    for i, ps in enumerate(ladder.parents[level + 1]):
+        for p in ps:
+            kids[p].append(i)
+    return tuple(map(tuple, kids))
+
+
+def level_edges(ladder: Ladder, level: int) -> list[tuple[int, int]]:
+    """The edges below ``level``: ``(parent in level, child in level + 1)``, parent-major, each parent's children
+    in increasing order -- the edge order of every per-edge tensor (joints, a student's weights and Delta W,
+    focus and broadness sums).  On a uniform tree edge e joins child region e to its parent."""
+    return [(r, c) for r, ch in enumerate(level_children(ladder, level)) for c in ch]
+
+
+def level_edge_index(ladder: Ladder, level: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`level_edges` as ``(parents, children)`` int64 tensors ``(E_level,)`` (a uniform tree's by arithmetic)."""
+    if ladder.is_uniform():
+        chi = torch.arange(ladder.num_regions[level + 1], dtype=torch.int64)
+        return chi // ladder.branching[level], chi
+    e = torch.tensor(level_edges(ladder, level), dtype=torch.int64).reshape(-1, 2)
+    return e[:, 0].contiguous(), e[:, 1].contiguous()
+
+
+def event_mask(ladder: Ladder) -> list[torch.Tensor]:
+    """``(R_l, M_l)`` bool per level: event a exists in region r (a < m_r; all True on a uniform tree)."""
+    M = ladder.events
+    if ladder.is_uniform():
+        return [torch.ones(ladder.num_regions[l], M[l], dtype=torch.bool) for l in range(ladder.depth + 1)]
+    return [torch.arange(M[l])[None, :] < torch.tensor(ladder.region_events[l])[:, None]
+            for l in range(ladder.depth + 1)]
+
+
 @dataclass
 class EventStatistics:
-    """Marginals and parent/child tables of every region (see the module docstring)."""
+    """Marginals and per-edge parent/child tables of every region (see the module docstring).
+
+    :ivar ladder: the ladder they describe.
+    :ivar marginals: ``(R_l, M_l)`` per level.
+    :ivar joints: ``[None, (E_0, M_0, M_1), ..., (E_{d-1}, M_{d-1}, M_d)]`` (index = the child's level).
+    :ivar num_examples: the sample size they were counted from, or None for the exact statistics.
+    """
 
     ladder: Ladder
     marginals: list[torch.Tensor]
     joints: list[torch.Tensor | None]
     num_examples: int | None = None  # None: exact
 
+    @classmethod
+    def exact(cls, ladder: Ladder, *, max_clique: int | None = None) -> EventStatistics:
+        """The teacher's exact statistics: :func:`exact_statistics`."""
+        return exact_statistics(ladder, max_clique=max_clique)
+
     @property
     def P_down(self) -> list[torch.Tensor | None]:
-        """P(z_child | z_parent): ``P_down[l][c]`` is the m_{l-1} x m_l matrix P_ab of Eq 9."""
+        """P(z_child | z_parent): ``P_down[l][e]`` is the M_{l-1} x M_l matrix P_ab of Eq 9 of edge e."""
         return [None] + [_normalize(j, -1) for j in self.joints[1:]]
 
     @property
     def P_up(self) -> list[torch.Tensor | None]:
-        """P(z_parent | z_child): ``P_up[l][c]`` is m_l x m_{l-1}."""
+        """P(z_parent | z_child): ``P_up[l][e]`` is M_l x M_{l-1}."""
         return [None] + [_normalize(j.transpose(-1, -2), -1) for j in self.joints[1:]]
 
-    def P_ab(self, child_level: int, child: int) -> torch.Tensor:
-        """P(z_beta | z_alpha) for child region ``child`` of ``child_level`` and its parent alpha."""
-        return self.P_down[child_level][child]
+    @property
+    def event_mask(self) -> list[torch.Tensor]:
+        """``(R_l, M_l)`` bool per level: the events that exist (the rest is padding)."""
+        return event_mask(self.ladder)
+
+    @property
+    def graph(self) -> Ladder:
+        """Deprecated: :attr:`ladder` (the statistics of a region graph are those of its Ladder)."""
+        warnings.warn("EventStatistics.graph is deprecated since smaso 0.3; use .ladder", DeprecationWarning,
+                      stacklevel=2)
+        return self.ladder
+
+    def P_ab(self, child_level: int, edge: int) -> torch.Tensor:
+        """P(z_beta | z_alpha) of edge ``edge`` into ``child_level`` (on a tree: child region ``edge``)."""
+        return self.P_down[child_level][edge]
 
     def region_marginal(self, level: int, region: int) -> torch.Tensor:
-        """P(z_alpha) of one region: ``(m_level,)``."""
-        return self.marginals[level][region]
+        """P(z_alpha) of one region: ``(m_alpha,)`` (its own events, padding dropped)."""
+        return self.marginals[level][region, : self.ladder.region_events[level][region]]
+
+    def __repr__(self) -> str:
+        src = "exact" if self.num_examples is None else f"empirical, N={self.num_examples}"
+        return f"EventStatistics({src}, regions per level={list(self.ladder.num_regions)})"
 
 
 def _normalize(t: torch.Tensor, dim: int) -> torch.Tensor:
@@ -71,23 +148,27 @@ def _normalize(t: torch.Tensor, dim: int) -> torch.Tensor:
     return torch.where(s > 0, t / torch.where(s > 0, s, 1.0), 0.0)
 
 
-def exact_statistics(ladder: Ladder) -> EventStatistics:
-    """Exact P(z_alpha) and P(z_parent, z_child) of every region pair, in float64.
+def exact_statistics(ladder: Ladder, *, max_clique: int | None = None) -> EventStatistics:
+    """Exact P(z_alpha) and P(z_parent, z_child) of every region and edge, in float64.
 
-    Top-down: P(z_l) = P(z_{l-1}) P_ab and P(z_a, z_b) = diag(P(z_a)) P_ab.  Bottom-up: the
-    children of a region are independent (their leaf sets are disjoint), so the joint of
-    (z_alpha, z_child_i) is the product of the children's marginals pushed through the lookup
-    table, summed over the other children.
+    A uniform tree in closed form.  Top-down: P(z_l) = P(z_{l-1}) P_ab and P(z_a, z_b) = diag(P(z_a)) P_ab.
+    Bottom-up: the children of a region are independent (their leaf sets are disjoint), so the joint of
+    (z_alpha, z_child_i) is the product of the children's marginals pushed through the lookup table, summed
+    over the other children.  Any other ladder (regions of several parents, differing event counts) by one
+    calibration of its junction tree (:func:`inference.graph_posterior.graph_statistics`; ``max_clique``
+    bounds its cliques), padded to the layout of the module docstring.
     """
     if not isinstance(ladder, Ladder):
         raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    if not ladder.is_uniform():
+        return _graph_exact(ladder, max_clique)
     d = ladder.depth
     marg: list[torch.Tensor | None] = [None] * (d + 1)
     joints: list[torch.Tensor | None] = [None] * (d + 1)
     if ladder.mode == TOPDOWN:
         marg[0] = ladder.prior[None].clone()
         for l in range(1, d + 1):
-            parent = marg[l - 1][ladder.parents(l)]  # (R_l, m_{l-1})
+            parent = marg[l - 1][level_edge_index(ladder, l - 1)[0]]  # (R_l, m_{l-1}): each child's parent
             joints[l] = parent[:, :, None] * ladder.tables[l - 1]
             marg[l] = joints[l].sum(1)
     else:
@@ -96,6 +177,29 @@ def exact_statistics(ladder: Ladder) -> EventStatistics:
             joint_children, parent_marg = _bottomup_level(ladder, l, marg[l + 1])
             marg[l] = parent_marg
             joints[l + 1] = joint_children
+    return EventStatistics(ladder, marg, joints, None)
+
+
+def _graph_exact(ladder: Ladder, max_clique: int | None) -> EventStatistics:
+    """:func:`exact_statistics` of a ladder that is not a uniform tree: the junction tree's, padded."""
+    from inference.graph_posterior import graph_statistics  # inference builds on teachers: import on use
+
+    st = graph_statistics(ladder) if max_clique is None else graph_statistics(ladder, max_clique=max_clique)
+    M = ladder.events
+    marg = []
+    for l in range(ladder.depth + 1):
+        t = torch.zeros(ladder.num_regions[l], M[l], dtype=torch.float64)
+        for i, p in enumerate(st.p[l]):
+            t[i, : p.numel()] = p
+        marg.append(t)
+    joints: list[torch.Tensor | None] = [None]
+    for l in range(1, ladder.depth + 1):
+        edges = level_edges(ladder, l - 1)
+        t = torch.zeros(len(edges), M[l - 1], M[l], dtype=torch.float64)
+        for e, (p, c) in enumerate(edges):
+            j = st.pair[(l, p, c)]
+            t[e, : j.shape[0], : j.shape[1]] = j
+        joints.append(t)
     return EventStatistics(ladder, marg, joints, None)
 
 
@@ -126,9 +230,9 @@ class EventCounts:
     integers; :meth:`statistics` turns them into frequencies.  Like a torchmetrics ``Metric``: state
     (``counts``, ``pairs``, ``num_examples``) that :meth:`update` grows and :meth:`merge` adds up.
 
-    :ivar counts: ``counts[l]`` ``(R_l, m_l)``: examples with z_alpha = a, per region of level l.
-    :ivar pairs: ``pairs[l]`` ``(R_l, m_{l-1}, m_l)`` (l >= 1; None at l = 0): examples with
-        (z_parent, z_child) = (a, b), indexed by the child region.
+    :ivar counts: ``counts[l]`` ``(R_l, M_l)``: examples with z_alpha = a, per region of level l.
+    :ivar pairs: ``pairs[l]`` ``(E_{l-1}, M_{l-1}, M_l)`` (l >= 1; None at l = 0): examples with
+        (z_parent, z_child) = (a, b), per edge into level l (:func:`level_edges` order; on a tree: per child).
     """
 
     ladder: Ladder
@@ -142,8 +246,9 @@ class EventCounts:
         if not isinstance(ladder, Ladder):
             raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
         R, m = ladder.num_regions, ladder.events
+        E = [R[l + 1] if ladder.is_uniform() else len(level_edges(ladder, l)) for l in range(ladder.depth)]
         counts = [torch.zeros(R[l], m[l], dtype=torch.int64, device=device) for l in range(ladder.depth + 1)]
-        pairs = [None] + [torch.zeros(R[l], m[l - 1], m[l], dtype=torch.int64, device=device)
+        pairs = [None] + [torch.zeros(E[l - 1], m[l - 1], m[l], dtype=torch.int64, device=device)
                           for l in range(1, ladder.depth + 1)]
         return cls(ladder, counts, pairs, 0)
 
@@ -153,7 +258,7 @@ class EventCounts:
     def update(self, z: torch.Tensor) -> EventCounts:
         """Count a batch of events ``z`` ``(N, total_regions)`` (any integer dtype) in place; returns self.
 
-        :raises ValueError: wrong shape, or events outside [0, m_l) at some level.
+        :raises ValueError: wrong shape, or events outside a region's [0, m_r) at some level.
         """
         lad = self.ladder
         if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
@@ -166,10 +271,18 @@ class EventCounts:
         self.num_examples += z.shape[0]
         return self
 
+    def _edge_index(self, l: int) -> tuple[torch.Tensor, torch.Tensor]:
+        key = f"_edges_{l}"
+        if key not in self.__dict__:
+            dev = self.counts[0].device
+            self.__dict__[key] = tuple(t.to(dev) for t in level_edge_index(self.ladder, l))
+        return self.__dict__[key]
+
     def _update(self, z: torch.Tensor) -> None:
         lad = self.ladder
         dev = self.counts[0].device
         off = lad.level_offsets
+        uniform = lad.is_uniform()
 
         def level(l: int) -> torch.Tensor:  # int64 one level at a time: memory of one level, not of z
             return z[:, off[l]: off[l + 1]].to(dev, torch.int64)
@@ -178,17 +291,24 @@ class EventCounts:
         for l in range(lad.depth + 1):
             R, m = lad.num_regions[l], lad.events[l]
             ev = level(l)
-            if ev.numel() and (int(ev.min()) < 0 or int(ev.max()) >= m):
-                raise ValueError(f"z: level {l} has events outside [0, {m})")
+            check_events(lad, l, ev)
             base = torch.arange(R, device=dev)
             if l == 0:
                 self.counts[0] += torch.bincount((ev + base * m).reshape(-1), minlength=R * m).reshape(R, m)
-            else:  # one bincount of the (parent, child) pairs; the child's counts are its margins
+            else:  # one bincount of the (parent, child) pairs of every edge
                 mp = lad.events[l - 1]
-                idx = (base * mp + parent[:, lad.parents(l)]) * m + ev
-                pairs = torch.bincount(idx.reshape(-1), minlength=R * mp * m).reshape(R, mp, m)
+                par, chi = self._edge_index(l - 1)
+                if uniform:  # edge = child region: the child's counts are its pairs' margins
+                    idx = (base * mp + parent[:, par]) * m + ev
+                else:
+                    idx = (torch.arange(par.numel(), device=dev) * mp + parent[:, par]) * m + ev[:, chi]
+                E = self.pairs[l].shape[0]
+                pairs = torch.bincount(idx.reshape(-1), minlength=E * mp * m).reshape(E, mp, m)
                 self.pairs[l] += pairs
-                self.counts[l] += pairs.sum(1)
+                if uniform:
+                    self.counts[l] += pairs.sum(1)
+                else:
+                    self.counts[l] += torch.bincount((ev + base * m).reshape(-1), minlength=R * m).reshape(R, m)
             parent = ev
 
     def merge(self, other: EventCounts) -> EventCounts:
@@ -219,6 +339,20 @@ class EventCounts:
         marg = [c.cpu().double() / n for c in self.counts]
         joints = [None] + [p.cpu().double() / n for p in self.pairs[1:]]
         return EventStatistics(self.ladder, marg, joints, n)
+
+
+def check_events(ladder: Ladder, level: int, ev: torch.Tensor) -> None:
+    """Raise a ValueError unless the events ``ev`` ``(N, R_level)`` of ``level`` lie in their regions' ranges
+    [0, m_r) (one range check where a level's regions share their event count)."""
+    if not ev.numel():
+        return
+    lo, hi = torch.aminmax(ev)
+    m = ladder.events[level]
+    if lo < 0 or hi >= m:
+        raise ValueError(f"z: level {level} has events outside [0, {m})")
+    sizes = ladder.region_events[level]
+    if len(set(sizes)) > 1 and bool((ev >= torch.tensor(sizes, device=ev.device)).any()):
+        raise ValueError(f"z: level {level} has events outside its regions' ranges [0, m_r) (m_r = {list(sizes)})")
 
 
 def empirical_statistics(ladder: Ladder, z: torch.Tensor, *, chunk_size: int = 2**18) -> EventStatistics:

@@ -18,16 +18,22 @@ def test_bench_graph_statistics_quick(tmp_path):
     assert data["benchmark"] == "graph_statistics"
     assert data["config"]["n"] == 4096 and data["config"]["repeats"] == 1 and data["config"]["quick"]
     rows = {r["contender"]: r for r in data["results"]}
-    assert set(rows) == {"tree", "graph-tree", "graph-dag"}
+    trees = ("tree", "tree341", "default")
+    assert set(rows) == {*(f"{c}-{t}" for c in ("reference", "one") for t in trees), "edges-tree", "dag"}
     for row in rows.values():
         assert set(bench.RESULT_KEYS) <= set(row)
         assert len(row["times_s"]) == row["repeats"] >= 1
         for key in ("best_s", "median_s", "examples_per_s", "macs_per_s", "x_tree_per_example", "x_tree_per_mac"):
             assert math.isfinite(row[key]) and row[key] > 0, (row["contender"], key)
-    assert rows["tree"]["x_tree_per_mac"] == 1.0
-    assert rows["tree"]["regions"] == rows["graph-tree"]["regions"] == 511
-    assert rows["tree"]["macs_per_example"] == rows["graph-tree"]["macs_per_example"]
-    assert rows["graph-dag"]["regions"] == 769 and rows["graph-dag"]["edges"] == 1278
-    assert rows["graph-dag"]["macs_per_example"] > rows["tree"]["macs_per_example"]
-    target = data["targets"]["dag_per_mac_vs_tree"]
-    assert math.isfinite(target["value"]) and isinstance(target["pass"], bool)
+    assert rows["reference-tree"]["x_tree_per_mac"] == 1.0
+    assert rows["reference-tree"]["regions"] == rows["one-tree"]["regions"] == rows["edges-tree"]["regions"] == 511
+    assert rows["reference-tree341"]["regions"] == 341
+    assert rows["one-tree"]["macs_per_example"] == rows["reference-tree"]["macs_per_example"]
+    assert rows["dag"]["regions"] == 769 and rows["dag"]["edges"] == 1278
+    assert rows["dag"]["macs_per_example"] > rows["one-tree"]["macs_per_example"]
+    for key in ("dag_per_mac_vs_tree", *(f"one_vs_reference_{t}" for t in trees), "edges_vs_reference_tree"):
+        target = data["targets"][key]
+        assert math.isfinite(target["value"]) and target["value"] > 0, key
+    for key in ("dag_per_mac_vs_tree", *(f"one_vs_reference_{t}" for t in trees)):
+        assert data["targets"][key]["judged"] and isinstance(data["targets"][key]["pass"], bool)
+    assert data["machine"]["loadavg_start"] is None or len(data["machine"]["loadavg_start"]) == 3

@@ -22,6 +22,7 @@ import torch
 import zarr
 
 import teachers.chunked as chunked
+import teachers.store as store
 from teachers import GaussianEmission, Ladder, LadderSample, sample_ladder
 from teachers.chunked import (
     ChunkedLadderData,
@@ -120,10 +121,10 @@ def test_sample_rows_is_any_window_of_the_stream(ladder, gaussian):
             assert (x is None) == (ref.x is None) and (x is None or torch.equal(x, ref.x[lo:hi]))
     with pytest.raises(ValueError, match="hi"):
         sample_rows(ladder, 0, 10, 5)
-    with pytest.raises(ValueError, match="model"):
-        from teachers import LadderModel
+    with pytest.raises(TypeError, match="plan: expected a sampling_plan of this ladder"):
+        from teachers import sampling_plan
 
-        sample_rows(ladder, 0, 0, 5, model=LadderModel(Ladder.default()))
+        sample_rows(ladder, 0, 0, 5, plan=sampling_plan(Ladder.default()))
 
 
 # ---------------------------------------------------------------------- shards
@@ -421,14 +422,14 @@ def test_replace_and_failure_leave_a_complete_dataset(tmp_path, ladder, monkeypa
     assert (open_dataset(path).seed, len(open_dataset(path))) == (2, 6000)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr"]
 
-    real = chunked.write_chunk
+    real = store.write_chunk  # the writer sample_to_store calls (teachers.chunked re-exports it)
 
     def failing(partial, c, z, x=None):
         if c == 1:
             raise RuntimeError("disk full")
         return real(partial, c, z, x)
 
-    monkeypatch.setattr(chunked, "write_chunk", failing)
+    monkeypatch.setattr(store, "write_chunk", failing)
     with pytest.raises(RuntimeError, match="disk full"):
         sample_to_store(ladder, 9000, path, seed=3, chunk_rows=BLOCK_SIZE)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.zarr"]  # no partial left

@@ -73,7 +73,7 @@ def test_packages_import_lazily_and_keep_their_names():
     import teachers
 
     assert teachers.Ladder.__module__ == "teachers.ladder" and callable(smaso.plots.plot_comparison)
-    assert inference.ladder_posterior.__name__ == "inference.ladder_posterior"  # the module, as documented
+    assert inference.posterior.__name__ == "inference.posterior"  # the module, as documented
     assert smaso.student.compare.__name__ == "smaso.student.compare"
     import teachers.tent
 
@@ -152,7 +152,7 @@ def test_device_is_checked_before_any_work(tmp_path, capsys, argv):
 
 
 def test_device_reaches_the_library(tmp_path, capsys, monkeypatch):
-    import inference.ladder_posterior as lp
+    import inference.posterior as lp
     import smaso.student.compare as cmp
 
     seen = []
@@ -216,7 +216,7 @@ def test_normal_runs_print_no_warning(tmp_path):
 def test_the_librarys_own_warnings_are_one_line():
     import io
 
-    from smaso.cli import _show_warning
+    from smaso.cli_support import _show_warning
 
     err = io.StringIO()
     _show_warning(UserWarning("d.npz was written before\nchecksums"), UserWarning, str(ROOT / "teachers" /

@@ -73,7 +73,7 @@ def test_exact_equals_brute_force_enumeration(make_ladder, brute, name):
     for row, want in zip(rows, ref, strict=True):
         l = row["level"]
         assert row["method"] == "exact" and row["n"] is None
-        assert torch.equal(row["parent"], lad.parents(l))
+        assert torch.equal(row["parent"], lad.parent_index(l))
         for key in ("focus", "broadness", "H_parent_given_child", "H_child_given_parent"):
             assert row[key].dtype == torch.float64 and row[key].shape == (lad.num_regions[l],), key
         np.testing.assert_allclose(row["focus"].numpy(), want["focus"], rtol=0, atol=1e-12)

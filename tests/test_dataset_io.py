@@ -246,15 +246,15 @@ def test_custom_emission_end_to_end(tmp_path):
             mu = (torch.arange(self.num_events, dtype=torch.float64) + 1) ** 2
             return torch.distributions.Normal(mu, 0.1).log_prob(x.double())
 
-    from inference.ladder_posterior import ladder_posterior
+    from inference.posterior import posterior
 
     lad = Ladder.random(depth=1, branching=3, events=[2, 3], seed=0).with_emission(Squared(3, 3))
     s = sample_ladder(lad, 500, seed=0)
     assert s.x.shape == (500, 3, 1)
     # noise 0.1 vs spacing >= 3: the posterior recovers every leaf event
-    post = ladder_posterior(lad, s.x.double(), marginals=True)
+    post = posterior(lad, s.x.double(), marginals=True)
     assert torch.equal(post.marginals[1].argmax(-1), s.leaves)
     back = load_dataset(save_dataset(s, tmp_path / "c.npz"))
     assert torch.equal(back.x, s.x) and back.ladder.emission.kind == "custom"
     with pytest.raises(NotImplementedError, match="was not saved with the data"):
-        ladder_posterior(back.ladder, back.x)
+        posterior(back.ladder, back.x)

@@ -67,17 +67,15 @@ def test_counts_and_statistics_on_two_workers_equal_one_process_bit_for_bit(tmp_
 
 
 def test_graph_store_and_graph_statistics_on_two_workers_equal_one_process(tmp_path, dask_engine):
-    from smaso.student.graph_frequency import accumulate_graph_statistics
-    from smaso.student.graph_network import GraphStudent
-    from teachers.graph_ladder import GraphLadder
+    from teachers.ladder import Ladder
 
-    g = GraphLadder.conv1d(6, [3, 2, 3], [1, 1, 1], [3, 3, 2, 2], sigma=0.5, seed=2)
+    g = Ladder.conv1d(6, [3, 2, 3], [1, 1, 1], [3, 3, 2, 2], sigma=0.5, seed=2)
     serial = open_dataset(sample_to_store(g, N, tmp_path / "s.zarr", seed=1, chunk_rows=CHUNK))
     dask = open_dataset(sample_to_store(g, N, tmp_path / "d.zarr", seed=1, chunk_rows=CHUNK, engine=dask_engine))
     assert torch.equal(serial.to_sample().z, dask.to_sample().z) and torch.equal(serial.to_sample().x,
                                                                                  dask.to_sample().x)
-    st = GraphStudent(g, 3, activation="silu", dtype=torch.float64, seed=1)
-    (a1, r1), (a2, r2) = (accumulate_graph_statistics(st, serial, batch_size=1000, dtype=torch.float64, engine=e)
+    st = LadderStudent(g, 3, activation="silu", dtype=torch.float64, seed=1)
+    (a1, r1), (a2, r2) = (accumulate_statistics(st, serial, batch_size=1000, dtype=torch.float64, engine=e)
                           for e in (None, dask_engine))
     assert r1 == r2
     s1, s2 = a1.state_dict(), a2.state_dict()

@@ -250,7 +250,7 @@ def test_empty_events_small_sample():
             assert bool((stats.G_tilde[l][empty] == 0).all())
         if l >= 1:
             assert torch.isfinite(stats.Fc[l]).all() and torch.isfinite(stats.Gp_tilde[l]).all()
-            parent_empty = stats.counts[l - 1][lad.parents(l)] == 0
+            parent_empty = stats.counts[l - 1][lad.parent_index(l)] == 0
             assert bool((stats.Fc[l][parent_empty] == 0).all())
             assert bool((stats.Gp_tilde[l][empty] == 0).all())
     assert len(stats.empty_events[0]) >= 11  # at most 5 of the 16 labels occur

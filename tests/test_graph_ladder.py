@@ -1,4 +1,4 @@
-"""Ladders on any layered region graph (teachers.graph_ladder): structure, constructors and spec validation."""
+"""Ladders on any layered region graph (teachers.ladder.Ladder): structure, constructors and spec validation."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from teachers import Ladder
-from teachers.graph_ladder import GraphLadder, conv_children, mixed_radix
 from teachers.ladder import LadderSpecError
+from teachers.regions import conv_children, mixed_radix
+from teachers.spec_io import spec_to_jsonable
 
 
 def test_mixed_radix_first_index_most_significant():
@@ -29,7 +30,7 @@ def test_conv_children_cover_the_level_below_with_overlap():
 
 
 def test_conv1d_parents_and_children_are_each_others_inverse():
-    g = GraphLadder.conv1d(8, kernels=[3, 6], strides=[1, 1], events=[3, 3, 2], seed=1)
+    g = Ladder.conv1d(8, kernels=[3, 6], strides=[1, 1], events=[3, 3, 2], seed=1)
     assert g.num_regions == (1, 6, 8) and not g.is_tree()
     assert g.parents[2][:4] == ((0,), (0, 1), (0, 1, 2), (1, 2, 3))
     for l in range(1, g.depth + 1):
@@ -37,13 +38,13 @@ def test_conv1d_parents_and_children_are_each_others_inverse():
             assert all(i in g.children[l - 1][p] for p in ps)
     assert len(g.edges()) == sum(len(ps) for lvl in g.parents[1:] for ps in lvl)
     for l in range(1, g.depth + 1):  # every table row is a distribution over the region's events
-        for i, t in enumerate(g.tables[l]):
-            assert t.shape == (3 ** len(g.parents[l][i]), g.events[l][i])
+        for i, t in enumerate(g.region_tables[l]):
+            assert t.shape == (3 ** len(g.parents[l][i]), g.region_events[l][i])
             assert torch.allclose(t.sum(-1), torch.ones(t.shape[0], dtype=t.dtype))
 
 
 def test_conv2d_windows_on_a_grid():
-    g = GraphLadder.conv2d((4, 4), kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], mode="bottomup", seed=0)
+    g = Ladder.conv2d((4, 4), kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], mode="bottomup", seed=0)
     assert g.num_regions == (1, 9, 16)
     assert g.children[1][0] == (0, 1, 4, 5) and g.children[1][4] == (5, 6, 9, 10)
     assert sorted(len(ps) for ps in g.parents[2]) == [1] * 4 + [2] * 8 + [4] * 4  # corners, edges, centre
@@ -52,25 +53,25 @@ def test_conv2d_windows_on_a_grid():
 
 def test_a_uniform_tree_ladder_becomes_a_graph_ladder_with_the_same_tables():
     lad = Ladder.random(depth=2, branching=2, events=3, seed=0)
-    g = GraphLadder.from_ladder(lad)
+    g = lad  # a uniform tree is a region graph: the same object, per-region views of its stacked tables
     assert g.is_tree() and g.num_regions == tuple(lad.num_regions) and g.region_names() == lad.region_names()
-    assert torch.equal(g.tables[2][3], lad.tables[1][3].double())
-    b = GraphLadder.from_ladder(Ladder.default())  # bottom-up
+    assert torch.equal(g.region_tables[2][3], lad.tables[1][3].double())
+    b = Ladder.default()  # bottom-up
     assert b.mode == "bottomup" and torch.equal(b.lookups[0][0], Ladder.default().lookup[0][0])
 
 
 @pytest.mark.parametrize("mode", ["topdown", "bottomup"])
 def test_spec_round_trips_bit_for_bit(mode):
-    g = GraphLadder.conv1d(6, kernels=[3, 4], strides=[1, 1], events=[2, 3, 2], mode=mode, seed=3, sigma=0.5)
-    back = GraphLadder.from_dict(json.loads(json.dumps(g.to_dict())))
-    assert back.parents == g.parents and back.events == g.events and back.emission.kind == "gaussian"
-    tables = (lambda x: [t for lvl in x.tables for t in lvl]) if mode == "topdown" else \
+    g = Ladder.conv1d(6, kernels=[3, 4], strides=[1, 1], events=[2, 3, 2], mode=mode, seed=3, sigma=0.5)
+    back = Ladder.from_dict(json.loads(json.dumps(spec_to_jsonable(g.to_dict()))))
+    assert back.parents == g.parents and back.region_events == g.region_events and back.emission.kind == "gaussian"
+    tables = (lambda x: [t for lvl in x.region_tables for t in lvl]) if mode == "topdown" else \
         (lambda x: [t for lvl in x.lookups for t in lvl] + list(x.leaf_priors))
     assert all(torch.equal(a, b) for a, b in zip(tables(g), tables(back), strict=True))
 
 
 def _spec():
-    return GraphLadder.conv1d(4, kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], seed=0).to_dict()
+    return spec_to_jsonable(Ladder.conv1d(4, kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], seed=0).to_dict())
 
 
 @pytest.mark.parametrize(("edit", "match"), [
@@ -79,62 +80,64 @@ def _spec():
     (lambda s: s.update(parents=[[[]], [[0]] * 3, [[0], [], [1, 2], [2]]]), r"parents\[2\]\[1\]: every region below"),
     (lambda s: s.update(parents=[[[]], [[0]] * 3, [[0], [1, 0], [1, 2], [2]]]), "sorted distinct"),
     (lambda s: s.update(parents=[[[0]], [[0]] * 3, [[0], [0, 1], [1, 2], [2]]]), r"parents\[0\]"),
-    (lambda s: s["tables"][2].pop(), r"tables\[2\]: expected one table per region"),
-    (lambda s: s["tables"][2].__setitem__(1, [[0.5, 0.5]]), r"tables\[2\]\[1\]: expected shape \(4, 2\)"),
-    (lambda s: s["tables"][1].__setitem__(0, [[0.7, 0.7], [0.5, 0.5]]), "sum to 1"),
-    (lambda s: s["tables"][1].__setitem__(0, [[1.5, -0.5], [0.5, 0.5]]), "non-negative"),
-    (lambda s: s.pop("tables"), "tables: missing"),
+    (lambda s: s["tables"][1].pop(), r"tables\[1\]: expected one table per region"),
+    (lambda s: s["tables"][1].__setitem__(1, [[0.5, 0.5]]), r"tables\[1\]\[1\]: expected shape \(4, 2\)"),
+    (lambda s: s["tables"][0].__setitem__(0, [[0.7, 0.7], [0.5, 0.5]]), r"tables\[0\]\[0\]\[0\]: row sums to 1.4"),
+    (lambda s: s["tables"][0].__setitem__(0, [[1.5, -0.5], [0.5, 0.5]]),
+     r"tables\[0\]\[0\]\[0, 1\]: probability -0.5 is negative"),
+    (lambda s: s.pop("tables"), "prior/tables: a top-down ladder needs prior"),
     (lambda s: s.update(events=[[2], [2, 2, 2], [2, 2, 3, 2]]), "same number of events"),
     (lambda s: s.update(events=[[2, 2], [2, 2, 2], [2, 2, 2, 2]]), r"events\[0\]: the top level holds exactly one"),
-    (lambda s: s.update(events=[[2], [2, 1, 2], [2, 2, 2, 2]]), r"events\[1\]\[1\]: expected 2"),
-    (lambda s: s.update(mode="sideways"), "mode: expected one of"),
-    (lambda s: s.update(format="smaso-ladder"), "format, version"),
+    (lambda s: s.update(events=[[2], [2, 0, 2], [2, 2, 2, 2]]), r"events\[1\]\[1\]: expected 1\.\.65536 events, got 0"),
+    (lambda s: s.update(mode="sideways"), "mode: expected 'topdown' or 'bottomup'"),
+    (lambda s: s.update(version=3), "format, version"),
+    (lambda s: s.update(format="smaso-graph-ladder"), "format, version"),
     (lambda s: s.update(emission={"kind": "onehot", "num_regions": 5}), "emission"),
 ])
 def test_bad_specs_name_the_field(edit, match):
     spec = _spec()
     edit(spec)
     with pytest.raises(LadderSpecError, match=match):
-        GraphLadder.from_dict(spec)
+        Ladder.from_dict(spec)
 
 
 def test_bad_bottomup_lookups_and_constructor_arguments():
-    g = GraphLadder.conv1d(4, kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], mode="bottomup", seed=0)
-    spec = g.to_dict()
-    spec["lookups"][1][0] = [0, 1, 2, 0]
-    with pytest.raises(LadderSpecError, match=r"lookups\[1\]\[0\]: events must lie in \[0, 2\)"):
-        GraphLadder.from_dict(spec)
-    spec = g.to_dict()
-    spec["lookups"][0][0] = [0, 1]
-    with pytest.raises(LadderSpecError, match=r"lookups\[0\]\[0\]: expected shape \(8,\)"):
-        GraphLadder.from_dict(spec)
+    g = Ladder.conv1d(4, kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], mode="bottomup", seed=0)
+    spec = spec_to_jsonable(g.to_dict())
+    spec["lookup"][1][0] = [0, 1, 2, 0]
+    with pytest.raises(LadderSpecError, match=r"lookup\[1\]\[0\]: events must lie in \[0, 2\)"):
+        Ladder.from_dict(spec)
+    spec = spec_to_jsonable(g.to_dict())
+    spec["lookup"][0][0] = [0, 1]
+    with pytest.raises(LadderSpecError, match=r"lookup\[0\]\[0\]: expected shape \(8,\)"):
+        Ladder.from_dict(spec)
     with pytest.raises(LadderSpecError, match="top level has 2 regions"):
-        GraphLadder.conv1d(8, kernels=[3, 4], strides=[1, 2], events=[2, 2, 2])
+        Ladder.conv1d(8, kernels=[3, 4], strides=[1, 2], events=[2, 2, 2])
     with pytest.raises(LadderSpecError, match="concentration"):
-        GraphLadder.conv1d(4, kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], concentration=0)
+        Ladder.conv1d(4, kernels=[2, 3], strides=[1, 1], events=[2, 2, 2], concentration=0)
     with pytest.raises(LadderSpecError, match="len\\(kernels\\)"):
-        GraphLadder.conv1d(4, kernels=[2], strides=[1, 1], events=[2, 2])
+        Ladder.conv1d(4, kernels=[2], strides=[1, 1], events=[2, 2])
 
 
 def test_describe_and_repr_are_short():
-    g = GraphLadder.conv2d((4, 4), kernels=[2, 3], strides=[1, 1], events=[2, 2, 2])
+    g = Ladder.conv2d((4, 4), kernels=[2, 3], strides=[1, 1], events=[2, 2, 2])
     assert "DAG" in repr(g) and len(repr(g)) < 200
     assert g.describe().count("\n") == g.depth + 1 and "parents per region [1, 2, 4]" in g.describe()
 
 
 # ------------------------------------------------------------------------------------ any tree
 def test_tree_constructor_per_region_branching_and_events():
-    from inference.graph_posterior import graph_posterior
-    from teachers.graph_sampling import sample_graph_ladder
+    from inference.posterior import posterior
+    from teachers.sampling import sample_ladder
 
-    g = GraphLadder.tree([[3], [2, 1, 4]], [2, [3, 4, 2], 3], seed=1, sigma=0.6)
+    g = Ladder.tree([[3], [2, 1, 4]], [2, [3, 4, 2], 3], seed=1, sigma=0.6)
     assert g.num_regions == (1, 3, 7) and g.is_tree()
     assert g.parents[2] == ((0,), (0,), (1,), (2,), (2,), (2,), (2,))
-    assert g.events == ((2,), (3, 4, 2), (3,) * 7)
-    assert [t.shape for t in g.tables[1]] == [(2, 3), (2, 4), (2, 2)]
-    s = sample_graph_ladder(g, 50, 0)
-    assert graph_posterior(g, s.inputs()).label.shape == (50, 2)
-    b = GraphLadder.tree([[2], [1, 3]], [3, 2, 2], mode="bottomup", seed=0)
+    assert g.region_events == ((2,), (3, 4, 2), (3,) * 7)
+    assert [t.shape for t in g.region_tables[1]] == [(2, 3), (2, 4), (2, 2)]
+    s = sample_ladder(g, 50, 0)
+    assert posterior(g, s.inputs()).label.shape == (50, 2)
+    b = Ladder.tree([[2], [1, 3]], [3, 2, 2], mode="bottomup", seed=0)
     assert [t.numel() for t in b.lookups[1]] == [2, 8] and b.num_regions == (1, 2, 4)
     for args, match in (
             (([[2], [1]], [2, 2, 2]), r"branching\[1\]: expected 2 children counts"),
@@ -144,4 +147,4 @@ def test_tree_constructor_per_region_branching_and_events():
             (([], [2]), "branching: expected one list"),
             (([[2]], [2, [2, 3]]), "same number of events")):
         with pytest.raises(LadderSpecError, match=match):
-            GraphLadder.tree(*args)
+            Ladder.tree(*args)

@@ -138,7 +138,7 @@ def test_events_in_range_and_zero_probability_events_never_drawn(make_ladder):
         assert int(s.events(l).max()) < lad.events[l] and int(s.events(l).min()) >= 0
     # every (parent, child) pair drawn has positive probability in the table
     for l in range(1, lad.depth + 1):
-        par = s.z[:, off[l - 1]:off[l]][:, lad.parents(l)].long()
+        par = s.z[:, off[l - 1]:off[l]][:, lad.parent_index(l)].long()
         child = s.events(l)
         p = lad.tables[l - 1][torch.arange(lad.num_regions[l]), par, child]
         assert (p > 0).all()
@@ -252,12 +252,12 @@ def test_numpy_integers_are_accepted():
 
 
 def test_library_leaves_default_dtype_alone(make_ladder):
-    from inference.ladder_posterior import ladder_posterior
+    from inference.posterior import posterior
     from teachers.statistics import empirical_statistics, exact_statistics
 
     lad = make_ladder("td-gauss")
     s = sample_ladder(lad, 100, seed=0)
-    exact_statistics(lad), empirical_statistics(lad, s.z), ladder_posterior(lad, s.x, marginals=True)
+    exact_statistics(lad), empirical_statistics(lad, s.z), posterior(lad, s.x, marginals=True)
     assert torch.get_default_dtype() == torch.float32
 
 

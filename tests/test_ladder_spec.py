@@ -235,7 +235,7 @@ def _assert_same_ladder(a: Ladder, b: Ladder):
 
 def test_to_dict_from_dict_round_trip(tiny_ladder):
     d = tiny_ladder.to_dict()
-    assert d["format"] == "smaso-ladder" and d["version"] == 1
+    assert d["format"] == "smaso-ladder" and d["version"] == 2
     back = Ladder.from_dict(d)
     _assert_same_ladder(tiny_ladder, back)
     # twice is a fixed point
@@ -278,7 +278,7 @@ def test_round_trip_per_region_sigma():
     ("change", "field"),
     [
         (dict(format="other"), r"^format: expected 'smaso-ladder', got 'other'"),
-        (dict(version=2), r"^version: this library reads ladder spec version 1, got 2"),
+        (dict(version=3), r"^version: this library reads ladder spec versions 1 and 2, got 3"),
         (dict(colour="red"), r"^ladder spec: unknown field\(s\) \['colour'\]"),
         (dict(mode=None), r"^mode: expected 'topdown' or 'bottomup', got None"),
     ],
@@ -332,12 +332,12 @@ def test_structure_helpers():
     lad = Ladder.random(depth=3, branching=[2, 3, 2], events=[2, 3, 3, 4], seed=0)
     assert lad.num_regions == (1, 2, 6, 12) and lad.level_offsets == (0, 1, 3, 9, 21)
     assert lad.total_regions == 21 and lad.num_classes == 2 and lad.depth == 3
-    assert lad.parents(1).tolist() == [0, 0]
-    assert lad.parents(2).tolist() == [0, 0, 0, 1, 1, 1]
-    assert lad.parents(3).tolist() == [i // 2 for i in range(12)]
+    assert lad.parent_index(1).tolist() == [0, 0]
+    assert lad.parent_index(2).tolist() == [0, 0, 0, 1, 1, 1]
+    assert lad.parent_index(3).tolist() == [i // 2 for i in range(12)]
     for bad in (0, 4):
         with pytest.raises(ValueError, match=r"^level: expected 1\.\.3"):
-            lad.parents(bad)
+            lad.parent_index(bad)
     assert lad.region_level().tolist() == [0] + [1] * 2 + [2] * 6 + [3] * 12
     names = lad.region_names()
     assert names[0] == "0.0" and names[3] == "2.0" and names[-1] == "3.11" and len(names) == 21

@@ -27,10 +27,10 @@ def _consistency(ladder: Ladder):
         j = st.joints[l]
         assert j.shape == (ladder.num_regions[l], ladder.events[l - 1], ladder.events[l])
         # sum over the child = the parent's marginal; sum over the parent = the child's marginal
-        assert (j.sum(-1) - st.marginals[l - 1][ladder.parents(l)]).abs().max().item() < 1e-12
+        assert (j.sum(-1) - st.marginals[l - 1][ladder.parent_index(l)]).abs().max().item() < 1e-12
         assert (j.sum(-2) - st.marginals[l]).abs().max().item() < 1e-12
         pd, pu = st.P_down[l], st.P_up[l]
-        par_pos = st.marginals[l - 1][ladder.parents(l)] > 0  # (R_l, m_{l-1})
+        par_pos = st.marginals[l - 1][ladder.parent_index(l)] > 0  # (R_l, m_{l-1})
         assert (pd.sum(-1)[par_pos] - 1).abs().max().item() < 1e-12
         assert (pd[~par_pos] == 0).all()
         child_pos = st.marginals[l] > 0
@@ -68,7 +68,7 @@ def test_exact_statistics_equal_brute_force(tiny_ladder, brute):
 def test_topdown_P_down_is_the_table(tiny_topdown):
     st = exact_statistics(tiny_topdown)
     for l in range(1, tiny_topdown.depth + 1):
-        pos = st.marginals[l - 1][tiny_topdown.parents(l)] > 0
+        pos = st.marginals[l - 1][tiny_topdown.parent_index(l)] > 0
         assert (st.P_down[l][pos] - tiny_topdown.tables[l - 1][pos]).abs().max().item() < 1e-12
 
 
@@ -249,7 +249,7 @@ def test_fully_informative_P_down_is_deterministic():
     st = exact_statistics(lad)
     for l in range(1, lad.depth + 1):
         pd = st.P_down[l]
-        pos = st.marginals[l - 1][lad.parents(l)] > 0
+        pos = st.marginals[l - 1][lad.parent_index(l)] > 0
         rows = pd[pos]
         assert torch.equal(rows.max(-1).values, torch.ones(len(rows), dtype=torch.float64))
         assert ((rows == 0) | (rows == 1)).all()

@@ -1,7 +1,7 @@
 """Marginalized gradients, Eq 3 and Thm 1 (smaso/theorems/marginalized.py), by exact enumeration.
 
 References written here: P(x, y) by brute force over every latent configuration of a top-down
-ladder, p(y | x) and p(x) from ``inference.ladder_posterior``, per-example gradients from torch
+ladder, p(y | x) and p(x) from ``inference.posterior``, per-example gradients from torch
 autograd (``conftest_student.autograd_reference``) and marginals by Python loops over tuples.
 Exact identities in float64 to 1e-12 relative to the largest entry.
 """
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from conftest_student import assert_close, autograd_reference, one_torch_thread  # noqa: F401 (fixture)
 
-from inference.ladder_posterior import ladder_posterior
+from inference.posterior import posterior
 from smaso.student.network import LadderStudent
 from smaso.theorems.marginalized import MAX_CONFIGS, enumerate_inputs, marginalized_gradient
 from teachers import Ladder
@@ -67,7 +67,7 @@ def test_enumeration_matches_brute_force(name):
 def test_enumeration_matches_exact_posterior(name):
     lad = LADDERS[name]()
     configs, p_xy = enumerate_inputs(lad)
-    post = ladder_posterior(lad, F.one_hot(configs, lad.events[-1]).double())
+    post = posterior(lad, F.one_hot(configs, lad.events[-1]).double())
     assert_close(p_xy.sum(1), post.log_evidence.exp(), 1e-13, "P(x)")
     assert_close(p_xy / p_xy.sum(1, keepdim=True), post.label, 1e-12, "P(y | x)")
     assert abs(p_xy.sum().item() - 1) < 1e-12

@@ -43,7 +43,7 @@ def test_event_counts_merge_exactly_in_any_order():
     # brute force on a few cells
     off = lad.level_offsets
     assert whole.counts[1][1, 3] == int((z[:, off[1] + 1] == 3).sum())
-    par = lad.parents(2)[4]
+    par = lad.parent_index(2)[4]
     assert whole.pairs[2][4, 1, 0] == int(((z[:, off[1] + par] == 1) & (z[:, off[2] + 4] == 0)).sum())
 
 

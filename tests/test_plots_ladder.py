@@ -11,7 +11,7 @@ import pytest
 import torch
 from matplotlib.collections import PathCollection
 
-from inference.ladder_posterior import bayes_optimal_accuracy, ladder_posterior, posterior_event_draws
+from inference.posterior import bayes_optimal_accuracy, posterior, posterior_event_draws
 from smaso.plots.ladder import (
     event_frequencies,
     plot_bayes_accuracy,
@@ -51,8 +51,8 @@ def test_ladder_tables_show_p_child_given_parent(name, make_ladder, brute, tmp_p
             ref = np.divide(j, s, out=np.zeros_like(j), where=s > 0)  # rows of impossible parents: 0
             np.testing.assert_allclose(np.asarray(next(images)), ref, atol=1e-12)
             if lad.mode == "topdown":
-                np.testing.assert_allclose(ref[marg[l - 1][lad.parents(l)[c]] > 0],
-                                           lad.tables[l - 1][c].numpy()[marg[l - 1][lad.parents(l)[c]] > 0])
+                np.testing.assert_allclose(ref[marg[l - 1][lad.parent_index(l)[c]] > 0],
+                                           lad.tables[l - 1][c].numpy()[marg[l - 1][lad.parent_index(l)[c]] > 0])
 
 
 def test_ladder_tables_large_events_and_bad_input():
@@ -156,7 +156,7 @@ def test_event_posterior_bars_are_the_draw_frequencies(tmp_path):
                         emission="gaussian", sigma=0.6)
     x = sample_ladder(lad, 2, seed=0).inputs(dtype=torch.float64)
     idata = posterior_event_draws(lad, x, num_draws=300, seed=4)
-    post = ladder_posterior(lad, x, marginals=True)
+    post = posterior(lad, x, marginals=True)
     out = tmp_path / "draws.png"
     fig = plot_event_posterior(idata, post.marginals, path=out, example=1, title="t")
     assert out.stat().st_size > 5000
@@ -177,7 +177,7 @@ def test_event_posterior_bad_input():
     lad = Ladder.random(depth=1, branching=2, events=3, seed=1, emission="gaussian", sigma=0.5)
     x = sample_ladder(lad, 1, seed=0).inputs(dtype=torch.float64)
     idata = posterior_event_draws(lad, x, num_draws=10, seed=0)
-    marg = ladder_posterior(lad, x, marginals=True).marginals
+    marg = posterior(lad, x, marginals=True).marginals
     plot_event_posterior(idata, [m[0] for m in marg])  # (R_l, m_l) per level works too
     with pytest.raises(ValueError, match="idata"):
         plot_event_posterior(object(), marg)

@@ -1,7 +1,8 @@
 """Pyro and ArviZ conventions of the library (issue 16): no global RNG state touched, tensors on the input's
-device and in its dtype, flat-shape conditioning of the ladder model, distributions that honour
-``validate_args`` with Pyro's own errors, and ArviZ output that summarises categorical draws meaningfully
-without a warning flood."""
+device and in its dtype, distributions that honour ``validate_args`` with Pyro's own errors, and ArviZ
+output that summarises categorical draws meaningfully without a warning flood.  The ladder model's own
+conventions (flat-shape conditioning, out-of-support observations) are tested with the model, on trees and
+DAGs, in ``tests/test_pyro_model.py``."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ import numpy as np
 import pyro
 import pytest
 import torch
-from pyro import poutine
-from pyro.infer import Predictive, TraceEnum_ELBO, config_enumerate, infer_discrete
 
 from inference.factorial import (
     configurations,
@@ -29,7 +28,7 @@ from inference.ladder_posterior import ladder_posterior, posterior_event_draws
 from smaso.plots.factorial import plot_arviz, quiet_arviz
 from teachers import Ladder, sample_ladder
 from teachers.categorical import CategoricalTable, IndexedCategorical
-from teachers.pyro_model import EmissionDistribution, LadderModel
+from teachers.pyro_model import EmissionDistribution
 
 F64 = torch.float64
 
@@ -137,99 +136,6 @@ def test_emission_distribution_honours_validate_args():
             d.log_prob(torch.full_like(x, float("nan")))
         with pytest.raises(ValueError, match="event_shape"):
             d.log_prob(x[..., :1])
-
-
-@pytest.mark.parametrize("mode", ["topdown", "bottomup"])
-def test_out_of_support_observed_leaves_raise_pyros_error(mode):
-    lad = Ladder.random(depth=2, branching=2, events=[3, 3, 2], mode=mode, seed=1)
-    lm = LadderModel(lad)
-    leaves = torch.zeros(4, lad.num_regions[-1], dtype=torch.long)
-    leaves[1, 2] = 2  # leaves have 2 events
-    with pyro.validation_enabled(True):
-        with pytest.raises(ValueError, match=r"Expected value argument .* within the support"):
-            poutine.trace(lm.model).get_trace(leaves=leaves, emit=False)
-        with pytest.raises(ValueError, match="within the support"):
-            lm.model(leaves=leaves.double() + 0.5, emit=False)
-    # enumeration and exact inference still work with validation on
-    if mode == "topdown":
-        lad = _gauss_ladder()
-        lm = LadderModel(lad)
-        x = sample_ladder(lad, 5, seed=3).inputs(dtype=F64)
-        with pyro.validation_enabled(True):
-            loss = TraceEnum_ELBO(max_plate_nesting=3).loss(config_enumerate(lm.model), lambda **kw: None, x=x)
-        assert -loss == pytest.approx(ladder_posterior(lad, x).log_evidence.sum().item(), abs=1e-9)
-
-
-# ---------------------------------------------------------------------- flat-shape conditioning
-def _data(lad, n=12, seed=4):
-    s = sample_ladder(lad, n, seed=seed)
-    return s.z[:, 0].long(), s.inputs(dtype=F64), s.leaves.long()
-
-
-def test_condition_on_flat_labels_topdown_equals_poutine_condition(float64):
-    lad = _gauss_ladder()
-    lm = LadderModel(lad)
-    y, x, _ = _data(lad)
-    n, d = y.shape[0], lad.depth
-    conditioned = lm.condition_on(y=y, x=x.reshape(n, -1))
-    reference = poutine.condition(lm.model, data={"z_0": y.reshape(n, *([1] * d))})
-    tr = poutine.trace(conditioned).get_trace()
-    ref = poutine.trace(poutine.replay(reference, trace=tr)).get_trace(x=x)
-    tr.compute_log_prob()
-    ref.compute_log_prob()
-    for name in ("z_0", "z_1", "z_2", "x"):
-        assert torch.equal(tr.nodes[name]["log_prob"], ref.nodes[name]["log_prob"]), name
-    assert tr.nodes["z_0"]["is_observed"]
-    # exact: log p(x, y) = log p(x) + log p(y | x)
-    elbo = TraceEnum_ELBO(max_plate_nesting=d + 1)
-    post = ladder_posterior(lad, x)
-    want = (post.log_evidence + post.label.log()[torch.arange(n), y]).sum().item()
-    assert -elbo.loss(config_enumerate(conditioned), lambda: None) == pytest.approx(want, abs=1e-9)
-    assert -elbo.loss(config_enumerate(reference), lambda **kw: None, x=x) == pytest.approx(want, abs=1e-9)
-    # infer_discrete keeps the observed labels; Predictive runs it
-    out = infer_discrete(config_enumerate(conditioned), first_available_dim=-(d + 2), temperature=0)()
-    assert torch.equal(out["z_0"].reshape(n), y)
-    pred = Predictive(conditioned, num_samples=3, parallel=True)()
-    assert tuple(pred["z_1"].shape) == (3, n, 2, 1)
-
-
-def test_condition_on_bottomup_labels_is_an_indicator_factor(float64):
-    lad = _gauss_ladder("bottomup")
-    lm = LadderModel(lad)
-    y, x, leaves = _data(lad)
-    n = y.shape[0]
-    tr = poutine.trace(lm.condition_on(y=y, x=x.reshape(n, -1), leaves=leaves)).get_trace()
-    ref = poutine.trace(lm.model).get_trace(x=x, leaves=leaves)
-    tr.compute_log_prob()
-    ref.compute_log_prob()
-    assert tr.log_prob_sum().item() == pytest.approx(ref.log_prob_sum().item(), abs=1e-12)
-    wrong = y.clone()
-    wrong[0] = (wrong[0] + 1) % lad.num_classes
-    tr = poutine.trace(lm.condition_on(y=wrong, x=x, leaves=leaves)).get_trace()
-    tr.compute_log_prob()
-    assert torch.isneginf(tr.nodes["z_0_observed"]["log_prob"]).sum() == 1
-
-
-def test_condition_on_shape_errors_name_the_argument():
-    lad = _gauss_ladder()
-    lm = LadderModel(lad)
-    y, x, leaves = _data(lad, n=5)
-    with pytest.raises(ValueError, match=r"^y: expected labels of shape \(N,\), got \(5, 1\)"):
-        lm.condition_on(y=y[:, None], x=x)
-    with pytest.raises(ValueError, match=r"^x: expected shape \(N, 8\) .* or \(N, 4, 2\), got \(5, 7\)"):
-        lm.condition_on(y=y, x=x.reshape(5, -1)[:, :7])
-    with pytest.raises(ValueError, match=r"^leaves: expected shape \(N, 4\), got \(5, 3\)"):
-        lm.condition_on(leaves=leaves[:, :3])
-    with pytest.raises(ValueError, match=r"^condition_on: inconsistent numbers of examples"):
-        lm.condition_on(y=y[:4], x=x)
-    with pytest.raises(ValueError, match=r"^y: expected integer labels in \[0, 3\), got dtype"):
-        lm.condition_on(y=y.double())
-    with pytest.raises(ValueError, match=r"^y: expected integer labels in \[0, 3\), got values"):
-        lm.condition_on(y=y + 3)
-    with pytest.raises(ValueError, match=r"^condition_on: give y, x or leaves"):
-        lm.condition_on()
-    with pytest.raises(ValueError, match=r"^y: expected labels of shape \(N,\) = \(5,\)"):
-        lm.model(x=x, y=y[:3])
 
 
 # ---------------------------------------------------------------------- ArviZ

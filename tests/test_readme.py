@@ -25,8 +25,8 @@ def test_readme_quick_start_runs(tmp_path, monkeypatch):
     assert namespace["report"]["within_bound"]
     assert namespace["post"].label.shape == (1000, 4)
     assert set(namespace["draws"]) >= {"z_0", "z_1", "z_2", "z_3", "x"}
-    # graph block: the main job on an overlapping ladder trains the graph student
-    assert type(namespace["graph_run"].student).__name__ == "GraphStudent"
+    # graph block: the main job on an overlapping ladder trains the one student
+    assert type(namespace["graph_run"].student).__name__ == "LadderStudent"
     assert [h["step"] for h in namespace["graph_run"].history] == [0, 50, 100]
     # dataset block: a chunked store written and streamed through a DataLoader with two workers
     assert len(namespace["data"]) == 100_000

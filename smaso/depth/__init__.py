@@ -9,6 +9,7 @@
   architecture) against tau^k (a proven lower bound from the piece count, an explicit member above).
 - :mod:`smaso.depth.population`: many random restarts of a small student trained as one batched
   network (the best of R).
+- :mod:`smaso.depth.training`: the seeded ReLU MLP and the one optimiser loop both of them train with.
 
 The tent-map teacher tau^k and its exact network are in :mod:`teachers.tent`; ``docs/theory.md`` maps
 every equation to its function.
@@ -16,5 +17,5 @@ every equation to its function.
 
 from smaso._lazy import lazy_submodules
 
-__all__ = ["backprop", "bracket", "pieces", "population", "separation"]
+__all__ = ["backprop", "bracket", "pieces", "population", "separation", "training"]
 __getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from smaso.depth.bracket import _check_int
+from smaso.depth.training import make_student, optimise
 from teachers.tent import tent_power
 
 __all__ = [
@@ -109,8 +110,6 @@ class StudentPopulation(nn.Module):
             for i in range(len(self.widths) + 1))
 
     def _initial_member(self, r: int) -> nn.Sequential:
-        from smaso.depth.separation import make_student
-
         s = member_seed(self.seed, r)
         if self.init != "data":
             return make_student(self.widths, s, init=self.init)
@@ -225,8 +224,6 @@ def train_population(
     x = torch.rand(n_train, 1, generator=gen, dtype=torch.float64)
     y = tent_power(x, k).to(device=W0.device, dtype=W0.dtype)
     x = x.to(device=W0.device, dtype=W0.dtype)
-    from smaso.depth.separation import optimise
-
     def objective():
         idx = torch.randint(0, n_train, (batch,), generator=gen).to(x.device)
         r = pop(x[idx]) - y[idx]

@@ -34,7 +34,6 @@ tau exactly), so the lower bound is only claimed for L >= 2.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -44,6 +43,7 @@ import torch
 from torch import nn
 
 from smaso.depth.pieces import count_pieces
+from smaso.depth.training import DT, make_student, optimise
 from teachers.tent import TentNetwork, tent_power
 
 __all__ = [
@@ -59,51 +59,7 @@ __all__ = [
     "train_student",
 ]
 
-DT = torch.float64
 LECTURE_BOUND = 1 / 8
-
-
-INITS = ("torch", "spread")
-
-
-def make_student(widths: Sequence[int], seed: int = 0, dtype: torch.dtype = DT, *,
-                 init: str = "torch") -> nn.Sequential:
-    """A ReLU MLP R -> R with hidden widths ``widths``, seeded.
-
-    :param init: ``"torch"`` (PyTorch's default init) or ``"spread"``: He-normal weights
-        N(0, 2 / fan_in) and biases U(-1/2, 1/2), which puts the first layer's kinks inside
-        [0, 1] and keeps fewer units dead in deep narrow networks (used for the random-start
-        deep students).
-    """
-    if not widths or any(int(m) < 1 for m in widths):
-        raise ValueError(f"widths: expected at least one positive hidden width, got {list(widths)}")
-    if init not in INITS:
-        raise ValueError(f"init: expected one of {INITS}, got {init!r}")
-    # PyTorch's default init of every Linear, drawn from a local generator in the order nn.Linear
-    # draws it (weight, then bias): the same numbers as torch.manual_seed(seed) + nn.Linear, without
-    # touching the global RNG
-    gen = torch.Generator().manual_seed(seed)
-    dims = [1, *map(int, widths), 1]
-    linears = []
-    for a, b in itertools.pairwise(dims):
-        lin = nn.Linear(a, b, device="meta").to_empty(device="cpu")  # meta: its own init draws nothing
-        with torch.no_grad():
-            nn.init.kaiming_uniform_(lin.weight, a=math.sqrt(5), generator=gen)
-            lin.bias.uniform_(-1 / math.sqrt(a), 1 / math.sqrt(a), generator=gen)
-        linears.append(lin)
-    layers: list[nn.Module] = []
-    for lin in linears[:-1]:
-        layers += [lin, nn.ReLU()]
-    net = nn.Sequential(*layers, linears[-1]).to(dtype)
-    if init == "spread":
-        gen = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for m in net:
-                if isinstance(m, nn.Linear):
-                    m.weight.copy_(torch.randn(m.weight.shape, generator=gen, dtype=dtype)
-                                   * math.sqrt(2 / m.in_features))
-                    m.bias.copy_(torch.rand(m.bias.shape, generator=gen, dtype=dtype) - 0.5)
-    return net
 
 
 def balanced_widths(depth: int, nodes: int) -> tuple[int, ...]:
@@ -166,47 +122,6 @@ def train_student(
     history = optimise(net.parameters(), objective, steps=steps, lr=lr, optimizer=optimizer, schedule=schedule,
                        progress=progress, desc=desc or f"SGD on tau^{k}", summary=lambda h: f"loss={float(h):.3g}")
     return [float(h) for h in history]
-
-
-def optimise(params, objective, *, steps: int, lr: float, optimizer: str, schedule: str, progress: bool,
-             desc: str, summary) -> list[torch.Tensor]:
-    """The training loop of :func:`train_student` and :func:`smaso.depth.population.train_population`.
-
-    ``steps`` steps of ``optimizer`` (``"sgd"`` or ``"adam"``, learning rate ``lr``; with
-    ``schedule="onecycle"`` PyTorch's ``OneCycleLR`` peaking at ``lr``) on ``objective() -> (value to
-    minimise, value to record)``.  Returns the recorded values (detached) every ``max(1, steps // 20)``
-    steps; with ``progress`` a tqdm bar shows ``summary(recorded)``.
-    """
-    opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(params, lr=lr)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps) if schedule == "onecycle" else None
-    every = max(1, steps // 20)
-    history: list[torch.Tensor] = []
-    bar = _bar(progress, steps, desc)
-    for step in range(steps):
-        total, record = objective()
-        opt.zero_grad()
-        total.backward()
-        opt.step()
-        if sched is not None:
-            sched.step()
-        if step % every == 0:
-            history.append(record.detach())
-            if bar is not None:
-                bar.set_postfix_str(summary(history[-1]), refresh=False)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    return history
-
-
-def _bar(progress: bool, total: int, desc: str):
-    """A tqdm bar, or None when ``progress`` is off (tqdm is then not even imported)."""
-    if not progress:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, leave=False)
 
 
 class _Widths:

@@ -64,7 +64,7 @@ def plot_ladder_tables(ladder, path: str | os.PathLike | None = None, *, max_reg
                 continue
             mat = P[l][c].numpy()
             im = ax.imshow(mat, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-            parent = names[ladder.level_offsets[l - 1] + ladder.parents(l)[c].item()]
+            parent = names[ladder.level_offsets[l - 1] + ladder.parent_index(l)[c].item()]
             ax.set_title(f"P(z[{names[ladder.level_offsets[l] + c]}] | z[{parent}])", fontsize=9)
             ax.set_xlabel(f"child event (level {l})", fontsize=8)
             ax.set_ylabel(f"parent event (level {l - 1})", fontsize=8)
@@ -150,7 +150,7 @@ def plot_bayes_accuracy(sigmas: Sequence[float], curves: Mapping[str, Sequence[M
     """Bayes-optimal accuracy against the leaf noise sigma (Gaussian emission), one curve per ladder.
 
     The accuracy of argmax_y p(y | x) with the exact posterior (sum-product,
-    :func:`inference.ladder_posterior.bayes_optimal_accuracy`) is the ceiling of any student on
+    :func:`inference.posterior.bayes_optimal_accuracy`) is the ceiling of any student on
     the ladder's data: with one-hot-like leaves (sigma -> 0) it is that of the leaf events
     (Thm 3's delta case), with large sigma it falls to the prior's majority class.  Lines: the
     expected accuracy mean_x max_y p(y | x) with +-2 standard errors; markers: the fraction of
@@ -209,10 +209,10 @@ def plot_event_posterior(idata, marginals: Sequence[torch.Tensor | np.ndarray], 
                          *, example: int = 0, title: str | None = None):
     """Posterior draws of every region's event given one input, against the exact marginals.
 
-    Draws of z ~ p(z | x) (:func:`inference.ladder_posterior.posterior_event_draws`) counted per
+    Draws of z ~ p(z | x) (:func:`inference.posterior.posterior_event_draws`) counted per
     region: bars are the draws' frequencies of each event with +-2 binomial standard errors
     (they shrink like 1/sqrt(draws)), black ticks the exact marginals p(z_alpha | x) of the
-    sum-product (:func:`inference.ladder_posterior.ladder_posterior` with ``marginals=True``).
+    sum-product (:func:`inference.posterior.posterior` with ``marginals=True``).
     One panel per level, level 0 being the label y.
 
     :param idata: ``InferenceData`` with ``posterior["z"]`` ``(chain, draw, example, region)``.

@@ -1,21 +1,33 @@
-"""The framework paper's student and its reformulation (Tian et al., §2-§4: Eq 1-12, Thm 2-5).
+"""The framework paper's student and its reformulation (Tian et al., §2-§4: Eq 1-12, Thm 2-5), on any ladder.
 
-One module per step of the paper's argument, in its order:
+One student class (:class:`~smaso.student.network.LadderStudent`) and one code path for every ladder: a uniform
+tree (the paper's drawing; a fast path of reshapes), any tree, or any layered region graph with overlapping
+receptive fields (a region with several parents).  One module per step of the paper's argument, in its order:
 
 - :mod:`smaso.student.activations`: a node's activation f = s(u) u with its forward gate s and its
   backward gate f' (Eq 1; ReLU, leaky ReLU, abs, the beta-VQ swish).
-- :mod:`smaso.student.network`: the locally connected student that follows a ladder, its explicit
-  forward and backward (Eq 1-2) and the weight update Delta W (Eq 2).
-- :mod:`smaso.student.graph_network`: the same student on a ladder over any layered region graph
-  (one weight block per parent-child edge; a child's gradient sums over its parents).
+- :mod:`smaso.student.connectivity`: the parent-child wiring, one weight block per edge: the level
+  operations u = sum_c W^T f_c (Eq 1, forward), raw_c = sum_p W g_p (Eq 1, backward) and Delta W (Eq 2).
+- :mod:`smaso.student.network`: the locally connected student of any ladder, its explicit forward and
+  backward (Eq 1-2), Batch Norm after or before the gate (Eq 10-11, per region), shared weights, and the
+  weight update Delta W (Eq 2).
 - :mod:`smaso.student.batchnorm`: Batch Norm as a projection (Eq 10-11, Thm 5) and its P-weighted
   form (Eq 12).
-- :mod:`smaso.student.frequency`: frequency statistics F, D, G, G~ averaged per teacher event (Eq 6).
-- :mod:`smaso.student.reformulation`: the matrix recursion over P(z_beta | z_alpha) (Thm 4, Eq 9).
-- :mod:`smaso.student.graph_frequency`, :mod:`smaso.student.graph_reformulation`: the same two on a
-  region graph (padded events; Eq 9 with the sum over every parent; Thm 2's terms per edge).
+- :mod:`smaso.student.training`: minibatch SGD with the explicit backward (Eq 2: W += lr Delta W).
+- :mod:`smaso.student.mergeable`: the mergeable state of per-event sums and row groups of a record.
+- :mod:`smaso.student.frequency`: frequency statistics F, D, G, G~ averaged per teacher event, per region
+  and per edge (Eq 6), streamed and merged; K row groups for the jackknife.
+- :mod:`smaso.student.reformulation`: the matrix recursion over P(z_beta | z_alpha) (Thm 4, Eq 9, summed
+  over every parent; Eq 12 with BN), Eq 7's signs.
 - :mod:`smaso.student.noise`: the noise floor of every measured number (a delete-one-group jackknife).
-- :mod:`smaso.student.compare`: train, measure, predict, compare, and Thm 2's diagnosis.
+- :mod:`smaso.student.diagnosis`: the reformulation's errors against measurements and Thm 2's conditions
+  (decorrelation, focus, broadness per edge; Thm 3: all vanish on a fully informative ladder).
+- :mod:`smaso.student.compare`: train, measure, predict, compare (:func:`~smaso.student.compare.compare_student`),
+  noise sweeps and errors against N.
+
+The exact event statistics P(z_alpha), P(z_alpha, z_beta) the reformulation consumes are
+:mod:`teachers.statistics`.  Deprecated (one release, with a warning naming the new name):
+:mod:`smaso.student.graph_network`, :mod:`smaso.student.graph_frequency`, :mod:`smaso.student.graph_reformulation`.
 
 The theorems built on top of these (Thm 1, 6-9, §5.3, §7.5.1) are in :mod:`smaso.theorems`;
 ``docs/theory.md`` maps every equation to its function.
@@ -23,6 +35,6 @@ The theorems built on top of these (Thm 1, 6-9, §5.3, §7.5.1) are in :mod:`sma
 
 from smaso._lazy import lazy_submodules
 
-__all__ = ["activations", "batchnorm", "compare", "frequency", "graph_frequency", "graph_network",
-           "graph_reformulation", "network", "noise", "reformulation"]
+__all__ = ["activations", "batchnorm", "compare", "connectivity", "diagnosis", "frequency", "graph_frequency",
+           "graph_network", "graph_reformulation", "mergeable", "network", "noise", "reformulation", "training"]
 __getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

@@ -2,20 +2,9 @@
 
 At chosen training steps :func:`compare_student` collects the student's frequency statistics
 (:mod:`smaso.student.frequency`), predicts them with the reformulation (:mod:`smaso.student.reformulation`),
-and reports per level the relative Frobenius error ||pred - meas||_F / ||meas||_F of
-
-- ``F``: the activations Fbar (after BN when present), over the events that occur;
-- ``G``: the P-weighted gated gradients G~;
-- ``dW``: the weight updates Delta W into that level,
-
-both for the full recursion (``propagated``) and for one step from the measured neighbours
-(``local``), together with a diagnosis of Thm 2's conditions measured from the data, each
-the exact size of the error term that condition's failure introduces:
-
-- ``decorrelation_fwd`` ||E[s u | z] - E[s | z] E[u | z]|| / ||E[f | z]||  (gate vs raw activation)
-- ``decorrelation_bwd`` ||E[f' g_f | z] - E[f' | z] E[g_f | z]|| / ||E[g | z]||  (gate vs raw gradient)
-- ``focus`` ||E[fbar_b | z_a] - P_ab E[fbar_b | z_b]|| / ||E[fbar_b | z_a]||   (children, by parent event)
-- ``broadness`` ||P(z_b) E[g_a | z_b] - P_ab^T G~_a|| / ||P(z_b) E[g_a | z_b]||  (parents, by child event)
+and reports per level the relative errors of F, G~ and Delta W with Thm 2's diagnosis
+(:func:`~smaso.student.diagnosis.compare_statistics_to_theory`, re-exported here with :func:`diagnose`), on any
+ladder: a uniform tree or any layered region graph, one student class and one code path.
 
 On the fully informative ladder with one-hot leaves all of these are ~1e-15 (Thm 3).
 :func:`noise_sweep` measures how they grow when the leaves are made noisy (Gaussian leaves of
@@ -32,219 +21,22 @@ from dataclasses import dataclass, field
 
 import torch
 
-from smaso.student.frequency import FrequencyStatistics, collect_statistics
+from smaso.student.diagnosis import CONTRIBUTIONS, compare_statistics_to_theory, diagnose
+from smaso.student.frequency import FrequencyStatistics, ReplicateAccumulator, accumulate_statistics, collect_statistics
 from smaso.student.network import LadderStudent
 from smaso.student.reformulation import Reformulation, reformulate
+from smaso.student.training import TrainingDiverged, check_hyper
 from teachers.emission import GaussianEmission, OneHotEmission
 from teachers.ladder import Ladder
 from teachers.sampling import LadderSample, sample_ladder
 from teachers.statistics import exact_statistics
 
-__all__ = ["ComparisonResult", "TrainingDiverged", "compare_statistics_to_theory", "compare_student", "diagnose",
-           "errors_against_n", "noise_sweep"]
-
-
-def _rel(pred: torch.Tensor, meas: torch.Tensor, mask: torch.Tensor | None = None) -> float:
-    """||pred - meas||_F / ||meas||_F over rows where ``mask`` (events that occur); 0 if both vanish."""
-    if mask is not None:
-        pred, meas = pred[mask], meas[mask]
-    num, den = (pred - meas).norm().item(), meas.norm().item()
-    if den == 0:
-        return 0.0 if num == 0 else math.inf
-    return num / den
-
-
-# A measured number is ||v|| / ||m|| over rows ``mask``: ``_Term(v, m, mask)``.
-_Term = tuple
-
-
-def _norm(t: torch.Tensor, mask) -> float:
-    return float((t if mask is None else t[mask]).norm())
-
-
-def _value(term: _Term) -> float:
-    v, m, mask = term
-    num, den = _norm(v, mask), _norm(m, mask)
-    if den == 0:
-        return 0.0 if num == 0 else math.inf
-    return num / den
-
-
-def _condition_terms(stats: FrequencyStatistics, bn_before: Sequence[bool] | None = None) -> list[dict[str, _Term]]:
-    """Thm 2's conditions per level as difference vectors (see the module docstring).
-
-    :param bn_before: per level, whether BN sits between the linear map and the gate there (then the
-        gate acts on F = E[BN(u) | z] and the forward decorrelation compares D o F with Fbar; the backward
-        one would need E[g_raw | z], which is not accumulated, and is left out).
-    """
-    lad = stats.ladder
-    d = lad.depth
-    P_down = stats.P.P_down
-    G_tilde = stats.G_tilde
-    out = []
-    for l in range(d + 1):
-        row: dict[str, _Term] = {}
-        seen = stats.counts[l] > 0
-        if l < d and bn_before is not None and bn_before[l]:
-            row["decorrelation_fwd"] = (stats.D[l] * stats.F[l] - stats.Fbar[l], stats.Fbar[l], seen)
-        elif l < d:
-            row["decorrelation_fwd"] = (stats.D[l] * stats.U[l] - stats.F[l], stats.F[l], seen)
-            row["decorrelation_bwd"] = (stats.Dp[l] * stats.Gf[l] - stats.G[l], stats.G[l], seen)
-        if l < d:
-            # Delta W = E[f_k g_j] = sum_a P(a) E[f_k | a] E[g_j | a] needs f_k, g_j uncorrelated given
-            # z_alpha (the step from Eq 63 to Eq 64): E[fbar_child | z_parent]^T G~_parent against Delta W
-            g_par = G_tilde[l].repeat_interleave(lad.branching[l], dim=0)
-            fcg = torch.einsum("cak,caj->ckj", stats.Fc[l + 1], g_par).reshape(stats.dW[l].shape)
-            row["decorrelation_dW"] = (fcg - stats.dW[l], stats.dW[l], None)
-        if l >= 1:
-            parent_seen = stats.counts[l - 1][lad.parents(l)] > 0
-            row["focus"] = (torch.einsum("cab,cbk->cak", P_down[l], stats.Fbar[l]) - stats.Fc[l], stats.Fc[l],
-                            parent_seen)
-            g_par = G_tilde[l - 1].repeat_interleave(lad.branching[l - 1], dim=0)
-            row["broadness"] = (torch.einsum("cab,caj->cbj", P_down[l], g_par) - stats.Gp_tilde[l],
-                                stats.Gp_tilde[l], seen)
-        out.append(row)
-    return out
-
-
-def _bn_before(student: LadderStudent) -> list[bool]:
-    return [getattr(student, "bn_placement", None) == "before" and student.bn_params(l) is not None
-            for l in range(student.ladder.depth)]
-
-
-def diagnose(stats: FrequencyStatistics, student: LadderStudent | None = None) -> list[dict]:
-    """Thm 2's conditions measured from the data, per level (see the module docstring).
-
-    :param student: the student, needed only when its BN sits before the gate (``batch_norm="before"``).
-    """
-    terms = _condition_terms(stats, None if student is None else _bn_before(student))
-    return [{"level": l, **{k: _value(t) for k, t in row.items()}} for l, row in enumerate(terms)]
-
-
-#: The one-step error of each quantity and the two exact parts it splits into (module docstring).
-CONTRIBUTIONS = {"F_local": ("focus", "decorrelation"), "G_local": ("broadness", "decorrelation"),
-                 "dW_local": ("focus", "decorrelation")}
-
-
-def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P, loss: str) -> tuple[list, dict]:
-    """Every reported number of :func:`compare_statistics_to_theory` as a :data:`_Term`, per level."""
-    lad = stats.ladder
-    d = lad.depth
-    preds = {k: reformulate(student, P, stats, propagate=k == "propagated", loss=loss)
-             for k in ("propagated", "local")}
-    local = preds["local"]
-    conditions = _condition_terms(stats, _bn_before(student))
-    G_meas = stats.G_tilde
-    p = stats.p
-    P_down = P.P_down
-    levels = []
-    for l in range(d):
-        seen = stats.counts[l] > 0
-        row: dict[str, _Term] = {}
-        for kind, pr in preds.items():
-            row[f"F_{kind}"] = (pr.Fbar[l] - stats.Fbar[l], stats.Fbar[l], seen)
-            row[f"G_{kind}"] = (pr.G_tilde[l] - G_meas[l], G_meas[l], seen)
-            row[f"dW_{kind}"] = (pr.dW[l] - stats.dW[l], stats.dW[l], None)
-        # the one-step errors split exactly into a part per condition (pred - meas = a + b):
-        # F: D o (U_pred - E[u | z]) (focus: children averaged through P instead of by parent event)
-        #    + (D o E[u | z] - E[f | z]) (forward decorrelation)
-        # G~: D' o (raw G~ from parents through P^T - P(z) E[g_f | z]) (broadness) + (D' o G~_f - G~)
-        # Delta W: ((P F_b) - E[F_b | z_a])^T G~_a (focus) + (E[F_b | z_a]^T G~_a - Delta W) (decorrelation)
-        if student.bn_params(l) is None:
-            row["F_local_focus"] = (stats.D[l] * (local.U[l] - stats.U[l]), stats.Fbar[l], seen)
-            row["F_local_decorrelation"] = (conditions[l]["decorrelation_fwd"][0], stats.Fbar[l], seen)
-        if l == 0 or student.bn_params(l) is None:
-            gf_tilde = stats.Gf[l] * p[l][..., None]
-            row["G_local_broadness"] = (local.G_tilde[l] - stats.Dp[l] * gf_tilde, G_meas[l], seen)
-            row["G_local_decorrelation"] = (stats.Dp[l] * gf_tilde - G_meas[l], G_meas[l], seen)
-        g_par = G_meas[l].repeat_interleave(lad.branching[l], dim=0)
-        child = stats.Fbar[l + 1].to(torch.float64)
-        pf = torch.einsum("cab,cbk->cak", P_down[l + 1].to(torch.float64), child)
-        row["dW_local_focus"] = (torch.einsum("cak,caj->ckj", pf - stats.Fc[l + 1], g_par).reshape(stats.dW[l].shape),
-                                 stats.dW[l], None)
-        row["dW_local_decorrelation"] = (conditions[l]["decorrelation_dW"][0], stats.dW[l], None)
-        row.update(conditions[l])
-        levels.append(row)
-    return levels, conditions[d]
-
-
-def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatistics, *, P_source: str = "empirical",
-                                 loss: str = "squared", replicates: Sequence[FrequencyStatistics] | None = None
-                                 ) -> dict:
-    """Relative errors of the reformulation against measured statistics, per level, plus the diagnosis.
-
-    :param replicates: leave-one-out statistics of a jackknife
-        (:meth:`~smaso.student.noise.ReplicateAccumulator.leave_one_out`); with them every number
-        ``key`` gets ``key_floor``, its noise floor (:mod:`smaso.student.noise`), and each row lists
-        in ``within_noise`` the keys at most :data:`~smaso.student.noise.WITHIN_NOISE` times their floor.
-    :returns: ``levels`` (per level l < d: ``F_/G_/dW_propagated`` and ``_local``, the parts of each
-        one-step error (``F_local_focus``, ``F_local_decorrelation``, ``G_local_broadness``,
-        ``G_local_decorrelation``, ``dW_local_focus``, ``dW_local_decorrelation``: the norm of each
-        part over the same denominator, so the one-step error is at most their sum; absent for F and
-        G~ at a BN level, where Eq 12's normalization makes the split non-additive) and Thm 2's
-        conditions (``decorrelation_fwd``, ``decorrelation_bwd``, ``decorrelation_dW``, ``focus``,
-        ``broadness``)), ``leaves`` (focus and broadness of the leaf level), ``loss``, ``P_source``,
-        ``num_examples`` and, with replicates, ``noise_groups``.
-    """
-    if P_source == "empirical":
-        P_of = lambda st: st.P  # noqa: E731
-    elif P_source == "exact":
-        exact = exact_statistics(stats.ladder)
-        P_of = lambda st: exact  # noqa: E731
-    else:
-        raise ValueError(f"P_source: expected 'empirical' or 'exact', got {P_source!r}")
-    lad = stats.ladder
-    levels_t, leaves_t = _comparison_terms(student, stats, P_of(stats), loss)
-    levels, leaves = [], {"level": lad.depth, **{k: _value(t) for k, t in leaves_t.items()}}
-    for l, terms in enumerate(levels_t):
-        seen = stats.counts[l] > 0
-        row = {"level": l, "regions": lad.num_regions[l], "events": lad.events[l], "nodes": student.widths[l],
-               "empty_events": int((~seen).sum()), **{k: _value(t) for k, t in terms.items()}}
-        levels.append(row)
-    out = {"levels": levels, "leaves": leaves, "loss": stats.loss, "P_source": P_source,
-           "num_examples": stats.num_examples}
-    if loss == "cross_entropy" and student.widths[0] == lad.events[0]:
-        from smaso.student.reformulation import eq7_signs
-
-        e7 = eq7_signs(stats)  # g_j(y = j) > 0 > g_j(y != j) per class (Eq 7)
-        out["eq7"] = {"holds": e7["holds"], "worst_margin": e7["worst_margin"], "worst_class": int(e7["worst_class"]),
-                      "margin": [None if math.isnan(v) else float(v) for v in e7["margin"].tolist()]}  # None: unseen
-    if replicates:
-        from smaso.student.noise import ROUNDOFF, WITHIN_NOISE, norm_floor
-
-        reps = [_comparison_terms(student, st, P_of(st), loss) for st in replicates]
-        has_bn = any(student.bn_params(l) is not None for l in range(lad.depth))
-        for l, (row, terms) in enumerate(zip(levels, levels_t, strict=True)):
-            for k, (_, m, mask) in terms.items():
-                row[f"{k}_floor"] = norm_floor([r[0][l][k][0] for r in reps], _norm(m, mask), mask)
-            # predictions through Eq 12 renormalize each replicate, so their floors are over-estimates
-            # (smaso.student.noise): never call such a number "within noise"
-            inflated = {k for k in terms if has_bn and (k.endswith("_propagated") or (
-                student.bn_params(l) is not None and k in ("F_local", "G_local")))}
-            row["within_noise"] = [k for k in terms if k not in inflated
-                                   and row[k] <= WITHIN_NOISE * row[f"{k}_floor"] + ROUNDOFF]
-            if inflated:
-                row["floor_over_estimated"] = sorted(inflated)
-        for k, (_, m, mask) in leaves_t.items():
-            leaves[f"{k}_floor"] = norm_floor([r[1][k][0] for r in reps], _norm(m, mask), mask)
-        leaves["within_noise"] = [k for k in leaves_t
-                                  if leaves[k] <= WITHIN_NOISE * leaves[f"{k}_floor"] + ROUNDOFF]
-        out["noise_groups"] = len(replicates)
-    return out
+__all__ = ["CONTRIBUTIONS", "ComparisonResult", "TrainingDiverged", "compare_statistics_to_theory", "compare_student",
+           "diagnose", "errors_against_n", "noise_sweep"]
 
 
 #: A training loss this many times its first value (or above it when that is below 1) stops the run.
 DIVERGED = 1e8
-
-
-class TrainingDiverged(RuntimeError):
-    """Training produced a non-finite loss, weight or statistic (the message names the step)."""
-
-
-def _check_hyper(name: str, v, *, positive: bool) -> None:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0 or (positive and v == 0):
-        want = "a finite number > 0" if positive else "a finite number >= 0"
-        raise ValueError(f"{name}: expected {want}, got {v!r}")
 
 
 def _finite_weights(student: LadderStudent) -> bool:
@@ -363,7 +155,7 @@ class ComparisonResult:
 
 def _head(chunks, k: int):
     """The first ``k`` rows of a chunked source, in memory (the evaluation set): a
-    :class:`~teachers.sampling.LadderSample`, or a :class:`~teachers.graph_sampling.GraphSample` for a graph."""
+    :class:`~teachers.sampling.LadderSample`."""
     import dataclasses
 
     parts, got = [], 0
@@ -419,9 +211,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                     engine=None, noise_groups: int | None = 10, shared: bool = False) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
-    A dataset of a :class:`~teachers.graph_ladder.GraphLadder` (any layered region graph) trains a
-    :class:`~smaso.student.graph_network.GraphStudent` instead and compares it with Eq 9 summed over every
-    parent (:mod:`smaso.student.graph_reformulation`); the graph student has no Batch Norm.
+    The ladder is any layered region graph (a uniform tree, any tree, overlapping receptive fields): the one
+    student, with or without Batch Norm, and Eq 9 summed over every parent.
 
     The data stream: training reads minibatches chunk by chunk (each epoch a seeded random order of
     the chunks and of the rows within each chunk), and inputs are built per batch, so a chunked store
@@ -442,33 +233,29 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         ladder's tables).
     :param engine: where the streamed evaluation runs (None: this process; a
         :class:`~teachers.engine.DaskEngine`: one task per chunk).
-    :param shared: (graph ladders) share the student's weights per child place, like a convolution
-        (:class:`~smaso.student.graph_network.GraphStudent`'s ``shared``).
+    :param shared: share the student's weights per child place, like a convolution
+        (:class:`~smaso.student.network.LadderStudent`'s ``shared``; every parent of a level needs the same
+        number of children).
     :param noise_groups: row groups of the jackknife that gives every number its noise floor
         (:mod:`smaso.student.noise`; the evaluation's rows split into this many groups, the same
         pass); ``None``: no floors.
     :returns: :class:`ComparisonResult` with one history row per checkpoint: step, loss,
         accuracy and the per-level errors and diagnosis.
     """
-    from smaso.student.frequency import accumulate_statistics
     from teachers.chunked import as_chunks
-    from teachers.graph_ladder import GraphLadder
-    from teachers.graph_sampling import GraphSample
 
-    in_memory = isinstance(sample, (LadderSample, GraphSample))
+    in_memory = isinstance(sample, LadderSample)
     if not in_memory and not hasattr(sample, "chunk"):
-        raise TypeError(f"sample: expected a LadderSample, a GraphSample or a ChunkedLadderData, got "
-                        f"{type(sample).__name__}")
+        raise TypeError(f"sample: expected a LadderSample or a ChunkedLadderData, got {type(sample).__name__}")
     chunks = as_chunks(sample)
     lad = chunks.ladder
-    graph = isinstance(lad, GraphLadder)
     if in_memory and (sample.z is None or sample.z.shape[1] != lad.total_regions):
         raise ValueError("sample: the dataset must hold every latent event z of its ladder")
     if P_source not in ("empirical", "exact"):
         raise ValueError(f"P_source: expected 'empirical' or 'exact', got {P_source!r}")
-    _check_hyper("lr", lr, positive=True)
-    _check_hyper("weight_decay", weight_decay, positive=False)
-    _check_hyper("bn_eps", bn_eps, positive=False)
+    check_hyper("lr", lr, positive=True)
+    check_hyper("weight_decay", weight_decay, positive=False)
+    check_hyper("bn_eps", bn_eps, positive=False)
     if noise_groups is not None and (isinstance(noise_groups, bool) or not isinstance(noise_groups, int)
                                      or noise_groups < 2):
         raise ValueError(f"noise_groups: expected None or an integer >= 2, got {noise_groups!r}")
@@ -480,35 +267,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     for name, v in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-    if graph:
-        from smaso.student.graph_frequency import (
-            GraphEventStatistics,
-            accumulate_graph_statistics,
-            collect_graph_statistics,
-        )
-        from smaso.student.graph_network import GraphStudent
-        from smaso.student.graph_reformulation import compare_graph_statistics_to_theory, graph_reformulate
-
-        if batch_norm:
-            raise ValueError("batch_norm: the graph student (a dataset of a GraphLadder) has no Batch Norm")
-        student = GraphStudent(lad, width, activation=activation, bias=bias, seed=seed, shared=shared, dtype=dtype,
-                               device=device)
-        collect, accumulate = collect_graph_statistics, accumulate_graph_statistics
-        compare, predict = compare_graph_statistics_to_theory, graph_reformulate
-
-        def exact_P():
-            return GraphEventStatistics.exact(lad)
-    else:
-        if shared:
-            raise ValueError("shared: weight sharing is an option of the graph student; for a tree Ladder, train on "
-                             "GraphLadder.from_ladder(ladder)")
-        student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
-                                seed=seed, dtype=dtype, device=device)
-        collect, accumulate, compare, predict = (collect_statistics, accumulate_statistics,
-                                                 compare_statistics_to_theory, reformulate)
-
-        def exact_P():
-            return exact_statistics(lad)
+    student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
+                            seed=seed, shared=shared, dtype=dtype, device=device)
     n = len(chunks)
     streamed = eval_examples is None and not in_memory
     if not streamed:
@@ -532,19 +292,19 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     for step in range(steps + 1):
         if step in checkpoints:
             if streamed:
-                state, correct = accumulate(student, chunks, loss=loss, batch_size=eval_batch_size,
-                                            dtype=torch.float64, engine=engine, groups=noise_groups)
+                state, correct = accumulate_statistics(student, chunks, loss=loss, batch_size=eval_batch_size,
+                                                       dtype=torch.float64, engine=engine, groups=noise_groups)
                 acc = correct / n
             else:
-                state = collect(student, x_eval, y_eval, z_eval, loss=loss, dtype=torch.float64,
-                                groups=noise_groups)
+                state = collect_statistics(student, x_eval, y_eval, z_eval, loss=loss, dtype=torch.float64,
+                                           groups=noise_groups)
                 with torch.no_grad():
                     acc = (student(x_eval.to(dev)).argmax(-1).cpu() == y_eval).double().mean().item()
             if noise_groups is None:
                 stats, reps = (state.result() if hasattr(state, "result") else state), None
             else:
                 stats, reps = state.result(), list(state.leave_one_out())
-            report = compare(student, stats, P_source=P_source, loss=loss, replicates=reps)
+            report = compare_statistics_to_theory(student, stats, P_source=P_source, loss=loss, replicates=reps)
             bad = [f"level {r['level']} {k}" for r in report["levels"] for k, v in r.items()
                    if isinstance(v, float) and math.isnan(v)]
             if bad or not math.isfinite(stats.loss):
@@ -570,8 +330,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         bar.close()
     if not _finite_weights(student):
         raise TrainingDiverged(f"step {steps}: the weights are not finite (the run diverged; lower lr={lr})")
-    P = result.final_stats.P if P_source == "empirical" else exact_P()
-    result.final_prediction = predict(student, P, result.final_stats, loss=loss)
+    P = result.final_stats.P if P_source == "empirical" else exact_statistics(lad)
+    result.final_prediction = reformulate(student, P, result.final_stats, loss=loss)
     result.seconds = time.perf_counter() - t0
     return result
 
@@ -687,7 +447,6 @@ def errors_against_n(student: LadderStudent, source, *, n_min: int = 2048, n_max
         n_min 2^k not above it).
     :returns: one dict per N: ``n`` and the report (``levels``, ``leaves``, ... with ``*_floor``).
     """
-    from smaso.student.noise import ReplicateAccumulator
     from teachers.chunked import as_chunks
 
     chunks = as_chunks(source)

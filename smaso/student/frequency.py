@@ -1,37 +1,53 @@
 """Frequency statistics: the student's activations, gates and gradients averaged per teacher event.
 
 For every region alpha (level l) and node j of its group, over the examples of a dataset
-(framework paper Eq 6):
+(framework paper Eq 6), on any ladder (event axes padded to the level's largest count M_l, as in
+:mod:`teachers.statistics`: a region's events a >= m_r never occur, their counts and rows are 0):
 
     F[a, j]    = E[f_j | z_alpha = a]       Fbar: the same after BN (= F without BN)
     D[a, j]    = E[s_j | z_alpha = a]       forward gate, s = f / u (0/1 for ReLU)
     Dp[a, j]   = E[f'_j | z_alpha = a]      backward gate (= D for ReLU)
     G[a, j]    = E[g_j | z_alpha = a]       G~ = diag(P(z_alpha)) G
     U, Gf      = E[u | z], E[g_f | z]       raw activation and gradient (for the diagnosis)
-    Fc[a, k]   = E[fbar_k | z_parent = a]   child k's output given its *parent's* event (focus)
-    Gp~[b, j]  = P(z_b = b) E[g_j | z_child = b]   parent j's gradient given a child's event (broadness)
+    Fc[e, a, k]  = E[fbar_k | z_parent = a]   child k's output given its *parent's* event (focus), per edge e
+    Gp~[e, b, j] = P(z_b = b) E[g_j | z_child = b]   parent j's gradient given a child's event (broadness)
+
+(per parent-child edge e, :func:`~teachers.statistics.level_edges` order: on a tree one per child region).
 
 All are per-event sums accumulated by one scatter per level and batch (a batched matmul with
 the events' one-hot matrix, ~10x faster on CPU than ``index_add_``; ``index_add_`` for regions
 with more than 256 events), so they stream over batches; they are kept in the student's dtype,
 or in float64 when asked.  Events never observed are
 reported in ``empty_events`` and their rows are zero, never 0/0.  ``dW`` is the measured
-weight update E_x[fbar_b g_a] averaged over the batches.
+weight update E_x[fbar_b g_a] per edge averaged over the batches.  On a uniform tree the edge sums take
+the tree's layout (a parent's children are one contiguous block); on any other ladder strided views of the
+children or gathers over the edges (:mod:`smaso.student.connectivity`).
+
+:class:`ReplicateAccumulator` keeps K such accumulators over row groups of the same batches, for the
+jackknife's noise floors (:mod:`smaso.student.noise`).
 """
 
 from __future__ import annotations
 
-import dataclasses
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
+from smaso.student.connectivity import take_rows
+from smaso.student.mergeable import MergeableSums, negated_state, record_rows
 from smaso.student.network import LadderStudent, StudentRecord
 from teachers.ladder import Ladder
-from teachers.statistics import EventStatistics
+from teachers.statistics import EventStatistics, event_mask
 
-__all__ = ["FrequencyAccumulator", "FrequencyStatistics", "MergeableSums", "PerEventMeans", "collect_statistics",
-           "negated_state", "record_rows"]
+__all__ = ["DEFAULT_GROUPS", "FrequencyAccumulator", "FrequencyStatistics", "MergeableSums", "PerEventMeans",
+           "ReplicateAccumulator", "accumulate_statistics", "collect_statistics", "negated_state", "record_rows",
+           "scatter_sums"]
+
+#: Row groups of the jackknife by default (the standard error's own relative error is about
+#: 1 / sqrt(2 (K - 1)) = 24%).
+DEFAULT_GROUPS = 10
 
 # per-level quantities, in the order they are stacked for the single scatter per level,
 # and the StudentRecord field each one averages
@@ -68,10 +84,11 @@ class PerEventMeans:
 class FrequencyStatistics(PerEventMeans):
     """Measured per-event statistics of a student on a dataset (see the module docstring).
 
-    Dicts map a quantity name to a list over levels ``l = 0..d`` of ``(R_l, m_l, n_l)`` tensors
+    Dicts map a quantity name to a list over levels ``l = 0..d`` of ``(R_l, M_l, n_l)`` tensors
     (None where undefined: at the leaves only ``Fbar`` = E[x | z]).  ``Fc[l]`` is
-    ``(R_l, m_{l-1}, n_l)`` and ``Gp_tilde[l]`` is ``(R_l, m_l, n_{l-1})`` (l >= 1).
-    ``counts[l]``: ``(R_l, m_l)`` example counts; ``P``: the empirical event statistics.
+    ``(E_{l-1}, M_{l-1}, n_l)`` and ``Gp_tilde[l]`` is ``(E_{l-1}, M_l, n_{l-1})`` (l >= 1), per edge into level l
+    (on a tree E_{l-1} = R_l).  ``dW[l]``: ``(E_l, n_{l+1}, n_l)`` per edge, ``db[l]``: ``(R_l, n_l)``.
+    ``counts[l]``: ``(R_l, M_l)`` example counts; ``P``: the empirical event statistics.
     """
 
     ladder: Ladder
@@ -91,9 +108,22 @@ class FrequencyStatistics(PerEventMeans):
                 f"regions per level={sizes}, quantities={sorted(self.means)}, loss={self.loss:.4g})")
 
     @property
+    def event_mask(self) -> list[torch.Tensor]:
+        """``(R_l, M_l)`` bool per level: the events that exist (the rest is padding)."""
+        return event_mask(self.ladder)
+
+    @property
     def empty_events(self) -> list[list[tuple[int, int]]]:
-        """``[(region, event), ...]`` per level: events never observed in the data."""
-        return [[tuple(v) for v in (c == 0).nonzero().tolist()] for c in self.counts]
+        """``[(region, event), ...]`` per level: events that exist but were never observed in the data."""
+        return [[tuple(v) for v in ((c == 0) & m).nonzero().tolist()]
+                for c, m in zip(self.counts, self.event_mask, strict=True)]
+
+    @property
+    def graph(self) -> Ladder:
+        """Deprecated: :attr:`ladder`."""
+        warnings.warn("FrequencyStatistics.graph is deprecated since smaso 0.3; use .ladder", DeprecationWarning,
+                      stacklevel=2)
+        return self.ladder
 
 
 _ONE_HOT_MAX_EVENTS = 256
@@ -123,150 +153,81 @@ def scatter_sums(z: torch.Tensor, q: torch.Tensor, m: int, dtype: torch.dtype,
     return out.index_add_(0, idx, q.reshape(n * r, -1)).reshape(r, m, -1)
 
 
-_PER_EXAMPLE = ("u", "f", "fbar", "slope", "deriv", "f_tilde", "g_raw", "g_f", "g")
-
-
-def record_rows(rec: StudentRecord, rows: slice) -> StudentRecord:
-    """The rows ``rows`` of a batch's record, as a record of its own.
-
-    Per-example fields (``(N, R_l, n_l)``) and the stacked buffers (``(R_l, k, n_l, N)``) are sliced
-    (views); ``dW`` and ``db`` are recomputed as the means over these rows (Eq 2: E[fbar_b g_a]
-    and E[g_a]).  Batch-level quantities stay those of the whole batch: BN's ``sigma`` and the
-    parameter updates ``dc1``/``dc0`` (the rows were normalized with the batch's statistics), and
-    ``loss`` (the batch mean; the record keeps no per-example loss).
-    """
-    if not isinstance(rows, slice) or rows.step not in (None, 1):
-        raise TypeError(f"rows: expected a slice with step 1, got {rows!r}")
-    n_all = rec.fbar[0].shape[0]
-    lo, hi, _ = rows.indices(n_all)
-    if hi <= lo:
-        raise ValueError(f"rows: expected a non-empty range of the batch's {n_all} rows, got {rows!r}")
-    sl = slice(lo, hi)
-    per = {k: [None if t is None else t[sl] for t in getattr(rec, k)] for k in _PER_EXAMPLE}
-    d = len(rec.fbar) - 1
-    dW, db = [None] * len(rec.dW), [None] * len(rec.db)
-    for l in range(d):
-        g, child = per["g"][l], per["fbar"][l + 1]  # (n, R_l, n_l), (n, R_{l+1}, n_{l+1})
-        grouped = child.reshape(hi - lo, g.shape[1], -1)  # children grouped by parent
-        dW[l] = (torch.einsum("nrk,nrj->rkj", grouped, g) / (hi - lo)).reshape(rec.dW[l].shape)
-        db[l] = g.mean(0)
-    stacked = None if rec.stacked is None else [buf[..., sl] for buf in rec.stacked]
-    return dataclasses.replace(rec, **per, dW=dW, db=db, stacked=stacked)
-
-
-class MergeableSums:
-    """The mergeable state of an accumulator (torchmetrics-style): an example count ``n``, a ``loss_sum``
-    and the lists of per-level tensors named in ``_SUMS`` (None where a level has none).
-
-    Two partial states over disjoint rows add up (:meth:`merge_`) to the state of one pass over all of
-    them; :meth:`state_dict` is what moves between processes.
-    """
-
-    _SUMS: tuple[str, ...] = ()
-    n: int
-    loss_sum: float
-
-    def state_dict(self) -> dict:
-        """The accumulated state: example count, loss sum, and every per-event sum (cloned)."""
-        return {"n": self.n, "loss_sum": self.loss_sum,
-                **{k: [None if t is None else t.clone() for t in getattr(self, k)] for k in self._SUMS}}
-
-    def merge_(self, other):
-        """Add another accumulator's state (or its :meth:`state_dict`) to this one, in place; returns self.
-
-        Exact for the counts; the sums are added in the accumulation dtype (use float64 for sums that
-        agree with one pass to round-off).
-
-        :raises TypeError: ``other`` is neither such an accumulator nor its state.
-        :raises ValueError: the other state was accumulated for a student of other widths, another teacher or
-            another accumulation dtype.
-        """
-        state = other.state_dict() if isinstance(other, type(self)) else other
-        if not isinstance(state, dict) or set(state) != {"n", "loss_sum", *self._SUMS}:
-            raise TypeError(f"other: expected a {type(self).__name__} or its state_dict()")
-        for key in self._SUMS:
-            shapes = [None if t is None else (tuple(t.shape), t.dtype) for t in getattr(self, key)]
-            if shapes != [None if t is None else (tuple(t.shape), t.dtype) for t in state[key]]:
-                raise ValueError(f"other: its {key!r} sums have other shapes or dtypes (another student, teacher "
-                                 "or accumulation dtype)")
-        for key in self._SUMS:
-            for mine, theirs in zip(getattr(self, key), state[key], strict=True):
-                if mine is not None:
-                    mine += theirs.to(mine.device)
-        self.n += int(state["n"])
-        self.loss_sum += float(state["loss_sum"])
-        return self
-
-    __iadd__ = merge_
-
-
-def negated_state(state: dict) -> dict:
-    """``-state`` of a :meth:`MergeableSums.state_dict` (merging it subtracts those rows: the jackknife's
-    leave-one-out states)."""
-    return {k: (-v if k in ("n", "loss_sum") else [None if t is None else -t for t in v]) for k, v in state.items()}
-
 
 class FrequencyAccumulator(MergeableSums):
-    """Streams :class:`StudentRecord` batches into per-event sums.
+    """Streams :class:`StudentRecord` batches into per-event sums, for a student on any ladder.
 
-    Per batch and level: one bincount of (parent, child) event pairs (event counts are the row
-    sums of the level's one-hot event matrix, or the margins of the pair counts), and one batched
-    matmul of that one-hot matrix with the stacked per-example quantities.  Quantities that
-    coincide are summed once (F = Fbar without BN; D' = D for ReLU-like activations); with one-hot
-    leaves the leaf sums follow from the counts and from Delta W exactly (x is a function of z), so
-    the leaf level costs no scatter.
+    Per batch and level: one ``(R_l, M_l, N)`` one-hot matrix of the events and one batched matmul of it with
+    the stacked per-example quantities; per edge one bincount of (parent, child) event pairs and the focus and
+    broadness sums (on a uniform tree grouped by parent, no per-child copies; on any other ladder strided views
+    or gathers over the edges).  Quantities that coincide are summed once (F = Fbar without BN; D' = D for
+    ReLU-like activations); with one-hot leaves the leaf sums follow from the counts and from Delta W exactly
+    (x is a function of z), so the leaf level costs no scatter.
 
-    :param student: the student (gives the widths).
+    :param student: the student (gives the ladder, the edges and the widths).
     :param dtype: accumulation dtype (default: the student's; float64 for exact sums).
     """
 
+    _SUMS = ("counts", "joint_counts", "own", "fc", "gp", "dW", "db")
+
     def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None):
+        if not isinstance(student, LadderStudent):
+            raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
         dtype = dtype or student.weights[0].dtype
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
         self.student, self.ladder, self.dtype = student, student.ladder, dtype
         lad, n = self.ladder, student.widths
-        dev = student.weights[0].device
-        self.device = dev
-        d = lad.depth
+        dev = self.device = student.weights[0].device
+        d, M, R = lad.depth, lad.events, lad.num_regions
+        E = [student.num_edges(l) for l in range(lad.depth)]
         # which of _OWN are summed (the others are copies of one of them)
         self.summed = [k for k in _OWN if not (k == "F" and not student.batch_norm)
                        and not (k == "Dp" and student.activation.homogeneous and student.top_activation.homogeneous)]
         self.onehot_leaves = lad.emission.kind == "onehot"
-        self.counts = [torch.zeros(lad.num_regions[l], lad.events[l], dtype=torch.float64, device=dev)
-                       for l in range(d + 1)]
-        self.joint_counts = [None] + [torch.zeros(lad.num_regions[l], lad.events[l - 1], lad.events[l],
-                                                  dtype=torch.float64, device=dev) for l in range(1, d + 1)]
+        self.counts = [torch.zeros(R[l], M[l], dtype=torch.float64, device=dev) for l in range(d + 1)]
+        self.joint_counts = [None] + [torch.zeros(E[l - 1], M[l - 1], M[l], dtype=torch.float64, device=dev)
+                                      for l in range(1, d + 1)]
         width = [len(self.summed) * n[l] for l in range(d)] + [n[d]]
-        self.own = [torch.zeros(lad.num_regions[l], lad.events[l], width[l], dtype=dtype, device=dev)
-                    for l in range(d + 1)]
-        self.fc = [None] + [torch.zeros(lad.num_regions[l], lad.events[l - 1], n[l], dtype=dtype, device=dev)
-                            for l in range(1, d + 1)]
-        self.gp = [None] + [torch.zeros(lad.num_regions[l], lad.events[l], n[l - 1], dtype=dtype, device=dev)
-                            for l in range(1, d + 1)]
-        self.dW = [torch.zeros_like(w, dtype=dtype) for w in student.weights]
-        self.db = [torch.zeros(lad.num_regions[l], n[l], dtype=dtype, device=dev) for l in range(d)]
+        self.own = [torch.zeros(R[l], M[l], width[l], dtype=dtype, device=dev) for l in range(d + 1)]
+        self.fc = [None] + [torch.zeros(E[l - 1], M[l - 1], n[l], dtype=dtype, device=dev) for l in range(1, d + 1)]
+        self.gp = [None] + [torch.zeros(E[l - 1], M[l], n[l - 1], dtype=dtype, device=dev) for l in range(1, d + 1)]
+        self.dW = [torch.zeros(E[l], n[l + 1], n[l], dtype=dtype, device=dev) for l in range(d)]
+        self.db = [torch.zeros(R[l], n[l], dtype=dtype, device=dev) for l in range(d)]
         self.n = 0
         self.loss_sum = 0.0
-        # flat bincount index of the (parent, child) event pair of child region r = (p, c) (parent p,
-        # position c): (r m_p + a_p) m + a.  int32 (half the memory traffic of int64, and the leaf
-        # level's index arithmetic is a large part of a batch's cost) unless a level has 2^31 bins or more
-        bins = max(lad.num_regions[l] * lad.events[l] * (lad.events[l - 1] if l else 1) for l in range(d + 1))
+        # flat bincount index of the (parent, child) event pair of edge e: (e M_p + a_p) M + a.  int32 (half the
+        # memory traffic of int64, and the leaf level's index arithmetic is a large part of a batch's cost)
+        # unless a level has 2^31 bins or more
+        bins = max(E[l - 1] * M[l] * M[l - 1] if l else R[0] * M[0] for l in range(d + 1))
         self._index_dtype = torch.int32 if bins < 2**31 else torch.int64
         idt = self._index_dtype
-        self._pair_offset = [None] + [
-            (torch.arange(lad.num_regions[l], device=dev, dtype=idt) * lad.events[l - 1] * lad.events[l]).view(
-                lad.num_regions[l - 1], lad.branching[l - 1]) for l in range(1, d + 1)]
+        self._edge_base = [None] + [torch.arange(E[l - 1], device=dev, dtype=idt) * (M[l - 1] * M[l])
+                                    for l in range(1, d + 1)]
+        # per region where a level's event counts differ (the events a check needs), else None
+        self._sizes = [None if lad.is_uniform() or len(set(lad.region_events[l])) == 1
+                       else torch.tensor(lad.region_events[l], device=dev) for l in range(d + 1)]
         self._one_hot_buffers: dict[tuple[int, int], torch.Tensor] = {}
 
+    def _tree_layout(self) -> bool:
+        """Whether the edge sums take the uniform tree's layout (the student's :attr:`fast_path`)."""
+        return self.student.fast_path
+
     def add(self, rec: StudentRecord, z: torch.Tensor, rows: slice | None = None) -> None:
-        """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, regions)``.
+        """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, total_regions)``.
 
         :param rows: add only these rows of the batch (a ``slice`` with step 1; see :func:`record_rows`):
-            how :class:`~smaso.student.noise.ReplicateAccumulator` splits a batch into groups without
-            changing BN's batch statistics.
+            how :class:`ReplicateAccumulator` splits a batch into groups without changing BN's batch statistics.
         """
-        if rows is not None:
-            rec, z = record_rows(rec, rows), z[rows]
         lad, dt = self.ladder, self.dtype
+        if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
+            raise ValueError(f"z: expected the (N, {lad.total_regions}) events of every region of the student's "
+                             f"ladder, got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
+        if rec.fbar[0].shape[0] != z.shape[0]:
+            raise ValueError(f"z: {z.shape[0]} rows for a record of {rec.fbar[0].shape[0]} examples")
+        if rows is not None:
+            edges = None if lad.is_uniform() else [self.student.edge_index(l) for l in range(lad.depth)]
+            rec, z = record_rows(rec, rows, edges), z[rows]
         d, off = lad.depth, lad.level_offsets
         n = z.shape[0]
         z = z.to(self.device, self._index_dtype)
@@ -276,6 +237,9 @@ class FrequencyAccumulator(MergeableSums):
             if lo < 0 or hi >= lad.events[l]:
                 raise ValueError(f"z: level {l} holds events outside [0, {lad.events[l]}): the dataset's ladder does "
                                  "not match the student's")
+            if self._sizes[l] is not None and ev.numel() and bool((ev >= self._sizes[l]).any()):
+                raise ValueError(f"z: level {l} holds events outside its regions' ranges [0, m_r): the dataset's "
+                                 "ladder does not match the student's")
         small = [lad.events[l] <= _ONE_HOT_MAX_EVENTS for l in range(d + 1)]
         stacked = rec.stacked is not None and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in self.summed)
         # int64 events where torch needs them (scatter indices); not the one-hot leaves, the widest level
@@ -296,12 +260,9 @@ class FrequencyAccumulator(MergeableSums):
         self.n += n
         self.loss_sum += rec.loss * n
 
-    # ------------------------------------------------------------------ mergeable state
-    _SUMS = ("counts", "joint_counts", "own", "fc", "gp", "dW", "db")
-
     def _set_one_hot(self, level: int, ev: torch.Tensor) -> torch.Tensor:
-        """The level's ``(R, m, N)`` scatter matrix [z[n, r] = a], in a buffer kept between batches
-        (a fresh R m N allocation costs page faults and a fill on every batch)."""
+        """The level's ``(R, M, N)`` scatter matrix [z[n, r] = a], in a buffer kept between batches
+        (a fresh R M N allocation costs page faults and a fill on every batch)."""
         R, m = self.ladder.num_regions[level], self.ladder.events[level]
         key = (level, ev.shape[0])  # by size too: groups of a batch alternate between two sizes
         buf = self._one_hot_buffers.get(key)
@@ -316,15 +277,17 @@ class FrequencyAccumulator(MergeableSums):
         """Counts, joint counts and per-event sums of one batch (the body of :meth:`add`)."""
         lad, dt = self.ladder, self.dtype
         d = lad.depth
+        tree = self._tree_layout()
         for l in range(d + 1):
             R, m = lad.num_regions[l], lad.events[l]
             # counts: row sums of the scatter matrix where there is one (0/1 sums, exact in float32 up
-            # to 2^24 examples per batch), else margins of the (parent, child) counts below; the
-            # root (one region) without one is a plain bincount
+            # to 2^24 examples per batch), else (a tree) margins of the (parent, child) counts below; the
+            # root and the regions of a region graph without one take a plain bincount
             if one_hot[l] is not None:
                 self.counts[l] += one_hot[l].sum(-1)
-            elif l == 0:
-                self.counts[0] += torch.bincount(bins[0].reshape(-1), minlength=m).reshape(1, m)
+            elif l == 0 or not tree:
+                code = bins[l].long() + torch.arange(R, device=self.device) * m
+                self.counts[l] += torch.bincount(code.reshape(-1), minlength=R * m).reshape(R, m)
             if l < d and small[l] and stacked:
                 # every quantity of the level at once: (R, m, N) @ (R, N, k n); one wide matmul is
                 # ~2.5x faster than k narrow ones (n = 16 columns each) on CPU
@@ -341,35 +304,59 @@ class FrequencyAccumulator(MergeableSums):
                 self.own[l] += scatter_sums(levels[l], stack, m, dt)
             elif not self.onehot_leaves:
                 self.own[l] += scatter_sums(levels[l], rec.fbar[l], m, dt, one_hot[l])
-            if l == 0:
-                continue
-            b, mp, Rp = lad.branching[l - 1], lad.events[l - 1], lad.num_regions[l - 1]
-            pair = (bins[l - 1][:, :, None] * m + self._pair_offset[l]) + bins[l].view(n, Rp, b)
-            pairs = torch.bincount(pair.reshape(-1), minlength=R * mp * m).reshape(R, mp, m)
-            self.joint_counts[l] += pairs
-            if one_hot[l] is None:
-                self.counts[l] += pairs.sum(1)
-            if l == d and self.onehot_leaves:
-                # x = one-hot(z): E[x | z_parent] follows from the joint counts, and
-                # sum_n [z_c = k] g_parent = N * Delta W[c, k, :] exactly
-                self.gp[l] += rec.dW[l - 1].to(dt) * n
-                continue
-            if small[l] and small[l - 1]:
-                # grouped by parent region: no per-child copies of the parents' tensors
-                g_par = rec.g[l - 1].transpose(0, 1).to(dt)  # (R_{l-1}, N, n_{l-1})
-                self.gp[l] += torch.bmm(one_hot[l].reshape(Rp, b * m, n), g_par).reshape(R, m, -1)
-                # child position c of every parent: a strided batch of the children's node-major outputs
-                child = rec.fbar[l].permute(1, 2, 0).to(dt)  # (R_l, n_l, N)
-                fc = self.fc[l].view(Rp, b, mp, -1)
-                for c in range(b):
-                    fc[:, c] += torch.bmm(one_hot[l - 1], child[c::b].transpose(1, 2))
-            else:
-                par = levels[l - 1].repeat_interleave(b, dim=1)  # each child's parent event
-                self.fc[l] += scatter_sums(par, rec.fbar[l], mp, dt)
-                self.gp[l] += scatter_sums(levels[l], rec.g[l - 1].repeat_interleave(b, dim=1), m, dt)
+            if l > 0:
+                self._add_edges(l, rec, levels, bins, one_hot, small, n, tree)
+
+    def _add_edges(self, l: int, rec: StudentRecord, levels: list, bins: list, one_hot: list, small: list[bool],
+                   n: int, tree: bool) -> None:
+        """Pair counts, focus and broadness sums of the edges into level ``l`` (parents in l - 1)."""
+        lad, dt = self.ladder, self.dtype
+        R, m, mp = lad.num_regions[l], lad.events[l], lad.events[l - 1]
+        Rp = lad.num_regions[l - 1]
+        E = self.joint_counts[l].shape[0]
+        par, chi = self.student.edge_index(l - 1)
+        if tree:  # edge = child region; child c of parent p is region p b + c: views, no gathers
+            b = lad.branching[l - 1]
+            pair = (bins[l - 1][:, :, None] * m + self._edge_base[l].view(Rp, b)) + bins[l].view(n, Rp, b)
+        else:
+            pair = (bins[l - 1][:, par] * m + bins[l][:, chi]) + self._edge_base[l]
+        pairs = torch.bincount(pair.reshape(-1), minlength=E * mp * m).reshape(E, mp, m)
+        self.joint_counts[l] += pairs
+        if tree and one_hot[l] is None:
+            self.counts[l] += pairs.sum(1)
+        if l == lad.depth and self.onehot_leaves:
+            # x = one-hot(z): E[x | z_parent] follows from the joint counts, and
+            # sum_n [z_c = k] g_parent = N * Delta W[e, k, :] exactly
+            self.gp[l] += rec.dW[l - 1].to(dt) * n
+            return
+        if not (small[l] and small[l - 1]):  # many events: index_add_ per edge
+            self.fc[l] += scatter_sums(levels[l - 1].index_select(1, par), rec.fbar[l].index_select(1, chi), mp, dt)
+            self.gp[l] += scatter_sums(levels[l].index_select(1, chi), rec.g[l - 1].index_select(1, par), m, dt)
+            return
+        child = rec.fbar[l].permute(1, 2, 0).to(dt)  # node-major (R_l, n_l, N): bmm reads it transposed
+        g_par = rec.g[l - 1].permute(1, 2, 0).to(dt)  # (R_{l-1}, n_{l-1}, N)
+        if tree:
+            b = lad.branching[l - 1]
+            # grouped by parent region: no per-child copies of the parents' tensors
+            self.gp[l] += torch.bmm(one_hot[l].reshape(Rp, b * m, n), g_par.transpose(1, 2)).reshape(R, m, -1)
+            # child position c of every parent: a strided batch of the children's node-major outputs
+            fc = self.fc[l].view(Rp, b, mp, -1)
+            for c in range(b):
+                fc[:, c] += torch.bmm(one_hot[l - 1], child[c::b].transpose(1, 2))
+            return
+        plan = self.student._plans[l - 1]
+        if plan is None:  # irregular level: gather each edge's one-hot matrices and outputs
+            self.fc[l] += torch.bmm(one_hot[l - 1].index_select(0, par), child.index_select(0, chi).transpose(1, 2))
+            self.gp[l] += torch.bmm(one_hot[l].index_select(0, chi), g_par.index_select(0, par).transpose(1, 2))
+            return
+        for ps, places in plan:  # strided runs: views, no gathers
+            oh_p, g_p = one_hot[l - 1][ps], g_par[ps].transpose(1, 2)
+            for es, (a, st, q) in places:
+                self.fc[l][es] += torch.bmm(oh_p, take_rows(child, a, st, q).transpose(1, 2))
+                self.gp[l][es] += torch.bmm(take_rows(one_hot[l], a, st, q), g_p)
 
     def result(self) -> FrequencyStatistics:
-        """Normalize the sums into :class:`FrequencyStatistics`."""
+        """Normalize the sums into :class:`FrequencyStatistics` (on the CPU)."""
         if self.n == 0:
             raise ValueError("no examples were added")
         lad, widths = self.ladder, self.student.widths
@@ -380,7 +367,7 @@ class FrequencyAccumulator(MergeableSums):
         means: dict[str, list] = {k: [None] * (d + 1) for k in _OWN}
         for l in range(d + 1):
             safe = counts[l].clamp(min=1)[..., None].to(self.own[l])  # empty events: sums are 0, rows stay 0
-            if l == d and self.onehot_leaves:
+            if l == d and self.onehot_leaves:  # x = one-hot(z): E[x | z] is the identity on the events seen
                 eye = torch.eye(lad.events[d], dtype=self.dtype)
                 means["Fbar"][l] = eye * (counts[l] > 0)[..., None]
                 continue
@@ -399,12 +386,93 @@ class FrequencyAccumulator(MergeableSums):
             if l == d and self.onehot_leaves:
                 fc[l] = P.P_down[l].to(self.dtype)  # E[one-hot(z_c) | z_parent] = P(z_c | z_parent)
             else:
-                parent_counts = counts[l - 1][lad.parents(l)]  # (R_l, m_{l-1})
+                parent_counts = counts[l - 1].index_select(0, self.student.edge_index(l - 1)[0].cpu())  # (E, M_p)
                 fc[l] = self.fc[l].cpu() / parent_counts.clamp(min=1)[..., None].to(self.dtype)
             gp[l] = self.gp[l].cpu() / self.n  # P(z_b) E[g | z_b] = sum / N
         return FrequencyStatistics(lad, self.n, counts, means, fc, gp,
                                    [w.cpu() / self.n for w in self.dW], [b.cpu() / self.n for b in self.db],
                                    P, self.loss_sum / self.n)
+
+
+class ReplicateAccumulator:
+    """``groups`` :class:`FrequencyAccumulator` s over disjoint row groups of the same batches.
+
+    Each batch's rows are cut into ``groups`` contiguous blocks of (nearly) equal size, block g going
+    to group g (:func:`record_rows`: the same forward/backward pass, so BN's batch statistics are untouched);
+    the sum of the groups' states is the state of one accumulator over every row (to round-off), so
+    :meth:`result` is the ordinary :class:`FrequencyStatistics`, and each leave-one-out state is the total
+    minus one group (the jackknife of :mod:`smaso.student.noise`).  States merge like the accumulator's own
+    (:meth:`state_dict`, :meth:`merge_`), so a pass split over chunks and processes keeps its groups.
+
+    :param student: the student; ``dtype``: accumulation dtype (float64 for floors that do not
+        suffer from cancellation in ``total - group``).
+    :param groups: K >= 2.
+    :ivar parts: the K group accumulators.
+    """
+
+    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None, groups: int = DEFAULT_GROUPS):
+        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 2:
+            raise ValueError(f"groups: expected an integer >= 2 (row groups of the jackknife), got {groups!r}")
+        self.student, self.groups = student, groups
+        self.parts = [FrequencyAccumulator(student, dtype) for _ in range(groups)]
+
+    @property
+    def n(self) -> int:
+        """Examples added so far."""
+        return sum(p.n for p in self.parts)
+
+    def add(self, rec: StudentRecord, z: torch.Tensor) -> None:
+        """Add one batch (as :meth:`FrequencyAccumulator.add`), its rows split over the groups.
+
+        A batch of fewer rows than groups feeds its rows to groups 0, 1, ... (one each)."""
+        n = z.shape[0]
+        bounds = [g * n // self.groups for g in range(self.groups + 1)]
+        for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):
+            if hi > lo:
+                part.add(rec, z, rows=slice(lo, hi))
+
+    def state_dict(self) -> dict:
+        """``{"groups": [state of group 0, ...]}`` (see :meth:`FrequencyAccumulator.state_dict`)."""
+        return {"groups": [p.state_dict() for p in self.parts]}
+
+    def merge_(self, other: ReplicateAccumulator | dict) -> ReplicateAccumulator:
+        """Add another replicate state group by group, in place; returns self."""
+        state = other.state_dict() if isinstance(other, ReplicateAccumulator) else other
+        if not isinstance(state, dict) or len(state.get("groups", ())) != self.groups:
+            raise ValueError(f"other: expected the state of a ReplicateAccumulator with {self.groups} groups")
+        for part, st in zip(self.parts, state["groups"], strict=True):
+            part.merge_(st)
+        return self
+
+    __iadd__ = merge_
+
+    def total(self) -> FrequencyAccumulator:
+        """One accumulator holding every group's rows."""
+        out = FrequencyAccumulator(self.student, self.parts[0].dtype)
+        for p in self.parts:
+            out.merge_(p)
+        return out
+
+    def result(self) -> FrequencyStatistics:
+        """The statistics of every row (:meth:`FrequencyAccumulator.result` of :meth:`total`)."""
+        return self.total().result()
+
+    def leave_one_out(self) -> Iterator[FrequencyStatistics]:
+        """The K statistics with one group left out, in group order (groups with no rows skipped)."""
+        total = self.total().state_dict()
+        for part in self.parts:
+            if part.n == 0:
+                continue
+            rest = FrequencyAccumulator(self.student, part.dtype)
+            rest.merge_(total)
+            rest.merge_(negated_state(part.state_dict()))
+            if rest.n > 0:
+                yield rest.result()
+
+
+def _check_groups(groups) -> None:
+    if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 2):
+        raise ValueError(f"groups: expected an integer >= 2, got {groups!r}")
 
 
 def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, *,
@@ -414,24 +482,29 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
 
     :param x: ``(N, R_d, dim)`` inputs; ``y``: ``(N,)`` labels; ``z``: ``(N, regions)`` events.
     :param batch_size: examples per batch (default: all at once, i.e. full-batch GD and BN
-        statistics of the whole set, which is what the reformulation describes).
+        statistics of the whole set, which is what the reformulation describes).  Without BN the result does
+        not depend on it beyond round-off.
     :param dtype: accumulation dtype (default: the student's; pass float64 for exact sums).
-    :param groups: ``K``: return the :class:`~smaso.student.noise.ReplicateAccumulator` of K row
-        groups (its ``result()`` is the statistics; its ``leave_one_out()`` the jackknife's) instead
-        of the :class:`FrequencyStatistics`.
+    :param groups: ``K``: return the :class:`ReplicateAccumulator` of K row groups (its ``result()`` is the
+        statistics; its ``leave_one_out()`` the jackknife's) instead of the :class:`FrequencyStatistics`.
     """
+    if not isinstance(student, LadderStudent):
+        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
     lad = student.ladder
     if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
         raise ValueError(f"z: expected the (N, {lad.total_regions}) events of every region of the student's ladder, "
                          f"got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+        raise ValueError("x, y: expected tensors")
     if not (x.shape[0] == y.shape[0] == z.shape[0]):
         raise ValueError(f"x, y, z: expected the same number of examples, got {x.shape[0]}, {y.shape[0]}, {z.shape[0]}")
     if x.shape[0] == 0:
         raise ValueError("x: the dataset is empty")
-    acc = _accumulator(student, dtype, groups)
-    bs = x.shape[0] if batch_size is None else int(batch_size)
-    if bs <= 0:
+    _check_groups(groups)
+    bs = x.shape[0] if batch_size is None else batch_size
+    if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
         raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+    acc = _accumulator(student, dtype, groups)
     dev = student.weights[0].device
     buffers: list | bool = True
     for s in range(0, x.shape[0], bs):
@@ -442,11 +515,7 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
 
 
 def _accumulator(student: LadderStudent, dtype: torch.dtype | None, groups: int | None):
-    if groups is None:
-        return FrequencyAccumulator(student, dtype)
-    from smaso.student.noise import ReplicateAccumulator
-
-    return ReplicateAccumulator(student, dtype, groups)
+    return FrequencyAccumulator(student, dtype) if groups is None else ReplicateAccumulator(student, dtype, groups)
 
 
 def _chunk_statistics(c: int, student: LadderStudent, chunks, loss: str, batch_size: int,
@@ -475,7 +544,7 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks, loss: str, batch_s
 
 def accumulate_statistics(student: LadderStudent, source, *, loss: str = "squared", batch_size: int = 4096,
                           dtype: torch.dtype | None = None, engine=None, groups: int | None = None,
-                          progress: bool = False) -> tuple[FrequencyAccumulator, int]:
+                          progress: bool = False) -> tuple[FrequencyAccumulator | ReplicateAccumulator, int]:
     """One streaming pass of a fixed student over a dataset, chunk by chunk: the mergeable sums.
 
     Each chunk is one task (in this process, or on a Dask cluster with ``engine``); it runs its rows in
@@ -485,23 +554,27 @@ def accumulate_statistics(student: LadderStudent, source, *, loss: str = "square
     number of workers (the same per-chunk sums, added in the same order).
 
     :param source: a :class:`~teachers.sampling.LadderSample`, a :class:`~teachers.chunked.ChunkedLadderData`,
-        or dataset path(s).
+        or dataset path(s), of the student's ladder.
     :param dtype: accumulation dtype (default: the student's; float64 for exact sums).
     :param engine: None (this process), or a :class:`~teachers.engine.DaskEngine`.
-    :param groups: ``K``: accumulate a :class:`~smaso.student.noise.ReplicateAccumulator` of K row
-        groups instead (every batch split into K blocks), for the jackknife's noise floors.
+    :param groups: ``K``: accumulate a :class:`ReplicateAccumulator` of K row groups instead (every batch split
+        into K blocks), for the jackknife's noise floors.
     :returns: ``(accumulator, correct)``: call ``accumulator.result()`` for the
         :class:`FrequencyStatistics`; ``correct`` counts the examples classified correctly.
     """
     from teachers.chunked import as_chunks
     from teachers.engine import get_engine
 
+    if not isinstance(student, LadderStudent):
+        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+    _check_groups(groups)
     chunks = as_chunks(source)
     if chunks.ladder is not student.ladder and chunks.ladder.fingerprint() != student.ladder.fingerprint():
         raise ValueError("source: the dataset's ladder is not the student's")
-    def merge(total: tuple[FrequencyAccumulator, int], part: tuple[dict, int]) -> tuple[FrequencyAccumulator, int]:
+
+    def merge(total: tuple, part: tuple[dict, int]) -> tuple:
         return total[0].merge_(part[0]), total[1] + part[1]
 
     # chunk order: the same sums in the same order on every engine

@@ -1,12 +1,15 @@
 """A locally connected student network whose structure follows a ladder (framework paper §2.2).
 
 Every non-leaf region alpha of level l has a group of n_l nodes; node groups are connected
-only from each child region beta to its parent alpha, through its own weight matrix
-W_ba (n_{l+1} x n_l; no weight sharing).  Level by level, batched over the regions:
+only from each child region beta to its parent alpha, through the weight matrix W_ba of their
+edge (n_{l+1} x n_l; one per edge, or with ``shared=True`` one per child place, like a convolution).
+The ladder is any layered region graph (:class:`~teachers.ladder.Ladder`): a region with several
+parents (overlapping receptive fields) feeds each of them, so backward its gradient is the *sum*
+over its parents (Eq 1).  Level by level, batched over the regions:
 
     u_a    = sum_{b in ch(a)} fbar_b W_ba + bias_a        (N, R_l, n_l)
     f_a    = act(u_a) = s(u_a) o u_a                     (s: the gate, Eq 1)
-    fbar_a = BN(f_a)  (optional, hidden levels, Eq 10)   else f_a
+    fbar_a = BN(f_a)  (optional, hidden levels, Eq 10; per region, on a DAG as on a tree)   else f_a
 
 with fbar at the leaves = the inputs x (one-hot or Gaussian, n_d = input dim) and a linear
 top layer of n_0 = number of classes (its activation is configurable).  That is Batch Norm
@@ -29,11 +32,16 @@ per node, u, f, fbar, the gates s(u) and f'(u), the raw gradient at fbar, the gr
 BN and gating, and the batch's weight update Delta W = E_x[fbar_child g_parent] (Eq 2), all
 of which equal autograd.  Gradients follow the paper's sign: g = -dLoss/du, so gradient
 descent adds ``lr * Delta W``.
+
+The level operations live in :mod:`smaso.student.connectivity`: on a uniform tree one reshape and one
+batched matmul per level (:attr:`LadderStudent.fast_path`), on any other ladder strided views of the
+children or one gather / ``index_add`` over the edges.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -42,9 +50,19 @@ from torch import nn
 
 from smaso.student.activations import Activation, get_activation
 from smaso.student.batchnorm import bn_backward, bn_forward
+from smaso.student.connectivity import (
+    graph_backward,
+    graph_pre_activation,
+    level_children,
+    level_edge_index,
+    level_edges,
+    strided_plan,
+    tree_backward,
+    tree_pre_activation,
+)
 from teachers.ladder import Ladder
 
-__all__ = ["LadderStudent", "StudentRecord", "output_gradient", "student_loss"]
+__all__ = ["BN_PLACEMENTS", "LOSSES", "LadderStudent", "StudentRecord", "output_gradient", "student_loss"]
 
 LOSSES = ("squared", "cross_entropy")
 BN_PLACEMENTS = ("after", "before")
@@ -66,8 +84,10 @@ class StudentRecord:
     """Per-example quantities of one batch (lists indexed by level l = 0..d; level d = inputs).
 
     ``u[l], f[l], fbar[l], slope[l], deriv[l], g_raw[l], g_f[l], g[l]``: ``(N, R_l, n_l)``
-    (None where not defined: the leaves have only ``fbar`` = x).  ``dW[l]``: ``(R_{l+1},
-    n_{l+1}, n_l)`` = E_x[fbar_{l+1} g_l] (child -> parent weights of level l), ``db[l]``:
+    (None where not defined: the leaves have only ``fbar`` = x).  ``dW[l]``: ``(E_l,
+    n_{l+1}, n_l)`` = E_x[fbar_child g_parent^T] per edge of level l (child -> parent weights, in
+    :func:`~teachers.statistics.level_edges` order: on a uniform tree ``E_l = R_{l+1}``, one per child region;
+    with shared weights still per edge, see :meth:`LadderStudent.shared_update`), ``db[l]``:
     ``(R_l, n_l)`` = E_x[g_l], ``dc1[l], dc0[l]``: BN parameter updates, ``sigma[l]``: ``(R_l, n_l)``
     BN's batch standard deviations.  ``loss``: mean loss.
 
@@ -135,10 +155,17 @@ def output_gradient(out: torch.Tensor, y: torch.Tensor, loss: str) -> tuple[torc
     return target - out.softmax(0), F.cross_entropy(out.T, y.long()).item()
 
 
-class LadderStudent(nn.Module):
-    """Locally connected student of a ladder (see the module docstring).
+def _check_int(value, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+    return int(value)
 
-    :param ladder: the teacher's ladder (gives regions, branching, classes, input size).
+
+class LadderStudent(nn.Module):
+    """Locally connected student of any ladder (see the module docstring).
+
+    :param ladder: the teacher's ladder (gives regions, edges, classes, input size): a uniform tree or any
+        layered region graph.
     :param width: nodes per region at the hidden levels 1..d-1 (an int or one per level).
     :param activation: hidden activation (``"relu"``, ``"silu"``, ``"swish:0.7"``, ...).
     :param top_activation: activation of the top layer (``"linear"`` by default).
@@ -146,26 +173,47 @@ class LadderStudent(nn.Module):
         ``True`` or ``"after"`` (after the activation, Eq 10), ``"before"`` (between the linear map
         and the gate: f = s(BN(u)) BN(u), Thm 9's premise).  Stored as :attr:`bn_placement`
         (None, ``"after"``, ``"before"``); :attr:`batch_norm` is the bool "has BN".
-    :param bias: learnable biases.
+    :param bias: learnable biases (initialized to 0).
     :param bn_eps: BN's eps (0 reproduces Thm 5's exact projection).
-    :param init_scale: weights ~ N(0, init_scale^2 / fan_in).
-    :param seed: initialization seed.
+    :param init_scale: weights ~ N(0, init_scale^2 / fan_in), fan_in = the parent's children's widths summed.
+    :param seed: initialization seed (a local ``torch.Generator``; the global RNG is never used).
+    :param shared: share weights like a convolution: every parent of a level uses one weight block per child
+        *place* (the j-th of its sorted children), W_{p,c} = weights[l][place(p, c)].  Needs every parent of a
+        level to have the same number of children k_l; the update of a shared block is the sum of its edges'
+        Delta W (:meth:`shared_update`).
     :param dtype, device: parameter dtype and device.
+
+    :ivar widths: ``[n_0, ..., n_d]`` (n_0 = classes, n_d = input dim).
+    :ivar weights: ``weights[l]`` ``(E_l, n_{l+1}, n_l)``: W_ba of every edge of level l (on a uniform tree
+        ``(R_{l+1}, n_{l+1}, n_l)``, one per child region); with ``shared``, ``(k_l, n_{l+1}, n_l)``: one block
+        per child place (:meth:`edge_weights` gives every edge's block).
+    :ivar biases: ``biases[l]`` ``(R_l, n_l)`` (None without bias).
     """
 
     def __init__(self, ladder: Ladder, width: int | list[int] = 8, *, activation: str | Activation = "relu",
                  top_activation: str | Activation = "linear", batch_norm: bool | str = False, bias: bool = True,
-                 bn_eps: float = 1e-5, init_scale: float = 1.0, seed: int = 0,
+                 bn_eps: float = 1e-5, init_scale: float = 1.0, seed: int = 0, shared: bool = False,
                  dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
         super().__init__()
         if not isinstance(ladder, Ladder):
             raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
         d = ladder.depth
-        if isinstance(width, int):
-            width = [width] * (d - 1)
-        width = [int(w) for w in width]
-        if len(width) != d - 1 or any(w < 1 for w in width):
-            raise ValueError(f"width: expected {d - 1} positive widths (levels 1..{d - 1}), got {width}")
+        if isinstance(width, (list, tuple)):
+            if len(width) != d - 1:
+                raise ValueError(f"width: expected {d - 1} positive widths (levels 1..{d - 1}), got {list(width)}")
+            width = [_check_int(w, "width", 1) for w in width]
+        else:
+            width = [_check_int(width, "width", 1)] * (d - 1)
+        if not isinstance(bias, bool):
+            raise ValueError(f"bias: expected a bool, got {bias!r}")
+        if isinstance(init_scale, bool) or not isinstance(init_scale, (int, float)) or not (
+                math.isfinite(init_scale) and init_scale > 0):
+            raise ValueError(f"init_scale: expected a positive finite number, got {init_scale!r}")
+        seed = _check_int(seed, "seed", 0)
+        if not isinstance(shared, bool):
+            raise ValueError(f"shared: expected a bool, got {shared!r}")
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
         self.ladder = ladder
         self.widths = [ladder.num_classes, *width, ladder.emission.dim]  # n_0 .. n_d
         self.activation = get_activation(activation)
@@ -173,12 +221,40 @@ class LadderStudent(nn.Module):
         self.bn_placement = _bn_placement(batch_norm)
         self.batch_norm = self.bn_placement is not None
         self.bn_eps = float(bn_eps)
-        g = torch.Generator().manual_seed(seed)
-        R, n = ladder.num_regions, self.widths
-        self.weights = nn.ParameterList([
-            nn.Parameter((torch.randn(R[l + 1], n[l + 1], n[l], generator=g, dtype=torch.float64)
-                          * init_scale / math.sqrt(ladder.branching[l] * n[l + 1])).to(dtype))
-            for l in range(d)])
+        self.shared = shared
+        uniform = ladder.is_uniform()
+        # children per parent: a uniform tree's by arithmetic (the fast path needs no edge lists)
+        kids = [[ladder.branching[l]] * ladder.num_regions[l] if uniform else
+                [len(ch) for ch in level_children(ladder, l)] for l in range(d)]
+        if shared:
+            for l in range(d):
+                if len(set(kids[l])) != 1:
+                    raise ValueError(f"shared: weight sharing needs every parent of a level to have the same number "
+                                     f"of children; level {l}'s parents have {sorted(set(kids[l]))}")
+        for l in range(d):
+            par, chi = level_edge_index(ladder, l)
+            self.register_buffer(f"edge_parent_{l}", par, persistent=False)
+            self.register_buffer(f"edge_child_{l}", chi, persistent=False)
+            # the place of every edge among its parent's sorted children
+            place = (chi % ladder.branching[l]) if uniform else torch.tensor(
+                [j for k in kids[l] for j in range(k)], dtype=torch.int64)
+            self.register_buffer(f"edge_place_{l}", place, persistent=False)
+        self._edges: list | None = None
+        self._plan_cache: list | None = None
+        self._fast = uniform
+        gen = torch.Generator().manual_seed(seed)
+        n = self.widths
+        weights = []
+        for l in range(d):
+            # drawn child-major (blocks, n_{l+1}, n_l); fan_in of an edge = its parent's children's widths summed
+            if shared:
+                fan_in = torch.full((kids[l][0],), float(kids[l][0] * n[l + 1]), dtype=torch.float64)
+            else:
+                fan_in = torch.tensor(kids[l], dtype=torch.float64)[getattr(self, f"edge_parent_{l}")] * n[l + 1]
+            w = torch.randn(fan_in.numel(), n[l + 1], n[l], generator=gen, dtype=torch.float64)
+            weights.append(nn.Parameter((w * init_scale / fan_in.sqrt()[:, None, None]).to(dtype)))
+        self.weights = nn.ParameterList(weights)
+        R = ladder.num_regions
         self.biases = nn.ParameterList([nn.Parameter(torch.zeros(R[l], n[l], dtype=dtype)) for l in range(d)]) \
             if bias else None
         if self.batch_norm:
@@ -188,6 +264,45 @@ class LadderStudent(nn.Module):
             self.to(device)
 
     # ------------------------------------------------------------------ helpers
+    @property
+    def edges(self) -> list[list[tuple[int, int]]]:
+        """``edges[l]``: the ``(parent, child)`` pairs of level l (:func:`~teachers.statistics.level_edges`)."""
+        if self._edges is None:
+            self._edges = [level_edges(self.ladder, l) for l in range(self.ladder.depth)]
+        return self._edges
+
+    @property
+    def _plans(self) -> list:
+        """Per level the strided plan of the edge-list code (:func:`~smaso.student.connectivity.strided_plan`),
+        or None for the gather / index_add path; built on first use."""
+        if self._plan_cache is None:
+            self._plan_cache = [strided_plan(level_children(self.ladder, l)) for l in range(self.ladder.depth)]
+        return self._plan_cache
+
+    @_plans.setter
+    def _plans(self, plans: list) -> None:
+        self._plan_cache = list(plans)
+
+    @property
+    def fast_path(self) -> bool:
+        """Whether levels run the uniform-tree kernels (one reshape and one batched matmul per level, the default on
+        a uniform tree) rather than the edge-list code of any ladder; set it to False to force the latter (the two
+        agree to round-off: tests and benchmarks compare them)."""
+        return self._fast
+
+    @fast_path.setter
+    def fast_path(self, value: bool) -> None:
+        if value and not self.ladder.is_uniform():
+            raise ValueError("fast_path: the uniform-tree kernels need a uniform tree")
+        self._fast = bool(value)
+
+    @property
+    def graph(self) -> Ladder:
+        """Deprecated: :attr:`ladder` (a region graph is a Ladder)."""
+        warnings.warn("LadderStudent.graph (GraphStudent.graph) is deprecated since smaso 0.3; use .ladder",
+                      DeprecationWarning, stacklevel=2)
+        return self.ladder
+
     def act(self, level: int) -> Activation:
         """Activation of ``level``: the top activation at level 0, the hidden one elsewhere."""
         return self.top_activation if level == 0 else self.activation
@@ -197,6 +312,28 @@ class LadderStudent(nn.Module):
         if not self.batch_norm or level == 0 or level >= self.ladder.depth:
             return None
         return self.bn_scale[level - 1], self.bn_shift[level - 1]
+
+    def num_edges(self, level: int) -> int:
+        """E_l: the number of parent-child edges of ``level``."""
+        return getattr(self, f"edge_parent_{level}").numel()
+
+    def edge_index(self, level: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(parents, children)`` int64 ``(E_l,)``: the edges of ``level`` (parent in it, child one level below)."""
+        return getattr(self, f"edge_parent_{level}"), getattr(self, f"edge_child_{level}")
+
+    def edge_weights(self, level: int) -> torch.Tensor:
+        """W_ba of every edge of ``level``: ``(E_l, n_{l+1}, n_l)`` (with ``shared``, each edge's place's block)."""
+        W = self.weights[level]
+        return W.index_select(0, getattr(self, f"edge_place_{level}")) if self.shared else W
+
+    def shared_update(self, dW: torch.Tensor, level: int) -> torch.Tensor:
+        """The update of ``level``'s parameter from per-edge updates ``dW`` ``(E_l, n_{l+1}, n_l)``: the updates
+        themselves, or with ``shared`` their sum over the edges of each place ``(k_l, n_{l+1}, n_l)`` (Eq 2 summed
+        over the edges that share a block)."""
+        if not self.shared:
+            return dW
+        place = getattr(self, f"edge_place_{level}")
+        return dW.new_zeros(self.weights[level].shape).index_add_(0, place, dW)
 
     def check_inputs(self, x: torch.Tensor) -> None:
         """Raise a TypeError/ValueError unless ``x`` is ``(N, R_d, dim)`` for this student's ladder."""
@@ -208,19 +345,40 @@ class LadderStudent(nn.Module):
             raise ValueError(f"x: expected shape (N, {want[0]}, {want[1]}) for this student's ladder "
                              f"({lad!r}), got {tuple(x.shape)}")
 
-    def _pre_activation(self, level: int, child: torch.Tensor) -> torch.Tensor:
-        """u of ``level``, node-major: ``(R_l, n_l, N)`` from the children's outputs ``(R_{l+1}, n_{l+1}, N)``.
+    def _check_labels(self, x: torch.Tensor, y: torch.Tensor, loss: str) -> None:
+        if loss not in LOSSES:
+            raise ValueError(f"loss: expected one of {LOSSES}, got {loss!r}")
+        if not isinstance(y, torch.Tensor) or y.shape != (x.shape[0],):
+            raise ValueError(f"y: expected shape ({x.shape[0]},), got "
+                             f"{tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__}")
+        if y.is_floating_point() or y.is_complex():
+            raise ValueError(f"y: expected integer labels, got dtype {y.dtype}")
+        if y.numel() and (y.min() < 0 or y.max() >= self.widths[0]):
+            raise ValueError(f"y: labels must lie in [0, {self.widths[0]}), got [{y.min().item()}, {y.max().item()}]")
 
-        The b children of parent region r are regions rb .. rb+b-1, so in the node-major layout
-        the rows of parent r's input are one contiguous block: the reshape below is a view and a
-        level is one batched matmul (the bias added by the same call) with no copies.
-        """
-        R, n = self.ladder.num_regions[level], child.shape[-1]
-        h = child.reshape(R, -1, n)  # (R_l, b n_{l+1}, N)
-        Wt = self.weights[level].reshape(R, -1, self.widths[level]).transpose(1, 2)  # (R_l, n_l, b n_{l+1})
-        if self.biases is None:
-            return torch.bmm(Wt, h)
-        return torch.baddbmm(self.biases[level].unsqueeze(-1), Wt, h)
+    def _grouped(self, level: int, child: torch.Tensor) -> torch.Tensor:
+        """The input of ``level`` from the children's outputs ``(R_{l+1}, n_{l+1}, N)``: on the fast path grouped by
+        parent, ``(R_l, b n_{l+1}, N)`` (the b children of parent r are regions rb .. rb+b-1, so in the node-major
+        layout this is a view), else the children's outputs themselves."""
+        if not self._fast:
+            return child
+        return child.reshape(self.ladder.num_regions[level], -1, child.shape[-1])
+
+    def _pre_activation(self, level: int, inputs: torch.Tensor) -> torch.Tensor:
+        """u of ``level``, node-major ``(R_l, n_l, N)``, from :meth:`_grouped` inputs (Eq 1, forward)."""
+        bias = None if self.biases is None else self.biases[level]
+        if self._fast:
+            return tree_pre_activation(self.edge_weights(level), inputs, bias)
+        return graph_pre_activation(self.edge_weights(level), inputs, bias, self.ladder.num_regions[level],
+                                    self._plans[level], self.edge_index(level))
+
+    def _backward_level(self, level: int, g: torch.Tensor, inputs: torch.Tensor, need_raw: bool):
+        """Delta W of the level's edges ``(E_l, n_{l+1}, n_l)`` (Eq 2) and, if ``need_raw``, the raw gradient at the
+        children's outputs ``(R_{l+1}, n_{l+1}, N)`` (Eq 1, the sum over each child's parents)."""
+        W = self.edge_weights(level)
+        if self._fast:
+            return tree_backward(W, g, inputs, need_raw)
+        return graph_backward(W, g, inputs, need_raw, self._plans[level], self.edge_index(level))
 
     def _leaves(self, x: torch.Tensor) -> torch.Tensor:
         """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
@@ -243,7 +401,7 @@ class LadderStudent(nn.Module):
         h = self._leaves(x)
         before = self.bn_placement == "before"
         for l in range(self.ladder.depth - 1, -1, -1):
-            h = self._pre_activation(l, h)
+            h = self._pre_activation(l, self._grouped(l, h))
             bn = self._batch_norm(l, h) if before else None
             if bn is not None:
                 h = bn[0]
@@ -287,12 +445,7 @@ class LadderStudent(nn.Module):
             pages on every batch.
         """
         self.check_inputs(x)
-        if loss not in LOSSES:
-            raise ValueError(f"loss: expected one of {LOSSES}, got {loss!r}")
-        if y.shape != (x.shape[0],):
-            raise ValueError(f"y: expected shape ({x.shape[0]},), got {tuple(y.shape)}")
-        if y.numel() and (y.min() < 0 or y.max() >= self.widths[0]):
-            raise ValueError(f"y: labels must lie in [0, {self.widths[0]}), got [{y.min().item()}, {y.max().item()}]")
+        self._check_labels(x, y, loss)
         lad = self.ladder
         d, n = lad.depth, x.shape[0]
         dtype, dev = self.weights[0].dtype, self.weights[0].device
@@ -319,11 +472,12 @@ class LadderStudent(nn.Module):
         nm = {k: [None] * (d + 1) for k in names}  # node-major (R_l, n_l, N)
         sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))
         nm["fbar"][d] = self._leaves(x)
-        inputs = [None] * d  # (R_l, b n_{l+1}, N): level l's input, its children's outputs grouped by parent
+        inputs = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"
         for l in range(d - 1, -1, -1):
-            # a view, except for a slot of a stacked buffer (then one copy, shared by forward and Delta W)
-            inputs[l] = nm["fbar"][l + 1].reshape(lad.num_regions[l], -1, n)
+            # a view, except for a slot of a stacked buffer on the fast path (then one copy, shared by forward and
+            # Delta W)
+            inputs[l] = self._grouped(l, nm["fbar"][l + 1])
             u = nm["u"][l] = put(l, "u", self._pre_activation(l, inputs[l]))
             has_bn = self.bn_params(l) is not None
             gate_in = u
@@ -369,15 +523,12 @@ class LadderStudent(nn.Module):
             if bn is None or not before:
                 # g = f' o g_f: the paper's gated gradient (Eq 1)
                 g = nm["g"][l] = torch.mul(nm["deriv"][l], nm["g_f"][l], out=slot(l, "g"))
-            # Delta W_ba = E_x[fbar_b g_a] (Eq 2): per parent region, g times its children's grouped
-            # outputs (R_l, b n_{l+1}, N) transposed, a contraction over the batch (in this order the
-            # leaf view of x is read row by row: ~1.5x faster than child @ g^T)
-            R, n_l = lad.num_regions[l], self.widths[l]
-            dW[l] = (torch.bmm(g, inputs[l].transpose(1, 2)).transpose(1, 2) / n).reshape(self.weights[l].shape)
+            # Delta W_ba = E_x[fbar_b g_a] (Eq 2) per edge, and the raw gradient at the children's outputs:
+            # W g summed over each child's parents (Eq 1)
+            dW[l], raw = self._backward_level(l, g, inputs[l], l + 1 < d)
             db[l] = g.mean(-1)
-            if l + 1 < d:  # raw gradient at the children's outputs: W g, one block per parent
-                W = self.weights[l].reshape(R, -1, n_l)
-                nm["g_raw"][l + 1] = torch.bmm(W, g).reshape(lad.num_regions[l + 1], self.widths[l + 1], n)
+            if raw is not None:
+                nm["g_raw"][l + 1] = raw
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
                             sigma=sigma, dW=dW, db=db, dc1=dc1, dc0=dc0, loss=loss_value,
                             stacked=buffers if stacked else None, stacked_fields=keys if stacked else None)
@@ -389,9 +540,9 @@ class LadderStudent(nn.Module):
     def apply_update(self, rec: StudentRecord, lr: float, weight_decay: float = 0.0) -> None:
         """Gradient descent step W += lr (Delta W - 2 weight_decay W) (Frobenius regularizer
         weight_decay * sum |W|_F^2 on the weights only); biases and BN parameters take
-        their plain updates."""
+        their plain updates; shared blocks the sum of their edges' updates (:meth:`shared_update`)."""
         for l, W in enumerate(self.weights):
-            W.add_(rec.dW[l] - 2 * weight_decay * W, alpha=lr)
+            W.add_(self.shared_update(rec.dW[l], l) - 2 * weight_decay * W, alpha=lr)
             if self.biases is not None:
                 self.biases[l].add_(rec.db[l], alpha=lr)
         if self.batch_norm:
@@ -401,5 +552,7 @@ class LadderStudent(nn.Module):
 
     def extra_repr(self) -> str:
         bn = self.bn_placement if self.batch_norm else False
+        edges = [self.num_edges(l) for l in range(self.ladder.depth)]
         return (f"widths={self.widths}, activation={self.activation.name}, top={self.top_activation.name}, "
-                f"batch_norm={bn!r}, bias={self.biases is not None}")
+                f"batch_norm={bn!r}, bias={self.biases is not None}, edges={edges}"
+                + (", shared" if self.shared else ""))

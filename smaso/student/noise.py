@@ -3,9 +3,10 @@
 Every measured statistic (F, G~, Delta W, the event frequencies P), every relative error of the
 reformulation and every Thm 2 term is a function of per-event means estimated from N examples, so
 it carries sampling noise of order 1/sqrt(N).  Its size is measured here by the jackknife: the rows
-of every batch are split into ``K`` contiguous groups (:class:`ReplicateAccumulator`, the same
+of every batch are split into ``K`` contiguous groups
+(:class:`~smaso.student.frequency.ReplicateAccumulator`, re-exported here, the same
 forward/backward pass, so BN's batch statistics are untouched), the statistics are recomputed K
-times with one group left out (:meth:`ReplicateAccumulator.leave_one_out`), and
+times with one group left out (``ReplicateAccumulator.leave_one_out``), and
 
     se(theta) = sqrt((K - 1) / K * sum_i (theta_(i) - mean_i theta_(i))^2)
 
@@ -41,97 +42,19 @@ known exactly (event frequencies and E[x | z] of Gaussian leaves).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 
-from smaso.student.frequency import FrequencyAccumulator, FrequencyStatistics, negated_state
-from smaso.student.network import LadderStudent, StudentRecord
+from smaso.student.frequency import DEFAULT_GROUPS, ReplicateAccumulator
 
 __all__ = ["DEFAULT_GROUPS", "ROUNDOFF", "WITHIN_NOISE", "ReplicateAccumulator", "jackknife_se", "norm_floor",
            "t_quantile"]
 
-#: Row groups of the jackknife by default (the standard error's own relative error is about
-#: 1 / sqrt(2 (K - 1)) = 24%).
-DEFAULT_GROUPS = 10
 #: A number at most this many times its noise floor is reported as within noise.
 WITHIN_NOISE = 2.0
 #: ... or below this (float64 round-off of an exact identity, where the floor is round-off too).
 ROUNDOFF = 1e-12
-
-
-class ReplicateAccumulator:
-    """``groups`` :class:`FrequencyAccumulator` s over disjoint row groups of the same batches.
-
-    Each batch's rows are cut into ``groups`` contiguous blocks of (nearly) equal size, block g going
-    to group g; the sum of the groups' states is the state of one accumulator over every row (to
-    round-off), so :meth:`result` is the ordinary :class:`FrequencyStatistics`, and each
-    leave-one-out state is the total minus one group.  States merge like the accumulator's own
-    (:meth:`state_dict`, :meth:`merge_`), so a pass split over chunks and processes keeps its groups.
-
-    :param student: the student; ``dtype``: accumulation dtype (float64 for floors that do not
-        suffer from cancellation in ``total - group``).
-    :param groups: K >= 2.
-    """
-
-    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None, groups: int = DEFAULT_GROUPS):
-        if isinstance(groups, bool) or not isinstance(groups, int) or groups < 2:
-            raise ValueError(f"groups: expected an integer >= 2 (row groups of the jackknife), got {groups!r}")
-        self.student, self.groups = student, groups
-        self.parts = [FrequencyAccumulator(student, dtype) for _ in range(groups)]
-
-    @property
-    def n(self) -> int:
-        """Examples added so far."""
-        return sum(p.n for p in self.parts)
-
-    def add(self, rec: StudentRecord, z: torch.Tensor) -> None:
-        """Add one batch (as :meth:`FrequencyAccumulator.add`), its rows split over the groups.
-
-        A batch of fewer rows than groups feeds its rows to groups 0, 1, ... (one each)."""
-        n = z.shape[0]
-        bounds = [g * n // self.groups for g in range(self.groups + 1)]
-        for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):
-            if hi > lo:
-                part.add(rec, z, rows=slice(lo, hi))
-
-    def state_dict(self) -> dict:
-        """``{"groups": [state of group 0, ...]}`` (see :meth:`FrequencyAccumulator.state_dict`)."""
-        return {"groups": [p.state_dict() for p in self.parts]}
-
-    def merge_(self, other: ReplicateAccumulator | dict) -> ReplicateAccumulator:
-        """Add another replicate state group by group, in place; returns self."""
-        state = other.state_dict() if isinstance(other, ReplicateAccumulator) else other
-        if not isinstance(state, dict) or len(state.get("groups", ())) != self.groups:
-            raise ValueError(f"other: expected the state of a ReplicateAccumulator with {self.groups} groups")
-        for part, st in zip(self.parts, state["groups"], strict=True):
-            part.merge_(st)
-        return self
-
-    __iadd__ = merge_
-
-    def total(self) -> FrequencyAccumulator:
-        """One accumulator holding every group's rows."""
-        out = FrequencyAccumulator(self.student, self.parts[0].dtype)
-        for p in self.parts:
-            out.merge_(p)
-        return out
-
-    def result(self) -> FrequencyStatistics:
-        """The statistics of every row (:meth:`FrequencyAccumulator.result` of :meth:`total`)."""
-        return self.total().result()
-
-    def leave_one_out(self) -> Iterator[FrequencyStatistics]:
-        """The K statistics with one group left out, in group order (groups with no rows skipped)."""
-        total = self.total().state_dict()
-        for part in self.parts:
-            if part.n == 0:
-                continue
-            rest = FrequencyAccumulator(self.student, part.dtype)
-            rest.merge_(total)
-            rest.merge_(negated_state(part.state_dict()))
-            if rest.n > 0:
-                yield rest.result()
 
 
 def jackknife_se(replicates: Sequence[torch.Tensor | float]) -> torch.Tensor:

@@ -1,9 +1,10 @@
 """The framework's reformulation (Thm 2 / Thm 4, Eq 9; Batch Norm by Eq 12): the student's
 per-event statistics predicted from the teacher's event frequencies and the student's weights.
 
-With P_ab = P(z_b | z_a) (``m_a x m_b``, one per child region b of a), the student's weights
-W_ba (``n_b x n_a``) and its gates D (forward) and D' (backward), level by level from the
-leaves (F = I for one-hot leaves, E[x | z] in general):
+With P_ab = P(z_b | z_a) (``m_a x m_b``, one per parent-child edge (a, b)), the student's weights
+W_ba (``n_b x n_a``, per edge) and its gates D (forward) and D' (backward), level by level from the
+leaves (F = I for one-hot leaves, E[x | z] in general), on any ladder (a child's gradient sums over
+*every* parent; on a tree each region has one parent and this is the paper's recursion):
 
     U_a  = sum_{b in ch(a)} P_ab Fbar_b W_ba + 1 bias_a^T        raw activation given z_a
     F_a  = D_a o U_a                                               (Eq 9, forward)
@@ -26,7 +27,9 @@ pre-activation instead, and its projection on the gated gradient:
 so ``Reformulation.F`` holds BN_p(U) there, matching the measured F = E[BN(u) | z] of
 :mod:`~smaso.student.frequency` (see :class:`~smaso.student.network.StudentRecord`).
 
-Everything is batched over the regions of a level with ``einsum``.  :func:`reformulate` runs
+Everything is batched over the edges of a level with ``einsum`` (the per-edge terms added into their
+parents, or backward into their children, by ``index_add``; the padded event layout of
+:mod:`teachers.statistics`).  :func:`reformulate` runs
 the full recursion (``propagate=True``: each level from the *predicted* level below/above),
 or the one-step version (``propagate=False``: each level from the *measured* neighbours),
 which separates the local error of Thm 2 at a level from the error carried up or down.
@@ -53,7 +56,7 @@ TOPS = ("predicted", "measured")
 class Reformulation:
     """Predicted statistics, same layouts as :class:`~smaso.student.frequency.FrequencyStatistics`.
 
-    Lists over levels ``l = 0..d`` of ``(R_l, m_l, n_l)`` (``dW[l]``: ``(R_{l+1}, n_{l+1}, n_l)``,
+    Lists over levels ``l = 0..d`` of ``(R_l, M_l, n_l)`` (``dW[l]``: ``(E_l, n_{l+1}, n_l)`` per edge,
     ``db[l]``: ``(R_l, n_l)``).  ``U``: the linear pre-activation; ``F``: the middle of a node's chain
     (D o U without BN or with BN after the gate; BN_p(U) with BN before it); ``Fbar``: the node's
     output; ``G_tilde``: the P-weighted gradient at U (the one of Delta W).
@@ -123,7 +126,7 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
 
     :param student: the student (its weights, biases, BN parameters and BN placement are used).
     :param P: event statistics: ``exact_statistics(ladder)`` or the empirical ones
-        (``measured.P``).
+        (``measured.P``), per edge (:class:`~teachers.statistics.EventStatistics`).
     :param measured: measured frequency statistics; supplies the gates D, D' (the
         reformulation takes them as given), the leaf inputs E[x | z], and, when
         ``propagate=False``, the neighbouring levels' measured statistics (the BN statistics of
@@ -147,24 +150,25 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
         measured top by the Jensen gap E[softmax(f) | y] - softmax(E[f | y]), second order in the
         within-label spread of f_omega, on top of the error of the predicted F_omega itself.
     """
+    _check(student, P, measured)
     lad = student.ladder
-    if P.ladder.total_regions != lad.total_regions or P.ladder.events != lad.events:
-        raise ValueError("P: event statistics of another ladder than the student's")
     top = resolve_top(loss, top, propagate)
     before = student.bn_placement == "before"
     d = lad.depth
     dt = torch.float64
-    W = [w.detach().to(dt).cpu() for w in student.weights]
+    W = [student.edge_weights(l).detach().to(dt).cpu() for l in range(d)]
     bias = [None] * d if student.biases is None else [b.detach().to(dt).cpu() for b in student.biases]
+    edges = [tuple(t.cpu() for t in student.edge_index(l)) for l in range(d)]
     p = [m.to(dt) for m in P.marginals]
     P_down = [None] + [t.to(dt) for t in P.P_down[1:]]
     U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)
     F_tilde, sigma = [None] * (d + 1), [None] * (d + 1)
     Fbar[d] = (leaf_inputs if leaf_inputs is not None else measured.Fbar[d]).to(dt)
     for l in range(d - 1, -1, -1):
-        child = Fbar[l + 1] if propagate or l + 1 == d else measured.Fbar[l + 1].to(dt)
-        contrib = torch.einsum("cab,cbk,ckj->caj", P_down[l + 1], child, W[l])
-        U[l] = contrib.reshape(lad.num_regions[l], lad.branching[l], lad.events[l], -1).sum(1)
+        par, chi = edges[l]
+        child = (Fbar[l + 1] if propagate or l + 1 == d else measured.Fbar[l + 1].to(dt)).index_select(0, chi)
+        msg = torch.einsum("eab,ebk,ekj->eaj", P_down[l + 1], child, W[l])  # P_ab Fbar_b W_ba per edge
+        U[l] = msg.new_zeros(lad.num_regions[l], msg.shape[1], msg.shape[2]).index_add_(0, par, msg)
         if bias[l] is not None:
             U[l] = U[l] + bias[l][:, None, :]
         bn = student.bn_params(l)
@@ -187,13 +191,15 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     G_tilde[0] = measured.Dp[0].to(dt) * G_raw_top
     dW, db = [None] * d, [None] * d
     for l in range(d):
+        par, chi = edges[l]
         parent = G_tilde[l] if propagate or l == 0 else (measured.G_tilde[l].to(dt))
-        g_par = parent.repeat_interleave(lad.branching[l], dim=0)  # (R_{l+1}, m_l, n_l)
-        child_out = Fbar[l + 1] if propagate or l + 1 == d else measured.Fbar[l + 1].to(dt)
-        dW[l] = torch.einsum("cab,cbk,caj->ckj", P_down[l + 1], child_out, g_par)
+        g_par = parent.index_select(0, par)  # (E_l, M_l, n_l): each edge's parent
+        child_out = (Fbar[l + 1] if propagate or l + 1 == d else measured.Fbar[l + 1].to(dt)).index_select(0, chi)
+        dW[l] = torch.einsum("eab,ebk,eaj->ekj", P_down[l + 1], child_out, g_par)  # (P_ab Fbar_b)^T G~_a
         db[l] = parent.sum(1)
         if l + 1 < d:
-            g_raw = torch.einsum("cab,caj,ckj->cbk", P_down[l + 1], g_par, W[l])
+            back = torch.einsum("eab,eaj,ekj->ebk", P_down[l + 1], g_par, W[l])  # P_ab^T G~_a W_ba^T per edge
+            g_raw = back.new_zeros(lad.num_regions[l + 1], back.shape[1], back.shape[2]).index_add_(0, chi, back)
             bn = student.bn_params(l + 1)
             if bn is None:
                 G_tilde[l + 1] = measured.Dp[l + 1].to(dt) * g_raw
@@ -209,6 +215,33 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
             else:
                 G_tilde[l + 1] = measured.Dp[l + 1].to(dt) * _weighted_bn_backward(g_raw, ft, p[l + 1], sg, c1)
     return Reformulation(U, F_, Fbar, G_tilde, dW, db)
+
+
+def _same_layout(a, b) -> bool:
+    """The same regions, edges and event counts (uniform trees: the same branching and events)."""
+    if a.is_uniform() or b.is_uniform():
+        return (a.branching, a.events) == (b.branching, b.events)
+    return a.region_events == b.region_events and a.parents == b.parents
+
+
+def _check(student: LadderStudent, P: EventStatistics, measured: FrequencyStatistics) -> None:
+    """Raise unless ``P`` and ``measured`` are statistics of the student's ladder (and widths)."""
+    if not isinstance(student, LadderStudent):
+        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+    if not isinstance(P, EventStatistics):
+        raise TypeError(f"P: expected EventStatistics, got {type(P).__name__}")
+    if isinstance(measured, (EventStatistics, torch.Tensor)) or not hasattr(measured, "D"):
+        raise TypeError(f"measured: expected FrequencyStatistics, got {type(measured).__name__}")
+    lad = student.ladder
+    # (measured may be any object with the fields reformulate reads: D, Dp, Fbar, ... ; check what it has)
+    for name, other in (("P", P.ladder), ("measured", getattr(measured, "ladder", lad))):
+        if other is not lad and not _same_layout(other, lad):
+            raise ValueError(f"{name}: event statistics of another ladder (region graph) than the student's")
+    shapes = [(student.num_edges(l), student.widths[l + 1], student.widths[l]) for l in range(lad.depth)]
+    dW = getattr(measured, "dW", None)
+    if dW is not None and (len(dW) != len(shapes) or any(tuple(m.shape) != w for m, w in zip(dW, shapes,
+                                                                                         strict=True))):
+        raise ValueError("measured: statistics of a student of other widths")
 
 
 def eq7_signs(measured: FrequencyStatistics, *, gated: bool = False) -> dict:

@@ -28,7 +28,7 @@ Two ways to compute them:
     broadness; m_d^(leaves under it) of them, at most ``max_configs``) is enumerated, all regions of a
     level at once (their leaf sets are disjoint), and the joint p(z_alpha, z_beta, x) of every
     configuration is computed exactly by sum-product on the region tree (the upward messages of
-    :mod:`inference.ladder_posterior`, below; unobserved leaves have likelihood 1).  Then
+    :mod:`inference.sum_product`, below; unobserved leaves have likelihood 1).  Then
     I = H(u, x) + H(u, v) - H(u) - H(u, v, x) with u the conditioning event.
 ``method="monte_carlo"`` (any emission, Gaussian leaves included)
     n examples from :func:`teachers.sampling.sample_ladder` (seeded), and the exact posteriors of each:
@@ -74,7 +74,7 @@ Monte Carlo with n = 20000, seed 0, standard errors <= 0.006):
   max 0.23, 0.64, mean 0.23, 0.58 (one-hot, exact: mean 0.33, 0.84).
 
 Shapes: per level l = 1..depth, pair tensors are ``(R_l,)`` indexed by the child region beta (its parent is
-``ladder.parents(l)[beta]``); tables are ``(n, R_l, m_{l-1}, m_l)``.  Everything is float64.
+``ladder.parent_index(l)[beta]``); tables are ``(n, R_l, m_{l-1}, m_l)``.  Everything is float64.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ import math
 import numpy as np
 import torch
 
-from inference.ladder_posterior import _child_configs, _Params, _scatter_logsumexp, _upward_bottomup, _upward_topdown
+from inference.sum_product import log_messages
 from teachers.emission import OneHotEmission, one_hot
 from teachers.ladder import TOPDOWN, Ladder
 from teachers.sampling import sample_ladder
@@ -109,6 +109,9 @@ CONDITIONS = ("focus", "broadness")
 def _check_ladder(ladder) -> Ladder:
     if not isinstance(ladder, Ladder):
         raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    if not ladder.is_uniform():
+        raise ValueError("ladder: Thm 2's conditions are measured here on uniform trees (one parent per region, "
+                         "the same branching and events across a level)")
     return ladder
 
 
@@ -119,11 +122,44 @@ def _positive_int(value, name: str) -> int:
 
 
 # ---------------------------------------------------------------------- messages and pair tables
+class _Params:
+    """The ladder's tables as the pair tables read them: ``log_tables[l]`` ``(R_l, m_{l-1}, m_l)`` (top-down),
+    ``lookup[l]`` ``(R_l, m_{l+1}^b_l)`` (bottom-up)."""
+
+    def __init__(self, ladder: Ladder):
+        self.ladder = ladder
+        if ladder.mode == TOPDOWN:
+            self.log_tables = [None] + [t.log() for t in ladder.tables]
+        else:
+            self.lookup = list(ladder.lookup)
+
+
 def _upward(params: _Params, ll: torch.Tensor) -> list[torch.Tensor]:
     """lambda of every level ``(n, R_l, m_l)`` from leaf log-likelihoods ``ll`` ``(n, R_d, m_d)``
-    (0 = unobserved leaf).  Top-down: log p(x_obs below | z); bottom-up: log p(x_obs below, z)."""
-    up = _upward_topdown if params.ladder.mode == TOPDOWN else _upward_bottomup
-    return up(params, ll)[0]
+    (0 = unobserved leaf).  Top-down: log p(x_obs below | z); bottom-up: log p(x_obs below, z)
+    (:func:`inference.sum_product.log_messages`, the exact posterior's upward pass)."""
+    return log_messages(params.ladder, ll.double())
+
+
+def _child_configs(lam_child: torch.Tensor, R: int, b: int) -> torch.Tensor:
+    """Sum of children's log-messages for every child configuration: ``(n, R, mc^b)``."""
+    n, _, mc = lam_child.shape
+    lc = lam_child.reshape(n, R, b, mc)
+    conf = lc[:, :, 0]
+    for c in range(1, b):
+        conf = (conf[:, :, :, None] + lc[:, :, c, None, :]).reshape(n, R, -1)
+    return conf
+
+
+def _scatter_logsumexp(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    """out[..., j] = logsumexp of values[..., i] over i with index[..., i] = j (``-inf`` if none)."""
+    shape = (*values.shape[:-1], size)
+    mx = torch.full(shape, -torch.inf, dtype=values.dtype, device=values.device)
+    mx = mx.scatter_reduce(-1, index, values, reduce="amax", include_self=True)
+    mx_safe = torch.where(torch.isneginf(mx), 0.0, mx)
+    e = (values - mx_safe.gather(-1, index)).exp()
+    s = torch.zeros(shape, dtype=values.dtype, device=values.device).scatter_add_(-1, index, e)
+    return s.log() + mx_safe
 
 
 def _prior_lambdas(params: _Params) -> list[torch.Tensor]:
@@ -157,7 +193,7 @@ def _pair_tables(params: _Params, stats: EventStatistics, lam_obs: list[torch.Te
     if lad.mode == TOPDOWN:
         log_t = params.log_tables[l]  # (R_l, mp, mc)
         msg = torch.logsumexp(log_t[None] + sib_lam[:, :, None, :], -1)  # (n, R_l, mp)
-        log_pa = stats.marginals[l - 1][lad.parents(l)].log()  # (R_l, mp)
+        log_pa = stats.marginals[l - 1][lad.parent_index(l)].log()  # (R_l, mp)
         return (log_pa[None, :, :, None] + log_t[None] + lam_obs[l][:, :, None, :]
                 + _others_sum(msg, b)[:, :, :, None])
     obs = lam_obs[l].reshape(n, R, b, mc)
@@ -205,7 +241,7 @@ def knowledge_terms(ladder: Ladder, x: torch.Tensor, z: torch.Tensor) -> list[di
     if z.is_floating_point() or z.dtype == torch.bool:
         raise ValueError(f"z: expected integer events, got dtype {z.dtype}")
     x, z = x.detach().cpu(), z.detach().cpu().long()
-    params = _Params(lad, torch.device("cpu"))
+    params = _Params(lad)
     stats = exact_statistics(lad)
     lam_prior = _prior_lambdas(params)
     step = max(1, _CHUNK_ELEMENTS // max(1, _per_example_elements(lad)))
@@ -216,11 +252,11 @@ def knowledge_terms(ladder: Ladder, x: torch.Tensor, z: torch.Tensor) -> list[di
         n = xc.shape[0]
         lam = _upward(params, lad.emission.log_likelihood(xc).double())
         for l in range(1, lad.depth + 1):
-            a = zc[:, off[l - 1]: off[l]][:, lad.parents(l)]  # (n, R_l) parent event of each child
+            a = zc[:, off[l - 1]: off[l]][:, lad.parent_index(l)]  # (n, R_l) parent event of each child
             b = zc[:, off[l]: off[l + 1]]
             r = torch.arange(lad.num_regions[l])[None].expand(n, -1)
             log_j = stats.joints[l].log()[r, a, b]  # log P(a, b)
-            log_pa = stats.marginals[l - 1][lad.parents(l)].log()[r, a]
+            log_pa = stats.marginals[l - 1][lad.parent_index(l)].log()[r, a]
             log_pb = stats.marginals[l].log()[r, b]
             ii = torch.arange(n)[:, None].expand(-1, lad.num_regions[l])
             tf = _pair_tables(params, stats, lam, lam_prior, l)  # focus: siblings unobserved
@@ -335,7 +371,7 @@ def knowledge_conditions(ladder: Ladder, *, method: str = "exact", n: int | None
         if not isinstance(lad.emission, OneHotEmission):
             raise ValueError(f"method: 'exact' needs one-hot leaves (x a function of the leaf events); this "
                              f"ladder's emission is {lad.emission.kind!r}: use method='monte_carlo'")
-        params = _Params(lad, torch.device("cpu"))
+        params = _Params(lad)
         lam_prior = _prior_lambdas(params)
         for l in range(1, lad.depth + 1):
             vals = {c: _exact_level(params, stats, lam_prior, l, c, max_configs) for c in CONDITIONS}
@@ -351,7 +387,7 @@ def knowledge_conditions(ladder: Ladder, *, method: str = "exact", n: int | None
 
 def _row(lad: Ladder, stats: EventStatistics, l: int, method: str, n: int | None, vals: dict, terms: dict | None):
     h_pc, h_cp = _conditional_entropies(stats, l)
-    row = {"level": l, "method": method, "n": n, "parent": lad.parents(l), "focus": vals["focus"],
+    row = {"level": l, "method": method, "n": n, "parent": lad.parent_index(l), "focus": vals["focus"],
            "broadness": vals["broadness"], "H_parent_given_child": h_pc, "H_child_given_parent": h_cp,
            "focus_normalized": _normalized(vals["focus"], h_pc),
            "broadness_normalized": _normalized(vals["broadness"], h_cp)}

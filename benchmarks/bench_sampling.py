@@ -1,29 +1,29 @@
-"""Benchmark: the graph-ladder sampler against the uniform-tree sampler, per draw (issue 17).
+"""Benchmark: the one ladder sampler against 0.2's uniform-tree sampler, per draw, and on a DAG (issue 24).
 
 What is measured, in one process, for each mode (``topdown`` and ``bottomup``):
 
-1. ``tree``: the baseline, ``teachers.sampling.sample_ladder(ladder, N, seed, progress=False)`` on the tree
-   ``Ladder.random(depth, branching, events, seed=seed, mode=mode)`` (511 regions for the defaults);
-2. ``graph-tree``: ``teachers.graph_sampling.sample_graph_ladder`` on ``GraphLadder.from_ladder`` of that
-   tree (the same teacher through the DAG code path);
-3. ``graph-dag``: ``sample_graph_ladder`` on the conv1d DAG
-   ``GraphLadder.conv1d(258, kernels=[3]+[2]*8, strides=[1]+[2]*8, events=[4]*10, mode=mode, seed=seed)``
+1. ``reference``: the baseline, 0.2's tree sampler (``benchmarks/reference/tree_sampling.py``: every block
+   drawn through the tree's Pyro model) on the tree ``Ladder.random(depth, branching, events, seed=seed,
+   mode=mode)`` (the issue's 341-region ladder for the defaults: depth 4, branching 4, 16 events);
+2. ``ladder-tree``: today's ``teachers.sampling.sample_ladder`` on the same tree (the same bytes);
+3. ``ladder-dag``: ``sample_ladder`` on the conv1d DAG
+   ``Ladder.conv1d(258, kernels=[3]+[2]*8, strides=[1]+[2]*8, events=[4]*10, mode=mode, seed=seed)``
    (769 regions; the 258 leaves have up to 3 parents).
 
-Draws per example: every region topdown; the leaves only bottomup (the regions above them are lookups),
-as in ``bench_ladder_sampling.py``; ``regions_per_s`` counts every region filled.  Every timed call
-includes building the sampler's tables and writing the ``(N, total_regions)`` array.  Each contender is
-warmed up once on a small N, then the contenders are timed in turn (round robin, ``--repeats`` rounds)
-with ``time.perf_counter``; rates use the best (shortest) time, the median is recorded too, as is each
-run's process CPU time.  Target: per draw, the DAG at most 1.5x slower than the tree baseline
-(``x_tree`` = tree draws/s / contender draws/s).  All numbers and machine information go to ``--out``
-(JSON, written atomically).
+Draws per example: every region topdown; the leaves only bottomup (the regions above them are lookups);
+``regions_per_s`` counts every region filled.  Every timed call includes building the sampler's tables and
+writing the ``(N, total_regions)`` array.  Each contender is warmed up once on a small N, then the
+contenders are timed in turn (round robin, ``--repeats`` rounds) with ``time.perf_counter``; rates use the
+best (shortest) time, the median is recorded too, as is each run's process CPU time and the load average.
+Targets: per draw, the tree at most 1.1x the reference's time and the DAG at most 1.5x (``x_reference`` =
+reference draws/s / contender draws/s).  All numbers and machine information go to ``--out`` (JSON, written
+atomically).
 
 Run it with::
 
-    python benchmarks/bench_graph_sampling.py               # full run (N = 1e5, 5 repeats), about 1 minute
-    python benchmarks/bench_graph_sampling.py --threads 1   # the issue's setting
-    python benchmarks/bench_graph_sampling.py --quick       # smoke run (N = 8192, 1 repeat)
+    python benchmarks/bench_sampling.py               # full run (N = 1e5, 5 repeats), about 1 minute
+    python benchmarks/bench_sampling.py --threads 1   # the issue's setting
+    python benchmarks/bench_sampling.py --quick       # smoke run (N = 8192, 1 repeat)
 """
 
 from __future__ import annotations
@@ -34,31 +34,32 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from teachers.graph_ladder import GraphLadder
-from teachers.graph_sampling import GRAPH_STREAM_VERSION, sample_graph_ladder
 from teachers.ladder import TOPDOWN, Ladder
-from teachers.sampling import BLOCK_SIZE, sample_ladder
+from teachers.sampling import BLOCK_SIZE, GRAPH_STREAM_VERSION, sample_ladder
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this script, also when loaded by path
+sys.path.insert(0, str(Path(__file__).resolve().parent / "reference"))
 import _common as common
+from tree_sampling import sample_tree
 
-DEFAULT_OUT = common.default_out("graph_sampling")
+DEFAULT_OUT = common.default_out("sampling")
 QUICK_N, QUICK_REPEATS = 8192, 1
-DAG_TARGET = 1.5  # DAG time per draw over the tree baseline's, at most
+TREE_TARGET = 1.1  # the tree's time per draw over the reference's, at most
+DAG_TARGET = 1.5  # the DAG's time per draw over the reference's, at most
 WARMUP_N = 4096
 MODES = ("topdown", "bottomup")
 DAG_SPEC = {"width": 258, "kernels": [3] + [2] * 8, "strides": [1] + [2] * 8, "events": [4] * 10}
 RESULT_KEYS = ("mode", "contender", "description", "n", "regions", "draws_per_example", "draws", "repeats",
                "times_s", "process_cpu_s", "best_s", "median_s", "examples_per_s", "draws_per_s", "regions_per_s",
-               "examples_per_s_median", "draws_per_s_median", "x_tree", "target")
+               "examples_per_s_median", "draws_per_s_median", "x_reference", "target")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=None, help="examples per contender (default 100_000; 8192 with --quick)")
-    p.add_argument("--depth", type=int, default=8, help="levels below the root of the tree (default 8)")
-    p.add_argument("--branching", type=int, default=2, help="children per region of the tree (default 2)")
-    p.add_argument("--events", type=int, default=4, help="events per region of the tree (default 4)")
+    p.add_argument("--depth", type=int, default=4, help="levels below the root of the tree (default 4)")
+    p.add_argument("--branching", type=int, default=4, help="children per region of the tree (default 4)")
+    p.add_argument("--events", type=int, default=16, help="events per region of the tree (default 16)")
     p.add_argument("--seed", type=int, default=0, help="seed of the tables and of every stream (default 0)")
     p.add_argument("--repeats", type=int, default=None, help="timed rounds (default 5; 1 with --quick)")
     common.add_threads_arg(p)
@@ -72,7 +73,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---------------------------------------------------------------------- contenders
 # Each returns a callable run(n) -> seconds that times one sampler call.
 
-def tree_runner(ladder: Ladder, seed: int) -> Callable[[int], float]:
+def reference_runner(ladder: Ladder, seed: int) -> Callable[[int], float]:
+    def run(n: int) -> float:
+        t0 = time.perf_counter()
+        z = sample_tree(ladder, n, seed)
+        dt = time.perf_counter() - t0
+        assert z.shape == (n, ladder.total_regions)
+        return dt
+    return run
+
+
+def ladder_runner(ladder: Ladder, seed: int) -> Callable[[int], float]:
     def run(n: int) -> float:
         t0 = time.perf_counter()
         sample = sample_ladder(ladder, n, seed, progress=False)
@@ -82,32 +93,21 @@ def tree_runner(ladder: Ladder, seed: int) -> Callable[[int], float]:
     return run
 
 
-def graph_runner(g: GraphLadder, seed: int) -> Callable[[int], float]:
-    def run(n: int) -> float:
-        t0 = time.perf_counter()
-        sample = sample_graph_ladder(g, n, seed)
-        dt = time.perf_counter() - t0
-        assert sample.z.shape == (n, g.total_regions)
-        return dt
-    return run
-
-
 def contenders(mode: str, args: argparse.Namespace) -> list[tuple[str, str, Callable[[int], float], int, int]]:
     """``(name, description, run, regions, draws per example)`` of one mode, the baseline first."""
-    ladder = Ladder.random(depth=args.depth, branching=args.branching, events=args.events, seed=args.seed, mode=mode)
-    tree = GraphLadder.from_ladder(ladder)
-    dag = GraphLadder.conv1d(DAG_SPEC["width"], DAG_SPEC["kernels"], DAG_SPEC["strides"], DAG_SPEC["events"],
-                             mode=mode, seed=args.seed)
+    tree = Ladder.random(depth=args.depth, branching=args.branching, events=args.events, seed=args.seed, mode=mode)
+    dag = Ladder.conv1d(DAG_SPEC["width"], DAG_SPEC["kernels"], DAG_SPEC["strides"], DAG_SPEC["events"],
+                        mode=mode, seed=args.seed)
 
     def draws(g) -> int:
         return g.total_regions if mode == TOPDOWN else g.num_regions[-1]
 
-    return [("tree", "teachers.sampling.sample_ladder on the tree Ladder (baseline)",
-             tree_runner(ladder, args.seed), ladder.total_regions, draws(ladder)),
-            ("graph-tree", "sample_graph_ladder on GraphLadder.from_ladder of the tree",
-             graph_runner(tree, args.seed), tree.total_regions, draws(tree)),
-            ("graph-dag", "sample_graph_ladder on GraphLadder.conv1d(258, kernels=[3]+[2]*8, strides=[1]+[2]*8)",
-             graph_runner(dag, args.seed), dag.total_regions, draws(dag))]
+    return [("reference", "0.2's tree sampler (benchmarks/reference/tree_sampling.py) on the tree (baseline)",
+             reference_runner(tree, args.seed), tree.total_regions, draws(tree)),
+            ("ladder-tree", "teachers.sampling.sample_ladder on the tree",
+             ladder_runner(tree, args.seed), tree.total_regions, draws(tree)),
+            ("ladder-dag", "sample_ladder on Ladder.conv1d(258, kernels=[3]+[2]*8, strides=[1]+[2]*8)",
+             ladder_runner(dag, args.seed), dag.total_regions, draws(dag))]
 
 
 def measure_mode(mode: str, args: argparse.Namespace) -> list[dict]:
@@ -129,26 +129,26 @@ def measure_mode(mode: str, args: argparse.Namespace) -> list[dict]:
                      "process_cpu_s": cs, "best_s": best, "median_s": median, "examples_per_s": n / best,
                      "draws_per_s": n * d / best, "regions_per_s": n * regions / best,
                      "examples_per_s_median": n / median, "draws_per_s_median": n * d / median,
-                     "x_tree": None, "target": name == "graph-dag"})
+                     "x_reference": None, "target": name != "reference"})
     base = rows[0]
     for r in rows:
-        r["x_tree"] = base["draws_per_s"] / r["draws_per_s"]
-        r["x_tree_median"] = base["draws_per_s_median"] / r["draws_per_s_median"]
+        r["x_reference"] = base["draws_per_s"] / r["draws_per_s"]
+        r["x_reference_median"] = base["draws_per_s_median"] / r["draws_per_s_median"]
     return rows
 
 
 # ---------------------------------------------------------------------- reporting
 TABLE = (common.Column("mode", 9, "mode", align="<"),
-         common.Column("contender", 11, "contender", align="<"),
+         common.Column("contender", 12, "contender", align="<"),
          common.Column("regions", 8, "regions"),
          common.Column("N", 8, "n"),
          common.Column("seconds", 8, "best_s", ".3f"),
          common.Column("examples/s", 11, "examples_per_s", ".4g"),
          common.Column("draws/s", 10, "draws_per_s", ".4g"),
          common.Column("regions/s", 10, "regions_per_s", ".4g"),
-         common.Column("x tree", 7, "x_tree", ".2f"))
-TABLE_NOTE = ("(seconds = best of the repeats; draws = all regions topdown, the leaves bottomup; x tree = tree "
-              "sample_ladder draws/s / contender draws/s: time per draw relative to the tree baseline)")
+         common.Column("x ref", 7, "x_reference", ".2f"))
+TABLE_NOTE = ("(seconds = best of the repeats; draws = all regions topdown, the leaves bottomup; x ref = 0.2's tree "
+              "sampler's draws/s / contender draws/s: time per draw relative to the reference)")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -163,10 +163,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     targets = {}
     for mode in MODES:
-        dag = next(r for r in rows if r["mode"] == mode and r["contender"] == "graph-dag")
-        targets[f"dag_per_draw_vs_tree_{mode}"] = {
-            "value": dag["x_tree"], "value_median": dag["x_tree_median"], "target": f"<= {DAG_TARGET:g}",
-            "pass": dag["x_tree"] <= DAG_TARGET}
+        for name, key, bound in (("ladder-tree", "tree", TREE_TARGET), ("ladder-dag", "dag", DAG_TARGET)):
+            row = next(r for r in rows if r["mode"] == mode and r["contender"] == name)
+            targets[f"{key}_per_draw_vs_reference_{mode}"] = {
+                "value": row["x_reference"], "value_median": row["x_reference_median"], "target": f"<= {bound:g}",
+                "pass": row["x_reference"] <= bound}
 
     print()
     common.print_table(TABLE, rows, TABLE_NOTE)
@@ -182,9 +183,9 @@ def main(argv: list[str] | None = None) -> dict:
                    "seed": args.seed, "repeats": args.repeats, "threads": args.threads, "quick": args.quick,
                    "block_size": BLOCK_SIZE, "graph_stream_version": GRAPH_STREAM_VERSION, "rate_statistic": "best"},
         "graphs": {"tree": {"depth": args.depth, "branching": args.branching, "events": args.events},
-                   "dag": {"constructor": "GraphLadder.conv1d", **DAG_SPEC}},
+                   "dag": {"constructor": "Ladder.conv1d", **DAG_SPEC}},
     }
-    result = common.record("graph_sampling", argv, sections, info, rows, {"targets": targets}, total_s)
+    result = common.record("sampling", argv, sections, info, rows, {"targets": targets}, total_s)
     return common.write_json(args.out, result)
 
 

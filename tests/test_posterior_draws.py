@@ -1,15 +1,17 @@
-"""Exact posterior draws of latent events (inference.ladder_posterior.posterior_event_draws):
-frequencies against the exact marginals and the brute-force joint posterior, reproducibility,
-the ArviZ layout and input validation."""
+"""Exact posterior draws of latent events (``inference.posterior.posterior_event_draws``): frequencies against
+the exact marginals and the brute-force joint posterior, on uniform and uneven trees (backward sampling down the
+tree) and on DAGs (ancestral sampling on the junction tree); reproducibility, the ArviZ layout and input
+validation."""
 
 from __future__ import annotations
 
 import arviz as az
 import numpy as np
+import posterior_brute as bf
 import pytest
 import torch
 
-from inference.ladder_posterior import ladder_posterior, posterior_event_draws
+from inference.posterior import posterior, posterior_event_draws
 from teachers import Ladder, sample_ladder
 
 
@@ -26,7 +28,7 @@ def test_draw_frequencies_match_exact_marginals_and_joint(tiny_ladder, brute, tv
     z = _draws(idata)
     n_draws = z.shape[0]
     assert z.dtype == np.int64 and z.shape == (6000, 3, tiny_ladder.total_regions)
-    post = ladder_posterior(tiny_ladder, x, marginals=True)
+    post = posterior(tiny_ladder, x, marginals=True)
     off = tiny_ladder.level_offsets
     for l in range(tiny_ladder.depth + 1):
         m = tiny_ladder.events[l]
@@ -55,7 +57,7 @@ def test_draw_frequencies_match_exact_marginals_and_joint(tiny_ladder, brute, tv
 def test_frequencies_converge_like_one_over_sqrt_n(tv):
     lad = Ladder.random(depth=3, branching=2, events=4, concentration=0.5, seed=0, emission="gaussian", sigma=0.7)
     x = sample_ladder(lad, 1, seed=2).inputs(dtype=torch.float64)[0]
-    exact = ladder_posterior(lad, x[None], marginals=True).marginals
+    exact = posterior(lad, x[None], marginals=True).marginals
     off = lad.level_offsets
     for n in (100, 10_000):
         z = _draws(posterior_event_draws(lad, x, num_draws=n, seed=7, num_chains=1))[:, 0]
@@ -119,12 +121,66 @@ def test_bad_input():
 def test_draws_do_not_depend_on_the_pass_size(monkeypatch):
     import importlib
 
-    module = importlib.import_module("inference.ladder_posterior")
-    for mode in ("topdown", "bottomup"):
-        lad = Ladder.random(depth=2, branching=2, events=3, mode=mode, seed=4, emission="gaussian", sigma=0.7)
+    module = importlib.import_module("inference.event_draws")
+    ladders = [Ladder.random(depth=2, branching=2, events=3, mode=mode, seed=4, emission="gaussian", sigma=0.7)
+               for mode in ("topdown", "bottomup")]
+    ladders += [_uneven(mode) for mode in ("topdown", "bottomup")] + [_dag(mode) for mode in ("topdown", "bottomup")]
+    for lad in ladders:
         x = sample_ladder(lad, 3, seed=1).inputs(dtype=torch.float64)
         a = posterior_event_draws(lad, x, num_draws=40, seed=3).posterior["z"].values
         with monkeypatch.context() as m:
             m.setattr(module, "_CHUNK_ELEMENTS", 50)  # many small passes
             b = posterior_event_draws(lad, x, num_draws=40, seed=3).posterior["z"].values
         assert np.array_equal(a, b)
+
+
+# ---------------------------------------------------------------------- uneven trees and DAGs
+def _uneven(mode: str) -> Ladder:
+    return Ladder.tree([[2], [1, 3], [2, 1, 1, 2]], [3, [2, 3], [2, 2, 3, 2], 2], mode=mode, seed=5, sigma=0.7,
+                       concentration=0.8)
+
+
+def _dag(mode: str) -> Ladder:
+    return Ladder.random(events=[[3], [2, 3, 2], [2, 2, 2, 2]], mode=mode, seed=6, sigma=0.7,
+                         parents=[[()], [(0,), (0,), (0,)], [(0, 2), (1,), (0, 1, 2), (2,)]])
+
+
+@pytest.mark.parametrize("kind", ["uneven", "dag"])
+@pytest.mark.parametrize("mode", ["topdown", "bottomup"])
+def test_draws_of_any_ladder_match_the_brute_force_joint(kind, mode, tv):
+    lad = (_uneven if kind == "uneven" else _dag)(mode)
+    assert lad.is_tree() == (kind == "uneven") and not lad.is_uniform()
+    x = bf.inputs(lad, 2, seed=3)
+    z = _draws(posterior_event_draws(lad, x, num_draws=2000, seed=2, num_chains=2))
+    n_draws = z.shape[0]
+    post = posterior(lad, x, marginals=True)
+    for l in range(lad.depth + 1):
+        for i in range(lad.num_regions[l]):
+            m = lad.region_events[l][i]
+            freq = (z[:, :, lad.level_offsets[l] + i, None] == np.arange(m)).mean(0)  # (2, m)
+            exact = post.region_marginal(l, i).numpy()
+            assert (0.5 * np.abs(freq - exact).sum(-1) <= tv(m, n_draws)).all(), (l, i)
+            assert (freq[exact == 0] == 0).all()
+    _, _, _, lj, configs = bf.posterior(lad, x)
+    keys = {tuple(c): k for k, c in enumerate(configs)}
+    for n in range(2):
+        w = np.exp(lj[n] - lj[n].max())
+        w /= w.sum()
+        counts = np.zeros(len(configs))
+        for row in z[:, n]:
+            counts[keys[tuple(row)]] += 1  # KeyError: a draw that is not a valid configuration
+        assert counts[w == 0].sum() == 0
+        assert 0.5 * np.abs(counts / n_draws - w).sum() <= tv(int((w > 0).sum()), n_draws)
+
+
+def test_draws_of_a_dag_bad_input_and_fully_informative_truth():
+    g = Ladder.fully_informative_conv1d(4, [2, 3], [1, 1], seed=4)
+    s = sample_ladder(g, 3, seed=1)
+    z = _draws(posterior_event_draws(g, s.inputs(dtype=torch.float64), num_draws=10, seed=0))
+    assert (z == s.z.long().numpy()[None]).all()  # one-hot leaves of a fully informative DAG: x determines z
+    bad = s.inputs(dtype=torch.float64).clone()
+    bad[2] = 0
+    with pytest.raises(ValueError, match=r"^x: example\(s\) \[2\] have probability 0"):
+        posterior_event_draws(g, bad)
+    with pytest.raises(ValueError, match="induced width"):
+        posterior_event_draws(_dag("topdown"), bf.inputs(_dag("topdown"), 1, seed=0), max_clique=2)

@@ -1,0 +1,49 @@
+"""Argument checks and the one error for impossible inputs, shared by the exact-inference modules
+(:mod:`inference.sum_product`, :mod:`inference.junction_tree`, :mod:`inference.event_draws`,
+:mod:`inference.posterior`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from teachers.ladder import Ladder
+
+__all__ = ["check_chunk_size", "check_device", "check_ladder", "raise_impossible"]
+
+
+def raise_impossible(log_z: torch.Tensor, start: int, teacher: str) -> None:
+    """Raise a ValueError naming the examples (rows ``start + i``) whose log evidence ``log_z`` ``(B,)`` is -inf:
+    impossible under ``teacher`` (e.g. a leaf input that is not one-hot for a one-hot emission)."""
+    bad = torch.isneginf(log_z).nonzero().flatten()
+    if len(bad):
+        first = (bad[:5] + start).tolist()
+        raise ValueError(f"x: example(s) {first}{' ...' if len(bad) > 5 else ''} have probability 0 under "
+                         f"{teacher} (e.g. a leaf input that is not one-hot for a one-hot emission); their "
+                         "posterior is undefined")
+
+
+def check_ladder(ladder) -> Ladder:
+    """``ladder`` itself, or a TypeError naming the argument."""
+    if not isinstance(ladder, Ladder):
+        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    return ladder
+
+
+def check_device(device, x: torch.Tensor) -> torch.device:
+    """The device to compute on: ``device``, else ``x``'s (a bad name is a ValueError naming the argument)."""
+    if device is None:
+        return x.device
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device: expected a torch device, got {device!r} ({e})") from None
+
+
+def check_chunk_size(chunk_size, default: int) -> int:
+    """``chunk_size`` as an int (``default`` when None), or a ValueError: a positive integer is required."""
+    if chunk_size is None:
+        return max(1, int(default))
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size <= 0:
+        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
+    return int(chunk_size)

@@ -1,0 +1,481 @@
+"""Exact inference on any ladder by a junction tree: the general-graph engine of :mod:`inference.posterior`
+(``docs/theory.md`` §1.13; a layered DAG of regions, issue 17).
+
+Factor graph.  One variable per region (its event; global index ``level_offsets[l] + i``) and the factors
+
+- topdown: the prior over the label and one table over ``(parents, region)`` per region below the top;
+- bottomup: one prior per leaf and, per region above the leaves, the deterministic factor over
+  ``(children, region)``: log 1 where ``region = lookup(code(children))``, log 0 = -inf elsewhere;
+- evidence (when ``x`` is given): ``emission.log_likelihood(x)`` on every leaf, batched over the examples.
+
+Everything is in log space (``logsumexp``), float64, and batched: a factor carries a leading example
+dimension (1 when it does not depend on x).
+
+Elimination.  :func:`elimination_order` is the greedy min-fill order (ties: the smaller clique table, then
+the smaller global index) on the interaction graph (regions sharing a factor are neighbours), kept in a heap
+whose keys are recomputed only around each eliminated region.  Eliminating region v creates the clique
+``C_v`` = v and its neighbours at that moment; :func:`treewidth_cost` reports the induced width (the largest
+clique's size minus 1), the largest clique table (product of its event counts) and log2 of the total work
+(sum over the cliques of their table sizes); inference refuses with a ``ValueError`` naming both when the
+largest table exceeds ``max_clique`` entries per example.
+
+Junction tree.  The cliques ``C_v`` with parent(C_v) = the clique of the first-eliminated region of
+``C_v \\ {v}`` form a junction tree.  Every factor sits in the clique of the first eliminated region of its
+scope.  The upward pass (leaves of the tree to its root) is exactly variable elimination and gives
+``log p(x)``; one downward pass (Shafer-Shenoy: the message to a child omits that child's own message)
+calibrates every clique, and every region's marginal is read off its own clique (:func:`junction_posterior`).
+Cost: two passes, each ``O(N * sum_v (children(C_v) + 1) * |C_v table|)`` (the total work of
+:func:`treewidth_cost` times the number of examples, times a small factor), memory
+``O(N * sum_v |C_v table|)`` per chunk of examples (chunks keep the largest temporary at ~2^24 float64 values).
+
+:func:`junction_map` runs the upward pass with max in place of logsumexp and traces the joint MAP back down
+the tree (one configuration of every region per example); :mod:`inference.event_draws` draws from the same
+tables instead of taking their argmax.
+
+:func:`graph_statistics` runs the same calibration without evidence and returns P(z_r), P(z_parent,
+z_child) of every edge, P(z_child | z_parent) and the joint P(z_pa(r)) of every region's parents (read off
+a clique that contains them, or, when no clique does, by one elimination with those parents kept).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from teachers.ladder import TOPDOWN, Ladder
+
+from ._checks import check_ladder
+
+__all__ = ["MAX_CLIQUE", "EliminationCost", "GraphStatistics", "JunctionTree", "elimination_order", "graph_statistics",
+           "junction_map", "junction_posterior", "treewidth_cost"]
+
+#: Largest clique table (entries per example) exact inference accepts by default.
+MAX_CLIQUE = 2**22
+# float64 values of the largest temporary of one chunk of examples (~128 MiB)
+_CHUNK_ELEMENTS = 2**24
+
+
+# ------------------------------------------------------------------------------------------ factors
+@dataclass
+class _Factor:
+    """A log-space table: ``t`` ``(B, *[m_v for v in vars])``, B = 1 (no evidence) or the examples."""
+
+    vars: tuple[int, ...]
+    t: torch.Tensor
+
+
+def _align(f: _Factor, target: Sequence[int]) -> torch.Tensor:
+    """``f.t`` with its variable axes in the order of ``target`` and singleton axes for the others."""
+    pos = {v: j for j, v in enumerate(f.vars)}
+    t = f.t.permute([0] + [1 + pos[v] for v in target if v in pos])
+    return t.reshape([t.shape[0]] + [f.t.shape[1 + pos[v]] if v in pos else 1 for v in target])
+
+
+def _product(factors: Sequence[_Factor], target: Sequence[int], sizes: Sequence[int], batch: int) -> torch.Tensor:
+    """Sum of the log factors over the variables ``target`` (every factor's scope within it): ``(B, ...)``."""
+    dev = factors[0].t.device if factors else None
+    out = torch.zeros((1,) * (len(target) + 1), dtype=torch.float64, device=dev)
+    for f in factors:
+        out = out + _align(f, target)
+    return out.expand(batch if out.shape[0] == 1 else out.shape[0], *[sizes[v] for v in target])
+
+
+def _sum_out(t: torch.Tensor, vars_: Sequence[int], keep: Sequence[int]) -> _Factor:
+    """logsumexp of ``t`` (axes ``vars_`` after the batch axis) over every variable not in ``keep``."""
+    drop = [1 + j for j, v in enumerate(vars_) if v not in keep]
+    kept = tuple(v for v in vars_ if v in keep)
+    if drop:
+        t = torch.logsumexp(t, dim=drop)
+    return _Factor(kept, t)
+
+
+def _factors(g: Ladder, x: torch.Tensor | None, device: torch.device | None = None) -> list[_Factor]:
+    """The factor graph of ``g`` (module docstring), evidence on the leaves when ``x`` is given; every table on
+    ``device`` (default: ``x``'s device, or the CPU without evidence)."""
+    off = g.level_offsets
+    dev = device if device is not None else (x.device if x is not None else torch.device("cpu"))
+    out: list[_Factor] = []
+    with torch.no_grad():
+        if g.mode == TOPDOWN:
+            out.append(_Factor((0,), g.prior.to(dev, torch.float64).log()[None]))
+            for l in range(1, g.depth + 1):
+                for i, t in enumerate(g.region_tables[l]):
+                    ps = tuple(off[l - 1] + p for p in g.parents[l][i])
+                    shape = (*g.parent_sizes(l, i), g.region_events[l][i])
+                    out.append(_Factor((*ps, off[l] + i), t.to(dev, torch.float64).log().reshape(1, *shape)))
+        else:
+            for i, p in enumerate(g.leaf_priors):
+                out.append(_Factor((off[g.depth] + i,), p.to(dev, torch.float64).log()[None]))
+            for l in range(g.depth):
+                for i, look in enumerate(g.lookups[l]):
+                    cs = tuple(off[l + 1] + c for c in g.children[l][i])
+                    m = g.region_events[l][i]
+                    ind = look.to(dev, torch.int64)[:, None] == torch.arange(m, device=dev)[None, :]
+                    t = torch.where(ind, 0.0, -math.inf).to(torch.float64)
+                    out.append(_Factor((*cs, off[l] + i), t.reshape(1, *g.child_sizes(l, i), m)))
+        if x is not None:
+            ll = g.emission.log_likelihood(x.to(dev)).double()  # (N, R_d, m)
+            for i in range(g.num_regions[-1]):
+                out.append(_Factor((off[g.depth] + i,), ll[:, i]))
+    return out
+
+
+def _sizes(g: Ladder) -> list[int]:
+    return [m for lvl in g.region_events for m in lvl]
+
+
+def _region(g: Ladder, v: int) -> tuple[int, int]:
+    off = g.level_offsets
+    l = max(j for j in range(g.depth + 1) if off[j] <= v)
+    return (l, v - off[l])
+
+
+def _global(g: Ladder, r) -> int:
+    off = g.level_offsets
+    if isinstance(r, (tuple, list)) and len(r) == 2:
+        l, i = int(r[0]), int(r[1])
+        if not (0 <= l <= g.depth and 0 <= i < g.num_regions[l]):
+            raise ValueError(f"query: no region {i} at level {l} (regions per level {list(g.num_regions)})")
+        return off[l] + i
+    raise ValueError(f"query: expected regions as (level, index) pairs, got {r!r}")
+
+
+# ------------------------------------------------------------------------------------------ elimination
+def _interaction_graph(g: Ladder) -> list[set[int]]:
+    off = g.level_offsets
+    adj: list[set[int]] = [set() for _ in range(g.total_regions)]
+    scopes = []
+    if g.mode == TOPDOWN:
+        for l in range(1, g.depth + 1):
+            for i, ps in enumerate(g.parents[l]):
+                scopes.append([off[l - 1] + p for p in ps] + [off[l] + i])
+    else:
+        for l in range(g.depth):
+            for i, cs in enumerate(g.children[l]):
+                scopes.append([off[l + 1] + c for c in cs] + [off[l] + i])
+    for s in scopes:
+        for a in s:
+            adj[a].update(b for b in s if b != a)
+    return adj
+
+
+def _greedy_order(adj: list[set[int]], sizes: Sequence[int], keep: Iterable[int] = ()) -> tuple[list[int],
+                                                                                                list[tuple[int, ...]]]:
+    """Min-fill order of every variable not in ``keep``, and the clique (v first, then its neighbours) of each.
+
+    At each step the region of the smallest key (fill-in edges, clique table, index) goes; only the keys of
+    its neighbours and their neighbours can change, so only those are recomputed (a heap with stale entries
+    skipped): the same order as recomputing every key at every step."""
+    adj = [set(a) for a in adj]
+    left = set(range(len(adj))) - set(keep)
+
+    def key(v: int) -> tuple[int, int, int]:
+        nb = list(adj[v])
+        fill = sum(1 for a in range(len(nb)) for b in range(a + 1, len(nb)) if nb[b] not in adj[nb[a]])
+        return (fill, math.prod(sizes[u] for u in nb) * sizes[v], v)
+
+    keys = {v: key(v) for v in left}
+    heap = list(keys.values())
+    heapq.heapify(heap)
+    order, cliques = [], []
+    while left:
+        k = heapq.heappop(heap)
+        best = k[2]
+        if best not in left or keys[best] != k:
+            continue  # a stale entry
+        nb = sorted(adj[best])
+        for a in nb:
+            adj[a].update(b for b in nb if b != a)
+            adj[a].discard(best)
+        adj[best] = set()
+        left.discard(best)
+        order.append(best)
+        cliques.append((best, *nb))
+        touched = set(nb).union(*(adj[a] for a in nb)) & left
+        for u in touched:
+            ku = key(u)
+            if ku != keys[u]:
+                keys[u] = ku
+                heapq.heappush(heap, ku)
+    return order, cliques
+
+
+def elimination_order(g: Ladder, query: Iterable[tuple[int, int]] = ()) -> list[tuple[int, int]]:
+    """Greedy min-fill elimination order of the regions of ``g`` as ``(level, index)`` pairs.
+
+    :param query: regions kept (not eliminated): the order then covers every other region, and eliminating
+        in that order leaves a factor over exactly the query regions.  Default: every region is ordered.
+    """
+    _check_graph(g)
+    keep = {_global(g, r) for r in query}
+    order, _ = _greedy_order(_interaction_graph(g), _sizes(g), keep)
+    return [_region(g, v) for v in order]
+
+
+@dataclass(frozen=True)
+class EliminationCost:
+    """What :func:`treewidth_cost` reports for a min-fill elimination of every region.
+
+    :ivar order: the elimination order, ``(level, index)`` pairs.
+    :ivar width: the induced width (regions of the largest clique minus 1).
+    :ivar clique: the regions of the largest clique (largest table), ``(level, index)`` pairs.
+    :ivar clique_entries: its table size, the product of its regions' event counts (per example).
+    :ivar log2_work: log2 of the sum over all cliques of their table sizes (one pass, per example).
+    """
+
+    order: tuple[tuple[int, int], ...]
+    width: int
+    clique: tuple[tuple[int, int], ...]
+    clique_entries: int
+    log2_work: float
+
+
+def _cost(g: Ladder, order: list[int], cliques: list[tuple[int, ...]]) -> EliminationCost:
+    sizes = _sizes(g)
+    entries = [math.prod(sizes[v] for v in c) for c in cliques]
+    big = max(range(len(cliques)), key=lambda k: (entries[k], len(cliques[k])))
+    return EliminationCost(tuple(_region(g, v) for v in order), max(len(c) for c in cliques) - 1,
+                           tuple(_region(g, v) for v in sorted(cliques[big])), entries[big],
+                           math.log2(sum(entries)))
+
+
+def treewidth_cost(g: Ladder) -> EliminationCost:
+    """Induced width, largest clique and total work of the min-fill elimination of every region of ``g``."""
+    _check_graph(g)
+    order, cliques = _greedy_order(_interaction_graph(g), _sizes(g))
+    return _cost(g, order, cliques)
+
+
+def _check_limit(cost: EliminationCost, max_clique: int) -> None:
+    if isinstance(max_clique, bool) or not isinstance(max_clique, int) or max_clique < 1:
+        raise ValueError(f"max_clique: expected a positive integer, got {max_clique!r}")
+    if cost.clique_entries > max_clique:
+        raise ValueError(f"ladder: exact inference needs induced width {cost.width}: its largest clique "
+                         f"{[f'{a}.{b}' for a, b in cost.clique]} has a table of {cost.clique_entries} entries per "
+                         f"example, more than max_clique={max_clique} (log2 total work {cost.log2_work:.1f})")
+
+
+def _check_graph(g) -> None:
+    check_ladder(g)
+
+
+# ------------------------------------------------------------------------------------------ junction tree
+class JunctionTree:
+    """Cliques of the min-fill elimination of every region of ``g``, their tree, and calibration (module
+    docstring); a ``ValueError`` when the largest clique table has more than ``max_clique`` entries."""
+
+    def __init__(self, g: Ladder, max_clique: int = MAX_CLIQUE):
+        _check_graph(g)
+        self.sizes = _sizes(g)
+        self.order, self.cliques = _greedy_order(_interaction_graph(g), self.sizes)
+        self.cost = _cost(g, self.order, self.cliques)
+        _check_limit(self.cost, max_clique)
+        pos = {v: k for k, v in enumerate(self.order)}
+        self.pos = pos
+        self.parent = [min((pos[u] for u in c[1:]), default=None) for c in self.cliques]
+        self.kids: list[list[int]] = [[] for _ in self.cliques]
+        for k, p in enumerate(self.parent):
+            if p is not None:
+                self.kids[p].append(k)
+
+    def home(self, f: _Factor) -> int:
+        """The clique a factor sits in: that of the first eliminated region of its scope."""
+        return min(self.pos[v] for v in f.vars)
+
+    def calibrate(self, factors: list[_Factor], batch: int, *, down: bool = True, reduce=torch.logsumexp):
+        """Upward (and downward) messages; returns the clique potentials, up and down messages."""
+        K = len(self.cliques)
+        assigned: list[list[_Factor]] = [[] for _ in range(K)]
+        for f in factors:
+            assigned[self.home(f)].append(f)
+        psi = [None] * K
+        up: list[_Factor | None] = [None] * K
+        for k in range(K):  # elimination order: every child comes before its parent
+            c = self.cliques[k]
+            psi[k] = _product(assigned[k], c, self.sizes, batch)
+            t = _product([_Factor(c, psi[k]), *(up[j] for j in self.kids[k])], c, self.sizes, batch)
+            up[k] = _Factor(c[1:], reduce(t, dim=1))  # v_k is axis 1 (cliques list v first)
+        if not down:
+            return psi, up, None
+        dn: list[_Factor | None] = [None] * K
+        for k in reversed(range(K)):
+            c = self.cliques[k]
+            base = [_Factor(c, psi[k])] + ([dn[k]] if dn[k] is not None else [])
+            for j in self.kids[k]:
+                others = [up[i] for i in self.kids[k] if i != j]
+                t = _product(base + others, c, self.sizes, batch)
+                dn[j] = _sum_out(t, c, set(self.cliques[j][1:]))
+        return psi, up, dn
+
+    def belief(self, k: int, psi, up, dn, batch: int) -> torch.Tensor:
+        """The calibrated log table of clique k (potential, children's upward and the downward message)."""
+        c = self.cliques[k]
+        fs = [_Factor(c, psi[k]), *(up[j] for j in self.kids[k])] + ([dn[k]] if dn[k] is not None else [])
+        return _product(fs, c, self.sizes, batch)
+
+    def conditional(self, k: int, psi, up, batch: int) -> torch.Tensor:
+        """The upward table of clique k before its region v_k is summed out: ``(batch, m_v, *separator)``, the log of
+        p(z_v, x_below | separator) up to a factor of the separator (what the MAP traceback and the draws read)."""
+        c = self.cliques[k]
+        t = _product([_Factor(c, psi[k]), *(up[j] for j in self.kids[k])], c, self.sizes, batch)
+        return t.expand(batch, *t.shape[1:])
+
+    def log_z(self, up, batch: int) -> torch.Tensor:
+        """Sum over the roots of the tree (one per connected component) of their upward totals: ``(B,)``."""
+        z = torch.zeros(batch, dtype=torch.float64, device=up[0].t.device if up else None)
+        for k, p in enumerate(self.parent):
+            if p is None:
+                z = z + up[k].t.reshape(-1)
+        return z
+
+
+# ------------------------------------------------------------------------------------------ posterior, MAP
+def _default_chunk(cost: EliminationCost) -> int:
+    return max(1, _CHUNK_ELEMENTS // max(1, cost.clique_entries))
+
+
+def junction_posterior(g: Ladder, x: torch.Tensor, dev: torch.device, *, marginals: bool = True,
+                       max_clique: int = MAX_CLIQUE, chunk_size: int | None = None, jt: JunctionTree | None = None
+                       ) -> tuple[torch.Tensor, list[list[torch.Tensor]], EliminationCost]:
+    """log p(x) ``(N,)`` and the posterior marginals p(z_{l,i} | x) ``marg[l][i]`` ``(N, m_{l,i})`` (only the label's,
+    ``marg[0][0]``, unless ``marginals``) by calibrating the junction tree on chunks of ``x`` on ``dev``.
+
+    Impossible examples get log p(x) = -inf and nan marginals (the caller raises)."""
+    jt = jt if jt is not None else JunctionTree(g, max_clique)
+    step = chunk_size or _default_chunk(jt.cost)
+    off, n = g.level_offsets, x.shape[0]
+    want = range(g.total_regions) if marginals else [0]
+    out = {v: torch.empty(n, jt.sizes[v], dtype=torch.float64, device=dev) for v in want}
+    log_z = torch.empty(n, dtype=torch.float64, device=dev)
+    for s in range(0, n, step):
+        xc = x[s: s + step].detach().to(dev)
+        b = xc.shape[0]
+        psi, up, dn = jt.calibrate(_factors(g, xc, dev), b)
+        log_z[s: s + b] = jt.log_z(up, b)
+        for v in want:
+            k = jt.pos[v]
+            lm = _sum_out(jt.belief(k, psi, up, dn, b), jt.cliques[k], {v}).t  # (b, m_v)
+            out[v][s: s + b] = (lm - torch.logsumexp(lm, -1, keepdim=True)).exp()
+    marg = [[out[off[l] + i] for i in range(g.num_regions[l])] if marginals else [] for l in range(g.depth + 1)]
+    if not marginals:
+        marg[0] = [out[0]]
+    return log_z, marg, jt.cost
+
+
+def junction_map(g: Ladder, x: torch.Tensor, dev: torch.device, *, max_clique: int = MAX_CLIQUE
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The joint MAP argmax_z p(z | x) by max-product elimination and traceback: ``z`` ``(N, total_regions)`` int64
+    in global region order and ``log p(z_map, x)`` ``(N,)`` (-inf for an impossible example; ties between equally
+    probable configurations go to the smallest event)."""
+    jt = JunctionTree(g, max_clique)
+    n = x.shape[0]
+    xc = x.detach().to(dev)
+
+    def maxed(t, dim):
+        return t.max(dim=dim).values
+
+    psi, up, _ = jt.calibrate(_factors(g, xc, dev), n, down=False, reduce=maxed)
+    best = jt.log_z(up, n)
+    z = torch.zeros(n, g.total_regions, dtype=torch.int64, device=dev)
+    ar = torch.arange(n, device=dev)
+    for k in reversed(range(len(jt.cliques))):  # the separator of clique k is eliminated after it
+        c = jt.cliques[k]
+        t = jt.conditional(k, psi, up, n)  # (n, m_v, *sep)
+        idx = (ar, slice(None), *(z[:, u] for u in c[1:]))
+        z[:, c[0]] = t[idx].argmax(-1)
+    return z, best
+
+
+# ------------------------------------------------------------------------------------------ statistics
+@dataclass
+class GraphStatistics:
+    """Exact event statistics of any ladder (no evidence), float64.
+
+    :ivar p: ``p[l][i]`` = P(z_{l,i}) ``(m_{l,i},)``.
+    :ivar pair: ``pair[(l, p, i)]`` = P(z_{l-1,p} = a, z_{l,i} = b) ``(m_p, m_i)`` for every edge (l = the
+        child's level, as :meth:`Ladder.edges`).
+    :ivar cond: ``cond[(l, p, i)]`` = P(z_{l,i} = b | z_{l-1,p} = a), rows of zeros where P(z_p = a) = 0.
+    :ivar parents_joint: ``parents_joint[l][i]`` = P(z_pa(l,i)) over the joint parent configuration
+        ``(prod m_p,)`` in mixed-radix order (first parent most significant); ``[1.]`` at the top.
+    """
+
+    ladder: Ladder
+    p: list[list[torch.Tensor]]
+    pair: dict[tuple[int, int, int], torch.Tensor]
+    cond: dict[tuple[int, int, int], torch.Tensor]
+    parents_joint: list[list[torch.Tensor]]
+
+
+def _query_joint(g: Ladder, factors: list[_Factor], query: Sequence[int], max_clique: int) -> torch.Tensor:
+    """exp of the normalized factor over ``query`` (in that order) left after eliminating everything else."""
+    sizes = _sizes(g)
+    order, cliques = _greedy_order(_interaction_graph(g), sizes, keep=query)
+    if order:
+        _check_limit(_cost(g, order, cliques), max_clique)
+    fs = list(factors)
+    for v in order:
+        inv = [f for f in fs if v in f.vars]
+        fs = [f for f in fs if v not in f.vars]
+        scope = sorted({u for f in inv for u in f.vars})
+        t = _product(inv, scope, sizes, 1)
+        fs.append(_sum_out(t, scope, set(scope) - {v}))
+    q = list(query)
+    t = _product([f for f in fs if f.vars], q, sizes, 1)[0]
+    if math.prod(t.shape) > max_clique:
+        raise ValueError(f"parents_joint: the joint table of regions {q} has {math.prod(t.shape)} entries, more "
+                         f"than max_clique={max_clique}")
+    return (t - torch.logsumexp(t.reshape(-1), 0)).exp()
+
+
+def _marginal_of(jt: JunctionTree, beliefs: dict, psi, up, dn, want: Sequence[int]) -> torch.Tensor | None:
+    """exp of the normalized marginal over ``want`` (that order) from a clique containing it, else None."""
+    s = set(want)
+    ks = [k for k, c in enumerate(jt.cliques) if s <= set(c)]
+    if not ks:
+        return None
+    k = min(ks, key=lambda k: math.prod(jt.sizes[v] for v in jt.cliques[k]))
+    if k not in beliefs:
+        bel = jt.belief(k, psi, up, dn, 1)
+        beliefs[k] = bel - torch.logsumexp(bel.reshape(1, -1), -1).reshape((1,) * bel.dim())
+    f = _sum_out(beliefs[k], jt.cliques[k], s)
+    return _align(f, list(want))[0].exp()
+
+
+def graph_statistics(g: Ladder, *, max_clique: int = MAX_CLIQUE) -> GraphStatistics:
+    """Exact P(z_r), P(z_parent, z_child) of every edge, P(z_child | z_parent) and P(z_pa(r)) (no evidence).
+
+    One calibration of the junction tree without evidence; a pair or a parent set lying within one clique
+    (always so for the edges, which lie in one factor) is read off it; a parent set that no clique holds
+    (bottom-up ladders: the parents of a shared region meet in no factor) costs one elimination with those
+    parents kept.
+    """
+    _check_graph(g)
+    jt = JunctionTree(g, max_clique)
+    factors = _factors(g, None)
+    psi, up, dn = jt.calibrate(factors, 1)
+    off = g.level_offsets
+    beliefs: dict = {}
+    p = [[_marginal_of(jt, beliefs, psi, up, dn, [off[l] + i]) for i in range(g.num_regions[l])]
+         for l in range(g.depth + 1)]
+    pair, cond = {}, {}
+    for (l, a, i) in g.edges():
+        j = _marginal_of(jt, beliefs, psi, up, dn, [off[l - 1] + a, off[l] + i])
+        pair[(l, a, i)] = j
+        s = j.sum(-1, keepdim=True)
+        cond[(l, a, i)] = torch.where(s > 0, j / torch.where(s > 0, s, 1.0), 0.0)
+    parents_joint = [[torch.ones(1, dtype=torch.float64)]]
+    for l in range(1, g.depth + 1):
+        row = []
+        for ps in g.parents[l]:
+            q = [off[l - 1] + a for a in ps]
+            t = _marginal_of(jt, beliefs, psi, up, dn, q)
+            if t is None:
+                t = _query_joint(g, factors, q, max_clique)
+            row.append(t.reshape(-1))
+        parents_joint.append(row)
+    return GraphStatistics(g, p, pair, cond, parents_joint)
+

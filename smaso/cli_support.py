@@ -1,0 +1,174 @@
+"""The conventions every ``smaso`` command shares (:mod:`smaso.cli`): warnings as one line, ``--quiet``,
+standard output as a data stream, SIGTERM as an interrupt, and the checks made before any output (free disk,
+memory, writable paths)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["STDOUT"]
+
+#: A text output path meaning standard output.
+STDOUT = "-"
+
+#: Third-party warnings a normal run does not show (``--debug`` does): (category, message regex, module
+#: regex) as for :func:`warnings.filterwarnings`.  Specific on purpose: a new warning still shows.
+THIRD_PARTY_WARNINGS: tuple[tuple[type[Warning], str, str], ...] = (
+    # ArviZ's once-a-day notice of its coming refactor, issued when arviz is imported
+    (FutureWarning, r"\s*ArviZ is undergoing a major refactor", r"arviz(\.|$)"),
+    # tqdm.auto: "IProgress not found" (a notebook kernel without ipywidgets), its experimental modules
+    (Warning, r".*(IProgress not found|tqdm\.rich is experimental|tqdm\.tk is experimental)", r"tqdm(\.|$)"),
+    # Dask's local cluster when its dashboard port is taken (it picks another one)
+    (UserWarning, r"Port \d+ is already in use", r"distributed(\.|$)"),
+)
+
+_OWN_PACKAGES = tuple(str(Path(__file__).resolve().parents[1] / pkg) + os.sep
+                      for pkg in ("smaso", "teachers", "inference"))
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one ``smaso: warning:`` line (the library's own without a file and line number; any
+    other with its category and origin, so that an unexpected one is recognisable)."""
+    text = str(message).strip().replace("\n", " ")
+    if not str(Path(filename).resolve()).startswith(_OWN_PACKAGES):
+        text += f" ({category.__name__} from {filename}:{lineno})"
+    print(f"smaso: warning: {text}", file=file or sys.stderr)
+
+
+@contextlib.contextmanager
+def _cli_warnings(*, debug: bool) -> Iterator[None]:
+    """The CLI's warnings for the duration of a command: :data:`THIRD_PARTY_WARNINGS` ignored and the
+    others as ``smaso: warning:`` lines, or, with ``--debug``, Python's own filters and format.  The
+    previous filters are restored on exit (a program calling :func:`main` keeps its own)."""
+    with warnings.catch_warnings():
+        if not debug:
+            for category, message, module in THIRD_PARTY_WARNINGS:
+                warnings.filterwarnings("ignore", message=message, category=category, module=module)
+            warnings.showwarning = _show_warning
+        yield
+
+
+def _quiet(args) -> bool:
+    return bool(getattr(args, "quiet", False))
+
+
+def _stdout_is_data(args) -> bool:
+    """A text output goes to standard output (``--json -``, ``spec --out -``)."""
+    return STDOUT in (getattr(args, "json", None), getattr(args, "out", None) if args.command == "spec" else None)
+
+
+@contextlib.contextmanager
+def _streams(args) -> Iterator[None]:
+    """Keep the standard output the command started with for data (``args._stdout``), and send the
+    informational prints nowhere under ``-q``, or when standard output carries data (``--json -``)."""
+    args._stdout = sys.stdout
+    if not (_quiet(args) or _stdout_is_data(args)):
+        yield
+        return
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+        yield
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the process was, so that every writer's cleanup runs (no half-written files).
+
+    ``received`` records that the signal came, for when the stack's unwinding replaces this exception."""
+
+    received = False
+
+
+def _terminate_as_interrupt():
+    """Turn SIGTERM into :class:`_Terminated` for the duration of a command (main thread only); returns the
+    previous handler, or None where no handler could be installed."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        _Terminated.received = True
+        raise _Terminated()
+
+    _Terminated.received = False
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _free_disk(out: str) -> int | None:
+    import shutil
+
+    p = Path(out).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
+
+
+def _check_memory(ladder, n: int, arg: str, factor: float = 1.0) -> None:
+    """Refuse an in-memory job whose rows alone would not fit (before allocating them)."""
+    from teachers.chunked import row_bytes
+    from teachers.sampling import available_memory
+
+    need, have = n * row_bytes(ladder) * factor, available_memory()
+    if have is not None and need > have:
+        raise ValueError(f"{arg}: {n:,} examples held in memory need about {need / 1e9:.3g} GB and "
+                         f"{have / 1e9:.3g} GB are available; write a .zarr store instead (sampled, read and "
+                         "compared chunk by chunk: `smaso sample ladder --out data.zarr`, then `smaso compare "
+                         "data.zarr`)")
+
+
+def _check_early(args) -> None:
+    """What can be checked before any work: the device, and that the outputs can be written."""
+    _check_stdout_paths(args)
+    device = getattr(args, "device", None)
+    if device is not None:
+        import torch
+
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, ValueError, TypeError):
+            raise ValueError(f"--device: expected a torch device such as 'cpu' or 'cuda:0', got {device!r}") from None
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: this torch build or machine has no CUDA device "
+                             "(torch.cuda.is_available() is False)")
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError(f"--device: expected 'cpu' or 'cuda[:i]', got {device!r}")
+    for opt in ("out", "json"):
+        out = getattr(args, opt, None)
+        if out and out != STDOUT:
+            _check_writable(out, directory=opt == "out" and args.command in ("demo", "compare"), option=opt)
+
+
+def _check_stdout_paths(args) -> None:
+    """``-`` means standard output for a text output; a binary one (a dataset, a figure) refuses it rather
+    than write a file named ``-`` (``./-`` names such a file)."""
+    if getattr(args, "out", None) != STDOUT or args.command == "spec":
+        return
+    if args.command in ("demo", "compare"):
+        raise ValueError("--out: '-' (standard output) cannot take a directory of results (comparison.json and "
+                         "the figure comparison.png); give a directory")
+    raise ValueError("--out: '-' (standard output) takes text only, and a dataset file or store is binary; give a "
+                     "file name (./- for a file named '-')")
+
+
+def _check_writable(out: str, *, directory: bool, option: str = "out") -> None:
+    """Refuse an ``--out`` (or ``--json``) that cannot be created, before sampling or training for minutes."""
+    path = Path(out)
+    if directory and path.exists() and not path.is_dir():
+        raise ValueError(f"--{option}: {out!r} exists and is not a directory")
+    parent = path if directory and path.is_dir() else path.parent
+    while not parent.exists() and parent != parent.parent:  # a directory still to create: check its ancestor
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"--{option}: {str(parent)!r} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--{option}: cannot write into {str(parent)!r} (permission denied)")
+

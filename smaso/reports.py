@@ -1,0 +1,127 @@
+"""What ``smaso inspect`` reports: a ladder dataset's counts, its sample frequencies against the ladder's exact
+statistics, and the Bayes-optimal accuracy; a tent dataset's k, x range and fit.  Heavy imports happen inside
+the functions, so that ``smaso --help`` stays instant."""
+
+from __future__ import annotations
+
+__all__ = ["inspect_report", "print_report", "print_tent_report", "tent_report"]
+
+
+def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool = False, device=None) -> dict:
+    """Counts, exact-vs-empirical statistics and Bayes-optimal accuracy of a dataset of any ladder, streamed
+    chunk by chunk (memory does not grow with N; ``engine`` runs one task per chunk; ``device``: where the exact
+    posteriors behind the Bayes-optimal accuracy are computed, None for the CPU).
+
+    Every region's marginal and every parent-child edge's joint P(z_parent, z_child) is compared with the
+    exact statistics (:func:`teachers.statistics.compare_statistics`: total-variation distance against the
+    multinomial bound); the Bayes-optimal accuracy is the exact posterior's on the first ``bayes_n`` rows
+    (:func:`inference.posterior.bayes_optimal_accuracy`: sum-product on a tree, a junction tree otherwise)."""
+    import torch
+
+    from inference.posterior import MAX_CLIQUE, bayes_optimal_accuracy, treewidth_cost
+    from smaso.student.compare import _head
+    from teachers.chunked import as_chunks
+    from teachers.statistics import compare_statistics, count_events, exact_statistics
+
+    chunks = as_chunks(source)
+    lad = chunks.ladder
+    counts = count_events(chunks, engine=engine, progress=progress)
+    exact = exact_statistics(lad)
+    cmp = compare_statistics(exact, counts.statistics())
+    for lv in cmp["per_level"]:
+        lv["regions"] = lad.num_regions[lv["level"]]
+        if lv["level"]:
+            lv["edges"] = sum(len(ps) for ps in lad.parents[lv["level"]])
+    first = chunks.chunk(0)
+    report = {"teacher": "ladder", "n": len(chunks), "start": first.start, "total": first.total, "seed": first.seed,
+              "ladder": repr(lad), "mode": lad.mode, "regions_per_level": list(lad.num_regions),
+              "edges": sum(len(ps) for lvl in lad.parents[1:] for ps in lvl),
+              "label_counts": counts.counts[0][0][: lad.num_classes].tolist(),
+              "label_prior_exact": exact.marginals[0][0][: lad.num_classes].tolist(), "statistics": cmp}
+    if bayes_n > 0:
+        head = _head(chunks, min(bayes_n, len(chunks)))
+        cost = None if lad.is_tree() else treewidth_cost(lad)
+        if cost is not None and cost.clique_entries > MAX_CLIQUE:
+            report["bayes_optimal"] = {"unavailable": f"exact inference needs induced width {cost.width} (largest "
+                                                      f"clique {cost.clique_entries} entries > {MAX_CLIQUE})"}
+            return report
+        try:
+            report["bayes_optimal"] = bayes_optimal_accuracy(lad, head.inputs(dtype=torch.float64), head.y,
+                                                             device=device)
+        except NotImplementedError as e:  # a custom emission without a likelihood
+            report["bayes_optimal"] = {"unavailable": " ".join(str(e).split())}
+    return report
+
+
+def _print_labels(report: dict) -> None:
+    """The label counts of an inspect report, with their frequencies and the exact P(y)."""
+    n = report["n"]
+    print("\nlabel   count      frequency   exact P(y)")
+    for c, (k, p) in enumerate(zip(report["label_counts"], report["label_prior_exact"], strict=True)):
+        print(f"{c:5d} {k:9d}   {k / max(n, 1):10.5f}   {p:10.5f}")
+
+
+def _print_bayes(report: dict) -> None:
+    """The Bayes-optimal accuracy of an inspect report (or why it is unavailable)."""
+    b = report.get("bayes_optimal")
+    if b and "expected" in b:
+        emp = f", fraction correct {b['empirical']:.4f}" if "empirical" in b else ""
+        print(f"\nBayes-optimal accuracy (exact posterior p(y|x) on {b['n']} examples): "
+              f"{b['expected']:.4f} +- {b['stderr']:.4f}{emp}\n(the ceiling of any student trained on this ladder)")
+    elif b:
+        print(f"\nBayes-optimal accuracy: {b['unavailable']}")
+
+
+def print_report(report: dict, ladder) -> None:
+    """Print ``smaso inspect``'s report of a ladder dataset: counts, sampled vs exact statistics, Bayes accuracy."""
+    print(ladder.describe())
+    n = report["n"]
+    print(f"\n{n} examples (rows {report['start']}..{report['start'] + n} of {report['total']}, "
+          f"seed {report['seed']}); {sum(report['regions_per_level'])} regions, {report['edges']} parent-child edges")
+    _print_labels(report)
+    st = report["statistics"]
+    print("\nsample frequencies vs the ladder's exact event statistics")
+    print("(TV = total-variation distance, max over the regions / edges of a level; bound = multinomial bound at "
+          f"confidence {st['confidence']:g})")
+    print("level  regions   max TV P(z)   bound     edges   max TV P(z_parent, z)   bound")
+    for lv in st["per_level"]:
+        tj = (f"{lv['edges']:7d}   {lv['max_tv_joint']:10.5f}            {lv['bound_joint']:8.5f}"
+              if "max_tv_joint" in lv else "      -")
+        print(f"{lv['level']:5d}  {lv['regions']:7d}   {lv['max_tv_marginal']:10.5f}  {lv['bound_marginal']:8.5f}  "
+              f"{tj}")
+    print(f"all within bounds: {st['within_bound']}   (smallest chi-square p-value over regions: "
+          f"{st['min_chi2_pvalue']:.3g})")
+    _print_bayes(report)
+
+
+def _pieces(k: int) -> int | str:
+    """2^k, written "2^k" when too long to print."""
+    return 2**k if k <= 60 else f"2^{k}"
+
+
+def tent_report(sample) -> dict:
+    """k, N, x range, a 10-bin histogram of x on [0, 1] and max |y - tau^k(x)| of a tent sample."""
+    import numpy as np
+
+    x = sample.x.reshape(-1).cpu().numpy()
+    counts, edges = np.histogram(x, bins=10, range=(0.0, 1.0))
+    dev = (sample.y - sample.clean_y).abs().max().item() if len(sample) else 0.0
+    return {"teacher": "tent", "k": sample.k, "pieces": _pieces(sample.k), "n": len(sample), "start": sample.start,
+            "total": sample.total, "seed": sample.seed, "noise": sample.noise,
+            "x_min": float(x.min()), "x_max": float(x.max()),
+            "x_histogram": {"edges": edges.tolist(), "counts": counts.tolist()}, "max_abs_y_minus_target": dev}
+
+
+def print_tent_report(report: dict) -> None:
+    """Print ``smaso inspect``'s report of a tent dataset: tau^k, its pieces, label noise, fit of the file."""
+    n = report["n"]
+    print(f"tent teacher: y = tau^{report['k']}(x) ({report['pieces']} linear pieces), label noise sigma "
+          f"{report['noise']:g}")
+    print(f"{n} examples (rows {report['start']}..{report['start'] + n} of {report['total']}, seed {report['seed']})")
+    print(f"x range: [{report['x_min']:.6f}, {report['x_max']:.6f}]")
+    print("\nx bin           count      frequency")
+    h = report["x_histogram"]
+    for lo, hi, c in zip(h["edges"][:-1], h["edges"][1:], h["counts"], strict=True):
+        print(f"[{lo:.1f}, {hi:.1f})  {c:9d}   {c / n:10.5f}")
+    print(f"\nmax |y - tau^{report['k']}(x)| = {report['max_abs_y_minus_target']:.6g}"
+          + (" (exact labels)" if report["noise"] == 0 else ""))

@@ -1,0 +1,145 @@
+"""The wiring of a locally connected student: one weight block per parent-child edge (framework paper Eq 1-2).
+
+Level l of a ladder has edges (p, c), p in level l, c in level l + 1, in :func:`~teachers.statistics.level_edges`
+order (parent-major; on a uniform tree edge e joins child region e to its parent e // b_l).  Edge e carries
+W_e ``(n_{l+1}, n_l)`` = W_ba of Eq 9 (child group b to parent group a), so that, node-major
+(``(R, n, N)``: regions, nodes, examples):
+
+    u_p  = sum_{c in ch(p)} W_pc^T f_c + bias_p            (Eq 1, forward)
+    raw_c = sum_{p in pa(c)} W_pc g_p                      (Eq 1, backward: the sum over every parent)
+    Delta W_pc = E_x[f_c g_p^T]                             (Eq 2)
+
+Three implementations of these two level operations, the same numbers to round-off:
+
+- :func:`tree_pre_activation` / :func:`tree_backward`: a uniform tree, where the children of parent r are
+  regions r b .. r b + b - 1, so a parent's inputs are one contiguous block: a reshape (a view) and one
+  batched matmul per level (the fast path of :class:`~smaso.student.network.LadderStudent`);
+- the strided plan (:func:`strided_plan`): where a level's children are strided slices of the level below
+  (trees, 1-D convolutions; a 2-D convolution is one run per row), one batched matmul per child place on a
+  strided *view* of the children, no gather and no scatter;
+- otherwise one gather of the children, one batched matmul over the edges and one ``index_add`` into the
+  parents (backward: the same with W, added into the children).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from teachers.sampling import strided_runs
+from teachers.statistics import level_children, level_edge_index, level_edges
+
+__all__ = ["MAX_RUNS", "graph_backward", "graph_pre_activation", "level_children", "level_edge_index", "level_edges",
+           "strided_plan", "take_rows", "tree_backward", "tree_pre_activation"]
+
+#: A level split into more strided runs than this takes the gather / index_add path instead.
+MAX_RUNS = 64
+
+
+def take_rows(t: torch.Tensor, a: int, step: int, q: int) -> torch.Tensor:
+    """Rows ``a, a + step, ..., a + (q - 1) step`` of ``t`` as a view (``step = 0``: row a, q times)."""
+    if step == 0:
+        return t[a: a + 1].expand(q, *t.shape[1:])
+    return t[a: a + (q - 1) * step + 1: step]
+
+
+def strided_plan(children: tuple[tuple[int, ...], ...]) -> list | None:
+    """A level's edges as strided runs (:func:`teachers.sampling.strided_runs` of the parents' children), or
+    None when that takes more than :data:`MAX_RUNS` runs.
+
+    Each entry ``(parents, [(edges, (a, step, q)), ...])``: the parent slice, and per child place j the slice
+    of the edge list (parent-major) and the children ``a + step * t`` (t < q) of those parents, in order.
+    """
+    runs = strided_runs(children)
+    if sum(rep for _, _, rep, _ in runs) > MAX_RUNS:
+        return None
+    first_edge = [0]
+    for ch in children:
+        first_edge.append(first_edge[-1] + len(ch))
+    plan = []
+    for i0, q, rep, places in runs:
+        k = len(places)
+        for r in range(rep):
+            ps = slice(i0 + r, i0 + r + (q - 1) * rep + 1, rep)
+            e0 = first_edge[i0 + r]
+            plan.append((ps, [(slice(e0 + j, e0 + j + (q - 1) * rep * k + 1, rep * k), (a, s if q > 1 else 1, q))
+                              for j, (a, s) in enumerate(places)]))
+    return plan
+
+
+# ---------------------------------------------------------------------- uniform trees
+def tree_pre_activation(W: torch.Tensor, grouped: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """u of a uniform-tree level ``(R, n_l, N)`` from edge weights ``W`` ``(R b, n_{l+1}, n_l)`` and the children's
+    outputs grouped by parent ``grouped`` ``(R, b n_{l+1}, N)`` (a view of ``(R b, n_{l+1}, N)``): one batched
+    matmul, the bias added by the same call."""
+    R, n_l = grouped.shape[0], W.shape[-1]
+    Wt = W.reshape(R, -1, n_l).transpose(1, 2)  # (R, n_l, b n_{l+1})
+    if bias is None:
+        return torch.bmm(Wt, grouped)
+    return torch.baddbmm(bias.unsqueeze(-1), Wt, grouped)
+
+
+def tree_backward(W: torch.Tensor, g: torch.Tensor, grouped: torch.Tensor, need_raw: bool
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Delta W ``(R b, n_{l+1}, n_l)`` = E_x[f_c g_p^T] (Eq 2) and, if ``need_raw``, the children's raw gradient
+    ``(R b, n_{l+1}, N)`` = W g (Eq 1; one parent each) of a uniform-tree level, from the gated gradient ``g``
+    ``(R, n_l, N)`` and the grouped children's outputs ``(R, b n_{l+1}, N)``."""
+    R, n_l, N = g.shape
+    # per parent region, g times its children's grouped outputs transposed, a contraction over the batch (in
+    # this order the leaf view of x is read row by row: ~1.5x faster than child @ g^T)
+    dW = (torch.bmm(g, grouped.transpose(1, 2)).transpose(1, 2) / N).reshape(W.shape)
+    if not need_raw:
+        return dW, None
+    raw = torch.bmm(W.reshape(R, -1, n_l), g).reshape(W.shape[0], W.shape[1], N)
+    return dW, raw
+
+
+# ---------------------------------------------------------------------- any region graph
+def graph_pre_activation(W: torch.Tensor, child: torch.Tensor, bias: torch.Tensor | None, num_parents: int,
+                         plan: list | None, edges: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """u ``(R_l, n_l, N)`` of any level from edge weights ``W`` ``(E, n_{l+1}, n_l)`` and the children's outputs
+    ``child`` ``(R_{l+1}, n_{l+1}, N)``: the strided ``plan`` of the level, or (None) the gather / index_add
+    path over ``edges`` = ``(parents, children)``."""
+    Wt = W.transpose(1, 2)  # (E, n_l, n_{l+1})
+    N = child.shape[-1]
+    if plan is None:  # irregular level: one gather, one batched matmul, one index_add
+        par, chi = edges
+        msg = torch.bmm(Wt, child.index_select(0, chi))  # (E, n_l, N)
+        u = msg.new_zeros(num_parents, W.shape[-1], N).index_add_(0, par, msg)
+    else:  # strided runs (trees, convolutions): views of the children, no gather or scatter
+        u = child.new_empty(num_parents, W.shape[-1], N)
+        for ps, places in plan:
+            acc = None
+            for es, (a, st, q) in places:
+                m = torch.bmm(Wt[es], take_rows(child, a, st, q))
+                acc = m if acc is None else acc.add_(m)
+            u[ps] = acc
+    return u if bias is None else u + bias.unsqueeze(-1)
+
+
+def graph_backward(W: torch.Tensor, g: torch.Tensor, child: torch.Tensor, need_raw: bool, plan: list | None,
+                   edges: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Delta W of every edge ``(E, n_{l+1}, n_l)`` = E_x[f_c g_p^T] (Eq 2) and, if ``need_raw``, the children's raw
+    gradient ``(R_{l+1}, n_{l+1}, N)`` = sum over each child's parents of W_pc g_p (Eq 1), from the gated gradient
+    ``g`` ``(R_l, n_l, N)`` and the children's outputs ``child`` ``(R_{l+1}, n_{l+1}, N)``."""
+    N = g.shape[-1]
+    shape = (child.shape[0], W.shape[1], N)
+    if plan is None:
+        par, chi = edges
+        ge = g.index_select(0, par)  # (E, n_l, N)
+        dW = torch.bmm(child.index_select(0, chi), ge.transpose(1, 2)) / N
+        raw = g.new_zeros(shape).index_add_(0, chi, torch.bmm(W, ge)) if need_raw else None
+        return dW, raw
+    dW = torch.empty(W.shape, dtype=g.dtype, device=g.device)
+    raw = g.new_zeros(shape) if need_raw else None
+    for ps, places in plan:
+        gp = g[ps]
+        gpt = gp.transpose(1, 2)
+        for es, (a, st, q) in places:
+            dW[es] = torch.bmm(take_rows(child, a, st, q), gpt) / N
+            if need_raw:
+                back = torch.bmm(W[es], gp)  # (q, n_{l+1}, N)
+                if st == 0:
+                    raw[a] += back.sum(0)
+                else:
+                    raw[a: a + (q - 1) * st + 1: st] += back
+    return dW, raw

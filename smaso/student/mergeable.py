@@ -1,0 +1,109 @@
+"""Mergeable per-event sums: the state protocol of the frequency accumulators, and row groups of a record.
+
+Every accumulator of :mod:`smaso.student.frequency` holds sums over examples (counts, per-event sums of
+Eq 6, N Delta W of Eq 2), so two partial states over disjoint rows add up to the state of one pass over all
+of them (:class:`MergeableSums`: ``state_dict`` / ``merge_``, torchmetrics-style), and a state minus one
+group's (:func:`negated_state`) is the jackknife's leave-one-out state (:mod:`smaso.student.noise`).
+:func:`record_rows` cuts a group of rows out of one batch's record without a second forward pass (BN's
+batch statistics stay those of the batch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from smaso.student.network import StudentRecord
+
+__all__ = ["MergeableSums", "negated_state", "record_rows"]
+
+_PER_EXAMPLE = ("u", "f", "fbar", "slope", "deriv", "f_tilde", "g_raw", "g_f", "g")
+
+
+def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None) -> StudentRecord:
+    """The rows ``rows`` of a batch's record, as a record of its own.
+
+    Per-example fields (``(N, R_l, n_l)``) and the stacked buffers (``(R_l, k, n_l, N)``) are sliced
+    (views); ``dW`` and ``db`` are recomputed as the means over these rows (Eq 2: E[fbar_b g_a]
+    per edge and E[g_a]).  Batch-level quantities stay those of the whole batch: BN's ``sigma`` and the
+    parameter updates ``dc1``/``dc0`` (the rows were normalized with the batch's statistics), and
+    ``loss`` (the batch mean; the record keeps no per-example loss).
+
+    :param edges: per level the ``(parents, children)`` edge index of the student
+        (:meth:`~smaso.student.network.LadderStudent.edge_index`); None for a uniform tree (a parent's
+        children are one contiguous block).
+    """
+    if not isinstance(rows, slice) or rows.step not in (None, 1):
+        raise TypeError(f"rows: expected a slice with step 1, got {rows!r}")
+    n_all = rec.fbar[0].shape[0]
+    lo, hi, _ = rows.indices(n_all)
+    if hi <= lo:
+        raise ValueError(f"rows: expected a non-empty range of the batch's {n_all} rows, got {rows!r}")
+    sl = slice(lo, hi)
+    per = {k: [None if t is None else t[sl] for t in getattr(rec, k)] for k in _PER_EXAMPLE}
+    d = len(rec.fbar) - 1
+    dW, db = [None] * len(rec.dW), [None] * len(rec.db)
+    for l in range(d):
+        g, child = per["g"][l], per["fbar"][l + 1]  # (n, R_l, n_l), (n, R_{l+1}, n_{l+1})
+        if edges is None:
+            grouped = child.reshape(hi - lo, g.shape[1], -1)  # children grouped by parent
+            dW[l] = (torch.einsum("nrk,nrj->rkj", grouped, g) / (hi - lo)).reshape(rec.dW[l].shape)
+        else:
+            par, chi = edges[l]
+            dW[l] = torch.einsum("nek,nej->ekj", child.index_select(1, chi), g.index_select(1, par)) / (hi - lo)
+        db[l] = g.mean(0)
+    stacked = None if rec.stacked is None else [buf[..., sl] for buf in rec.stacked]
+    return dataclasses.replace(rec, **per, dW=dW, db=db, stacked=stacked)
+
+
+class MergeableSums:
+    """The mergeable state of an accumulator (torchmetrics-style): an example count ``n``, a ``loss_sum``
+    and the lists of per-level tensors named in ``_SUMS`` (None where a level has none).
+
+    Two partial states over disjoint rows add up (:meth:`merge_`) to the state of one pass over all of
+    them; :meth:`state_dict` is what moves between processes.
+    """
+
+    _SUMS: tuple[str, ...] = ()
+    n: int
+    loss_sum: float
+
+    def state_dict(self) -> dict:
+        """The accumulated state: example count, loss sum, and every per-event sum (cloned)."""
+        return {"n": self.n, "loss_sum": self.loss_sum,
+                **{k: [None if t is None else t.clone() for t in getattr(self, k)] for k in self._SUMS}}
+
+    def merge_(self, other):
+        """Add another accumulator's state (or its :meth:`state_dict`) to this one, in place; returns self.
+
+        Exact for the counts; the sums are added in the accumulation dtype (use float64 for sums that
+        agree with one pass to round-off).
+
+        :raises TypeError: ``other`` is neither such an accumulator nor its state.
+        :raises ValueError: the other state was accumulated for a student of other widths, another teacher or
+            another accumulation dtype.
+        """
+        state = other.state_dict() if isinstance(other, type(self)) else other
+        if not isinstance(state, dict) or set(state) != {"n", "loss_sum", *self._SUMS}:
+            raise TypeError(f"other: expected a {type(self).__name__} or its state_dict()")
+        for key in self._SUMS:
+            shapes = [None if t is None else (tuple(t.shape), t.dtype) for t in getattr(self, key)]
+            if shapes != [None if t is None else (tuple(t.shape), t.dtype) for t in state[key]]:
+                raise ValueError(f"other: its {key!r} sums have other shapes or dtypes (another student, teacher "
+                                 "or accumulation dtype)")
+        for key in self._SUMS:
+            for mine, theirs in zip(getattr(self, key), state[key], strict=True):
+                if mine is not None:
+                    mine += theirs.to(mine.device)
+        self.n += int(state["n"])
+        self.loss_sum += float(state["loss_sum"])
+        return self
+
+    __iadd__ = merge_
+
+
+def negated_state(state: dict) -> dict:
+    """``-state`` of a :meth:`MergeableSums.state_dict` (merging it subtracts those rows: the jackknife's
+    leave-one-out states)."""
+    return {k: (-v if k in ("n", "loss_sum") else [None if t is None else -t for t in v]) for k, v in state.items()}

@@ -1,0 +1,82 @@
+"""Training a student by minibatch SGD with its explicit backward pass (framework paper Eq 2: W += lr Delta W).
+
+:func:`train_student` runs :meth:`~smaso.student.network.LadderStudent.forward_backward` and
+:meth:`~smaso.student.network.LadderStudent.apply_update` on minibatches of an in-memory dataset, on any
+ladder; :func:`~smaso.student.compare.compare_student` has its own loop (streaming, checkpoints).  Both stop
+with :class:`TrainingDiverged` when a loss or weight stops being finite.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+from smaso.student.network import LadderStudent
+
+__all__ = ["TrainingDiverged", "check_hyper", "train_student"]
+
+
+class TrainingDiverged(RuntimeError):
+    """Training produced a non-finite loss, weight or statistic (the message names the step)."""
+
+
+def check_hyper(name: str, v, *, positive: bool) -> None:
+    """Raise a ValueError unless ``v`` is a finite real number >= 0 (> 0 with ``positive``), naming ``name``."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0 or (positive and v == 0):
+        want = "a finite number > 0" if positive else "a finite number >= 0"
+        raise ValueError(f"{name}: expected {want}, got {v!r}")
+
+
+def _check_int(value, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def train_student(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float,
+                  batch_size: int | None = None, loss: str = "squared", weight_decay: float = 0.0,
+                  seed: int = 0) -> list[float]:
+    """Minibatch SGD on ``(x, y)`` with the explicit backward pass (:meth:`LadderStudent.forward_backward`, then
+    :meth:`~LadderStudent.apply_update`: W += lr (Delta W - 2 weight_decay W), Eq 2).
+
+    Each epoch visits the rows in a random order drawn from a local ``torch.Generator`` seeded with ``seed``
+    (the global RNG is untouched); ``batch_size=None`` is full-batch gradient descent.
+
+    :param x: ``(N, leaves, dim)`` inputs; ``y``: ``(N,)`` labels.
+    :returns: the loss of every step (the batch's mean loss before that step's update).
+    :raises TrainingDiverged: a non-finite loss or weight (the message names the step).
+    """
+    if not isinstance(student, LadderStudent):
+        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+    steps = _check_int(steps, "steps", 0)
+    check_hyper("lr", lr, positive=True)
+    check_hyper("weight_decay", weight_decay, positive=False)
+    student.check_inputs(x)
+    n = x.shape[0]
+    if n == 0:
+        raise ValueError("x: the dataset is empty")
+    bs = n if batch_size is None else _check_int(batch_size, "batch_size", 1)
+    bs = min(bs, n)
+    gen = torch.Generator().manual_seed(_check_int(seed, "seed", 0))
+    dev = student.weights[0].device
+    history: list[float] = []
+    order, pos = torch.arange(n), n
+    for step in range(steps):
+        if bs < n:
+            if pos + bs > n:
+                order, pos = torch.randperm(n, generator=gen), 0
+            idx = order[pos: pos + bs]
+            pos += bs
+            xb, yb = x[idx], y[idx]
+        else:
+            xb, yb = x, y
+        rec = student.forward_backward(xb.to(dev), yb.to(dev), loss)
+        if not math.isfinite(rec.loss):
+            raise TrainingDiverged(f"step {step}: the loss is {rec.loss}")
+        history.append(rec.loss)
+        student.apply_update(rec, lr, weight_decay)
+        if not all(bool(torch.isfinite(w).all()) for w in student.weights):
+            raise TrainingDiverged(f"step {step}: a weight is no longer finite")
+    return history

@@ -1,0 +1,421 @@
+"""The constructors of :class:`teachers.ladder.Ladder` (a mixin, so that the class's own module stays about the
+model): random tables on a uniform tree or on a given graph, the paper's summarization ladder, the fully
+informative ladders of Thm 3 (on trees and on any graph), the factorized binary ladders of Thm 8/9, any tree,
+and the convolution-like graphs with overlapping receptive fields."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from .regions import _conv1d_name, _pattern_lookup, check_parents, children_of, conv1d_parents, conv2d_parents
+from .validation import (
+    BOTTOMUP,
+    MAX_EVENTS,
+    MAX_LOOKUP,
+    MAX_REGIONS,
+    MODES,
+    TOPDOWN,
+    Factorization,
+    LadderSpecError,
+    _as_int_tuple,
+    _check_concentration,
+    _check_dense_sizes,
+    _check_depth,
+    _check_entries,
+    _check_layout,
+    _dirichlet,
+    _kron_vectors,
+    _pow,
+    _random_layout,
+    _rng,
+    _short,
+    make_emission,
+)
+
+if TYPE_CHECKING:
+    from .ladder import Ladder
+
+__all__ = ["LadderConstructors"]
+
+
+class LadderConstructors:
+    """The classmethods that build a :class:`~teachers.ladder.Ladder` (each returns ``cls(...)``)."""
+
+    @staticmethod
+    def _emission(emission, num_regions, num_events, sigma):
+        return make_emission(emission, num_regions, num_events, sigma)
+
+    @classmethod
+    def random(cls, depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence = 4, *,
+               parents: Sequence | None = None, mode: str = TOPDOWN, concentration: float = 1.0, seed: int = 0,
+               emission=None, sigma: float | None = None, name: str | None = None) -> Ladder:
+        """A ladder with random tables, on a uniform tree or, with ``parents``, on that region graph.
+
+        Top-down: P(y) and every row of every table ~ Dirichlet(concentration); small concentrations give
+        peaked rows (events that carry the label), large ones near-uniform rows.  Bottom-up: leaf priors ~
+        Dirichlet(concentration) and each region's lookup table a uniformly random map onto its events (on a
+        tree, every event reachable).
+
+        :param depth: levels below the root (>= 1); ignored with ``parents``.
+        :param branching: children per region (an int, or one per level); ignored with ``parents``.
+        :param events: events per region (an int, or ``depth + 1`` values, root first; with ``parents`` one
+            entry per level, each an int or a list with one count per region).
+        :param parents: a region graph (:class:`Ladder`'s ``parents``); its tables are drawn in region order.
+        :param concentration: Dirichlet concentration, > 0.
+        :param seed: seed of the tables (numpy's PCG64, platform independent).
+        :param emission: ``"onehot"`` (default), ``"gaussian"`` (means one-hot, noise ``sigma``)
+            or an :class:`~teachers.emission.Emission`.
+        """
+        if parents is not None:
+            return cls._random_graph(events, parents, mode=mode, concentration=concentration, seed=seed,
+                                     sigma=sigma, emission=emission, name=name or "random-graph")
+        depth, branching, events, concentration, rng, num_regions = _random_layout(depth, branching, events,
+                                                                                    concentration, seed)
+        if mode not in MODES:
+            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
+        _check_dense_sizes(num_regions, events, mode)
+        emission = make_emission(emission, num_regions[-1], events[-1], sigma)
+        name = name or f"random-{mode}-d{depth}"
+        if mode == TOPDOWN:
+            prior = _dirichlet(rng, concentration, (), events[0])
+            tables = [_dirichlet(rng, concentration, (num_regions[l], events[l - 1]), events[l])
+                      for l in range(1, depth + 1)]
+            return cls(branching, events, mode=mode, prior=prior, tables=tables, emission=emission, name=name)
+        leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
+        lookup = []
+        for l in range(depth):
+            size = _lookup_size(events, branching, num_regions, l)
+            tabs = np.empty((num_regions[l], size), dtype=np.int64)
+            for r in range(num_regions[l]):
+                vals = np.concatenate([np.arange(events[l]), rng.integers(0, events[l], size - events[l])])
+                tabs[r] = rng.permutation(vals)
+            lookup.append(tabs)
+        return cls(branching, events, mode=mode, leaf_prior=leaf_prior, lookup=lookup, emission=emission, name=name)
+
+    @classmethod
+    def _random_graph(cls, events, parents, *, mode, concentration, seed, sigma, emission, name) -> Ladder:
+        """:meth:`random` on a given graph (the stream of ``GraphLadder.random`` before 0.3: same tables)."""
+        if not (isinstance(concentration, (int, float)) and concentration > 0 and math.isfinite(concentration)):
+            raise LadderSpecError(f"concentration: expected a positive finite number, got {concentration!r}")
+        if mode not in MODES:
+            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
+        layout = cls._layout_only(events, parents)  # validates the graph before any table is drawn
+        ev, parents = layout.region_events, layout.parents
+        rng = _rng(seed)
+        emission = make_emission(emission if emission is not None else None if sigma is None else "gaussian",
+                                 layout.num_regions[-1], ev[-1][0], sigma)
+        if mode == TOPDOWN:
+            prior = rng.dirichlet([concentration] * ev[0][0])
+            tables = [[torch.as_tensor(rng.dirichlet([concentration] * ev[l][i],
+                                                     size=math.prod(ev[l - 1][p] for p in parents[l][i])))
+                       for i in range(len(ev[l]))] for l in range(1, len(ev))]
+            return cls(events=ev, parents=parents, mode=mode, prior=torch.as_tensor(prior), tables=tables,
+                       emission=emission, name=name)
+        children = children_of(parents, layout.num_regions)
+        leaf_prior = [torch.as_tensor(rng.dirichlet([concentration] * m)) for m in ev[-1]]
+        lookup = [[torch.as_tensor(rng.integers(0, ev[l][j], math.prod(ev[l + 1][c] for c in children[l][j])))
+                   for j in range(len(ev[l]))] for l in range(len(ev) - 1)]
+        return cls(events=ev, parents=parents, mode=mode, leaf_prior=leaf_prior, lookup=lookup, emission=emission,
+                   name=name)
+
+    @classmethod
+    def fully_informative(cls, depth: int = 2, branching: int | Sequence[int] = 2, leaf_events: int = 2, *,
+                          parents: Sequence | None = None, concentration: float | None = None, seed: int = 0,
+                          emission=None, sigma: float | None = None, name: str | None = None) -> Ladder:
+        """The ladder whose every region holds all the information of its receptive field (Thm 3:
+        P(x_rf(r) | z_r) is a delta for every region r), on a uniform tree or, with ``parents``, on any graph.
+
+        Bottom-up.  On a tree each parent's event is the mixed-radix code of its children's tuple
+        (``lookup`` the identity), so m_l = m_{l+1}^b_l.  On a graph the receptive field ``rf(r)`` of a region
+        is the sorted tuple of the leaves below it, and its event is the joint pattern of the leaf events on
+        ``rf(r)`` (mixed-radix over those leaves, first most significant): ``m_r = leaf_events ** len(rf(r))``.
+        When children overlap (a leaf below two of them), configurations in which they disagree on a shared
+        leaf cannot occur; their lookup entries are set to 0 and never matter.  Leaf priors are uniform, or
+        Dirichlet(concentration) when ``concentration`` is given.
+
+        :raises LadderSpecError: a bad argument, or a region whose event count exceeds ``MAX_EVENTS`` or whose
+            lookup exceeds ``MAX_LOOKUP`` entries (the message names the region and the size).
+        """
+        if parents is not None:
+            return cls._fully_informative_graph(parents, leaf_events, concentration=concentration, seed=seed,
+                                                sigma=sigma, name=name)
+        depth = _check_depth(depth)
+        branching = _as_int_tuple(branching, "branching", depth)
+        if isinstance(leaf_events, (bool, np.bool_)) or not isinstance(leaf_events, (int, np.integer)):
+            raise LadderSpecError(f"leaf_events: expected an integer >= 1, got {_short(leaf_events)}")
+        events = [int(leaf_events)]
+        if events[0] < 1:
+            raise LadderSpecError(f"leaf_events: must be >= 1, got {leaf_events}")
+        if events[0] > MAX_EVENTS:
+            raise LadderSpecError(f"leaf_events: at most {MAX_EVENTS} events per region, got {_short(events[0])}")
+        _check_layout(branching, [2] * (depth + 1))
+        for l in reversed(range(depth)):
+            events.insert(0, _pow(events[0], branching[l]))
+            if events[0] is None or events[0] > MAX_EVENTS:
+                raise LadderSpecError(
+                    f"fully informative ladder: level {l} would need {events[1]}^{branching[l]} events "
+                    f"(> {MAX_EVENTS}); lower depth, branching or leaf_events")
+        if events[0] < 2:
+            raise LadderSpecError("leaf_events: the label needs >= 2 classes; use leaf_events >= 2")
+        num_regions = _check_layout(branching, events)
+        _check_dense_sizes(num_regions, events, BOTTOMUP)
+        rng = _rng(seed)
+        if concentration is None:
+            leaf_prior = np.full(events[-1], 1.0 / events[-1])
+        else:
+            leaf_prior = _dirichlet(rng, _check_concentration(concentration), (num_regions[-1],), events[-1])
+        lookup = [np.arange(events[l]) for l in range(depth)]  # code -> itself: the tuple is the event
+        return cls(branching, events, mode=BOTTOMUP, leaf_prior=leaf_prior, lookup=lookup,
+                   emission=make_emission(emission, num_regions[-1], events[-1], sigma),
+                   name=name or f"fully-informative-d{depth}")
+
+    @classmethod
+    def _fully_informative_graph(cls, parents, leaf_events, *, concentration, seed, sigma, name) -> Ladder:
+        try:
+            parents = tuple(tuple(tuple(int(p) for p in ps) for ps in lvl) for lvl in parents)
+        except (TypeError, ValueError) as e:
+            raise LadderSpecError(f"parents: expected nested lists of integers ({e})") from None
+        if len(parents) < 2 or any(not lvl for lvl in parents):
+            raise LadderSpecError(f"parents: expected at least two non-empty levels (the label and the leaves), "
+                                  f"got {[len(lvl) for lvl in parents]} regions per level")
+        num_regions = [len(lvl) for lvl in parents]
+        if sum(num_regions) > MAX_REGIONS:
+            raise LadderSpecError(f"parents: more than {MAX_REGIONS} regions")
+        check_parents(parents, num_regions)
+        if isinstance(leaf_events, (bool, np.bool_)) or not isinstance(leaf_events, (int, np.integer)) \
+                or not 2 <= leaf_events <= MAX_EVENTS:
+            raise LadderSpecError(f"leaf_events: expected an integer in 2..{MAX_EVENTS}, got {leaf_events!r}")
+        m_leaf, depth = int(leaf_events), len(parents) - 1
+        children = children_of(parents, num_regions)
+        rf: list[list[tuple[int, ...]]] = [[] for _ in range(depth)] + [[(i,) for i in range(num_regions[-1])]]
+        events: list[list[int]] = [[] for _ in range(depth)] + [[m_leaf] * num_regions[-1]]
+        lookups: list[list[torch.Tensor]] = [[] for _ in range(depth)]
+        log_m = math.log2(m_leaf)
+        for l in reversed(range(depth)):
+            for i, cs in enumerate(children[l]):
+                field_ = tuple(sorted({leaf for c in cs for leaf in rf[l + 1][c]}))
+                if len(field_) * log_m > math.log2(MAX_EVENTS) + 1e-9:
+                    raise LadderSpecError(
+                        f"events[{l}][{i}]: region {l}.{i} sees {len(field_)} leaves, so a fully informative "
+                        f"ladder needs {m_leaf}^{len(field_)} events (more than {MAX_EVENTS}); use fewer leaves "
+                        "below it or fewer leaf_events")
+                n_conf = sum(len(rf[l + 1][c]) for c in cs)  # the lookup has m_leaf ** n_conf entries
+                if n_conf * log_m > math.log2(MAX_LOOKUP) + 1e-9:
+                    raise LadderSpecError(
+                        f"lookups[{l}][{i}]: region {l}.{i} has {len(cs)} children seeing {n_conf} leaves in all "
+                        f"(with repeats), so its lookup needs {m_leaf}^{n_conf} entries (more than {MAX_LOOKUP}); "
+                        "use less overlap, fewer leaves or fewer leaf_events")
+                rf[l].append(field_)
+                events[l].append(m_leaf ** len(field_))
+                lookups[l].append(torch.from_numpy(_pattern_lookup(field_, [rf[l + 1][c] for c in cs], m_leaf)))
+        rng = _rng(seed)
+        if concentration is None:
+            leaf_prior = torch.full((num_regions[-1], m_leaf), 1.0 / m_leaf, dtype=torch.float64)
+        else:
+            leaf_prior = torch.as_tensor(_dirichlet(rng, _check_concentration(concentration),
+                                                    (num_regions[-1],), m_leaf))
+        emission = make_emission(None if sigma is None else "gaussian", num_regions[-1], m_leaf, sigma)
+        return cls(events=events, parents=parents, mode=BOTTOMUP, leaf_prior=leaf_prior, lookup=lookups,
+                   emission=emission, name=name or f"fully-informative-graph-d{depth}")
+
+    @classmethod
+    def factorized_binary(cls, depth: int = 2, branching: int | Sequence[int] = 2,
+                          factors: Sequence[int] = (1, 2, 2), *, concentration: float = 1.0, seed: int = 0,
+                          emission=None, sigma: float | None = None, name: str | None = None) -> Ladder:
+        """Top-down ladder of binary factors with P_ab a Kronecker product (Thm 8/9).
+
+        A region of level l carries n_l = ``factors[l]`` binary factors (m_l = 2^n_l, factor 0
+        the most significant bit).  Factor i of a parent drives the i-th contiguous group S_i of
+        s_l = n_l / n_{l-1} factors of each child through its own (2, 2^s_l) table, so
+        P(z_child | z_parent) = kron_i P_{parent[i], child[S_i]}.  The label's factors are
+        independent Bernoulli variables.  All small tables are Dirichlet(concentration).
+        """
+        depth = _check_depth(depth)
+        branching = _as_int_tuple(branching, "branching", depth)
+        factors = _as_int_tuple(factors, "factors", depth + 1)
+        if any(n < 1 for n in factors):
+            raise LadderSpecError(f"factors: every level needs >= 1 binary factor, got {list(factors)}")
+        for l in range(1, depth + 1):
+            if factors[l] % factors[l - 1]:
+                raise LadderSpecError(f"factors[{l}]: {factors[l]} child factors cannot be split into "
+                                      f"{factors[l - 1]} equal groups (factors[{l - 1}] = {factors[l - 1]})")
+        if max(factors) > 16:
+            raise LadderSpecError(f"factors: 2^{max(factors)} events per region exceeds {MAX_EVENTS}")
+        events = [2**n for n in factors]
+        concentration = _check_concentration(concentration)
+        rng = _rng(seed)
+        num_regions = _check_layout(branching, events)
+        _check_dense_sizes(num_regions, events, TOPDOWN)
+        root_f = _dirichlet(rng, concentration, (factors[0],), 2)
+        prior = _kron_vectors(root_f)
+        factor_tables, tables = [], []
+        for l in range(1, depth + 1):
+            s = factors[l] // factors[l - 1]
+            ft = _dirichlet(rng, concentration, (num_regions[l], factors[l - 1], 2), 2**s)
+            factor_tables.append(torch.as_tensor(ft))
+            t = np.empty((num_regions[l], events[l - 1], events[l]))
+            for r in range(num_regions[l]):
+                k = ft[r, 0]
+                for i in range(1, factors[l - 1]):
+                    k = np.kron(k, ft[r, i])
+                t[r] = k
+            tables.append(t)
+        fac = Factorization(tuple(factors), torch.as_tensor(root_f), tuple(factor_tables))
+        return cls(branching, events, mode=TOPDOWN, prior=prior, tables=tables,
+                   emission=make_emission(emission, num_regions[-1], events[-1], sigma),
+                   name=name or f"factorized-binary-d{depth}", factorization=fac)
+
+    @classmethod
+    def summarization(cls, depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence[int] = 4, *,
+                      concentration: float = 2.0, seed: int = 0, emission=None, sigma: float | None = None,
+                      name: str | None = None) -> Ladder:
+        """A summarization ladder in the paper's sense (§2.1, §3): leaf events drawn, every parent
+        event a deterministic function of its children's events, the label the root's event.
+
+        Leaf priors ~ Dirichlet(``concentration``); each region's lookup table is a random *balanced*
+        map from the m^b child configurations onto its m events (every event the image of
+        floor(m^b / m) or one more configurations), so with near-uniform leaves every level's events
+        are near-uniform too (no class is rare).  The map is not injective when m^b > m: a child's
+        event is then not determined by its parent's, so broadness of knowledge fails while focus
+        holds, and y is a function of x (Bayes-optimal accuracy 1 with one-hot leaves).
+
+        :param depth, branching, events: as in :meth:`random` (m^b >= m at every level).
+        :param concentration: Dirichlet concentration of the leaf priors, > 0.
+        :param seed: seed of the priors and maps (numpy's PCG64, platform independent).
+        """
+        depth, branching, events, concentration, rng, num_regions = _random_layout(depth, branching, events,
+                                                                                    concentration, seed)
+        _check_dense_sizes(num_regions, events, BOTTOMUP)
+        leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
+        lookup = []
+        for l in range(depth):
+            size = _lookup_size(events, branching, num_regions, l)
+            balanced = np.arange(size) % events[l]  # each event size // m or size // m + 1 times
+            lookup.append(np.stack([rng.permutation(balanced) for _ in range(num_regions[l])]))
+        return cls(branching, events, mode=BOTTOMUP, leaf_prior=leaf_prior, lookup=lookup,
+                   emission=make_emission(emission, num_regions[-1], events[-1], sigma),
+                   name=name or f"summarization-d{depth}")
+
+    @classmethod
+    def default(cls, emission=None, sigma: float | None = None, mode: str = BOTTOMUP) -> Ladder:
+        """The built-in ladder of ``smaso demo``.
+
+        ``mode="bottomup"`` (the default, name ``"default"``): the summarization ladder of the
+        framework paper, :meth:`summarization` with depth 3, branching 2, 4 events per region
+        (4 classes), Dirichlet(2) leaf priors, seed 2 (of seeds 0-9 the one with the most even
+        classes: P(y) = 0.259, 0.273, 0.242, 0.227): y is a function of x, and each parent event
+        summarizes 4 of its 16 child configurations, so broadness of knowledge fails by design.
+
+        ``mode="topdown"`` (name ``"default-topdown"``, the default before version 0.3): a top-down
+        stochastic ladder, depth 3, branching 2, 4 events, Dirichlet(0.5) tables, seed 0; y is not a
+        function of x (Bayes-optimal accuracy about 0.56).
+        """
+        if mode == BOTTOMUP:
+            return cls.summarization(depth=3, branching=2, events=4, concentration=2.0, seed=2, emission=emission,
+                                     sigma=sigma, name="default")
+        if mode == TOPDOWN:
+            return cls.random(depth=3, branching=2, events=4, mode=TOPDOWN, concentration=0.5, seed=0,
+                              emission=emission, sigma=sigma, name="default-topdown")
+        raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {mode!r}")
+
+    # ------------------------------------------------------------------ constructors (region graphs)
+    @classmethod
+    def tree(cls, branching: Sequence[Sequence[int]], events: Sequence[int | Sequence[int]], **kwargs) -> Ladder:
+        """Any tree: ``branching[l][i]`` children for region i of level l (top first; level 0 is the one root),
+        the children of a level numbered in their parents' order.  ``events[l]``: one event count for every
+        region of level l, or a list with one per region (the leaves share one count, as every leaf emission
+        does).
+
+        :param kwargs: :meth:`random`'s ``mode``, ``concentration``, ``seed``, ``sigma``, ``name``.
+        :raises LadderSpecError: a branching below 1, a level whose region count disagrees with the level above's
+            branching, or ``events`` of the wrong length.
+        """
+        if isinstance(branching, (str, bytes)) or not isinstance(branching, Sequence) or not branching:
+            raise LadderSpecError(f"branching: expected one list of children counts per level above the leaves, "
+                                  f"got {branching!r}")
+        sizes, parents = [1], [((),)]
+        for l, lvl in enumerate(branching):
+            if isinstance(lvl, (str, bytes)) or not isinstance(lvl, Sequence) or len(lvl) != sizes[-1]:
+                raise LadderSpecError(f"branching[{l}]: expected {sizes[-1]} children counts (one per region of "
+                                      f"level {l}), got {lvl!r}")
+            counts = []
+            for i, b in enumerate(lvl):
+                if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
+                    raise LadderSpecError(f"branching[{l}][{i}]: expected an integer >= 1, got {b!r}")
+                counts.append(int(b))
+            if sum(sizes) + sum(counts) > MAX_REGIONS:
+                raise LadderSpecError(f"branching: more than {MAX_REGIONS} regions")
+            parents.append(tuple((i,) for i, b in enumerate(counts) for _ in range(b)))
+            sizes.append(sum(counts))
+        if isinstance(events, (str, bytes)) or not isinstance(events, Sequence) or len(events) != len(sizes):
+            raise LadderSpecError(f"events: expected {len(sizes)} entries (levels 0..{len(sizes) - 1}), got {events!r}")
+        kwargs.setdefault("name", "tree")
+        return cls.random(events=list(events), parents=parents, **kwargs)
+
+    @classmethod
+    def conv1d(cls, width: int, kernels: Sequence[int], strides: Sequence[int], events: Sequence[int],
+               **kwargs) -> Ladder:
+        """A 1-D convolution-like ladder: ``width`` leaves; level by level upwards, region j covers regions
+        ``[j s, j s + k)`` of the level below (``kernels[t]``, ``strides[t]`` from the leaves up), so regions
+        below have several parents when ``s < k``.  The top level must come out as one region.
+
+        :param events: events per level, top first (``len(kernels) + 1`` entries).
+        :param kwargs: :meth:`random`'s ``mode``, ``concentration``, ``seed``, ``sigma``, ``name``.
+        """
+        if len(kernels) != len(strides) or len(events) != len(kernels) + 1:
+            raise LadderSpecError(f"conv1d: expected len(kernels) == len(strides) == len(events) - 1, got "
+                                  f"{len(kernels)}, {len(strides)}, {len(events)}")
+        parents = conv1d_parents(width, kernels, strides)
+        kwargs.setdefault("name", _conv1d_name(width, kernels, strides))
+        return cls.random(events=[int(m) for m in events], parents=parents, **kwargs)
+
+    @classmethod
+    def conv2d(cls, shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int], events: Sequence[int],
+               **kwargs) -> Ladder:
+        """A 2-D convolution-like ladder on an ``(H, W)`` grid of leaves (row-major region order): square
+        ``k x k`` windows with stride ``s`` per level, from the leaves up; the top must be one region."""
+        if len(kernels) != len(strides) or len(events) != len(kernels) + 1:
+            raise LadderSpecError("conv2d: expected len(kernels) == len(strides) == len(events) - 1")
+        parents = conv2d_parents(shape, kernels, strides)
+        kwargs.setdefault("name", f"conv2d-{shape[0]}x{shape[1]}")
+        return cls.random(events=[int(m) for m in events], parents=parents, **kwargs)
+
+    @classmethod
+    def fully_informative_conv1d(cls, width: int, kernels: Sequence[int], strides: Sequence[int],
+                                 leaf_events: int = 2, **kwargs) -> Ladder:
+        """:meth:`fully_informative` on :meth:`conv1d`'s graph (same ``width``, ``kernels``, ``strides``).
+
+        :param kwargs: :meth:`fully_informative`'s ``concentration``, ``seed``, ``sigma``, ``name``.
+        """
+        kwargs.setdefault("name", "fully-informative-" + _conv1d_name(width, kernels, strides))
+        return cls.fully_informative(parents=conv1d_parents(width, kernels, strides), leaf_events=leaf_events,
+                                     **kwargs)
+
+    @classmethod
+    def fully_informative_conv2d(cls, shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int],
+                                 leaf_events: int = 2, **kwargs) -> Ladder:
+        """:meth:`fully_informative` on :meth:`conv2d`'s graph (an ``(H, W)`` grid of leaves, row-major).
+
+        :param kwargs: :meth:`fully_informative`'s ``concentration``, ``seed``, ``sigma``, ``name``.
+        """
+        kwargs.setdefault("name", f"fully-informative-conv2d-{shape[0]}x{shape[1]}")
+        return cls.fully_informative(parents=conv2d_parents(shape, kernels, strides), leaf_events=leaf_events,
+                                     **kwargs)
+
+
+def _lookup_size(events, branching, num_regions, l: int) -> int:
+    """Entries of one lookup table of level l of a uniform tree, checked against the limits."""
+    size = _pow(events[l + 1], branching[l])
+    if size is not None and size < events[l]:
+        raise LadderSpecError(f"events[{l}]: {events[l]} parent events cannot all be reached from "
+                              f"{events[l + 1]}^{branching[l]} = {size} child configurations")
+    if size is None or size > MAX_LOOKUP:
+        raise LadderSpecError(f"events[{l + 1}]^branching[{l}] = {size or 'over 2^64'} exceeds {MAX_LOOKUP} "
+                              "entries per table")
+    _check_entries(num_regions[l] * size, f"lookup[{l}]", f"{num_regions[l]} regions x {size} configurations")
+    return size

@@ -1,0 +1,218 @@
+"""Spec documents of :class:`teachers.ladder.Ladder` (a mixin): :meth:`~LadderSpecIO.to_dict` writes format
+``smaso-ladder`` version 2 (a uniform tree by its ``branching`` and stacked tables, the fields of version 1;
+any other graph by its ``parents``), :meth:`~LadderSpecIO.from_dict` reads that, version 1, the
+``smaso-graph-ladder`` version 1 specs of 0.2, and generator descriptions ``{"kind": ...}``;
+:meth:`~LadderSpecIO.fingerprint` hashes the spec."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from .regions import parse_region_tree
+from .spec_check import check_spec
+from .validation import MODES, TOPDOWN, Factorization, LadderSpecError, _as_float64, _short
+
+if TYPE_CHECKING:
+    from .ladder import Ladder
+
+__all__ = ["FORMAT", "GRAPH_FORMAT_V1", "SPEC_VERSION", "LadderSpecIO"]
+
+FORMAT = "smaso-ladder"
+#: Version of the spec :meth:`LadderSpecIO.to_dict` writes: 2 holds trees (``branching``) and region graphs
+#: (``parents``) alike; version 1 (trees) and ``smaso-graph-ladder`` version 1 (graphs) still load.
+SPEC_VERSION = 2
+GRAPH_FORMAT_V1 = "smaso-graph-ladder"
+
+
+class LadderSpecIO:
+    """Serialization of a ladder (see the module docstring)."""
+
+    def fingerprint(self) -> str:
+        """SHA-256 of the whole specification (structure, mode, emission and every table's dtype, shape and
+        bytes): equal for two ladders exactly when they define the same teacher, the check used before
+        counts or statistics of two samples are merged."""
+        if "fingerprint" in self._cache:
+            return self._cache["fingerprint"]
+        h = hashlib.sha256()
+
+        def feed(obj) -> None:
+            if isinstance(obj, torch.Tensor | np.ndarray):
+                a = np.ascontiguousarray(obj.detach().cpu().numpy() if isinstance(obj, torch.Tensor) else obj)
+                h.update(f"<array {a.dtype.str} {a.shape}>".encode())
+                h.update(a.tobytes())
+            elif isinstance(obj, dict):
+                h.update(b"{")
+                for k in sorted(obj):
+                    h.update(json.dumps(k).encode() + b":")
+                    feed(obj[k])
+                h.update(b"}")
+            elif isinstance(obj, list | tuple):
+                h.update(b"[")
+                for v in obj:
+                    feed(v)
+                    h.update(b",")
+                h.update(b"]")
+            else:
+                h.update(json.dumps(obj).encode())
+
+        feed(self.to_dict())
+        self._cache["fingerprint"] = h.hexdigest()
+        return self._cache["fingerprint"]
+
+    def to_dict(self) -> dict:
+        """The spec (format ``smaso-ladder``, version 2): lists, ints and strings plus tensors (see
+        :mod:`teachers.spec_io`).  A uniform tree is written by its ``branching`` and stacked tables (the
+        fields of version 1); any other graph by its ``parents``, ``events`` per region where a level's
+        differ, and per-region tables where their shapes differ."""
+        d = {"format": FORMAT, "version": SPEC_VERSION, "name": self.name, "mode": self.mode}
+        if self.is_uniform():
+            d["branching"], d["events"] = list(self._branching), list(self.events)
+        else:
+            d["parents"] = [[list(ps) for ps in lvl] for lvl in self.parents]
+            d["events"] = [lvl[0] if len(set(lvl)) == 1 else list(lvl) for lvl in self.region_events]
+        d["emission"] = self.emission.to_dict()
+        if self.mode == TOPDOWN:
+            d["prior"] = self.prior
+            d["tables"] = [t if isinstance(t, torch.Tensor) else list(t) for t in self._tables]
+        else:
+            d["leaf_prior"] = self._leaf_prior
+            d["lookup"] = [t if isinstance(t, torch.Tensor) else list(t) for t in self._lookup]
+        if self._region_names is not None:
+            d["region_names"] = list(self._region_names)
+        if self.factorization is not None:
+            f = self.factorization
+            d["factorization"] = {"factors": list(f.factors), "root_factor_priors": f.root_factor_priors,
+                                  "factor_tables": list(f.factor_tables)}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Ladder:
+        """Inverse of :meth:`to_dict`, for every spec version: ``smaso-ladder`` version 2 and version 1 (trees,
+        also as a region tree ``regions``), ``smaso-graph-ladder`` version 1 (region graphs), and
+        ``{"kind": "random" | "fully_informative" | "factorized_binary" | "summarization" | "default", ...}``
+        generator descriptions (the keyword arguments of the constructor of that name)."""
+        if isinstance(d, dict) and d.get("format") == GRAPH_FORMAT_V1:
+            return cls._from_graph_v1(d)
+        if isinstance(d, dict) and "parents" in d and "kind" not in d:
+            return cls._from_graph_v2(d)
+        check_spec(d)  # every field's type and range, unknown keys, options that do not apply
+        if "kind" in d:
+            kind = d["kind"]
+            builders = {"random": cls.random, "fully_informative": cls.fully_informative,
+                        "factorized_binary": cls.factorized_binary, "summarization": cls.summarization,
+                        "default": cls.default}
+            kwargs = {k: v for k, v in d.items() if k not in ("kind", "format", "version")}
+            return builders[kind](**kwargs)
+        names = None
+        if "regions" in d:
+            d = dict(d)
+            d["branching"], d["events"], names = parse_region_tree(d.pop("regions"))
+        elif "region_names" in d:
+            names = d["region_names"]
+        fac = None
+        if d.get("factorization") is not None:
+            f = d["factorization"]
+            fac = Factorization(tuple(int(v) for v in f["factors"]),
+                                _as_float64(f["root_factor_priors"], "factorization.root_factor_priors"),
+                                tuple(_as_float64(t, f"factorization.factor_tables[{i}]")
+                                      for i, t in enumerate(f["factor_tables"])))
+        lad = cls(d["branching"], d["events"], mode=d["mode"], prior=d.get("prior"), tables=d.get("tables"),
+                  leaf_prior=d.get("leaf_prior"), lookup=d.get("lookup"), emission=d.get("emission"),
+                  name=d.get("name") or "ladder", factorization=fac, region_names=names)
+        if fac is not None:
+            _check_factorization(fac, lad)
+        return lad
+
+    _GRAPH_FIELDS = ("format", "version", "name", "mode", "events", "parents", "emission", "prior", "tables",
+                     "leaf_prior", "lookup")
+
+    @classmethod
+    def _from_graph_v2(cls, spec: dict) -> Ladder:
+        if spec.get("format", FORMAT) != FORMAT or spec.get("version") != SPEC_VERSION:
+            raise LadderSpecError(f"format, version: a spec with parents is {FORMAT!r} version {SPEC_VERSION}, got "
+                                  f"{spec.get('format')!r} version {spec.get('version')!r}")
+        unknown = sorted(set(spec) - set(cls._GRAPH_FIELDS))
+        if unknown:
+            raise LadderSpecError(f"{unknown[0]}: unknown field of a region-graph ladder spec (expected "
+                                  f"{', '.join(cls._GRAPH_FIELDS)})")
+        for key in ("mode", "events", "parents", "emission"):
+            if key not in spec:
+                raise LadderSpecError(f"{key}: missing")
+        if not isinstance(spec["emission"], dict):
+            raise LadderSpecError(f"emission: expected a table with a 'kind' field, got "
+                                  f"{type(spec['emission']).__name__}")
+        if not isinstance(spec.get("name", ""), str):
+            raise LadderSpecError(f"name: expected a string, got {type(spec['name']).__name__}")
+        return cls(events=spec["events"], parents=spec["parents"], mode=spec["mode"], prior=spec.get("prior"),
+                   tables=spec.get("tables"), leaf_prior=spec.get("leaf_prior"), lookup=spec.get("lookup"),
+                   emission=spec["emission"], name=str(spec.get("name", "ladder")))
+
+    @classmethod
+    def _from_graph_v1(cls, spec: dict) -> Ladder:
+        """A ``smaso-graph-ladder`` version 1 spec (``tables[l][i]`` with ``tables[0] = []``, ``leaf_priors``,
+        ``lookups``): the format of ``GraphLadder.to_dict`` before the two ladders became one."""
+        if spec.get("version") != 1:
+            raise LadderSpecError(f"format, version: expected {GRAPH_FORMAT_V1!r} version 1, got "
+                                  f"{spec.get('format')!r} version {spec.get('version')!r}")
+        for key in ("mode", "events", "parents", "emission"):
+            if key not in spec:
+                raise LadderSpecError(f"{key}: missing")
+        mode = spec["mode"]
+        if mode not in MODES:
+            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
+        need = ("prior", "tables") if mode == TOPDOWN else ("leaf_priors", "lookups")
+        for key in need:
+            if key not in spec:
+                raise LadderSpecError(f"{key}: missing (a {mode} ladder needs {need[0]} and {need[1]})")
+        kw = {}
+        if mode == TOPDOWN:
+            tables = spec["tables"]
+            if not isinstance(tables, list) or not tables:
+                raise LadderSpecError("tables: expected one entry per level (tables[0] = [])")
+            kw = {"prior": spec["prior"], "tables": [[torch.as_tensor(np.asarray(t, dtype=np.float64)) for t in lvl]
+                                                     for lvl in tables[1:]]}
+        else:
+            kw = {"leaf_prior": [torch.as_tensor(np.asarray(p, dtype=np.float64)) for p in spec["leaf_priors"]],
+                  "lookup": [[np.asarray(t) for t in lvl] for lvl in spec["lookups"]]}
+        try:
+            return cls(events=spec["events"], parents=spec["parents"], mode=mode, emission=spec["emission"],
+                       name=str(spec.get("name", "graph-ladder")), **kw)
+        except LadderSpecError as e:  # name the field as this file spells it
+            raise LadderSpecError(_graph_v1_field(str(e))) from None
+
+
+def _graph_v1_field(message: str) -> str:
+    """An error of a ``smaso-graph-ladder`` version 1 spec with the field named as that format spells it:
+    ``tables[l]`` (level l, ``tables[0] = []``) for this class's ``tables[l-1]``, ``leaf_priors``, ``lookups``."""
+    message = re.sub(r"^tables\[(\d+)\]", lambda m: f"tables[{int(m.group(1)) + 1}]", message)
+    message = re.sub(r"^leaf_prior\b", "leaf_priors", message)
+    return re.sub(r"^lookup\b", "lookups", message)
+
+
+def _check_factorization(f: Factorization, lad: Ladder) -> None:
+    """A spec's factorization must describe its ladder: 2^n_l events, and factor tables of the right shapes."""
+    n = f.factors
+    if len(n) != lad.depth + 1:
+        raise LadderSpecError(f"factorization.factors: expected {lad.depth + 1} entries (one per level), got {len(n)}")
+    for l, (nl, m) in enumerate(zip(n, lad.events, strict=True)):
+        if 2**nl != m:
+            raise LadderSpecError(f"factorization.factors[{l}]: 2^{nl} binary-factor events, but events[{l}] = {m}")
+        if l and nl % n[l - 1]:
+            raise LadderSpecError(f"factorization.factors[{l}]: {nl} child factors cannot be split into "
+                                  f"{n[l - 1]} equal groups")
+    if tuple(f.root_factor_priors.shape) != (n[0], 2):
+        raise LadderSpecError(f"factorization.root_factor_priors: expected shape ({n[0]}, 2), "
+                              f"got {tuple(f.root_factor_priors.shape)}")
+    if len(f.factor_tables) != lad.depth:
+        raise LadderSpecError(f"factorization.factor_tables: expected {lad.depth} tables, got {len(f.factor_tables)}")
+    for l in range(1, lad.depth + 1):
+        want = (lad.num_regions[l], n[l - 1], 2, 2 ** (n[l] // n[l - 1]))
+        if tuple(f.factor_tables[l - 1].shape) != want:
+            raise LadderSpecError(f"factorization.factor_tables[{l - 1}]: expected shape {want}, "
+                                  f"got {tuple(f.factor_tables[l - 1].shape)}")

@@ -1,0 +1,192 @@
+"""Building blocks of the ladder's Pyro model (:mod:`teachers.pyro_model`): the leaves' emission as a Pyro
+distribution, the deterministic sites of bottom-up ladders, and the argument checks the model's entry
+points share.
+
+- :class:`EmissionDistribution`: p(x_r | z_r) of the leaf regions (``docs/theory.md`` §1: the leaves emit
+  the observed input x), any :class:`~teachers.emission.Emission`, with Pyro's ``validate_args`` semantics.
+- :func:`deterministic_site`: a region of a bottom-up ladder above the leaves, z_r = lookup_r[code(z_children)],
+  recorded as an observed float64 ``Delta`` (log-density exactly 0, contractible by ``TraceEnum_ELBO``).
+- :func:`observed`, :func:`check_num_examples`, :func:`check_condition_data`: the shapes and dtypes of data
+  given to the model, checked before Pyro sees them (a ``ValueError`` naming the argument).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyro
+import pyro.distributions as dist
+import torch
+from pyro.distributions import TorchDistribution, constraints
+
+from .categorical import BlockRNG, IndexedCategorical
+from .emission import Emission
+from .ladder import Ladder
+
+__all__ = ["EmissionDistribution", "SingleRegion", "check_condition_data", "check_labels", "check_num_examples",
+           "deterministic_site", "observed"]
+
+
+class EmissionDistribution(TorchDistribution):
+    """p(x_r | z_r) for the leaves of a ladder, as a Pyro distribution over ``(..., dim)``.
+
+    ``z`` has the leaf site's batch shape ``(..., N, b_0, ..., b_{d-1})`` (possibly with
+    enumeration dims on the left).  ``sample`` calls the emission's own sampler (with
+    ``generator``), ``log_prob(x)`` gathers ``emission.log_likelihood`` at ``z``, so any
+    :class:`~teachers.emission.Emission`, custom ones included, works in the model.
+    ``validate_args`` follows ``torch.distributions`` (None: the global default, see
+    ``pyro.enable_validation``); when on, ``log_prob`` raises torch's own ``ValueError`` for a value
+    of the wrong event shape, a non-broadcastable batch shape or NaN entries.
+    """
+
+    arg_constraints = {}
+    support = constraints.real_vector
+
+    def __init__(self, emission: Emission, z: torch.Tensor, generator: torch.Generator | None = None,
+                 validate_args=None):
+        self.emission, self.z, self.generator = emission, z, generator
+        super().__init__(batch_shape=z.shape, event_shape=torch.Size([emission.dim]), validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(EmissionDistribution, _instance)
+        new.emission, new.z, new.generator = self.emission, self.z.expand(batch_shape), self.generator
+        super(EmissionDistribution, new).__init__(batch_shape=torch.Size(batch_shape), event_shape=self.event_shape,
+                                                  validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    def sample(self, sample_shape=torch.Size()):
+        shape = torch.Size(sample_shape) + self.batch_shape
+        z = self.z.expand(shape)
+        r = self.emission.num_regions
+        z = z.reshape(-1, r)
+        with torch.no_grad():
+            if isinstance(self.generator, BlockRNG):
+                # each block's own generator, so an Emission only ever sees a torch.Generator
+                x = torch.cat([self.emission.sample(zb, g) for zb, g in self.generator.split(z)])
+            else:
+                x = self.emission.sample(z, self.generator)
+        return x.reshape(*shape, self.emission.dim)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        r, m = self.emission.num_regions, self.emission.num_events
+        ll = self.emission.log_likelihood(value.reshape(-1, r, self.emission.dim))  # (N', R, m)
+        ll = ll.reshape(*value.shape[:-1], m)
+        shape = torch.broadcast_shapes(ll.shape[:-1], self.z.shape)
+        return ll.expand(*shape, m).gather(-1, self.z.long().expand(shape).unsqueeze(-1)).squeeze(-1)
+
+
+class SingleRegion(Emission):
+    """View of one leaf region of an emission (for the per-region plain model)."""
+
+    def __init__(self, base: Emission, region: int):
+        self.base, self.region = base, region
+        self.num_regions, self.num_events, self.dim = 1, base.num_events, base.dim
+        self.kind = base.kind
+
+    def sample(self, z, generator=None):
+        full = torch.zeros(z.shape[0], self.base.num_regions, dtype=z.dtype, device=z.device)
+        full[:, self.region] = z[:, 0]
+        return self.base.sample(full, generator)[:, self.region: self.region + 1]
+
+    def log_likelihood(self, x):
+        full = x.new_zeros(x.shape[0], self.base.num_regions, self.base.dim)
+        full[:, self.region] = x[:, 0]
+        return self.base.log_likelihood(full)[:, self.region: self.region + 1]
+
+
+def deterministic_site(name: str, value: torch.Tensor) -> torch.Tensor:
+    """``pyro.deterministic(name, value)`` recorded as float64 and without its mask: the site's
+    log-density is an exact float64 zero (``pyro.deterministic``'s mask gives a default-dtype zero and an
+    int64 value an int64 one, which ``TraceEnum_ELBO`` cannot contract with float64 probabilities)."""
+    v = value.to(torch.float64)
+    return pyro.sample(name, dist.Delta(v, event_dim=0), obs=v, infer={"_deterministic": True})
+
+
+def observed(fn: IndexedCategorical, value: torch.Tensor | None) -> torch.Tensor | None:
+    """An observed event tensor as int64, checked first by ``fn``'s own validation when it is on (torch's
+    ``ValueError`` for values outside the support, instead of an ``IndexError`` in the tables later)."""
+    if value is None:
+        return None
+    if fn._validate_args:
+        fn._validate_sample(value)
+    return value.long()
+
+
+def check_num_examples(num_examples, x, leaves, ladder: Ladder) -> int:
+    """N from ``num_examples``, ``x`` ``(N, R_d, dim)`` and ``leaves`` ``(N, R_d)``, whichever are given (they
+    must agree)."""
+    sizes = {}
+    if num_examples is not None:
+        if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)) or num_examples <= 0:
+            raise ValueError(f"num_examples: expected a positive integer, got {num_examples!r}")
+        sizes["num_examples"] = int(num_examples)
+    if x is not None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+        ladder.emission.check_input(x)
+        sizes["x"] = x.shape[0]
+    if leaves is not None:
+        if not isinstance(leaves, torch.Tensor):
+            raise TypeError(f"leaves: expected a torch.Tensor, got {type(leaves).__name__}")
+        if leaves.dim() != 2 or leaves.shape[1] != ladder.num_regions[-1]:
+            raise ValueError(f"leaves: expected shape (N, {ladder.num_regions[-1]}), got {tuple(leaves.shape)}")
+        sizes["leaves"] = leaves.shape[0]
+    if not sizes:
+        raise ValueError("num_examples: give num_examples, x or leaves")
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"num_examples: inconsistent sizes {sizes}")
+    return next(iter(sizes.values()))
+
+
+def check_labels(y, n: int | None) -> None:
+    """``y`` must be a ``(N,)`` tensor (of ``n`` entries when ``n`` is known)."""
+    if not isinstance(y, torch.Tensor) or y.dim() != 1:
+        raise ValueError(f"y: expected labels of shape (N,), got "
+                         f"{tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__}")
+    if n is not None and y.shape[0] != n:
+        raise ValueError(f"y: expected labels of shape (N,) = ({n},), got {tuple(y.shape)}")
+
+
+def check_condition_data(ladder: Ladder, y, x, leaves) -> tuple[int, list[str], torch.Tensor | None,
+                                                                torch.Tensor | None, torch.Tensor | None]:
+    """The data of ``LadderModel.condition_on`` checked and reshaped: ``(N, names given, y, x, leaves)`` with
+    ``y`` ``(N,)`` int64 labels in ``[0, m_0)``, ``x`` ``(N, R_d, dim)`` (from ``(N, R_d * dim)`` or ``(N, R_d, dim)``)
+    and ``leaves`` ``(N, R_d)``."""
+    r_d, dim = ladder.num_regions[-1], ladder.emission.dim
+    sizes = {}
+    if y is not None:
+        if not isinstance(y, torch.Tensor):
+            raise TypeError(f"y: expected a torch.Tensor, got {type(y).__name__}")
+        if y.dim() != 1:
+            raise ValueError(f"y: expected labels of shape (N,), got {tuple(y.shape)}")
+        if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+            raise ValueError(f"y: expected integer labels in [0, {ladder.num_classes}), got dtype {y.dtype}")
+        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= ladder.num_classes):
+            raise ValueError(f"y: expected integer labels in [0, {ladder.num_classes}), got values in "
+                             f"[{int(y.min())}, {int(y.max())}]")
+        sizes["y"] = y.shape[0]
+    if x is not None:
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+        if x.dim() == 2 and x.shape[1] == r_d * dim:
+            x = x.reshape(x.shape[0], r_d, dim)
+        elif not (x.dim() == 3 and tuple(x.shape[1:]) == (r_d, dim)):
+            raise ValueError(f"x: expected shape (N, {r_d * dim}) ({r_d} leaf regions x {dim} features, flat) "
+                             f"or (N, {r_d}, {dim}), got {tuple(x.shape)}")
+        sizes["x"] = x.shape[0]
+    if leaves is not None:
+        if not isinstance(leaves, torch.Tensor):
+            raise TypeError(f"leaves: expected a torch.Tensor, got {type(leaves).__name__}")
+        if leaves.dim() != 2 or leaves.shape[1] != r_d:
+            raise ValueError(f"leaves: expected shape (N, {r_d}), got {tuple(leaves.shape)}")
+        sizes["leaves"] = leaves.shape[0]
+    if not sizes:
+        raise ValueError("condition_on: give y, x or leaves")
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"condition_on: inconsistent numbers of examples {sizes}")
+    n = next(iter(sizes.values()))
+    if n == 0:
+        raise ValueError("condition_on: expected at least one example, got 0")
+    return n, sorted(sizes), y, x, leaves

@@ -1,0 +1,227 @@
+"""The graphs of a ladder's regions: who is whose parent, and the mixed-radix codes of their events.
+
+A ladder is layered: region ``i`` of level ``l`` has global index ``level_offsets[l] + i``; ``parents[l][i]``
+is the sorted tuple of its parents' indices in level ``l - 1`` (``((),)`` at level 0) and ``children[l][i]``
+(:func:`children_of`) the sorted tuple of the regions of level ``l + 1`` that list it.  A uniform tree with
+branching ``(b_0, ..., b_{d-1})`` numbers its regions breadth-first, so region i of level l has the parent
+``i // b_{l-1}`` (:func:`tree_parents`).
+
+Mixed-radix codes (first index most significant): for regions ``(r_1, ..., r_k)`` with event counts
+``(m_1, ..., m_k)``, the configuration ``(z_1, ..., z_k)`` has code ``sum_j z_j prod_{j' > j} m_j'``
+(:func:`mixed_radix`); the rows of a region's table and the entries of its lookup are in this order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from .validation import MAX_DEPTH, LadderSpecError
+
+__all__ = ["check_parents", "children_of", "conv1d_parents", "conv2d_parents", "conv_children", "mixed_radix",
+           "parse_region_tree", "tree_parents"]
+
+
+def tree_parents(branching: Sequence[int]) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """``parents[l][i]`` of the uniform tree with ``branching`` (breadth-first numbering: parent ``i // b``)."""
+    out, n = [((),)], 1
+    for b in branching:
+        out.append(tuple((i // b,) for i in range(n * b)))
+        n *= b
+    return tuple(out)
+
+
+def mixed_radix(z: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+    """Codes of configurations ``z`` ``(..., k)`` with radices ``sizes`` (first most significant): ``(...,)`` int64."""
+    code = torch.zeros(z.shape[:-1], dtype=torch.int64, device=z.device)
+    for j, m in enumerate(sizes):
+        code = code * int(m) + z[..., j].long()
+    return code
+
+
+def conv_children(n_below: int, kernel: int, stride: int) -> list[tuple[int, ...]]:
+    """Children of each region of a 1-D convolution-like level: region j covers ``[j s, j s + k)`` of the
+    ``n_below`` regions below (``floor((n_below - k) / s) + 1`` regions; every region below covered)."""
+    if kernel < 1 or stride < 1 or kernel > n_below:
+        raise LadderSpecError(f"conv: expected 1 <= kernel <= {n_below} regions below and stride >= 1, got "
+                              f"kernel={kernel}, stride={stride}")
+    n = (n_below - kernel) // stride + 1
+    if (n - 1) * stride + kernel != n_below:
+        raise LadderSpecError(f"conv: kernel {kernel} and stride {stride} leave regions {(n - 1) * stride + kernel}.."
+                              f"{n_below - 1} of the level below uncovered (need (n_below - kernel) % stride == 0)")
+    return [tuple(range(j * stride, j * stride + kernel)) for j in range(n)]
+
+
+def _invert(children: list[tuple[int, ...]], n_below: int) -> tuple[tuple[int, ...], ...]:
+    parents: list[list[int]] = [[] for _ in range(n_below)]
+    for j, ch in enumerate(children):
+        for c in ch:
+            parents[c].append(j)
+    return tuple(tuple(p) for p in parents)
+
+
+def _conv_levels(first: int, kernels: Sequence[int], strides: Sequence[int], what: str, split) -> tuple:
+    """Shared upward construction: ``split(n_below_state, k, s)`` returns ``(children, n_below, state)``."""
+    if len(kernels) != len(strides) or not kernels:
+        raise LadderSpecError(f"{what}: expected len(kernels) == len(strides) >= 1, got {len(kernels)}, "
+                              f"{len(strides)}")
+    state, parents_up = first, []
+    for k, s in zip(kernels, strides, strict=True):
+        children, n_below, state = split(state, int(k), int(s))
+        parents_up.append(_invert(children, n_below))
+    return state, (((),), *parents_up[::-1])
+
+
+def conv1d_parents(width: int, kernels: Sequence[int], strides: Sequence[int]
+                   ) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The graph of :meth:`GraphLadder.conv1d`: ``parents[l][i]`` (top first, ``parents[0] == ((),)``).
+
+    Level by level from the ``width`` leaves up, region j covers ``[j s, j s + k)`` of the level below
+    (:func:`conv_children` with ``kernels[t]``, ``strides[t]``); the top level must be one region."""
+    def split(n, k, s):
+        children = conv_children(n, k, s)
+        return children, n, len(children)
+
+    top, parents = _conv_levels(int(width), kernels, strides, "conv1d", split)
+    if top != 1:
+        raise LadderSpecError(f"conv1d: the top level has {top} regions, expected 1 (choose the last "
+                              "kernel to cover the level below)")
+    return parents
+
+
+def conv2d_parents(shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int]
+                   ) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The graph of :meth:`GraphLadder.conv2d` on an ``(H, W)`` grid (row-major regions): square ``k x k``
+    windows with stride ``s`` per level from the leaves up; the top level must be ``(1, 1)``."""
+    def split(hw, k, s):
+        h, w = hw
+        rows, cols = conv_children(h, k, s), conv_children(w, k, s)
+        return [tuple(r * w + c for r in rr for c in cc) for rr in rows for cc in cols], h * w, (len(rows), len(cols))
+
+    top, parents = _conv_levels((int(shape[0]), int(shape[1])), kernels, strides, "conv2d", split)
+    if top != (1, 1):
+        raise LadderSpecError(f"conv2d: the top level is {top}, expected (1, 1)")
+    return parents
+
+
+def _conv1d_name(width, kernels, strides) -> str:
+    return f"conv1d-w{width}-k{'.'.join(map(str, kernels))}-s{'.'.join(map(str, strides))}"
+
+
+def _pattern_lookup(field_: tuple[int, ...], child_fields: list[tuple[int, ...]], m: int) -> np.ndarray:
+    """The fully informative lookup ``(prod_c m ** len(child_fields[c]),)`` int64: every configuration of
+    the children (mixed-radix, first child most significant; child c's event the mixed-radix code of its
+    leaves ``child_fields[c]``) to the code of the leaf pattern on ``field_``; 0 where two children
+    disagree on a shared leaf (an impossible configuration)."""
+    sizes = [m ** len(f) for f in child_fields]
+    codes = np.arange(math.prod(sizes), dtype=np.int64)
+    z = [None] * len(sizes)
+    for j in reversed(range(len(sizes))):  # decode the children's events
+        z[j], codes = codes % sizes[j], codes // sizes[j]
+    out = np.zeros_like(z[0]) if z else np.zeros(1, dtype=np.int64)
+    bad = np.zeros(out.shape, dtype=bool)
+    for leaf in field_:
+        value = None
+        for j, f in enumerate(child_fields):
+            if leaf in f:
+                digit = (z[j] // m ** (len(f) - 1 - f.index(leaf))) % m
+                if value is None:
+                    value = digit
+                else:
+                    bad |= digit != value
+        out = out * m + value
+    out[bad] = 0
+    return out
+
+
+def children_of(parents: Sequence[Sequence[Sequence[int]]], num_regions: Sequence[int]) -> list[list[tuple[int, ...]]]:
+    """``children[l][j]``: the sorted regions of level ``l + 1`` that list region j of level l as a parent, for
+    the levels above the leaves (the inverse of ``parents``)."""
+    return [[tuple(i for i, ps in enumerate(parents[l + 1]) if j in ps) for j in range(num_regions[l])]
+            for l in range(len(num_regions) - 1)]
+
+
+def check_parents(parents: tuple[tuple[tuple[int, ...], ...], ...], num_regions: Sequence[int]) -> None:
+    """The layered-DAG rules on ``parents`` (one tuple per region of each level, top first)."""
+    if parents[0] != ((),):
+        raise LadderSpecError("parents[0]: the top region has no parents: expected [[]]")
+    for l in range(1, len(num_regions)):
+        n_above = num_regions[l - 1]
+        covered = set()
+        for i, ps in enumerate(parents[l]):
+            if not ps:
+                raise LadderSpecError(f"parents[{l}][{i}]: every region below the top needs at least one parent "
+                                      "(otherwise it is not part of the ladder)")
+            if list(ps) != sorted(set(ps)):
+                raise LadderSpecError(f"parents[{l}][{i}]: expected sorted distinct indices, got {list(ps)}")
+            if ps[0] < 0 or ps[-1] >= n_above:
+                raise LadderSpecError(f"parents[{l}][{i}]: indices must lie in [0, {n_above}) (level {l - 1}), "
+                                      f"got {list(ps)}")
+            covered.update(ps)
+        missing = sorted(set(range(n_above)) - covered)
+        if missing:
+            raise LadderSpecError(f"parents[{l}]: regions {missing[:8]} of level {l - 1} have no child, so the "
+                                  "leaves never see them (unreachable from the input)")
+
+
+def parse_region_tree(regions) -> tuple[list[int], list[int], list[str]]:
+    """An explicit region tree -> (branching, events, names in breadth-first order).
+
+    ``regions`` is a list of ``{"name": str, "events": int, "children": [names]}`` (leaves
+    have no or empty ``children``); the root is the one region that is nobody's child.
+    The tree must be layered: every region of a level has the same number of events and of
+    children, and all leaves are at the same depth.  Tables are then given in the
+    breadth-first order of this tree (children in the order listed).
+    """
+    if not isinstance(regions, list) or not regions:
+        raise LadderSpecError("regions: expected a non-empty list of {name, events, children} tables")
+    by_name: dict[str, dict] = {}
+    for i, r in enumerate(regions):
+        if not isinstance(r, dict) or "name" not in r or "events" not in r:
+            raise LadderSpecError(f"regions[{i}]: expected a table with 'name', 'events' and optional 'children'")
+        name = str(r["name"])
+        if name in by_name:
+            raise LadderSpecError(f"regions[{i}]: region name {name!r} is used twice")
+        by_name[name] = r
+    parent: dict[str, str] = {}
+    for name, r in by_name.items():
+        for c in r.get("children") or []:
+            c = str(c)
+            if c not in by_name:
+                raise LadderSpecError(f"regions: region {name!r} has a child {c!r} that is not a defined region")
+            if c in parent:
+                raise LadderSpecError(f"regions: region {c!r} is a child of both {parent[c]!r} and {name!r}")
+            parent[c] = name
+    roots = [n for n in by_name if n not in parent]
+    if len(roots) != 1:
+        raise LadderSpecError(f"regions: expected exactly one root (a region that is nobody's child), found {roots}")
+    order, level, depth_of = [], [roots[0]], {roots[0]: 0}
+    branching, events = [], []
+    while level:
+        ev = {int(by_name[n]["events"]) for n in level}
+        if len(ev) != 1:
+            raise LadderSpecError(f"regions: regions at depth {len(events)} have different event counts {sorted(ev)}; "
+                                  "a ladder needs the same m at every region of a level")
+        events.append(ev.pop())
+        if len(events) > MAX_DEPTH + 1:
+            raise LadderSpecError(f"regions: the tree is more than {MAX_DEPTH} levels deep below the root "
+                                  f"{roots[0]!r}")
+        order += level
+        kids = [len(by_name[n].get("children") or []) for n in level]
+        if len(set(kids)) != 1:
+            raise LadderSpecError(f"regions: regions at depth {len(events) - 1} have {sorted(set(kids))} children; "
+                                  "a ladder needs the same branching at every region of a level "
+                                  "(and all leaves at the same depth)")
+        nxt = [str(c) for n in level for c in by_name[n].get("children") or []]
+        for c in nxt:
+            depth_of[c] = len(events)
+        if kids[0]:
+            branching.append(kids[0])
+        level = nxt
+    unreachable = [n for n in by_name if n not in depth_of]
+    if unreachable:  # only possible through a cycle that avoids the root
+        raise LadderSpecError(f"regions: region(s) {unreachable} cannot be reached from the root {roots[0]!r}")
+    return branching, events, order

@@ -1,0 +1,283 @@
+"""What a ladder spec may hold: the library's limits, its error type, and the checks and random tables
+that the constructors of :class:`~teachers.ladder.Ladder` share (no dependency on the class itself, so
+that :mod:`teachers.spec_check` and :mod:`teachers.regions` can use them without an import cycle)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .emission import Emission, GaussianEmission, OneHotEmission
+
+__all__ = ["BOTTOMUP", "MAX_DEPTH", "MAX_EVENTS", "MAX_LOOKUP", "MAX_REGIONS", "MAX_TABLE_ENTRIES", "MODES",
+           "ROW_SUM_TOL", "TOPDOWN", "Factorization", "LadderSpecError", "make_emission"]
+
+TOPDOWN, BOTTOMUP = "topdown", "bottomup"
+MODES = (TOPDOWN, BOTTOMUP)
+# Largest number of events one region may have: tables and statistics are dense in m.
+MAX_EVENTS = 2**16
+# Largest bottom-up lookup table per region (m_child ** branching entries).
+MAX_LOOKUP = 2**22
+# Most levels below the root, and most regions over all levels (the width of an event matrix z).
+MAX_DEPTH = 64
+MAX_REGIONS = 2**24
+# Most entries of one dense table (a level's P(z_child | z_parent), lookup, leaf prior or Gaussian means):
+# 2^27 float64 values are 1 GiB.  Checked before anything of that size is allocated.
+MAX_TABLE_ENTRIES = 2**27
+ROW_SUM_TOL = 1e-6
+
+
+class LadderSpecError(ValueError):
+    """A ladder specification is inconsistent; the message names the offending field."""
+
+
+@dataclass(frozen=True)
+class Factorization:
+    """Binary-factor structure of a :meth:`Ladder.factorized_binary` ladder (Thm 8/9).
+
+    ``factors[l]`` = n_l binary factors per region of level l (m_l = 2^n_l).  Factor i of a
+    parent drives the contiguous group ``S_i = [i*s_l, (i+1)*s_l)`` of each child's factors,
+    ``s_l = n_l / n_{l-1}``, through ``factor_tables[l-1][c, i]`` of shape ``(2, 2^s_l)``, so
+    that ``tables[l-1][c] = kron_i factor_tables[l-1][c, i]``.  ``root_factor_priors`` is
+    ``(n_0, 2)``: the label's factors are independent.
+    """
+
+    factors: tuple[int, ...]
+    root_factor_priors: torch.Tensor
+    factor_tables: tuple[torch.Tensor, ...]
+
+    def groups(self, level: int) -> list[list[int]]:
+        """The disjoint sets S_i (child factor indices) for parent factors of ``level - 1``."""
+        n_parent, n_child = self.factors[level - 1], self.factors[level]
+        s = n_child // n_parent
+        return [list(range(i * s, (i + 1) * s)) for i in range(n_parent)]
+
+
+def _as_int_tuple(value, name: str, length: int | None = None) -> tuple[int, ...]:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        if length is None:
+            raise LadderSpecError(f"{name}: expected a list of integers, got {_short(value)}")
+        value = [int(value)] * length
+    if isinstance(value, (str, bytes)):
+        raise LadderSpecError(f"{name}: expected a list of integers, got the string {_short(value)}")
+    if not isinstance(value, (list, tuple, np.ndarray, torch.Tensor)):
+        raise LadderSpecError(f"{name}: expected a list of integers, got {_short(value)}")
+    if length is not None and len(value) != length:
+        raise LadderSpecError(f"{name}: expected {length} entries, got {len(value)}")
+    out = []
+    for v in value:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating, torch.Tensor)):
+            raise LadderSpecError(f"{name}: expected a list of integers, got {_short(list(value))}")
+        try:
+            o = int(v)
+            exact = float(v) == o
+        except (TypeError, ValueError, OverflowError, RuntimeError):
+            exact = False
+        if not exact:
+            raise LadderSpecError(f"{name}: expected integers, got {_short(list(value))}")
+        out.append(o)
+    return tuple(out)
+
+
+def _short(v, limit: int = 80) -> str:
+    """``repr(v)``, cut to ``limit`` characters (and never the digits of a huge integer)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"<a {v.bit_length()}-bit integer>"
+    if isinstance(v, list) and len(v) > 16:
+        v = [*v[:16], ...]
+    try:
+        r = repr(v)
+    except ValueError:  # an integer too long to print
+        r = f"<{type(v).__name__}>"
+    return r if len(r) <= limit else r[:limit - 3] + "..."
+
+
+def _pow(m: int, b: int) -> int | None:
+    """``m ** b``, or None when it has more than 64 bits (never computes a huge power)."""
+    if m <= 1:
+        return m
+    return None if b * math.log2(m) > 64 else m**b
+
+
+def _level_sizes(branching: Sequence[int]) -> list[int]:
+    """Regions per level, in Python integers; raises once the total exceeds MAX_REGIONS."""
+    num = [1]
+    for b in branching:
+        num.append(num[-1] * b)
+        if sum(num) > MAX_REGIONS:
+            raise LadderSpecError(f"branching: {_short(list(branching))} gives more than {MAX_REGIONS} regions "
+                                  f"(level {len(num) - 1} alone has {num[-1]})")
+    return num
+
+
+def _check_entries(n: int, name: str, what: str) -> None:
+    if n > MAX_TABLE_ENTRIES:
+        raise LadderSpecError(f"{name}: {what} = {n} entries exceeds {MAX_TABLE_ENTRIES}; "
+                              "use fewer regions or events")
+
+
+def _check_dense_sizes(num_regions: Sequence[int], events: Sequence[int], mode: str) -> None:
+    """The dense tables a ladder of this layout allocates, before they are allocated."""
+    if mode == TOPDOWN:
+        for l in range(1, len(events)):
+            _check_entries(num_regions[l] * events[l - 1] * events[l], f"tables[{l - 1}]",
+                           f"{num_regions[l]} regions x {events[l - 1]} x {events[l]} events")
+    else:
+        _check_entries(num_regions[-1] * events[-1], "leaf_prior",
+                       f"{num_regions[-1]} leaf regions x {events[-1]} events")
+
+
+def _check_layout(branching: Sequence[int], events: Sequence[int]) -> list[int]:
+    """Ranges of a constructor's layout, before anything is allocated: returns the regions per level."""
+    if len(branching) > MAX_DEPTH:
+        raise LadderSpecError(f"branching: at most {MAX_DEPTH} levels below the root, got {len(branching)}")
+    if any(b < 1 for b in branching):
+        raise LadderSpecError(f"branching: every entry must be >= 1, got {_short(list(branching))}")
+    if any(m < 1 for m in events):
+        raise LadderSpecError(f"events: every entry must be >= 1, got {_short(list(events))}")
+    if events[0] < 2:
+        raise LadderSpecError(f"events[0]: the label needs at least 2 classes, got {events[0]}")
+    if max(events) > MAX_EVENTS:
+        raise LadderSpecError(f"events: at most {MAX_EVENTS} events per region, got {_short(list(events))}")
+    return _level_sizes(branching)
+
+
+def _check_concentration(concentration) -> float:
+    try:
+        ok = (not isinstance(concentration, (bool, np.bool_)) and isinstance(concentration, (int, float, np.number))
+              and concentration > 0 and math.isfinite(concentration))
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise LadderSpecError(f"concentration: must be > 0 and finite, got {_short(concentration)}")
+    return float(concentration)
+
+
+def _as_float64(value, name: str) -> torch.Tensor:
+    try:
+        t = torch.as_tensor(np.asarray(value, dtype=np.float64))
+    except (TypeError, ValueError) as e:
+        raise LadderSpecError(f"{name}: expected an array of numbers ({e})") from None
+    if not torch.isfinite(t).all():
+        raise LadderSpecError(f"{name}: contains NaN or infinity")
+    return t
+
+
+def _check_rows(p: torch.Tensor, name: str, what: str) -> torch.Tensor:
+    """Rows (last dim) must be non-negative and sum to 1 (within ``ROW_SUM_TOL``); returns them
+    in float64, renormalized where they are off by more than rounding."""
+    def where(idx):
+        return f"{name}{list(idx)}" if idx else name
+
+    neg = (p < 0).nonzero()
+    if len(neg):
+        idx = tuple(neg[0].tolist())
+        raise LadderSpecError(f"{where(idx)}: probability {p[idx].item():.6g} is negative ({what})")
+    s = p.sum(-1)
+    bad = ((s - 1).abs() > ROW_SUM_TOL).nonzero()
+    if len(bad):
+        idx = tuple(bad[0].tolist())
+        raise LadderSpecError(
+            f"{where(idx)}: row sums to {s[idx].item():.9g}, expected 1 (tolerance {ROW_SUM_TOL:g}) ({what})")
+    # Renormalize only rows that are off by more than rounding, so that saving and loading a
+    # ladder reproduces its tables bit for bit.
+    return torch.where((s - 1).abs()[..., None] > 1e-12, p / s[..., None], p)
+
+
+def _per_region(t: torch.Tensor, want: tuple[int, ...], name: str, meaning: str) -> torch.Tensor:
+    """``t`` of shape ``want``, or of ``want[1:]`` (one table shared by every region of the level)."""
+    if t.shape == want[1:]:
+        t = t.expand(want).clone()
+    if t.shape != want:
+        raise LadderSpecError(f"{name}: expected shape {want} ({meaning}) or {want[1:]}, got {tuple(t.shape)}")
+    return t
+
+
+
+def make_emission(emission, num_regions: int, num_events: int, sigma) -> Emission | dict:
+    """The leaf emission a constructor's ``emission`` / ``sigma`` options name: ``None`` or ``"onehot"``
+    (one-hot leaves), ``"gaussian"`` (means one-hot, noise ``sigma``), or an Emission / dict as given."""
+    if emission is None or (isinstance(emission, str) and emission == "onehot"):
+        return OneHotEmission(num_regions, num_events)
+    if isinstance(emission, str) and emission == "gaussian":
+        try:
+            ok = (isinstance(sigma, (int, float, np.number)) and not isinstance(sigma, (bool, np.bool_))
+                  and sigma > 0 and math.isfinite(sigma))
+        except OverflowError:
+            ok = False
+        if not ok:
+            raise LadderSpecError(f"sigma: a gaussian emission needs a finite sigma > 0, got {_short(sigma)}")
+        _check_entries(num_regions * num_events * num_events, "emission",
+                       f"gaussian means around one-hot, {num_regions} leaf regions x {num_events} x "
+                       f"{num_events}")
+        return GaussianEmission.around_one_hot(num_regions, num_events, float(sigma))
+    if isinstance(emission, (Emission, dict)):
+        return emission
+    raise LadderSpecError(f"emission: expected 'onehot', 'gaussian', an Emission or a dict, "
+                          f"got {_short(emission)}")
+
+
+def _random_layout(depth, branching, events, concentration, seed):
+    """The checked arguments of a random constructor: ``(depth, branching, events, concentration, rng,
+    num_regions)``."""
+    depth = _check_depth(depth)
+    branching = _as_int_tuple(branching, "branching", depth)
+    events = _as_int_tuple(events, "events", depth + 1)
+    concentration = _check_concentration(concentration)
+    return depth, branching, events, concentration, _rng(seed), _check_layout(branching, events)
+
+
+def _rng(seed) -> np.random.Generator:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise LadderSpecError(f"seed: expected a non-negative integer, got {_short(seed)}")
+    return np.random.default_rng(int(seed))
+
+
+def _check_depth(depth) -> int:
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
+        raise LadderSpecError(f"depth: expected an integer >= 1, got {_short(depth)}")
+    if depth > MAX_DEPTH:
+        raise LadderSpecError(f"depth: at most {MAX_DEPTH} levels, got {_short(int(depth))}")
+    return int(depth)
+
+
+def _dirichlet(rng: np.random.Generator, concentration: float, shape: tuple, m: int) -> np.ndarray:
+    """Dirichlet rows of length m; tiny concentrations can underflow to an all-zero row in
+    numpy, which is replaced by a one-hot row at a random event (the limit of the distribution)."""
+    if m == 1:
+        return np.ones((*shape, 1))
+    p = rng.dirichlet(np.full(m, float(concentration)), size=shape if shape else None)
+    p = np.asarray(p, dtype=np.float64).reshape(*shape, m)
+    s = p.sum(-1)
+    bad = ~(s > 0)
+    if bad.any():
+        idx = rng.integers(0, m, size=int(bad.sum()))
+        p[bad] = np.eye(m)[idx]
+    return p / p.sum(-1, keepdims=True)
+
+
+def _kron_vectors(rows: np.ndarray) -> np.ndarray:
+    out = rows[0]
+    for r in rows[1:]:
+        out = np.kron(out, r)
+    return out
+
+
+def _prob_table(t, shape: tuple[int, ...], name: str) -> torch.Tensor:
+    try:
+        t = torch.as_tensor(np.asarray(t, dtype=np.float64))
+    except (TypeError, ValueError) as e:
+        raise LadderSpecError(f"{name}: expected numbers ({e})") from None
+    if tuple(t.shape) != shape:
+        raise LadderSpecError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
+    if not torch.isfinite(t).all() or (t < 0).any():
+        raise LadderSpecError(f"{name}: expected finite non-negative probabilities")
+    sums = t.sum(-1)
+    if (sums - 1).abs().max() > ROW_SUM_TOL:
+        raise LadderSpecError(f"{name}: every row must sum to 1 (within {ROW_SUM_TOL}), got sums in "
+                              f"[{float(sums.min()):.6g}, {float(sums.max()):.6g}]")
+    return t  # as given (rows within ROW_SUM_TOL of 1): a spec round-trips bit for bit
