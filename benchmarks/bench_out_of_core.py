@@ -54,7 +54,7 @@ def _child(job: str, path: str, n: int, threads: int, extra: dict) -> dict:
     rss0 = _peak_rss_mib()
     t0 = time.perf_counter()
     if job == "sample":
-        from teachers.chunked import sample_to_store
+        from teachers.store import sample_to_store
 
         sample_to_store(_ladder(), n, path, seed=0, chunk_rows=extra.get("chunk_rows", 65536), progress=False)
     elif job == "sample_memory":
@@ -64,21 +64,21 @@ def _child(job: str, path: str, n: int, threads: int, extra: dict) -> dict:
         s = sample_ladder(_ladder(), n, seed=0, progress=False)
         empirical_statistics(s.ladder, s.z)
     elif job == "inspect":
-        from smaso.cli import inspect_report
-        from teachers.chunked import open_dataset
+        from smaso.reports import inspect_report
+        from teachers.store_reader import open_dataset
 
         inspect_report(open_dataset(path), bayes_n=2000)
     elif job == "statistics":
         from smaso.student.frequency import accumulate_statistics
         from smaso.student.network import LadderStudent
-        from teachers.chunked import open_dataset
+        from teachers.store_reader import open_dataset
 
         data = open_dataset(path)
         student = LadderStudent(data.ladder, 16, dtype=torch.float32, seed=0)
         accumulate_statistics(student, data, batch_size=1024, dtype=torch.float64)
     elif job == "main_job":
         from smaso.student.compare import compare_student
-        from teachers.chunked import open_dataset
+        from teachers.store_reader import open_dataset
 
         run = compare_student(open_dataset(path), width=16, steps=extra["steps"], lr=0.5, batch_size=1024,
                               eval_every=extra["steps"], eval_examples=None, eval_batch_size=1024,
@@ -137,8 +137,8 @@ def _noop(c: int, ladder) -> int:
 def _dask_sample(n: int, path: Path, workers: int, chunk_rows: int) -> tuple[float, float]:
     """Seconds to sample to ``path`` on ``workers`` Dask workers, and the engine's own seconds per task
     (as many empty tasks, with the same scattered ladder, on the same cluster)."""
-    from teachers.chunked import sample_to_store
     from teachers.engine import DaskEngine
+    from teachers.store import sample_to_store
 
     with DaskEngine(workers=workers, threads_per_worker=1) as engine:
         lad = _ladder()

@@ -14,7 +14,8 @@ Draws per example: every region topdown; the leaves only bottomup (the regions a
 ``regions_per_s`` counts every region filled.  Every timed call includes building the sampler's tables and
 writing the ``(N, total_regions)`` array.  Each contender is warmed up once on a small N, then the
 contenders are timed in turn (round robin, ``--repeats`` rounds) with ``time.perf_counter``; rates use the
-best (shortest) time, the median is recorded too, as is each run's process CPU time and the load average.
+best (shortest) time and the median; the targets are judged on the medians.  Each run's process CPU
+time and the load average are recorded.
 Targets: per draw, the tree at most 1.1x the reference's time and the DAG at most 1.5x (``x_reference`` =
 reference draws/s / contender draws/s).  All numbers and machine information go to ``--out`` (JSON, written
 atomically).
@@ -165,15 +166,15 @@ def main(argv: list[str] | None = None) -> dict:
     for mode in MODES:
         for name, key, bound in (("ladder-tree", "tree", TREE_TARGET), ("ladder-dag", "dag", DAG_TARGET)):
             row = next(r for r in rows if r["mode"] == mode and r["contender"] == name)
-            targets[f"{key}_per_draw_vs_reference_{mode}"] = {
-                "value": row["x_reference"], "value_median": row["x_reference_median"], "target": f"<= {bound:g}",
-                "pass": row["x_reference"] <= bound}
+            targets[f"{key}_per_draw_vs_reference_{mode}"] = {  # judged on the medians of interleaved rounds
+                "value": row["x_reference_median"], "value_best": row["x_reference"], "target": f"<= {bound:g}",
+                "pass": row["x_reference_median"] <= bound}
 
     print()
     common.print_table(TABLE, rows, TABLE_NOTE)
     print()
     for key, t in targets.items():
-        print(f"{key:<36} {t['value']:8.2f}x  (median {t['value_median']:.2f}x)  target {t['target']}x  "
+        print(f"{key:<36} {t['value']:8.2f}x (median; best {t['value_best']:.2f}x)  target {t['target']}x  "
               f"{'PASS' if t['pass'] else 'FAIL'}")
     total_s = common.finish(info, wall0)
     common.print_done(total_s, args.out)

@@ -49,7 +49,7 @@ from inference.posterior import bayes_optimal_accuracy
 from smaso.student.diagnosis import compare_statistics_to_theory
 from smaso.student.frequency import collect_statistics
 from smaso.student.network import LadderStudent
-from smaso.student.training import train_student
+from smaso.student.training import train_ladder_student
 from smaso.theorems.disentangle import (
     disentangled_G_distance,
     eq115_from_statistics,
@@ -159,7 +159,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> dict:
     train, test = sample_ladder(g, args.n, seed), sample_ladder(g, args.n, seed + 10_000)
     student = LadderStudent(g, args.width, seed=seed)
     x, y = train.inputs(), train.y
-    hist = train_student(student, x, y, steps=args.steps, lr=args.lr, batch_size=args.batch_size, seed=seed)
+    hist = train_ladder_student(student, x, y, steps=args.steps, lr=args.lr, batch_size=args.batch_size, seed=seed)
     xe, ye, ze = test.inputs(), test.y, test.z.long()
     with torch.no_grad():
         acc = (student(xe).argmax(-1) == ye).double().mean().item()
@@ -179,7 +179,7 @@ def controls(args: argparse.Namespace) -> dict:
                     ("overlap", Ladder.fully_informative_conv1d(4, [2, 2, 2], [1, 1, 1]))):
         s = sample_ladder(g, min(args.n, 4000), 0)
         student = LadderStudent(g, args.width, seed=0, dtype=torch.float64)
-        train_student(student, s.inputs(dtype=torch.float64), s.y, steps=50, lr=args.lr, seed=0)
+        train_ladder_student(student, s.inputs(dtype=torch.float64), s.y, steps=50, lr=args.lr, seed=0)
         stats = collect_statistics(student, s.inputs(dtype=torch.float64), s.y, s.z.long(), dtype=torch.float64)
         res = compare_statistics_to_theory(student, stats)
         out[f"fully_informative_{name}"] = max(v for row in res["levels"] for k, v in row.items() if k in KEYS)

@@ -144,11 +144,6 @@ def ladder_from_args(args: argparse.Namespace):
                          concentration=args.concentration or 1.0, seed=args.ladder_seed, **common)
 
 
-def _is_graph(ladder) -> bool:
-    """Whether ``ladder`` is any region graph other than a uniform tree."""
-    return not ladder.is_uniform()
-
-
 def _graph_from_args(args: argparse.Namespace):
     """The ``--graph conv1d|conv2d`` ladder of the options (:meth:`Ladder.conv1d` / ``conv2d``)."""
     from teachers.ladder import Ladder, LadderSpecError
@@ -346,7 +341,7 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
                         "the linear map, before the gate (--bn before: Thm 9's premise); default: none")
     g.add_argument("--no-bias", action="store_true", help="no biases")
     g.add_argument("--shared", action="store_true",
-                   help="share weights like a convolution, one block per child place (graph datasets only)")
+                   help="share weights like a convolution, one block per child place")
     g.add_argument("--loss", default="squared", choices=["squared", "cross_entropy"], help="training loss")
     g.add_argument("--steps", type=_nonneg_int, default=600, help="training steps")
     g.add_argument("--lr", type=float, default=0.5, help="learning rate")
@@ -467,8 +462,6 @@ def _cmd_compare(args) -> int:
 
     sample = load_dataset(args.files, partial=args.partial)
     lad = sample.ladder
-    if _is_graph(lad) and args.bn:
-        raise ValueError("--bn: the graph student (a dataset of a graph ladder) has no Batch Norm")
     print(lad.describe())
     title = f"{lad.name}: student vs reformulation"
     _set_threads(args)

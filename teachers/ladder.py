@@ -64,8 +64,8 @@ from .validation import (
     _as_int_tuple,
     _check_dense_sizes,
     _check_entries,
+    _check_layout,
     _check_rows,
-    _level_sizes,
     _per_region,
     _pow,
     _short,
@@ -146,27 +146,15 @@ class Ladder(LadderConstructors, LadderSpecIO):
         d = len(branching)
         if d < 1:
             raise LadderSpecError("branching: a ladder needs at least one level below the root (depth >= 1)")
-        if d > MAX_DEPTH:
+        if d > MAX_DEPTH:  # before events are read against it
             raise LadderSpecError(f"branching: at most {MAX_DEPTH} levels below the root, got {d}")
-        if any(b < 1 for b in branching):
-            raise LadderSpecError(f"branching: every entry must be >= 1, got {list(branching)}")
         events = _as_int_tuple(events, "events", d + 1)
-        self._check_event_counts(events)
-        self.num_regions = tuple(_level_sizes(branching))
+        self.num_regions = tuple(_check_layout(branching, events))
         _check_dense_sizes(self.num_regions, events, self.mode)
         self._branching, self.events = branching, events
         self._region_events = None  # built on first use (a tree may have millions of regions)
         self._parents = None
         self.level_offsets = tuple(int(v) for v in np.concatenate([[0], np.cumsum(self.num_regions)]))
-
-    @staticmethod
-    def _check_event_counts(events: Sequence[int]) -> None:
-        if any(m < 1 for m in events):
-            raise LadderSpecError(f"events: every entry must be >= 1, got {_short(list(events))}")
-        if events[0] < 2:
-            raise LadderSpecError(f"events[0]: the label needs at least 2 classes, got {events[0]}")
-        if max(events) > MAX_EVENTS:
-            raise LadderSpecError(f"events: at most {MAX_EVENTS} events per region, got {_short(list(events))}")
 
     def _init_graph_layout(self, parents, events) -> None:
         try:
@@ -462,6 +450,8 @@ class Ladder(LadderConstructors, LadderSpecIO):
         """Index (within level ``level - 1``) of the one parent of each region of ``level`` of a tree: ``(R_l,)``."""
         if not 1 <= level <= self.depth:
             raise ValueError(f"level: expected 1..{self.depth}, got {level}")
+        if self._branching is not None:
+            return torch.arange(self.num_regions[level]) // self._branching[level - 1]
         if not self.is_tree():
             raise ValueError("parent_index: regions of this ladder have several parents; use parents[level]")
         return torch.tensor([ps[0] for ps in self.parents[level]], dtype=torch.int64)

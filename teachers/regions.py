@@ -77,7 +77,7 @@ def _conv_levels(first: int, kernels: Sequence[int], strides: Sequence[int], wha
 
 def conv1d_parents(width: int, kernels: Sequence[int], strides: Sequence[int]
                    ) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """The graph of :meth:`GraphLadder.conv1d`: ``parents[l][i]`` (top first, ``parents[0] == ((),)``).
+    """The graph of :meth:`teachers.ladder.Ladder.conv1d`: ``parents[l][i]`` (top first, ``parents[0] == ((),)``).
 
     Level by level from the ``width`` leaves up, region j covers ``[j s, j s + k)`` of the level below
     (:func:`conv_children` with ``kernels[t]``, ``strides[t]``); the top level must be one region."""
@@ -94,7 +94,7 @@ def conv1d_parents(width: int, kernels: Sequence[int], strides: Sequence[int]
 
 def conv2d_parents(shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int]
                    ) -> tuple[tuple[tuple[int, ...], ...], ...]:
-    """The graph of :meth:`GraphLadder.conv2d` on an ``(H, W)`` grid (row-major regions): square ``k x k``
+    """The graph of :meth:`teachers.ladder.Ladder.conv2d` on an ``(H, W)`` grid (row-major regions): square ``k x k``
     windows with stride ``s`` per level from the leaves up; the top level must be ``(1, 1)``."""
     def split(hw, k, s):
         h, w = hw
@@ -139,9 +139,15 @@ def _pattern_lookup(field_: tuple[int, ...], child_fields: list[tuple[int, ...]]
 
 def children_of(parents: Sequence[Sequence[Sequence[int]]], num_regions: Sequence[int]) -> list[list[tuple[int, ...]]]:
     """``children[l][j]``: the sorted regions of level ``l + 1`` that list region j of level l as a parent, for
-    the levels above the leaves (the inverse of ``parents``)."""
-    return [[tuple(i for i, ps in enumerate(parents[l + 1]) if j in ps) for j in range(num_regions[l])]
-            for l in range(len(num_regions) - 1)]
+    the levels above the leaves (the inverse of ``parents``; one pass over the edges)."""
+    out = []
+    for l in range(len(num_regions) - 1):
+        kids: list[list[int]] = [[] for _ in range(num_regions[l])]
+        for i, ps in enumerate(parents[l + 1]):  # i increases, so every list comes out sorted
+            for p in ps:
+                kids[p].append(i)
+        out.append([tuple(k) for k in kids])
+    return out
 
 
 def check_parents(parents: tuple[tuple[tuple[int, ...], ...], ...], num_regions: Sequence[int]) -> None:

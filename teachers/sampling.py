@@ -53,7 +53,7 @@ DEFAULT_CHUNK_ROWS = 16 * BLOCK_SIZE
 
 
 class EventRows:
-    """Row access shared by :class:`LadderSample` and :class:`teachers.graph_sampling.GraphSample`: a
+    """Row access of a sample (the base of :class:`LadderSample`, kept for code of 0.2 that subclassed it): a
     subclass has ``z`` ``(N, total_regions)``, ``x`` (or None for one-hot leaves) and a ``teacher`` with
     ``depth``, ``level_offsets`` and ``emission``."""
 
@@ -197,7 +197,7 @@ def check_working_memory(ladder, blocks_per_call: int = 1, device: torch.device 
     The stream is drawn in whole blocks of :data:`BLOCK_SIZE` rows (whatever ``num_examples``), so even
     a few examples of a very wide ladder need ``BLOCK_SIZE x total_regions`` cells of temporaries.
 
-    :param ladder: a :class:`~teachers.ladder.Ladder` or a :class:`~teachers.graph_ladder.Ladder`
+    :param ladder: a :class:`~teachers.ladder.Ladder`
         (anything with ``total_regions``, ``num_regions`` and ``emission``).
 
     :raises ValueError: the estimate exceeds the memory available on ``device``.

@@ -18,7 +18,7 @@ Conditionals of events that never occur (probability 0, or never seen in a sampl
 of zeros; ``marginals`` tells which.  :func:`exact_statistics` computes them in float64 from
 the ladder (a uniform tree in closed form -- top-down: products of tables; bottom-up: pushing leaf
 marginals through the lookup tables; any other graph by the junction tree of
-:func:`inference.graph_posterior.graph_statistics`), :func:`empirical_statistics` counts them in a sample
+:func:`inference.posterior.graph_statistics`), :func:`empirical_statistics` counts them in a sample
 with one ``bincount`` per level (:class:`EventCounts`: the exact int64 state that batches, shards and
 workers add up), and :func:`compare_statistics` measures their agreement against the sampling noise.
 """
@@ -155,7 +155,7 @@ def exact_statistics(ladder: Ladder, *, max_clique: int | None = None) -> EventS
     Bottom-up: the children of a region are independent (their leaf sets are disjoint), so the joint of
     (z_alpha, z_child_i) is the product of the children's marginals pushed through the lookup table, summed
     over the other children.  Any other ladder (regions of several parents, differing event counts) by one
-    calibration of its junction tree (:func:`inference.graph_posterior.graph_statistics`; ``max_clique``
+    calibration of its junction tree (:func:`inference.posterior.graph_statistics`; ``max_clique``
     bounds its cliques), padded to the layout of the module docstring.
     """
     if not isinstance(ladder, Ladder):
@@ -182,7 +182,7 @@ def exact_statistics(ladder: Ladder, *, max_clique: int | None = None) -> EventS
 
 def _graph_exact(ladder: Ladder, max_clique: int | None) -> EventStatistics:
     """:func:`exact_statistics` of a ladder that is not a uniform tree: the junction tree's, padded."""
-    from inference.graph_posterior import graph_statistics  # inference builds on teachers: import on use
+    from inference.posterior import graph_statistics  # inference builds on teachers: import on use
 
     st = graph_statistics(ladder) if max_clique is None else graph_statistics(ladder, max_clique=max_clique)
     M = ladder.events

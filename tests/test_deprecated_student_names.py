@@ -55,7 +55,7 @@ def test_old_student_names_warn_and_return_the_one_student(dag):
     assert isinstance(rec, graph_network.GraphStudentRecord)
     with pytest.warns(DeprecationWarning, match="StudentRecord"):
         assert type(graph_network.GraphStudentRecord()) is StudentRecord
-    with pytest.warns(DeprecationWarning, match="train_student"):
+    with pytest.warns(DeprecationWarning, match="train_ladder_student"):
         hist = graph_network.train_graph_student(st, x, y, steps=2, lr=0.1)
     assert len(hist) == 2
     assert graph_network.level_edges(g, 0) == st.edges[0]

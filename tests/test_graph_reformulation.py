@@ -8,7 +8,7 @@ References written independently of the code under test:
 - per-edge statistics recomputed here by plain masked means over the per-example record;
 - Thm 3 on a fully informative DAG (every region's event is its leaf pattern): Eq 9 with the sum over
   parents is exact, in float64, to ~1e-10;
-- the exact event statistics of the junction tree (:func:`inference.graph_posterior.graph_statistics`)
+- the exact event statistics of the junction tree (:func:`inference.posterior.graph_statistics`)
   for the sampled frequencies (tolerances ~ 1/sqrt(N)).
 """
 

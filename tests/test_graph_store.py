@@ -377,6 +377,10 @@ def test_cli_spec_sample_inspect_end_to_end(tmp_path, capsys):
     assert main(["-q", "sample", "ladder", "--spec", str(spec), "--emission", "gaussian", "--sigma", "0.3",
                  "-n", "100", "--out", str(tmp_path / "gx.zarr")]) == 0
     assert open_dataset(tmp_path / "gx.zarr").x_stored
+    # the one student trains on it with Batch Norm too (0.2 refused --bn on a graph)
+    assert main(["-q", "compare", str(tmp_path / "g.zarr"), "--steps", "2", "--eval-every", "1", "--bn",
+                 "--out", str(tmp_path / "cmp")]) == 0
+    assert (tmp_path / "cmp" / "comparison.json").is_file()
     # a version-1 file holds a graph too (0.2 refused it): the same rows as the store
     assert main(["-q", "sample", "ladder", "--spec", str(spec), "-n", "20000", "--seed", "5",
                  "--out", str(tmp_path / "g.npz")]) == 0
@@ -401,7 +405,6 @@ def test_cli_spec_sample_inspect_end_to_end(tmp_path, capsys):
      r"tables[0][0]: expected shape (2, 3)"),
     (["sample", "ladder", "--spec", "{tmp}/unknown.json", "-n", "10", "--out", "{tmp}/a.zarr"],
      "colour: unknown field of a region-graph ladder spec"),
-    (["compare", "{tmp}/good.zarr", "--steps", "1", "--bn"], "--bn: the graph student"),
 ])
 def test_cli_bad_input_is_one_line_and_leaves_nothing(tmp_path, capsys, argv, expect):
     g = _conv()

@@ -22,7 +22,7 @@ from conftest_student import (
 )
 
 from smaso.student.network import LadderStudent
-from smaso.student.training import TrainingDiverged, train_student
+from smaso.student.training import TrainingDiverged, train_ladder_student
 from teachers import Ladder, sample_ladder
 
 TOL = 1e-10
@@ -282,15 +282,15 @@ def test_train_student_learns_reproducibly_without_global_rng():
     runs = []
     for _ in range(2):
         st = LadderStudent(g, 6, seed=2)
-        runs.append((train_student(st, x, y, steps=300, lr=0.1, batch_size=64, seed=5), st))
+        runs.append((train_ladder_student(st, x, y, steps=300, lr=0.1, batch_size=64, seed=5), st))
     assert torch.equal(torch.random.get_rng_state(), state)
     (h1, s1), (h2, s2) = runs
     assert h1 == h2 and all(torch.equal(a, b) for a, b in zip(s1.weights, s2.weights, strict=True))
     assert len(h1) == 300 and sum(h1[-50:]) / 50 < 0.8 * sum(h1[:50]) / 50
     other = LadderStudent(g, 6, seed=2)
-    assert train_student(other, x, y, steps=300, lr=0.1, batch_size=64, seed=6) != h1  # the seed orders rows
+    assert train_ladder_student(other, x, y, steps=300, lr=0.1, batch_size=64, seed=6) != h1  # the seed orders rows
     full = LadderStudent(g, 6, seed=2)
-    hf = train_student(full, x, y, steps=3, lr=0.1)  # full batch: plain gradient descent
+    hf = train_ladder_student(full, x, y, steps=3, lr=0.1)  # full batch: plain gradient descent
     rec = LadderStudent(g, 6, seed=2).forward_backward(x, y)
     assert hf[0] == pytest.approx(rec.loss, rel=1e-6)
 
@@ -304,11 +304,11 @@ def test_train_student_errors():
                       ({"steps": 1, "lr": 0.1, "batch_size": 0}, "batch_size"),
                       ({"steps": 1, "lr": 0.1, "weight_decay": -1.0}, "weight_decay")):
         with pytest.raises(ValueError, match=match):
-            train_student(st, x, y, **kw)
+            train_ladder_student(st, x, y, **kw)
     with pytest.raises(ValueError, match="x: expected shape"):
-        train_student(st, x[:, :2], y, steps=1, lr=0.1)
+        train_ladder_student(st, x[:, :2], y, steps=1, lr=0.1)
     with pytest.raises(TrainingDiverged, match="step"):
-        train_student(LadderStudent(g, 3, init_scale=50.0), x, y * 0 + 1, steps=200, lr=1e6)
+        train_ladder_student(LadderStudent(g, 3, init_scale=50.0), x, y * 0 + 1, steps=200, lr=1e6)
 
 
 # ------------------------------------------------------------------------------------ shared weights
@@ -343,7 +343,7 @@ def test_shared_weights_are_tied_per_place_and_refused_on_irregular_levels():
             free.weights[l].copy_(st.edge_weights(l))
     x, y = _data(g, 200)
     assert_close(st(x), free(x), TOL, "tied forward")
-    train_student(st, x, y, steps=20, lr=0.05, batch_size=50)
+    train_ladder_student(st, x, y, steps=20, lr=0.05, batch_size=50)
     for l in range(g.depth):  # after training every edge of a place still reads the same block
         W = st.edge_weights(l)
         place = getattr(st, f"edge_place_{l}")

@@ -132,7 +132,7 @@ def test_ladder_fingerprint_names_the_teacher():
 
 
 def test_streaming_functions_refuse_bad_arguments(tmp_path):
-    from inference.ladder_posterior import bayes_optimal_accuracy
+    from inference.posterior import bayes_optimal_accuracy
     from smaso.student.compare import compare_student
     from smaso.student.frequency import accumulate_statistics
     from teachers.chunked import sample_to_store

@@ -24,7 +24,7 @@ from inference.factorial import (
     joint_map_pyro,
     mean_field_map,
 )
-from inference.ladder_posterior import ladder_posterior, posterior_event_draws
+from inference.posterior import posterior, posterior_event_draws
 from smaso.plots.factorial import plot_arviz, quiet_arviz
 from teachers import Ladder, sample_ladder
 from teachers.categorical import CategoricalTable, IndexedCategorical
@@ -164,7 +164,7 @@ def test_ladder_draws_have_integer_regions_and_per_level_indicators():
     assert list(post["region_name"].values) == lad.region_names()
     assert list(idata.observed_data["leaf"].values) == list(range(lad.num_regions[-1]))
     assert list(idata.observed_data["leaf_name"].values) == lad.region_names()[lad.level_offsets[-2]:]
-    marg = ladder_posterior(lad, x, marginals=True).marginals
+    marg = posterior(lad, x, marginals=True).marginals
     for l in range(lad.depth + 1):
         oh = post[f"z_onehot_{l}"]
         assert oh.dims == ("chain", "draw", "example", f"region_{l}", f"event_{l}")

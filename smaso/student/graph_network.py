@@ -8,7 +8,7 @@ each with a :class:`DeprecationWarning` naming the new one:
   ``GraphStudent.from_ladder_student(s)`` -> ``s`` itself; ``isinstance(x, GraphStudent)`` is True for every
   LadderStudent;
 - ``GraphStudentRecord`` -> :class:`~smaso.student.network.StudentRecord`;
-- ``train_graph_student`` -> :func:`smaso.student.training.train_student`.
+- ``train_graph_student`` -> :func:`smaso.student.training.train_ladder_student`.
 
 What changed for code that read a GraphStudent's tensors: the weights of an edge are ``(n_child, n_parent)``
 (W_ba of Eq 9, the tree student's layout; before: its transpose), so ``weights[l]``, ``edge_weights(l)`` and
@@ -21,7 +21,7 @@ from __future__ import annotations
 from smaso.student._deprecated import AliasMeta, warn
 from smaso.student.connectivity import level_edge_index, level_edges
 from smaso.student.network import LadderStudent, StudentRecord
-from smaso.student.training import train_student
+from smaso.student.training import train_ladder_student
 
 __all__ = ["GraphStudent", "GraphStudentRecord", "level_edge_index", "level_edges", "train_graph_student"]
 
@@ -57,6 +57,6 @@ class GraphStudentRecord(metaclass=AliasMeta):
 
 
 def train_graph_student(student: LadderStudent, x, y, **kwargs) -> list[float]:
-    """Deprecated: :func:`smaso.student.training.train_student` (the same arguments)."""
-    warn("train_graph_student", "smaso.student.training.train_student")
-    return train_student(student, x, y, **kwargs)
+    """Deprecated: :func:`smaso.student.training.train_ladder_student` (the same arguments)."""
+    warn("train_graph_student", "smaso.student.training.train_ladder_student")
+    return train_ladder_student(student, x, y, **kwargs)

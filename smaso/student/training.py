@@ -1,6 +1,6 @@
 """Training a student by minibatch SGD with its explicit backward pass (framework paper Eq 2: W += lr Delta W).
 
-:func:`train_student` runs :meth:`~smaso.student.network.LadderStudent.forward_backward` and
+:func:`train_ladder_student` runs :meth:`~smaso.student.network.LadderStudent.forward_backward` and
 :meth:`~smaso.student.network.LadderStudent.apply_update` on minibatches of an in-memory dataset, on any
 ladder; :func:`~smaso.student.compare.compare_student` has its own loop (streaming, checkpoints).  Both stop
 with :class:`TrainingDiverged` when a loss or weight stops being finite.
@@ -15,7 +15,7 @@ import torch
 
 from smaso.student.network import LadderStudent
 
-__all__ = ["TrainingDiverged", "check_hyper", "train_student"]
+__all__ = ["TrainingDiverged", "check_hyper", "train_ladder_student"]
 
 
 class TrainingDiverged(RuntimeError):
@@ -35,7 +35,7 @@ def _check_int(value, name: str, low: int) -> int:
     return int(value)
 
 
-def train_student(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float,
+def train_ladder_student(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float,
                   batch_size: int | None = None, loss: str = "squared", weight_decay: float = 0.0,
                   seed: int = 0) -> list[float]:
     """Minibatch SGD on ``(x, y)`` with the explicit backward pass (:meth:`LadderStudent.forward_backward`, then
