@@ -148,3 +148,18 @@ def test_tree_constructor_per_region_branching_and_events():
             (([[2]], [2, [2, 3]]), "same number of events")):
         with pytest.raises(LadderSpecError, match=match):
             Ladder.tree(*args)
+
+
+def test_the_two_forms_of_the_constructor_refuse_a_mix():
+    """Ladder takes a tree by its branching or a graph by its parents, never both or neither."""
+    parents = [[[]], [[0], [0]]]
+    tables = [[torch.full((2, 2), 0.5), torch.full((2, 2), 0.5)]]
+    for kwargs in ({"branching": [2], "parents": parents}, {}):
+        with pytest.raises(LadderSpecError, match=r"^branching, parents: give exactly one"):
+            Ladder(events=[2, 2], prior=[0.5, 0.5], tables=tables, **kwargs)
+    with pytest.raises(LadderSpecError, match=r"^events: missing"):
+        Ladder(parents=parents, prior=[0.5, 0.5], tables=tables)
+    with pytest.raises(LadderSpecError, match=r"^factorization, region_names: only for a ladder given by its bran"):
+        Ladder(events=[2, 2], parents=parents, prior=[0.5, 0.5], tables=tables, region_names=["a", "b", "c"])
+    ok = Ladder(events=[2, 2], parents=parents, prior=[0.5, 0.5], tables=tables)
+    assert ok.is_uniform() and ok.branching == (2,)  # a graph that is a uniform tree is recognised as one
