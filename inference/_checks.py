@@ -12,7 +12,7 @@ from teachers.ladder import Ladder
 __all__ = ["check_chunk_size", "check_device", "check_ladder", "raise_impossible"]
 
 
-def raise_impossible(log_z: torch.Tensor, start: int, teacher: str) -> None:
+def raise_impossible(log_z: torch.Tensor, start: int = 0, teacher: str = "the ladder") -> None:
     """Raise a ValueError naming the examples (rows ``start + i``) whose log evidence ``log_z`` ``(B,)`` is -inf:
     impossible under ``teacher`` (e.g. a leaf input that is not one-hot for a one-hot emission)."""
     bad = torch.isneginf(log_z).nonzero().flatten()

@@ -8,12 +8,11 @@ from p(y | x); then, level by level, each child from
 - bottom-up: the configuration of a parent's children (then split into one event per child) from
   p(config | z_a = j, x) proportional to conf_a(config) 1[lookup_a(config) = j].
 
-Any other ladder (regions of several parents): the junction tree of :mod:`inference.junction_tree`.  Its
-upward pass in the elimination order leaves, for every clique k, the table t_k(z_v, separator) =
-log p(z_v, x eliminated with v | separator) (up to a function of the separator); every region of the separator
-is eliminated after v, so in reverse elimination order each region is drawn from
-p(z_v | separator, x) proportional to exp t_k(z_v, separator) given the separator's drawn events: ancestral
-sampling of the exact joint posterior (the same traceback as the MAP, with a draw in place of the argmax).
+Any other ladder (regions of several parents): ancestral sampling on the junction tree of
+:mod:`inference.junction_tree`.  Every region of a clique's separator is eliminated after its region v, so in
+reverse elimination order each v is drawn from p(z_v | separator, x) proportional to exp of the clique's upward
+table (:meth:`~inference.junction_tree.JunctionTree.conditional`) at the separator's drawn events: the MAP's
+traceback with a draw in place of the argmax.
 
 Every uniform is drawn up front (one per region and draw; bottom-up trees use that of a parent's first child
 for its children's configuration), so the draws depend only on the seed and the device, not on the size of
@@ -103,10 +102,10 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
             jt = JunctionTree(ladder, max_clique)
         except ValueError:  # beyond max_clique: on a tree the scaled pass's verdict stands
             if ladder.is_tree():
-                raise_impossible(scaled, 0, "the ladder")
+                raise_impossible(scaled)
             raise
         psi, jt_up, _ = jt.calibrate(_factors(ladder, x, dev), n, down=False)
-        raise_impossible(jt.log_z(jt_up, n), 0, "the ladder")
+        raise_impossible(jt.log_z(jt_up, n))
     # every uniform is drawn up front, in one call, so the draws depend only on the seed
     gen = torch.Generator(device=dev).manual_seed(int(seed))
     u = torch.rand(total, n, ladder.total_regions, generator=gen, dtype=torch.float64, device=dev)

@@ -10,31 +10,17 @@ its log joint is, up to a term that does not depend on the configuration t = (t_
 so its joint MAP does not depend on sigma, and when the layer is orthogonal (Eq 11: G = 0 across
 units) the cross term vanishes and the joint MAP is the per-unit MAP, the MASO argmax.
 
-- :func:`exact_joint_map`: brute force over the R^K configurations, vectorized in chunks; refuses
-  R^K above ``max_configs`` (the cost is exponential in K);
-- :func:`factorized_map`: the per-unit MAP ``argmax_r s`` (one matmul), exact under Eq 11; it warns
-  with the measured defect (``smaso.splines.orthogonality.orthogonality_defect(A).relative``: the squared cross-unit
-  inner products normalized by the products of the squared norms, a weighted mean of squared cosines in
-  [0, 1], 0 iff Eq 11) when the layer is far from orthogonal;
-- :func:`mean_field_map`: mean-field variational inference q(t) = prod_k q_k(t_k) by coordinate
-  ascent (deterministic, stops at a tolerance), then the argmax of each q_k;
-- :func:`joint_map_pyro` and :func:`mean_field_svi`: the same two answers (joint MAP, mean-field q) as Pyro
-  inference on the factorial Pyro model, for checking and for users who build on Pyro: ``infer_discrete``
-  at temperature 0 on the sequential layout, and ``SVI`` with an enumerated mean-field guide under
-  ``TraceEnum_ELBO`` (the tests check them equal to the fast routines);
-- :func:`factorial_gap`: how far the factorized and mean-field answers are from the exact MAP;
-- :func:`exact_posterior`: the whole posterior p(t | x) over the R^K configurations, its per-unit
-  marginals and log p(x), by the same enumeration (what mean field approximates);
-- :func:`factorial_posterior_draws`: exact draws from p(t | x) by Pyro's ``infer_discrete(temperature=1)``
-  on the enumerable (sequential) layout of the model, and :meth:`MeanField.draws`: draws from the
-  mean-field q, both as ArviZ ``InferenceData`` (``posterior["t"]`` ``(chain, draw, example, unit)``).
+By enumeration of the R^K configurations: the exact joint MAP (:func:`exact_joint_map`) and posterior
+(:func:`exact_posterior`); the per-unit MAP (:func:`factorized_map`, exact under Eq 11), mean field
+(:func:`mean_field_map`) and their distance to the exact MAP (:func:`factorial_gap`); the same answers by Pyro
+inference, for checking (:func:`joint_map_pyro`, :func:`mean_field_svi`, :func:`factorial_posterior_draws`,
+:meth:`MeanField.draws`).
 
 All functions take ``x`` ``(N, D)``; configurations are ``(N, K)`` int64 region indices.  Tensors are created
-on A's device in A's dtype; a ``seed`` seeds Python's, NumPy's and torch's RNGs for that call only (every
-global RNG state, CUDA's included, is restored afterwards).  ArviZ draws hold the integer regions
-``posterior["t"]`` and their one-hot indicators ``posterior["t_onehot"]`` ``(chain, draw, example, unit,
-category)``, whose means ``az.summary`` reports as the per-category probabilities ``p(t_k = r | x)`` (with
-MCSE and ESS), where the mean and HDI of an integer label would mean nothing.
+on A's device in A's dtype; a ``seed`` runs inside :func:`inference.rng.seeded_rng` (every global RNG state is
+left as it was).  ArviZ draws hold ``posterior["t"]`` and its one-hot ``posterior["t_onehot"]`` ``(chain, draw,
+example, unit, category)``, whose ``az.summary`` means are ``p(t_k = r | x)`` (an integer label's would mean
+nothing).
 """
 
 from __future__ import annotations
@@ -51,6 +37,7 @@ import torch
 from pyro.infer import SVI, Predictive, TraceEnum_ELBO, config_enumerate, infer_discrete
 
 from inference.rng import check_seed, seeded_rng
+from smaso.splines.maso import region_scores
 from smaso.splines.mixture import (
     check_finite,
     check_maso,
@@ -85,18 +72,64 @@ DEFAULT_MAX_CONFIGS = 2**16  # largest R^K that exact_joint_map enumerates by de
 DEFAULT_MAX_DRAW_CONFIGS = 2**12  # largest R^K that factorial_posterior_draws enumerates (one tensor dim per unit)
 DEFAULT_ORTHOGONALITY_TOL = 1e-6  # defect above which factorized_map warns
 _CHUNK_ELEMENTS = 2**24  # elements of the largest temporary per chunk of configurations
+_EXPONENTIAL = ", a cost exponential in the number of units K"
 
 
-def _check(A, B, x, sigma) -> torch.Tensor:
+def _check_layer(A, B, x) -> None:
+    """The layer ``(A, B)`` and finite inputs ``x`` ``(N, D)`` (a ``ValueError`` naming the argument)."""
     check_maso(A, B)
     check_x(x, A, finite=True)
     check_finite(B, "B")
+
+
+def _check(A, B, x, sigma) -> torch.Tensor:
+    _check_layer(A, B, x)
     return check_sigma(sigma, scalar_only=True)
 
 
-def _defect(A: torch.Tensor) -> float:
-    """The relative defect of :func:`smaso.splines.orthogonality.orthogonality_defect` (0 iff Eq 11, at most 1)."""
-    return orthogonality_defect(A).relative
+def _check_positive(**values) -> None:
+    """A ``ValueError`` naming the first of ``values`` that is not a positive ``int``."""
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+
+
+def _guide_draws(probs: torch.Tensor, num_draws: int, num_chains: int, seed: int | None) -> torch.Tensor:
+    """Draws ``(num_chains, num_draws, N, K)`` from a mean-field ``probs`` ``(N, K, R)``: ``Predictive`` over a guide
+    with the site ``"t"`` under the plates ``"data"`` (dim -2) and ``"units"`` (dim -1), under ``seeded_rng(seed)``."""
+    n, k, _ = probs.shape
+
+    def guide():
+        with pyro.plate("data", n, dim=-2), pyro.plate("units", k, dim=-1):
+            pyro.sample("t", dist.Categorical(probs=probs))
+
+    with seeded_rng(seed, probs.device), torch.no_grad():
+        t = Predictive(guide, num_samples=num_draws * num_chains, parallel=True, return_sites=["t"])()["t"]
+    return t.reshape(num_chains, num_draws, n, k)
+
+
+def _check_configs(K: int, R: int, max_configs: int, what: str, cost: str, advice: str) -> None:
+    """A ``ValueError`` when the R^K configurations that ``what`` enumerates exceed ``max_configs``."""
+    if R**K > max_configs:
+        raise ValueError(f"{what} enumerates R^K = {R}^{K} = {float(R**K):.4g} configurations{cost} (limit "
+                         f"max_configs={max_configs}); {advice}")
+
+
+def _config_scores(A, log_pi, x, configs, s2: float) -> torch.Tensor:
+    """log p(t, x) ``(N, C)`` of configurations ``configs`` ``(C, K)`` without the t-independent
+    -||x||^2 / (2 sigma^2) and the normalizer."""
+    units = torch.arange(A.shape[0], device=A.device)
+    mean = A[units, configs].sum(-2)  # (C, D)
+    return log_pi[units, configs].sum(-1) + (x @ mean.T - 0.5 * mean.pow(2).sum(-1)) / s2
+
+
+def _initial_q(s: torch.Tensor, s2: float, init: torch.Tensor | None) -> torch.Tensor:
+    """The start of mean field: ``init`` ``(N, K, R)`` (a copy), else the per-unit posteriors softmax(s / sigma^2)."""
+    if init is None:
+        return torch.softmax(s / s2, dim=-1)
+    if init.shape != s.shape:
+        raise ValueError(f"init: expected shape (N, K, R) = {tuple(s.shape)}, got {tuple(init.shape)}")
+    return init.to(dtype=s.dtype, device=s.device).clone()
 
 
 def factorial_log_joint(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, t: torch.Tensor, sigma=1.0) -> torch.Tensor:
@@ -139,28 +172,18 @@ def exact_joint_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0
     """
     sig = _check(A, B, x, sigma)
     K, R, D = A.shape
+    _check_configs(K, R, max_configs, "exact joint MAP", _EXPONENTIAL, "use factorized_map (the per-unit MAP, exact "
+                   "when the layer is orthogonal, Eq 11) or mean_field_map (mean-field variational inference) instead")
     n_configs = R**K
-    if n_configs > max_configs:
-        raise ValueError(
-            f"exact joint MAP enumerates R^K = {R}^{K} = {float(n_configs):.4g} configurations, a cost exponential in "
-            f"the number of units K (limit max_configs={max_configs}); use factorized_map (the per-unit MAP, exact "
-            f"when the layer is orthogonal, Eq 11) or mean_field_map (mean-field variational inference) instead")
     x = x.to(A.dtype)
     n = x.shape[0]
     log_pi = log_pi_from_offsets(A, B, sig)
-    s2 = float(sig) ** 2
-    units = torch.arange(K, device=A.device)
     best = torch.full((n,), -torch.inf, dtype=A.dtype, device=A.device)
     best_code = torch.zeros(n, dtype=torch.long, device=A.device)
     chunk = max(1, min(n_configs, _CHUNK_ELEMENTS // max(K * D, n, 1)))
     for start in range(0, n_configs, chunk):
         codes = torch.arange(start, min(start + chunk, n_configs), device=A.device)
-        digits = _digits(codes, K, R)  # (C, K)
-        mean = A[units, digits].sum(-2)  # (C, D)
-        prior = log_pi[units, digits].sum(-1)  # (C,)
-        # log p(t, x) without the t-independent -||x||^2 / (2 sigma^2) and the normalizer
-        score = prior + (x @ mean.T - 0.5 * mean.pow(2).sum(-1)) / s2  # (N, C)
-        val, idx = score.max(-1)
+        val, idx = _config_scores(A, log_pi, x, _digits(codes, K, R), float(sig) ** 2).max(-1)
         better = val > best
         best = torch.where(better, val, best)
         best_code = torch.where(better, codes[idx], best_code)
@@ -177,14 +200,13 @@ def factorized_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0,
     One matmul: for R = 2 the comparison ``<A[k,1] - A[k,0], x> + B[k,1] - B[k,0] > 0`` (an N x D x K
     product), otherwise the scores of all K * R regions.  Ties go to the first region.
 
-    :param check_orthogonality: measure the relative orthogonality defect (a (K R)^2 D Gram product, a property
-        of the layer: skip it when calling repeatedly on one checked layer) and warn when it exceeds ``tol``,
-        since the factorized MAP then need not be the joint MAP.
+    :param check_orthogonality: measure the relative orthogonality defect (a (K R)^2 D Gram product: skip it on
+        repeated calls with one checked layer) and warn when it exceeds ``tol`` (then it need not be the joint MAP).
     :returns: ``t`` ``(N, K)`` int64.
     """
     _check(A, B, x, sigma)
     if check_orthogonality:
-        defect = _defect(A)
+        defect = orthogonality_defect(A).relative
         if defect > tol:
             warnings.warn(
                 f"factorized_map: the layer is not orthogonal (Eq 11): orthogonality defect {defect:.3g} > tol {tol:g} "
@@ -221,34 +243,22 @@ class MeanField:
               x: torch.Tensor | None = None) -> az.InferenceData:
         """Draws of the regions from the mean-field ``q(t) = prod_k q_k(t_k)``, as ``InferenceData``.
 
-        ``Predictive`` over a guide with the model's site ``"t"`` under the plates ``"data"`` (dim -2) and
-        ``"units"`` (dim -1), the layout of :func:`smaso.splines.mixture.factorial_mixture_model`'s plate layout;
-        their summaries sit next to those of :func:`factorial_posterior_draws` (same names and dims).
+        ``Predictive`` over a guide with the model's site ``"t"`` and plates, named and shaped as the draws of
+        :func:`factorial_posterior_draws`.
 
-        :param seed: seeds the RNGs for these draws only (:func:`inference.rng.seeded_rng`: every global
-            RNG state is left as it was); None: a fresh seed from OS entropy.
+        :param seed: the draws' seed (:func:`inference.rng.seeded_rng`); None: a fresh seed from OS entropy.
         :param x: the inputs ``(N, D)`` stored as ``observed_data["x"]``; default: those of the fit
             (:attr:`x`, set by :func:`mean_field_map` and :func:`mean_field_svi`).
         :returns: ``posterior["t"]`` ``(chain, draw, example, unit)`` int64, ``posterior["t_onehot"]``
             ``(chain, draw, example, unit, category)`` and, when x is known, ``observed_data["x"]``.
         """
-        _check_counts(num_draws, num_chains)
-        n, k, _ = self.probs.shape
-        if x is None:
-            x = self.x
+        _check_positive(num_draws=num_draws, num_chains=num_chains)
+        n = self.probs.shape[0]
+        x = self.x if x is None else x
         if x is not None and (not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[0] != n):
             raise ValueError(f"x: expected the ({n}, D) inputs of the fit, got "
                              f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-        probs = self.probs
-
-        def guide():
-            with pyro.plate("data", n, dim=-2), pyro.plate("units", k, dim=-1):
-                pyro.sample("t", dist.Categorical(probs=probs))
-
-        total = num_draws * num_chains
-        with seeded_rng(seed, probs.device), torch.no_grad():
-            t = Predictive(guide, num_samples=total, parallel=True, return_sites=["t"])()["t"]
-        return _inference_data(t.reshape(num_chains, num_draws, n, k), x, probs.shape[-1])
+        return _inference_data(_guide_draws(self.probs, num_draws, num_chains, seed), x, self.probs.shape[-1])
 
 
 def mean_field_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, *, tol: float = 1e-8,
@@ -266,20 +276,14 @@ def mean_field_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0,
     sig = _check(A, B, x, sigma)
     if not tol > 0:
         raise ValueError(f"tol: expected a positive tolerance, got {tol!r}")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
-        raise ValueError(f"max_iter: expected a positive integer, got {max_iter!r}")
+    _check_positive(max_iter=max_iter)
     K, R, D = A.shape
     x = x.to(A.dtype)
     s2 = float(sig) ** 2
-    s = (x @ A.reshape(K * R, D).T).reshape(-1, K, R) + B  # (N, K, R)
+    s = region_scores(A, B, x)  # (N, K, R)
     G = (A.reshape(K * R, D) @ A.reshape(K * R, D).T).reshape(K, R, K, R)
     G = G * (1 - torch.eye(K, dtype=A.dtype, device=A.device))[:, None, :, None]  # cross-unit blocks only
-    if init is None:
-        q = torch.softmax(s / s2, dim=-1)
-    else:
-        if init.shape != s.shape:
-            raise ValueError(f"init: expected shape (N, K, R) = {tuple(s.shape)}, got {tuple(init.shape)}")
-        q = init.to(A.dtype).clone()
+    q = _initial_q(s, s2, init)
     converged, it = False, 0
     for it in range(1, max_iter + 1):  # noqa: B007 - `it` is reported
         change = 0.0
@@ -312,11 +316,8 @@ def _mean_field_elbo(A, B, x, q, sig) -> torch.Tensor:
 # ---------------------------------------------------------------------- the same answers by Pyro inference
 def _sequential_model(A, B, x, sig, max_configs: int, what: str):
     """The enumerable (sequential) layout of the factorial Pyro model on inputs x, after the size check."""
-    K, R, _ = A.shape
-    if R**K > max_configs:
-        raise ValueError(f"{what} enumerates R^K = {R}^{K} = {float(R**K):.4g} configurations, one tensor dimension "
-                         f"per unit (limit max_configs={max_configs}); use the hand-written routines "
-                         f"(factorized_map, mean_field_map) for large K")
+    _check_configs(A.shape[0], A.shape[1], max_configs, what, ", one tensor dimension per unit",
+                   "use the hand-written routines (factorized_map, mean_field_map) for large K")
     log_pi = log_pi_from_offsets(A, B, sig)
     xx = x.to(A.dtype)
 
@@ -333,7 +334,7 @@ def joint_map_pyro(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0,
     ..., ``"t_<K-1>"`` enumerated in parallel, one tensor dimension per unit, R^K joint configurations).
 
     Deterministic (no draws, no RNG).  Ties may be broken differently from :func:`exact_joint_map` (which
-    takes the smallest code); the tests check that both give identical assignments on random problems.
+    takes the smallest code).
 
     :param max_configs: refuse (``ValueError``) when R^K exceeds it.
     :returns: ``t`` ``(N, K)`` int64 on A's device.
@@ -358,11 +359,8 @@ def mean_field_svi(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0,
     (``softmax(s / sigma^2)``, or ``init``).  Deterministic; runs in a private param-store scope (the global
     Pyro param store is left as it was).
 
-    Both routines maximize the same ELBO over the same family.  From the same start on the tests' problems
-    SVI lands in the basin of the same CAVI fixed point (probabilities within ~1e-2 after a few hundred
-    steps, ELBO within ~1e-3; :func:`mean_field_map` started from SVI's q returns to CAVI's fixed point to
-    1e-6), but Adam's last digits come slowly where q saturates: CAVI is exact at its fixed point in a few
-    cheap sweeps, SVI is the reference written in Pyro (each step costs R^K per example).
+    Both maximize the same ELBO over the same family and reach the same CAVI fixed point on the tests' problems
+    (SVI to ~1e-2 in probability: Adam's last digits come slowly where q saturates); CAVI is the fast one.
 
     :param num_steps: largest number of SVI steps.
     :param lr: initial Adam learning rate on the logits.
@@ -372,24 +370,16 @@ def mean_field_svi(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0,
     :returns: a :class:`MeanField` (``iterations`` = SVI steps, ``elbo`` the exact ELBO of the final q).
     """
     sig = _check(A, B, x, sigma)
-    for name, v in (("num_steps", num_steps),):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+    _check_positive(num_steps=num_steps)
     if not tol > 0:
         raise ValueError(f"tol: expected a positive tolerance, got {tol!r}")
     if not lr > 0:
         raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
     model = _sequential_model(A, B, x, sig, max_configs, "mean_field_svi")
-    K, R, D = A.shape
+    K = A.shape[0]
     xx = x.to(A.dtype)
     n = xx.shape[0]
-    s2 = float(sig) ** 2
-    if init is None:
-        q = torch.softmax(((xx @ A.reshape(K * R, D).T).reshape(-1, K, R) + B) / s2, dim=-1)
-    else:
-        if init.shape != (n, K, R):
-            raise ValueError(f"init: expected shape (N, K, R) = {(n, K, R)}, got {tuple(init.shape)}")
-        q = init.to(dtype=A.dtype, device=A.device)
+    q = _initial_q(region_scores(A, B, xx), float(sig) ** 2, init)
     logits0 = q.clamp_min(torch.finfo(A.dtype).tiny).log().detach()
 
     def guide():
@@ -428,7 +418,7 @@ def factorial_gap(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, 
     """
     sig = _check(A, B, x, sigma)
     t_exact, lj_exact = exact_joint_map(A, B, x, sig, max_configs=max_configs, return_log_joint=True)
-    out = {"orthogonality_defect": _defect(A), "n": int(x.shape[0]),
+    out = {"orthogonality_defect": orthogonality_defect(A).relative, "n": int(x.shape[0]),
            "exact_log_joint_mean": float(lj_exact.mean())}
     mf = mean_field_map(A, B, x, sig, tol=tol, max_iter=max_iter)
     for name, t in (("factorized", factorized_map(A, B, x, sig, check_orthogonality=False)), ("mean_field", mf.t)):
@@ -445,9 +435,7 @@ def configurations(K: int, R: int, device: torch.device | str | None = None) -> 
     columns of :attr:`FactorialPosterior.log_probs` and of the ties of :func:`exact_joint_map`.
 
     :param device: where to create them (default: torch's default device)."""
-    for name, v in (("K", K), ("R", R)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+    _check_positive(K=K, R=R)
     return _digits(torch.arange(R**K, device=device), K, R)
 
 
@@ -485,29 +473,17 @@ def exact_posterior(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0
     """
     sig = _check(A, B, x, sigma)
     K, R, D = A.shape
-    if R**K > max_configs:
-        raise ValueError(f"exact_posterior enumerates R^K = {R}^{K} = {float(R**K):.4g} configurations, a cost "
-                         f"exponential in the number of units K (limit max_configs={max_configs}); use mean_field_map "
-                         f"for an approximation")
+    _check_configs(K, R, max_configs, "exact_posterior", _EXPONENTIAL, "use mean_field_map for an approximation")
     x = x.to(A.dtype)
     configs = configurations(K, R, device=A.device)
-    log_pi = log_pi_from_offsets(A, B, sig)
     s2 = float(sig) ** 2
-    units = torch.arange(K, device=A.device)
-    mean = A[units, configs].sum(-2)  # (C, D)
-    log_joint = (log_pi[units, configs].sum(-1) + (x @ mean.T - 0.5 * mean.pow(2).sum(-1)) / s2
+    log_joint = (_config_scores(A, log_pi_from_offsets(A, B, sig), x, configs, s2)
                  - 0.5 * x.pow(2).sum(-1, keepdim=True) / s2 - 0.5 * D * math.log(2 * math.pi * s2))  # (N, C)
     log_evidence = torch.logsumexp(log_joint, -1)
     log_probs = log_joint - log_evidence[:, None]
     onehot = torch.nn.functional.one_hot(configs, R).to(A.dtype)  # (C, K, R)
     marginals = torch.einsum("nc,ckr->nkr", log_probs.exp(), onehot)
     return FactorialPosterior(configs=configs, log_probs=log_probs, marginals=marginals, log_evidence=log_evidence)
-
-
-def _check_counts(num_draws, num_chains) -> None:
-    for name, v in (("num_draws", num_draws), ("num_chains", num_chains)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
 
 
 def _inference_data(t: torch.Tensor, x: torch.Tensor | None, num_regions: int) -> az.InferenceData:
@@ -543,8 +519,7 @@ def factorial_posterior_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor,
 
     :param num_draws: draws per chain.
     :param num_chains: chains.
-    :param seed: seeds the RNGs for these draws only (:func:`inference.rng.seeded_rng`: every global RNG
-        state is left as it was); None: a fresh seed from OS entropy.
+    :param seed: the draws' seed (:func:`inference.rng.seeded_rng`); None: a fresh seed from OS entropy.
     :param max_configs: refuse (``ValueError``) when R^K exceeds it (the enumeration's cost and memory).
     :param method: ``"pyro"`` (``infer_discrete``, above) or ``"enumeration"``: categorical draws over the
         configurations with the probabilities of :func:`exact_posterior` (the same distribution).  Pyro's
@@ -554,14 +529,12 @@ def factorial_posterior_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor,
         ``(chain, draw, example, unit, category)`` and ``observed_data["x"]`` ``(example, feature)``.
     """
     sig = _check(A, B, x, sigma)
-    _check_counts(num_draws, num_chains)
+    _check_positive(num_draws=num_draws, num_chains=num_chains)
     if method not in ("pyro", "enumeration"):
         raise ValueError(f"method: expected 'pyro' or 'enumeration', got {method!r}")
     K, R, _ = A.shape
-    if R**K > max_configs:
-        raise ValueError(f"factorial_posterior_draws enumerates R^K = {R}^{K} = {float(R**K):.4g} configurations "
-                         f"(limit max_configs={max_configs}); draws from the mean-field approximation: "
-                         f"mean_field_map(...).draws()")
+    _check_configs(K, R, max_configs, "factorial_posterior_draws", "",
+                   "draws from the mean-field approximation: mean_field_map(...).draws()")
     total = num_draws * num_chains
     check_seed(seed)
     rng = seeded_rng(seed, A.device)
@@ -571,12 +544,11 @@ def factorial_posterior_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor,
             codes = torch.distributions.Categorical(logits=post.log_probs).sample((total,))  # (total, N)
         t = post.configs[codes]
     else:
-        log_pi = log_pi_from_offsets(A, B, sig)
-        xx = x.to(A.dtype)
+        model = _sequential_model(A, B, x, sig, max_configs, "factorial_posterior_draws")  # within max_configs
 
         def particles():
             with pyro.plate("particles", total, dim=-2):
-                return factorial_mixture_model(A, None, sig, xx, layout="sequential", log_pi=log_pi)
+                return model()
 
         sampler = infer_discrete(config_enumerate(particles), first_available_dim=-3, temperature=1)
         try:

@@ -12,13 +12,13 @@ one when it is called (the module itself imports silently); removed in 0.4.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
 import torch
 
+from teachers._deprecation import deprecated, warn
+
 from . import posterior as _new
-from ._deprecation import deprecated
 from .posterior import MAX_CLIQUE, EliminationCost, GraphStatistics, Posterior
 
 __all__ = ["MAX_CLIQUE", "EliminationCost", "GraphPosterior", "GraphStatistics", "elimination_order",
@@ -46,9 +46,8 @@ class GraphPosterior(Posterior):
 def graph_posterior(g, x: torch.Tensor, *, marginals: bool = True, max_clique: int = MAX_CLIQUE,
                     chunk_size: int | None = None, device: torch.device | str | None = None) -> GraphPosterior:
     """Deprecated: use :func:`inference.posterior.posterior` (``marginals=True`` was this function's default)."""
-    warnings.warn("inference.graph_posterior.graph_posterior is deprecated since smaso 0.3 and will be removed in "
-                  "0.4; use inference.posterior.posterior(ladder, x, marginals=True) (Posterior.region_marginals() "
-                  "gives the per-region list)", DeprecationWarning, stacklevel=2)
+    warn("inference.graph_posterior.graph_posterior", "inference.posterior.posterior(ladder, x, marginals=True) "
+         "(Posterior.region_marginals() gives the per-region list)")
     post = _new.posterior(g, x, marginals=marginals, max_clique=max_clique, chunk_size=chunk_size, device=device)
     return GraphPosterior(post.log_evidence, post.label, post.region_marginals() if marginals else None,
                           post.method, post.cost, post.region_events)

@@ -1,5 +1,5 @@
 """Exact inference on any ladder by a junction tree: the general-graph engine of :mod:`inference.posterior`
-(``docs/theory.md`` §1.13; a layered DAG of regions, issue 17).
+(``docs/theory.md`` §1.13; a layered DAG of regions).
 
 Factor graph.  One variable per region (its event; global index ``level_offsets[l] + i``) and the factors
 
@@ -12,29 +12,20 @@ Everything is in log space (``logsumexp``), float64, and batched: a factor carri
 dimension (1 when it does not depend on x).
 
 Elimination.  :func:`elimination_order` is the greedy min-fill order (ties: the smaller clique table, then
-the smaller global index) on the interaction graph (regions sharing a factor are neighbours), kept in a heap
-whose keys are recomputed only around each eliminated region.  Eliminating region v creates the clique
-``C_v`` = v and its neighbours at that moment; :func:`treewidth_cost` reports the induced width (the largest
-clique's size minus 1), the largest clique table (product of its event counts) and log2 of the total work
-(sum over the cliques of their table sizes); inference refuses with a ``ValueError`` naming both when the
-largest table exceeds ``max_clique`` entries per example.
+the smaller global index) on the interaction graph (regions sharing a factor are neighbours).  Eliminating
+region v creates the clique ``C_v`` = v and its neighbours at that moment; :func:`treewidth_cost` states the
+cost, and inference refuses with a ``ValueError`` when the largest clique table exceeds ``max_clique`` entries
+per example.
 
 Junction tree.  The cliques ``C_v`` with parent(C_v) = the clique of the first-eliminated region of
 ``C_v \\ {v}`` form a junction tree.  Every factor sits in the clique of the first eliminated region of its
 scope.  The upward pass (leaves of the tree to its root) is exactly variable elimination and gives
 ``log p(x)``; one downward pass (Shafer-Shenoy: the message to a child omits that child's own message)
 calibrates every clique, and every region's marginal is read off its own clique (:func:`junction_posterior`).
-Cost: two passes, each ``O(N * sum_v (children(C_v) + 1) * |C_v table|)`` (the total work of
-:func:`treewidth_cost` times the number of examples, times a small factor), memory
-``O(N * sum_v |C_v table|)`` per chunk of examples (chunks keep the largest temporary at ~2^24 float64 values).
-
-:func:`junction_map` runs the upward pass with max in place of logsumexp and traces the joint MAP back down
-the tree (one configuration of every region per example); :mod:`inference.event_draws` draws from the same
-tables instead of taking their argmax.
-
-:func:`graph_statistics` runs the same calibration without evidence and returns P(z_r), P(z_parent,
-z_child) of every edge, P(z_child | z_parent) and the joint P(z_pa(r)) of every region's parents (read off
-a clique that contains them, or, when no clique does, by one elimination with those parents kept).
+Cost: two passes, each ``O(N * sum_v (children(C_v) + 1) * |C_v table|)``, memory ``O(N * sum_v |C_v table|)``
+per chunk of examples (chunks keep the largest temporary at ~2^24 float64 values).  The joint MAP
+(:func:`junction_map`: max in place of logsumexp, then a traceback), the draws (:mod:`inference.event_draws`)
+and :func:`graph_statistics` (no evidence) read the same tables.
 """
 
 from __future__ import annotations
@@ -96,31 +87,22 @@ def _sum_out(t: torch.Tensor, vars_: Sequence[int], keep: Sequence[int]) -> _Fac
 def _factors(g: Ladder, x: torch.Tensor | None, device: torch.device | None = None) -> list[_Factor]:
     """The factor graph of ``g`` (module docstring), evidence on the leaves when ``x`` is given; every table on
     ``device`` (default: ``x``'s device, or the CPU without evidence)."""
-    off = g.level_offsets
+    off, sizes = g.level_offsets, _sizes(g)
     dev = device if device is not None else (x.device if x is not None else torch.device("cpu"))
-    out: list[_Factor] = []
     with torch.no_grad():
-        if g.mode == TOPDOWN:
-            out.append(_Factor((0,), g.prior.to(dev, torch.float64).log()[None]))
-            for l in range(1, g.depth + 1):
-                for i, t in enumerate(g.region_tables[l]):
-                    ps = tuple(off[l - 1] + p for p in g.parents[l][i])
-                    shape = (*g.parent_sizes(l, i), g.region_events[l][i])
-                    out.append(_Factor((*ps, off[l] + i), t.to(dev, torch.float64).log().reshape(1, *shape)))
-        else:
-            for i, p in enumerate(g.leaf_priors):
-                out.append(_Factor((off[g.depth] + i,), p.to(dev, torch.float64).log()[None]))
-            for l in range(g.depth):
-                for i, look in enumerate(g.lookups[l]):
-                    cs = tuple(off[l + 1] + c for c in g.children[l][i])
-                    m = g.region_events[l][i]
-                    ind = look.to(dev, torch.int64)[:, None] == torch.arange(m, device=dev)[None, :]
-                    t = torch.where(ind, 0.0, -math.inf).to(torch.float64)
-                    out.append(_Factor((*cs, off[l] + i), t.reshape(1, *g.child_sizes(l, i), m)))
+        priors = [g.prior] if g.mode == TOPDOWN else g.leaf_priors
+        top = 0 if g.mode == TOPDOWN else off[g.depth]
+        out = [_Factor((top + i,), p.to(dev, torch.float64).log()[None]) for i, p in enumerate(priors)]
+        for (l, i), scope in _scopes(g):
+            if g.mode == TOPDOWN:
+                t = g.region_tables[l][i].to(dev, torch.float64).log()
+            else:
+                ind = g.lookups[l][i].to(dev, torch.int64)[:, None] == torch.arange(sizes[scope[-1]], device=dev)
+                t = torch.where(ind, 0.0, -math.inf).to(torch.float64)
+            out.append(_Factor(scope, t.reshape(1, *(sizes[v] for v in scope))))
         if x is not None:
             ll = g.emission.log_likelihood(x.to(dev)).double()  # (N, R_d, m)
-            for i in range(g.num_regions[-1]):
-                out.append(_Factor((off[g.depth] + i,), ll[:, i]))
+            out += [_Factor((off[g.depth] + i,), ll[:, i]) for i in range(g.num_regions[-1])]
     return out
 
 
@@ -145,19 +127,20 @@ def _global(g: Ladder, r) -> int:
 
 
 # ------------------------------------------------------------------------------------------ elimination
-def _interaction_graph(g: Ladder) -> list[set[int]]:
+def _scopes(g: Ladder) -> list[tuple[tuple[int, int], tuple[int, ...]]]:
+    """``((l, i), scope)`` of every region's table (top-down) or lookup (bottom-up) factor: the global indices of
+    its parents (top-down) or children (bottom-up), then its own."""
     off = g.level_offsets
-    adj: list[set[int]] = [set() for _ in range(g.total_regions)]
-    scopes = []
     if g.mode == TOPDOWN:
-        for l in range(1, g.depth + 1):
-            for i, ps in enumerate(g.parents[l]):
-                scopes.append([off[l - 1] + p for p in ps] + [off[l] + i])
-    else:
-        for l in range(g.depth):
-            for i, cs in enumerate(g.children[l]):
-                scopes.append([off[l + 1] + c for c in cs] + [off[l] + i])
-    for s in scopes:
+        return [((l, i), (*(off[l - 1] + p for p in ps), off[l] + i))
+                for l in range(1, g.depth + 1) for i, ps in enumerate(g.parents[l])]
+    return [((l, i), (*(off[l + 1] + c for c in cs), off[l] + i))
+            for l in range(g.depth) for i, cs in enumerate(g.children[l])]
+
+
+def _interaction_graph(g: Ladder) -> list[set[int]]:
+    adj: list[set[int]] = [set() for _ in range(g.total_regions)]
+    for _, s in _scopes(g):
         for a in s:
             adj[a].update(b for b in s if b != a)
     return adj
@@ -210,7 +193,7 @@ def elimination_order(g: Ladder, query: Iterable[tuple[int, int]] = ()) -> list[
     :param query: regions kept (not eliminated): the order then covers every other region, and eliminating
         in that order leaves a factor over exactly the query regions.  Default: every region is ordered.
     """
-    _check_graph(g)
+    check_ladder(g)
     keep = {_global(g, r) for r in query}
     order, _ = _greedy_order(_interaction_graph(g), _sizes(g), keep)
     return [_region(g, v) for v in order]
@@ -245,7 +228,7 @@ def _cost(g: Ladder, order: list[int], cliques: list[tuple[int, ...]]) -> Elimin
 
 def treewidth_cost(g: Ladder) -> EliminationCost:
     """Induced width, largest clique and total work of the min-fill elimination of every region of ``g``."""
-    _check_graph(g)
+    check_ladder(g)
     order, cliques = _greedy_order(_interaction_graph(g), _sizes(g))
     return _cost(g, order, cliques)
 
@@ -259,21 +242,18 @@ def _check_limit(cost: EliminationCost, max_clique: int) -> None:
                          f"example, more than max_clique={max_clique} (log2 total work {cost.log2_work:.1f})")
 
 
-def _check_graph(g) -> None:
-    check_ladder(g)
-
-
 # ------------------------------------------------------------------------------------------ junction tree
 class JunctionTree:
     """Cliques of the min-fill elimination of every region of ``g``, their tree, and calibration (module
     docstring); a ``ValueError`` when the largest clique table has more than ``max_clique`` entries."""
 
     def __init__(self, g: Ladder, max_clique: int = MAX_CLIQUE):
-        _check_graph(g)
+        check_ladder(g)
         self.sizes = _sizes(g)
         self.order, self.cliques = _greedy_order(_interaction_graph(g), self.sizes)
         self.cost = _cost(g, self.order, self.cliques)
         _check_limit(self.cost, max_clique)
+        self.chunk = max(1, _CHUNK_ELEMENTS // max(1, self.cost.clique_entries))  # default examples per pass
         pos = {v: k for k, v in enumerate(self.order)}
         self.pos = pos
         self.parent = [min((pos[u] for u in c[1:]), default=None) for c in self.cliques]
@@ -282,23 +262,17 @@ class JunctionTree:
             if p is not None:
                 self.kids[p].append(k)
 
-    def home(self, f: _Factor) -> int:
-        """The clique a factor sits in: that of the first eliminated region of its scope."""
-        return min(self.pos[v] for v in f.vars)
-
     def calibrate(self, factors: list[_Factor], batch: int, *, down: bool = True, reduce=torch.logsumexp):
         """Upward (and downward) messages; returns the clique potentials, up and down messages."""
         K = len(self.cliques)
         assigned: list[list[_Factor]] = [[] for _ in range(K)]
-        for f in factors:
-            assigned[self.home(f)].append(f)
+        for f in factors:  # a factor sits in the clique of the first eliminated region of its scope
+            assigned[min(self.pos[v] for v in f.vars)].append(f)
         psi = [None] * K
         up: list[_Factor | None] = [None] * K
         for k in range(K):  # elimination order: every child comes before its parent
-            c = self.cliques[k]
-            psi[k] = _product(assigned[k], c, self.sizes, batch)
-            t = _product([_Factor(c, psi[k]), *(up[j] for j in self.kids[k])], c, self.sizes, batch)
-            up[k] = _Factor(c[1:], reduce(t, dim=1))  # v_k is axis 1 (cliques list v first)
+            psi[k] = _product(assigned[k], self.cliques[k], self.sizes, batch)
+            up[k] = _Factor(self.cliques[k][1:], reduce(self.conditional(k, psi, up, batch), dim=1))  # v_k: axis 1
         if not down:
             return psi, up, None
         dn: list[_Factor | None] = [None] * K
@@ -313,16 +287,14 @@ class JunctionTree:
 
     def belief(self, k: int, psi, up, dn, batch: int) -> torch.Tensor:
         """The calibrated log table of clique k (potential, children's upward and the downward message)."""
-        c = self.cliques[k]
-        fs = [_Factor(c, psi[k]), *(up[j] for j in self.kids[k])] + ([dn[k]] if dn[k] is not None else [])
-        return _product(fs, c, self.sizes, batch)
+        t = self.conditional(k, psi, up, batch)
+        return t if dn[k] is None else t + _align(dn[k], self.cliques[k])
 
     def conditional(self, k: int, psi, up, batch: int) -> torch.Tensor:
         """The upward table of clique k before its region v_k is summed out: ``(batch, m_v, *separator)``, the log of
         p(z_v, x_below | separator) up to a factor of the separator (what the MAP traceback and the draws read)."""
         c = self.cliques[k]
-        t = _product([_Factor(c, psi[k]), *(up[j] for j in self.kids[k])], c, self.sizes, batch)
-        return t.expand(batch, *t.shape[1:])
+        return _product([_Factor(c, psi[k]), *(up[j] for j in self.kids[k])], c, self.sizes, batch)
 
     def log_z(self, up, batch: int) -> torch.Tensor:
         """Sum over the roots of the tree (one per connected component) of their upward totals: ``(B,)``."""
@@ -334,36 +306,25 @@ class JunctionTree:
 
 
 # ------------------------------------------------------------------------------------------ posterior, MAP
-def _default_chunk(cost: EliminationCost) -> int:
-    return max(1, _CHUNK_ELEMENTS // max(1, cost.clique_entries))
-
-
-def junction_posterior(g: Ladder, x: torch.Tensor, dev: torch.device, *, marginals: bool = True,
-                       max_clique: int = MAX_CLIQUE, chunk_size: int | None = None, jt: JunctionTree | None = None
-                       ) -> tuple[torch.Tensor, list[list[torch.Tensor]], EliminationCost]:
-    """log p(x) ``(N,)`` and the posterior marginals p(z_{l,i} | x) ``marg[l][i]`` ``(N, m_{l,i})`` (only the label's,
-    ``marg[0][0]``, unless ``marginals``) by calibrating the junction tree on chunks of ``x`` on ``dev``.
-
-    Impossible examples get log p(x) = -inf and nan marginals (the caller raises)."""
-    jt = jt if jt is not None else JunctionTree(g, max_clique)
-    step = chunk_size or _default_chunk(jt.cost)
-    off, n = g.level_offsets, x.shape[0]
-    want = range(g.total_regions) if marginals else [0]
-    out = {v: torch.empty(n, jt.sizes[v], dtype=torch.float64, device=dev) for v in want}
-    log_z = torch.empty(n, dtype=torch.float64, device=dev)
-    for s in range(0, n, step):
-        xc = x[s: s + step].detach().to(dev)
-        b = xc.shape[0]
-        psi, up, dn = jt.calibrate(_factors(g, xc, dev), b)
-        log_z[s: s + b] = jt.log_z(up, b)
-        for v in want:
-            k = jt.pos[v]
-            lm = _sum_out(jt.belief(k, psi, up, dn, b), jt.cliques[k], {v}).t  # (b, m_v)
-            out[v][s: s + b] = (lm - torch.logsumexp(lm, -1, keepdim=True)).exp()
-    marg = [[out[off[l] + i] for i in range(g.num_regions[l])] if marginals else [] for l in range(g.depth + 1)]
-    if not marginals:
-        marg[0] = [out[0]]
-    return log_z, marg, jt.cost
+def junction_posterior(g: Ladder, jt: JunctionTree, x: torch.Tensor, dev: torch.device, marginals: bool
+                       ) -> list[torch.Tensor]:
+    """One pass of the junction tree ``jt`` of ``g`` on the examples ``x`` on ``dev``: ``[log p(x) (n,), p(y | x)
+    (n, m_0)]`` and, when ``marginals``, p(z_{l,i} = k | x) ``(n, R_l, events[l])`` of every level l (zero beyond
+    a region's own event count).  Impossible examples get log p(x) = -inf and nan marginals (the caller raises)."""
+    n, levels = x.shape[0], zip(g.num_regions, g.events, strict=True)
+    psi, up, dn = jt.calibrate(_factors(g, x, dev), n)
+    out = [jt.log_z(up, n), None]
+    out += [torch.zeros(n, r, m, dtype=torch.float64, device=dev) for r, m in levels] if marginals else []
+    for v in range(g.total_regions) if marginals else [0]:
+        k = jt.pos[v]
+        lm = _sum_out(jt.belief(k, psi, up, dn, n), jt.cliques[k], {v}).t  # (n, m_v)
+        q = (lm - torch.logsumexp(lm, -1, keepdim=True)).exp()
+        if v == 0:
+            out[1] = q
+        if marginals:
+            l, i = _region(g, v)
+            out[2 + l][:, i, : q.shape[1]] = q
+    return out
 
 
 def junction_map(g: Ladder, x: torch.Tensor, dev: torch.device, *, max_clique: int = MAX_CLIQUE
@@ -373,12 +334,7 @@ def junction_map(g: Ladder, x: torch.Tensor, dev: torch.device, *, max_clique: i
     probable configurations go to the smallest event)."""
     jt = JunctionTree(g, max_clique)
     n = x.shape[0]
-    xc = x.detach().to(dev)
-
-    def maxed(t, dim):
-        return t.max(dim=dim).values
-
-    psi, up, _ = jt.calibrate(_factors(g, xc, dev), n, down=False, reduce=maxed)
+    psi, up, _ = jt.calibrate(_factors(g, x.detach().to(dev), dev), n, down=False, reduce=torch.amax)
     best = jt.log_z(up, n)
     z = torch.zeros(n, g.total_regions, dtype=torch.int64, device=dev)
     ar = torch.arange(n, device=dev)
@@ -453,29 +409,23 @@ def graph_statistics(g: Ladder, *, max_clique: int = MAX_CLIQUE) -> GraphStatist
     (bottom-up ladders: the parents of a shared region meet in no factor) costs one elimination with those
     parents kept.
     """
-    _check_graph(g)
+    check_ladder(g)
     jt = JunctionTree(g, max_clique)
     factors = _factors(g, None)
     psi, up, dn = jt.calibrate(factors, 1)
     off = g.level_offsets
     beliefs: dict = {}
-    p = [[_marginal_of(jt, beliefs, psi, up, dn, [off[l] + i]) for i in range(g.num_regions[l])]
-         for l in range(g.depth + 1)]
-    pair, cond = {}, {}
-    for (l, a, i) in g.edges():
-        j = _marginal_of(jt, beliefs, psi, up, dn, [off[l - 1] + a, off[l] + i])
-        pair[(l, a, i)] = j
-        s = j.sum(-1, keepdim=True)
-        cond[(l, a, i)] = torch.where(s > 0, j / torch.where(s > 0, s, 1.0), 0.0)
+
+    def joint(regions: list[int]) -> torch.Tensor:
+        t = _marginal_of(jt, beliefs, psi, up, dn, regions)
+        return t if t is not None else _query_joint(g, factors, regions, max_clique)
+
+    p = [[joint([off[l] + i]) for i in range(g.num_regions[l])] for l in range(g.depth + 1)]
+    pair = {(l, a, i): joint([off[l - 1] + a, off[l] + i]) for (l, a, i) in g.edges()}
+    sums = {e: j.sum(-1, keepdim=True) for e, j in pair.items()}
+    cond = {e: torch.where(s > 0, pair[e] / torch.where(s > 0, s, 1.0), 0.0) for e, s in sums.items()}
     parents_joint = [[torch.ones(1, dtype=torch.float64)]]
-    for l in range(1, g.depth + 1):
-        row = []
-        for ps in g.parents[l]:
-            q = [off[l - 1] + a for a in ps]
-            t = _marginal_of(jt, beliefs, psi, up, dn, q)
-            if t is None:
-                t = _query_joint(g, factors, q, max_clique)
-            row.append(t.reshape(-1))
-        parents_joint.append(row)
+    parents_joint += [[joint([off[l - 1] + a for a in ps]).reshape(-1) for ps in g.parents[l]]
+                      for l in range(1, g.depth + 1)]
     return GraphStatistics(g, p, pair, cond, parents_joint)
 

@@ -9,8 +9,9 @@ imports silently); removed in 0.4.
 
 from __future__ import annotations
 
+from teachers._deprecation import deprecated
+
 from . import posterior as _new
-from ._deprecation import deprecated
 
 __all__ = ["LadderPosterior", "bayes_optimal_accuracy", "ladder_posterior", "posterior_event_draws",
            "raise_impossible"]

@@ -1,29 +1,14 @@
-"""One exact posterior for every ladder: p(y | x), log p(x), p(z_alpha | x) of every region, the joint MAP,
-exact draws, the Bayes-optimal accuracy and the exact event statistics (``docs/theory.md`` §1.13).
+"""One exact posterior for every ladder (``docs/theory.md`` §1.13): :func:`posterior` (log p(x), p(y | x), every
+region's p(z_alpha | x)), :func:`map_events` (the joint MAP), :func:`bayes_optimal_accuracy`,
+:func:`posterior_event_draws` and the exact event statistics :func:`graph_statistics`.
 
-The algorithm is chosen inside, by the ladder's graph:
-
-- a tree (``ladder.is_tree()``, every region below the top has one parent): sum-product in scaled probabilities,
-  batched over the examples and over the regions of a level (:mod:`inference.sum_product`: one ``bmm`` per
-  level top-down, one ``scatter_add`` per level bottom-up, every message rescaled to max 1 and the log scales
-  summed into log p(x));
-- any other region graph (regions of several parents): the junction tree of a min-fill elimination order
-  (:mod:`inference.junction_tree`, log space; its cost is stated by :func:`treewidth_cost` and refused beyond
-  ``max_clique``).
-
-Both are exact (float64; the two agree to ~1e-13 on trees).  The tree path's scaled evidence of an example
-can come out 0 only if the example is impossible or its messages underflowed past the per-level rescaling;
-those rows are recomputed in log space by the junction tree, and an example whose log p(x) is -inf there too is
-refused (:func:`raise_impossible`).  Results live on the computation's device (``device=``, default x's);
-the only host synchronization is that one check, after the whole batch.
-
-- :func:`posterior` -> :class:`Posterior` (log p(x), p(y | x), the padded per-level marginals, ``predict``);
-- :func:`map_events`: the joint MAP configuration argmax_z p(z | x) and log p(z_map, x) (max-product);
-- :func:`bayes_optimal_accuracy`: the accuracy of argmax_y p(y | x), the ceiling of any student;
-- :func:`posterior_event_draws` (:mod:`inference.event_draws`): exact draws of every event, ArviZ;
-- :func:`graph_statistics` / :class:`GraphStatistics`: exact P(z_r), P(z_parent, z_child), P(z_child |
-  z_parent) and P(z_pa(r)) of any ladder; :func:`elimination_order`, :func:`treewidth_cost`,
-  :class:`EliminationCost`, :data:`MAX_CLIQUE` (:mod:`inference.junction_tree`).
+The algorithm is chosen by the graph, both exact in float64: on a tree, sum-product in scaled probabilities
+batched over the examples and a level's regions (:mod:`inference.sum_product`); on any other region graph, the
+junction tree of a min-fill order (:mod:`inference.junction_tree`; :func:`treewidth_cost` states its cost,
+refused beyond ``max_clique``).  A tree example whose scaled evidence is 0 (impossible, or underflowed past the
+per-level rescaling) is recomputed by the junction tree in log space and refused (:func:`raise_impossible`) only
+if its log p(x) is -inf there too: the one host synchronization, after the whole batch.  Results live on the
+computation's device (``device=``, default x's).
 """
 
 from __future__ import annotations
@@ -47,7 +32,7 @@ from .junction_tree import (
     junction_posterior,
     treewidth_cost,
 )
-from .sum_product import TreePlan, downward, leaf_factors, tree_plan, upward
+from .sum_product import downward, leaf_factors, tree_plan, upward
 
 __all__ = ["MAX_CLIQUE", "METHODS", "EliminationCost", "GraphStatistics", "Posterior", "bayes_optimal_accuracy",
            "elimination_order", "graph_statistics", "map_events", "posterior", "posterior_event_draws",
@@ -59,7 +44,6 @@ METHODS = ("auto", "tree", "junction-tree")
 # (2 MiB; the emission's temporary twice that), elsewhere ~256 MiB
 _CHUNK_ELEMENTS_CPU = 2**18
 _CHUNK_ELEMENTS = 2**25
-_TEACHER = "the ladder"
 
 
 @dataclass
@@ -124,78 +108,47 @@ def posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False, chunk
         raise ValueError(f"method: expected one of {list(METHODS)}, got {method!r}")
     if method == "tree" and not ladder.is_tree():
         raise ValueError("method: 'tree' needs a ladder whose regions have one parent each; use 'junction-tree'")
+    shapes = [(), (ladder.num_classes,), *(zip(ladder.num_regions, ladder.events, strict=True) if marginals else [])]
     if method == "junction-tree" or not ladder.is_tree():
-        return _junction(ladder, x, dev, marginals, chunk_size, max_clique)
+        jt = JunctionTree(ladder, max_clique)
+        log_z, label, *margs = _passes(lambda xc: junction_posterior(ladder, jt, xc, dev, marginals), x,
+                                       check_chunk_size(chunk_size, jt.chunk), dev, shapes)
+        raise_impossible(log_z)
+        return Posterior(log_z, label, margs or None, "junction-tree", jt.cost, ladder.region_events)
     plan = tree_plan(ladder, dev)
-    step = check_chunk_size(chunk_size, _tree_chunk(plan, dev))
-    n = x.shape[0]
-    if n <= step:  # one pass, no copies
-        up = upward(plan, *leaf_factors(plan, x.detach().to(dev)), keep=marginals)
-        log_z, label = up.log_z, up.label
-        margs = [q.transpose(0, 1).contiguous() for q in downward(plan, up)] if marginals else None
-    else:
-        log_z = torch.empty(n, dtype=torch.float64, device=dev)
-        label = torch.empty(n, ladder.num_classes, dtype=torch.float64, device=dev)
-        margs = ([torch.empty(n, r, m, dtype=torch.float64, device=dev) for r, m in zip(plan.R, plan.M, strict=True)]
-                 if marginals else None)
-        for s in range(0, n, step):
-            e = min(n, s + step)
-            up = upward(plan, *leaf_factors(plan, x[s:e].detach().to(dev)), keep=marginals)
-            log_z[s:e] = up.log_z
-            label[s:e] = up.label
-            if marginals:
-                for l, q in enumerate(downward(plan, up)):
-                    margs[l][s:e] = q.transpose(0, 1)
-    out = Posterior(log_z, label, margs, "tree", None, ladder.region_events)
+    budget = _CHUNK_ELEMENTS_CPU if dev.type == "cpu" else _CHUNK_ELEMENTS  # the largest per-level temporary
+    step = check_chunk_size(chunk_size, min(budget // max(1, plan.per_example),
+                                            2 * budget // max(1, plan.emission_elements)))
+
+    def tree_pass(xc: torch.Tensor) -> list[torch.Tensor]:
+        up = upward(plan, *leaf_factors(plan, xc), keep=marginals)
+        return [up.log_z, up.label, *([q.transpose(0, 1) for q in downward(plan, up)] if marginals else [])]
+
+    log_z, label, *margs = _passes(tree_pass, x, step, dev, shapes)
     bad = torch.isneginf(log_z)
     if bool(bad.any()):  # impossible, or underflowed: the log-space junction tree decides
-        _recompute(ladder, x, dev, out, bad.nonzero().flatten(), max_clique)
+        rows = bad.nonzero().flatten()
+        try:
+            jt = JunctionTree(ladder, max_clique)
+        except ValueError:  # beyond max_clique: the scaled pass's verdict stands
+            raise_impossible(log_z)
+            raise
+        fix = _passes(lambda xc: junction_posterior(ladder, jt, xc, dev, marginals), x[rows.to(x.device)], jt.chunk,
+                      dev, shapes)
+        for out, t in zip([log_z, label, *margs], fix, strict=True):
+            out[rows] = t
+        raise_impossible(log_z)
+    return Posterior(log_z, label, margs or None, "tree", None, ladder.region_events)
+
+
+def _passes(one_pass, x: torch.Tensor, step: int, dev: torch.device, shapes) -> list[torch.Tensor]:
+    """``one_pass`` on chunks of ``step`` examples of ``x`` on ``dev``, its outputs joined: ``(N, *shape)`` each."""
+    n = x.shape[0]
+    out = [torch.empty(n, *shape, dtype=torch.float64, device=dev) for shape in shapes]
+    for s in range(0, n, step):
+        for o, t in zip(out, one_pass(x[s: s + step].detach().to(dev)), strict=True):
+            o[s: s + step] = t
     return out
-
-
-def _tree_chunk(plan: TreePlan, dev: torch.device) -> int:
-    """Default examples per pass of the tree path: the largest per-level temporary within the budget."""
-    budget = _CHUNK_ELEMENTS_CPU if dev.type == "cpu" else _CHUNK_ELEMENTS
-    return max(1, min(budget // max(1, plan.per_example), 2 * budget // max(1, plan.emission_elements)))
-
-
-def _recompute(ladder: Ladder, x: torch.Tensor, dev: torch.device, out: Posterior, rows: torch.Tensor,
-               max_clique: int) -> None:
-    """Rows whose scaled evidence is 0: their junction-tree results in place, or the impossibility error (also
-    when the junction tree is beyond ``max_clique``: then the scaled pass's verdict stands)."""
-    try:
-        log_z, marg, _ = junction_posterior(ladder, x[rows.to(x.device)], dev, marginals=out.marginals is not None,
-                                            max_clique=max_clique)
-    except ValueError:
-        raise_impossible(out.log_evidence, 0, _TEACHER)
-        raise
-    full = out.log_evidence.clone()
-    full[rows] = log_z
-    raise_impossible(full, 0, _TEACHER)
-    out.log_evidence[rows] = log_z
-    out.label[rows] = marg[0][0]
-    if out.marginals is not None:
-        for l, lvl in enumerate(marg):
-            for i, t in enumerate(lvl):
-                out.marginals[l][rows, i, : t.shape[1]] = t
-
-
-def _junction(ladder: Ladder, x: torch.Tensor, dev: torch.device, marginals: bool, chunk_size, max_clique: int
-              ) -> Posterior:
-    jt = JunctionTree(ladder, max_clique)
-    step = None if chunk_size is None else check_chunk_size(chunk_size, 1)
-    log_z, marg, cost = junction_posterior(ladder, x, dev, marginals=marginals, max_clique=max_clique,
-                                           chunk_size=step, jt=jt)
-    raise_impossible(log_z, 0, _TEACHER)
-    padded = None
-    if marginals:
-        padded = []
-        for l, lvl in enumerate(marg):
-            t = torch.zeros(x.shape[0], ladder.num_regions[l], ladder.events[l], dtype=torch.float64, device=dev)
-            for i, q in enumerate(lvl):
-                t[:, i, : q.shape[1]] = q
-            padded.append(t)
-    return Posterior(log_z, marg[0][0], padded, "junction-tree", cost, ladder.region_events)
 
 
 def map_events(ladder: Ladder, x: torch.Tensor, *, max_clique: int = MAX_CLIQUE,
@@ -211,7 +164,7 @@ def map_events(ladder: Ladder, x: torch.Tensor, *, max_clique: int = MAX_CLIQUE,
     check_ladder(ladder)
     ladder.emission.check_input(x, "x")
     z, best = junction_map(ladder, x, check_device(device, x), max_clique=max_clique)
-    raise_impossible(best, 0, _TEACHER)
+    raise_impossible(best)
     return z, best
 
 
@@ -239,17 +192,12 @@ def bayes_optimal_accuracy(ladder: Ladder, x: torch.Tensor, y: torch.Tensor | No
     if y is not None and tuple(y.shape) != (x.shape[0],):
         raise ValueError(f"y: expected shape ({x.shape[0]},), got {tuple(y.shape)}")
     step = max(1, x.shape[0] if batch_size is None else batch_size)
-    best_parts, pred_parts = [], []
-    for s in range(0, max(x.shape[0], 1), step):
-        post = posterior(ladder, x[s: s + step], **kwargs)
-        best_parts.append(post.label.max(-1).values)
-        pred_parts.append(post.predict())
-    best = torch.cat(best_parts)
+    labels = [posterior(ladder, x[s: s + step], **kwargs).label for s in range(0, max(x.shape[0], 1), step)]
+    best, pred = torch.cat(labels).max(-1)  # max_y p(y | x) and the Bayes-optimal labels (first max on ties)
     n = best.numel()
     nan = float("nan")
     out = {"expected": best.mean().item() if n else nan, "stderr": (best.std() / n**0.5).item() if n > 1 else nan,
            "stderr_empirical": ((best * (1 - best)).sum().sqrt() / n).item() if n else nan, "n": n}
     if y is not None:
-        pred = torch.cat(pred_parts)
         out["empirical"] = (pred == y.long().to(pred.device)).double().mean().item() if n else nan
     return out

@@ -1,8 +1,5 @@
-"""A local RNG scope for Pyro work: seed it, and leave the caller's global generators as they were.
-
-Pyro samples from the global generators (Python's ``random``, NumPy's legacy global state, torch's CPU
-and CUDA generators).  Library calls that take ``seed=`` run their Pyro work inside :func:`seeded_rng`,
-so that no call changes the caller's global RNG state.
+"""A local RNG scope for Pyro work, which samples from the global generators: library calls that take ``seed=``
+run inside :func:`seeded_rng`, so that no call changes the caller's global RNG state.
 """
 
 from __future__ import annotations

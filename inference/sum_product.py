@@ -29,9 +29,8 @@ bottom-up
 
 Both are exact (the same numbers as log-space sum-product to ~1e-14).  Trees whose regions differ in their
 number of children or events are padded (top-down) or split into groups of regions of one shape (bottom-up);
-a uniform tree is one group per level and its children are views, not gathers.  An example whose scaled
-evidence comes out 0 is either impossible or underflowed past the rescaling; :mod:`inference.posterior`
-recomputes such rows in log space (the junction tree) before it calls them impossible.
+a uniform tree is one group per level and its children are views, not gathers.  A scaled evidence of 0 is
+impossible or underflowed (:mod:`inference.posterior` decides in log space).
 
 One-hot leaves (:class:`teachers.emission.OneHotEmission`): phi_r is the indicator of x_r's event, computed from
 x directly (the same 0/1 values as exp of the emission's 0/-inf log-likelihood, without the exp).
@@ -104,13 +103,12 @@ class TreePlan:
 def _versions(ladder: Ladder) -> tuple:
     """The version counters of the tensors a plan is built from (an in-place change of a table rebuilds it)."""
     if ladder.mode == TOPDOWN:
-        out = [ladder.prior._version]
-        for l, t in enumerate(ladder.tables, start=1):
-            out += [t._version] if t is not None else [r._version for r in ladder.region_tables[l]]
-        return tuple(out)
-    out = [ladder.leaf_prior._version]
-    for l, t in enumerate(ladder.lookup):
-        out += [t._version] if t is not None else [r._version for r in ladder.lookups[l]]
+        first, stacked, parts = ladder.prior, ladder.tables, ladder.region_tables[1:]
+    else:
+        first, stacked, parts = ladder.leaf_prior, ladder.lookup, ladder.lookups
+    out = [first._version]
+    for t, ts in zip(stacked, parts, strict=True):
+        out += [t._version] if t is not None else [r._version for r in ts]
     return tuple(out)
 
 

@@ -1,50 +1,19 @@
-"""Hard, soft and beta-VQ of a max-affine spline layer as inference in its Pyro mixture model.
+"""Hard, soft and beta-VQ of a max-affine spline layer as inference in its Pyro mixture model (``docs/theory.md``
+§3, seed ``003``).
 
-docs/theory.md §3 (seed ``003``).  A layer with slopes ``A`` ``(K, R, D)`` and offsets ``B`` ``(K, R)`` gives
-every example x the region scores ``s[n, k, r] = <A[k, r, :], x[n]> + B[k, r]`` and, for region
-probabilities ``t[n, k, :]`` on the simplex, the unit outputs ``z[n, k] = sum_r t[n, k, r] s[n, k, r]``.
+A layer with slopes ``A`` ``(K, R, D)`` and offsets ``B`` ``(K, R)`` scores the regions, ``s[n, k, r] = <A[k, r, :],
+x[n]> + B[k, r]``; region probabilities ``t[n, k, :]`` on the simplex give the unit outputs ``z[n, k] = sum_r t s``.
+Hard VQ (Eq 2) is ``t = one_hot(argmax_r s)``, soft VQ (Eq 5-6) ``t = softmax_r(s)`` and beta-VQ (Eq 7-9)
+``t = softmax_r(eta s)``, ``eta = beta / (1 - beta)``, the maximizer of ``beta <t, s> + (1 - beta) H(t)`` (beta =
+1/2 soft, 1 hard, 0 uniform); for the ReLU MASO the outputs are ReLU, SiLU and swish (Table 1).  Their closed
+forms are :mod:`smaso.splines.maso`'s; here they are inference on the per-unit SMASO (Eq 3,
+:func:`smaso.splines.mixture.unit_mixture_model` with ``pi = pi_from_offsets(A, B, sigma)``, whose posterior is
+``softmax(s / sigma^2)``): :func:`vq_map` (MAP), :func:`svi_vq` (tempered SVI), :func:`posterior_region_draws` and
+:meth:`VQFit.draws` (draws as ArviZ ``InferenceData``; :func:`region_summary` gives per-region probabilities).
+``beta`` is a number in [0, 1] or a ``(K,)`` tensor.
 
-The closed forms live with the spline (:mod:`smaso.splines.maso`: :func:`~smaso.splines.maso.region_scores`,
-:func:`~smaso.splines.maso.hard_regions`, :func:`~smaso.splines.maso.region_probabilities`,
-:func:`~smaso.splines.maso.vq_outputs`):
-
-- hard VQ (Eq 2): ``t = one_hot(argmax_r s)``, so z is the MASO output ``max_r s``;
-- soft VQ (Eq 5-6): ``t = softmax_r(s)``, the maximizer of ``<t, s> + H(t)``;
-- beta-VQ (Eq 7-9): ``t = softmax_r(eta s)``, ``eta = beta / (1 - beta)``, the maximizer of
-  ``beta <t, s> + (1 - beta) H(t)``; beta = 1/2 is soft VQ, beta = 1 hard VQ, beta = 0 uniform (1/R).
-
-For the ReLU MASO (R = 2, ``(A, B)[k, 0] = (0, 0)``, ``(A, B)[k, 1] = (W_k, b_k)``, u = <W_k, x> + b_k)
-the outputs are ReLU, SiLU ``u sigmoid(u)`` and swish ``u sigmoid(eta u)`` (Table 1).
-
-The same answers as inference on the per-unit SMASO (Eq 3, :func:`smaso.splines.mixture.unit_mixture_model`
-with ``pi = pi_from_offsets(A, B, sigma)``), whose posterior is ``softmax(s / sigma^2)``:
-
-- :func:`vq_map`: the MAP of the region variables by ``infer_discrete(temperature=0)`` (any sigma)
-  is the hard VQ;
-- :func:`svi_vq`: SVI with a mean-field categorical guide (``pyro.param(..., constraint=simplex)``,
-  enumerated exactly by ``TraceEnum_ELBO``) maximizes ``E_q[eta log p(t, x)] + H(q)``, the model's joint
-  log-density tempered by eta (``poutine.scale``, or equivalently a tempered likelihood with
-  ``sigma^2 = 1 / eta``); its optimum is the beta-VQ ``softmax(eta s)`` (soft VQ at eta = 1);
-- :func:`posterior_region_draws`: exact draws of the beta-VQ regions (``infer_discrete(temperature=1)``
-  on the model at ``sigma^2 = 1 / eta``), and :meth:`VQFit.draws`: draws from the fitted guide, both
-  as ArviZ ``InferenceData`` (``az.from_dict``, arrays ``(chain, draw, example, unit)``).
-
-``beta`` is a number in [0, 1] or a ``(K,)`` tensor (one value per unit).
-
-Conventions (Pyro's and ArviZ's):
-
-- no call changes the caller's global RNG state: ``seed=`` is applied inside :func:`~inference.rng.seeded_rng`, which
-  saves and restores Python's ``random``, NumPy's global generator and torch's CPU (and, for a CUDA input,
-  that device's) generator; ``seed=None`` draws a fresh seed from OS entropy (never from, nor into, the
-  caller's generators);
-- every tensor created here (the guide's ``pyro.param``, betas, draws) is on ``A``'s device in ``A``'s dtype;
-  ``x`` is moved to them;
-- region variables are categorical: ``categorical="labels"`` (default) stores ``posterior["t"]`` as int64
-  labels with integer coordinates (``example``, ``unit``) and ``attrs["num_categories"] = R``;
-  ``categorical="one_hot"`` stores the per-region indicators ``(chain, draw, example, unit, region)``, whose
-  ``az.summary`` means are the per-region posterior probabilities with their MCSE, ESS and r_hat.
-  :func:`region_summary` gives that per-region table from either form.  ``observed_data["x"]`` holds the
-  inputs ``(example, feature)``.
+No call changes the caller's global RNG state (``seed=`` runs inside :func:`inference.rng.seeded_rng`); every
+tensor created here is on ``A``'s device in ``A``'s dtype (``x`` is moved there).
 """
 
 from __future__ import annotations
@@ -59,12 +28,13 @@ import pyro.distributions as dist
 import torch
 import xarray as xr
 from pyro import poutine
-from pyro.infer import SVI, Predictive, TraceEnum_ELBO, config_enumerate, infer_discrete
+from pyro.infer import SVI, TraceEnum_ELBO, config_enumerate, infer_discrete
 from torch.distributions import constraints
 
+from inference.factorial import _check_layer, _check_positive, _guide_draws
 from inference.rng import check_seed, seeded_rng
 from smaso.splines.maso import check_unit_beta, region_scores, vq_outputs
-from smaso.splines.mixture import check_finite, check_maso, check_x, log_pi_from_offsets, unit_mixture_model
+from smaso.splines.mixture import log_pi_from_offsets, unit_mixture_model
 
 # seeded_rng lives in inference.rng; it stays importable from here
 __all__ = ["VQFit", "posterior_region_draws", "region_summary", "seeded_rng", "svi_vq", "vq_map"]
@@ -88,9 +58,7 @@ def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torc
     :returns: one-hot region assignments ``(N, K, R)`` (equal to :func:`~smaso.splines.maso.hard_regions` except at ties
         within rounding, where either region gives the same output).
     """
-    check_maso(A, B)
-    check_x(x, A, finite=True)
-    check_finite(B, "B")
+    _check_layer(A, B, x)
     log_pi = log_pi_from_offsets(A, B, sigma)
     model = infer_discrete(config_enumerate(unit_mixture_model), first_available_dim=-3, temperature=0)
     with torch.no_grad():
@@ -98,13 +66,13 @@ def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torc
     return torch.nn.functional.one_hot(t, A.shape[1]).to(A.dtype)
 
 
-def _tempered_sigma(A: torch.Tensor, beta) -> tuple[torch.Tensor, torch.Tensor]:
-    """(beta, sigma) with sigma^2 = 1/eta per unit, for 0 < beta < 1."""
+def _tempered_sigma(A: torch.Tensor, beta) -> torch.Tensor:
+    """sigma with sigma^2 = 1/eta per unit, for 0 < beta < 1."""
     b = check_unit_beta(beta, A.shape[0], A.dtype).to(device=A.device, dtype=A.dtype)
     if bool((b <= 0).any()) or bool((b >= 1).any()):
         raise ValueError(f"beta: posterior draws need 0 < beta < 1 (beta = 1 is the deterministic hard VQ, "
                          f"see vq_map; beta = 0 is uniform), got {b.tolist()}")
-    return b, ((1 - b) / b).sqrt()
+    return ((1 - b) / b).sqrt()
 
 
 def posterior_region_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, num_draws: int = 500,
@@ -113,27 +81,24 @@ def posterior_region_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, nu
     """Exact draws of the region variables from p(t | x) at ``sigma^2 = 1/eta`` (``infer_discrete(temperature=1)``).
 
     The per-unit SMASO with ``pi = pi_from_offsets(A, B, sigma)`` and ``sigma^2 = 1/eta`` has the
-    posterior ``softmax(eta s)``: the draws are beta-VQ draws (soft VQ at beta = 1/2).  All draws come
-    from one model call under a ``"particles"`` plate (dim -3).
+    posterior ``softmax(eta s)``: beta-VQ draws (soft VQ at beta = 1/2), from one model call under a
+    ``"particles"`` plate (dim -3).
 
     :param num_draws: draws per chain.
     :param num_chains: independent chains (``az.summary``'s r_hat needs at least 2).
     :param beta: in (0, 1), a number or ``(K,)``.
-    :param seed: the draws' seed, applied inside :func:`~inference.rng.seeded_rng` (the caller's global
-        RNG state is left as it was); None: a fresh seed from OS entropy.
+    :param seed: the draws' seed (:func:`~inference.rng.seeded_rng`); None: a fresh seed from OS entropy.
     :param categorical: ``"labels"``: ``posterior["t"]`` ``(chain, draw, example, unit)`` int64;
         ``"one_hot"``: ``posterior["t"]`` ``(chain, draw, example, unit, region)`` indicators (``az.summary``
         means = per-region probabilities).
     :returns: ``InferenceData`` with ``posterior["t"]`` and ``observed_data["x"]`` ``(example, feature)``;
         integer coordinates.
     """
-    check_maso(A, B)
-    check_x(x, A, finite=True)
-    check_finite(B, "B")
-    _check_counts(num_draws, num_chains)
+    _check_layer(A, B, x)
+    _check_positive(num_draws=num_draws, num_chains=num_chains)
     _check_categorical(categorical)
     check_seed(seed)
-    _, sigma = _tempered_sigma(A, beta)
+    sigma = _tempered_sigma(A, beta)
     log_pi = log_pi_from_offsets(A, B, sigma)
     total = num_draws * num_chains
     xx = x.to(device=A.device, dtype=A.dtype)
@@ -147,12 +112,6 @@ def posterior_region_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, nu
         t = sampler(xx)["t"]  # (total, N, K)
     t = t.expand(total, x.shape[0], A.shape[0]).reshape(num_chains, num_draws, x.shape[0], A.shape[0])
     return _inference_data(t, x, A.shape[1], categorical)
-
-
-def _check_counts(num_draws, num_chains) -> None:
-    for name, v in (("num_draws", num_draws), ("num_chains", num_chains)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
 
 
 def _inference_data(t: torch.Tensor, x: torch.Tensor, num_regions: int, categorical: str) -> az.InferenceData:
@@ -178,11 +137,9 @@ def region_summary(idata: az.InferenceData, var_name: str = "t", num_categories:
 
     The labels ``(chain, draw, ...)`` (or one-hot indicators with a ``region`` dim) become indicators
     ``1[t == r]`` with a named ``region`` dimension (integer coordinates ``0..R-1``); their summary rows
-    ``t[example, unit, region]`` give the posterior probability of each region (``mean``), its Monte Carlo
-    error (``mcse_mean``), ``ess_bulk`` / ``ess_tail`` and ``r_hat`` (the HDI columns of an indicator are
-    0 or 1 and carry no information; ``kind="all"`` keeps them, pass ``kind="diagnostics"`` / ``"stats"``
-    for less).  Constant indicators (a region drawn always or never) get NaN r_hat; the RuntimeWarnings
-    NumPy raises for them are silenced.
+    ``t[example, unit, region]`` give the posterior probability of each region (``mean``), ``mcse_mean``,
+    ``ess_bulk`` / ``ess_tail`` and ``r_hat`` (pass ``kind="diagnostics"`` / ``"stats"`` for less).  Constant
+    indicators (a region drawn always or never) get NaN r_hat, without NumPy's RuntimeWarnings.
 
     :param idata: ``InferenceData`` from :func:`posterior_region_draws` or :meth:`VQFit.draws`.
     :param num_categories: R; default ``attrs["num_categories"]`` of the variable, else ``max + 1``.
@@ -228,26 +185,16 @@ class VQFit:
               categorical: str = "labels") -> az.InferenceData:
         """Region draws from the fitted mean-field guide (``Predictive`` over the guide), as ``InferenceData``.
 
-        :param seed: applied inside :func:`~inference.rng.seeded_rng` (the caller's global RNG state is left as it was);
-            None: a fresh seed from OS entropy.
+        :param seed: the draws' seed (:func:`~inference.rng.seeded_rng`); None: a fresh seed from OS entropy.
         :param categorical: ``"labels"`` or ``"one_hot"``, as in :func:`posterior_region_draws`.
         :returns: ``posterior["t"]`` ``(chain, draw, example, unit)`` (one-hot: ``..., region``) and
             ``observed_data["x"]``.
         """
-        _check_counts(num_draws, num_chains)
+        _check_positive(num_draws=num_draws, num_chains=num_chains)
         _check_categorical(categorical)
         check_seed(seed)
-        probs = self.probs
-        n, k, R = probs.shape
-
-        def guide():
-            with pyro.plate("data", n, dim=-2), pyro.plate("units", k, dim=-1):
-                pyro.sample("t", dist.Categorical(probs=probs))
-
-        total = num_draws * num_chains
-        with seeded_rng(seed, probs.device), torch.no_grad():
-            t = Predictive(guide, num_samples=total, parallel=True, return_sites=["t"])()["t"]
-        return _inference_data(t.reshape(num_chains, num_draws, n, k), self.x, R, categorical)
+        t = _guide_draws(self.probs, num_draws, num_chains, seed)
+        return _inference_data(t, self.x, self.probs.shape[-1], categorical)
 
 
 def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_steps: int = 300, lr: float = 0.1,
@@ -264,22 +211,18 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
       sigma)``: the ordinary ELBO, whose optimum is the posterior ``softmax(eta s)`` too.
 
     Adam (``lr``) for ``num_steps`` steps from the uniform q.  Any previous value of the guide's param is
-    replaced; the rest of Pyro's param store is left alone.  The param, ``x`` and the returned tensors are
-    on ``A``'s device in ``A``'s dtype.
+    replaced; the rest of Pyro's param store is left alone.
 
     :param beta: in [0, 1), a number or ``(K,)`` (beta = 1 is hard VQ: use :func:`vq_map`; the
         likelihood tempering needs beta > 0).
-    :param seed: applied inside :func:`~inference.rng.seeded_rng` around the fit (the caller's global RNG
-        state is left as it was; the fit itself is deterministic: the guide is enumerated and its start is uniform).
+    :param seed: applied inside :func:`~inference.rng.seeded_rng` around the fit (itself deterministic: the guide
+        is enumerated and starts uniform).
     :param progress: show a tqdm bar over the SVI steps (off by default, so notebooks and logs stay clean).
     """
-    check_maso(A, B)
-    check_x(x, A, finite=True)
-    check_finite(B, "B")
+    _check_layer(A, B, x)
     if tempering not in ("scale", "likelihood"):
         raise ValueError(f"tempering: expected 'scale' or 'likelihood', got {tempering!r}")
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-        raise ValueError(f"num_steps: expected a positive integer, got {num_steps!r}")
+    _check_positive(num_steps=num_steps)
     if not lr > 0:
         raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
     check_seed(seed)
@@ -290,15 +233,10 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
     eta = b / (1 - b)
     x = x.to(device=A.device, dtype=A.dtype)
     n, (K, R, _) = x.shape[0], A.shape
-    if tempering == "scale":
-        log_pi = log_pi_from_offsets(A, B, 1.0)
-        model = poutine.scale(lambda xx: unit_mixture_model(A, None, 1.0, xx, log_pi=log_pi), scale=eta)
-    else:
-        _, sigma = _tempered_sigma(A, b)
-        log_pi = log_pi_from_offsets(A, B, sigma)
-
-        def model(xx):
-            return unit_mixture_model(A, None, sigma, xx, log_pi=log_pi)
+    sigma = 1.0 if tempering == "scale" else _tempered_sigma(A, b)
+    log_pi = log_pi_from_offsets(A, B, sigma)
+    model = poutine.scale(lambda xx: unit_mixture_model(A, None, sigma, xx, log_pi=log_pi),
+                          scale=eta if tempering == "scale" else 1.0)
 
     def guide(xx):
         q = pyro.param(PARAM_NAME, lambda: torch.full((n, K, R), 1.0 / R, dtype=A.dtype, device=A.device),

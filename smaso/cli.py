@@ -54,6 +54,7 @@ __all__ = ["inspect_report", "main"]
 
 
 def _add_ladder_options(p: argparse.ArgumentParser) -> None:
+    """The tree ladder's options, then the graph ladder's (``--graph``)."""
     g = p.add_argument_group("ladder (ignored with --spec)")
     g.add_argument("--spec", help="ladder spec file (.json or .toml), a tree or a graph ladder (its 'format' field "
                                   "decides); see teachers/spec_io.py")
@@ -72,9 +73,6 @@ def _add_ladder_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ladder-seed", type=int, default=0, help="seed of the random tables (not of the data)")
     g.add_argument("--emission", default="onehot", choices=["onehot", "gaussian"], help="leaf observations")
     g.add_argument("--sigma", type=float, default=None, help="gaussian emission: noise standard deviation (> 0)")
-
-
-def _add_graph_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("graph ladder (--graph; the tree options --kind, --depth, --branching and --factors are "
                              "then ignored; --mode, --events, --concentration, --ladder-seed, --emission and --sigma "
                              "apply)")
@@ -123,11 +121,7 @@ def ladder_from_args(args: argparse.Namespace):
                 raise ValueError(f"--{opt}: only applies with --graph conv1d|conv2d")
     if args.spec:
         lad = load_spec(args.spec)
-        if args.emission != "onehot" or args.sigma is not None:
-            emission = ({"kind": args.emission, "sigma": args.sigma} if args.emission == "gaussian"
-                        else {"kind": "onehot"})
-            lad = lad.with_emission(emission)
-        return lad
+        return lad.with_emission({"kind": "gaussian", "sigma": args.sigma}) if args.emission == "gaussian" else lad
     if graph:
         return _graph_from_args(args)
     common = {"emission": args.emission, "sigma": args.sigma}
@@ -209,7 +203,8 @@ def _cmd_sample_ladder(args) -> int:
     _set_threads(args, default=1)
     t0 = time.perf_counter()
     progress = False if args.no_progress or _quiet(args) else None
-    lo, hi = (lambda i, k: (i * args.n // k, (i + 1) * args.n // k))(*parse_shard(args.shard))
+    i, k = parse_shard(args.shard)
+    lo, hi = i * args.n // k, (i + 1) * args.n // k
     if str(args.out).endswith(".npz"):  # format 1: one file, sampled in memory
         from teachers.dataset import save_dataset
         from teachers.sampling import sample_ladder
@@ -237,7 +232,6 @@ def _cmd_sample_ladder(args) -> int:
                                    progress=progress, engine=engine)
     t1 = time.perf_counter()
     print(lad.describe())
-    i, k = parse_shard(args.shard)
     print(f"sampled {hi - lo} examples (rows {lo}..{hi} of {args.n}, shard {i}/{k}, seed {args.seed}) and wrote "
           f"{path} in {t1 - t0:.2f} s ({(hi - lo) / max(t1 - t0, 1e-9):,.0f} examples/s)")
     return 0
@@ -279,16 +273,13 @@ def _cmd_inspect(args) -> int:
     if dataset_format(args.files[0]) == TENT_FORMAT:
         report = tent_report(load_tent_dataset(args.files, partial=args.partial))
         print_tent_report(report)
-        if args.json:
-            _write_json(args.json, report, args)
-            print(f"\nwrote {args.json}")
-        return 0
-    source = load_dataset(args.files, partial=args.partial)
-    _set_threads(args)
-    with _engine(args) as engine:
-        report = inspect_report(source, bayes_n=args.bayes_n, engine=engine, device=args.device,
-                                progress=not args.no_progress and not _quiet(args) and sys.stderr.isatty())
-    print_report(report, source.ladder)
+    else:
+        source = load_dataset(args.files, partial=args.partial)
+        _set_threads(args)
+        with _engine(args) as engine:
+            report = inspect_report(source, bayes_n=args.bayes_n, engine=engine, device=args.device,
+                                    progress=not args.no_progress and not _quiet(args) and sys.stderr.isatty())
+        print_report(report, source.ladder)
     if args.json:
         _write_json(args.json, report, args)
         print(f"\nwrote {args.json}")
@@ -308,9 +299,6 @@ def _json_safe(obj):
     if torch is not None and isinstance(obj, torch.Tensor):
         return _json_safe(obj.tolist())
     return obj
-
-
-#: a text output path meaning standard output
 
 
 def _write_text(args, path, text: str) -> None:
@@ -365,13 +353,12 @@ def _add_device(g, what: str) -> None:
                    help=f"torch device ('cpu', 'cuda', 'cuda:1') of {what} (default: cpu)")
 
 
-def _run_comparison(sample, args, title: str, engine=None):
+def _run_comparison(sample, args, engine=None):
     from smaso.student.compare import compare_student
 
-    width = args.width[0] if len(args.width) == 1 else args.width
-    return compare_student(sample, width=width, activation=args.activation, batch_norm=args.bn or False,
-                           bias=not args.no_bias, loss=args.loss, steps=args.steps, lr=args.lr,
-                           batch_size=args.batch_size or None, weight_decay=args.weight_decay,
+    return compare_student(sample, width=_one_or_list(args.width), activation=args.activation,
+                           batch_norm=args.bn or False, bias=not args.no_bias, loss=args.loss, steps=args.steps,
+                           lr=args.lr, batch_size=args.batch_size or None, weight_decay=args.weight_decay,
                            eval_every=args.eval_every, eval_examples=args.eval_examples, P_source=args.P_source,
                            seed=args.student_seed, engine=engine, noise_groups=_noise_groups(args),
                            device=args.device, shared=getattr(args, "shared", False))
@@ -425,7 +412,7 @@ def _cmd_demo(args) -> int:
     title = "default ladder: student vs reformulation"
     print(f"\n== student vs reformulation (Thm 4 / Eq 9): {args.steps} SGD steps, width {args.width}, "
           f"{args.activation}{f', BN {args.bn} the gate' if args.bn else ''} ==")
-    result = _run_comparison(sample, args, title)
+    result = _run_comparison(sample, args)
     print(result.table(every=max(1, len(result.history) // 8)))
     print(f"Bayes-optimal accuracy of this ladder: {report['bayes_optimal']['expected']:.4f}")
     # Thm 3: on the fully informative ladder with one-hot leaves the reformulation is exact
@@ -466,7 +453,7 @@ def _cmd_compare(args) -> int:
     title = f"{lad.name}: student vs reformulation"
     _set_threads(args)
     with _engine(args) as engine:
-        result = _run_comparison(sample, args, title, engine=engine)
+        result = _run_comparison(sample, args, engine=engine)
     print(result.table(every=max(1, len(result.history) // 8)))
     if args.out:
         files = _save_outputs(args.out, _comparison_payload(result, args), result, title)
@@ -482,11 +469,6 @@ def build_parser() -> argparse.ArgumentParser:
                     "their per-event statistics with the framework's reformulation.",
         epilog="examples:" + __doc__.split("::")[1].split("Every subcommand")[0].rstrip())
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--debug", action="store_true",
-                        help="show the traceback of an error, and third-party warnings")
-    parser.add_argument("-q", "--quiet", action="store_true",
-                        help="print only errors, warnings and data asked for on stdout: no progress bars, "
-                             "no reports")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     demo = sub.add_parser("demo", help="sample -> train a student -> compare with the reformulation",
@@ -520,7 +502,6 @@ def build_parser() -> argparse.ArgumentParser:
                               description="Sample N examples (x, y and every latent event) from a summarization "
                                           "ladder into a versioned .npz dataset file (see teachers/dataset.py).")
     _add_ladder_options(lad)
-    _add_graph_options(lad)
     lad.add_argument("-n", type=_positive_int, required=True, help="examples in the full stream")
     lad.add_argument("--seed", type=_nonneg_int, default=0, help="data seed")
     lad.add_argument("--out", required=True,
@@ -555,7 +536,6 @@ def build_parser() -> argparse.ArgumentParser:
     spec = sub.add_parser("spec", help="write a ladder spec file to edit",
                           description="Build a ladder from the options and write it as a JSON spec file.")
     _add_ladder_options(spec)
-    _add_graph_options(spec)
     spec.add_argument("--out", required=True, help="output .json file ('-': standard output)")
     spec.set_defaults(func=_cmd_spec)
 
@@ -600,16 +580,17 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def _add_global_options(parser: argparse.ArgumentParser) -> None:
-    """``--debug`` and ``-q`` after any subcommand too (``smaso demo -q``), without overriding the top-level
-    ones."""
+def _add_global_options(parser: argparse.ArgumentParser, **default) -> None:
+    """``--debug`` and ``-q``, and after any subcommand too (``smaso demo -q``), there without overriding the
+    top-level ones (``default=SUPPRESS``)."""
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error, and third-party "
+                                                              "warnings", **default)
+    parser.add_argument("-q", "--quiet", action="store_true", **default,
+                        help="print only errors, warnings and data asked for on stdout"
+                             + ("" if default else ": no progress bars, no reports"))
     for action in parser._subparsers._group_actions if parser._subparsers else ():
         for child in getattr(action, "choices", {}).values():
-            child.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                               help="show the traceback of an error, and third-party warnings")
-            child.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                               help="print only errors, warnings and data asked for on stdout")
-            _add_global_options(child)
+            _add_global_options(child, default=argparse.SUPPRESS)
 
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
@@ -625,25 +606,23 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
                         "Dask workers, torch's own choice otherwise)")
 
 
-def _positive_int(text: str) -> int:
-    v = _int(text)
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
+def _int_at_least(low: int, what: str):
+    """An argparse type: an integer (``1e6`` too) of at least ``low``, named ``what`` in the error."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(float(text)) if "e" in text.lower() and float(text).is_integer() else int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"expected a {what} integer, got {text!r}")
+        return v
+
+    return parse
 
 
-def _nonneg_int(text: str) -> int:
-    v = _int(text)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return v
-
-
-def _int(text: str) -> int:
-    try:
-        return int(float(text)) if "e" in text.lower() and float(text).is_integer() else int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+_positive_int = _int_at_least(1, "positive")
+_nonneg_int = _int_at_least(0, "non-negative")
 
 
 def _describe_error(e: BaseException) -> str:
@@ -664,9 +643,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Every failure a user can cause (a bad argument or field, an unreadable or unwritable path, a full
     disk, too little memory, an unavailable device, a diverging run) ends in one ``smaso: error:`` line
-    and exit status 2; ``--debug`` shows the traceback instead.  The known third-party warnings are
-    filtered for the duration of the command only (:func:`_cli_warnings`; the caller's filters are
-    restored on return), and ``-q`` sends informational prints nowhere (:func:`_streams`).
+    and exit status 2, or with ``--debug`` its traceback; warnings and ``-q``: :mod:`smaso.cli_support`.
     """
     parser = build_parser()
     args = parser.parse_args(argv)

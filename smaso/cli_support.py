@@ -126,8 +126,15 @@ def _check_memory(ladder, n: int, arg: str, factor: float = 1.0) -> None:
 
 
 def _check_early(args) -> None:
-    """What can be checked before any work: the device, and that the outputs can be written."""
-    _check_stdout_paths(args)
+    """What can be checked before any work: ``--out -`` (standard output) only for a text output (a binary one,
+    a dataset or a figure, refuses it rather than write a file named ``-``; ``./-`` names such a file), the
+    device, and that the outputs can be written."""
+    if getattr(args, "out", None) == STDOUT and args.command in ("demo", "compare"):
+        raise ValueError("--out: '-' (standard output) cannot take a directory of results (comparison.json and "
+                         "the figure comparison.png); give a directory")
+    if getattr(args, "out", None) == STDOUT and args.command != "spec":
+        raise ValueError("--out: '-' (standard output) takes text only, and a dataset file or store is binary; give "
+                         "a file name (./- for a file named '-')")
     device = getattr(args, "device", None)
     if device is not None:
         import torch
@@ -145,18 +152,6 @@ def _check_early(args) -> None:
         out = getattr(args, opt, None)
         if out and out != STDOUT:
             _check_writable(out, directory=opt == "out" and args.command in ("demo", "compare"), option=opt)
-
-
-def _check_stdout_paths(args) -> None:
-    """``-`` means standard output for a text output; a binary one (a dataset, a figure) refuses it rather
-    than write a file named ``-`` (``./-`` names such a file)."""
-    if getattr(args, "out", None) != STDOUT or args.command == "spec":
-        return
-    if args.command in ("demo", "compare"):
-        raise ValueError("--out: '-' (standard output) cannot take a directory of results (comparison.json and "
-                         "the figure comparison.png); give a directory")
-    raise ValueError("--out: '-' (standard output) takes text only, and a dataset file or store is binary; give a "
-                     "file name (./- for a file named '-')")
 
 
 def _check_writable(out: str, *, directory: bool, option: str = "out") -> None:

@@ -53,32 +53,16 @@ def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool =
     return report
 
 
-def _print_labels(report: dict) -> None:
-    """The label counts of an inspect report, with their frequencies and the exact P(y)."""
-    n = report["n"]
-    print("\nlabel   count      frequency   exact P(y)")
-    for c, (k, p) in enumerate(zip(report["label_counts"], report["label_prior_exact"], strict=True)):
-        print(f"{c:5d} {k:9d}   {k / max(n, 1):10.5f}   {p:10.5f}")
-
-
-def _print_bayes(report: dict) -> None:
-    """The Bayes-optimal accuracy of an inspect report (or why it is unavailable)."""
-    b = report.get("bayes_optimal")
-    if b and "expected" in b:
-        emp = f", fraction correct {b['empirical']:.4f}" if "empirical" in b else ""
-        print(f"\nBayes-optimal accuracy (exact posterior p(y|x) on {b['n']} examples): "
-              f"{b['expected']:.4f} +- {b['stderr']:.4f}{emp}\n(the ceiling of any student trained on this ladder)")
-    elif b:
-        print(f"\nBayes-optimal accuracy: {b['unavailable']}")
-
-
 def print_report(report: dict, ladder) -> None:
-    """Print ``smaso inspect``'s report of a ladder dataset: counts, sampled vs exact statistics, Bayes accuracy."""
+    """Print ``smaso inspect``'s report of a ladder dataset: counts and label frequencies against the exact P(y),
+    sampled vs exact statistics, the Bayes-optimal accuracy (or why it is unavailable)."""
     print(ladder.describe())
     n = report["n"]
     print(f"\n{n} examples (rows {report['start']}..{report['start'] + n} of {report['total']}, "
           f"seed {report['seed']}); {sum(report['regions_per_level'])} regions, {report['edges']} parent-child edges")
-    _print_labels(report)
+    print("\nlabel   count      frequency   exact P(y)")
+    for c, (k, p) in enumerate(zip(report["label_counts"], report["label_prior_exact"], strict=True)):
+        print(f"{c:5d} {k:9d}   {k / max(n, 1):10.5f}   {p:10.5f}")
     st = report["statistics"]
     print("\nsample frequencies vs the ladder's exact event statistics")
     print("(TV = total-variation distance, max over the regions / edges of a level; bound = multinomial bound at "
@@ -91,7 +75,13 @@ def print_report(report: dict, ladder) -> None:
               f"{tj}")
     print(f"all within bounds: {st['within_bound']}   (smallest chi-square p-value over regions: "
           f"{st['min_chi2_pvalue']:.3g})")
-    _print_bayes(report)
+    b = report.get("bayes_optimal")
+    if b and "expected" in b:
+        emp = f", fraction correct {b['empirical']:.4f}" if "empirical" in b else ""
+        print(f"\nBayes-optimal accuracy (exact posterior p(y|x) on {b['n']} examples): "
+              f"{b['expected']:.4f} +- {b['stderr']:.4f}{emp}\n(the ceiling of any student trained on this ladder)")
+    elif b:
+        print(f"\nBayes-optimal accuracy: {b['unavailable']}")
 
 
 def _pieces(k: int) -> int | str:

@@ -1,16 +1,10 @@
 """Fast exact categorical sampling from many precomputed rows (Walker's alias method).
 
-A ladder's conditional tables hold a few thousand rows P(z_child | z_parent = a) but are
-sampled hundreds of millions of times. ``torch.multinomial`` and ``dist.Categorical.sample``
-gather a full probability row per draw and run at a few million draws/s here; the alias
-method needs one uniform number, two table look-ups and a comparison per draw, whatever the
-number of events (``benchmarks/bench_ladder_sampling.py`` measures the ratio).
-
-:class:`AliasTable` holds the tables for a stack of rows; :class:`IndexedCategorical` is a
-Pyro distribution whose batch element ``i`` is the categorical row ``row[i]`` of a shared
-table: probabilities are never materialized per draw, so a Pyro model that samples with it
-is the fast sampler, and its ``log_prob`` / ``enumerate_support`` keep it usable under
-``TraceEnum_ELBO`` and ``infer_discrete``.
+A ladder's conditional tables hold a few thousand rows P(z_child | z_parent = a) but are sampled hundreds of
+millions of times; the alias method needs one uniform number, two table look-ups and a comparison per draw,
+whatever the number of events (``benchmarks/bench_ladder_sampling.py`` compares it with
+``torch.multinomial``).  :class:`AliasTable` holds the tables of a stack of rows; :class:`IndexedCategorical` is
+the Pyro distribution of row ``row[i]`` of a shared :class:`CategoricalTable`, never materialized per draw.
 """
 
 from __future__ import annotations
@@ -192,10 +186,7 @@ class IndexedCategorical(TorchDistribution):
 
     def __init__(self, table: CategoricalTable, row: torch.Tensor, generator: torch.Generator | BlockRNG | None = None,
                  compact: bool = False, validate_args=None, **_dense):
-        self.table = table
-        self.row = row
-        self.generator = generator
-        self.compact = compact
+        self.table, self.row, self.generator, self.compact = table, row, generator, compact
         # no arg_constraints: validation costs nothing here, only log_prob checks its value
         super().__init__(batch_shape=row.shape, event_shape=torch.Size(), validate_args=validate_args)
 
@@ -205,10 +196,8 @@ class IndexedCategorical(TorchDistribution):
 
     def expand(self, batch_shape, _instance=None):
         new = self._get_checked_instance(IndexedCategorical, _instance)
-        new.table = self.table
+        new.table, new.generator, new.compact = self.table, self.generator, self.compact
         new.row = self.row.expand(batch_shape)
-        new.generator = self.generator
-        new.compact = self.compact
         super(IndexedCategorical, new).__init__(batch_shape=torch.Size(batch_shape), event_shape=torch.Size(),
                                                 validate_args=False)
         new._validate_args = self._validate_args

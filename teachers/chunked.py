@@ -1,8 +1,7 @@
 """Chunked, out-of-core ladder datasets: the PyTorch datasets over any source (:class:`ChunkDataset`,
 :class:`StreamingLadderDataset`), :func:`as_chunks` (any dataset as chunks), and -- under their 0.2 import
-path -- the writer (:mod:`teachers.store`: :func:`sample_to_store`, :func:`create_partial`,
-:func:`write_chunk`, :func:`finalize`) and the reader (:mod:`teachers.store_reader`: :func:`open_dataset`,
-:class:`ChunkedLadderData`) of the version-2 zarr stores; :mod:`teachers.store` documents the format.
+path -- the writer (:mod:`teachers.store`, which documents the format) and the reader
+(:mod:`teachers.store_reader`) of the version-2 zarr stores.
 """
 
 from __future__ import annotations
@@ -13,20 +12,13 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from .dataset import load_dataset
-from .emission import one_hot
-from .sampling import (
-    DEFAULT_CHUNK_ROWS,
-    LadderSample,
-)
+from .dataset import _triple, load_dataset
+from .formats import _check_int, _is_int
+from .sampling import DEFAULT_CHUNK_ROWS, LadderSample
 from .store import (
     CHUNK_BYTES,
     DEFAULT_COMPRESSION,
     VERSION,
-    Teacher,
-    _check_int,
-    _is_int,
-    _make_sample,
     chunk_bounds,
     create_partial,
     default_chunk_rows,
@@ -36,39 +28,20 @@ from .store import (
     sample_to_store,
     write_chunk,
 )
-from .store_reader import ChunkedLadderData, open_dataset
+from .store_reader import ChunkedLadderData, _chunk_index, open_dataset
 
-Sample = LadderSample
-
-__all__ = [
-    "CHUNK_BYTES",
-    "DEFAULT_CHUNK_ROWS",
-    "DEFAULT_COMPRESSION",
-    "VERSION",
-    "ChunkDataset",
-    "ChunkedLadderData",
-    "StreamingLadderDataset",
-    "as_chunks",
-    "chunk_bounds",
-    "create_partial",
-    "default_chunk_rows",
-    "finalize",
-    "open_dataset",
-    "partial_path",
-    "row_bytes",
-    "sample_to_store",
-    "write_chunk",
-]
+__all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK_ROWS", "DEFAULT_COMPRESSION", "VERSION", "ChunkDataset", "ChunkedLadderData",
+           "StreamingLadderDataset", "as_chunks", "chunk_bounds", "create_partial", "default_chunk_rows", "finalize",
+           "open_dataset", "partial_path", "row_bytes", "sample_to_store", "write_chunk"]
 
 # ---------------------------------------------------------------------- PyTorch datasets
 class _SampleChunks:
     """An in-memory :class:`LadderSample` seen as chunks of ``chunk_rows`` rows
     (the interface of :class:`ChunkedLadderData` that chunk-by-chunk passes use)."""
 
-    def __init__(self, sample: Sample, chunk_rows: int):
-        if not _is_int(chunk_rows) or chunk_rows <= 0:
-            raise ValueError(f"chunk_rows: expected a positive integer, got {chunk_rows!r}")
-        self.sample, self.chunk_rows, self.ladder = sample, int(chunk_rows), sample.ladder
+    def __init__(self, sample: LadderSample, chunk_rows: int):
+        self.sample, self.ladder = sample, sample.ladder
+        self.chunk_rows = _check_int(chunk_rows, "chunk_rows", minimum=1)
         self.seed, self.start, self.total = sample.seed, sample.start, sample.total
         self.x_stored = sample.x is not None
         self.is_graph = not sample.ladder.is_uniform()
@@ -82,21 +55,17 @@ class _SampleChunks:
 
     def chunk_bounds(self, i: int) -> tuple[int, int]:
         """Rows ``(lo, hi)`` of chunk ``i``."""
-        if not _is_int(i):
-            raise TypeError(f"i: expected an integer chunk index, got {type(i).__name__}")
-        if not -self.num_chunks <= i < self.num_chunks:
-            raise IndexError(f"i: chunk {i} out of range for {self.num_chunks} chunks")
-        lo = (int(i) % self.num_chunks) * self.chunk_rows
+        lo = _chunk_index(i, self.num_chunks) * self.chunk_rows
         return lo, min(len(self.sample), lo + self.chunk_rows)
 
-    def chunk(self, i: int) -> Sample:
+    def chunk(self, i: int) -> LadderSample:
         """Chunk ``i`` (views of the sample's tensors)."""
         s = self.sample
         lo, hi = self.chunk_bounds(i)
-        return _make_sample(s.ladder, s.z[lo:hi], None if s.x is None else s.x[lo:hi], seed=s.seed, start=s.start + lo,
+        return LadderSample(s.ladder, s.z[lo:hi], None if s.x is None else s.x[lo:hi], seed=s.seed, start=s.start + lo,
                             total=s.total, meta=dict(s.meta))
 
-    def iter_chunks(self, chunk_rows: int | None = None, progress: bool = False) -> Iterator[Sample]:
+    def iter_chunks(self, chunk_rows: int | None = None, progress: bool = False) -> Iterator[LadderSample]:
         """The chunks in order (or windows of ``chunk_rows`` rows), as :meth:`ChunkedLadderData.iter_chunks`."""
         return self.sample.iter_chunks(self.chunk_rows if chunk_rows is None else chunk_rows)
 
@@ -129,15 +98,6 @@ def _check_dtype(dtype) -> torch.dtype:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype: expected a floating-point torch.dtype, got {dtype!r}")
     return dtype
-
-
-def _triple(ladder: Teacher, z: torch.Tensor, x: torch.Tensor | None, dtype: torch.dtype):
-    z = z.long()
-    if x is None:
-        x = one_hot(z[:, ladder.level_offsets[-2]:], ladder.emission.num_events, dtype)
-    else:
-        x = x.to(dtype)
-    return x, z[:, 0], z
 
 
 class ChunkDataset(torch.utils.data.Dataset):
@@ -198,14 +158,12 @@ class StreamingLadderDataset(torch.utils.data.IterableDataset):
     def __init__(self, source, batch_size: int, dtype: torch.dtype = torch.float32, shuffle: bool = False,
                  seed: int = 0, *, drop_last: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                  partial: bool = False):
-        if not _is_int(batch_size) or batch_size <= 0:
-            raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
         if not isinstance(shuffle, bool):
             raise TypeError(f"shuffle: expected a bool, got {type(shuffle).__name__}")
         if not isinstance(drop_last, bool):
             raise TypeError(f"drop_last: expected a bool, got {type(drop_last).__name__}")
         self.source = as_chunks(source, chunk_rows, partial=partial)
-        self.batch_size = int(batch_size)
+        self.batch_size = _check_int(batch_size, "batch_size", minimum=1)
         self.dtype = _check_dtype(dtype)
         self.shuffle, self.drop_last = shuffle, drop_last
         self.seed = _check_int(seed, "seed")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .regions import _conv1d_name, _pattern_lookup, check_parents, children_of, conv1d_parents, conv2d_parents
+from .regions import _conv1d_name, _parse_parents, _pattern_lookup, children_of, conv1d_parents, conv2d_parents
 from .validation import (
     BOTTOMUP,
     MAX_EVENTS,
@@ -26,10 +26,11 @@ from .validation import (
     _check_concentration,
     _check_dense_sizes,
     _check_depth,
-    _check_entries,
     _check_layout,
     _dirichlet,
+    _is_int,
     _kron_vectors,
+    _lookup_size,
     _pow,
     _random_layout,
     _rng,
@@ -45,10 +46,6 @@ __all__ = ["LadderConstructors"]
 
 class LadderConstructors:
     """The classmethods that build a :class:`~teachers.ladder.Ladder` (each returns ``cls(...)``)."""
-
-    @staticmethod
-    def _emission(emission, num_regions, num_events, sigma):
-        return make_emission(emission, num_regions, num_events, sigma)
 
     @classmethod
     def random(cls, depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence = 4, *,
@@ -71,13 +68,13 @@ class LadderConstructors:
         :param emission: ``"onehot"`` (default), ``"gaussian"`` (means one-hot, noise ``sigma``)
             or an :class:`~teachers.emission.Emission`.
         """
+        if not isinstance(mode, str) or mode not in MODES:
+            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
         if parents is not None:
-            return cls._random_graph(events, parents, mode=mode, concentration=concentration, seed=seed,
-                                     sigma=sigma, emission=emission, name=name or "random-graph")
+            return cls._random_graph(events, parents, mode=mode, concentration=_check_concentration(concentration),
+                                     seed=seed, sigma=sigma, emission=emission, name=name or "random-graph")
         depth, branching, events, concentration, rng, num_regions = _random_layout(depth, branching, events,
                                                                                     concentration, seed)
-        if mode not in MODES:
-            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
         _check_dense_sizes(num_regions, events, mode)
         emission = make_emission(emission, num_regions[-1], events[-1], sigma)
         name = name or f"random-{mode}-d{depth}"
@@ -89,7 +86,7 @@ class LadderConstructors:
         leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
         lookup = []
         for l in range(depth):
-            size = _lookup_size(events, branching, num_regions, l)
+            size = _reachable_lookup_size(events, branching, num_regions, l)
             tabs = np.empty((num_regions[l], size), dtype=np.int64)
             for r in range(num_regions[l]):
                 vals = np.concatenate([np.arange(events[l]), rng.integers(0, events[l], size - events[l])])
@@ -100,10 +97,6 @@ class LadderConstructors:
     @classmethod
     def _random_graph(cls, events, parents, *, mode, concentration, seed, sigma, emission, name) -> Ladder:
         """:meth:`random` on a given graph (the stream of ``GraphLadder.random`` before 0.3: same tables)."""
-        if not (isinstance(concentration, (int, float)) and concentration > 0 and math.isfinite(concentration)):
-            raise LadderSpecError(f"concentration: expected a positive finite number, got {concentration!r}")
-        if mode not in MODES:
-            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
         layout = cls._layout_only(events, parents)  # validates the graph before any table is drawn
         ev, parents = layout.region_events, layout.parents
         rng = _rng(seed)
@@ -141,18 +134,15 @@ class LadderConstructors:
         :raises LadderSpecError: a bad argument, or a region whose event count exceeds ``MAX_EVENTS`` or whose
             lookup exceeds ``MAX_LOOKUP`` entries (the message names the region and the size).
         """
+        if not _is_int(leaf_events) or not 2 <= leaf_events <= MAX_EVENTS:
+            raise LadderSpecError(f"leaf_events: expected an integer in 2..{MAX_EVENTS} (the label needs >= 2 "
+                                  f"classes), got {_short(leaf_events)}")
         if parents is not None:
-            return cls._fully_informative_graph(parents, leaf_events, concentration=concentration, seed=seed,
+            return cls._fully_informative_graph(parents, int(leaf_events), concentration=concentration, seed=seed,
                                                 sigma=sigma, name=name)
         depth = _check_depth(depth)
         branching = _as_int_tuple(branching, "branching", depth)
-        if isinstance(leaf_events, (bool, np.bool_)) or not isinstance(leaf_events, (int, np.integer)):
-            raise LadderSpecError(f"leaf_events: expected an integer >= 1, got {_short(leaf_events)}")
         events = [int(leaf_events)]
-        if events[0] < 1:
-            raise LadderSpecError(f"leaf_events: must be >= 1, got {leaf_events}")
-        if events[0] > MAX_EVENTS:
-            raise LadderSpecError(f"leaf_events: at most {MAX_EVENTS} events per region, got {_short(events[0])}")
         _check_layout(branching, [2] * (depth + 1))
         for l in reversed(range(depth)):
             events.insert(0, _pow(events[0], branching[l]))
@@ -160,8 +150,6 @@ class LadderConstructors:
                 raise LadderSpecError(
                     f"fully informative ladder: level {l} would need {events[1]}^{branching[l]} events "
                     f"(> {MAX_EVENTS}); lower depth, branching or leaf_events")
-        if events[0] < 2:
-            raise LadderSpecError("leaf_events: the label needs >= 2 classes; use leaf_events >= 2")
         num_regions = _check_layout(branching, events)
         _check_dense_sizes(num_regions, events, BOTTOMUP)
         rng = _rng(seed)
@@ -176,21 +164,8 @@ class LadderConstructors:
 
     @classmethod
     def _fully_informative_graph(cls, parents, leaf_events, *, concentration, seed, sigma, name) -> Ladder:
-        try:
-            parents = tuple(tuple(tuple(int(p) for p in ps) for ps in lvl) for lvl in parents)
-        except (TypeError, ValueError) as e:
-            raise LadderSpecError(f"parents: expected nested lists of integers ({e})") from None
-        if len(parents) < 2 or any(not lvl for lvl in parents):
-            raise LadderSpecError(f"parents: expected at least two non-empty levels (the label and the leaves), "
-                                  f"got {[len(lvl) for lvl in parents]} regions per level")
-        num_regions = [len(lvl) for lvl in parents]
-        if sum(num_regions) > MAX_REGIONS:
-            raise LadderSpecError(f"parents: more than {MAX_REGIONS} regions")
-        check_parents(parents, num_regions)
-        if isinstance(leaf_events, (bool, np.bool_)) or not isinstance(leaf_events, (int, np.integer)) \
-                or not 2 <= leaf_events <= MAX_EVENTS:
-            raise LadderSpecError(f"leaf_events: expected an integer in 2..{MAX_EVENTS}, got {leaf_events!r}")
-        m_leaf, depth = int(leaf_events), len(parents) - 1
+        parents, num_regions = _parse_parents(parents)
+        m_leaf, depth = leaf_events, len(parents) - 1
         children = children_of(parents, num_regions)
         rf: list[list[tuple[int, ...]]] = [[] for _ in range(depth)] + [[(i,) for i in range(num_regions[-1])]]
         events: list[list[int]] = [[] for _ in range(depth)] + [[m_leaf] * num_regions[-1]]
@@ -258,13 +233,7 @@ class LadderConstructors:
             s = factors[l] // factors[l - 1]
             ft = _dirichlet(rng, concentration, (num_regions[l], factors[l - 1], 2), 2**s)
             factor_tables.append(torch.as_tensor(ft))
-            t = np.empty((num_regions[l], events[l - 1], events[l]))
-            for r in range(num_regions[l]):
-                k = ft[r, 0]
-                for i in range(1, factors[l - 1]):
-                    k = np.kron(k, ft[r, i])
-                t[r] = k
-            tables.append(t)
+            tables.append(np.stack([_kron_vectors(ft[r]) for r in range(num_regions[l])]))
         fac = Factorization(tuple(factors), torch.as_tensor(root_f), tuple(factor_tables))
         return cls(branching, events, mode=TOPDOWN, prior=prior, tables=tables,
                    emission=make_emission(emission, num_regions[-1], events[-1], sigma),
@@ -294,7 +263,7 @@ class LadderConstructors:
         leaf_prior = _dirichlet(rng, concentration, (num_regions[-1],), events[-1])
         lookup = []
         for l in range(depth):
-            size = _lookup_size(events, branching, num_regions, l)
+            size = _reachable_lookup_size(events, branching, num_regions, l)
             balanced = np.arange(size) % events[l]  # each event size // m or size // m + 1 times
             lookup.append(np.stack([rng.permutation(balanced) for _ in range(num_regions[l])]))
         return cls(branching, events, mode=BOTTOMUP, leaf_prior=leaf_prior, lookup=lookup,
@@ -345,7 +314,7 @@ class LadderConstructors:
                                       f"level {l}), got {lvl!r}")
             counts = []
             for i, b in enumerate(lvl):
-                if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
+                if not _is_int(b) or b < 1:
                     raise LadderSpecError(f"branching[{l}][{i}]: expected an integer >= 1, got {b!r}")
                 counts.append(int(b))
             if sum(sizes) + sum(counts) > MAX_REGIONS:
@@ -408,14 +377,10 @@ class LadderConstructors:
                                      **kwargs)
 
 
-def _lookup_size(events, branching, num_regions, l: int) -> int:
-    """Entries of one lookup table of level l of a uniform tree, checked against the limits."""
-    size = _pow(events[l + 1], branching[l])
-    if size is not None and size < events[l]:
+def _reachable_lookup_size(events, branching, num_regions, l: int) -> int:
+    """:func:`~teachers.validation._lookup_size`, which must also reach every event of level l."""
+    size = _lookup_size(events, branching, num_regions, l)
+    if size < events[l]:
         raise LadderSpecError(f"events[{l}]: {events[l]} parent events cannot all be reached from "
                               f"{events[l + 1]}^{branching[l]} = {size} child configurations")
-    if size is None or size > MAX_LOOKUP:
-        raise LadderSpecError(f"events[{l + 1}]^branching[{l}] = {size or 'over 2^64'} exceeds {MAX_LOOKUP} "
-                              "entries per table")
-    _check_entries(num_regions[l] * size, f"lookup[{l}]", f"{num_regions[l]} regions x {size} configurations")
     return size

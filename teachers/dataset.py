@@ -6,18 +6,12 @@ no pickled objects; ``np.load(path, allow_pickle=False)`` reads it):
 =================  =============================================================
 member             content
 =================  =============================================================
-``meta``           0-d unicode array: JSON with ``format``, ``version``, ``n``
-                   (rows in this file), ``start`` and ``total`` (its place in the
-                   full stream: a shard holds rows ``[start, start + n)``),
-                   ``seed``, ``shard`` ``[i, n]``, ``block_size``,
-                   ``stream_version``, ``x_stored``, ``sha256`` of every data
-                   member, ``spec``: the ladder's :meth:`Ladder.to_dict` with
-                   every array replaced by ``{"__array__": member name}``,
-                   ``spec_sha256`` (per spec member: ``dtype``, ``shape``,
-                   ``sha256``) and ``metadata_sha256`` (``{"all", "fields"}``:
-                   SHA-256 of the canonical JSON of every other field, and of
-                   each one, so that an edited field is named)
-``z``              ``(n, total_regions)`` events of every region, breadth-first
+``meta``           0-d unicode array: JSON with the fields ``format`` to
+                   ``x_stored``, ``spec``, ``spec_sha256`` (dtypes as
+                   ``dtype.str``) and ``metadata_sha256`` of a version-2 store's
+                   attributes (:mod:`teachers.store`), and ``sha256``: the
+                   SHA-256 of every data member
+``z``              ``(n, total_regions)`` events of every region, level by level
                    (uint8 when every region has <= 256 events)
 ``y``              ``(n,)`` int64 labels (= ``z[:, 0]``)
 ``x``              ``(n, R_d, dim)`` float32 inputs; absent for one-hot leaves,
@@ -25,17 +19,11 @@ member             content
 ``spec.<path>``    the ladder's arrays (tables, lookup tables, emission means)
 =================  =============================================================
 
-A file alone reproduces its statistics (:func:`load_dataset` rebuilds the ladder).  Writes
-are atomic (temporary file ``.<name>.tmp-<pid>`` + rename; see :func:`teachers.spec_io.atomic_write`).
-Loading checks the format and the version, the metadata checksum (naming an edited field),
-every spec array's checksum, every data member's checksum, then every field on its own: types
-and ranges, ``start + n <= total``, z in the ladder's event dtype with every region's events in
-``[0, m)``, y equal to z's root column, x float32 and finite; it raises
-:class:`DatasetFormatError` (a ``ValueError``, naming the file and the field) on a corrupted,
-truncated, edited or foreign file, never a ``KeyError`` or a NumPy error.  Files written before
-the metadata and spec checksums (no ``metadata_sha256``) still load, validated field by field,
-with an :class:`UnverifiedDatasetWarning`.  A set of shards that is not the whole stream is
-refused unless ``partial=True``.
+Writes are atomic (:func:`teachers.spec_io.atomic_write`).  Loading checks every checksum and every field
+(types and ranges, events in each region's range, y = z's root column, x finite) and raises
+:class:`DatasetFormatError` (naming the file and the field) on a corrupted, truncated, edited or foreign
+file, never a ``KeyError`` or a NumPy error.  Files written before the metadata and spec checksums still
+load, validated field by field, with an :class:`UnverifiedDatasetWarning`.
 """
 
 from __future__ import annotations
@@ -55,27 +43,22 @@ from .formats import (
     FORMAT,
     META_CHECKSUM,
     DatasetFormatError,
+    _event_dtype,
     _events_out_of_range,
-    _field_int,
-    _is_int,
     _sha256,
     _split_arrays,
-    check_contiguous,
-    check_coverage,
+    check_ladder_fields,
+    check_load_args,
     check_metadata_checksum,
-    check_stream_fields,
-    ladder_from_spec,
+    check_shards,
     metadata_checksum,
     stored_spec,
 )
+from .formats import teacher_from_spec as ladder_from_spec
 from .ladder import Ladder
 from .sampling import LadderSample
 from .spec_io import atomic_write
 from .store_reader import open_dataset
-
-
-def _event_dtype(ladder: Ladder) -> np.dtype:
-    return np.dtype(str(ladder.event_dtype()).removeprefix("torch."))
 
 if TYPE_CHECKING:
     from .store_reader import ChunkedLadderData
@@ -121,9 +104,15 @@ def save_dataset(sample: LadderSample, path: str | os.PathLike, *, compress: boo
             "spec": spec, **{k: v for k, v in sample.meta.items() if k in ("shard", "block_size", "stream_version")},
             "spec_sha256": {k: {"dtype": np.asarray(v).dtype.str, "shape": list(np.shape(v)),
                                 "sha256": _sha256(np.asarray(v))} for k, v in arrays.items()}}
-    meta = json.loads(json.dumps(meta))  # as a reader will parse it (tuples become lists)
+    return _write(path, meta, {**data, **arrays}, compress)
+
+
+def _write(path, meta: dict, members: dict[str, np.ndarray], compress: bool) -> Path:
+    """Write a versioned npz atomically: ``meta`` with its checksum (of it as a reader will parse it: tuples
+    become lists) as member ``meta``, and ``members`` (shared by every dataset kind)."""
+    meta = json.loads(json.dumps(meta))
     meta[META_CHECKSUM] = metadata_checksum(meta)
-    members = {"meta": np.array(json.dumps(meta)), **data, **arrays}
+    members = {"meta": np.array(json.dumps(meta)), **members}
     saver = np.savez_compressed if compress else np.savez
     return atomic_write(path, lambda f: saver(f, **members))
 
@@ -157,39 +146,28 @@ def _read(path: Path, fmt: str = FORMAT, version: int = VERSION) -> tuple[dict, 
                 if meta.get("version") != version:
                     raise DatasetFormatError(f"{where} has format version {meta.get('version')!r}; "
                                              f"this library reads version {version}")
-                check_metadata_checksum(meta, where, required=False)
+                checked = check_metadata_checksum(meta, where, required=False)
                 arrays = {k: npz[k] for k in npz.files if k != "meta"}
     except DatasetFormatError:
         raise
     except Exception as e:  # any failure to parse the zip, a member or the JSON: a corrupted file
         raise DatasetFormatError(f"{where} is corrupted or truncated ({type(e).__name__}: {e})") from None
+    if not checked:
+        warnings.warn(f"{where} was written before dataset files had metadata checksums: its metadata is "
+                      "validated but not checksummed; save it again to add them", UnverifiedDatasetWarning,
+                      stacklevel=4)
     return meta, arrays
 
 
 def _validate_meta(meta: dict, where: str) -> None:
     """Every field a ladder dataset's meta needs, of the right type and range."""
-    check_stream_fields(meta, where)
-    for key in ("x_stored", "sha256", "spec"):
-        if key not in meta:
-            raise DatasetFormatError(f"{where}: metadata lacks field {key!r}")
-    if not isinstance(meta["x_stored"], bool):
-        raise DatasetFormatError(f"{where}: metadata field 'x_stored' is {meta['x_stored']!r}, expected true/false")
+    check_ladder_fields(meta, where)
+    if "sha256" not in meta:
+        raise DatasetFormatError(f"{where}: metadata lacks field 'sha256'")
     sums = meta["sha256"]
     keys = ("z", "y") + (("x",) if meta["x_stored"] else ())
     if not isinstance(sums, dict) or any(not isinstance(sums.get(k), str) for k in keys):
         raise DatasetFormatError(f"{where}: metadata field 'sha256' must give the SHA-256 of {list(keys)}")
-    if not isinstance(meta["spec"], dict):
-        raise DatasetFormatError(f"{where}: metadata field 'spec' is not an object")
-    if "shard" in meta:
-        sh = meta["shard"]
-        if not (isinstance(sh, list) and len(sh) == 2 and all(_is_int(v) for v in sh) and 0 <= sh[0] < sh[1]):
-            raise DatasetFormatError(f"{where}: metadata field 'shard' is {sh!r}, expected [i, k] with 0 <= i < k")
-    _field_int(meta, "block_size", where, minimum=1, optional=True)
-    _field_int(meta, "stream_version", where, optional=True)
-    spec_sums = meta.get("spec_sha256")
-    if spec_sums is not None and (not isinstance(spec_sums, dict) or any(
-            not isinstance(v, dict) or not isinstance(v.get("sha256"), str) for v in spec_sums.values())):
-        raise DatasetFormatError(f"{where}: metadata field 'spec_sha256' is malformed")
 
 
 def _check_spec_arrays(meta: dict, arrays: dict[str, np.ndarray], where: str) -> None:
@@ -242,15 +220,18 @@ def _check(path: Path, meta: dict, arrays: dict[str, np.ndarray], ladder: Ladder
 def _load_part(p: Path) -> tuple[dict, dict[str, np.ndarray], Ladder]:
     where = f"dataset: {str(p)!r}"
     meta, arrays = _read(p)
-    if META_CHECKSUM not in meta:
-        warnings.warn(f"{where} was written before dataset files had metadata checksums: its metadata and "
-                      "specification are validated but not checksummed; save it again to add them",
-                      UnverifiedDatasetWarning, stacklevel=3)
     _validate_meta(meta, where)
     _check_spec_arrays(meta, arrays, where)
     ladder = ladder_from_spec(meta["spec"], arrays, where)
     _check(p, meta, arrays, ladder)
     return meta, arrays, ladder
+
+
+def _stream(meta: dict, arrays: dict[str, np.ndarray]) -> dict:
+    """What the shards of one stream share: seed, total, x_stored and the ladder (its spec and spec arrays)."""
+    spec = sorted((k, a.dtype.str, a.shape, _sha256(a)) for k, a in arrays.items() if k.startswith("spec."))
+    return {"seed": meta["seed"], "total": meta["total"], "x_stored": meta["x_stored"],
+            "ladder": (json.dumps(meta["spec"], sort_keys=True), spec)}
 
 
 def load_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
@@ -269,13 +250,7 @@ def load_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
         that fails its checksum or its validation (naming the field), shards that do not belong
         together (other ladder, seed or total, gaps or overlaps), or an incomplete set of shards.
     """
-    if not isinstance(partial, bool):
-        raise TypeError(f"partial: expected a bool, got {type(partial).__name__}")
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    paths = list(paths)
-    if not paths:
-        raise ValueError("paths: expected at least one dataset file")
+    paths = check_load_args(paths, partial, "dataset file")
     is_store = [Path(p).is_dir() or Path(p).suffix == ".zarr" for p in paths]
     if any(is_store):
         if not all(is_store):
@@ -284,39 +259,33 @@ def load_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
         if device is not None:
             raise ValueError("device: a version-2 store opens lazily; move its chunks with LadderSample.to")
         return open_dataset(paths, partial=partial)
-    parts = []
-    for p in paths:
-        p = Path(p)
-        meta, arrays, ladder = _load_part(p)
-        parts.append((meta, arrays, ladder, p))
-    parts.sort(key=lambda t: t[0]["start"])
-    meta0, _, ladder0, p0 = parts[0]
-    if len(parts) > 1:
-        spec0 = json.dumps(meta0["spec"], sort_keys=True)
-        for meta, arrays, _, p in parts:
-            same = (meta["seed"], meta["total"], json.dumps(meta["spec"], sort_keys=True)) == (
-                meta0["seed"], meta0["total"], spec0)
-            a0 = parts[0][1]
-            spec_arrays_equal = sorted(k for k in arrays if k.startswith("spec.")) == sorted(
-                k for k in a0 if k.startswith("spec.")) and all(
-                arrays[k].dtype == a0[k].dtype and np.array_equal(arrays[k], a0[k])
-                for k in arrays if k.startswith("spec."))
-            if not (same and spec_arrays_equal and meta["x_stored"] == meta0["x_stored"]):
-                raise DatasetFormatError(f"dataset: {str(p)!r} is not a shard of the same stream as {str(p0)!r} "
-                                         "(ladder, seed or total differ)")
-        check_contiguous([(meta, p) for meta, _, _, p in parts])
-    n = sum(m["n"] for m, *_ in parts)
-    check_coverage([p for *_, p in parts], meta0["start"], n, meta0["total"], partial)
+    parts = [(*_load_part(Path(p)), Path(p)) for p in paths]
+    extra = _join_shards(parts, _stream, partial)
+    meta0, _, ladder0, _ = parts[0]
     z = torch.as_tensor(np.concatenate([a["z"] for _, a, _, _ in parts]))
-    x = None
-    if meta0["x_stored"]:
-        x = torch.as_tensor(np.concatenate([a["x"] for _, a, _, _ in parts]))
+    x = torch.as_tensor(np.concatenate([a["x"] for _, a, _, _ in parts])) if meta0["x_stored"] else None
     if device is not None:
         z = z.to(device)
         x = x.to(device) if x is not None else None
-    extra = {k: meta0[k] for k in ("shard", "block_size", "stream_version") if k in meta0}
-    extra["files"] = [str(p) for *_, p in parts]
     return LadderSample(ladder0, z, x, seed=meta0["seed"], start=meta0["start"], total=meta0["total"], meta=extra)
+
+
+def _join_shards(parts: list[tuple], stream, partial: bool) -> dict:
+    """Sort ``parts`` ``(meta, arrays, ..., path)`` by stream row and check them (:func:`check_shards`, with
+    ``stream(meta, arrays)``); shared by every dataset kind.  :returns: the loaded sample's ``meta``."""
+    parts.sort(key=lambda t: t[0]["start"])
+    check_shards([(t[0], t[-1], stream(t[0], t[1])) for t in parts], partial)
+    meta0 = parts[0][0]
+    extra = {k: meta0[k] for k in ("shard", "block_size", "stream_version") if k in meta0}
+    return {**extra, "files": [str(t[-1]) for t in parts]}
+
+
+def _triple(ladder: Ladder, z: torch.Tensor, x: torch.Tensor | None, dtype: torch.dtype):
+    """``(x, y, z)`` of rows ``z`` (``(..., total_regions)``; x in ``dtype``, one-hot leaves built from z when
+    ``x`` is None; y and z int64)."""
+    z = z.long()
+    x = one_hot(z[..., ladder.level_offsets[-2]:], ladder.emission.num_events, dtype) if x is None else x.to(dtype)
+    return x, z[..., 0], z
 
 
 class LadderDataset(torch.utils.data.Dataset):
@@ -333,15 +302,10 @@ class LadderDataset(torch.utils.data.Dataset):
     def __init__(self, source: LadderSample | str | os.PathLike | Sequence[str | os.PathLike], *,
                  partial: bool = False):
         self.sample = source if isinstance(source, LadderSample) else load_dataset(source, partial=partial)
-        lad = self.sample.ladder
-        self._leaf_offset = lad.level_offsets[-2]
-        self._m = lad.events[-1]
 
     def __len__(self) -> int:
         return len(self.sample)
 
     def __getitem__(self, i):
         s = self.sample
-        z = s.z[i].long()
-        x = s.x[i].float() if s.x is not None else one_hot(z[..., self._leaf_offset:], self._m, torch.float32)
-        return x, z[..., 0], z
+        return _triple(s.ladder, s.z[i], None if s.x is None else s.x[i], torch.float32)

@@ -156,10 +156,8 @@ class GaussianEmission(Emission):
     def log_likelihood(self, x):
         self.check_input(x)
         x64 = x.double()
-        means = self.means.to(x.device)
-        sigma = self.sigma.to(x.device)
-        sq = (x64[:, :, None, :] - means[None]).pow(2).sum(-1)  # (N, R, m)
-        s2 = sigma.pow(2)[:, None] if sigma.dim() == 1 else sigma.pow(2)
+        sq = (x64[:, :, None, :] - self.means.to(x.device)[None]).pow(2).sum(-1)  # (N, R, m)
+        s2 = self._sigma(x.device).pow(2)
         return -0.5 * sq / s2 - 0.5 * self.dim * torch.log(2 * math.pi * s2)
 
     def pyro_distribution(self, z, region):
@@ -213,10 +211,7 @@ def emission_from_dict(d: dict, num_regions: int, num_events: int) -> Emission:
                 raise ValueError(f"emission.means: expected shape ({num_regions}, {num_events}, dim), "
                                  f"got {tuple(means.shape)}")
             return GaussianEmission(means, d["sigma"])
-        sigma = d["sigma"]
-        if isinstance(sigma, (int, float)) and sigma <= 0:
-            raise ValueError(f"emission.sigma: must be > 0, got {sigma}")
-        return GaussianEmission.around_one_hot(num_regions, num_events, sigma, float(d.get("scale", 1.0)))
+        return GaussianEmission.around_one_hot(num_regions, num_events, d["sigma"], float(d.get("scale", 1.0)))
     if kind == "custom":
         if "dim" not in d:
             raise ValueError("emission.dim: required for a custom emission")

@@ -14,16 +14,11 @@ pass do not depend on the engine, nor on how many workers it has:
 The core library never imports Dask; :class:`DaskEngine` imports ``dask.distributed`` when it is
 created, and says which extra to install when it is missing (``pip install 'smaso[distributed]'``).
 
-Threads.  Each Dask worker process runs its tasks with ``threads_per_worker`` torch threads (default
-1).  The ladder sampler gains little from a second thread on a quiet 2-core machine and loses most of
-its throughput to oversubscription when other processes compete (``benchmarks/bench_out_of_core.py``
-measures both), so one thread per worker process, and as many processes as cores, is the default.
-
-Memory allocator.  Dask's nanny starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which
-freezes glibc's mmap threshold, so every large tensor is mapped and unmapped afresh: the sampler then
-runs at half speed (0.23 s of extra time per 65536-row chunk, measured).  A ``LocalCluster`` started
-here unsets it; for workers started elsewhere the engine warns (:class:`EngineWarning`) and
-:data:`MALLOC_TRIM_CONFIG` is the Dask configuration that fixes it.
+Each Dask worker process runs ``threads_per_worker`` torch threads (default 1, with as many processes as
+cores: a second thread gains little and oversubscription loses most of the sampler's throughput;
+``benchmarks/bench_out_of_core.py``).  Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_``, which halves the
+sampler's speed (every large tensor mapped afresh): a ``LocalCluster`` started here unsets it; for workers
+started elsewhere the engine warns (:class:`EngineWarning`) and :data:`MALLOC_TRIM_CONFIG` fixes it.
 """
 
 from __future__ import annotations
@@ -41,52 +36,51 @@ class EngineError(RuntimeError):
 
 
 def _progress_bar(total: int, desc: str | None):
-    if not desc:
-        return None
+    """A tqdm bar over ``total`` chunks titled ``desc`` (disabled when ``desc`` is None)."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, unit="chunk")
+    return tqdm(total=total, desc=desc, unit="chunk", disable=not desc)
 
 
-class SerialEngine:
-    """Runs every task in this process, one after the other (the engine of ``engine=None``)."""
-
-    workers = 1
+class _Engine:
+    """What both engines share: :meth:`map` on top of their ``fold``, and use as a context manager."""
 
     def map(self, fn: Callable[..., Any], items: Sequence, *args, progress: str | None = None, **kwargs) -> list:
-        """``[fn(item, *args, **kwargs) for item in items]``, with a tqdm bar titled ``progress`` (None: no bar)."""
+        """``[fn(item, *args, **kwargs) for item in items]`` (each one task), in ``items``' order, with a tqdm bar
+        titled ``progress`` (None: no bar)."""
         return self.fold(fn, items, *args, merge=_append, init=[], progress=progress, **kwargs)
 
-    def fold(self, fn: Callable[..., Any], items: Sequence, *args, merge: Callable[[Any, Any], Any], init: Any,
-             progress: str | None = None, **kwargs) -> Any:
-        """``merge(... merge(merge(init, fn(items[0])), fn(items[1])) ...)``: each result is merged as soon as it
-        exists and then dropped, so only the running total is kept (memory of one chunk's result)."""
-        bar = _progress_bar(len(items), progress)
-        acc = init
-        try:
-            for item in items:
-                acc = merge(acc, fn(item, *args, **kwargs))
-                if bar is not None:
-                    bar.update(1)
-        finally:
-            if bar is not None:
-                bar.close()
-        return acc
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def __enter__(self) -> SerialEngine:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
+
+class SerialEngine(_Engine):
+    """Runs every task in this process, one after the other (the engine of ``engine=None``)."""
+
+    workers = 1
+
+    def fold(self, fn: Callable[..., Any], items: Sequence, *args, merge: Callable[[Any, Any], Any], init: Any,
+             progress: str | None = None, **kwargs) -> Any:
+        """``merge(... merge(merge(init, fn(items[0])), fn(items[1])) ...)``: each result is merged as soon as it
+        exists and then dropped, so only the running total is kept (memory of one chunk's result)."""
+        acc = init
+        with _progress_bar(len(items), progress) as bar:
+            for item in items:
+                acc = merge(acc, fn(item, *args, **kwargs))
+                bar.update(1)
+        return acc
+
+    def close(self) -> None:
+        """Nothing to release."""
+
     def __repr__(self) -> str:
         return "SerialEngine()"
 
 
-class DaskEngine:
+class DaskEngine(_Engine):
     """Runs the tasks on a ``dask.distributed`` cluster.
 
     :param scheduler: address of a running scheduler (``"tcp://host:8786"``); ``None`` starts a
@@ -125,10 +119,8 @@ class DaskEngine:
             import dask
 
             n = workers or max(1, os.cpu_count() or 1)
-            # Dask's nanny sets MALLOC_TRIM_THRESHOLD_=65536 in its workers, which also freezes glibc's
-            # mmap threshold: every tensor over 128 KiB is then mmap'ed and unmapped afresh, and the
-            # sampler runs at half speed (benchmarks/bench_out_of_core.py).  None unsets it (Dask's own
-            # documented way); the variable is still honoured when this process has it set.
+            # unset the nanny's MALLOC_TRIM_THRESHOLD_ (module docstring) the way Dask documents; the variable
+            # is still honoured when this process has it set
             with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
                 # (the scheduler's HTTP server binds 8787 even without a dashboard; ":0" lets two clusters coexist)
                 self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=True,
@@ -144,19 +136,13 @@ class DaskEngine:
         """Worker processes the scheduler knows of now."""
         return len(self.client.scheduler_info(n_workers=-1)["workers"])
 
-    def map(self, fn: Callable[..., Any], items: Sequence, *args, progress: str | None = None, **kwargs) -> list:
-        """``fn(item, *args, **kwargs)`` for every item as one task each; the results in ``items``' order.
-
-        Large arguments (a ladder, a student, a dataset handle) are scattered once to every worker.
-        A failed task's exception is raised here (the other tasks are cancelled).
-        """
-        return self.fold(fn, items, *args, merge=_append, init=[], progress=progress, **kwargs)
-
     def fold(self, fn: Callable[..., Any], items: Sequence, *args, merge: Callable[[Any, Any], Any], init: Any,
              progress: str | None = None, **kwargs) -> Any:
         """Like :meth:`SerialEngine.fold`, with the tasks on the cluster: results are merged in ``items``' order
         as soon as the next one in that order is done (later ones wait, then are dropped once merged), so
-        the total is the same as in one process, bit for bit."""
+        the total is the same as in one process, bit for bit.  Large arguments (a ladder, a student, a dataset
+        handle) are scattered once to every worker; a failed task's exception is raised here (the other tasks
+        are cancelled)."""
         from dask.distributed import as_completed
 
         client = self.client
@@ -168,24 +154,20 @@ class DaskEngine:
                      for k, v in kwargs.items()}
         futures = [client.submit(fn, item, *shared, pure=False, **shared_kw) for item in items]
         index = {f.key: i for i, f in enumerate(futures)}
-        bar = _progress_bar(len(futures), progress)
         acc, waiting, nxt = init, {}, 0
-        try:
-            for fut in as_completed(futures):
-                waiting[index[fut.key]] = fut.result()  # raises a failed task's exception
-                futures[index[fut.key]] = None  # let the cluster forget it
-                while nxt in waiting:
-                    acc = merge(acc, waiting.pop(nxt))
-                    nxt += 1
-                if bar is not None:
+        with _progress_bar(len(futures), progress) as bar:
+            try:
+                for fut in as_completed(futures):
+                    waiting[index[fut.key]] = fut.result()  # raises a failed task's exception
+                    futures[index[fut.key]] = None  # let the cluster forget it
+                    while nxt in waiting:
+                        acc = merge(acc, waiting.pop(nxt))
+                        nxt += 1
                     bar.update(1)
-            return acc
-        except BaseException:
-            client.cancel([f for f in futures if f is not None])
-            raise
-        finally:
-            if bar is not None:
-                bar.close()
+                return acc
+            except BaseException:
+                client.cancel([f for f in futures if f is not None])
+                raise
 
     def close(self) -> None:
         """Close the client and the local cluster this engine started."""
@@ -194,12 +176,6 @@ class DaskEngine:
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
-
-    def __enter__(self) -> DaskEngine:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"DaskEngine({self.client.scheduler.address!r}, threads_per_worker={self.threads_per_worker})"
@@ -254,7 +230,6 @@ def get_engine(engine: SerialEngine | DaskEngine | None) -> SerialEngine | DaskE
     if not callable(getattr(engine, "map", None)):
         raise TypeError(f"engine: expected None, a SerialEngine or a DaskEngine, got {type(engine).__name__}")
     return engine
-
 
 
 def make_engine(kind: str = "serial", *, scheduler: str | None = None, workers: int | None = None,

@@ -13,8 +13,10 @@ earlier form: tree specs of version 1, and the packed ``smaso-graph-ladder`` spe
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,20 +24,9 @@ import torch
 
 from .ladder import GRAPH_FORMAT_V1, TOPDOWN, Ladder
 
-__all__ = [
-    "FORMAT",
-    "META_CHECKSUM",
-    "DatasetFormatError",
-    "check_contiguous",
-    "check_coverage",
-    "check_metadata_checksum",
-    "check_stream_fields",
-    "metadata_checksum",
-    "missing_rows",
-    "region_events",
-    "stored_spec",
-    "teacher_from_spec",
-]
+__all__ = ["FORMAT", "META_CHECKSUM", "DatasetFormatError", "check_contiguous", "check_coverage", "check_ladder_fields",
+           "check_load_args", "check_metadata_checksum", "check_shards", "check_stream_fields", "metadata_checksum",
+           "missing_rows", "region_events", "stored_spec", "teacher_from_spec"]
 
 #: The ``format`` field of every dataset file and store (version 1: ``.npz``; version 2: zarr store).
 FORMAT = "smaso-ladder-dataset"
@@ -127,6 +118,14 @@ def _is_int(v) -> bool:
     return not isinstance(v, bool) and isinstance(v, (int, np.integer))
 
 
+def _check_int(v, name: str, *, minimum: int = 0) -> int:
+    """``v`` as an int, or a ValueError naming the argument ``name`` (``minimum``: the least value)."""
+    if not _is_int(v) or v < minimum:
+        what = "a positive" if minimum == 1 else "a non-negative" if minimum == 0 else f"an integer >= {minimum}"
+        raise ValueError(f"{name}: expected {what} integer, got {v!r}")
+    return int(v)
+
+
 def _field_int(meta: dict, key: str, where: str, *, minimum: int = 0, optional: bool = False,
                none_ok: bool = False) -> int | None:
     if key not in meta:
@@ -143,29 +142,39 @@ def _field_int(meta: dict, key: str, where: str, *, minimum: int = 0, optional: 
 
 
 def check_contiguous(shards: list[tuple[dict, Path]]) -> None:
-    """Shards sorted by ``start`` must tile their rows without gaps or overlaps."""
-    pos = shards[0][0]["start"]
-    for meta, p in shards:
-        if meta["start"] != pos:
-            raise DatasetFormatError(f"dataset: shards leave a gap or overlap at example {pos} "
-                                     f"({str(p)!r} starts at {meta['start']})")
-        pos += meta["n"]
+    """Shards ``(meta, path)`` sorted by ``start`` must tile their rows without gaps or overlaps (the error
+    names the rows missing, or in two shards)."""
+    for (a, pa), (b, pb) in itertools.pairwise(shards):
+        end = a["start"] + a["n"]
+        if b["start"] != end:
+            rows = (f"[{end}, {b['start']}) are missing (a shard between {str(pa)!r} and {str(pb)!r} was not given)"
+                    if b["start"] > end else f"[{b['start']}, {end}) are in both {str(pa)!r} and {str(pb)!r}")
+            raise DatasetFormatError(f"dataset: shards leave a gap or overlap at example {end} ({str(pb)!r} starts "
+                                     f"at {b['start']}): stream rows {rows}")
+
+
+def check_shards(shards: list[tuple[dict, Path, dict]], partial: bool) -> None:
+    """Shards ``(meta, path, stream)`` sorted by ``start`` must be of one stream (``stream``: what the shards of
+    a stream share, by name; the error names the first that differs), tile their rows (:func:`check_contiguous`)
+    and (unless ``partial``) the whole stream (:func:`check_coverage`)."""
+    meta0, p0, s0 = shards[0]
+    for _, p, s in shards[1:]:
+        key = next((k for k in s0 if s.get(k) != s0[k]), None)
+        if key is not None:
+            what = "the ladders differ" if key == "ladder" else f"{key} differs: {s.get(key)!r} vs {s0[key]!r}"
+            raise DatasetFormatError(f"dataset: {str(p)!r} is not a shard of the same stream as {str(p0)!r} ({what})")
+    check_contiguous([(m, p) for m, p, _ in shards])
+    n = sum(m["n"] for m, _, _ in shards)
+    check_coverage([p for _, p, _ in shards], meta0["start"], n, meta0["total"], partial)
 
 
 def missing_rows(start: int, n: int, total: int) -> list[tuple[int, int]]:
     """Stream rows ``(lo, hi)`` of ``[0, total)`` outside the contiguous rows ``[start, start + n)``."""
-    out = []
-    if start > 0:
-        out.append((0, start))
-    if start + n < total:
-        out.append((start + n, total))
-    return out
+    return [(lo, hi) for lo, hi in ((0, start), (start + n, total)) if lo < hi]
 
 
 def check_coverage(files: Sequence, start: int, n: int, total: int, partial: bool) -> None:
     """Refuse (unless ``partial``) files whose rows ``[start, start + n)`` are not the whole stream."""
-    if not isinstance(partial, bool):
-        raise TypeError(f"partial: expected a bool, got {type(partial).__name__}")
     missing = missing_rows(start, n, total)
     if missing and not partial:
         names = ", ".join(repr(str(p)) for p in files)
@@ -194,17 +203,67 @@ def _events_out_of_range(z: np.ndarray, ladder, limit: np.ndarray | None = None)
     return (f"region {r} (level {level}) has event {v} in row {row}, outside its range [0, {int(limit[r])})")
 
 
-def check_stream_fields(meta: dict, where: str) -> tuple[int, int, int]:
-    """``(n, start, total)`` of a dataset's metadata, checked (integers, ``start + n <= total``, and a
-    ``seed`` that is an integer >= 0 or null); shared by the ladder and tent formats."""
+def check_stream_fields(meta: dict, where: str, *, null_seed: bool = True) -> tuple[int, int, int]:
+    """``(n, start, total)`` of a dataset's metadata, checked: integers with ``start + n <= total``, a ``seed``
+    that is an integer >= 0 (or null, if ``null_seed``), and when present a ``shard`` ``[i, k]`` with ``0 <= i < k``, a
+    ``block_size`` >= 1 and a ``stream_version`` >= 0; the one check of these fields in every format.
+
+    :raises DatasetFormatError: naming ``where``, the field, its value and what was expected.
+    """
     n = _field_int(meta, "n", where)
     start = _field_int(meta, "start", where)
     total = _field_int(meta, "total", where)
     if start + n > total:
         raise DatasetFormatError(f"{where}: metadata field 'total' is {total}, less than start + n = "
                                  f"{start} + {n}: the rows do not fit in the stream")
-    _field_int(meta, "seed", where, none_ok=True)
+    _field_int(meta, "seed", where, none_ok=null_seed)
+    sh = meta.get("shard", [0, 1])
+    if not (isinstance(sh, list) and len(sh) == 2 and all(_is_int(v) for v in sh) and 0 <= sh[0] < sh[1]):
+        raise DatasetFormatError(f"{where}: metadata field 'shard' is {sh!r}, expected [i, k] with 0 <= i < k")
+    _field_int(meta, "block_size", where, minimum=1, optional=True)
+    _field_int(meta, "stream_version", where, optional=True)
     return n, start, total
+
+
+def check_ladder_fields(meta: dict, where: str, *, null_seed: bool = True) -> tuple[int, int, int]:
+    """:func:`check_stream_fields`, and a ladder dataset's ``x_stored`` (a bool), ``spec`` (an object) and
+    ``spec_sha256`` (null, or ``{name: {"sha256": str, ...}}``); shared by the .npz and the store readers."""
+    fields = check_stream_fields(meta, where, null_seed=null_seed)
+    for key in ("x_stored", "spec"):
+        if key not in meta:
+            raise DatasetFormatError(f"{where}: metadata lacks field {key!r}")
+    if not isinstance(meta["x_stored"], bool):
+        raise DatasetFormatError(f"{where}: metadata field 'x_stored' is {meta['x_stored']!r}, expected true/false")
+    if not isinstance(meta["spec"], dict):
+        raise DatasetFormatError(f"{where}: metadata field 'spec' is not an object")
+    spec_sums = meta.get("spec_sha256")
+    if spec_sums is not None and (not isinstance(spec_sums, dict) or any(
+            not isinstance(v, dict) or not isinstance(v.get("sha256"), str) for v in spec_sums.values())):
+        raise DatasetFormatError(f"{where}: metadata field 'spec_sha256' is malformed")
+    return fields
+
+
+def check_load_args(paths, partial, what: str) -> list:
+    """``paths`` (a path or a sequence of paths) as a non-empty list, and ``partial`` a bool, checked for the
+    loaders (``what``: the kind of path, for the error)."""
+    if not isinstance(partial, bool):
+        raise TypeError(f"partial: expected a bool, got {type(partial).__name__}")
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if isinstance(paths, (bytes, dict)) or not isinstance(paths, Iterable):
+        raise TypeError(f"paths: expected a path or a sequence of paths, got {type(paths).__name__}")
+    paths = list(paths)
+    if not paths:
+        raise ValueError(f"paths: expected at least one {what}")
+    for p in paths:
+        if not isinstance(p, (str, os.PathLike)):
+            raise TypeError(f"paths: expected paths, got {type(p).__name__}")
+    return paths
+
+
+def _event_dtype(ladder: Ladder) -> np.dtype:
+    """The numpy dtype of the ladder's events (:meth:`Ladder.event_dtype`)."""
+    return np.dtype(str(ladder.event_dtype()).removeprefix("torch."))
 
 
 def region_events(ladder: Ladder) -> np.ndarray:
@@ -272,6 +331,3 @@ def teacher_from_spec(spec: dict, arrays: dict, where: str) -> Ladder:
         raise DatasetFormatError(f"{where} holds an invalid {kind} spec (metadata field 'spec'): "
                                  f"{type(e).__name__}: {e}") from None
 
-
-#: The pre-0.3 name of :func:`teacher_from_spec`.
-ladder_from_spec = teacher_from_spec

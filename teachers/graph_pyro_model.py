@@ -7,10 +7,9 @@
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
+from ._deprecation import warn
 from .ladder import Ladder
 from .pyro_model import GROUPS, EmissionDistribution, LadderModel
 
@@ -29,9 +28,8 @@ class GraphLadderModel(LadderModel):
     max_plate_nesting = 2
 
     def __init__(self, g: Ladder, device: torch.device | str | None = None, *, group_regions: bool = True):
-        warnings.warn("teachers.graph_pyro_model.GraphLadderModel is deprecated since 0.3; use "
-                      "teachers.pyro_model.LadderModel(ladder, layout='groups', group_regions=...) (its default "
-                      "layout on any ladder that is not a uniform tree)", DeprecationWarning, stacklevel=2)
+        warn("teachers.graph_pyro_model.GraphLadderModel", "teachers.pyro_model.LadderModel(ladder, layout='groups', "
+             "group_regions=...) (its default layout on any ladder that is not a uniform tree)")
         if not isinstance(g, Ladder):
             raise TypeError(f"g: expected a GraphLadder (a teachers.ladder.Ladder), got {type(g).__name__}")
         super().__init__(g, device, layout=GROUPS, group_regions=group_regions)

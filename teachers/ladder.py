@@ -24,11 +24,7 @@ Two ways to relate events across levels, both exact and sampled by the same code
 
 Codes are mixed-radix with the first parent (child) most significant (:func:`teachers.regions.mixed_radix`).
 
-Constructors: :meth:`Ladder.random`, :meth:`Ladder.summarization`, :meth:`Ladder.fully_informative` (every
-region's event is the pattern of its receptive field, so Thm 3 holds, on a tree or any graph),
-:meth:`Ladder.factorized_binary` (Thm 8/9), :meth:`Ladder.default`, :meth:`Ladder.tree` (any tree),
-:meth:`Ladder.conv1d` / :meth:`Ladder.conv2d` (overlapping fields) and their fully informative twins, and
-:meth:`Ladder.from_dict` (spec files of every version).
+Constructors (:mod:`teachers.constructors`) and spec files of every version (:mod:`teachers.ladder_spec`).
 """
 
 from __future__ import annotations
@@ -42,11 +38,7 @@ import torch
 from .constructors import LadderConstructors
 from .emission import Emission
 from .ladder_spec import FORMAT, GRAPH_FORMAT_V1, SPEC_VERSION, LadderSpecIO
-from .regions import (
-    check_parents,
-    children_of,
-    tree_parents,
-)
+from .regions import _parse_parents, children_of, tree_parents
 from .spec_check import emission_from_spec
 from .validation import (
     BOTTOMUP,
@@ -63,11 +55,12 @@ from .validation import (
     _as_float64,
     _as_int_tuple,
     _check_dense_sizes,
-    _check_entries,
     _check_layout,
+    _check_mode_tables,
     _check_rows,
+    _is_int,
+    _lookup_size,
     _per_region,
-    _pow,
     _short,
     make_emission,
 )
@@ -77,10 +70,9 @@ __all__ = ["BOTTOMUP", "FORMAT", "GRAPH_FORMAT_V1", "MAX_DEPTH", "MAX_EVENTS", "
            "LadderSpecError"]
 
 
-
-def _stack(items: Sequence[torch.Tensor]) -> torch.Tensor | None:
-    """``torch.stack(items)`` when they share one shape, else None."""
-    return torch.stack(list(items)) if len({tuple(t.shape) for t in items}) == 1 else None
+def _stacked(levels) -> tuple[torch.Tensor | None, ...]:
+    """Each level's stacked tensor, None for a level held as a tuple of per-region tensors."""
+    return tuple(t if isinstance(t, torch.Tensor) else None for t in levels)
 
 
 class Ladder(LadderConstructors, LadderSpecIO):
@@ -128,15 +120,12 @@ class Ladder(LadderConstructors, LadderSpecIO):
                 raise LadderSpecError("factorization, region_names: only for a ladder given by its branching")
             self._init_graph_layout(parents, events)
         self._region_names = self._check_names(region_names)
+        given = {"prior": prior, "tables": tables, "factorization": factorization, "leaf_prior": leaf_prior,
+                 "lookup": lookup}
+        _check_mode_tables({k: v for k, v in given.items() if v is not None}, mode)
         if mode == TOPDOWN:
-            if leaf_prior is not None or lookup is not None:
-                raise LadderSpecError("leaf_prior/lookup: only for mode='bottomup'; a top-down ladder takes "
-                                      "prior and tables")
             self._init_topdown(prior, tables)
         else:
-            if prior is not None or tables is not None:
-                raise LadderSpecError("prior/tables: only for mode='topdown'; a bottom-up ladder takes "
-                                      "leaf_prior and lookup")
             self._init_bottomup(leaf_prior, lookup)
         self.emission = self._check_emission(emission)
 
@@ -157,19 +146,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         self.level_offsets = tuple(int(v) for v in np.concatenate([[0], np.cumsum(self.num_regions)]))
 
     def _init_graph_layout(self, parents, events) -> None:
-        try:
-            if isinstance(parents, (str, bytes)) or len(parents) < 2:
-                raise TypeError
-            parents = tuple(tuple(tuple(int(p) for p in ps) for ps in lvl) for lvl in parents)
-        except (TypeError, ValueError) as e:
-            raise LadderSpecError(f"parents: expected one list of parent lists per level (at least the label's "
-                                  f"and the leaves'), nested lists of integers ({e or 'got ' + _short(parents)})"
-                                  ) from None
-        if len(parents) > MAX_DEPTH + 1:
-            raise LadderSpecError(f"parents: at most {MAX_DEPTH} levels below the root, got {len(parents) - 1}")
-        num_regions = tuple(len(lvl) for lvl in parents)
-        if sum(num_regions) > MAX_REGIONS:
-            raise LadderSpecError(f"parents: more than {MAX_REGIONS} regions")
+        parents, num_regions = _parse_parents(parents)
         if isinstance(events, (str, bytes)) or not isinstance(events, Sequence) or len(events) != len(parents):
             raise LadderSpecError(f"events: expected {len(parents)} entries (one per level, root first), got "
                                   f"{_short(events)}")
@@ -182,24 +159,18 @@ class Ladder(LadderConstructors, LadderSpecIO):
                                           f"{len(m)} event counts")
                 raise LadderSpecError(f"events[{l}]: expected {n} event counts (one per region of level {l}), got "
                                       f"{_short(list(m))}")
-            if isinstance(m, int | np.integer) and not isinstance(m, bool | np.bool_) and not 1 <= m <= MAX_EVENTS:
+            if _is_int(m) and not 1 <= m <= MAX_EVENTS:
                 raise LadderSpecError(f"events[{l}]: expected 1..{MAX_EVENTS} events, got {_short(int(m))}")
             lvl = _as_int_tuple(m, f"events[{l}]", n)  # one count for the level, or one per region
             for i, v in enumerate(lvl):
                 if not 1 <= v <= MAX_EVENTS:
                     raise LadderSpecError(f"events[{l}][{i}]: expected 1..{MAX_EVENTS} events, got {v}")
             region_events.append(lvl)
-        if len(num_regions) and num_regions[0] != 1:
-            raise LadderSpecError(f"events[0]: the top level holds exactly one region (the label), got "
-                                  f"{num_regions[0]}")
         if region_events[0][0] < 2:
             raise LadderSpecError(f"events[0]: the label needs at least 2 classes, got {region_events[0][0]}")
-        if any(n == 0 for n in num_regions):
-            raise LadderSpecError(f"parents: every level needs at least one region, got {list(num_regions)}")
         if len(set(region_events[-1])) != 1:
             raise LadderSpecError(f"events[{len(parents) - 1}]: every leaf needs the same number of events (one "
                                   f"emission model), got {sorted(set(region_events[-1]))}")
-        check_parents(parents, num_regions)
         self.num_regions = num_regions
         self.level_offsets = tuple(int(v) for v in np.concatenate([[0], np.cumsum(num_regions)]))
         self._region_events = tuple(region_events)
@@ -246,61 +217,37 @@ class Ladder(LadderConstructors, LadderSpecIO):
     # ------------------------------------------------------------------ tables
     def _init_topdown(self, prior, tables) -> None:
         d, m = self.depth, self.events
-        if prior is None or tables is None:
-            raise LadderSpecError("prior/tables: a top-down ladder needs prior (P(y)) and tables "
-                                  "(P(z_child | z_parent))")
         prior = _as_float64(prior, "prior")
         if prior.shape != (m[0],):
             raise LadderSpecError(f"prior: expected shape ({m[0]},) (events[0]), got {tuple(prior.shape)}")
         self.prior = _check_rows(prior, "prior", "P(y)")
         if not isinstance(tables, (list, tuple)) or len(tables) != d:
             raise LadderSpecError(f"tables: expected a list of {d} tables (one per level below the root)")
+
+        def rows(t, name, l, i):
+            return _check_rows(t, name, f"index = [{'' if i is not None else 'region, '}parent configuration]")
+
         out = []
         for l in range(1, d + 1):
             name = f"tables[{l - 1}]"
-            if self._parents is None:  # a uniform tree: one stacked table per level
-                t = _as_float64(tables[l - 1], name)
-                t = _per_region(t, (self.num_regions[l], m[l - 1], m[l]), name,
-                                f"regions of level {l}, events of level {l - 1}, events of level {l}")
-                out.append(_check_rows(t, name, "index = [region, parent event]"))
-                continue
-            shapes = [(math.prod(self.parent_sizes(l, i)), self._region_events[l][i])
-                      for i in range(self.num_regions[l])]
-            for i, (rows, mi) in enumerate(shapes):
-                if rows * mi > MAX_TABLE_ENTRIES:
-                    raise LadderSpecError(f"{name}[{i}]: {rows} parent configurations x {mi} events is more than "
-                                          f"{MAX_TABLE_ENTRIES} entries")
-            given = tables[l - 1]
-            if isinstance(given, (list, tuple)):  # one table per region
-                if len(given) != self.num_regions[l]:
-                    raise LadderSpecError(f"{name}: expected one table per region ({self.num_regions[l]}), got "
-                                          f"{len(given)}")
-                region = [self._region_table(t, shapes[i], f"{name}[{i}]") for i, t in enumerate(given)]
-            else:  # one array of every region's table
-                t = _as_float64(given, name)
-                if len(set(shapes)) != 1 or tuple(t.shape) != (self.num_regions[l], *shapes[0]):
-                    raise LadderSpecError(f"{name}: expected a list of {self.num_regions[l]} tables (rows: "
-                                          f"configurations of the parents, mixed-radix) or one array of them, got "
-                                          f"shape {tuple(t.shape)}")
-                region = list(_check_rows(t, name, "index = [region, parent configuration]"))
-            out.append(_stack(region) if len(set(shapes)) == 1 else tuple(region))
+            if self._parents is None:  # a uniform tree: sizes checked with the layout
+                shapes = [(m[l - 1], m[l])]
+            else:
+                shapes = [(math.prod(self.parent_sizes(l, i)), self._region_events[l][i])
+                          for i in range(self.num_regions[l])]
+                for i, (r, mi) in enumerate(shapes):
+                    if r * mi > MAX_TABLE_ENTRIES:
+                        raise LadderSpecError(f"{name}[{i}]: {r} parent configurations x {mi} events is more than "
+                                              f"{MAX_TABLE_ENTRIES} entries")
+            out.append(self._level_tables(tables[l - 1], l, name, shapes, _as_float64, rows, "table",
+                                          f"regions of level {l}, events of level {l - 1}, events of level {l}"))
         self._tables = tuple(out)
         self._leaf_prior = None
         self._lookup = None
         self.tables  # noqa: B018 -- built now, so that with_emission's copies share this one tuple
 
-    @staticmethod
-    def _region_table(t, shape: tuple[int, int], name: str) -> torch.Tensor:
-        t = _as_float64(t, name)
-        if tuple(t.shape) != shape:
-            raise LadderSpecError(f"{name}: expected shape {shape} (parent configurations, events), got "
-                                  f"{tuple(t.shape)}")
-        return _check_rows(t, name, "index = [parent configuration]")
-
     def _init_bottomup(self, leaf_prior, lookup) -> None:
         d, m = self.depth, self.events
-        if leaf_prior is None or lookup is None:
-            raise LadderSpecError("leaf_prior/lookup: a bottom-up ladder needs leaf_prior and lookup tables")
         per_leaf = isinstance(leaf_prior, (list, tuple)) and leaf_prior
         if per_leaf and isinstance(leaf_prior[0], torch.Tensor | np.ndarray):
             if len({tuple(p.shape) for p in leaf_prior}) != 1:
@@ -314,53 +261,48 @@ class Ladder(LadderConstructors, LadderSpecIO):
         out = []
         for l in range(d):
             name = f"lookup[{l}]"
-            if self._parents is None:
-                size = _pow(m[l + 1], self._branching[l])
-                if size is None or size > MAX_LOOKUP:
-                    raise LadderSpecError(
-                        f"{name}: {m[l + 1]}^{self._branching[l]} = {size or 'over 2^64'} child configurations "
-                        f"per region exceeds {MAX_LOOKUP}; use fewer events or a smaller branching")
-                _check_entries(self.num_regions[l] * size, name,
-                               f"{self.num_regions[l]} regions x {size} child configurations")
-                t = _per_region(self._as_lookup(lookup[l], name), (self.num_regions[l], size), name,
-                                f"regions of level {l}, events[{l + 1}]^branching[{l}]")
-                self._check_lookup_range(t, name, l)
-                out.append(t)
-                continue
-            sizes = []
-            for i in range(self.num_regions[l]):
-                size = math.prod(self.child_sizes(l, i))
-                if size > MAX_LOOKUP:
-                    raise LadderSpecError(f"{name}[{i}]: {size} child configurations is more than {MAX_LOOKUP}")
-                sizes.append(size)
-            given = lookup[l]
-            if isinstance(given, (list, tuple)):  # one lookup per region
-                if len(given) != self.num_regions[l]:
-                    raise LadderSpecError(f"{name}: expected one lookup per region ({self.num_regions[l]}), got "
-                                          f"{len(given)}")
-                region = []
-                for i, t in enumerate(given):
-                    t = self._as_lookup(t, f"{name}[{i}]")
-                    if tuple(t.shape) != (sizes[i],):
-                        raise LadderSpecError(f"{name}[{i}]: expected shape ({sizes[i]},) (one event per "
-                                              f"configuration of children {self.children[l][i]}), got "
-                                              f"{tuple(t.shape)}")
-                    region.append(t)
-            else:  # one array of every region's lookup
-                t = self._as_lookup(given, name)
-                if len(set(sizes)) != 1 or tuple(t.shape) != (self.num_regions[l], sizes[0]):
-                    raise LadderSpecError(f"{name}: expected a list of {self.num_regions[l]} lookups or one array "
-                                          f"of them, got shape {tuple(t.shape)}")
-                region = list(t)
-            for i, t in enumerate(region):
-                mi = self._region_events[l][i]
-                if t.numel() and (int(t.min()) < 0 or int(t.max()) >= mi):
-                    raise LadderSpecError(f"{name}[{i}]: events must lie in [0, {mi})")
-            out.append(_stack(region) if len(set(sizes)) == 1 else tuple(region))
+            if self._parents is None:  # a uniform tree: m_{l+1}^b_l child configurations per region
+                shapes = [(_lookup_size(m, self._branching, self.num_regions, l),)]
+            else:
+                shapes = [(math.prod(self.child_sizes(l, i)),) for i in range(self.num_regions[l])]
+                for i, (size,) in enumerate(shapes):
+                    if size > MAX_LOOKUP:
+                        raise LadderSpecError(f"{name}[{i}]: {size} child configurations is more than {MAX_LOOKUP}")
+            out.append(self._level_tables(lookup[l], l, name, shapes, self._as_lookup, self._in_range, "lookup",
+                                          f"regions of level {l}, events[{l + 1}]^branching[{l}]"))
         self._lookup = tuple(out)
         self.prior = None
         self._tables = None
         self.lookup  # noqa: B018 -- built now, so that with_emission's copies share this one tuple
+
+    _REGION_DIMS = {"table": "parent configurations, events", "lookup": "one event per configuration of the children"}
+
+    def _level_tables(self, given, l: int, name: str, shapes: list[tuple[int, ...]], convert, check, what: str,
+                      dims: str):
+        """Level l's tables or lookups, ``shapes[i]`` that of region i (one shape on a uniform tree): on a region
+        graph a list with one per region, or on any ladder one array of them all when they share one shape (on a
+        uniform tree also one shared by the level; ``dims`` names the array's dimensions).  ``convert(t, name)``
+        reads one, ``check(t, name, l, i)`` checks its values (``i`` None for the array).  Returns the stacked
+        tensor, or a tuple of the regions' tensors where their shapes differ."""
+        n, shape = self.num_regions[l], shapes[0] if len(set(shapes)) == 1 else None
+        if self._parents is not None and isinstance(given, (list, tuple)):  # one per region
+            if len(given) != n:
+                raise LadderSpecError(f"{name}: expected one {what} per region ({n}), got {len(given)}")
+            region = []
+            for i, t in enumerate(given):
+                t = convert(t, f"{name}[{i}]")
+                if tuple(t.shape) != shapes[i]:
+                    raise LadderSpecError(f"{name}[{i}]: expected shape {shapes[i]} ({self._REGION_DIMS[what]}), "
+                                          f"got {tuple(t.shape)}")
+                region.append(check(t, f"{name}[{i}]", l, i))
+            return torch.stack(region) if shape is not None else tuple(region)
+        t = convert(given, name)
+        if self._parents is None:
+            t = _per_region(t, (n, *shape), name, dims)
+        elif shape is None or tuple(t.shape) != (n, *shape):
+            raise LadderSpecError(f"{name}: expected a list of {n} {what}s (one per region) or one array of them, "
+                                  f"got shape {tuple(t.shape)}")
+        return check(t, name, l, None)
 
     @staticmethod
     def _as_lookup(t, name: str) -> torch.Tensor:
@@ -369,12 +311,21 @@ class Ladder(LadderConstructors, LadderSpecIO):
             raise LadderSpecError(f"{name}: expected integer event indices, got dtype {arr.dtype}")
         return torch.as_tensor(arr.astype(np.int64))
 
-    def _check_lookup_range(self, t: torch.Tensor, name: str, l: int) -> None:
-        bad = ((t < 0) | (t >= self.events[l])).nonzero()
-        if len(bad):
-            r, c = bad[0].tolist()
-            raise LadderSpecError(f"{name}[{r}, {c}]: event {t[r, c].item()} outside [0, {self.events[l]}) "
-                                  f"(events[{l}] = {self.events[l]})")
+    def _in_range(self, t: torch.Tensor, name: str, l: int, i: int | None) -> torch.Tensor:
+        """Lookup ``t`` of region i of level l (``i`` None: ``(R_l, K)`` of the whole level) within its events."""
+        if i is not None:
+            hi = self._region_events[l][i]
+        else:
+            hi = self.events[l] if self._parents is None else torch.tensor(self._region_events[l])[:, None]
+        bad = (t < 0) | (t >= hi)
+        if i is not None and bad.any():
+            raise LadderSpecError(f"{name}: events must lie in [0, {hi})")
+        if i is None and bad.any():
+            r, c = bad.nonzero()[0].tolist()
+            mr = self.region_events[l][r]
+            raise LadderSpecError(f"{name}[{r}, {c}]: event {t[r, c].item()} outside [0, {mr})"
+                                  + (f" (events[{l}] = {mr})" if self._parents is None else ""))
+        return t
 
     # ------------------------------------------------------------------ structure
     @property
@@ -480,24 +431,23 @@ class Ladder(LadderConstructors, LadderSpecIO):
         return torch.uint8 if top <= 256 else torch.int16 if top <= 2**15 else torch.int32
 
     # ------------------------------------------------------------------ tables, stacked and per region
+    def _per_level(self, key: str, levels, build):
+        """``build(levels)``, cached under ``key`` (one tuple, shared by with_emission's copies as the tables
+        are); None for the other mode."""
+        if levels is not None and key not in self._cache:
+            self._cache[key] = build(levels)
+        return None if levels is None else self._cache[key]
+
     @property
     def tables(self) -> tuple[torch.Tensor | None, ...] | None:
         """Top-down: ``tables[l-1]`` P(z | parents) of level l stacked, ``(R_l, rows, m_l)`` (a tree:
         ``(R_l, m_{l-1}, m_l)``), or None for a level whose regions' tables differ in shape."""
-        if self._tables is None:
-            return None
-        if "tables" not in self._cache:  # one tuple, shared by with_emission's copies (as the tables are)
-            self._cache["tables"] = tuple(t if isinstance(t, torch.Tensor) else None for t in self._tables)
-        return self._cache["tables"]
+        return self._per_level("tables", self._tables, _stacked)
 
     @property
     def region_tables(self) -> tuple[tuple[torch.Tensor, ...], ...] | None:
         """Top-down: ``region_tables[l][i]`` ``(prod parent m, m_i)`` (``region_tables[0] == ()``)."""
-        if self._tables is None:
-            return None
-        if "region_tables" not in self._cache:
-            self._cache["region_tables"] = ((), *(tuple(t) for t in self._tables))
-        return self._cache["region_tables"]
+        return self._per_level("region_tables", self._tables, lambda levels: ((), *map(tuple, levels)))
 
     @property
     def leaf_prior(self) -> torch.Tensor | None:
@@ -513,20 +463,12 @@ class Ladder(LadderConstructors, LadderSpecIO):
     def lookup(self) -> tuple[torch.Tensor | None, ...] | None:
         """Bottom-up: ``lookup[l]`` of level l stacked ``(R_l, prod child m)``, or None for a level whose
         regions' lookups differ in size."""
-        if self._lookup is None:
-            return None
-        if "lookup" not in self._cache:
-            self._cache["lookup"] = tuple(t if isinstance(t, torch.Tensor) else None for t in self._lookup)
-        return self._cache["lookup"]
+        return self._per_level("lookup", self._lookup, _stacked)
 
     @property
     def lookups(self) -> tuple[tuple[torch.Tensor, ...], ...] | None:
         """Bottom-up: ``lookups[l][i]`` ``(prod child m,)`` int64 for every region above the leaves."""
-        if self._lookup is None:
-            return None
-        if "lookups" not in self._cache:
-            self._cache["lookups"] = tuple(tuple(t) for t in self._lookup)
-        return self._cache["lookups"]
+        return self._per_level("lookups", self._lookup, lambda levels: tuple(map(tuple, levels)))
 
     # ------------------------------------------------------------------ for people
     def describe(self) -> str:
@@ -556,14 +498,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         new = object.__new__(Ladder)
         new.__dict__.update(self.__dict__)
         new._cache = {k: v for k, v in self._cache.items() if k != "fingerprint"}  # the emission is hashed too
-        if isinstance(emission, dict):
-            emission = emission_from_spec(emission, self.num_regions[-1], self.events[-1])
-        if not isinstance(emission, Emission):
-            raise LadderSpecError(f"emission: expected an Emission or a dict, got {type(emission).__name__}")
-        if (emission.num_regions, emission.num_events) != (self.num_regions[-1], self.events[-1]):
-            raise LadderSpecError(f"emission: covers {emission.num_regions} x {emission.num_events}, the leaves are "
-                                  f"{self.num_regions[-1]} x {self.events[-1]}")
-        new.emission = emission
+        new.emission = self._check_emission(emission)
         return new
 
     @classmethod

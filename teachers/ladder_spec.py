@@ -16,7 +16,7 @@ import torch
 
 from .regions import parse_region_tree
 from .spec_check import check_spec
-from .validation import MODES, TOPDOWN, Factorization, LadderSpecError, _as_float64, _short
+from .validation import TOPDOWN, Factorization, LadderSpecError, _as_float64
 
 if TYPE_CHECKING:
     from .ladder import Ladder
@@ -97,18 +97,16 @@ class LadderSpecIO:
         also as a region tree ``regions``), ``smaso-graph-ladder`` version 1 (region graphs), and
         ``{"kind": "random" | "fully_informative" | "factorized_binary" | "summarization" | "default", ...}``
         generator descriptions (the keyword arguments of the constructor of that name)."""
-        if isinstance(d, dict) and d.get("format") == GRAPH_FORMAT_V1:
-            return cls._from_graph_v1(d)
-        if isinstance(d, dict) and "parents" in d and "kind" not in d:
-            return cls._from_graph_v2(d)
         check_spec(d)  # every field's type and range, unknown keys, options that do not apply
-        if "kind" in d:
-            kind = d["kind"]
-            builders = {"random": cls.random, "fully_informative": cls.fully_informative,
-                        "factorized_binary": cls.factorized_binary, "summarization": cls.summarization,
-                        "default": cls.default}
+        if d.get("format") == GRAPH_FORMAT_V1:
+            return cls._from_graph_v1(d)
+        if "parents" in d and "kind" not in d:
+            return cls(events=d["events"], parents=d["parents"], mode=d["mode"], prior=d.get("prior"),
+                       tables=d.get("tables"), leaf_prior=d.get("leaf_prior"), lookup=d.get("lookup"),
+                       emission=d["emission"], name=d.get("name") or "ladder")
+        if "kind" in d:  # check_spec allows only the names of the generator classmethods
             kwargs = {k: v for k, v in d.items() if k not in ("kind", "format", "version")}
-            return builders[kind](**kwargs)
+            return getattr(cls, d["kind"])(**kwargs)
         names = None
         if "regions" in d:
             d = dict(d)
@@ -129,60 +127,21 @@ class LadderSpecIO:
             _check_factorization(fac, lad)
         return lad
 
-    _GRAPH_FIELDS = ("format", "version", "name", "mode", "events", "parents", "emission", "prior", "tables",
-                     "leaf_prior", "lookup")
-
-    @classmethod
-    def _from_graph_v2(cls, spec: dict) -> Ladder:
-        if spec.get("format", FORMAT) != FORMAT or spec.get("version") != SPEC_VERSION:
-            raise LadderSpecError(f"format, version: a spec with parents is {FORMAT!r} version {SPEC_VERSION}, got "
-                                  f"{spec.get('format')!r} version {spec.get('version')!r}")
-        unknown = sorted(set(spec) - set(cls._GRAPH_FIELDS))
-        if unknown:
-            raise LadderSpecError(f"{unknown[0]}: unknown field of a region-graph ladder spec (expected "
-                                  f"{', '.join(cls._GRAPH_FIELDS)})")
-        for key in ("mode", "events", "parents", "emission"):
-            if key not in spec:
-                raise LadderSpecError(f"{key}: missing")
-        if not isinstance(spec["emission"], dict):
-            raise LadderSpecError(f"emission: expected a table with a 'kind' field, got "
-                                  f"{type(spec['emission']).__name__}")
-        if not isinstance(spec.get("name", ""), str):
-            raise LadderSpecError(f"name: expected a string, got {type(spec['name']).__name__}")
-        return cls(events=spec["events"], parents=spec["parents"], mode=spec["mode"], prior=spec.get("prior"),
-                   tables=spec.get("tables"), leaf_prior=spec.get("leaf_prior"), lookup=spec.get("lookup"),
-                   emission=spec["emission"], name=str(spec.get("name", "ladder")))
-
     @classmethod
     def _from_graph_v1(cls, spec: dict) -> Ladder:
         """A ``smaso-graph-ladder`` version 1 spec (``tables[l][i]`` with ``tables[0] = []``, ``leaf_priors``,
         ``lookups``): the format of ``GraphLadder.to_dict`` before the two ladders became one."""
-        if spec.get("version") != 1:
-            raise LadderSpecError(f"format, version: expected {GRAPH_FORMAT_V1!r} version 1, got "
-                                  f"{spec.get('format')!r} version {spec.get('version')!r}")
-        for key in ("mode", "events", "parents", "emission"):
-            if key not in spec:
-                raise LadderSpecError(f"{key}: missing")
         mode = spec["mode"]
-        if mode not in MODES:
-            raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
-        need = ("prior", "tables") if mode == TOPDOWN else ("leaf_priors", "lookups")
-        for key in need:
-            if key not in spec:
-                raise LadderSpecError(f"{key}: missing (a {mode} ladder needs {need[0]} and {need[1]})")
-        kw = {}
         if mode == TOPDOWN:
             tables = spec["tables"]
             if not isinstance(tables, list) or not tables:
                 raise LadderSpecError("tables: expected one entry per level (tables[0] = [])")
-            kw = {"prior": spec["prior"], "tables": [[torch.as_tensor(np.asarray(t, dtype=np.float64)) for t in lvl]
-                                                     for lvl in tables[1:]]}
+            kw = {"prior": spec["prior"], "tables": tables[1:]}
         else:
-            kw = {"leaf_prior": [torch.as_tensor(np.asarray(p, dtype=np.float64)) for p in spec["leaf_priors"]],
-                  "lookup": [[np.asarray(t) for t in lvl] for lvl in spec["lookups"]]}
+            kw = {"leaf_prior": spec["leaf_priors"], "lookup": spec["lookups"]}
         try:
             return cls(events=spec["events"], parents=spec["parents"], mode=mode, emission=spec["emission"],
-                       name=str(spec.get("name", "graph-ladder")), **kw)
+                       name=spec.get("name") or "graph-ladder", **kw)
         except LadderSpecError as e:  # name the field as this file spells it
             raise LadderSpecError(_graph_v1_field(str(e))) from None
 

@@ -39,16 +39,11 @@ regions above the leaves are observed float64 ``Delta`` sites
 (:func:`teachers.pyro_sites.deterministic_site`), so only the leaves are enumerated.
 
 Both layouts draw every random event with :class:`~teachers.categorical.IndexedCategorical` (alias
-sampling, ``generator=`` and ``compact=`` as in the dataset sampler; ``log_prob`` and ``enumerate_support``
-for ``TraceEnum_ELBO`` / ``infer_discrete``), emit x through
-:class:`~teachers.pyro_sites.EmissionDistribution`, take ``x=``, ``leaves=`` and ``y=`` observations, and
-share the layout-free API: :meth:`LadderModel.condition_on` (flat dataset shapes), :meth:`~LadderModel.site_names`,
-:meth:`~LadderModel.regions_of`, :meth:`~LadderModel.to_z` (site values -> the ``(rows, total_regions)``
-event matrix) and :meth:`~LadderModel.site_values` (the reverse, for ``poutine.condition``).
-:meth:`LadderModel.plain_model` is the ladder as a Pyro user first writes it, for any graph: one
-``dist.Categorical`` site per region, enumerable in both modes on small ladders (the reference of exact
-inference, and the baseline of ``benchmarks/bench_ladder_sampling.py``).  Exact inference for large ladders
-is :mod:`inference`.
+sampling; ``log_prob`` and ``enumerate_support`` for ``TraceEnum_ELBO`` / ``infer_discrete``), emit x through
+:class:`~teachers.pyro_sites.EmissionDistribution` and share one layout-free API (:meth:`LadderModel.condition_on`,
+``site_names``, ``regions_of``, ``to_z``, ``site_values``).  :meth:`LadderModel.plain_model` is the ladder as a
+Pyro user first writes it (one ``dist.Categorical`` site per region: the reference of exact inference on small
+ladders); exact inference for large ladders is :mod:`inference`.
 """
 
 from __future__ import annotations
@@ -94,7 +89,7 @@ class LadderModel:
     :ivar layout: the layout in use.
     :ivar max_plate_nesting: ``depth + 1`` (plates) or 2 (groups), for ``TraceEnum_ELBO``; ``infer_discrete``
         takes ``first_available_dim=-(max_plate_nesting + 1)``.
-    :ivar groups: (groups layout) ``groups[l][j]``: region indices of site ``"z_{l}_g{j}"``.
+    :ivar groups: ``groups[l][j]``: region indices of site ``"z_{l}_g{j}"`` (plates: one group per level).
     """
 
     def __init__(self, ladder: Ladder, device: torch.device | str | None = None, *, layout: str | None = None,
@@ -115,7 +110,7 @@ class LadderModel:
         self.ladder = ladder
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.layout = layout
-        self._plain = None  # per-region tables of plain_model, built on first use
+        self._plain = None  # the tables of plain_model, built on first use
         if layout == PLATES:
             self.max_plate_nesting = ladder.depth + 1
             self._init_plates()
@@ -126,12 +121,11 @@ class LadderModel:
 
     def _init_plates(self) -> None:
         ladder, d = self.ladder, self.ladder.depth
+        self.groups = [[tuple(range(n))] for n in ladder.num_regions]  # one site per level
         # region_index[l]: index within level l, shaped like the level's plates (mixed radix
         # over (b_0, ..., b_{l-1}) equals the breadth-first numbering).
-        self.region_index = [
-            torch.arange(ladder.num_regions[l], device=self.device, dtype=torch.int32)
-            .reshape(*ladder.branching[:l], *([1] * (d - l)))
-            for l in range(d + 1)]
+        self.region_index = [torch.arange(n, device=self.device, dtype=torch.int32).reshape(self._site_shape(l, ()))
+                             for l, n in enumerate(ladder.num_regions)]
         if ladder.mode == TOPDOWN:
             self.root_table = CategoricalTable(ladder.prior[None], device=self.device)
             self.level_tables = [None] + [CategoricalTable(t.reshape(-1, ladder.events[l]), device=self.device)
@@ -143,109 +137,92 @@ class LadderModel:
             self.radix = [m[l + 1] ** torch.arange(b[l] - 1, -1, -1, device=self.device) for l in range(d)]
 
     def _init_groups(self) -> None:
-        g, dev = self.ladder, self.device
+        g = self.ladder
         if self.group_regions:
             self.groups = [[idx for _key, idx in signature_groups(g, l)] for l in range(g.depth + 1)]
         else:
             self.groups = [[(i,) for i in range(n)] for n in g.num_regions]
         # where[l][i] = (group, column) of region i of level l
-        self.where = [dict() for _ in range(g.depth + 1)]
-        for l, groups in enumerate(self.groups):
-            for j, idx in enumerate(groups):
-                for c, i in enumerate(idx):
-                    self.where[l][i] = (j, c)
-        # per group: its table (topdown: CategoricalTable of the stacked (G * rows, m) rows; bottomup: the
-        # leaves' CategoricalTable or the stacked (G, prod child m) lookups) and the first row of each column
-        self._tables: list[list] = []
-        self._base: list[list[torch.Tensor]] = []
-        for l, groups in enumerate(self.groups):
-            tables, bases = [], []
-            for idx in groups:
-                ar = torch.arange(len(idx), device=dev)
-                if g.mode == TOPDOWN:
-                    if l == 0:
-                        stacked = g.prior.to(torch.float64)[None, None]  # (1, 1, m_0)
-                    else:
-                        stacked = torch.stack([g.region_tables[l][i] for i in idx]).to(torch.float64)
-                    tables.append(CategoricalTable(stacked.reshape(-1, stacked.shape[-1]), device=dev))
-                    bases.append(ar * stacked.shape[1])
-                elif l == g.depth:
-                    tables.append(CategoricalTable(torch.stack([g.leaf_priors[i] for i in idx]), device=dev))
-                    bases.append(ar)
-                else:
-                    tables.append(torch.stack([g.lookups[l][i] for i in idx]).to(dev))  # (G, prod child m)
-                    bases.append(ar)
-            self._tables.append(tables)
-            self._base.append(bases)
+        self.where = [{i: (j, c) for j, idx in enumerate(groups) for c, i in enumerate(idx)} for groups in self.groups]
+        self._tables = [[self._group_table(l, idx) for idx in groups] for l, groups in enumerate(self.groups)]
 
-    def _require(self, layout: str, what: str) -> None:
-        if self.layout != layout:
-            hint = ("the nested plates of a uniform tree" if layout == PLATES else
-                    "grouped sites, LadderModel(ladder, layout='groups')")
-            raise ValueError(f"{what}: only for layout={layout!r} ({hint}); this LadderModel has "
-                             f"layout={self.layout!r}")
+    def _group_table(self, l: int, idx: tuple[int, ...]) -> tuple:
+        """``(table, first row of each column)`` of the group ``idx`` of level ``l``: topdown the
+        CategoricalTable of the stacked ``(G * rows, m)`` rows; bottomup the leaves' CategoricalTable or the
+        stacked ``(G, prod child m)`` lookups."""
+        g, dev = self.ladder, self.device
+        ar = torch.arange(len(idx), device=dev)
+        if g.mode != TOPDOWN:
+            if l == g.depth:
+                return CategoricalTable(torch.stack([g.leaf_priors[i] for i in idx]), device=dev), ar
+            return torch.stack([g.lookups[l][i] for i in idx]).to(dev), ar
+        rows = [g.prior[None]] if l == 0 else [g.region_tables[l][i] for i in idx]
+        stacked = torch.stack(rows).to(torch.float64)  # (G, rows, m)
+        return CategoricalTable(stacked.reshape(-1, stacked.shape[-1]), device=dev), ar * stacked.shape[1]
+
+    def _require_plates(self, what: str) -> None:
+        if self.layout != PLATES:
+            raise ValueError(f"{what}: only for layout='plates' (the nested plates of a uniform tree); this "
+                             f"LadderModel has layout={self.layout!r}")
 
     # ------------------------------------------------------------------ naming (both layouts)
     def site_name(self, level: int, group: int = 0) -> str:
         """The event site of ``level`` (and ``group``): ``"z_{level}"`` (plates) or ``"z_{level}_g{group}"``."""
-        if self.layout == PLATES:
-            if group != 0:
-                raise ValueError(f"group: the 'plates' layout has one site per level (group 0), got {group!r}")
-            return f"z_{level}"
-        return f"z_{level}_g{group}"
+        if self.layout == GROUPS:
+            return f"z_{level}_g{group}"
+        if group != 0:
+            raise ValueError(f"group: the 'plates' layout has one site per level (group 0), got {group!r}")
+        return f"z_{level}"
+
+    def _sites(self):
+        """``(site name, level, region indices)`` of every event site, in :meth:`site_names` order."""
+        return [(self.site_name(l, j), l, idx) for l, groups in enumerate(self.groups) for j, idx in enumerate(groups)]
 
     def site_names(self) -> list[str]:
         """Every event site, level by level (topdown order), group by group."""
-        if self.layout == PLATES:
-            return [f"z_{l}" for l in range(self.ladder.depth + 1)]
-        return [self.site_name(l, j) for l, groups in enumerate(self.groups) for j in range(len(groups))]
+        return [name for name, _l, _idx in self._sites()]
 
     def sample_site_names(self) -> list[str]:
         """The event sites that are random (topdown: all; bottomup: the leaves; the rest are deterministic)."""
-        names = self.site_names()
-        if self.ladder.mode == TOPDOWN:
-            return names
         d = self.ladder.depth
-        return [s for s in names if self.regions_of(s)[0] == d]
+        return [name for name, l, _idx in self._sites() if self.ladder.mode == TOPDOWN or l == d]
 
     def regions_of(self, site: str) -> tuple[int, tuple[int, ...]]:
         """``(level, region indices)`` of the columns of an event site (plates: ``"z_l"`` covers level l)."""
-        lad = self.ladder
-        try:
-            if self.layout == PLATES:
-                if not site.startswith("z_") or "_g" in site:
-                    raise ValueError
-                l = int(site[2:])
-                if not 0 <= l <= lad.depth:
-                    raise IndexError
-                return l, tuple(range(lad.num_regions[l]))
-            lv, gr = site[2:].split("_g")
-            l, j = int(lv), int(gr)
-            if not site.startswith("z_") or l < 0 or j < 0:
-                raise ValueError
-            return l, self.groups[l][j]
-        except (ValueError, IndexError, AttributeError, TypeError):
-            form = "'z_<level>'" if self.layout == PLATES else "'z_<level>_g<group>'"
-            raise ValueError(f"site: expected {form} of this model, got {site!r}") from None
+        for name, l, idx in self._sites():
+            if name == site:
+                return l, idx
+        form = "'z_<level>'" if self.layout == PLATES else "'z_<level>_g<group>'"
+        raise ValueError(f"site: expected {form} of this model, got {site!r}")
+
+    def _site_shape(self, level: int, idx: tuple[int, ...]) -> tuple[int, ...]:
+        """A site's value shape after ``(..., N)``: plates ``(b_0, ..., b_{l-1}, 1, ..., 1)``, groups ``(G_j,)``."""
+        if self.layout == GROUPS:
+            return (len(idx),)
+        return (*self.ladder.branching[:level], *([1] * (self.ladder.depth - level)))
+
+    def _columns(self, level: int, idx: tuple[int, ...]) -> slice | list[int]:
+        """Global event-matrix columns of regions ``idx`` of ``level`` (a slice for a plates level)."""
+        off = self.ladder.level_offsets
+        return slice(off[level], off[level + 1]) if self.layout == PLATES else [off[level] + i for i in idx]
 
     # ------------------------------------------------------------------ plates-layout helpers
     def plates(self, num_examples: int) -> list:
         """``[data plate, level_1 plate, ..., level_d plate]`` with the dims of the docstring (plates layout)."""
-        self._require(PLATES, "plates")
-        lad = self.ladder
-        d = lad.depth
+        self._require_plates("plates")
+        lad, d = self.ladder, self.ladder.depth
         return [pyro.plate("data", num_examples, dim=-(d + 1))] + [
             pyro.plate(f"level_{l}", lad.branching[l - 1], dim=-(d + 1 - l)) for l in range(1, d + 1)]
 
     def leaf_shape(self, n: int) -> tuple[int, ...]:
         """Shape of the leaf events of ``n`` examples in the nested-plate layout: ``(n, b_0, ..., b_{d-1})``."""
-        self._require(PLATES, "leaf_shape")
+        self._require_plates("leaf_shape")
         return (n, *self.ladder.branching)
 
     def parent_events(self, level: int, child: torch.Tensor) -> torch.Tensor:
         """Bottom-up: events of level ``level`` from its children's events ``(..., R_{l+1})``: ``(..., R_l)``
         (plates layout)."""
-        self._require(PLATES, "parent_events")
+        self._require_plates("parent_events")
         lad = self.ladder
         lead = child.shape[:-1]
         b = lad.branching[level]
@@ -297,54 +274,36 @@ class LadderModel:
         y_obs = None if y is None else y.reshape(n, *([1] * d))
         plates = self.plates(n)
         out: dict[str, torch.Tensor] = {}
-        open_plates = []  # level plates are left one at a time (bottom-up parents live outside them)
-
-        def enter(level):
-            plates[level].__enter__()
-            open_plates.append(plates[level])
-
-        def leave():
-            open_plates.pop().__exit__(None, None, None)
-
         with plates[0]:
-            try:
+            with contextlib.ExitStack() as level_plates:
                 if lad.mode == TOPDOWN:
                     fn = IndexedCategorical(self.root_table, torch.zeros((), dtype=torch.int32, device=self.device),
                                             generator, compact)
-                    z = pyro.sample("z_0", fn, obs=observed(fn, y_obs))
-                    out["z_0"] = z
-                    for l in range(1, d + 1):
-                        enter(l)
-                        row = self.region_index[l] * lad.events[l - 1] + z
+                    out["z_0"] = pyro.sample("z_0", fn, obs=observed(fn, y_obs))
+                for l in range(1, d + 1):
+                    level_plates.enter_context(plates[l])
+                    if lad.mode == TOPDOWN:
+                        row = self.region_index[l] * lad.events[l - 1] + out[f"z_{l - 1}"]
                         fn = IndexedCategorical(self.level_tables[l], row, generator, compact)
-                        z = pyro.sample(f"z_{l}", fn, obs=observed(fn, leaves_obs) if l == d else None)
-                        out[f"z_{l}"] = z
-                else:
-                    for l in range(1, d + 1):
-                        enter(l)
+                        out[f"z_{l}"] = pyro.sample(f"z_{l}", fn, obs=observed(fn, leaves_obs) if l == d else None)
+                if lad.mode != TOPDOWN:
                     fn = IndexedCategorical(self.leaf_table, self.region_index[d], generator, compact)
                     out[f"z_{d}"] = pyro.sample(f"z_{d}", fn, obs=observed(fn, leaves_obs))
                 if x_obs is not None or emit:
                     out["x"] = pyro.sample("x", EmissionDistribution(lad.emission, out[f"z_{d}"], generator),
                                            obs=x_obs)
-                if lad.mode == TOPDOWN:
-                    while open_plates:
-                        leave()
-                else:
-                    leaf = out[f"z_{d}"]
-                    lead = leaf.shape[: leaf.dim() - (d + 1)]  # e.g. Predictive's sample dims
-                    flat = leaf.reshape(*lead, n, -1)
-                    for l in range(d - 1, -1, -1):
-                        leave()
-                        flat = self.parent_events(l, flat)
-                        shape = (*lead, n, *lad.branching[:l], *([1] * (d - l)))
-                        out[f"z_{l}"] = pyro.deterministic(f"z_{l}", flat.reshape(shape))
-                    if y_obs is not None:
-                        _label_factor(out["z_0"], y_obs)
-            finally:
-                # after an error, leave the plates still open so Pyro's plate dims are freed
-                while open_plates:
-                    open_plates.pop().__exit__(None, None, None)
+            if lad.mode != TOPDOWN:  # the parents, each under the plates of its level
+                leaf = out[f"z_{d}"]
+                lead = leaf.shape[: leaf.dim() - (d + 1)]  # e.g. Predictive's sample dims
+                flat = leaf.reshape(*lead, n, -1)
+                for l in range(d - 1, -1, -1):
+                    flat = self.parent_events(l, flat)
+                    with contextlib.ExitStack() as level_plates:
+                        for plate in plates[1: l + 1]:
+                            level_plates.enter_context(plate)
+                        out[f"z_{l}"] = pyro.deterministic(f"z_{l}", flat.reshape(*lead, n, *self._site_shape(l, ())))
+                if y_obs is not None:
+                    _label_factor(out["z_0"], y_obs)
         return out
 
     def _model_groups(self, n, x, leaves, y, emit, generator, compact) -> dict[str, torch.Tensor]:
@@ -358,24 +317,24 @@ class LadderModel:
                 vals[l] = []
                 for j, idx in enumerate(self.groups[l]):
                     name = self.site_name(l, j)
-                    table, base = self._tables[l][j], self._base[l][j]
+                    table, base = self._tables[l][j]
                     obs = None if l < d or leaves is None else leaves[:, list(idx)]
-                    with self._group_plate(l, j, len(idx)):
-                        if g.mode == TOPDOWN or l == d:
-                            if g.mode == TOPDOWN and l > 0:
-                                row = base + self._code(vals[l - 1], l - 1, [g.parents[l][i] for i in idx],
-                                                        g.parent_sizes(l, idx[0]))
-                            else:
-                                row = base
-                                if l == 0 and y is not None:
-                                    obs = y.reshape(n, 1)
-                            fn = IndexedCategorical(table, row, generator, compact)
-                            z = pyro.sample(name, fn, obs=observed(fn, obs))
-                        else:
+                    with (pyro.plate(f"level_{l}_g{j}", len(idx), dim=-1) if self.group_regions
+                          else contextlib.nullcontext()):
+                        if g.mode != TOPDOWN and l < d:  # deterministic: the lookup of the children's code
                             code = self._code(vals[l + 1], l + 1, [g.children[l][i] for i in idx],
                                               g.child_sizes(l, idx[0]))
                             z = Vindex(table)[base, code]
                             deterministic_site(name, z)
+                        else:
+                            row = base
+                            if g.mode == TOPDOWN and l > 0:
+                                row = base + self._code(vals[l - 1], l - 1, [g.parents[l][i] for i in idx],
+                                                        g.parent_sizes(l, idx[0]))
+                            elif l == 0 and y is not None:
+                                obs = y.reshape(n, 1)
+                            fn = IndexedCategorical(table, row, generator, compact)
+                            z = pyro.sample(name, fn, obs=observed(fn, obs))
                     vals[l].append(z)
                     out[name] = z
             if g.mode != TOPDOWN and y is not None:
@@ -385,11 +344,6 @@ class LadderModel:
                 with pyro.plate("leaves", g.num_regions[d], dim=-1):
                     out["x"] = pyro.sample("x", EmissionDistribution(g.emission, leaf_z, generator), obs=x)
         return out
-
-    def _group_plate(self, level: int, group: int, size: int):
-        if self.group_regions:
-            return pyro.plate(f"level_{level}_g{group}", size, dim=-1)
-        return contextlib.nullcontext()
 
     def _gather(self, values: list[torch.Tensor], level: int, regions) -> torch.Tensor:
         """Events of ``regions`` of ``level`` from that level's group values ``(..., N', G_j)``: ``(..., N', len)``."""
@@ -401,15 +355,10 @@ class LadderModel:
                                  f"for {len(self.groups[level][j])} regions (enumerated?): a vectorised group "
                                  "cannot be enumerated when other sites read single regions of it; build the "
                                  "model with group_regions=False to enumerate")
-        parts = [values[j].expand(*values[j].shape[:-1], len(self.groups[level][j])) for j in srcs]
-        if len(parts) == 1:
-            cat, start = parts[0], {srcs[0]: 0}
-        else:
-            batch = torch.broadcast_shapes(*(p.shape[:-1] for p in parts))
-            cat = torch.cat([p.expand(*batch, p.shape[-1]) for p in parts], -1)
-            start, pos = {}, 0
-            for j, p in zip(srcs, parts, strict=True):
-                start[j], pos = pos, pos + p.shape[-1]
+        batch = torch.broadcast_shapes(*(values[j].shape[:-1] for j in srcs))
+        parts = [values[j].expand(*batch, len(self.groups[level][j])) for j in srcs]
+        cat = parts[0] if len(parts) == 1 else torch.cat(parts, -1)
+        start = {j: sum(p.shape[-1] for p in parts[:k]) for k, j in enumerate(srcs)}
         local = [start[where[i][0]] + where[i][1] for i in regions]
         if local == list(range(cat.shape[-1])):
             return cat
@@ -428,17 +377,11 @@ class LadderModel:
         """:meth:`model` conditioned on data in the flat dataset layout, ready for ``Predictive``,
         ``infer_discrete`` and ``TraceEnum_ELBO`` (both layouts).
 
-        The sites of :meth:`model` have layout-shaped values (plates: ``"z_0"`` ``(N, 1, ..., 1)``, ``"x"``
-        ``(N, b_0, ..., b_{d-1}, dim)``; groups: ``(N, G_j)`` and ``(N, R_d, dim)``); this helper takes the
-        shapes a dataset holds and reshapes them, checking every shape first (a ``ValueError`` naming the
-        argument and the expected shape instead of a broadcasting error deep inside Pyro).
-
-        - top-down ladders: ``y`` is the observed value of the label site (``"z_0"`` / ``"z_0_g0"``: the same
-          log-density as ``poutine.condition(model, data={"z_0": y.reshape(N, 1, ..., 1)})``), so it is
-          observed, not enumerated;
-        - bottom-up ladders: the label is a deterministic function of the leaves, so ``y`` adds the
-          factor site ``"z_0_observed"`` = ``log 1[z_0 = y]`` (0 or -inf) under the data plate; sampling
-          from the conditioned model does not enforce it (use the log-density, e.g. importance weights).
+        The sites of :meth:`model` have layout-shaped values; this helper takes the shapes a dataset holds,
+        checks them (a ``ValueError`` naming the argument and the expected shape instead of a broadcasting
+        error deep inside Pyro) and reshapes them.  ``y`` is observed as in :meth:`model` (top-down: the label
+        site's value, not enumerated; bottom-up: the factor ``"z_0_observed"``, which sampling from the
+        conditioned model does not enforce: use the log-density, e.g. importance weights).
 
         :param y: labels ``(N,)``, integers in ``[0, m_0)``.
         :param x: inputs ``(N, R_d * dim)`` (flat, leaf regions in order, each ``dim`` features) or
@@ -463,9 +406,8 @@ class LadderModel:
         plates: in the sites' dtype; groups: :meth:`to_z`)."""
         if self.layout == GROUPS:
             return self.to_z(values)
-        lad = self.ladder
         n = values["z_0"].shape[0]
-        return torch.cat([values[f"z_{l}"].reshape(n, lad.num_regions[l]) for l in range(lad.depth + 1)], dim=1)
+        return torch.cat([values[name].reshape(n, len(idx)) for name, _l, idx in self._sites()], dim=1)
 
     def to_z(self, values: dict[str, torch.Tensor]) -> torch.Tensor:
         """The event matrix from site values: ``(rows, total_regions)`` int64 in global region order.
@@ -476,26 +418,16 @@ class LadderModel:
         after ``lead`` (plates: ``(N, b_0, ..., b_{l-1}, 1, ..., 1)``; groups: ``(N, G_j)``).  Leading dims are
         flattened into rows, sample-major: ``rows = prod(lead) * N``.
         """
-        g = self.ladder
         missing = [s for s in self.site_names() if s not in values]
         if missing:
             raise ValueError(f"values: missing sites {missing[:6]} (bottomup parents are deterministic sites: "
                              "keep them in Predictive's return_sites)")
         first = values[self.site_name(0, 0)]
-        off = g.level_offsets
-        if self.layout == PLATES:
-            d = g.depth
-            lead_n = first.shape[: first.dim() - d]
-            parts = [values[f"z_{l}"].expand(*lead_n, *g.branching[:l], *([1] * (d - l))).reshape(-1, g.num_regions[l])
-                     for l in range(d + 1)]
-            return torch.cat([p.long() for p in parts], dim=1)
-        lead_n = first.shape[:-1]
-        z = torch.empty(math.prod(lead_n), g.total_regions, dtype=torch.int64, device=first.device)
-        for l, groups in enumerate(self.groups):
-            for j, idx in enumerate(groups):
-                v = values[self.site_name(l, j)]
-                v = v.expand(*lead_n, len(idx)).reshape(-1, len(idx))
-                z[:, [off[l] + i for i in idx]] = v.long()
+        lead_n = first.shape[: first.dim() - (self.max_plate_nesting - 1)]
+        z = torch.empty(math.prod(lead_n), self.ladder.total_regions, dtype=torch.int64, device=first.device)
+        for name, l, idx in self._sites():
+            v = values[name].expand(*lead_n, *self._site_shape(l, idx))
+            z[:, self._columns(l, idx)] = v.reshape(-1, len(idx)).long()
         return z
 
     def site_values(self, z: torch.Tensor, *, deterministic: bool = False) -> dict[str, torch.Tensor]:
@@ -506,29 +438,11 @@ class LadderModel:
         if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != g.total_regions:
             raise ValueError(f"z: expected an (N, {g.total_regions}) tensor, got "
                              f"{tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
-        off = g.level_offsets
         names = set(self.site_names() if deterministic else self.sample_site_names())
-        if self.layout == PLATES:
-            d, n = g.depth, z.shape[0]
-            return {f"z_{l}": z[:, off[l]: off[l + 1]].long().to(self.device)
-                    .reshape(n, *g.branching[:l], *([1] * (d - l)))
-                    for l in range(d + 1) if f"z_{l}" in names}
-        return {self.site_name(l, j): z[:, [off[l] + i for i in idx]].long().to(self.device)
-                for l, groups in enumerate(self.groups) for j, idx in enumerate(groups)
-                if self.site_name(l, j) in names}
+        return {name: z[:, self._columns(l, idx)].long().to(self.device).reshape(z.shape[0], *self._site_shape(l, idx))
+                for name, l, idx in self._sites() if name in names}
 
     # ------------------------------------------------------------------ plain reference model
-    def _plain_tables(self) -> dict:
-        if self._plain is None:
-            lad, dev = self.ladder, self.device
-            if lad.mode == TOPDOWN:
-                self._plain = {"prior": lad.prior.to(dev),
-                               "tables": [[t.to(dev) for t in lvl] for lvl in lad.region_tables]}
-            else:
-                self._plain = {"leaf_priors": [p.to(dev) for p in lad.leaf_priors],
-                               "lookups": [[t.to(dev) for t in lvl] for lvl in lad.lookups]}
-        return self._plain
-
     def plain_model(self, num_examples: int | None = None, x: torch.Tensor | None = None, *,
                     emit: bool = True) -> dict[str, torch.Tensor]:
         """One ``dist.Categorical`` site ``"z_<g>"`` per region g (global order) under one data plate
@@ -543,7 +457,11 @@ class LadderModel:
         """
         lad = self.ladder
         n = check_num_examples(num_examples, x, None, lad)
-        tabs = self._plain_tables()
+        if self._plain is None:  # the tables on the device, built on first use
+            dev, top = self.device, lad.mode == TOPDOWN
+            self._plain = (lad.prior.to(dev) if top else [p.to(dev) for p in lad.leaf_priors],
+                           [[t.to(dev) for t in lvl] for lvl in (lad.region_tables if top else lad.lookups)])
+        first, tables = self._plain
         z: dict[int, torch.Tensor] = {}
         off, ev = lad.level_offsets, lad.region_events
         d = lad.depth
@@ -556,17 +474,17 @@ class LadderModel:
 
         with pyro.plate("data", n, dim=-1):
             if lad.mode == TOPDOWN:
-                z[0] = pyro.sample("z_0", dist.Categorical(probs=tabs["prior"]))
+                z[0] = pyro.sample("z_0", dist.Categorical(probs=first))
                 for l in range(1, d + 1):
                     for i in range(lad.num_regions[l]):
-                        probs = Vindex(tabs["tables"][l][i])[code_of(l - 1, lad.parents[l][i]), :]
+                        probs = Vindex(tables[l][i])[code_of(l - 1, lad.parents[l][i]), :]
                         z[off[l] + i] = pyro.sample(f"z_{off[l] + i}", dist.Categorical(probs=probs))
             else:
                 for i in range(lad.num_regions[d]):
-                    z[off[d] + i] = pyro.sample(f"z_{off[d] + i}", dist.Categorical(probs=tabs["leaf_priors"][i]))
+                    z[off[d] + i] = pyro.sample(f"z_{off[d] + i}", dist.Categorical(probs=first[i]))
                 for l in range(d - 1, -1, -1):
                     for i in range(lad.num_regions[l]):
-                        event = tabs["lookups"][l][i][code_of(l + 1, lad.children[l][i])]
+                        event = tables[l][i][code_of(l + 1, lad.children[l][i])]
                         z[off[l] + i] = pyro.sample(f"z_{off[l] + i}", dist.Categorical(
                             probs=F.one_hot(event, ev[l][i]).to(torch.float64)))
             if x is not None or emit:

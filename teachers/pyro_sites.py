@@ -1,13 +1,6 @@
-"""Building blocks of the ladder's Pyro model (:mod:`teachers.pyro_model`): the leaves' emission as a Pyro
-distribution, the deterministic sites of bottom-up ladders, and the argument checks the model's entry
-points share.
-
-- :class:`EmissionDistribution`: p(x_r | z_r) of the leaf regions (``docs/theory.md`` §1: the leaves emit
-  the observed input x), any :class:`~teachers.emission.Emission`, with Pyro's ``validate_args`` semantics.
-- :func:`deterministic_site`: a region of a bottom-up ladder above the leaves, z_r = lookup_r[code(z_children)],
-  recorded as an observed float64 ``Delta`` (log-density exactly 0, contractible by ``TraceEnum_ELBO``).
-- :func:`observed`, :func:`check_num_examples`, :func:`check_condition_data`: the shapes and dtypes of data
-  given to the model, checked before Pyro sees them (a ``ValueError`` naming the argument).
+"""Building blocks of the ladder's Pyro model (:mod:`teachers.pyro_model`): the leaves' emission p(x_r | z_r) as
+a Pyro distribution, the deterministic sites of bottom-up ladders, and the argument checks the model's entry
+points share (a ``ValueError`` naming the argument before Pyro sees the data).
 """
 
 from __future__ import annotations
@@ -56,9 +49,7 @@ class EmissionDistribution(TorchDistribution):
 
     def sample(self, sample_shape=torch.Size()):
         shape = torch.Size(sample_shape) + self.batch_shape
-        z = self.z.expand(shape)
-        r = self.emission.num_regions
-        z = z.reshape(-1, r)
+        z = self.z.expand(shape).reshape(-1, self.emission.num_regions)
         with torch.no_grad():
             if isinstance(self.generator, BlockRNG):
                 # each block's own generator, so an Emission only ever sees a torch.Generator
@@ -71,8 +62,7 @@ class EmissionDistribution(TorchDistribution):
         if self._validate_args:
             self._validate_sample(value)
         r, m = self.emission.num_regions, self.emission.num_events
-        ll = self.emission.log_likelihood(value.reshape(-1, r, self.emission.dim))  # (N', R, m)
-        ll = ll.reshape(*value.shape[:-1], m)
+        ll = self.emission.log_likelihood(value.reshape(-1, r, self.emission.dim)).reshape(*value.shape[:-1], m)
         shape = torch.broadcast_shapes(ll.shape[:-1], self.z.shape)
         return ll.expand(*shape, m).gather(-1, self.z.long().expand(shape).unsqueeze(-1)).squeeze(-1)
 
@@ -114,6 +104,28 @@ def observed(fn: IndexedCategorical, value: torch.Tensor | None) -> torch.Tensor
     return value.long()
 
 
+def _tensor(value, name: str) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
+
+
+def _num_leaf_rows(leaves, ladder: Ladder) -> int:
+    """N of leaf events ``(N, R_d)``, checked."""
+    _tensor(leaves, "leaves")
+    if leaves.dim() != 2 or leaves.shape[1] != ladder.num_regions[-1]:
+        raise ValueError(f"leaves: expected shape (N, {ladder.num_regions[-1]}), got {tuple(leaves.shape)}")
+    return leaves.shape[0]
+
+
+def _agreed_size(sizes: dict[str, int], who: str, options: str, what: str) -> int:
+    """The one size of ``sizes`` (argument -> N), or a ``ValueError`` from ``who``."""
+    if not sizes:
+        raise ValueError(f"{who}: give {options}")
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"{who}: inconsistent {what} {sizes}")
+    return next(iter(sizes.values()))
+
+
 def check_num_examples(num_examples, x, leaves, ladder: Ladder) -> int:
     """N from ``num_examples``, ``x`` ``(N, R_d, dim)`` and ``leaves`` ``(N, R_d)``, whichever are given (they
     must agree)."""
@@ -123,21 +135,12 @@ def check_num_examples(num_examples, x, leaves, ladder: Ladder) -> int:
             raise ValueError(f"num_examples: expected a positive integer, got {num_examples!r}")
         sizes["num_examples"] = int(num_examples)
     if x is not None:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+        _tensor(x, "x")
         ladder.emission.check_input(x)
         sizes["x"] = x.shape[0]
     if leaves is not None:
-        if not isinstance(leaves, torch.Tensor):
-            raise TypeError(f"leaves: expected a torch.Tensor, got {type(leaves).__name__}")
-        if leaves.dim() != 2 or leaves.shape[1] != ladder.num_regions[-1]:
-            raise ValueError(f"leaves: expected shape (N, {ladder.num_regions[-1]}), got {tuple(leaves.shape)}")
-        sizes["leaves"] = leaves.shape[0]
-    if not sizes:
-        raise ValueError("num_examples: give num_examples, x or leaves")
-    if len(set(sizes.values())) > 1:
-        raise ValueError(f"num_examples: inconsistent sizes {sizes}")
-    return next(iter(sizes.values()))
+        sizes["leaves"] = _num_leaf_rows(leaves, ladder)
+    return _agreed_size(sizes, "num_examples", "num_examples, x or leaves", "sizes")
 
 
 def check_labels(y, n: int | None) -> None:
@@ -157,10 +160,8 @@ def check_condition_data(ladder: Ladder, y, x, leaves) -> tuple[int, list[str], 
     r_d, dim = ladder.num_regions[-1], ladder.emission.dim
     sizes = {}
     if y is not None:
-        if not isinstance(y, torch.Tensor):
-            raise TypeError(f"y: expected a torch.Tensor, got {type(y).__name__}")
-        if y.dim() != 1:
-            raise ValueError(f"y: expected labels of shape (N,), got {tuple(y.shape)}")
+        _tensor(y, "y")
+        check_labels(y, None)
         if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
             raise ValueError(f"y: expected integer labels in [0, {ladder.num_classes}), got dtype {y.dtype}")
         if y.numel() and (int(y.min()) < 0 or int(y.max()) >= ladder.num_classes):
@@ -168,8 +169,7 @@ def check_condition_data(ladder: Ladder, y, x, leaves) -> tuple[int, list[str], 
                              f"[{int(y.min())}, {int(y.max())}]")
         sizes["y"] = y.shape[0]
     if x is not None:
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+        _tensor(x, "x")
         if x.dim() == 2 and x.shape[1] == r_d * dim:
             x = x.reshape(x.shape[0], r_d, dim)
         elif not (x.dim() == 3 and tuple(x.shape[1:]) == (r_d, dim)):
@@ -177,16 +177,8 @@ def check_condition_data(ladder: Ladder, y, x, leaves) -> tuple[int, list[str], 
                              f"or (N, {r_d}, {dim}), got {tuple(x.shape)}")
         sizes["x"] = x.shape[0]
     if leaves is not None:
-        if not isinstance(leaves, torch.Tensor):
-            raise TypeError(f"leaves: expected a torch.Tensor, got {type(leaves).__name__}")
-        if leaves.dim() != 2 or leaves.shape[1] != r_d:
-            raise ValueError(f"leaves: expected shape (N, {r_d}), got {tuple(leaves.shape)}")
-        sizes["leaves"] = leaves.shape[0]
-    if not sizes:
-        raise ValueError("condition_on: give y, x or leaves")
-    if len(set(sizes.values())) > 1:
-        raise ValueError(f"condition_on: inconsistent numbers of examples {sizes}")
-    n = next(iter(sizes.values()))
+        sizes["leaves"] = _num_leaf_rows(leaves, ladder)
+    n = _agreed_size(sizes, "condition_on", "y, x or leaves", "numbers of examples")
     if n == 0:
         raise ValueError("condition_on: expected at least one example, got 0")
     return n, sorted(sizes), y, x, leaves

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .validation import MAX_DEPTH, LadderSpecError
+from .validation import MAX_DEPTH, MAX_REGIONS, LadderSpecError
 
 __all__ = ["check_parents", "children_of", "conv1d_parents", "conv2d_parents", "conv_children", "mixed_radix",
            "parse_region_tree", "tree_parents"]
@@ -150,6 +150,24 @@ def children_of(parents: Sequence[Sequence[Sequence[int]]], num_regions: Sequenc
     return out
 
 
+def _parse_parents(parents) -> tuple[tuple[tuple[tuple[int, ...], ...], ...], tuple[int, ...]]:
+    """``parents`` as nested tuples of ints, checked (sizes, then :func:`check_parents`): ``(parents, num_regions)``."""
+    try:
+        parents = tuple(tuple(tuple(int(p) for p in ps) for ps in lvl) for lvl in parents)
+    except (TypeError, ValueError) as e:
+        raise LadderSpecError(f"parents: expected nested lists of integers, one list of parent lists per level "
+                              f"({e})") from None
+    if len(parents) < 2:
+        raise LadderSpecError(f"parents: expected at least two levels (the label and the leaves), got {len(parents)}")
+    if len(parents) > MAX_DEPTH + 1:
+        raise LadderSpecError(f"parents: at most {MAX_DEPTH} levels below the root, got {len(parents) - 1}")
+    num_regions = tuple(len(lvl) for lvl in parents)
+    if sum(num_regions) > MAX_REGIONS:
+        raise LadderSpecError(f"parents: more than {MAX_REGIONS} regions")
+    check_parents(parents, num_regions)
+    return parents, num_regions
+
+
 def check_parents(parents: tuple[tuple[tuple[int, ...], ...], ...], num_regions: Sequence[int]) -> None:
     """The layered-DAG rules on ``parents`` (one tuple per region of each level, top first)."""
     if parents[0] != ((),):
@@ -180,14 +198,11 @@ def parse_region_tree(regions) -> tuple[list[int], list[int], list[str]]:
     have no or empty ``children``); the root is the one region that is nobody's child.
     The tree must be layered: every region of a level has the same number of events and of
     children, and all leaves are at the same depth.  Tables are then given in the
-    breadth-first order of this tree (children in the order listed).
+    breadth-first order of this tree (children in the order listed).  The fields' types are those
+    :func:`teachers.spec_check.check_spec` checks.
     """
-    if not isinstance(regions, list) or not regions:
-        raise LadderSpecError("regions: expected a non-empty list of {name, events, children} tables")
     by_name: dict[str, dict] = {}
     for i, r in enumerate(regions):
-        if not isinstance(r, dict) or "name" not in r or "events" not in r:
-            raise LadderSpecError(f"regions[{i}]: expected a table with 'name', 'events' and optional 'children'")
         name = str(r["name"])
         if name in by_name:
             raise LadderSpecError(f"regions[{i}]: region name {name!r} is used twice")

@@ -18,10 +18,8 @@ The sampler is vectorised over examples and over *all* the regions of a level (:
   lookup of its children's code (one concatenated lookup table per level), no random numbers.
 
 The codes are computed on strided views of the ``(N, total_regions)`` event array, not by gathers: a level's
-regions are split into runs whose linked regions are evenly spaced (:func:`strided_runs`: a tree level, or a
-convolution's level, is one run plus its edges).  On a uniform tree the stream is the one the tree sampler of
-versions <= 0.2 drew through the Pyro model (stream version 1, and ``graph_stream_version`` 2 of the graph
-sampler): the same bytes for the same ladder, seed and rows.
+regions are split into runs whose linked regions are evenly spaced (:func:`strided_runs`).  On a uniform tree
+the bytes are those of the tree sampler of versions <= 0.2 (stream version 1) for the same ladder, seed and rows.
 """
 
 from __future__ import annotations
@@ -131,10 +129,9 @@ class LadderSample(EventRows):
         :class:`teachers.chunked.ChunkedLadderData` has the same method, so one loop streams
         over an in-memory sample and a chunked store alike.
         """
-        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer)) or chunk_rows <= 0:
-            raise ValueError(f"chunk_rows: expected a positive integer, got {chunk_rows!r}")
-        for lo in range(0, len(self), int(chunk_rows)):
-            hi = min(len(self), lo + int(chunk_rows))
+        chunk_rows = _count(chunk_rows, "chunk_rows")
+        for lo in range(0, len(self), chunk_rows):
+            hi = min(len(self), lo + chunk_rows)
             yield LadderSample(self.ladder, self.z[lo:hi], None if self.x is None else self.x[lo:hi], self.seed,
                                self.start + lo, self.total, dict(self.meta))
 
@@ -152,9 +149,8 @@ def parse_shard(shard: str | tuple[int, int] | None) -> tuple[int, int]:
     if shard is None:
         return 0, 1
     if isinstance(shard, str):
-        parts = shard.split("/")
         try:
-            i, n = (int(p) for p in parts)
+            i, n = (int(p) for p in shard.split("/"))
         except ValueError:
             raise ValueError(f"shard: expected 'i/n' with integers, got {shard!r}") from None
     else:
@@ -262,20 +258,17 @@ def strided_runs(links) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
 
 
 class _Level:
-    """One level's sampling plan: every region of the level in one vectorised step.
+    """One level's sampling plan: every region of the level in one vectorised step (module docstring).
 
     ``runs``: :func:`strided_runs` of the regions' parents (topdown) or children (bottomup), as global columns
-    of the ``(n, total_regions)`` buffer, with ``(q, rep)`` int32 mixed-radix weights per linked place
-    (first most significant) and the regions' first rows ``(q, rep)`` in ``table``: a region's row (or
-    lookup index) is its offset plus the weighted sum of its linked events, computed on strided views
-    of the buffer (no gather).  topdown (and the bottomup leaves): ``table`` is one
-    :class:`~teachers.categorical.AliasTable` of every region's rows, padded to the level's largest m
-    with zero-probability events; bottomup above the leaves: the concatenated lookups (1-D).
+    of the ``(n, total_regions)`` buffer, with ``(q, rep)`` int32 mixed-radix weights per linked place and the
+    regions' first rows ``(q, rep)`` in ``table`` (an :class:`~teachers.categorical.AliasTable` of every
+    region's padded rows, or above bottomup leaves the concatenated 1-D lookups).
     """
 
-    def __init__(self, lo: int, r: int, runs, offset, table, draw: bool):
+    def __init__(self, lo: int, r: int, runs, offset, table):
         self.lo, self.hi, self.r, self.runs, self.offset = lo, lo + r, r, runs, offset
-        self.table, self.draw = table, draw
+        self.table, self.draw = table, isinstance(table, AliasTable)
 
     def rows(self, buf: torch.Tensor) -> torch.Tensor:
         """Row (topdown) or lookup (bottomup) index ``(n, R)`` int32 of every region of every example."""
@@ -314,27 +307,23 @@ class SamplingPlan:
         for l in order:
             r = g.num_regions[l]
             if g.mode == TOPDOWN:
-                links = g.parents[l] if l else ((),) * r
-                base = off[l - 1] if l else 0
-                above = g.region_events[l - 1] if l else ()
+                links, base, above = (g.parents[l], off[l - 1], g.region_events[l - 1]) if l else (((),) * r, 0, ())
                 m = g.events[l]
                 stacked = g.prior[None] if l == 0 else g.tables[l - 1]
                 probs = [stacked] if stacked is not None else list(g.region_tables[l])  # stacked: one pad
                 table = AliasTable(torch.cat([_pad_rows(p, m) for p in probs]), device=device)
                 sizes = [stacked.shape[-2]] * r if stacked is not None else [int(p.shape[0]) for p in probs]
-                draw = True
             elif l == g.depth:
                 links, base, above = ((),) * r, 0, ()
                 m = g.events[l]
                 table = AliasTable(_pad_rows(g.leaf_prior, m), device=device)
-                sizes, draw = [1] * r, True
+                sizes = [1] * r
             else:
                 links, base, above = g.children[l], off[l + 1], g.region_events[l + 1]
                 stacked = g.lookup[l]
                 lookups = [stacked.reshape(-1)] if stacked is not None else [t.reshape(-1) for t in g.lookups[l]]
                 table = torch.cat(lookups).to(device=device, dtype=g.event_dtype())
                 sizes = [stacked.shape[-1]] * r if stacked is not None else [t.numel() for t in lookups]
-                draw = False
             first_row = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
             offset = torch.as_tensor(first_row, dtype=torch.int32, device=device)[None]
             runs = []
@@ -350,16 +339,12 @@ class SamplingPlan:
                 terms = [(base + a, s, None if (weights[j] == 1).all() else t(weights[j]))
                          for j, (a, s) in enumerate(places)]
                 runs.append((i0, q, rep, t(first_row[regs]), terms))
-            self.levels.append(_Level(off[l], r, runs, offset, table, draw))
+            self.levels.append(_Level(off[l], r, runs, offset, table))
 
 
 def _sample_call(plan: SamplingPlan, rng: BlockRNG, buf: torch.Tensor) -> torch.Tensor | None:
-    """All events of ``rng.total`` rows written into ``buf`` ``(n, total_regions)`` (the event dtype), and x
-    when the emission is not derivable.
-
-    Per level, one alias draw for every region at once: the uniforms are ``(n, R_l)`` per level (float32
-    when the level's largest m <= 256), drawn block by block through ``rng`` (the stream's definition).
-    """
+    """All events of ``rng.total`` rows written into ``buf`` ``(n, total_regions)`` (the event dtype), level by
+    level as in the module docstring, and x when the emission is not derivable."""
     g = plan.g
     for lvl in plan.levels:
         row = lvl.rows(buf)
@@ -374,15 +359,10 @@ def _sample_call(plan: SamplingPlan, rng: BlockRNG, buf: torch.Tensor) -> torch.
     return torch.cat([g.emission.sample(zb, gen).to(torch.float32) for zb, gen in rng.split(leaves)])
 
 
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return int(value)
-
-
-def _nonneg_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name}: expected a non-negative integer, got {value!r}")
+def _count(value, name: str, low: int = 1) -> int:
+    """``value`` as an int >= ``low`` (1: positive, 0: non-negative), or a ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name}: expected a {'positive' if low else 'non-negative'} integer, got {value!r}")
     return int(value)
 
 
@@ -393,20 +373,29 @@ def _device(device) -> torch.device:
         raise ValueError(f"device: expected a torch device, got {device!r} ({e})") from None
 
 
-def _blocks_per_call(chunk_size) -> int:
-    return 1 if chunk_size is None else -(-_positive_int(chunk_size, "chunk_size") // BLOCK_SIZE)
-
-
-def _sample_into(plan: SamplingPlan, seed: int, lo: int, hi: int, z: torch.Tensor, x: torch.Tensor | None,
-                 blocks_per_call: int, bar=None) -> None:
-    """Fill ``z`` ``(hi - lo, total_regions)`` (and ``x`` ``(hi - lo, leaves, dim)`` when the emission is not
-    derivable) with stream rows ``[lo, hi)``: blocks ``lo // BLOCK_SIZE .. ceil(hi / BLOCK_SIZE)`` are drawn whole,
-    ``blocks_per_call`` per pass, block k from ``block_generator(seed, k)``, and the rows kept are copied out.
-
-    A pass whose rows all lie in ``[lo, hi)`` is sampled in place; the others (the first and last ones of an
-    unaligned range) through a buffer of the pass's rows.
+def _sample_rows(ladder: Ladder, seed: int, lo: int, hi: int, chunk_size, plan, model, device,
+                 progress: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Stream rows ``[lo, hi)`` as new ``z`` ``(hi - lo, total_regions)`` and ``x`` ``(hi - lo, leaves, dim)`` (None
+    when the emission is derivable): blocks ``lo // BLOCK_SIZE .. ceil(hi / BLOCK_SIZE)`` are drawn whole,
+    ``chunk_size`` rows (rounded up to blocks) per pass, block k from ``block_generator(seed, k)``, and the rows
+    kept are copied out.  A pass whose rows all lie in ``[lo, hi)`` is sampled in place; the others (the first
+    and last ones of an unaligned range) through a buffer of the pass's rows.
     """
+    blocks_per_call = 1 if chunk_size is None else -(-_count(chunk_size, "chunk_size") // BLOCK_SIZE)
+    plan = _plan_for(ladder, plan, model, device)
     g, device = plan.g, plan.device
+    # whole blocks are drawn whatever n is: refuse a ladder whose block cannot fit, before allocating
+    check_working_memory(ladder, min(blocks_per_call, -(-(hi - lo) // BLOCK_SIZE) + 1), device)
+    z = torch.empty(hi - lo, ladder.total_regions, dtype=ladder.event_dtype(), device=device)
+    x = None if ladder.emission.derivable else torch.empty(hi - lo, ladder.num_regions[-1], ladder.emission.dim,
+                                                          device=device)
+    if hi == lo:
+        return z, x
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=hi - lo, unit="ex", unit_scale=True, desc="sampling ladder")
     first, last = lo // BLOCK_SIZE, -(-hi // BLOCK_SIZE)  # blocks [first, last)
     with torch.no_grad():
         for call in range(first, last, blocks_per_call):
@@ -424,7 +413,9 @@ def _sample_into(plan: SamplingPlan, seed: int, lo: int, hi: int, z: torch.Tenso
                 x[a - lo: b - lo] = xs[a - base: b - base]
             if bar is not None:
                 bar.update(b - a)
-
+    if bar is not None:
+        bar.close()
+    return z, x
 
 
 def sampling_plan(ladder: Ladder, device: torch.device | str | None = None) -> SamplingPlan:
@@ -446,7 +437,7 @@ def _plan_for(ladder: Ladder, plan, model, device) -> SamplingPlan:
     """The plan to sample with: ``plan`` (checked), or a new one (``model=`` is the pre-0.3 spelling)."""
     if model is not None:
         warnings.warn("model= is deprecated since smaso 0.3 (the sampler no longer runs the Pyro model); pass "
-                      "plan=sampling_plan(ladder) to reuse the sampler's tables", DeprecationWarning, stacklevel=3)
+                      "plan=sampling_plan(ladder) to reuse the sampler's tables", DeprecationWarning, stacklevel=4)
         if not isinstance(getattr(model, "ladder", None), Ladder):
             raise TypeError(f"model: expected a LadderModel, got {type(model).__name__}")
         if model.ladder is not ladder and model.ladder.fingerprint() != ladder.fingerprint():
@@ -462,13 +453,6 @@ def _plan_for(ladder: Ladder, plan, model, device) -> SamplingPlan:
             raise ValueError(f"device: the plan is on {plan.device}, not {device}")
         return plan
     return SamplingPlan(ladder, _device(device))
-
-
-def _rows_buffers(ladder: Ladder, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
-    z = torch.empty(n, ladder.total_regions, dtype=ladder.event_dtype(), device=device)
-    x = None if ladder.emission.derivable else torch.empty(n, ladder.num_regions[-1], ladder.emission.dim,
-                                                          device=device)
-    return z, x
 
 
 def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: str | tuple[int, int] | None = None,
@@ -490,26 +474,13 @@ def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: st
     :raises ValueError: a bad ``num_examples``, ``seed``, ``chunk_size``, ``shard`` or ``device``.
     """
     _check_ladder(ladder)
-    n = _positive_int(num_examples, "num_examples")
-    seed = _nonneg_int(seed, "seed")
-    blocks_per_call = _blocks_per_call(chunk_size)
+    n = _count(num_examples, "num_examples")
+    seed = _count(seed, "seed", 0)
     i, k = parse_shard(shard)
     lo, hi = i * n // k, (i + 1) * n // k
-    plan = _plan_for(ladder, plan, model, device)
-    # whole blocks are drawn whatever n is: refuse a ladder whose block cannot fit, before allocating
-    check_working_memory(ladder, min(blocks_per_call, -(-(hi - lo) // BLOCK_SIZE) + 1), plan.device)
-    z, x = _rows_buffers(ladder, hi - lo, plan.device)
     if progress is None:  # auto: large requests on an interactive terminal
         progress = hi - lo > 2**18 and sys.stderr.isatty()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=hi - lo, unit="ex", unit_scale=True, desc="sampling ladder")
-    if hi > lo:
-        _sample_into(plan, seed, lo, hi, z, x, blocks_per_call, bar)
-    if bar is not None:
-        bar.close()
+    z, x = _sample_rows(ladder, seed, lo, hi, chunk_size, plan, model, device, progress)
     meta = {"shard": [i, k], "block_size": BLOCK_SIZE, "stream_version": STREAM_VERSION}
     if not ladder.is_uniform():
         meta["graph_stream_version"] = GRAPH_STREAM_VERSION
@@ -530,13 +501,7 @@ def sample_rows(ladder: Ladder, seed: int, lo: int, hi: int, *, plan: SamplingPl
         ``(hi - lo, R_d, dim)`` float32 or ``None`` when the emission is derivable from the events.
     """
     _check_ladder(ladder)
-    seed, lo, hi = _nonneg_int(seed, "seed"), _nonneg_int(lo, "lo"), _nonneg_int(hi, "hi")
+    seed, lo, hi = _count(seed, "seed", 0), _count(lo, "lo", 0), _count(hi, "hi", 0)
     if hi < lo:
         raise ValueError(f"hi: expected hi >= lo, got lo={lo}, hi={hi}")
-    blocks_per_call = _blocks_per_call(chunk_size)
-    plan = _plan_for(ladder, plan, model, device)
-    check_working_memory(ladder, min(blocks_per_call, -(-(hi - lo) // BLOCK_SIZE) + 1), plan.device)
-    z, x = _rows_buffers(ladder, hi - lo, plan.device)
-    if hi > lo:
-        _sample_into(plan, seed, lo, hi, z, x, blocks_per_call)
-    return z, x
+    return _sample_rows(ladder, seed, lo, hi, chunk_size, plan, model, device)

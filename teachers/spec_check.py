@@ -1,4 +1,4 @@
-"""Field-by-field validation of ladder spec documents, before any conversion (issue 14).
+"""Field-by-field validation of ladder spec documents, before any conversion.
 
 :func:`check_spec` walks a spec -- the dict of :meth:`Ladder.to_dict`, a generator description
 ``{"kind": ...}``, or whatever a JSON/TOML file held -- and raises
@@ -22,7 +22,25 @@ import numpy as np
 import torch
 
 from .emission import Emission, emission_from_dict
-from .validation import MAX_DEPTH, MAX_EVENTS, MAX_REGIONS, MAX_TABLE_ENTRIES, MODES, LadderSpecError, _check_entries
+from .validation import (
+    MAX_DEPTH,
+    MAX_EVENTS,
+    MAX_REGIONS,
+    MAX_TABLE_ENTRIES,
+    MODES,
+    LadderSpecError,
+    _check_concentration,
+    _check_depth,
+    _check_entries,
+    _check_mode_tables,
+    _check_seed,
+    _check_sigma,
+    _got,
+    _is_int,
+    _is_positive,
+    _level_sizes,
+)
+from .validation import _short as short
 
 __all__ = ["MAX_NESTING", "check_emission_dict", "check_spec", "emission_from_spec"]
 
@@ -35,8 +53,10 @@ MAX_FACTORS = int(math.log2(MAX_EVENTS))
 HEADER = ("format", "version")
 EXPLICIT_FIELDS = ("format", "version", "name", "mode", "branching", "events", "regions", "region_names",
                    "emission", "prior", "tables", "leaf_prior", "lookup", "factorization")
-TOPDOWN_ONLY = ("prior", "tables", "factorization")
-BOTTOMUP_ONLY = ("leaf_prior", "lookup")
+GRAPH_FIELDS = ("format", "version", "name", "mode", "events", "parents", "emission")
+# The tables of a region-graph spec by format: ``smaso-ladder`` version 2, ``smaso-graph-ladder`` version 1.
+GRAPH_TABLES = {"smaso-ladder": {"topdown": ("prior", "tables"), "bottomup": ("leaf_prior", "lookup")},
+                "smaso-graph-ladder": {"topdown": ("prior", "tables"), "bottomup": ("leaf_priors", "lookups")}}
 GENERATOR_OPTIONS = {
     "random": ("depth", "branching", "events", "mode", "concentration", "seed", "emission", "sigma", "name"),
     "fully_informative": ("depth", "branching", "leaf_events", "concentration", "seed", "emission", "sigma", "name"),
@@ -52,34 +72,8 @@ EMISSION_FIELDS = {"onehot": ("kind", "num_regions", "num_events"), "gaussian": 
 
 
 # ---------------------------------------------------------------------- describing values
-def _short(v, limit: int = 40) -> str:
-    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
-        return f"<a {v.bit_length()}-bit integer>"
-    r = repr(v)
-    return r if len(r) <= limit else r[:limit - 3] + "..."
-
-
-def _got(v) -> str:
-    """What ``v`` is, for the 'got ...' part of a message."""
-    if v is None:
-        return "null"
-    if isinstance(v, (bool, np.bool_)):
-        return f"a boolean ({'true' if v else 'false'})"
-    if isinstance(v, str):
-        return f"a string ({_short(v)})"
-    if isinstance(v, (int, np.integer)):
-        return f"an integer ({_short(int(v))})"
-    if isinstance(v, (float, np.floating)):
-        return f"a number ({_short(float(v))})"
-    if isinstance(v, dict):
-        return "a table"
-    if isinstance(v, (list, tuple)):
-        return f"a list of {len(v)} entries"
-    if isinstance(v, torch.Tensor):
-        return f"a tensor of dtype {v.dtype} and shape {tuple(v.shape)}"
-    if isinstance(v, np.ndarray):
-        return f"an array of dtype {v.dtype} and shape {v.shape}"
-    return f"a {type(v).__name__}"
+def _short(v) -> str:
+    return short(v, 40)
 
 
 def _fail(path: str, expected: str, v):
@@ -100,10 +94,6 @@ def _unknown(d: dict, known, where: str, hint: str = "") -> None:
 
 
 # ---------------------------------------------------------------------- scalars
-def _is_int(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
 def _is_number(v) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
@@ -117,18 +107,6 @@ def _int(v, path: str, lo: int, hi: int, *, what: str = "an integer", integral_f
     if not lo <= int(v) <= hi:
         raise LadderSpecError(f"{path}: expected {what} in {lo}..{hi}, got {_short(int(v))}")
     return int(v)
-
-
-def _number(v, path: str, *, what: str = "a finite number > 0") -> float:
-    if not _is_number(v):
-        _fail(path, what, v)
-    try:
-        f = float(v)
-    except OverflowError:
-        f = math.inf
-    if not math.isfinite(f) or not f > 0:
-        _fail(path, what, v)
-    return f
 
 
 def _string(v, path: str, what: str = "a string") -> str:
@@ -204,31 +182,21 @@ def _array(v, path: str, *, integer: bool = False) -> tuple[int, ...]:
     what = "an array of integer event indices" if integer else "an array of numbers"
     if isinstance(v, (list, tuple)):
         shape = _walk(v, path, integer)
-    elif isinstance(v, torch.Tensor):
-        if v.dtype == torch.bool or v.is_complex():
+    elif isinstance(v, (torch.Tensor, np.ndarray)):
+        a = v.detach().cpu() if isinstance(v, torch.Tensor) else v
+        a = (a.double() if a.is_floating_point() else a).numpy() if isinstance(a, torch.Tensor) else a
+        if a.dtype.kind not in "iuf":
             _fail(path, what, v)
-        if v.is_floating_point():
-            bad = ~torch.isfinite(v)
-            if integer:
-                bad |= torch.isfinite(v) & (v != torch.round(v))
-            if bad.any():
-                idx = bad.nonzero()[0].tolist()
-                _fail(_index_path(path, idx), "an integer event index" if integer else "a finite number",
-                      float(v[tuple(idx)]))
-        shape = tuple(v.shape)
-    elif isinstance(v, np.ndarray):
-        if v.dtype.kind not in "iuf":
-            _fail(path, what, v)
-        if v.dtype.kind == "f":
-            finite = np.isfinite(v)
+        if a.dtype.kind == "f":
+            finite = np.isfinite(a)
             bad = ~finite
             if integer:
-                bad |= finite & (np.mod(np.where(finite, v, 0), 1) != 0)
+                bad |= finite & (np.mod(np.where(finite, a, 0), 1) != 0)
             if bad.any():
                 idx = np.argwhere(bad)[0]
                 _fail(_index_path(path, idx), "an integer event index" if integer else "a finite number",
-                      float(v[tuple(idx)]))
-        shape = v.shape
+                      float(a[tuple(idx)]))
+        shape = a.shape
     else:
         _fail(path, what, v)
     if math.prod(shape) > MAX_TABLE_ENTRIES:
@@ -270,31 +238,41 @@ def _check_nesting(doc) -> None:
                 stack.append((c, depth + 1, sub))
 
 
-def _check_header(d: dict) -> None:
+def _check_header(d: dict, mode_required: bool) -> None:
+    """``format``, ``version``, ``mode`` and ``name``, the fields of every spec."""
     fmt = d.get("format", "smaso-ladder")
-    if fmt != "smaso-ladder" or not isinstance(fmt, str):
+    if not isinstance(fmt, str) or fmt not in GRAPH_TABLES:  # a smaso-graph-ladder spec is a graph's
         raise LadderSpecError(f"format: expected 'smaso-ladder', got {_short(fmt)}")
     version = d.get("version", 1)
     if not _is_number(version) or version not in (1, 1.0, 2, 2.0):
         raise LadderSpecError(f"version: this library reads ladder spec versions 1 and 2, got {_short(version)}")
+    if mode_required and "mode" not in d:
+        raise LadderSpecError("mode: missing from the ladder spec")
+    if "mode" in d and (not isinstance(d["mode"], str) or d["mode"] not in MODES):
+        raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(d['mode'])}")
+    if d.get("name") is not None:
+        _string(d["name"], "name")
 
 
 def check_spec(d) -> None:
     """Check a ladder spec document field by field; raise :class:`LadderSpecError` naming the first bad field.
 
     Accepts what :meth:`Ladder.from_dict` accepts: an explicit ladder (arrays as nested lists,
-    tensors or ndarrays) or a generator description ``{"kind": ..., options}``.
+    tensors or ndarrays), a region-graph spec (its fields; the constructor checks its graph and tables) or a
+    generator description ``{"kind": ..., options}``.
     """
     _check_nesting(d)
     if not isinstance(d, dict):
         raise LadderSpecError(f"ladder spec: expected a table/object, got {type(d).__name__}")
-    if "kind" in d:
+    if d.get("format") == "smaso-graph-ladder" or ("parents" in d and "kind" not in d):
+        _check_graph(d)
+    elif "kind" in d:
         _check_generator(d)
     else:
         _check_explicit(d)
 
 
-def _check_emission_option(d: dict, has_sigma_option: bool = True) -> None:
+def _check_emission_option(d: dict) -> None:
     """``emission`` (and ``sigma``) of a generator description."""
     emission = d.get("emission")
     if emission is not None and not isinstance(emission, (str, dict)):
@@ -305,9 +283,7 @@ def _check_emission_option(d: dict, has_sigma_option: bool = True) -> None:
     if isinstance(emission, dict):
         check_emission_dict(emission)
     if emission == "gaussian":
-        sigma = d.get("sigma")
-        if not _is_number(sigma) or not math.isfinite(_float(sigma)) or not sigma > 0:
-            raise LadderSpecError(f"sigma: a gaussian emission needs a finite sigma > 0, got {_got(sigma)}")
+        _check_sigma(d.get("sigma"))
     elif "sigma" in d:
         why = ("the emission table carries its own sigma" if isinstance(emission, dict)
                else "the leaves are one-hot")
@@ -321,15 +297,6 @@ def _float(v) -> float:
         return math.inf
 
 
-def _regions_of(branching: tuple[int, ...], path: str) -> list[int]:
-    num = [1]
-    for b in branching:
-        num.append(num[-1] * b)
-        if sum(num) > MAX_REGIONS:
-            raise LadderSpecError(f"{path}: {list(branching)} gives more than {MAX_REGIONS} regions")
-    return num
-
-
 def _check_generator(d: dict) -> None:
     kind = d["kind"]
     if not isinstance(kind, str) or kind not in GENERATOR_OPTIONS:
@@ -340,22 +307,13 @@ def _check_generator(d: dict) -> None:
         fixed = " (its mode is fixed)" if extra[0] == "mode" else ""
         raise LadderSpecError(f"ladder spec of kind {kind!r}: unexpected keyword argument {_short(extra[0])}"
                               f"{fixed}; the options are {sorted(options)}")
-    _check_header(d)
-    if "mode" in d and (not isinstance(d["mode"], str) or d["mode"] not in MODES):
-        raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(d['mode'])}")
+    _check_header(d, mode_required=False)
     _check_emission_option(d)
     if kind == "default":
         return
-    if d.get("name") is not None:
-        _string(d["name"], "name")
-    depth = d.get("depth", DEFAULT_DEPTH[kind])
-    if isinstance(depth, bool) or not _is_int(depth) or not 1 <= depth <= MAX_DEPTH:
-        if _is_int(depth) and depth > MAX_DEPTH:
-            raise LadderSpecError(f"depth: at most {MAX_DEPTH} levels, got {_short(int(depth))}")
-        raise LadderSpecError(f"depth: expected an integer >= 1, got {_short(depth)}")
-    depth = int(depth)
+    depth = _check_depth(d.get("depth", DEFAULT_DEPTH[kind]))
     branching = _int_or_list(d.get("branching", 2), "branching", depth, 1, MAX_REGIONS, "children per region")
-    _regions_of(branching, "branching")
+    _level_sizes(branching)
     if kind in ("random", "summarization"):
         events = _int_or_list(d.get("events", 4), "events", depth + 1, 1, MAX_EVENTS, "events per region")
         if events[0] < 2:
@@ -367,12 +325,9 @@ def _check_generator(d: dict) -> None:
         _int_or_list(factors, "factors", depth + 1, 1, MAX_FACTORS, "binary factors per region")
     concentration = d.get("concentration")
     if concentration is not None or (kind != "fully_informative" and "concentration" in d):
-        if not _is_number(concentration) or not math.isfinite(_float(concentration)) or not concentration > 0:
-            raise LadderSpecError(f"concentration: must be > 0 and finite, got {_got(concentration)}")
+        _check_concentration(concentration)
     if "seed" in d:
-        seed = d["seed"]
-        if not _is_int(seed) or seed < 0:
-            raise LadderSpecError(f"seed: expected a non-negative integer, got {_got(seed)}")
+        _check_seed(d["seed"])
         if kind == "fully_informative" and concentration is None:
             raise LadderSpecError("seed: only applies with concentration (without it a fully_informative ladder "
                                   "has uniform leaf priors and nothing random)")
@@ -380,14 +335,8 @@ def _check_generator(d: dict) -> None:
 
 def _check_explicit(d: dict) -> None:
     _unknown(d, EXPLICIT_FIELDS, "ladder spec")
-    _check_header(d)
-    if "mode" not in d:
-        raise LadderSpecError("mode: missing from the ladder spec")
+    _check_header(d, mode_required=True)
     mode = d["mode"]
-    if not isinstance(mode, str) or mode not in MODES:
-        raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
-    if d.get("name") is not None:
-        _string(d["name"], "name")
     if "regions" in d:
         if "branching" in d or "events" in d:
             raise LadderSpecError("regions: give either a region tree or branching/events, not both")
@@ -406,7 +355,7 @@ def _check_explicit(d: dict) -> None:
                                   f"got {len(branching)}")
         branching = tuple(_int(b, f"branching[{i}]", 1, MAX_REGIONS, what="an integer", integral_float=True)
                           for i, b in enumerate(branching))
-        _regions_of(branching, "branching")
+        _level_sizes(branching)
         events = d["events"]
         if not isinstance(events, (list, tuple)):
             _fail("events", f"a list of {len(branching) + 1} integers (events per region at each level)", events)
@@ -420,16 +369,7 @@ def _check_explicit(d: dict) -> None:
                 _fail("region_names", "a list of strings", names)
             for i, n in enumerate(names):
                 _string(n, f"region_names[{i}]")
-    other = BOTTOMUP_ONLY if mode == "topdown" else TOPDOWN_ONLY
-    for key in other:
-        if key in d:
-            takes = "prior and tables" if mode == "topdown" else "leaf_prior and lookup"
-            only = "mode='bottomup'" if mode == "topdown" else "mode='topdown'"
-            raise LadderSpecError(f"{key}: only for {only}; a {mode} ladder takes {takes}")
-    needs = ("prior", "tables") if mode == "topdown" else ("leaf_prior", "lookup")
-    for key in needs:
-        if key not in d:
-            raise LadderSpecError(f"{key}: missing (a {mode} ladder needs {needs[0]} and {needs[1]})")
+    _check_mode_tables(d, mode)
     if mode == "topdown":
         _array(d["prior"], "prior")
         _array_list(d["tables"], "tables")
@@ -447,6 +387,27 @@ def _check_explicit(d: dict) -> None:
             check_emission_dict(emission)
     if d.get("factorization") is not None:
         _check_factorization(d["factorization"])
+
+
+def _check_graph(d: dict) -> None:
+    """The fields of a region-graph spec: ``smaso-ladder`` version 2 with ``parents``, or ``smaso-graph-ladder``
+    version 1 (``tables[0] = []``, ``leaf_priors``, ``lookups``)."""
+    fmt, version = d.get("format", "smaso-ladder"), d.get("version")
+    if not isinstance(fmt, str) or fmt not in GRAPH_TABLES or version != (1 if fmt == "smaso-graph-ladder" else 2):
+        raise LadderSpecError(f"format, version: a spec with parents is 'smaso-ladder' version 2 (or "
+                              f"'smaso-graph-ladder' version 1), got {_short(fmt)} version {_short(version)}")
+    tables = GRAPH_TABLES[fmt]
+    fields = (*GRAPH_FIELDS, *tables["topdown"], *tables["bottomup"])
+    what = "region-graph ladder spec" if version == 2 else "smaso-graph-ladder spec"
+    unknown = sorted(set(d) - set(fields), key=str)
+    if unknown:
+        raise LadderSpecError(f"{unknown[0]}: unknown field of a {what} (expected {', '.join(fields)})")
+    _check_header(d, mode_required=True)
+    for key in ("events", "parents", "emission"):
+        if key not in d:
+            raise LadderSpecError(f"{key}: missing from the ladder spec")
+    check_emission_dict(d["emission"])
+    _check_mode_tables(d, d["mode"], tables)
 
 
 def _check_regions(regions) -> None:
@@ -520,7 +481,7 @@ def check_emission_dict(e, path: str = "emission") -> None:
             raise LadderSpecError(f"{path}.sigma: required for a gaussian emission")
         sigma = e["sigma"]
         if _is_number(sigma):
-            if not math.isfinite(_float(sigma)) or not sigma > 0:
+            if not _is_positive(sigma):
                 raise LadderSpecError(f"{path}.sigma: must be > 0 and finite, got {_short(sigma)}")
         elif isinstance(sigma, (list, tuple, torch.Tensor, np.ndarray)):
             _array(sigma, f"{path}.sigma")
@@ -533,8 +494,8 @@ def check_emission_dict(e, path: str = "emission") -> None:
             if len(shape) != 3:
                 raise LadderSpecError(f"{path}.means: expected an array of shape (regions, events, dim), "
                                       f"got shape {shape}")
-        if "scale" in e:
-            _number(e["scale"], f"{path}.scale")
+        if "scale" in e and not _is_positive(e["scale"]):
+            _fail(f"{path}.scale", "a finite number > 0", e["scale"])
 
 
 def emission_from_spec(d, num_regions: int, num_events: int) -> Emission:

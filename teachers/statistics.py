@@ -16,11 +16,9 @@ rows of zeros; :attr:`EventStatistics.event_mask` tells them apart); on a unifor
 
 Conditionals of events that never occur (probability 0, or never seen in a sample) are rows
 of zeros; ``marginals`` tells which.  :func:`exact_statistics` computes them in float64 from
-the ladder (a uniform tree in closed form -- top-down: products of tables; bottom-up: pushing leaf
-marginals through the lookup tables; any other graph by the junction tree of
-:func:`inference.posterior.graph_statistics`), :func:`empirical_statistics` counts them in a sample
-with one ``bincount`` per level (:class:`EventCounts`: the exact int64 state that batches, shards and
-workers add up), and :func:`compare_statistics` measures their agreement against the sampling noise.
+the ladder, :func:`empirical_statistics` counts them in a sample with one ``bincount`` per level
+(:class:`EventCounts`: the exact int64 state that batches, shards and workers add up), and
+:func:`compare_statistics` measures their agreement against the sampling noise.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ import warnings
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from .ladder import TOPDOWN, Ladder
 
@@ -174,9 +173,7 @@ def exact_statistics(ladder: Ladder, *, max_clique: int | None = None) -> EventS
     else:
         marg[d] = ladder.leaf_prior.clone()
         for l in range(d - 1, -1, -1):
-            joint_children, parent_marg = _bottomup_level(ladder, l, marg[l + 1])
-            marg[l] = parent_marg
-            joints[l + 1] = joint_children
+            joints[l + 1], marg[l] = _bottomup_level(ladder, l, marg[l + 1])
     return EventStatistics(ladder, marg, joints, None)
 
 
@@ -186,20 +183,11 @@ def _graph_exact(ladder: Ladder, max_clique: int | None) -> EventStatistics:
 
     st = graph_statistics(ladder) if max_clique is None else graph_statistics(ladder, max_clique=max_clique)
     M = ladder.events
-    marg = []
-    for l in range(ladder.depth + 1):
-        t = torch.zeros(ladder.num_regions[l], M[l], dtype=torch.float64)
-        for i, p in enumerate(st.p[l]):
-            t[i, : p.numel()] = p
-        marg.append(t)
+    marg = [torch.stack([F.pad(p.double(), (0, M[l] - p.numel())) for p in st.p[l]]) for l in range(ladder.depth + 1)]
     joints: list[torch.Tensor | None] = [None]
     for l in range(1, ladder.depth + 1):
-        edges = level_edges(ladder, l - 1)
-        t = torch.zeros(len(edges), M[l - 1], M[l], dtype=torch.float64)
-        for e, (p, c) in enumerate(edges):
-            j = st.pair[(l, p, c)]
-            t[e, : j.shape[0], : j.shape[1]] = j
-        joints.append(t)
+        pairs = [st.pair[(l, p, c)].double() for p, c in level_edges(ladder, l - 1)]
+        joints.append(torch.stack([F.pad(j, (0, M[l] - j.shape[1], 0, M[l - 1] - j.shape[0])) for j in pairs]))
     return EventStatistics(ladder, marg, joints, None)
 
 
@@ -260,10 +248,7 @@ class EventCounts:
 
         :raises ValueError: wrong shape, or events outside a region's [0, m_r) at some level.
         """
-        lad = self.ladder
-        if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
-            shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
-            raise ValueError(f"z: expected an (N, {lad.total_regions}) tensor of events, got {shape}")
+        _check_shape(self.ladder, z)
         if z.is_floating_point() or z.dtype == torch.bool:
             raise ValueError(f"z: expected integer events, got dtype {z.dtype}")
         for s in range(0, z.shape[0], self.ROWS_PER_PASS):
@@ -283,32 +268,23 @@ class EventCounts:
         dev = self.counts[0].device
         off = lad.level_offsets
         uniform = lad.is_uniform()
-
-        def level(l: int) -> torch.Tensor:  # int64 one level at a time: memory of one level, not of z
-            return z[:, off[l]: off[l + 1]].to(dev, torch.int64)
-
         parent = None
         for l in range(lad.depth + 1):
             R, m = lad.num_regions[l], lad.events[l]
-            ev = level(l)
+            ev = z[:, off[l]: off[l + 1]].to(dev, torch.int64)  # int64 one level at a time, not all of z
             check_events(lad, l, ev)
             base = torch.arange(R, device=dev)
-            if l == 0:
-                self.counts[0] += torch.bincount((ev + base * m).reshape(-1), minlength=R * m).reshape(R, m)
-            else:  # one bincount of the (parent, child) pairs of every edge
-                mp = lad.events[l - 1]
+            if l == 0 or not uniform:
+                self.counts[l] += torch.bincount((ev + base * m).reshape(-1), minlength=R * m).reshape(R, m)
+            if l:  # one bincount of the (parent, child) pairs of every edge (on a tree: edge = child region)
+                mp, E = lad.events[l - 1], self.pairs[l].shape[0]
                 par, chi = self._edge_index(l - 1)
-                if uniform:  # edge = child region: the child's counts are its pairs' margins
-                    idx = (base * mp + parent[:, par]) * m + ev
-                else:
-                    idx = (torch.arange(par.numel(), device=dev) * mp + parent[:, par]) * m + ev[:, chi]
-                E = self.pairs[l].shape[0]
+                edge, child = (base, ev) if uniform else (torch.arange(E, device=dev), ev[:, chi])
+                idx = (edge * mp + parent[:, par]) * m + child
                 pairs = torch.bincount(idx.reshape(-1), minlength=E * mp * m).reshape(E, mp, m)
                 self.pairs[l] += pairs
-                if uniform:
+                if uniform:  # the child's counts are its pairs' margins
                     self.counts[l] += pairs.sum(1)
-                else:
-                    self.counts[l] += torch.bincount((ev + base * m).reshape(-1), minlength=R * m).reshape(R, m)
             parent = ev
 
     def merge(self, other: EventCounts) -> EventCounts:
@@ -362,15 +338,17 @@ def empirical_statistics(ladder: Ladder, z: torch.Tensor, *, chunk_size: int = 2
     :param chunk_size: examples counted per pass (memory only; the counts are exact).
     :returns: :class:`EventStatistics` with empirical frequencies (float64).
     """
-    if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != ladder.total_regions:
-        shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
-        raise ValueError(f"z: expected an (N, {ladder.total_regions}) tensor of events, got {shape}")
-    if z.shape[0] == 0:
-        raise ValueError("z: the sample is empty")
+    _check_shape(ladder, z)
     state = EventCounts.zeros(ladder)
     for s in range(0, z.shape[0], chunk_size):
         state.update(z[s: s + chunk_size])
-    return state.statistics()
+    return state.statistics()  # raises for an empty sample
+
+
+def _check_shape(ladder: Ladder, z) -> None:
+    if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != ladder.total_regions:
+        shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
+        raise ValueError(f"z: expected an (N, {ladder.total_regions}) tensor of events, got {shape}")
 
 
 def _count_chunk(c: int, chunks) -> EventCounts:
@@ -423,19 +401,23 @@ def compare_statistics(exact: EventStatistics, empirical: EventStatistics, *,
     n = empirical.num_examples
     if n is None:
         raise ValueError("empirical: expected statistics counted from a sample (num_examples set)")
-    lad = exact.ladder
     out_levels = []
     ok = True
-    worst_m = worst_j = 0.0
+    worst = {"marginal": 0.0, "joint": 0.0}
     min_p = 1.0
-    for l in range(lad.depth + 1):
-        pm, qm = exact.marginals[l], empirical.marginals[l]
-        tv_m = 0.5 * (pm - qm).abs().sum(-1)
-        bound_m = tv_bound(pm.shape[-1], n, confidence)
-        level = {"level": l, "max_tv_marginal": tv_m.max().item(), "bound_marginal": bound_m}
-        ok &= bool((tv_m <= bound_m).all())
-        worst_m = max(worst_m, tv_m.max().item())
+    for l in range(exact.ladder.depth + 1):
+        level = {"level": l}
+        for kind, pe, qe in (("marginal", exact.marginals[l], empirical.marginals[l]),
+                             ("joint", exact.joints[l], empirical.joints[l])):
+            if pe is None:  # no edge into level 0
+                continue
+            tv = 0.5 * (pe - qe).abs().sum(tuple(range(1, pe.dim())))
+            bound = tv_bound(pe[0].numel(), n, confidence)
+            level.update({f"max_tv_{kind}": tv.max().item(), f"bound_{kind}": bound})
+            ok &= bool((tv <= bound).all())
+            worst[kind] = max(worst[kind], tv.max().item())
         # chi-square on each region's marginal, cells with positive expected count
+        pm, qm = exact.marginals[l], empirical.marginals[l]
         for r in range(pm.shape[0]):
             e = pm[r] * n
             mask = e > 0
@@ -446,15 +428,8 @@ def compare_statistics(exact: EventStatistics, empirical: EventStatistics, *,
                     continue
                 p = stats.chisquare(obs.numpy(), e[mask].numpy() * obs.sum().item() / e[mask].sum().item()).pvalue
                 min_p = min(min_p, float(p))
-        if l >= 1:
-            pj, qj = exact.joints[l], empirical.joints[l]
-            tv_j = 0.5 * (pj - qj).abs().sum((-1, -2))
-            bound_j = tv_bound(pj.shape[-1] * pj.shape[-2], n, confidence)
-            level.update(max_tv_joint=tv_j.max().item(), bound_joint=bound_j)
-            ok &= bool((tv_j <= bound_j).all())
-            worst_j = max(worst_j, tv_j.max().item())
         out_levels.append(level)
-    return {"num_examples": n, "max_tv_marginal": worst_m, "max_tv_joint": worst_j,
+    return {"num_examples": n, "max_tv_marginal": worst["marginal"], "max_tv_joint": worst["joint"],
             "within_bound": ok, "min_chi2_pvalue": min_p, "confidence": confidence, "per_level": out_levels}
 
 

@@ -1,14 +1,12 @@
-"""Chunked, out-of-core ladder datasets: format ``smaso-ladder-dataset`` version 2, a zarr v3 store.
+"""Chunked, out-of-core ladder datasets: format ``smaso-ladder-dataset`` version 2, a zarr v3 store (this is
+the canonical description of the format; :mod:`teachers.store_reader` reads it, :mod:`teachers.chunked` has
+the PyTorch datasets over it).
 
 A version-2 dataset is a zarr v3 *directory* store (conventionally named ``*.zarr``) that holds
 any number of examples without ever holding them in memory: it is written chunk by chunk as the
 sampler produces rows, and read chunk by chunk, each chunk verified by its SHA-256 when read.
-
-It holds any :class:`~teachers.ladder.Ladder` -- a uniform tree or any layered region graph (regions may have
-different event counts; the event dtype is the ladder's ``event_dtype()``) -- and the rows of
-:func:`~teachers.sampling.sample_ladder`.  Stores of 0.2 open unchanged: their spec is a tree spec of
-version 1 or a packed ``"smaso-graph-ladder"`` spec (:mod:`teachers.formats`).  Chunks read as
-:class:`~teachers.sampling.LadderSample` s.
+It holds any :class:`~teachers.ladder.Ladder` and the rows of :func:`~teachers.sampling.sample_ladder`;
+stores of 0.2 open unchanged (their spec forms: :mod:`teachers.formats`).
 
 Layout (every data array is chunked along the examples only, ``chunk_rows`` rows per chunk, a
 multiple of :data:`~teachers.sampling.BLOCK_SIZE`; the last chunk may be short, and zarr stores it
@@ -16,14 +14,13 @@ padded to a whole chunk, which costs nothing once compressed)::
 
     data.zarr/
       zarr.json          group; its attributes are the metadata (below)
-      z/                 (n, total_regions) events of every region, breadth-first (a graph: level by
-                         level, ``level_offsets[l] + i``), event dtype
+      z/                 (n, total_regions) events of every region, level by level
+                         (``level_offsets[l] + i``), event dtype
       y/                 (n,) labels, the same dtype (= z[:, 0])
       x/                 (n, R_d, dim) float32 inputs; only when the emission is not derivable
                          (one-hot leaves are rebuilt from z)
-      spec/<path>        the ladder's arrays (tables, lookup tables, emission means), one small
-                         uncompressed zarr array each, named as in version 1 (``spec.tables.0`` is
-                         ``spec/tables.0``)
+      spec/<path>        the ladder's arrays, one small uncompressed zarr array each, named as in
+                         version 1 (``spec.tables.0`` is ``spec/tables.0``)
 
 Attributes of the root group:
 
@@ -40,26 +37,17 @@ Attributes of the root group:
 ``num_chunks``        chunk_rows))`` of the store), and how many chunks
 ``event_dtype``       numpy name of the event dtype (``"uint8"`` for <= 256 events per region)
 ``compression``       the codec label (``"none"``, ``"zstd:1"``, ``"zarr-default"``, ...)
-``spec``              the ladder's :func:`~teachers.formats.stored_spec` (its ``to_dict``; a graph
-                      other than a uniform tree with ``"packed": true`` and its tables (lookups)
-                      in one flat array per level), arrays replaced by ``{"__array__": "spec.<path>"}``
+``spec``              :func:`~teachers.formats.stored_spec`, arrays replaced by ``{"__array__": "spec.<path>"}``
 ``spec_sha256``       per spec array: ``{"dtype", "shape", "sha256"}`` of its raw C-order bytes
 ``chunk_sha256``      ``{"z": [...], "y": [...], "x": [...]}``: SHA-256 of the raw C-order bytes of
                       the rows of every chunk of every data array, computed when it was written
 ``complete``          ``true`` once every chunk and checksum is in place (written last)
-``metadata_sha256``   ``{"all": sha256, "fields": {name: sha256}}`` of the canonical JSON (sorted
-                      keys, no spaces) of every other attribute, and of each one (and of each key of
-                      a dict-valued one, ``"spec.emission"``), so that an edit is named
+``metadata_sha256``   :func:`~teachers.formats.metadata_checksum` of every other attribute
 ====================  ===========================================================================
 
-A graph ladder's store also has ``graph_stream_version``
-(:data:`~teachers.sampling.GRAPH_STREAM_VERSION`, the version of the per-level scheme on graphs).
-
-Reading (:func:`open_dataset`) checks the format and version, ``complete``, the metadata
-checksum (naming the edited field), every spec array's checksum, the ladder's rebuild and every
-array's shape, dtype and chunking; it reads nothing else.  Each chunk is checked against its
-SHA-256 when it is read, so a corrupted chunk raises :class:`~teachers.dataset.DatasetFormatError`
-naming the array, the chunk and its rows.
+A store of a ladder other than a uniform tree also has ``graph_stream_version``
+(:data:`~teachers.sampling.GRAPH_STREAM_VERSION`).  :func:`~teachers.store_reader.open_dataset` checks
+all of it when it opens a store (or a set of shard stores of one stream), and every chunk when it is read.
 
 Writing is split in three pure steps, so that it can run in one process
 (:func:`sample_to_store`) or be driven from many (Dask tasks, a job array):
@@ -84,34 +72,17 @@ A killed run (even SIGKILL) therefore leaves at most a partial, which never load
 (and restores ``.<name>.old`` if a run was killed between the two renames).  Two writers of the
 *same* path at the same time are not supported.
 
-Sets of shard stores (``smaso sample ... --shard i/k`` style, each its own store) open as one
-dataset: :func:`open_dataset` checks that they are of the same stream (ladder, seed, total,
-stream), sorts them by ``start`` and refuses gaps and overlaps between them.  A set that does not
-start at row 0 or end at ``total`` (a lone shard, or some leading or trailing shards not given) is
-refused, naming the missing rows, unless ``open_dataset(..., partial=True)``: then
-:attr:`ChunkedLadderData.covers_stream` is false, :attr:`ChunkedLadderData.missing_rows` lists
-what is missing and :meth:`ChunkedLadderData.verify` reports it.
-
 Compression (``compress=``): ``False``/``"none"`` (raw), ``True`` (the default, ``"zstd:1"``),
 ``"zstd"`` (= ``"zstd:1"``), ``"zstd:<level>"`` (level -7..22), ``"zarr"`` (zarr's default codecs,
 zstd level 0 = zstd's default 3).  Measured on the 341-region, 16-event ladder
-(``Ladder.random(depth=4, branching=4, events=16, seed=0)``, 2^20 rows in chunks of 65536, 2 cores):
-
-===============  ===============  ======================  ==================
-codecs           bytes / example  write only (example/s)  sample + write
-===============  ===============  ======================  ==================
-none             343              0.7-1.0 M               0.3-0.49 M
-zarr's default   179              0.4-0.6 M               0.22-0.27 M
-zstd level 1     172              1.0-1.9 M               0.33-0.40 M
-===============  ===============  ======================  ==================
-
-(the sampler alone: 0.35-0.44 M examples/s), hence the default zstd level 1: half the bytes of raw
-chunks, writes faster than the sampler, and reads with verification at ~3 M examples/s.
+(``Ladder.random(depth=4, branching=4, events=16, seed=0)``, 2^20 rows in chunks of 65536, 2 cores), zstd
+level 1 takes 172 bytes per example (raw: 343, zarr's default: 179) and writes 1.0-1.9 M examples/s (raw:
+0.7-1.0 M, zarr's default 0.4-0.6 M), faster than the sampler (0.35-0.44 M examples/s); it reads with
+verification at ~3 M examples/s.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -123,33 +94,30 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .engine import get_engine
 from .formats import (
     FORMAT,
+    META_CHECKSUM,
     DatasetFormatError,
+    _check_int,
+    _event_dtype,
+    _is_int,
+    _sha256,
     _split_arrays,
-    region_events,
+    metadata_checksum,
     stored_spec,
-    teacher_from_spec,
 )
-from .formats import metadata_checksum as _metadata_checksum
 from .ladder import Ladder
 from .sampling import (
     BLOCK_SIZE,
     DEFAULT_CHUNK_ROWS,
     GRAPH_STREAM_VERSION,
     STREAM_VERSION,
-    LadderSample,
     check_working_memory,
     parse_shard,
     sample_rows,
     sampling_plan,
 )
-
-#: What a store holds (any :class:`~teachers.ladder.Ladder`: a uniform tree or any layered region graph); the
-#: name of 0.2, when it was a union of two classes.
-Teacher = Ladder
-#: What a chunk is read as.
-Sample = LadderSample
 
 __all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK_ROWS", "DEFAULT_COMPRESSION", "VERSION", "chunk_bounds", "create_partial",
            "default_chunk_rows", "finalize", "partial_path", "row_bytes", "sample_to_store", "write_chunk"]
@@ -158,80 +126,45 @@ VERSION = 2
 #: What ``compress=True`` means (chosen by measurement, see the module docstring).
 DEFAULT_COMPRESSION = "zstd:1"
 
-_META_CHECKSUM = "metadata_sha256"
-_REQUIRED = ("format", "version", "n", "start", "total", "seed", "shard", "block_size", "stream_version",
-             "x_stored", "chunk_rows", "num_chunks", "event_dtype", "compression", "spec", "spec_sha256",
-             "chunk_sha256", "complete")
-
 
 def _zarr():
-    import zarr  # imported on first use: `import teachers` stays cheap
-
-    _one_codec_thread(zarr)
-    return zarr
-
-
-def _one_codec_thread(zarr) -> None:
-    """Run zarr's codecs on one thread, unless the user configured ``threading.max_workers``.
-
-    zarr (de)compresses every chunk on a thread pool (min(32, cores + 4) threads by default), and
-    each pool thread's glibc arena keeps a freed chunk-sized buffer: reading chunk after chunk, the
-    resident set climbed by one chunk every few chunks (392 to 538 MiB over 66 chunks of 31 MiB,
-    measured), towards one chunk per thread.  This module reads and writes one chunk at a time, so a
-    single codec thread is as fast (measured) and keeps memory at a few chunks.  Only applied before
-    zarr has created its pool, and never over a value the user set.
-    """
+    """zarr, imported on first use (``import teachers`` stays cheap), its codecs run on one thread unless the
+    user configured ``threading.max_workers`` (set only before zarr creates its pool): each thread of zarr's
+    pool keeps a freed chunk-sized buffer (392 to 538 MiB over 66 chunks of 31 MiB, measured), and chunks
+    are read and written one at a time here, so one thread is as fast and keeps memory at a few chunks."""
+    import zarr
     from zarr.core import sync
 
     if getattr(sync, "_executor", None) is None and zarr.config.get("threading.max_workers", None) is None:
         zarr.config.set({"threading.max_workers": 1})
+    return zarr
 
 
 # ---------------------------------------------------------------------- small helpers
-def _is_int(v) -> bool:
-    return not isinstance(v, bool) and isinstance(v, (int, np.integer))
-
-
-def _check_int(v, name: str, *, minimum: int = 0) -> int:
-    if not _is_int(v) or v < minimum:
-        what = "a positive" if minimum == 1 else "a non-negative" if minimum == 0 else f"an integer >= {minimum}"
-        raise ValueError(f"{name}: expected {what} integer, got {v!r}")
-    return int(v)
-
-
 def _check_chunk_rows(chunk_rows) -> int:
     if not _is_int(chunk_rows) or chunk_rows <= 0 or chunk_rows % BLOCK_SIZE:
         raise ValueError(f"chunk_rows: expected a positive multiple of BLOCK_SIZE={BLOCK_SIZE}, got {chunk_rows!r}")
     return int(chunk_rows)
 
 
-def _check_teacher(ladder, name: str = "ladder") -> None:
+def _check_teacher(ladder) -> None:
     if not isinstance(ladder, Ladder):
-        raise TypeError(f"{name}: expected a Ladder, got {type(ladder).__name__}")
-
-
-def _event_dtype(ladder: Ladder) -> torch.dtype:
-    """The storage dtype of the events of ``ladder`` (the smallest that holds its largest event count)."""
-    return ladder.event_dtype()
-
-
-_region_events = region_events
+        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
 
 
 #: Target size of one chunk's rows in memory, for :func:`default_chunk_rows`.
 CHUNK_BYTES = 32 * 2**20
 
 
-def row_bytes(ladder: Teacher) -> int:
+def row_bytes(ladder: Ladder) -> int:
     """Bytes of one example in memory: its events and label, and its inputs when they are stored
     (a :class:`~teachers.ladder.Ladder`)."""
     _check_teacher(ladder)
-    item = torch.empty(0, dtype=_event_dtype(ladder)).element_size()
     x = 0 if ladder.emission.derivable else ladder.num_regions[-1] * ladder.emission.dim * 4  # float32
-    return (ladder.total_regions + 1) * item + x
+    return (ladder.total_regions + 1) * _event_dtype(ladder).itemsize + x
 
 
-def default_chunk_rows(ladder: Teacher) -> int:
+def default_chunk_rows(ladder: Ladder) -> int:
     """Rows per chunk of a new store of ``ladder``: ``DEFAULT_CHUNK_ROWS`` (65536) unless a chunk would
     then pass :data:`CHUNK_BYTES` (32 MiB) in memory, else the largest multiple of ``BLOCK_SIZE`` under
     it (at least one block).  The 341-region ladder with one-hot leaves keeps 65536 rows (22 MB);
@@ -240,15 +173,16 @@ def default_chunk_rows(ladder: Teacher) -> int:
     return int(min(DEFAULT_CHUNK_ROWS, max(BLOCK_SIZE, rows)))
 
 
-def _sha256(a: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(a).data).hexdigest()
+def _bounds(c: int, chunk_rows: int, n: int) -> tuple[int, int]:
+    """Rows ``(lo, hi)`` of chunk ``c`` of a store of ``n`` rows."""
+    return c * chunk_rows, min(n, (c + 1) * chunk_rows)
 
 
 def chunk_bounds(n: int, chunk_rows: int) -> list[tuple[int, int]]:
     """Rows ``(lo, hi)`` of every chunk of a store of ``n`` rows: chunk c is
     ``[c * chunk_rows, min(n, (c + 1) * chunk_rows))`` (the write contract's layout)."""
     n, chunk_rows = _check_int(n, "n"), _check_chunk_rows(chunk_rows)
-    return [(lo, min(n, lo + chunk_rows)) for lo in range(0, n, chunk_rows)]
+    return [_bounds(c, chunk_rows, n) for c in range(-(-n // chunk_rows))]
 
 
 def partial_path(path: str | os.PathLike) -> Path:
@@ -320,18 +254,12 @@ def _to_numpy(t, name: str) -> np.ndarray:
     raise TypeError(f"{name}: expected a torch.Tensor or a numpy array, got {type(t).__name__}")
 
 
-# ---------------------------------------------------------------------- the stored spec and the rows
-_store_spec = stored_spec
-_teacher_from_spec = teacher_from_spec
-
-
-def _rows(ladder: Ladder, seed: int, lo: int, hi: int, *, sampler=None, device=None):
-    """Stream rows ``[lo, hi)``: ``(z, x)`` (``sampler``: a prebuilt :func:`~teachers.sampling.sampling_plan`)."""
-    return sample_rows(ladder, seed, lo, hi, plan=sampler, device=device)
-
-
-def _sampler(ladder: Ladder, device: torch.device):
-    return sampling_plan(ladder, device)
+def _data_arrays(ladder: Ladder, n: int, dtype: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Shape and dtype of every data array of a store of ``n`` rows of ``ladder`` (events in ``dtype``)."""
+    out = {"z": ((n, ladder.total_regions), dtype), "y": ((n,), dtype)}
+    if not ladder.emission.derivable:
+        out["x"] = ((n, ladder.num_regions[-1], ladder.emission.dim), "float32")
+    return out
 
 
 # ---------------------------------------------------------------------- writing
@@ -346,7 +274,7 @@ def _recover(path: Path) -> None:
             os.replace(old, path)
 
 
-def create_partial(path: str | os.PathLike, ladder: Teacher, *, n: int, start: int = 0, total: int | None = None,
+def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: int = 0, total: int | None = None,
                    seed: int = 0, shard: str | tuple[int, int] | None = None, chunk_rows: int | None = None,
                    compress: bool | str = True) -> Path:
     """Step 1 of a write (see the module docstring): create the partial store of ``path``.
@@ -391,9 +319,9 @@ def create_partial(path: str | os.PathLike, ladder: Teacher, *, n: int, start: i
 
     zarr = _zarr()
     spec_arrays: dict[str, np.ndarray] = {}
-    spec = _split_arrays(_store_spec(ladder), "", spec_arrays)
+    spec = _split_arrays(stored_spec(ladder), "", spec_arrays)
     x_stored = not ladder.emission.derivable
-    dtype = np.dtype(str(_event_dtype(ladder)).removeprefix("torch."))
+    dtype = _event_dtype(ladder)
     attrs = {"format": FORMAT, "version": VERSION, "n": n, "start": start, "total": total, "seed": seed,
              "shard": [i, k], "block_size": BLOCK_SIZE, "stream_version": STREAM_VERSION, "x_stored": x_stored,
              "chunk_rows": chunk_rows, "num_chunks": len(range(0, n, chunk_rows)), "event_dtype": dtype.name,
@@ -403,14 +331,9 @@ def create_partial(path: str | os.PathLike, ladder: Teacher, *, n: int, start: i
     config = {"write_empty_chunks": True}  # every chunk has its file: a missing one is an error, not zeros
     try:
         root = zarr.open_group(str(partial), mode="w-")
-        R, leaves, dim = ladder.total_regions, ladder.num_regions[-1], ladder.emission.dim
-        root.create_array("z", shape=(n, R), chunks=(chunk_rows, R), dtype=dtype, compressors=compressors,
-                          fill_value=0, config=config)
-        root.create_array("y", shape=(n,), chunks=(chunk_rows,), dtype=dtype, compressors=compressors,
-                          fill_value=0, config=config)
-        if x_stored:
-            root.create_array("x", shape=(n, leaves, dim), chunks=(chunk_rows, leaves, dim), dtype="float32",
-                              compressors=compressors, fill_value=0.0, config=config)
+        for name, (shape, dt) in _data_arrays(ladder, n, dtype.name).items():
+            root.create_array(name, shape=shape, chunks=(chunk_rows, *shape[1:]), dtype=dt, compressors=compressors,
+                              fill_value=0, config=config)
         group = root.create_group("spec")
         spec_sums = {}
         for name, arr in spec_arrays.items():
@@ -427,13 +350,13 @@ def create_partial(path: str | os.PathLike, ladder: Teacher, *, n: int, start: i
     return partial
 
 
-def _partial_info(partial: Path, name: str = "partial") -> dict:
-    attrs = _root_attrs(partial)
-    if attrs is None or attrs.get("format") != FORMAT or attrs.get("version") != VERSION:
-        raise ValueError(f"{name}: {str(partial)!r} is not a partial {FORMAT} version {VERSION} store "
+def _partial_info(partial: Path) -> dict:
+    if not _is_v2_store(partial):
+        raise ValueError(f"partial: {str(partial)!r} is not a partial {FORMAT} version {VERSION} store "
                          "(made by create_partial)")
+    attrs = _root_attrs(partial)
     if attrs.get("complete") is True:
-        raise ValueError(f"{name}: {str(partial)!r} is already finalized")
+        raise ValueError(f"partial: {str(partial)!r} is already finalized")
     return attrs
 
 
@@ -460,7 +383,7 @@ def write_chunk(partial: str | os.PathLike, chunk_index: int, z, x=None) -> dict
     if not _is_int(chunk_index) or not 0 <= chunk_index < num_chunks:
         raise ValueError(f"chunk_index: expected an integer in [0, {num_chunks}), got {chunk_index!r}")
     c = int(chunk_index)
-    lo, hi = c * chunk_rows, min(n, (c + 1) * chunk_rows)
+    lo, hi = _bounds(c, chunk_rows, n)
     z_arr = _open_for_write(partial / "z")
     z = _to_numpy(z, "z")
     if z.dtype != z_arr.dtype or z.shape != (hi - lo, z_arr.shape[1]):
@@ -528,9 +451,9 @@ def finalize(partial: str | os.PathLike, path: str | os.PathLike, checksums: Ite
             raise ValueError(f"checksums: expected write_chunk's results, got {entry!r}") from None
         if not _is_int(c) or not 0 <= c < num_chunks:
             raise ValueError(f"checksums: chunk {c!r} outside [0, {num_chunks})")
-        if rows != [c * chunk_rows, min(n, (c + 1) * chunk_rows)] or sorted(sums) != sorted(names):
+        if rows != list(_bounds(c, chunk_rows, n)) or sorted(sums) != sorted(names):
             raise ValueError(f"checksums: chunk {c} has rows {rows} and arrays {sorted(sums)}, expected rows "
-                             f"{[c * chunk_rows, min(n, (c + 1) * chunk_rows)]} and arrays {sorted(names)}")
+                             f"{list(_bounds(c, chunk_rows, n))} and arrays {sorted(names)}")
         if c in got and got[c] != sums:
             raise ValueError(f"checksums: chunk {c} given twice with different checksums")
         got[int(c)] = dict(sums)
@@ -548,21 +471,22 @@ def finalize(partial: str | os.PathLike, path: str | os.PathLike, checksums: Ite
     root.attrs.update({"chunk_sha256": {name: [got[c][name] for c in range(num_chunks)] for name in names}})
     attrs = _root_attrs(partial)  # as a reader will parse it
     attrs["complete"] = True
-    attrs.pop(_META_CHECKSUM, None)
-    root.attrs.update({"complete": True, _META_CHECKSUM: _metadata_checksum(attrs)})  # written last
+    attrs.pop(META_CHECKSUM, None)
+    root.attrs.update({"complete": True, META_CHECKSUM: metadata_checksum(attrs)})  # written last
     _swap_into_place(partial, path)
     return path
 
 
-def _sample_chunk_task(c: int, partial: str, ladder: Teacher, seed: int, start: int, n: int, chunk_rows: int,
-                       device: str) -> dict:
-    """One task of :func:`sample_to_store` on an engine (any process): sample chunk ``c`` and write it."""
-    lo, hi = c * chunk_rows, min(n, (c + 1) * chunk_rows)
-    z, x = _rows(ladder, seed, start + lo, start + hi, device=device)
+def _sample_chunk_task(c: int, partial: str, ladder: Ladder, seed: int, start: int, n: int, chunk_rows: int,
+                       device: str, plan=None) -> dict:
+    """One task of :func:`sample_to_store` (any process): sample chunk ``c`` (with ``plan``, a prebuilt
+    :func:`~teachers.sampling.sampling_plan`, if given) and write it."""
+    lo, hi = _bounds(c, chunk_rows, n)
+    z, x = sample_rows(ladder, seed, start + lo, start + hi, plan=plan, device=device)
     return write_chunk(partial, c, z, x)
 
 
-def sample_to_store(ladder: Teacher, num_examples: int, path: str | os.PathLike, seed: int = 0, *,
+def sample_to_store(ladder: Ladder, num_examples: int, path: str | os.PathLike, seed: int = 0, *,
                     shard: str | tuple[int, int] | None = None, chunk_rows: int | None = None,
                     compress: bool | str = True, device: torch.device | str | None = None,
                     progress: bool | None = None, engine=None) -> Path:
@@ -598,40 +522,12 @@ def sample_to_store(ladder: Teacher, num_examples: int, path: str | os.PathLike,
                              chunk_rows=chunk_rows, compress=compress)
     if progress is None:
         progress = hi - lo > 2**18 and sys.stderr.isatty()
-    bar = None
-    done = False
     try:
-        if progress and engine is None:  # (an engine shows its own bar over the chunks)
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=hi - lo, unit="ex", unit_scale=True, desc="sampling ladder to store")
-        bounds = chunk_bounds(hi - lo, chunk_rows)
-        if engine is None:
-            sampler = _sampler(ladder, device)
-            sums = []
-            for c, (a, b) in enumerate(bounds):
-                z, x = _rows(ladder, seed, lo + a, lo + b, sampler=sampler, device=device)
-                sums.append(write_chunk(partial, c, z, x))
-                del z, x
-                if bar is not None:
-                    bar.update(b - a)
-        else:
-            from .engine import get_engine
-
-            sums = get_engine(engine).map(_sample_chunk_task, list(range(len(bounds))), str(partial), ladder, seed,
-                                          lo, hi - lo, chunk_rows, str(device),
-                                          progress="sampling ladder to store" if progress else None)
-        path = finalize(partial, path, sums)
-        done = True
-    finally:
-        if bar is not None:
-            bar.close()
-        if not done:
-            shutil.rmtree(partial, ignore_errors=True)
-    return path
-
-
-def _make_sample(ladder: Teacher, z: torch.Tensor, x: torch.Tensor | None, *, seed, start: int, total, meta: dict
-                 ) -> Sample:
-    """Rows of a ladder as a :class:`~teachers.sampling.LadderSample`."""
-    return LadderSample(ladder, z, x, seed=seed, start=start, total=total, meta=meta)
+        plan = sampling_plan(ladder, device) if engine is None else None  # built once, for every chunk
+        sums = get_engine(engine).map(_sample_chunk_task, list(range(-(-(hi - lo) // chunk_rows))), str(partial),
+                                      ladder, seed, lo, hi - lo, chunk_rows, str(device), plan,
+                                      progress="sampling ladder to store" if progress else None)
+        return finalize(partial, path, sums)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise

@@ -7,23 +7,16 @@ width 2 (:class:`TentNetwork`).  In float64 (or float32) every operation involve
 subtracting from a power of two, the network's power-of-two weights -- is exact on [0, 1], so
 the network and :func:`tent_power` agree bit for bit.
 
-Datasets ``(x, tau^k(x))`` are sampled with the ladder's stream scheme
-(:mod:`teachers.sampling`): block b of :data:`~teachers.sampling.BLOCK_SIZE` examples draws
-from :func:`~teachers.sampling.block_generator` ``(seed, b)`` -- first the block's x, then (only
-with label noise) its noise -- so example i depends only on (seed, i, k, noise): the chunk size
-never changes the bytes and ``shard="i/n"`` returns rows ``[i*N//n, (i+1)*N//n)`` of the full
-stream.
+Datasets ``(x, tau^k(x))`` are sampled with the ladder's stream scheme (:mod:`teachers.sampling`: block b
+draws x, then its label noise, from ``block_generator(seed, b)``), so example i depends only on
+(seed, i, k, noise), never on the chunk size, and ``shard="i/n"`` returns rows ``[i*N//n, (i+1)*N//n)``.
 
-Dataset files (format ``smaso-tent-dataset`` version 1) follow :mod:`teachers.dataset`'s
-conventions: an uncompressed (or deflated) ``.npz`` without pickles, members ``meta`` (0-d
-unicode array, JSON: ``format``, ``version``, ``n``, ``start``, ``total``, ``seed``, ``k``,
-``noise``, ``distribution``, ``shard``, ``block_size``, ``stream_version``, ``sha256`` of
-``x`` and ``y``, ``metadata_sha256`` of every other field), ``x`` ``(n, 1)`` float64 and ``y``
-``(n, 1)`` float64; atomic writes; every field validated on load; an incomplete set of shards
-refused unless ``partial=True``;
-:class:`~teachers.dataset.DatasetFormatError` on a corrupted, truncated, foreign or
-other-version file.  :func:`teachers.dataset.load_dataset` reads ladder files only (it rejects
-a tent file as a foreign format); :func:`load_tent_dataset` reads tent files.
+Dataset files (format ``smaso-tent-dataset`` version 1) follow :mod:`teachers.dataset`'s conventions
+(checksummed ``.npz`` without pickles, atomic writes, every field validated on load, incomplete shard sets
+refused unless ``partial=True``, :class:`~teachers.dataset.DatasetFormatError`): members ``meta`` (JSON:
+``format``, ``version``, ``n``, ``start``, ``total``, ``seed``, ``k``, ``noise``, ``distribution``, ``shard``,
+``block_size``, ``stream_version``, ``sha256`` of ``x`` and ``y``, ``metadata_sha256``), ``x`` and ``y``
+``(n, 1)`` float64.  Read them with :func:`load_tent_dataset` (:func:`teachers.dataset.load_dataset` rejects them).
 """
 
 from __future__ import annotations
@@ -31,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,20 +32,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from .dataset import (
-    META_CHECKSUM,
+from .dataset import _join_shards, _read, _write
+from .formats import (
     DatasetFormatError,
-    UnverifiedDatasetWarning,
+    _check_int,
     _field_int,
-    _read,
     _sha256,
-    check_contiguous,
-    check_coverage,
+    check_load_args,
     check_stream_fields,
-    metadata_checksum,
 )
 from .sampling import BLOCK_SIZE, STREAM_VERSION, block_generator, parse_shard
-from .spec_io import atomic_write
 
 __all__ = ["FORMAT", "VERSION", "TentNetwork", "TentSample", "dataset_format", "load_tent_dataset",
            "sample_tent", "save_tent_dataset", "tent", "tent_breakpoints", "tent_power"]
@@ -67,12 +55,6 @@ MAX_BREAKPOINT_K = 30
 #: tent map doubles away one bit (exactly: dyadic arithmetic), so tau^k(x) takes at most 2^(53 - k) + 1
 #: values (measured on 10^5 draws: 8193 at k = 40, 9 at k = 50, 2 at k = 53)
 MAX_SAMPLE_K = 40
-
-
-def _check_k(k) -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-        raise ValueError(f"k: expected a non-negative integer, got {k!r}")
-    return int(k)
 
 
 def tent(x):
@@ -97,7 +79,7 @@ def tent_power(x, k: int):
 
     :raises ValueError: k negative or not an integer.
     """
-    k = _check_k(k)
+    k = _check_int(k, "k")
     for _ in range(k):
         x = tent(x)
     if k == 0 and not isinstance(x, torch.Tensor):
@@ -110,7 +92,7 @@ def tent_breakpoints(k: int, dtype: torch.dtype = torch.float64) -> torch.Tensor
     """The ``2^k + 1`` points ``i / 2^k`` (i = 0..2^k) that cut [0, 1] into the ``2^k`` linear
     pieces of ``tau^k`` (the ends 0 and 1 included; the slope changes at the ``2^k - 1``
     interior ones).  ``tau^k`` is 0 at even i and 1 at odd i.  Exact in float64."""
-    k = _check_k(k)
+    k = _check_int(k, "k")
     if k > MAX_BREAKPOINT_K:
         raise ValueError(f"k: tent_breakpoints supports k <= {MAX_BREAKPOINT_K} (2^k + 1 points), got {k}")
     return torch.arange(2**k + 1, dtype=torch.float64).div_(2**k).to(dtype)
@@ -119,36 +101,20 @@ def tent_breakpoints(k: int, dtype: torch.dtype = torch.float64) -> torch.Tensor
 class TentNetwork(nn.Sequential):
     """The depth-k, width-2 ReLU network that computes ``tau^k`` exactly.
 
-    A plain ``nn.Sequential`` of ``nn.Linear`` layers with ``nn.ReLU`` between them (k hidden
-    layers of 2 ReLU units, then a linear read-out), so generic tools for Linear+ReLU MLPs
-    (piece counting, back-propagation) apply to it.  With ``u`` the current value of the
-    composition (u = x at the input), every hidden layer computes
+    A plain ``nn.Sequential`` of ``nn.Linear`` layers with ``nn.ReLU`` between them, so generic tools for
+    Linear+ReLU MLPs (piece counting, back-propagation) apply.  With ``u`` the composition so far (x at the
+    input), every hidden layer computes h1 = ReLU(u), h2 = ReLU(2u - 1), and the next u = tau(u) = 2 h1 - 2 h2
+    is folded into the next layer (the weights: ``docs/theory.md`` §2.1); k = 0 is a ``Linear(1, 1)``
+    identity.  On [0, 1] the output equals :func:`tent_power` bit for bit.
 
-        h1 = ReLU(u),  h2 = ReLU(2u - 1),  and the next u = tau(u) = 2 h1 - 2 h2,
-
-    and the read-out ``2 h1 - 2 h2`` is folded into the next hidden layer.  The exact weights:
-
-    ========================  ==========================  =============
-    layer                     weight                      bias
-    ========================  ==========================  =============
-    first Linear(1, 2)        ``[[1], [2]]``              ``[0, -1]``
-    middle Linear(2, 2)       ``[[2, -2], [4, -4]]``      ``[0, -1]``
-    (k - 1 of them)           (= [1, 2]^T [2, -2])
-    read-out Linear(2, 1)     ``[[2, -2]]``               ``[0]``
-    ========================  ==========================  =============
-
-    k = 0 is the identity: a single ``Linear(1, 1)`` with weight 1 and bias 0.  All weights
-    are small powers of two, so on [0, 1] every product and sum is exact in float64 (and
-    float32) and the output equals :func:`tent_power` bit for bit.
-
-    The module takes ``(N, 1)`` inputs (or ``(N,)``, returned as ``(N,)``).
+    Takes ``(N, 1)`` inputs (or ``(N,)``, returned as ``(N,)``).
 
     :param k: depth (number of compositions), >= 0.
     :param dtype: parameter dtype (default float64).
     """
 
     def __init__(self, k: int, *, dtype: torch.dtype = torch.float64):
-        k = _check_k(k)
+        k = _check_int(k, "k")
         layers: list[nn.Module] = []
         if k == 0:
             layers.append(_linear([[1.0]], [0.0], dtype))
@@ -226,14 +192,9 @@ class TentSample:
 def _stream_rows(num_examples, seed, shard, chunk_size) -> tuple[int, int, int, int, int, int]:
     """Validate the stream arguments like :func:`~teachers.sampling.sample_ladder` and return
     ``(num_examples, seed, i, n_shards, lo, hi)``: this shard holds rows ``[lo, hi)``."""
-    if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)) or num_examples <= 0:
-        raise ValueError(f"num_examples: expected a positive integer, got {num_examples!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer))
-                                   or chunk_size <= 0):
-        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
-    num_examples, seed = int(num_examples), int(seed)
+    num_examples, seed = _check_int(num_examples, "num_examples", minimum=1), _check_int(seed, "seed")
+    if chunk_size is not None:
+        _check_int(chunk_size, "chunk_size", minimum=1)
     i, n_shards = parse_shard(shard)
     return num_examples, seed, i, n_shards, i * num_examples // n_shards, (i + 1) * num_examples // n_shards
 
@@ -246,13 +207,13 @@ def sample_tent(num_examples: int, k: int, seed: int = 0, *, shard: str | tuple[
     :param k: compositions of the tent map (>= 0).
     :param seed: stream seed (a non-negative integer).
     :param shard: ``"i/n"``: return only rows ``[i*N//n, (i+1)*N//n)`` of the full stream.
-    :param chunk_size: examples generated per step (rounded up to whole blocks); memory only,
-        never the bytes.
+    :param chunk_size: validated as in :func:`~teachers.sampling.sample_ladder`; blocks are generated one
+        at a time, so it never changes the bytes (nor, here, the memory).
     :param distribution: law of x; ``"uniform"`` on [0, 1) (the only one so far).
     :param noise: standard deviation of Gaussian label noise (>= 0; 0: exact labels).  x does
         not depend on it: each block draws its x before its noise.
     """
-    k = _check_k(k)
+    k = _check_int(k, "k")
     if k > MAX_SAMPLE_K:
         raise ValueError(f"k: at most {MAX_SAMPLE_K} for sampled data, got {k}: x ~ U[0, 1) in float64 has 53 "
                          f"random bits and tau^k keeps 53 - k of them (at most 2^(53 - k) + 1 label values)")
@@ -263,25 +224,15 @@ def sample_tent(num_examples: int, k: int, seed: int = 0, *, shard: str | tuple[
             or not math.isfinite(noise) or noise < 0:
         raise ValueError(f"noise: expected a finite standard deviation >= 0, got {noise!r}")
     noise = float(noise)
-    blocks_per_step = max(1, -(-(chunk_size or BLOCK_SIZE) // BLOCK_SIZE))
-    first, last = lo // BLOCK_SIZE, -(-hi // BLOCK_SIZE)  # blocks [first, last)
     x = torch.empty(hi - lo, 1, dtype=torch.float64)
     eps = torch.zeros(hi - lo, 1, dtype=torch.float64)
-    for step_start in range(first, last, blocks_per_step):
-        blocks = range(step_start, min(step_start + blocks_per_step, last))
-        bx = torch.empty(len(blocks) * BLOCK_SIZE, dtype=torch.float64)
-        be = torch.empty_like(bx) if noise > 0 else None
-        for j, b in enumerate(blocks):
-            g = block_generator(seed, b)
-            sl = slice(j * BLOCK_SIZE, (j + 1) * BLOCK_SIZE)
-            bx[sl] = torch.rand(BLOCK_SIZE, generator=g, dtype=torch.float64)
-            if be is not None:
-                be[sl] = torch.randn(BLOCK_SIZE, generator=g, dtype=torch.float64)
-        base = step_start * BLOCK_SIZE
-        a, c = max(lo, base), min(hi, base + bx.numel())
-        x[a - lo: c - lo, 0] = bx[a - base: c - base]
-        if be is not None:
-            eps[a - lo: c - lo, 0] = be[a - base: c - base]
+    for b in range(lo // BLOCK_SIZE, -(-hi // BLOCK_SIZE)):  # one block at a time: its rows of [lo, hi)
+        g = block_generator(seed, b)
+        base = b * BLOCK_SIZE
+        a, c = max(lo, base), min(hi, base + BLOCK_SIZE)
+        x[a - lo: c - lo, 0] = torch.rand(BLOCK_SIZE, generator=g, dtype=torch.float64)[a - base: c - base]
+        if noise > 0:
+            eps[a - lo: c - lo, 0] = torch.randn(BLOCK_SIZE, generator=g, dtype=torch.float64)[a - base: c - base]
     y = tent_power(x, k)
     if noise > 0:
         y = y + noise * eps
@@ -310,11 +261,7 @@ def save_tent_dataset(sample: TentSample, path: str | os.PathLike, *, compress: 
             "shard": sample.meta.get("shard", [0, 1]), "block_size": sample.meta.get("block_size", BLOCK_SIZE),
             "stream_version": sample.meta.get("stream_version", STREAM_VERSION),
             "sha256": {k: _sha256(v) for k, v in data.items()}}
-    meta = json.loads(json.dumps(meta))  # as a reader will parse it
-    meta[META_CHECKSUM] = metadata_checksum(meta)
-    members = {"meta": np.array(json.dumps(meta)), **data}
-    saver = np.savez_compressed if compress else np.savez
-    return atomic_write(path, lambda f: saver(f, **members))
+    return _write(path, meta, data, compress)
 
 
 def dataset_format(path: str | os.PathLike) -> str | None:
@@ -333,28 +280,16 @@ def dataset_format(path: str | os.PathLike) -> str | None:
 def _read_tent(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     meta, arrays = _read(path, FORMAT, VERSION)
     where = f"dataset: {str(path)!r}"
-    if META_CHECKSUM not in meta:
-        warnings.warn(f"{where} was written before dataset files had metadata checksums: its metadata is "
-                      "validated but not checksummed; save it again to add them", UnverifiedDatasetWarning,
-                      stacklevel=3)
-    missing = [key for key in ("n", "start", "total", "seed", "k", "noise") if key not in meta]
-    if missing:
-        raise DatasetFormatError(f"{where}: meta lacks {', '.join(missing)}")
     n, _, _ = check_stream_fields(meta, where)
     _field_int(meta, "k", where)
+    if "noise" not in meta:
+        raise DatasetFormatError(f"{where}: metadata lacks field 'noise'")
     noise = meta["noise"]
     if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
         raise DatasetFormatError(f"{where}: metadata field 'noise' is {noise!r}, expected a finite number >= 0")
     if meta.get("distribution", "uniform") not in DISTRIBUTIONS:
         raise DatasetFormatError(f"{where}: metadata field 'distribution' is {meta.get('distribution')!r}, "
                                  f"expected one of {list(DISTRIBUTIONS)}")
-    _field_int(meta, "block_size", where, minimum=1, optional=True)
-    _field_int(meta, "stream_version", where, optional=True)
-    if "shard" in meta:
-        sh = meta["shard"]
-        if not (isinstance(sh, list) and len(sh) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
-                                                              for v in sh) and 0 <= sh[0] < sh[1]):
-            raise DatasetFormatError(f"{where}: metadata field 'shard' is {sh!r}, expected [i, k] with 0 <= i < k")
     sums = meta.get("sha256")
     if not isinstance(sums, dict):
         raise DatasetFormatError(f"{where}: metadata field 'sha256' is missing or malformed")
@@ -378,29 +313,16 @@ def load_tent_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
                       partial: bool = False) -> TentSample:
     """Load one tent dataset file, or several shards of one stream (joined in stream order).
 
-    :param partial: accept files that do not hold the whole stream ``[0, total)`` (a lone shard,
-        or a set missing its first or last shards); refused by default, naming the missing rows.
+    :param partial: as for :func:`~teachers.dataset.load_dataset`.
     :raises DatasetFormatError: corrupted/truncated/foreign/edited file, wrong version, shards
         that do not belong together (other k, seed, noise or total; gaps or overlaps), or an
         incomplete set of shards.
     """
-    if not isinstance(partial, bool):
-        raise TypeError(f"partial: expected a bool, got {type(partial).__name__}")
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    if not paths:
-        raise ValueError("paths: expected at least one dataset file")
-    parts = sorted(((*_read_tent(Path(p)), Path(p)) for p in paths), key=lambda t: t[0]["start"])
-    meta0, _, p0 = parts[0]
-    for meta, _, p in parts:
-        if any(meta.get(key) != meta0.get(key) for key in _STREAM_KEYS):
-            raise DatasetFormatError(f"dataset: {str(p)!r} is not a shard of the same stream as {str(p0)!r} "
-                                     "(k, seed, noise or total differ)")
-    check_contiguous([(meta, p) for meta, _, p in parts])
-    check_coverage([p for *_, p in parts], meta0["start"], sum(m["n"] for m, *_ in parts), meta0["total"], partial)
+    paths = check_load_args(paths, partial, "dataset file")
+    parts = [(*_read_tent(Path(p)), Path(p)) for p in paths]
+    extra = _join_shards(parts, lambda meta, _: {key: meta.get(key) for key in _STREAM_KEYS}, partial)
+    meta0 = parts[0][0]
     x = torch.as_tensor(np.concatenate([a["x"] for _, a, _ in parts]))
     y = torch.as_tensor(np.concatenate([a["y"] for _, a, _ in parts]))
-    extra = {key: meta0[key] for key in ("shard", "block_size", "stream_version") if key in meta0}
-    extra["files"] = [str(p) for *_, p in parts]
     return TentSample(x, y, int(meta0["k"]), seed=meta0["seed"], start=meta0["start"], total=meta0["total"],
                       noise=float(meta0["noise"]), distribution=meta0.get("distribution", "uniform"), meta=extra)

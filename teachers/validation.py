@@ -58,7 +58,7 @@ class Factorization:
 
 
 def _as_int_tuple(value, name: str, length: int | None = None) -> tuple[int, ...]:
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+    if _is_int(value):
         if length is None:
             raise LadderSpecError(f"{name}: expected a list of integers, got {_short(value)}")
         value = [int(value)] * length
@@ -96,6 +96,29 @@ def _short(v, limit: int = 80) -> str:
     return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
+def _got(v) -> str:
+    """What ``v`` is, for the 'got ...' part of a message (JSON's names: null, a table, a list)."""
+    if v is None:
+        return "null"
+    if isinstance(v, (bool, np.bool_)):
+        return f"a boolean ({'true' if v else 'false'})"
+    if isinstance(v, str):
+        return f"a string ({_short(v, 40)})"
+    if isinstance(v, (int, np.integer)):
+        return f"an integer ({_short(int(v), 40)})"
+    if isinstance(v, (float, np.floating)):
+        return f"a number ({_short(float(v), 40)})"
+    if isinstance(v, dict):
+        return "a table"
+    if isinstance(v, (list, tuple)):
+        return f"a list of {len(v)} entries"
+    if isinstance(v, torch.Tensor):
+        return f"a tensor of dtype {v.dtype} and shape {tuple(v.shape)}"
+    if isinstance(v, np.ndarray):
+        return f"an array of dtype {v.dtype} and shape {v.shape}"
+    return f"a {type(v).__name__}"
+
+
 def _pow(m: int, b: int) -> int | None:
     """``m ** b``, or None when it has more than 64 bits (never computes a huge power)."""
     if m <= 1:
@@ -103,15 +126,33 @@ def _pow(m: int, b: int) -> int | None:
     return None if b * math.log2(m) > 64 else m**b
 
 
+def _is_int(v) -> bool:
+    """Whether ``v`` is a Python or numpy integer (not a bool)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
 def _level_sizes(branching: Sequence[int]) -> list[int]:
-    """Regions per level, in Python integers; raises once the total exceeds MAX_REGIONS."""
+    """Regions per level (at most MAX_DEPTH levels), in Python integers; raises once the total exceeds
+    MAX_REGIONS."""
     num = [1]
     for b in branching:
         num.append(num[-1] * b)
         if sum(num) > MAX_REGIONS:
-            raise LadderSpecError(f"branching: {_short(list(branching))} gives more than {MAX_REGIONS} regions "
+            raise LadderSpecError(f"branching: {list(branching)} gives more than {MAX_REGIONS} regions "
                                   f"(level {len(num) - 1} alone has {num[-1]})")
     return num
+
+
+def _lookup_size(events: Sequence[int], branching: Sequence[int], num_regions: Sequence[int], l: int) -> int:
+    """Entries ``events[l+1] ** branching[l]`` of one lookup table of level l of a uniform tree, checked against
+    MAX_LOOKUP and (the whole level's) MAX_TABLE_ENTRIES."""
+    size = _pow(events[l + 1], branching[l])
+    if size is None or size > MAX_LOOKUP:
+        raise LadderSpecError(f"lookup[{l}]: events[{l + 1}]^branching[{l}] = {events[l + 1]}^{branching[l]} = "
+                              f"{size or 'over 2^64'} child configurations per region exceeds {MAX_LOOKUP}; "
+                              "use fewer events or a smaller branching")
+    _check_entries(num_regions[l] * size, f"lookup[{l}]", f"{num_regions[l]} regions x {size} child configurations")
+    return size
 
 
 def _check_entries(n: int, name: str, what: str) -> None:
@@ -132,9 +173,8 @@ def _check_dense_sizes(num_regions: Sequence[int], events: Sequence[int], mode: 
 
 
 def _check_layout(branching: Sequence[int], events: Sequence[int]) -> list[int]:
-    """Ranges of a constructor's layout, before anything is allocated: returns the regions per level."""
-    if len(branching) > MAX_DEPTH:
-        raise LadderSpecError(f"branching: at most {MAX_DEPTH} levels below the root, got {len(branching)}")
+    """Ranges of a constructor's layout (of at most MAX_DEPTH levels), before anything is allocated: returns the
+    regions per level."""
     if any(b < 1 for b in branching):
         raise LadderSpecError(f"branching: every entry must be >= 1, got {_short(list(branching))}")
     if any(m < 1 for m in events):
@@ -146,15 +186,48 @@ def _check_layout(branching: Sequence[int], events: Sequence[int]) -> list[int]:
     return _level_sizes(branching)
 
 
-def _check_concentration(concentration) -> float:
+# The tables each mode takes (the first two required), and each spec format's names for them.
+_MODE_TABLES = {TOPDOWN: ("prior", "tables", "factorization"), BOTTOMUP: ("leaf_prior", "lookup")}
+
+
+def _check_mode_tables(given: dict, mode: str, tables: dict = _MODE_TABLES) -> None:
+    """The tables of ``mode`` (the first two of ``tables[mode]``) among the keys of ``given``, and none of the
+    other mode's."""
+    other = BOTTOMUP if mode == TOPDOWN else TOPDOWN
+    need = tables[mode][:2]
+    for key in tables[other]:
+        if key in given:
+            raise LadderSpecError(f"{key}: only for mode={other!r}; a {mode} ladder takes {need[0]} and {need[1]}")
+    for key in need:
+        if key not in given:
+            raise LadderSpecError(f"{key}: missing (a {mode} ladder needs {need[0]} and {need[1]})")
+
+
+def _is_positive(v) -> bool:
+    """Whether ``v`` is a real number (not a bool), > 0 and finite."""
     try:
-        ok = (not isinstance(concentration, (bool, np.bool_)) and isinstance(concentration, (int, float, np.number))
-              and concentration > 0 and math.isfinite(concentration))
-    except OverflowError:
-        ok = False
-    if not ok:
-        raise LadderSpecError(f"concentration: must be > 0 and finite, got {_short(concentration)}")
+        return (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+                and v > 0 and math.isfinite(v))
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+def _check_concentration(concentration) -> float:
+    if not _is_positive(concentration):
+        raise LadderSpecError(f"concentration: must be > 0 and finite, got {_got(concentration)}")
     return float(concentration)
+
+
+def _check_sigma(sigma) -> float:
+    if not _is_positive(sigma):
+        raise LadderSpecError(f"sigma: a gaussian emission needs a finite sigma > 0, got {_got(sigma)}")
+    return float(sigma)
+
+
+def _check_seed(seed) -> int:
+    if not _is_int(seed) or seed < 0:
+        raise LadderSpecError(f"seed: expected a non-negative integer, got {_got(seed)}")
+    return int(seed)
 
 
 def _as_float64(value, name: str) -> torch.Tensor:
@@ -197,24 +270,17 @@ def _per_region(t: torch.Tensor, want: tuple[int, ...], name: str, meaning: str)
     return t
 
 
-
 def make_emission(emission, num_regions: int, num_events: int, sigma) -> Emission | dict:
     """The leaf emission a constructor's ``emission`` / ``sigma`` options name: ``None`` or ``"onehot"``
     (one-hot leaves), ``"gaussian"`` (means one-hot, noise ``sigma``), or an Emission / dict as given."""
     if emission is None or (isinstance(emission, str) and emission == "onehot"):
         return OneHotEmission(num_regions, num_events)
     if isinstance(emission, str) and emission == "gaussian":
-        try:
-            ok = (isinstance(sigma, (int, float, np.number)) and not isinstance(sigma, (bool, np.bool_))
-                  and sigma > 0 and math.isfinite(sigma))
-        except OverflowError:
-            ok = False
-        if not ok:
-            raise LadderSpecError(f"sigma: a gaussian emission needs a finite sigma > 0, got {_short(sigma)}")
+        sigma = _check_sigma(sigma)
         _check_entries(num_regions * num_events * num_events, "emission",
                        f"gaussian means around one-hot, {num_regions} leaf regions x {num_events} x "
                        f"{num_events}")
-        return GaussianEmission.around_one_hot(num_regions, num_events, float(sigma))
+        return GaussianEmission.around_one_hot(num_regions, num_events, sigma)
     if isinstance(emission, (Emission, dict)):
         return emission
     raise LadderSpecError(f"emission: expected 'onehot', 'gaussian', an Emission or a dict, "
@@ -232,13 +298,11 @@ def _random_layout(depth, branching, events, concentration, seed):
 
 
 def _rng(seed) -> np.random.Generator:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise LadderSpecError(f"seed: expected a non-negative integer, got {_short(seed)}")
-    return np.random.default_rng(int(seed))
+    return np.random.default_rng(_check_seed(seed))
 
 
 def _check_depth(depth) -> int:
-    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or depth < 1:
+    if not _is_int(depth) or depth < 1:
         raise LadderSpecError(f"depth: expected an integer >= 1, got {_short(depth)}")
     if depth > MAX_DEPTH:
         raise LadderSpecError(f"depth: at most {MAX_DEPTH} levels, got {_short(int(depth))}")
@@ -266,18 +330,3 @@ def _kron_vectors(rows: np.ndarray) -> np.ndarray:
         out = np.kron(out, r)
     return out
 
-
-def _prob_table(t, shape: tuple[int, ...], name: str) -> torch.Tensor:
-    try:
-        t = torch.as_tensor(np.asarray(t, dtype=np.float64))
-    except (TypeError, ValueError) as e:
-        raise LadderSpecError(f"{name}: expected numbers ({e})") from None
-    if tuple(t.shape) != shape:
-        raise LadderSpecError(f"{name}: expected shape {shape}, got {tuple(t.shape)}")
-    if not torch.isfinite(t).all() or (t < 0).any():
-        raise LadderSpecError(f"{name}: expected finite non-negative probabilities")
-    sums = t.sum(-1)
-    if (sums - 1).abs().max() > ROW_SUM_TOL:
-        raise LadderSpecError(f"{name}: every row must sum to 1 (within {ROW_SUM_TOL}), got sums in "
-                              f"[{float(sums.min()):.6g}, {float(sums.max()):.6g}]")
-    return t  # as given (rows within ROW_SUM_TOL of 1): a spec round-trips bit for bit

@@ -85,7 +85,7 @@ def _spec():
     (lambda s: s["tables"][0].__setitem__(0, [[0.7, 0.7], [0.5, 0.5]]), r"tables\[0\]\[0\]\[0\]: row sums to 1.4"),
     (lambda s: s["tables"][0].__setitem__(0, [[1.5, -0.5], [0.5, 0.5]]),
      r"tables\[0\]\[0\]\[0, 1\]: probability -0.5 is negative"),
-    (lambda s: s.pop("tables"), "prior/tables: a top-down ladder needs prior"),
+    (lambda s: s.pop("tables"), r"tables: missing \(a topdown ladder needs prior and tables\)"),
     (lambda s: s.update(events=[[2], [2, 2, 2], [2, 2, 3, 2]]), "same number of events"),
     (lambda s: s.update(events=[[2, 2], [2, 2, 2], [2, 2, 2, 2]]), r"events\[0\]: the top level holds exactly one"),
     (lambda s: s.update(events=[[2], [2, 0, 2], [2, 2, 2, 2]]), r"events\[1\]\[1\]: expected 1\.\.65536 events, got 0"),

@@ -309,7 +309,8 @@ def test_graph_spec_files_round_trip_and_bad_fields_are_one_line(tmp_path):
     bad = {
         "unknown field": ({**good, "colour": "red"}, "colour: unknown field"),
         "a field of the old format": ({**good, "lookups": []}, "lookups: unknown field"),
-        "other mode's tables": ({**good, "lookup": []}, "leaf_prior/lookup: only for mode='bottomup'"),
+        "other mode's tables": ({**good, "lookup": []},
+                                "lookup: only for mode='bottomup'; a topdown ladder takes prior and tables"),
         "a number for a list": ({**good, "tables": 5}, "tables: expected a list"),
         "a level not a list": ({**good, "tables": [good["tables"][0], 5, good["tables"][2]]},
                                r"tables\[1\]: expected a list"),

@@ -1,12 +1,9 @@
 """Depth (the lecture on depth and optimization): linear pieces, back-propagation, depth separation.
 
-- :mod:`smaso.depth.pieces`: exact counting of the linear pieces of a 1-D ReLU / leaky ReLU / abs
-  network, the breakpoint bound 2^(L-1) (m_1 + 1) m_2 ... m_L, the fewest nodes for a piece count.
-- :mod:`smaso.depth.backprop`: back-propagation written out (the delta recursion) and the chain-rule
-  warm-up.
+- :mod:`smaso.depth.pieces`: exact linear pieces of a 1-D network, the breakpoint bound 2^(L-1) (m_1 + 1) m_2 ... m_L.
+- :mod:`smaso.depth.backprop`: back-propagation written out (the delta recursion) and the chain-rule warm-up.
 - :mod:`smaso.depth.separation`: depth-L students with at most 2^L nodes against tau^(L^2).
-- :mod:`smaso.depth.bracket`: the certified bracket on the best error of such a class (or of one
-  architecture) against tau^k (a proven lower bound from the piece count, an explicit member above).
+- :mod:`smaso.depth.bracket`: the certified bracket on the best error of such a class against tau^k.
 - :mod:`smaso.depth.population`: many random restarts of a small student trained as one batched
   network (the best of R).
 - :mod:`smaso.depth.training`: the seeded ReLU MLP and the one optimiser loop both of them train with.

@@ -88,10 +88,8 @@ def _check(params: Params, x: torch.Tensor) -> None:
     width = x.shape[1]
     for i, (W, b) in enumerate(params):
         if W.ndim != 2 or W.shape[1] != width or b.shape != (W.shape[0],):
-            raise ValueError(
-                f"layer {i}: expected W of shape (out, {width}) and b of shape (out,), "
-                f"got {tuple(W.shape)} and {tuple(b.shape)}"
-            )
+            raise ValueError(f"layer {i}: expected W of shape (out, {width}) and b of shape (out,), "
+                             f"got {tuple(W.shape)} and {tuple(b.shape)}")
         width = W.shape[0]
 
 
@@ -108,14 +106,8 @@ def forward_pass(params: Params, x: torch.Tensor, activations: str | Sequence[st
     return ForwardCache(h, gprime)
 
 
-def backprop(
-    params: Params,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    activations: str | Sequence[str] = "relu",
-    *,
-    frobenius: float = 0.0,
-) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+def backprop(params: Params, x: torch.Tensor, y: torch.Tensor, activations: str | Sequence[str] = "relu", *,
+             frobenius: float = 0.0) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
     """Batch-averaged squared loss and its gradients by the delta recursion.
 
     :param params: list of (W, b), W of shape (out, in).
@@ -149,15 +141,8 @@ def backprop(
     return loss, grads
 
 
-def sgd_step(
-    params: Params,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    activations: str | Sequence[str] = "relu",
-    *,
-    lr: float = 0.01,
-    frobenius: float = 0.0,
-) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+def sgd_step(params: Params, x: torch.Tensor, y: torch.Tensor, activations: str | Sequence[str] = "relu", *,
+             lr: float = 0.01, frobenius: float = 0.0) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
     """One SGD step theta <- theta - lr grad (loss + lambda Omega); returns (loss, new params)."""
     loss, grads = backprop(params, x, y, activations, frobenius=frobenius)
     new = [(W - lr * dW, b - lr * db) for (W, b), (dW, db) in zip(params, grads, strict=True)]
@@ -209,10 +194,5 @@ def chain_rule_example(w: float = 1.0) -> dict:
     tg1, tg2 = 3 * wt - 2, wt**2 + 1
     tf = (tg1 * tg2) ** 2 * (tg2**3 - tg1**2)
     (grad,) = torch.autograd.grad(tf, wt)
-    return {
-        "values": values,
-        "partials": partials,
-        "paths": paths,
-        "df_dw": sum(paths.values()),
-        "autograd": float(grad),
-    }
+    return {"values": values, "partials": partials, "paths": paths, "df_dw": sum(paths.values()),
+            "autograd": float(grad)}

@@ -1,48 +1,23 @@
 """How well *any* network of a class can approximate tau^k: a certified bracket (``docs/theory.md`` §2).
 
 The depth-separation theorem (seed ``001``) bounds the L1 error ``integral_0^1 |tau^k - h|`` of every
-ReLU network h of depth L with at most 2^L nodes.  This module brackets the best error a member
-of such a class can reach, so that trained students can be read against it:
+ReLU network h of depth L with at most 2^L nodes.  This module brackets the best error a member of such
+a class can reach:
 
-- **Lower bound, certified** (:func:`l1_lower_bound`): the breakpoint lemma gives every member at
-  most T linear pieces (:func:`class_max_pieces`), and for *every* continuous piecewise-linear h
-  with at most T pieces on [0, 1] we prove ``integral |tau^k - h| >= B(k, T)``.  Two arguments,
-  the larger is reported:
-
-  *teeth*: tau^k has 2^(k-1) teeth of width w = 2^(1-k); at most T - 1 of them contain a
-  breakpoint of h, and on a tooth where h is affine the error is at least w / 4 (the best affine
-  approximation of a triangle of height 1 is the constant 1/2, by Markov's criterion for best L1
-  approximation: tri - 1/2 changes sign exactly at the canonical points 1/4, 3/4).  So
-  ``B_teeth = (2^(k-1) - (T - 1))_+ w / 4``.
-
-  *runs*: cut [0, 1] at the 2^k points (i + 1/2) 2^-k, where tau^k = 1/2, into 2^k - 1 *kink
-  windows* of width s = 2^-k (each holds one apex or valley of tau^k) and two end half-windows.
-  At least 2^k - T kink windows hold no breakpoint of h; they form at most T runs of consecutive
-  windows, and on a run of r windows h is continuous and affine on each window (kinks allowed at
-  the window boundaries).  The least error of such an h on r windows, s G(r), is bounded below
-  through L1 duality: ``min_h ||f - h||_1 >= integral phi f`` for every |phi| <= 1 orthogonal to the
-  hat functions at the window boundaries.  :func:`run_deficit` finds such a phi by a linear
-  programme (phi piecewise constant on ``cells`` cells per window, HiGHS), projects it onto the
-  orthogonal complement exactly, and certifies G(r) >= r/4 - d(r) with d(r) the *deficit*
-  (d(1) = 1/8, d(2) ~ 0.1717, d(r) -> 0.1757 for r >= 5 at 64 cells; the exact infimum, found by
-  minimising over h, is 0.17542).  Runs longer than ``max_run`` are split into blocks (G is
-  superadditive), so d(r) <= ceil(r / max_run) d_max.  Summing over runs,
-  ``B_runs = s ((2^k - T) / 4 - D)`` with D the largest total deficit of at most T runs of
-  2^k - T windows, bounded by the best line above d (an LP dual, exact for concave d).
-
-  Both are rigorous: the only numerical steps are the LP (whose phi is re-checked: its
-  orthogonality residual rho enters as ``4 r rho``, from |h| <= 4 r on any h that could beat
-  the bound) and float64 sums (a margin of 1e-12 per window is subtracted).  Neither is the exact
-  minimum; :func:`brute_force_min` (small k and T) shows the gap.
-
-- **Upper bound, explicit** (:func:`class_upper_bound`): a member of the class built by hand and
-  its exact error.  j width-2 tent layers compute tau^j, which maps each of its 2^j monotone
-  pieces onto [0, 1] linearly (Lebesgue measure preserved), so ``g(tau^j)`` has the error of g
-  against tau^(k-j); g is a one-hidden-layer network of m units that follows the first m - 1
-  monotone pieces of tau^(k-j) exactly and then stays at 1/2, with error
-  ``(1/4) (1 - (m - 1/2) 2^(j-k))`` (:func:`follow_then_flat`).  The class budget is
-  2 j + m <= 2^L nodes and j + 1 <= L layers; the best j is taken.  Its error is recomputed
-  exactly from the network's pieces (:func:`pieces_l1_to_tent`).
+- **Lower bound, certified** (:func:`l1_lower_bound`): every member has at most T linear pieces
+  (:func:`class_max_pieces`), and every continuous piecewise-linear h with at most T pieces on [0, 1]
+  has ``integral |tau^k - h| >= max(B_teeth, B_runs)``.  *teeth*: at most T - 1 of the 2^(k-1) teeth
+  (width w = 2^(1-k)) hold a breakpoint, and on the others the best affine fit is the constant 1/2
+  (Markov's criterion), so ``B_teeth = (2^(k-1) - (T - 1))_+ w / 4``.  *runs*: at least 2^k - T of the
+  2^k - 1 kink windows (width s = 2^-k, cut where tau^k = 1/2) hold no breakpoint, in at most T runs;
+  a run of r windows costs at least s (r/4 - d(r)) (:func:`run_deficit`, an L1-duality certificate), so
+  ``B_runs = s ((2^k - T) / 4 - D)``, D the largest total deficit (:func:`_deficit_line_bound`).  The
+  only numerical steps (the LP and float64 sums) are accounted for; :func:`brute_force_min` (small k
+  and T) shows the gap to the true minimum.
+- **Upper bound, explicit** (:func:`class_upper_bound`, :func:`architecture_upper_bound`): a member built
+  by hand, j width-2 tent layers (tau^j preserves Lebesgue measure on each of its monotone pieces) then
+  a layer that follows tau^(k-j) on its first pieces and stays at 1/2 (:func:`follow_then_flat`), its
+  error recomputed exactly from the network's pieces (:func:`pieces_l1_to_tent`).
 """
 
 from __future__ import annotations
@@ -193,19 +168,14 @@ def run_deficit(r: int, cells: int = 64) -> float:
     """A certified upper bound d(r) on the deficit r/4 - G(r) of a run of r kink windows.
 
     G(r) is the least ``integral |f - h|`` over r unit windows on which f alternates between an
-    apex (1/2 -> 1 -> 1/2) and a valley (1/2 -> 0 -> 1/2), over continuous h that are affine on
-    every window (kinks only at the r + 1 window boundaries).  By L1 duality
-    ``G(r) >= integral phi f`` for every |phi| <= 1 orthogonal to the boundary hat functions; a LP
-    finds the best phi that is constant on ``cells`` equal cells per window.  Away from the ends
-    that phi is +-1 window by window (its deviation shrinks ~127-fold per window), so for
-    r > ``GLUE_BASE`` the dual of a run of 24 or 25 windows (the same parity as r) is cut in the
-    middle and r - 24 (or r - 25) windows of +-1 are inserted, each pair adding exactly 1/2.
-
-    The residual rho of the orthogonality (after an exact projection, and at the two cuts)
-    enters as ``4 r rho`` (any h with error <= r/4 on the run has sum |h(knots)| <= 4 r), and a
-    float64 margin of 1e-12 per cell is subtracted, so ``G(r) >= r/4 - run_deficit(r)``
-    rigorously.  By the symmetry f -> 1 - f it does not matter whether the run starts at an apex
-    or a valley.
+    apex (1/2 -> 1 -> 1/2) and a valley (1/2 -> 0 -> 1/2), over continuous h affine on every window.
+    By L1 duality ``G(r) >= integral phi f`` for every |phi| <= 1 orthogonal to the r + 1 boundary hat
+    functions; a LP finds the best phi constant on ``cells`` equal cells per window.  For
+    r > ``GLUE_BASE`` the dual of a run of 24 or 25 windows (the parity of r) is cut in the middle and
+    r - 24 (or r - 25) windows of +-1 are inserted (each pair adds exactly 1/2).  The orthogonality
+    residual rho enters as ``4 r rho`` (an h with error <= r/4 has sum |h(knots)| <= 4 r) and a float64
+    margin of 1e-12 per cell is subtracted, so ``G(r) >= r/4 - run_deficit(r)`` rigorously (for a run
+    starting at an apex or a valley alike).
     """
     r = _check_int("r", r, 1)
     cells = _check_int("cells", cells, 2)
@@ -426,13 +396,10 @@ def _architecture_network(widths: tuple[int, ...], roles: Sequence[str], k: int)
     """The network of hidden widths ``widths`` whose layer i plays ``roles[i]``.
 
     A *signal* s(x) in [0, 1] is carried as an affine readout ``a . h + c`` of the previous layer
-    (of the input at first: s = x).  ``"tent"`` (width >= 2): units ReLU(s), ReLU(s - 1/2), the
-    signal becomes tau(s) = 2 ReLU(s) - 4 ReLU(s - 1/2).  ``"pass"``: one unit ReLU(s) = s.
-    ``"fit"``: g(s) for the function g that follows tau^K, K = k - (tent layers before), on as
-    many monotone pieces as the layer has units (:func:`follow_then_flat`, units ReLU(t_i - s)),
-    or equals tau^K exactly when the layer has its 2^K units (units ReLU(s - t_i), t_0 = 0).
-    Every signal stays in [0, 1], so a ReLU passes it unchanged.  Spare units are dead (zero
-    weights and bias).
+    (s = x at first).  ``"tent"`` (width >= 2): units ReLU(s), ReLU(s - 1/2), the signal becomes
+    tau(s) = 2 ReLU(s) - 4 ReLU(s - 1/2).  ``"pass"``: ReLU(s) = s.  ``"fit"``: :func:`follow_then_flat`
+    of K = k - (tent layers before) with units ReLU(t_i - s), or tau^K exactly with its 2^K units
+    ReLU(s - t_i), t_0 = 0.  Spare units are dead (zero weights and bias).
     """
     a, c = np.ones(1), 0.0
     tents = 0

@@ -158,17 +158,11 @@ def _as_activation(obj) -> Activation | None:
 
 
 def _flatten(module: nn.Module) -> list[nn.Module]:
-    if isinstance(module, nn.Sequential | nn.ModuleList):
-        out: list[nn.Module] = []
-        for m in module:
-            out.extend(_flatten(m))
-        return out
-    children = list(module.children())
-    if children and not isinstance(module, nn.Linear) and _as_activation(module) is None:
-        out = []
-        for m in children:  # a custom container: its children in order (checked against forward)
-            out.extend(_flatten(m))
-        return out
+    """The leaf modules in order (a custom container's children: checked against its forward later)."""
+    seq = isinstance(module, nn.Sequential | nn.ModuleList)
+    children = list(module if seq else module.children())  # iterating keeps a module used twice (children() does not)
+    if seq or (children and not isinstance(module, nn.Linear) and _as_activation(module) is None):
+        return [leaf for m in children for leaf in _flatten(m)]
     return [module]
 
 
@@ -185,17 +179,13 @@ def network_layers(net, activation: str | Activation = "relu") -> list[tuple]:
         for m in _flatten(net):
             if isinstance(m, nn.Linear):
                 W = m.weight.detach().to(torch.float64).cpu()
-                b = torch.zeros(W.shape[0], dtype=torch.float64)
-                if m.bias is not None:
-                    b = m.bias.detach().to(torch.float64).cpu()
+                b = torch.zeros(W.shape[0], dtype=torch.float64) if m.bias is None else m.bias.detach().to(W)
                 layers.append(("affine", W, b))
                 continue
             act = _as_activation(m)
             if act is None:
-                raise TypeError(
-                    f"unsupported layer {type(m).__name__}: expected nn.Linear, nn.ReLU, nn.LeakyReLU, Abs, "
-                    "nn.Identity or a module with an `activation` attribute"
-                )
+                raise TypeError(f"unsupported layer {type(m).__name__}: expected nn.Linear, nn.ReLU, nn.LeakyReLU, "
+                                "Abs, nn.Identity or a module with an `activation` attribute")
             layers.append(("act", act))
         return layers
     if isinstance(net, Iterable) and not isinstance(net, str | torch.Tensor):
@@ -213,9 +203,8 @@ def network_layers(net, activation: str | Activation = "relu") -> list[tuple]:
             if W.ndim == 1:
                 W = W[:, None]
             if W.ndim != 2 or b.shape != (W.shape[0],):
-                raise ValueError(
-                    f"layer {i}: W must be (out, in) and b (out,), got {tuple(W.shape)} and {tuple(b.shape)}"
-                )
+                raise ValueError(f"layer {i}: W must be (out, in) and b (out,), got {tuple(W.shape)} and "
+                                 f"{tuple(b.shape)}")
             layers.append(("affine", W, b))
             if i < len(pairs) - 1:
                 layers.append(("act", act))
@@ -257,15 +246,8 @@ def _dedupe(points: np.ndarray, tol: float) -> np.ndarray:
     return points[keep]
 
 
-def count_pieces(
-    net,
-    lo: float = 0.0,
-    hi: float = 1.0,
-    *,
-    activation: str | Activation = "relu",
-    tol: float = 1e-9,
-    check: bool = True,
-) -> PieceCount:
+def count_pieces(net, lo: float = 0.0, hi: float = 1.0, *, activation: str | Activation = "relu", tol: float = 1e-9,
+                 check: bool = True) -> PieceCount:
     """Exact maximal linear pieces of the 1-D network ``net`` on ``[lo, hi]``.
 
     :param net: see :func:`network_layers`.
@@ -290,12 +272,10 @@ def count_pieces(
     if affine and affine[0][1].shape[1] != 1:
         raise ValueError(f"network input is {affine[0][1].shape[1]}-D: piece counting needs a scalar (1-D) input")
     width = 1
-    for layer in layers:
-        if layer[0] == "affine":
-            W = layer[1]
-            if W.shape[1] != width:
-                raise ValueError(f"layer shapes do not chain: expected in_features={width}, got {W.shape[1]}")
-            width = W.shape[0]
+    for _, W, _ in affine:
+        if W.shape[1] != width:
+            raise ValueError(f"layer shapes do not chain: expected in_features={width}, got {W.shape[1]}")
+        width = W.shape[0]
     if width != 1:
         raise ValueError(f"network output is {width}-D: piece counting needs a scalar (1-D) output")
 
@@ -336,15 +316,9 @@ def count_pieces(
     same = (np.abs(np.diff(slopes)) <= tol * s_scale) & (np.abs(np.diff(intercepts)) <= tol * c_scale)
     keep_edge = np.concatenate([[True], ~same, [True]])
     first = np.concatenate([[True], ~same])
-    result = PieceCount(
-        edges=edges[keep_edge],
-        slopes=slopes[first],
-        intercepts=intercepts[first],
-        count=int(first.sum()),
-        raw_count=int(raw),
-        widths=hidden_widths(layers),
-        bound=breakpoint_bound(hidden_widths(layers)),
-    )
+    widths = hidden_widths(layers)
+    result = PieceCount(edges[keep_edge], slopes[first], intercepts[first], int(first.sum()), int(raw), widths,
+                        breakpoint_bound(widths))
     if check and isinstance(net, nn.Module):
         _check_against_module(net, result, edges, tol)
     return result
@@ -362,7 +336,5 @@ def _check_against_module(net: nn.Module, result: PieceCount, raw_edges: np.ndar
     allowed += 100 * tol * (raw_edges[-1] - raw_edges[0]) * max(1.0, float(np.abs(result.slopes).max()))
     err = float(np.abs(y - want).max())
     if not err <= allowed:
-        raise ValueError(
-            f"the network's forward disagrees with its layers composed in order (max error {err:.3g}); "
-            "pass an nn.Sequential or a list of (W, b)"
-        )
+        raise ValueError(f"the network's forward disagrees with its layers composed in order (max error {err:.3g}); "
+                         "pass an nn.Sequential or a list of (W, b)")

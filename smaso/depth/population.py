@@ -1,29 +1,17 @@
 """Many random restarts trained as one: a population of 1-D ReLU students (``docs/theory.md`` §2.4).
 
-A depth-separation student has a few dozen parameters, so training it alone leaves a core idle in
-Python and autograd overhead; R restarts one after the other cost R times that.
-:class:`StudentPopulation` stacks R independent ReLU networks R -> R of the same hidden widths
-into batched weights (hidden layer i: ``(R, m_i, m_{i-1})``), and :func:`train_population` trains
-them with one forward, one backward and one optimiser step per minibatch.
+:class:`StudentPopulation` stacks R independent ReLU networks R -> R of the same hidden widths into batched
+weights (hidden layer i: ``(R, m_i, m_{i-1})``), and :func:`train_population` trains them with one forward,
+one backward and one optimiser step per minibatch.  The loss is the *sum* of the members' own losses and
+SGD and Adam act element-wise, so member r ends where :meth:`StudentPopulation.member` ``(r)``, trained
+alone on the same minibatches with ``torch.optim``, ends; the best member is "the best of R restarts"
+(:func:`population_l1_error`).  Member r is seeded by :func:`member_seed` ``(seed, r)`` alone.
 
-The members do not interact.  The loss is the *sum* of the members' own losses, so member r's
-gradient is exactly the gradient of its own loss, and SGD and Adam act element-wise: member r ends
-where :meth:`StudentPopulation.member` ``(r)``, trained alone on the same minibatches with
-``torch.optim``, ends (``tests/test_population.py`` checks this to 1e-10).  The best member is then
-"the best of R restarts" (:func:`population_l1_error`, :meth:`StudentPopulation.member`).
-
-Member r is seeded by :func:`member_seed` ``(seed, r)`` alone, so a member's initial weights do not
-depend on the population's size.  Initialisations (``init=``):
-
-- ``"torch"``: PyTorch's default ``nn.Linear`` init, exactly as
-  :func:`smaso.depth.separation.make_student` draws it;
-- ``"spread"``: He-normal weights and biases U(-1/2, 1/2) (``make_student(init="spread")``);
-- ``"data"`` (data-dependent): every hidden unit gets N(0, 1) input weights and a bias that puts
-  its kink at a random point (a fraction U(0.05, 0.95) of the way) inside the range of its
-  pre-activation over the grid ``(i + 1/2) / 256`` of [0, 1]; the unit is then rescaled so that
-  its pre-activation has unit standard deviation on the grid.  No unit starts dead or with its
-  kink outside the data, whatever the depth.  The readout starts near the constant 1/2 (weights
-  N(0, 0.1^2), bias 1/2, the mean of every tau^k, k >= 1).
+Initialisations (``init=``): ``"torch"`` (PyTorch's default, as :func:`smaso.depth.training.make_student`),
+``"spread"`` (``make_student(init="spread")``), ``"data"``: every hidden unit gets N(0, 1) input weights, a
+bias putting its kink at a fraction U(0.05, 0.95) of the range of its pre-activation over the grid
+``(i + 1/2) / 256`` of [0, 1], and is rescaled to unit standard deviation there (no unit starts dead); the
+readout starts near the constant 1/2 (weights N(0, 0.1^2), bias 1/2).
 """
 
 from __future__ import annotations
@@ -82,16 +70,8 @@ class StudentPopulation(nn.Module):
     ``(R, m_{i+1})`` with m_0 = 1 and m_{L+1} = 1.
     """
 
-    def __init__(
-        self,
-        widths: Sequence[int],
-        size: int,
-        *,
-        seed: int = 0,
-        init: str = "data",
-        dtype: torch.dtype = torch.float64,
-        device: torch.device | str | None = None,
-    ) -> None:
+    def __init__(self, widths: Sequence[int], size: int, *, seed: int = 0, init: str = "data",
+                 dtype: torch.dtype = torch.float64, device: torch.device | str | None = None) -> None:
         super().__init__()
         self.widths = _check_widths(widths)
         self.size = _check_int("size", size, 1)
@@ -174,22 +154,10 @@ class StudentPopulation(nn.Module):
         return f"widths={self.widths}, size={self.size}, seed={self.seed}, init={self.init!r}"
 
 
-def train_population(
-    pop: StudentPopulation,
-    k: int,
-    *,
-    steps: int = 3000,
-    batch: int = 256,
-    n_train: int = 8192,
-    lr: float = 0.1,
-    loss: str = "l1",
-    optimizer: str = "adam",
-    schedule: str = "onecycle",
-    frobenius: float = 0.0,
-    seed: int = 0,
-    progress: bool = False,
-    desc: str | None = None,
-) -> torch.Tensor:
+def train_population(pop: StudentPopulation, k: int, *, steps: int = 3000, batch: int = 256, n_train: int = 8192,
+                     lr: float = 0.1, loss: str = "l1", optimizer: str = "adam", schedule: str = "onecycle",
+                     frobenius: float = 0.0, seed: int = 0, progress: bool = False,
+                     desc: str | None = None) -> torch.Tensor:
     """Train every member of ``pop`` on tau^k, in place, as independent networks.
 
     Data: a fixed sample x ~ U[0, 1] of ``n_train`` points drawn from a generator seeded ``seed``
@@ -211,10 +179,6 @@ def train_population(
                                                                       ("n_train", n_train)))
     if loss not in LOSSES:
         raise ValueError(f"loss: expected one of {LOSSES}, got {loss!r}")
-    if optimizer not in ("sgd", "adam"):
-        raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {optimizer!r}")
-    if schedule not in ("constant", "onecycle"):
-        raise ValueError(f"schedule: expected 'constant' or 'onecycle', got {schedule!r}")
     if not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr: expected a positive finite learning rate, got {lr!r}")
     if not (math.isfinite(frobenius) and frobenius >= 0):

@@ -1,34 +1,15 @@
-"""The depth-separation experiment of the lecture notes (``docs/theory.md`` §2, seed ``001``).
+"""The depth-separation experiment of the lecture notes (``docs/theory.md`` §2, seed ``001``, which also
+lists the departures and the recorded results).
 
-Target: f = tau^k on [0, 1] (tau the tent map), with 2^k linear pieces; the theorem takes
-k = L^2 and states that every ReLU network of depth L (L hidden layers) with at most 2^L
-hidden nodes has integral_0^1 |f - h| >= 1/8 (a constant the notes call loose; a smaller one is
-safe).  :func:`depth_separation` puts three kinds of rows side by side, per L:
-
-- ``"theorem"``: students of depth L with at most 2^L nodes trained on tau^k (minibatch SGD, or
-  Adam, on the squared loss plus lambda sum_i ||W_i||_F^2, biases unpenalised, x ~ U[0, 1]; the
-  best of a few restarts), with the class's *certified bracket* on the best error any member can
-  reach (:func:`smaso.depth.bracket.class_bracket`: a proven lower bound and an explicit member)
-  and each student's own certified lower bound from its widths' piece bound;
-- ``"control"``: the same students, the same training, on tau^L, a target every one of them can
-  represent exactly (error 0 is reachable), which tells the optimiser's failures from the theorem's;
-- ``"deep"``: depth-k students: the exact width-2 tent network, the same network perturbed and
-  retrained (a warm start), and width-w students from a random start (Adam with a one-cycle
-  schedule and a spread-out initialisation, the best of several restarts).
-
-With ``population=R`` (``deep_population=R``) every theorem and control student (every random-start
-deep width) also gets a row that is the best of R random restarts trained as one batched network
-(:mod:`smaso.depth.population`).  Every row carries its own bracket for its widths: the certified
-lower bound and the explicit network of exactly those widths
-(:func:`smaso.depth.bracket.architecture_upper_bound`); :meth:`DepthRow.inside` says whether the
-row's error lies in it.
-
-L1 errors are measured on a fine grid (:func:`l1_error`) and linear pieces counted exactly
-(:func:`smaso.depth.pieces.count_pieces`).  :func:`piece_survey` counts the pieces of random,
-trained and tent networks of any shapes; the figures live in :mod:`smaso.plots.depth`.
-
-Note: for L = 1 the crude estimate in the proof fails (a depth-1 network with 2 nodes computes
-tau exactly), so the lower bound is only claimed for L >= 2.
+Target: f = tau^k on [0, 1] (tau the tent map, 2^k linear pieces); the theorem takes k = L^2 and states
+that every ReLU network of depth L with at most 2^L hidden nodes has integral_0^1 |f - h| >= 1/8
+(claimed here for L >= 2 only: a depth-1 network with 2 nodes computes tau).  :func:`depth_separation`
+puts per L ``"theorem"`` students (depth L, <= 2^L nodes, trained on tau^k, with the class's certified
+bracket :func:`smaso.depth.bracket.class_bracket`), ``"control"`` students (the same on the representable
+tau^L) and ``"deep"`` students (depth k) side by side; every row also carries the bracket of its own widths
+(:meth:`DepthRow.inside`).  L1 errors are measured on a fine grid (:func:`l1_error`) and pieces counted
+exactly (:func:`smaso.depth.pieces.count_pieces`); :func:`piece_survey` counts the pieces of random,
+trained and tent networks; the figures live in :mod:`smaso.plots.depth`.
 """
 
 from __future__ import annotations
@@ -80,21 +61,9 @@ def l1_error(net: nn.Module, k: int, n_grid: int | None = None) -> float:
     return float((h - tent_power(x, k)).abs().mean())
 
 
-def train_student(
-    net: nn.Module,
-    k: int,
-    *,
-    steps: int = 3000,
-    batch: int = 128,
-    n_train: int = 4096,
-    lr: float = 0.05,
-    frobenius: float = 1e-5,
-    seed: int = 0,
-    progress: bool = False,
-    desc: str | None = None,
-    optimizer: str = "sgd",
-    schedule: str = "constant",
-) -> list[float]:
+def train_student(net: nn.Module, k: int, *, steps: int = 3000, batch: int = 128, n_train: int = 4096, lr: float = 0.05,
+                  frobenius: float = 1e-5, seed: int = 0, progress: bool = False, desc: str | None = None,
+                  optimizer: str = "sgd", schedule: str = "constant") -> list[float]:
     """Minibatch SGD on mean (h(x) - tau^k(x))^2 + lambda sum ||W||_F^2, x ~ U[0, 1] (a fixed sample).
 
     :param progress: show a tqdm bar over the steps.
@@ -104,10 +73,6 @@ def train_student(
         peak ``lr``: warm-up, then cosine decay to ~0).
     :returns: the training loss every ``steps // 20`` steps.
     """
-    if optimizer not in ("sgd", "adam"):
-        raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {optimizer!r}")
-    if schedule not in ("constant", "onecycle"):
-        raise ValueError(f"schedule: expected 'constant' or 'onecycle', got {schedule!r}")
     gen = torch.Generator().manual_seed(seed)
     x = torch.rand(n_train, 1, generator=gen, dtype=DT)
     y = tent_power(x, k)
@@ -186,12 +151,10 @@ class DepthRow(_Widths):
 def _students(L: int) -> dict[str, tuple[int, ...]]:
     nodes = 2**L
     out = {"narrow (width 2)": (2,) * L, "balanced": balanced_widths(L, nodes), "shallow": (nodes,)}
-    seen, unique = set(), {}
+    first: dict[tuple[int, ...], str] = {}
     for name, w in out.items():
-        if w not in seen:
-            seen.add(w)
-            unique[name] = w
-    return unique
+        first.setdefault(w, name)  # the first name of a repeated widths tuple wins
+    return {name: w for w, name in first.items()}
 
 
 def _fit_restart(item: tuple, *, steps: int, frobenius: float, n_train: int,
@@ -246,31 +209,14 @@ def _fit_deep(item: tuple, *, steps: int, deep_noise: float, deep_lr: float, n_t
                     role="deep", training=f"SGD lr {deep_lr:g}/4^k, {steps} steps")
 
 
-def depth_separation(
-    Ls: Sequence[int] = (1, 2, 3, 4),
-    *,
-    target: str = "L^2",
-    steps: int = 3000,
-    seeds: Sequence[int] = (0, 1),
-    lr: float = 0.05,
-    frobenius: float = 1e-5,
-    optimizer: str = "sgd",
-    controls: bool = True,
-    deep_noise: float = 0.05,
-    deep_steps: int | None = None,
-    deep_lr: float = 0.25,
-    deep_random_widths: Sequence[int] = (2,),
-    deep_random_seeds: Sequence[int] = (0, 1, 2, 3),
-    deep_random_lr: float = 1e-2,
-    n_train: int = 4096,
-    population: int = 0,
-    deep_population: int = 0,
-    population_lr: float = 0.1,
-    population_loss: str = "l1",
-    population_seed: int = 0,
-    progress: bool = False,
-    engine=None,
-) -> list[DepthRow]:
+def depth_separation(Ls: Sequence[int] = (1, 2, 3, 4), *, target: str = "L^2", steps: int = 3000,
+                     seeds: Sequence[int] = (0, 1), lr: float = 0.05, frobenius: float = 1e-5, optimizer: str = "sgd",
+                     controls: bool = True, deep_noise: float = 0.05, deep_steps: int | None = None,
+                     deep_lr: float = 0.25, deep_random_widths: Sequence[int] = (2,),
+                     deep_random_seeds: Sequence[int] = (0, 1, 2, 3), deep_random_lr: float = 1e-2,
+                     n_train: int = 4096, population: int = 0, deep_population: int = 0, population_lr: float = 0.1,
+                     population_loss: str = "l1", population_seed: int = 0, progress: bool = False,
+                     engine=None) -> list[DepthRow]:
     """Run the experiment for each L (module docstring): theorem students with their certified
     bracket, controls on the representable tau^L, and deep students.
 
@@ -278,31 +224,24 @@ def depth_separation(
     :param seeds: restarts of every theorem and control student (the best is kept).
     :param optimizer: ``"sgd"`` (the lecture's, default) or ``"adam"``, with ``lr``, for the theorem
         and control students.
-    :param controls: also train every theorem student, the same way, on tau^L (which each of them
-        can represent: the width-2 tent network of depth L fits in every one of them, and one
-        hidden layer of 2^L units has the 2^L pieces).
-    :param deep_noise: the warm-start deep student starts from the exact tent network with every
-        weight and bias multiplied by (1 + deep_noise 2^-k N(0, 1)): an error in layer j is
-        amplified by up to 2^(k - j) downstream, so a k-independent perturbation would destroy
-        the 2^k pieces (at k = 9 a relative 5e-4 already gives an L1 error of about 0.19).
-    :param deep_lr: its SGD step is deep_lr 4^-k (the gradients scale like 2^k, the curvature like
-        4^k; larger steps collapse it to the constant 1/2).
+    :param controls: also train every theorem student, the same way, on tau^L (which each can represent).
+    :param deep_noise: the warm-start deep student starts from the exact tent network with every weight
+        and bias multiplied by (1 + deep_noise 2^-k N(0, 1)) (an error in layer j is amplified by up to
+        2^(k - j) downstream); its SGD step is ``deep_lr`` 4^-k (the curvature scales like 4^k).
     :param deep_random_widths: widths w of the random-start deep students (depth k, width w), each
         trained by Adam (peak lr ``deep_random_lr``, one-cycle schedule) from the ``"spread"``
         initialisation for ``deep_steps`` steps, the best of ``deep_random_seeds``; ``()`` for none.
     :param population: R > 0 adds, for every theorem and control student, a row that is the best of
         R random restarts trained together (:class:`~smaso.depth.population.StudentPopulation`: the
         data-dependent init, Adam with peak lr ``population_lr`` and a one-cycle schedule,
-        ``population_loss`` = ``"l1"`` (the reported error) or ``"squared"``, the same ``steps``,
-        ``frobenius`` and ``n_train``); 0 (default) for none.
-    :param deep_population: the same for every random-start deep width (``deep_steps`` steps).
-    :param population_seed: the populations' seed (member r: :func:`~smaso.depth.population.member_seed`).
+        ``population_loss`` = ``"l1"`` or ``"squared"``, the same ``steps``, ``frobenius`` and
+        ``n_train``); 0 (default) for none.  ``deep_population``: the same for every random-start deep
+        width (``deep_steps`` steps); ``population_seed``: the populations' seed
+        (:func:`~smaso.depth.population.member_seed`).
     :param progress: tqdm bars: one per training run here, or one over the runs on an engine.
-    :param engine: ``None`` (every run here, one after the other) or a
-        :class:`~teachers.engine.SerialEngine` / :class:`~teachers.engine.DaskEngine`: every training
-        run (each student and seed, each L's warm-start deep student) is one task.  Each run is
-        seeded on its own, so the rows are the same on any engine.  A row's ``seconds`` is the sum
-        over its restarts.
+    :param engine: ``None`` (every run here) or a :class:`~teachers.engine.SerialEngine` /
+        :class:`~teachers.engine.DaskEngine`: every training run is one task, seeded on its own, so the
+        rows are the same on any engine.  A row's ``seconds`` is the sum over its restarts.
     """
     from smaso.depth.bracket import architecture_upper_bound, class_bracket, l1_lower_bound
 
@@ -440,21 +379,10 @@ class PieceRecord(_Widths):
         return _widths_label(self.widths)
 
 
-def piece_survey(
-    architectures: Sequence[Sequence[int]],
-    seeds: Sequence[int] = (0, 1, 2),
-    *,
-    train_k: int | None = 6,
-    steps: int = 1000,
-    lr: float = 0.05,
-    frobenius: float = 0.0,
-    optimizer: str = "sgd",
-    tent_ks: Sequence[int] = (),
-    lo: float = 0.0,
-    hi: float = 1.0,
-    progress: bool = False,
-    engine=None,
-) -> list[PieceRecord]:
+def piece_survey(architectures: Sequence[Sequence[int]], seeds: Sequence[int] = (0, 1, 2), *, train_k: int | None = 6,
+                 steps: int = 1000, lr: float = 0.05, frobenius: float = 0.0, optimizer: str = "sgd",
+                 tent_ks: Sequence[int] = (), lo: float = 0.0, hi: float = 1.0, progress: bool = False,
+                 engine=None) -> list[PieceRecord]:
     """Exact piece counts (:func:`smaso.depth.pieces.count_pieces`) of random, trained and tent networks.
 
     For every hidden-width tuple in ``architectures`` and every seed: the network at PyTorch's

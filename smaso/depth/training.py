@@ -66,8 +66,13 @@ def optimise(params, objective, *, steps: int, lr: float, optimizer: str, schedu
     ``steps`` steps of ``optimizer`` (``"sgd"`` or ``"adam"``, learning rate ``lr``; with
     ``schedule="onecycle"`` PyTorch's ``OneCycleLR`` peaking at ``lr``) on ``objective() -> (value to
     minimise, value to record)``.  Returns the recorded values (detached) every ``max(1, steps // 20)``
-    steps; with ``progress`` a tqdm bar shows ``summary(recorded)``.
+    steps; with ``progress`` a tqdm bar shows ``summary(recorded)``.  Raises ValueError for another
+    ``optimizer`` or ``schedule``.
     """
+    if optimizer not in ("sgd", "adam"):
+        raise ValueError(f"optimizer: expected 'sgd' or 'adam', got {optimizer!r}")
+    if schedule not in ("constant", "onecycle"):
+        raise ValueError(f"schedule: expected 'constant' or 'onecycle', got {schedule!r}")
     opt = (torch.optim.SGD if optimizer == "sgd" else torch.optim.Adam)(params, lr=lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps) if schedule == "onecycle" else None
     every = max(1, steps // 20)

@@ -21,38 +21,20 @@ from typing import TYPE_CHECKING
 
 _SUBMODULES = ("comparison", "depth", "factorial", "ladder", "vq")
 
-#: public name -> the submodule that defines it
-_EXPORTS = {
-    "plt": "_base",
-    "save_figure": "_base",
-    "plot_arviz": "_base",
-    "quiet_arviz": "_base",
-    "plot_comparison": "comparison",
-    "plot_errors_against_n": "comparison",
-    "plot_noise_sweep": "comparison",
-    "nodes_needed": "depth",
-    "plot_depth": "depth",
-    "plot_nodes_needed": "depth",
-    "plot_piece_counts": "depth",
-    "plot_tent_powers": "depth",
-    "configuration_frequencies": "factorial",
-    "marginal_frequencies": "factorial",
-    "mean_field_configuration_probs": "factorial",
-    "plot_configuration_posterior": "factorial",
-    "plot_gap_vs_defect": "factorial",
-    "plot_marginal_forest": "factorial",
-    "event_frequencies": "ladder",
-    "plot_bayes_accuracy": "ladder",
-    "plot_event_posterior": "ladder",
-    "plot_ladder_tables": "ladder",
-    "plot_tv_convergence": "ladder",
-    "plot_activation_family": "vq",
-    "plot_region_draws": "vq",
-    "plot_table1": "vq",
-    "plot_vq_partition": "vq",
-    "table1_curves": "vq",
-    "vq_partition": "vq",
+#: submodule -> the public names it defines
+_DEFINED = {
+    "_base": ("plt", "save_figure", "plot_arviz", "quiet_arviz"),
+    "comparison": ("plot_comparison", "plot_errors_against_n", "plot_noise_sweep"),
+    "depth": ("nodes_needed", "plot_depth", "plot_nodes_needed", "plot_piece_counts", "plot_tent_powers"),
+    "factorial": ("configuration_frequencies", "marginal_frequencies", "mean_field_configuration_probs",
+                  "plot_configuration_posterior", "plot_gap_vs_defect", "plot_marginal_forest"),
+    "ladder": ("event_frequencies", "plot_bayes_accuracy", "plot_event_posterior", "plot_ladder_tables",
+               "plot_tv_convergence"),
+    "vq": ("plot_activation_family", "plot_region_draws", "plot_table1", "plot_vq_partition", "table1_curves",
+           "vq_partition"),
 }
+#: public name -> the submodule that defines it
+_EXPORTS = {name: module for module, names in _DEFINED.items() for name in names}
 
 __all__ = [
     "configuration_frequencies",

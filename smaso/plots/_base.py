@@ -34,25 +34,20 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
     return atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi), name="path")
 
 
-def finish_figure(fig, path: str | os.PathLike | None, title: str | None = None):
+def finish_figure(fig, path: str | os.PathLike | None, title: str | None = None, *, tight: bool | tuple = True):
     """The common end of every plot: optional suptitle, tight layout, save when given a path.
 
+    :param tight: ``True``: ``fig.tight_layout()``; a ``(left, bottom, right, top)`` tuple: the same within
+        that ``rect``; ``False``: no layout step (a figure with its own layout engine, or ArviZ's).
     :returns: ``fig``.
     """
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout(**({} if tight is True else {"rect": tight}))
     if path is not None:
         save_figure(fig, path)
     return fig
-
-
-# what ArviZ 0.23's matplotlib backend triggers on matplotlib >= 3.11, once per artist
-_ARVIZ_MPL_DEPRECATION = r"Passing a dict or None as alias_mapping to normalize_kwargs"
-# numpy's warnings inside ArviZ's diagnostics for a constant chain (an indicator that never changes)
-_ARVIZ_CONSTANT_CHAIN = r"(invalid value|divide by zero) encountered"
-# ArviZ's KDE on a constant chain (same cause)
-_ARVIZ_CONSTANT_KDE = r"Your data appears to have a single value or no finite values"
 
 
 @contextlib.contextmanager
@@ -60,8 +55,8 @@ def quiet_arviz() -> Iterator[None]:
     """Filter the known, harmless warnings that ArviZ's plots and diagnostics emit here, and only those.
 
     - matplotlib's ``MatplotlibDeprecationWarning`` "Passing a dict or None as alias_mapping to
-      normalize_kwargs is deprecated ...", raised once per artist by ArviZ 0.23's matplotlib backend
-      (hundreds per ``az.plot_trace``);
+      normalize_kwargs is deprecated ...", raised once per artist by ArviZ 0.23's matplotlib backend on
+      matplotlib >= 3.11 (hundreds per ``az.plot_trace``);
     - numpy's ``RuntimeWarning`` "invalid value / divide by zero encountered" raised inside ``arviz`` modules
       for the r_hat / ESS of a constant chain (an event indicator that is always 0 or always 1), and ArviZ's
       ``UserWarning`` "Your data appears to have a single value ..." when it draws the density of one.
@@ -71,9 +66,12 @@ def quiet_arviz() -> Iterator[None]:
     from matplotlib import MatplotlibDeprecationWarning
 
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_ARVIZ_MPL_DEPRECATION, category=MatplotlibDeprecationWarning)
-        warnings.filterwarnings("ignore", message=_ARVIZ_CONSTANT_CHAIN, category=RuntimeWarning, module=r"arviz")
-        warnings.filterwarnings("ignore", message=_ARVIZ_CONSTANT_KDE, category=UserWarning, module=r"arviz")
+        warnings.filterwarnings("ignore", message=r"Passing a dict or None as alias_mapping to normalize_kwargs",
+                                category=MatplotlibDeprecationWarning)
+        warnings.filterwarnings("ignore", message=r"(invalid value|divide by zero) encountered",
+                                category=RuntimeWarning, module=r"arviz")
+        warnings.filterwarnings("ignore", message=r"Your data appears to have a single value or no finite values",
+                                category=UserWarning, module=r"arviz")
         yield
 
 
@@ -100,8 +98,4 @@ def plot_arviz(plot, *args, path: str | os.PathLike | None = None, title: str | 
         axes = plot(*args, **kwargs)
         first = np.ravel(np.asarray(axes, dtype=object))[0]
         fig = first.get_figure() if hasattr(first, "get_figure") else plt.gcf()
-        if title:
-            fig.suptitle(title)
-        if path is not None:
-            save_figure(fig, path)
-    return fig
+        return finish_figure(fig, path, title, tight=False)

@@ -1,13 +1,5 @@
-"""Figures of the student-versus-reformulation comparison (matplotlib, headless-safe).
-
-:func:`plot_comparison` draws, for a :class:`~smaso.student.compare.ComparisonResult`, the relative
-error of every level over training for F, G~ and Delta W (solid: full recursion, dashed: one
-step from measured neighbours) and, at the last checkpoint, predicted against measured
-entries of F and G~ per level (on the diagonal when the reformulation is exact).
-:func:`plot_noise_sweep` draws the rows of :func:`~smaso.student.compare.noise_sweep`: the same errors
-and Thm 2's measured terms against the noise of the leaves (Thm 3 at sigma = 0).  The same
-functions serve scripts, the CLI and notebooks.
-"""
+"""Figures of the student-versus-reformulation comparison (Thm 2 / Thm 4, Eq 9): over training, against the
+leaves' noise (Thm 3 at sigma = 0) and against N."""
 
 from __future__ import annotations
 
@@ -15,7 +7,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 
-from ._base import finish_figure, plt, save_figure
+from ._base import finish_figure, plt
 
 __all__ = ["plot_comparison", "plot_errors_against_n", "plot_noise_sweep"]
 
@@ -24,6 +16,10 @@ _QUANTITIES = (("F", "activations Fbar"), ("G", "gradients G~"), ("dW", "weight 
 
 def plot_comparison(result, path: str | os.PathLike | None = None, *, title: str | None = None):
     """Error curves over training and predicted-vs-measured scatter plots.
+
+    Top row: the relative error of every level over training for F, G~ and Delta W (solid: full recursion,
+    dashed: one step from measured neighbours); bottom row: at the last checkpoint, predicted against measured
+    entries of F and G~ per level (on the diagonal when the reformulation is exact), and Thm 2's terms.
 
     :param result: a :class:`~smaso.student.compare.ComparisonResult`.
     :param path: save the figure here (PNG/PDF/SVG by suffix, written atomically); None: only return it.
@@ -42,10 +38,8 @@ def plot_comparison(result, path: str | os.PathLike | None = None, *, title: str
                 vals = [max(h["levels"][i][f"{key}_{kind}"], 1e-17) for h in hist]
                 ax.plot(steps, vals, style, color=colors[i % len(colors)],
                         label=f"level {l}" if kind == "propagated" else None)
-        ax.set_yscale("log")
-        ax.set_xlabel("training step")
-        ax.set_ylabel("relative Frobenius error")
-        ax.set_title(f"{label}: reformulation vs measured")
+        ax.set(yscale="log", xlabel="training step", ylabel="relative Frobenius error",
+               title=f"{label}: reformulation vs measured")
         ax.grid(alpha=0.3, which="both")
     axes[0][0].legend(title="solid: recursion, dashed: one step", fontsize=8)
     stats, pred = result.final_stats, result.final_prediction
@@ -58,9 +52,8 @@ def plot_comparison(result, path: str | os.PathLike | None = None, *, title: str
             ax.scatter(m, p, s=6, alpha=0.6, color=colors[i % len(colors)], label=f"level {l}")
             lo, hi = min(lo, m.min().item(), p.min().item()), max(hi, m.max().item(), p.max().item())
         ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-        ax.set_xlabel(f"measured {name}(z)")
-        ax.set_ylabel(f"predicted {name}(z)")
-        ax.set_title(f"{name} at step {hist[-1]['step']}: predicted vs measured")
+        ax.set(xlabel=f"measured {name}(z)", ylabel=f"predicted {name}(z)",
+               title=f"{name} at step {hist[-1]['step']}: predicted vs measured")
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     ax = axes[1][2]
@@ -70,11 +63,8 @@ def plot_comparison(result, path: str | os.PathLike | None = None, *, title: str
         ys = [max(row[key], 1e-17) for row in hist[-1]["levels"] if key in row]
         if xs:
             ax.plot(xs, ys, "o-", label=label)
-    ax.set_yscale("log")
-    ax.set_xlabel("level (0 = label)")
-    ax.set_ylabel("relative size of the error term")
-    ax.set_title("Thm 2's conditions, measured (0 = holds)")
-    ax.set_xticks(levels)
+    ax.set(yscale="log", xlabel="level (0 = label)", ylabel="relative size of the error term",
+           title="Thm 2's conditions, measured (0 = holds)", xticks=levels)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, which="both")
     return finish_figure(fig, path, title)
@@ -98,9 +88,6 @@ def _check_sweep(rows, name: str) -> list[dict]:
         sig = r["sigma"]
         if isinstance(sig, bool) or not isinstance(sig, (int, float)) or not math.isfinite(sig) or sig < 0:
             raise ValueError(f"{name}: sigma must be a finite number >= 0, got {sig!r}")
-    levels = [row["level"] for row in rows[0]["levels"]]
-    if any([row["level"] for row in r["levels"]] != levels for r in rows):
-        raise ValueError(f"{name}: the rows do not all report the same levels")
     return sorted(rows, key=lambda r: r["sigma"])
 
 
@@ -133,25 +120,24 @@ def plot_noise_sweep(rows: Sequence[dict] | Mapping[str, Sequence[dict]], path: 
     combos = [(label, kind) for label in series for kind in kinds]
     if len(combos) > len(_STYLES):
         raise ValueError(f"rows/kinds: at most {len(_STYLES)} (series, kind) line styles, got {len(combos)}")
-    first = next(iter(series.values()))
-    levels = [row["level"] for row in first[0]["levels"]]
-    if any([row["level"] for row in v[0]["levels"]] != levels for v in series.values()):
-        raise ValueError("rows: the series do not all report the same levels")
+    levels = [row["level"] for row in next(iter(series.values()))[0]["levels"]]
+    if any([row["level"] for row in r["levels"]] != levels for v in series.values() for r in v):
+        raise ValueError(f"rows: the {'series' if len(series) > 1 else 'rows'} do not all report the same levels")
     positive = [r["sigma"] for v in series.values() for r in v if r["sigma"] > 0]
     all_sigmas = sorted({r["sigma"] for v in series.values() for r in v})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5), sharex=True)
 
-    def draw(ax, v, key, style, marker) -> list:
+    def draw(ax, v, key, style, marker) -> set:
         """One curve per level; levels where ``key`` is exactly 0 at every sigma (e.g. the gate
         terms of a level without a gate) are left out and returned, to be named on the panel."""
-        zero = []
+        zero = set()
         for i, l in enumerate(levels):
             pts = [(r["sigma"], r["levels"][i][key]) for r in v if key in r["levels"][i]]
             if not pts:
                 continue
             if all(y == 0 for _, y in pts):
-                zero.append(l)
+                zero.add(l)
                 continue
             xs, ys = zip(*pts, strict=True)
             ax.plot(xs, [max(y, _FLOOR) for y in ys], style, marker=marker, ms=4, color=colors[i % len(colors)])
@@ -165,16 +151,15 @@ def plot_noise_sweep(rows: Sequence[dict] | Mapping[str, Sequence[dict]], path: 
     for ax, (key, label) in zip(axes[0], _QUANTITIES, strict=True):
         zero: set = set()
         for j, (name, kind) in enumerate(combos):
-            zero |= set(draw(ax, series[name], f"{key}_{kind}", _STYLES[j], _MARKERS[j]))
+            zero |= draw(ax, series[name], f"{key}_{kind}", _STYLES[j], _MARKERS[j])
         note_zero(ax, zero)
-        ax.set_title(f"{label}: reformulation vs measured")
-        ax.set_ylabel("relative Frobenius error")
+        ax.set(title=f"{label}: reformulation vs measured", ylabel="relative Frobenius error")
     for ax, (key, label) in zip(axes[1], _TERMS, strict=True):
         zero = set()
         for j, name in enumerate(series):
-            zero |= set(draw(ax, series[name], key, _STYLES[j], _MARKERS[j]))
+            zero |= draw(ax, series[name], key, _STYLES[j], _MARKERS[j])
             if key == "focus":
-                zero |= set(draw(ax, series[name], "broadness", ":", "x"))
+                zero |= draw(ax, series[name], "broadness", ":", "x")
         note_zero(ax, zero)
         ax.set_title(label, fontsize=10)
         ax.set_ylabel("relative size of the error term")
@@ -184,8 +169,7 @@ def plot_noise_sweep(rows: Sequence[dict] | Mapping[str, Sequence[dict]], path: 
             lin = min(positive)
             ax.set_xscale("symlog", linthresh=lin, linscale=0.5)
             ax.set_xlim(-0.4 * lin if min(all_sigmas) == 0 else 0.8 * lin, 1.15 * max(all_sigmas))
-        ax.set_xticks(all_sigmas)
-        ax.set_xticklabels([("0\n(one-hot)" if s == 0 else f"{s:g}") for s in all_sigmas], fontsize=8)
+        ax.set_xticks(all_sigmas, [("0\n(one-hot)" if s == 0 else f"{s:g}") for s in all_sigmas], fontsize=8)
         ax.grid(alpha=0.3, which="major")
     for ax in axes[1]:
         ax.set_xlabel("leaf noise sigma")
@@ -198,12 +182,7 @@ def plot_noise_sweep(rows: Sequence[dict] | Mapping[str, Sequence[dict]], path: 
         handles += [plt.Line2D([], [], color="0.4", ls=":", marker="x", ms=4, label="broadness (bottom right)")]
     fig.legend(handles=handles, loc="upper center", ncol=len(handles), fontsize=9, frameon=False,
                bbox_to_anchor=(0.5, 0.955 if title else 0.995))
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0, 1, 0.93 if title else 0.96))
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path, title, tight=(0, 0, 1, 0.93 if title else 0.96))
 
 
 #: What :func:`plot_errors_against_n` draws by default: the one-step errors and Thm 2's conditions.
@@ -246,13 +225,12 @@ def plot_errors_against_n(rows: Sequence[dict], path: str | os.PathLike | None =
         if not drawn:
             ax.text(0.5, 0.5, "exactly 0 at every level", transform=ax.transAxes, ha="center", color="0.3")
         else:
-            top = max(max(r["levels"][i].get(key, 0.0) for i in range(len(levels))) for r in rows[:1])
+            top = max(row.get(key, 0.0) for row in rows[0]["levels"])
             ax.plot(ns, [max(top, _FLOOR) * math.sqrt(ns[0] / n) for n in ns], ":", color="0.5", label="∝ 1/√N")
             ax.set_yscale("log")
             ax.legend(fontsize=7)
         ax.set_xscale("log", base=2)
-        ax.set_title(f"{key} (dashed: noise floor)")
-        ax.set_xlabel("examples N")
+        ax.set(title=f"{key} (dashed: noise floor)", xlabel="examples N")
     for ax in list(axes.flat)[len(keys):]:
         ax.set_visible(False)
     return finish_figure(fig, path, title or "errors and their noise floors against N")

@@ -5,8 +5,6 @@
   2^(L-1) (m_1 + 1) m_2 ... m_L.
 - :func:`plot_nodes_needed`: the fewest hidden nodes the lemma allows for 2^k pieces at each depth.
 - :func:`plot_depth`: the depth-separation experiment (:func:`smaso.depth.separation.depth_separation`).
-
-Every function returns a matplotlib ``Figure`` and, given ``path``, saves it atomically.
 """
 
 from __future__ import annotations
@@ -52,8 +50,7 @@ def plot_tent_powers(
     """tau^k on [0, 1] for each k, with a network's output drawn over it (docs/theory.md §2: tau^k has
     2^(k-1) teeth and 2^k linear pieces, and a depth-k width-2 ReLU network computes it exactly).
 
-    Each panel's title gives the network's exact piece count (:func:`smaso.depth.pieces.count_pieces`)
-    and its largest deviation from tau^k on the grid; dots mark the breakpoints i / 2^k.
+    Titles: the network's exact piece count (:func:`smaso.depth.pieces.count_pieces`) and largest deviation.
 
     :param ks: the compositions k >= 1, one panel each.
     :param networks: k -> a 1-D network (``(N, 1) -> (N, 1)``); default the exact
@@ -112,9 +109,8 @@ def plot_piece_counts(records: Sequence[PieceRecord], path: str | os.PathLike | 
     """Exact piece counts against the breakpoint lemma (docs/theory.md §2: a ReLU network with hidden widths
     m_1..m_L has at most 2^(L-1) (m_1 + 1) m_2 ... m_L linear pieces).
 
-    Left: per architecture (ordered by depth, then nodes), the bound (black bar) and the measured
-    pieces of every network (log scale). Right: pieces against hidden nodes; a one-hidden-layer
-    network of m nodes has at most m + 1 pieces (dotted line), the tent network 2^k with 2k nodes.
+    Left: per architecture, the bound (black bar) and every network's measured pieces (log scale).  Right:
+    pieces against hidden nodes (one hidden layer of m nodes: at most m + 1; the tent network: 2^k with 2k).
 
     :param records: :class:`smaso.depth.separation.PieceRecord` entries, e.g. from
         :func:`smaso.depth.separation.piece_survey`.
@@ -204,11 +200,9 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
     """The depth-separation experiment (docs/theory.md §2, seed 001: every depth-L ReLU network with at most
     2^L nodes has integral_0^1 |tau^(L^2) - h| >= 1/8).
 
-    Per L (one row of panels): tau^k with the best theorem student, the warm-start and the best
-    random-start deep student; and every row's L1 error (bars coloured by role: theorem, control,
-    deep) with its own bracket (black line: certified lower bound, tick, to the explicit network of its
-    widths, cross) and, shaded, the bracket on the best error of
-    the theorem's class against tau^k (certified lower bound to best explicit member).
+    Per L (one row of panels): tau^k with the best theorem student, the warm-start and the best random-start
+    deep student; and every row's L1 error (bars by role) with its bracket (certified lower bound, tick, to
+    the explicit network of its widths, cross) and, shaded, the bracket on the theorem class's best error.
 
     :param rows: :class:`smaso.depth.separation.DepthRow` entries from :func:`smaso.depth.separation.depth_separation`.
     :param path: save the figure here (written atomically by suffix); None: only return it.

@@ -1,22 +1,14 @@
 """Figures of joint inference in the factorial SMASO of a layer (docs/theory.md §3, Eq 10-11).
 
-- :func:`plot_gap_vs_defect`: how far the factorized (per-unit, MASO) and the mean-field MAP are from the
-  exact joint MAP, against the layer's orthogonality defect (0 iff Eq 11), from
-  :func:`inference.factorial.factorial_gap` results;
-- :func:`plot_marginal_forest`: a forest plot of the posterior marginals ``p(t_k = r | x)`` per input and
-  unit: exact enumeration, the frequencies of posterior draws (ArviZ ``InferenceData``, with Monte Carlo
-  standard errors from ``az.mcse``) and mean field;
-- :func:`plot_configuration_posterior`: the joint posterior over the R^K configurations of one input,
-  exact against mean field's product ``prod_k q_k(t_k)`` (which cannot represent explaining away).
+- :func:`plot_gap_vs_defect`: factorized and mean-field MAP against the exact joint MAP, by orthogonality defect;
+- :func:`plot_marginal_forest`: the posterior marginals ``p(t_k = r | x)``: exact, sampled and mean field;
+- :func:`plot_configuration_posterior`: the joint posterior over the R^K configurations, exact vs mean field.
 
 The numbers the figures compute from draws are public (:func:`marginal_frequencies`,
 :func:`configuration_frequencies`, :func:`mean_field_configuration_probs`) so they can be checked.
 
-ArviZ's own plots: :func:`~smaso.plots._base.plot_arviz` (also importable from here) calls an ArviZ plot
-inside :func:`~smaso.plots._base.quiet_arviz`, which filters the
-warnings ArviZ 0.23 triggers on current matplotlib and numpy (a ``MatplotlibDeprecationWarning`` about
-``normalize_kwargs`` per artist, hundreds per ``az.plot_trace``; numpy's ``RuntimeWarning`` for the r_hat of
-a constant indicator) and nothing else.  Plot the one-hot indicators (``var_names=["t_onehot"]``) to see
+ArviZ's own plots: :func:`~smaso.plots._base.plot_arviz` (also importable from here, with
+:func:`~smaso.plots._base.quiet_arviz`); plot the one-hot indicators (``var_names=["t_onehot"]``) to see
 per-category probabilities.
 """
 
@@ -28,7 +20,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from ._base import finish_figure, plot_arviz, plt, quiet_arviz, save_figure
+from ._base import finish_figure, plot_arviz, plt, quiet_arviz
 
 __all__ = [
     "configuration_frequencies",
@@ -58,8 +50,10 @@ def _array(v, name: str, ndim: int) -> np.ndarray:
     return a
 
 
-def _draws_t(draws, name: str = "draws") -> np.ndarray:
-    """``posterior["t"]`` of an ``InferenceData`` as ``(chain, draw, example, unit)`` int64."""
+def _draws_t(draws, name: str = "draws", *, num_regions: int) -> np.ndarray:
+    """``posterior["t"]`` of an ``InferenceData`` as ``(chain, draw, example, unit)`` int64, in [0, num_regions)."""
+    if isinstance(num_regions, bool) or not isinstance(num_regions, int) or num_regions < 1:
+        raise ValueError(f"num_regions: expected a positive integer, got {num_regions!r}")
     post = getattr(draws, "posterior", None)
     if post is None or "t" not in post:
         raise ValueError(f"{name}: expected an arviz InferenceData with posterior['t'] (chain, draw, example, unit), "
@@ -68,6 +62,8 @@ def _draws_t(draws, name: str = "draws") -> np.ndarray:
     if t.ndim != 4 or not np.issubdtype(t.dtype, np.integer):
         raise ValueError(f"{name}: posterior['t'] must be integer regions (chain, draw, example, unit), got "
                          f"shape {t.shape} dtype {t.dtype}")
+    if t.min() < 0 or t.max() >= num_regions:
+        raise ValueError(f"num_regions: draws hold regions outside [0, {num_regions})")
     return t
 
 
@@ -78,17 +74,12 @@ def marginal_frequencies(draws, num_regions: int) -> tuple[np.ndarray, np.ndarra
     :param draws: ``InferenceData`` with ``posterior["t"]`` ``(chain, draw, example, unit)`` (e.g. from
         :func:`inference.factorial.factorial_posterior_draws`).
     :param num_regions: R.
-    :returns: ``(freq, mcse)``, both ``(N, K, R)``: ``freq[n, k, r]`` is the fraction of draws with
-        ``t[n, k] = r``; ``mcse`` is ArviZ's ``az.mcse`` of that indicator's mean (which accounts for the
-        effective sample size of the chains).
+    :returns: ``(freq, mcse)``, both ``(N, K, R)``: the fraction of draws with ``t[n, k] = r`` and ArviZ's
+        ``az.mcse`` of that indicator's mean.
     """
     import arviz as az
 
-    if isinstance(num_regions, bool) or not isinstance(num_regions, int) or num_regions < 1:
-        raise ValueError(f"num_regions: expected a positive integer, got {num_regions!r}")
-    t = _draws_t(draws)
-    if t.min() < 0 or t.max() >= num_regions:
-        raise ValueError(f"num_regions: draws hold regions outside [0, {num_regions})")
+    t = _draws_t(draws, num_regions=num_regions)
     onehot = (t[..., None] == np.arange(num_regions)).astype(np.float64)  # (chain, draw, N, K, R)
     freq = onehot.mean((0, 1))
     if t.shape[1] < 4:  # az.mcse needs a few draws per chain
@@ -108,11 +99,7 @@ def _codes(t: np.ndarray, num_regions: int) -> np.ndarray:
 def configuration_frequencies(draws, num_regions: int) -> np.ndarray:
     """Fraction of draws in each of the R^K configurations, ``(N, R^K)``, in code order (unit 0 most significant,
     the columns of :attr:`inference.factorial.FactorialPosterior.log_probs`)."""
-    if isinstance(num_regions, bool) or not isinstance(num_regions, int) or num_regions < 1:
-        raise ValueError(f"num_regions: expected a positive integer, got {num_regions!r}")
-    t = _draws_t(draws)
-    if t.min() < 0 or t.max() >= num_regions:
-        raise ValueError(f"num_regions: draws hold regions outside [0, {num_regions})")
+    t = _draws_t(draws, num_regions=num_regions)
     _, _, n, k = t.shape
     codes = _codes(t, num_regions).reshape(-1, n)  # (S, N)
     C = num_regions**k
@@ -141,8 +128,7 @@ def plot_gap_vs_defect(gaps: Sequence[Mapping], path: str | os.PathLike | None =
     Illustrates Eq 11: when the cross-unit inner products vanish (defect 0) the factorial mixture's (Eq 10)
     joint MAP is the per-unit MAP, so both gaps are exactly 0; they grow with the defect.
 
-    :param gaps: results of :func:`inference.factorial.factorial_gap`, one per layer (e.g. a sweep between an
-        orthogonal and a random weight, over several seeds).
+    :param gaps: results of :func:`inference.factorial.factorial_gap`, one per layer.
     :param path: save the figure here (format by suffix, written atomically); None: only return it.
     :param marginal_tv: optional, one per layer: the mean over inputs and units of the total variation between
         mean field's marginals and the exact posterior marginals; drawn as a third panel.
@@ -236,10 +222,9 @@ def plot_marginal_forest(draws, exact, mean_field, path: str | os.PathLike | Non
                          unit_label: str = "unit"):
     """Forest plot of the posterior marginals ``p(t_k = region | x_n)``: exact, sampled and mean field.
 
-    For every input n and unit k (one row each), three estimates of the marginal of the factorial mixture's
-    posterior (Eq 10): the exact value by enumeration (black cross), the frequency in posterior draws with
-    +-2 Monte Carlo standard errors (blue bar, :func:`marginal_frequencies`), and mean field's ``q_k``
-    (orange circle).  Under Eq 11 mean field is exact and the three coincide.
+    For every input n and unit k (one row each), three estimates of the factorial mixture's (Eq 10) posterior
+    marginal: exact enumeration (black cross), the frequency in posterior draws +-2 MCSE (blue bar,
+    :func:`marginal_frequencies`) and mean field's ``q_k`` (orange circle); under Eq 11 the three coincide.
 
     :param draws: ``InferenceData`` with ``posterior["t"]`` ``(chain, draw, N, K)``, or a list of them (one
         panel each, side by side).
@@ -287,12 +272,7 @@ def plot_marginal_forest(draws, exact, mean_field, path: str | os.PathLike | Non
     axes[0][0].set_yticklabels(labels, fontsize=8)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.3 / fig.get_figheight(), 1, 1))
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path, title, tight=(0, 0.3 / fig.get_figheight(), 1, 1))
 
 
 def plot_configuration_posterior(configs, exact, mean_field, path: str | os.PathLike | None = None, *,
@@ -300,9 +280,8 @@ def plot_configuration_posterior(configs, exact, mean_field, path: str | os.Path
                                  title: str | None = None):
     """Joint posterior over configurations of one input per panel: exact against mean field's product.
 
-    The factorial mixture's posterior (Eq 10) couples the units when Eq 11 fails (two units whose pieces
-    overlap compete to explain x: explaining away), so it puts mass on configurations that a product
-    ``prod_k q_k(t_k)`` cannot match; under Eq 11 it is such a product and mean field is exact.
+    When Eq 11 fails the factorial mixture's posterior (Eq 10) couples the units (explaining away), which a
+    product ``prod_k q_k(t_k)`` cannot match; under Eq 11 it is such a product and mean field is exact.
 
     :param configs: the configurations ``(C, K)`` in code order
         (:attr:`inference.factorial.FactorialPosterior.configs`).

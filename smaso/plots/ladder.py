@@ -1,16 +1,6 @@
-"""Figures of the summarization ladder (framework paper §3.1, ``docs/theory.md`` §1).
-
-- :func:`plot_ladder_tables`: the matrices P_ab = P(z_beta | z_alpha) of Eq 9, one heatmap per
-  child region and level;
-- :func:`plot_tv_convergence`: sampled event frequencies against the exact statistics, the
-  total-variation distance against its 1/sqrt(N) bound, on log-log axes;
-- :func:`plot_bayes_accuracy`: the Bayes-optimal accuracy (exact posterior p(y | x)) against the
-  leaf noise sigma, the ceiling of any student;
-- :func:`plot_event_posterior`: exact posterior draws of every region's event given one input x,
-  their frequencies against the exact marginals p(z_alpha | x).
-
-Every function returns a matplotlib ``Figure`` and writes it atomically when given ``path``.
-"""
+"""Figures of the summarization ladder (framework paper §3.1, ``docs/theory.md`` §1): its tables P_ab of Eq 9,
+sampled vs exact statistics against N, the Bayes-optimal accuracy against leaf noise, posterior draws of the
+events.  Every function returns a matplotlib ``Figure`` and writes it atomically when given ``path``."""
 
 from __future__ import annotations
 
@@ -21,7 +11,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from ._base import finish_figure, plt, save_figure
+from ._base import finish_figure, plt
 
 __all__ = ["event_frequencies", "plot_bayes_accuracy", "plot_event_posterior", "plot_ladder_tables",
            "plot_tv_convergence"]
@@ -68,8 +58,7 @@ def plot_ladder_tables(ladder, path: str | os.PathLike | None = None, *, max_reg
             ax.set_title(f"P(z[{names[ladder.level_offsets[l] + c]}] | z[{parent}])", fontsize=9)
             ax.set_xlabel(f"child event (level {l})", fontsize=8)
             ax.set_ylabel(f"parent event (level {l - 1})", fontsize=8)
-            ax.set_xticks(range(mc) if mc <= 16 else [])
-            ax.set_yticks(range(mp) if mp <= 16 else [])
+            ax.set(xticks=range(mc) if mc <= 16 else [], yticks=range(mp) if mp <= 16 else [])
             ax.tick_params(labelsize=7)
             if show:
                 for i in range(mp):
@@ -78,24 +67,18 @@ def plot_ladder_tables(ladder, path: str | os.PathLike | None = None, *, max_reg
                                 color="white" if mat[i, j] < 0.6 else "black")
     if im is not None:
         fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8, label="probability")
-    if title:
-        fig.suptitle(title)
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path, title, tight=False)
 
 
 def plot_tv_convergence(reports: Sequence[Mapping], path: str | os.PathLike | None = None, *,
                         title: str | None = None):
     """Sampled frequencies against the exact statistics: TV distance and its bound against N, log-log.
 
-    For each sample size N, :func:`teachers.statistics.compare_statistics` gives, per level, the
-    largest total-variation distance TV = 1/2 sum |p_hat - p| over the regions of the level
-    (marginals P(z_alpha), and joints P(z_alpha, z_beta) of parent/child pairs) and the
-    Bretagnolle-Huber-Carol bound sqrt((k log 2 + log(1/delta)) / (2N)) (k cells), which
-    shrinks like 1/sqrt(N).  Left: marginals; right: parent/child joints; solid: measured,
-    dashed: the bound (same colour, per level); dotted grey: a 1/sqrt(N) guide through the
-    first measured point.  The legend gives the fitted log-log slope of the worst level.
+    Per level and sample size N, the largest total-variation distance over the level's regions and its
+    multinomial bound, shrinking like 1/sqrt(N) (:func:`teachers.statistics.compare_statistics`).  Left:
+    marginals P(z_alpha); right: parent/child joints P(z_alpha, z_beta); solid: measured, dashed: the bound (same
+    colour, per level); dotted grey: a 1/sqrt(N) guide through the first measured point.  The legend gives the
+    fitted log-log slope of the worst level.
 
     :param reports: ``compare_statistics`` results, at least two distinct ``num_examples``.
     """
@@ -134,11 +117,8 @@ def plot_tv_convergence(reports: Sequence[Mapping], path: str | os.PathLike | No
             first = np.flatnonzero(ok)[0]
             ax.plot(ns, worst[first] * np.sqrt(ns[first] / ns), ":", color="grey",
                     label=f"1/sqrt(N) guide (worst level slope {slope:.2f})")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("sample size N")
-        ax.set_ylabel("max TV distance over the level's regions")
-        ax.set_title(f"{label}: sampled vs exact")
+        ax.set(xscale="log", yscale="log", xlabel="sample size N", ylabel="max TV distance over the level's regions",
+               title=f"{label}: sampled vs exact")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7, loc="upper right")
     return finish_figure(fig, path, title)
@@ -185,10 +165,8 @@ def plot_bayes_accuracy(sigmas: Sequence[float], curves: Mapping[str, Sequence[M
                     label=f"{label}: fraction correct")
     if chance is not None:
         ax.axhline(chance, color="grey", ls=":", label=f"chance ({chance:.2f})")
-    ax.set_xscale(xscale)
-    ax.set_xlabel("leaf noise sigma (Gaussian emission around one-hot)")
-    ax.set_ylabel("Bayes-optimal accuracy")
-    ax.set_ylim(0, 1.02)
+    ax.set(xscale=xscale, xlabel="leaf noise sigma (Gaussian emission around one-hot)",
+           ylabel="Bayes-optimal accuracy", ylim=(0, 1.02))
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     return finish_figure(fig, path, title)
@@ -248,12 +226,9 @@ def plot_event_posterior(idata, marginals: Sequence[torch.Tensor | np.ndarray], 
         raise ValueError("idata: posterior['z'] holds events outside the marginals' range")
     freq = event_frequencies(draws, events)
     n = draws.shape[0]
-    if "region_name" in post.coords:  # integer region index, the '1.1'-style names as a label coordinate
-        names = [str(v) for v in post["region_name"].values]
-    elif "region" in post.coords:
-        names = [str(v) for v in post["region"].values]
-    else:
-        names = [str(r) for r in range(z.shape[3])]
+    # the '1.1'-style names of a label coordinate, else the region index
+    coord = next((c for c in ("region_name", "region") if c in post.coords), None)
+    names = [str(v) for v in post[coord].values] if coord else [str(r) for r in range(z.shape[3])]
     max_m = max(a.shape[1] for a in exact)
     cmap = plt.get_cmap("tab10" if max_m <= 10 else "tab20")
     widths = [max(4.0, 0.22 * a.shape[0] * (a.shape[1] + 1)) for a in exact]
@@ -273,23 +248,14 @@ def plot_event_posterior(idata, marginals: Sequence[torch.Tensor | np.ndarray], 
                    error_kw={"elinewidth": 0.8, "capsize": 1.5, "ecolor": "0.35"}, label=None)
             dots = ax.scatter(xs, a[r], marker="o", s=22, facecolors="none", edgecolors="black", linewidths=1.1,
                               zorder=3)
-        ax.set_xticks(range(r_l))
-        ax.set_xticklabels([names[offset + r] for r in range(r_l)], fontsize=8)
+        ax.set_xticks(range(r_l), [names[offset + r] for r in range(r_l)], fontsize=8)
         pad = max(0.0, (4 - r_l) / 2)  # a level with few regions keeps bars of the same width
-        ax.set_xlim(-0.6 - pad, r_l - 0.4 + pad)
-        ax.set_ylim(0, 1.05)
-        ax.set_ylabel("probability")
+        ax.set(xlim=(-0.6 - pad, r_l - 0.4 + pad), ylim=(0, 1.05), ylabel="probability")
         ax.set_title(f"level {l}" + (" (label y)" if l == 0 else "") + f": {m_l} events per region, "
                      f"bars = frequencies in {n} draws", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
         offset += r_l
-    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(k % cmap.N)) for k in range(max_m)]
-    labels = [f"event {k}" for k in range(max_m)]
-    handles.append(dots)
-    labels.append("exact p(z_alpha | x)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(k % cmap.N)) for k in range(max_m)] + [dots]
+    labels = [f"event {k}" for k in range(max_m)] + ["exact p(z_alpha | x)"]
     fig.legend(handles, labels, loc="outside right upper", fontsize=8, ncol=math.ceil(len(labels) / 17))
-    if title:
-        fig.suptitle(title)
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path, title, tight=False)

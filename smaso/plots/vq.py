@@ -1,18 +1,8 @@
 """Figures of hard, soft and beta-VQ (*From Hard to Soft*, ``docs/theory.md`` §3, Eq 1-9 and Table 1).
 
 Every curve and image is computed by the library (:class:`~smaso.splines.maso.MASO` and the closed forms of
-:mod:`inference.vq`), so a figure is also a check of the code that drew it:
-
-- :func:`plot_activation_family`: one unit's beta-VQ output and VQ probability as beta moves from 1 (hard VQ:
-  ReLU) through 1/2 (soft VQ: SiLU) to 0 (linear), with the answers of inference (MAP, SVI) as points;
-- :func:`table1_curves` / :func:`plot_table1`: Table 1 as a grid of small panels, rows = MASO layer kind,
-  columns = hard VQ, soft VQ, beta-VQ and the VQ probability;
-- :func:`vq_partition` / :func:`plot_vq_partition`: the VQ partition of a layer with 2 inputs: hard regions
-  as a categorical image, beta-VQ region probabilities as images;
-- :func:`plot_region_draws`: frequencies of posterior region draws (ArviZ ``InferenceData``) against the
-  closed-form beta-VQ probabilities, with ArviZ's Monte Carlo standard errors;
-- :func:`plot_arviz`: any ArviZ plot (``az.plot_trace``, ``az.plot_forest``, ...) without the flood of matplotlib
-  deprecation warnings that arviz 0.23 triggers on matplotlib >= 3.11, returned as a ``Figure``.
+:mod:`inference.vq`), so a figure is also a check of the code that drew it.  :func:`plot_arviz` and
+:func:`quiet_arviz` are re-exported from :mod:`smaso.plots._base`.
 """
 
 from __future__ import annotations
@@ -29,7 +19,7 @@ from inference.vq import VQFit
 from smaso.splines.functional import eta_from_beta
 from smaso.splines.maso import MASO, hard_regions, region_probabilities, region_scores, vq_outputs
 
-from ._base import finish_figure, plot_arviz, plt, quiet_arviz, save_figure
+from ._base import finish_figure, plot_arviz, plt, quiet_arviz
 
 __all__ = [
     "plot_activation_family",
@@ -64,6 +54,12 @@ def _check_beta_value(beta, name: str = "beta", *, open_interval: bool = False) 
     return b
 
 
+def _check_betas(betas) -> list[float]:
+    if isinstance(betas, str | bytes) or not isinstance(betas, Sequence) or len(betas) == 0:
+        raise ValueError(f"betas: expected a non-empty sequence of numbers in [0, 1], got {betas!r}")
+    return [_check_beta_value(b, f"betas[{i}]") for i, b in enumerate(betas)]
+
+
 def _beta_label(beta: float) -> str:
     eta = eta_from_beta(beta)
     eta_s = "∞" if math.isinf(eta) else f"{eta:.3g}"
@@ -92,29 +88,24 @@ def plot_activation_family(layer: MASO, betas: Sequence[float], x: torch.Tensor,
                            path: str | os.PathLike | None = None, title: str | None = None):
     """The beta-VQ family of one unit (Eq 7-9): outputs and VQ probability for every beta, inference as points.
 
-    For the ReLU MASO the curves run from ReLU (beta = 1, hard VQ, Eq 2) through SiLU ``u sigmoid(u)``
-    (beta = 1/2, soft VQ, Eq 5-6) and swish ``u sigmoid(eta u)``, eta = beta / (1 - beta), to the line
-    ``u / 2`` (beta = 0).  Left: unit output ``z = sum_r t_r s_r`` with ``t = region_probabilities(A, B, x, beta)``;
-    right: the probability of the unit's last region ``t[..., -1]`` (for ReLU the active piece,
-    ``sigmoid(eta u)``).
+    For the ReLU MASO: ReLU (beta = 1) -> swish ``u sigmoid(eta u)`` -> SiLU (beta = 1/2) -> ``u / 2`` (beta = 0).
+    Left: unit output ``z = sum_r t_r s_r`` with ``t = region_probabilities(A, B, x, beta)``; right: the
+    probability of the unit's last region ``t[..., -1]`` (for ReLU the active piece, ``sigmoid(eta u)``).
 
     :param layer: a MASO with one unit and one input (``K = 1``, ``D = 1``), e.g.
         ``MASO.from_linear_relu(torch.ones(1, 1), torch.zeros(1))``.
     :param betas: the values of beta in [0, 1] to draw (one curve each).
     :param x: the input grid ``(N, 1)``.
     :param points: optional ``{beta: fit}`` drawn as markers on the curve of that beta; ``fit`` is a
-        :class:`~inference.vq.VQFit` of this layer (e.g. from ``svi_vq``) or a pair ``(x (M, 1), t (M, 1, R))``
-        of inputs and region probabilities found by any inference (e.g. ``vq_map``'s one-hot at beta = 1);
-        the plot computes their outputs ``sum_r t_r s_r``.
+        :class:`~inference.vq.VQFit` of this layer or a pair ``(x (M, 1), t (M, 1, R))`` of inputs and region
+        probabilities found by any inference (e.g. ``vq_map``'s one-hot at beta = 1).
     :param path: save the figure here (format by suffix, written atomically); None: only return it.
     :returns: the matplotlib ``Figure``.
     """
     layer = _check_layer(layer)
     if layer.K != 1 or layer.D != 1:
         raise ValueError(f"layer: expected one unit with one input (K = D = 1), got K = {layer.K}, D = {layer.D}")
-    if isinstance(betas, str | bytes) or not isinstance(betas, Sequence) or len(betas) == 0:
-        raise ValueError(f"betas: expected a non-empty sequence of numbers in [0, 1], got {betas!r}")
-    bs = [_check_beta_value(b, f"betas[{i}]") for i, b in enumerate(betas)]
+    bs = _check_betas(betas)
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != 1 or x.shape[0] < 2:
         raise ValueError(f"x: expected an input grid of shape (N, 1) with N >= 2, got "
                          f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
@@ -178,13 +169,10 @@ def table1_curves(u: torch.Tensor, beta: float = 0.8, *, nu: float = 0.1,
                   pool_with: float = 1.0) -> dict[str, dict[str, dict[str, np.ndarray]]]:
     """Table 1 computed by the library: every MASO layer kind under hard, soft and beta-VQ (Eq 2, 5-6, 7-9).
 
-    Rows (the layers of docs/theory.md §3, built by :class:`~smaso.splines.maso.MASO`'s constructors with W = 1, b = 0):
-    ReLU, leaky ReLU (slope ``nu``), absolute value, max pool and average pool of the pair ``(u, pool_with)``.
-    For each row, the outputs ``z = sum_r t_r s_r`` with ``t`` from
-    :func:`smaso.splines.maso.region_probabilities` at beta = 1 (hard), 1/2 (soft) and ``beta``; and the VQ
-    probability at those three betas: ``t`` of the last region (ReLU, leaky: sigmoid(eta (1 - nu) u)),
-    ``t_2 - t_1`` (absolute value: tanh(eta u)) or the weight of ``u`` in the pool (softmax; 1 for the average
-    pool, whose MASO has R = 1).
+    Rows (:class:`~smaso.splines.maso.MASO`'s constructors with W = 1, b = 0): ReLU, leaky ReLU (slope ``nu``),
+    absolute value, max pool and average pool of the pair ``(u, pool_with)``.  Each row holds the outputs
+    ``z = sum_r t_r s_r`` (``t`` from :func:`~smaso.splines.maso.region_probabilities`) and the VQ probability:
+    ``t`` of the last region (ReLU, leaky), ``t_2 - t_1`` (absolute value) or the weight of ``u`` in the pool.
 
     :param u: the input grid ``(N,)``.
     :param beta: the beta of the beta-VQ column, in (0, 1).
@@ -232,14 +220,10 @@ def plot_table1(u: torch.Tensor, beta: float = 0.8, *, nu: float = 0.1, pool_wit
                 path: str | os.PathLike | None = None, title: str | None = None):
     """Table 1 of *From Hard to Soft* drawn: rows = MASO layer kind, columns = hard / soft / beta-VQ / VQ probability.
 
-    Each panel is a curve computed by :func:`table1_curves` (the library's MASO and beta-VQ), titled with the
-    closed form of Table 1 (docs/theory.md §3); the soft and beta columns repeat the hard curve in grey for reference,
-    the beta column adds the beta -> 0 limit (dotted), and the VQ-probability column draws beta = 1, 1/2 and
-    ``beta`` together.
+    Each panel is a curve of :func:`table1_curves` (same parameters), titled with Table 1's closed form; the soft
+    and beta columns repeat the hard curve in grey, the beta column adds the beta -> 0 limit (dotted), and the
+    VQ-probability column draws beta = 1, 1/2 and ``beta`` together.
 
-    :param u: the input grid ``(N,)``.
-    :param beta: the beta of the beta-VQ column, in (0, 1) (eta = beta / (1 - beta)).
-    :param nu: leaky ReLU slope in [0, 1); ``pool_with``: the constant pooled with u.
     :returns: the matplotlib ``Figure``.
     """
     curves = table1_curves(u, beta, nu=nu, pool_with=pool_with)
@@ -271,9 +255,8 @@ def plot_table1(u: torch.Tensor, beta: float = 0.8, *, nu: float = 0.1, pool_wit
         extra = f" (β = {beta:g}, η = {eta:.3g})" if j == 2 else ""
         axes[0, j].annotate(head + extra, xy=(0.5, 1.32), xycoords="axes fraction", ha="center", fontsize=11,
                             fontweight="bold")
-    axes[0, 3].legend(fontsize=7, loc="upper left")
-    axes[0, 1].legend(fontsize=7, loc="upper left")
-    axes[0, 2].legend(fontsize=7, loc="upper left")
+    for j in (3, 1, 2):
+        axes[0, j].legend(fontsize=7, loc="upper left")
     for ax in axes[-1]:
         ax.set_xlabel("u")
     return finish_figure(fig, path, title)
@@ -284,11 +267,9 @@ def vq_partition(layer: MASO, betas: Sequence[float] = (0.5,), *, extent: Sequen
                  resolution: int = 200) -> dict:
     """The VQ partition of a layer with two inputs over a grid of the input plane (Eq 2 and Eq 7-9).
 
-    Hard VQ: per-unit argmax region ``(H, W, K)`` and the layer's region code ``sum_k r_k R^k`` ``(H, W)`` (an
-    activation pattern for ReLU units).  For each beta: per-unit beta-VQ probabilities ``(H, W, K, R)``
-    (``softmax(eta s)``) and the probability that x's regions are its hard ones, ``prod_k t_k[r_k]`` ``(H, W)``
-    (the units' posteriors are independent in the per-unit SMASO, Eq 3).  Row i of the grids is
-    ``x_2 = ys[i]``, column j is ``x_1 = xs[j]``.
+    Hard VQ: per-unit argmax region and the layer's region code ``sum_k r_k R^k``.  For each beta: per-unit
+    beta-VQ probabilities and the probability that x's regions are its hard ones, ``prod_k t_k[r_k]`` (the
+    per-unit SMASO's posteriors are independent, Eq 3).  Row i of the grids is ``x_2 = ys[i]``, column j is x_1 = xs[j].
 
     :param layer: a MASO with ``D = 2``.
     :param betas: values in [0, 1].
@@ -300,9 +281,7 @@ def vq_partition(layer: MASO, betas: Sequence[float] = (0.5,), *, extent: Sequen
     layer = _check_layer(layer)
     if layer.D != 2:
         raise ValueError(f"layer: expected a layer with 2 inputs (D = 2), got D = {layer.D}")
-    if isinstance(betas, str | bytes) or not isinstance(betas, Sequence) or len(betas) == 0:
-        raise ValueError(f"betas: expected a non-empty sequence of numbers in [0, 1], got {betas!r}")
-    bs = [_check_beta_value(b, f"betas[{i}]") for i, b in enumerate(betas)]
+    bs = _check_betas(betas)
     if (not isinstance(extent, Sequence) or len(extent) != 4 or not all(math.isfinite(float(e)) for e in extent)
             or not (extent[0] < extent[1] and extent[2] < extent[3])):
         raise ValueError(f"extent: expected (x1_min, x1_max, x2_min, x2_max) with min < max, got {extent!r}")
@@ -327,8 +306,7 @@ def vq_partition(layer: MASO, betas: Sequence[float] = (0.5,), *, extent: Sequen
 
 
 def _pattern(code: int, K: int, R: int) -> str:
-    digits = [(code // R ** k) % R for k in range(K)]
-    return "".join(str(d) for d in digits)
+    return "".join(str((code // R ** k) % R) for k in range(K))
 
 
 def plot_vq_partition(layer: MASO, betas: Sequence[float] = (0.5,), *,
@@ -337,17 +315,12 @@ def plot_vq_partition(layer: MASO, betas: Sequence[float] = (0.5,), *,
                       title: str | None = None):
     """The VQ partition of a 2-input layer: hard regions (Eq 2) as a categorical image, beta-VQ probabilities as images.
 
-    Top row: each unit's hard region (its argmax piece) and, last, the layer's partition: one colour per region
-    code, labelled by the units' regions (``"101"``: unit 0 in region 1, unit 1 in region 0, ...; for ReLU units
-    the activation pattern).  One row per beta: each unit's probability of its last region (R = 2: for ReLU the
-    active piece, ``sigmoid(eta u_k)``) or, for R > 2, of its hard region; last, the probability that x lies in
-    its hard region, ``prod_k t_k[r_k]`` (1 deep inside a region, low near every boundary).  Black lines: the
-    units' region boundaries.  Data from :func:`vq_partition`.
+    Top row: each unit's hard region and, last, the layer's partition, one colour per region code labelled by
+    the units' regions (``"101"``: unit 0 in region 1, unit 1 in region 0, ...).  One row per beta: each unit's
+    probability of its last region (R = 2) or of its hard region (R > 2); last, ``prod_k t_k[r_k]``.  Black
+    lines: the units' region boundaries.  Data (and the other parameters) from :func:`vq_partition`.
 
-    :param layer: a MASO with ``D = 2`` (e.g. ``MASO.from_linear_relu(W)`` with ``W`` ``(K, 2)``).
-    :param betas: values in [0, 1], one row each.
-    :param points: optional inputs ``(M, 2)`` marked and numbered on the partition (e.g. the examples whose
-        regions are drawn by ``posterior_region_draws``).
+    :param points: optional inputs ``(M, 2)`` marked and numbered on the partition.
     :returns: the matplotlib ``Figure``.
     """
     data = vq_partition(layer, betas, extent=extent, resolution=resolution)
@@ -416,11 +389,7 @@ def plot_vq_partition(layer: MASO, betas: Sequence[float] = (0.5,), *,
     axes[0, 0].set_ylabel("hard VQ (β = 1)\nx₂", fontsize=9)
     for ax in axes[-1]:
         ax.set_xlabel("x₁")
-    if title:
-        fig.suptitle(title)
-    if path is not None:
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path, title, tight=False)  # constrained layout
 
 
 # ---------------------------------------------------------------------- posterior region draws (ArviZ)
@@ -437,10 +406,9 @@ def plot_region_draws(draws: Mapping[str, object], probs: torch.Tensor, *, regio
                       path: str | os.PathLike | None = None, title: str | None = None):
     """Frequencies of posterior region draws against the closed-form beta-VQ probabilities (Eq 7-9).
 
-    For every (example, unit) pair: the fraction of draws in which ``t == region``, with two of ArviZ's
-    Monte Carlo standard errors (``az.mcse`` of the indicator, which accounts for the chains), next to the
-    exact probability ``probs[..., region]`` (e.g. ``region_probabilities(A, B, x, beta)``).  Bottom: the standardized
-    deviation ``(frequency - p) / mcse``, which should stay within a few units.
+    For every (example, unit) pair: the fraction of draws in which ``t == region`` +- 2 ArviZ Monte Carlo
+    standard errors (``az.mcse``), next to the exact ``probs[..., region]``.  Bottom: ``(frequency - p) / mcse``,
+    which should stay within a few units.
 
     :param draws: ``{label: InferenceData}`` with ``posterior["t"]`` ``(chain, draw, example, unit)`` labels or
         ``(chain, draw, example, unit, region)`` one-hot, e.g. from :func:`inference.vq.posterior_region_draws`

@@ -1,57 +1,33 @@
-"""The beta-VQ family of "From Hard to Soft" (``docs/theory.md`` §3, Table 1) as stable functions.
+"""The beta-VQ family of "From Hard to Soft" (``docs/theory.md`` §3.6, Table 1) as stable functions.
 
 A unit u = <W_k, x> + b_k of a MASO layer picks one of R affine pieces (Eq 1-2, hard VQ).  beta-VQ
 inference (Eq 7-9) replaces the argmax by the region probabilities t = softmax(eta (<A,x> + B)),
-eta = beta / (1 - beta), and outputs z = sum_r t_r (<A_r,x> + B_r).  For the layers of Table 1:
-
-==============  ===============================================  ========================
-unit            beta-VQ output                                   VQ probability
-==============  ===============================================  ========================
-ReLU            u sigma(eta u)  (swish; SiLU at beta = 1/2)     sigma(eta u)
-leaky ReLU nu   u [nu + (1 - nu) sigma(eta (1 - nu) u)]          sigma(eta (1 - nu) u)
-abs value       u tanh(eta u)                                    tanh(eta u) = t2 - t1
-max pool        sum_i softmax(eta x)_i x_i  (softmax pooling)   softmax(eta x)
-==============  ===============================================  ========================
-
+eta = beta / (1 - beta), and outputs z = sum_r t_r (<A_r,x> + B_r): for ReLU, leaky ReLU, the absolute
+value and max pooling, the closed forms of Table 1 (``beta_swish``, ``beta_leaky_relu``, ``beta_abs``,
+``softmax_pool``) and their VQ probabilities (``vq_probability_*``).
 beta = 1 is the hard MASO (ReLU, leaky ReLU, |u|, max) and beta = 0 the linear limit (u / 2,
 (1 + nu) u / 2, 0, the average); both are computed exactly (dedicated branches), not approached.
 
-Numerics.  eta is never formed by dividing by zero: a Python ``beta`` in (0, 1) gives a finite
-eta in float64, clamped to the largest value of the compute dtype, and beta = 0 / 1 take the exact
-branches (a tensor beta of exactly 1 gives eta = the largest float32, hard to rounding).  Inside,
-v = eta u may overflow; it is clamped to the dtype's largest finite value, where sigma and tanh
-are already exactly 0 / +-1, so outputs and input gradients are finite for every finite input, in
-float16, bfloat16, float32 and float64.  float16 and bfloat16 inputs are computed in float32 and
-rounded once at the end.  The gradient with respect to beta (learnable beta) is finite too except
-where it genuinely overflows (|u| beyond about sqrt(dtype max) with a tiny eta).  The VQ
-probabilities' own slope at u = 0 is eta / 4 (eta for tanh), which is unbounded as beta -> 1.
+Numerics.  A Python ``beta`` in (0, 1) gives a finite float64 eta; a tensor beta of exactly 1 gives the
+largest float32.  v = eta u is clamped to the dtype's largest finite value (where sigma and tanh are
+already exactly 0 / +-1), so outputs and input gradients are finite for every finite input; float16 and
+bfloat16 are computed in float32 and rounded once.  The beta gradient overflows only where it must
+(|u| beyond about sqrt(dtype max) with a tiny eta).
 
-Speed.  Elementwise activations are memory-bound on CPU.  The sigmoid-gated units (swish, leaky)
-run as one ``torch.autograd.Function``: forward v = eta u, s = sigma(v), y = s u (the exact value
-``u * torch.sigmoid(eta * u)``, bit for bit); backward is PyTorch's fused ``silu_backward(g, v)``,
-since d/du [u sigma(eta u)] = silu'(eta u) (the identity u sigma(eta u) = silu(eta u) / eta).  Each
-direction allocates one output-sized tensor, as ``F.silu`` does; the other passes run in place.  The
-gradient with respect to eta, when wanted, is sum g (y - nu u)(u - y) = sum g (1-nu)^2 u^2 s (1-s),
-with no division.  ``benchmarks/bench_activations.py`` measures this against ``F.silu``.  beta = 0 / 1
-and beta = 1/2 (``F.silu``) given as Python numbers dispatch to PyTorch's own ops.
+Speed.  The sigmoid-gated units (swish, leaky) are one ``torch.autograd.Function`` whose forward is bit for
+bit ``u * torch.sigmoid(eta * u)`` and whose backward is PyTorch's fused ``silu_backward(g, eta u)``
+(d/du [u sigma(eta u)] = silu'(eta u)); each direction allocates one output-sized tensor, like ``F.silu``
+(``benchmarks/bench_activations.py``).  A Python beta of 0, 1/2 or 1 dispatches to PyTorch's own ops.
 
-Transforms and tracing.  No function here reads a tensor's values on the host in the computation: a
-tensor beta (or eta) stays a tensor, so the activations run on ``meta`` tensors and under
-``torch.compile(fullgraph=True)``, ``torch.export`` and a CUDA stream without a sync.  The one exception
-is the *check* of a tensor beta's range (and the exact-branch dispatch of a 0-dim tensor beta without
-gradient): it is done only for an ordinary eager CPU tensor, where reading it costs no device sync; on
-other devices, under ``torch.func`` or while tracing, a tensor beta is taken as given (the modules of
-:mod:`smaso.splines.modules` check their beta when it is set instead).  The autograd functions use
-``setup_context`` with ``generate_vmap_rule = True``, so ``torch.func.vmap`` / ``grad`` / ``jacrev``
-work, and their backward is written in differentiable tensor ops whenever a graph is being built
-(``create_graph=True``, ``torch.func``, tracing), so double backward (``gradgradcheck``) works; a plain
-first-order backward of ordinary tensors takes the fused in-place path above.  Forward-mode AD (``jvp``,
-``jacfwd``) is not implemented.
+Transforms.  No computation reads a tensor's values on the host, so the activations run on ``meta``
+tensors, under ``torch.compile(fullgraph=True)``, ``torch.export`` and ``torch.func`` (``vmap``, ``grad``,
+``jacrev``; ``setup_context`` + ``generate_vmap_rule``).  A tensor beta's range is checked (and a 0-dim one
+without gradient dispatched exactly) only for an eager plain CPU tensor; elsewhere it is taken as given
+(the modules of :mod:`smaso.splines.modules` check beta when it is set).  When a graph is being built the
+backward is written in differentiable ops (double backward works); forward-mode AD is not implemented.
 
-In place.  ``beta_swish``, ``beta_leaky_relu`` and ``beta_abs`` take ``inplace=True`` like ``F.silu``:
-the result is written into ``u``, which is returned.  Without autograd that saves the output tensor;
-when a gradient is needed (``u`` or beta requires grad) the input is first copied for the backward, as
-PyTorch's own in-place activations do, and a leaf that requires grad is rejected by PyTorch.
+In place.  ``beta_swish``, ``beta_leaky_relu`` and ``beta_abs`` take ``inplace=True`` like ``F.silu``; when
+a gradient is needed the input is first copied for the backward, as PyTorch's in-place activations do.
 """
 
 from __future__ import annotations
@@ -136,12 +112,6 @@ def _eta_tensor(beta: torch.Tensor) -> torch.Tensor:
     return torch.where(below, beta / torch.where(below, 1 - beta, torch.ones_like(beta)), top)
 
 
-def _finite_eta(beta: torch.Tensor) -> torch.Tensor:
-    """:func:`eta_from_beta` (checked), clamped to the largest float32 where beta = 1; the gradient there is zero."""
-    _check_beta(beta)
-    return _eta_tensor(beta)
-
-
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in _HALF_TYPES else dtype
 
@@ -181,25 +151,21 @@ def _gate_coefficient(eta_c, nu: float, top: float):
     return min(eta_c * (1.0 - nu), top)
 
 
-def _sigmoid_gate_forward(uc: torch.Tensor, c, nu: float) -> torch.Tensor:
-    """u [nu + (1 - nu) sigma(c u)] in the dtype of ``uc``, one fresh tensor (the other passes in place)."""
+def _sigmoid_gate_forward(uc: torch.Tensor, c, nu: float, inplace: bool = False) -> torch.Tensor:
+    """u [nu + (1 - nu) sigma(c u)] in the dtype of ``uc``, one fresh tensor (the other passes in place; with
+    ``inplace`` the last one writes into ``uc``: bit for bit the same values)."""
     y = torch.mul(uc, c)  # v = c u (may overflow to +-inf: sigma is exact there)
     y.sigmoid_()
     if nu != 0.0:
         y.mul_(1.0 - nu).add_(nu)
-    return y.mul_(uc)
+    return uc.mul_(y) if inplace else y.mul_(uc)
 
 
 class _SigmoidGate(torch.autograd.Function):
     """y = u [nu + (1 - nu) sigma(c u)], c = eta (1 - nu), for eta in [0, inf) (float or tensor broadcastable to u).
 
-    Memory traffic decides the speed on CPU (a fresh 40 MB output costs about as much as a sigmoid;
-    an in-place pass far less), so each direction allocates one tensor, like ``F.silu``: forward
-    y = sigma(c u) u built in place; backward (first order, plain tensors) recomputes v = c u into one
-    scratch buffer and writes ``silu_backward(g, v)`` into it (the eta gradient, when wanted, uses the same
-    buffer first).  When a graph is being built (double backward, ``torch.func``, tracing) the backward is
-    the same formulas in out-of-place differentiable ops.  ``setup_context`` + ``generate_vmap_rule``:
-    works under ``torch.func.vmap`` / ``grad`` / ``jacrev``.
+    Backward: :func:`_sigmoid_gate_backward_fused` (first order, plain tensors; one scratch buffer) or
+    :func:`_sigmoid_gate_backward_graph` (differentiable ops: double backward, ``torch.func``, tracing).
     """
 
     generate_vmap_rule = True
@@ -291,12 +257,8 @@ def _sigmoid_gate_backward_graph(g, u, eta, nu: float, want_u: bool, want_eta: b
 
 # ---------------------------------------------------------------------- tanh gate (abs)
 class _TanhGate(torch.autograd.Function):
-    """y = u tanh(eta u) for eta in [0, inf) (float or tensor broadcastable to u).
-
-    Forward allocates one tensor; backward recomputes v = eta u and tanh(v) from the saved input (no
-    intermediate is kept), in place for a first-order backward of plain tensors and in differentiable ops
-    otherwise.  ``setup_context`` + ``generate_vmap_rule``, like :class:`_SigmoidGate`.
-    """
+    """y = u tanh(eta u) for eta in [0, inf) (float or tensor broadcastable to u); backward as :class:`_SigmoidGate`'s,
+    recomputing v = eta u and tanh(v) from the saved input."""
 
     generate_vmap_rule = True
 
@@ -362,13 +324,11 @@ def _write_back(u: torch.Tensor, fn, eta, *args) -> torch.Tensor:
 def _swish_eta(u: torch.Tensor, eta, inplace: bool = False) -> torch.Tensor:
     """u sigma(eta u) for eta = beta / (1 - beta) in [0, inf] given directly (float or tensor)."""
     if not isinstance(eta, torch.Tensor):
-        if eta == 0.0:
-            return u.mul_(0.5) if inplace else u * 0.5
         if math.isinf(eta):
             return torch.relu_(u) if inplace else torch.relu(u)
         if eta == 1.0:
             return F.silu(u, inplace=inplace)
-    return _leaky_eta(u, eta, 0.0, inplace)
+    return _leaky_eta(u, eta, 0.0, inplace)  # eta = 0: u / 2 there
 
 
 def _leaky_eta(u: torch.Tensor, eta, nu: float, inplace: bool = False) -> torch.Tensor:
@@ -383,12 +343,7 @@ def _leaky_eta(u: torch.Tensor, eta, nu: float, inplace: bool = False) -> torch.
     if _needs_graph(u, eta) or u.dtype in _HALF_TYPES:
         return _write_back(u, _SigmoidGate.apply, eta, nu)
     cdt = _compute_dtype(u.dtype)
-    c = _gate_coefficient(_eta_operand(eta, cdt), nu, torch.finfo(cdt).max)
-    s = torch.mul(u, c)  # the same passes as the forward, the last one into u: bit for bit the same values
-    s.sigmoid_()
-    if nu != 0.0:
-        s.mul_(1.0 - nu).add_(nu)
-    return u.mul_(s)
+    return _sigmoid_gate_forward(u, _gate_coefficient(_eta_operand(eta, cdt), nu, torch.finfo(cdt).max), nu, True)
 
 
 def _abs_eta(u: torch.Tensor, eta, inplace: bool = False) -> torch.Tensor:
@@ -397,9 +352,7 @@ def _abs_eta(u: torch.Tensor, eta, inplace: bool = False) -> torch.Tensor:
             return u.mul_(0.0) if inplace else u * 0.0  # zeros that keep the graph (gradient 0)
         if math.isinf(eta):
             return torch.abs_(u) if inplace else torch.abs(u)
-    if inplace:
-        return _write_back(u, _TanhGate.apply, eta)
-    return _TanhGate.apply(u, eta)
+    return _write_back(u, _TanhGate.apply, eta) if inplace else _TanhGate.apply(u, eta)
 
 
 def _eta_arg(beta):
@@ -407,16 +360,13 @@ def _eta_arg(beta):
 
     A tensor beta's values are checked (and a 0-dim one read) only where that costs no device sync and
     breaks no trace (:func:`_host_readable`); elsewhere it is used as given, with no host read."""
-    if isinstance(beta, torch.Tensor):
-        if not beta.is_floating_point():
-            raise TypeError(f"beta: expected a floating-point tensor, got dtype {beta.dtype}")
-        if _host_readable(beta):
-            _check_beta(beta)
-            if beta.dim() == 0 and not beta.requires_grad:
-                return eta_from_beta(float(beta))
-        return _eta_tensor(beta)
-    _check_beta(beta)
-    return eta_from_beta(float(beta))
+    if not isinstance(beta, torch.Tensor) or _host_readable(beta):
+        _check_beta(beta)
+        if not isinstance(beta, torch.Tensor) or (beta.dim() == 0 and not beta.requires_grad):
+            return eta_from_beta(float(beta))
+    elif not beta.is_floating_point():
+        raise TypeError(f"beta: expected a floating-point tensor, got dtype {beta.dtype}")
+    return _eta_tensor(beta)
 
 
 def _check_nu(nu) -> float:
@@ -503,28 +453,38 @@ def softmax_pool1d(x: torch.Tensor, kernel_size: int, stride: int | None = None,
         raise ValueError(f"kernel_size: expected a positive int, got {kernel_size!r}")
     if not isinstance(stride, int) or stride < 1:
         raise ValueError(f"stride: expected a positive int, got {stride!r}")
+    return softmax_pool(_pool1d_windows(x, kernel_size, stride, "x"), beta, dim=-1)
+
+
+def _pool1d_windows(x: torch.Tensor, kernel_size: int, stride: int, name: str) -> torch.Tensor:
+    """``x`` ``(N, C, L)`` or ``(C, L)`` unfolded into windows ``(..., L_out, kernel_size)``, shape checked."""
     if x.dim() not in (2, 3):
-        raise ValueError(f"x: expected shape (N, C, L) or (C, L), got {tuple(x.shape)}")
+        raise ValueError(f"{name}: expected shape (N, C, L) or (C, L), got {tuple(x.shape)}")
     if x.shape[-1] < kernel_size:
         raise ValueError(f"kernel_size: {kernel_size} is longer than the input length {x.shape[-1]}")
-    return softmax_pool(x.unfold(-1, kernel_size, stride), beta, dim=-1)
+    return x.unfold(-1, kernel_size, stride)
 
 
 # ---------------------------------------------------------------------- VQ probability layers
+def _gate_probability(u: torch.Tensor, beta, gate, hard) -> torch.Tensor:
+    """gate(eta u) in the compute dtype; ``hard(u)`` at beta = 1 and ``gate(u)`` itself at beta = 1/2."""
+    eta = _eta_arg(beta)
+    if not isinstance(eta, torch.Tensor):
+        if math.isinf(eta):
+            return hard(u)
+        if eta == 1.0:
+            return gate(u)
+    cdt = _compute_dtype(u.dtype)
+    v = u.to(cdt) * _eta_operand(eta, cdt)
+    return gate(v).to(u.dtype)
+
+
 def vq_probability_relu(u: torch.Tensor, beta=0.5) -> torch.Tensor:
     """Region probability of the ReLU MASO's active piece, t2 = sigma(eta u) (Table 1: the sigmoid).
 
     beta = 1/2 is ``torch.sigmoid``; beta = 1 the hard VQ indicator (1/2 at the tie u = 0); beta = 0: 1/2.
     """
-    eta = _eta_arg(beta)
-    if not isinstance(eta, torch.Tensor):
-        if math.isinf(eta):
-            return (torch.sign(u) + 1) / 2  # 1, 1/2 at the tie, 0; zero gradient
-        if eta == 1.0:
-            return torch.sigmoid(u)
-    cdt = _compute_dtype(u.dtype)
-    v = u.to(cdt) * _eta_operand(eta, cdt)
-    return torch.sigmoid(v).to(u.dtype)
+    return _gate_probability(u, beta, torch.sigmoid, lambda v: (torch.sign(v) + 1) / 2)  # hard: zero gradient
 
 
 def vq_probability_leaky_relu(u: torch.Tensor, beta=0.5, nu: float = 0.01) -> torch.Tensor:
@@ -540,15 +500,7 @@ def vq_probability_leaky_relu(u: torch.Tensor, beta=0.5, nu: float = 0.01) -> to
 
 def vq_probability_abs(u: torch.Tensor, beta=0.5) -> torch.Tensor:
     """t2 - t1 of the absolute value's two pieces, tanh(eta u) (Table 1: tanh); beta = 1: sign(u); beta = 0: 0."""
-    eta = _eta_arg(beta)
-    if not isinstance(eta, torch.Tensor):
-        if math.isinf(eta):
-            return torch.sign(u)
-        if eta == 1.0:
-            return torch.tanh(u)
-    cdt = _compute_dtype(u.dtype)
-    v = u.to(cdt) * _eta_operand(eta, cdt)
-    return torch.tanh(v).to(u.dtype)
+    return _gate_probability(u, beta, torch.tanh, torch.sign)
 
 
 def vq_probability_pool(x: torch.Tensor, beta=0.5, dim: int = -1) -> torch.Tensor:

@@ -5,14 +5,8 @@ A MASO with slopes A ``(K, R, D)`` and offsets B ``(K, R)`` maps x in R^D to z i
     [z]_k = max_r ( <A[k,r,:], x> + B[k,r] )                                   (Eq 1)
 
 and its hard VQ (Eq 2) is the one-hot t[k,:] of that argmax, z_k = sum_r t[k,r] (<A[k,r],x> + B[k,r]).
-Layers as MASOs (u = <W_k, x> + b_k):
-
-- ReLU (R = 2):        (A, B)[k,0] = (0, 0),          (A, B)[k,1] = (W_k, b_k)
-- leaky ReLU nu:       (A, B)[k,0] = (nu W_k, nu b_k), (A, B)[k,1] = (W_k, b_k)
-- absolute value:      (A, B)[k,0] = (-W_k, -b_k),    (A, B)[k,1] = (W_k, b_k)
-- max pool over R_k:   A[k,r,:] = e_{i_r} for i_r in R_k, B = 0 (channel pooling: R_k a group of channels)
-- average pool:        R = 1, A[k,0,:] = mean of e_i over R_k, B = 0
-
+The ``MASO.from_linear_*``, ``max_pool`` and ``avg_pool`` constructors write ReLU, leaky ReLU, absolute value,
+max (or channel) pooling and average pooling exactly as MASOs.
 Pooling acts on a flattened input: a ``(C, L)`` feature map is x = ``x.reshape(N, C * L)`` (channel c,
 position l at index c * L + l), and :func:`pool_windows_1d` / :func:`channel_pool_windows` list the
 index sets in the order of ``F.max_pool1d(x).reshape(N, -1)`` / the pooled channels.

@@ -8,24 +8,16 @@ Per-unit mixture (Eq 3), one Gaussian mixture per unit::
 
     t_k ~ Categorical(pi[k, :]),    x | t_k = r ~ Normal(A[k, r, :], sigma^2 I)
 
-:func:`unit_mixture_model` writes it with a plate over examples (dim -2) and a plate over units
-(dim -1): site ``"t"`` has batch shape ``(N, K)``, site ``"x"`` has batch shape ``(N, K)`` and event
-shape ``(D,)``.  Each unit is its *own* model of x: an observed ``x`` ``(N, D)`` is shown to every
-unit (broadcast to ``(N, 1, D)``), and a sampled ``x`` is ``(N, K, D)``, one draw per unit (an observed
-``(N, K, D)`` gives each unit its own data).  Its
-posterior is ``p(t_k = r | x) = softmax_r((<A[k, r], x> + B[k, r]) / sigma^2)`` when
-``pi = pi_from_offsets(A, B, sigma)``, so its MAP is the MASO argmax (hard VQ).
+Each unit is its *own* model of x (:func:`unit_mixture_model`: an observed ``x`` ``(N, D)`` is shown to
+every unit, a sampled one is ``(N, K, D)``).  With ``pi = pi_from_offsets(A, B, sigma)`` its posterior is
+``p(t_k = r | x) = softmax_r((<A[k, r], x> + B[k, r]) / sigma^2)``, so its MAP is the MASO argmax (hard VQ).
 
 Factorial mixture (Eq 10), the whole layer explains x together::
 
     t_k ~ Categorical(pi[k, :]) independently,    x = sum_k A[k, t_k, :] + eps,    eps ~ Normal(0, sigma^2 I)
 
-:func:`factorial_mixture_model` writes it in two layouts: ``"plate"`` (site ``"t"`` under the unit
-plate, batch ``(N, K)``; ``"x"`` outside the unit plate, value ``(N, 1, D)``), the fast
-layout for sampling, ``Predictive``, traces and SVI with sampled guides; and ``"sequential"`` (one
-site ``"t_<k>"`` per unit, batch ``(N,)``), which ``TraceEnum_ELBO`` and ``infer_discrete`` can
-enumerate (a site outside a plate cannot depend on enumerated values inside it, so the plate
-layout cannot be enumerated; the sequential one costs R^K joint configurations).
+:func:`factorial_mixture_model` writes it in a ``"plate"`` layout (fast for sampling, ``Predictive`` and SVI)
+and a ``"sequential"`` one that ``TraceEnum_ELBO`` and ``infer_discrete`` can enumerate (R^K configurations).
 
 Conversions (docs/theory.md §3, below Eq 3), with ``||A||^2`` the squared norm over D:
 
@@ -114,8 +106,7 @@ def check_pi(pi: torch.Tensor, A: torch.Tensor, atol: float = 1e-5) -> None:
 def check_x(x: torch.Tensor, A: torch.Tensor, name: str = "x", *, finite: bool = False) -> None:
     """Raise ``ValueError`` unless ``x`` is ``(N, D)`` with A's D (and, with ``finite``, it and A finite).
 
-    ``finite`` is for the inference routines (MAP, posteriors): a NaN score would otherwise pick
-    region 0 silently.  It costs a device sync, so the modules' forward passes leave it off.
+    ``finite`` (a device sync) is for the inference routines, where a NaN score would pick region 0 silently.
     """
     if not isinstance(x, torch.Tensor):
         raise ValueError(f"{name}: expected a torch.Tensor (N, D), got {type(x).__name__}")
@@ -144,10 +135,7 @@ def _per_unit(sigma: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma=1.0) -> torch.Tensor:
     """Region priors of the SMASO whose MAP is the MASO (A, B): ``softmax((B + 1/2 ||A||^2) / sigma^2)``.
 
-    :param A: slopes ``(K, R, D)``.
-    :param B: offsets ``(K, R)``.
-    :param sigma: noise standard deviation, positive scalar or ``(K,)``.
-    :returns: ``pi`` ``(K, R)``, rows on the simplex.
+    ``A`` ``(K, R, D)``, ``B`` ``(K, R)``, ``sigma`` a positive scalar or ``(K,)``; returns ``pi`` ``(K, R)``.
     """
     check_maso(A, B)
     s2 = _per_unit(check_sigma(sigma, A.shape[0], device=A.device), A) ** 2
@@ -161,10 +149,7 @@ def offsets_from_pi(A: torch.Tensor, pi: torch.Tensor, sigma=1.0) -> torch.Tenso
     :func:`pi_from_offsets`); this is the representative with that constant 0.  ``pi = 0`` gives
     ``-inf`` (a region that is never chosen).
 
-    :param A: slopes ``(K, R, D)``.
-    :param pi: region priors ``(K, R)``.
-    :param sigma: noise standard deviation, positive scalar or ``(K,)``.
-    :returns: ``B`` ``(K, R)``.
+    ``A`` ``(K, R, D)``, ``pi`` ``(K, R)``, ``sigma`` a positive scalar or ``(K,)``; returns ``B`` ``(K, R)``.
     """
     check_maso(A)
     check_pi(pi, A)
@@ -218,27 +203,23 @@ def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0, x: t
                        log_pi: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The per-unit SMASO (Eq 3): one Gaussian mixture of x per unit, as a Pyro model.
 
-    Plates: ``"data"`` (N, dim -2) and ``"units"`` (K, dim -1).  Sites: ``"t"`` (region of every
-    unit, ``Categorical(pi[k])``, batch ``(N, K)``) and ``"x"`` (``Normal(A[k, t_k], sigma^2 I)``,
-    batch ``(N, K)``, event ``(D,)``); see the module docstring for how x is shared by the units.
-    Enumerable (``config_enumerate`` + ``TraceEnum_ELBO(max_plate_nesting=2)``, ``infer_discrete``
-    with ``first_available_dim=-3``); outer plates (e.g. particles at dim -3) broadcast.
+    Plates ``"data"`` (N, dim -2) and ``"units"`` (K, dim -1); sites ``"t"`` (``Categorical(pi[k])``, batch
+    ``(N, K)``) and ``"x"`` (``Normal(A[k, t_k], sigma^2 I)``, batch ``(N, K)``, event ``(D,)``).  Enumerable
+    (``TraceEnum_ELBO(max_plate_nesting=2)``, ``infer_discrete(first_available_dim=-3)``); outer plates broadcast.
 
     :param A: slopes ``(K, R, D)`` (the means of the components).
     :param pi: region priors ``(K, R)`` (e.g. :func:`pi_from_offsets`), or None with ``log_pi``.
     :param sigma: noise standard deviation, positive scalar or ``(K,)``.
-    :param x: optional observed inputs: ``(N, D)``, shown to every unit, or ``(N, K, D)``, one dataset per unit
-        (the shape of a sampled ``x``, so a draw of the model can be conditioned on as it is).
+    :param x: optional observed inputs: ``(N, D)``, shown to every unit, or ``(N, K, D)`` (a sampled ``x``).
     :param num_examples: N when x is not given.
-    :param log_pi: log region priors ``(K, R)`` instead of ``pi`` (e.g. :func:`log_pi_from_offsets`: at small
-        sigma, ``pi`` underflows to exact zeros that the log form keeps finite).
+    :param log_pi: log region priors ``(K, R)`` instead of ``pi`` (:func:`log_pi_from_offsets`: finite where
+        ``pi`` underflows at small sigma).
     :returns: ``{"t": ..., "x": ...}``.
     """
     check_maso(A)
     pi, log_pi = _check_prior(pi, log_pi, A)
     K = A.shape[0]
-    sig = check_sigma(sigma, K, device=A.device).to(dtype=A.dtype, device=A.device)
-    sig = sig[:, None] if sig.dim() == 1 else sig  # (K, 1) against the (K, D) means
+    sig = _per_unit(check_sigma(sigma, K, device=A.device), A)  # (K, 1) against the (K, D) means
     per_unit = isinstance(x, torch.Tensor) and x.dim() == 3
     if per_unit:  # one dataset per unit, the shape the model samples
         if tuple(x.shape[1:]) != (K, A.shape[2]):
@@ -261,14 +242,13 @@ def factorial_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0,
                             log_pi: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The factorial SMASO of a whole layer (Eq 10) as a Pyro model.
 
-    ``layout="plate"``: plates ``"data"`` (N, dim -2) and ``"units"`` (K, dim -1) around site
-    ``"t"`` (batch ``(N, K)``); site ``"x"`` ~ ``Normal(sum_k A[k, t_k], sigma^2 I)`` under the data
-    plate only (site value ``(N, 1, D)``: batch ``(N, 1)``, event ``(D,)``).  Not enumerable (x depends
-    on every unit of the plate).
+    ``layout="plate"``: plates ``"data"`` (N, dim -2) and ``"units"`` (K, dim -1) around site ``"t"`` (batch
+    ``(N, K)``); ``"x"`` ~ ``Normal(sum_k A[k, t_k], sigma^2 I)`` under the data plate only (value ``(N, 1, D)``).
+    Not enumerable (x depends on every unit of the plate).
 
-    ``layout="sequential"``: plate ``"data"`` (N, dim -1), sites ``"t_0"``, ..., ``"t_<K-1>"`` (batch
-    ``(N,)``) then ``"x"``; enumerable (``TraceEnum_ELBO(max_plate_nesting=1)``, ``infer_discrete``
-    with ``first_available_dim=-2``) for small K: the cost is R^K joint configurations.
+    ``layout="sequential"``: plate ``"data"`` (N, dim -1), sites ``"t_0"``, ..., ``"t_<K-1>"`` (batch ``(N,)``)
+    then ``"x"``; enumerable (``TraceEnum_ELBO(max_plate_nesting=1)``, ``infer_discrete(first_available_dim=-2)``)
+    at a cost of R^K joint configurations.
 
     :param A: slopes ``(K, R, D)``.
     :param pi: region priors ``(K, R)``, or None with ``log_pi``.

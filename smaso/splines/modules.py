@@ -6,37 +6,24 @@ Each module is the functional of :mod:`smaso.splines.functional` with its beta h
 ``vq_probability_abs``, ``VQSoftmax`` / ``vq_probability_pool``):
 
 - fixed beta (``learnable=False``, the default): a float64 buffer ``beta_value`` (shape ``()``, or ``(C,)``
-  with ``num_channels=C``), any value in [0, 1]; beta = 0 / 1 are the exact linear / hard limits and
-  ``BetaSwish(0.5)`` *is* ``F.silu``.  A fixed beta is a constant of the layer, not a weight: casting the
-  module (``.half()``, ``.to(torch.float32)``) moves it to the new device but keeps its exact float64
-  value, so a cast never changes which activation the module computes (the computation itself runs in
-  the input's dtype, float32 for float16 / bfloat16 inputs).
-- learnable beta (``learnable=True``): a parameter ``theta`` = logit(beta) = log(eta) (shape ``()`` per
-  layer or ``(C,)`` per channel), so beta = sigmoid(theta) lies in (0, 1) for every theta and
-  eta = beta / (1 - beta) = exp(theta) needs no division.  This plain logit parameter is used rather than
-  ``torch.nn.utils.parametrize`` because the kernels want eta, not beta, and exp(theta) is its exact,
-  cheapest form; ``module.beta`` reads beta back.  The initial beta must lie strictly inside (0, 1).
-  Like every ``nn.Module`` parameter, ``theta`` is made with the ``dtype`` / ``device`` factory arguments
-  (default: ``torch.get_default_dtype()``) and follows the module when it is cast.  eta is computed from
-  theta in float32 for a float16 / bfloat16 theta (in theta's dtype otherwise), so a half-precision
-  learnable beta neither overflows nor loses its gradient.
+  with ``num_channels=C``), any value in [0, 1] (0 / 1: the exact limits; ``BetaSwish(0.5)`` *is*
+  ``F.silu``).  It is a constant of the layer, not a weight: a cast (``.half()``) moves it but keeps its
+  float64 value, so a cast never changes the activation (computed in the input's dtype, float32 for
+  float16 / bfloat16 inputs).
+- learnable beta (``learnable=True``): a parameter ``theta`` = logit(beta) = log(eta) (shape ``()`` or
+  ``(C,)``, with the ``dtype`` / ``device`` factory arguments), so beta = sigmoid(theta) lies in (0, 1) and
+  eta = exp(theta) needs no division (computed in float32 for a half-precision theta); ``module.beta``
+  reads beta back.  The initial beta must lie strictly inside (0, 1).
 
-No host sync in forward.  A forward never reads a tensor's values on the host (no ``.item()`` /
-``float()``), so the modules run on ``meta`` tensors, under ``torch.compile(fullgraph=True)``,
-``torch.export`` and ``torch.func`` (``vmap``, ``grad``, ``jacrev``, ``functional_call``), and on CUDA
-without a sync per call.  beta is checked (in [0, 1], strictly inside for a learnable one) where it is
-set: at construction, by assigning ``module.beta = value`` and by ``load_state_dict``.  For a per-layer
-fixed beta the module also keeps the value it was set to as a Python float, used to dispatch the exact
-branches (0, 1/2, 1) and compiled in as a constant; that float is tied to the buffer it was read from
-(the same tensor, unmodified: its version counter), so a buffer edited in place or swapped (e.g. by
-``torch.func.functional_call``) is used as a tensor instead, with no host read.  Under ``torch.compile``
-that float is a constant of the graph (guarded: assigning ``module.beta`` recompiles); the version check
-is an eager-mode safety net only.
+No host sync in forward (so ``meta`` tensors, ``torch.compile(fullgraph=True)``, ``torch.export``,
+``torch.func`` and CUDA work): beta is checked where it is set (construction, ``module.beta = value``,
+``load_state_dict``).  A per-layer fixed beta is also kept as a Python float, tied to its buffer's version
+counter, to dispatch the exact branches (0, 1/2, 1); a buffer edited in place or swapped (e.g. by
+``torch.func.functional_call``) is used as a tensor instead.
 
 ``inplace=True`` (``BetaSwish``, ``BetaLeakyReLU``, ``BetaAbs``) writes the result into the input, as in
-``nn.SiLU(inplace=True)``.
-
-Per-channel beta broadcasts along dim 1 of an ``(N, C, *)`` input, like ``nn.BatchNorm``.
+``nn.SiLU(inplace=True)``.  Per-channel beta broadcasts along dim 1 of an ``(N, C, *)`` input, like
+``nn.BatchNorm``.
 """
 
 from __future__ import annotations
@@ -54,6 +41,7 @@ from smaso.splines.functional import (
     _compute_dtype,
     _eta_tensor,
     _leaky_eta,
+    _pool1d_windows,
     _softmax_pool_eta,
     _swish_eta,
     eta_from_beta,
@@ -244,7 +232,6 @@ class BetaSwish(_PointwiseBetaModule):
         >>> y = m(torch.randn(4, 3))
     """
 
-
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return _swish_eta(input, self._eta(input), self.inplace)
 
@@ -281,7 +268,6 @@ class BetaAbs(_PointwiseBetaModule):
     :param inplace: write the result into the input.
     """
 
-
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         return _abs_eta(input, self._eta(input), self.inplace)
 
@@ -290,9 +276,7 @@ class SoftmaxPool1d(_BetaModule):
     """beta-VQ max pooling over 1-D windows of the last dimension (Table 1: softmax pooling).
 
     Each window of ``kernel_size`` entries (step ``stride``, default ``kernel_size``, no padding) gives
-    sum_i softmax(eta x)_i x_i.  beta = 1 is ``nn.MaxPool1d(kernel_size, stride)``, beta = 0
-    ``nn.AvgPool1d(kernel_size, stride)``.  Functional: ``softmax_pool1d`` (no ``inplace``: the output
-    has another shape).
+    sum_i softmax(eta x)_i x_i; beta = 1 is ``nn.MaxPool1d``, beta = 0 ``nn.AvgPool1d``; functional: ``softmax_pool1d``.
 
     Shape: input ``(N, C, L)`` or ``(C, L)``; output ``(..., L_out)``, L_out = (L - kernel_size) // stride + 1.
     """
@@ -308,11 +292,7 @@ class SoftmaxPool1d(_BetaModule):
         self.kernel_size, self.stride = kernel_size, stride
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        if input.dim() not in (2, 3):
-            raise ValueError(f"input: expected shape (N, C, L) or (C, L), got {tuple(input.shape)}")
-        if input.shape[-1] < self.kernel_size:
-            raise ValueError(f"kernel_size: {self.kernel_size} is longer than the input length {input.shape[-1]}")
-        windows = input.unfold(-1, self.kernel_size, self.stride)
+        windows = _pool1d_windows(input, self.kernel_size, self.stride, "input")
         return _softmax_pool_eta(windows, self._eta(windows), dim=-1)
 
     def extra_repr(self) -> str:

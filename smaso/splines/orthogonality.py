@@ -3,27 +3,18 @@
 Eq 11 asks <A[k,r,:], A[k',r',:]> = 0 for every pair of different units k != k' and all pieces r, r';
 then the factorial mixture's joint MAP splits into the K per-unit MAPs (the layer's MASO).  For a
 fully connected ReLU layer (pieces 0 and W_k) it says: the rows of W are mutually orthogonal, which
-needs K <= D.  Tools:
-
-- :func:`orthogonality_penalty`: the paper's lambda sum_{k != k'} sum_{r,r'} <A[k,r], A[k',r']>^2 (added
-  to the loss in its experiment, lambda = 1); differentiable.
-- :func:`orthogonality_defect`: how far from Eq 11 -- the penalty, the penalty normalized by
-  sum_{k != k'} sum_{r,r'} |A[k,r]|^2 |A[k',r']|^2 (a weighted mean of squared cosines, in [0, 1]: 0 iff
-  Eq 11 holds, 1 iff all pieces are parallel), and the max |cosine| between pieces of different units.
-- :func:`gram_schmidt` / :class:`GramSchmidt` / :func:`register_gram_schmidt`: the authors' exact
-  alternative, unnormalized classical Gram-Schmidt of the rows (each row keeps its own length),
-  differentiable, as a ``torch.nn.utils.parametrize`` parametrization of a ``Linear`` or convolution weight.
-- :func:`register_orthogonal`: PyTorch's own ``torch.nn.utils.parametrizations.orthogonal`` (orthonormal
-  rows; maintained upstream, numerically the safer choice) wired to the same convention.
-- :func:`model_orthogonality_penalty`: the penalty summed over the ``Linear`` and convolution layers of a model.
+needs K <= D.  :func:`orthogonality_penalty` is the paper's lambda sum_{k != k'} sum_{r,r'} <A[k,r], A[k',r']>^2
+(lambda = 1 in its experiment), :func:`orthogonality_defect` measures the distance from Eq 11,
+:func:`register_gram_schmidt` (the authors' unnormalized Gram-Schmidt) and :func:`register_orthogonal` (PyTorch's
+orthonormal ``orthogonal``) reparametrize a weight, and :func:`model_orthogonality_penalty` sums the penalty
+over a model's ``Linear`` and convolution layers.
 
 Convolutions.  A convolution weight ``(K, C, kh, kw)`` (any ``nn.Conv1d/2d/3d``) is treated as its K
 *filters* flattened to rows ``(K, C*kh*kw)``: the penalty, Gram-Schmidt and ``orthogonal`` act on those
 rows, so the filters become mutually orthogonal (K <= C*kh*kw needed, as K <= D for a ``Linear``).  That is
 the usual "orthogonal filters" of a CNN.  It is not all of Eq 11 for the layer's convolution matrix,
-whose rows are the shifted copies of the filters: shifted copies of one filter, or of two filters,
-overlap and are not orthogonal in general (the paper's Appendix E.4 asks for non-overlapping or
-apodized filters for that).
+whose rows are the shifted copies of the filters (not orthogonal in general; the paper's Appendix E.4
+asks for non-overlapping or apodized filters for that).
 
 Classical Gram-Schmidt loses orthogonality in floating point when the rows are nearly dependent
 (error ~ eps * cond(W)^2); check :func:`orthogonality_defect` or prefer :func:`register_orthogonal`.
@@ -120,9 +111,8 @@ def orthogonality_defect(A) -> OrthogonalityDefect:
         scale = (torch.outer(sq, sq) * cross).sum()
         norms = sq.clamp(min=0).sqrt()
         nonzero = norms > 0
-        denom = torch.outer(torch.where(nonzero, norms, torch.ones_like(norms)),
-                            torch.where(nonzero, norms, torch.ones_like(norms)))
-        cos = (gram / denom) * (cross & nonzero[:, None] & nonzero[None, :])
+        safe = torch.where(nonzero, norms, torch.ones_like(norms))
+        cos = (gram / torch.outer(safe, safe)) * (cross & nonzero[:, None] & nonzero[None, :])
         relative = float(penalty / scale) if float(scale) > 0 else 0.0
         return OrthogonalityDefect(float(penalty), relative, float(cos.abs().max()) if cos.numel() else 0.0)
 
@@ -170,11 +160,8 @@ class GramSchmidt(nn.Module):
 
 
 class _FlattenedFilters(nn.Module):
-    """A matrix parametrization (``inner``) applied to a convolution weight's filters flattened to rows.
-
-    The stored original is the ``(K, C*kh*kw)`` matrix ``inner`` parametrizes; ``forward`` reshapes
-    ``inner``'s output back to the weight's ``shape``.
-    """
+    """A matrix parametrization ``inner`` of a convolution weight's filters flattened to rows ``(K, C*kh*kw)``
+    (the stored original), its output reshaped back to the weight's ``shape``."""
 
     def __init__(self, inner: nn.Module, shape: torch.Size) -> None:
         super().__init__()
@@ -219,10 +206,8 @@ def _check_linear(module: nn.Module, name: str) -> torch.Tensor:
 def register_gram_schmidt(module: nn.Module, name: str = "weight") -> nn.Module:
     """Reparametrize ``module.<name>`` (e.g. ``nn.Linear.weight``) by :class:`GramSchmidt`; returns ``module``.
 
-    The stored ``module.parametrizations.<name>.original`` is what the optimizer updates; reading
-    ``module.<name>`` gives its Gram-Schmidt rows.  For a convolution (``nn.Conv1d/2d/3d``) the filters,
-    flattened to rows ``(out_channels, in_channels/groups * kernel size)``, are orthogonalized (the
-    stored original keeps the weight's shape).
+    The optimizer updates ``module.parametrizations.<name>.original``; ``module.<name>`` reads its Gram-Schmidt
+    rows.  For a convolution the filters, flattened to rows, are orthogonalized (the original keeps its shape).
     :raises ValueError: out_features > in_features (for a convolution: more filters than filter entries).
     """
     _check_linear(module, name)
@@ -233,18 +218,11 @@ def register_gram_schmidt(module: nn.Module, name: str = "weight") -> nn.Module:
 def register_orthogonal(module: nn.Module, name: str = "weight", **kwargs) -> nn.Module:
     """PyTorch's ``torch.nn.utils.parametrizations.orthogonal`` on ``module.<name>``: orthonormal rows.
 
-    ``kwargs`` go to ``orthogonal`` (``orthogonal_map``, ``use_trivialization``).  Rows have unit norm
-    (unlike :func:`register_gram_schmidt`); follow the layer by a scale if the norms matter.
-
-    For a convolution (``nn.Conv1d/2d/3d``, weight ``(K, C, *kernel)``) the K filters flattened to rows
-    ``(K, C*prod(kernel))`` are made orthonormal: PyTorch's ``orthogonal`` parametrizes that matrix (its
-    stored original is ``(K, C*prod(kernel))``) and the result is reshaped to the weight.  (Applied to the
-    4-D weight directly, ``orthogonal`` would treat it as a batch of ``kh x kw`` matrices.)
-
-    ``orthogonal`` itself, given more rows than columns, makes the *columns* orthonormal (a semi-orthogonal
-    matrix whose rows are not mutually orthogonal); that is not Eq 11, so this function refuses it.  The
-    initialization of a non-square matrix draws from torch's global RNG (``torch.randn``), as
-    ``orthogonal`` does; wrap the call in ``torch.random.fork_rng()`` to leave the global state alone.
+    ``kwargs`` go to ``orthogonal`` (``orthogonal_map``, ``use_trivialization``).  Rows have unit norm (unlike
+    :func:`register_gram_schmidt`).  For a convolution the filters flattened to rows ``(K, C*prod(kernel))``
+    are parametrized (applied to the 4-D weight, ``orthogonal`` would treat it as a batch of ``kh x kw``
+    matrices).  Given more rows than columns ``orthogonal`` makes the *columns* orthonormal, which is not
+    Eq 11, so this function refuses it.  A non-square initialization draws from torch's global RNG.
     :raises ValueError: out_features > in_features (for a convolution: out_channels > C*prod(kernel)).
     """
     W = _check_linear(module, name)
@@ -263,11 +241,6 @@ def model_orthogonality_penalty(model: nn.Module, lam: float = 1.0) -> torch.Ten
     """Sum of :func:`orthogonality_penalty` over the weights of every ``nn.Linear`` and convolution
     (``nn.Conv1d/2d/3d``, filters flattened to rows ``(out_channels, in_channels/groups * kernel size)``)
     in ``model``; a model with neither gives 0."""
-    total = None
-    for m in model.modules():
-        if isinstance(m, nn.Linear) or _is_conv(m):
-            p = orthogonality_penalty(m.weight.flatten(1), lam)
-            total = p if total is None else total + p
-    if total is None:
-        return torch.zeros(())
-    return total
+    terms = [orthogonality_penalty(m.weight.flatten(1), lam) for m in model.modules()
+             if isinstance(m, nn.Linear) or _is_conv(m)]
+    return sum(terms[1:], terms[0]) if terms else torch.zeros(())

@@ -57,14 +57,13 @@ class Activation:
 
         :param out: write it here (a tensor of u's shape and dtype, e.g. a slot of a stacked buffer).
         """
+        if self.name == "relu" or (self.name == "swish" and self.beta == 1.0):
+            # the 0/1 gate in u's dtype, one pass, without a bool temporary
+            return torch.gt(u, 0, out=torch.empty_like(u) if out is None else out)
         if out is not None:
-            if self.name == "relu" or (self.name == "swish" and self.beta == 1.0):
-                return torch.gt(u, 0, out=out)  # the 0/1 gate in u's dtype, one pass
             return out.copy_(self.slope(u))
         if self.name == "linear":
             return torch.ones_like(u)
-        if self.name == "relu" or (self.name == "swish" and self.beta == 1.0):
-            return torch.gt(u, 0, out=torch.empty_like(u))  # in u's dtype without a bool temporary
         if self.name == "leaky_relu":
             return torch.where(u > 0, torch.ones_like(u), torch.full_like(u, self.nu))  # nu in u's precision
         if self.name == "abs":

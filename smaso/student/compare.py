@@ -4,15 +4,12 @@ At chosen training steps :func:`compare_student` collects the student's frequenc
 (:mod:`smaso.student.frequency`), predicts them with the reformulation (:mod:`smaso.student.reformulation`),
 and reports per level the relative errors of F, G~ and Delta W with Thm 2's diagnosis
 (:func:`~smaso.student.diagnosis.compare_statistics_to_theory`, re-exported here with :func:`diagnose`), on any
-ladder: a uniform tree or any layered region graph, one student class and one code path.
-
-On the fully informative ladder with one-hot leaves all of these are ~1e-15 (Thm 3).
-:func:`noise_sweep` measures how they grow when the leaves are made noisy (Gaussian leaves of
-increasing sigma), i.e. as Thm 3's delta condition is relaxed.
+ladder.  :func:`noise_sweep` relaxes Thm 3's delta condition (noisier leaves), :func:`errors_against_n` grows N.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import time
@@ -39,9 +36,9 @@ __all__ = ["CONTRIBUTIONS", "ComparisonResult", "TrainingDiverged", "compare_sta
 DIVERGED = 1e8
 
 
-def _finite_weights(student: LadderStudent) -> bool:
-    params = [*student.weights, *(student.biases or [])]
-    return all(bool(torch.isfinite(p).all()) for p in params)
+def _mean_errors(levels: list[dict]) -> dict[str, float]:
+    """The relative errors of Eq 9 (``F``, ``G``, ``dW``; the full recursion), averaged over ``levels``."""
+    return {k: sum(r[f"{k}_propagated"] for r in levels) / len(levels) for k in ("F", "G", "dW")}
 
 
 @dataclass
@@ -69,7 +66,7 @@ class ComparisonResult:
             lines.append(f"  final: loss {last.get('loss', float('nan')):.4g}, "
                          f"accuracy {last.get('accuracy', float('nan')):.4g}")
             if lv and all(f"{k}_propagated" in r for r in lv for k in ("F", "G", "dW")):
-                mean = {k: sum(r[f"{k}_propagated"] for r in lv) / len(lv) for k in ("F", "G", "dW")}
+                mean = _mean_errors(lv)
                 lines.append(f"  relative error of Eq 9, mean over {len(lv)} levels: F {mean['F']:.2e}, "
                              f"G~ {mean['G']:.2e}, dW {mean['dW']:.2e}")
         st = self.student
@@ -95,13 +92,12 @@ class ComparisonResult:
         hist = self.history
         lines = ["step    loss   accuracy | relative error of the reformulation, mean over levels (F / G~ / dW)"]
         for h in hist[::every] if hist[-1] in hist[::every] else [*hist[::every], hist[-1]]:
-            lv = h["levels"]
-            mean = {k: sum(r[f"{k}_propagated"] for r in lv) / len(lv) for k in ("F", "G", "dW")}
+            mean = _mean_errors(h["levels"])
             lines.append(f"{h['step']:5d} {h['loss']:8.4f}  {h['accuracy']:8.4f} | "
                          f"{mean['F']:9.2e} {mean['G']:9.2e} {mean['dW']:9.2e}")
         last = hist[-1]
         floors = "noise_groups" in last
-        w = self._w(floors)
+        w = 17 if floors else 8
         lines += ["",
                   f"at step {last['step']} (P: {last['P_source']} frequencies of {last['num_examples']} examples"
                   + (f"; noise floors [in brackets] from a {last['noise_groups']}-group jackknife, * = within noise"
@@ -112,11 +108,9 @@ class ComparisonResult:
                   "neighbours) is at most the sum of its two parts",
                   f"{'level':>5} {'':3} {'recursion':>{w}} {'one step':>{w}} | "
                   f"{'part: focus / broadness':>{w + 10}} {'part: decorrelation':>{w + 14}}"]
-        parts = {"F": ("F_local_focus", "F_local_decorrelation"), "G": ("G_local_broadness", "G_local_decorrelation"),
-                 "dW": ("dW_local_focus", "dW_local_decorrelation")}
         for r in last["levels"]:
             for q, label in (("F", "F"), ("G", "G~"), ("dW", "dW")):
-                a, b = parts[q]
+                a, b = (f"{q}_local_{part}" for part in CONTRIBUTIONS[f"{q}_local"])
                 head = f"{r['level']:5d}" if q == "F" else " " * 5
                 lines.append(f"{head} {label:3} {self._fmt(r, f'{q}_propagated')} {self._fmt(r, f'{q}_local')} | "
                              f"{'focus' if q != 'G' else 'broad':>9} {self._fmt(r, a)} "
@@ -136,17 +130,12 @@ class ComparisonResult:
                          f"{e7['worst_margin']:.3g} (class {e7['worst_class']})")
         return "\n".join(lines)
 
-
-    @staticmethod
-    def _w(floors: bool) -> int:
-        return 17 if floors else 8
-
     @staticmethod
     def _fmt(row: dict, key: str) -> str:
         """``value [floor]*`` (the star: within noise), or ``-`` where the number is not defined."""
         floors = f"{key}_floor" in row or "within_noise" in row
         if key not in row:
-            return f"{'-':>17}" if floors else f"{'-':>8}"
+            return f"{'-':>{17 if floors else 8}}"
         if not floors:
             return f"{row[key]:8.2e}"
         star = "*" if key in row.get("within_noise", ()) else "?" if key in row.get("floor_over_estimated", ()) else " "
@@ -178,28 +167,20 @@ def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torc
     """SGD minibatches ``(x, y)`` without end: each epoch visits the chunks in a random order and each
     chunk's rows in a random order (``gen``), a batch's last rows carried over into the next chunk, so
     every row is used once per epoch.  Inputs are built per batch in ``dtype``; memory is one chunk."""
-    carry: tuple[torch.Tensor, torch.Tensor] | None = None
+    xs, ys, have = [], [], 0  # the pieces of the batch being filled (across chunk boundaries)
     while True:
         for c in torch.randperm(chunks.num_chunks, generator=gen).tolist():
             part = chunks.chunk(c)
             perm = torch.randperm(len(part), generator=gen)
-            first = 0
-            if carry is not None:
-                need = batch_size - carry[1].shape[0]
-                idx = perm[:need]
-                x = torch.cat([carry[0], part.inputs(idx, dtype)])
-                y = torch.cat([carry[1], part.y[idx]])
-                first, carry = idx.shape[0], None
-                if y.shape[0] < batch_size:
-                    carry = (x, y)
-                    continue
-                yield x, y
-            for s in range(first, len(part), batch_size):
-                idx = perm[s: s + batch_size]
-                if idx.shape[0] < batch_size:
-                    carry = (part.inputs(idx, dtype), part.y[idx])
-                    break
-                yield part.inputs(idx, dtype), part.y[idx]
+            s = 0
+            while s < len(part):
+                idx = perm[s: s + batch_size - have]
+                xs.append(part.inputs(idx, dtype))
+                ys.append(part.y[idx])
+                have, s = have + len(idx), s + len(idx)
+                if have == batch_size:
+                    yield (xs[0], ys[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(ys))
+                    xs, ys, have = [], [], 0
 
 
 def compare_student(sample, *, width: int | list[int] = 8, activation: str = "relu",
@@ -211,13 +192,9 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                     engine=None, noise_groups: int | None = 10, shared: bool = False) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
-    The ladder is any layered region graph (a uniform tree, any tree, overlapping receptive fields): the one
-    student, with or without Batch Norm, and Eq 9 summed over every parent.
-
-    The data stream: training reads minibatches chunk by chunk (each epoch a seeded random order of
-    the chunks and of the rows within each chunk), and inputs are built per batch, so a chunked store
-    of any size trains in the memory of one chunk; an in-memory sample is cut into chunks of
-    ``DEFAULT_CHUNK_ROWS`` rows, so a ``.npz`` file and a store of the same rows give the same run.
+    Training reads minibatches chunk by chunk (each epoch a seeded random order of the chunks and of their
+    rows), so a chunked store of any size trains in the memory of one chunk; an in-memory sample is cut into
+    chunks of ``DEFAULT_CHUNK_ROWS`` rows, so a ``.npz`` file and a store of the same rows give the same run.
 
     :param sample: a :class:`~teachers.sampling.LadderSample`, a :class:`~teachers.chunked.ChunkedLadderData`
         or dataset path(s); it needs every latent event z.
@@ -233,15 +210,15 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         ladder's tables).
     :param engine: where the streamed evaluation runs (None: this process; a
         :class:`~teachers.engine.DaskEngine`: one task per chunk).
-    :param shared: share the student's weights per child place, like a convolution
-        (:class:`~smaso.student.network.LadderStudent`'s ``shared``; every parent of a level needs the same
-        number of children).
+    :param shared: share the student's weights per child place (:class:`LadderStudent`'s ``shared``).
     :param noise_groups: row groups of the jackknife that gives every number its noise floor
-        (:mod:`smaso.student.noise`; the evaluation's rows split into this many groups, the same
-        pass); ``None``: no floors.
+        (:mod:`smaso.student.noise`); ``None``: no floors.
     :returns: :class:`ComparisonResult` with one history row per checkpoint: step, loss,
         accuracy and the per-level errors and diagnosis.
+    :raises TrainingDiverged: a non-finite or exploding loss, weight or statistic.
     """
+    from tqdm.auto import tqdm
+
     from teachers.chunked import as_chunks
 
     in_memory = isinstance(sample, LadderSample)
@@ -274,21 +251,15 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     if not streamed:
         ev = _head(chunks, n if eval_examples is None else min(eval_examples, n))
         x_eval, y_eval, z_eval = ev.inputs(dtype=dtype), ev.y, ev.z
-    gen = torch.Generator().manual_seed(seed)
     if batch_size is None:
-        x_all, y_all = sample.inputs(dtype=dtype), sample.y
-        batches = iter(lambda: (x_all, y_all), None)
+        batches = itertools.repeat((sample.inputs(dtype=dtype), sample.y))
     else:
-        batches = _training_batches(chunks, batch_size, gen, dtype)
+        batches = _training_batches(chunks, batch_size, torch.Generator().manual_seed(seed), dtype)
     dev = student.weights[0].device
     result = ComparisonResult(student=student)
     t0 = time.perf_counter()
     checkpoints = sorted({0, steps, *range(0, steps + 1, eval_every)})
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=steps, desc="training student")
+    bar = tqdm(total=steps, desc="training student", disable=not progress)
     for step in range(steps + 1):
         if step in checkpoints:
             if streamed:
@@ -300,10 +271,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                                            groups=noise_groups)
                 with torch.no_grad():
                     acc = (student(x_eval.to(dev)).argmax(-1).cpu() == y_eval).double().mean().item()
-            if noise_groups is None:
-                stats, reps = (state.result() if hasattr(state, "result") else state), None
-            else:
-                stats, reps = state.result(), list(state.leave_one_out())
+            stats = state.result() if hasattr(state, "result") else state
+            reps = None if noise_groups is None else list(state.leave_one_out())
             report = compare_statistics_to_theory(student, stats, P_source=P_source, loss=loss, replicates=reps)
             bad = [f"level {r['level']} {k}" for r in report["levels"] for k, v in r.items()
                    if isinstance(v, float) and math.isnan(v)]
@@ -324,11 +293,9 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
             raise TrainingDiverged(f"step {step}: the training loss is {rec.loss:.3g} (first minibatch: "
                                    f"{first_loss:.3g}); the run diverged: lower lr={lr}, add weight_decay or BN")
         student.apply_update(rec, lr, weight_decay)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    if not _finite_weights(student):
+        bar.update(1)
+    bar.close()
+    if not all(bool(torch.isfinite(p).all()) for p in [*student.weights, *(student.biases or [])]):
         raise TrainingDiverged(f"step {steps}: the weights are not finite (the run diverged; lower lr={lr})")
     P = result.final_stats.P if P_source == "empirical" else exact_statistics(lad)
     result.final_prediction = reformulate(student, P, result.final_stats, loss=loss)
@@ -382,17 +349,13 @@ def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[flo
                 student_seed: int = 0, progress: bool = False, engine=None, **student_kwargs) -> list[dict]:
     """Student vs reformulation as the leaves get noisier: Thm 3's exactness and how Thm 2 fails.
 
-    Thm 3: when P(x_alpha | z_alpha) is a delta for every region (the fully informative ladder
-    with one-hot leaves) Thm 2's three conditions hold and the reformulation (Thm 4 / Eq 9) is
-    exact, so every relative error is round-off (~1e-14 in float64).  Gaussian leaves
-    x_r ~ N(one-hot(z_r), sigma^2 I) break the delta: the inputs vary within an event, the ReLU
-    gates correlate with the raw activations given the event (Thm 2's decorrelation), and the
-    errors grow with sigma.  For each sigma this samples ``n`` examples, trains a student with
+    With one-hot leaves (the fully informative ladder) the reformulation is exact (Thm 3: every error is
+    round-off); Gaussian leaves x_r ~ N(one-hot(z_r), sigma^2 I) break Thm 2's decorrelation and the errors
+    grow with sigma.  For each sigma this samples ``n`` examples, trains a student with
     :func:`compare_student` and records its last checkpoint.
 
-    The events z are the same draw at every sigma (the sampler draws them before the leaf
-    noise, from the same ``seed``), and the student starts from the same weights, so the rows
-    differ only by the leaf noise.
+    The events z and the student's initial weights are the same at every sigma, so the rows differ only by
+    the leaf noise.
 
     :param ladder: a :class:`~teachers.ladder.Ladder` whose leaves are replaced by one-hot
         (sigma = 0) or Gaussian leaves around one-hot means (sigma > 0); or a factory
@@ -405,15 +368,11 @@ def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[flo
     :param progress: a tqdm bar over the noise levels (the student's own bar stays off).
     :param engine: where the noise levels run: ``None`` (here, one after the other) or a
         :class:`~teachers.engine.SerialEngine` / :class:`~teachers.engine.DaskEngine`, one task per
-        level (a factory ``ladder`` must then be picklable by cloudpickle: a lambda is).  Every
-        level's run is seeded on its own, so the rows do not depend on the engine (up to the
-        round-off of a different torch thread count in the workers).
+        level (a factory ``ladder`` must then be picklable by cloudpickle); the rows do not depend on it.
     :param student_kwargs: passed to :func:`compare_student` (width, batch_norm, steps, lr, ...).
     :returns: one row per sigma, in the given order: ``sigma``, ``accuracy``, ``loss``, ``step``,
-        ``levels`` (per level: the relative errors ``F_/G_/dW_propagated`` and ``_local`` and
-        Thm 2's measured terms, as in :func:`compare_statistics_to_theory`), ``leaves``,
-        ``max_error`` (the largest relative error of F, G~ or Delta W, propagated or local, over
-        every level and checkpoint of the run) and ``seconds``.
+        ``levels`` and ``leaves`` (as in :func:`compare_statistics_to_theory`), ``max_error`` (the largest
+        of :data:`ERROR_KEYS` over every level and checkpoint of the run) and ``seconds``.
     """
     sig = _check_sigmas(sigmas)
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n <= 0:
@@ -435,11 +394,10 @@ def errors_against_n(student: LadderStudent, source, *, n_min: int = 2048, n_max
                      noise_groups: int = 10, progress: bool = False) -> list[dict]:
     """The comparison of a fixed student and its noise floors on the first N examples, N doubling.
 
-    One streaming pass over ``source`` (chunk by chunk, batches of at most ``batch_size`` rows cut at
-    the grid points, so memory does not grow with N): at N = n_min, 2 n_min, 4 n_min, ... <= n_max
-    the statistics of the rows so far are compared with the reformulation
-    (:func:`compare_statistics_to_theory` with the jackknife's replicates).  A term whose condition
-    holds falls with its floor like 1/sqrt(N); one that fails levels off at its population value.
+    One streaming pass over ``source`` (batches of at most ``batch_size`` rows cut at the grid points): at
+    N = n_min, 2 n_min, 4 n_min, ... <= n_max the statistics of the rows so far are compared with the
+    reformulation (:func:`compare_statistics_to_theory` with the jackknife's replicates).  A term whose
+    condition holds falls with its floor like 1/sqrt(N); one that fails levels off at its population value.
 
     :param student: the (trained) student, fixed during the pass.
     :param source: a :class:`~teachers.sampling.LadderSample`, a chunked dataset or dataset path(s).
@@ -447,6 +405,8 @@ def errors_against_n(student: LadderStudent, source, *, n_min: int = 2048, n_max
         n_min 2^k not above it).
     :returns: one dict per N: ``n`` and the report (``levels``, ``leaves``, ... with ``*_floor``).
     """
+    from tqdm.auto import tqdm
+
     from teachers.chunked import as_chunks
 
     chunks = as_chunks(source)
@@ -461,11 +421,7 @@ def errors_against_n(student: LadderStudent, source, *, n_min: int = 2048, n_max
     acc = ReplicateAccumulator(student, torch.float64, noise_groups)
     dev, wdt = student.weights[0].device, student.weights[0].dtype
     rows, nxt = [], 0
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=grid[-1], desc="errors against N", unit="ex", unit_scale=True)
+    bar = tqdm(total=grid[-1], desc="errors against N", unit="ex", unit_scale=True, disable=not progress)
     with torch.no_grad():
         for c in range(chunks.num_chunks):
             part = chunks.chunk(c)
@@ -475,8 +431,7 @@ def errors_against_n(student: LadderStudent, source, *, n_min: int = 2048, n_max
                 sl = slice(s, e)
                 rec = student.forward_backward(part.inputs(sl, wdt).to(dev), part.y[sl].to(dev), loss)
                 acc.add(rec, part.z[sl])
-                if bar is not None:
-                    bar.update(e - s)
+                bar.update(e - s)
                 s = e
                 if acc.n == grid[nxt]:
                     report = compare_statistics_to_theory(student, acc.result(), P_source=P_source, loss=loss,
@@ -485,6 +440,5 @@ def errors_against_n(student: LadderStudent, source, *, n_min: int = 2048, n_max
                     nxt += 1
             if nxt == len(grid):
                 break
-    if bar is not None:
-        bar.close()
+    bar.close()
     return rows

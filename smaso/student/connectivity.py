@@ -23,6 +23,8 @@ Three implementations of these two level operations, the same numbers to round-o
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from teachers.sampling import strided_runs
@@ -52,9 +54,7 @@ def strided_plan(children: tuple[tuple[int, ...], ...]) -> list | None:
     runs = strided_runs(children)
     if sum(rep for _, _, rep, _ in runs) > MAX_RUNS:
         return None
-    first_edge = [0]
-    for ch in children:
-        first_edge.append(first_edge[-1] + len(ch))
+    first_edge = [0, *itertools.accumulate(len(ch) for ch in children)]
     plan = []
     for i0, q, rep, places in runs:
         k = len(places)

@@ -74,16 +74,15 @@ def _condition_terms(stats: FrequencyStatistics, bn_before: Sequence[bool] | Non
     out = []
     for l in range(d + 1):
         row: dict[str, _Term] = {}
-        if l < d and bn_before is not None and bn_before[l]:
-            row["decorrelation_fwd"] = (m["D"][l] * m["F"][l] - m["Fbar"][l], m["Fbar"][l], seen[l])
-        elif l < d:
-            row["decorrelation_fwd"] = (m["D"][l] * m["U"][l] - m["F"][l], m["F"][l], seen[l])
-            row["decorrelation_bwd"] = (m["Dp"][l] * m["Gf"][l] - m["G"][l], m["G"][l], seen[l])
         if l < d:
+            if bn_before is not None and bn_before[l]:
+                row["decorrelation_fwd"] = (m["D"][l] * m["F"][l] - m["Fbar"][l], m["Fbar"][l], seen[l])
+            else:
+                row["decorrelation_fwd"] = (m["D"][l] * m["U"][l] - m["F"][l], m["F"][l], seen[l])
+                row["decorrelation_bwd"] = (m["Dp"][l] * m["Gf"][l] - m["G"][l], m["G"][l], seen[l])
             # Delta W = E[f_k g_j] = sum_a P(a) E[f_k | a] E[g_j | a] needs f_k, g_j uncorrelated given
             # z_alpha (the step from Eq 63 to Eq 64): E[fbar_child | z_parent]^T G~_parent against Delta W, per edge
-            g_par = G_tilde[l].index_select(0, edges[l][0])
-            fcg = torch.einsum("eak,eaj->ekj", stats.Fc[l + 1].to(dt), g_par)
+            fcg = torch.einsum("eak,eaj->ekj", stats.Fc[l + 1].to(dt), G_tilde[l].index_select(0, edges[l][0]))
             dW = stats.dW[l].to(dt)
             row["decorrelation_dW"] = (fcg - dW, dW, None)
         if l >= 1:
@@ -128,7 +127,6 @@ def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P, los
     conditions = _condition_terms(stats, _bn_before(student), P)
     G_meas = [None if t is None else t.to(dt) for t in stats.G_tilde]
     p = [t.to(dt) for t in stats.p]
-    P_down = P.P_down
     levels = []
     for l in range(d):
         seen = stats.counts[l] > 0
@@ -151,9 +149,8 @@ def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P, los
             gf_tilde = stats.Gf[l].to(dt) * p[l][..., None]
             row["G_local_broadness"] = (local.G_tilde[l] - Dp * gf_tilde, G_meas[l], seen)
             row["G_local_decorrelation"] = (Dp * gf_tilde - G_meas[l], G_meas[l], seen)
-        par, chi = (t.cpu() for t in student.edge_index(l))
-        pf = torch.einsum("eab,ebk->eak", P_down[l + 1].to(dt), stats.Fbar[l + 1].to(dt).index_select(0, chi))
-        row["dW_local_focus"] = (torch.einsum("eak,eaj->ekj", pf - stats.Fc[l + 1].to(dt),
+        par = student.edge_index(l)[0].cpu()
+        row["dW_local_focus"] = (torch.einsum("eak,eaj->ekj", conditions[l + 1]["focus"][0],
                                               G_meas[l].index_select(0, par)), dWm, None)
         row["dW_local_decorrelation"] = (conditions[l]["decorrelation_dW"][0], dWm, None)
         row.update(conditions[l])
@@ -171,31 +168,25 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
         ``key`` gets ``key_floor``, its noise floor (:mod:`smaso.student.noise`), and each row lists
         in ``within_noise`` the keys at most :data:`~smaso.student.noise.WITHIN_NOISE` times their floor.
     :returns: ``levels`` (per level l < d: ``F_/G_/dW_propagated`` and ``_local``, the parts of each
-        one-step error (``F_local_focus``, ``F_local_decorrelation``, ``G_local_broadness``,
-        ``G_local_decorrelation``, ``dW_local_focus``, ``dW_local_decorrelation``: the norm of each
-        part over the same denominator, so the one-step error is at most their sum; absent for F and
-        G~ at a BN level, where Eq 12's normalization makes the split non-additive) and Thm 2's
-        conditions (``decorrelation_fwd``, ``decorrelation_bwd``, ``decorrelation_dW``, ``focus``,
-        ``broadness``)), ``leaves`` (focus and broadness of the leaf level), ``loss``, ``P_source``,
-        ``num_examples`` and, with replicates, ``noise_groups``.
+        one-step error, ``{q}_local_{part}`` for the parts of :data:`CONTRIBUTIONS` (the norm of each part over
+        the same denominator, so the one-step error is at most their sum; absent for F and G~ at a BN level,
+        where Eq 12's normalization makes the split non-additive) and Thm 2's conditions of :func:`diagnose`),
+        ``leaves`` (focus and broadness of the leaf level), ``loss``, ``P_source``, ``num_examples`` and, with
+        replicates, ``noise_groups``.
+    :raises ValueError: an unknown ``P_source``.
     """
-    if P_source == "empirical":
-        P_of = lambda st: st.P  # noqa: E731
-    elif P_source == "exact":
-        exact = exact_statistics(stats.ladder)
-        P_of = lambda st: exact  # noqa: E731
-    else:
+    if P_source not in ("empirical", "exact"):
         raise ValueError(f"P_source: expected 'empirical' or 'exact', got {P_source!r}")
+    exact = exact_statistics(stats.ladder) if P_source == "exact" else None
     lad = stats.ladder
     masks = stats.event_mask
-    levels_t, leaves_t = _comparison_terms(student, stats, P_of(stats), loss)
+    levels_t, leaves_t = _comparison_terms(student, stats, stats.P if exact is None else exact, loss)
     levels, leaves = [], {"level": lad.depth, **{k: _value(t) for k, t in leaves_t.items()}}
     for l, terms in enumerate(levels_t):
-        seen = stats.counts[l] > 0
-        row = {"level": l, "regions": lad.num_regions[l], "events": lad.events[l], "edges": student.num_edges(l),
-               "nodes": student.widths[l], "empty_events": int((~seen & masks[l]).sum()),
-               **{k: _value(t) for k, t in terms.items()}}
-        levels.append(row)
+        levels.append({"level": l, "regions": lad.num_regions[l], "events": lad.events[l],
+                       "edges": student.num_edges(l), "nodes": student.widths[l],
+                       "empty_events": int(((stats.counts[l] == 0) & masks[l]).sum()),
+                       **{k: _value(t) for k, t in terms.items()}})
     out = {"levels": levels, "leaves": leaves, "loss": stats.loss, "P_source": P_source,
            "num_examples": stats.num_examples}
     if loss == "cross_entropy" and student.widths[0] == lad.events[0]:
@@ -203,22 +194,19 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
         out["eq7"] = {"holds": e7["holds"], "worst_margin": e7["worst_margin"], "worst_class": int(e7["worst_class"]),
                       "margin": [None if math.isnan(v) else float(v) for v in e7["margin"].tolist()]}  # None: unseen
     if replicates:
-        reps = [_comparison_terms(student, st, P_of(st), loss) for st in replicates]
+        reps = [_comparison_terms(student, st, st.P if exact is None else exact, loss) for st in replicates]
         has_bn = any(student.bn_params(l) is not None for l in range(lad.depth))
-        for l, (row, terms) in enumerate(zip(levels, levels_t, strict=True)):
+        for l, (row, terms) in enumerate([*zip(levels, levels_t, strict=True), (leaves, leaves_t)]):
+            rep_terms = [r[0][l] if l < lad.depth else r[1] for r in reps]
             for k, (_, m, mask) in terms.items():
-                row[f"{k}_floor"] = norm_floor([r[0][l][k][0] for r in reps], _norm(m, mask), mask)
+                row[f"{k}_floor"] = norm_floor([r[k][0] for r in rep_terms], _norm(m, mask), mask)
             # predictions through Eq 12 renormalize each replicate, so their floors are over-estimates
             # (smaso.student.noise): never call such a number "within noise"
-            inflated = {k for k in terms if has_bn and (k.endswith("_propagated") or (
+            inflated = {k for k in terms if has_bn and l < lad.depth and (k.endswith("_propagated") or (
                 student.bn_params(l) is not None and k in ("F_local", "G_local")))}
             row["within_noise"] = [k for k in terms if k not in inflated
                                    and row[k] <= WITHIN_NOISE * row[f"{k}_floor"] + ROUNDOFF]
             if inflated:
                 row["floor_over_estimated"] = sorted(inflated)
-        for k, (_, m, mask) in leaves_t.items():
-            leaves[f"{k}_floor"] = norm_floor([r[1][k][0] for r in reps], _norm(m, mask), mask)
-        leaves["within_noise"] = [k for k in leaves_t
-                                  if leaves[k] <= WITHIN_NOISE * leaves[f"{k}_floor"] + ROUNDOFF]
         out["noise_groups"] = len(replicates)
     return out

@@ -14,14 +14,10 @@ For every region alpha (level l) and node j of its group, over the examples of a
 
 (per parent-child edge e, :func:`~teachers.statistics.level_edges` order: on a tree one per child region).
 
-All are per-event sums accumulated by one scatter per level and batch (a batched matmul with
-the events' one-hot matrix, ~10x faster on CPU than ``index_add_``; ``index_add_`` for regions
-with more than 256 events), so they stream over batches; they are kept in the student's dtype,
-or in float64 when asked.  Events never observed are
-reported in ``empty_events`` and their rows are zero, never 0/0.  ``dW`` is the measured
-weight update E_x[fbar_b g_a] per edge averaged over the batches.  On a uniform tree the edge sums take
-the tree's layout (a parent's children are one contiguous block); on any other ladder strided views of the
-children or gathers over the edges (:mod:`smaso.student.connectivity`).
+All are per-event sums accumulated by one scatter per level and batch (a batched matmul with the events'
+one-hot matrix, ~10x faster on CPU than ``index_add_``; ``index_add_`` for regions with more than 256 events),
+so they stream over batches, in the student's dtype or float64.  Events never observed are reported in
+``empty_events`` and their rows are zero, never 0/0.  ``dW`` is the measured E_x[fbar_b g_a] per edge.
 
 :class:`ReplicateAccumulator` keeps K such accumulators over row groups of the same batches, for the
 jackknife's noise floors (:mod:`smaso.student.noise`).
@@ -51,8 +47,8 @@ DEFAULT_GROUPS = 10
 
 # per-level quantities, in the order they are stacked for the single scatter per level,
 # and the StudentRecord field each one averages
-_OWN = ("Fbar", "F", "D", "Dp", "U", "G", "Gf")
 _RECORD = {"Fbar": "fbar", "F": "f", "D": "slope", "Dp": "deriv", "U": "u", "G": "g", "Gf": "g_f"}
+_OWN = tuple(_RECORD)
 
 
 class PerEventMeans:
@@ -155,14 +151,11 @@ def scatter_sums(z: torch.Tensor, q: torch.Tensor, m: int, dtype: torch.dtype,
 
 
 class FrequencyAccumulator(MergeableSums):
-    """Streams :class:`StudentRecord` batches into per-event sums, for a student on any ladder.
+    """Streams :class:`StudentRecord` batches into the per-event sums of the module docstring, on any ladder.
 
-    Per batch and level: one ``(R_l, M_l, N)`` one-hot matrix of the events and one batched matmul of it with
-    the stacked per-example quantities; per edge one bincount of (parent, child) event pairs and the focus and
-    broadness sums (on a uniform tree grouped by parent, no per-child copies; on any other ladder strided views
-    or gathers over the edges).  Quantities that coincide are summed once (F = Fbar without BN; D' = D for
-    ReLU-like activations); with one-hot leaves the leaf sums follow from the counts and from Delta W exactly
-    (x is a function of z), so the leaf level costs no scatter.
+    Per batch and level one batched matmul of the events' one-hot matrix with the stacked quantities (those
+    that coincide summed once), per edge one bincount of (parent, child) event pairs; with one-hot leaves the
+    leaf sums follow exactly from the counts and Delta W.
 
     :param student: the student (gives the ladder, the edges and the widths).
     :param dtype: accumulation dtype (default: the student's; float64 for exact sums).
@@ -182,8 +175,7 @@ class FrequencyAccumulator(MergeableSums):
         d, M, R = lad.depth, lad.events, lad.num_regions
         E = [student.num_edges(l) for l in range(lad.depth)]
         # which of _OWN are summed (the others are copies of one of them)
-        self.summed = [k for k in _OWN if not (k == "F" and not student.batch_norm)
-                       and not (k == "Dp" and student.activation.homogeneous and student.top_activation.homogeneous)]
+        self.summed = [k for k in _OWN if _RECORD[k] in student.stacked_fields()]
         self.onehot_leaves = lad.emission.kind == "onehot"
         self.counts = [torch.zeros(R[l], M[l], dtype=torch.float64, device=dev) for l in range(d + 1)]
         self.joint_counts = [None] + [torch.zeros(E[l - 1], M[l - 1], M[l], dtype=torch.float64, device=dev)
@@ -208,10 +200,6 @@ class FrequencyAccumulator(MergeableSums):
         self._sizes = [None if lad.is_uniform() or len(set(lad.region_events[l])) == 1
                        else torch.tensor(lad.region_events[l], device=dev) for l in range(d + 1)]
         self._one_hot_buffers: dict[tuple[int, int], torch.Tensor] = {}
-
-    def _tree_layout(self) -> bool:
-        """Whether the edge sums take the uniform tree's layout (the student's :attr:`fast_path`)."""
-        return self.student.fast_path
 
     def add(self, rec: StudentRecord, z: torch.Tensor, rows: slice | None = None) -> None:
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, total_regions)``.
@@ -277,7 +265,7 @@ class FrequencyAccumulator(MergeableSums):
         """Counts, joint counts and per-event sums of one batch (the body of :meth:`add`)."""
         lad, dt = self.ladder, self.dtype
         d = lad.depth
-        tree = self._tree_layout()
+        tree = self.student.fast_path  # the edge sums take the uniform tree's layout
         for l in range(d + 1):
             R, m = lad.num_regions[l], lad.events[l]
             # counts: row sums of the scatter matrix where there is one (0/1 sums, exact in float32 up
@@ -293,17 +281,9 @@ class FrequencyAccumulator(MergeableSums):
                 # ~2.5x faster than k narrow ones (n = 16 columns each) on CPU
                 buf = rec.stacked[l].to(dt)
                 self.own[l] += torch.bmm(one_hot[l], buf.reshape(buf.shape[0], -1, n).transpose(1, 2))
-            elif l < d and small[l]:
-                # one matmul per quantity on its transposed view: cheaper than concatenating them first
-                w = self.student.widths[l]
-                for i, key in enumerate(self.summed):
-                    q = getattr(rec, _RECORD[key])[l].to(dt)
-                    self.own[l][..., i * w: (i + 1) * w] += torch.bmm(one_hot[l], q.transpose(0, 1))
-            elif l < d:
-                stack = torch.cat([getattr(rec, _RECORD[k])[l] for k in self.summed], -1)
-                self.own[l] += scatter_sums(levels[l], stack, m, dt)
-            elif not self.onehot_leaves:
-                self.own[l] += scatter_sums(levels[l], rec.fbar[l], m, dt, one_hot[l])
+            elif l < d or not self.onehot_leaves:  # the leaves' sums are E[x | z]'s
+                q = torch.cat([getattr(rec, _RECORD[k])[l] for k in self.summed], -1) if l < d else rec.fbar[l]
+                self.own[l] += scatter_sums(levels[l], q, m, dt, one_hot[l])
             if l > 0:
                 self._add_edges(l, rec, levels, bins, one_hot, small, n, tree)
 
@@ -398,11 +378,9 @@ class ReplicateAccumulator:
     """``groups`` :class:`FrequencyAccumulator` s over disjoint row groups of the same batches.
 
     Each batch's rows are cut into ``groups`` contiguous blocks of (nearly) equal size, block g going
-    to group g (:func:`record_rows`: the same forward/backward pass, so BN's batch statistics are untouched);
-    the sum of the groups' states is the state of one accumulator over every row (to round-off), so
-    :meth:`result` is the ordinary :class:`FrequencyStatistics`, and each leave-one-out state is the total
-    minus one group (the jackknife of :mod:`smaso.student.noise`).  States merge like the accumulator's own
-    (:meth:`state_dict`, :meth:`merge_`), so a pass split over chunks and processes keeps its groups.
+    to group g (:func:`record_rows`: BN's batch statistics are untouched); :meth:`result` is the statistics of
+    every row, :meth:`leave_one_out` the jackknife's (:mod:`smaso.student.noise`).  States merge like the
+    accumulator's own (:meth:`state_dict`, :meth:`merge_`).
 
     :param student: the student; ``dtype``: accumulation dtype (float64 for floors that do not
         suffer from cancellation in ``total - group``).
@@ -548,10 +526,9 @@ def accumulate_statistics(student: LadderStudent, source, *, loss: str = "square
     """One streaming pass of a fixed student over a dataset, chunk by chunk: the mergeable sums.
 
     Each chunk is one task (in this process, or on a Dask cluster with ``engine``); it runs its rows in
-    batches of ``batch_size`` (BN normalizes each batch by its own statistics, as in training) into a
-    fresh accumulator, and the chunks' states are merged in chunk order.  Memory is one chunk and one
-    batch of per-example records, whatever N is; the result does not depend on the engine or its
-    number of workers (the same per-chunk sums, added in the same order).
+    batches of ``batch_size`` (BN normalizes each batch by its own statistics) into a fresh accumulator, and
+    the chunks' states are merged in chunk order, so the result does not depend on the engine.  Memory is one
+    chunk and one batch, whatever N is.
 
     :param source: a :class:`~teachers.sampling.LadderSample`, a :class:`~teachers.chunked.ChunkedLadderData`,
         or dataset path(s), of the student's ladder.

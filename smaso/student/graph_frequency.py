@@ -18,7 +18,6 @@ each with a :class:`DeprecationWarning` naming the new one:
 
 from __future__ import annotations
 
-from smaso.student._deprecated import AliasMeta, warn
 from smaso.student.frequency import (
     FrequencyAccumulator,
     FrequencyStatistics,
@@ -26,6 +25,7 @@ from smaso.student.frequency import (
     accumulate_statistics,
     collect_statistics,
 )
+from teachers._deprecation import alias, deprecated, warn
 from teachers.ladder import Ladder
 from teachers.statistics import EventStatistics, exact_statistics
 
@@ -34,67 +34,29 @@ __all__ = ["GraphEventStatistics", "GraphFrequencyAccumulator", "GraphFrequencyS
 
 warn("smaso.student.graph_frequency", "smaso.student.frequency")
 
-
-class GraphFrequencyAccumulator(metaclass=AliasMeta):
-    """Deprecated alias: ``GraphFrequencyAccumulator(student, dtype)`` builds a ``FrequencyAccumulator``."""
-
-    _target = FrequencyAccumulator
-
-    def __new__(cls, student, dtype=None) -> FrequencyAccumulator:
-        warn("GraphFrequencyAccumulator", "smaso.student.frequency.FrequencyAccumulator")
-        return FrequencyAccumulator(student, dtype)
+GraphFrequencyAccumulator = alias(FrequencyAccumulator, "GraphFrequencyAccumulator",
+                                  "smaso.student.frequency.FrequencyAccumulator")
+GraphFrequencyStatistics = alias(FrequencyStatistics, "GraphFrequencyStatistics",
+                                 "smaso.student.frequency.FrequencyStatistics")
+GraphReplicates = alias(ReplicateAccumulator, "GraphReplicates", "smaso.student.frequency.ReplicateAccumulator")
 
 
-class GraphFrequencyStatistics(metaclass=AliasMeta):
-    """Deprecated alias of :class:`~smaso.student.frequency.FrequencyStatistics` (``graph`` is ``ladder``)."""
-
-    _target = FrequencyStatistics
-
-    def __new__(cls, graph, *args, **kwargs) -> FrequencyStatistics:
-        warn("GraphFrequencyStatistics", "smaso.student.frequency.FrequencyStatistics")
-        return FrequencyStatistics(graph, *args, **kwargs)
+def _event_statistics(graph, marginals, joints, P_down=None, num_examples=None) -> EventStatistics:
+    return EventStatistics(graph, marginals, joints, num_examples)  # P_down follows from the joints
 
 
-class GraphReplicates(metaclass=AliasMeta):
-    """Deprecated alias: ``GraphReplicates(student, dtype, groups)`` builds a ``ReplicateAccumulator``."""
-
-    _target = ReplicateAccumulator
-
-    def __new__(cls, student, dtype, groups) -> ReplicateAccumulator:
-        warn("GraphReplicates", "smaso.student.frequency.ReplicateAccumulator")
-        return ReplicateAccumulator(student, dtype, groups)
+GraphEventStatistics = alias(
+    EventStatistics, "GraphEventStatistics", "teachers.statistics.EventStatistics", _event_statistics,
+    exact=staticmethod(deprecated(exact_statistics, "GraphEventStatistics.exact(g)",
+                                  "teachers.statistics.exact_statistics(ladder)")))
 
 
-class GraphEventStatistics(metaclass=AliasMeta):
-    """Deprecated alias: ``GraphEventStatistics(graph, marginals, joints, P_down, num_examples)`` builds
-    ``EventStatistics(graph, marginals, joints, num_examples)`` (``P_down`` follows from the joints)."""
-
-    _target = EventStatistics
-
-    def __new__(cls, graph, marginals, joints, P_down=None, num_examples=None) -> EventStatistics:
-        warn("GraphEventStatistics", "teachers.statistics.EventStatistics")
-        return EventStatistics(graph, marginals, joints, num_examples)
-
-    @staticmethod
-    def exact(g: Ladder, **kwargs) -> EventStatistics:
-        """Deprecated: :func:`teachers.statistics.exact_statistics`."""
-        warn("GraphEventStatistics.exact(g)", "teachers.statistics.exact_statistics(ladder)")
-        return exact_statistics(g, **kwargs)
-
-
-def padded_events(g: Ladder) -> list[int]:
-    """Deprecated: ``list(g.events)``, the largest event count of every level (the padded event axis)."""
-    warn("padded_events(g)", "list(ladder.events)")
+def _padded_events(g: Ladder) -> list[int]:
     return list(g.events)
 
 
-def collect_graph_statistics(student, x, y, z, **kwargs):
-    """Deprecated: :func:`smaso.student.frequency.collect_statistics` (the same arguments)."""
-    warn("collect_graph_statistics", "smaso.student.frequency.collect_statistics")
-    return collect_statistics(student, x, y, z, **kwargs)
-
-
-def accumulate_graph_statistics(student, source, **kwargs):
-    """Deprecated: :func:`smaso.student.frequency.accumulate_statistics` (the same arguments)."""
-    warn("accumulate_graph_statistics", "smaso.student.frequency.accumulate_statistics")
-    return accumulate_statistics(student, source, **kwargs)
+padded_events = deprecated(_padded_events, "padded_events(g)", "list(ladder.events)")
+collect_graph_statistics = deprecated(collect_statistics, "collect_graph_statistics",
+                                      "smaso.student.frequency.collect_statistics")
+accumulate_graph_statistics = deprecated(accumulate_statistics, "accumulate_graph_statistics",
+                                         "smaso.student.frequency.accumulate_statistics")

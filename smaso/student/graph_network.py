@@ -18,45 +18,25 @@ What changed for code that read a GraphStudent's tensors: the weights of an edge
 
 from __future__ import annotations
 
-from smaso.student._deprecated import AliasMeta, warn
 from smaso.student.connectivity import level_edge_index, level_edges
 from smaso.student.network import LadderStudent, StudentRecord
 from smaso.student.training import train_ladder_student
+from teachers._deprecation import alias, deprecated, warn
 
 __all__ = ["GraphStudent", "GraphStudentRecord", "level_edge_index", "level_edges", "train_graph_student"]
 
 warn("smaso.student.graph_network", "smaso.student.network")
 
 
-class GraphStudent(metaclass=AliasMeta):
-    """Deprecated alias: ``GraphStudent(g, width, ...)`` builds ``LadderStudent(g, width, ...)``."""
-
-    _target = LadderStudent
-
-    def __new__(cls, g, width=8, **kwargs) -> LadderStudent:
-        warn("GraphStudent(g, ...)", "smaso.student.network.LadderStudent(ladder, ...)")
-        return LadderStudent(g, width, **kwargs)
-
-    @staticmethod
-    def from_ladder_student(student: LadderStudent) -> LadderStudent:
-        """Deprecated: the student itself (one class for every ladder)."""
-        warn("GraphStudent.from_ladder_student(student)", "the student itself")
-        if not isinstance(student, LadderStudent):
-            raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
-        return student
+def _itself(student: LadderStudent) -> LadderStudent:
+    if not isinstance(student, LadderStudent):
+        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+    return student
 
 
-class GraphStudentRecord(metaclass=AliasMeta):
-    """Deprecated alias of :class:`~smaso.student.network.StudentRecord`."""
-
-    _target = StudentRecord
-
-    def __new__(cls, *args, **kwargs) -> StudentRecord:
-        warn("GraphStudentRecord", "smaso.student.network.StudentRecord")
-        return StudentRecord(*args, **kwargs)
-
-
-def train_graph_student(student: LadderStudent, x, y, **kwargs) -> list[float]:
-    """Deprecated: :func:`smaso.student.training.train_ladder_student` (the same arguments)."""
-    warn("train_graph_student", "smaso.student.training.train_ladder_student")
-    return train_ladder_student(student, x, y, **kwargs)
+GraphStudent = alias(LadderStudent, "GraphStudent(g, ...)", "smaso.student.network.LadderStudent(ladder, ...)",
+                     from_ladder_student=staticmethod(deprecated(_itself, "GraphStudent.from_ladder_student(student)",
+                                                                 "the student itself")))
+GraphStudentRecord = alias(StudentRecord, "GraphStudentRecord", "smaso.student.network.StudentRecord")
+train_graph_student = deprecated(train_ladder_student, "train_graph_student",
+                                 "smaso.student.training.train_ladder_student")

@@ -9,28 +9,15 @@ The old names still work for one release, each with a :class:`DeprecationWarning
 
 from __future__ import annotations
 
-from smaso.student._deprecated import warn
 from smaso.student.diagnosis import compare_statistics_to_theory, diagnose
 from smaso.student.reformulation import reformulate
+from teachers._deprecation import deprecated, warn
 
 __all__ = ["compare_graph_statistics_to_theory", "graph_conditions", "graph_reformulate"]
 
 warn("smaso.student.graph_reformulation", "smaso.student.reformulation")
 
-
-def graph_reformulate(student, P, measured, **kwargs):
-    """Deprecated: :func:`smaso.student.reformulation.reformulate` (the same arguments)."""
-    warn("graph_reformulate", "smaso.student.reformulation.reformulate")
-    return reformulate(student, P, measured, **kwargs)
-
-
-def graph_conditions(stats) -> list[dict]:
-    """Deprecated: :func:`smaso.student.diagnosis.diagnose`."""
-    warn("graph_conditions", "smaso.student.diagnosis.diagnose")
-    return diagnose(stats)
-
-
-def compare_graph_statistics_to_theory(student, stats, **kwargs) -> dict:
-    """Deprecated: :func:`smaso.student.diagnosis.compare_statistics_to_theory` (the same arguments)."""
-    warn("compare_graph_statistics_to_theory", "smaso.student.diagnosis.compare_statistics_to_theory")
-    return compare_statistics_to_theory(student, stats, **kwargs)
+graph_reformulate = deprecated(reformulate, "graph_reformulate", "smaso.student.reformulation.reformulate")
+graph_conditions = deprecated(diagnose, "graph_conditions", "smaso.student.diagnosis.diagnose")
+compare_graph_statistics_to_theory = deprecated(compare_statistics_to_theory, "compare_graph_statistics_to_theory",
+                                                "smaso.student.diagnosis.compare_statistics_to_theory")

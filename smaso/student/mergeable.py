@@ -1,12 +1,5 @@
-"""Mergeable per-event sums: the state protocol of the frequency accumulators, and row groups of a record.
-
-Every accumulator of :mod:`smaso.student.frequency` holds sums over examples (counts, per-event sums of
-Eq 6, N Delta W of Eq 2), so two partial states over disjoint rows add up to the state of one pass over all
-of them (:class:`MergeableSums`: ``state_dict`` / ``merge_``, torchmetrics-style), and a state minus one
-group's (:func:`negated_state`) is the jackknife's leave-one-out state (:mod:`smaso.student.noise`).
-:func:`record_rows` cuts a group of rows out of one batch's record without a second forward pass (BN's
-batch statistics stay those of the batch).
-"""
+"""Mergeable per-event sums: the state protocol of the frequency accumulators (:class:`MergeableSums`,
+:func:`negated_state`: the jackknife's leave-one-out states), and row groups of a record (:func:`record_rows`)."""
 
 from __future__ import annotations
 
@@ -14,11 +7,9 @@ import dataclasses
 
 import torch
 
-from smaso.student.network import StudentRecord
+from smaso.student.network import PER_EXAMPLE, StudentRecord
 
 __all__ = ["MergeableSums", "negated_state", "record_rows"]
-
-_PER_EXAMPLE = ("u", "f", "fbar", "slope", "deriv", "f_tilde", "g_raw", "g_f", "g")
 
 
 def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None) -> StudentRecord:
@@ -41,7 +32,7 @@ def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None) -> S
     if hi <= lo:
         raise ValueError(f"rows: expected a non-empty range of the batch's {n_all} rows, got {rows!r}")
     sl = slice(lo, hi)
-    per = {k: [None if t is None else t[sl] for t in getattr(rec, k)] for k in _PER_EXAMPLE}
+    per = {k: [None if t is None else t[sl] for t in getattr(rec, k)] for k in PER_EXAMPLE}
     d = len(rec.fbar) - 1
     dW, db = [None] * len(rec.dW), [None] * len(rec.db)
     for l in range(d):

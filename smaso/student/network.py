@@ -1,45 +1,30 @@
 """A locally connected student network whose structure follows a ladder (framework paper §2.2).
 
-Every non-leaf region alpha of level l has a group of n_l nodes; node groups are connected
-only from each child region beta to its parent alpha, through the weight matrix W_ba of their
-edge (n_{l+1} x n_l; one per edge, or with ``shared=True`` one per child place, like a convolution).
-The ladder is any layered region graph (:class:`~teachers.ladder.Ladder`): a region with several
-parents (overlapping receptive fields) feeds each of them, so backward its gradient is the *sum*
-over its parents (Eq 1).  Level by level, batched over the regions:
+Every non-leaf region alpha of level l has a group of n_l nodes, connected only from each child region beta to
+its parent alpha through the weight matrix W_ba of their edge (n_{l+1} x n_l; one per edge, or with
+``shared=True`` one per child place, like a convolution).  On any layered region graph
+(:class:`~teachers.ladder.Ladder`) a region with several parents feeds each of them, so backward its gradient
+is the *sum* over its parents (Eq 1).  Level by level, batched over the regions:
 
     u_a    = sum_{b in ch(a)} fbar_b W_ba + bias_a        (N, R_l, n_l)
     f_a    = act(u_a) = s(u_a) o u_a                     (s: the gate, Eq 1)
-    fbar_a = BN(f_a)  (optional, hidden levels, Eq 10; per region, on a DAG as on a tree)   else f_a
+    fbar_a = BN(f_a)  (optional, hidden levels, Eq 10, per region)   else f_a
 
-with fbar at the leaves = the inputs x (one-hot or Gaussian, n_d = input dim) and a linear
-top layer of n_0 = number of classes (its activation is configurable).  That is Batch Norm
-*after* the activation (``batch_norm=True`` or ``"after"``).  With ``batch_norm="before"`` BN
-sits between the linear map and the gate, the premise of Thm 9 and the setting of §7.5.1:
+with fbar at the leaves = the inputs x and a linear top layer of n_0 = number of classes.  That is Batch Norm
+*after* the activation (``batch_norm=True`` or ``"after"``); with ``batch_norm="before"`` (Thm 9's premise,
+§7.5.1) f_a = BN(u_a) is the gate's input and fbar_a = s(f_a) o f_a, and backward
+g = (c1 / sigma) P_perp_{u,1} (f'(f) o g_raw) (Thm 5) is zero-mean over the batch and orthogonal to u
+(:class:`StudentRecord` names every field of both placements).
 
-    u_a    = sum_{b in ch(a)} fbar_b W_ba + bias_a        (the BN input)
-    f_a    = BN(u_a) = c1 (u_a - mu) / sigma + c0        (the normalized pre-activation: the gate's input)
-    fbar_a = act(f_a) = s(f_a) o f_a                     (the node's output)
-
-Backward the gradient at fbar goes through the gate first, g_f = f'(f) o g_raw, and then
-through BN (Thm 5), g = (c1 / sigma) P_perp_{u,1} g_f, so the gradient that enters Delta W is
-zero-mean over the batch (1^T G~ = 0, Thm 9) and orthogonal to u (E_x[u g] = 0 for bn_eps = 0,
-§7.5.1).  In both placements the record's ``f`` is the middle of a node's chain
-u -> f -> fbar, ``g_f`` the gradient at it, ``g`` the gradient at u and ``g_raw`` the one at fbar.
-
-:meth:`LadderStudent.forward_backward` runs the forward pass and an explicit backward pass
-(Eq 1, back-propagation written out level by level; BN by Thm 5) and records, per example and
-per node, u, f, fbar, the gates s(u) and f'(u), the raw gradient at fbar, the gradient g after
-BN and gating, and the batch's weight update Delta W = E_x[fbar_child g_parent] (Eq 2), all
-of which equal autograd.  Gradients follow the paper's sign: g = -dLoss/du, so gradient
-descent adds ``lr * Delta W``.
-
-The level operations live in :mod:`smaso.student.connectivity`: on a uniform tree one reshape and one
-batched matmul per level (:attr:`LadderStudent.fast_path`), on any other ladder strided views of the
-children or one gather / ``index_add`` over the edges.
+:meth:`LadderStudent.forward_backward` runs the forward pass and an explicit backward pass (Eq 1-2, BN by
+Thm 5) and records every per-example quantity and Delta W = E_x[fbar_child g_parent] (Eq 2), all equal to
+autograd.  Gradients follow the paper's sign: g = -dLoss/du, so gradient descent adds ``lr * Delta W``.  The
+level operations are :mod:`smaso.student.connectivity`'s.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -62,10 +47,13 @@ from smaso.student.connectivity import (
 )
 from teachers.ladder import Ladder
 
-__all__ = ["BN_PLACEMENTS", "LOSSES", "LadderStudent", "StudentRecord", "output_gradient", "student_loss"]
+__all__ = ["BN_PLACEMENTS", "LOSSES", "PER_EXAMPLE", "LadderStudent", "StudentRecord", "output_gradient",
+           "student_loss"]
 
 LOSSES = ("squared", "cross_entropy")
 BN_PLACEMENTS = ("after", "before")
+#: The per-example fields of a :class:`StudentRecord`.
+PER_EXAMPLE = ("u", "f", "fbar", "slope", "deriv", "f_tilde", "g_raw", "g_f", "g")
 
 
 def _bn_placement(batch_norm) -> str | None:
@@ -150,9 +138,7 @@ def output_gradient(out: torch.Tensor, y: torch.Tensor, loss: str) -> tuple[torc
     :returns: ``((n_0, N) gradient, the mean loss as a float)``.
     """
     target = F.one_hot(y.long(), out.shape[0]).to(out.dtype).T
-    if loss == "squared":
-        return target - out, (0.5 * (out - target).pow(2).sum(0).mean()).item()
-    return target - out.softmax(0), F.cross_entropy(out.T, y.long()).item()
+    return target - (out if loss == "squared" else out.softmax(0)), student_loss(out.T, y, loss).item()
 
 
 def _check_int(value, name: str, low: int) -> int:
@@ -226,12 +212,10 @@ class LadderStudent(nn.Module):
         # children per parent: a uniform tree's by arithmetic (the fast path needs no edge lists)
         kids = [[ladder.branching[l]] * ladder.num_regions[l] if uniform else
                 [len(ch) for ch in level_children(ladder, l)] for l in range(d)]
-        if shared:
-            for l in range(d):
-                if len(set(kids[l])) != 1:
-                    raise ValueError(f"shared: weight sharing needs every parent of a level to have the same number "
-                                     f"of children; level {l}'s parents have {sorted(set(kids[l]))}")
         for l in range(d):
+            if shared and len(set(kids[l])) != 1:
+                raise ValueError(f"shared: weight sharing needs every parent of a level to have the same number "
+                                 f"of children; level {l}'s parents have {sorted(set(kids[l]))}")
             par, chi = level_edge_index(ladder, l)
             self.register_buffer(f"edge_parent_{l}", par, persistent=False)
             self.register_buffer(f"edge_child_{l}", chi, persistent=False)
@@ -239,8 +223,6 @@ class LadderStudent(nn.Module):
             place = (chi % ladder.branching[l]) if uniform else torch.tensor(
                 [j for k in kids[l] for j in range(k)], dtype=torch.int64)
             self.register_buffer(f"edge_place_{l}", place, persistent=False)
-        self._edges: list | None = None
-        self._plan_cache: list | None = None
         self._fast = uniform
         gen = torch.Generator().manual_seed(seed)
         n = self.widths
@@ -264,24 +246,16 @@ class LadderStudent(nn.Module):
             self.to(device)
 
     # ------------------------------------------------------------------ helpers
-    @property
+    @functools.cached_property
     def edges(self) -> list[list[tuple[int, int]]]:
         """``edges[l]``: the ``(parent, child)`` pairs of level l (:func:`~teachers.statistics.level_edges`)."""
-        if self._edges is None:
-            self._edges = [level_edges(self.ladder, l) for l in range(self.ladder.depth)]
-        return self._edges
+        return [level_edges(self.ladder, l) for l in range(self.ladder.depth)]
 
-    @property
+    @functools.cached_property
     def _plans(self) -> list:
         """Per level the strided plan of the edge-list code (:func:`~smaso.student.connectivity.strided_plan`),
-        or None for the gather / index_add path; built on first use."""
-        if self._plan_cache is None:
-            self._plan_cache = [strided_plan(level_children(self.ladder, l)) for l in range(self.ladder.depth)]
-        return self._plan_cache
-
-    @_plans.setter
-    def _plans(self, plans: list) -> None:
-        self._plan_cache = list(plans)
+        or None for the gather / index_add path; built on first use (assignable, as tests do)."""
+        return [strided_plan(level_children(self.ladder, l)) for l in range(self.ladder.depth)]
 
     @property
     def fast_path(self) -> bool:
@@ -403,12 +377,9 @@ class LadderStudent(nn.Module):
         for l in range(self.ladder.depth - 1, -1, -1):
             h = self._pre_activation(l, self._grouped(l, h))
             bn = self._batch_norm(l, h) if before else None
-            if bn is not None:
-                h = bn[0]
-            h = self.act(l).apply_(h)  # u (or BN(u)) is a fresh temporary: activate in place
+            h = self.act(l).apply_(h if bn is None else bn[0])  # u (or BN(u)) is a fresh temporary: in place
             bn = None if before else self._batch_norm(l, h)
-            if bn is not None:
-                h = bn[0]
+            h = h if bn is None else bn[0]
         return h[0].T
 
     def loss(self, out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
@@ -432,9 +403,7 @@ class LadderStudent(nn.Module):
                          stacked: bool | list[torch.Tensor] = False) -> StudentRecord:
         """Forward and explicit backward pass on one batch, every per-example quantity recorded.
 
-        Computed node-major (every level's tensors are ``(R_l, n_l, N)``, contiguous over the
-        batch, so that a level is one batched matmul, Delta W contracts over the batch and BN
-        reduces along memory); the record's fields are ``(N, R_l, n_l)`` views of them.
+        Computed node-major (``(R_l, n_l, N)``, contiguous over the batch; see :class:`StudentRecord`).
 
         :param stacked: write the :meth:`stacked_fields` of every level l < d into one buffer
             ``rec.stacked[l]`` of shape ``(R_l, k, n_l, N)`` (the fields are views of its slots), so
@@ -468,8 +437,7 @@ class LadderStudent(nn.Module):
             out = slot(l, key)
             return value if out is None else out.copy_(value)
 
-        names = ("u", "f", "fbar", "slope", "deriv", "f_tilde", "g_raw", "g_f", "g")
-        nm = {k: [None] * (d + 1) for k in names}  # node-major (R_l, n_l, N)
+        nm = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
         sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))
         nm["fbar"][d] = self._leaves(x)
         inputs = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
@@ -505,23 +473,21 @@ class LadderStudent(nn.Module):
         out = nm["fbar"][0][0]  # (n_0, N)
         g_top, loss_value = output_gradient(out, y, loss)
         nm["g_raw"][0] = g_top[None]
+
+        def bn_back(l: int, grad: torch.Tensor) -> torch.Tensor:
+            """Thm 5: the node-major gradient at BN's output ``grad`` taken back to its input (and dc1, dc0)."""
+            out, c1, c0 = bn_backward(grad.permute(2, 0, 1), nm["f_tilde"][l].permute(2, 0, 1), sigma[l],
+                                      self.bn_params(l)[0])
+            dc1[l], dc0[l] = c1 / n, c0 / n
+            return out.permute(1, 2, 0)
+
         for l in range(d):
-            bn = self.bn_params(l)
-            if bn is None:
-                nm["g_f"][l] = put(l, "g_f", nm["g_raw"][l])
-            elif before:
-                # the gate first (g_f: the gradient at BN's output), then Thm 5 back to u
+            has_bn = self.bn_params(l) is not None
+            if has_bn and before:  # the gate first (g_f: the gradient at BN's output), then Thm 5 back to u
                 gf = nm["g_f"][l] = torch.mul(nm["deriv"][l], nm["g_raw"][l], out=slot(l, "g_f"))
-                gu, c1, c0 = bn_backward(gf.permute(2, 0, 1), nm["f_tilde"][l].permute(2, 0, 1), sigma[l], bn[0])
-                dc1[l], dc0[l] = c1 / n, c0 / n
-                g = nm["g"][l] = put(l, "g", gu.permute(1, 2, 0))
-            else:
-                gf, c1, c0 = bn_backward(nm["g_raw"][l].permute(2, 0, 1), nm["f_tilde"][l].permute(2, 0, 1),
-                                         sigma[l], bn[0])
-                nm["g_f"][l] = put(l, "g_f", gf.permute(1, 2, 0))
-                dc1[l], dc0[l] = c1 / n, c0 / n
-            if bn is None or not before:
-                # g = f' o g_f: the paper's gated gradient (Eq 1)
+                g = nm["g"][l] = put(l, "g", bn_back(l, gf))
+            else:  # Thm 5 back to f (with BN after the gate), then g = f' o g_f: the gated gradient (Eq 1)
+                nm["g_f"][l] = put(l, "g_f", bn_back(l, nm["g_raw"][l]) if has_bn else nm["g_raw"][l])
                 g = nm["g"][l] = torch.mul(nm["deriv"][l], nm["g_f"][l], out=slot(l, "g"))
             # Delta W_ba = E_x[fbar_b g_a] (Eq 2) per edge, and the raw gradient at the children's outputs:
             # W g summed over each child's parents (Eq 1)

@@ -10,13 +10,9 @@ times with one group left out (``ReplicateAccumulator.leave_one_out``), and
 
     se(theta) = sqrt((K - 1) / K * sum_i (theta_(i) - mean_i theta_(i))^2)
 
-is the standard error of any quantity theta computed from them (Efron & Stein; Quenouille).  Why
-the jackknife and not analytic second moments: the reported errors are norms of differences of
-*nonlinear* functions of the means (the reformulation multiplies gates, tables and weights level by
-level, BN divides by a weighted standard deviation, P itself is estimated), whose delta-method
-variances would need the covariances of every pair of per-event sums; the jackknife needs only K
-mergeable states (K times the state, not the data), works unchanged for every term, and costs K
-extra event-level evaluations per checkpoint (no pass over the data).
+is the standard error of any quantity theta computed from them (Efron & Stein; Quenouille): it needs only K
+mergeable states, works unchanged for the *nonlinear* functions of the means that every reported number is,
+and costs K extra event-level evaluations per checkpoint (no pass over the data).
 
 Noise floor of a norm.  A reported error or term is ``||v|| / ||m||`` for a difference vector v
 (predicted minus measured, or the two sides of one of Thm 2's conditions) whose population value
@@ -27,12 +23,10 @@ E||v_hat||^2 = ||v||^2 + sum_i se(v_i)^2.  A number is *within noise* when it is
 or below :data:`ROUNDOFF` (1e-12: an exact identity in float64).
 Floors fall like 1/sqrt(N) (tests/test_noise.py measures the slope).
 
-Batch Norm.  BN couples the rows of a batch: a group left out was normalized with the statistics of
-the whole batch, while the reformulation of a leave-one-out replicate renormalizes with that
-replicate's frequencies.  So through a BN level the replicates differ by more than sampling noise and
-the floors there are over-estimates: on the fully informative ladder with one-hot leaves (every
-error exactly 0) they read 0.04-0.64 with BN after the activation, 0 without BN.  Without BN every
-per-example quantity is independent of the batch and the jackknife is the textbook one.
+Batch Norm couples the rows of a batch (a group left out was normalized with the whole batch's statistics,
+while a replicate's reformulation renormalizes with its own frequencies), so through a BN level the floors
+are over-estimates (0.04-0.64 on the fully informative ladder, where every error is 0); without BN the
+jackknife is the textbook one.
 
 Intervals: ``theta +- t_{K-1, 0.975} se(theta)`` are 95% intervals (Student's t with K - 1 degrees
 of freedom; for ``K = 10``, t = 2.262); tests/test_noise.py checks their coverage on quantities

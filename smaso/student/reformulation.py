@@ -24,15 +24,9 @@ pre-activation instead, and its projection on the gated gradient:
     Fbar_a = D_a o F_a                     (D_a = E[s(BN(u)) | z_a])
     G~_b   = BN'_p(D'_b o G~raw_b)         (Eq 12 with the statistics of U_b: 1^T G~_b = 0, Thm 9)
 
-so ``Reformulation.F`` holds BN_p(U) there, matching the measured F = E[BN(u) | z] of
-:mod:`~smaso.student.frequency` (see :class:`~smaso.student.network.StudentRecord`).
-
-Everything is batched over the edges of a level with ``einsum`` (the per-edge terms added into their
-parents, or backward into their children, by ``index_add``; the padded event layout of
-:mod:`teachers.statistics`).  :func:`reformulate` runs
-the full recursion (``propagate=True``: each level from the *predicted* level below/above),
-or the one-step version (``propagate=False``: each level from the *measured* neighbours),
-which separates the local error of Thm 2 at a level from the error carried up or down.
+so ``Reformulation.F`` holds BN_p(U) there, matching the measured F = E[BN(u) | z]
+(:class:`~smaso.student.network.StudentRecord`).  Each level is one ``einsum`` over its edges and one
+``index_add`` into the parents (backward: the children), on the padded event layout of :mod:`teachers.statistics`.
 """
 
 from __future__ import annotations
@@ -133,22 +127,19 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
         a level from its measured F for BN after the gate, from its measured U for BN before it).
     :param leaf_inputs: override E[x | z] at the leaves ``(R_d, m_d, dim)`` (e.g. the
         emission's exact means).
+    :param propagate: the full recursion (each level from the *predicted* level below/above), or (False) one
+        step from the *measured* neighbours, which separates Thm 2's local error at a level from the error
+        carried up or down.
     :param top: where the top gradient G_omega ``(1, m_0, n_0)`` comes from.  ``"predicted"``:
-        :func:`top_gradient` of the top activations F_omega (the predicted ones when
-        ``propagate``, the measured E[f_omega | y] otherwise).  ``"measured"``: the measured
-        E[g_raw_omega | y] (``measured.Gf[0]``).  Default (None): ``"predicted"``, except
-        ``"measured"`` for ``loss="cross_entropy"`` with ``propagate=False``, so that the
-        one-step mode takes the top gradient as the measured neighbour of level 0 (its error
-        there is then the gate's alone) while the full recursion predicts every level from the
-        leaves and the label.  For the squared loss the two agree to round-off whenever F_omega
-        is the measured one (the loss gradient is affine in f: E[onehot(y) - f | y] = I - F_omega).
-        For cross-entropy the predicted top is exact when the output f_omega is constant within
-        each label (then E[softmax(f) | y] = softmax(E[f | y])): on a fully informative ladder
-        with one-hot leaves (Thm 3: z_omega fixes x), or with any ladder for a student whose
-        output does not depend on x beyond y.  Otherwise (noisy leaves, a summarization
-        ladder whose label does not determine x, minibatch BN statistics) it differs from the
-        measured top by the Jensen gap E[softmax(f) | y] - softmax(E[f | y]), second order in the
-        within-label spread of f_omega, on top of the error of the predicted F_omega itself.
+        :func:`top_gradient` of the top activations F_omega (the predicted ones when ``propagate``, the
+        measured E[f_omega | y] otherwise).  ``"measured"``: E[g_raw_omega | y] (``measured.Gf[0]``).
+        Default (None): ``"measured"`` for ``loss="cross_entropy"`` with ``propagate=False`` (the one-step
+        error at level 0 is then the gate's alone), else ``"predicted"``.  For the squared loss the two agree
+        whenever F_omega is the measured one (the gradient is affine in f); for cross-entropy they differ by
+        the Jensen gap E[softmax(f) | y] - softmax(E[f | y]), 0 when f_omega is constant within each label
+        (Thm 3's fully informative ladder with one-hot leaves).
+    :raises TypeError, ValueError: ``P`` or ``measured`` are not statistics of the student's ladder and widths;
+        an unknown ``loss`` or ``top``.
     """
     _check(student, P, measured)
     lad = student.ladder
@@ -159,30 +150,29 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     W = [student.edge_weights(l).detach().to(dt).cpu() for l in range(d)]
     bias = [None] * d if student.biases is None else [b.detach().to(dt).cpu() for b in student.biases]
     edges = [tuple(t.cpu() for t in student.edge_index(l)) for l in range(d)]
+    bn_par = [None if student.bn_params(l) is None else [t.detach().to(dt).cpu() for t in student.bn_params(l)]
+              for l in range(d)]
     p = [m.to(dt) for m in P.marginals]
     P_down = [None] + [t.to(dt) for t in P.P_down[1:]]
     U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)
-    F_tilde, sigma = [None] * (d + 1), [None] * (d + 1)
+    F_tilde, sigma, child = [None] * (d + 1), [None] * (d + 1), [None] * d
     Fbar[d] = (leaf_inputs if leaf_inputs is not None else measured.Fbar[d]).to(dt)
     for l in range(d - 1, -1, -1):
         par, chi = edges[l]
-        child = (Fbar[l + 1] if propagate or l + 1 == d else measured.Fbar[l + 1].to(dt)).index_select(0, chi)
-        msg = torch.einsum("eab,ebk,ekj->eaj", P_down[l + 1], child, W[l])  # P_ab Fbar_b W_ba per edge
+        child[l] = (Fbar[l + 1] if propagate or l + 1 == d else measured.Fbar[l + 1].to(dt)).index_select(0, chi)
+        msg = torch.einsum("eab,ebk,ekj->eaj", P_down[l + 1], child[l], W[l])  # P_ab Fbar_b W_ba per edge
         U[l] = msg.new_zeros(lad.num_regions[l], msg.shape[1], msg.shape[2]).index_add_(0, par, msg)
         if bias[l] is not None:
             U[l] = U[l] + bias[l][:, None, :]
-        bn = student.bn_params(l)
-        if bn is not None and before:  # Eq 12 on the pre-activation, then the gate
-            c1, c0 = (t.detach().to(dt).cpu() for t in bn)
-            F_[l], F_tilde[l], sigma[l] = _weighted_bn(U[l], p[l], c1, c0, student.bn_eps)
-            Fbar[l] = measured.D[l].to(dt) * F_[l]
-            continue
-        F_[l] = measured.D[l].to(dt) * U[l]
+        D, bn = measured.D[l].to(dt), bn_par[l]
         if bn is None:
-            Fbar[l] = F_[l]
+            F_[l] = Fbar[l] = D * U[l]
+        elif before:  # Eq 12 on the pre-activation, then the gate
+            F_[l], F_tilde[l], sigma[l] = _weighted_bn(U[l], p[l], *bn, student.bn_eps)
+            Fbar[l] = D * F_[l]
         else:
-            c1, c0 = (t.detach().to(dt).cpu() for t in bn)
-            Fbar[l], F_tilde[l], sigma[l] = _weighted_bn(F_[l], p[l], c1, c0, student.bn_eps)
+            F_[l] = D * U[l]
+            Fbar[l], F_tilde[l], sigma[l] = _weighted_bn(F_[l], p[l], *bn, student.bn_eps)
     G_tilde = [None] * (d + 1)
     if top == "predicted":
         G_raw_top = p[0][..., None] * top_gradient(Fbar[0] if propagate else measured.Fbar[0].to(dt), loss)
@@ -194,26 +184,25 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
         par, chi = edges[l]
         parent = G_tilde[l] if propagate or l == 0 else (measured.G_tilde[l].to(dt))
         g_par = parent.index_select(0, par)  # (E_l, M_l, n_l): each edge's parent
-        child_out = (Fbar[l + 1] if propagate or l + 1 == d else measured.Fbar[l + 1].to(dt)).index_select(0, chi)
-        dW[l] = torch.einsum("eab,ebk,eaj->ekj", P_down[l + 1], child_out, g_par)  # (P_ab Fbar_b)^T G~_a
+        dW[l] = torch.einsum("eab,ebk,eaj->ekj", P_down[l + 1], child[l], g_par)  # (P_ab Fbar_b)^T G~_a
         db[l] = parent.sum(1)
         if l + 1 < d:
             back = torch.einsum("eab,eaj,ekj->ebk", P_down[l + 1], g_par, W[l])  # P_ab^T G~_a W_ba^T per edge
             g_raw = back.new_zeros(lad.num_regions[l + 1], back.shape[1], back.shape[2]).index_add_(0, chi, back)
-            bn = student.bn_params(l + 1)
+            Dp, bn = measured.Dp[l + 1].to(dt), bn_par[l + 1]
             if bn is None:
-                G_tilde[l + 1] = measured.Dp[l + 1].to(dt) * g_raw
+                G_tilde[l + 1] = Dp * g_raw
                 continue
-            c1 = bn[0].detach().to(dt).cpu()
+            c1 = bn[0]
             if propagate:
                 ft, sg = F_tilde[l + 1], sigma[l + 1]
             else:  # Eq 12 statistics of the measured BN input of that level (F after the gate, U before it)
                 bn_in = measured.U[l + 1] if before else measured.F[l + 1]
                 _, ft, sg = _weighted_bn(bn_in.to(dt), p[l + 1], c1, torch.zeros_like(c1), student.bn_eps)
             if before:  # the gate first, then Eq 12's projection at the pre-activation
-                G_tilde[l + 1] = _weighted_bn_backward(measured.Dp[l + 1].to(dt) * g_raw, ft, p[l + 1], sg, c1)
+                G_tilde[l + 1] = _weighted_bn_backward(Dp * g_raw, ft, p[l + 1], sg, c1)
             else:
-                G_tilde[l + 1] = measured.Dp[l + 1].to(dt) * _weighted_bn_backward(g_raw, ft, p[l + 1], sg, c1)
+                G_tilde[l + 1] = Dp * _weighted_bn_backward(g_raw, ft, p[l + 1], sg, c1)
     return Reformulation(U, F_, Fbar, G_tilde, dW, db)
 
 
@@ -239,8 +228,7 @@ def _check(student: LadderStudent, P: EventStatistics, measured: FrequencyStatis
             raise ValueError(f"{name}: event statistics of another ladder (region graph) than the student's")
     shapes = [(student.num_edges(l), student.widths[l + 1], student.widths[l]) for l in range(lad.depth)]
     dW = getattr(measured, "dW", None)
-    if dW is not None and (len(dW) != len(shapes) or any(tuple(m.shape) != w for m, w in zip(dW, shapes,
-                                                                                         strict=True))):
+    if dW is not None and [tuple(m.shape) for m in dW] != shapes:
         raise ValueError("measured: statistics of a student of other widths")
 
 
@@ -267,10 +255,8 @@ def eq7_signs(measured: FrequencyStatistics, *, gated: bool = False) -> dict:
     m, n = G.shape
     if m != n:
         raise ValueError(f"measured: Eq 7 needs one top node per class, got {m} labels and {n} top nodes")
-    eye = torch.eye(m, dtype=torch.bool)
     diagonal = torch.where(seen, G.diagonal(), torch.full((m,), float("nan"), dtype=G.dtype))
-    off = G.masked_fill(eye | ~seen[:, None], -math.inf)
-    off_max = off.max(0).values
+    off_max = G.masked_fill(torch.eye(m, dtype=torch.bool) | ~seen[:, None], -math.inf).max(0).values
     positive = diagonal > 0
     negative = off_max < 0
     margin = torch.minimum(diagonal, -off_max)

@@ -1,9 +1,7 @@
 """Training a student by minibatch SGD with its explicit backward pass (framework paper Eq 2: W += lr Delta W).
 
-:func:`train_ladder_student` runs :meth:`~smaso.student.network.LadderStudent.forward_backward` and
-:meth:`~smaso.student.network.LadderStudent.apply_update` on minibatches of an in-memory dataset, on any
-ladder; :func:`~smaso.student.compare.compare_student` has its own loop (streaming, checkpoints).  Both stop
-with :class:`TrainingDiverged` when a loss or weight stops being finite.
+:func:`~smaso.student.compare.compare_student` has its own loop (streaming, checkpoints); both stop with
+:class:`TrainingDiverged`.
 """
 
 from __future__ import annotations
@@ -13,7 +11,7 @@ import numbers
 
 import torch
 
-from smaso.student.network import LadderStudent
+from smaso.student.network import LadderStudent, _check_int
 
 __all__ = ["TrainingDiverged", "check_hyper", "train_ladder_student"]
 
@@ -27,12 +25,6 @@ def check_hyper(name: str, v, *, positive: bool) -> None:
     if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0 or (positive and v == 0):
         want = "a finite number > 0" if positive else "a finite number >= 0"
         raise ValueError(f"{name}: expected {want}, got {v!r}")
-
-
-def _check_int(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
-    return int(value)
 
 
 def train_ladder_student(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, *, steps: int, lr: float,

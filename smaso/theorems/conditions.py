@@ -1,77 +1,24 @@
 """Thm 2's knowledge conditions measured on the teacher alone, before any student (framework paper §3.2,
-Thm 2; ``docs/theory.md`` §1.5).
+Thm 2; ``docs/theory.md`` §1.5 has the definitions and the measured values).
 
-For a region alpha of level l-1 and a child region beta of level l (x_alpha, x_beta the inputs of the
-leaves under them), Thm 2 assumes
+For a region alpha of level l-1 and a child region beta of level l, in nats (>= 0, 0 exactly when the
+condition holds):
 
-- *focus of knowledge*      P(x_beta | z_alpha, z_beta) = P(x_beta | z_beta), measured as the conditional
-  mutual information I_focus = I(x_beta; z_alpha | z_beta),
-- *broadness of knowledge*  P(x_alpha | z_alpha, z_beta) = P(x_alpha | z_alpha), measured as
-  I_broad = I(x_alpha; z_beta | z_alpha),
+- *focus of knowledge*      P(x_beta | z_alpha, z_beta) = P(x_beta | z_beta): I_focus = I(x_beta; z_alpha | z_beta),
+- *broadness of knowledge*  P(x_alpha | z_alpha, z_beta) = P(x_alpha | z_alpha): I_broad = I(x_alpha; z_beta | z_alpha).
 
-in nats; each is >= 0 and 0 exactly when its condition holds.  Both are properties of the ladder's joint
-distribution only, so they are computed here without a student (:mod:`smaso.student.compare` measures
-instead the error terms that their failure adds to Eq 8 for a given student).
+``focus_normalized`` = I_focus / H(z_alpha | z_beta) and ``broadness_normalized`` = I_broad / H(z_beta | z_alpha)
+lie in [0, 1] (0 where the entropy is at most ``ENTROPY_TOL``).
 
-Normalization.  Since I(x; u | v) <= H(u | v), the natural scale of each is the uncertainty it can
-remove: ``focus_normalized`` = I_focus / H(z_alpha | z_beta) and ``broadness_normalized`` = I_broad /
-H(z_beta | z_alpha), both in [0, 1]: the fraction of what the child's event leaves unknown about the
-parent's (resp. the parent's event leaves unknown about the child's) that the inputs reveal.  Where the
-denominator is 0 (the parent's event is a function of the child's, resp. the child's of the parent's) the
-condition holds trivially (0 <= I <= H = 0) and the normalized value is defined as 0; H is taken as 0
-below ``ENTROPY_TOL``.  The entropies come from :func:`teachers.statistics.exact_statistics`.
+``method="exact"`` (one-hot leaves) enumerates the leaf configurations under the observed region (at most
+``max_configs``), gets the joint p(z_alpha, z_beta, x) by sum-product (:mod:`inference.sum_product`) and
+takes I = H(u, x) + H(u, v) - H(u) - H(u, v, x), u the conditioning event.  ``method="monte_carlo"`` (any
+emission) averages log P(z_alpha | x_beta, z_beta) - log P(z_alpha | z_beta) (resp. the broadness analogue)
+over n seeded examples with exact posteriors, standard error std / sqrt(n) (:func:`knowledge_terms`).
 
-Two ways to compute them:
-
-``method="exact"`` (one-hot leaves: x is a function of the leaf events)
-    Every configuration of the leaf events under the observed region (beta for focus, alpha for
-    broadness; m_d^(leaves under it) of them, at most ``max_configs``) is enumerated, all regions of a
-    level at once (their leaf sets are disjoint), and the joint p(z_alpha, z_beta, x) of every
-    configuration is computed exactly by sum-product on the region tree (the upward messages of
-    :mod:`inference.sum_product`, below; unobserved leaves have likelihood 1).  Then
-    I = H(u, x) + H(u, v) - H(u) - H(u, v, x) with u the conditioning event.
-``method="monte_carlo"`` (any emission, Gaussian leaves included)
-    n examples from :func:`teachers.sampling.sample_ladder` (seeded), and the exact posteriors of each:
-    I_focus = E[log P(z_alpha | x_beta, z_beta) - log P(z_alpha | z_beta)] and
-    I_broad = E[log P(z_beta | x_alpha, z_alpha) - log P(z_beta | z_alpha)], with standard error
-    std(per-example terms) / sqrt(n).  :func:`knowledge_terms` gives the per-example terms.
-
-Pair tables (both methods).  For every child region beta and every example, the log joint
-T[a, b] = log p(z_alpha = a, z_beta = b, x_S) with S the observed leaves (under beta, or under alpha):
-
-- top-down: log P(z_alpha = a) + log P(z_beta = b | a) + lambda_beta(b) + sum_{siblings s} msg_s(a),
-  with lambda_c = log p(x_S below c | z_c) and msg_s(a) = logsumexp_k log P(z_s = k | a) + lambda_s(k);
-- bottom-up: logsumexp over the configurations c of alpha's children with lookup(c) = a and c_beta = b
-  of sum_i lambda_i(c_i), with lambda_i = log p(x_S below i, z_i) (leaf priors included).
-
-For focus the siblings' messages are those of no observation (the prior); for broadness they carry the
-siblings' inputs.  The tests check the tables, the exact values and the Monte-Carlo terms against
-brute-force enumeration of the whole joint (and against Pyro's ``TraceEnum_ELBO``).
-
-What it finds (nats; "max" and "mean" over the pairs of a level, levels 1, 2, ...; measured with this module,
-Monte Carlo with n = 20000, seed 0, standard errors <= 0.006):
-
-- Focus holds exactly in every ladder this library builds, in both modes and for any emission: the
-  ladder is a tree, so x_beta's subtree meets z_alpha only through z_beta (top-down: z_alpha -> z_beta ->
-  subtree; bottom-up: z_alpha = f(z_beta, z_siblings) with the siblings' leaves independent of beta's),
-  although H(z_alpha | z_beta) > 0.  Measured |I_focus| < 1e-14 (round-off) exactly, and every Monte-Carlo
-  term is 0 to round-off (|mean| < 1e-14), one-hot and Gaussian leaves alike.
-- ``Ladder.fully_informative(depth=2, branching=2, leaf_events=2)``: both 0 to round-off (|I| <= 5e-16),
-  exactly and by Monte Carlo, with one-hot or Gaussian leaves: the parent's event is the tuple of its
-  children's, so H(z_beta | z_alpha) = 0 (Thm 3).
-- Bottom-up ladders whose parent summary is not injective: with one-hot leaves x_alpha determines z_beta,
-  so I_broad = H(z_beta | z_alpha) exactly (normalized 1).
-  ``Ladder.summarization(depth=3, branching=2, events=4, concentration=2.0, seed=2)`` (``Ladder.default()``
-  of version 0.3; 4 of 16 child configurations per parent event): max 1.06, 0.97, 1.04, mean 1.05, 0.91, 0.82.
-  ``Ladder.random(depth=2, branching=2, events=3, mode="bottomup", seed=1)``: max 0.53, 0.70, mean 0.42, 0.40;
-  with Gaussian leaves (sigma = 0.5) max 0.41, 0.52, mean 0.34, 0.30 (normalized mean 0.82, 0.74).
-- Top-down ladders: broadness fails wherever P(z_beta | z_alpha) is not a point mass.
-  ``Ladder.default(mode="topdown")`` (random, Dirichlet(0.5) tables, seed 0) with one-hot leaves: max 0.33,
-  0.43, 1.14, mean 0.29, 0.39, 0.94 (normalized mean 0.26, 0.46, 1: at the leaf level x_beta reveals z_beta,
-  above it only partly); the same ladder with Gaussian leaves, sigma = 0.5: max 0.22, 0.30, 0.74, mean 0.20,
-  0.27, 0.63; at sigma = 0.1 the Monte-Carlo values equal the one-hot ones within one standard error.
-  ``Ladder.random(depth=2, branching=2, events=3, mode="topdown", seed=1, emission="gaussian", sigma=0.5)``:
-  max 0.23, 0.64, mean 0.23, 0.58 (one-hot, exact: mean 0.33, 0.84).
+Pair tables (both methods): T[a, b] = log p(z_alpha = a, z_beta = b, x_S), S the observed leaves; top-down
+log P(a) + log P(b | a) + lambda_beta(b) + sum_{siblings s} msg_s(a), bottom-up a logsumexp over alpha's
+child configurations c with lookup(c) = a and c_beta = b of sum_i lambda_i(c_i).
 
 Shapes: per level l = 1..depth, pair tensors are ``(R_l,)`` indexed by the child region beta (its parent is
 ``ladder.parent_index(l)[beta]``); tables are ``(n, R_l, m_{l-1}, m_l)``.  Everything is float64.
@@ -172,12 +119,8 @@ def _others_sum(v: torch.Tensor, b: int) -> torch.Tensor:
     """``v`` ``(n, R * b, m)`` -> for each child, the sum over its siblings (not itself): same shape."""
     n, rb, m = v.shape
     w = v.reshape(n, rb // b, b, m)
-    out = torch.zeros_like(w)
-    for c in range(b):
-        for s in range(b):
-            if s != c:
-                out[:, :, c] = out[:, :, c] + w[:, :, s]
-    return out.reshape(n, rb, m)
+    zero = torch.zeros_like(w[:, :, 0])
+    return torch.stack([sum((w[:, :, s] for s in range(b) if s != c), zero) for c in range(b)], 2).reshape(n, rb, m)
 
 
 def _pair_tables(params: _Params, stats: EventStatistics, lam_obs: list[torch.Tensor],
@@ -216,15 +159,9 @@ def _pair_tables(params: _Params, stats: EventStatistics, lam_obs: list[torch.Te
 
 # ---------------------------------------------------------------------- per-example terms
 def knowledge_terms(ladder: Ladder, x: torch.Tensor, z: torch.Tensor) -> list[dict[str, torch.Tensor]]:
-    """Per-example terms of the Monte-Carlo estimates of Thm 2's conditions (module docstring).
-
-    For every level l = 1..depth and child region beta of level l (parent alpha):
-
-    - ``"focus"``: log P(z_alpha | x_beta, z_beta) - log P(z_alpha | z_beta), whose mean over examples drawn
-      from the ladder is I(x_beta; z_alpha | z_beta);
-    - ``"broadness"``: log P(z_beta | x_alpha, z_alpha) - log P(z_beta | z_alpha), mean I(x_alpha; z_beta | z_alpha);
-
-    both computed from exact posteriors (sum-product on the region tree).
+    """Per-example terms of the Monte-Carlo estimates of Thm 2's conditions, from exact posteriors: for every
+    child region beta (parent alpha), ``"focus"`` log P(z_alpha | x_beta, z_beta) - log P(z_alpha | z_beta)
+    (mean: I_focus) and ``"broadness"`` log P(z_beta | x_alpha, z_alpha) - log P(z_beta | z_alpha) (mean: I_broad).
 
     :param ladder: the ladder (any emission with a ``log_likelihood``).
     :param x: ``(N, R_d, dim)`` inputs (``LadderSample.inputs()``).
@@ -400,8 +337,7 @@ def _row(lad: Ladder, stats: EventStatistics, l: int, method: str, n: int | None
             base = key.split("_")[0]
             t = terms[base]
             if key != base:  # normalized: each pair's terms divided by its (exact) entropy
-                h = scale[base]
-                t = torch.where(h > ENTROPY_TOL, t / torch.where(h > ENTROPY_TOL, h, 1.0), 0.0)
+                t = _normalized(t, scale[base])
             se = _stderr(t)
             row[f"{key}_stderr"] = se
             row[f"{key}_max_stderr"] = float(se[top])

@@ -1,36 +1,21 @@
-"""Disentangled representations on factorized binary ladders (§5.2, appendix §7.7).
+"""Disentangled representations on factorized binary ladders (§5.2, appendix §7.7; ``docs/theory.md`` §1.10
+states Defs 3-5 and the theorems).
 
-A region alpha carries n binary factors z_alpha = [z[1], ..., z[n]] (m = 2^n events, factor 0 the
-most significant bit of the event index, as in :meth:`teachers.ladder.Ladder.factorized_binary`).
-
-* Def 3: ``F`` ``(2^n, n)`` is disentangled if column j = 1 x ... x f[j] x ... x 1 (Kronecker
-  products of 2-vectors, f[j] in position j).
-* Def 4: ``G~`` ``(2^n, n)`` is disentangled if column j = p[1] x ... x g~[j] x ... x p[n] with
-  p[i] = [P(z[i] = 0), P(z[i] = 1)].
-* Def 5: ``W_ba`` ``(n_b, n_a)`` is separable w.r.t. disjoint sets {S_i} covering the child's factors
-  if W_ba[k, i] = 0 whenever k is not in S_i (block i = W_ba[S_i, i]).
-
-Distances: for a fixed column j the Def 3 / Def 4 forms are a linear subspace (2 free numbers), so
-the distance of a matrix from disentangled is the relative Frobenius norm of its residual after
-projecting each column onto that subspace (Def 3: average over the other bits; Def 4: contract the
-other bits with p[i] / |p[i]|^2).  Separability distance: norm of the off-block part / norm.
+A region alpha carries n binary factors (m = 2^n events, factor 0 the most significant bit of the event
+index, as in :meth:`teachers.ladder.Ladder.factorized_binary`); the Def 3-5 checks, distances and random
+objects are in :mod:`smaso.theorems.factors` (re-exported here).
 
 * Thm 8 (:func:`forward_region`, :func:`forward_disentangled_demo`): P_ab Kronecker, W_ba separable,
   F_b disentangled => F_a = relu(sum_b P_ab F_b W_ba + 1 bias^T) disentangled, also after the
-  P-weighted Batch Norm of Eq 12 (a per-column affine map).
+  P-weighted Batch Norm of Eq 12.
 * Thm 9 (:func:`weight_update`, :func:`separable_update_demo`): F_b, G~_a disentangled and
   1^T G~_a = 0 => Delta W_ba = (P_ab F_b)^T G~_a separable; without centering it is not.
 * §7.7.1 / Eq 111 (:func:`backward_g_tilde`, :func:`backward_disentangle_distance`): the backward
-  G~_b = D_b o sum_a P_ab^T G~_a W_ba^T is in general *not* disentangled: column k in S_i is
-  (P_{S_i}^T g~_i) w_k x (joint p of the other groups), where P_{S_i}^T g~_i is a generic
-  2^|S_i|-vector (not a Kronecker product of 2-vectors) and the joint p of other groups is not the
-  product of per-factor marginals.  The paper leaves this open ("future work"); here it is measured.
+  G~_b = D_b o sum_a P_ab^T G~_a W_ba^T is in general *not* disentangled (the paper's open problem,
+  measured here).
 * §7.7.1 / Eq 115 (:func:`eq115_best_distance`, :func:`eq115_from_statistics`,
-  :func:`multi_parent_backward_demo`): with several parents a, column k in S_1 of the summed backward
-  is sum_a c_a (v+_a - v-_a), v+-_a = P(z_b[S_1] | z_a[1] = 1 / 0), c_a free through the weights.  The
-  paper's hope: some c makes it Def 4 when the differences span the (2^|S_1| - 1)-dim sum-zero space.
-  Measured as the best relative distance over c (a generalized eigenvalue problem): 0 from
-  K = 2^|S_1| - 1 diverse parents on, > 0 generically below, the single parent's distance for a tree.
+  :func:`multi_parent_backward_demo`): with several parents, the best Def 4 distance over the weights
+  of sum_a c_a (v+_a - v-_a): 0 from K = 2^|S_1| - 1 diverse parents on, > 0 generically below.
 """
 
 from __future__ import annotations
@@ -45,6 +30,7 @@ from smaso.theorems.factors import (
     _check_p_factors,
     _check_stochastic,
     _expand,
+    _kron_all,
     _matrix,
     check_groups,
     disentangled_F_distance,
@@ -90,8 +76,30 @@ __all__ = [
 ]
 
 
-
 # ---------------------------------------------------------------------------- Thm 8 / 9 / Eq 111
+def _edge_sum(P_ab: Sequence, X: Sequence, W_ba: Sequence, x_name: str, forward: bool) -> torch.Tensor:
+    """sum_i P_i X_i W_i (``forward``: X = F_b, one entry per child) or sum_i P_i^T X_i W_i^T (X = G~_a, one
+    entry per parent), every entry validated."""
+    kind, rows_of, what = ("child", 1, "rows (child") if forward else ("parent", 0, "columns (parent")
+    if not (len(P_ab) == len(X) == len(W_ba)) or not P_ab:
+        raise ValueError(f"P_ab/{x_name}/W_ba: expected one entry per {kind}, got {len(P_ab)}, {len(X)}, {len(W_ba)}")
+    out = None
+    for i, (P, M, W) in enumerate(zip(P_ab, X, W_ba, strict=True)):
+        P = _check_stochastic(P, f"P_ab[{i}]")
+        M = _matrix(M, f"{x_name}[{i}]")
+        W = _matrix(W, f"W_ba[{i}]")
+        if M.shape[0] != P.shape[rows_of]:
+            raise ValueError(f"{x_name}[{i}]: expected {P.shape[rows_of]} rows ({kind} events), got {M.shape[0]}")
+        if W.shape[1 - rows_of] != M.shape[1]:
+            raise ValueError(f"W_ba[{i}]: expected {M.shape[1]} {what} neurons), got shape {tuple(W.shape)}")
+        term = P @ M @ W if forward else P.T @ M @ W.T
+        if out is not None and term.shape != out.shape:
+            raise ValueError(f"W_ba[{i}]: shape {tuple(W.shape)} does not match the other {kind} entries' "
+                             f"output {tuple(out.shape)}")
+        out = term if out is None else out + term
+    return out
+
+
 def forward_region(P_ab: Sequence, F_b: Sequence, W_ba: Sequence, *, bias=None, relu: bool = True,
                    bn_p=None, bn_scale=None, bn_shift=None, bn_eps: float = 1e-5) -> torch.Tensor:
     """Eq 9 forward at one region (Thm 8): F_a = D o (sum_b P_ab F_b W_ba + 1 bias^T), D the ReLU gates
@@ -101,22 +109,7 @@ def forward_region(P_ab: Sequence, F_b: Sequence, W_ba: Sequence, *, bias=None, 
     ``P_ab[i]`` ``(m_a, m_b)`` row-stochastic, ``F_b[i]`` ``(m_b, n_b)``, ``W_ba[i]`` ``(n_b, n_a)``.
     Returns ``(m_a, n_a)``.
     """
-    if not (len(P_ab) == len(F_b) == len(W_ba)) or not P_ab:
-        raise ValueError(f"P_ab/F_b/W_ba: expected one entry per child, got {len(P_ab)}, {len(F_b)}, {len(W_ba)}")
-    U = None
-    for i, (P, F, W) in enumerate(zip(P_ab, F_b, W_ba, strict=True)):
-        P = _check_stochastic(P, f"P_ab[{i}]")
-        F = _matrix(F, f"F_b[{i}]")
-        W = _matrix(W, f"W_ba[{i}]")
-        if F.shape[0] != P.shape[1]:
-            raise ValueError(f"F_b[{i}]: expected {P.shape[1]} rows (child events), got {F.shape[0]}")
-        if W.shape[0] != F.shape[1]:
-            raise ValueError(f"W_ba[{i}]: expected {F.shape[1]} rows (child neurons), got shape {tuple(W.shape)}")
-        if U is not None and (P.shape[0], W.shape[1]) != tuple(U.shape):
-            raise ValueError(f"W_ba[{i}]: shape {tuple(W.shape)} does not match the other children's output "
-                             f"{tuple(U.shape)}")
-        term = P @ F @ W
-        U = term if U is None else U + term
+    U = _edge_sum(P_ab, F_b, W_ba, "F_b", True)
     if bias is not None:
         b = torch.as_tensor(bias, dtype=torch.float64)
         if b.shape != (U.shape[1],):
@@ -155,21 +148,7 @@ def backward_g_tilde(P_ab: Sequence, G_tilde_a: Sequence, W_ba: Sequence, D_b=No
     ``P_ab[i]`` ``(m_a, m_b)``, ``G_tilde_a[i]`` ``(m_a, n_a)``, ``W_ba[i]`` ``(n_b, n_a)``; ``D_b``
     ``(m_b, n_b)`` gates (None: no gating).  Returns ``(m_b, n_b)``.
     """
-    if not (len(P_ab) == len(G_tilde_a) == len(W_ba)) or not P_ab:
-        raise ValueError("P_ab/G_tilde_a/W_ba: expected one entry per parent")
-    out = None
-    for i, (P, G, W) in enumerate(zip(P_ab, G_tilde_a, W_ba, strict=True)):
-        P = _check_stochastic(P, f"P_ab[{i}]")
-        G = _matrix(G, f"G_tilde_a[{i}]")
-        W = _matrix(W, f"W_ba[{i}]")
-        if G.shape[0] != P.shape[0]:
-            raise ValueError(f"G_tilde_a[{i}]: expected {P.shape[0]} rows (parent events), got {G.shape[0]}")
-        if W.shape[1] != G.shape[1]:
-            raise ValueError(f"W_ba[{i}]: expected {G.shape[1]} columns (parent neurons), got shape {tuple(W.shape)}")
-        term = P.T @ G @ W.T
-        if out is not None and term.shape != out.shape:
-            raise ValueError(f"W_ba[{i}]: shape {tuple(W.shape)} does not match the other parents'")
-        out = term if out is None else out + term
+    out = _edge_sum(P_ab, G_tilde_a, W_ba, "G_tilde_a", False)
     if D_b is not None:
         D = _matrix(D_b, "D_b")
         if D.shape != out.shape:
@@ -351,13 +330,7 @@ def _def4_column_vectors(p: torch.Tensor, factor: int) -> torch.Tensor:
     b_k = p[0] x ... x e_k (position factor) x ... x p[s-1], k = 0, 1, so that
     {p[0] x ... x h x ... x p[s-1] : h in R^2} = {b h}.  They have disjoint supports (orthogonal)."""
     eye = torch.eye(2, dtype=torch.float64)
-    cols = []
-    for k in range(2):
-        b = torch.ones(1, dtype=torch.float64)
-        for i in range(p.shape[0]):
-            b = torch.kron(b, eye[k] if i == factor else p[i])
-        cols.append(b)
-    return torch.stack(cols, 1)
+    return torch.stack([_kron_all([eye[k] if i == factor else p[i] for i in range(p.shape[0])]) for k in range(2)], 1)
 
 
 def _column_distance(u: torch.Tensor, Q: torch.Tensor, zero: float) -> float:
@@ -407,17 +380,10 @@ def eq115_best_distance(v_plus, v_minus, p_factors, factor: int = 0, *, rtol: fl
     :param rtol: singular values of U = (v+ - v-)^T below ``rtol * max`` count as 0 (default
         ``max(2^s, K) * eps``, numpy's matrix-rank rule); also the threshold under which a u is 0.
 
-    The minimum is the smallest generalized eigenvalue (square-rooted) of (U^T Q U, U^T U); it is
-    computed stably and for rank-deficient U (collinear or zero differences) on U's column space:
-    U = V_r S_r W_r^T, distance = smallest singular value of Q V_r, u = V_r y for its singular
-    vector y, c = W_r S_r^-1 y (then normalized), in float64.
-
-    Properties (``tests/test_eq115.py``): with K >= 2^s - 1 parents whose differences span the
-    sum-zero space the distance is 0 (Eq 115's claim; the optimal u is then proportional to
-    p[0] x ... x [1, -1] x ... x p[s-1], the only sum-zero Def 4 direction); with K = 1 (a tree) it
-    is the parent's own Def 4 distance; adding parents never increases it; for K < 2^s - 1 generic
-    parents it is > 0 (a K-dim span generically misses the Def 4 line).  For s = 1 every difference
-    is Def 4 (distance 0).
+    The minimum is the smallest generalized eigenvalue (square-rooted) of (U^T Q U, U^T U), computed stably
+    on U's column space (U = V_r S_r W_r^T: the smallest singular value of Q V_r, c = W_r S_r^-1 y), also for
+    rank-deficient U, in float64.  0 once K >= 2^s - 1 differences span the sum-zero space, the parent's own
+    Def 4 distance for K = 1 (a tree), never larger with more parents, 0 for s = 1 (``tests/test_eq115.py``).
     """
     vp = _check_stochastic(v_plus, "v_plus")
     vm = _check_stochastic(v_minus, "v_minus")
@@ -593,12 +559,9 @@ def multi_parent_backward_demo(s: int = 2, *, k_max: int | None = None, seed: in
         ones.append(res.ones_distance)
         single.append(float(res.single_distance.min()))
         G_a = [g[a] * torch.tensor([[-1.0], [1.0]], dtype=torch.float64) for a in range(K)]
-        W_a = []
-        for a in range(K):
-            W = torch.zeros(s, 1, dtype=torch.float64)
-            W[factor, 0] = res.c[a] / g[a]
-            W_a.append(W)
-        G_b = backward_g_tilde(list(P[:K]), G_a, W_a)
+        W_a = torch.zeros(K, s, 1, dtype=torch.float64)
+        W_a[:, factor, 0] = res.c / g[:K]
+        G_b = backward_g_tilde(list(P[:K]), G_a, list(W_a))
         back.append(disentangled_G_distance(G_b, pf))
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
     return MultiParentDemo(ks, t(dist), t(ones), t(single), t(back), pc, P, q, G_b)

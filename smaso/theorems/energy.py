@@ -1,38 +1,16 @@
-"""The conserved row energy of Batch Norm (framework paper §7.5.1, Eq 80-81; ``docs/theory.md`` §1).
+"""The conserved row energy of Batch Norm (framework paper §7.5.1, Eq 80-81; ``docs/theory.md`` §1.12
+has the derivation, the bias and bn_eps precisions and the discrete-step drift rates).
 
-For a node j with pre-activation u_j = sum_{k in ch(j)} w_jk fbar_k + b_j, multiplying by g_j and
-averaging over the batch gives, with Delta w_jk = E_x[fbar_k g_j] (Eq 2) and Delta b_j = E_x[g_j],
+For a node j with pre-activation u_j = sum_{k in ch(j)} w_jk fbar_k + b_j (summed over *all* incoming
+weights: the column ``W[l][c, :, j]`` of every child region c of j's region)
 
     sum_k w_jk Delta w_jk + b_j Delta b_j = E_x[u_j g_j]                               (Eq 80)
 
-(summed over *all* incoming weights of j: the column ``W[l][c, :, j]`` of every child region c
-of j's region).  For a positively homogeneous activation (ReLU, leaky ReLU, abs, linear),
-u f'(u) = f(u), so u_j g_j = u_j f'_j g_f_j = f_j g_f_j, where g_f is the gradient at the BN
-input.  With BN right after the activation (the student's placement u -> f -> BN(f)) Thm 5 gives
-g_f = (c1/sigma) P_perp_{f,1} g, orthogonal to f over the batch, hence
-
-    E_x[u_j g_j] = E_x[f_j g_f_j] = 0         exactly (bn_eps = 0), at every BN level.
-
-Under gradient flow dW/dt = Delta W the *augmented* row energy
-
-    E_j = 1/2 (sum_k w_jk^2 + b_j^2)
-
-is therefore constant (Eq 81).  The paper omits biases: with ``bias=False`` this is the plain
-row energy 1/2 ||W_j.||^2; with biases the weights alone satisfy d/dt 1/2 ||W_j.||^2 = -b_j Delta b_j,
-which is not zero, so the bias must be counted as the weight of a constant input (``include_bias``).
-With bn_eps > 0 the identity holds up to a relative O(eps / var(f_j)) (E[f~^2] = var / (var + eps)).
-The top layer has no BN and its energy is not conserved; :func:`row_energies` covers only the
-hidden levels 1..d-1 (those with BN when the student has it).
-
-Discrete steps (W += lr Delta W): with BN the first-order term vanishes, so each step changes
-E_j by exactly lr^2/2 (|Delta W_j.|^2 + Delta b_j^2) >= 0.  Hence
-
-- after a fixed number of steps the drift is O(lr^2) (exponent 2 in a log-log fit), while without
-  BN it is O(lr) (exponent 1, the term lr E[u g]);
-- after a fixed training *time* T = lr * steps the BN drift is sum_steps lr^2/2 |Delta W|^2 ~
-  lr/2 int_0^T |Delta W|^2 dt = O(lr) (exponent 1): the per-step error is second order, the
-  accumulated one is first order, as for any explicit Euler integration of a conservation law;
-  without BN the drift at fixed time tends to the nonzero gradient-flow change (exponent 0).
+and E_x[u_j g_j] = E_x[f_j g_f_j] = 0 exactly (bn_eps = 0) at every BN level for a positively homogeneous
+activation, so under gradient flow the augmented row energy E_j = 1/2 (sum_k w_jk^2 + b_j^2) is constant
+(Eq 81; ``include_bias=False``: the paper's 1/2 ||W_j.||^2).  A discrete step W += lr Delta W changes E_j
+by exactly lr^2/2 (|Delta W_j.|^2 + Delta b_j^2) with BN.  :func:`row_energies` covers the hidden levels
+1..d-1 (the top has no BN).
 
 :func:`energy_drift` trains a :class:`~smaso.student.network.LadderStudent` by full-batch gradient descent
 and records the energies; :func:`drift_exponent` fits the exponent; :func:`plot_energy` draws the
@@ -49,12 +27,11 @@ import numpy as np
 import torch
 
 from smaso.student.network import LadderStudent, StudentRecord
+from smaso.theorems.conditions import _positive_int
 from teachers.sampling import LadderSample
 
 __all__ = ["EnergyTrajectory", "drift_exponent", "energy_drift", "energy_rates", "plot_energy", "row_energies",
            "ug_correlation"]
-
-HOLD = ("steps", "time")
 
 
 def _check_student(student) -> None:
@@ -88,13 +65,7 @@ def row_energies(student: LadderStudent, *, include_bias: bool = False, levels=N
     :returns: ``{level: (R_l, n_l) tensor}``.
     """
     _check_student(student)
-    out = {}
-    for l in _levels(student, levels):
-        e = 0.5 * _incoming(student, l, student.weights[l].detach()).pow(2).sum(1)
-        if include_bias and student.biases is not None:
-            e = e + 0.5 * student.biases[l].detach().pow(2)
-        out[l] = e
-    return out
+    return _per_node(student, levels, include_bias, student.weights, student.biases, 0.5)
 
 
 @torch.no_grad()
@@ -105,11 +76,17 @@ def energy_rates(student: LadderStudent, rec: StudentRecord, *, include_bias: bo
     :returns: ``{level: (R_l, n_l) tensor}``, from the weights the record ``rec`` was computed with.
     """
     _check_student(student)
+    return _per_node(student, levels, include_bias, rec.dW, rec.db, 1.0)
+
+
+def _per_node(student: LadderStudent, levels, include_bias: bool, dW, db, scale: float) -> dict[int, torch.Tensor]:
+    """``{level: (R_l, n_l)}`` scale (sum_k w_jk dW_jk (+ b_j db_j)): the energy (dW = W, scale 1/2) or its rate."""
     out = {}
     for l in _levels(student, levels):
-        r = (_incoming(student, l, student.weights[l].detach()) * _incoming(student, l, rec.dW[l])).sum(1)
+        W = student.weights[l].detach()
+        r = scale * (_incoming(student, l, W) * _incoming(student, l, dW[l].detach())).sum(1)
         if include_bias and student.biases is not None:
-            r = r + student.biases[l].detach() * rec.db[l]
+            r = r + scale * student.biases[l].detach() * db[l].detach()
         out[l] = r
     return out
 
@@ -186,8 +163,7 @@ def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, 
         raise TypeError(f"sample: expected a LadderSample, got {type(sample).__name__}")
     if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
         raise ValueError(f"lr: expected a finite positive number, got {lr!r}")
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise ValueError(f"steps: expected a positive integer, got {steps!r}")
+    steps = _positive_int(steps, "steps")
     if student is None:
         student = LadderStudent(sample.ladder, width, activation=activation, batch_norm=batch_norm, bias=bias,
                                 bn_eps=bn_eps, init_scale=init_scale, seed=seed, dtype=torch.float64)
@@ -238,8 +214,8 @@ def drift_exponent(sample: LadderSample, lrs, batch_norm: bool, *, steps: int | 
     """Exponent p of max relative drift ~ lr^p from a least-squares fit of log drift on log lr.
 
     Give exactly one of ``steps`` (same number of steps for every lr: expect p = 2 with BN, 1
-    without) or ``time`` (steps = round(time / lr): expect p = 1 with BN, ~0 without; see the
-    module docstring).  ``kwargs`` go to :func:`energy_drift` (same initialization for every lr).
+    without) or ``time`` (steps = round(time / lr): expect p = 1 with BN, ~0 without;
+    ``docs/theory.md`` §1.12).  ``kwargs`` go to :func:`energy_drift` (same initialization for every lr).
 
     :returns: ``(p, drifts)``.
     """

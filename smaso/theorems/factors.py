@@ -7,6 +7,7 @@ A region carries n binary factors (m = 2^n events, factor 0 the most significant
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import torch
@@ -87,6 +88,11 @@ def check_groups(groups: Sequence[Sequence[int]], n_child: int, name: str = "gro
 
 
 # ---------------------------------------------------------------------------- Defs 3-5
+def _kron_all(vectors) -> torch.Tensor:
+    """vectors[0] x vectors[1] x ... (Kronecker product, float64; ``[1]`` for none)."""
+    return functools.reduce(torch.kron, vectors, torch.ones(1, dtype=torch.float64))
+
+
 def _factor_form_residual(M: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
     """Residual of each column j of ``M`` ``(2^n, n)`` after projection onto
     {q[0] x ... x g (position j) x ... x q[n-1] : g in R^2}, ``others`` = q ``(n, 2)``."""
@@ -94,10 +100,7 @@ def _factor_form_residual(M: torch.Tensor, others: torch.Tensor) -> torch.Tensor
     R = torch.empty_like(M)
     for j in range(n):
         T = M[:, j].reshape([2] * n).movedim(j, 0).reshape(2, -1)
-        Q = torch.ones(1, dtype=M.dtype)
-        for i in range(n):
-            if i != j:
-                Q = torch.kron(Q, others[i])
+        Q = _kron_all([others[i] for i in range(n) if i != j])
         qq = Q @ Q
         g = T @ Q / qq if qq > 0 else torch.zeros(2, dtype=M.dtype)
         fit = torch.outer(g, Q).reshape([2] * n).movedim(0, j).reshape(-1)
@@ -190,14 +193,9 @@ def random_disentangled_G(p_factors, generator: torch.Generator | None = None, c
 
 
 def _expand(own: torch.Tensor, others: torch.Tensor) -> torch.Tensor:
+    """``(2^n, n)``: column j = others[0] x ... x own[j] (position j) x ... x others[n-1]."""
     n = own.shape[0]
-    cols = []
-    for j in range(n):
-        v = torch.ones(1, dtype=torch.float64)
-        for i in range(n):
-            v = torch.kron(v, own[i] if i == j else others[i])
-        cols.append(v)
-    return torch.stack(cols, 1)
+    return torch.stack([_kron_all([own[i] if i == j else others[i] for i in range(n)]) for j in range(n)], 1)
 
 
 def random_separable_W(groups: Sequence[Sequence[int]], generator: torch.Generator | None = None,

@@ -1,35 +1,20 @@
-"""Marginalized gradients and their recursion (framework paper §2.3: Eq 3, Eq 5, Thm 1 / Eq 18).
+"""Marginalized gradients and their recursion (framework paper §2.3: Eq 3, Eq 5, Thm 1 / Eq 18;
+``docs/theory.md`` §1.2).
 
-For node j and a region k inside j's receptive field (here: a child region of j's region),
+For node j and a child region k of j's region (x_k the input under k, x_{j,-k} the part of x_j outside x_k)
 
     g_j(x_k) = E_{x_-k | x_k}[ g_j(x) ]                                   (Eq 3)
     g_j(x_k) = E_{x_{j,-k} | x_k}[ g_j(x_j) ],  g_j(x_j) = E_{x_-j | x_j}[ g_j(x) ]   (Thm 1)
 
-where x_k is the input under region k and x_{j,-k} the part of x_j outside x_k.  Thm 1 is the
-tower property of conditional expectation (x_k is a sub-vector of x_j), so it holds for every
-function g_j(x); what is computed here is each side by its own exact marginalization:
+each side by its own exact marginalization: Eq 3 averages g_j(x) over all full input configurations with
+the same x_k (weights P(x)); Thm 1 first averages to g_j(x_j), then over the marginal table P(x_j) only.
 
-- Eq 3 ("direct"): a weighted average of g_j(x) over *all full input configurations* x with the
-  same x_k, weights P(x);
-- Thm 1 ("recursive"): first g_j(x_j) by averaging over full configurations with the same x_j,
-  then an average over the *marginal table* P(x_j) of the x_j with the same x_k; the second step
-  never looks at the full configurations again.
-
-Inputs: the ladder must have one-hot leaves (discrete inputs).  All m_d^{R_d} leaf
-configurations are enumerated (at most :data:`MAX_CONFIGS`) and P(x, y) is computed exactly
-from the ladder by summing over the latent events (top-down: an upward sum-product pass through
-P(z_child | z_parent); bottom-up: P(x) = prod of leaf priors and y = the lookup of x).
-Configurations with P(x) = 0 are dropped.
-
-Labels: in a top-down ladder y is random given x, so the per-example gradient g_j(x, y)
-(``LadderStudent.forward_backward`` on the pair, sign g = -dLoss/du) is averaged over the
-label's posterior: g_j(x) = E_{y|x}[ g_j(x, y) ].  In a bottom-up ladder y is a function of x and
-this average has one term.  The student is run on the batch of all pairs (x, y) with
-P(x, y) > 0, each once; with BN this batch (not the P-weighted population) sets the BN statistics,
-which only changes *which* function g_j(x) is marginalized, not the identities.
-
-Also returned, for Eq 2 / Eq 3: Delta w_jk = E_x[fbar_k(x) g_j(x)] = E_{x_k}[fbar_k(x_k) g_j(x_k)]
-(P-weighted; the second form uses that fbar_k depends on x_k only, locally connected).
+The ladder must have one-hot leaves: all m_d^{R_d} leaf configurations are enumerated (at most
+:data:`MAX_CONFIGS`) with their exact P(x, y), those with P(x) = 0 dropped.  In a top-down ladder the
+per-example gradient g_j(x, y) (``LadderStudent.forward_backward``, g = -dLoss/du) is averaged over the
+label's posterior.  The student runs on the batch of all pairs with P(x, y) > 0, each once (with BN this
+batch sets the BN statistics).  Also returned: Delta w_jk = E_x[fbar_k(x) g_j(x)] = E_{x_k}[fbar_k(x_k) g_j(x_k)]
+(Eq 2 / Eq 3, P-weighted).
 """
 
 from __future__ import annotations

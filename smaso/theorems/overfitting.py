@@ -1,46 +1,19 @@
-"""Over-fitting from finite samples (framework paper §5.3, Eq 14-17; ``docs/theory.md`` §1).
+"""Over-fitting from finite samples (framework paper §5.3, Eq 14-17; ``docs/theory.md`` §1 has the
+argument and the departures).
 
-The paper's example, built as a ladder (:func:`overfitting_ladder`): the label y = z_omega has
-two child regions, alpha and gamma, each with a binary event and one leaf that emits a Gaussian
-observation.  The label *is* z_alpha (Eq 14), and z_gamma is independent of it.  Alpha's two
-events are barely separable (means close relative to the noise: the "detailed structures" of
-Fig. 4), gamma's are easily separable (means far apart, little noise).
+The paper's example as a ladder (:func:`overfitting_ladder`): the label y = z_omega = z_alpha (Eq 14) has
+two child regions with one Gaussian leaf each, alpha barely separable, gamma easily separable and
+independent of the label.
 
-With N examples:
+* Eq 15: gamma's spurious correlation eps = P_hat(y=1 | z_gamma=1) - 1/2 ~ 1/sqrt(N)
+  (:func:`spurious_correlation`, :func:`expected_abs_eps`).
+* Eq 16-17: |Delta W| into the top from alpha (weak features, strong signal) and from gamma (strong
+  features, spurious signal): :func:`update_magnitudes`, swept over N by :func:`update_curve`; the
+  crossing N at which alpha's update takes over: :func:`update_crossing`.
+* SGD's perturbed P_hat: minibatch frequencies at total-variation distance ~ 1/sqrt(B) (:func:`minibatch_tv`).
 
-* Eq 15: gamma shows a spurious correlation eps = P_hat(y=1 | z_gamma=1) - 1/2 with the label,
-  of size ~ 1/sqrt(N) (:func:`spurious_correlation`, :func:`expected_abs_eps`).
-* Eq 16: a node j over alpha has f_j(z_alpha) ~ constant at a random initialization, so its
-  weight into the top receives Delta w_j = E[f_j g_0] ~ 0 although g_0(z_alpha) = +-1 is a
-  strong signal.
-* Eq 17: a node k over gamma has distinctive f_k(z_gamma), so Delta w_k = E[f_k g_0] with
-  g_0(z_gamma) = +-2 eps: a weak, spurious signal times a large feature difference.
-
-:func:`update_magnitudes` measures |Delta W| into the top nodes from alpha and from gamma
-(``rec.dW[0]`` of :class:`~smaso.student.network.LadderStudent`, via
-:func:`~smaso.student.frequency.collect_statistics`); :func:`update_curve` sweeps N.  With finite N
-alpha's update is dominated by sampling noise ~ sd(f_alpha)/sqrt(N) and gamma's by
-|f_gamma(1) - f_gamma(0)| eps ~ 1/sqrt(N); as N grows alpha's true, small signal
-(E[f | z_alpha=1] - E[f | z_alpha=0]) takes over while gamma's keeps shrinking, so the ratio
-|Delta W_gamma| / |Delta W_alpha| falls like 1/sqrt(N) (the paper's two remedies: eps -> 0 and
-P_hat(x_alpha | z_alpha) starts to show its difference).
-
-:func:`update_crossing` locates the paper's headline with seeded repeats: in the regime
-:data:`CROSSING_LADDER` (alpha 0.3 apart at sigma 1, gamma 4 apart at sigma 0.1) gamma's update
-beats alpha's in most repeats up to N ~ 100 and in almost none from N ~ 1000, with a crossing
-N* = (nu_gamma - nu_alpha + |mu_alpha|^2) / |mu_alpha|^2 predicted from the per-example moments
-of the update (E|Delta W_r|^2 = |mu_r|^2 + (nu_r - |mu_r|^2) / N).  Which region wins at small N
-is decided by feature energy (nu_gamma against alpha's noise nu_alpha - |mu_alpha|^2), not by
-separability alone: at the default ladder some initializations give alpha the larger update at
-every N (no crossing).
-
-SGD is gradient descent on a perturbed P_hat(z_alpha, z_beta): a minibatch of B examples sees
-the event frequencies of its own B examples, at total-variation distance ~ 1/sqrt(B) from the
-full data's (:func:`minibatch_tv`).
-
-The top gradient: Eq 16-17 take g_0 a function of the label only.  The default student
-(:func:`default_student`) has zero top weights and biases and is trained with cross entropy, so
-at the first step g_0 = onehot(y) - 1/2 exactly (+-1/2, the paper's +-1 up to the factor 1/2).
+:func:`default_student` has zero top weights and biases and cross entropy, so the first top gradient is
+g_0 = onehot(y) - 1/2, a function of the label only, as Eq 16-17 assume.
 """
 
 from __future__ import annotations
@@ -59,6 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from smaso.student.frequency import collect_statistics  # noqa: E402
 from smaso.student.network import LadderStudent  # noqa: E402
+from smaso.theorems.conditions import _positive_int  # noqa: E402
 from teachers.emission import GaussianEmission  # noqa: E402
 from teachers.ladder import Ladder  # noqa: E402
 from teachers.sampling import LadderSample, sample_ladder  # noqa: E402
@@ -78,12 +52,6 @@ def _positive(value, name: str) -> float:
     if not value > 0 or not math.isfinite(value):
         raise ValueError(f"{name}: expected a positive finite number, got {value!r}")
     return value
-
-
-def _positive_int(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    return int(value)
 
 
 def overfitting_ladder(*, alpha_separation: float = 0.1, alpha_sigma: float = 1.0, gamma_separation: float = 2.0,
@@ -314,34 +282,20 @@ def update_crossing(ns: Sequence[int] = tuple(2 ** k for k in range(3, 13)), *, 
                     seed: int = 0, z: float = 1.96, moment_examples: int = 2 ** 17) -> dict:
     """Where the irrelevant region's first-step update stops beating the relevant one's (§5.3).
 
-    Framework paper §5.3 (Eq 14-17): with few examples the irrelevant but easily separable region
-    gamma picks up a spurious label correlation eps ~ 1/sqrt(N) (Eq 15) and receives a larger
-    update than the relevant but barely separable alpha (Eq 16-17); as N grows, eps -> 0 and
-    alpha's small but real signal wins.  This measures that crossing.
-
     For each repeat r in ``range(reps)`` one i.i.d. stream of sum(ns) examples is drawn from
     ``ladder`` (default ``overfitting_ladder(**CROSSING_LADDER)``) with stream seed
-    ``seed * 1_000_003 + r`` and cut into disjoint slices of the sizes in ``ns``; so rows for
-    different N are independent, and a repeat's N-slice is a sample of N examples.  On each slice
-    the first-step update Delta W_{r, omega} = E_hat[f_r g_0^T] (``rec.dW[0][r]``, shape
-    (n_1, n_0) = (width, 2), full batch, cross entropy) of one fixed student (``student`` or
-    :func:`default_student` with ``width``, ``init_seed``) is taken for r = alpha and gamma, and
-    its Frobenius norm |Delta W_r| (units: activation x gradient, as ``dW``) recorded.
+    ``seed * 1_000_003 + r`` and cut into disjoint slices of the sizes in ``ns`` (rows for different N
+    are independent).  On each slice the first-step update Delta W_{r, omega} = E_hat[f_r g_0^T]
+    (``rec.dW[0][r]``, (width, 2), full batch, cross entropy) of one fixed student (``student`` or
+    :func:`default_student` with ``width``, ``init_seed``) is taken for r = alpha and gamma, and its
+    Frobenius norm |Delta W_r| recorded.
 
-    Prediction (exact for i.i.d. examples without batch norm, no asymptotics): the N examples'
-    terms f_r g_0^T are i.i.d., so E|Delta W_r|^2 = |mu_r|^2 + (nu_r - |mu_r|^2) / N with
-    mu_r = E[f_r g_0^T] and nu_r = E[|f_r|^2 |g_0|^2], estimated on ``moment_examples`` fresh
-    examples (stream seed ``seed * 1_000_003 + reps``).  Gamma is independent of the label, so
-    mu_gamma = 0 and E|Delta W_gamma|^2 = nu_gamma / N: its whole update is sampling noise of size
-    ~ 1/sqrt(N), of which the spurious correlation is the part |f_gamma(1) - f_gamma(0)| eps
-    (Eq 17, eps ~ 1/sqrt(N) by :func:`expected_abs_eps`).  Alpha's update tends to |mu_alpha| > 0.
-    The predicted root-mean-square ratio is
-    rho(N) = sqrt(nu_gamma / (N |mu_alpha|^2 + nu_alpha - |mu_alpha|^2)) (mu_gamma ~ 0 dropped
-    only in this sentence; the code keeps it), which is > 1 at small N iff nu_gamma >
-    nu_alpha - |mu_alpha|^2 (gamma's features carry more energy than alpha's noise: that, not
-    separability by itself, decides the small-N winner) and crosses 1 at
-    N* = (nu_gamma - nu_alpha + |mu_alpha|^2 - |mu_gamma|^2) / (|mu_alpha|^2 - |mu_gamma|^2);
-    if nu_gamma <= nu_alpha - |mu_alpha|^2 there is no crossing: alpha wins at every N.
+    Prediction (exact for i.i.d. examples without batch norm): E|Delta W_r|^2 = |mu_r|^2 + (nu_r - |mu_r|^2) / N
+    with mu_r = E[f_r g_0^T] and nu_r = E[|f_r|^2 |g_0|^2], estimated on ``moment_examples`` fresh examples
+    (stream seed ``seed * 1_000_003 + reps``); mu_gamma ~ 0 (gamma is independent of the label), so gamma's
+    update is sampling noise ~ 1/sqrt(N).  The predicted rms ratio rho(N) crosses 1 at
+    N* = (nu_gamma - nu_alpha + |mu_alpha|^2 - |mu_gamma|^2) / (|mu_alpha|^2 - |mu_gamma|^2); if
+    nu_gamma <= nu_alpha - |mu_alpha|^2 there is no crossing: alpha wins at every N.
 
     :returns: dict with ``rows`` (one per N, in the order of ``ns``): ``N``, ``reps``,
         ``gamma_wins`` (repeats with |Delta W_gamma| > |Delta W_alpha|), ``frac`` and its Wilson

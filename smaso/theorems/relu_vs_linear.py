@@ -1,23 +1,14 @@
 """ReLU versus linear networks on the summarization ladder (framework paper §5.1, Thm 6 and Thm 7;
-``docs/theory.md`` §1).
+``docs/theory.md`` §1 states vert(P), the theorems and the departures).
 
-vert(P) is the number of rows of a matrix P (``m x n``) that are vertices of the convex hull of
-its rows (row p_i is a vertex iff p_i is not a convex combination of the *other* rows, so two
-equal rows are both non-vertices); P is *all-vert* when every row is a vertex.
-
-- :func:`is_vertex`, :func:`vertices`, :func:`vert`, :func:`all_vert`: one feasibility linear
-  program per row (``scipy.optimize.linprog``): minimize the L1 residual of
-  p_i = sum_{j != i} a_j p_j over a in the simplex; p_i is a vertex iff the minimum is > 0.
-- Thm 6, ReLU side: :func:`relu_identity_weights` builds, for a parent region a whose children's
-  inputs P_ab F_b are all-vert and m_a = n_a, explicit W_ba and bias_a with
-  ReLU(sum_b P_ab F_b W_ba + 1 bias_a^T) = I (one separating hyperplane per event, found by LP);
-  :func:`relu_identity_ladder` does it level by level for a whole ladder, so F_omega = I and
-  Loss_ReLU = ||F_omega - I||_F^2 = 0.
-- Thm 6, linear side: a linear (affine) network has rank(F_a) <= sum_b rank(F_b) (+1 for the
-  bias), so by Eckart-Young ||F_omega - I||_F^2 >= m_omega - rank bound
-  (:func:`linear_loss_lower_bound`, :func:`ladder_linear_loss_lower_bound`);
-  :func:`best_linear_loss` is the exact optimum of one level (least squares).
-- Thm 7: vert(P F) = vert(P) when F has full row rank (tested in ``tests/test_relu_vs_linear.py``).
+- vert(P), the number of rows of P ``(m, n)`` that are vertices of the convex hull of its rows (equal
+  rows are both non-vertices): :func:`is_vertex`, :func:`vertices`, :func:`vert`, :func:`all_vert`, one
+  feasibility LP per row (``scipy.optimize.linprog``).
+- Thm 6, ReLU side: :func:`relu_identity_weights` (one region) and :func:`relu_identity_ladder` (every
+  level) build weights with ReLU(sum_b P_ab F_b W_ba + 1 bias_a^T) = I, so Loss_ReLU = 0.
+- Thm 6, linear side: rank(F_a) <= sum_b rank(F_b) (+1 for the bias), so by Eckart-Young
+  ||F_omega - I||_F^2 >= m_omega - rank bound (:func:`linear_loss_lower_bound`,
+  :func:`ladder_linear_loss_lower_bound`); :func:`best_linear_loss` is one level's exact optimum.
 - :func:`relu_vs_linear_curve` / :func:`plot_relu_vs_linear`: both losses against region size m.
 """
 
@@ -35,6 +26,7 @@ from scipy.optimize import linprog
 matplotlib.use("Agg") if not os.environ.get("MPLBACKEND") else None
 import matplotlib.pyplot as plt  # noqa: E402
 
+from smaso.theorems.conditions import _positive_int  # noqa: E402
 from teachers.ladder import Ladder  # noqa: E402
 from teachers.statistics import EventStatistics, exact_statistics  # noqa: E402
 
@@ -205,22 +197,13 @@ def relu_identity_weights(P_list, F_list=None, *, split: str = "per_child",
     """Thm 6's construction for one parent region a: weights W_ba and bias with
     ReLU(sum_b P_ab F_b W_ba + 1 bias^T) = I (``m_a x m_a``, so n_a = m_a).
 
-    ``split="per_child"`` follows the paper's proof (appendix, Thm 6) exactly: for every child b
-    the rows q_i of Q_b = P_ab F_b (``m_a x n_b``) must be all-vert (Thm 7: so they are when P_ab
-    is all-vert and F_b has full row rank, e.g. F_b = I at one-hot leaves); for each event i an LP
-    finds the least-L1 hyperplane (w_i^b, c_i^b) with w_i^b . q_i + c_i^b = 1/|ch(a)| and
-    w_i^b . q_j + c_i^b <= -margin for j != i; column i of W_ba is w_i^b and bias_i = sum_b c_i^b.
-    Summed over the children, the pre-activation has exactly 1 on the diagonal (up to rounding) and
-    is negative off it (<= -|ch(a)| margin / 2: the polishing below may give back at most half of each
-    child's margin, and the construction fails loudly otherwise), so the ReLU leaves I.
-
-    ``split="joint"`` is the generalization to the concatenated input [Q_1 ... Q_k] (``m_a x
-    sum n_b``): one hyperplane per event with value 1 at q_i and <= -margin elsewhere; it only needs
-    the concatenated rows to be all-vert (true, e.g., for the fully informative ladder, whose single
-    P_ab have repeated rows and so are not all-vert).
-
-    The bias is polished after the LP so that the diagonal is 1 up to rounding (not the LP's
-    tolerance).
+    ``split="per_child"`` follows the paper's proof (appendix, Thm 6): for every child b the rows q_i of
+    Q_b = P_ab F_b (``m_a x n_b``) must be all-vert (Thm 7); for each event i an LP finds the least-L1
+    hyperplane (w_i^b, c_i^b) with w_i^b . q_i + c_i^b = 1/|ch(a)| and w_i^b . q_j + c_i^b <= -margin for
+    j != i; column i of W_ba is w_i^b and bias_i = sum_b c_i^b, so the summed pre-activation is 1 on the
+    diagonal (the bias polished to rounding) and <= -|ch(a)| margin / 2 off it.  ``split="joint"`` does
+    the same on the concatenated input [Q_1 ... Q_k] with value 1, needing only its rows all-vert (as on
+    the fully informative ladder, whose single P_ab have repeated rows).
 
     :param P_list: the parent's P_ab = P(z_b | z_a), one ``(m_a, m_b)`` row-stochastic matrix per child.
     :param F_list: the children's inputs F_b ``(m_b, n_b)``; default identities (one-hot leaves).
@@ -237,29 +220,25 @@ def relu_identity_weights(P_list, F_list=None, *, split: str = "per_child",
     Qs = [P @ F for P, F in zip(Ps, Fs, strict=True)]
     m, k = Ps[0].shape[0], len(Ps)
     bias = np.zeros(m)
+    blocks = Qs if split == "per_child" else [np.hstack(Qs)]
+    Ws = []
+    for b, Q in enumerate(blocks):
+        W = np.zeros((Q.shape[1], m))
+        for i in range(m):
+            sol = _separating_hyperplane(Q, i, 1.0 / k if split == "per_child" else 1.0, margin)
+            if sol is None and split == "per_child":
+                raise ValueError(f"P_list[{b}]: row {i} of P_ab F_b is not a vertex of the hull of the rows "
+                                 "(Thm 6 needs every P_ab F_b all-vert; try split='joint')")
+            if sol is None:
+                raise ValueError(f"P_list: row {i} of the concatenated input [P_ab F_b]_b is not a vertex of the hull "
+                                 "of the rows, so no ReLU unit can single it out")
+            W[:, i], c = sol
+            bias[i] += c
+        Ws.append(W)
     if split == "per_child":
-        Ws = []
-        for b, Q in enumerate(Qs):
-            W = np.zeros((Q.shape[1], m))
-            for i in range(m):
-                sol = _separating_hyperplane(Q, i, 1.0 / k, margin)
-                if sol is None:
-                    raise ValueError(f"P_list[{b}]: row {i} of P_ab F_b is not a vertex of the hull of the rows "
-                                     "(Thm 6 needs every P_ab F_b all-vert; try split='joint')")
-                W[:, i], c = sol
-                bias[i] += c
-            Ws.append(W)
         return Ws, bias
-    Q = np.hstack(Qs)
-    W = np.zeros((Q.shape[1], m))
-    for i in range(m):
-        sol = _separating_hyperplane(Q, i, 1.0, margin)
-        if sol is None:
-            raise ValueError(f"P_list: row {i} of the concatenated input [P_ab F_b]_b is not a vertex of the hull "
-                             "of the rows, so no ReLU unit can single it out")
-        W[:, i], bias[i] = sol
     splits = np.cumsum([Qb.shape[1] for Qb in Qs])[:-1]
-    return list(np.split(W, splits, axis=0)), bias
+    return list(np.split(Ws[0], splits, axis=0)), bias
 
 
 def relu_region_forward(P_list, F_list, W_list, bias=None) -> tuple[np.ndarray, np.ndarray]:
@@ -464,8 +443,7 @@ def spherical_table(m: int, m_child: int, *, seed: int = 0, radius: float = 0.9,
     at angle t_0 + 2 pi ``frequency`` i / m (``frequency`` coprime to m keeps them distinct; children
     with different frequencies span different Fourier subspaces, so their P_ab have independent
     columns)."""
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
-        raise ValueError(f"m: expected a positive integer, got {m!r}")
+    m = _positive_int(m, "m")
     if isinstance(m_child, bool) or not isinstance(m_child, (int, np.integer)) or m_child < 2:
         raise ValueError(f"m_child: expected an integer >= 2, got {m_child!r}")
     if m_child == 2 and m > 2:
@@ -508,8 +486,7 @@ def relu_vs_linear_curve(ms: Sequence[int], *, children: int = 2, child_events: 
     bound.  One dict per m."""
     if not ms:
         raise ValueError("ms: expected at least one region size")
-    if isinstance(children, bool) or not isinstance(children, (int, np.integer)) or children < 1:
-        raise ValueError(f"children: expected a positive integer, got {children!r}")
+    children = _positive_int(children, "children")
     rows = []
     for m in ms:
         freqs = _frequencies(int(m), children)
