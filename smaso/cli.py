@@ -48,7 +48,16 @@ from smaso.cli_support import (
     _terminate_as_interrupt,
     _Terminated,
 )
-from smaso.reports import _pieces, inspect_report, print_report, print_tent_report, tent_report
+from smaso.reports import (
+    _pieces,
+    accuracy_report,
+    bayes_on_head,
+    inspect_report,
+    print_report,
+    print_tent_report,
+    shuffled_label_alignment,
+    tent_report,
+)
 
 __all__ = ["inspect_report", "main"]
 
@@ -320,9 +329,13 @@ def _write_json(path, obj, args=None) -> None:
                 + ("\n" if str(path) == STDOUT else ""))
 
 
-def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = None) -> None:
+def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = None, readout: int = 0,
+                     steps: int = 600, eval_every: int = 50) -> None:
     g = p.add_argument_group("student and training")
     g.add_argument("--width", type=_int_list, default=[16], help="nodes per hidden region (int or one per level)")
+    g.add_argument("--readout", type=_nonneg_int, default=readout,
+                   help="nodes of a hidden group at the root region before the linear map to the classes (0: none, "
+                        "the class scores are then additive over the root's children)")
     g.add_argument("--activation", default="relu", help="relu, silu, swish:BETA, leaky_relu:NU, abs, linear")
     g.add_argument("--bn", nargs="?", const="after", default=None, choices=("after", "before"),
                    help="Batch Norm at every hidden level: after the activation (--bn, --bn after) or right after "
@@ -331,11 +344,12 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
     g.add_argument("--shared", action="store_true",
                    help="share weights like a convolution, one block per child place")
     g.add_argument("--loss", default="squared", choices=["squared", "cross_entropy"], help="training loss")
-    g.add_argument("--steps", type=_nonneg_int, default=600, help="training steps")
+    g.add_argument("--steps", type=_nonneg_int, default=steps, help="training steps")
     g.add_argument("--lr", type=float, default=0.5, help="learning rate")
     g.add_argument("--batch-size", type=_nonneg_int, default=256, help="SGD minibatch (0: full-batch GD)")
     g.add_argument("--weight-decay", type=float, default=0.0, help="Frobenius regularizer lambda")
-    g.add_argument("--eval-every", type=_positive_int, default=50, help="compare every this many steps")
+    g.add_argument("--eval-every", type=_positive_int, default=eval_every,
+                   help="compare every this many steps")
     g.add_argument("--eval-examples", type=_positive_int, default=8192, help="examples measured at each comparison")
     g.add_argument("--P", dest="P_source", default="empirical", choices=["empirical", "exact"],
                    help="event frequencies of the evaluation set, or the ladder's exact tables")
@@ -353,7 +367,7 @@ def _add_device(g, what: str) -> None:
                    help=f"torch device ('cpu', 'cuda', 'cuda:1') of {what} (default: cpu)")
 
 
-def _run_comparison(sample, args, engine=None):
+def _run_comparison(sample, args, engine=None, alignment=None):
     from smaso.student.compare import compare_student
 
     return compare_student(sample, width=_one_or_list(args.width), activation=args.activation,
@@ -361,7 +375,8 @@ def _run_comparison(sample, args, engine=None):
                            lr=args.lr, batch_size=args.batch_size or None, weight_decay=args.weight_decay,
                            eval_every=args.eval_every, eval_examples=args.eval_examples, P_source=args.P_source,
                            seed=args.student_seed, engine=engine, noise_groups=_noise_groups(args),
-                           device=args.device, shared=getattr(args, "shared", False))
+                           device=args.device, shared=getattr(args, "shared", False), readout=args.readout or None,
+                           alignment=alignment)
 
 
 def _noise_groups(args) -> int | None:
@@ -383,7 +398,7 @@ def _save_outputs(out_dir, payload: dict, result, title: str) -> list[str]:
 
 def _comparison_payload(result, args) -> dict:
     return {"history": result.history, "seconds": result.seconds,
-            "student": {k: getattr(args, k) for k in ("width", "activation", "bn", "loss", "steps", "lr",
+            "student": {k: getattr(args, k) for k in ("width", "readout", "activation", "bn", "loss", "steps", "lr",
                                                        "batch_size", "weight_decay", "P_source")}}
 
 
@@ -412,9 +427,18 @@ def _cmd_demo(args) -> int:
     title = "default ladder: student vs reformulation"
     print(f"\n== student vs reformulation (Thm 4 / Eq 9): {args.steps} SGD steps, width {args.width}, "
           f"{args.activation}{f', BN {args.bn} the gate' if args.bn else ''} ==")
-    result = _run_comparison(sample, args)
+    held_out = sample_ladder(lad, 4096, args.seed + 2, progress=False)  # alignment rows, never trained on
+    result = _run_comparison(sample, args, alignment=held_out)
     print(result.table(every=max(1, len(result.history) // 8)))
-    print(f"Bayes-optimal accuracy of this ladder: {report['bayes_optimal']['expected']:.4f}")
+    accuracy = accuracy_report(lad, result.student, report["bayes_optimal"]["expected"], args.seed)
+    print(accuracy["text"])
+    control = shuffled_label_alignment(sample, held_out, result.student, args)
+    print("\n== event alignment of the hidden nodes (on 4096 held-out rows; the paper's question: do nodes become "
+          "selective for the latent event of their receptive field?) ==")
+    print(result.alignment_table(checkpoints=4))
+    print("control: the same student trained on shuffled labels, at the end")
+    print("\n".join(f"  level {r['level']}: eta2 {r['eta2']:.3f}, MI {r['mi']:.3f} bits, spec {r['spec']:.3f}, "
+                    f"probe {r['probe']:.3f}" for r in control))
     # Thm 3: on the fully informative ladder with one-hot leaves the reformulation is exact
     fi = Ladder.fully_informative(depth=2, branching=2, leaf_events=2, concentration=1.0, seed=args.seed)
     fi_sample = sample_ladder(fi, 4096, args.seed, progress=False, device=args.device).to("cpu")
@@ -426,6 +450,8 @@ def _cmd_demo(args) -> int:
           f"largest relative error {worst:.1e} (float64: exact)")
     out_dir = args.out or "smaso-demo"
     payload = {"ladder_report": report, **_comparison_payload(result, args),
+               "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
+               "alignment_control_shuffled_labels": control,
                "thm3_fully_informative_max_error": worst}
     files = _save_outputs(out_dir, payload, result, title)
     groups = _noise_groups(args)
@@ -455,8 +481,12 @@ def _cmd_compare(args) -> int:
     with _engine(args) as engine:
         result = _run_comparison(sample, args, engine=engine)
     print(result.table(every=max(1, len(result.history) // 8)))
+    accuracy = accuracy_report(lad, result.student, bayes_on_head(sample, args.device),
+                               int(getattr(sample, "seed", 0) or 0))
+    print(accuracy["text"])
     if args.out:
-        files = _save_outputs(args.out, _comparison_payload(result, args), result, title)
+        payload = {**_comparison_payload(result, args), "accuracy": {k: v for k, v in accuracy.items() if k != "text"}}
+        files = _save_outputs(args.out, payload, result, title)
         print(f"\nwrote {', '.join(files)}")
     return 0
 
@@ -482,7 +512,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--bayes-n", type=_positive_int, default=2000, help="examples for the Bayes-optimal accuracy")
     demo.add_argument("--teacher", choices=("summarization", "topdown"), default="summarization",
                       help="the built-in ladder: the paper's summarization ladder or the top-down one")
-    _student_options(demo, out_default="smaso-demo")
+    _student_options(demo, out_default="smaso-demo", readout=32, steps=3000, eval_every=250)
     demo.set_defaults(func=_cmd_demo)
 
     cmp_ = sub.add_parser("compare", help="train a student on a dataset file and compare it with the reformulation",

@@ -1,10 +1,13 @@
 """What ``smaso inspect`` reports: a ladder dataset's counts, its sample frequencies against the ladder's exact
-statistics, and the Bayes-optimal accuracy; a tent dataset's k, x range and fit.  Heavy imports happen inside
-the functions, so that ``smaso --help`` stays instant."""
+statistics, and the Bayes-optimal accuracy; a tent dataset's k, x range and fit.  And what ``smaso demo`` and
+``compare`` report beside the comparison: Bayes, the student class's ceilings and the student's held-out
+accuracy (:func:`accuracy_report`), the shuffled-label control of the event alignment.  Heavy imports happen
+inside the functions, so that ``smaso --help`` stays instant."""
 
 from __future__ import annotations
 
-__all__ = ["inspect_report", "print_report", "print_tent_report", "tent_report"]
+__all__ = ["accuracy_report", "bayes_on_head", "inspect_report", "print_report", "print_tent_report",
+           "shuffled_label_alignment", "tent_report"]
 
 
 def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool = False, device=None) -> dict:
@@ -79,7 +82,8 @@ def print_report(report: dict, ladder) -> None:
     if b and "expected" in b:
         emp = f", fraction correct {b['empirical']:.4f}" if "empirical" in b else ""
         print(f"\nBayes-optimal accuracy (exact posterior p(y|x) on {b['n']} examples): "
-              f"{b['expected']:.4f} +- {b['stderr']:.4f}{emp}\n(the ceiling of any student trained on this ladder)")
+              f"{b['expected']:.4f} +- {b['stderr']:.4f}{emp}\n(an upper bound on any classifier of x; a student "
+              "class can be capped lower: demo and compare print its ceiling)")
     elif b:
         print(f"\nBayes-optimal accuracy: {b['unavailable']}")
 
@@ -115,3 +119,73 @@ def print_tent_report(report: dict) -> None:
         print(f"[{lo:.1f}, {hi:.1f})  {c:9d}   {c / n:10.5f}")
     print(f"\nmax |y - tau^{report['k']}(x)| = {report['max_abs_y_minus_target']:.6g}"
           + (" (exact labels)" if report["noise"] == 0 else ""))
+
+
+def shuffled_label_alignment(sample, held_out, trained, args) -> list[dict]:
+    """The alignment, at the end of training, of a student like ``trained`` (same initialization) trained on
+    ``sample`` with its labels shuffled: what training alone does to the nodes when the labels carry nothing."""
+    import torch
+
+    from smaso.student.alignment import alignment_report
+    from smaso.student.network import LadderStudent
+    from smaso.student.training import train_ladder_student
+
+    dtype = trained.weights[0].dtype
+    st = LadderStudent(trained.teacher, trained.widths[2 if trained.readout else 1:-1], activation=args.activation,
+                       batch_norm=args.bn or False, bias=not args.no_bias, seed=args.student_seed,
+                       shared=getattr(args, "shared", False), readout=trained.readout, dtype=dtype,
+                       device=args.device)
+    y = sample.y[torch.randperm(len(sample), generator=torch.Generator().manual_seed(args.student_seed))]
+    train_ladder_student(st, sample.inputs(dtype=dtype), y, steps=args.steps, lr=args.lr,
+                         batch_size=args.batch_size or None, loss=args.loss, seed=args.student_seed)
+    return alignment_report(st, held_out.inputs(dtype=dtype), held_out.z.long())
+
+
+def accuracy_report(lad, student, bayes: float | None, seed: int, held_out: int = 10_000) -> dict:
+    """Bayes, the student class's ceilings and the trained student's accuracy on fresh (held-out) rows: the
+    stream of seed ``seed + 1``, rows never trained on."""
+    import torch
+
+    from smaso.student.ceiling import architecture_ceiling
+    from teachers.sampling import sample_ladder
+
+    ceiling = architecture_ceiling(lad)
+    fresh = sample_ladder(lad, held_out, seed + 1, progress=False)
+    with torch.no_grad():
+        out = student(fresh.inputs(dtype=student.weights[0].dtype).to(student.weights[0].device))
+    acc = float((out.argmax(-1).cpu() == fresh.y.long()).double().mean())
+    readout = student.readout
+    own = ceiling.readout if readout and readout >= ceiling.readout_width else ceiling.additive if not readout \
+        else None
+    if own is not None and bayes is not None:
+        own = min(own, bayes)  # both bound this student: Bayes any classifier of x, the ceiling its class
+    kind = f"readout {readout}" if readout else "linear top"
+    rows = [("Bayes-optimal accuracy of the teacher (exact posterior of x)", bayes),
+            ("class ceiling given the root's children's events: linear top (additive)", ceiling.additive),
+            (f"class ceiling given the root's children's events: readout >= {ceiling.readout_width} nodes",
+             ceiling.readout),
+            ("loss-optimal linear top given the children's events (squared loss)", ceiling.loss_optimal),
+            (f"upper bound for this student ({kind}): min(Bayes, its class ceiling)", own),
+            (f"this student ({kind}), accuracy on {held_out} held-out rows", acc)]
+    text = "\n".join(["", "accuracy (the class ceilings are exact"
+                       + (", and bound every weight setting on a tree)" if ceiling.is_bound else ")")]
+                      + [f"  {name:<76} {'n/a' if v is None else f'{v:.4f}'}" for name, v in rows]
+                      + [f"  held-out accuracy / Bayes: {acc / bayes:.3f}" if bayes else ""])
+    return {"text": text, "bayes": bayes, "ceiling_linear_top": ceiling.additive, "ceiling_readout": ceiling.readout,
+            "readout_width_needed": ceiling.readout_width, "loss_optimal_linear_top": ceiling.loss_optimal,
+            "ceiling_of_this_student": own, "held_out_accuracy": acc, "held_out_rows": held_out}
+
+
+def bayes_on_head(sample, device=None, n: int = 2000) -> float | None:
+    """The exact posterior's Bayes-optimal accuracy on the first ``n`` rows of the first chunk of ``sample`` (an
+    in-memory sample or a chunked dataset; None where the exact posterior is refused as too costly)."""
+    import torch
+
+    from inference.posterior import bayes_optimal_accuracy
+    from teachers.chunked import as_chunks
+
+    try:
+        x = as_chunks(sample).chunk(0).inputs(slice(0, n), dtype=torch.float64)
+        return bayes_optimal_accuracy(sample.ladder, x, device=device)["expected"]
+    except ValueError:  # a graph whose junction tree is too large: no exact posterior
+        return None

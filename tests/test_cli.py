@@ -29,7 +29,11 @@ def test_demo_runs_the_main_job(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "Bayes-optimal accuracy" in out and "all within bounds: True" in out
     assert "decorr. fwd" in out and "recursion" in out and "one step" in out
-    assert "the paper's summarization ladder" in out and "Bayes-optimal accuracy of this ladder: 1.0000" in out
+    assert "the paper's summarization ladder" in out
+    assert re.search(r"Bayes-optimal accuracy of the teacher \(exact posterior of x\) +1\.0000", out)
+    # the ceilings beside Bayes: the linear top's cap (0.873) and the readout's (Bayes), the student's held-out rows
+    assert re.search(r"linear top \(additive\) +0\.873\d", out) and re.search(r"readout >= 16 nodes +1\.0000", out)
+    assert "held-out rows" in out and "event alignment of the hidden nodes" in out and "shuffled labels" in out
     # every number comes with its noise floor, and the one-step errors with their two parts
     assert re.search(r"\[\de-\d\d\]", out) and "within noise" in out and "part: decorrelation" in out
     thm3 = float(re.search(r"largest relative error ([0-9.e+-]+)", out).group(1))
@@ -37,6 +41,11 @@ def test_demo_runs_the_main_job(capsys, tmp_path):
     report = json.loads((out_dir / "comparison.json").read_text())
     assert report["ladder_report"]["n"] == 6000 and sum(report["ladder_report"]["label_counts"]) == 6000
     assert [h["step"] for h in report["history"]] == [0, 10, 20, 30]
+    assert report["student"]["readout"] == 32 and report["accuracy"]["ceiling_of_this_student"] == 1.0
+    assert abs(report["accuracy"]["ceiling_linear_top"] - 0.8734) < 1e-4
+    assert 0 <= report["accuracy"]["held_out_accuracy"] <= 1 and report["accuracy"]["held_out_rows"] == 10_000
+    assert [r["level"] for r in report["history"][-1]["alignment"]] == [0, 1, 2, 3]
+    assert len(report["alignment_control_shuffled_labels"]) == 4
     last = report["history"][-1]
     assert last["noise_groups"] == 10 and all("F_local_floor" in r and "within_noise" in r for r in last["levels"])
     assert report["thm3_fully_informative_max_error"] == thm3 or abs(report["thm3_fully_informative_max_error"]

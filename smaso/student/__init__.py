@@ -22,6 +22,13 @@ receptive fields (a region with several parents).  One module per step of the pa
 - :mod:`smaso.student.noise`: the noise floor of every measured number (a delete-one-group jackknife).
 - :mod:`smaso.student.diagnosis`: the reformulation's errors against measurements and Thm 2's conditions
   (decorrelation, focus, broadness per edge; Thm 3: all vanish on a fully informative ladder).
+- :mod:`smaso.student.readout`: a hidden group at the root and a linear map to the classes, as one more
+  ladder level whose event is the label (so Eq 1-12 and Thm 2-4 carry through to it).
+- :mod:`smaso.student.ceiling`: the exact ceilings of a student class (the additive cap of a linear top, a
+  mixed-integer program; the readout's Bayes given the children's events) and a network built to attain them.
+- :mod:`smaso.student.alignment`: do hidden nodes become selective for their region's latent event (§3-4's
+  question)?  eta^2, the on-state MI and the best-matching node's correlation, with controls and floors;
+  linear probes on held-out rows.
 - :mod:`smaso.student.compare`: train, measure, predict, compare (:func:`~smaso.student.compare.compare_student`),
   noise sweeps and errors against N.
 
@@ -35,6 +42,7 @@ The theorems built on top of these (Thm 1, 6-9, §5.3, §7.5.1) are in :mod:`sma
 
 from smaso._lazy import lazy_submodules
 
-__all__ = ["activations", "batchnorm", "compare", "connectivity", "diagnosis", "frequency", "graph_frequency",
-           "graph_network", "graph_reformulation", "mergeable", "network", "noise", "reformulation", "training"]
+__all__ = ["activations", "alignment", "batchnorm", "ceiling", "compare", "connectivity", "diagnosis", "frequency",
+           "graph_frequency", "graph_network", "graph_reformulation", "mergeable", "network", "noise", "readout",
+           "reformulation", "training"]
 __getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from smaso.student.alignment import alignment_report
 from smaso.student.diagnosis import CONTRIBUTIONS, compare_statistics_to_theory, diagnose
 from smaso.student.frequency import FrequencyStatistics, ReplicateAccumulator, accumulate_statistics, collect_statistics
 from smaso.student.network import LadderStudent
@@ -80,6 +81,30 @@ class ComparisonResult:
             lines.append(f"  final_prediction: {type(self.final_prediction).__name__}")
         return "\n".join(lines) + ")"
 
+    def alignment_table(self, *, checkpoints: int | None = None) -> str:
+        """Event alignment against training step, level by level (what ``smaso demo`` prints): the medians over
+        nodes of eta^2 and of the on-state MI with the region's own event (against the neighbours' events, the
+        control, and the null floor), the best-matching node's correlation per event, and the held-out linear
+        probe's accuracy (against the majority rate).  Levels are the student's (with a readout, level 1 is the
+        readout group, whose event is the label, and level l + 1 the teacher's level l).
+
+        :param checkpoints: show about this many checkpoints, evenly spaced, the first and the last among them
+            (None: all).
+        """
+        rows = [h for h in self.history if "alignment" in h]
+        if not rows:
+            raise ValueError("result: no checkpoint measured the alignment (compare_student(alignment=...))")
+        if checkpoints is not None and len(rows) > checkpoints > 1:
+            rows = [rows[round(i * (len(rows) - 1) / (checkpoints - 1))] for i in range(checkpoints)]
+        lines = ["step level |   eta2  [ctrl] (floor) |   MI bits [ctrl] (floor) |  spec (floor) | probe (chance)"]
+        for h in rows:
+            for r in h["alignment"]:
+                lines.append(f"{h['step']:4d} {r['level']:5d} | {r['eta2']:6.3f} [{r['eta2_control']:5.3f}] "
+                             f"({r['floor_eta2']:.0e}) | {r['mi']:6.3f}   [{r['mi_control']:5.3f}] "
+                             f"({r['floor_mi']:.0e}) | {r['spec']:5.3f} ({r['floor_spec']:.3f}) | "
+                             f"{r['probe']:5.3f} ({r['probe_chance']:.3f})")
+        return "\n".join(lines)
+
     def table(self, *, every: int = 1) -> str:
         """The comparison as text (what ``smaso demo`` prints): the training curve (mean relative
         error of Eq 9 over levels for F, G~, Delta W, every ``every``-th checkpoint and the last),
@@ -90,10 +115,10 @@ class ComparisonResult:
         if every < 1:
             raise ValueError(f"every: expected a positive integer, got {every!r}")
         hist = self.history
-        lines = ["step    loss   accuracy | relative error of the reformulation, mean over levels (F / G~ / dW)"]
+        lines = ["step    loss  train acc | relative error of the reformulation, mean over levels (F / G~ / dW)"]
         for h in hist[::every] if hist[-1] in hist[::every] else [*hist[::every], hist[-1]]:
             mean = _mean_errors(h["levels"])
-            lines.append(f"{h['step']:5d} {h['loss']:8.4f}  {h['accuracy']:8.4f} | "
+            lines.append(f"{h['step']:5d} {h['loss']:8.4f}   {h['accuracy']:8.4f} | "
                          f"{mean['F']:9.2e} {mean['G']:9.2e} {mean['dW']:9.2e}")
         last = hist[-1]
         floors = "noise_groups" in last
@@ -189,7 +214,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                     eval_every: int = 20, eval_examples: int | None = 4096, eval_batch_size: int = 4096,
                     P_source: str = "empirical", seed: int = 0, dtype: torch.dtype = torch.float64,
                     device: torch.device | str | None = None, progress: bool = False,
-                    engine=None, noise_groups: int | None = 10, shared: bool = False) -> ComparisonResult:
+                    engine=None, noise_groups: int | None = 10, shared: bool = False,
+                    readout: int | None = None, alignment: LadderSample | None = None) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
     Training reads minibatches chunk by chunk (each epoch a seeded random order of the chunks and of their
@@ -211,6 +237,11 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     :param engine: where the streamed evaluation runs (None: this process; a
         :class:`~teachers.engine.DaskEngine`: one task per chunk).
     :param shared: share the student's weights per child place (:class:`LadderStudent`'s ``shared``).
+    :param readout: a readout group of this many nodes at the root (:class:`LadderStudent`'s ``readout``).
+    :param alignment: held-out rows (a :class:`~teachers.sampling.LadderSample` of the same ladder, never trained
+        on) on which every checkpoint also measures the event alignment of the hidden nodes
+        (:func:`~smaso.student.alignment.alignment_report`: the rows' first half fits the linear probes, the
+        second half scores them); the history rows then carry ``"alignment"``, one dict per level.
     :param noise_groups: row groups of the jackknife that gives every number its noise floor
         (:mod:`smaso.student.noise`); ``None``: no floors.
     :returns: :class:`ComparisonResult` with one history row per checkpoint: step, loss,
@@ -244,8 +275,12 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     for name, v in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+    if alignment is not None and (not isinstance(alignment, LadderSample) or alignment.z is None
+                                  or alignment.ladder.fingerprint() != lad.fingerprint() or len(alignment) < 4):
+        raise ValueError("alignment: expected a LadderSample of at least 4 rows, with its events z, of the sample's "
+                         "ladder")
     student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
-                            seed=seed, shared=shared, dtype=dtype, device=device)
+                            seed=seed, shared=shared, readout=readout, dtype=dtype, device=device)
     n = len(chunks)
     streamed = eval_examples is None and not in_memory
     if not streamed:
@@ -279,7 +314,10 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
             if bad or not math.isfinite(stats.loss):
                 raise TrainingDiverged(f"step {step}: the statistics are not finite ({', '.join(bad[:3]) or 'loss'}); "
                                        "lower lr, or use BN")
-            result.history.append({"step": step, "accuracy": acc, **report})
+            row = {"step": step, "accuracy": acc, **report}
+            if alignment is not None:
+                row["alignment"] = alignment_report(student, alignment.inputs(dtype=dtype), alignment.z.long())
+            result.history.append(row)
             result.final_stats = stats
         if step == steps:
             break
@@ -297,7 +335,7 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     bar.close()
     if not all(bool(torch.isfinite(p).all()) for p in [*student.weights, *(student.biases or [])]):
         raise TrainingDiverged(f"step {steps}: the weights are not finite (the run diverged; lower lr={lr})")
-    P = result.final_stats.P if P_source == "empirical" else exact_statistics(lad)
+    P = result.final_stats.P if P_source == "empirical" else exact_statistics(student.ladder)
     result.final_prediction = reformulate(student, P, result.final_stats, loss=loss)
     result.seconds = time.perf_counter() - t0
     return result

@@ -208,6 +208,7 @@ class FrequencyAccumulator(MergeableSums):
             how :class:`ReplicateAccumulator` splits a batch into groups without changing BN's batch statistics.
         """
         lad, dt = self.ladder, self.dtype
+        z = self.student.ladder_events(z)
         if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
             raise ValueError(f"z: expected the (N, {lad.total_regions}) events of every region of the student's "
                              f"ladder, got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
@@ -469,6 +470,7 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     if not isinstance(student, LadderStudent):
         raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
     lad = student.ladder
+    z = student.ladder_events(z)
     if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
         raise ValueError(f"z: expected the (N, {lad.total_regions}) events of every region of the student's ladder, "
                          f"got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
@@ -548,7 +550,7 @@ def accumulate_statistics(student: LadderStudent, source, *, loss: str = "square
         raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
     _check_groups(groups)
     chunks = as_chunks(source)
-    if chunks.ladder is not student.ladder and chunks.ladder.fingerprint() != student.ladder.fingerprint():
+    if chunks.ladder is not student.teacher and chunks.ladder.fingerprint() != student.teacher.fingerprint():
         raise ValueError("source: the dataset's ladder is not the student's")
 
     def merge(total: tuple, part: tuple[dict, int]) -> tuple:

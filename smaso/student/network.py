@@ -45,6 +45,7 @@ from smaso.student.connectivity import (
     tree_backward,
     tree_pre_activation,
 )
+from smaso.student.readout import readout_events, readout_ladder
 from teachers.ladder import Ladder
 
 __all__ = ["BN_PLACEMENTS", "LOSSES", "PER_EXAMPLE", "LadderStudent", "StudentRecord", "output_gradient",
@@ -167,9 +168,16 @@ class LadderStudent(nn.Module):
         *place* (the j-th of its sorted children), W_{p,c} = weights[l][place(p, c)].  Needs every parent of a
         level to have the same number of children k_l; the update of a shared block is the sum of its edges'
         Delta W (:meth:`shared_update`).
+    :param readout: ``h``: give the root region a hidden group of h nodes (the hidden activation, BN like every
+        hidden level) and a linear map to the classes (:mod:`smaso.student.readout`): the student is then built on
+        :func:`~smaso.student.readout.readout_ladder` (``ladder`` with one more level, whose event is the label)
+        and :attr:`teacher` is ``ladder``.  Without it (None) the class scores are linear in the root's
+        children's groups, so additive over them (:mod:`smaso.student.ceiling`).
     :param dtype, device: parameter dtype and device.
 
-    :ivar widths: ``[n_0, ..., n_d]`` (n_0 = classes, n_d = input dim).
+    :ivar ladder: the ladder the student is built on (``teacher``, or its readout ladder).
+    :ivar teacher: the teacher's ladder, as given.
+    :ivar widths: ``[n_0, ..., n_d]`` (n_0 = classes, n_d = input dim; with a readout n_1 = h).
     :ivar weights: ``weights[l]`` ``(E_l, n_{l+1}, n_l)``: W_ba of every edge of level l (on a uniform tree
         ``(R_{l+1}, n_{l+1}, n_l)``, one per child region); with ``shared``, ``(k_l, n_{l+1}, n_l)``: one block
         per child place (:meth:`edge_weights` gives every edge's block).
@@ -179,7 +187,8 @@ class LadderStudent(nn.Module):
     def __init__(self, ladder: Ladder, width: int | list[int] = 8, *, activation: str | Activation = "relu",
                  top_activation: str | Activation = "linear", batch_norm: bool | str = False, bias: bool = True,
                  bn_eps: float = 1e-5, init_scale: float = 1.0, seed: int = 0, shared: bool = False,
-                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+                 readout: int | None = None, dtype: torch.dtype = torch.float32,
+                 device: torch.device | str | None = None):
         super().__init__()
         if not isinstance(ladder, Ladder):
             raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
@@ -200,6 +209,11 @@ class LadderStudent(nn.Module):
             raise ValueError(f"shared: expected a bool, got {shared!r}")
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise ValueError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
+        self.teacher = ladder
+        self.readout = None if readout is None else _check_int(readout, "readout", 1)
+        if self.readout is not None:
+            ladder = readout_ladder(ladder)
+            width, d = [self.readout, *width], ladder.depth
         self.ladder = ladder
         self.widths = [ladder.num_classes, *width, ladder.emission.dim]  # n_0 .. n_d
         self.activation = get_activation(activation)
@@ -308,6 +322,15 @@ class LadderStudent(nn.Module):
             return dW
         place = getattr(self, f"edge_place_{level}")
         return dW.new_zeros(self.weights[level].shape).index_add_(0, place, dW)
+
+    def ladder_events(self, z: torch.Tensor) -> torch.Tensor:
+        """The events of the student's :attr:`ladder` from a dataset's: ``z`` itself, or with a readout the
+        teacher's ``(N, R)`` events with the label repeated in front (:func:`~smaso.student.readout.readout_events`;
+        events already of the readout ladder pass unchanged)."""
+        if self.readout is not None and isinstance(z, torch.Tensor) and z.dim() == 2 \
+                and z.shape[1] == self.teacher.total_regions:
+            return readout_events(z)
+        return z
 
     def check_inputs(self, x: torch.Tensor) -> None:
         """Raise a TypeError/ValueError unless ``x`` is ``(N, R_d, dim)`` for this student's ladder."""
@@ -521,4 +544,4 @@ class LadderStudent(nn.Module):
         edges = [self.num_edges(l) for l in range(self.ladder.depth)]
         return (f"widths={self.widths}, activation={self.activation.name}, top={self.top_activation.name}, "
                 f"batch_norm={bn!r}, bias={self.biases is not None}, edges={edges}"
-                + (", shared" if self.shared else ""))
+                + (", shared" if self.shared else "") + ("" if self.readout is None else f", readout={self.readout}"))
