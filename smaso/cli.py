@@ -346,6 +346,11 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
     g.add_argument("--loss", default="squared", choices=["squared", "cross_entropy"], help="training loss")
     g.add_argument("--steps", type=_nonneg_int, default=steps, help="training steps")
     g.add_argument("--lr", type=float, default=0.5, help="learning rate")
+    g.add_argument("--optimizer", default="sgd", choices=("sgd", "adam", "adamw", "rmsprop"),
+                   help="what steps on the explicit backward's gradient (sgd: W += lr Delta W, Eq 2)")
+    g.add_argument("--lr-schedule", default=None, help="none, cosine, or step:N:GAMMA (lr times GAMMA every N steps)")
+    g.add_argument("--plateau", type=_positive_int, default=None,
+                   help="stop once the smoothed training loss has not improved for this many steps (default: never)")
     g.add_argument("--batch-size", type=_nonneg_int, default=256, help="SGD minibatch (0: full-batch GD)")
     g.add_argument("--weight-decay", type=float, default=0.0, help="Frobenius regularizer lambda")
     g.add_argument("--eval-every", type=_positive_int, default=eval_every,
@@ -376,7 +381,8 @@ def _run_comparison(sample, args, engine=None, alignment=None):
                            eval_every=args.eval_every, eval_examples=args.eval_examples, P_source=args.P_source,
                            seed=args.student_seed, engine=engine, noise_groups=_noise_groups(args),
                            device=args.device, shared=getattr(args, "shared", False), readout=args.readout or None,
-                           alignment=alignment)
+                           alignment=alignment, optimizer=args.optimizer, lr_schedule=args.lr_schedule,
+                           plateau=args.plateau)
 
 
 def _noise_groups(args) -> int | None:
@@ -398,7 +404,9 @@ def _save_outputs(out_dir, payload: dict, result, title: str) -> list[str]:
 
 def _comparison_payload(result, args) -> dict:
     return {"history": result.history, "seconds": result.seconds,
+            "stopped_at": result.stopped_at,
             "student": {k: getattr(args, k) for k in ("width", "readout", "activation", "bn", "loss", "steps", "lr",
+                                                       "optimizer", "lr_schedule", "plateau",
                                                        "batch_size", "weight_decay", "P_source")}}
 
 
@@ -436,7 +444,7 @@ def _cmd_demo(args) -> int:
     print("\n== event alignment of the hidden nodes (on 4096 held-out rows; the paper's question: do nodes become "
           "selective for the latent event of their receptive field?) ==")
     print(result.alignment_table(checkpoints=4))
-    print("control: the same student trained on shuffled labels, at the end")
+    print("control: the same student trained on shuffled labels (plain SGD, the same steps and lr), at the end")
     print("\n".join(f"  level {r['level']}: eta2 {r['eta2']:.3f}, MI {r['mi']:.3f} bits, spec {r['spec']:.3f}, "
                     f"probe {r['probe']:.3f}" for r in control))
     # Thm 3: on the fully informative ladder with one-hot leaves the reformulation is exact

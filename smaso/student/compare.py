@@ -35,6 +35,40 @@ __all__ = ["CONTRIBUTIONS", "ComparisonResult", "TrainingDiverged", "compare_sta
 
 #: A training loss this many times its first value (or above it when that is below 1) stops the run.
 DIVERGED = 1e8
+#: ``optimizer=`` names of :func:`compare_student` (any other ``torch.optim`` optimizer: pass a callable).
+OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
+#: Relative improvement of the smoothed training loss that resets the plateau counter.
+PLATEAU_TOL = 1e-3
+
+
+def _optimizer(student: LadderStudent, optimizer, lr: float, steps: int, lr_schedule):
+    """``(torch optimizer, scheduler)`` for :func:`compare_student`, or ``(None, None)`` for the plain Eq 2 step."""
+    if optimizer == "sgd" and lr_schedule is None:
+        return None, None
+    if isinstance(optimizer, str):
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer: expected one of {OPTIMIZERS} or a callable params -> torch.optim.Optimizer, "
+                             f"got {optimizer!r}")
+        opt = getattr(torch.optim, {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop"}[optimizer])(
+            student.parameters(), lr=lr)
+    elif callable(optimizer):
+        opt = optimizer(student.parameters())
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError(f"optimizer: the callable returned {type(opt).__name__}, expected a torch.optim.Optimizer")
+    else:
+        raise TypeError(f"optimizer: expected a name or a callable, got {type(optimizer).__name__}")
+    if lr_schedule is None or lr_schedule == "none":
+        return opt, None
+    if lr_schedule == "cosine":
+        return opt, torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(steps, 1))
+    parts = lr_schedule.split(":") if isinstance(lr_schedule, str) else []
+    try:
+        if len(parts) == 3 and parts[0] == "step" and int(parts[1]) > 0 and 0 < float(parts[2]) <= 1:
+            return opt, torch.optim.lr_scheduler.StepLR(opt, int(parts[1]), float(parts[2]))
+    except ValueError:
+        pass
+    raise ValueError(f"lr_schedule: expected None, 'none', 'cosine' or 'step:N:GAMMA' (N > 0, 0 < GAMMA <= 1), got "
+                     f"{lr_schedule!r}")
 
 
 def _mean_errors(levels: list[dict]) -> dict[str, float]:
@@ -51,6 +85,7 @@ class ComparisonResult:
     final_stats: FrequencyStatistics | None = None
     final_prediction: Reformulation | None = None
     seconds: float = 0.0
+    stopped_at: int | None = None
 
     def final(self) -> dict:
         """The last checkpoint's row of :attr:`history` (step, accuracy, per-level errors, diagnosis)."""
@@ -215,7 +250,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                     P_source: str = "empirical", seed: int = 0, dtype: torch.dtype = torch.float64,
                     device: torch.device | str | None = None, progress: bool = False,
                     engine=None, noise_groups: int | None = 10, shared: bool = False,
-                    readout: int | None = None, alignment: LadderSample | None = None) -> ComparisonResult:
+                    readout: int | None = None, alignment: LadderSample | None = None, optimizer="sgd",
+                    lr_schedule: str | None = None, plateau: int | None = None) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
     Training reads minibatches chunk by chunk (each epoch a seeded random order of the chunks and of their
@@ -244,6 +280,13 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         second half scores them); the history rows then carry ``"alignment"``, one dict per level.
     :param noise_groups: row groups of the jackknife that gives every number its noise floor
         (:mod:`smaso.student.noise`); ``None``: no floors.
+    :param optimizer: ``"sgd"`` (the plain step W += lr Delta W of Eq 2), ``"adam"``, ``"adamw"``, ``"rmsprop"``,
+        or a callable ``params -> torch.optim.Optimizer``: the explicit backward fills ``.grad``
+        (:meth:`LadderStudent.fill_grad`), so the recorded Delta W is Eq 2's gradient whatever steps on it.
+    :param lr_schedule: None, ``"cosine"`` (to 0 at ``steps``) or ``"step:N:GAMMA"`` (lr times GAMMA every N steps).
+    :param plateau: stop early once the smoothed training loss (an exponential average over about 20 steps) has
+        not improved by :data:`PLATEAU_TOL` (relative) for this many steps; the stopping step is a checkpoint, and
+        :attr:`ComparisonResult.stopped_at` names it.
     :returns: :class:`ComparisonResult` with one history row per checkpoint: step, loss,
         accuracy and the per-level errors and diagnosis.
     :raises TrainingDiverged: a non-finite or exploding loss, weight or statistic.
@@ -279,6 +322,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                                   or alignment.ladder.fingerprint() != lad.fingerprint() or len(alignment) < 4):
         raise ValueError("alignment: expected a LadderSample of at least 4 rows, with its events z, of the sample's "
                          "ladder")
+    if plateau is not None and (isinstance(plateau, bool) or not isinstance(plateau, int) or plateau < 1):
+        raise ValueError(f"plateau: expected None or a positive integer, got {plateau!r}")
     student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
                             seed=seed, shared=shared, readout=readout, dtype=dtype, device=device)
     n = len(chunks)
@@ -291,6 +336,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     else:
         batches = _training_batches(chunks, batch_size, torch.Generator().manual_seed(seed), dtype)
     dev = student.weights[0].device
+    opt, schedule = _optimizer(student, optimizer, lr, steps, lr_schedule)
+    smooth, best, since = None, math.inf, 0
     result = ComparisonResult(student=student)
     t0 = time.perf_counter()
     checkpoints = sorted({0, steps, *range(0, steps + 1, eval_every)})
@@ -319,7 +366,7 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                 row["alignment"] = alignment_report(student, alignment.inputs(dtype=dtype), alignment.z.long())
             result.history.append(row)
             result.final_stats = stats
-        if step == steps:
+        if step == steps or result.stopped_at is not None:
             break
         x_b, y_b = next(batches)
         rec = student.forward_backward(x_b.to(dev), y_b.to(dev), loss)
@@ -330,8 +377,20 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         if not math.isfinite(rec.loss) or rec.loss > DIVERGED * max(first_loss, 1.0):
             raise TrainingDiverged(f"step {step}: the training loss is {rec.loss:.3g} (first minibatch: "
                                    f"{first_loss:.3g}); the run diverged: lower lr={lr}, add weight_decay or BN")
-        student.apply_update(rec, lr, weight_decay)
+        if opt is None:
+            student.apply_update(rec, lr, weight_decay)
+        else:
+            student.fill_grad(rec, weight_decay)
+            opt.step()
+            if schedule is not None:
+                schedule.step()
         bar.update(1)
+        if plateau is not None:
+            smooth = rec.loss if smooth is None else 0.95 * smooth + 0.05 * rec.loss
+            best, since = (smooth, 0) if smooth < best * (1 - PLATEAU_TOL) else (best, since + 1)
+            if since >= plateau:
+                result.stopped_at = step + 1
+                checkpoints.append(step + 1)
     bar.close()
     if not all(bool(torch.isfinite(p).all()) for p in [*student.weights, *(student.biases or [])]):
         raise TrainingDiverged(f"step {steps}: the weights are not finite (the run diverged; lower lr={lr})")

@@ -539,6 +539,20 @@ class LadderStudent(nn.Module):
                 self.bn_scale[l - 1].add_(rec.dc1[l], alpha=lr)
                 self.bn_shift[l - 1].add_(rec.dc0[l], alpha=lr)
 
+    @torch.no_grad()
+    def fill_grad(self, rec: StudentRecord, weight_decay: float = 0.0) -> None:
+        """Write the explicit backward's update into every parameter's ``.grad``: -(Delta W - 2 weight_decay W) for
+        the weights (Eq 2; a shared block the sum of its edges'), -db, -dc1, -dc0; so any ``torch.optim``
+        optimizer steps on Eq 2's gradient (``SGD(lr)`` then takes the step of :meth:`apply_update`)."""
+        for l, W in enumerate(self.weights):
+            W.grad = -(self.shared_update(rec.dW[l], l) - 2 * weight_decay * W)
+            if self.biases is not None:
+                self.biases[l].grad = -rec.db[l]
+        if self.batch_norm:
+            for l in range(1, self.ladder.depth):
+                self.bn_scale[l - 1].grad = -rec.dc1[l]
+                self.bn_shift[l - 1].grad = -rec.dc0[l]
+
     def extra_repr(self) -> str:
         bn = self.bn_placement if self.batch_norm else False
         edges = [self.num_edges(l) for l in range(self.ladder.depth)]
