@@ -42,7 +42,7 @@ from teachers.ladder import TOPDOWN, Ladder
 from ._checks import check_ladder
 
 __all__ = ["MAX_CLIQUE", "EliminationCost", "GraphStatistics", "JunctionTree", "elimination_order", "graph_statistics",
-           "junction_map", "junction_posterior", "treewidth_cost"]
+           "junction_map", "junction_posterior", "region_joint", "treewidth_cost"]
 
 #: Largest clique table (entries per example) exact inference accepts by default.
 MAX_CLIQUE = 2**22
@@ -364,6 +364,15 @@ class GraphStatistics:
     pair: dict[tuple[int, int, int], torch.Tensor]
     cond: dict[tuple[int, int, int], torch.Tensor]
     parents_joint: list[list[torch.Tensor]]
+
+
+def region_joint(g: Ladder, regions: Sequence[tuple[int, int]], *, max_clique: int = MAX_CLIQUE) -> torch.Tensor:
+    """Exact joint P(z_r for r in ``regions``) (no evidence), float64 ``(m_r1, m_r2, ...)`` in the order given:
+    one elimination of every other region, its cost refused above ``max_clique``.
+
+    :param regions: ``(level, index)`` pairs.
+    """
+    return _query_joint(g, _factors(g, None), [_global(g, r) for r in regions], max_clique)
 
 
 def _query_joint(g: Ladder, factors: list[_Factor], query: Sequence[int], max_clique: int) -> torch.Tensor:

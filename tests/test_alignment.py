@@ -149,6 +149,12 @@ def test_probe_merges_and_refuses_misuse(data):
         collect_alignment(st, x, z, fit_rows=0)
     with pytest.raises(ValueError, match="at least 2"):
         AlignmentAccumulator(st).result()
+    with pytest.raises(ValueError, match="controls"):
+        AlignmentAccumulator(st, controls=-1)
+    with pytest.raises(ValueError, match="ridge"):
+        LinearProbe(st, ridge=float("nan"))
+    with pytest.raises(ValueError, match="no fitting rows"):
+        LinearProbe(st).add_score(held, z[1500:])
 
 
 def test_compare_student_measures_alignment_on_held_out_rows():

@@ -141,3 +141,16 @@ def test_bad_input():
     big = torch.full((MAX_CELLS, 2), 0.5 / MAX_CELLS, dtype=torch.float64)
     with pytest.raises(ValueError, match="MAX_CELLS"):
         additive_ceiling(big)
+
+
+def test_region_joint_marginals_and_bad_regions():
+    from inference.junction_tree import region_joint
+    from teachers.statistics import exact_statistics
+
+    g = Ladder.conv1d(4, [2, 3], [1, 1], [2, 2, 2], seed=0)
+    joint = region_joint(g, [(1, 0), (2, 1)])
+    P = exact_statistics(g)
+    assert torch.allclose(joint.sum(1), P.marginals[1][0, :2], atol=1e-14, rtol=0)
+    assert torch.allclose(joint.sum(0), P.marginals[2][1, :2], atol=1e-14, rtol=0)
+    with pytest.raises(ValueError, match="query"):
+        region_joint(g, [(9, 0)])

@@ -54,13 +54,11 @@ MAX_CELLS = 4096
 def top_joint(ladder: Ladder) -> torch.Tensor:
     """Exact P(z_{b_1}, ..., z_{b_k}, y) over the root's children b_1..b_k (in ``ladder.children[0][0]``
     order) and the label, float64 ``(m_{b_1}, ..., m_{b_k}, m_0)``."""
-    from inference.junction_tree import MAX_CLIQUE, _factors, _query_joint
+    from inference.junction_tree import region_joint
 
     if not isinstance(ladder, Ladder):
         raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
-    off = ladder.level_offsets
-    query = [off[1] + c for c in ladder.children[0][0]] + [off[0]]
-    return _query_joint(ladder, _factors(ladder, None), query, MAX_CLIQUE)
+    return region_joint(ladder, [(1, c) for c in ladder.children[0][0]] + [(0, 0)])
 
 
 def _check_joint(joint: torch.Tensor) -> np.ndarray:
