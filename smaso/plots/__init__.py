@@ -2,6 +2,8 @@
 ``Figure`` and saves it atomically when given ``path=``, so the same plots serve scripts, the CLI and
 the notebooks in ``examples/``.
 
+- :mod:`smaso.plots.alignment`: event alignment of the student's hidden nodes against training step (eta^2,
+  on-state MI, best-matching node, linear probe; controls and null floors).
 - :mod:`smaso.plots.comparison`: student statistics against the reformulation (Thm 2 / Thm 4, Eq 9),
   over training and against leaf noise (Thm 3's delta case and beyond).
 - :mod:`smaso.plots.vq`: hard, soft and beta-VQ inference of a MASO layer (Eq 2, 7-9): the family of
@@ -19,11 +21,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-_SUBMODULES = ("comparison", "depth", "factorial", "ladder", "vq")
+_SUBMODULES = ("alignment", "comparison", "depth", "factorial", "ladder", "vq")
 
 #: submodule -> the public names it defines
 _DEFINED = {
     "_base": ("plt", "save_figure", "plot_arviz", "quiet_arviz"),
+    "alignment": ("plot_alignment",),
     "comparison": ("plot_comparison", "plot_errors_against_n", "plot_noise_sweep"),
     "depth": ("nodes_needed", "plot_depth", "plot_nodes_needed", "plot_piece_counts", "plot_tent_powers"),
     "factorial": ("configuration_frequencies", "marginal_frequencies", "mean_field_configuration_probs",
@@ -43,6 +46,7 @@ __all__ = [
     "mean_field_configuration_probs",
     "nodes_needed",
     "plot_activation_family",
+    "plot_alignment",
     "plot_arviz",
     "plot_bayes_accuracy",
     "plot_comparison",
@@ -70,6 +74,7 @@ __all__ = [
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily (matplotlib on first use)
     from ._base import plot_arviz, plt, quiet_arviz, save_figure
+    from .alignment import plot_alignment
     from .comparison import plot_comparison, plot_errors_against_n, plot_noise_sweep
     from .depth import nodes_needed, plot_depth, plot_nodes_needed, plot_piece_counts, plot_tent_powers
     from .factorial import (

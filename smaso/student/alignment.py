@@ -20,6 +20,10 @@ All are functions of mergeable sums (:class:`AlignmentAccumulator`: counts, per-
 on-state, sums of f and f^2), so they stream over batches, chunks and engines and merge exactly (float64).
 :class:`LinearProbe` adds each region's linear-probe accuracy for z_alpha from its node group: least squares
 on one-hot targets fitted on one set of rows (mergeable Gram sums), scored on held-out rows.
+
+:func:`collect_alignment` runs a fixed student over in-memory tensors; :func:`accumulate_alignment` streams it
+over any dataset (a sample, a chunked store, a path), one task per chunk on an engine (:mod:`teachers.engine`),
+the chunks' states merged in chunk order, so the result does not depend on the engine.
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ from smaso.student.frequency import scatter_sums
 from smaso.student.mergeable import MergeableSums
 from smaso.student.network import LadderStudent, StudentRecord
 
-__all__ = ["DEFAULT_CONTROLS", "Alignment", "AlignmentAccumulator", "LinearProbe", "alignment_report",
-           "collect_alignment"]
+__all__ = ["DEFAULT_CONTROLS", "Alignment", "AlignmentAccumulator", "LinearProbe", "accumulate_alignment",
+           "alignment_report", "alignment_rows", "collect_alignment"]
 
 #: Other regions of the same level each region's control statistics use.
 DEFAULT_CONTROLS = 4
@@ -204,8 +208,11 @@ class LinearProbe:
     Fit: least squares of one-hot(z_alpha) on [f_alpha, 1] over the rows given to :meth:`add_fit` (ridge
     ``ridge`` times the mean diagonal of the Gram matrix, for groups with dead or copied nodes); score: the
     fraction of the rows given to :meth:`add_score` (held-out rows) whose argmax is z_alpha.  Both phases are
-    sums over rows, so chunks merge (``merge_``).
+    sums over rows (the Gram sums, then the correct predictions and the scored rows' event counts), so chunks
+    merge (:meth:`merge_`, also from a :meth:`state_dict` sent by another process).
     """
+
+    _SUMS = ("gram", "cross", "correct", "counts")
 
     def __init__(self, student: LadderStudent, ridge: float = 1e-8):
         _check_student(student)
@@ -217,6 +224,7 @@ class LinearProbe:
         self.gram = [torch.zeros(lad.num_regions[l], w[l] + 1, w[l] + 1, **z64) for l in range(lad.depth)]
         self.cross = [torch.zeros(lad.num_regions[l], w[l] + 1, lad.events[l], **z64) for l in range(lad.depth)]
         self.correct = [torch.zeros(lad.num_regions[l], **z64) for l in range(lad.depth)]
+        self.counts = [torch.zeros(lad.num_regions[l], lad.events[l], **z64) for l in range(lad.depth)]
         self.n_fit, self.n_score, self.coef = 0, 0, None
 
     def _design(self, rec: StudentRecord, l: int) -> torch.Tensor:
@@ -254,19 +262,41 @@ class LinearProbe:
             self._solve()
         off = self.ladder.level_offsets
         for l in range(self.ladder.depth):
+            ev = z[:, off[l]: off[l + 1]].long().to(self.counts[l].device)
             pred = (self._design(rec, l) @ self.coef[l]).argmax(-1)  # (R, N)
-            self.correct[l] += (pred == z[:, off[l]: off[l + 1]].T.to(pred)).sum(-1).to(torch.float64)
+            self.correct[l] += (pred == ev.T.to(pred)).sum(-1).to(torch.float64)
+            self.counts[l] += torch.nn.functional.one_hot(ev, self.ladder.events[l]).sum(0).to(torch.float64)
         self.n_score += z.shape[0]
 
-    def merge_(self, other: LinearProbe) -> LinearProbe:
-        """Add another probe's sums of the same phase (fits before solving, scores after)."""
-        if not isinstance(other, LinearProbe) or other.student is not self.student:
-            raise TypeError("other: expected a LinearProbe of the same student")
-        for mine, theirs in ((self.gram, other.gram), (self.cross, other.cross), (self.correct, other.correct)):
-            for a, b in zip(mine, theirs, strict=True):
-                a += b
-        self.n_fit += other.n_fit
-        self.n_score += other.n_score
+    def state_dict(self) -> dict:
+        """The sums (cloned) and the row counts ``n_fit``, ``n_score``: what a chunk's task sends back."""
+        return {"n_fit": self.n_fit, "n_score": self.n_score,
+                **{k: [t.clone() for t in getattr(self, k)] for k in self._SUMS}}
+
+    def merge_(self, other: LinearProbe | dict) -> LinearProbe:
+        """Add another probe's sums (or its :meth:`state_dict`) of the same phase (fits before solving, scores
+        after), in place; returns self.
+
+        :raises TypeError: ``other`` is neither a probe of the same student nor a probe's state.
+        :raises ValueError: the state's sums have other shapes (another student or ladder).
+        :raises RuntimeError: fitting rows merged into a probe already solved.
+        """
+        if isinstance(other, LinearProbe):
+            if other.student is not self.student:
+                raise TypeError("other: expected a LinearProbe of the same student")
+            other = other.state_dict()
+        if not isinstance(other, dict) or set(other) != {"n_fit", "n_score", *self._SUMS}:
+            raise TypeError("other: expected a LinearProbe of the same student or its state_dict()")
+        for key in self._SUMS:
+            if [tuple(t.shape) for t in getattr(self, key)] != [tuple(t.shape) for t in other[key]]:
+                raise ValueError(f"other: its {key!r} sums have other shapes (another student or ladder)")
+        if self.coef is not None and other["n_fit"]:
+            raise RuntimeError("LinearProbe: already solved; merge fitting rows before the first add_score")
+        for key in self._SUMS:
+            for a, b in zip(getattr(self, key), other[key], strict=True):
+                a += b.to(a.device)
+        self.n_fit += int(other["n_fit"])
+        self.n_score += int(other["n_score"])
         return self
 
     def accuracy(self) -> list[torch.Tensor]:
@@ -275,21 +305,84 @@ class LinearProbe:
             raise ValueError("LinearProbe: no held-out rows scored (call add_score)")
         return [c / self.n_score for c in self.correct]
 
-    def chance(self, z: torch.Tensor) -> list[torch.Tensor]:
-        """The majority-event rate ``(R_l,)`` per level on events ``z``: the probe's floor."""
+    def chance(self, z: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """The majority-event rate ``(R_l,)`` per level on events ``z`` ``(N, total_regions)``, by default on the
+        rows scored so far: the probe's floor."""
+        if z is None:
+            if self.n_score == 0:
+                raise ValueError("LinearProbe: no held-out rows scored (call add_score)")
+            return [c.max(-1).values / self.n_score for c in self.counts]
         off, z = self.ladder.level_offsets, self.student.ladder_events(z)
         return [torch.nn.functional.one_hot(z[:, off[l]: off[l + 1]].long(), self.ladder.events[l]).double()
                 .mean(0).max(-1).values for l in range(self.ladder.depth)]
 
 
-def alignment_report(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, **kwargs) -> list[dict]:
-    """:func:`collect_alignment` as rows, one per level: :meth:`Alignment.summary` plus ``probe`` (the mean
-    held-out probe accuracy over the level's regions) and ``probe_chance`` (the mean majority-event rate of the
-    scored rows, the probe's floor)."""
-    al, probe = collect_alignment(student, x, z, **kwargs)
-    chance = LinearProbe(student).chance(z[kwargs.get("fit_rows") or x.shape[0] // 2:])
+def alignment_rows(alignment: Alignment | AlignmentAccumulator, probe: LinearProbe) -> list[dict]:
+    """The report's rows, one per level: :meth:`Alignment.summary` plus ``probe`` (the mean held-out probe
+    accuracy over the level's regions) and ``probe_chance`` (the mean majority-event rate of the scored rows,
+    the probe's floor).  ``alignment_rows(*accumulate_alignment(student, source))`` is
+    :func:`alignment_report` streamed.
+
+    :param alignment: an :class:`Alignment` or the accumulator of one; ``probe``: a :class:`LinearProbe` that
+        has scored rows.
+    """
+    if isinstance(alignment, AlignmentAccumulator):
+        alignment = alignment.result()
+    if not isinstance(alignment, Alignment):
+        raise TypeError(f"alignment: expected an Alignment or an AlignmentAccumulator, got "
+                        f"{type(alignment).__name__}")
+    if not isinstance(probe, LinearProbe):
+        raise TypeError(f"probe: expected a LinearProbe, got {type(probe).__name__}")
     return [{**row, "probe": float(p.mean()), "probe_chance": float(c.mean())}
-            for row, p, c in zip(al.summary(), probe, chance, strict=True)]
+            for row, p, c in zip(alignment.summary(), probe.accuracy(), probe.chance(), strict=True)]
+
+
+def alignment_report(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, **kwargs) -> list[dict]:
+    """:func:`collect_alignment` as rows, one per level (:func:`alignment_rows`: the summary, ``probe`` and
+    ``probe_chance``)."""
+    acc, probe = _collect(student, x, z, **kwargs)
+    return alignment_rows(acc.result(), probe)
+
+
+def _check_fit_rows(fit_rows, n: int) -> int:
+    fit = n // 2 if fit_rows is None else fit_rows
+    if isinstance(fit, bool) or not isinstance(fit, int) or not 0 < fit < n:
+        raise ValueError(f"fit_rows: expected an integer in 1..{n - 1}, got {fit_rows!r}")
+    return fit
+
+
+def _check_batch_size(batch_size) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+    return batch_size
+
+
+def _add_batches(student: LadderStudent, acc: AlignmentAccumulator, probe: LinearProbe, fit: bool, batches) -> None:
+    """Every ``(x, z)`` batch of ``batches`` into the alignment sums and into the probe's fit (``fit``) or score."""
+    dev = student.weights[0].device
+    add = probe.add_fit if fit else probe.add_score
+    with torch.no_grad():
+        for xb, zb in batches:
+            zb = zb.to(dev)
+            rec = student.forward_backward(xb.to(dev), zb[:, 0])
+            acc.add(rec, zb)
+            add(rec, zb)
+
+
+def _collect(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, *, fit_rows: int | None = None,
+             batch_size: int = 4096, controls: int = DEFAULT_CONTROLS) -> tuple[AlignmentAccumulator, LinearProbe]:
+    """The accumulator and the scored probe of :func:`collect_alignment`."""
+    _check_student(student)
+    if not isinstance(x, torch.Tensor) or not isinstance(z, torch.Tensor) or x.shape[0] != z.shape[0]:
+        raise ValueError("x, z: expected tensors with the same number of rows")
+    n = x.shape[0]
+    fit = _check_fit_rows(fit_rows, n)
+    bs = _check_batch_size(batch_size)
+    acc, probe = AlignmentAccumulator(student, controls), LinearProbe(student)
+    for phase, (lo, hi) in enumerate(((0, fit), (fit, n))):
+        _add_batches(student, acc, probe, phase == 0,
+                     ((x[s: min(s + bs, hi)], z[s: min(s + bs, hi)]) for s in range(lo, hi, bs)))
+    return acc, probe
 
 
 def collect_alignment(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, *, fit_rows: int | None = None,
@@ -300,21 +393,73 @@ def collect_alignment(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, 
     :param fit_rows: the first ``fit_rows`` rows fit the probes, the rest score them (default: half).
     :returns: ``(alignment over all rows, [probe accuracy (R_l,) per level])``.
     """
-    _check_student(student)
-    if not isinstance(x, torch.Tensor) or not isinstance(z, torch.Tensor) or x.shape[0] != z.shape[0]:
-        raise ValueError("x, z: expected tensors with the same number of rows")
-    n = x.shape[0]
-    fit = n // 2 if fit_rows is None else fit_rows
-    if isinstance(fit, bool) or not isinstance(fit, int) or not 0 < fit < n:
-        raise ValueError(f"fit_rows: expected an integer in 1..{n - 1}, got {fit_rows!r}")
-    acc, probe = AlignmentAccumulator(student, controls), LinearProbe(student)
-    dev = student.weights[0].device
-    with torch.no_grad():
-        for phase, (lo, hi) in enumerate(((0, fit), (fit, n))):
-            for s in range(lo, hi, batch_size):
-                e = min(s + batch_size, hi)
-                zb = z[s:e].to(dev)
-                rec = student.forward_backward(x[s:e].to(dev), zb[:, 0])
-                acc.add(rec, zb)
-                (probe.add_score if phase else probe.add_fit)(rec, zb)
+    acc, probe = _collect(student, x, z, fit_rows=fit_rows, batch_size=batch_size, controls=controls)
     return acc.result(), probe.accuracy()
+
+
+def _chunk_alignment(c: int, student: LadderStudent, chunks, fit: int, batch_size: int, controls: int,
+                     coef: list | None) -> tuple[dict, dict]:
+    """The task of one chunk (any process): its rows of one phase, in batches of ``batch_size``, into fresh
+    sums.  Phase fit (``coef`` None): the chunk's rows before row ``fit``; phase score: those from row ``fit`` on,
+    scored with the solved coefficients ``coef``.
+
+    :returns: the states of the :class:`AlignmentAccumulator` and the :class:`LinearProbe`.
+    """
+    lo, hi = chunks.chunk_bounds(c)
+    a, b = (0, min(hi, fit) - lo) if coef is None else (max(lo, fit) - lo, hi - lo)  # rows of the chunk
+    part = chunks.chunk(c)
+    acc, probe = AlignmentAccumulator(student, controls), LinearProbe(student)
+    probe.coef = coef
+    wdt = student.weights[0].dtype
+    _add_batches(student, acc, probe, coef is None,
+                 ((part.inputs(slice(s, min(s + batch_size, b)), wdt), part.z[s: min(s + batch_size, b)].long())
+                  for s in range(a, b, batch_size)))
+    return acc.state_dict(), probe.state_dict()
+
+
+def accumulate_alignment(student: LadderStudent, source, *, engine=None, fit_rows: int | None = None,
+                         batch_size: int = 4096, controls: int = DEFAULT_CONTROLS,
+                         progress: bool = False) -> tuple[AlignmentAccumulator, LinearProbe]:
+    """:func:`collect_alignment` streamed over any dataset, chunk by chunk, on any engine: the mergeable sums.
+
+    The first ``fit_rows`` rows of the stream fit the probes, the rest score them, in two phases: the chunks
+    holding fitting rows (alignment sums and Gram sums), the solve, then the chunks holding scored rows
+    (alignment sums and correct predictions; the chunk across the boundary takes part in both, each phase with
+    its own rows).  So every row is run through the student once, and memory is one chunk and one batch per task
+    plus the sums, whatever N is (one pass that also scored would have to keep the scored rows' activations
+    until the solve).  Each chunk of a phase is one task (as :func:`~smaso.student.frequency.accumulate_statistics`),
+    batched by ``batch_size`` within the chunk and phase (BN normalizes each batch by its own statistics), and
+    the states are merged in chunk order: the sums do not depend on the engine, bit for bit.
+
+    :param source: a :class:`~teachers.sampling.LadderSample`, a :class:`~teachers.chunked.ChunkedLadderData`
+        or dataset path(s), of the student's teacher ladder (chunks: :func:`~teachers.chunked.as_chunks`).
+    :param engine: None (this process), or a :class:`~teachers.engine.DaskEngine`.
+    :param fit_rows: rows fitting the probes (default: half); ``controls``: as :class:`AlignmentAccumulator`.
+    :returns: ``(accumulator, probe)``: ``accumulator.result()`` is the :class:`Alignment` of every row,
+        ``probe.accuracy()`` and ``probe.chance()`` the held-out accuracies and their floors;
+        :func:`alignment_rows` makes the report's rows of both.
+    """
+    from teachers.chunked import as_chunks
+    from teachers.engine import get_engine
+
+    _check_student(student)
+    bs = _check_batch_size(batch_size)
+    chunks = as_chunks(source)
+    if chunks.ladder is not student.teacher and chunks.ladder.fingerprint() != student.teacher.fingerprint():
+        raise ValueError("source: the dataset's ladder is not the student's")
+    fit = _check_fit_rows(fit_rows, len(chunks))
+    acc, probe = AlignmentAccumulator(student, controls), LinearProbe(student)
+    eng = get_engine(engine)
+
+    def merge(total: tuple, part: tuple[dict, dict]) -> tuple:
+        return total[0].merge_(part[0]), total[1].merge_(part[1])
+
+    bounds = [chunks.chunk_bounds(c) for c in range(chunks.num_chunks)]
+    for phase, todo in enumerate(([c for c, (lo, _) in enumerate(bounds) if lo < fit],
+                                  [c for c, (_, hi) in enumerate(bounds) if hi > fit])):
+        if phase:
+            probe._solve()
+        eng.fold(_chunk_alignment, todo, student, chunks, fit, bs, controls,
+                 probe.coef, merge=merge, init=(acc, probe),
+                 progress=f"alignment ({'score' if phase else 'fit'})" if progress else None)
+    return acc, probe
