@@ -271,6 +271,75 @@ class LadderConstructors:
                    name=name or f"summarization-d{depth}")
 
     @classmethod
+    def leaky(cls, eps: float, *, depth: int = 2, branching: int | Sequence[int] = 2, events: int | Sequence[int] = 3,
+              concentration: float = 1.0, seed: int = 0, emission=None, sigma: float | None = None,
+              name: str | None = None) -> Ladder:
+        """A top-down ladder whose focus of knowledge (Thm 2) fails on one edge by an amount set by ``eps``.
+
+        The tables are :meth:`random`'s with the same ``depth``, ``branching``, ``events``, ``concentration`` and
+        ``seed`` (the same stream), on the uniform tree's region graph with one extra edge: leaf
+        ``k = branching[-1] - 1`` (the last child of region 0 of level d-1, ``c``) has a second parent, region 1
+        of level d-1 (``c'``, c's sibling under region 0 of level d-2, ``a``), and its table is
+
+            P(z_k | z_c, z_c') = (1 - eps) p0(z_k) + eps [z_k = z_c' mod m_d],
+
+        p0 the law of ``z_c' mod m_d`` (so P(z_k) does not depend on eps): with probability eps the leaf shows
+        its uncle's event, otherwise it is noise independent of every event.  Then x_c depends on z_a beyond z_c,
+        through z_c', and focus fails on the edge a -> c (level d-1, parent 0, child 0) only:
+        I(x_c; z_a | z_c) = I(x_k; z_a | z_c) is 0 at eps = 0, grows with eps (the eps-channel is the
+        eps'-channel followed by a garbling for eps < eps', so it cannot decrease) and reaches
+        I(z_c' mod m_d; z_a | z_c) at eps = 1; :func:`teachers.leak.focus_by_edge` computes it exactly.  Every
+        other edge keeps I_focus = 0 at every eps: x_k depends on z_c' alone, so the field of c' meets a only
+        through z_c', and every other field is the tree's.  At eps = 0 the ladder is a tree ladder in
+        distribution (leaf k a noise leaf under c) on the same graph, so a student's architecture and the
+        sample's random draws are the same at every eps (``sample_ladder`` with one seed couples the samples).
+
+        Why noise and not (1 - eps) P0(z_k | z_c) + eps Q(z_k | z_c'): x_k is in the field of c' too, and through
+        z_c it would depend on z_a beyond z_c' at every eps < 1 -- a reverse leak on the edge a -> c', nonzero at
+        eps = 0.  Why a copy of z_c' and not a random table Q: the leak is then as large as c' and c allow
+        (0.03-0.4 nats at eps = 1 over seeds, against 0-0.1 with the leaf's random table; 0.273 nats with the
+        defaults, ``tests/test_leak_teacher.py``).
+
+        :param eps: the leak, a number in [0, 1].
+        :param depth: levels below the root (>= 2).
+        :param branching: as in :meth:`random`; level d-2's regions need >= 2 children (c and c').
+        :param events: as in :meth:`random`.
+        :param concentration: Dirichlet concentration of the prior and of every table, > 0.
+        :param seed: seed of the tables (numpy's PCG64, platform independent).
+        :param emission: ``"onehot"`` (default), ``"gaussian"`` (noise ``sigma``) or an
+            :class:`~teachers.emission.Emission`.
+        :raises LadderSpecError: (a ValueError) ``eps`` not a number in [0, 1], a bad layout, ``depth < 2``, or
+            fewer than 2 children per region at level d-2; the message names the argument.
+        """
+        if isinstance(eps, (bool, np.bool_)) or not isinstance(eps, (int, float, np.integer, np.floating)) or not (
+                0.0 <= float(eps) <= 1.0):
+            raise LadderSpecError(f"eps: expected a number in [0, 1] (the leak of focus), got {_short(eps)}")
+        eps = float(eps)
+        base = cls.random(depth, branching, events, mode=TOPDOWN, concentration=concentration, seed=seed)
+        d, b, m = base.depth, base.branching, base.events
+        if d < 2:
+            raise LadderSpecError(f"depth: a leaky ladder needs depth >= 2 (the leaf's second parent is its parent's "
+                                  f"sibling), got {d}")
+        if b[d - 2] < 2:
+            raise LadderSpecError(f"branching[{d - 2}]: a leaky ladder needs >= 2 children per region of level {d - 2} "
+                                  f"(the leaky leaf's parent and its sibling), got {b[d - 2]}")
+        k = b[d - 1] - 1
+        parents = [list(lvl) for lvl in base.parents]
+        parents[d][k] = (0, 1)
+        marg = base.prior  # P(z_c') down the path root -> c' (region 1 of level d-1)
+        for l in range(1, d):
+            marg = marg @ base.tables[l - 1][(1 if l == d - 1 else 0)]
+        copy = torch.zeros(m[d - 1], m[d], dtype=torch.float64)
+        copy[torch.arange(m[d - 1]), torch.arange(m[d - 1]) % m[d]] = 1.0  # z_c' -> the leaf event it shows
+        p0 = marg @ copy
+        leak = (1.0 - eps) * p0[None, None] + eps * copy[None, :, :]  # [z_c, z_c', z_k]
+        tables = [list(t.unbind(0)) for t in base.tables]
+        tables[d - 1][k] = leak.expand(m[d - 1], -1, -1).reshape(m[d - 1] ** 2, m[d]).clone()
+        num_leaves = base.num_regions[-1]
+        return cls(events=list(m), parents=parents, mode=TOPDOWN, prior=base.prior, tables=tables,
+                   emission=make_emission(emission, num_leaves, m[d], sigma), name=name or f"leaky-d{d}-eps{eps:g}")
+
+    @classmethod
     def default(cls, emission=None, sigma: float | None = None, mode: str = BOTTOMUP) -> Ladder:
         """The built-in ladder of ``smaso demo``.
 
