@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from smaso.student.frequency import scatter_sums
+from smaso.student.frequency import _check_batch_size, _student_chunks, scatter_sums
 from smaso.student.mergeable import MergeableSums
 from smaso.student.network import LadderStudent, StudentRecord
 
@@ -351,12 +351,6 @@ def _check_fit_rows(fit_rows, n: int) -> int:
     return fit
 
 
-def _check_batch_size(batch_size) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
-    return batch_size
-
-
 def _add_batches(student: LadderStudent, acc: AlignmentAccumulator, probe: LinearProbe, fit: bool, batches) -> None:
     """Every ``(x, z)`` batch of ``batches`` into the alignment sums and into the probe's fit (``fit``) or score."""
     dev = student.weights[0].device
@@ -439,14 +433,11 @@ def accumulate_alignment(student: LadderStudent, source, *, engine=None, fit_row
         ``probe.accuracy()`` and ``probe.chance()`` the held-out accuracies and their floors;
         :func:`alignment_rows` makes the report's rows of both.
     """
-    from teachers.chunked import as_chunks
     from teachers.engine import get_engine
 
     _check_student(student)
     bs = _check_batch_size(batch_size)
-    chunks = as_chunks(source)
-    if chunks.ladder is not student.teacher and chunks.ladder.fingerprint() != student.teacher.fingerprint():
-        raise ValueError("source: the dataset's ladder is not the student's")
+    chunks = _student_chunks(student, source)
     fit = _check_fit_rows(fit_rows, len(chunks))
     acc, probe = AlignmentAccumulator(student, controls), LinearProbe(student)
     eng = get_engine(engine)

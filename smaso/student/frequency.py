@@ -449,6 +449,25 @@ class ReplicateAccumulator:
                 yield rest.result()
 
 
+def _check_batch_size(batch_size, given=None) -> int:
+    """``batch_size`` if it is a positive integer, else a ValueError naming it (``given``: the value to print,
+    when ``batch_size`` was derived from it)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected a positive integer, got {batch_size if given is None else given!r}")
+    return batch_size
+
+
+def _student_chunks(student: LadderStudent, source):
+    """``source`` as chunks (:func:`~teachers.chunked.as_chunks`), refused unless it is a dataset of the
+    student's teacher ladder: the check of every streaming pass of a fixed student."""
+    from teachers.chunked import as_chunks
+
+    chunks = as_chunks(source)
+    if chunks.ladder is not student.teacher and chunks.ladder.fingerprint() != student.teacher.fingerprint():
+        raise ValueError("source: the dataset's ladder is not the student's")
+    return chunks
+
+
 def _check_groups(groups) -> None:
     if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 2):
         raise ValueError(f"groups: expected an integer >= 2, got {groups!r}")
@@ -482,8 +501,7 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
         raise ValueError("x: the dataset is empty")
     _check_groups(groups)
     bs = x.shape[0] if batch_size is None else batch_size
-    if isinstance(bs, bool) or not isinstance(bs, int) or bs < 1:
-        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+    _check_batch_size(bs, batch_size)
     acc = _accumulator(student, dtype, groups)
     dev = student.weights[0].device
     buffers: list | bool = True
@@ -541,17 +559,13 @@ def accumulate_statistics(student: LadderStudent, source, *, loss: str = "square
     :returns: ``(accumulator, correct)``: call ``accumulator.result()`` for the
         :class:`FrequencyStatistics`; ``correct`` counts the examples classified correctly.
     """
-    from teachers.chunked import as_chunks
     from teachers.engine import get_engine
 
     if not isinstance(student, LadderStudent):
         raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
+    _check_batch_size(batch_size)
     _check_groups(groups)
-    chunks = as_chunks(source)
-    if chunks.ladder is not student.teacher and chunks.ladder.fingerprint() != student.teacher.fingerprint():
-        raise ValueError("source: the dataset's ladder is not the student's")
+    chunks = _student_chunks(student, source)
 
     def merge(total: tuple, part: tuple[dict, int]) -> tuple:
         return total[0].merge_(part[0]), total[1] + part[1]
