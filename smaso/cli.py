@@ -330,7 +330,7 @@ def _write_json(path, obj, args=None) -> None:
 
 
 def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = None, readout: int = 0,
-                     steps: int = 600, eval_every: int = 50) -> None:
+                     steps: int = 600, eval_every: int = 50, seeds: int = 1) -> None:
     g = p.add_argument_group("student and training")
     g.add_argument("--width", type=_int_list, default=[16], help="nodes per hidden region (int or one per level)")
     g.add_argument("--readout", type=_nonneg_int, default=readout,
@@ -356,9 +356,16 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
     g.add_argument("--eval-every", type=_positive_int, default=eval_every,
                    help="compare every this many steps")
     g.add_argument("--eval-examples", type=_positive_int, default=8192, help="examples measured at each comparison")
+    g.add_argument("--evaluate", default="held-out", choices=("held-out", "training"),
+                   help="measure on rows never trained on (compare: the dataset's first --eval-examples rows, kept out "
+                        "of training; demo: fresh rows), or on training rows")
     g.add_argument("--P", dest="P_source", default="empirical", choices=["empirical", "exact"],
                    help="event frequencies of the evaluation set, or the ladder's exact tables")
     g.add_argument("--student-seed", type=_nonneg_int, default=0, help="initialization and minibatch seed")
+    g.add_argument("--seeds", type=_positive_int, default=seeds,
+                   help="students trained as replicates (seeds --student-seed, +1, ...; tasks of the engine): every "
+                        "error and term is then also reported as the median and range over them and the last 3 "
+                        "checkpoints, within noise against the larger of the jackknife floor and the seeds' spread")
     g.add_argument("--noise-groups", type=_nonneg_int, default=10,
                    help="row groups of the jackknife behind every number's noise floor (0: no floors)")
     g.add_argument("--out", default=None,
@@ -372,17 +379,43 @@ def _add_device(g, what: str) -> None:
                    help=f"torch device ('cpu', 'cuda', 'cuda:1') of {what} (default: cpu)")
 
 
-def _run_comparison(sample, args, engine=None, alignment=None):
+def _student_kwargs(args, held_out) -> dict:
+    """:func:`~smaso.student.compare.compare_student`'s options from the command line (all but the seed)."""
+    return dict(width=_one_or_list(args.width), activation=args.activation, batch_norm=args.bn or False,
+                bias=not args.no_bias, loss=args.loss, steps=args.steps, lr=args.lr,
+                batch_size=args.batch_size or None, weight_decay=args.weight_decay, eval_every=args.eval_every,
+                eval_examples=args.eval_examples, P_source=args.P_source, noise_groups=_noise_groups(args),
+                device=args.device, shared=getattr(args, "shared", False), readout=args.readout or None,
+                optimizer=args.optimizer, lr_schedule=args.lr_schedule, plateau=args.plateau, held_out=held_out)
+
+
+def _held_out(sample, args, held_out=None):
+    if held_out is None:
+        held_out = args.evaluate == "held-out"
+    if held_out is True and args.eval_examples >= len(sample):
+        raise ValueError(f"--eval-examples: the {args.eval_examples} held-out rows leave none of the dataset's "
+                         f"{len(sample)} rows to train on; lower --eval-examples or pass --evaluate training")
+    return held_out
+
+
+def _run_comparison(sample, args, engine=None, alignment=None, held_out=None):
     from smaso.student.compare import compare_student
 
-    return compare_student(sample, width=_one_or_list(args.width), activation=args.activation,
-                           batch_norm=args.bn or False, bias=not args.no_bias, loss=args.loss, steps=args.steps,
-                           lr=args.lr, batch_size=args.batch_size or None, weight_decay=args.weight_decay,
-                           eval_every=args.eval_every, eval_examples=args.eval_examples, P_source=args.P_source,
-                           seed=args.student_seed, engine=engine, noise_groups=_noise_groups(args),
-                           device=args.device, shared=getattr(args, "shared", False), readout=args.readout or None,
-                           alignment=alignment, optimizer=args.optimizer, lr_schedule=args.lr_schedule,
-                           plateau=args.plateau)
+    kwargs = _student_kwargs(args, _held_out(sample, args, held_out))
+    return compare_student(sample, seed=args.student_seed, engine=engine, alignment=alignment, **kwargs)
+
+
+def _seed_summary(sample, args, result, engine=None, held_out=None):
+    """The summary over ``--seeds`` students (``result``: the first seed's run, ``--student-seed``; the others,
+    the next seeds, run as tasks of ``engine``), or None for one seed."""
+    if args.seeds <= 1:
+        return None
+    from smaso.student.seeds import compare_seeds, summarize_seeds
+
+    seeds = [args.student_seed + i for i in range(args.seeds)]
+    _, runs = compare_seeds(sample, seeds[1:], engine=engine, progress=not _quiet(args) and sys.stderr.isatty(),
+                            **_student_kwargs(args, _held_out(sample, args, held_out)))
+    return summarize_seeds([result, *runs], seeds=seeds, last=3)
 
 
 def _noise_groups(args) -> int | None:
@@ -406,7 +439,7 @@ def _comparison_payload(result, args) -> dict:
     return {"history": result.history, "seconds": result.seconds,
             "stopped_at": result.stopped_at,
             "student": {k: getattr(args, k) for k in ("width", "readout", "activation", "bn", "loss", "steps", "lr",
-                                                       "optimizer", "lr_schedule", "plateau",
+                                                       "optimizer", "lr_schedule", "plateau", "seeds", "evaluate",
                                                        "batch_size", "weight_decay", "P_source")}}
 
 
@@ -435,9 +468,18 @@ def _cmd_demo(args) -> int:
     title = "default ladder: student vs reformulation"
     print(f"\n== student vs reformulation (Thm 4 / Eq 9): {args.steps} SGD steps, width {args.width}, "
           f"{args.activation}{f', BN {args.bn} the gate' if args.bn else ''} ==")
-    held_out = sample_ladder(lad, 4096, args.seed + 2, progress=False)  # alignment rows, never trained on
-    result = _run_comparison(sample, args, alignment=held_out)
-    print(result.table(every=max(1, len(result.history) // 8)))
+    # evaluation rows never trained on: fresh rows of stream seed + 1 (those of the accuracy below), and
+    # another fresh set for the alignment's probes
+    evaluation = sample_ladder(lad, args.eval_examples, args.seed + 1, progress=False) \
+        if args.evaluate == "held-out" else False
+    held_out = sample_ladder(lad, 4096, args.seed + 2, progress=False)
+    result = _run_comparison(sample, args, alignment=held_out, held_out=evaluation)
+    seeds = _seed_summary(sample, args, result, held_out=evaluation)
+    print(result.table(every=max(1, len(result.history) // 8), last_checkpoint=seeds is None))
+    if seeds is not None:
+        print(f"\nerrors and terms of the reformulation at the end of training ({seeds.evaluation} rows; student "
+              f"seed {args.student_seed}'s training curve above)")
+        print(seeds.table())
     accuracy = accuracy_report(lad, result.student, report["bayes_optimal"]["expected"], args.seed)
     print(accuracy["text"])
     control = shuffled_label_alignment(sample, held_out, result.student, args)
@@ -451,7 +493,8 @@ def _cmd_demo(args) -> int:
     fi = Ladder.fully_informative(depth=2, branching=2, leaf_events=2, concentration=1.0, seed=args.seed)
     fi_sample = sample_ladder(fi, 4096, args.seed, progress=False, device=args.device).to("cpu")
     exact = compare_student(fi_sample, width=4, activation=args.activation, batch_norm=args.bn or False,
-                            steps=50, lr=args.lr, eval_every=50, seed=args.student_seed, device=args.device)
+                            steps=50, lr=args.lr, eval_every=50, seed=args.student_seed, device=args.device,
+                            held_out=False)
     worst = max(max(r[k] for k in ("F_propagated", "G_propagated", "dW_propagated"))
                 for h in exact.history for r in h["levels"])
     print(f"\nThm 3 check (fully informative ladder, one-hot leaves, {len(exact.history)} checkpoints): "
@@ -460,6 +503,7 @@ def _cmd_demo(args) -> int:
     payload = {"ladder_report": report, **_comparison_payload(result, args),
                "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
                "alignment_control_shuffled_labels": control,
+               **({"seeds": seeds.to_dict()} if seeds is not None else {}),
                "thm3_fully_informative_max_error": worst}
     files = _save_outputs(out_dir, payload, result, title)
     groups = _noise_groups(args)
@@ -467,8 +511,9 @@ def _cmd_demo(args) -> int:
         from smaso.plots import plot_errors_against_n
         from smaso.student.compare import errors_against_n
 
-        # the trained student's errors and floors as N doubles: which terms are noise, which persist
-        by_n = errors_against_n(result.student, sample, n_min=1024, loss=args.loss, P_source=args.P_source,
+        # the trained student's errors and floors as N doubles (on fresh rows): which terms are noise, which persist
+        fresh = sample_ladder(lad, args.n, args.seed + 3, progress=False)
+        by_n = errors_against_n(result.student, fresh, n_min=1024, loss=args.loss, P_source=args.P_source,
                                 noise_groups=groups)
         plot_errors_against_n(by_n, Path(out_dir) / "errors_vs_n.png",
                               title=f"{title}: errors and noise floors against N")
@@ -483,17 +528,23 @@ def _cmd_compare(args) -> int:
 
     sample = load_dataset(args.files, partial=args.partial)
     lad = sample.ladder
+    held_out = _held_out(sample, args)  # (a bad --eval-examples is refused before any output)
     print(lad.describe())
     title = f"{lad.name}: student vs reformulation"
     _set_threads(args)
     with _engine(args) as engine:
-        result = _run_comparison(sample, args, engine=engine)
-    print(result.table(every=max(1, len(result.history) // 8)))
+        result = _run_comparison(sample, args, engine=engine, held_out=held_out)
+        seeds = _seed_summary(sample, args, result, engine=engine, held_out=held_out)
+    print(result.table(every=max(1, len(result.history) // 8), last_checkpoint=seeds is None))
+    if seeds is not None:
+        print(f"\nerrors and terms at the end of training (student seed {args.student_seed}'s training curve above)")
+        print(seeds.table())
     accuracy = accuracy_report(lad, result.student, bayes_on_head(sample, args.device),
                                int(getattr(sample, "seed", 0) or 0))
     print(accuracy["text"])
     if args.out:
-        payload = {**_comparison_payload(result, args), "accuracy": {k: v for k, v in accuracy.items() if k != "text"}}
+        payload = {**_comparison_payload(result, args), "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
+                   **({"seeds": seeds.to_dict()} if seeds is not None else {})}
         files = _save_outputs(args.out, payload, result, title)
         print(f"\nwrote {', '.join(files)}")
     return 0
@@ -520,7 +571,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--bayes-n", type=_positive_int, default=2000, help="examples for the Bayes-optimal accuracy")
     demo.add_argument("--teacher", choices=("summarization", "topdown"), default="summarization",
                       help="the built-in ladder: the paper's summarization ladder or the top-down one")
-    _student_options(demo, out_default="smaso-demo", readout=32, steps=3000, eval_every=250)
+    _student_options(demo, out_default="smaso-demo", readout=32, steps=3000, eval_every=250, seeds=3)
     demo.set_defaults(func=_cmd_demo)
 
     cmp_ = sub.add_parser("compare", help="train a student on a dataset file and compare it with the reformulation",

@@ -166,7 +166,8 @@ def test_device_reaches_the_library(tmp_path, capsys, monkeypatch):
     data = str(tmp_path / "d.npz")
     assert main(["sample", "ladder", "-n", "300", "--depth", "2", "--out", data]) == 0
     monkeypatch.setattr(cmp, "compare_student", spy("compare_student"))
-    assert "compare_student saw device 'cpu'" in _error(capsys, ["compare", data, "--device", "cpu"])
+    assert "compare_student saw device 'cpu'" in _error(capsys, ["compare", data, "--device", "cpu", "--evaluate",
+                                                                "training"])
     monkeypatch.setattr(lp, "bayes_optimal_accuracy", spy("bayes"))
     assert "bayes saw device 'cpu'" in _error(capsys, ["inspect", data, "--device", "cpu"])
     assert "bayes saw device 'cpu'" in _error(capsys, ["demo", "-n", "300", "--device", "cpu", "--out",

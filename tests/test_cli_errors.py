@@ -79,7 +79,7 @@ def test_a_full_disk_is_one_line(tmp_path):
 def test_training_stops_at_the_first_non_finite_loss():
     s = sample_ladder(Ladder.default(), 2000, seed=0)
     with pytest.raises(TrainingDiverged, match=r"step \d+: the training loss is .* the run diverged"):
-        compare_student(s, width=8, lr=1e6, steps=100, eval_every=50)
+        compare_student(s, held_out=False, width=8, lr=1e6, steps=100, eval_every=50)
     for name, kw in (("lr", {"lr": float("inf")}), ("lr", {"lr": 0}), ("bn_eps", {"bn_eps": -1e-5}),
                      ("weight_decay", {"weight_decay": float("nan")})):
         with pytest.raises(ValueError, match=name):
@@ -147,7 +147,7 @@ def test_offsets_must_be_finite_and_a_finite_but_exploding_loss_stops_training()
     # float64 keeps an exploding run finite for many steps: it is stopped once the loss is 1e8 times its start
     s = sample_ladder(Ladder.default(), 2000, seed=0)
     with pytest.raises(TrainingDiverged, match=r"step \d+: the training loss is .*first minibatch"):
-        compare_student(s, width=8, lr=50.0, steps=200, eval_every=100, dtype=torch.float64)
+        compare_student(s, held_out=False, width=8, lr=50.0, steps=200, eval_every=100, dtype=torch.float64)
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the signal mask from /proc")

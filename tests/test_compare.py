@@ -12,7 +12,8 @@ from smaso.student.network import LadderStudent
 from smaso.student.reformulation import reformulate
 from teachers import Ladder, LadderSample, sample_ladder
 
-HISTORY_KEYS = {"step", "accuracy", "levels", "leaves", "loss", "P_source", "num_examples", "noise_groups"}
+HISTORY_KEYS = {"step", "accuracy", "levels", "leaves", "loss", "P_source", "num_examples", "noise_groups",
+                "evaluation"}
 TERM_KEYS = {"F_propagated", "G_propagated", "dW_propagated", "F_local", "G_local", "dW_local", "F_local_focus",
              "F_local_decorrelation", "G_local_broadness", "G_local_decorrelation", "dW_local_focus",
              "dW_local_decorrelation", "decorrelation_fwd", "decorrelation_bwd", "decorrelation_dW"}
@@ -77,6 +78,7 @@ def test_compare_student_fully_informative(fi, batch_norm, activation):
 def test_compare_student_full_batch_exact_P_and_cross_entropy(fi):
     _, s = fi
     res = compare_student(s, width=3, steps=2, lr=0.1, batch_size=None, eval_every=5, eval_examples=None,
+                          held_out=False,
                           P_source="exact", loss="cross_entropy")
     assert [h["step"] for h in res.history] == [0, 2]
     h = res.history[-1]
@@ -115,7 +117,7 @@ def test_missing_latents_and_bad_arguments(fi):
     with pytest.raises(ValueError, match=r"P_source.*'bogus'"):
         compare_student(s, width=2, steps=1, P_source="bogus")
     with pytest.raises(ValueError, match="loss"):
-        compare_student(s, width=2, steps=1, loss="hinge")
+        compare_student(s, held_out=False, width=2, steps=1, loss="hinge")
     with pytest.raises(ValueError, match="steps"):
         compare_student(s, steps=-1)
     with pytest.raises(ValueError, match="eval_every"):

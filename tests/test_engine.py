@@ -87,7 +87,8 @@ def test_graph_store_and_graph_statistics_on_two_workers_equal_one_process(tmp_p
 def test_streamed_comparison_is_the_same_on_the_engine(tmp_path, dask_engine):
     lad = _ladder()
     data = open_dataset(sample_to_store(lad, N, tmp_path / "c.zarr", seed=6, chunk_rows=CHUNK))
-    runs = [compare_student(data, width=4, steps=20, lr=0.3, batch_size=64, eval_every=10, eval_examples=None,
+    runs = [compare_student(data, held_out=False,
+                            width=4, steps=20, lr=0.3, batch_size=64, eval_every=10, eval_examples=None,
                             eval_batch_size=2048, engine=e) for e in (None, dask_engine)]
     assert runs[0].history == runs[1].history
     assert runs[0].final()["num_examples"] == N
@@ -151,7 +152,7 @@ def test_the_core_library_does_not_import_dask():
 def test_noise_sweep_on_two_workers_equals_one_process(dask_engine):
     from smaso.student.compare import noise_sweep
 
-    kw = dict(width=4, steps=12, lr=0.3, eval_every=6, dtype=torch.float64)
+    kw = dict(width=4, steps=12, lr=0.3, eval_every=6, dtype=torch.float64, held_out=False)
     lad = Ladder.random(depth=2, branching=2, events=3, mode="bottomup", seed=2)
     here = noise_sweep(lad, [0.0, 0.3, 1.0], 600, seed=1, **kw)
     there = noise_sweep(lad, [0.0, 0.3, 1.0], 600, seed=1, engine=dask_engine, **kw)
@@ -201,3 +202,21 @@ def test_digits_example_on_a_local_cluster_equals_one_process(tmp_path):
         assert [r["accuracy"] for r in a["runs"]] == [r["accuracy"] for r in b["runs"]]
         assert [r["train_loss"] for r in a["runs"]] == [r["train_loss"] for r in b["runs"]]
     assert outs[0]["comparisons"] == outs[1]["comparisons"]
+
+
+def test_student_seeds_on_two_workers_equal_one_process(dask_engine):
+    from smaso.student.seeds import compare_seeds
+
+    kw = dict(width=4, steps=8, lr=0.3, eval_every=4, eval_examples=300, noise_groups=4, dtype=torch.float64)
+    from teachers import sample_ladder
+
+    data = sample_ladder(_ladder(), 900, 2)
+    here, runs_here = compare_seeds(data, 3, **kw)
+    there, runs_there = compare_seeds(data, 3, engine=dask_engine, **kw)
+    assert [r["seed"] for r in runs_there] == [0, 1, 2]
+    for a, b in zip(runs_here, runs_there, strict=True):
+        assert [h["accuracy"] for h in a["history"]] == [h["accuracy"] for h in b["history"]]
+        for ha, hb in zip(a["history"], b["history"], strict=True):
+            for ra, rb in zip(ha["levels"], hb["levels"], strict=True):
+                assert rb["F_propagated"] == pytest.approx(ra["F_propagated"], rel=1e-9, abs=1e-13)
+    assert there.seeds == here.seeds and there.steps == here.steps

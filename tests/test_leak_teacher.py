@@ -280,7 +280,8 @@ def test_a_trained_student_sees_the_leak_too():
     out = []
     for eps in EPS:
         s = sample_ladder(Ladder.leaky(eps, **TEACHER), N, seed=0)
-        res = compare_student(s, width=WIDTH, steps=200, eval_every=200, eval_examples=N, noise_groups=GROUPS,
+        res = compare_student(s, held_out=False,
+                              width=WIDTH, steps=200, eval_every=200, eval_examples=N, noise_groups=GROUPS,
                               seed=0)
         out.append({lv["level"]: lv for lv in res.final()["levels"]})
     focus = [r[LEAK_LEVEL]["focus"] for r in out]

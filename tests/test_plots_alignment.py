@@ -99,7 +99,7 @@ def test_a_comparison_result_plots_its_history():
     from teachers.sampling import sample_ladder
 
     g = Ladder.random(depth=2, branching=2, events=3, seed=0)
-    r = compare_student(sample_ladder(g, 400, 0), width=3, steps=4, eval_every=2, noise_groups=None,
+    r = compare_student(sample_ladder(g, 400, 0), held_out=False, width=3, steps=4, eval_every=2, noise_groups=None,
                         alignment=sample_ladder(g, 200, 1))
     fig = plot_alignment(r)
     rows = [h["alignment"] for h in r.history]

@@ -23,7 +23,8 @@ def close_figures():
 @pytest.fixture(scope="module")
 def result():
     _, s = fi_sample(depth=2, branching=2, leaf_events=2, n=300, seed=3)
-    return compare_student(s, width=3, steps=4, lr=0.2, batch_size=32, eval_every=2, eval_examples=200, seed=1)
+    return compare_student(s, held_out=False,
+                           width=3, steps=4, lr=0.2, batch_size=32, eval_every=2, eval_examples=200, seed=1)
 
 
 def _level_row(level: int, base: float) -> dict:

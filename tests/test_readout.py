@@ -107,7 +107,7 @@ def test_constructed_network_reaches_bayes_exactly():
 def test_compare_student_with_a_readout():
     g = Ladder.default()
     s = sample_ladder(g, 800, 0)
-    r = compare_student(s, width=4, readout=6, steps=4, eval_every=2, noise_groups=None)
+    r = compare_student(s, held_out=False, width=4, readout=6, steps=4, eval_every=2, noise_groups=None)
     assert len(r.history) == 3 and len(r.final()["levels"]) == g.depth + 1
     assert r.student.ladder.depth == g.depth + 1
     with pytest.raises(ValueError, match="readout"):

@@ -7,7 +7,8 @@ activation f_j (the record's ``f``: the activation, or BN's output for ``batch_n
 dataset, with z_alpha the region's event:
 
     eta2[alpha, j]   = Var(E[f_j | z_alpha]) / Var(f_j)                        (correlation ratio)
-    mi[alpha, j]     = I(1[f_j on]; z_alpha) in bits, "on" = gate s_j > 1/2    (a lower bound on I(f_j; z_alpha))
+    mi[alpha, j]     = I(1[f_j on]; z_alpha) in bits, "on" = gate s_j > 1/2    (a lower bound on I(f_j; z_alpha);
+                                                                               NaN at the linear output level 0)
     spec[alpha, k]   = max_j corr(f_j, 1[z_alpha = k])                          (best-matching node per event)
 
 and the same eta2 and mi against the events z_beta of ``controls`` *other* regions beta of the level (beta =
@@ -102,7 +103,7 @@ class Alignment:
             spec = self.spec[l][torch.isfinite(self.spec[l])]
             out.append({"level": l, "eta2": float(self.eta2[l].median()),
                         "eta2_control": float(self.eta2_control[l].nanmedian()),
-                        "mi": float(self.mi[l].median()), "mi_control": float(self.mi_control[l].nanmedian()),
+                        "mi": float(self.mi[l].nanmedian()), "mi_control": float(self.mi_control[l].nanmedian()),
                         "spec": float(spec.median()) if spec.numel() else math.nan,
                         **{f"floor_{k}": v for k, v in self.floors(l).items()}})
         return out
@@ -181,13 +182,14 @@ class AlignmentAccumulator(MergeableSums):
         for l in range(self.ladder.depth):
             cnt = self.counts[l]
             eta2.append(self._eta2(cnt, self.s[l], l))
-            mi.append(self._mi(cnt, self.on[l]))
+            # the output level is linear (always "on"): its on-state MI is not defined
+            mi.append(self._mi(cnt, self.on[l]) if l else torch.full_like(self.on[l][:, 0], math.nan))
             ctrl_counts = [cnt.roll(-(c + 1), dims=0) for c in range(self.controls[l])]
             eta2_c.append(torch.stack([self._eta2(k, s, l) for k, s in zip(ctrl_counts, self.s_ctrl[l],
                                                                              strict=True)]).mean(0)
                           if self.controls[l] else torch.full_like(eta2[-1], math.nan))
             mi_c.append(torch.stack([self._mi(k, o) for k, o in zip(ctrl_counts, self.on_ctrl[l], strict=True)])
-                        .mean(0) if self.controls[l] else torch.full_like(mi[-1], math.nan))
+                        .mean(0) if self.controls[l] and l else torch.full_like(mi[-1], math.nan))
             # corr(f_j, 1[z = k]) = (E[f 1_k] - E f P_k) / (sd_f sd_1k)
             p = cnt / self.n
             mean = self.t[l] / self.n

@@ -140,21 +140,24 @@ class ComparisonResult:
                              f"{r['probe']:5.3f} ({r['probe_chance']:.3f})")
         return "\n".join(lines)
 
-    def table(self, *, every: int = 1) -> str:
+    def table(self, *, every: int = 1, last_checkpoint: bool = True) -> str:
         """The comparison as text (what ``smaso demo`` prints): the training curve (mean relative
         error of Eq 9 over levels for F, G~, Delta W, every ``every``-th checkpoint and the last),
-        then the last checkpoint level by level: errors of the full recursion and of one step from
-        measured neighbours, and the size of each of Thm 2's error terms (see :func:`diagnose`)."""
+        then (``last_checkpoint``) the last checkpoint level by level: errors of the full recursion and of one
+        step from measured neighbours, and the size of each of Thm 2's error terms (see :func:`diagnose`)."""
         if not self.history:
             raise ValueError("result: the comparison has no checkpoints")
         if every < 1:
             raise ValueError(f"every: expected a positive integer, got {every!r}")
         hist = self.history
-        lines = ["step    loss  train acc | relative error of the reformulation, mean over levels (F / G~ / dW)"]
+        acc = {"held-out": "held-out acc", "training": " train acc"}.get(hist[-1].get("evaluation"), "  accuracy")
+        lines = [f"step    loss {acc} | relative error of the reformulation, mean over levels (F / G~ / dW)"]
         for h in hist[::every] if hist[-1] in hist[::every] else [*hist[::every], hist[-1]]:
             mean = _mean_errors(h["levels"])
-            lines.append(f"{h['step']:5d} {h['loss']:8.4f}   {h['accuracy']:8.4f} | "
+            lines.append(f"{h['step']:5d} {h['loss']:8.4f}   {h['accuracy']:10.4f} | "
                          f"{mean['F']:9.2e} {mean['G']:9.2e} {mean['dW']:9.2e}")
+        if not last_checkpoint:
+            return "\n".join(lines)
         last = hist[-1]
         floors = "noise_groups" in last
         w = 17 if floors else 8
@@ -223,17 +226,25 @@ def _head(chunks, k: int):
     return dataclasses.replace(first, z=torch.cat([p.z for p in parts]), x=x)
 
 
-def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torch.dtype):
+def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torch.dtype, skip: int = 0):
     """SGD minibatches ``(x, y)`` without end: each epoch visits the chunks in a random order and each
     chunk's rows in a random order (``gen``), a batch's last rows carried over into the next chunk, so
-    every row is used once per epoch.  Inputs are built per batch in ``dtype``; memory is one chunk."""
+    every row is used once per epoch.  Inputs are built per batch in ``dtype``; memory is one chunk.
+
+    :param skip: the first this many rows are never trained on (the held-out evaluation rows); the random
+        stream is the same whatever ``skip``, so ``skip=0`` is the plain pass.
+    """
     xs, ys, have = [], [], 0  # the pieces of the batch being filled (across chunk boundaries)
     while True:
         for c in torch.randperm(chunks.num_chunks, generator=gen).tolist():
+            lo, hi = chunks.chunk_bounds(c)
+            if hi <= skip:
+                continue
             part = chunks.chunk(c)
-            perm = torch.randperm(len(part), generator=gen)
+            off = max(skip - lo, 0)
+            perm = torch.randperm(len(part) - off, generator=gen) + off
             s = 0
-            while s < len(part):
+            while s < len(perm):
                 idx = perm[s: s + batch_size - have]
                 xs.append(part.inputs(idx, dtype))
                 ys.append(part.y[idx])
@@ -241,6 +252,37 @@ def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torc
                 if have == batch_size:
                     yield (xs[0], ys[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(ys))
                     xs, ys, have = [], [], 0
+
+
+def _evaluation_rows(held_out, chunks, eval_examples: int | None, ladder: Ladder):
+    """``(evaluation chunks, rows kept out of training)`` for :func:`compare_student`'s ``held_out``."""
+    from teachers.chunked import as_chunks
+
+    if held_out is True or held_out is False:
+        if not held_out:
+            return chunks, 0
+        if eval_examples is None:
+            raise ValueError("held_out: evaluating on held-out rows needs eval_examples (the first eval_examples "
+                             "rows are kept out of training); give eval_examples, a held-out dataset as "
+                             "held_out=, or held_out=False to evaluate on every training row")
+        skip = min(eval_examples, len(chunks))
+        if skip >= len(chunks):
+            raise ValueError(f"held_out: the {skip} evaluation rows (eval_examples) leave none of the sample's "
+                             f"{len(chunks)} rows to train on; lower eval_examples, give a held-out dataset as "
+                             "held_out=, or pass held_out=False")
+        return chunks, skip
+    if isinstance(held_out, (str, bytes)) or hasattr(held_out, "__fspath__") or isinstance(held_out, list):
+        from teachers.dataset import load_dataset
+
+        held_out = load_dataset(held_out)
+    if not isinstance(held_out, LadderSample) and not hasattr(held_out, "chunk"):
+        raise TypeError(f"held_out: expected True, False or a dataset of the sample's ladder, got "
+                        f"{type(held_out).__name__}")
+    if held_out.ladder.fingerprint() != ladder.fingerprint():
+        raise ValueError("held_out: the held-out dataset was sampled from another ladder than the training sample")
+    if isinstance(held_out, LadderSample) and (held_out.z is None or len(held_out) == 0):
+        raise ValueError("held_out: the held-out dataset must hold at least one row with its latent events z")
+    return as_chunks(held_out), 0
 
 
 def compare_student(sample, *, width: int | list[int] = 8, activation: str = "relu",
@@ -251,7 +293,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                     device: torch.device | str | None = None, progress: bool = False,
                     engine=None, noise_groups: int | None = 10, shared: bool = False,
                     readout: int | None = None, alignment: LadderSample | None = None, optimizer="sgd",
-                    lr_schedule: str | None = None, plateau: int | None = None) -> ComparisonResult:
+                    lr_schedule: str | None = None, plateau: int | None = None,
+                    held_out=True) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
     Training reads minibatches chunk by chunk (each epoch a seeded random order of the chunks and of their
@@ -263,11 +306,18 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     :param bn_eps: BN's eps (0: Thm 5's exact projection; fails on a node constant over the batch).
     :param batch_size: SGD minibatch (``None``: full-batch GD, for an in-memory sample only).
     :param eval_every: compare every this many steps (and at steps 0 and ``steps``).
-    :param eval_examples: the first this many examples form the evaluation set, processed as one
-        batch (the reformulation describes full-batch statistics); ``None``: every example (one batch
-        for an in-memory sample; a chunked dataset is streamed chunk by chunk in batches of
-        ``eval_batch_size``, with BN normalizing each batch by its own statistics, and merged exactly:
+    :param eval_examples: the first this many examples (of the evaluation rows, see ``held_out``) form the
+        evaluation set, processed as one batch (the reformulation describes full-batch statistics); ``None``:
+        every evaluation row (one batch in memory; a chunked dataset is streamed chunk by chunk in batches
+        of ``eval_batch_size``, with BN normalizing each batch by its own statistics, and merged exactly:
         :func:`~smaso.student.frequency.accumulate_statistics`).
+    :param held_out: where the statistics, the accuracy and every error are measured.  ``True`` (default):
+        on the first ``eval_examples`` rows of ``sample``, which are then never trained on; ``False``: on the
+        first ``eval_examples`` rows, trained on like the rest (the statistics of training rows: Thm 3's
+        exactness under full-batch GD is a statement about them); a dataset of the same ladder (a
+        :class:`~teachers.sampling.LadderSample`, a chunked dataset or a path): on its rows, and every row of
+        ``sample`` is trained on.  History rows name it in ``"evaluation"`` (``"held-out"`` or
+        ``"training"``).
     :param P_source: ``"empirical"`` (frequencies of the evaluation set) or ``"exact"`` (the
         ladder's tables).
     :param engine: where the streamed evaluation runs (None: this process; a
@@ -326,17 +376,20 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         raise ValueError(f"plateau: expected None or a positive integer, got {plateau!r}")
     student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
                             seed=seed, shared=shared, readout=readout, dtype=dtype, device=device)
-    n = len(chunks)
-    streamed = eval_examples is None and not in_memory
-    if not streamed:
-        ev = _head(chunks, n if eval_examples is None else min(eval_examples, n))
-        x_eval, y_eval, z_eval = ev.inputs(dtype=dtype), ev.y, ev.z
-    if batch_size is None:
-        batches = itertools.repeat((sample.inputs(dtype=dtype), sample.y))
-    else:
-        batches = _training_batches(chunks, batch_size, torch.Generator().manual_seed(seed), dtype)
-    dev = student.weights[0].device
     opt, schedule = _optimizer(student, optimizer, lr, steps, lr_schedule)
+    ev_chunks, skip = _evaluation_rows(held_out, chunks, eval_examples, lad)
+    n_eval = len(ev_chunks)
+    streamed = eval_examples is None and not isinstance(getattr(ev_chunks, "sample", None), LadderSample)
+    if not streamed:
+        ev = _head(ev_chunks, n_eval if eval_examples is None else min(eval_examples, n_eval))
+        x_eval, y_eval, z_eval = ev.inputs(dtype=dtype), ev.y, ev.z
+        n_eval = len(ev)
+    evaluation = "training" if held_out is False else "held-out"
+    if batch_size is None:
+        batches = itertools.repeat((sample.inputs(dtype=dtype)[skip:], sample.y[skip:]))
+    else:
+        batches = _training_batches(chunks, batch_size, torch.Generator().manual_seed(seed), dtype, skip)
+    dev = student.weights[0].device
     smooth, best, since = None, math.inf, 0
     result = ComparisonResult(student=student)
     t0 = time.perf_counter()
@@ -345,9 +398,9 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     for step in range(steps + 1):
         if step in checkpoints:
             if streamed:
-                state, correct = accumulate_statistics(student, chunks, loss=loss, batch_size=eval_batch_size,
+                state, correct = accumulate_statistics(student, ev_chunks, loss=loss, batch_size=eval_batch_size,
                                                        dtype=torch.float64, engine=engine, groups=noise_groups)
-                acc = correct / n
+                acc = correct / n_eval
             else:
                 state = collect_statistics(student, x_eval, y_eval, z_eval, loss=loss, dtype=torch.float64,
                                            groups=noise_groups)
@@ -361,7 +414,7 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
             if bad or not math.isfinite(stats.loss):
                 raise TrainingDiverged(f"step {step}: the statistics are not finite ({', '.join(bad[:3]) or 'loss'}); "
                                        "lower lr, or use BN")
-            row = {"step": step, "accuracy": acc, **report}
+            row = {"step": step, "accuracy": acc, "evaluation": evaluation, **report}
             if alignment is not None:
                 row["alignment"] = alignment_report(student, alignment.inputs(dtype=dtype), alignment.z.long())
             result.history.append(row)
@@ -435,6 +488,8 @@ def _noise_row(sigma: float, ladder: Ladder | Callable[[float], Ladder], n: int,
     if not isinstance(lad, Ladder):
         raise TypeError(f"ladder: the factory returned {type(lad).__name__} for sigma = {sigma}, expected a Ladder")
     sample = sample_ladder(lad, int(n), int(seed), progress=False)
+    if "held_out" not in student_kwargs:  # evaluate on fresh rows (stream seed + 1), never trained on
+        student_kwargs = {**student_kwargs, "held_out": sample_ladder(lad, int(n), int(seed) + 1, progress=False)}
     res = compare_student(sample, seed=student_seed, progress=False, **student_kwargs)
     last = res.final()
     worst = max(row[k] for h in res.history for row in h["levels"] for k in ERROR_KEYS)
@@ -466,7 +521,8 @@ def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[flo
     :param engine: where the noise levels run: ``None`` (here, one after the other) or a
         :class:`~teachers.engine.SerialEngine` / :class:`~teachers.engine.DaskEngine`, one task per
         level (a factory ``ladder`` must then be picklable by cloudpickle); the rows do not depend on it.
-    :param student_kwargs: passed to :func:`compare_student` (width, batch_norm, steps, lr, ...).
+    :param student_kwargs: passed to :func:`compare_student` (width, batch_norm, steps, lr, ...); without
+        ``held_out``, each level is evaluated on ``n`` fresh rows (stream ``seed + 1``), never trained on.
     :returns: one row per sigma, in the given order: ``sigma``, ``accuracy``, ``loss``, ``step``,
         ``levels`` and ``leaves`` (as in :func:`compare_statistics_to_theory`), ``max_error`` (the largest
         of :data:`ERROR_KEYS` over every level and checkpoint of the run) and ``seconds``.
