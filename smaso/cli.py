@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from smaso._version import __version__
+from smaso.cli_student import _comparison_payload, _held_out, _noise_groups, _run_comparison, _seed_summary
 from smaso.cli_support import (
     STDOUT,
     _check_early,
@@ -379,52 +380,6 @@ def _add_device(g, what: str) -> None:
                    help=f"torch device ('cpu', 'cuda', 'cuda:1') of {what} (default: cpu)")
 
 
-def _student_kwargs(args, held_out) -> dict:
-    """:func:`~smaso.student.compare.compare_student`'s options from the command line (all but the seed)."""
-    return dict(width=_one_or_list(args.width), activation=args.activation, batch_norm=args.bn or False,
-                bias=not args.no_bias, loss=args.loss, steps=args.steps, lr=args.lr,
-                batch_size=args.batch_size or None, weight_decay=args.weight_decay, eval_every=args.eval_every,
-                eval_examples=args.eval_examples, P_source=args.P_source, noise_groups=_noise_groups(args),
-                device=args.device, shared=getattr(args, "shared", False), readout=args.readout or None,
-                optimizer=args.optimizer, lr_schedule=args.lr_schedule, plateau=args.plateau, held_out=held_out)
-
-
-def _held_out(sample, args, held_out=None):
-    if held_out is None:
-        held_out = args.evaluate == "held-out"
-    if held_out is True and args.eval_examples >= len(sample):
-        raise ValueError(f"--eval-examples: the {args.eval_examples} held-out rows leave none of the dataset's "
-                         f"{len(sample)} rows to train on; lower --eval-examples or pass --evaluate training")
-    return held_out
-
-
-def _run_comparison(sample, args, engine=None, alignment=None, held_out=None):
-    from smaso.student.compare import compare_student
-
-    kwargs = _student_kwargs(args, _held_out(sample, args, held_out))
-    return compare_student(sample, seed=args.student_seed, engine=engine, alignment=alignment, **kwargs)
-
-
-def _seed_summary(sample, args, result, engine=None, held_out=None):
-    """The summary over ``--seeds`` students (``result``: the first seed's run, ``--student-seed``; the others,
-    the next seeds, run as tasks of ``engine``), or None for one seed."""
-    if args.seeds <= 1:
-        return None
-    from smaso.student.seeds import compare_seeds, summarize_seeds
-
-    seeds = [args.student_seed + i for i in range(args.seeds)]
-    _, runs = compare_seeds(sample, seeds[1:], engine=engine, progress=not _quiet(args) and sys.stderr.isatty(),
-                            **_student_kwargs(args, _held_out(sample, args, held_out)))
-    return summarize_seeds([result, *runs], seeds=seeds, last=3)
-
-
-def _noise_groups(args) -> int | None:
-    k = getattr(args, "noise_groups", 10)
-    if k == 1:
-        raise ValueError("--noise-groups: expected 0 (no floors) or at least 2 groups, got 1")
-    return k or None
-
-
 def _save_outputs(out_dir, payload: dict, result, title: str) -> list[str]:
     from smaso.plots import plot_comparison
 
@@ -433,14 +388,6 @@ def _save_outputs(out_dir, payload: dict, result, title: str) -> list[str]:
     _write_json(out / "comparison.json", payload)
     plot_comparison(result, out / "comparison.png", title=title)
     return [str(out / "comparison.json"), str(out / "comparison.png")]
-
-
-def _comparison_payload(result, args) -> dict:
-    return {"history": result.history, "seconds": result.seconds,
-            "stopped_at": result.stopped_at,
-            "student": {k: getattr(args, k) for k in ("width", "readout", "activation", "bn", "loss", "steps", "lr",
-                                                       "optimizer", "lr_schedule", "plateau", "seeds", "evaluate",
-                                                       "batch_size", "weight_decay", "P_source")}}
 
 
 def _cmd_demo(args) -> int:
