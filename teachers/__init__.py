@@ -10,7 +10,8 @@ codes), :mod:`~teachers.validation` and :mod:`~teachers.spec_check` (limits and 
 :mod:`~teachers.pyro_sites` (its emission and deterministic sites),
 :mod:`~teachers.statistics` (P(z_beta | z_alpha), exact and counted), :mod:`~teachers.dataset` /
 :mod:`~teachers.chunked` (files and zarr stores), :mod:`~teachers.engine` (serial and Dask engines),
-:mod:`~teachers.spec_io` (spec files), :mod:`~teachers.tent` (tau^k).  ``teachers.graph_ladder``,
+:mod:`~teachers.spec_io` (spec files), :mod:`~teachers.leak` (exact I(x_b; z_a | z_b) per edge of any region
+graph: how far ``Ladder.leaky(eps)`` breaks focus), :mod:`~teachers.tent` (tau^k).  ``teachers.graph_ladder``,
 ``teachers.graph_sampling`` and ``teachers.graph_pyro_model`` are deprecated aliases (0.3).
 
 The names below are imported on first use (PEP 562), so that ``import teachers`` (and ``smaso --help``)

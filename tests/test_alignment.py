@@ -190,6 +190,25 @@ def test_compare_student_measures_alignment_on_held_out_rows():
                         alignment=sample_ladder(Ladder.random(depth=2, seed=0), 50, 0))
     with pytest.raises(ValueError, match="no checkpoint"):
         compare_student(train, held_out=False, width=4, steps=1, noise_groups=None).alignment_table()
+    # each checkpoint's rows are alignment_report's of the student then (here: the last one)
+    want = alignment_report(r.student, held.inputs(dtype=torch.float64), held.z.long())
+    assert str(rows[-1]) == str(want)  # (str: NaN entries compare equal)
+
+
+def test_compare_student_streams_the_alignment_rows_from_a_store(tmp_path):
+    from smaso.student.compare import compare_student
+
+    g = Ladder.default()
+    train = sample_ladder(g, 1500, 0)
+    path = sample_to_store(g, 2 * 4096 + 100, tmp_path / "held.zarr", seed=1, chunk_rows=4096)
+    kw = dict(held_out=False, width=4, readout=8, steps=4, eval_every=4, noise_groups=None)
+    from_store = compare_student(train, alignment=str(path), **kw)
+    in_memory = compare_student(train, alignment=open_dataset(path).to_sample(), **kw)
+    for a, b in zip(from_store.history, in_memory.history, strict=True):
+        for ra, rb in zip(a["alignment"], b["alignment"], strict=True):
+            assert ra.keys() == rb.keys()
+            for k in ra:
+                assert ra[k] == pytest.approx(rb[k], rel=1e-12, abs=1e-12, nan_ok=True), k
 
 
 # ---------------------------------------------------------------------- streaming (accumulate_alignment)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from smaso.student.alignment import alignment_report
+from smaso.student.alignment import accumulate_alignment, alignment_rows
 from smaso.student.diagnosis import CONTRIBUTIONS, compare_statistics_to_theory, diagnose
 from smaso.student.frequency import FrequencyStatistics, ReplicateAccumulator, accumulate_statistics, collect_statistics
 from smaso.student.network import LadderStudent
@@ -285,6 +285,22 @@ def _evaluation_rows(held_out, chunks, eval_examples: int | None, ladder: Ladder
     return as_chunks(held_out), 0
 
 
+def _check_alignment(alignment, ladder: Ladder):
+    """``compare_student``'s ``alignment`` rows as a dataset (a path loaded), or None."""
+    if alignment is None:
+        return None
+    if isinstance(alignment, (str, bytes, list)) or hasattr(alignment, "__fspath__"):
+        from teachers.dataset import load_dataset
+
+        alignment = load_dataset(alignment)
+    if not (isinstance(alignment, LadderSample) or hasattr(alignment, "chunk")) \
+            or getattr(alignment, "z", True) is None or alignment.ladder.fingerprint() != ladder.fingerprint() \
+            or len(alignment) < 4:
+        raise ValueError("alignment: expected a dataset of at least 4 rows, with its events z, of the sample's "
+                         "ladder")
+    return alignment
+
+
 def compare_student(sample, *, width: int | list[int] = 8, activation: str = "relu",
                     batch_norm: bool | str = False, bn_eps: float = 1e-5, bias: bool = True, loss: str = "squared",
                     steps: int = 200, lr: float = 0.1, batch_size: int | None = 256, weight_decay: float = 0.0,
@@ -292,7 +308,7 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                     P_source: str = "empirical", seed: int = 0, dtype: torch.dtype = torch.float64,
                     device: torch.device | str | None = None, progress: bool = False,
                     engine=None, noise_groups: int | None = 10, shared: bool = False,
-                    readout: int | None = None, alignment: LadderSample | None = None, optimizer="sgd",
+                    readout: int | None = None, alignment=None, optimizer="sgd",
                     lr_schedule: str | None = None, plateau: int | None = None,
                     held_out=True) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
@@ -324,10 +340,11 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         :class:`~teachers.engine.DaskEngine`: one task per chunk).
     :param shared: share the student's weights per child place (:class:`LadderStudent`'s ``shared``).
     :param readout: a readout group of this many nodes at the root (:class:`LadderStudent`'s ``readout``).
-    :param alignment: held-out rows (a :class:`~teachers.sampling.LadderSample` of the same ladder, never trained
-        on) on which every checkpoint also measures the event alignment of the hidden nodes
-        (:func:`~smaso.student.alignment.alignment_report`: the rows' first half fits the linear probes, the
-        second half scores them); the history rows then carry ``"alignment"``, one dict per level.
+    :param alignment: held-out rows (a :class:`~teachers.sampling.LadderSample`, a chunked dataset or a path, of
+        the same ladder, never trained on) on which every checkpoint also measures the event alignment of the
+        hidden nodes, streamed on ``engine`` (:func:`~smaso.student.alignment.accumulate_alignment`: the rows'
+        first half fits the linear probes, the second half scores them); the history rows then carry
+        ``"alignment"``, one dict per level.
     :param noise_groups: row groups of the jackknife that gives every number its noise floor
         (:mod:`smaso.student.noise`); ``None``: no floors.
     :param optimizer: ``"sgd"`` (the plain step W += lr Delta W of Eq 2), ``"adam"``, ``"adamw"``, ``"rmsprop"``,
@@ -368,10 +385,7 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     for name, v in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-    if alignment is not None and (not isinstance(alignment, LadderSample) or alignment.z is None
-                                  or alignment.ladder.fingerprint() != lad.fingerprint() or len(alignment) < 4):
-        raise ValueError("alignment: expected a LadderSample of at least 4 rows, with its events z, of the sample's "
-                         "ladder")
+    alignment = _check_alignment(alignment, lad)
     if plateau is not None and (isinstance(plateau, bool) or not isinstance(plateau, int) or plateau < 1):
         raise ValueError(f"plateau: expected None or a positive integer, got {plateau!r}")
     student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
@@ -416,7 +430,7 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                                        "lower lr, or use BN")
             row = {"step": step, "accuracy": acc, "evaluation": evaluation, **report}
             if alignment is not None:
-                row["alignment"] = alignment_report(student, alignment.inputs(dtype=dtype), alignment.z.long())
+                row["alignment"] = alignment_rows(*accumulate_alignment(student, alignment, engine=engine))
             result.history.append(row)
             result.final_stats = stats
         if step == steps or result.stopped_at is not None:

@@ -1,0 +1,132 @@
+"""``smaso demo``'s figures with their spread over student seeds, and its wall time.
+
+- ``seeds``: the demo's own pipeline (its options, parsed by the ``smaso demo`` parser) for each student seed
+  (default 0, 1, 2): the readout student trained on 50 000 rows and evaluated on 8 192 fresh rows, the event
+  alignment measured at every checkpoint on 4 096 other fresh rows, the same student trained on shuffled labels
+  (the control), and the accuracy on 10 000 fresh rows beside Bayes and the class ceilings.  The comparison
+  with the reformulation is summarised over the seeds x their last 3 checkpoints
+  (:func:`smaso.student.seeds.summarize_seeds`).
+- ``wall``: ``smaso demo`` end to end in a fresh process, ``--repeats`` times, its wall and CPU seconds (an
+  absolute figure: the JSON keeps the load average beside it).
+
+``benchmarks/readme_rows.py`` writes the README's demo figures from ``results/demo.json``.
+
+    python benchmarks/bench_demo.py --record        # the recorded results (about 3 minutes on 2 cores)
+    python benchmarks/bench_demo.py --quick          # a smoke run (small sizes, one repeat)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common
+
+#: The demo's options under ``--quick`` (a smoke run: small sample, few steps).
+QUICK_DEMO = ["-n", "6000", "--steps", "60", "--eval-every", "30", "--eval-examples", "1024", "--bayes-n", "200"]
+
+
+def _seed_run(argv: list[str], seed: int) -> dict:
+    """The demo's student ``seed``: its comparison (with alignment), control and accuracy."""
+    import torch
+
+    from inference.posterior import bayes_optimal_accuracy
+    from smaso.cli import build_parser
+    from smaso.cli_student import _run_comparison
+    from smaso.reports import accuracy_report, shuffled_label_alignment
+    from teachers.ladder import Ladder
+    from teachers.sampling import sample_ladder
+
+    args = build_parser().parse_args(["demo", *argv, "--student-seed", str(seed)])
+    lad = Ladder.default()
+    sample = sample_ladder(lad, args.n, args.seed, progress=False)
+    evaluation = sample_ladder(lad, args.eval_examples, args.seed + 1, progress=False)
+    held = sample_ladder(lad, 4096, args.seed + 2, progress=False)
+    t0 = time.perf_counter()
+    result = _run_comparison(sample, args, alignment=held, held_out=evaluation)
+    train_s = time.perf_counter() - t0
+    bayes = bayes_optimal_accuracy(lad, sample.inputs(dtype=torch.float64)[: args.bayes_n])["expected"]
+    accuracy = {k: v for k, v in accuracy_report(lad, result.student, bayes, args.seed).items() if k != "text"}
+    control = shuffled_label_alignment(sample, held, result.student, args)
+    return {"seed": seed, "result": result, "accuracy": accuracy, "control": control, "train_s": train_s}
+
+
+def _wall(argv: list[str], repeats: int) -> dict:
+    """``smaso demo`` in a fresh process, ``repeats`` times: wall and CPU (user + system, children) seconds."""
+    walls, cpus = [], []
+    code = "import sys; from smaso.cli import main; sys.exit(main(sys.argv[1:]))"
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as out:
+            before = os.times()
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code, "demo", *argv, "--out", out, "-q"], check=True)
+            walls.append(time.perf_counter() - t0)
+            after = os.times()
+            cpus.append((after.children_user - before.children_user) + (after.children_system
+                                                                        - before.children_system))
+    return {"seconds": walls, "median_s": statistics.median(walls), "cpu_seconds": cpus,
+            "median_cpu_s": statistics.median(cpus)}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=3, help="student seeds 0..K-1")
+    p.add_argument("--repeats", type=int, default=None, help="end-to-end demo runs (default 3; --quick: 1)")
+    _common.add_quick_out_args(p, "a smoke run: small sizes, one repeat", _common.default_out("demo"))
+    args = p.parse_args(argv)
+    _common.fill_defaults(args, quick={"repeats": 1}, full={"repeats": 3})
+    _common.require_positive(p, args, ["seeds", "repeats"])
+    demo_argv = QUICK_DEMO if args.quick else []
+    wall0 = _common.start(None)
+    machine = _common.machine_info()
+    print(f"bench_demo: {args.seeds} student seeds, {args.repeats} end-to-end runs; {_common.torch_summary()}")
+
+    from smaso.student.seeds import summarize_seeds
+
+    runs = []
+    for seed in range(args.seeds):
+        runs.append(_seed_run(demo_argv, seed))
+        r = runs[-1]
+        print(f"  seed {seed}: held-out accuracy {r['accuracy']['held_out_accuracy']:.4f} "
+              f"(train {r['train_s']:.1f} s)")
+    summary = summarize_seeds([r["result"] for r in runs], seeds=[r["seed"] for r in runs], last=3)
+    per_seed = [{"seed": r["seed"], "accuracy": r["accuracy"], "train_s": r["train_s"],
+                 "steps": [h["step"] for h in r["result"].history],
+                 "alignment_start": r["result"].history[0]["alignment"],
+                 "alignment_end": r["result"].history[-1]["alignment"], "control_end": r["control"],
+                 "history": [{k: h[k] for k in ("step", "accuracy", "loss")} for h in r["result"].history]}
+                for r in runs]
+    wall = _wall(demo_argv, args.repeats)
+    print(f"  smaso demo end to end: median {wall['median_s']:.1f} s wall, {wall['median_cpu_s']:.1f} s CPU")
+    total = _common.finish(machine, wall0)
+    data = _common.record("demo", argv, {"config": {"quick": args.quick, "seeds": args.seeds,
+                                                    "repeats": args.repeats, "demo_argv": demo_argv}},
+                          machine, per_seed, {"summary": summary.to_dict(), "wall": wall}, total)
+    data = _json_safe(data)
+    _common.write_json(args.out, data)
+    _common.print_done(total, args.out)
+    return data
+
+
+def _json_safe(obj):
+    """NaN and infinities as None (the alignment's undefined entries), so the file is strict JSON."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+if __name__ == "__main__":
+    main()
