@@ -422,7 +422,7 @@ def _cmd_demo(args) -> int:
     held_out = sample_ladder(lad, 4096, args.seed + 2, progress=False)
     result = _run_comparison(sample, args, alignment=held_out, held_out=evaluation)
     seeds = _seed_summary(sample, args, result, held_out=evaluation)
-    print(result.table(every=max(1, len(result.history) // 8), last_checkpoint=seeds is None))
+    print(result.table(every=max(1, len(result.history) // 8)))
     if seeds is not None:
         print(f"\nerrors and terms of the reformulation at the end of training ({seeds.evaluation} rows; student "
               f"seed {args.student_seed}'s training curve above)")

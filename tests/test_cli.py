@@ -60,7 +60,7 @@ def test_compare_on_a_dataset_file(tmp_path, capsys):
     assert main(["sample", "ladder", "-n", "3000", "--kind", "fully_informative", "--depth", "2", "--events", "2",
                  "--concentration", "1", "--out", str(data)]) == 0
     assert main(["compare", str(data), "--width", "3", "--bn", "--steps", "20", "--eval-every", "10",
-                 "--out", str(tmp_path / "cmp")]) == 0
+                 "--eval-examples", "1000", "--out", str(tmp_path / "cmp")]) == 0
     out = capsys.readouterr().out
     assert "Thm 2's conditions, measured" in out
     # Thm 3: fully informative + one-hot leaves -> every reformulation error ~ 0, with BN too
