@@ -109,23 +109,12 @@ def main(argv: list[str] | None = None) -> dict:
     data = _common.record("demo", argv, {"config": {"quick": args.quick, "seeds": args.seeds,
                                                     "repeats": args.repeats, "demo_argv": demo_argv}},
                           machine, per_seed, {"summary": summary.to_dict(), "wall": wall}, total)
+    from smaso.cli import _json_safe  # NaN (the alignment's undefined entries) as null: strict JSON
+
     data = _json_safe(data)
     _common.write_json(args.out, data)
     _common.print_done(total, args.out)
     return data
-
-
-def _json_safe(obj):
-    """NaN and infinities as None (the alignment's undefined entries), so the file is strict JSON."""
-    import math
-
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
 
 
 if __name__ == "__main__":
