@@ -366,7 +366,8 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
     g.add_argument("--seeds", type=_positive_int, default=seeds,
                    help="students trained as replicates (seeds --student-seed, +1, ...; tasks of the engine): every "
                         "error and term is then also reported as the median and range over them and the last 3 "
-                        "checkpoints, within noise against the larger of the jackknife floor and the seeds' spread")
+                        "checkpoints, within noise against the larger of the jackknife floor and the seeds' standard "
+                        "error")
     g.add_argument("--noise-groups", type=_nonneg_int, default=10,
                    help="row groups of the jackknife behind every number's noise floor (0: no floors)")
     g.add_argument("--out", default=None,

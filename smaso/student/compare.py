@@ -231,8 +231,8 @@ def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torc
     chunk's rows in a random order (``gen``), a batch's last rows carried over into the next chunk, so
     every row is used once per epoch.  Inputs are built per batch in ``dtype``; memory is one chunk.
 
-    :param skip: the first this many rows are never trained on (the held-out evaluation rows); the random
-        stream is the same whatever ``skip``, so ``skip=0`` is the plain pass.
+    :param skip: the first this many rows are never trained on (the held-out evaluation rows); ``skip=0``
+        draws exactly the random stream of the pass without held-out rows.
     """
     xs, ys, have = [], [], 0  # the pieces of the batch being filled (across chunk boundaries)
     while True:
