@@ -188,10 +188,9 @@ def _array(v, path: str, *, integer: bool = False) -> tuple[int, ...]:
         if a.dtype.kind not in "iuf":
             _fail(path, what, v)
         if a.dtype.kind == "f":
-            finite = np.isfinite(a)
-            bad = ~finite
+            bad = ~np.isfinite(a)
             if integer:
-                bad |= finite & (np.mod(np.where(finite, a, 0), 1) != 0)
+                bad |= np.mod(np.where(bad, 0, a), 1) != 0
             if bad.any():
                 idx = np.argwhere(bad)[0]
                 _fail(_index_path(path, idx), "an integer event index" if integer else "a finite number",
@@ -218,18 +217,12 @@ def _check_nesting(doc) -> None:
     """Iteratively: no table or list nested more than MAX_NESTING deep (a RecursionError otherwise).
 
     The message names the path down to the first few levels (``prior[0][0]...``)."""
-    stack = [(doc, 0, "")]
+    stack = [(doc, 0, "")] if isinstance(doc, (dict, list, tuple)) else []  # only tables and lists are pushed
     while stack:
         v, depth, path = stack.pop()
-        if isinstance(v, dict):
-            items = list(v.items())
-        elif isinstance(v, (list, tuple)):
-            items = list(enumerate(v))
-        else:
-            continue
         if depth >= MAX_NESTING:
             raise LadderSpecError(f"{path or 'ladder spec'}: nested more than {MAX_NESTING} levels deep")
-        for k, c in items:
+        for k, c in v.items() if isinstance(v, dict) else enumerate(v):
             if isinstance(c, (dict, list, tuple)):
                 if depth >= 3:
                     sub = path if path.endswith("...") else path + "..."
@@ -275,11 +268,9 @@ def check_spec(d) -> None:
 def _check_emission_option(d: dict) -> None:
     """``emission`` (and ``sigma``) of a generator description."""
     emission = d.get("emission")
-    if emission is not None and not isinstance(emission, (str, dict)):
+    if emission is not None and not isinstance(emission, dict) and (
+            not isinstance(emission, str) or emission not in ("onehot", "gaussian")):
         _fail("emission", "'onehot', 'gaussian' or a table {kind = ...}", emission)
-    if isinstance(emission, str) and emission not in ("onehot", "gaussian"):
-        raise LadderSpecError(f"emission: expected 'onehot', 'gaussian' or a table {{kind = ...}}, "
-                              f"got {_short(emission)}")
     if isinstance(emission, dict):
         check_emission_dict(emission)
     if emission == "gaussian":
@@ -319,7 +310,7 @@ def _check_generator(d: dict) -> None:
         if events[0] < 2:
             raise LadderSpecError(f"events[0]: the label needs at least 2 classes, got {events[0]}")
     elif kind == "fully_informative":
-        _int(d.get("leaf_events", 2), "leaf_events", 1, MAX_EVENTS, what="an integer")
+        _int(d.get("leaf_events", 2), "leaf_events", 1, MAX_EVENTS)
     else:
         factors = d.get("factors", (1, 2, 2))
         _int_or_list(factors, "factors", depth + 1, 1, MAX_FACTORS, "binary factors per region")
@@ -353,7 +344,7 @@ def _check_explicit(d: dict) -> None:
         if not 1 <= len(branching) <= MAX_DEPTH:
             raise LadderSpecError(f"branching: expected 1..{MAX_DEPTH} entries (one per level below the root), "
                                   f"got {len(branching)}")
-        branching = tuple(_int(b, f"branching[{i}]", 1, MAX_REGIONS, what="an integer", integral_float=True)
+        branching = tuple(_int(b, f"branching[{i}]", 1, MAX_REGIONS, integral_float=True)
                           for i, b in enumerate(branching))
         _level_sizes(branching)
         events = d["events"]
@@ -362,7 +353,7 @@ def _check_explicit(d: dict) -> None:
         if len(events) != len(branching) + 1:
             raise LadderSpecError(f"events: expected {len(branching) + 1} entries, got {len(events)}")
         for i, m in enumerate(events):
-            _int(m, f"events[{i}]", 1, MAX_EVENTS, what="an integer", integral_float=True)
+            _int(m, f"events[{i}]", 1, MAX_EVENTS, integral_float=True)
         if "region_names" in d:
             names = d["region_names"]
             if not isinstance(names, (list, tuple)):
@@ -425,7 +416,7 @@ def _check_regions(regions) -> None:
                                   f"got {_got(r)}{missing}")
         _unknown(r, REGION_FIELDS, path, " (a region has a name, its events and its children)")
         _string(r["name"], f"{path}.name", "a region name (a string)")
-        _int(r["events"], f"{path}.events", 1, MAX_EVENTS, what="an integer", integral_float=True)
+        _int(r["events"], f"{path}.events", 1, MAX_EVENTS, integral_float=True)
         children = r.get("children")
         if children is None:
             continue
@@ -446,7 +437,7 @@ def _check_factorization(f) -> None:
     if not isinstance(factors, (list, tuple)) or not 2 <= len(factors) <= MAX_DEPTH + 1:
         _fail("factorization.factors", f"a list of 2..{MAX_DEPTH + 1} integers (binary factors per level)", factors)
     for i, n in enumerate(factors):
-        _int(n, f"factorization.factors[{i}]", 1, MAX_FACTORS, what="an integer", integral_float=True)
+        _int(n, f"factorization.factors[{i}]", 1, MAX_FACTORS, integral_float=True)
     _array(f["root_factor_priors"], "factorization.root_factor_priors")
     _array_list(f["factor_tables"], "factorization.factor_tables")
 
@@ -469,11 +460,11 @@ def check_emission_dict(e, path: str = "emission") -> None:
     if kind == "onehot":
         for k in ("num_regions", "num_events"):
             if k in e:
-                _int(e[k], _key(path, k), 1, MAX_REGIONS if k == "num_regions" else MAX_EVENTS, what="an integer")
+                _int(e[k], _key(path, k), 1, MAX_REGIONS if k == "num_regions" else MAX_EVENTS)
     elif kind == "custom":
         if "dim" not in e:
             raise LadderSpecError(f"{path}.dim: required for a custom emission")
-        _int(e["dim"], f"{path}.dim", 1, MAX_TABLE_ENTRIES, what="an integer")
+        _int(e["dim"], f"{path}.dim", 1, MAX_TABLE_ENTRIES)
         if "name" in e:
             _string(e["name"], f"{path}.name")
     else:

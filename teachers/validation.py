@@ -4,6 +4,8 @@ that :mod:`teachers.spec_check` and :mod:`teachers.regions` can use them without
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -62,24 +64,19 @@ def _as_int_tuple(value, name: str, length: int | None = None) -> tuple[int, ...
         if length is None:
             raise LadderSpecError(f"{name}: expected a list of integers, got {_short(value)}")
         value = [int(value)] * length
-    if isinstance(value, (str, bytes)):
-        raise LadderSpecError(f"{name}: expected a list of integers, got the string {_short(value)}")
     if not isinstance(value, (list, tuple, np.ndarray, torch.Tensor)):
         raise LadderSpecError(f"{name}: expected a list of integers, got {_short(value)}")
     if length is not None and len(value) != length:
         raise LadderSpecError(f"{name}: expected {length} entries, got {len(value)}")
     out = []
     for v in value:
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating, torch.Tensor)):
-            raise LadderSpecError(f"{name}: expected a list of integers, got {_short(list(value))}")
-        try:
-            o = int(v)
-            exact = float(v) == o
-        except (TypeError, ValueError, OverflowError, RuntimeError):
-            exact = False
+        exact = False
+        if not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating, torch.Tensor)):
+            with contextlib.suppress(TypeError, ValueError, OverflowError, RuntimeError):
+                exact = float(v) == int(v)
         if not exact:
-            raise LadderSpecError(f"{name}: expected integers, got {_short(list(value))}")
-        out.append(o)
+            raise LadderSpecError(f"{name}: expected a list of integers, got {_short(list(value))}")
+        out.append(int(v))
     return tuple(out)
 
 
@@ -316,8 +313,7 @@ def _dirichlet(rng: np.random.Generator, concentration: float, shape: tuple, m: 
         return np.ones((*shape, 1))
     p = rng.dirichlet(np.full(m, float(concentration)), size=shape if shape else None)
     p = np.asarray(p, dtype=np.float64).reshape(*shape, m)
-    s = p.sum(-1)
-    bad = ~(s > 0)
+    bad = ~(p.sum(-1) > 0)
     if bad.any():
         idx = rng.integers(0, m, size=int(bad.sum()))
         p[bad] = np.eye(m)[idx]
@@ -325,8 +321,5 @@ def _dirichlet(rng: np.random.Generator, concentration: float, shape: tuple, m: 
 
 
 def _kron_vectors(rows: np.ndarray) -> np.ndarray:
-    out = rows[0]
-    for r in rows[1:]:
-        out = np.kron(out, r)
-    return out
+    return functools.reduce(np.kron, rows)
 

@@ -69,10 +69,10 @@ def test_valid_minimal_ladders():
         (dict(events=[2, MAX_EVENTS + 1]), r"^events: at most 65536 events per region"),
         (dict(branching=[]), r"^branching: a ladder needs at least one level below the root \(depth >= 1\)"),
         (dict(branching=[0]), r"^branching: every entry must be >= 1"),
-        (dict(branching=[2.5]), r"^branching: expected integers, got \[2\.5\]"),
+        (dict(branching=[2.5]), r"^branching: expected a list of integers, got \[2\.5\]"),
         (dict(branching=2), r"^branching: expected a list of integers, got 2"),
         (dict(branching=[None]), r"^branching: expected a list of integers"),
-        (dict(events=[2.0, 2.5]), r"^events: expected integers"),
+        (dict(events=[2.0, 2.5]), r"^events: expected a list of integers"),
         (dict(mode="sideways"), r"^mode: expected 'topdown' or 'bottomup', got 'sideways'"),
         (dict(emission="poisson"), r"^emission: expected 'onehot', 'gaussian', an Emission or a dict"),
         (dict(emission="gaussian"), r"^sigma: a gaussian emission needs a finite sigma > 0, got null"),
@@ -178,7 +178,7 @@ def test_bad_emission_dict_raises_spec_error(emission, field):
         (dict(depth=-1), r"^depth: expected an integer >= 1"),
         (dict(depth=2.0), r"^depth: expected an integer >= 1, got 2\.0"),
         (dict(depth=True), r"^depth: expected an integer >= 1, got True"),
-        (dict(depth=2, branching=[2, 2.5]), r"^branching: expected integers"),
+        (dict(depth=2, branching=[2, 2.5]), r"^branching: expected a list of integers"),
         (dict(depth=2, branching=[2, 2, 2]), r"^branching: expected 2 entries, got 3"),
         (dict(depth=2, events=[2, 3]), r"^events: expected 3 entries, got 2"),
         (dict(depth=1, events=[1, 3]), r"^events\[0\]: the label needs at least 2 classes"),
@@ -541,7 +541,7 @@ def test_region_tree_and_branching_are_exclusive():
 
 
 def test_argument_types_are_checked():
-    with raises_spec(r"^branching: expected a list of integers, got the string '22'"):
+    with raises_spec(r"^branching: expected a list of integers, got '22'"):
         Ladder("22", [2, 2, 2], prior=[0.5, 0.5], tables=[[[1.0, 0.0], [0.0, 1.0]]] * 2)
     with raises_spec(r"^seed: expected a non-negative integer, got an integer \(-1\)"):
         Ladder.random(depth=1, seed=-1)

@@ -392,7 +392,7 @@ def test_infinity_and_huge_numbers_never_reach_an_integer_conversion():
         Ladder.from_dict(_spec(prior=[0.5, 10**400]))
     with raises(r"seed: expected a non-negative integer, got a number \(inf\)"):
         Ladder.from_dict({"kind": "random", "depth": 1, "seed": math.inf})
-    with raises(r"branching: expected integers, got \[inf\]"):  # the constructor, called directly
+    with raises(r"branching: expected a list of integers, got \[inf\]"):  # the constructor, called directly
         Ladder([math.inf], [2, 2], prior=[0.5, 0.5], tables=[[[0.5, 0.5]] * 2])
     d = spec_to_jsonable(Ladder.random(depth=1, events=[2, 2], mode="bottomup", seed=0).to_dict())
     d["lookup"][0][0][1] = math.inf
