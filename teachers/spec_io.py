@@ -47,11 +47,9 @@ def _pid_alive(pid: int) -> bool:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
     except PermissionError:  # alive, another user's
         return True
-    except OSError:
+    except OSError:  # no such process (ProcessLookupError), or no way to tell
         return False
     return True
 
@@ -164,10 +162,9 @@ def load_spec(path: str | os.PathLike) -> Ladder:
     path = Path(path)
     if not path.is_file():
         raise LadderSpecError(f"spec: no such file {str(path)!r}")
-    raw = path.read_bytes()
     toml = path.suffix.lower() == ".toml"
     try:
-        text = raw.decode()
+        text = path.read_bytes().decode()
         data = tomllib.loads(text) if toml else json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except RecursionError:
         raise LadderSpecError(f"spec: {str(path)!r} is nested too deeply (a spec is at most "
