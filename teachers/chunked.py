@@ -13,12 +13,13 @@ import numpy as np
 import torch
 
 from .dataset import _triple, load_dataset
-from .formats import _check_int, _is_int
+from .formats import _check_int
 from .sampling import DEFAULT_CHUNK_ROWS, LadderSample
 from .store import (
     CHUNK_BYTES,
     DEFAULT_COMPRESSION,
     VERSION,
+    _bounds,
     chunk_bounds,
     create_partial,
     default_chunk_rows,
@@ -55,8 +56,7 @@ class _SampleChunks:
 
     def chunk_bounds(self, i: int) -> tuple[int, int]:
         """Rows ``(lo, hi)`` of chunk ``i``."""
-        lo = _chunk_index(i, self.num_chunks) * self.chunk_rows
-        return lo, min(len(self.sample), lo + self.chunk_rows)
+        return _bounds(_chunk_index(i, self.num_chunks), self.chunk_rows, len(self.sample))
 
     def chunk(self, i: int) -> LadderSample:
         """Chunk ``i`` (views of the sample's tensors)."""
@@ -109,9 +109,7 @@ class ChunkDataset(torch.utils.data.Dataset):
     chunks.  A one-hot chunk is ``rows * R_d * m`` floats: pick ``chunk_rows`` accordingly, or use
     :class:`StreamingLadderDataset`, which builds x per batch.
 
-    :param source: a :class:`ChunkedLadderData` (of a tree or a graph ladder), dataset path(s) (v2 store(s)
-        or v1 ``.npz``), or a :class:`LadderSample` (cut into chunks of ``chunk_rows`` rows).
-    :param partial: for path(s): accept an incomplete set of shards (see :func:`open_dataset`).
+    :param source, chunk_rows, partial: as for :func:`as_chunks` (of a tree or a graph ladder).
     """
 
     def __init__(self, source, dtype: torch.dtype = torch.float32, *, chunk_rows: int = DEFAULT_CHUNK_ROWS,
@@ -123,11 +121,7 @@ class ChunkDataset(torch.utils.data.Dataset):
         return self.source.num_chunks
 
     def __getitem__(self, i: int):
-        if not _is_int(i):
-            raise TypeError(f"i: expected an integer chunk index, got {type(i).__name__}")
-        if not 0 <= i < len(self):
-            raise IndexError(f"i: chunk {i} out of range for {len(self)} chunks")
-        c = self.source.chunk(int(i))
+        c = self.source.chunk(_chunk_index(i, len(self), negative=False))
         return _triple(c.ladder, c.z, c.x, self.dtype)
 
 
@@ -151,17 +145,15 @@ class StreamingLadderDataset(torch.utils.data.IterableDataset):
     :meth:`set_epoch` picks another, reproducible, order.  (Call it before iterating; with
     ``persistent_workers=True`` the workers keep the epoch they started with.)
 
-    :param source: as for :class:`ChunkDataset`.
-    :param partial: as for :class:`ChunkDataset`.
+    :param source, chunk_rows, partial: as for :func:`as_chunks`.
     """
 
     def __init__(self, source, batch_size: int, dtype: torch.dtype = torch.float32, shuffle: bool = False,
                  seed: int = 0, *, drop_last: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                  partial: bool = False):
-        if not isinstance(shuffle, bool):
-            raise TypeError(f"shuffle: expected a bool, got {type(shuffle).__name__}")
-        if not isinstance(drop_last, bool):
-            raise TypeError(f"drop_last: expected a bool, got {type(drop_last).__name__}")
+        for name, v in (("shuffle", shuffle), ("drop_last", drop_last)):
+            if not isinstance(v, bool):
+                raise TypeError(f"{name}: expected a bool, got {type(v).__name__}")
         self.source = as_chunks(source, chunk_rows, partial=partial)
         self.batch_size = _check_int(batch_size, "batch_size", minimum=1)
         self.dtype = _check_dtype(dtype)

@@ -102,8 +102,8 @@ def save_dataset(sample: LadderSample, path: str | os.PathLike, *, compress: boo
             "total": sample.total if sample.total is not None else len(sample), "seed": sample.seed,
             "x_stored": sample.x is not None, "sha256": {k: _sha256(v) for k, v in data.items()},
             "spec": spec, **{k: v for k, v in sample.meta.items() if k in ("shard", "block_size", "stream_version")},
-            "spec_sha256": {k: {"dtype": np.asarray(v).dtype.str, "shape": list(np.shape(v)),
-                                "sha256": _sha256(np.asarray(v))} for k, v in arrays.items()}}
+            "spec_sha256": {k: {"dtype": v.dtype.str, "shape": list(v.shape), "sha256": _sha256(v)}
+                            for k, v in arrays.items()}}
     return _write(path, meta, {**data, **arrays}, compress)
 
 
@@ -185,8 +185,7 @@ def _check_spec_arrays(meta: dict, arrays: dict[str, np.ndarray], where: str) ->
             raise DatasetFormatError(f"{where}: spec array {name!r} fails its SHA-256 check (corrupted or edited)")
 
 
-def _check(path: Path, meta: dict, arrays: dict[str, np.ndarray], ladder: Ladder):
-    where = f"dataset: {str(path)!r}"
+def _check(where: str, meta: dict, arrays: dict[str, np.ndarray], ladder: Ladder):
     for key in ("z", "y") + (("x",) if meta["x_stored"] else ()):
         if key not in arrays:
             raise DatasetFormatError(f"{where} lacks member {key!r}")
@@ -223,7 +222,7 @@ def _load_part(p: Path) -> tuple[dict, dict[str, np.ndarray], Ladder]:
     _validate_meta(meta, where)
     _check_spec_arrays(meta, arrays, where)
     ladder = ladder_from_spec(meta["spec"], arrays, where)
-    _check(p, meta, arrays, ladder)
+    _check(where, meta, arrays, ladder)
     return meta, arrays, ladder
 
 
@@ -264,10 +263,8 @@ def load_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     meta0, _, ladder0, _ = parts[0]
     z = torch.as_tensor(np.concatenate([a["z"] for _, a, _, _ in parts]))
     x = torch.as_tensor(np.concatenate([a["x"] for _, a, _, _ in parts])) if meta0["x_stored"] else None
-    if device is not None:
-        z = z.to(device)
-        x = x.to(device) if x is not None else None
-    return LadderSample(ladder0, z, x, seed=meta0["seed"], start=meta0["start"], total=meta0["total"], meta=extra)
+    sample = LadderSample(ladder0, z, x, seed=meta0["seed"], start=meta0["start"], total=meta0["total"], meta=extra)
+    return sample if device is None else sample.to(device)
 
 
 def _join_shards(parts: list[tuple], stream, partial: bool) -> dict:

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from .ladder import GRAPH_FORMAT_V1, TOPDOWN, Ladder
+from .validation import _is_int
 
 __all__ = ["FORMAT", "META_CHECKSUM", "DatasetFormatError", "check_contiguous", "check_coverage", "check_ladder_fields",
            "check_load_args", "check_metadata_checksum", "check_shards", "check_stream_fields", "metadata_checksum",
@@ -112,10 +113,6 @@ def check_metadata_checksum(meta: dict, where: str, *, required: bool = True) ->
     what = (f"field(s) {', '.join(repr(k) for k in specific)} changed" if specific
             else f"field {META_CHECKSUM!r} edited")
     raise DatasetFormatError(f"{where}: metadata {what} since the file was written (metadata checksum fails)")
-
-
-def _is_int(v) -> bool:
-    return not isinstance(v, bool) and isinstance(v, (int, np.integer))
 
 
 def _check_int(v, name: str, *, minimum: int = 0) -> int:
@@ -210,9 +207,7 @@ def check_stream_fields(meta: dict, where: str, *, null_seed: bool = True) -> tu
 
     :raises DatasetFormatError: naming ``where``, the field, its value and what was expected.
     """
-    n = _field_int(meta, "n", where)
-    start = _field_int(meta, "start", where)
-    total = _field_int(meta, "total", where)
+    n, start, total = (_field_int(meta, key, where) for key in ("n", "start", "total"))
     if start + n > total:
         raise DatasetFormatError(f"{where}: metadata field 'total' is {total}, less than start + n = "
                                  f"{start} + {n}: the rows do not fit in the stream")

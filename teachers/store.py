@@ -241,9 +241,9 @@ def _root_attrs(store: Path) -> dict | None:
     return attrs if isinstance(attrs, dict) else None
 
 
-def _is_v2_store(path: Path) -> bool:
+def _v2_attrs(path: Path) -> dict | None:
     attrs = _root_attrs(path)
-    return attrs is not None and attrs.get("format") == FORMAT and attrs.get("version") == VERSION
+    return attrs if attrs is not None and attrs.get("format") == FORMAT and attrs.get("version") == VERSION else None
 
 
 def _to_numpy(t, name: str) -> np.ndarray:
@@ -299,7 +299,7 @@ def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: in
                          f"not start={start}, n={n}")
     chunk_rows = default_chunk_rows(ladder) if chunk_rows is None else _check_chunk_rows(chunk_rows)
     label, compressors = _compression(compress)
-    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+    if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path: expected a path, got {type(path).__name__}")
     path = Path(os.path.abspath(path))
     if not path.parent.is_dir():
@@ -308,7 +308,7 @@ def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: in
     if path.exists():
         if not path.is_dir():
             raise ValueError(f"path: {str(path)!r} exists and is not a directory store; refusing to replace it")
-        if any(path.iterdir()) and not _is_v2_store(path):
+        if any(path.iterdir()) and _v2_attrs(path) is None:
             raise ValueError(f"path: {str(path)!r} is a non-empty directory that is not a {FORMAT} version {VERSION} "
                              "store; refusing to replace it")
     partial = partial_path(path)
@@ -351,10 +351,10 @@ def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: in
 
 
 def _partial_info(partial: Path) -> dict:
-    if not _is_v2_store(partial):
+    attrs = _v2_attrs(partial)
+    if attrs is None:
         raise ValueError(f"partial: {str(partial)!r} is not a partial {FORMAT} version {VERSION} store "
                          "(made by create_partial)")
-    attrs = _root_attrs(partial)
     if attrs.get("complete") is True:
         raise ValueError(f"partial: {str(partial)!r} is already finalized")
     return attrs
@@ -471,7 +471,6 @@ def finalize(partial: str | os.PathLike, path: str | os.PathLike, checksums: Ite
     root.attrs.update({"chunk_sha256": {name: [got[c][name] for c in range(num_chunks)] for name in names}})
     attrs = _root_attrs(partial)  # as a reader will parse it
     attrs["complete"] = True
-    attrs.pop(META_CHECKSUM, None)
     root.attrs.update({"complete": True, META_CHECKSUM: metadata_checksum(attrs)})  # written last
     _swap_into_place(partial, path)
     return path

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .engine import _progress_bar
 from .formats import (
     FORMAT,
     DatasetFormatError,
@@ -39,11 +40,11 @@ _REQUIRED = ("format", "version", "n", "start", "total", "seed", "shard", "block
              "chunk_sha256", "complete")
 
 
-def _chunk_index(i, num_chunks: int) -> int:
-    """Chunk ``i`` (negative: from the end) of ``num_chunks``, checked."""
+def _chunk_index(i, num_chunks: int, *, negative: bool = True) -> int:
+    """Chunk ``i`` of ``num_chunks`` (negative: from the end, unless ``negative`` is false), checked."""
     if not _is_int(i):
         raise TypeError(f"i: expected an integer chunk index, got {type(i).__name__}")
-    if not -num_chunks <= i < num_chunks:
+    if not (-num_chunks if negative else 0) <= i < num_chunks:
         raise IndexError(f"i: chunk {i} out of range for {num_chunks} chunks")
     return int(i) % num_chunks
 
@@ -370,10 +371,8 @@ class ChunkedLadderData:
             coverage of the stream is reported, not raised).
         :raises DatasetFormatError: listing every chunk that fails.
         """
-        from tqdm.auto import tqdm
-
         errors = []
-        with tqdm(total=self.num_chunks, unit="chunk", desc="verifying", disable=not progress) as bar:
+        with _progress_bar(self.num_chunks, "verifying" if progress else None) as bar:
             for s, c in self._chunks:
                 try:
                     s.read_chunk(c)
