@@ -1,8 +1,6 @@
-"""Spec documents of :class:`teachers.ladder.Ladder` (a mixin): :meth:`~LadderSpecIO.to_dict` writes format
-``smaso-ladder`` version 2 (a uniform tree by its ``branching`` and stacked tables, the fields of version 1;
-any other graph by its ``parents``), :meth:`~LadderSpecIO.from_dict` reads that, version 1, the
-``smaso-graph-ladder`` version 1 specs of 0.2, and generator descriptions ``{"kind": ...}``;
-:meth:`~LadderSpecIO.fingerprint` hashes the spec."""
+"""Spec documents of :class:`teachers.ladder.Ladder` (a mixin): :meth:`~LadderSpecIO.to_dict` (format
+``smaso-ladder`` version 2), :meth:`~LadderSpecIO.from_dict` (every spec version, and generator descriptions)
+and :meth:`~LadderSpecIO.fingerprint`."""
 
 from __future__ import annotations
 
@@ -107,12 +105,10 @@ class LadderSpecIO:
         if "kind" in d:  # check_spec allows only the names of the generator classmethods
             kwargs = {k: v for k, v in d.items() if k not in ("kind", "format", "version")}
             return getattr(cls, d["kind"])(**kwargs)
-        names = None
+        names = d.get("region_names")  # (check_spec refuses it beside a region tree)
         if "regions" in d:
             d = dict(d)
             d["branching"], d["events"], names = parse_region_tree(d.pop("regions"))
-        elif "region_names" in d:
-            names = d["region_names"]
         fac = None
         if d.get("factorization") is not None:
             f = d["factorization"]
