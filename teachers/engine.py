@@ -127,7 +127,9 @@ class DaskEngine(_Engine):
                                              dashboard_address=None, scheduler_kwargs={"dashboard_address": ":0"},
                                              silence_logs=40)
             self.client = Client(self._cluster)
-        self.client.run(_set_threads, threads_per_worker)
+        import torch
+
+        self.client.run(torch.set_num_threads, threads_per_worker)
         if self._cluster is None:
             _warn_about_malloc_trim(self.client)
 
@@ -207,12 +209,6 @@ def _warn_about_malloc_trim(client) -> None:
             f"{len(slow)} of {len(env)} Dask workers (e.g. {slow[0]}) run with MALLOC_TRIM_THRESHOLD_ set (the "
             "nanny's default), which halves the ladder sampler's speed; start them with this Dask config "
             f"(teachers.engine.MALLOC_TRIM_CONFIG):\n{MALLOC_TRIM_CONFIG}", EngineWarning, stacklevel=3)
-
-
-def _set_threads(n: int) -> None:
-    import torch
-
-    torch.set_num_threads(n)
 
 
 def _is_large(value) -> bool:
