@@ -103,8 +103,7 @@ class LadderSpecIO:
                        tables=d.get("tables"), leaf_prior=d.get("leaf_prior"), lookup=d.get("lookup"),
                        emission=d["emission"], name=d.get("name") or "ladder")
         if "kind" in d:  # check_spec allows only the names of the generator classmethods
-            kwargs = {k: v for k, v in d.items() if k not in ("kind", "format", "version")}
-            return getattr(cls, d["kind"])(**kwargs)
+            return getattr(cls, d["kind"])(**{k: v for k, v in d.items() if k not in ("kind", "format", "version")})
         names = d.get("region_names")  # (check_spec refuses it beside a region tree)
         if "regions" in d:
             d = dict(d)

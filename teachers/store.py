@@ -410,9 +410,8 @@ def write_chunk(partial: str | os.PathLike, chunk_index: int, z, x=None) -> dict
 
 
 def _chunk_file(store: Path, name: str, arr_meta: dict, c: int) -> Path:
-    ndim = len(arr_meta["shape"])
     sep = arr_meta.get("chunk_key_encoding", {}).get("configuration", {}).get("separator", "/")
-    return store / name / ("c" + sep + sep.join(str(v) for v in (c,) + (0,) * (ndim - 1)))
+    return store / name / ("c" + sep + sep.join(str(v) for v in (c,) + (0,) * (len(arr_meta["shape"]) - 1)))
 
 
 def _swap_into_place(partial: Path, path: Path) -> None:
