@@ -274,10 +274,8 @@ def stored_spec(ladder: Ladder) -> dict:
     if ladder.is_uniform():
         return d
     d["packed"] = True
-    if ladder.mode == TOPDOWN:
-        d["tables"] = [torch.cat([t.reshape(-1) for t in lvl]).numpy() for lvl in ladder.region_tables[1:]]
-    else:
-        d["lookup"] = [torch.cat([t.reshape(-1) for t in lvl]).numpy() for lvl in ladder.lookups]
+    key, levels = ("tables", ladder.region_tables[1:]) if ladder.mode == TOPDOWN else ("lookup", ladder.lookups)
+    d[key] = [torch.cat([t.reshape(-1) for t in lvl]).numpy() for lvl in levels]
     return d
 
 
