@@ -307,7 +307,8 @@ def _mean_field_elbo(A, B, x, q, sig) -> torch.Tensor:
     mean = torch.einsum("nkr,krd->nd", q, A)  # E_q[sum_k A[k, t_k]]
     var = (q * A.pow(2).sum(-1)).sum((-1, -2)) - torch.einsum("nkr,krd->nkd", q, A).pow(2).sum((-1, -2))
     expected_sq = (x - mean).pow(2).sum(-1) + var  # E_q ||x - sum_k A[k, t_k]||^2
-    entropy = -torch.special.xlogy(q, q).sum((-1, -2))
+    safe = torch.where(q > 0, q, torch.ones((), dtype=q.dtype, device=q.device))
+    entropy = -(q * safe.log()).sum((-1, -2))
     prior = torch.where(q > 0, q * log_pi, torch.zeros((), dtype=q.dtype, device=q.device)).sum((-1, -2))
     return prior - 0.5 * expected_sq / s2 - 0.5 * D * math.log(2 * math.pi * s2) + entropy
 
