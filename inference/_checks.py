@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from teachers.ladder import Ladder
+from teachers.ladder import _check_ladder as check_ladder
+from teachers.sampling import _count
 
 __all__ = ["check_chunk_size", "check_device", "check_ladder", "raise_impossible"]
 
@@ -21,13 +21,6 @@ def raise_impossible(log_z: torch.Tensor, start: int = 0, teacher: str = "the la
         raise ValueError(f"x: example(s) {first}{' ...' if len(bad) > 5 else ''} have probability 0 under "
                          f"{teacher} (e.g. a leaf input that is not one-hot for a one-hot emission); their "
                          "posterior is undefined")
-
-
-def check_ladder(ladder) -> Ladder:
-    """``ladder`` itself, or a TypeError naming the argument."""
-    if not isinstance(ladder, Ladder):
-        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
-    return ladder
 
 
 def check_device(device, x: torch.Tensor) -> torch.device:
@@ -44,6 +37,4 @@ def check_chunk_size(chunk_size, default: int) -> int:
     """``chunk_size`` as an int (``default`` when None), or a ValueError: a positive integer is required."""
     if chunk_size is None:
         return max(1, int(default))
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size <= 0:
-        raise ValueError(f"chunk_size: expected a positive integer, got {chunk_size!r}")
-    return int(chunk_size)
+    return _count(chunk_size, "chunk_size")

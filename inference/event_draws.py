@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from teachers.ladder import TOPDOWN, Ladder
+from teachers.sampling import _count
 
 from ._checks import check_device, check_ladder, raise_impossible
 from .junction_tree import MAX_CLIQUE, JunctionTree, _factors
@@ -79,14 +80,11 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
     if isinstance(x, torch.Tensor) and x.dim() == 2:
         x = x[None]
     ladder.emission.check_input(x, "x")
-    for name, v in (("num_draws", num_draws), ("num_chains", num_chains)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
+    num_draws, num_chains = _count(num_draws, "num_draws"), _count(num_chains, "num_chains")
+    seed = _count(seed, "seed", 0)
     if x.shape[0] == 0:
         raise ValueError("x: expected at least one example, got 0")
-    total = int(num_draws) * int(num_chains)
+    total = num_draws * num_chains
     dev = check_device(device, x)
     x = x.detach().to(dev)
     n = x.shape[0]
@@ -107,10 +105,10 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
         psi, jt_up, _ = jt.calibrate(_factors(ladder, x, dev), n, down=False)
         raise_impossible(jt.log_z(jt_up, n))
     # every uniform is drawn up front, in one call, so the draws depend only on the seed
-    gen = torch.Generator(device=dev).manual_seed(int(seed))
+    gen = torch.Generator(device=dev).manual_seed(seed)
     u = torch.rand(total, n, ladder.total_regions, generator=gen, dtype=torch.float64, device=dev)
     z = _tree_draws(plan, up, u) if jt is None else _junction_draws(jt, psi, jt_up, u)
-    z = z.reshape(int(num_chains), int(num_draws), n, ladder.total_regions).cpu().numpy()
+    z = z.reshape(num_chains, num_draws, n, ladder.total_regions).cpu().numpy()
     return _event_inference_data(ladder, z, x.detach().cpu().double().numpy(), onehot)
 
 

@@ -254,9 +254,8 @@ class JunctionTree:
         self.cost = _cost(g, self.order, self.cliques)
         _check_limit(self.cost, max_clique)
         self.chunk = max(1, _CHUNK_ELEMENTS // max(1, self.cost.clique_entries))  # default examples per pass
-        pos = {v: k for k, v in enumerate(self.order)}
-        self.pos = pos
-        self.parent = [min((pos[u] for u in c[1:]), default=None) for c in self.cliques]
+        self.pos = {v: k for k, v in enumerate(self.order)}
+        self.parent = [min((self.pos[u] for u in c[1:]), default=None) for c in self.cliques]
         self.kids: list[list[int]] = [[] for _ in self.cliques]
         for k, p in enumerate(self.parent):
             if p is not None:

@@ -508,3 +508,10 @@ class Ladder(LadderConstructors, LadderSpecIO):
         lay.mode, lay._cache = TOPDOWN, {}
         lay._init_graph_layout(parents, events)
         return lay
+
+
+def _check_ladder(ladder) -> Ladder:
+    """``ladder`` itself, or a TypeError naming the argument (the one check of every entry point taking a ladder)."""
+    if not isinstance(ladder, Ladder):
+        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    return ladder

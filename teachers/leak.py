@@ -19,15 +19,14 @@ import torch
 
 from inference.junction_tree import MAX_CLIQUE, region_joint
 from teachers.emission import OneHotEmission
-from teachers.ladder import Ladder
+from teachers.ladder import Ladder, _check_ladder
 
 __all__ = ["edge_focus", "focus_by_edge", "receptive_field"]
 
 
 def receptive_field(ladder: Ladder, level: int, index: int) -> tuple[int, ...]:
     """The leaves below region ``index`` of ``level`` (sorted leaf indices; a leaf's field is itself)."""
-    if not isinstance(ladder, Ladder):
-        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    _check_ladder(ladder)
     if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= ladder.depth:
         raise ValueError(f"level: expected an integer in 0..{ladder.depth}, got {level!r}")
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < ladder.num_regions[level]:
@@ -51,8 +50,7 @@ def edge_focus(ladder: Ladder, level: int, parent: int, child: int, *, max_cliqu
         the joint itself has ``m_parent * m_child * m_leaf ** len(field)`` entries.
     :raises ValueError: leaves that are not one-hot, or ``parent`` not a parent of ``child``.
     """
-    if not isinstance(ladder, Ladder):
-        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    _check_ladder(ladder)
     if not isinstance(ladder.emission, OneHotEmission):
         raise ValueError(f"ladder: the exact focus needs one-hot leaves (x a function of the leaf events); this "
                          f"ladder's emission is {ladder.emission.kind!r}")
@@ -78,6 +76,5 @@ def edge_focus(ladder: Ladder, level: int, parent: int, child: int, *, max_cliqu
 def focus_by_edge(ladder: Ladder, *, max_clique: int = MAX_CLIQUE) -> dict[tuple[int, int, int], float]:
     """:func:`edge_focus` of every edge, keyed ``(level of the child, parent, child)`` in
     :meth:`Ladder.edges <teachers.ladder.Ladder.edges>` order (the leaf level's edges are 0: one-hot leaves)."""
-    if not isinstance(ladder, Ladder):
-        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    _check_ladder(ladder)
     return {e: edge_focus(ladder, *e, max_clique=max_clique) for e in ladder.edges()}

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from pyro.ops.indexing import Vindex
 
 from .categorical import BlockRNG, CategoricalTable, IndexedCategorical
-from .ladder import TOPDOWN, Ladder
+from .ladder import TOPDOWN, Ladder, _check_ladder
 from .pyro_sites import (
     EmissionDistribution,
     SingleRegion,
@@ -94,8 +94,7 @@ class LadderModel:
 
     def __init__(self, ladder: Ladder, device: torch.device | str | None = None, *, layout: str | None = None,
                  group_regions: bool | None = None):
-        if not isinstance(ladder, Ladder):
-            raise TypeError(f"ladder: expected a teachers.ladder.Ladder, got {type(ladder).__name__}")
+        _check_ladder(ladder)
         if layout is None:
             layout = PLATES if ladder.is_uniform() and group_regions is None else GROUPS
         if layout not in LAYOUTS:

@@ -5,7 +5,6 @@ points share (a ``ValueError`` naming the argument before Pyro sees the data).
 
 from __future__ import annotations
 
-import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
@@ -14,6 +13,7 @@ from pyro.distributions import TorchDistribution, constraints
 from .categorical import BlockRNG, IndexedCategorical
 from .emission import Emission
 from .ladder import Ladder
+from .sampling import _count
 
 __all__ = ["EmissionDistribution", "SingleRegion", "check_condition_data", "check_labels", "check_num_examples",
            "deterministic_site", "observed"]
@@ -131,9 +131,7 @@ def check_num_examples(num_examples, x, leaves, ladder: Ladder) -> int:
     must agree)."""
     sizes = {}
     if num_examples is not None:
-        if isinstance(num_examples, bool) or not isinstance(num_examples, (int, np.integer)) or num_examples <= 0:
-            raise ValueError(f"num_examples: expected a positive integer, got {num_examples!r}")
-        sizes["num_examples"] = int(num_examples)
+        sizes["num_examples"] = _count(num_examples, "num_examples")
     if x is not None:
         _tensor(x, "x")
         ladder.emission.check_input(x)

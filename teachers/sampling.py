@@ -33,7 +33,7 @@ import torch
 
 from .categorical import AliasTable, BlockRNG
 from .emission import one_hot
-from .ladder import TOPDOWN, Ladder
+from .ladder import TOPDOWN, Ladder, _check_ladder
 
 __all__ = ["BLOCK_SIZE", "DEFAULT_CHUNK_ROWS", "GRAPH_STREAM_VERSION", "STREAM_VERSION", "EventRows", "LadderSample",
            "SamplingPlan", "available_memory", "block_generator", "check_working_memory", "parse_shard",
@@ -424,13 +424,7 @@ def sampling_plan(ladder: Ladder, device: torch.device | str | None = None) -> S
 
     :raises TypeError: ``ladder`` is not a Ladder.
     """
-    _check_ladder(ladder)
-    return SamplingPlan(ladder, _device(device))
-
-
-def _check_ladder(ladder) -> None:
-    if not isinstance(ladder, Ladder):
-        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    return SamplingPlan(_check_ladder(ladder), _device(device))
 
 
 def _plan_for(ladder: Ladder, plan, model, device) -> SamplingPlan:

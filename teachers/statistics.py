@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .ladder import TOPDOWN, Ladder
+from .ladder import TOPDOWN, Ladder, _check_ladder
 
 __all__ = [
     "EventCounts",
@@ -50,16 +50,12 @@ __all__ = [
 
 def level_children(ladder: Ladder, level: int) -> tuple[tuple[int, ...], ...]:
     """``ladder.children[level]`` (the sorted children in level + 1 of every region of ``level``), in time linear in
-    the edges: by arithmetic on a uniform tree (region r's children are r b .. r b + b - 1), else one pass over
-    the parents of level + 1."""
+    the edges: by arithmetic on a uniform tree (region r's children are r b .. r b + b - 1), else the ladder's
+    cached ``children``."""
     if ladder.is_uniform():
         b = ladder.branching[level]
         return tuple(tuple(range(r * b, (r + 1) * b)) for r in range(ladder.num_regions[level]))
-    kids: list[list[int]] = [[] for _ in range(ladder.num_regions[level])]
-    for i, ps in enumerate(ladder.parents[level + 1]):
-        for p in ps:
-            kids[p].append(i)
-    return tuple(map(tuple, kids))
+    return ladder.children[level]
 
 
 def level_edges(ladder: Ladder, level: int) -> list[tuple[int, int]]:
@@ -157,8 +153,7 @@ def exact_statistics(ladder: Ladder, *, max_clique: int | None = None) -> EventS
     calibration of its junction tree (:func:`inference.posterior.graph_statistics`; ``max_clique``
     bounds its cliques), padded to the layout of the module docstring.
     """
-    if not isinstance(ladder, Ladder):
-        raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+    _check_ladder(ladder)
     if not ladder.is_uniform():
         return _graph_exact(ladder, max_clique)
     d = ladder.depth
@@ -231,8 +226,7 @@ class EventCounts:
     @classmethod
     def zeros(cls, ladder: Ladder, device: torch.device | str | None = None) -> EventCounts:
         """An empty state for ``ladder`` (on ``device``, default CPU)."""
-        if not isinstance(ladder, Ladder):
-            raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
+        _check_ladder(ladder)
         R, m = ladder.num_regions, ladder.events
         E = [R[l + 1] if ladder.is_uniform() else len(level_edges(ladder, l)) for l in range(ladder.depth)]
         counts = [torch.zeros(R[l], m[l], dtype=torch.int64, device=device) for l in range(ladder.depth + 1)]

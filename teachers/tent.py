@@ -189,16 +189,6 @@ class TentSample:
         return 2**self.k
 
 
-def _stream_rows(num_examples, seed, shard, chunk_size) -> tuple[int, int, int, int, int, int]:
-    """Validate the stream arguments like :func:`~teachers.sampling.sample_ladder` and return
-    ``(num_examples, seed, i, n_shards, lo, hi)``: this shard holds rows ``[lo, hi)``."""
-    num_examples, seed = _check_int(num_examples, "num_examples", minimum=1), _check_int(seed, "seed")
-    if chunk_size is not None:
-        _check_int(chunk_size, "chunk_size", minimum=1)
-    i, n_shards = parse_shard(shard)
-    return num_examples, seed, i, n_shards, i * num_examples // n_shards, (i + 1) * num_examples // n_shards
-
-
 def sample_tent(num_examples: int, k: int, seed: int = 0, *, shard: str | tuple[int, int] | None = None,
                 chunk_size: int | None = None, distribution: str = "uniform", noise: float = 0.0) -> TentSample:
     """Sample ``num_examples`` examples ``(x, tau^k(x) + noise)`` (or one shard of them).
@@ -217,7 +207,12 @@ def sample_tent(num_examples: int, k: int, seed: int = 0, *, shard: str | tuple[
     if k > MAX_SAMPLE_K:
         raise ValueError(f"k: at most {MAX_SAMPLE_K} for sampled data, got {k}: x ~ U[0, 1) in float64 has 53 "
                          f"random bits and tau^k keeps 53 - k of them (at most 2^(53 - k) + 1 label values)")
-    num_examples, seed, i, n_shards, lo, hi = _stream_rows(num_examples, seed, shard, chunk_size)
+    # the stream arguments, validated as sample_ladder's; this shard holds rows [lo, hi)
+    num_examples, seed = _check_int(num_examples, "num_examples", minimum=1), _check_int(seed, "seed")
+    if chunk_size is not None:
+        _check_int(chunk_size, "chunk_size", minimum=1)
+    i, n_shards = parse_shard(shard)
+    lo, hi = i * num_examples // n_shards, (i + 1) * num_examples // n_shards
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"distribution: expected one of {', '.join(map(repr, DISTRIBUTIONS))}, got {distribution!r}")
     if isinstance(noise, bool) or not isinstance(noise, (int, float, np.integer, np.floating)) \

@@ -336,7 +336,7 @@ def test_layout_errors_are_clear():
         LadderModel(tree, layout="tree")
     with pytest.raises(ValueError, match=r"^group_regions: only for layout='groups'"):
         LadderModel(tree, layout="plates", group_regions=False)
-    with pytest.raises(TypeError, match=r"^ladder: expected a teachers.ladder.Ladder"):
+    with pytest.raises(TypeError, match=r"^ladder: expected a Ladder, got"):
         LadderModel("ladder")
     grouped = LadderModel(dag)
     for call, name in ((lambda: grouped.plates(3), "plates"), (lambda: grouped.leaf_shape(3), "leaf_shape"),
