@@ -34,29 +34,15 @@ from dataclasses import dataclass
 
 import torch
 
-from smaso.student.frequency import _check_batch_size, _student_chunks, scatter_sums
+from smaso.student.frequency import _check_batch_size, _check_events, _student_chunks, scatter_sums
 from smaso.student.mergeable import MergeableSums
-from smaso.student.network import LadderStudent, StudentRecord
+from smaso.student.network import LadderStudent, StudentRecord, _check_student
 
 __all__ = ["DEFAULT_CONTROLS", "Alignment", "AlignmentAccumulator", "LinearProbe", "accumulate_alignment",
            "alignment_report", "alignment_rows", "collect_alignment"]
 
 #: Other regions of the same level each region's control statistics use.
 DEFAULT_CONTROLS = 4
-
-
-def _check_student(student) -> LadderStudent:
-    if not isinstance(student, LadderStudent):
-        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
-    return student
-
-
-def _check_batch(lad, rec: StudentRecord, z: torch.Tensor) -> None:
-    if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
-        raise ValueError(f"z: expected the (N, {lad.total_regions}) events of every region of the student's "
-                         f"ladder, got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
-    if rec.f[0].shape[0] != z.shape[0]:
-        raise ValueError(f"z: {z.shape[0]} rows for a record of {rec.f[0].shape[0]} examples")
 
 
 def _entropy_bits(p: torch.Tensor, dim: int) -> torch.Tensor:
@@ -142,7 +128,7 @@ class AlignmentAccumulator(MergeableSums):
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, total_regions)``."""
         lad = self.ladder
         z = self.student.ladder_events(z)
-        _check_batch(lad, rec, z)
+        _check_events(lad, z, rec)
         off = lad.level_offsets
         z = z.to(self.counts[0].device, torch.int64)
         for l in range(lad.depth):
@@ -238,7 +224,7 @@ class LinearProbe:
         if self.coef is not None:
             raise RuntimeError("LinearProbe: already solved; add fitting rows before the first add_score")
         z = self.student.ladder_events(z)
-        _check_batch(self.ladder, rec, z)
+        _check_events(self.ladder, z, rec)
         off = self.ladder.level_offsets
         for l in range(self.ladder.depth):
             x = self._design(rec, l)
@@ -259,7 +245,7 @@ class LinearProbe:
     def add_score(self, rec: StudentRecord, z: torch.Tensor) -> None:
         """Score held-out rows (solves the fit on the first call)."""
         z = self.student.ladder_events(z)
-        _check_batch(self.ladder, rec, z)
+        _check_events(self.ladder, z, rec)
         if self.coef is None:
             self._solve()
         off = self.ladder.level_offsets

@@ -33,7 +33,7 @@ import torch
 
 from smaso.student.connectivity import take_rows
 from smaso.student.mergeable import MergeableSums, negated_state, record_rows
-from smaso.student.network import LadderStudent, StudentRecord
+from smaso.student.network import LadderStudent, StudentRecord, _check_student
 from teachers.ladder import Ladder
 from teachers.statistics import EventStatistics, event_mask
 
@@ -48,7 +48,6 @@ DEFAULT_GROUPS = 10
 # per-level quantities, in the order they are stacked for the single scatter per level,
 # and the StudentRecord field each one averages
 _RECORD = {"Fbar": "fbar", "F": "f", "D": "slope", "Dp": "deriv", "U": "u", "G": "g", "Gf": "g_f"}
-_OWN = tuple(_RECORD)
 
 
 class PerEventMeans:
@@ -125,6 +124,16 @@ class FrequencyStatistics(PerEventMeans):
 _ONE_HOT_MAX_EVENTS = 256
 
 
+def _check_events(ladder: Ladder, z, rec: StudentRecord | None = None) -> None:
+    """Raise unless ``z`` holds the ``(N, total_regions)`` events of the student's ``ladder`` (with ``rec``: one row
+    per example of that batch's record)."""
+    if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != ladder.total_regions:
+        raise ValueError(f"z: expected the (N, {ladder.total_regions}) events of every region of the student's "
+                         f"ladder, got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
+    if rec is not None and rec.fbar[0].shape[0] != z.shape[0]:
+        raise ValueError(f"z: {z.shape[0]} rows for a record of {rec.fbar[0].shape[0]} examples")
+
+
 def _one_hot_events(z: torch.Tensor, m: int, dtype: torch.dtype) -> torch.Tensor:
     """``(R, m, N)`` with entry [r, a, n] = [z[n, r] = a] (the scatter matrix of one level)."""
     n, r = z.shape
@@ -164,8 +173,7 @@ class FrequencyAccumulator(MergeableSums):
     _SUMS = ("counts", "joint_counts", "own", "fc", "gp", "dW", "db")
 
     def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None):
-        if not isinstance(student, LadderStudent):
-            raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+        _check_student(student)
         dtype = dtype or student.weights[0].dtype
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise ValueError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
@@ -174,8 +182,8 @@ class FrequencyAccumulator(MergeableSums):
         dev = self.device = student.weights[0].device
         d, M, R = lad.depth, lad.events, lad.num_regions
         E = [student.num_edges(l) for l in range(lad.depth)]
-        # which of _OWN are summed (the others are copies of one of them)
-        self.summed = [k for k in _OWN if _RECORD[k] in student.stacked_fields()]
+        # which of _RECORD's quantities are summed (the others are copies of one of them)
+        self.summed = [k for k in _RECORD if _RECORD[k] in student.stacked_fields()]
         self.onehot_leaves = lad.emission.kind == "onehot"
         self.counts = [torch.zeros(R[l], M[l], dtype=torch.float64, device=dev) for l in range(d + 1)]
         self.joint_counts = [None] + [torch.zeros(E[l - 1], M[l - 1], M[l], dtype=torch.float64, device=dev)
@@ -209,11 +217,7 @@ class FrequencyAccumulator(MergeableSums):
         """
         lad, dt = self.ladder, self.dtype
         z = self.student.ladder_events(z)
-        if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
-            raise ValueError(f"z: expected the (N, {lad.total_regions}) events of every region of the student's "
-                             f"ladder, got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
-        if rec.fbar[0].shape[0] != z.shape[0]:
-            raise ValueError(f"z: {z.shape[0]} rows for a record of {rec.fbar[0].shape[0]} examples")
+        _check_events(lad, z, rec)
         if rows is not None:
             edges = None if lad.is_uniform() else [self.student.edge_index(l) for l in range(lad.depth)]
             rec, z = record_rows(rec, rows, edges), z[rows]
@@ -345,7 +349,7 @@ class FrequencyAccumulator(MergeableSums):
         counts = [c.cpu() for c in self.counts]
         joints = [None] + [j.cpu() / self.n for j in self.joint_counts[1:]]
         P = EventStatistics(lad, [c / self.n for c in counts], joints, self.n)
-        means: dict[str, list] = {k: [None] * (d + 1) for k in _OWN}
+        means: dict[str, list] = {k: [None] * (d + 1) for k in _RECORD}
         for l in range(d + 1):
             safe = counts[l].clamp(min=1)[..., None].to(self.own[l])  # empty events: sums are 0, rows stay 0
             if l == d and self.onehot_leaves:  # x = one-hot(z): E[x | z] is the identity on the events seen
@@ -449,11 +453,10 @@ class ReplicateAccumulator:
                 yield rest.result()
 
 
-def _check_batch_size(batch_size, given=None) -> int:
-    """``batch_size`` if it is a positive integer, else a ValueError naming it (``given``: the value to print,
-    when ``batch_size`` was derived from it)."""
+def _check_batch_size(batch_size) -> int:
+    """``batch_size`` if it is a positive integer, else a ValueError naming it."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size: expected a positive integer, got {batch_size if given is None else given!r}")
+        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
     return batch_size
 
 
@@ -486,13 +489,10 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     :param groups: ``K``: return the :class:`ReplicateAccumulator` of K row groups (its ``result()`` is the
         statistics; its ``leave_one_out()`` the jackknife's) instead of the :class:`FrequencyStatistics`.
     """
-    if not isinstance(student, LadderStudent):
-        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+    _check_student(student)
     lad = student.ladder
     z = student.ladder_events(z)
-    if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
-        raise ValueError(f"z: expected the (N, {lad.total_regions}) events of every region of the student's ladder, "
-                         f"got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
+    _check_events(lad, z)
     if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
         raise ValueError("x, y: expected tensors")
     if not (x.shape[0] == y.shape[0] == z.shape[0]):
@@ -500,8 +500,7 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     if x.shape[0] == 0:
         raise ValueError("x: the dataset is empty")
     _check_groups(groups)
-    bs = x.shape[0] if batch_size is None else batch_size
-    _check_batch_size(bs, batch_size)
+    bs = x.shape[0] if batch_size is None else _check_batch_size(batch_size)
     acc = _accumulator(student, dtype, groups)
     dev = student.weights[0].device
     buffers: list | bool = True
@@ -561,8 +560,7 @@ def accumulate_statistics(student: LadderStudent, source, *, loss: str = "square
     """
     from teachers.engine import get_engine
 
-    if not isinstance(student, LadderStudent):
-        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+    _check_student(student)
     _check_batch_size(batch_size)
     _check_groups(groups)
     chunks = _student_chunks(student, source)

@@ -148,6 +148,12 @@ def _check_int(value, name: str, low: int) -> int:
     return int(value)
 
 
+def _check_student(student) -> LadderStudent:
+    if not isinstance(student, LadderStudent):
+        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+    return student
+
+
 class LadderStudent(nn.Module):
     """Locally connected student of any ladder (see the module docstring).
 

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from smaso.student.frequency import FrequencyStatistics
-from smaso.student.network import LadderStudent
+from smaso.student.network import LadderStudent, _check_student
 from teachers.statistics import EventStatistics
 
 __all__ = ["Reformulation", "eq7_signs", "reformulate", "resolve_top", "top_gradient"]
@@ -215,8 +215,7 @@ def _same_layout(a, b) -> bool:
 
 def _check(student: LadderStudent, P: EventStatistics, measured: FrequencyStatistics) -> None:
     """Raise unless ``P`` and ``measured`` are statistics of the student's ladder (and widths)."""
-    if not isinstance(student, LadderStudent):
-        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+    _check_student(student)
     if not isinstance(P, EventStatistics):
         raise TypeError(f"P: expected EventStatistics, got {type(P).__name__}")
     if isinstance(measured, (EventStatistics, torch.Tensor)) or not hasattr(measured, "D"):
