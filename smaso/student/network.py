@@ -484,9 +484,8 @@ class LadderStudent(nn.Module):
                 nm["f_tilde"][l], sigma[l] = bn[1], bn[2]
             a = self.act(l)
             s = nm["slope"][l] = a.slope(gate_in, out=slot(l, "slope"))
-            nm["deriv"][l] = s if a.homogeneous else put(l, "deriv", a.derivative(gate_in))
-            if "deriv" in keys and a.homogeneous:  # the other level's activation needs its own slot
-                put(l, "deriv", s)
+            # (a homogeneous activation's f' is s: copied only where the other level's activation needs the slot)
+            nm["deriv"][l] = put(l, "deriv", s if a.homogeneous else a.derivative(gate_in))
             if before and has_bn:
                 nm["fbar"][l] = torch.mul(s, gate_in, out=slot(l, "fbar"))
                 continue
@@ -520,10 +519,8 @@ class LadderStudent(nn.Module):
                 g = nm["g"][l] = torch.mul(nm["deriv"][l], nm["g_f"][l], out=slot(l, "g"))
             # Delta W_ba = E_x[fbar_b g_a] (Eq 2) per edge, and the raw gradient at the children's outputs:
             # W g summed over each child's parents (Eq 1)
-            dW[l], raw = self._backward_level(l, g, inputs[l], l + 1 < d)
+            dW[l], nm["g_raw"][l + 1] = self._backward_level(l, g, inputs[l], l + 1 < d)  # (None below the leaves)
             db[l] = g.mean(-1)
-            if raw is not None:
-                nm["g_raw"][l + 1] = raw
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
                             sigma=sigma, dW=dW, db=db, dc1=dc1, dc0=dc0, loss=loss_value,
                             stacked=buffers if stacked else None, stacked_fields=keys if stacked else None)
@@ -531,33 +528,33 @@ class LadderStudent(nn.Module):
         return rec
 
     # ------------------------------------------------------------------ updates
+    def _updates(self, rec: StudentRecord, weight_decay: float):
+        """Every parameter with its update: Delta W - 2 weight_decay W for the weights (a shared block the sum of its
+        edges', :meth:`shared_update`), db, dc1, dc0 for the biases and BN parameters."""
+        for l, W in enumerate(self.weights):
+            yield W, self.shared_update(rec.dW[l], l) - 2 * weight_decay * W
+            if self.biases is not None:
+                yield self.biases[l], rec.db[l]
+        if self.batch_norm:
+            for l in range(1, self.ladder.depth):
+                yield self.bn_scale[l - 1], rec.dc1[l]
+                yield self.bn_shift[l - 1], rec.dc0[l]
+
     @torch.no_grad()
     def apply_update(self, rec: StudentRecord, lr: float, weight_decay: float = 0.0) -> None:
         """Gradient descent step W += lr (Delta W - 2 weight_decay W) (Frobenius regularizer
         weight_decay * sum |W|_F^2 on the weights only); biases and BN parameters take
         their plain updates; shared blocks the sum of their edges' updates (:meth:`shared_update`)."""
-        for l, W in enumerate(self.weights):
-            W.add_(self.shared_update(rec.dW[l], l) - 2 * weight_decay * W, alpha=lr)
-            if self.biases is not None:
-                self.biases[l].add_(rec.db[l], alpha=lr)
-        if self.batch_norm:
-            for l in range(1, self.ladder.depth):
-                self.bn_scale[l - 1].add_(rec.dc1[l], alpha=lr)
-                self.bn_shift[l - 1].add_(rec.dc0[l], alpha=lr)
+        for param, update in self._updates(rec, weight_decay):
+            param.add_(update, alpha=lr)
 
     @torch.no_grad()
     def fill_grad(self, rec: StudentRecord, weight_decay: float = 0.0) -> None:
         """Write the explicit backward's update into every parameter's ``.grad``: -(Delta W - 2 weight_decay W) for
         the weights (Eq 2; a shared block the sum of its edges'), -db, -dc1, -dc0; so any ``torch.optim``
         optimizer steps on Eq 2's gradient (``SGD(lr)`` then takes the step of :meth:`apply_update`)."""
-        for l, W in enumerate(self.weights):
-            W.grad = -(self.shared_update(rec.dW[l], l) - 2 * weight_decay * W)
-            if self.biases is not None:
-                self.biases[l].grad = -rec.db[l]
-        if self.batch_norm:
-            for l in range(1, self.ladder.depth):
-                self.bn_scale[l - 1].grad = -rec.dc1[l]
-                self.bn_shift[l - 1].grad = -rec.dc0[l]
+        for param, update in self._updates(rec, weight_decay):
+            param.grad = -update
 
     def extra_repr(self) -> str:
         bn = self.bn_placement if self.batch_norm else False
