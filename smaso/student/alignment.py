@@ -328,8 +328,7 @@ def alignment_rows(alignment: Alignment | AlignmentAccumulator, probe: LinearPro
 def alignment_report(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, **kwargs) -> list[dict]:
     """:func:`collect_alignment` as rows, one per level (:func:`alignment_rows`: the summary, ``probe`` and
     ``probe_chance``)."""
-    acc, probe = _collect(student, x, z, **kwargs)
-    return alignment_rows(acc.result(), probe)
+    return alignment_rows(*_collect(student, x, z, **kwargs))
 
 
 def _check_fit_rows(fit_rows, n: int) -> int:

@@ -375,14 +375,6 @@ class LadderStudent(nn.Module):
         return graph_pre_activation(self.edge_weights(level), inputs, bias, self.ladder.num_regions[level],
                                     self._plans[level], self.edge_index(level))
 
-    def _backward_level(self, level: int, g: torch.Tensor, inputs: torch.Tensor, need_raw: bool):
-        """Delta W of the level's edges ``(E_l, n_{l+1}, n_l)`` (Eq 2) and, if ``need_raw``, the raw gradient at the
-        children's outputs ``(R_{l+1}, n_{l+1}, N)`` (Eq 1, the sum over each child's parents)."""
-        W = self.edge_weights(level)
-        if self._fast:
-            return tree_backward(W, g, inputs, need_raw)
-        return graph_backward(W, g, inputs, need_raw, self._plans[level], self.edge_index(level))
-
     def _leaves(self, x: torch.Tensor) -> torch.Tensor:
         """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
         return x.to(self.weights[0].dtype).permute(1, 2, 0)
@@ -518,8 +510,10 @@ class LadderStudent(nn.Module):
                 nm["g_f"][l] = put(l, "g_f", bn_back(l, nm["g_raw"][l]) if has_bn else nm["g_raw"][l])
                 g = nm["g"][l] = torch.mul(nm["deriv"][l], nm["g_f"][l], out=slot(l, "g"))
             # Delta W_ba = E_x[fbar_b g_a] (Eq 2) per edge, and the raw gradient at the children's outputs:
-            # W g summed over each child's parents (Eq 1)
-            dW[l], nm["g_raw"][l + 1] = self._backward_level(l, g, inputs[l], l + 1 < d)  # (None below the leaves)
+            # W g summed over each child's parents (Eq 1; None below the leaves)
+            W, need_raw = self.edge_weights(l), l + 1 < d
+            dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw) if self._fast else graph_backward(
+                W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
             db[l] = g.mean(-1)
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
                             sigma=sigma, dW=dW, db=db, dc1=dc1, dc0=dc0, loss=loss_value,
