@@ -1,18 +1,10 @@
 """Frequency statistics: the student's activations, gates and gradients averaged per teacher event.
 
-For every region alpha (level l) and node j of its group, over the examples of a dataset
-(framework paper Eq 6), on any ladder (event axes padded to the level's largest count M_l, as in
-:mod:`teachers.statistics`: a region's events a >= m_r never occur, their counts and rows are 0):
-
-    F[a, j]    = E[f_j | z_alpha = a]       Fbar: the same after BN (= F without BN)
-    D[a, j]    = E[s_j | z_alpha = a]       forward gate, s = f / u (0/1 for ReLU)
-    Dp[a, j]   = E[f'_j | z_alpha = a]      backward gate (= D for ReLU)
-    G[a, j]    = E[g_j | z_alpha = a]       G~ = diag(P(z_alpha)) G
-    U, Gf      = E[u | z], E[g_f | z]       raw activation and gradient (for the diagnosis)
-    Fc[e, a, k]  = E[fbar_k | z_parent = a]   child k's output given its *parent's* event (focus), per edge e
-    Gp~[e, b, j] = P(z_b = b) E[g_j | z_child = b]   parent j's gradient given a child's event (broadness)
-
-(per parent-child edge e, :func:`~teachers.statistics.level_edges` order: on a tree one per child region).
+For every region alpha (level l) and node j of its group, over the examples of a dataset (framework paper Eq 6):
+F, Fbar, D, Dp, G, G~, U, Gf per event of the region, and per parent-child edge e
+(:func:`~teachers.statistics.level_edges` order: on a tree one per child region) Fc and Gp~ (the table:
+``docs/theory.md`` §1.4).  On any ladder: event axes padded to the level's largest count M_l, as in
+:mod:`teachers.statistics` (a region's events a >= m_r never occur, their counts and rows are 0).
 
 All are per-event sums accumulated by one scatter per level and batch (a batched matmul with the events'
 one-hot matrix, ~10x faster on CPU than ``index_add_``; ``index_add_`` for regions with more than 256 events),

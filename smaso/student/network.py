@@ -4,17 +4,12 @@ Every non-leaf region alpha of level l has a group of n_l nodes, connected only 
 its parent alpha through the weight matrix W_ba of their edge (n_{l+1} x n_l; one per edge, or with
 ``shared=True`` one per child place, like a convolution).  On any layered region graph
 (:class:`~teachers.ladder.Ladder`) a region with several parents feeds each of them, so backward its gradient
-is the *sum* over its parents (Eq 1).  Level by level, batched over the regions:
-
-    u_a    = sum_{b in ch(a)} fbar_b W_ba + bias_a        (N, R_l, n_l)
-    f_a    = act(u_a) = s(u_a) o u_a                     (s: the gate, Eq 1)
-    fbar_a = BN(f_a)  (optional, hidden levels, Eq 10, per region)   else f_a
-
-with fbar at the leaves = the inputs x and a linear top layer of n_0 = number of classes.  That is Batch Norm
-*after* the activation (``batch_norm=True`` or ``"after"``); with ``batch_norm="before"`` (Thm 9's premise,
-§7.5.1) f_a = BN(u_a) is the gate's input and fbar_a = s(f_a) o f_a, and backward
-g = (c1 / sigma) P_perp_{u,1} (f'(f) o g_raw) (Thm 5) is zero-mean over the batch and orthogonal to u
-(:class:`StudentRecord` names every field of both placements).
+is the *sum* over its parents (Eq 1).  Level by level, batched over the regions ``(N, R_l, n_l)``: the
+pre-activation u_a = sum_{b in ch(a)} fbar_b W_ba + bias_a, the activation f_a = s(u_a) o u_a (s: the gate,
+Eq 1) and the output fbar_a, with fbar at the leaves = the inputs x and a linear top layer of n_0 = number of
+classes.  Batch Norm (hidden levels, per region) sits after the activation (``batch_norm=True`` or ``"after"``,
+Eq 10) or before the gate (``"before"``, Thm 9's premise): ``docs/theory.md`` §1.0, and :class:`StudentRecord`
+for every field of both placements.
 
 :meth:`LadderStudent.forward_backward` runs the forward pass and an explicit backward pass (Eq 1-2, BN by
 Thm 5) and records every per-example quantity and Delta W = E_x[fbar_child g_parent] (Eq 2), all equal to

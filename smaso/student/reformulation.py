@@ -1,30 +1,10 @@
 """The framework's reformulation (Thm 2 / Thm 4, Eq 9; Batch Norm by Eq 12): the student's
 per-event statistics predicted from the teacher's event frequencies and the student's weights.
 
-With P_ab = P(z_b | z_a) (``m_a x m_b``, one per parent-child edge (a, b)), the student's weights
-W_ba (``n_b x n_a``, per edge) and its gates D (forward) and D' (backward), level by level from the
-leaves (F = I for one-hot leaves, E[x | z] in general), on any ladder (a child's gradient sums over
-*every* parent; on a tree each region has one parent and this is the paper's recursion):
-
-    U_a  = sum_{b in ch(a)} P_ab Fbar_b W_ba + 1 bias_a^T        raw activation given z_a
-    F_a  = D_a o U_a                                               (Eq 9, forward)
-    Fbar_a = BN_p(F_a)   (Eq 12: mean and variance weighted by p = P(z_a)), else F_a
-
-and top-down from the label (squared loss: G_omega = I - F_omega, so G~_omega = diag(p) (I - F_omega);
-softmax cross-entropy: G_omega = I - softmax(F_omega) row-wise, see :func:`reformulate`'s ``top``):
-
-    G~raw_b = sum_{a in pa(b)} P_ab^T G~_a W_ba^T
-    G~_b    = D'_b o BN'_p(G~raw_b)          (Eq 9 backward; BN'_p: the projection of Eq 12)
-    Delta W_ba = (P_ab Fbar_b)^T G~_a,   Delta bias_a = 1^T G~_a          (Eq 9, update)
-
-With Batch Norm *before* the gate (``LadderStudent(batch_norm="before")``) Eq 12 acts on the
-pre-activation instead, and its projection on the gated gradient:
-
-    F_a    = BN_p(U_a)                     the normalized pre-activation (the gate's input)
-    Fbar_a = D_a o F_a                     (D_a = E[s(BN(u)) | z_a])
-    G~_b   = BN'_p(D'_b o G~raw_b)         (Eq 12 with the statistics of U_b: 1^T G~_b = 0, Thm 9)
-
-so ``Reformulation.F`` holds BN_p(U) there, matching the measured F = E[BN(u) | z]
+Level by level from the leaves (F = I for one-hot leaves, E[x | z] in general) and top-down from the label, on
+any ladder (a child's gradient sums over *every* parent; on a tree each region has one parent and this is the
+paper's recursion): the equations, with Batch Norm after or before the gate, are ``docs/theory.md`` §1.7.  With
+BN before the gate ``Reformulation.F`` holds BN_p(U), matching the measured F = E[BN(u) | z]
 (:class:`~smaso.student.network.StudentRecord`).  Each level is one ``einsum`` over its edges and one
 ``index_add`` into the parents (backward: the children), on the padded event layout of :mod:`teachers.statistics`.
 """
