@@ -292,8 +292,8 @@ class FrequencyAccumulator(MergeableSums):
         Rp = lad.num_regions[l - 1]
         E = self.joint_counts[l].shape[0]
         par, chi = self.student.edge_index(l - 1)
+        b = lad.branching[l - 1] if tree else None
         if tree:  # edge = child region; child c of parent p is region p b + c: views, no gathers
-            b = lad.branching[l - 1]
             pair = (bins[l - 1][:, :, None] * m + self._edge_base[l].view(Rp, b)) + bins[l].view(n, Rp, b)
         else:
             pair = (bins[l - 1][:, par] * m + bins[l][:, chi]) + self._edge_base[l]
@@ -313,7 +313,6 @@ class FrequencyAccumulator(MergeableSums):
         child = rec.fbar[l].permute(1, 2, 0).to(dt)  # node-major (R_l, n_l, N): bmm reads it transposed
         g_par = rec.g[l - 1].permute(1, 2, 0).to(dt)  # (R_{l-1}, n_{l-1}, N)
         if tree:
-            b = lad.branching[l - 1]
             # grouped by parent region: no per-child copies of the parents' tensors
             self.gp[l] += torch.bmm(one_hot[l].reshape(Rp, b * m, n), g_par.transpose(1, 2)).reshape(R, m, -1)
             # child position c of every parent: a strided batch of the children's node-major outputs

@@ -227,6 +227,10 @@ class LadderStudent(nn.Module):
         # children per parent: a uniform tree's by arithmetic (the fast path needs no edge lists)
         kids = [[ladder.branching[l]] * ladder.num_regions[l] if uniform else
                 [len(ch) for ch in level_children(ladder, l)] for l in range(d)]
+        self._fast = uniform
+        gen = torch.Generator().manual_seed(seed)
+        n = self.widths
+        weights = []
         for l in range(d):
             if shared and len(set(kids[l])) != 1:
                 raise ValueError(f"shared: weight sharing needs every parent of a level to have the same number "
@@ -238,16 +242,11 @@ class LadderStudent(nn.Module):
             place = (chi % ladder.branching[l]) if uniform else torch.tensor(
                 [j for k in kids[l] for j in range(k)], dtype=torch.int64)
             self.register_buffer(f"edge_place_{l}", place, persistent=False)
-        self._fast = uniform
-        gen = torch.Generator().manual_seed(seed)
-        n = self.widths
-        weights = []
-        for l in range(d):
             # drawn child-major (blocks, n_{l+1}, n_l); fan_in of an edge = its parent's children's widths summed
             if shared:
                 fan_in = torch.full((kids[l][0],), float(kids[l][0] * n[l + 1]), dtype=torch.float64)
             else:
-                fan_in = torch.tensor(kids[l], dtype=torch.float64)[getattr(self, f"edge_parent_{l}")] * n[l + 1]
+                fan_in = torch.tensor(kids[l], dtype=torch.float64)[par] * n[l + 1]
             w = torch.randn(fan_in.numel(), n[l + 1], n[l], generator=gen, dtype=torch.float64)
             weights.append(nn.Parameter((w * init_scale / fan_in.sqrt()[:, None, None]).to(dtype)))
         self.weights = nn.ParameterList(weights)
