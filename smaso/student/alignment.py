@@ -190,7 +190,7 @@ class AlignmentAccumulator(MergeableSums):
         return Alignment(eta2, eta2_c, mi, mi_c, spec, node, events, self.n)
 
 
-class LinearProbe:
+class LinearProbe(MergeableSums):
     """Each region's linear-probe accuracy for its event z_alpha from its node group (level 0: the outputs).
 
     Fit: least squares of one-hot(z_alpha) on [f_alpha, 1] over the rows given to :meth:`add_fit` (ridge
@@ -201,6 +201,7 @@ class LinearProbe:
     """
 
     _SUMS = ("gram", "cross", "correct", "counts")
+    _COUNTS = {"n_fit": int, "n_score": int}
 
     def __init__(self, student: LadderStudent, ridge: float = 1e-8):
         _check_student(student)
@@ -256,36 +257,22 @@ class LinearProbe:
             self.counts[l] += torch.nn.functional.one_hot(ev, self.ladder.events[l]).sum(0).to(torch.float64)
         self.n_score += z.shape[0]
 
-    def state_dict(self) -> dict:
-        """The sums (cloned) and the row counts ``n_fit``, ``n_score``: what a chunk's task sends back."""
-        return {"n_fit": self.n_fit, "n_score": self.n_score,
-                **{k: [t.clone() for t in getattr(self, k)] for k in self._SUMS}}
-
     def merge_(self, other: LinearProbe | dict) -> LinearProbe:
-        """Add another probe's sums (or its :meth:`state_dict`) of the same phase (fits before solving, scores
-        after), in place; returns self.
+        """Add another probe's sums (or its :meth:`state_dict`: the sums and the row counts ``n_fit``, ``n_score``,
+        what a chunk's task sends back) of the same phase (fits before solving, scores after), in place; returns
+        self.
 
         :raises TypeError: ``other`` is neither a probe of the same student nor a probe's state.
-        :raises ValueError: the state's sums have other shapes (another student or ladder).
+        :raises ValueError: the state's sums have other shapes or dtypes (another student or ladder).
         :raises RuntimeError: fitting rows merged into a probe already solved.
         """
         if isinstance(other, LinearProbe):
             if other.student is not self.student:
                 raise TypeError("other: expected a LinearProbe of the same student")
             other = other.state_dict()
-        if not isinstance(other, dict) or set(other) != {"n_fit", "n_score", *self._SUMS}:
-            raise TypeError("other: expected a LinearProbe of the same student or its state_dict()")
-        for key in self._SUMS:
-            if [tuple(t.shape) for t in getattr(self, key)] != [tuple(t.shape) for t in other[key]]:
-                raise ValueError(f"other: its {key!r} sums have other shapes (another student or ladder)")
-        if self.coef is not None and other["n_fit"]:
+        if self.coef is not None and isinstance(other, dict) and other.get("n_fit"):
             raise RuntimeError("LinearProbe: already solved; merge fitting rows before the first add_score")
-        for key in self._SUMS:
-            for a, b in zip(getattr(self, key), other[key], strict=True):
-                a += b.to(a.device)
-        self.n_fit += int(other["n_fit"])
-        self.n_score += int(other["n_score"])
-        return self
+        return super().merge_(other)
 
     def accuracy(self) -> list[torch.Tensor]:
         """Held-out accuracy ``(R_l,)`` per level."""
