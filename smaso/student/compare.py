@@ -23,7 +23,6 @@ from smaso.student.diagnosis import CONTRIBUTIONS, compare_statistics_to_theory,
 from smaso.student.frequency import FrequencyStatistics, ReplicateAccumulator, accumulate_statistics, collect_statistics
 from smaso.student.network import LadderStudent
 from smaso.student.reformulation import Reformulation, reformulate
-from smaso.student.seeds import CONDITION_KEYS
 from smaso.student.training import TrainingDiverged, check_hyper
 from teachers.emission import GaussianEmission, OneHotEmission
 from teachers.ladder import Ladder
@@ -184,8 +183,9 @@ class ComparisonResult:
         lines += ["", "Thm 2's conditions, measured (0 when the condition holds):",
                   f"{'level':>5} " + " ".join(f"{k:>{w}}" for k in
                                               ("decorr. fwd", "decorr. bwd", "decorr. dW", "focus", "broadness"))]
+        keys = ("decorrelation_fwd", "decorrelation_bwd", "decorrelation_dW", "focus", "broadness")
         for r in [*last["levels"], {**last["leaves"], "level": "leaves"}]:
-            lines.append(f"{r['level']:>5} " + " ".join(self._fmt(r, k) for k in CONDITION_KEYS))
+            lines.append(f"{r['level']:>5} " + " ".join(self._fmt(r, k) for k in keys))
         if "eq7" in last:
             e7 = last["eq7"]
             verdict = "holds for every class" if e7["holds"] else "FAILS"
