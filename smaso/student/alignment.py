@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from smaso.student.frequency import _check_batch_size, _check_events, _student_chunks, scatter_sums
+from smaso.student.frequency import _check_batch_size, _check_events, _run_batches, _student_chunks, scatter_sums
 from smaso.student.mergeable import MergeableSums
 from smaso.student.network import LadderStudent, StudentRecord, _check_student
 
@@ -325,18 +325,6 @@ def _check_fit_rows(fit_rows, n: int) -> int:
     return fit
 
 
-def _add_batches(student: LadderStudent, acc: AlignmentAccumulator, probe: LinearProbe, fit: bool, batches) -> None:
-    """Every ``(x, z)`` batch of ``batches`` into the alignment sums and into the probe's fit (``fit``) or score."""
-    dev = student.weights[0].device
-    add = probe.add_fit if fit else probe.add_score
-    with torch.no_grad():
-        for xb, zb in batches:
-            zb = zb.to(dev)
-            rec = student.forward_backward(xb.to(dev), zb[:, 0])
-            acc.add(rec, zb)
-            add(rec, zb)
-
-
 def _collect(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, *, fit_rows: int | None = None,
              batch_size: int = 4096, controls: int = DEFAULT_CONTROLS) -> tuple[AlignmentAccumulator, LinearProbe]:
     """The accumulator and the scored probe of :func:`collect_alignment`."""
@@ -347,9 +335,9 @@ def _collect(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, *, fit_ro
     fit = _check_fit_rows(fit_rows, n)
     bs = _check_batch_size(batch_size)
     acc, probe = AlignmentAccumulator(student, controls), LinearProbe(student)
-    for phase, (lo, hi) in enumerate(((0, fit), (fit, n))):
-        _add_batches(student, acc, probe, phase == 0,
-                     ((x[s: min(s + bs, hi)], z[s: min(s + bs, hi)]) for s in range(lo, hi, bs)))
+    for add, (lo, hi) in ((probe.add_fit, (0, fit)), (probe.add_score, (fit, n))):
+        rows = [slice(s, min(s + bs, hi)) for s in range(lo, hi, bs)]
+        _run_batches(student, ((x[r], z[r, 0], z[r]) for r in rows), "squared", acc.add, add)
     return acc, probe
 
 
@@ -379,9 +367,9 @@ def _chunk_alignment(c: int, student: LadderStudent, chunks, fit: int, batch_siz
     acc, probe = AlignmentAccumulator(student, controls), LinearProbe(student)
     probe.coef = coef
     wdt = student.weights[0].dtype
-    _add_batches(student, acc, probe, coef is None,
-                 ((part.inputs(slice(s, min(s + batch_size, b)), wdt), part.z[s: min(s + batch_size, b)].long())
-                  for s in range(a, b, batch_size)))
+    rows = [slice(s, min(s + batch_size, b)) for s in range(a, b, batch_size)]
+    _run_batches(student, ((part.inputs(r, wdt), part.z[r, 0].long(), part.z[r].long()) for r in rows), "squared",
+                 acc.add, probe.add_fit if coef is None else probe.add_score)
     return acc.state_dict(), probe.state_dict()
 
 

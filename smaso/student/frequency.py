@@ -493,17 +493,29 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     _check_groups(groups)
     bs = x.shape[0] if batch_size is None else _check_batch_size(batch_size)
     acc = _accumulator(student, dtype, groups)
-    dev = student.weights[0].device
-    buffers: list | bool = True
-    for s in range(0, x.shape[0], bs):
-        rec = student.forward_backward(x[s: s + bs].to(dev), y[s: s + bs].to(dev), loss, stacked=buffers)
-        acc.add(rec, z[s: s + bs])
-        buffers = rec.stacked  # the next batch writes into the same memory
+    _run_batches(student, ((x[s: s + bs], y[s: s + bs], z[s: s + bs]) for s in range(0, x.shape[0], bs)), loss,
+                 acc.add)
     return acc if groups is not None else acc.result()
 
 
 def _accumulator(student: LadderStudent, dtype: torch.dtype | None, groups: int | None):
     return FrequencyAccumulator(student, dtype) if groups is None else ReplicateAccumulator(student, dtype, groups)
+
+
+def _run_batches(student: LadderStudent, batches, loss: str, *adds) -> int:
+    """Every ``(x, y, z)`` of ``batches`` through the student's explicit pass, each record and its events handed to
+    every ``add`` (an accumulator's or a probe's); each batch writes into the previous one's stacked buffers (the
+    same memory).  Returns how many of the examples the student classifies correctly."""
+    dev, correct, buffers = student.weights[0].device, 0, True
+    with torch.no_grad():
+        for x, y, z in batches:
+            y = y.to(dev)
+            rec = student.forward_backward(x.to(dev), y, loss, stacked=buffers)
+            for add in adds:
+                add(rec, z)
+            correct += int((rec.fbar[0][:, 0].argmax(-1) == y).sum())
+            buffers = rec.stacked
+    return correct
 
 
 def _chunk_statistics(c: int, student: LadderStudent, chunks, loss: str, batch_size: int,
@@ -513,20 +525,10 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks, loss: str, batch_s
     :returns: ``(state_dict, correct)``: the accumulator's state and how many of the chunk's examples
         the student classifies correctly.
     """
-    part = chunks.chunk(c)
+    part, wdt = chunks.chunk(c), student.weights[0].dtype
     acc = _accumulator(student, dtype, groups)
-    dev = student.weights[0].device
-    wdt = student.weights[0].dtype
-    correct = 0
-    buffers: list | bool = True
-    with torch.no_grad():
-        for s in range(0, len(part), batch_size):
-            rows = slice(s, min(s + batch_size, len(part)))
-            y = part.y[rows].to(dev)
-            rec = student.forward_backward(part.inputs(rows, wdt).to(dev), y, loss, stacked=buffers)
-            acc.add(rec, part.z[rows])
-            correct += int((rec.fbar[0][:, 0].argmax(-1) == y).sum())
-            buffers = rec.stacked
+    rows = [slice(s, min(s + batch_size, len(part))) for s in range(0, len(part), batch_size)]
+    correct = _run_batches(student, ((part.inputs(r, wdt), part.y[r], part.z[r]) for r in rows), loss, acc.add)
     return acc.state_dict(), correct
 
 
