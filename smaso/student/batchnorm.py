@@ -43,11 +43,12 @@ def projection_matrix(f: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
 
 
 def bn_forward_weighted(F: torch.Tensor, p: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor, eps: float = 0.0):
-    """Eq 12 forward: ``F`` ``(m, ...)`` event-conditional activations, ``p`` ``(m,)`` = P(z_alpha).
+    """Eq 12 forward: ``F`` ``(m, ...)`` event-conditional activations, ``p`` ``(m,)`` = P(z_alpha) (or ``(m, R)``:
+    one distribution per region of a ``(m, R, ...)`` batch of regions).
 
     :returns: ``(Fbar, F_tilde, mu, sigma)``.
     """
-    w = p.reshape(-1, *([1] * (F.dim() - 1)))
+    w = p.reshape(*p.shape, *([1] * (F.dim() - p.dim())))
     mu = (w * F).sum(0)
     F_hat = F - mu
     sigma = ((w * F_hat.pow(2)).sum(0) + eps).sqrt()
@@ -57,6 +58,7 @@ def bn_forward_weighted(F: torch.Tensor, p: torch.Tensor, c1: torch.Tensor, c0: 
 
 def bn_backward_weighted(G_tilde: torch.Tensor, F_tilde: torch.Tensor, p: torch.Tensor, sigma: torch.Tensor,
                          c1: torch.Tensor) -> torch.Tensor:
-    """Eq 12 backward on P-weighted gradients: G~_f = (c1/sigma)(G~ - p 1^T G~ - (p o F~) F~^T G~)."""
-    w = p.reshape(-1, *([1] * (G_tilde.dim() - 1)))
+    """Eq 12 backward on P-weighted gradients: G~_f = (c1/sigma)(G~ - p 1^T G~ - (p o F~) F~^T G~) (``p`` as in
+    :func:`bn_forward_weighted`)."""
+    w = p.reshape(*p.shape, *([1] * (G_tilde.dim() - p.dim())))
     return (c1 / sigma) * (G_tilde - w * G_tilde.sum(0) - w * F_tilde * (F_tilde * G_tilde).sum(0))

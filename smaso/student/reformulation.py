@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from smaso.student.batchnorm import bn_backward_weighted, bn_forward_weighted
 from smaso.student.frequency import FrequencyStatistics
 from smaso.student.network import LadderStudent, _check_student
 from teachers.statistics import EventStatistics
@@ -49,19 +50,15 @@ class Reformulation:
 
 
 def _weighted_bn(F_: torch.Tensor, p: torch.Tensor, c1, c0, eps: float):
-    """Eq 12 forward per region: F_ ``(R, m, n)``, p ``(R, m)``."""
-    w = p[..., None]
-    mu = (w * F_).sum(1, keepdim=True)
-    sigma = ((w * (F_ - mu).pow(2)).sum(1, keepdim=True) + eps).sqrt()
-    F_tilde = (F_ - mu) / sigma
-    return c1[:, None, :] * F_tilde + c0[:, None, :], F_tilde, sigma
+    """Eq 12 forward per region (:func:`~smaso.student.batchnorm.bn_forward_weighted` over the events): F_
+    ``(R, m, n)``, p ``(R, m)``; returns ``(Fbar, F_tilde, sigma)``."""
+    fbar, f_tilde, _, sigma = bn_forward_weighted(F_.transpose(0, 1), p.T, c1, c0, eps)
+    return fbar.transpose(0, 1), f_tilde.transpose(0, 1), sigma
 
 
 def _weighted_bn_backward(G: torch.Tensor, F_tilde: torch.Tensor, p: torch.Tensor, sigma: torch.Tensor, c1):
-    """Eq 12 backward per region on P-weighted gradients ``(R, m, n)``."""
-    w = p[..., None]
-    proj = G - w * G.sum(1, keepdim=True) - w * F_tilde * (F_tilde * G).sum(1, keepdim=True)
-    return (c1[:, None, :] / sigma) * proj
+    """Eq 12 backward per region on P-weighted gradients ``(R, m, n)`` (of :func:`_weighted_bn`'s forward)."""
+    return bn_backward_weighted(G.transpose(0, 1), F_tilde.transpose(0, 1), p.T, sigma, c1).transpose(0, 1)
 
 
 def top_gradient(F_top: torch.Tensor, loss: str = "squared") -> torch.Tensor:
