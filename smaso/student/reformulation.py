@@ -111,10 +111,8 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
         :func:`top_gradient` of the top activations F_omega (the predicted ones when ``propagate``, the
         measured E[f_omega | y] otherwise).  ``"measured"``: E[g_raw_omega | y] (``measured.Gf[0]``).
         Default (None): ``"measured"`` for ``loss="cross_entropy"`` with ``propagate=False`` (the one-step
-        error at level 0 is then the gate's alone), else ``"predicted"``.  For the squared loss the two agree
-        whenever F_omega is the measured one (the gradient is affine in f); for cross-entropy they differ by
-        the Jensen gap E[softmax(f) | y] - softmax(E[f | y]), 0 when f_omega is constant within each label
-        (Thm 3's fully informative ladder with one-hot leaves).
+        error at level 0 is then the gate's alone), else ``"predicted"``.  When the two differ (for cross-entropy,
+        by a Jensen gap): ``docs/theory.md`` §1.0, boundary conditions.
     :raises TypeError, ValueError: ``P`` or ``measured`` are not statistics of the student's ladder and widths;
         an unknown ``loss`` or ``top``.
     """
