@@ -342,12 +342,11 @@ class FrequencyAccumulator(MergeableSums):
         P = EventStatistics(lad, [c / self.n for c in counts], joints, self.n)
         means: dict[str, list] = {k: [None] * (d + 1) for k in _RECORD}
         for l in range(d + 1):
-            safe = counts[l].clamp(min=1)[..., None].to(self.own[l])  # empty events: sums are 0, rows stay 0
             if l == d and self.onehot_leaves:  # x = one-hot(z): E[x | z] is the identity on the events seen
                 eye = torch.eye(lad.events[d], dtype=self.dtype)
                 means["Fbar"][l] = eye * (counts[l] > 0)[..., None]
                 continue
-            mean = self.own[l].cpu() / safe.cpu()
+            mean = self.own[l].cpu() / counts[l].clamp(min=1)[..., None].to(self.dtype)  # empty events: rows stay 0
             if l == d:
                 means["Fbar"][l] = mean
                 continue
