@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from smaso.student.frequency import _check_batch_size, _check_events, _run_batches, _student_chunks, scatter_sums
+from smaso.student.frequency import _check_batch_size, _run_batches, _student_chunks, _student_events, scatter_sums
 from smaso.student.mergeable import MergeableSums
 from smaso.student.network import LadderStudent, StudentRecord, _check_student
 
@@ -127,8 +127,7 @@ class AlignmentAccumulator(MergeableSums):
     def add(self, rec: StudentRecord, z: torch.Tensor) -> None:
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, total_regions)``."""
         lad = self.ladder
-        z = self.student.ladder_events(z)
-        _check_events(lad, z, rec)
+        z = _student_events(self.student, z, rec)
         off = lad.level_offsets
         z = z.to(self.counts[0].device, torch.int64)
         for l in range(lad.depth):
@@ -224,8 +223,7 @@ class LinearProbe(MergeableSums):
         """Add fitting rows."""
         if self.coef is not None:
             raise RuntimeError("LinearProbe: already solved; add fitting rows before the first add_score")
-        z = self.student.ladder_events(z)
-        _check_events(self.ladder, z, rec)
+        z = _student_events(self.student, z, rec)
         off = self.ladder.level_offsets
         for l in range(self.ladder.depth):
             x = self._design(rec, l)
@@ -245,8 +243,7 @@ class LinearProbe(MergeableSums):
 
     def add_score(self, rec: StudentRecord, z: torch.Tensor) -> None:
         """Score held-out rows (solves the fit on the first call)."""
-        z = self.student.ladder_events(z)
-        _check_events(self.ladder, z, rec)
+        z = _student_events(self.student, z, rec)
         if self.coef is None:
             self._solve()
         off = self.ladder.level_offsets

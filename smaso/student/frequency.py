@@ -116,14 +116,16 @@ class FrequencyStatistics(PerEventMeans):
 _ONE_HOT_MAX_EVENTS = 256
 
 
-def _check_events(ladder: Ladder, z, rec: StudentRecord | None = None) -> None:
-    """Raise unless ``z`` holds the ``(N, total_regions)`` events of the student's ``ladder`` (with ``rec``: one row
-    per example of that batch's record)."""
-    if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != ladder.total_regions:
-        raise ValueError(f"z: expected the (N, {ladder.total_regions}) events of every region of the student's "
+def _student_events(student: LadderStudent, z, rec: StudentRecord | None = None) -> torch.Tensor:
+    """``z`` as the events of the student's ladder (:meth:`~LadderStudent.ladder_events`), refused unless it holds
+    ``(N, total_regions)`` of them (with ``rec``: one row per example of that batch's record)."""
+    z, lad = student.ladder_events(z), student.ladder
+    if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
+        raise ValueError(f"z: expected the (N, {lad.total_regions}) events of every region of the student's "
                          f"ladder, got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
     if rec is not None and rec.fbar[0].shape[0] != z.shape[0]:
         raise ValueError(f"z: {z.shape[0]} rows for a record of {rec.fbar[0].shape[0]} examples")
+    return z
 
 
 def _one_hot_events(z: torch.Tensor, m: int, dtype: torch.dtype) -> torch.Tensor:
@@ -208,8 +210,7 @@ class FrequencyAccumulator(MergeableSums):
             how :class:`ReplicateAccumulator` splits a batch into groups without changing BN's batch statistics.
         """
         lad, dt = self.ladder, self.dtype
-        z = self.student.ladder_events(z)
-        _check_events(lad, z, rec)
+        z = _student_events(self.student, z, rec)
         if rows is not None:
             edges = None if lad.is_uniform() else [self.student.edge_index(l) for l in range(lad.depth)]
             rec, z = record_rows(rec, rows, edges), z[rows]
@@ -480,9 +481,7 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
         statistics; its ``leave_one_out()`` the jackknife's) instead of the :class:`FrequencyStatistics`.
     """
     _check_student(student)
-    lad = student.ladder
-    z = student.ladder_events(z)
-    _check_events(lad, z)
+    z = _student_events(student, z)
     if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
         raise ValueError("x, y: expected tensors")
     if not (x.shape[0] == y.shape[0] == z.shape[0]):
