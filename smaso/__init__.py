@@ -20,9 +20,9 @@ The names below are the entry points a user starts with; they are imported on fi
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from ._lazy import lazy_submodules
 from ._version import __version__
 
 _ENTRY_POINTS = {
@@ -60,17 +60,4 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from smaso.student.reformulation import reformulate
 
 
-def __getattr__(name: str):
-    """Import an entry point or a subpackage on first use (PEP 562)."""
-    if name in _SUBPACKAGES:
-        return importlib.import_module(f"smaso.{name}")
-    module = _ENTRY_POINTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'smaso' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_ENTRY_POINTS, *_SUBPACKAGES})
+__getattr__, __dir__ = lazy_submodules(__name__, _SUBPACKAGES, globals(), _ENTRY_POINTS)

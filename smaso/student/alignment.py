@@ -34,29 +34,15 @@ from dataclasses import dataclass
 
 import torch
 
-from smaso.student.frequency import _check_batch_size, _student_chunks, scatter_sums
+from smaso.student.frequency import _check_batch_size, _run_batches, _student_chunks, _student_events, scatter_sums
 from smaso.student.mergeable import MergeableSums
-from smaso.student.network import LadderStudent, StudentRecord
+from smaso.student.network import LadderStudent, StudentRecord, _check_student
 
 __all__ = ["DEFAULT_CONTROLS", "Alignment", "AlignmentAccumulator", "LinearProbe", "accumulate_alignment",
            "alignment_report", "alignment_rows", "collect_alignment"]
 
 #: Other regions of the same level each region's control statistics use.
 DEFAULT_CONTROLS = 4
-
-
-def _check_student(student) -> LadderStudent:
-    if not isinstance(student, LadderStudent):
-        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
-    return student
-
-
-def _check_batch(lad, rec: StudentRecord, z: torch.Tensor) -> None:
-    if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
-        raise ValueError(f"z: expected the (N, {lad.total_regions}) events of every region of the student's "
-                         f"ladder, got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
-    if rec.f[0].shape[0] != z.shape[0]:
-        raise ValueError(f"z: {z.shape[0]} rows for a record of {rec.f[0].shape[0]} examples")
 
 
 def _entropy_bits(p: torch.Tensor, dim: int) -> torch.Tensor:
@@ -141,8 +127,7 @@ class AlignmentAccumulator(MergeableSums):
     def add(self, rec: StudentRecord, z: torch.Tensor) -> None:
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, total_regions)``."""
         lad = self.ladder
-        z = self.student.ladder_events(z)
-        _check_batch(lad, rec, z)
+        z = _student_events(self.student, z, rec)
         off = lad.level_offsets
         z = z.to(self.counts[0].device, torch.int64)
         for l in range(lad.depth):
@@ -204,7 +189,7 @@ class AlignmentAccumulator(MergeableSums):
         return Alignment(eta2, eta2_c, mi, mi_c, spec, node, events, self.n)
 
 
-class LinearProbe:
+class LinearProbe(MergeableSums):
     """Each region's linear-probe accuracy for its event z_alpha from its node group (level 0: the outputs).
 
     Fit: least squares of one-hot(z_alpha) on [f_alpha, 1] over the rows given to :meth:`add_fit` (ridge
@@ -215,6 +200,7 @@ class LinearProbe:
     """
 
     _SUMS = ("gram", "cross", "correct", "counts")
+    _COUNTS = {"n_fit": int, "n_score": int}
 
     def __init__(self, student: LadderStudent, ridge: float = 1e-8):
         _check_student(student)
@@ -237,8 +223,7 @@ class LinearProbe:
         """Add fitting rows."""
         if self.coef is not None:
             raise RuntimeError("LinearProbe: already solved; add fitting rows before the first add_score")
-        z = self.student.ladder_events(z)
-        _check_batch(self.ladder, rec, z)
+        z = _student_events(self.student, z, rec)
         off = self.ladder.level_offsets
         for l in range(self.ladder.depth):
             x = self._design(rec, l)
@@ -258,8 +243,7 @@ class LinearProbe:
 
     def add_score(self, rec: StudentRecord, z: torch.Tensor) -> None:
         """Score held-out rows (solves the fit on the first call)."""
-        z = self.student.ladder_events(z)
-        _check_batch(self.ladder, rec, z)
+        z = _student_events(self.student, z, rec)
         if self.coef is None:
             self._solve()
         off = self.ladder.level_offsets
@@ -270,36 +254,22 @@ class LinearProbe:
             self.counts[l] += torch.nn.functional.one_hot(ev, self.ladder.events[l]).sum(0).to(torch.float64)
         self.n_score += z.shape[0]
 
-    def state_dict(self) -> dict:
-        """The sums (cloned) and the row counts ``n_fit``, ``n_score``: what a chunk's task sends back."""
-        return {"n_fit": self.n_fit, "n_score": self.n_score,
-                **{k: [t.clone() for t in getattr(self, k)] for k in self._SUMS}}
-
     def merge_(self, other: LinearProbe | dict) -> LinearProbe:
-        """Add another probe's sums (or its :meth:`state_dict`) of the same phase (fits before solving, scores
-        after), in place; returns self.
+        """Add another probe's sums (or its :meth:`state_dict`: the sums and the row counts ``n_fit``, ``n_score``,
+        what a chunk's task sends back) of the same phase (fits before solving, scores after), in place; returns
+        self.
 
         :raises TypeError: ``other`` is neither a probe of the same student nor a probe's state.
-        :raises ValueError: the state's sums have other shapes (another student or ladder).
+        :raises ValueError: the state's sums have other shapes or dtypes (another student or ladder).
         :raises RuntimeError: fitting rows merged into a probe already solved.
         """
         if isinstance(other, LinearProbe):
             if other.student is not self.student:
                 raise TypeError("other: expected a LinearProbe of the same student")
             other = other.state_dict()
-        if not isinstance(other, dict) or set(other) != {"n_fit", "n_score", *self._SUMS}:
-            raise TypeError("other: expected a LinearProbe of the same student or its state_dict()")
-        for key in self._SUMS:
-            if [tuple(t.shape) for t in getattr(self, key)] != [tuple(t.shape) for t in other[key]]:
-                raise ValueError(f"other: its {key!r} sums have other shapes (another student or ladder)")
-        if self.coef is not None and other["n_fit"]:
+        if self.coef is not None and isinstance(other, dict) and other.get("n_fit"):
             raise RuntimeError("LinearProbe: already solved; merge fitting rows before the first add_score")
-        for key in self._SUMS:
-            for a, b in zip(getattr(self, key), other[key], strict=True):
-                a += b.to(a.device)
-        self.n_fit += int(other["n_fit"])
-        self.n_score += int(other["n_score"])
-        return self
+        return super().merge_(other)
 
     def accuracy(self) -> list[torch.Tensor]:
         """Held-out accuracy ``(R_l,)`` per level."""
@@ -342,8 +312,7 @@ def alignment_rows(alignment: Alignment | AlignmentAccumulator, probe: LinearPro
 def alignment_report(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, **kwargs) -> list[dict]:
     """:func:`collect_alignment` as rows, one per level (:func:`alignment_rows`: the summary, ``probe`` and
     ``probe_chance``)."""
-    acc, probe = _collect(student, x, z, **kwargs)
-    return alignment_rows(acc.result(), probe)
+    return alignment_rows(*_collect(student, x, z, **kwargs))
 
 
 def _check_fit_rows(fit_rows, n: int) -> int:
@@ -351,18 +320,6 @@ def _check_fit_rows(fit_rows, n: int) -> int:
     if isinstance(fit, bool) or not isinstance(fit, int) or not 0 < fit < n:
         raise ValueError(f"fit_rows: expected an integer in 1..{n - 1}, got {fit_rows!r}")
     return fit
-
-
-def _add_batches(student: LadderStudent, acc: AlignmentAccumulator, probe: LinearProbe, fit: bool, batches) -> None:
-    """Every ``(x, z)`` batch of ``batches`` into the alignment sums and into the probe's fit (``fit``) or score."""
-    dev = student.weights[0].device
-    add = probe.add_fit if fit else probe.add_score
-    with torch.no_grad():
-        for xb, zb in batches:
-            zb = zb.to(dev)
-            rec = student.forward_backward(xb.to(dev), zb[:, 0])
-            acc.add(rec, zb)
-            add(rec, zb)
 
 
 def _collect(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, *, fit_rows: int | None = None,
@@ -375,9 +332,9 @@ def _collect(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, *, fit_ro
     fit = _check_fit_rows(fit_rows, n)
     bs = _check_batch_size(batch_size)
     acc, probe = AlignmentAccumulator(student, controls), LinearProbe(student)
-    for phase, (lo, hi) in enumerate(((0, fit), (fit, n))):
-        _add_batches(student, acc, probe, phase == 0,
-                     ((x[s: min(s + bs, hi)], z[s: min(s + bs, hi)]) for s in range(lo, hi, bs)))
+    for add, (lo, hi) in ((probe.add_fit, (0, fit)), (probe.add_score, (fit, n))):
+        rows = [slice(s, min(s + bs, hi)) for s in range(lo, hi, bs)]
+        _run_batches(student, ((x[r], z[r, 0], z[r]) for r in rows), "squared", acc.add, add)
     return acc, probe
 
 
@@ -407,9 +364,9 @@ def _chunk_alignment(c: int, student: LadderStudent, chunks, fit: int, batch_siz
     acc, probe = AlignmentAccumulator(student, controls), LinearProbe(student)
     probe.coef = coef
     wdt = student.weights[0].dtype
-    _add_batches(student, acc, probe, coef is None,
-                 ((part.inputs(slice(s, min(s + batch_size, b)), wdt), part.z[s: min(s + batch_size, b)].long())
-                  for s in range(a, b, batch_size)))
+    rows = [slice(s, min(s + batch_size, b)) for s in range(a, b, batch_size)]
+    _run_batches(student, ((part.inputs(r, wdt), part.z[r, 0].long(), part.z[r].long()) for r in rows), "squared",
+                 acc.add, probe.add_fit if coef is None else probe.add_score)
     return acc.state_dict(), probe.state_dict()
 
 

@@ -1,17 +1,8 @@
-"""Batch Normalization as a projection (framework paper §4: Eq 10-12, Thm 5).
+"""Batch Normalization as a projection (framework paper §4: Eq 10-12, Thm 5; the formulas: ``docs/theory.md`` §1.8).
 
-Forward, per node over a batch of N values f (Eq 10):
-    f^ = f - mu,  f~ = f^ / sigma,  fbar = c1 f~ + c0,   sigma^2 = mean(f^2) + eps.
-Backward (Thm 5): for the gradient g arriving at fbar,
-    g_f = (c1 / sigma) (g - mean(g) - f~ mean(f~ g)) = (c1 / sigma) P_perp_{f,1} g,
-    g_c1 = sum(f~ g),  g_c0 = sum(g),
-where P_perp = I - S S^T / N with S = [f~, 1] projects off span{f, 1} (exactly a projection
-when eps = 0, since then |f~|^2 = N).  Under the reformulation (Eq 12) the batch average is
-replaced by the P(z_alpha)-weighted average over events: with p = P(z_alpha),
-    mu = p^T F,  sigma^2 = p^T (F - mu)^2 + eps,
-and in the P-weighted gradient G~ = diag(p) G the projection reads
-    G~_f = (c1 / sigma) (G~ - p 1^T G~ - (p o F~) F~^T G~),
-which keeps 1^T G~_f = 0 (the centred gradient of Thm 9).  All functions act column-wise on
+Eq 10 forward and Thm 5's backward over a batch (the gradient through BN is (c1 / sigma) P_perp_{f,1} g: zero-mean
+and orthogonal to f), the projection P_perp_{f,1} itself, and Eq 12's form under the reformulation, where the
+batch averages become P(z_alpha)-weighted averages over events.  All functions act column-wise on
 ``(N, ...)`` / ``(m, ...)`` tensors: dim 0 is the batch (or event) axis.
 """
 
@@ -52,11 +43,12 @@ def projection_matrix(f: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
 
 
 def bn_forward_weighted(F: torch.Tensor, p: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor, eps: float = 0.0):
-    """Eq 12 forward: ``F`` ``(m, ...)`` event-conditional activations, ``p`` ``(m,)`` = P(z_alpha).
+    """Eq 12 forward: ``F`` ``(m, ...)`` event-conditional activations, ``p`` ``(m,)`` = P(z_alpha) (or ``(m, R)``:
+    one distribution per region of a ``(m, R, ...)`` batch of regions).
 
     :returns: ``(Fbar, F_tilde, mu, sigma)``.
     """
-    w = p.reshape(-1, *([1] * (F.dim() - 1)))
+    w = p.reshape(*p.shape, *([1] * (F.dim() - p.dim())))
     mu = (w * F).sum(0)
     F_hat = F - mu
     sigma = ((w * F_hat.pow(2)).sum(0) + eps).sqrt()
@@ -66,6 +58,7 @@ def bn_forward_weighted(F: torch.Tensor, p: torch.Tensor, c1: torch.Tensor, c0: 
 
 def bn_backward_weighted(G_tilde: torch.Tensor, F_tilde: torch.Tensor, p: torch.Tensor, sigma: torch.Tensor,
                          c1: torch.Tensor) -> torch.Tensor:
-    """Eq 12 backward on P-weighted gradients: G~_f = (c1/sigma)(G~ - p 1^T G~ - (p o F~) F~^T G~)."""
-    w = p.reshape(-1, *([1] * (G_tilde.dim() - 1)))
+    """Eq 12 backward on P-weighted gradients: G~_f = (c1/sigma)(G~ - p 1^T G~ - (p o F~) F~^T G~) (``p`` as in
+    :func:`bn_forward_weighted`)."""
+    w = p.reshape(*p.shape, *([1] * (G_tilde.dim() - p.dim())))
     return (c1 / sigma) * (G_tilde - w * G_tilde.sum(0) - w * F_tilde * (F_tilde * G_tilde).sum(0))

@@ -258,9 +258,9 @@ def _evaluation_rows(held_out, chunks, eval_examples: int | None, ladder: Ladder
     """``(evaluation chunks, rows kept out of training)`` for :func:`compare_student`'s ``held_out``."""
     from teachers.chunked import as_chunks
 
-    if held_out is True or held_out is False:
-        if not held_out:
-            return chunks, 0
+    if held_out is False:
+        return chunks, 0
+    if held_out is True:
         if eval_examples is None:
             raise ValueError("held_out: evaluating on held-out rows needs eval_examples (the first eval_examples "
                              "rows are kept out of training); give eval_examples, a held-out dataset as "

@@ -10,16 +10,12 @@
 both for the full recursion (``propagated``) and for one step from the measured neighbours
 (``local``) of :func:`~smaso.student.reformulation.reformulate`, with the one-step errors split into one
 part per condition, and :func:`diagnose` measures Thm 2's conditions from the data, each the exact size of
-the error term that condition's failure introduces:
-
-- ``decorrelation_fwd`` ||E[s u | z] - E[s | z] E[u | z]|| / ||E[f | z]||  (gate vs raw activation)
-- ``decorrelation_bwd`` ||E[f' g_f | z] - E[f' | z] E[g_f | z]|| / ||E[g | z]||  (gate vs raw gradient)
-- ``focus`` ||E[fbar_b | z_a] - P_ab E[fbar_b | z_b]|| / ||E[fbar_b | z_a]||   (children, by parent event)
-- ``broadness`` ||P(z_b) E[g_a | z_b] - P_ab^T G~_a|| / ||P(z_b) E[g_a | z_b]||  (parents, by child event)
-
-focus and broadness over every parent-child edge of the level (on a region graph: for *each* parent of a
-child).  On a fully informative ladder with one-hot leaves all of these are ~1e-15 (Thm 3), on a tree or
-any region graph.  With jackknife replicates every number gets its noise floor (:mod:`smaso.student.noise`).
+the error term that condition's failure introduces (``decorrelation_fwd``, ``decorrelation_bwd``,
+``decorrelation_dW``, ``focus``, ``broadness``; their definitions and the split of the one-step errors:
+``docs/theory.md`` §1.5), focus and broadness over every parent-child edge of the level (on a region graph: for
+*each* parent of a child).  On a fully informative ladder with one-hot leaves all of these are ~1e-15 (Thm 3),
+on a tree or any region graph.  With jackknife replicates every number gets its noise floor
+(:mod:`smaso.student.noise`).
 """
 
 from __future__ import annotations
@@ -103,7 +99,8 @@ def _bn_before(student: LadderStudent) -> list[bool]:
 
 
 def diagnose(stats: FrequencyStatistics, student: LadderStudent | None = None) -> list[dict]:
-    """Thm 2's conditions measured from the data, per level (see the module docstring).
+    """Thm 2's conditions measured from the data, per level: the relative size of each condition's error term
+    (``docs/theory.md`` §1.5).
 
     :param student: the student, needed only when its BN sits before the gate (``batch_norm="before"``).
     """
@@ -137,11 +134,7 @@ def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P, los
             row[f"F_{kind}"] = (pr.Fbar[l] - Fm, Fm, seen)
             row[f"G_{kind}"] = (pr.G_tilde[l] - G_meas[l], G_meas[l], seen)
             row[f"dW_{kind}"] = (pr.dW[l] - dWm, dWm, None)
-        # the one-step errors split exactly into a part per condition (pred - meas = a + b):
-        # F: D o (U_pred - E[u | z]) (focus: children averaged through P instead of by parent event)
-        #    + (D o E[u | z] - E[f | z]) (forward decorrelation)
-        # G~: D' o (raw G~ from parents through P^T - P(z) E[g_f | z]) (broadness) + (D' o G~_f - G~)
-        # Delta W: ((P F_b) - E[F_b | z_a])^T G~_a (focus) + (E[F_b | z_a]^T G~_a - Delta W) (decorrelation)
+        # the one-step errors split exactly into a part per condition, pred - meas = a + b (docs/theory.md §1.5)
         if student.bn_params(l) is None:
             row["F_local_focus"] = (D * (local.U[l] - stats.U[l].to(dt)), Fm, seen)
             row["F_local_decorrelation"] = (conditions[l]["decorrelation_fwd"][0], Fm, seen)

@@ -1,18 +1,10 @@
 """Frequency statistics: the student's activations, gates and gradients averaged per teacher event.
 
-For every region alpha (level l) and node j of its group, over the examples of a dataset
-(framework paper Eq 6), on any ladder (event axes padded to the level's largest count M_l, as in
-:mod:`teachers.statistics`: a region's events a >= m_r never occur, their counts and rows are 0):
-
-    F[a, j]    = E[f_j | z_alpha = a]       Fbar: the same after BN (= F without BN)
-    D[a, j]    = E[s_j | z_alpha = a]       forward gate, s = f / u (0/1 for ReLU)
-    Dp[a, j]   = E[f'_j | z_alpha = a]      backward gate (= D for ReLU)
-    G[a, j]    = E[g_j | z_alpha = a]       G~ = diag(P(z_alpha)) G
-    U, Gf      = E[u | z], E[g_f | z]       raw activation and gradient (for the diagnosis)
-    Fc[e, a, k]  = E[fbar_k | z_parent = a]   child k's output given its *parent's* event (focus), per edge e
-    Gp~[e, b, j] = P(z_b = b) E[g_j | z_child = b]   parent j's gradient given a child's event (broadness)
-
-(per parent-child edge e, :func:`~teachers.statistics.level_edges` order: on a tree one per child region).
+For every region alpha (level l) and node j of its group, over the examples of a dataset (framework paper Eq 6):
+F, Fbar, D, Dp, G, G~, U, Gf per event of the region, and per parent-child edge e
+(:func:`~teachers.statistics.level_edges` order: on a tree one per child region) Fc and Gp~ (the table:
+``docs/theory.md`` §1.4).  On any ladder: event axes padded to the level's largest count M_l, as in
+:mod:`teachers.statistics` (a region's events a >= m_r never occur, their counts and rows are 0).
 
 All are per-event sums accumulated by one scatter per level and batch (a batched matmul with the events'
 one-hot matrix, ~10x faster on CPU than ``index_add_``; ``index_add_`` for regions with more than 256 events),
@@ -33,7 +25,7 @@ import torch
 
 from smaso.student.connectivity import take_rows
 from smaso.student.mergeable import MergeableSums, negated_state, record_rows
-from smaso.student.network import LadderStudent, StudentRecord
+from smaso.student.network import LadderStudent, StudentRecord, _check_student
 from teachers.ladder import Ladder
 from teachers.statistics import EventStatistics, event_mask
 
@@ -48,7 +40,6 @@ DEFAULT_GROUPS = 10
 # per-level quantities, in the order they are stacked for the single scatter per level,
 # and the StudentRecord field each one averages
 _RECORD = {"Fbar": "fbar", "F": "f", "D": "slope", "Dp": "deriv", "U": "u", "G": "g", "Gf": "g_f"}
-_OWN = tuple(_RECORD)
 
 
 class PerEventMeans:
@@ -125,6 +116,18 @@ class FrequencyStatistics(PerEventMeans):
 _ONE_HOT_MAX_EVENTS = 256
 
 
+def _student_events(student: LadderStudent, z, rec: StudentRecord | None = None) -> torch.Tensor:
+    """``z`` as the events of the student's ladder (:meth:`~LadderStudent.ladder_events`), refused unless it holds
+    ``(N, total_regions)`` of them (with ``rec``: one row per example of that batch's record)."""
+    z, lad = student.ladder_events(z), student.ladder
+    if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
+        raise ValueError(f"z: expected the (N, {lad.total_regions}) events of every region of the student's "
+                         f"ladder, got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
+    if rec is not None and rec.fbar[0].shape[0] != z.shape[0]:
+        raise ValueError(f"z: {z.shape[0]} rows for a record of {rec.fbar[0].shape[0]} examples")
+    return z
+
+
 def _one_hot_events(z: torch.Tensor, m: int, dtype: torch.dtype) -> torch.Tensor:
     """``(R, m, N)`` with entry [r, a, n] = [z[n, r] = a] (the scatter matrix of one level)."""
     n, r = z.shape
@@ -164,8 +167,7 @@ class FrequencyAccumulator(MergeableSums):
     _SUMS = ("counts", "joint_counts", "own", "fc", "gp", "dW", "db")
 
     def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None):
-        if not isinstance(student, LadderStudent):
-            raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+        _check_student(student)
         dtype = dtype or student.weights[0].dtype
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise ValueError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
@@ -174,8 +176,8 @@ class FrequencyAccumulator(MergeableSums):
         dev = self.device = student.weights[0].device
         d, M, R = lad.depth, lad.events, lad.num_regions
         E = [student.num_edges(l) for l in range(lad.depth)]
-        # which of _OWN are summed (the others are copies of one of them)
-        self.summed = [k for k in _OWN if _RECORD[k] in student.stacked_fields()]
+        # which of _RECORD's quantities are summed (the others are copies of one of them)
+        self.summed = [k for k in _RECORD if _RECORD[k] in student.stacked_fields()]
         self.onehot_leaves = lad.emission.kind == "onehot"
         self.counts = [torch.zeros(R[l], M[l], dtype=torch.float64, device=dev) for l in range(d + 1)]
         self.joint_counts = [None] + [torch.zeros(E[l - 1], M[l - 1], M[l], dtype=torch.float64, device=dev)
@@ -208,12 +210,7 @@ class FrequencyAccumulator(MergeableSums):
             how :class:`ReplicateAccumulator` splits a batch into groups without changing BN's batch statistics.
         """
         lad, dt = self.ladder, self.dtype
-        z = self.student.ladder_events(z)
-        if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
-            raise ValueError(f"z: expected the (N, {lad.total_regions}) events of every region of the student's "
-                             f"ladder, got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
-        if rec.fbar[0].shape[0] != z.shape[0]:
-            raise ValueError(f"z: {z.shape[0]} rows for a record of {rec.fbar[0].shape[0]} examples")
+        z = _student_events(self.student, z, rec)
         if rows is not None:
             edges = None if lad.is_uniform() else [self.student.edge_index(l) for l in range(lad.depth)]
             rec, z = record_rows(rec, rows, edges), z[rows]
@@ -296,8 +293,8 @@ class FrequencyAccumulator(MergeableSums):
         Rp = lad.num_regions[l - 1]
         E = self.joint_counts[l].shape[0]
         par, chi = self.student.edge_index(l - 1)
+        b = lad.branching[l - 1] if tree else None
         if tree:  # edge = child region; child c of parent p is region p b + c: views, no gathers
-            b = lad.branching[l - 1]
             pair = (bins[l - 1][:, :, None] * m + self._edge_base[l].view(Rp, b)) + bins[l].view(n, Rp, b)
         else:
             pair = (bins[l - 1][:, par] * m + bins[l][:, chi]) + self._edge_base[l]
@@ -317,7 +314,6 @@ class FrequencyAccumulator(MergeableSums):
         child = rec.fbar[l].permute(1, 2, 0).to(dt)  # node-major (R_l, n_l, N): bmm reads it transposed
         g_par = rec.g[l - 1].permute(1, 2, 0).to(dt)  # (R_{l-1}, n_{l-1}, N)
         if tree:
-            b = lad.branching[l - 1]
             # grouped by parent region: no per-child copies of the parents' tensors
             self.gp[l] += torch.bmm(one_hot[l].reshape(Rp, b * m, n), g_par.transpose(1, 2)).reshape(R, m, -1)
             # child position c of every parent: a strided batch of the children's node-major outputs
@@ -345,14 +341,13 @@ class FrequencyAccumulator(MergeableSums):
         counts = [c.cpu() for c in self.counts]
         joints = [None] + [j.cpu() / self.n for j in self.joint_counts[1:]]
         P = EventStatistics(lad, [c / self.n for c in counts], joints, self.n)
-        means: dict[str, list] = {k: [None] * (d + 1) for k in _OWN}
+        means: dict[str, list] = {k: [None] * (d + 1) for k in _RECORD}
         for l in range(d + 1):
-            safe = counts[l].clamp(min=1)[..., None].to(self.own[l])  # empty events: sums are 0, rows stay 0
             if l == d and self.onehot_leaves:  # x = one-hot(z): E[x | z] is the identity on the events seen
                 eye = torch.eye(lad.events[d], dtype=self.dtype)
                 means["Fbar"][l] = eye * (counts[l] > 0)[..., None]
                 continue
-            mean = self.own[l].cpu() / safe.cpu()
+            mean = self.own[l].cpu() / counts[l].clamp(min=1)[..., None].to(self.dtype)  # empty events: rows stay 0
             if l == d:
                 means["Fbar"][l] = mean
                 continue
@@ -449,11 +444,10 @@ class ReplicateAccumulator:
                 yield rest.result()
 
 
-def _check_batch_size(batch_size, given=None) -> int:
-    """``batch_size`` if it is a positive integer, else a ValueError naming it (``given``: the value to print,
-    when ``batch_size`` was derived from it)."""
+def _check_batch_size(batch_size) -> int:
+    """``batch_size`` if it is a positive integer, else a ValueError naming it."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size: expected a positive integer, got {batch_size if given is None else given!r}")
+        raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
     return batch_size
 
 
@@ -486,13 +480,8 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     :param groups: ``K``: return the :class:`ReplicateAccumulator` of K row groups (its ``result()`` is the
         statistics; its ``leave_one_out()`` the jackknife's) instead of the :class:`FrequencyStatistics`.
     """
-    if not isinstance(student, LadderStudent):
-        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
-    lad = student.ladder
-    z = student.ladder_events(z)
-    if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != lad.total_regions:
-        raise ValueError(f"z: expected the (N, {lad.total_regions}) events of every region of the student's ladder, "
-                         f"got {tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__}")
+    _check_student(student)
+    z = _student_events(student, z)
     if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
         raise ValueError("x, y: expected tensors")
     if not (x.shape[0] == y.shape[0] == z.shape[0]):
@@ -500,20 +489,31 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     if x.shape[0] == 0:
         raise ValueError("x: the dataset is empty")
     _check_groups(groups)
-    bs = x.shape[0] if batch_size is None else batch_size
-    _check_batch_size(bs, batch_size)
+    bs = x.shape[0] if batch_size is None else _check_batch_size(batch_size)
     acc = _accumulator(student, dtype, groups)
-    dev = student.weights[0].device
-    buffers: list | bool = True
-    for s in range(0, x.shape[0], bs):
-        rec = student.forward_backward(x[s: s + bs].to(dev), y[s: s + bs].to(dev), loss, stacked=buffers)
-        acc.add(rec, z[s: s + bs])
-        buffers = rec.stacked  # the next batch writes into the same memory
+    _run_batches(student, ((x[s: s + bs], y[s: s + bs], z[s: s + bs]) for s in range(0, x.shape[0], bs)), loss,
+                 acc.add)
     return acc if groups is not None else acc.result()
 
 
 def _accumulator(student: LadderStudent, dtype: torch.dtype | None, groups: int | None):
     return FrequencyAccumulator(student, dtype) if groups is None else ReplicateAccumulator(student, dtype, groups)
+
+
+def _run_batches(student: LadderStudent, batches, loss: str, *adds) -> int:
+    """Every ``(x, y, z)`` of ``batches`` through the student's explicit pass, each record and its events handed to
+    every ``add`` (an accumulator's or a probe's); each batch writes into the previous one's stacked buffers (the
+    same memory).  Returns how many of the examples the student classifies correctly."""
+    dev, correct, buffers = student.weights[0].device, 0, True
+    with torch.no_grad():
+        for x, y, z in batches:
+            y = y.to(dev)
+            rec = student.forward_backward(x.to(dev), y, loss, stacked=buffers)
+            for add in adds:
+                add(rec, z)
+            correct += int((rec.fbar[0][:, 0].argmax(-1) == y).sum())
+            buffers = rec.stacked
+    return correct
 
 
 def _chunk_statistics(c: int, student: LadderStudent, chunks, loss: str, batch_size: int,
@@ -523,20 +523,10 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks, loss: str, batch_s
     :returns: ``(state_dict, correct)``: the accumulator's state and how many of the chunk's examples
         the student classifies correctly.
     """
-    part = chunks.chunk(c)
+    part, wdt = chunks.chunk(c), student.weights[0].dtype
     acc = _accumulator(student, dtype, groups)
-    dev = student.weights[0].device
-    wdt = student.weights[0].dtype
-    correct = 0
-    buffers: list | bool = True
-    with torch.no_grad():
-        for s in range(0, len(part), batch_size):
-            rows = slice(s, min(s + batch_size, len(part)))
-            y = part.y[rows].to(dev)
-            rec = student.forward_backward(part.inputs(rows, wdt).to(dev), y, loss, stacked=buffers)
-            acc.add(rec, part.z[rows])
-            correct += int((rec.fbar[0][:, 0].argmax(-1) == y).sum())
-            buffers = rec.stacked
+    rows = [slice(s, min(s + batch_size, len(part))) for s in range(0, len(part), batch_size)]
+    correct = _run_batches(student, ((part.inputs(r, wdt), part.y[r], part.z[r]) for r in rows), loss, acc.add)
     return acc.state_dict(), correct
 
 
@@ -561,8 +551,7 @@ def accumulate_statistics(student: LadderStudent, source, *, loss: str = "square
     """
     from teachers.engine import get_engine
 
-    if not isinstance(student, LadderStudent):
-        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+    _check_student(student)
     _check_batch_size(batch_size)
     _check_groups(groups)
     chunks = _student_chunks(student, source)

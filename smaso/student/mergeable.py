@@ -49,20 +49,23 @@ def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None) -> S
 
 
 class MergeableSums:
-    """The mergeable state of an accumulator (torchmetrics-style): an example count ``n``, a ``loss_sum``
-    and the lists of per-level tensors named in ``_SUMS`` (None where a level has none).
+    """The mergeable state of an accumulator (torchmetrics-style): the totals named in ``_COUNTS`` (an example
+    count ``n`` and a ``loss_sum``, unless a subclass names others) and the lists of per-level tensors named in
+    ``_SUMS`` (None where a level has none).
 
     Two partial states over disjoint rows add up (:meth:`merge_`) to the state of one pass over all of
     them; :meth:`state_dict` is what moves between processes.
     """
 
     _SUMS: tuple[str, ...] = ()
+    #: the scalar totals of the state, each with the type it is added as
+    _COUNTS: dict[str, type] = {"n": int, "loss_sum": float}
     n: int
     loss_sum: float
 
     def state_dict(self) -> dict:
-        """The accumulated state: example count, loss sum, and every per-event sum (cloned)."""
-        return {"n": self.n, "loss_sum": self.loss_sum,
+        """The accumulated state: the totals (example count, loss sum), and every per-event sum (cloned)."""
+        return {**{k: getattr(self, k) for k in self._COUNTS},
                 **{k: [None if t is None else t.clone() for t in getattr(self, k)] for k in self._SUMS}}
 
     def merge_(self, other):
@@ -76,7 +79,7 @@ class MergeableSums:
             another accumulation dtype.
         """
         state = other.state_dict() if isinstance(other, type(self)) else other
-        if not isinstance(state, dict) or set(state) != {"n", "loss_sum", *self._SUMS}:
+        if not isinstance(state, dict) or set(state) != {*self._COUNTS, *self._SUMS}:
             raise TypeError(f"other: expected a {type(self).__name__} or its state_dict()")
         for key in self._SUMS:
             shapes = [None if t is None else (tuple(t.shape), t.dtype) for t in getattr(self, key)]
@@ -87,11 +90,12 @@ class MergeableSums:
             for mine, theirs in zip(getattr(self, key), state[key], strict=True):
                 if mine is not None:
                     mine += theirs.to(mine.device)
-        self.n += int(state["n"])
-        self.loss_sum += float(state["loss_sum"])
+        for key, kind in self._COUNTS.items():
+            setattr(self, key, getattr(self, key) + kind(state[key]))
         return self
 
-    __iadd__ = merge_
+    def __iadd__(self, other):
+        return self.merge_(other)  # (a subclass's merge_, with its own checks)
 
 
 def negated_state(state: dict) -> dict:

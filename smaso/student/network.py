@@ -4,17 +4,12 @@ Every non-leaf region alpha of level l has a group of n_l nodes, connected only 
 its parent alpha through the weight matrix W_ba of their edge (n_{l+1} x n_l; one per edge, or with
 ``shared=True`` one per child place, like a convolution).  On any layered region graph
 (:class:`~teachers.ladder.Ladder`) a region with several parents feeds each of them, so backward its gradient
-is the *sum* over its parents (Eq 1).  Level by level, batched over the regions:
-
-    u_a    = sum_{b in ch(a)} fbar_b W_ba + bias_a        (N, R_l, n_l)
-    f_a    = act(u_a) = s(u_a) o u_a                     (s: the gate, Eq 1)
-    fbar_a = BN(f_a)  (optional, hidden levels, Eq 10, per region)   else f_a
-
-with fbar at the leaves = the inputs x and a linear top layer of n_0 = number of classes.  That is Batch Norm
-*after* the activation (``batch_norm=True`` or ``"after"``); with ``batch_norm="before"`` (Thm 9's premise,
-§7.5.1) f_a = BN(u_a) is the gate's input and fbar_a = s(f_a) o f_a, and backward
-g = (c1 / sigma) P_perp_{u,1} (f'(f) o g_raw) (Thm 5) is zero-mean over the batch and orthogonal to u
-(:class:`StudentRecord` names every field of both placements).
+is the *sum* over its parents (Eq 1).  Level by level, batched over the regions ``(N, R_l, n_l)``: the
+pre-activation u_a = sum_{b in ch(a)} fbar_b W_ba + bias_a, the activation f_a = s(u_a) o u_a (s: the gate,
+Eq 1) and the output fbar_a, with fbar at the leaves = the inputs x and a linear top layer of n_0 = number of
+classes.  Batch Norm (hidden levels, per region) sits after the activation (``batch_norm=True`` or ``"after"``,
+Eq 10) or before the gate (``"before"``, Thm 9's premise): ``docs/theory.md`` §1.0, and :class:`StudentRecord`
+for every field of both placements.
 
 :meth:`LadderStudent.forward_backward` runs the forward pass and an explicit backward pass (Eq 1-2, BN by
 Thm 5) and records every per-example quantity and Delta W = E_x[fbar_child g_parent] (Eq 2), all equal to
@@ -148,6 +143,12 @@ def _check_int(value, name: str, low: int) -> int:
     return int(value)
 
 
+def _check_student(student) -> LadderStudent:
+    if not isinstance(student, LadderStudent):
+        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+    return student
+
+
 class LadderStudent(nn.Module):
     """Locally connected student of any ladder (see the module docstring).
 
@@ -226,6 +227,10 @@ class LadderStudent(nn.Module):
         # children per parent: a uniform tree's by arithmetic (the fast path needs no edge lists)
         kids = [[ladder.branching[l]] * ladder.num_regions[l] if uniform else
                 [len(ch) for ch in level_children(ladder, l)] for l in range(d)]
+        self._fast = uniform
+        gen = torch.Generator().manual_seed(seed)
+        n = self.widths
+        weights = []
         for l in range(d):
             if shared and len(set(kids[l])) != 1:
                 raise ValueError(f"shared: weight sharing needs every parent of a level to have the same number "
@@ -237,16 +242,11 @@ class LadderStudent(nn.Module):
             place = (chi % ladder.branching[l]) if uniform else torch.tensor(
                 [j for k in kids[l] for j in range(k)], dtype=torch.int64)
             self.register_buffer(f"edge_place_{l}", place, persistent=False)
-        self._fast = uniform
-        gen = torch.Generator().manual_seed(seed)
-        n = self.widths
-        weights = []
-        for l in range(d):
             # drawn child-major (blocks, n_{l+1}, n_l); fan_in of an edge = its parent's children's widths summed
             if shared:
                 fan_in = torch.full((kids[l][0],), float(kids[l][0] * n[l + 1]), dtype=torch.float64)
             else:
-                fan_in = torch.tensor(kids[l], dtype=torch.float64)[getattr(self, f"edge_parent_{l}")] * n[l + 1]
+                fan_in = torch.tensor(kids[l], dtype=torch.float64)[par] * n[l + 1]
             w = torch.randn(fan_in.numel(), n[l + 1], n[l], generator=gen, dtype=torch.float64)
             weights.append(nn.Parameter((w * init_scale / fan_in.sqrt()[:, None, None]).to(dtype)))
         self.weights = nn.ParameterList(weights)
@@ -369,14 +369,6 @@ class LadderStudent(nn.Module):
         return graph_pre_activation(self.edge_weights(level), inputs, bias, self.ladder.num_regions[level],
                                     self._plans[level], self.edge_index(level))
 
-    def _backward_level(self, level: int, g: torch.Tensor, inputs: torch.Tensor, need_raw: bool):
-        """Delta W of the level's edges ``(E_l, n_{l+1}, n_l)`` (Eq 2) and, if ``need_raw``, the raw gradient at the
-        children's outputs ``(R_{l+1}, n_{l+1}, N)`` (Eq 1, the sum over each child's parents)."""
-        W = self.edge_weights(level)
-        if self._fast:
-            return tree_backward(W, g, inputs, need_raw)
-        return graph_backward(W, g, inputs, need_raw, self._plans[level], self.edge_index(level))
-
     def _leaves(self, x: torch.Tensor) -> torch.Tensor:
         """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
         return x.to(self.weights[0].dtype).permute(1, 2, 0)
@@ -478,9 +470,8 @@ class LadderStudent(nn.Module):
                 nm["f_tilde"][l], sigma[l] = bn[1], bn[2]
             a = self.act(l)
             s = nm["slope"][l] = a.slope(gate_in, out=slot(l, "slope"))
-            nm["deriv"][l] = s if a.homogeneous else put(l, "deriv", a.derivative(gate_in))
-            if "deriv" in keys and a.homogeneous:  # the other level's activation needs its own slot
-                put(l, "deriv", s)
+            # (a homogeneous activation's f' is s: copied only where the other level's activation needs the slot)
+            nm["deriv"][l] = put(l, "deriv", s if a.homogeneous else a.derivative(gate_in))
             if before and has_bn:
                 nm["fbar"][l] = torch.mul(s, gate_in, out=slot(l, "fbar"))
                 continue
@@ -513,11 +504,11 @@ class LadderStudent(nn.Module):
                 nm["g_f"][l] = put(l, "g_f", bn_back(l, nm["g_raw"][l]) if has_bn else nm["g_raw"][l])
                 g = nm["g"][l] = torch.mul(nm["deriv"][l], nm["g_f"][l], out=slot(l, "g"))
             # Delta W_ba = E_x[fbar_b g_a] (Eq 2) per edge, and the raw gradient at the children's outputs:
-            # W g summed over each child's parents (Eq 1)
-            dW[l], raw = self._backward_level(l, g, inputs[l], l + 1 < d)
+            # W g summed over each child's parents (Eq 1; None below the leaves)
+            W, need_raw = self.edge_weights(l), l + 1 < d
+            dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw) if self._fast else graph_backward(
+                W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
             db[l] = g.mean(-1)
-            if raw is not None:
-                nm["g_raw"][l + 1] = raw
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
                             sigma=sigma, dW=dW, db=db, dc1=dc1, dc0=dc0, loss=loss_value,
                             stacked=buffers if stacked else None, stacked_fields=keys if stacked else None)
@@ -525,33 +516,33 @@ class LadderStudent(nn.Module):
         return rec
 
     # ------------------------------------------------------------------ updates
+    def _updates(self, rec: StudentRecord, weight_decay: float):
+        """Every parameter with its update: Delta W - 2 weight_decay W for the weights (a shared block the sum of its
+        edges', :meth:`shared_update`), db, dc1, dc0 for the biases and BN parameters."""
+        for l, W in enumerate(self.weights):
+            yield W, self.shared_update(rec.dW[l], l) - 2 * weight_decay * W
+            if self.biases is not None:
+                yield self.biases[l], rec.db[l]
+        if self.batch_norm:
+            for l in range(1, self.ladder.depth):
+                yield self.bn_scale[l - 1], rec.dc1[l]
+                yield self.bn_shift[l - 1], rec.dc0[l]
+
     @torch.no_grad()
     def apply_update(self, rec: StudentRecord, lr: float, weight_decay: float = 0.0) -> None:
         """Gradient descent step W += lr (Delta W - 2 weight_decay W) (Frobenius regularizer
         weight_decay * sum |W|_F^2 on the weights only); biases and BN parameters take
         their plain updates; shared blocks the sum of their edges' updates (:meth:`shared_update`)."""
-        for l, W in enumerate(self.weights):
-            W.add_(self.shared_update(rec.dW[l], l) - 2 * weight_decay * W, alpha=lr)
-            if self.biases is not None:
-                self.biases[l].add_(rec.db[l], alpha=lr)
-        if self.batch_norm:
-            for l in range(1, self.ladder.depth):
-                self.bn_scale[l - 1].add_(rec.dc1[l], alpha=lr)
-                self.bn_shift[l - 1].add_(rec.dc0[l], alpha=lr)
+        for param, update in self._updates(rec, weight_decay):
+            param.add_(update, alpha=lr)
 
     @torch.no_grad()
     def fill_grad(self, rec: StudentRecord, weight_decay: float = 0.0) -> None:
         """Write the explicit backward's update into every parameter's ``.grad``: -(Delta W - 2 weight_decay W) for
         the weights (Eq 2; a shared block the sum of its edges'), -db, -dc1, -dc0; so any ``torch.optim``
         optimizer steps on Eq 2's gradient (``SGD(lr)`` then takes the step of :meth:`apply_update`)."""
-        for l, W in enumerate(self.weights):
-            W.grad = -(self.shared_update(rec.dW[l], l) - 2 * weight_decay * W)
-            if self.biases is not None:
-                self.biases[l].grad = -rec.db[l]
-        if self.batch_norm:
-            for l in range(1, self.ladder.depth):
-                self.bn_scale[l - 1].grad = -rec.dc1[l]
-                self.bn_shift[l - 1].grad = -rec.dc0[l]
+        for param, update in self._updates(rec, weight_decay):
+            param.grad = -update
 
     def extra_repr(self) -> str:
         bn = self.bn_placement if self.batch_norm else False

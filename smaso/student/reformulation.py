@@ -1,30 +1,10 @@
 """The framework's reformulation (Thm 2 / Thm 4, Eq 9; Batch Norm by Eq 12): the student's
 per-event statistics predicted from the teacher's event frequencies and the student's weights.
 
-With P_ab = P(z_b | z_a) (``m_a x m_b``, one per parent-child edge (a, b)), the student's weights
-W_ba (``n_b x n_a``, per edge) and its gates D (forward) and D' (backward), level by level from the
-leaves (F = I for one-hot leaves, E[x | z] in general), on any ladder (a child's gradient sums over
-*every* parent; on a tree each region has one parent and this is the paper's recursion):
-
-    U_a  = sum_{b in ch(a)} P_ab Fbar_b W_ba + 1 bias_a^T        raw activation given z_a
-    F_a  = D_a o U_a                                               (Eq 9, forward)
-    Fbar_a = BN_p(F_a)   (Eq 12: mean and variance weighted by p = P(z_a)), else F_a
-
-and top-down from the label (squared loss: G_omega = I - F_omega, so G~_omega = diag(p) (I - F_omega);
-softmax cross-entropy: G_omega = I - softmax(F_omega) row-wise, see :func:`reformulate`'s ``top``):
-
-    G~raw_b = sum_{a in pa(b)} P_ab^T G~_a W_ba^T
-    G~_b    = D'_b o BN'_p(G~raw_b)          (Eq 9 backward; BN'_p: the projection of Eq 12)
-    Delta W_ba = (P_ab Fbar_b)^T G~_a,   Delta bias_a = 1^T G~_a          (Eq 9, update)
-
-With Batch Norm *before* the gate (``LadderStudent(batch_norm="before")``) Eq 12 acts on the
-pre-activation instead, and its projection on the gated gradient:
-
-    F_a    = BN_p(U_a)                     the normalized pre-activation (the gate's input)
-    Fbar_a = D_a o F_a                     (D_a = E[s(BN(u)) | z_a])
-    G~_b   = BN'_p(D'_b o G~raw_b)         (Eq 12 with the statistics of U_b: 1^T G~_b = 0, Thm 9)
-
-so ``Reformulation.F`` holds BN_p(U) there, matching the measured F = E[BN(u) | z]
+Level by level from the leaves (F = I for one-hot leaves, E[x | z] in general) and top-down from the label, on
+any ladder (a child's gradient sums over *every* parent; on a tree each region has one parent and this is the
+paper's recursion): the equations, with Batch Norm after or before the gate, are ``docs/theory.md`` §1.7.  With
+BN before the gate ``Reformulation.F`` holds BN_p(U), matching the measured F = E[BN(u) | z]
 (:class:`~smaso.student.network.StudentRecord`).  Each level is one ``einsum`` over its edges and one
 ``index_add`` into the parents (backward: the children), on the padded event layout of :mod:`teachers.statistics`.
 """
@@ -37,8 +17,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from smaso.student.batchnorm import bn_backward_weighted, bn_forward_weighted
 from smaso.student.frequency import FrequencyStatistics
-from smaso.student.network import LadderStudent
+from smaso.student.network import LadderStudent, _check_student
 from teachers.statistics import EventStatistics
 
 __all__ = ["Reformulation", "eq7_signs", "reformulate", "resolve_top", "top_gradient"]
@@ -69,19 +50,15 @@ class Reformulation:
 
 
 def _weighted_bn(F_: torch.Tensor, p: torch.Tensor, c1, c0, eps: float):
-    """Eq 12 forward per region: F_ ``(R, m, n)``, p ``(R, m)``."""
-    w = p[..., None]
-    mu = (w * F_).sum(1, keepdim=True)
-    sigma = ((w * (F_ - mu).pow(2)).sum(1, keepdim=True) + eps).sqrt()
-    F_tilde = (F_ - mu) / sigma
-    return c1[:, None, :] * F_tilde + c0[:, None, :], F_tilde, sigma
+    """Eq 12 forward per region (:func:`~smaso.student.batchnorm.bn_forward_weighted` over the events): F_
+    ``(R, m, n)``, p ``(R, m)``; returns ``(Fbar, F_tilde, sigma)``."""
+    fbar, f_tilde, _, sigma = bn_forward_weighted(F_.transpose(0, 1), p.T, c1, c0, eps)
+    return fbar.transpose(0, 1), f_tilde.transpose(0, 1), sigma
 
 
 def _weighted_bn_backward(G: torch.Tensor, F_tilde: torch.Tensor, p: torch.Tensor, sigma: torch.Tensor, c1):
-    """Eq 12 backward per region on P-weighted gradients ``(R, m, n)``."""
-    w = p[..., None]
-    proj = G - w * G.sum(1, keepdim=True) - w * F_tilde * (F_tilde * G).sum(1, keepdim=True)
-    return (c1[:, None, :] / sigma) * proj
+    """Eq 12 backward per region on P-weighted gradients ``(R, m, n)`` (of :func:`_weighted_bn`'s forward)."""
+    return bn_backward_weighted(G.transpose(0, 1), F_tilde.transpose(0, 1), p.T, sigma, c1).transpose(0, 1)
 
 
 def top_gradient(F_top: torch.Tensor, loss: str = "squared") -> torch.Tensor:
@@ -134,10 +111,8 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
         :func:`top_gradient` of the top activations F_omega (the predicted ones when ``propagate``, the
         measured E[f_omega | y] otherwise).  ``"measured"``: E[g_raw_omega | y] (``measured.Gf[0]``).
         Default (None): ``"measured"`` for ``loss="cross_entropy"`` with ``propagate=False`` (the one-step
-        error at level 0 is then the gate's alone), else ``"predicted"``.  For the squared loss the two agree
-        whenever F_omega is the measured one (the gradient is affine in f); for cross-entropy they differ by
-        the Jensen gap E[softmax(f) | y] - softmax(E[f | y]), 0 when f_omega is constant within each label
-        (Thm 3's fully informative ladder with one-hot leaves).
+        error at level 0 is then the gate's alone), else ``"predicted"``.  When the two differ (for cross-entropy,
+        by a Jensen gap): ``docs/theory.md`` §1.0, boundary conditions.
     :raises TypeError, ValueError: ``P`` or ``measured`` are not statistics of the student's ladder and widths;
         an unknown ``loss`` or ``top``.
     """
@@ -215,8 +190,7 @@ def _same_layout(a, b) -> bool:
 
 def _check(student: LadderStudent, P: EventStatistics, measured: FrequencyStatistics) -> None:
     """Raise unless ``P`` and ``measured`` are statistics of the student's ladder (and widths)."""
-    if not isinstance(student, LadderStudent):
-        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+    _check_student(student)
     if not isinstance(P, EventStatistics):
         raise TypeError(f"P: expected EventStatistics, got {type(P).__name__}")
     if isinstance(measured, (EventStatistics, torch.Tensor)) or not hasattr(measured, "D"):

@@ -1,20 +1,12 @@
 """Students as replicates: one comparison over K student seeds, and floors that cover what varies.
 
-The jackknife floor of :mod:`smaso.student.noise` covers the evaluation rows of *one* set of weights.  What a
-reader of a reported error wants to know is also how much it moves with the student's initialisation and
-minibatch order, and between the last checkpoints of a run.  :func:`compare_seeds` trains K students (one task
-each on an engine: this process, or Dask workers) and :func:`summarize_seeds` reports every number of
-:func:`~smaso.student.diagnosis.compare_statistics_to_theory` as
-
-* the **median** and the **range** (min, max) over the K seeds x the last ``last`` checkpoints of each run;
-* the **jackknife floor** beside it (the median over those runs and checkpoints);
-* the **seed noise**: the standard error of the mean over seeds, ``std_s(mean_c v_{s,c}) / sqrt(K)`` (each
-  seed first averaged over its last checkpoints, so that correlated checkpoints of one run count once);
-* **within noise** when the median is at most :data:`~smaso.student.noise.WITHIN_NOISE` (2) times the
-  larger of the floor and the seed noise (or below float64 round-off).
-
-The seed noise is the spread of the *central* value, not of one run: a term that is 0.4-1.35 over seeds is
-not "within noise" just because it varies; it is when its mean over students cannot be told from 0.
+The jackknife floor of :mod:`smaso.student.noise` covers the evaluation rows of *one* set of weights; a reported
+error also moves with the student's initialisation and minibatch order, and between the last checkpoints of a
+run.  :func:`compare_seeds` trains K students (one task each on an engine: this process, or Dask workers) and
+:func:`summarize_seeds` reports every number of :func:`~smaso.student.diagnosis.compare_statistics_to_theory`
+as its median and range over the K seeds x the last ``last`` checkpoints, beside the jackknife floor and the
+seeds' standard error (:class:`SeedSummary`; why the standard error of the central value and not the spread of
+one run: ``docs/theory.md`` §1.5).
 """
 
 from __future__ import annotations
@@ -81,8 +73,10 @@ class SeedSummary:
 
     ``levels[i]`` (and ``leaves``) hold, for each key of :data:`TERM_KEYS` and :data:`CONDITION_KEYS`: the median
     (under the key itself), ``*_min``, ``*_max``, ``*_floor`` (the jackknife's, median over runs), ``*_seed_se``
-    (the standard error of the mean over seeds) and ``within_noise`` (the keys whose median is at most 2x the
-    larger of the two).
+    (the standard error of the mean over seeds, std_s(mean_c v_{s,c}) / sqrt(K): each seed first averaged over
+    its last checkpoints, so that correlated checkpoints of one run count once) and ``within_noise`` (the keys
+    whose median is at most :data:`~smaso.student.noise.WITHIN_NOISE` (2) times the larger of the two, or below
+    float64 round-off).
     """
 
     seeds: list[int]

@@ -11,7 +11,7 @@ import numbers
 
 import torch
 
-from smaso.student.network import LadderStudent, _check_int
+from smaso.student.network import LadderStudent, _check_int, _check_student
 
 __all__ = ["TrainingDiverged", "check_hyper", "train_ladder_student"]
 
@@ -40,8 +40,7 @@ def train_ladder_student(student: LadderStudent, x: torch.Tensor, y: torch.Tenso
     :returns: the loss of every step (the batch's mean loss before that step's update).
     :raises TrainingDiverged: a non-finite loss or weight (the message names the step).
     """
-    if not isinstance(student, LadderStudent):
-        raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
+    _check_student(student)
     steps = _check_int(steps, "steps", 0)
     check_hyper("lr", lr, positive=True)
     check_hyper("weight_decay", weight_decay, positive=False)
