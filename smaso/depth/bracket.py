@@ -59,6 +59,14 @@ def _check_int(name: str, value, lo: int) -> int:
     return int(value)
 
 
+def _check_widths(widths: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or not widths:
+        raise ValueError(f"widths: expected at least one positive hidden width, got {widths!r}")
+    if any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or int(m) < 1 for m in widths):
+        raise ValueError(f"widths: expected positive integer hidden widths, got {list(widths)}")
+    return tuple(int(m) for m in widths)
+
+
 # ---------------------------------------------------------------------------------------------
 # exact L1 distance between tau^k and a continuous piecewise-linear function
 # ---------------------------------------------------------------------------------------------
@@ -452,9 +460,7 @@ def architecture_upper_bound(k: int, widths: Sequence[int]) -> Member:
     :func:`~smaso.depth.pieces.breakpoint_bound` ``(widths)`` it brackets that best error.
     """
     k = _check_int("k", k, 1)
-    if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or not widths:
-        raise ValueError(f"widths: expected at least one positive hidden width, got {widths!r}")
-    widths = tuple(_check_int("widths", m, 1) for m in widths)
+    widths = _check_widths(widths)
     best: Member | None = None
     for f in range(len(widths)):
         wide = [i for i in range(f) if widths[i] >= 2][:k]

@@ -17,6 +17,7 @@ layers of widths m_1..m_L has at most 2^(L-1) (m_1 + 1) m_2 ... m_L linear piece
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -112,21 +113,17 @@ def min_widths_for_pieces(pieces: int, depth: int) -> tuple[int, ...]:
         raise ValueError(f"pieces: expected a positive integer, got {pieces!r}")
     if isinstance(depth, bool) or not isinstance(depth, int | np.integer) or depth < 1:
         raise ValueError(f"depth: expected a positive integer, got {depth!r}")
-    memo: dict[tuple[int, int], tuple[int, ...]] = {}
 
+    @functools.cache
     def best(L: int, P: int) -> tuple[int, ...]:
-        if (L, P) in memo:
-            return memo[L, P]
         if L == 1:
-            out: tuple[int, ...] = (max(1, P - 1),)
-        else:
-            out = ()
-            # m_L beyond ceil(P / 2) cannot help: the rest needs a bound of 1 already at m_L = ceil(P / 2)
-            for m in range(1, max(1, -(-P // 2)) + 1):
-                cand = (*best(L - 1, -(-P // (2 * m))), m)
-                if not out or sum(cand) < sum(out):
-                    out = cand
-        memo[L, P] = out
+            return (max(1, P - 1),)
+        out: tuple[int, ...] = ()
+        # m_L beyond ceil(P / 2) cannot help: the rest needs a bound of 1 already at m_L = ceil(P / 2)
+        for m in range(1, max(1, -(-P // 2)) + 1):
+            cand = (*best(L - 1, -(-P // (2 * m))), m)
+            if not out or sum(cand) < sum(out):
+                out = cand
         return out
 
     return best(int(depth), int(pieces))

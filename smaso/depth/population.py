@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from smaso.depth.bracket import _check_int
+from smaso.depth.bracket import _check_int, _check_widths
 from smaso.depth.training import make_student, optimise
 from teachers.tent import tent_power
 
@@ -47,14 +47,6 @@ def member_seed(seed: int, member: int) -> int:
     (NumPy's ``SeedSequence``), so members of nearby population seeds are unrelated."""
     seed, member = _check_int("seed", seed, 0), _check_int("member", member, 0)
     return int(np.random.SeedSequence([seed, member]).generate_state(1, np.uint64)[0] >> np.uint64(1))
-
-
-def _check_widths(widths: Sequence[int]) -> tuple[int, ...]:
-    if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or not widths:
-        raise ValueError(f"widths: expected at least one positive hidden width, got {widths!r}")
-    if any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or int(m) < 1 for m in widths):
-        raise ValueError(f"widths: expected positive integer hidden widths, got {list(widths)}")
-    return tuple(int(m) for m in widths)
 
 
 class StudentPopulation(nn.Module):

@@ -81,13 +81,6 @@ class _Params:
             self.lookup = list(ladder.lookup)
 
 
-def _upward(params: _Params, ll: torch.Tensor) -> list[torch.Tensor]:
-    """lambda of every level ``(n, R_l, m_l)`` from leaf log-likelihoods ``ll`` ``(n, R_d, m_d)``
-    (0 = unobserved leaf).  Top-down: log p(x_obs below | z); bottom-up: log p(x_obs below, z)
-    (:func:`inference.sum_product.log_messages`, the exact posterior's upward pass)."""
-    return log_messages(params.ladder, ll.double())
-
-
 def _child_configs(lam_child: torch.Tensor, R: int, b: int) -> torch.Tensor:
     """Sum of children's log-messages for every child configuration: ``(n, R, mc^b)``."""
     n, _, mc = lam_child.shape
@@ -110,9 +103,13 @@ def _scatter_logsumexp(values: torch.Tensor, index: torch.Tensor, size: int) -> 
 
 
 def _prior_lambdas(params: _Params) -> list[torch.Tensor]:
-    """lambda with no leaf observed: ``(1, R_l, m_l)`` per level (top-down 0, bottom-up log P(z))."""
+    """lambda with no leaf observed: ``(1, R_l, m_l)`` per level (top-down 0, bottom-up log P(z)).
+
+    lambda of every level ``(n, R_l, m_l)`` comes from the leaf log-likelihoods ``(n, R_d, m_d)`` (0 = unobserved
+    leaf) by :func:`inference.sum_product.log_messages`, the exact posterior's upward pass: top-down
+    log p(x_obs below | z), bottom-up log p(x_obs below, z)."""
     lad = params.ladder
-    return _upward(params, torch.zeros(1, lad.num_regions[-1], lad.events[-1], dtype=torch.float64))
+    return log_messages(lad, torch.zeros(1, lad.num_regions[-1], lad.events[-1], dtype=torch.float64))
 
 
 def _others_sum(v: torch.Tensor, b: int) -> torch.Tensor:
@@ -187,7 +184,7 @@ def knowledge_terms(ladder: Ladder, x: torch.Tensor, z: torch.Tensor) -> list[di
     for s in range(0, x.shape[0], step):
         xc, zc = x[s: s + step], z[s: s + step]
         n = xc.shape[0]
-        lam = _upward(params, lad.emission.log_likelihood(xc).double())
+        lam = log_messages(lad, lad.emission.log_likelihood(xc).double())
         for l in range(1, lad.depth + 1):
             a = zc[:, off[l - 1]: off[l]][:, lad.parent_index(l)]  # (n, R_l) parent event of each child
             b = zc[:, off[l]: off[l + 1]]
@@ -242,7 +239,7 @@ def _exact_level(params: _Params, stats: EventStatistics, lam_prior: list[torch.
         leaf_events = (k[:, None] // radix) % md  # (K, L): config of the leaves under one region
         leaves = leaf_events.repeat(1, lad.num_regions[obs_level])  # every region of obs_level gets it
         ll = lad.emission.log_likelihood(one_hot(leaves, md, torch.float64))
-        lam = _upward(params, ll)
+        lam = log_messages(lad, ll.double())
         sib = lam_prior if condition == "focus" else lam
         J = _pair_tables(params, stats, lam, sib, l).exp()  # (K, R_l, mp, mc)
         h_joint -= torch.special.xlogy(J, J).sum((0, 2, 3))

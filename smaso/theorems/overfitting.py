@@ -376,13 +376,6 @@ def update_crossing(ns: Sequence[int] = tuple(2 ** k for k in range(3, 13)), *, 
             "bracket": (above, below), "predicted_crossing_N": pred, **mom}
 
 
-def _top_events(sample: LadderSample) -> torch.Tensor:
-    """Joint code of (y, z_alpha, z_gamma) per example, in [0, 8)."""
-    y = sample.y
-    z1 = sample.events(1)
-    return y * 4 + z1[:, ALPHA] * 2 + z1[:, GAMMA]
-
-
 def minibatch_tv(sample: LadderSample, batch_sizes: Sequence[int], *, num_batches: int = 64, seed: int = 0) -> list:
     """SGD's perturbed P (§5.3): total-variation distance between the minibatch and full-data
     frequencies P_hat(z_omega, z_alpha, z_gamma) (the joint of the top events, whose marginals
@@ -401,7 +394,8 @@ def minibatch_tv(sample: LadderSample, batch_sizes: Sequence[int], *, num_batche
         raise ValueError("batch_sizes: expected at least one batch size")
     if max(bss) > n:
         raise ValueError(f"batch_sizes: {max(bss)} exceeds the sample size {n}")
-    code = _top_events(s)
+    z1 = s.events(1)
+    code = s.y * 4 + z1[:, ALPHA] * 2 + z1[:, GAMMA]  # joint code of (y, z_alpha, z_gamma), in [0, 8)
     full = torch.bincount(code, minlength=8).double() / n
     g = torch.Generator().manual_seed(int(seed))
     rows = []
