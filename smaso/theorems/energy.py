@@ -241,11 +241,7 @@ def plot_energy(sample: LadderSample, lr: float = 0.05, steps: int = 400, path: 
 
     :returns: ``(figure, {"bn": EnergyTrajectory, "no_bn": EnergyTrajectory})``.
     """
-    import matplotlib
-
-    if not os.environ.get("MPLBACKEND"):
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from smaso.plots._base import plt, save_figure
 
     runs = {"bn": energy_drift(sample, lr, steps, True, **kwargs),
             "no_bn": energy_drift(sample, lr, steps, False, **kwargs)}
@@ -266,7 +262,5 @@ def plot_energy(sample: LadderSample, lr: float = 0.05, steps: int = 400, path: 
     ax2.legend()
     fig.tight_layout()
     if path is not None:
-        from smaso.plots import save_figure
-
         save_figure(fig, path, dpi=120)
     return fig, runs

@@ -22,20 +22,17 @@ import math
 import os
 from collections.abc import Sequence
 
-import matplotlib
 import numpy as np
 import torch
 from scipy.special import gammaln
 
-matplotlib.use("Agg") if not os.environ.get("MPLBACKEND") else None
-import matplotlib.pyplot as plt  # noqa: E402
-
-from smaso.student.frequency import collect_statistics  # noqa: E402
-from smaso.student.network import LadderStudent  # noqa: E402
-from smaso.theorems.conditions import _positive_int  # noqa: E402
-from teachers.emission import GaussianEmission  # noqa: E402
-from teachers.ladder import Ladder  # noqa: E402
-from teachers.sampling import LadderSample, sample_ladder  # noqa: E402
+from smaso.plots._base import finish_figure, plt
+from smaso.student.frequency import collect_statistics
+from smaso.student.network import LadderStudent
+from smaso.theorems.conditions import _positive_int
+from teachers.emission import GaussianEmission
+from teachers.ladder import Ladder
+from teachers.sampling import LadderSample, sample_ladder
 
 __all__ = ["ALPHA", "CROSSING_LADDER", "GAMMA", "default_student", "expected_abs_eps", "minibatch_tv",
            "overfitting_ladder", "plot_overfitting", "spurious_correlation", "update_crossing", "update_curve",
@@ -450,9 +447,4 @@ def plot_overfitting(rows: Sequence[dict], path: str | os.PathLike | None = None
         ax.set_ylabel(r"TV(minibatch $\hat P$, full $\hat P$)")
         ax.set_title("SGD: perturbed P")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    if path is not None:
-        from smaso.plots import save_figure
-
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path)

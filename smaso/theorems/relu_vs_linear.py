@@ -18,17 +18,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import matplotlib
 import numpy as np
 import torch
 from scipy.optimize import linprog
 
-matplotlib.use("Agg") if not os.environ.get("MPLBACKEND") else None
-import matplotlib.pyplot as plt  # noqa: E402
-
-from smaso.theorems.conditions import _positive_int  # noqa: E402
-from teachers.ladder import Ladder  # noqa: E402
-from teachers.statistics import EventStatistics, exact_statistics  # noqa: E402
+from smaso.plots._base import finish_figure, plt
+from smaso.theorems.conditions import _positive_int
+from teachers.ladder import Ladder
+from teachers.statistics import EventStatistics, exact_statistics
 
 __all__ = [
     "ReluIdentityConstruction",
@@ -518,9 +515,4 @@ def plot_relu_vs_linear(ms: Sequence[int], path: str | os.PathLike | None = None
     ax.set_title(f"ReLU vs linear (Thm 6): {children} children x {child_events} events, all-vert P")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    if path is not None:
-        from smaso.plots import save_figure
-
-        save_figure(fig, path)
-    return fig, rows
+    return finish_figure(fig, path), rows
