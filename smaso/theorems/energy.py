@@ -1,20 +1,13 @@
 """The conserved row energy of Batch Norm (framework paper §7.5.1, Eq 80-81; ``docs/theory.md`` §1.12
-has the derivation, the bias and bn_eps precisions and the discrete-step drift rates).
+has Eq 80 with the bias, why E_x[u_j g_j] = 0 at BN levels, the bias and bn_eps precisions and the
+discrete-step drift rates).
 
-For a node j with pre-activation u_j = sum_{k in ch(j)} w_jk fbar_k + b_j (summed over *all* incoming
-weights: the column ``W[l][c, :, j]`` of every child region c of j's region)
-
-    sum_k w_jk Delta w_jk + b_j Delta b_j = E_x[u_j g_j]                               (Eq 80)
-
-and E_x[u_j g_j] = E_x[f_j g_f_j] = 0 exactly (bn_eps = 0) at every BN level for a positively homogeneous
-activation, so under gradient flow the augmented row energy E_j = 1/2 (sum_k w_jk^2 + b_j^2) is constant
-(Eq 81; ``include_bias=False``: the paper's 1/2 ||W_j.||^2).  A discrete step W += lr Delta W changes E_j
-by exactly lr^2/2 (|Delta W_j.|^2 + Delta b_j^2) with BN.  :func:`row_energies` covers the hidden levels
-1..d-1 (the top has no BN).
-
-:func:`energy_drift` trains a :class:`~smaso.student.network.LadderStudent` by full-batch gradient descent
-and records the energies; :func:`drift_exponent` fits the exponent; :func:`plot_energy` draws the
-energy over training with and without BN.
+A node's energy sums *all* its incoming weights: the column ``W[l][c, :, j]`` of every child region c of
+j's region.  :func:`row_energies` (hidden levels 1..d-1; the top has no BN), :func:`energy_rates` and
+:func:`ug_correlation` are the terms of Eq 80-81; :func:`energy_drift` trains a
+:class:`~smaso.student.network.LadderStudent` by full-batch gradient descent and records the energies;
+:func:`drift_exponent` fits the exponent; :func:`plot_energy` draws the energy over training with and
+without BN.
 """
 
 from __future__ import annotations

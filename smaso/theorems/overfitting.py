@@ -1,19 +1,10 @@
-"""Over-fitting from finite samples (framework paper §5.3, Eq 14-17; ``docs/theory.md`` §1 has the
-argument and the departures).
+"""Over-fitting from finite samples (framework paper §5.3, Eq 14-17; ``docs/theory.md`` §1.11 has the
+argument, the functions and the departures).
 
 The paper's example as a ladder (:func:`overfitting_ladder`): the label y = z_omega = z_alpha (Eq 14) has
 two child regions with one Gaussian leaf each, alpha barely separable, gamma easily separable and
-independent of the label.
-
-* Eq 15: gamma's spurious correlation eps = P_hat(y=1 | z_gamma=1) - 1/2 ~ 1/sqrt(N)
-  (:func:`spurious_correlation`, :func:`expected_abs_eps`).
-* Eq 16-17: |Delta W| into the top from alpha (weak features, strong signal) and from gamma (strong
-  features, spurious signal): :func:`update_magnitudes`, swept over N by :func:`update_curve`; the
-  crossing N at which alpha's update takes over: :func:`update_crossing`.
-* SGD's perturbed P_hat: minibatch frequencies at total-variation distance ~ 1/sqrt(B) (:func:`minibatch_tv`).
-
-:func:`default_student` has zero top weights and biases and cross entropy, so the first top gradient is
-g_0 = onehot(y) - 1/2, a function of the label only, as Eq 16-17 assume.
+independent of the label.  Eq 15: :func:`spurious_correlation`; Eq 16-17: :func:`update_magnitudes`,
+:func:`update_curve`, :func:`update_crossing`; SGD's perturbed P_hat: :func:`minibatch_tv`.
 """
 
 from __future__ import annotations
