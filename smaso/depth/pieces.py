@@ -1,17 +1,10 @@
-"""Exact linear pieces of a 1-D piecewise-linear network (``docs/theory.md`` §2).
+"""Exact linear pieces of a 1-D piecewise-linear network (``docs/theory.md`` §2.2: the breakpoint lemma,
+:func:`breakpoint_bound`, and how :func:`count_pieces` counts).
 
-A network with scalar input and scalar output built from affine layers and the piecewise-linear
-activations ReLU, leaky ReLU and absolute value is a continuous piecewise-linear function.
-:func:`count_pieces` finds its pieces on ``[lo, hi]`` *exactly* (not by sampling): the input
-is the single piece ``x -> x``; every affine layer maps the per-piece (slope, intercept) of each
-unit linearly; before every activation, each unit's pre-activation ``s x + c`` on each piece is
-solved for its zero ``x* = -c / s`` in float64, the crossings inside a piece split it, and the
-activation's gate (read at the midpoint of each refined piece) multiplies slope and intercept.
-Finally adjacent pieces whose output slopes and intercepts coincide (to a tolerance) are
-merged, so the count is that of the *maximal* linear pieces of the function.
-
-:func:`breakpoint_bound` is the lecture's lemma (seed ``001``): a ReLU network with L hidden
-layers of widths m_1..m_L has at most 2^(L-1) (m_1 + 1) m_2 ... m_L linear pieces.
+:func:`count_pieces` propagates the per-piece (slope, intercept) of every unit through the affine layers;
+before each activation (ReLU, leaky ReLU, absolute value) it splits a piece at every zero ``x* = -c / s`` of a
+unit's pre-activation (in float64) and reads the gate at the refined pieces' midpoints; at the end it merges
+neighbours whose slopes and intercepts coincide (to a tolerance), so the count is that of the *maximal* pieces.
 """
 
 from __future__ import annotations

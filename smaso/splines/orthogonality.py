@@ -146,9 +146,7 @@ class GramSchmidt(nn.Module):
     """
 
     def forward(self, W: torch.Tensor) -> torch.Tensor:
-        if W.dim() > 2:
-            return gram_schmidt(W.flatten(1)).reshape(W.shape)
-        return gram_schmidt(W)
+        return gram_schmidt(W.flatten(1)).reshape(W.shape)  # a 2-D weight passes through unchanged in shape
 
 
 class _FlattenedFilters(nn.Module):

@@ -1,20 +1,12 @@
 """Thm 2's knowledge conditions measured on the teacher alone, before any student (framework paper §3.2,
-Thm 2; ``docs/theory.md`` §1.5 has the definitions and the measured values).
+Thm 2; ``docs/theory.md`` §1.5 has the definitions, both methods and the measured values).
 
-For a region alpha of level l-1 and a child region beta of level l, in nats (>= 0, 0 exactly when the
-condition holds):
-
-- *focus of knowledge*      P(x_beta | z_alpha, z_beta) = P(x_beta | z_beta): I_focus = I(x_beta; z_alpha | z_beta),
-- *broadness of knowledge*  P(x_alpha | z_alpha, z_beta) = P(x_alpha | z_alpha): I_broad = I(x_alpha; z_beta | z_alpha).
-
-``focus_normalized`` = I_focus / H(z_alpha | z_beta) and ``broadness_normalized`` = I_broad / H(z_beta | z_alpha)
-lie in [0, 1] (0 where the entropy is at most ``ENTROPY_TOL``).
-
-``method="exact"`` (one-hot leaves) enumerates the leaf configurations under the observed region (at most
-``max_configs``), gets the joint p(z_alpha, z_beta, x) by sum-product (:mod:`inference.sum_product`) and
-takes I = H(u, x) + H(u, v) - H(u) - H(u, v, x), u the conditioning event.  ``method="monte_carlo"`` (any
-emission) averages log P(z_alpha | x_beta, z_beta) - log P(z_alpha | z_beta) (resp. the broadness analogue)
-over n seeded examples with exact posteriors, standard error std / sqrt(n) (:func:`knowledge_terms`).
+For a region alpha of level l-1 and a child region beta of level l, in nats (0 exactly when the condition
+holds): I_focus = I(x_beta; z_alpha | z_beta) and I_broad = I(x_alpha; z_beta | z_alpha); ``focus_normalized``
+and ``broadness_normalized`` divide them by H(z_alpha | z_beta) and H(z_beta | z_alpha) (0 where the entropy is
+at most ``ENTROPY_TOL``).  ``method="exact"`` takes I = H(u, x) + H(u, v) - H(u) - H(u, v, x), u the
+conditioning event, over the enumerated leaf configurations (at most ``max_configs``); ``method="monte_carlo"``
+averages :func:`knowledge_terms` over n seeded examples, standard error std / sqrt(n).
 
 Pair tables (both methods): T[a, b] = log p(z_alpha = a, z_beta = b, x_S), S the observed leaves; top-down
 log P(a) + log P(b | a) + lambda_beta(b) + sum_{siblings s} msg_s(a), bottom-up a logsumexp over alpha's

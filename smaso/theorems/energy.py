@@ -126,11 +126,6 @@ class EnergyTrajectory:
         return sum(e.flatten(1).sum(1) for e in self.energies.values())
 
 
-def _relative_drift(energies: dict[int, torch.Tensor]) -> torch.Tensor:
-    rel = [((e - e[:1]).abs() / e[:1]).flatten(1).amax(1) for e in energies.values()]
-    return torch.stack(rel, 0).amax(0)
-
-
 def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, *, student: LadderStudent | None = None,
                  width: int | list[int] = 4, bias: bool = False, include_bias: bool | None = None,
                  activation: str = "relu", bn_eps: float = 0.0, init_scale: float = 1.0, seed: int = 0,
@@ -196,7 +191,7 @@ def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, 
         energies[l].append(e)
     losses.append(student.forward_backward(x, y, loss=loss).loss)
     energies = {l: torch.stack(v) for l, v in energies.items()}
-    rel = _relative_drift(energies)
+    rel = torch.stack([((e - e[:1]).abs() / e[:1]).flatten(1).amax(1) for e in energies.values()], 0).amax(0)
     return EnergyTrajectory(float(lr), int(steps), bool(student.batch_norm), bool(include_bias), energies, rel,
                             float(rel.max()), {l: torch.stack(v) for l, v in incr.items()},
                             {l: torch.stack(v) for l, v in first.items()}, torch.tensor(losses, dtype=torch.float64))
