@@ -243,7 +243,7 @@ def test_architecture_member_fits_exactly_when_the_widths_can_and_matches_the_cl
     (lambda: class_max_pieces(0, 4), "depth: expected an integer >= 1"),
     (lambda: class_upper_bound(4, 2, 0), "nodes: expected an integer >= 1"),
     (lambda: architecture_upper_bound(4, ()), "widths: expected at least one positive hidden width"),
-    (lambda: architecture_upper_bound(4, (2, 0)), "widths: expected an integer >= 1"),
+    (lambda: architecture_upper_bound(4, (2, 0)), "widths: expected positive integer hidden widths"),
     (lambda: architecture_upper_bound(0, (2,)), "k: expected an integer >= 1"),
 ])
 def test_bad_arguments_raise_clear_errors(call, match):

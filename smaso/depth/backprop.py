@@ -1,16 +1,6 @@
-"""Back-propagation written out (``docs/theory.md`` §2, seed ``001``: the lecture's recursion).
-
-For a plain MLP h_0 = x, a_i = h_{i-1} W_i^T + b_i, h_i = g_i(a_i) (i = 1..F) and the squared
-loss L = ||h_F - y||^2 (averaged over the batch):
-
-- forward pass: store every h_u and g'(a_u);
-- output layer: delta[F] = 2 (h_F - y) g'(a_F);
-- backward pass: delta[u] = g'(a_u) sum_{v: u -> v} delta[v] w[u -> v]  (one matrix product per layer);
-- gradients: dL/dw[u -> v] = delta[v] h_u and dL/db[v] = delta[v], averaged over the batch.
-
-Optionally the Frobenius regularizer lambda sum_i ||W_i||_F^2 adds 2 lambda W_i to dL/dW_i.
-:func:`chain_rule_example` is the notes' warm-up: the derivative of a small computation graph as
-the sum over its paths of the products of the partial derivatives along each path.
+"""Back-propagation written out (``docs/theory.md`` §2.5, seed ``001``: the lecture's delta recursion) for a
+plain MLP h_0 = x, a_i = h_{i-1} W_i^T + b_i, h_i = g_i(a_i) with the batch-averaged squared loss and the
+optional Frobenius regularizer (§2.4); :func:`chain_rule_example` is the notes' warm-up (§2.6).
 """
 
 from __future__ import annotations

@@ -1,23 +1,18 @@
-"""How well *any* network of a class can approximate tau^k: a certified bracket (``docs/theory.md`` §2).
+"""How well *any* network of a class can approximate tau^k: a certified bracket (``docs/theory.md`` §2.3
+states both bounds, their arguments and the recorded brackets).
 
 The depth-separation theorem (seed ``001``) bounds the L1 error ``integral_0^1 |tau^k - h|`` of every
 ReLU network h of depth L with at most 2^L nodes.  This module brackets the best error a member of such
 a class can reach:
 
 - **Lower bound, certified** (:func:`l1_lower_bound`): every member has at most T linear pieces
-  (:func:`class_max_pieces`), and every continuous piecewise-linear h with at most T pieces on [0, 1]
-  has ``integral |tau^k - h| >= max(B_teeth, B_runs)``.  *teeth*: at most T - 1 of the 2^(k-1) teeth
-  (width w = 2^(1-k)) hold a breakpoint, and on the others the best affine fit is the constant 1/2
-  (Markov's criterion), so ``B_teeth = (2^(k-1) - (T - 1))_+ w / 4``.  *runs*: at least 2^k - T of the
-  2^k - 1 kink windows (width s = 2^-k, cut where tau^k = 1/2) hold no breakpoint, in at most T runs;
-  a run of r windows costs at least s (r/4 - d(r)) (:func:`run_deficit`, an L1-duality certificate), so
-  ``B_runs = s ((2^k - T) / 4 - D)``, D the largest total deficit (:func:`_deficit_line_bound`).  The
-  only numerical steps (the LP and float64 sums) are accounted for; :func:`brute_force_min` (small k
-  and T) shows the gap to the true minimum.
+  (:func:`class_max_pieces`); the *teeth* bound ``(2^(k-1) - (T - 1))_+ 2^(1-k) / 4`` and the *runs* bound
+  ``2^-k ((2^k - T) / 4 - D)``, D the largest total deficit (:func:`_deficit_line_bound`) of the kink-window
+  runs (:func:`run_deficit`, an L1-duality certificate).  :func:`brute_force_min` (small k and T) shows
+  the gap to the true minimum.
 - **Upper bound, explicit** (:func:`class_upper_bound`, :func:`architecture_upper_bound`): a member built
-  by hand, j width-2 tent layers (tau^j preserves Lebesgue measure on each of its monotone pieces) then
-  a layer that follows tau^(k-j) on its first pieces and stays at 1/2 (:func:`follow_then_flat`), its
-  error recomputed exactly from the network's pieces (:func:`pieces_l1_to_tent`).
+  by hand, j width-2 tent layers then a layer that follows tau^(k-j) on its first pieces and stays at 1/2
+  (:func:`follow_then_flat`), its error recomputed exactly from the network's pieces (:func:`pieces_l1_to_tent`).
 """
 
 from __future__ import annotations
@@ -57,6 +52,14 @@ def _check_int(name: str, value, lo: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < lo:
         raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
     return int(value)
+
+
+def _check_widths(widths: Sequence[int]) -> tuple[int, ...]:
+    if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or not widths:
+        raise ValueError(f"widths: expected at least one positive hidden width, got {widths!r}")
+    if any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or int(m) < 1 for m in widths):
+        raise ValueError(f"widths: expected positive integer hidden widths, got {list(widths)}")
+    return tuple(int(m) for m in widths)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -452,9 +455,7 @@ def architecture_upper_bound(k: int, widths: Sequence[int]) -> Member:
     :func:`~smaso.depth.pieces.breakpoint_bound` ``(widths)`` it brackets that best error.
     """
     k = _check_int("k", k, 1)
-    if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or not widths:
-        raise ValueError(f"widths: expected at least one positive hidden width, got {widths!r}")
-    widths = tuple(_check_int("widths", m, 1) for m in widths)
+    widths = _check_widths(widths)
     best: Member | None = None
     for f in range(len(widths)):
         wide = [i for i in range(f) if widths[i] >= 2][:k]

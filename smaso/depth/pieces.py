@@ -1,22 +1,16 @@
-"""Exact linear pieces of a 1-D piecewise-linear network (``docs/theory.md`` §2).
+"""Exact linear pieces of a 1-D piecewise-linear network (``docs/theory.md`` §2.2: the breakpoint lemma,
+:func:`breakpoint_bound`, and how :func:`count_pieces` counts).
 
-A network with scalar input and scalar output built from affine layers and the piecewise-linear
-activations ReLU, leaky ReLU and absolute value is a continuous piecewise-linear function.
-:func:`count_pieces` finds its pieces on ``[lo, hi]`` *exactly* (not by sampling): the input
-is the single piece ``x -> x``; every affine layer maps the per-piece (slope, intercept) of each
-unit linearly; before every activation, each unit's pre-activation ``s x + c`` on each piece is
-solved for its zero ``x* = -c / s`` in float64, the crossings inside a piece split it, and the
-activation's gate (read at the midpoint of each refined piece) multiplies slope and intercept.
-Finally adjacent pieces whose output slopes and intercepts coincide (to a tolerance) are
-merged, so the count is that of the *maximal* linear pieces of the function.
-
-:func:`breakpoint_bound` is the lecture's lemma (seed ``001``): a ReLU network with L hidden
-layers of widths m_1..m_L has at most 2^(L-1) (m_1 + 1) m_2 ... m_L linear pieces.
+:func:`count_pieces` propagates the per-piece (slope, intercept) of every unit through the affine layers;
+before each activation (ReLU, leaky ReLU, absolute value) it splits a piece at every zero ``x* = -c / s`` of a
+unit's pre-activation (in float64) and reads the gate at the refined pieces' midpoints; at the end it merges
+neighbours whose slopes and intercepts coincide (to a tolerance), so the count is that of the *maximal* pieces.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -112,21 +106,17 @@ def min_widths_for_pieces(pieces: int, depth: int) -> tuple[int, ...]:
         raise ValueError(f"pieces: expected a positive integer, got {pieces!r}")
     if isinstance(depth, bool) or not isinstance(depth, int | np.integer) or depth < 1:
         raise ValueError(f"depth: expected a positive integer, got {depth!r}")
-    memo: dict[tuple[int, int], tuple[int, ...]] = {}
 
+    @functools.cache
     def best(L: int, P: int) -> tuple[int, ...]:
-        if (L, P) in memo:
-            return memo[L, P]
         if L == 1:
-            out: tuple[int, ...] = (max(1, P - 1),)
-        else:
-            out = ()
-            # m_L beyond ceil(P / 2) cannot help: the rest needs a bound of 1 already at m_L = ceil(P / 2)
-            for m in range(1, max(1, -(-P // 2)) + 1):
-                cand = (*best(L - 1, -(-P // (2 * m))), m)
-                if not out or sum(cand) < sum(out):
-                    out = cand
-        memo[L, P] = out
+            return (max(1, P - 1),)
+        out: tuple[int, ...] = ()
+        # m_L beyond ceil(P / 2) cannot help: the rest needs a bound of 1 already at m_L = ceil(P / 2)
+        for m in range(1, max(1, -(-P // 2)) + 1):
+            cand = (*best(L - 1, -(-P // (2 * m))), m)
+            if not out or sum(cand) < sum(out):
+                out = cand
         return out
 
     return best(int(depth), int(pieces))

@@ -1,11 +1,9 @@
-"""Many random restarts trained as one: a population of 1-D ReLU students (``docs/theory.md`` §2.4).
+"""Many random restarts trained as one: a population of 1-D ReLU students (``docs/theory.md`` §2.3, "Many
+restarts as one network": why member r ends where it would if trained alone, checked against ``torch.optim``).
 
-:class:`StudentPopulation` stacks R independent ReLU networks R -> R of the same hidden widths into batched
-weights (hidden layer i: ``(R, m_i, m_{i-1})``), and :func:`train_population` trains them with one forward,
-one backward and one optimiser step per minibatch.  The loss is the *sum* of the members' own losses and
-SGD and Adam act element-wise, so member r ends where :meth:`StudentPopulation.member` ``(r)``, trained
-alone on the same minibatches with ``torch.optim``, ends; the best member is "the best of R restarts"
-(:func:`population_l1_error`).  Member r is seeded by :func:`member_seed` ``(seed, r)`` alone.
+:class:`StudentPopulation` holds R networks as batched weights, :func:`train_population` trains them with one
+step per minibatch, :func:`population_l1_error` finds the best of R; member r is seeded by
+:func:`member_seed` ``(seed, r)`` alone.
 
 Initialisations (``init=``): ``"torch"`` (PyTorch's default, as :func:`smaso.depth.training.make_student`),
 ``"spread"`` (``make_student(init="spread")``), ``"data"``: every hidden unit gets N(0, 1) input weights, a
@@ -24,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from smaso.depth.bracket import _check_int
+from smaso.depth.bracket import _check_int, _check_widths
 from smaso.depth.training import make_student, optimise
 from teachers.tent import tent_power
 
@@ -47,14 +45,6 @@ def member_seed(seed: int, member: int) -> int:
     (NumPy's ``SeedSequence``), so members of nearby population seeds are unrelated."""
     seed, member = _check_int("seed", seed, 0), _check_int("member", member, 0)
     return int(np.random.SeedSequence([seed, member]).generate_state(1, np.uint64)[0] >> np.uint64(1))
-
-
-def _check_widths(widths: Sequence[int]) -> tuple[int, ...]:
-    if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or not widths:
-        raise ValueError(f"widths: expected at least one positive hidden width, got {widths!r}")
-    if any(isinstance(m, bool) or not isinstance(m, (int, np.integer)) or int(m) < 1 for m in widths):
-        raise ValueError(f"widths: expected positive integer hidden widths, got {list(widths)}")
-    return tuple(int(m) for m in widths)
 
 
 class StudentPopulation(nn.Module):

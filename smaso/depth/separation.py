@@ -1,15 +1,9 @@
-"""The depth-separation experiment of the lecture notes (``docs/theory.md`` §2, seed ``001``, which also
-lists the departures and the recorded results).
+"""The depth-separation experiment of the lecture notes (``docs/theory.md`` §2.3, seed ``001``: the theorem,
+the students :func:`depth_separation` puts side by side, the departures and the recorded results).
 
-Target: f = tau^k on [0, 1] (tau the tent map, 2^k linear pieces); the theorem takes k = L^2 and states
-that every ReLU network of depth L with at most 2^L hidden nodes has integral_0^1 |f - h| >= 1/8
-(claimed here for L >= 2 only: a depth-1 network with 2 nodes computes tau).  :func:`depth_separation`
-puts per L ``"theorem"`` students (depth L, <= 2^L nodes, trained on tau^k, with the class's certified
-bracket :func:`smaso.depth.bracket.class_bracket`), ``"control"`` students (the same on the representable
-tau^L) and ``"deep"`` students (depth k) side by side; every row also carries the bracket of its own widths
-(:meth:`DepthRow.inside`).  L1 errors are measured on a fine grid (:func:`l1_error`) and pieces counted
-exactly (:func:`smaso.depth.pieces.count_pieces`); :func:`piece_survey` counts the pieces of random,
-trained and tent networks; the figures live in :mod:`smaso.plots.depth`.
+L1 errors are measured on a fine grid (:func:`l1_error`) and pieces counted exactly
+(:func:`smaso.depth.pieces.count_pieces`); :func:`piece_survey` counts the pieces of random, trained and
+tent networks; the figures live in :mod:`smaso.plots.depth`.
 """
 
 from __future__ import annotations
@@ -217,7 +211,7 @@ def depth_separation(Ls: Sequence[int] = (1, 2, 3, 4), *, target: str = "L^2", s
                      n_train: int = 4096, population: int = 0, deep_population: int = 0, population_lr: float = 0.1,
                      population_loss: str = "l1", population_seed: int = 0, progress: bool = False,
                      engine=None) -> list[DepthRow]:
-    """Run the experiment for each L (module docstring): theorem students with their certified
+    """Run the experiment for each L (``docs/theory.md`` §2.3): theorem students with their certified
     bracket, controls on the representable tau^L, and deep students.
 
     :param target: ``"L^2"`` (the theorem: k = L^2) or ``"2L"`` (k = 2L, a cheaper deep target).

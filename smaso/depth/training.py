@@ -37,17 +37,14 @@ def make_student(widths: Sequence[int], seed: int = 0, dtype: torch.dtype = DT, 
     # touching the global RNG
     gen = torch.Generator().manual_seed(seed)
     dims = [1, *map(int, widths), 1]
-    linears = []
+    layers: list[nn.Module] = []
     for a, b in itertools.pairwise(dims):
         lin = nn.Linear(a, b, device="meta").to_empty(device="cpu")  # meta: its own init draws nothing
         with torch.no_grad():
             nn.init.kaiming_uniform_(lin.weight, a=math.sqrt(5), generator=gen)
             lin.bias.uniform_(-1 / math.sqrt(a), 1 / math.sqrt(a), generator=gen)
-        linears.append(lin)
-    layers: list[nn.Module] = []
-    for lin in linears[:-1]:
         layers += [lin, nn.ReLU()]
-    net = nn.Sequential(*layers, linears[-1]).to(dtype)
+    net = nn.Sequential(*layers[:-1]).to(dtype)  # no ReLU after the output layer
     if init == "spread":
         gen = torch.Generator().manual_seed(seed)
         with torch.no_grad():

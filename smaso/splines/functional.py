@@ -1,12 +1,7 @@
-"""The beta-VQ family of "From Hard to Soft" (``docs/theory.md`` §3.6, Table 1) as stable functions.
-
-A unit u = <W_k, x> + b_k of a MASO layer picks one of R affine pieces (Eq 1-2, hard VQ).  beta-VQ
-inference (Eq 7-9) replaces the argmax by the region probabilities t = softmax(eta (<A,x> + B)),
-eta = beta / (1 - beta), and outputs z = sum_r t_r (<A_r,x> + B_r): for ReLU, leaky ReLU, the absolute
-value and max pooling, the closed forms of Table 1 (``beta_swish``, ``beta_leaky_relu``, ``beta_abs``,
-``softmax_pool``) and their VQ probabilities (``vq_probability_*``).
-beta = 1 is the hard MASO (ReLU, leaky ReLU, |u|, max) and beta = 0 the linear limit (u / 2,
-(1 + nu) u / 2, 0, the average); both are computed exactly (dedicated branches), not approached.
+"""The beta-VQ family of "From Hard to Soft" (``docs/theory.md`` §3.6, Table 1: the closed forms, their beta = 0 /
+1 limits and the PyTorch conventions they follow) as stable functions: ``beta_swish``, ``beta_leaky_relu``,
+``beta_abs``, ``softmax_pool`` and their VQ probabilities (``vq_probability_*``), with eta = beta / (1 - beta).
+beta = 1 (hard) and beta = 0 (linear) are computed exactly by dedicated branches, not approached.
 
 Numerics.  A Python ``beta`` in (0, 1) gives a finite float64 eta; a tensor beta of exactly 1 gives the
 largest float32.  v = eta u is clamped to the dtype's largest finite value (where sigma and tanh are
@@ -19,15 +14,12 @@ bit ``u * torch.sigmoid(eta * u)`` and whose backward is PyTorch's fused ``silu_
 (d/du [u sigma(eta u)] = silu'(eta u)); each direction allocates one output-sized tensor, like ``F.silu``
 (``benchmarks/bench_activations.py``).  A Python beta of 0, 1/2 or 1 dispatches to PyTorch's own ops.
 
-Transforms.  No computation reads a tensor's values on the host, so the activations run on ``meta``
-tensors, under ``torch.compile(fullgraph=True)``, ``torch.export`` and ``torch.func`` (``vmap``, ``grad``,
-``jacrev``; ``setup_context`` + ``generate_vmap_rule``).  A tensor beta's range is checked (and a 0-dim one
-without gradient dispatched exactly) only for an eager plain CPU tensor; elsewhere it is taken as given
-(the modules of :mod:`smaso.splines.modules` check beta when it is set).  When a graph is being built the
+Transforms.  No computation reads a tensor's values on the host.  A tensor beta's range is checked (and a
+0-dim one without gradient dispatched exactly) only for an eager plain CPU tensor; elsewhere it is taken as
+given (the modules of :mod:`smaso.splines.modules` check beta when it is set).  When a graph is being built the
 backward is written in differentiable ops (double backward works); forward-mode AD is not implemented.
-
-In place.  ``beta_swish``, ``beta_leaky_relu`` and ``beta_abs`` take ``inplace=True`` like ``F.silu``; when
-a gradient is needed the input is first copied for the backward, as PyTorch's in-place activations do.
+With ``inplace=True`` the input is first copied for the backward when a gradient is needed, as PyTorch's
+in-place activations do.
 """
 
 from __future__ import annotations

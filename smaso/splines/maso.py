@@ -1,15 +1,11 @@
-"""Max-affine spline operators (MASO, ``docs/theory.md`` §3, Eq 1-2) and the layers they write exactly.
+"""Max-affine spline operators (MASO, ``docs/theory.md`` §3.1-3.2, Eq 1-2) and the layers they write exactly.
 
-A MASO with slopes A ``(K, R, D)`` and offsets B ``(K, R)`` maps x in R^D to z in R^K,
-
-    [z]_k = max_r ( <A[k,r,:], x> + B[k,r] )                                   (Eq 1)
-
-and its hard VQ (Eq 2) is the one-hot t[k,:] of that argmax, z_k = sum_r t[k,r] (<A[k,r],x> + B[k,r]).
-The ``MASO.from_linear_*``, ``max_pool`` and ``avg_pool`` constructors write ReLU, leaky ReLU, absolute value,
-max (or channel) pooling and average pooling exactly as MASOs.
-Pooling acts on a flattened input: a ``(C, L)`` feature map is x = ``x.reshape(N, C * L)`` (channel c,
-position l at index c * L + l), and :func:`pool_windows_1d` / :func:`channel_pool_windows` list the
-index sets in the order of ``F.max_pool1d(x).reshape(N, -1)`` / the pooled channels.
+A MASO with slopes A ``(K, R, D)`` and offsets B ``(K, R)`` maps x in R^D to [z]_k = max_r (<A[k,r,:], x> +
+B[k,r]) (Eq 1); its hard VQ (Eq 2) is the one-hot of that argmax.  The ``MASO.from_linear_*``, ``max_pool`` and
+``avg_pool`` constructors write ReLU, leaky ReLU, absolute value, max (or channel) pooling and average pooling
+exactly as MASOs.  Pooling acts on a flattened input: a ``(C, L)`` feature map is x = ``x.reshape(N, C * L)``
+(channel c, position l at index c * L + l), and :func:`pool_windows_1d` / :func:`channel_pool_windows` list
+the index sets in the order of ``F.max_pool1d(x).reshape(N, -1)`` / the pooled channels.
 """
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
-"""SMASO: the Gaussian mixtures behind a max-affine spline layer, as Pyro generative models.
+"""SMASO: the Gaussian mixtures behind a max-affine spline layer, as Pyro generative models
+(``docs/theory.md`` §3.3 and §3.7, seed ``003``, "From Hard to Soft", state both models and the conversions).
 
-docs/theory.md §3 (seed ``003``, "From Hard to Soft").  A layer is a MASO with slopes ``A`` ``(K, R, D)``
-and offsets ``B`` ``(K, R)``: unit k has R regions, region r has score
-``s[k, r] = <A[k, r, :], x> + B[k, r]`` and the unit outputs ``max_r s[k, r]``.
-
-Per-unit mixture (Eq 3), one Gaussian mixture per unit::
-
-    t_k ~ Categorical(pi[k, :]),    x | t_k = r ~ Normal(A[k, r, :], sigma^2 I)
-
-Each unit is its *own* model of x (:func:`unit_mixture_model`: an observed ``x`` ``(N, D)`` is shown to
-every unit, a sampled one is ``(N, K, D)``).  With ``pi = pi_from_offsets(A, B, sigma)`` its posterior is
-``p(t_k = r | x) = softmax_r((<A[k, r], x> + B[k, r]) / sigma^2)``, so its MAP is the MASO argmax (hard VQ).
-
-Factorial mixture (Eq 10), the whole layer explains x together::
-
-    t_k ~ Categorical(pi[k, :]) independently,    x = sum_k A[k, t_k, :] + eps,    eps ~ Normal(0, sigma^2 I)
-
-:func:`factorial_mixture_model` writes it in a ``"plate"`` layout (fast for sampling, ``Predictive`` and SVI)
-and a ``"sequential"`` one that ``TraceEnum_ELBO`` and ``infer_discrete`` can enumerate (R^K configurations).
-
-Conversions (docs/theory.md §3, below Eq 3), with ``||A||^2`` the squared norm over D:
-
-    pi[k, :]  = softmax((B[k, :] + 1/2 ||A[k, :, :]||^2) / sigma^2)          (:func:`pi_from_offsets`)
-    B[k, r]   = sigma^2 log pi[k, r] - 1/2 ||A[k, r, :]||^2  (+ a per-unit constant)   (:func:`offsets_from_pi`)
+A layer is a MASO with slopes ``A`` ``(K, R, D)`` and offsets ``B`` ``(K, R)``.  :func:`unit_mixture_model`
+is the per-unit mixture (Eq 3): each unit is its *own* model of x (an observed ``x`` ``(N, D)`` is shown to
+every unit, a sampled one is ``(N, K, D)``), and with ``pi = pi_from_offsets(A, B, sigma)`` its MAP is the MASO
+argmax (hard VQ).  :func:`factorial_mixture_model` is the factorial mixture (Eq 10), in a ``"plate"`` layout
+(fast for sampling, ``Predictive`` and SVI) and a ``"sequential"`` one that ``TraceEnum_ELBO`` and
+``infer_discrete`` can enumerate (R^K configurations).  :func:`pi_from_offsets` and :func:`offsets_from_pi`
+convert between offsets and priors.
 
 ``sigma`` is a positive scalar, or a ``(K,)`` tensor (one noise level per unit) for the per-unit
 mixture and the conversions; the factorial mixture has one noise for the whole layer.

@@ -1,29 +1,18 @@
-"""The beta-VQ activations of Table 1 (``docs/theory.md`` §3) as ``nn.Module`` s, shaped like ``nn.SiLU``.
-
-Each module is the functional of :mod:`smaso.splines.functional` with its beta held by the module
-(``BetaSwish`` / ``beta_swish``, ``BetaLeakyReLU`` / ``beta_leaky_relu``, ``BetaAbs`` / ``beta_abs``,
-``SoftmaxPool1d`` / ``softmax_pool1d``, ``VQSigmoid`` / ``vq_probability_relu``, ``VQTanh`` /
-``vq_probability_abs``, ``VQSoftmax`` / ``vq_probability_pool``):
+"""The beta-VQ activations of Table 1 (``docs/theory.md`` §3.6) as ``nn.Module`` s, shaped like ``nn.SiLU``: each is
+the functional of :mod:`smaso.splines.functional` with its beta held by the module.
 
 - fixed beta (``learnable=False``, the default): a float64 buffer ``beta_value`` (shape ``()``, or ``(C,)``
-  with ``num_channels=C``), any value in [0, 1] (0 / 1: the exact limits; ``BetaSwish(0.5)`` *is*
-  ``F.silu``).  It is a constant of the layer, not a weight: a cast (``.half()``) moves it but keeps its
-  float64 value, so a cast never changes the activation (computed in the input's dtype, float32 for
-  float16 / bfloat16 inputs).
+  with ``num_channels=C``), any value in [0, 1].  A cast (``.half()``) moves it but keeps its float64 value,
+  so a cast never changes the activation (computed in the input's dtype, float32 for half inputs).
 - learnable beta (``learnable=True``): a parameter ``theta`` = logit(beta) = log(eta) (shape ``()`` or
-  ``(C,)``, with the ``dtype`` / ``device`` factory arguments), so beta = sigmoid(theta) lies in (0, 1) and
-  eta = exp(theta) needs no division (computed in float32 for a half-precision theta); ``module.beta``
-  reads beta back.  The initial beta must lie strictly inside (0, 1).
+  ``(C,)``, with the ``dtype`` / ``device`` factory arguments); ``module.beta`` reads beta back.  The initial
+  beta must lie strictly inside (0, 1).
 
-No host sync in forward (so ``meta`` tensors, ``torch.compile(fullgraph=True)``, ``torch.export``,
-``torch.func`` and CUDA work): beta is checked where it is set (construction, ``module.beta = value``,
+No host sync in forward: beta is checked where it is set (construction, ``module.beta = value``,
 ``load_state_dict``).  A per-layer fixed beta is also kept as a Python float, tied to its buffer's version
 counter, to dispatch the exact branches (0, 1/2, 1); a buffer edited in place or swapped (e.g. by
-``torch.func.functional_call``) is used as a tensor instead.
-
-``inplace=True`` (``BetaSwish``, ``BetaLeakyReLU``, ``BetaAbs``) writes the result into the input, as in
-``nn.SiLU(inplace=True)``.  Per-channel beta broadcasts along dim 1 of an ``(N, C, *)`` input, like
-``nn.BatchNorm``.
+``torch.func.functional_call``) is used as a tensor instead.  Per-channel beta broadcasts along dim 1 of an
+``(N, C, *)`` input, like ``nn.BatchNorm``.
 """
 
 from __future__ import annotations

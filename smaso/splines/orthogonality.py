@@ -1,13 +1,5 @@
-"""Orthogonal MASO layers (``docs/theory.md`` §3, Eq 11): penalty, defect measure, reparametrizations.
-
-Eq 11 asks <A[k,r,:], A[k',r',:]> = 0 for every pair of different units k != k' and all pieces r, r';
-then the factorial mixture's joint MAP splits into the K per-unit MAPs (the layer's MASO).  For a
-fully connected ReLU layer (pieces 0 and W_k) it says: the rows of W are mutually orthogonal, which
-needs K <= D.  :func:`orthogonality_penalty` is the paper's lambda sum_{k != k'} sum_{r,r'} <A[k,r], A[k',r']>^2
-(lambda = 1 in its experiment), :func:`orthogonality_defect` measures the distance from Eq 11,
-:func:`register_gram_schmidt` (the authors' unnormalized Gram-Schmidt) and :func:`register_orthogonal` (PyTorch's
-orthonormal ``orthogonal``) reparametrize a weight, and :func:`model_orthogonality_penalty` sums the penalty
-over a model's ``Linear`` and convolution layers.
+"""Orthogonal MASO layers (``docs/theory.md`` §3.8, Eq 11: <A[k,r,:], A[k',r',:]> = 0 for k != k', the
+penalty, and what it buys the factorial mixture): penalty, defect measure, reparametrizations.
 
 Convolutions.  A convolution weight ``(K, C, kh, kw)`` (any ``nn.Conv1d/2d/3d``) is treated as its K
 *filters* flattened to rows ``(K, C*kh*kw)``: the penalty, Gram-Schmidt and ``orthogonal`` act on those
@@ -154,9 +146,7 @@ class GramSchmidt(nn.Module):
     """
 
     def forward(self, W: torch.Tensor) -> torch.Tensor:
-        if W.dim() > 2:
-            return gram_schmidt(W.flatten(1)).reshape(W.shape)
-        return gram_schmidt(W)
+        return gram_schmidt(W.flatten(1)).reshape(W.shape)  # a 2-D weight passes through unchanged in shape
 
 
 class _FlattenedFilters(nn.Module):

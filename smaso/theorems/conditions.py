@@ -1,20 +1,12 @@
 """Thm 2's knowledge conditions measured on the teacher alone, before any student (framework paper §3.2,
-Thm 2; ``docs/theory.md`` §1.5 has the definitions and the measured values).
+Thm 2; ``docs/theory.md`` §1.5 has the definitions, both methods and the measured values).
 
-For a region alpha of level l-1 and a child region beta of level l, in nats (>= 0, 0 exactly when the
-condition holds):
-
-- *focus of knowledge*      P(x_beta | z_alpha, z_beta) = P(x_beta | z_beta): I_focus = I(x_beta; z_alpha | z_beta),
-- *broadness of knowledge*  P(x_alpha | z_alpha, z_beta) = P(x_alpha | z_alpha): I_broad = I(x_alpha; z_beta | z_alpha).
-
-``focus_normalized`` = I_focus / H(z_alpha | z_beta) and ``broadness_normalized`` = I_broad / H(z_beta | z_alpha)
-lie in [0, 1] (0 where the entropy is at most ``ENTROPY_TOL``).
-
-``method="exact"`` (one-hot leaves) enumerates the leaf configurations under the observed region (at most
-``max_configs``), gets the joint p(z_alpha, z_beta, x) by sum-product (:mod:`inference.sum_product`) and
-takes I = H(u, x) + H(u, v) - H(u) - H(u, v, x), u the conditioning event.  ``method="monte_carlo"`` (any
-emission) averages log P(z_alpha | x_beta, z_beta) - log P(z_alpha | z_beta) (resp. the broadness analogue)
-over n seeded examples with exact posteriors, standard error std / sqrt(n) (:func:`knowledge_terms`).
+For a region alpha of level l-1 and a child region beta of level l, in nats (0 exactly when the condition
+holds): I_focus = I(x_beta; z_alpha | z_beta) and I_broad = I(x_alpha; z_beta | z_alpha); ``focus_normalized``
+and ``broadness_normalized`` divide them by H(z_alpha | z_beta) and H(z_beta | z_alpha) (0 where the entropy is
+at most ``ENTROPY_TOL``).  ``method="exact"`` takes I = H(u, x) + H(u, v) - H(u) - H(u, v, x), u the
+conditioning event, over the enumerated leaf configurations (at most ``max_configs``); ``method="monte_carlo"``
+averages :func:`knowledge_terms` over n seeded examples, standard error std / sqrt(n).
 
 Pair tables (both methods): T[a, b] = log p(z_alpha = a, z_beta = b, x_S), S the observed leaves; top-down
 log P(a) + log P(b | a) + lambda_beta(b) + sum_{siblings s} msg_s(a), bottom-up a logsumexp over alpha's
@@ -81,13 +73,6 @@ class _Params:
             self.lookup = list(ladder.lookup)
 
 
-def _upward(params: _Params, ll: torch.Tensor) -> list[torch.Tensor]:
-    """lambda of every level ``(n, R_l, m_l)`` from leaf log-likelihoods ``ll`` ``(n, R_d, m_d)``
-    (0 = unobserved leaf).  Top-down: log p(x_obs below | z); bottom-up: log p(x_obs below, z)
-    (:func:`inference.sum_product.log_messages`, the exact posterior's upward pass)."""
-    return log_messages(params.ladder, ll.double())
-
-
 def _child_configs(lam_child: torch.Tensor, R: int, b: int) -> torch.Tensor:
     """Sum of children's log-messages for every child configuration: ``(n, R, mc^b)``."""
     n, _, mc = lam_child.shape
@@ -110,9 +95,13 @@ def _scatter_logsumexp(values: torch.Tensor, index: torch.Tensor, size: int) -> 
 
 
 def _prior_lambdas(params: _Params) -> list[torch.Tensor]:
-    """lambda with no leaf observed: ``(1, R_l, m_l)`` per level (top-down 0, bottom-up log P(z))."""
+    """lambda with no leaf observed: ``(1, R_l, m_l)`` per level (top-down 0, bottom-up log P(z)).
+
+    lambda of every level ``(n, R_l, m_l)`` comes from the leaf log-likelihoods ``(n, R_d, m_d)`` (0 = unobserved
+    leaf) by :func:`inference.sum_product.log_messages`, the exact posterior's upward pass: top-down
+    log p(x_obs below | z), bottom-up log p(x_obs below, z)."""
     lad = params.ladder
-    return _upward(params, torch.zeros(1, lad.num_regions[-1], lad.events[-1], dtype=torch.float64))
+    return log_messages(lad, torch.zeros(1, lad.num_regions[-1], lad.events[-1], dtype=torch.float64))
 
 
 def _others_sum(v: torch.Tensor, b: int) -> torch.Tensor:
@@ -187,7 +176,7 @@ def knowledge_terms(ladder: Ladder, x: torch.Tensor, z: torch.Tensor) -> list[di
     for s in range(0, x.shape[0], step):
         xc, zc = x[s: s + step], z[s: s + step]
         n = xc.shape[0]
-        lam = _upward(params, lad.emission.log_likelihood(xc).double())
+        lam = log_messages(lad, lad.emission.log_likelihood(xc).double())
         for l in range(1, lad.depth + 1):
             a = zc[:, off[l - 1]: off[l]][:, lad.parent_index(l)]  # (n, R_l) parent event of each child
             b = zc[:, off[l]: off[l + 1]]
@@ -242,7 +231,7 @@ def _exact_level(params: _Params, stats: EventStatistics, lam_prior: list[torch.
         leaf_events = (k[:, None] // radix) % md  # (K, L): config of the leaves under one region
         leaves = leaf_events.repeat(1, lad.num_regions[obs_level])  # every region of obs_level gets it
         ll = lad.emission.log_likelihood(one_hot(leaves, md, torch.float64))
-        lam = _upward(params, ll)
+        lam = log_messages(lad, ll.double())
         sib = lam_prior if condition == "focus" else lam
         J = _pair_tables(params, stats, lam, sib, l).exp()  # (K, R_l, mp, mc)
         h_joint -= torch.special.xlogy(J, J).sum((0, 2, 3))

@@ -1,21 +1,10 @@
 """Disentangled representations on factorized binary ladders (§5.2, appendix §7.7; ``docs/theory.md`` §1.10
-states Defs 3-5 and the theorems).
+states Defs 3-5, Thm 8-9 (:func:`forward_region`, :func:`weight_update`), the backward of Eq 111
+(:func:`backward_g_tilde`) and Eq 115 (:func:`eq115_best_distance`), and maps each to its demo here).
 
 A region alpha carries n binary factors (m = 2^n events, factor 0 the most significant bit of the event
 index, as in :meth:`teachers.ladder.Ladder.factorized_binary`); the Def 3-5 checks, distances and random
 objects are in :mod:`smaso.theorems.factors` (re-exported here).
-
-* Thm 8 (:func:`forward_region`, :func:`forward_disentangled_demo`): P_ab Kronecker, W_ba separable,
-  F_b disentangled => F_a = relu(sum_b P_ab F_b W_ba + 1 bias^T) disentangled, also after the
-  P-weighted Batch Norm of Eq 12.
-* Thm 9 (:func:`weight_update`, :func:`separable_update_demo`): F_b, G~_a disentangled and
-  1^T G~_a = 0 => Delta W_ba = (P_ab F_b)^T G~_a separable; without centering it is not.
-* §7.7.1 / Eq 111 (:func:`backward_g_tilde`, :func:`backward_disentangle_distance`): the backward
-  G~_b = D_b o sum_a P_ab^T G~_a W_ba^T is in general *not* disentangled (the paper's open problem,
-  measured here).
-* §7.7.1 / Eq 115 (:func:`eq115_best_distance`, :func:`eq115_from_statistics`,
-  :func:`multi_parent_backward_demo`): with several parents, the best Def 4 distance over the weights
-  of sum_a c_a (v+_a - v-_a): 0 from K = 2^|S_1| - 1 diverse parents on, > 0 generically below.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """The conserved row energy of Batch Norm (framework paper §7.5.1, Eq 80-81; ``docs/theory.md`` §1.12
-has the derivation, the bias and bn_eps precisions and the discrete-step drift rates).
+has Eq 80 with the bias, why E_x[u_j g_j] = 0 at BN levels, the bias and bn_eps precisions and the
+discrete-step drift rates).
 
-For a node j with pre-activation u_j = sum_{k in ch(j)} w_jk fbar_k + b_j (summed over *all* incoming
-weights: the column ``W[l][c, :, j]`` of every child region c of j's region)
-
-    sum_k w_jk Delta w_jk + b_j Delta b_j = E_x[u_j g_j]                               (Eq 80)
-
-and E_x[u_j g_j] = E_x[f_j g_f_j] = 0 exactly (bn_eps = 0) at every BN level for a positively homogeneous
-activation, so under gradient flow the augmented row energy E_j = 1/2 (sum_k w_jk^2 + b_j^2) is constant
-(Eq 81; ``include_bias=False``: the paper's 1/2 ||W_j.||^2).  A discrete step W += lr Delta W changes E_j
-by exactly lr^2/2 (|Delta W_j.|^2 + Delta b_j^2) with BN.  :func:`row_energies` covers the hidden levels
-1..d-1 (the top has no BN).
-
-:func:`energy_drift` trains a :class:`~smaso.student.network.LadderStudent` by full-batch gradient descent
-and records the energies; :func:`drift_exponent` fits the exponent; :func:`plot_energy` draws the
-energy over training with and without BN.
+A node's energy sums *all* its incoming weights: the column ``W[l][c, :, j]`` of every child region c of
+j's region.  :func:`row_energies` (hidden levels 1..d-1; the top has no BN), :func:`energy_rates` and
+:func:`ug_correlation` are the terms of Eq 80-81; :func:`energy_drift` trains a
+:class:`~smaso.student.network.LadderStudent` by full-batch gradient descent and records the energies;
+:func:`drift_exponent` fits the exponent; :func:`plot_energy` draws the energy over training with and
+without BN.
 """
 
 from __future__ import annotations
@@ -133,11 +126,6 @@ class EnergyTrajectory:
         return sum(e.flatten(1).sum(1) for e in self.energies.values())
 
 
-def _relative_drift(energies: dict[int, torch.Tensor]) -> torch.Tensor:
-    rel = [((e - e[:1]).abs() / e[:1]).flatten(1).amax(1) for e in energies.values()]
-    return torch.stack(rel, 0).amax(0)
-
-
 def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, *, student: LadderStudent | None = None,
                  width: int | list[int] = 4, bias: bool = False, include_bias: bool | None = None,
                  activation: str = "relu", bn_eps: float = 0.0, init_scale: float = 1.0, seed: int = 0,
@@ -203,7 +191,7 @@ def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, 
         energies[l].append(e)
     losses.append(student.forward_backward(x, y, loss=loss).loss)
     energies = {l: torch.stack(v) for l, v in energies.items()}
-    rel = _relative_drift(energies)
+    rel = torch.stack([((e - e[:1]).abs() / e[:1]).flatten(1).amax(1) for e in energies.values()], 0).amax(0)
     return EnergyTrajectory(float(lr), int(steps), bool(student.batch_norm), bool(include_bias), energies, rel,
                             float(rel.max()), {l: torch.stack(v) for l, v in incr.items()},
                             {l: torch.stack(v) for l, v in first.items()}, torch.tensor(losses, dtype=torch.float64))
@@ -241,11 +229,7 @@ def plot_energy(sample: LadderSample, lr: float = 0.05, steps: int = 400, path: 
 
     :returns: ``(figure, {"bn": EnergyTrajectory, "no_bn": EnergyTrajectory})``.
     """
-    import matplotlib
-
-    if not os.environ.get("MPLBACKEND"):
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from smaso.plots._base import plt, save_figure
 
     runs = {"bn": energy_drift(sample, lr, steps, True, **kwargs),
             "no_bn": energy_drift(sample, lr, steps, False, **kwargs)}
@@ -266,7 +250,5 @@ def plot_energy(sample: LadderSample, lr: float = 0.05, steps: int = 400, path: 
     ax2.legend()
     fig.tight_layout()
     if path is not None:
-        from smaso.plots import save_figure
-
         save_figure(fig, path, dpi=120)
     return fig, runs

@@ -1,20 +1,11 @@
 """Marginalized gradients and their recursion (framework paper §2.3: Eq 3, Eq 5, Thm 1 / Eq 18;
-``docs/theory.md`` §1.2).
-
-For node j and a child region k of j's region (x_k the input under k, x_{j,-k} the part of x_j outside x_k)
-
-    g_j(x_k) = E_{x_-k | x_k}[ g_j(x) ]                                   (Eq 3)
-    g_j(x_k) = E_{x_{j,-k} | x_k}[ g_j(x_j) ],  g_j(x_j) = E_{x_-j | x_j}[ g_j(x) ]   (Thm 1)
-
-each side by its own exact marginalization: Eq 3 averages g_j(x) over all full input configurations with
-the same x_k (weights P(x)); Thm 1 first averages to g_j(x_j), then over the marginal table P(x_j) only.
+``docs/theory.md`` §1.2 states both sides, how each is marginalized and what else is returned).
 
 The ladder must have one-hot leaves: all m_d^{R_d} leaf configurations are enumerated (at most
-:data:`MAX_CONFIGS`) with their exact P(x, y), those with P(x) = 0 dropped.  In a top-down ladder the
-per-example gradient g_j(x, y) (``LadderStudent.forward_backward``, g = -dLoss/du) is averaged over the
-label's posterior.  The student runs on the batch of all pairs with P(x, y) > 0, each once (with BN this
-batch sets the BN statistics).  Also returned: Delta w_jk = E_x[fbar_k(x) g_j(x)] = E_{x_k}[fbar_k(x_k) g_j(x_k)]
-(Eq 2 / Eq 3, P-weighted).
+:data:`MAX_CONFIGS`) with their exact P(x, y), those with P(x) = 0 dropped.  The student runs on the batch
+of all pairs with P(x, y) > 0, each once (with BN this batch sets the BN statistics); in a top-down ladder
+the per-example gradient g_j(x, y) (``LadderStudent.forward_backward``, g = -dLoss/du) is averaged over
+the label's posterior.
 """
 
 from __future__ import annotations

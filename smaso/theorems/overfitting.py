@@ -1,19 +1,10 @@
-"""Over-fitting from finite samples (framework paper §5.3, Eq 14-17; ``docs/theory.md`` §1 has the
-argument and the departures).
+"""Over-fitting from finite samples (framework paper §5.3, Eq 14-17; ``docs/theory.md`` §1.11 has the
+argument, the functions and the departures).
 
 The paper's example as a ladder (:func:`overfitting_ladder`): the label y = z_omega = z_alpha (Eq 14) has
 two child regions with one Gaussian leaf each, alpha barely separable, gamma easily separable and
-independent of the label.
-
-* Eq 15: gamma's spurious correlation eps = P_hat(y=1 | z_gamma=1) - 1/2 ~ 1/sqrt(N)
-  (:func:`spurious_correlation`, :func:`expected_abs_eps`).
-* Eq 16-17: |Delta W| into the top from alpha (weak features, strong signal) and from gamma (strong
-  features, spurious signal): :func:`update_magnitudes`, swept over N by :func:`update_curve`; the
-  crossing N at which alpha's update takes over: :func:`update_crossing`.
-* SGD's perturbed P_hat: minibatch frequencies at total-variation distance ~ 1/sqrt(B) (:func:`minibatch_tv`).
-
-:func:`default_student` has zero top weights and biases and cross entropy, so the first top gradient is
-g_0 = onehot(y) - 1/2, a function of the label only, as Eq 16-17 assume.
+independent of the label.  Eq 15: :func:`spurious_correlation`; Eq 16-17: :func:`update_magnitudes`,
+:func:`update_curve`, :func:`update_crossing`; SGD's perturbed P_hat: :func:`minibatch_tv`.
 """
 
 from __future__ import annotations
@@ -22,20 +13,17 @@ import math
 import os
 from collections.abc import Sequence
 
-import matplotlib
 import numpy as np
 import torch
 from scipy.special import gammaln
 
-matplotlib.use("Agg") if not os.environ.get("MPLBACKEND") else None
-import matplotlib.pyplot as plt  # noqa: E402
-
-from smaso.student.frequency import collect_statistics  # noqa: E402
-from smaso.student.network import LadderStudent  # noqa: E402
-from smaso.theorems.conditions import _positive_int  # noqa: E402
-from teachers.emission import GaussianEmission  # noqa: E402
-from teachers.ladder import Ladder  # noqa: E402
-from teachers.sampling import LadderSample, sample_ladder  # noqa: E402
+from smaso.plots._base import finish_figure, plt
+from smaso.student.frequency import collect_statistics
+from smaso.student.network import LadderStudent
+from smaso.theorems.conditions import _positive_int
+from teachers.emission import GaussianEmission
+from teachers.ladder import Ladder
+from teachers.sampling import LadderSample, sample_ladder
 
 __all__ = ["ALPHA", "CROSSING_LADDER", "GAMMA", "default_student", "expected_abs_eps", "minibatch_tv",
            "overfitting_ladder", "plot_overfitting", "spurious_correlation", "update_crossing", "update_curve",
@@ -376,13 +364,6 @@ def update_crossing(ns: Sequence[int] = tuple(2 ** k for k in range(3, 13)), *, 
             "bracket": (above, below), "predicted_crossing_N": pred, **mom}
 
 
-def _top_events(sample: LadderSample) -> torch.Tensor:
-    """Joint code of (y, z_alpha, z_gamma) per example, in [0, 8)."""
-    y = sample.y
-    z1 = sample.events(1)
-    return y * 4 + z1[:, ALPHA] * 2 + z1[:, GAMMA]
-
-
 def minibatch_tv(sample: LadderSample, batch_sizes: Sequence[int], *, num_batches: int = 64, seed: int = 0) -> list:
     """SGD's perturbed P (§5.3): total-variation distance between the minibatch and full-data
     frequencies P_hat(z_omega, z_alpha, z_gamma) (the joint of the top events, whose marginals
@@ -401,7 +382,8 @@ def minibatch_tv(sample: LadderSample, batch_sizes: Sequence[int], *, num_batche
         raise ValueError("batch_sizes: expected at least one batch size")
     if max(bss) > n:
         raise ValueError(f"batch_sizes: {max(bss)} exceeds the sample size {n}")
-    code = _top_events(s)
+    z1 = s.events(1)
+    code = s.y * 4 + z1[:, ALPHA] * 2 + z1[:, GAMMA]  # joint code of (y, z_alpha, z_gamma), in [0, 8)
     full = torch.bincount(code, minlength=8).double() / n
     g = torch.Generator().manual_seed(int(seed))
     rows = []
@@ -456,9 +438,4 @@ def plot_overfitting(rows: Sequence[dict], path: str | os.PathLike | None = None
         ax.set_ylabel(r"TV(minibatch $\hat P$, full $\hat P$)")
         ax.set_title("SGD: perturbed P")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    if path is not None:
-        from smaso.plots import save_figure
-
-        save_figure(fig, path)
-    return fig
+    return finish_figure(fig, path)

@@ -1,15 +1,9 @@
 """ReLU versus linear networks on the summarization ladder (framework paper §5.1, Thm 6 and Thm 7;
-``docs/theory.md`` §1 states vert(P), the theorems and the departures).
+``docs/theory.md`` §1.9 states vert(P), the theorems and the departures, and maps each to its function).
 
-- vert(P), the number of rows of P ``(m, n)`` that are vertices of the convex hull of its rows (equal
-  rows are both non-vertices): :func:`is_vertex`, :func:`vertices`, :func:`vert`, :func:`all_vert`, one
-  feasibility LP per row (``scipy.optimize.linprog``).
-- Thm 6, ReLU side: :func:`relu_identity_weights` (one region) and :func:`relu_identity_ladder` (every
-  level) build weights with ReLU(sum_b P_ab F_b W_ba + 1 bias_a^T) = I, so Loss_ReLU = 0.
-- Thm 6, linear side: rank(F_a) <= sum_b rank(F_b) (+1 for the bias), so by Eckart-Young
-  ||F_omega - I||_F^2 >= m_omega - rank bound (:func:`linear_loss_lower_bound`,
-  :func:`ladder_linear_loss_lower_bound`); :func:`best_linear_loss` is one level's exact optimum.
-- :func:`relu_vs_linear_curve` / :func:`plot_relu_vs_linear`: both losses against region size m.
+vert(P) is one feasibility LP per row (``scipy.optimize.linprog``); Thm 6's ReLU side builds weights with
+ReLU(sum_b P_ab F_b W_ba + 1 bias_a^T) = I (:func:`relu_identity_weights`, :func:`relu_identity_ladder`),
+its linear side bounds the loss by Eckart-Young (:func:`linear_loss_lower_bound`).
 """
 
 from __future__ import annotations
@@ -18,17 +12,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import matplotlib
 import numpy as np
 import torch
 from scipy.optimize import linprog
 
-matplotlib.use("Agg") if not os.environ.get("MPLBACKEND") else None
-import matplotlib.pyplot as plt  # noqa: E402
-
-from smaso.theorems.conditions import _positive_int  # noqa: E402
-from teachers.ladder import Ladder  # noqa: E402
-from teachers.statistics import EventStatistics, exact_statistics  # noqa: E402
+from smaso.plots._base import finish_figure, plt
+from smaso.theorems.conditions import _positive_int
+from teachers.ladder import Ladder
+from teachers.statistics import EventStatistics, exact_statistics
 
 __all__ = [
     "ReluIdentityConstruction",
@@ -518,9 +509,4 @@ def plot_relu_vs_linear(ms: Sequence[int], path: str | os.PathLike | None = None
     ax.set_title(f"ReLU vs linear (Thm 6): {children} children x {child_events} events, all-vert P")
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    if path is not None:
-        from smaso.plots import save_figure
-
-        save_figure(fig, path)
-    return fig, rows
+    return finish_figure(fig, path), rows
