@@ -13,8 +13,10 @@ asks for the ``float64`` fixture, which restores the previous default afterwards
 from __future__ import annotations
 
 import itertools
+import os
 from types import SimpleNamespace
 
+import hypothesis_profiles  # noqa: F401 (registers and loads the tiers' hypothesis profiles)
 import numpy as np
 import pyro
 import pyro.poutine.runtime as pyro_runtime
@@ -24,6 +26,11 @@ from scipy import stats
 from scipy.special import logsumexp
 
 from teachers import GaussianEmission, Ladder
+
+# One torch intra-op thread for the test process (SMASO_TEST_THREADS overrides): almost every test runs tiny
+# ops, where a second thread only adds synchronisation, and on a loaded 2-core machine it turns a 1.5 s test
+# into 28 s (test_bracket's trained networks).  Tests of threading set their own count and restore this one.
+torch.set_num_threads(int(os.environ.get("SMASO_TEST_THREADS", "1")))
 
 # Largest number of joint configurations the brute-force helpers will enumerate.
 MAX_CONFIGS = 20_000

@@ -12,6 +12,7 @@ import pytest
 from bench_smoke_helpers import load_bench, run_quick
 
 
+@pytest.mark.slow  # a benchmark script end to end (the slow tier)
 def test_bench_factorial_map_quick(tmp_path):
     bench = load_bench("bench_factorial_map")
     data = run_quick(bench, tmp_path)

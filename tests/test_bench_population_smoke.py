@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from bench_smoke_helpers import load_bench, run_quick
 
 
+@pytest.mark.slow  # a benchmark script end to end (the slow tier)
 def test_bench_population_quick(tmp_path):
     bench = load_bench("bench_population")
     data = run_quick(bench, tmp_path)

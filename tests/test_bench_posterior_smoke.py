@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from bench_smoke_helpers import load_bench, run_quick
 
 from teachers.ladder import Ladder
 
 
+@pytest.mark.slow  # a benchmark script end to end (the slow tier)
 def test_bench_posterior_quick(tmp_path):
     bench = load_bench("bench_posterior")
     data = run_quick(bench, tmp_path)

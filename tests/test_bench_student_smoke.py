@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 from bench_smoke_helpers import load_bench, run_quick
 
 
+@pytest.mark.slow  # a benchmark script end to end (the slow tier)
 def test_bench_student_quick(tmp_path):
     bench = load_bench("bench_student")
     data = run_quick(bench, tmp_path)

@@ -10,6 +10,7 @@ from contextlib import redirect_stderr, redirect_stdout
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from smaso.cli import main
 
@@ -68,7 +69,7 @@ def _ladder_argv(draw, extra: dict) -> list[str]:
 
 
 @pytest.mark.slow
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(2000), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_spec_command_accepts_or_refuses_cleanly(tmp_path, data):
@@ -77,7 +78,7 @@ def test_spec_command_accepts_or_refuses_cleanly(tmp_path, data):
 
 
 @pytest.mark.slow
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(2000), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                    HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_sample_command_accepts_or_refuses_cleanly(tmp_path, monkeypatch, data):

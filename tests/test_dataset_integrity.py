@@ -20,6 +20,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from teachers.chunked import open_dataset, sample_to_store
 from teachers.dataset import (
@@ -453,7 +454,8 @@ def scratch():
         yield Path(d)
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(2000), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(blob=_mutated())
 def test_any_mutation_of_a_file_is_a_dataset_format_error(scratch, blob):
     path = scratch / "m.npz"
@@ -475,7 +477,7 @@ def template_store(scratch):
     return sample_to_store(lad, 5000, scratch / "tpl.zarr", chunk_rows=BLOCK_SIZE, compress=False)
 
 
-@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(2000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_mutation_of_a_store_attribute_is_a_dataset_format_error(scratch, template_store, data):
     """Format 2: an attribute edited, removed or replaced (with the metadata checksum recomputed or

@@ -22,13 +22,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from teachers import GaussianEmission, Ladder, LadderSpecError
 from teachers.ladder import MAX_DEPTH, MAX_EVENTS, MAX_LOOKUP, MAX_REGIONS, MAX_TABLE_ENTRIES
 from teachers.spec_check import MAX_NESTING
 from teachers.spec_io import load_spec, save_spec, spec_to_jsonable
 
-EXAMPLES = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EXAMPLES = settings(max_examples=examples(2000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TMP = Path(tempfile.mkdtemp(prefix="smaso-spec-properties-"))
 
 KINDS = ("random", "fully_informative", "factorized_binary", "summarization", "default")
