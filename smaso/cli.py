@@ -370,6 +370,7 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
                         "error")
     g.add_argument("--noise-groups", type=_nonneg_int, default=10,
                    help="row groups of the jackknife behind every number's noise floor (0: no floors)")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar over the training steps")
     g.add_argument("--out", default=None,
                    help="directory for comparison.json and comparison.png"
                         + (f" (default: {out_default})" if out_default else " (default: none written)"))

@@ -19,6 +19,11 @@ def _student_kwargs(args, held_out) -> dict:
                 optimizer=args.optimizer, lr_schedule=args.lr_schedule, plateau=args.plateau, held_out=held_out)
 
 
+def _progress(args) -> bool:
+    """A progress bar over the training steps: on a terminal, unless ``--no-progress`` or ``-q``."""
+    return not getattr(args, "no_progress", False) and not _quiet(args) and sys.stderr.isatty()
+
+
 def _held_out(sample, args, held_out=None):
     if held_out is None:
         held_out = args.evaluate == "held-out"
@@ -32,7 +37,8 @@ def _run_comparison(sample, args, engine=None, alignment=None, held_out=None):
     from smaso.student.compare import compare_student
 
     kwargs = _student_kwargs(args, _held_out(sample, args, held_out))
-    return compare_student(sample, seed=args.student_seed, engine=engine, alignment=alignment, **kwargs)
+    return compare_student(sample, seed=args.student_seed, engine=engine, alignment=alignment,
+                           progress=_progress(args), **kwargs)
 
 
 def _seed_summary(sample, args, result, engine=None, held_out=None):
@@ -43,7 +49,7 @@ def _seed_summary(sample, args, result, engine=None, held_out=None):
     from smaso.student.seeds import compare_seeds, summarize_seeds
 
     seeds = [args.student_seed + i for i in range(args.seeds)]
-    _, runs = compare_seeds(sample, seeds[1:], engine=engine, progress=not _quiet(args) and sys.stderr.isatty(),
+    _, runs = compare_seeds(sample, seeds[1:], engine=engine, progress=_progress(args),
                             **_student_kwargs(args, _held_out(sample, args, held_out)))
     return summarize_seeds([result, *runs], seeds=seeds, last=3)
 

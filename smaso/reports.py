@@ -141,6 +141,10 @@ def shuffled_label_alignment(sample, held_out, trained, args) -> list[dict]:
     return alignment_report(st, held_out.inputs(dtype=dtype), held_out.z.long())
 
 
+#: Rows per forward pass of :func:`accuracy_report`.
+ACCURACY_BATCH = 2048
+
+
 def accuracy_report(lad, student, bayes: float | None, seed: int, held_out: int = 10_000) -> dict:
     """Bayes, the student class's ceilings and the trained student's accuracy on fresh (held-out) rows: the
     stream of seed ``seed + 1``, rows never trained on."""
@@ -151,9 +155,14 @@ def accuracy_report(lad, student, bayes: float | None, seed: int, held_out: int 
 
     ceiling = architecture_ceiling(lad)
     fresh = sample_ladder(lad, held_out, seed + 1, progress=False)
-    with torch.no_grad():
-        out = student(fresh.inputs(dtype=student.weights[0].dtype).to(student.weights[0].device))
-    acc = float((out.argmax(-1).cpu() == fresh.y.long()).double().mean())
+    w = student.weights[0]
+    correct = 0
+    with torch.no_grad():  # in batches: one-hot inputs of 10^4 rows of a wide ladder are hundreds of MB
+        for lo in range(0, len(fresh), ACCURACY_BATCH):
+            rows = slice(lo, lo + ACCURACY_BATCH)
+            out = student(fresh.inputs(rows, dtype=w.dtype).to(w.device))
+            correct += int((out.argmax(-1).cpu() == fresh.y[rows].long()).sum())
+    acc = correct / len(fresh)
     readout = student.readout
     own = ceiling.readout if readout and readout >= ceiling.readout_width else ceiling.additive if not readout \
         else None

@@ -245,3 +245,34 @@ def test_comparison_result_repr_is_short():
     stats = result.final_stats  # the statistics themselves print short too, not as full tensors
     for obj in (stats, reformulate(result.student, stats.P, stats)):
         assert len(repr(obj)) < 400 and type(obj).__name__ in repr(obj), repr(obj)[:500]
+
+
+@pytest.mark.parametrize("command", ["compare", "demo"])
+def test_training_shows_a_progress_bar_on_a_terminal_unless_no_progress(command, monkeypatch):
+    from smaso import cli_student
+
+    argv = [command, "data.zarr"] if command == "compare" else [command]
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert cli_student._progress(build_parser().parse_args(argv)) is True
+    assert cli_student._progress(build_parser().parse_args([*argv, "--no-progress"])) is False
+    assert cli_student._progress(build_parser().parse_args(["-q", *argv])) is False
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)  # a log file: no bar
+    assert cli_student._progress(build_parser().parse_args(argv)) is False
+
+
+def test_compare_passes_the_bar_to_the_training_loop(tmp_path, monkeypatch):
+    import smaso.student.compare as compare_module
+
+    seen = {}
+    real = compare_module.compare_student
+
+    def spy(*args, **kwargs):
+        seen["progress"] = kwargs["progress"]
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare_module, "compare_student", spy)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert main(["sample", "ladder", "-n", "600", "--out", str(tmp_path / "d.zarr"), "-q"]) == 0
+    assert main(["compare", str(tmp_path / "d.zarr"), "--steps", "2", "--eval-every", "2", "--eval-examples", "200",
+                 "--noise-groups", "0", "--no-progress", "-q"]) == 0
+    assert seen["progress"] is False

@@ -204,3 +204,28 @@ def test_statistics_pass_memory_does_not_grow_with_n(tmp_path):
     assert growth["stream()", 1_000_000] < 120 * 2**20
     loaded = 1_000_000 * row_bytes(lad)  # 534 MB: what the streaming pass never holds
     assert growth["in_memory()", 1_000_000] >= loaded > 4 * growth["stream()", 1_000_000]
+
+
+@pytest.mark.slow
+def test_compare_resident_memory_is_flat_in_n(tmp_path):
+    """``smaso compare`` with default options in a fresh process (peak resident set, ``resource``): 10x the
+    rows, the same peak (within 64 MiB), and under 1 GiB in all (issue 26)."""
+    import resource  # noqa: F401 (the child reads its own peak with it)
+    import subprocess
+    import sys
+
+    from teachers.chunked import sample_to_store
+
+    lad = Ladder.random(depth=3, branching=4, events=8, seed=0)  # 85 regions, one-hot leaves of 8
+    code = ("import resource, sys; from smaso.cli import main; rc = main(sys.argv[1:]); "
+            "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(rc)")
+    peak = {}
+    for n in (40_000, 400_000):
+        path = sample_to_store(lad, n, tmp_path / f"s{n}.zarr", seed=0, progress=False)
+        r = subprocess.run([sys.executable, "-c", code, "compare", str(path), "--steps", "40", "--eval-every", "20",
+                            "--out", str(tmp_path / f"c{n}"), "-q"], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        peak[n] = int(r.stdout.split("PEAK")[-1].split()[0]) * 1024  # ru_maxrss is in KiB on Linux
+    print("\npeak resident (MiB): " + ", ".join(f"N={n}: {v / 2**20:.0f}" for n, v in peak.items()))
+    assert abs(peak[400_000] - peak[40_000]) < 64 * 2**20
+    assert max(peak.values()) < 2**30

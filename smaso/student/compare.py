@@ -304,7 +304,7 @@ def _check_alignment(alignment, ladder: Ladder):
 def compare_student(sample, *, width: int | list[int] = 8, activation: str = "relu",
                     batch_norm: bool | str = False, bn_eps: float = 1e-5, bias: bool = True, loss: str = "squared",
                     steps: int = 200, lr: float = 0.1, batch_size: int | None = 256, weight_decay: float = 0.0,
-                    eval_every: int = 20, eval_examples: int | None = 4096, eval_batch_size: int = 4096,
+                    eval_every: int = 20, eval_examples: int | None = 4096, eval_batch_size: int = 1024,
                     P_source: str = "empirical", seed: int = 0, dtype: torch.dtype = torch.float64,
                     device: torch.device | str | None = None, progress: bool = False,
                     engine=None, noise_groups: int | None = 10, shared: bool = False,
@@ -323,10 +323,12 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     :param batch_size: SGD minibatch (``None``: full-batch GD, for an in-memory sample only).
     :param eval_every: compare every this many steps (and at steps 0 and ``steps``).
     :param eval_examples: the first this many examples (of the evaluation rows, see ``held_out``) form the
-        evaluation set, processed as one batch (the reformulation describes full-batch statistics); ``None``:
-        every evaluation row (one batch in memory; a chunked dataset is streamed chunk by chunk in batches
-        of ``eval_batch_size``, with BN normalizing each batch by its own statistics, and merged exactly:
-        :func:`~smaso.student.frequency.accumulate_statistics`).
+        evaluation set; ``None``: every evaluation row.  Without BN the set is run in batches of
+        ``eval_batch_size`` and their sums merged exactly (:func:`~smaso.student.frequency.accumulate_statistics`:
+        the statistics of the whole set, in the memory of one batch).  With BN an in-memory evaluation set is
+        one batch (the reformulation describes full-batch statistics), and a chunked dataset with ``None`` is
+        streamed chunk by chunk in batches of ``eval_batch_size``, BN normalizing each batch by its own
+        statistics.
     :param held_out: where the statistics, the accuracy and every error are measured.  ``True`` (default):
         on the first ``eval_examples`` rows of ``sample``, which are then never trained on; ``False``: on the
         first ``eval_examples`` rows, trained on like the rest (the statistics of training rows: Thm 3's
@@ -394,10 +396,14 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     ev_chunks, skip = _evaluation_rows(held_out, chunks, eval_examples, lad)
     n_eval = len(ev_chunks)
     streamed = eval_examples is None and not isinstance(getattr(ev_chunks, "sample", None), LadderSample)
+    ev_engine = engine if streamed else None  # an in-memory evaluation set is summed in this process
     if not streamed:
         ev = _head(ev_chunks, n_eval if eval_examples is None else min(eval_examples, n_eval))
-        x_eval, y_eval, z_eval = ev.inputs(dtype=dtype), ev.y, ev.z
         n_eval = len(ev)
+        if student.batch_norm:  # BN's statistics are the evaluation set's: one batch
+            x_eval, y_eval, z_eval = ev.inputs(dtype=dtype), ev.y, ev.z
+        else:  # the same sums batch by batch: memory of one eval batch, not of the set
+            ev_chunks, streamed = ev, True
     evaluation = "training" if held_out is False else "held-out"
     if batch_size is None:
         batches = itertools.repeat((sample.inputs(dtype=dtype)[skip:], sample.y[skip:]))
@@ -413,7 +419,7 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         if step in checkpoints:
             if streamed:
                 state, correct = accumulate_statistics(student, ev_chunks, loss=loss, batch_size=eval_batch_size,
-                                                       dtype=torch.float64, engine=engine, groups=noise_groups)
+                                                       dtype=torch.float64, engine=ev_engine, groups=noise_groups)
                 acc = correct / n_eval
             else:
                 state = collect_statistics(student, x_eval, y_eval, z_eval, loss=loss, dtype=torch.float64,
