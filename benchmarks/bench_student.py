@@ -18,7 +18,9 @@ Target 1 -- frequency statistics cost at most 1.3x a plain epoch:
 - ``explicit fwd+bwd`` (reference row): ``student.forward_backward(x, y)`` alone, no accumulation.
 
 The same four rows are run for a Batch-Norm student (``batch_norm=True``); the BN float32 ratio is a
-target too, its float64 ratio is reported only.
+target too, against the library's own explicit BN forward+backward (``explicit fwd+bwd (BN)``), not
+autograd's (``plain (BN)``, which is itself several times a plain pass; that ratio is reported only), and
+its float64 ratio is reported only.
 
 Target 3 -- the one student of every ladder is as fast on a uniform tree as the tree-only code it replaced:
 ``reference stats f32`` (and its BN twin) runs the same statistics epoch through today's tree code kept in
@@ -374,8 +376,11 @@ def main(argv: list[str] | None = None) -> dict:
                "stats_vs_reference": ratio("stats f32", "reference stats f32", REFERENCE_TARGET, True)}
     if not args.no_bn:
         targets["stats_vs_reference_bn"] = ratio("stats f32 (BN)", "reference stats f32 (BN)", REFERENCE_TARGET, True)
-        targets["stats_overhead_bn"] = ratio("stats f32 (BN)", "plain (BN)", STATS_TARGET, True)
-        targets["stats_overhead_bn_float64"] = ratio("stats f64 (BN)", "plain (BN)", STATS_TARGET, False)
+        # BN's baseline is the library's own explicit BN forward+backward: autograd through BN is itself
+        # several times a plain pass, so a ratio to it would flatter the statistics
+        targets["stats_overhead_bn"] = ratio("stats f32 (BN)", "explicit fwd+bwd (BN)", STATS_TARGET, True)
+        targets["stats_overhead_bn_float64"] = ratio("stats f64 (BN)", "explicit fwd+bwd (BN)", STATS_TARGET, False)
+        targets["stats_overhead_bn_vs_autograd"] = ratio("stats f32 (BN)", "plain (BN)", None, False)
         targets["explicit_backward_overhead_bn"] = ratio("explicit fwd+bwd (BN)", "plain (BN)", None, False)
     targets["locally_connected_vs_dense"] = ratio("plain", "dense", DENSE_TARGET, True)
     targets["locally_connected_vs_dense_out_of_place"] = ratio("plain", "dense (out-of-place act.)", None, False)
@@ -388,8 +393,9 @@ def main(argv: list[str] | None = None) -> dict:
               "explicit_backward_overhead": "explicit fwd+bwd / plain",
               "stats_vs_reference": "stats f32 / today's tree code",
               "stats_vs_reference_bn": "BN: stats f32 / today's tree code",
-              "stats_overhead_bn": "BN: stats (float32 accum, default) / plain",
-              "stats_overhead_bn_float64": "BN: stats (float64 accum) / plain",
+              "stats_overhead_bn": "BN: stats (float32 accum) / explicit BN",
+              "stats_overhead_bn_float64": "BN: stats (float64 accum) / explicit BN",
+              "stats_overhead_bn_vs_autograd": "BN: stats (float32 accum) / autograd BN",
               "explicit_backward_overhead_bn": "BN: explicit fwd+bwd / plain",
               "locally_connected_vs_dense": "locally connected / dense (same MACs)",
               "locally_connected_vs_dense_out_of_place": "  ... / dense with out-of-place activations"}

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 
 import numpy as np
 import pytest
@@ -262,10 +261,8 @@ def _check_tracks_eps(rows: list[dict]) -> dict:
 
 
 def test_measured_focus_rises_with_eps_above_its_floor_and_is_within_noise_elsewhere():
-    t0 = time.perf_counter()
     margins = _check_tracks_eps([_measure(eps, seed=0) for eps in EPS])
     assert margins["edge_min"] > 5 and margins["level_min"] > 3
-    assert time.perf_counter() - t0 < 30  # ~2 s here; a loose bound against an accidental slow path
 
 
 @pytest.mark.slow
