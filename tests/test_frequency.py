@@ -7,6 +7,8 @@ of one batch (which test_student.py checks against autograd), and
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from conftest_student import assert_close, fi_sample, one_torch_thread  # noqa: F401 (fixture)
@@ -338,3 +340,49 @@ def test_stacked_buffers_are_reused_when_they_fit():
     for k in PER_EVENT:
         for l in range(lad.depth):
             assert_close(got.means[k][l], ref.means[k][l], 1e-13, f"{k}[{l}]")
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b||_F / ||b||_F (0 when both are 0)."""
+    a, b = a.double(), b.double()
+    scale = b.norm().item()
+    return (a - b).norm().item() / scale if scale > 0 else (a - b).norm().item()
+
+
+@pytest.mark.parametrize("batch_norm", [False, True])
+def test_float32_batch_sums_agree_with_float64_to_1e6(batch_norm):
+    """The precision contract (FrequencyAccumulator): a float32 student's float32 batch sums, added into
+    float64 totals, give every statistic and every error of the comparison within 1e-6 relative of float64
+    batch sums of the same records, over 64 batches (the rounding is one batch's, not N rows')."""
+    from smaso.student.diagnosis import compare_statistics_to_theory
+
+    lad = Ladder.random(depth=3, branching=3, events=6, seed=3)
+    s = sample_ladder(lad, 64 * 512, seed=1)
+    st = LadderStudent(lad, 12, batch_norm=batch_norm, dtype=torch.float32, seed=0)
+    x = s.inputs(dtype=torch.float32)
+    stats = {dt: collect_statistics(st, x, s.y, s.z, batch_size=512, dtype=dt) for dt in (torch.float32,
+                                                                                          torch.float64)}
+    f32, f64 = stats[torch.float32], stats[torch.float64]
+    assert f32.loss == pytest.approx(f64.loss, rel=1e-6)
+    worst = 0.0
+    for l in range(lad.depth + 1):
+        assert torch.equal(f32.counts[l], f64.counts[l])
+        for k, v in f64.means.items():
+            if v[l] is not None:
+                assert f32.means[k][l].dtype == torch.float64
+                worst = max(worst, _relative(f32.means[k][l], v[l]))
+        if l >= 1:
+            worst = max(worst, _relative(f32.Fc[l], f64.Fc[l]), _relative(f32.Gp_tilde[l], f64.Gp_tilde[l]))
+    for l in range(lad.depth):
+        worst = max(worst, _relative(f32.dW[l], f64.dW[l]), _relative(f32.db[l], f64.db[l]))
+    assert 0 < worst <= 1e-6  # (0 would mean the float32 path was not taken)
+    # the errors are relative (dimensionless) already: they agree to 1e-6 times max(1, error); an error that
+    # is 0 in exact arithmetic reads ~1e-8 on float32 records in both paths
+    reports = [compare_statistics_to_theory(st, r) for r in (f32, f64)]
+    compared = 0
+    for a, b in zip(reports[0]["levels"], reports[1]["levels"], strict=True):
+        for key, value in b.items():
+            if isinstance(value, float) and math.isfinite(value):
+                assert abs(a[key] - value) <= 1e-6 * max(1.0, value), (b["level"], key, a[key], value)
+                compared += 1
+    assert compared >= 20

@@ -115,6 +115,9 @@ class FrequencyStatistics(PerEventMeans):
 
 _ONE_HOT_MAX_EVENTS = 256
 
+#: The dtype of an accumulator's totals (and of its statistics), whatever the dtype of its batch sums.
+TOTAL_DTYPE = torch.float64
+
 
 def _student_events(student: LadderStudent, z, rec: StudentRecord | None = None) -> torch.Tensor:
     """``z`` as the events of the student's ladder (:meth:`~LadderStudent.ladder_events`), refused unless it holds
@@ -160,8 +163,14 @@ class FrequencyAccumulator(MergeableSums):
     that coincide summed once), per edge one bincount of (parent, child) event pairs; with one-hot leaves the
     leaf sums follow exactly from the counts and Delta W.
 
+    Precision contract: each batch is summed in ``dtype`` and added into float64 totals
+    (:data:`TOTAL_DTYPE`), so only one batch's sums are rounded to ``dtype``, never the running total of N
+    rows.  With a float32 student and float32 batch sums (the default), the statistics and every error of
+    the comparison agree with float64 batch sums of the same student to 1e-6 relative
+    (``tests/test_frequency.py``); float64 batch sums give the exact path.
+
     :param student: the student (gives the ladder, the edges and the widths).
-    :param dtype: accumulation dtype (default: the student's; float64 for exact sums).
+    :param dtype: the batch sums' dtype (default: the student's; float64 for exact sums).
     """
 
     _SUMS = ("counts", "joint_counts", "own", "fc", "gp", "dW", "db")
@@ -183,11 +192,14 @@ class FrequencyAccumulator(MergeableSums):
         self.joint_counts = [None] + [torch.zeros(E[l - 1], M[l - 1], M[l], dtype=torch.float64, device=dev)
                                       for l in range(1, d + 1)]
         width = [len(self.summed) * n[l] for l in range(d)] + [n[d]]
-        self.own = [torch.zeros(R[l], M[l], width[l], dtype=dtype, device=dev) for l in range(d + 1)]
-        self.fc = [None] + [torch.zeros(E[l - 1], M[l - 1], n[l], dtype=dtype, device=dev) for l in range(1, d + 1)]
-        self.gp = [None] + [torch.zeros(E[l - 1], M[l], n[l - 1], dtype=dtype, device=dev) for l in range(1, d + 1)]
-        self.dW = [torch.zeros(E[l], n[l + 1], n[l], dtype=dtype, device=dev) for l in range(d)]
-        self.db = [torch.zeros(R[l], n[l], dtype=dtype, device=dev) for l in range(d)]
+        # each batch is summed in ``dtype`` (the fast matmuls) and added into float64 totals: the rounding of
+        # one batch's sums, not of N rows' (the precision contract of the class docstring)
+        tot = TOTAL_DTYPE
+        self.own = [torch.zeros(R[l], M[l], width[l], dtype=tot, device=dev) for l in range(d + 1)]
+        self.fc = [None] + [torch.zeros(E[l - 1], M[l - 1], n[l], dtype=tot, device=dev) for l in range(1, d + 1)]
+        self.gp = [None] + [torch.zeros(E[l - 1], M[l], n[l - 1], dtype=tot, device=dev) for l in range(1, d + 1)]
+        self.dW = [torch.zeros(E[l], n[l + 1], n[l], dtype=tot, device=dev) for l in range(d)]
+        self.db = [torch.zeros(R[l], n[l], dtype=tot, device=dev) for l in range(d)]
         self.n = 0
         self.loss_sum = 0.0
         # flat bincount index of the (parent, child) event pair of edge e: (e M_p + a_p) M + a.  int32 (half the
@@ -344,10 +356,10 @@ class FrequencyAccumulator(MergeableSums):
         means: dict[str, list] = {k: [None] * (d + 1) for k in _RECORD}
         for l in range(d + 1):
             if l == d and self.onehot_leaves:  # x = one-hot(z): E[x | z] is the identity on the events seen
-                eye = torch.eye(lad.events[d], dtype=self.dtype)
+                eye = torch.eye(lad.events[d], dtype=TOTAL_DTYPE)
                 means["Fbar"][l] = eye * (counts[l] > 0)[..., None]
                 continue
-            mean = self.own[l].cpu() / counts[l].clamp(min=1)[..., None].to(self.dtype)  # empty events: rows stay 0
+            mean = self.own[l].cpu() / counts[l].clamp(min=1)[..., None]  # empty events: rows stay 0
             if l == d:
                 means["Fbar"][l] = mean
                 continue
@@ -360,10 +372,10 @@ class FrequencyAccumulator(MergeableSums):
         fc, gp = [None] * (d + 1), [None] * (d + 1)
         for l in range(1, d + 1):
             if l == d and self.onehot_leaves:
-                fc[l] = P.P_down[l].to(self.dtype)  # E[one-hot(z_c) | z_parent] = P(z_c | z_parent)
+                fc[l] = P.P_down[l].to(TOTAL_DTYPE)  # E[one-hot(z_c) | z_parent] = P(z_c | z_parent)
             else:
                 parent_counts = counts[l - 1].index_select(0, self.student.edge_index(l - 1)[0].cpu())  # (E, M_p)
-                fc[l] = self.fc[l].cpu() / parent_counts.clamp(min=1)[..., None].to(self.dtype)
+                fc[l] = self.fc[l].cpu() / parent_counts.clamp(min=1)[..., None]
             gp[l] = self.gp[l].cpu() / self.n  # P(z_b) E[g | z_b] = sum / N
         return FrequencyStatistics(lad, self.n, counts, means, fc, gp,
                                    [w.cpu() / self.n for w in self.dW], [b.cpu() / self.n for b in self.db],
