@@ -9,7 +9,7 @@
 - ``wall``: ``smaso demo`` end to end in a fresh process, ``--repeats`` times, its wall and CPU seconds (an
   absolute figure: the JSON keeps the load average beside it).
 
-``benchmarks/readme_rows.py`` writes the README's demo figures from ``results/demo.json``.
+``benchmarks/report.py`` writes the README's demo figures from ``results/demo.json``.
 
     python benchmarks/bench_demo.py --record        # the recorded results (about 3 minutes on 2 cores)
     python benchmarks/bench_demo.py --quick          # a smoke run (small sizes, one repeat)

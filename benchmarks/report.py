@@ -1,0 +1,510 @@
+"""The README's figures, written from the recorded JSON in ``benchmarks/results/`` (never typed by hand).
+
+- :func:`table`: the README's benchmark table (section "Benchmarks"), one or more rows per results file, each
+  row naming its script, the date of the recording, the load average at the start and the end of the run
+  and the statistic quoted (best or median of the rounds);
+- :func:`demo_rows`: "Reading ``smaso demo``" (``demo.json`` of ``bench_demo.py``): the accuracy table, the
+  seeds' sentence, the reformulation table, the alignment table and the wall time;
+- :func:`demo_claims`: the README's sentences about the demo that carry no number, as checks on the same JSON.
+
+``python benchmarks/report.py`` prints the table, the demo rows and the claims; ``python benchmarks/report.py
+--write`` rewrites the table in README.md in place, between the lines :data:`BEGIN` and :data:`END`.
+``tests/test_readme_figures.py`` checks that README.md holds exactly this table and these demo rows and that
+every claim holds, so a re-recorded result must be carried into the README (``--write``; the demo rows, which
+are scattered through prose, by hand from this script's output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+README = HERE.parent / "README.md"
+BEGIN = "<!-- report.py: benchmarks -->"
+END = "<!-- /report.py -->"
+#: the results files the benchmark table is written from, in the table's order
+TABLE_FILES = ("ladder_sampling", "student", "activations", "factorial_map", "out_of_core", "sampling", "posterior",
+               "graph_statistics", "population")
+
+
+# ---------------------------------------------------------------------- reading and formatting
+def _load(name: str) -> dict:
+    """The recorded results file ``benchmarks/results/<name>.json``."""
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def _load_avg(d: dict) -> str:
+    """``load a-b``: the 1-minute load average at the start and at the end of the run."""
+    a, b = d["machine"]["loadavg_start"][0], d["machine"]["loadavg_end"][0]
+    return f"load {a:.1f}-{b:.1f}"
+
+
+def _date(d: dict) -> str:
+    """The recording's date, YYYY-MM-DD (its ``timestamp`` is UTC)."""
+    return d["timestamp"][:10]
+
+
+def _source(d: dict, script: str, statistic: str) -> str:
+    """Where a row's numbers come from: ``(`script`, date, load a-b; statistic)``."""
+    return f"(`{script}`, {_date(d)}, {_load_avg(d)}; {statistic})"
+
+
+def _rounds(d: dict, statistic: str) -> str:
+    """``<statistic> of N interleaved rounds`` (N = the run's ``config.repeats``: every contender once a round)."""
+    return f"{statistic} of {d['config']['repeats']} interleaved rounds"
+
+
+def _threads(n: int) -> str:
+    """``1 thread``, ``2 threads``."""
+    return f"{n} thread" + ("" if n == 1 else "s")
+
+
+def _runs(n: int) -> str:
+    """``1 run``, ``3 runs``."""
+    return f"{n} run" + ("" if n == 1 else "s")
+
+
+def _run_threads(d: dict) -> str:
+    """The torch threads a run used (``machine.torch_threads``, recorded after ``--threads`` took effect)."""
+    return _threads(d["machine"]["torch_threads"])
+
+
+def _target(t: dict) -> str:
+    """A recorded target (``"<= 1.5"``, ``">= 15 (about)"``) as a ratio: ``<= 1.5x``, ``>= 15x (about)``;
+    `` (not met)`` added when the recording failed it."""
+    bound, _, note = t["target"].partition(" (")
+    text = f"{bound}x" + (f" ({note}" if note else "")
+    return text if t.get("pass", True) else f"{text} (not met)"
+
+
+def _count(n: float) -> str:
+    """An example count: ``1e6`` for a power of ten, the integer otherwise."""
+    n = round(n)
+    text = f"{n:.0e}".replace("e+0", "e").replace("e+", "e")
+    return text if n > 0 and float(text) == n else str(n)
+
+
+def _rate(per_s: float) -> str:
+    """Examples per second, in thousands to three figures: ``345k``, ``44.8k``."""
+    return f"{per_s / 1e3:.3g}k"
+
+
+def _span(values: list[float], fmt: str = ".2f") -> str:
+    """``lo-hi`` of ``values`` in format ``fmt``, or one number when both print alike."""
+    lo, hi = min(values), max(values)
+    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
+
+
+def _row(benchmark: str, measured: str, target: str) -> str:
+    """One table row."""
+    return f"| {benchmark} | {measured} | {target} |"
+
+
+# ---------------------------------------------------------------------- bench_ladder_sampling.py
+def ladder_sampling_rows() -> list[str]:
+    """The sampler against plain Pyro and against the ``torch.rand`` floor (best of the timed runs; the
+    contenders run one after the other, not interleaved)."""
+    d = _load("ladder_sampling")
+    c, t = d["config"], d["targets"]
+    source = _source(d, "bench_ladder_sampling.py", f"best of {_runs(c['repeats'])} each, one contender after the "
+                     f"other; plain Pyro: {_runs(c['baseline_repeats'])} of N = {_count(c['baseline_n'])}")
+    speed, floor = t["speedup_over_plain_pyro"], t["slowdown_vs_floor"]
+    return [
+        _row(f"ladder sampler vs plain Pyro `dist.Categorical` model (N = {_count(c['n'])}, "
+             f"{d['ladder']['total_regions']} regions, m = {c['events']}, {_run_threads(d)})",
+             f"{speed['value']:.0f}x faster {source}", _target(speed)),
+        _row("ladder sampler vs `torch.rand` of the same count", f"{floor['value']:.1f}x the floor {source}",
+             _target(floor)),
+    ]
+
+
+# ---------------------------------------------------------------------- bench_student.py
+def _ratio_name(t: dict) -> str:
+    """``(`numerator` / `denominator`)``: the contenders a student ratio divides."""
+    return f"(`{t['numerator']}` / `{t['denominator']}`)"
+
+
+def student_rows() -> list[str]:
+    """The statistics epoch against a plain epoch, and the locally connected student against a dense stack of
+    the same MACs; the one student against 0.2's tree code when the recording has that target."""
+    d = _load("student")
+    c, t = d["config"], d["targets"]
+    source = _source(d, "bench_student.py", _rounds(d, c["time_statistic"]))
+    stats, lc = t["stats_overhead"], t["locally_connected_vs_dense"]
+    setup = (f"{d['ladder']['total_regions']} regions, width {c['width']}, batch {c['batch_size']}, "
+             f"{c['judged_accumulation']} accumulation, {_run_threads(d)}")
+    measured = f"{stats['value']:.2f}x {_ratio_name(stats)}"
+    target = _target(stats)
+    if "stats_overhead_bn" in t:
+        bn = t["stats_overhead_bn"]
+        measured += f"; BN: {bn['value']:.2f}x {_ratio_name(bn)}"
+        target += f"; BN: {_target(bn)}"
+    rows = [
+        _row(f"frequency statistics during an epoch vs the plain epoch ({setup})", f"{measured} {source}", target),
+        _row(f"locally connected forward+backward vs dense `nn.Linear` stack of the same MACs "
+             f"({' -> '.join(map(str, d['dense']['dims']))}; {_run_threads(d)})",
+             f"{lc['value']:.2f}x {_ratio_name(lc)} {source}", _target(lc)),
+    ]
+    if "stats_vs_reference" in t:  # recorded since the one student replaced the tree code (target 3)
+        ref = t["stats_vs_reference"]
+        measured, target = f"{ref['value']:.2f}x {_ratio_name(ref)}", _target(ref)
+        if "stats_vs_reference_bn" in t:
+            bn = t["stats_vs_reference_bn"]
+            measured += f"; BN: {bn['value']:.2f}x"
+            target += f"; BN: {_target(bn)}"
+        rows.append(_row(f"the statistics epoch vs 0.2's tree code in `benchmarks/reference/` ({setup})",
+                         f"{measured} {source}", target))
+    return rows
+
+
+# ---------------------------------------------------------------------- bench_activations.py
+def activations_rows() -> list[str]:
+    """beta-swish, fixed and learnable beta, forward+backward against ``F.silu``."""
+    d = _load("activations")
+    c, t = d["config"], d["targets"]
+    source = _source(d, "bench_activations.py", _rounds(d, c["rate_statistic"]))
+    fixed, learnable = t["fixed_vs_silu"], t["learnable_vs_silu"]
+    return [
+        _row(f"swish (beta-VQ ReLU; torch.func, compile, export, double backward supported), fixed beta = "
+             f"{c['beta']:g}, forward+backward on {_count(c['n'])} elements vs `F.silu`, {_run_threads(d)}",
+             f"{fixed['value']:.2f}x {source}", _target(fixed)),
+        _row("swish with learnable beta vs `F.silu`", f"{learnable['value']:.2f}x {source}", _target(learnable)),
+    ]
+
+
+# ---------------------------------------------------------------------- bench_factorial_map.py
+def factorial_map_rows() -> list[str]:
+    """Factorized MAP against its matmul floor, and exact enumeration at the largest K recorded."""
+    d = _load("factorial_map")
+    c, t = d["config"], d["targets"]["factorized_vs_matmul"]
+    last, before = d["enumeration"][-1], d["enumeration"][-2]
+    growth = last["time_s"] / before["time_s"]
+    enum_source = _source(d, "bench_factorial_map.py", f"best of {_runs(len(last['times_s']))} at that K")
+    return [
+        _row(f"factorized joint MAP, K = {c['k']}, D = {c['d']}, batch {c['n']}, vs one matmul of that shape, "
+             f"{_run_threads(d)}",
+             f"{t['value']:.2f}x " + _source(d, "bench_factorial_map.py",
+                                            f"best of {_runs(c['repeats'])} each, one contender after the other"),
+             _target(t)),
+        _row(f"exact joint MAP by enumeration (R = {c['r']}, D = {last['d']}, batch {last['n']})",
+             f"{last['time_s']:.1f} s at K = {last['k']}, x{growth:.2f} from K = {before['k']} {enum_source}", "-"),
+    ]
+
+
+# ---------------------------------------------------------------------- bench_out_of_core.py
+def _ooc_source(d: dict, section: str) -> str:
+    """The source of an out-of-core row: the file's date and load when its last run measured ``section``; a run
+    of some sections keeps the other sections' rows of an earlier run, whose date and load are not recorded."""
+    if section in d["config"]["sections"]:
+        return _source(d, "bench_out_of_core.py", "one run")
+    return "(`bench_out_of_core.py`; one run, kept from an earlier run: its date and load are not recorded)"
+
+
+def _ooc_regions(d: dict) -> int:
+    """Regions of the out-of-core benchmark's uniform tree ladder (``config.ladder``: depth and branching)."""
+    lad = d["config"]["ladder"]
+    return sum(lad["branching"] ** level for level in range(lad["depth"] + 1))
+
+
+def _ooc_memory_row(d: dict, job: str, what: str, note: str) -> str:
+    """Throughput at the largest N and peak RSS over every N of one streamed ``memory`` job."""
+    rows = [r for r in d["results"] if r["section"] == "memory" and r["job"] == job]
+    big = max(rows, key=lambda r: r["n"])
+    measured = (f"{_rate(big['examples_per_s'])} examples/s at {_count(big['n'])}{note(big)}; peak RSS "
+                f"{_span([r['peak_rss_mib'] for r in rows], '.0f')} MiB at every N {_ooc_source(d, 'memory')}")
+    small = min(rows, key=lambda r: r["n"])
+    return _row(f"{what}, {_ooc_regions(d)} regions, {_threads(big['threads'])}, N = {_count(small['n'])} ... "
+                f"{_count(big['n'])}", measured, "flat, < 1.5 GB")
+
+
+def _ooc_engine_row(d: dict) -> str:
+    """Dask sampling with 2 and 1 workers against one process at one thread (each contender's last row: the
+    largest ladder and N where a run records several)."""
+    rows = {r["contender"]: r for r in d["results"] if r["section"] == "engine"}
+    one = rows["one process, 1 thread"]
+    w1, w2 = rows["dask, 1 worker(s) x 1 thread"], rows["dask, 2 worker(s) x 1 thread"]
+    same = "same bytes" if w1["same_bytes"] and w2["same_bytes"] else "NOT the same bytes"
+    return _row(f"Dask sampling, 2 workers x 1 thread vs one process at 1 thread "
+                f"({_count(one['seconds'] * one['examples_per_s'])} rows, {same})",
+                f"{w2['x_one_thread']:.2f}x (one worker: {w1['x_one_thread']:.2f}x; empty task "
+                f"{1e3 * w2['empty_task_s']:.1f} ms) {_ooc_source(d, 'engine')}", ">= 1.6x")
+
+
+def _ooc_main_job_row(d: dict) -> str:
+    """``compare_student`` streamed over a store: time and peak RSS."""
+    r = next(r for r in d["results"] if r["section"] == "main_job")
+    return _row(f"the main job streamed (`compare_student`, {_ooc_regions(d)} regions, {r['steps']} SGD steps, "
+                f"evaluations over every example), N = {_count(r['n'])}",
+                f"{r['seconds']:.0f} s ({_rate(r['examples_per_s'])} examples/s over N; sampling the store: "
+                f"{r['sample_seconds']:.0f} s more); peak RSS {r['peak_rss_mib']:.0f} MiB "
+                f"{_ooc_source(d, 'main_job')}", "flat in N")
+
+
+def _ooc_contention_row(d: dict) -> str:
+    """The sampler at 1 and 2 threads, with busy processes and on a quiet machine."""
+    rows = [r for r in d["results"] if r["section"] == "contention"]
+    quiet = {r["threads"]: r["examples_per_s"] for r in rows if r["machine"] == "quiet"}
+    busy_label = next(r["machine"] for r in rows if r["machine"] != "quiet")
+    busy = {r["threads"]: r["examples_per_s"] for r in rows if r["machine"] == busy_label}
+    return _row(f"sampler under contention ({busy_label}, {d['machine']['cpu_count']} cores): "
+                f"{min(busy)} vs {max(busy)} threads",
+                f"{_rate(busy[min(busy)])} vs {_rate(busy[max(busy)])} examples/s (quiet: "
+                f"{_rate(quiet[min(quiet)])} vs {_rate(quiet[max(quiet)])}) {_ooc_source(d, 'contention')}",
+                "near the fair share: 1 thread is the default")
+
+
+def out_of_core_rows() -> list[str]:
+    """Memory against N (sampling into a store, ``smaso inspect``), the Dask engine, the main job streamed and
+    thread contention."""
+    d = _load("out_of_core")
+
+    def store_size(r: dict) -> str:
+        return f" ({r['seconds']:.0f} s, {r['bytes_per_example'] * r['n'] / 1e9:.0f} GB)"
+
+    return [
+        _ooc_memory_row(d, "sample", "sample into a chunked store", store_size),
+        _ooc_memory_row(d, "inspect", "`smaso inspect` streamed (its peak: the Bayes posterior of a subset of rows)",
+                        lambda r: ""),
+        _ooc_engine_row(d),
+        _ooc_main_job_row(d),
+        _ooc_contention_row(d),
+    ]
+
+
+# ---------------------------------------------------------------------- the one-ladder benchmarks
+def sampling_row() -> str:
+    """The one sampler per draw against 0.2's tree sampler, on the tree and on the conv1d DAG (medians)."""
+    s = _load("sampling")
+    t = s["targets"]
+    regions = {r["contender"]: r["regions"] for r in s["results"]}
+    tree, dag = t["tree_per_draw_vs_reference_topdown"], t["dag_per_draw_vs_reference_topdown"]
+    return _row(
+        f"the one sampler (`sample_ladder`) per draw vs 0.2's tree sampler (`benchmarks/reference/`), "
+        f"{regions['ladder-tree']}-region ladder, and on the conv1d DAG ({regions['ladder-dag']} regions), "
+        f"{_run_threads(s)}, N = {_count(s['config']['n'])}",
+        f"tree: topdown {tree['value']:.2f}x, bottom-up {t['tree_per_draw_vs_reference_bottomup']['value']:.2f}x; "
+        f"DAG: {dag['value']:.2f}x / {t['dag_per_draw_vs_reference_bottomup']['value']:.2f}x "
+        + _source(s, "bench_sampling.py", _rounds(s, "median")),
+        f"tree {_target(tree)}, DAG {_target(dag)}")
+
+
+def posterior_row() -> str:
+    """The exact posterior against a plain sum-product and against 0.2's tree posterior (medians)."""
+    p = _load("posterior")
+    c, t = p["config"], p["targets"]
+    batched, single = t["posterior_vs_plain_topdown-onehot_batched"], t["posterior_vs_plain_topdown-onehot_single"]
+    speed = t["speedup_vs_reference_topdown-onehot_batched"]
+    return _row(
+        f"exact posterior p(y, z given x) (`inference.posterior`), {p['ladders']['topdown-onehot']['regions']}-"
+        "region top-down ladder, one-hot leaves, vs a plain scaled-product sum-product and the reference, 0.2's tree "
+        f"posterior, {_run_threads(p)}",
+        f"{c['n']} queries: {batched['value']:.2f}x, {c['single']} one at a time: {single['value']:.2f}x; "
+        f"{speed['value']:.1f}x faster than the reference " + _source(p, "bench_posterior.py", _rounds(p, "median")),
+        f"{_target(batched)}; {_target(speed)} faster")
+
+
+def graph_statistics_row() -> str:
+    """The one student's statistics pass against 0.2's tree code on trees, and per MAC on the DAG (best and
+    median)."""
+    g = _load("graph_statistics")
+    t = g["targets"]
+    regions = {r["contender"]: r["regions"] for r in g["results"]}
+
+    def both(key: str) -> str:
+        return f"{t[key]['value']:.2f}x ({t[key]['value_median']:.2f}x)"
+
+    return _row(
+        "the one student's statistics pass (forward, explicit backward, frequency statistics) on uniform trees vs "
+        f"0.2's tree code (`benchmarks/reference/`), {_run_threads(g)}, "
+        f"N = {g['config']['n']}",
+        f"{regions['one-tree']} regions {both('one_vs_reference_tree')}, {regions['one-tree341']} regions "
+        f"{both('one_vs_reference_tree341')}, `Ladder.default()` {both('one_vs_reference_default')}; on the DAG per "
+        f"MAC {both('dag_per_mac_vs_tree')} "
+        + _source(g, "bench_graph_statistics.py", _rounds(g, "best (median)")),
+        f"trees {_target(t['one_vs_reference_tree'])}, DAG {_target(t['dag_per_mac_vs_tree'])}")
+
+
+# ---------------------------------------------------------------------- bench_population.py
+def population_row() -> str:
+    """R restarts trained as one population against one after the other, at the largest and smallest R."""
+    d = _load("population")
+    c = d["config"]
+    big, small = max(c["sizes"]), min(c["sizes"])
+    pops = [r for r in d["results"] if r["contender"] == "population"]
+
+    def speedup(widths: list[int], r: int) -> float:
+        return next(p["x_sequential"] for p in pops if p["widths"] == widths and p["r"] == r)
+
+    first, second = c["widths"]
+    targets = list(d["targets"].values())
+    return _row(
+        f"{big} restarts of a 1-D ReLU student trained as one population vs one after the other ({c['optimizer']}, "
+        f"{c['loss']} loss, {c['steps']} steps), {_run_threads(d)}, per restart",
+        f"widths {tuple(first)}: {speedup(first, big):.1f}x faster; {tuple(second)}: {speedup(second, big):.1f}x "
+        f"(R = {small}: {speedup(first, small):.1f}x / {speedup(second, small):.1f}x); members agree with the lone "
+        f"networks to {d['correctness']['max_abs_param_diff']:.0e} "
+        + _source(d, "bench_population.py", _rounds(d, c["rate_statistic"])),
+        " / ".join(sorted({_target(t) for t in targets})))
+
+
+# ---------------------------------------------------------------------- the table
+def rows() -> list[str]:
+    """The README benchmark table's rows, in order."""
+    return [*ladder_sampling_rows(), *student_rows(), *activations_rows(), *factorial_map_rows(),
+            *out_of_core_rows(), sampling_row(), posterior_row(), graph_statistics_row(), population_row()]
+
+
+def table() -> list[str]:
+    """The README benchmark table: header (with the recording machines' core counts) and :func:`rows`."""
+    cores = sorted({_load(name)["machine"]["cpu_count"] for name in TABLE_FILES})
+    return [f"| benchmark | measured ({'/'.join(map(str, cores))} cores) | target |", "|---|---|---|", *rows()]
+
+
+def replace_table(text: str, lines: list[str]) -> str:
+    """``text`` with the lines strictly between the lines :data:`BEGIN` and :data:`END` replaced by ``lines``."""
+    old = text.split("\n")
+    if old.count(BEGIN) != 1 or old.count(END) != 1 or old.index(BEGIN) > old.index(END):
+        raise ValueError(f"expected one line {BEGIN!r} followed by one line {END!r}")
+    return "\n".join([*old[:old.index(BEGIN) + 1], *lines, *old[old.index(END):]])
+
+
+def readme_table(text: str) -> list[str]:
+    """The lines strictly between :data:`BEGIN` and :data:`END` in ``text``."""
+    old = text.split("\n")
+    return old[old.index(BEGIN) + 1:old.index(END)]
+
+
+def write(path: Path = README) -> bool:
+    """Rewrite the table in ``path`` atomically (a temporary file beside it, then ``os.replace``), keeping its
+    mode; return whether anything changed."""
+    text = path.read_text()
+    new = replace_table(text, table())
+    if new == text:
+        return False
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(new)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+# ---------------------------------------------------------------------- "Reading smaso demo"
+#: The demo's student levels (0 the linear output, 1 the readout group: both have the label as their event).
+DEMO_LEVELS = {0: "0 (label, linear output)", 1: "1 (label, readout group)", 2: "2 (teacher level 1)",
+               3: "3 (teacher level 2)"}
+
+#: The reformulation table's columns: (heading, summary key).
+DEMO_TERMS = (("F one step", "F_local"), ("F focus part", "F_local_focus"),
+              ("F decorrelation part", "F_local_decorrelation"), ("G~ one step", "G_local"),
+              ("G~ broadness part", "G_local_broadness"), ("G~ decorrelation part", "G_local_decorrelation"))
+
+
+def _term(level: dict, key: str) -> str:
+    """``median [min..max] (noise)`` with ``*`` when within noise, as ``smaso demo`` prints it."""
+    noise = max(level[f"{key}_floor"], level[f"{key}_seed_se"])
+    star = "*" if key in level["within_noise"] else ""
+    return (f"{level[key]:.2g} [{level[f'{key}_min']:.2g}..{level[f'{key}_max']:.2g}] "
+            f"({noise:.0e}){star}").replace("e-0", "e-").replace("0e+00", "0")
+
+
+def demo_rows() -> list[str]:
+    """The figures of the README's "Reading ``smaso demo``", from ``results/demo.json``."""
+    d = _load("demo")
+    runs, summary = d["results"], d["summary"]
+    acc = runs[0]["accuracy"]
+    seeds = [r["seed"] for r in runs]
+    held = [r["accuracy"]["held_out_accuracy"] for r in runs]
+    accuracy = [
+        f"| Bayes-optimal accuracy of the teacher (exact posterior of x) | {acc['bayes']:.4f} |",
+        f"| class ceiling, linear top (additive over the root's two children) | {acc['ceiling_linear_top']:.4f} |",
+        f"| class ceiling, readout of >= {acc['readout_width_needed']} nodes | {acc['ceiling_readout']:.4f} |",
+        f"| loss-optimal linear top (squared loss) | {acc['loss_optimal_linear_top']:.4f} |",
+        f"| this student (readout 32), seed {runs[0]['seed']}, on {acc['held_out_rows']} held-out rows "
+        f"| {acc['held_out_accuracy']:.4f} |"]
+    seeds_line = (f"Over student seeds {', '.join(map(str, seeds))} the held-out accuracy is "
+                  f"{', '.join(f'{a:.4f}' for a in held)} (median {sorted(held)[len(held) // 2]:.4f}).")
+    wall = d["wall"]
+    wall_line = (f"`smaso demo` takes {wall['median_s']:.0f} s end to end on {d['machine']['cpu_count']} cores "
+                 f"(median of {len(wall['seconds'])} runs, {wall['median_cpu_s']:.0f} s of CPU, "
+                 f"{_load_avg(d)}; `bench_demo.py`).")
+    terms = [f"| {lv['level']} | " + " | ".join(_term(lv, key) for _, key in DEMO_TERMS) + " |"
+             for lv in summary["levels"]]
+    alignment = []
+    for level, name in DEMO_LEVELS.items():
+        start = [r["alignment_start"][level] for r in runs]
+        end = [r["alignment_end"][level] for r in runs]
+        control = [r["control_end"][level] for r in runs]
+        chance = _span([a["probe_chance"] for a in start])
+        alignment.append(
+            f"| {name} | {_span([a['eta2'] for a in start], '.3f')} -> {_span([a['eta2'] for a in end], '.3f')} "
+            f"| {_span([a['eta2'] for a in control], '.3f')} "
+            f"| {_span([a['spec'] for a in start])} -> {_span([a['spec'] for a in end])} "
+            f"| {_span([a['probe'] for a in start])} -> {_span([a['probe'] for a in end])} ({chance}) |")
+    return [*accuracy, seeds_line, wall_line, *terms, *alignment]
+
+
+def demo_claims() -> dict[str, bool]:
+    """The README's wordings about the demo, each checked on ``results/demo.json`` (all must be True)."""
+    d = _load("demo")
+    runs, levels = d["results"], d["summary"]["levels"]
+
+    def end(level, key):
+        return [r["alignment_end"][level][key] for r in runs]
+
+    def start(level, key):
+        return [r["alignment_start"][level][key] for r in runs]
+
+    def control(level, key):
+        return [r["control_end"][level][key] for r in runs]
+
+    hidden = [lv for lv in levels if lv["level"] >= 1]
+    return {
+        "held-out accuracy >= 0.95 of Bayes in every seed":
+            all(r["accuracy"]["held_out_accuracy"] >= 0.95 * r["accuracy"]["bayes"] for r in runs),
+        "the focus part of F is within noise at every level":
+            all("F_local_focus" in lv["within_noise"] for lv in levels),
+        "the F one-step error of each hidden level is its decorrelation part, not within noise":
+            all("F_local_decorrelation" not in lv["within_noise"]
+                and abs(lv["F_local_decorrelation"] - lv["F_local"]) <= 0.01 * lv["F_local"] for lv in hidden),
+        "broadness is within noise at the readout level and the larger G~ part at the two lowest hidden levels":
+            "G_local_broadness" in levels[1]["within_noise"]
+            and all(lv["G_local_broadness"] > lv["G_local_decorrelation"] for lv in levels[2:]),
+        "the readout level and teacher level 1 become selective (eta2, spec, probe rise in every seed)":
+            all(min(end(lv, k)) > max(start(lv, k)) for lv in (1, 2) for k in ("eta2", "spec", "probe")),
+        "with shuffled labels their eta2 ends below every trained seed's, near its value at initialisation":
+            all(max(control(lv, "eta2")) < min(end(lv, "eta2"))
+                and max(control(lv, "eta2")) <= 1.25 * max(start(lv, "eta2")) for lv in (1, 2)),
+        "teacher level 2's probe is 1 already at initialisation":
+            min(start(3, "probe")) >= 0.995,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the table, the demo rows and the claims; with ``--write``, rewrite the table in README.md."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--write", action="store_true",
+                   help=f"rewrite the table in {README.name} in place, between {BEGIN} and {END}")
+    args = p.parse_args(argv)
+    print("\n".join(table()))
+    print()
+    print("\n".join(demo_rows()))
+    for claim, holds in demo_claims().items():
+        print(f"{'holds' if holds else 'FAILS'}: {claim}")
+    if args.write:
+        print(f"\n{README}: {'table rewritten' if write() else 'table already up to date'}")
+
+
+if __name__ == "__main__":
+    main()
