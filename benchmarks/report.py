@@ -89,6 +89,11 @@ def _count(n: float) -> str:
     return text if n > 0 and float(text) == n else str(n)
 
 
+def _millions(n: float) -> str:
+    """A row count in millions to two figures: ``2.8M``, ``0.4M``."""
+    return f"{n / 1e6:.2g}M"
+
+
 def _rate(per_s: float) -> str:
     """Examples per second, in thousands to three figures: ``345k``, ``44.8k``."""
     return f"{per_s / 1e3:.3g}k"
@@ -198,8 +203,12 @@ def factorial_map_rows() -> list[str]:
 
 # ---------------------------------------------------------------------- bench_out_of_core.py
 def _ooc_source(d: dict, section: str) -> str:
-    """The source of an out-of-core row: the file's date and load when its last run measured ``section``; a run
-    of some sections keeps the other sections' rows of an earlier run, whose date and load are not recorded."""
+    """The source of an out-of-core row: the date and load of the run that measured ``section`` (its
+    ``section_runs`` entry, else the file's when its last run measured it); a run of some sections keeps the
+    other sections' rows of earlier runs, whose date and load older recordings did not keep."""
+    run = d.get("section_runs", {}).get(section, {})
+    if "timestamp" in run:
+        return _source({"timestamp": run["timestamp"], "machine": run}, "bench_out_of_core.py", "one run")
     if section in d["config"]["sections"]:
         return _source(d, "bench_out_of_core.py", "one run")
     return "(`bench_out_of_core.py`; one run, kept from an earlier run: its date and load are not recorded)"
@@ -222,17 +231,31 @@ def _ooc_memory_row(d: dict, job: str, what: str, note: str) -> str:
                 f"{_count(big['n'])}", measured, "flat, < 1.5 GB")
 
 
-def _ooc_engine_row(d: dict) -> str:
-    """Dask sampling with 2 and 1 workers against one process at one thread (each contender's last row: the
-    largest ladder and N where a run records several)."""
-    rows = {r["contender"]: r for r in d["results"] if r["section"] == "engine"}
-    one = rows["one process, 1 thread"]
-    w1, w2 = rows["dask, 1 worker(s) x 1 thread"], rows["dask, 2 worker(s) x 1 thread"]
+def _ooc_engine_rows(d: dict) -> list[str]:
+    """Dask sampling with 2 and 1 workers against one process at one thread on the 341-region ladder at the
+    largest N (a warm cluster; with the start-up beside it), and where Dask pays off (``crossover``)."""
+    rows = [r for r in d["results"] if r["section"] == "engine" and r.get("ladder", "random") == "random"]
+    n = max(r.get("n", 0) for r in rows)
+    at = {r["contender"]: r for r in rows if r.get("n", 0) == n}
+    one = at["one process, 1 thread"]
+    w1, w2 = at["dask, 1 worker(s) x 1 thread"], at["dask, 2 worker(s) x 1 thread"]
     same = "same bytes" if w1["same_bytes"] and w2["same_bytes"] else "NOT the same bytes"
-    return _row(f"Dask sampling, 2 workers x 1 thread vs one process at 1 thread "
+    startup = (f", {w2['x_one_thread_with_startup']:.2f}x counting the cluster's {w2['startup_s']:.1f} s start-up"
+               if "startup_s" in w2 else "")
+    out = [_row(f"Dask sampling, 2 workers x 1 thread vs one process at 1 thread, {_ooc_regions(d)} regions "
                 f"({_count(one['seconds'] * one['examples_per_s'])} rows, {same})",
-                f"{w2['x_one_thread']:.2f}x (one worker: {w1['x_one_thread']:.2f}x; empty task "
-                f"{1e3 * w2['empty_task_s']:.1f} ms) {_ooc_source(d, 'engine')}", ">= 1.6x")
+                f"{w2['x_one_thread']:.2f}x on a running cluster{startup} (one worker: {w1['x_one_thread']:.2f}x; "
+                f"empty task {1e3 * w2['empty_task_s']:.1f} ms) {_ooc_source(d, 'engine')}", ">= 1.6x")]
+    cross = d.get("crossover", [])
+    if cross and all(c.get("crossover_serial_s_warm") is not None for c in cross):
+        out.append(_row(
+            "when Dask pays off: 2 local workers finish first once the one-process job takes longer than "
+            "(`crossover` of `bench_out_of_core.py`)",
+            "; ".join(f"{c['regions']} regions: {c['crossover_serial_s_warm']:.1f} s on a running cluster "
+                      f"({_millions(c['crossover_n_warm'])} rows), {c['crossover_serial_s_with_startup']:.1f} s "
+                      f"counting its start-up ({_millions(c['crossover_n_with_startup'])} rows)" for c in cross)
+            + f" {_ooc_source(d, 'engine')}", "measured"))
+    return out
 
 
 def _ooc_main_job_row(d: dict) -> str:
@@ -270,7 +293,7 @@ def out_of_core_rows() -> list[str]:
         _ooc_memory_row(d, "sample", "sample into a chunked store", store_size),
         _ooc_memory_row(d, "inspect", "`smaso inspect` streamed (its peak: the Bayes posterior of a subset of rows)",
                         lambda r: ""),
-        _ooc_engine_row(d),
+        *_ooc_engine_rows(d),
         _ooc_main_job_row(d),
         _ooc_contention_row(d),
     ]
