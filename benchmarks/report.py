@@ -5,13 +5,18 @@
   and the statistic quoted (best or median of the rounds);
 - :func:`demo_rows`: "Reading ``smaso demo``" (``demo.json`` of ``bench_demo.py``): the accuracy table, the
   seeds' sentence, the reformulation table, the alignment table and the wall time;
-- :func:`demo_claims`: the README's sentences about the demo that carry no number, as checks on the same JSON.
+- :func:`demo_claims`: the README's sentences about the demo that carry no number, as checks on the same JSON;
+- :func:`notebook_table`: the README's notebook table (section "Notebooks") with its opening sentence, the
+  fixed texts of :data:`NOTEBOOKS` and each notebook's full-mode time (:func:`notebook_times`, from
+  ``notebooks.json`` of ``bench_notebooks.py``).
 
-``python benchmarks/report.py`` prints the table, the demo rows and the claims; ``python benchmarks/report.py
---write`` rewrites the table in README.md in place, between the lines :data:`BEGIN` and :data:`END`.
-``tests/test_readme_figures.py`` checks that README.md holds exactly this table and these demo rows and that
-every claim holds, so a re-recorded result must be carried into the README (``--write``; the demo rows, which
-are scattered through prose, by hand from this script's output).
+``python benchmarks/report.py`` prints the tables, the demo rows and the claims; ``python benchmarks/report.py
+--write`` rewrites the benchmark table in README.md in place, between the lines :data:`BEGIN` and :data:`END`,
+and the notebook table, between :data:`NOTEBOOKS_BEGIN` and the next :data:`END` (left as it is, with a note,
+while ``notebooks.json`` is not recorded).  ``tests/test_readme_figures.py`` checks that README.md holds
+exactly these tables and these demo rows and that every claim holds, so a re-recorded result must be carried
+into the README (``--write``; the demo rows, which are scattered through prose, by hand from this script's
+output).
 """
 
 from __future__ import annotations
@@ -20,13 +25,16 @@ import argparse
 import json
 import os
 import tempfile
+import textwrap
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE.parent / "README.md"
 BEGIN = "<!-- report.py: benchmarks -->"
-END = "<!-- /report.py -->"
+NOTEBOOKS_BEGIN = "<!-- report.py: notebooks -->"
+END = "<!-- /report.py -->"  # ends every generated part: the first one after its opening line
+MARKER = "<!-- report.py:"  # every generated part's opening line starts so
 #: the results files the benchmark table is written from, in the table's order
 TABLE_FILES = ("ladder_sampling", "student", "activations", "factorial_map", "out_of_core", "sampling", "posterior",
                "graph_statistics", "population")
@@ -388,25 +396,54 @@ def table() -> list[str]:
     return [f"| benchmark | measured ({'/'.join(map(str, cores))} cores) | target |", "|---|---|---|", *rows()]
 
 
-def replace_table(text: str, lines: list[str]) -> str:
-    """``text`` with the lines strictly between the lines :data:`BEGIN` and :data:`END` replaced by ``lines``."""
+def _part(lines: list[str], begin: str) -> tuple[int, int]:
+    """The indices in ``lines`` of the line ``begin`` (there must be one) and of the first :data:`END` after it,
+    with no other generated part's opening line between them."""
+    if lines.count(begin) == 1:
+        start = lines.index(begin)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i] == END or lines[i].startswith(MARKER)), None)
+        if end is not None and lines[end] == END:
+            return start, end
+    raise ValueError(f"expected one line {begin!r} followed by a line {END!r}")
+
+
+def replace_table(text: str, lines: list[str], begin: str = BEGIN) -> str:
+    """``text`` with the lines strictly between the line ``begin`` (:data:`BEGIN`: the benchmark table) and the
+    next :data:`END` replaced by ``lines``."""
     old = text.split("\n")
-    if old.count(BEGIN) != 1 or old.count(END) != 1 or old.index(BEGIN) > old.index(END):
-        raise ValueError(f"expected one line {BEGIN!r} followed by one line {END!r}")
-    return "\n".join([*old[:old.index(BEGIN) + 1], *lines, *old[old.index(END):]])
+    start, end = _part(old, begin)
+    return "\n".join([*old[:start + 1], *lines, *old[end:]])
 
 
-def readme_table(text: str) -> list[str]:
-    """The lines strictly between :data:`BEGIN` and :data:`END` in ``text``."""
+def readme_table(text: str, begin: str = BEGIN) -> list[str]:
+    """The lines strictly between the line ``begin`` (:data:`BEGIN`: the benchmark table) and the next
+    :data:`END` in ``text``."""
     old = text.split("\n")
-    return old[old.index(BEGIN) + 1:old.index(END)]
+    start, end = _part(old, begin)
+    return old[start + 1:end]
 
 
-def write(path: Path = README) -> bool:
-    """Rewrite the table in ``path`` atomically (a temporary file beside it, then ``os.replace``), keeping its
-    mode; return whether anything changed."""
+def write(path: Path = README, notes: list[str] | None = None) -> bool:
+    """Rewrite the generated parts of ``path`` atomically (a temporary file beside it, then ``os.replace``),
+    keeping its mode; return whether anything changed.
+
+    The benchmark table (between :data:`BEGIN` and :data:`END`) is always rewritten; the notebook table
+    (:func:`notebook_table`, between :data:`NOTEBOOKS_BEGIN` and :data:`END`) only while ``notebooks.json`` is
+    recorded and ``path`` has its markers: otherwise it is left as it is and a sentence saying why is
+    appended to ``notes`` (when given).
+    """
     text = path.read_text()
     new = replace_table(text, table())
+    if not notebooks_recorded():
+        skipped = (f"{RESULTS / 'notebooks.json'} is not recorded (python benchmarks/bench_notebooks.py "
+                   "--record): the notebook table is left as it is")
+    elif NOTEBOOKS_BEGIN not in text.split("\n"):
+        skipped = f"{path.name} has no line {NOTEBOOKS_BEGIN!r}: no notebook table to rewrite"
+    else:
+        skipped = None
+        new = replace_table(new, notebook_table(), NOTEBOOKS_BEGIN)
+    if skipped is not None and notes is not None:
+        notes.append(skipped)
     if new == text:
         return False
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -421,6 +458,83 @@ def write(path: Path = README) -> bool:
         Path(tmp).unlink(missing_ok=True)
         raise
     return True
+
+
+# ---------------------------------------------------------------------- the notebook table
+#: The README's notebook table (section "Notebooks"): per notebook of ``examples/``, in order, its link and what
+#: it shows; the last column, "full mode", is its recorded time (:func:`notebook_times`).
+NOTEBOOKS = (
+    ("[01 From hard to soft](examples/01_hard_to_soft.ipynb)",
+     "the SMASO mixture of a ReLU unit; MAP (`infer_discrete`) gives ReLU, variational inference SiLU, "
+     "beta-tempered SVI swish; the family of curves as beta moves; Table 1 drawn; the VQ partition of a 2-D "
+     "layer, hard and soft; ArviZ summary of posterior region draws"),
+    ("[02 The factorial mixture](examples/02_factorial_mixture.ipynb)",
+     "exact joint MAP (enumeration) vs factorized MAP vs mean field, with orthogonality (Eq 11) on and off; "
+     "the gap against the orthogonality defect; ArviZ views of exact and mean-field posteriors"),
+    ("[03 The summarization ladder](examples/03_summarization_ladder.ipynb)",
+     "define a ladder (constructor, spec file), sample it reproducibly, sampled vs exact statistics against "
+     "the 1/sqrt(N) bound, exact posterior of the label and Bayes accuracy vs leaf noise, ArviZ view of exact "
+     "posterior draws of the latent events"),
+    ("[04 Student vs reformulation](examples/04_student_vs_reformulation.ipynb)",
+     "the summarization teacher and its conditions measured exactly (focus 0, broadness ~1 nat); train, "
+     "measure, predict, compare, every number with its noise floor and every one-step error split into its "
+     "parts; noise or failure as N doubles; Thm 3's exactness; the errors as the leaves get noisier, with "
+     "and without BN; the top-down teacher for contrast"),
+    ("[05 Depth](examples/05_depth.ipynb)",
+     "the tent map and its exact network, exact piece counts against the breakpoint bound, the fewest nodes "
+     "that can make 2^k pieces at each depth, back-propagation written out; depth separation bracketed "
+     "(certified lower bound, explicit member; per class and per architecture) with SGD students and "
+     "populations of 64 random restarts, controls on representable targets and random-start deep students"),
+)
+NOTEBOOKS_WIDTH = 110  # the notebook table's opening sentence is wrapped to lines of at most this many columns
+
+
+def notebook_stem(link: str) -> str:
+    """The notebook a link of :data:`NOTEBOOKS` points at: ``01_hard_to_soft`` for ``[..](examples/01_hard_to_soft
+    .ipynb)``."""
+    return link.rsplit("(examples/", 1)[1].removesuffix(".ipynb)")
+
+
+def notebooks_recorded() -> bool:
+    """Whether ``benchmarks/results/notebooks.json`` (``bench_notebooks.py --record``) exists."""
+    return (RESULTS / "notebooks.json").exists()
+
+
+def _notebooks() -> dict:
+    """``results/notebooks.json``, checked to hold full-mode times (a CI-mode time is not one)."""
+    d = _load("notebooks")
+    ci = [r["notebook"] for r in d["results"] if r["mode"] != "full"]
+    if d["config"]["quick"] or ci:
+        raise ValueError(f"{RESULTS / 'notebooks.json'} holds CI-mode times ({', '.join(ci) or '--quick'}): "
+                         "record full mode, python benchmarks/bench_notebooks.py --record")
+    return d
+
+
+def notebook_times() -> dict[str, str]:
+    """``{stem: "NN s"}``: each notebook's median full-mode time, rounded to whole seconds, from
+    ``results/notebooks.json``."""
+    return {r["notebook"]: f"{round(r['median_s'])} s" for r in _notebooks()["results"]}
+
+
+def notebook_table() -> list[str]:
+    """The README's notebook table: its opening sentence (where the times come from: the runs of
+    ``bench_notebooks.py`` they are the median of, the recording's date and load), a blank line, the header and
+    one row per notebook of :data:`NOTEBOOKS` with its recorded time."""
+    d = _notebooks()
+    times = notebook_times()
+    stems = [notebook_stem(link) for link, _ in NOTEBOOKS]
+    if set(times) != set(stems):
+        raise ValueError(f"notebooks.json has no time of {sorted(set(stems) - set(times))} and report.NOTEBOOKS "
+                         f"no row of {sorted(set(times) - set(stems))}")
+    runs = sorted({len(r["seconds"]) for r in d["results"]})
+    statistic = "one run" if runs == [1] else f"the median of {'-'.join(map(str, runs))} runs"
+    sentence = (f"Full-mode run times, last column: {statistic} of each notebook by "
+                "`benchmarks/bench_notebooks.py`, each in a fresh kernel, on "
+                f"{d['machine']['cpu_count']} cores ({_date(d)}, {_load_avg(d)}); the table is generated by "
+                "`benchmarks/report.py`.")
+    lines = textwrap.wrap(sentence, NOTEBOOKS_WIDTH, break_long_words=False, break_on_hyphens=False)
+    return [*lines, "", "| notebook | what it shows | full mode |", "|---|---|---|",
+            *(f"| {link} | {what} | {times[stem]} |" for (link, what), stem in zip(NOTEBOOKS, stems, strict=True))]
 
 
 # ---------------------------------------------------------------------- "Reading smaso demo"
@@ -515,18 +629,28 @@ def demo_claims() -> dict[str, bool]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Print the table, the demo rows and the claims; with ``--write``, rewrite the table in README.md."""
+    """Print the tables, the demo rows and the claims; with ``--write``, rewrite the tables in README.md."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--write", action="store_true",
-                   help=f"rewrite the table in {README.name} in place, between {BEGIN} and {END}")
+                   help=f"rewrite the tables in {README.name} in place, between {BEGIN} (the benchmarks) or "
+                        f"{NOTEBOOKS_BEGIN} (the notebooks, once notebooks.json is recorded) and {END}")
     args = p.parse_args(argv)
     print("\n".join(table()))
+    print()
+    if notebooks_recorded():
+        print("\n".join(notebook_table()))
+    else:
+        print("(no notebook table: benchmarks/results/notebooks.json is not recorded)")
     print()
     print("\n".join(demo_rows()))
     for claim, holds in demo_claims().items():
         print(f"{'holds' if holds else 'FAILS'}: {claim}")
     if args.write:
-        print(f"\n{README}: {'table rewritten' if write() else 'table already up to date'}")
+        notes: list[str] = []
+        changed = write(notes=notes)
+        print(f"\n{README}: {'tables rewritten' if changed else 'tables already up to date'}")
+        for note in notes:
+            print(f"note: {note}")
 
 
 if __name__ == "__main__":

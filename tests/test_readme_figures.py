@@ -1,6 +1,9 @@
-"""The README's benchmark table and demo figures come from the recorded JSON (``benchmarks/report.py``)."""
+"""The README's benchmark table, demo figures and notebook times come from the recorded JSON
+(``benchmarks/report.py``)."""
 
 import importlib.util
+import json
+import os
 import re
 from pathlib import Path
 
@@ -94,3 +97,166 @@ def test_write_replaces_only_the_marked_table(report, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["README.md"]  # no temporary file left
     with pytest.raises(ValueError, match="report"):
         report.replace_table("no markers\n", ["| x |"])
+
+
+# ---------------------------------------------------------------------- the notebook table (bench_notebooks.py)
+NOTEBOOK_STEMS = sorted(p.stem for p in (ROOT / "examples").glob("*.ipynb"))
+
+
+def _synthetic_notebooks(tmp_path: Path, mode: str = "full") -> Path:
+    """A results directory holding the recorded JSON files and a synthetic ``notebooks.json`` (notebook k: runs
+    of 10k + 0.4, 10k + 1.2 and 10k + 2.6 s, median 10k + 1.2), for ``report.RESULTS``."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for p in (ROOT / "benchmarks" / "results").glob("*.json"):
+        if p.name != "notebooks.json":
+            (results / p.name).write_text(p.read_text())
+    rows = [{"notebook": stem, "mode": mode, "seconds": [10 * k + 2.6, 10 * k + 0.4, 10 * k + 1.2],
+             "median_s": 10 * k + 1.2} for k, stem in enumerate(NOTEBOOK_STEMS, 1)]
+    data = {"benchmark": "notebooks", "timestamp": "2031-07-15T12:00:00+00:00",
+            "config": {"quick": mode == "ci", "mode": mode, "repeats": 3},
+            "machine": {"cpu_count": 2, "loadavg_start": [0.25, 0.2, 0.1], "loadavg_end": [0.44, 0.3, 0.2]},
+            "results": rows, "total_wall_s": 200.0}
+    (results / "notebooks.json").write_text(json.dumps(data))
+    return results
+
+
+def test_report_lists_every_notebook_in_order(report):
+    assert [report.notebook_stem(link) for link, _ in report.NOTEBOOKS] == NOTEBOOK_STEMS
+
+
+def test_readme_notebook_table_keeps_the_fixed_texts(report):
+    """The README's notebook table lies between its markers and its rows are report.NOTEBOOKS' texts (the
+    times apart), recorded or not."""
+    part = report.readme_table((ROOT / "README.md").read_text(), report.NOTEBOOKS_BEGIN)
+    rows = [line for line in part if line.startswith("| [")]
+    assert [row.rsplit(" | ", 1)[0] + " |" for row in rows] == [f"| {a} | {b} |" for a, b in report.NOTEBOOKS]
+    assert all(re.fullmatch(r"\d+ s", row.rsplit(" | ", 1)[1].removesuffix(" |")) for row in rows), rows
+
+
+def test_readme_notebook_table_is_the_generated_one(report):
+    if not report.notebooks_recorded():
+        pytest.skip("benchmarks/results/notebooks.json is not recorded yet (python benchmarks/bench_notebooks.py "
+                    "--record, then python benchmarks/report.py --write): the notebook times are still typed by hand")
+    readme = (ROOT / "README.md").read_text()
+    stale = "README.md's notebook table is stale: run python benchmarks/report.py --write"
+    assert report.readme_table(readme, report.NOTEBOOKS_BEGIN) == report.notebook_table(), stale
+
+
+def test_notebook_table_from_a_synthetic_recording(report, tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", _synthetic_notebooks(tmp_path))
+    assert report.notebooks_recorded()
+    times = report.notebook_times()
+    assert times == {stem: f"{10 * k + 1} s" for k, stem in enumerate(NOTEBOOK_STEMS, 1)}
+    lines = report.notebook_table()
+    blank = lines.index("")
+    sentence = " ".join(lines[:blank])
+    assert all(len(line) <= report.NOTEBOOKS_WIDTH for line in lines[:blank])
+    for part in ("the median of 3 runs", "`benchmarks/bench_notebooks.py`", "2031-07-15", "load 0.2-0.4",
+                 "2 cores", "`benchmarks/report.py`"):
+        assert part in sentence, (part, sentence)
+    assert lines[blank + 1:blank + 3] == ["| notebook | what it shows | full mode |", "|---|---|---|"]
+    assert lines[blank + 3:] == [f"| {link} | {what} | {times[report.notebook_stem(link)]} |"
+                                 for link, what in report.NOTEBOOKS]
+    assert lines[-1].endswith(f" | {10 * len(NOTEBOOK_STEMS) + 1} s |")
+
+
+def test_notebook_table_refuses_ci_mode_times(report, tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", _synthetic_notebooks(tmp_path, mode="ci"))
+    with pytest.raises(ValueError, match="CI-mode"):
+        report.notebook_times()
+
+
+def test_notebook_table_needs_every_notebook(report, tmp_path, monkeypatch):
+    results = _synthetic_notebooks(tmp_path)
+    data = json.loads((results / "notebooks.json").read_text())
+    data["results"] = data["results"][1:]
+    (results / "notebooks.json").write_text(json.dumps(data))
+    monkeypatch.setattr(report, "RESULTS", results)
+    with pytest.raises(ValueError, match=f"no time of \\['{NOTEBOOK_STEMS[0]}'\\]"):
+        report.notebook_table()
+
+
+def _readme_with_both_tables(report, path: Path) -> str:
+    text = (f"# title\n\n{report.NOTEBOOKS_BEGIN}\nold sentence\n\n| notebook | what it shows | full mode |\n"
+            f"| [x](examples/x.ipynb) | x | 14 s |\n{report.END}\n\nbetween\n\n{report.BEGIN}\n| old | table |\n"
+            f"{report.END}\n\nafter\n")
+    path.write_text(text)
+    return text
+
+
+def test_write_rewrites_the_notebook_table_from_a_synthetic_recording(report, tmp_path, monkeypatch):
+    monkeypatch.setattr(report, "RESULTS", _synthetic_notebooks(tmp_path))
+    path = tmp_path / "README.md"
+    _readme_with_both_tables(report, path)
+    notes = []
+    assert report.write(path, notes=notes)
+    assert notes == []
+    assert path.read_text() == (f"# title\n\n{report.NOTEBOOKS_BEGIN}\n" + "\n".join(report.notebook_table())
+                                + f"\n{report.END}\n\nbetween\n\n{report.BEGIN}\n" + "\n".join(report.table())
+                                + f"\n{report.END}\n\nafter\n")
+    assert not report.write(path)  # already up to date
+
+
+def test_write_leaves_the_notebook_table_while_it_is_not_recorded(report, tmp_path, monkeypatch):
+    results = _synthetic_notebooks(tmp_path)
+    (results / "notebooks.json").unlink()
+    monkeypatch.setattr(report, "RESULTS", results)
+    assert not report.notebooks_recorded()
+    path = tmp_path / "README.md"
+    text = _readme_with_both_tables(report, path)
+    notes = []
+    assert report.write(path, notes=notes)
+    assert len(notes) == 1 and "not recorded" in notes[0], notes
+    assert path.read_text() == report.replace_table(text, report.table())
+    assert report.readme_table(path.read_text(), report.NOTEBOOKS_BEGIN) == \
+        report.readme_table(text, report.NOTEBOOKS_BEGIN)
+
+
+def test_markers_delimit_each_generated_part(report):
+    text = f"{report.NOTEBOOKS_BEGIN}\na\n{report.BEGIN}\nb\n{report.END}\n"  # the notebooks' END missing
+    with pytest.raises(ValueError, match="notebooks"):
+        report.readme_table(text, report.NOTEBOOKS_BEGIN)
+    assert report.readme_table(text) == ["b"]
+
+
+@pytest.mark.slow
+def test_bench_notebooks_quick_one_notebook(tmp_path, monkeypatch):
+    """``bench_notebooks.py --quick --only`` runs one notebook in a kernel (CI mode) and records its time."""
+    from bench_smoke_helpers import load_bench
+
+    monkeypatch.delenv("CI", raising=False)
+    bench = load_bench("bench_notebooks")
+    out = tmp_path / "notebooks.json"
+    returned = bench.main(["--quick", "--only", "03_summarization_ladder", "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert data["results"] == returned["results"]
+    assert data["benchmark"] == "notebooks" and data["config"]["mode"] == "ci" and data["config"]["repeats"] == 1
+    [row] = data["results"]
+    assert row["notebook"] == "03_summarization_ladder" and row["mode"] == "ci"
+    assert len(row["seconds"]) == 1 and row["median_s"] == row["seconds"][0] > 0
+    assert "loadavg_end" in data["machine"]
+    assert [p.name for p in tmp_path.iterdir()] == ["notebooks.json"]
+    assert "CI" not in os.environ  # the kernel's environment restored
+
+
+@pytest.mark.slow
+def test_bench_notebooks_runs_the_kernel_in_full_mode(tmp_path, monkeypatch):
+    """Without ``--quick`` the kernel has no ``CI`` at all (the notebooks test its presence), even when the
+    caller has ``CI`` set; a failing notebook raises."""
+    import nbformat
+    from bench_smoke_helpers import load_bench
+
+    bench = load_bench("bench_notebooks")
+    examples = tmp_path / "examples"
+    examples.mkdir()
+    probe = "import os\nassert 'CI' not in os.environ, os.environ['CI']\nassert os.environ['MPLBACKEND'] == 'Agg'"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(probe)]), examples / "probe.ipynb")
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 / 0")]), examples / "z_fails.ipynb")
+    monkeypatch.setattr(bench, "EXAMPLES", examples)
+    monkeypatch.setenv("CI", "true")
+    data = bench.main(["--only", "probe", "--out", str(tmp_path / "probe.json")])
+    assert [(r["notebook"], r["mode"]) for r in data["results"]] == [("probe", "full")]
+    assert os.environ["CI"] == "true"  # restored
+    with pytest.raises(RuntimeError, match="z_fails"):
+        bench.main(["--only", "z_fails", "--out", str(tmp_path / "fails.json")])
