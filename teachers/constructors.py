@@ -405,23 +405,25 @@ class LadderConstructors:
         :param events: events per level, top first (``len(kernels) + 1`` entries).
         :param kwargs: :meth:`random`'s ``mode``, ``concentration``, ``seed``, ``sigma``, ``name``.
         """
+        kernels, strides, events = _conv_sizes(kernels, strides, events)
         if len(kernels) != len(strides) or len(events) != len(kernels) + 1:
             raise LadderSpecError(f"conv1d: expected len(kernels) == len(strides) == len(events) - 1, got "
                                   f"{len(kernels)}, {len(strides)}, {len(events)}")
         parents = conv1d_parents(width, kernels, strides)
-        kwargs.setdefault("name", _conv1d_name(width, kernels, strides))
-        return cls.random(events=[int(m) for m in events], parents=parents, **kwargs)
+        kwargs.setdefault("name", _conv1d_name(int(width), kernels, strides))
+        return cls.random(events=list(events), parents=parents, **kwargs)
 
     @classmethod
     def conv2d(cls, shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int], events: Sequence[int],
                **kwargs) -> Ladder:
         """A 2-D convolution-like ladder on an ``(H, W)`` grid of leaves (row-major region order): square
         ``k x k`` windows with stride ``s`` per level, from the leaves up; the top must be one region."""
+        kernels, strides, events = _conv_sizes(kernels, strides, events)
         if len(kernels) != len(strides) or len(events) != len(kernels) + 1:
             raise LadderSpecError("conv2d: expected len(kernels) == len(strides) == len(events) - 1")
         parents = conv2d_parents(shape, kernels, strides)
-        kwargs.setdefault("name", f"conv2d-{shape[0]}x{shape[1]}")
-        return cls.random(events=[int(m) for m in events], parents=parents, **kwargs)
+        kwargs.setdefault("name", f"conv2d-{int(shape[0])}x{int(shape[1])}")
+        return cls.random(events=list(events), parents=parents, **kwargs)
 
     @classmethod
     def fully_informative_conv1d(cls, width: int, kernels: Sequence[int], strides: Sequence[int],
@@ -444,6 +446,12 @@ class LadderConstructors:
         kwargs.setdefault("name", f"fully-informative-conv2d-{shape[0]}x{shape[1]}")
         return cls.fully_informative(parents=conv2d_parents(shape, kernels, strides), leaf_events=leaf_events,
                                      **kwargs)
+
+
+def _conv_sizes(kernels, strides, events) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """:meth:`~LadderConstructors.conv1d`'s and ``conv2d``'s ``kernels``, ``strides`` and ``events`` as integers
+    (integral floats accepted; 2.5 or a bool a LadderSpecError naming the argument)."""
+    return _as_int_tuple(kernels, "kernels"), _as_int_tuple(strides, "strides"), _as_int_tuple(events, "events")
 
 
 def _reachable_lookup_size(events, branching, num_regions, l: int) -> int:

@@ -33,6 +33,23 @@ def one_hot(z: torch.Tensor, num_events: int, dtype: torch.dtype | None = None) 
     return out.scatter_(-1, z, 1)
 
 
+def _check_leaf_events(z: torch.Tensor, num_regions: int, num_events: int, level: int | None = None) -> None:
+    """Raise a TypeError/ValueError naming ``z`` unless it is ``(N, num_regions)`` leaf events in
+    ``[0, num_events)`` (``level``: the ladder's leaf level, named in the message)."""
+    if not isinstance(z, torch.Tensor):
+        raise TypeError(f"z: expected a torch.Tensor of leaf events, got {type(z).__name__}")
+    if z.dim() != 2 or z.shape[1] != num_regions:
+        raise ValueError(f"z: expected leaf events of shape (N, {num_regions}), got {tuple(z.shape)}")
+    if not z.numel():
+        return
+    lo, hi = torch.aminmax(z.long() if z.dtype == torch.bool else z)
+    if lo < 0 or hi >= num_events:
+        n, r = ((z < 0) | (z >= num_events)).nonzero()[0].tolist()
+        where = "leaf region" if level is None else f"level {level} (the leaves), region"
+        raise ValueError(f"z: {where} {r} holds event {z[n, r].item()} (row {n}), outside the allowed range "
+                         f"[0, {num_events}): the events do not belong to this ladder")
+
+
 class Emission:
     """Base class: the observation model of the leaf regions.
 
@@ -86,6 +103,7 @@ class OneHotEmission(Emission):
         self.num_regions, self.num_events, self.dim = int(num_regions), int(num_events), int(num_events)
 
     def sample(self, z, generator=None):
+        _check_leaf_events(z, self.num_regions, self.num_events)
         return one_hot(z, self.num_events)
 
     def log_likelihood(self, x):
@@ -116,6 +134,9 @@ class GaussianEmission(Emission):
         means = torch.as_tensor(means, dtype=torch.float64)
         if means.dim() != 3:
             raise ValueError(f"emission.means: expected shape (R, m, dim), got {tuple(means.shape)}")
+        if 0 in means.shape:
+            raise ValueError(f"emission.means: expected shape (R, m, dim) with R, m and dim >= 1 (no empty "
+                             f"dimension), got {tuple(means.shape)}")
         if not torch.isfinite(means).all():
             raise ValueError("emission.means: must be finite")
         sigma = torch.as_tensor(sigma, dtype=torch.float64)
@@ -146,6 +167,7 @@ class GaussianEmission(Emission):
         return s[:, None] if s.dim() == 1 else s
 
     def sample(self, z, generator=None):
+        _check_leaf_events(z, self.num_regions, self.num_events)
         n, r = z.shape
         means = self.means.to(device=z.device, dtype=torch.float32)
         flat = (torch.arange(r, device=z.device) * self.num_events + z.long()).reshape(-1)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .validation import MAX_DEPTH, MAX_REGIONS, LadderSpecError
+from .validation import MAX_DEPTH, MAX_REGIONS, LadderSpecError, _as_int, _as_int_tuple
 
 __all__ = ["check_parents", "children_of", "conv1d_parents", "conv2d_parents", "conv_children", "mixed_radix",
            "parse_region_tree", "tree_parents"]
@@ -64,13 +64,15 @@ def _invert(children: list[tuple[int, ...]], n_below: int) -> tuple[tuple[int, .
 
 
 def _conv_levels(first: int, kernels: Sequence[int], strides: Sequence[int], what: str, split) -> tuple:
-    """Shared upward construction: ``split(n_below_state, k, s)`` returns ``(children, n_below, state)``."""
+    """Shared upward construction: ``split(n_below_state, k, s)`` returns ``(children, n_below, state)``; ``kernels``
+    and ``strides`` are lists of integers (integral floats accepted, LadderSpecError otherwise)."""
+    kernels, strides = _as_int_tuple(kernels, "kernels"), _as_int_tuple(strides, "strides")
     if len(kernels) != len(strides) or not kernels:
         raise LadderSpecError(f"{what}: expected len(kernels) == len(strides) >= 1, got {len(kernels)}, "
                               f"{len(strides)}")
     state, parents_up = first, []
     for k, s in zip(kernels, strides, strict=True):
-        children, n_below, state = split(state, int(k), int(s))
+        children, n_below, state = split(state, k, s)
         parents_up.append(_invert(children, n_below))
     return state, (((),), *parents_up[::-1])
 
@@ -85,7 +87,7 @@ def conv1d_parents(width: int, kernels: Sequence[int], strides: Sequence[int]
         children = conv_children(n, k, s)
         return children, n, len(children)
 
-    top, parents = _conv_levels(int(width), kernels, strides, "conv1d", split)
+    top, parents = _conv_levels(_as_int(width, "width"), kernels, strides, "conv1d", split)
     if top != 1:
         raise LadderSpecError(f"conv1d: the top level has {top} regions, expected 1 (choose the last "
                               "kernel to cover the level below)")
@@ -101,7 +103,7 @@ def conv2d_parents(shape: tuple[int, int], kernels: Sequence[int], strides: Sequ
         rows, cols = conv_children(h, k, s), conv_children(w, k, s)
         return [tuple(r * w + c for r in rr for c in cc) for rr in rows for cc in cols], h * w, (len(rows), len(cols))
 
-    top, parents = _conv_levels((int(shape[0]), int(shape[1])), kernels, strides, "conv2d", split)
+    top, parents = _conv_levels(_as_int_tuple(shape, "shape", 2), kernels, strides, "conv2d", split)
     if top != (1, 1):
         raise LadderSpecError(f"conv2d: the top level is {top}, expected (1, 1)")
     return parents

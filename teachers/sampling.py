@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .categorical import AliasTable, BlockRNG
-from .emission import one_hot
+from .emission import _check_leaf_events, one_hot
 from .ladder import TOPDOWN, Ladder, _check_ladder
 
 __all__ = ["BLOCK_SIZE", "DEFAULT_CHUNK_ROWS", "GRAPH_STREAM_VERSION", "STREAM_VERSION", "EventRows", "LadderSample",
@@ -84,7 +84,10 @@ class EventRows:
         if self.x is not None:
             return self.x[sel].to(dtype)
         t = self.teacher
-        return one_hot(self.z[sel, t.level_offsets[-2]:], t.emission.num_events, dtype)
+        leaves = self.z[sel, t.level_offsets[-2]:]
+        _check_leaf_events(leaves.reshape(-1, leaves.shape[-1]), t.emission.num_regions, t.emission.num_events,
+                           t.depth)
+        return one_hot(leaves, t.emission.num_events, dtype)
 
 
 @dataclass

@@ -70,14 +70,26 @@ def _as_int_tuple(value, name: str, length: int | None = None) -> tuple[int, ...
         raise LadderSpecError(f"{name}: expected {length} entries, got {len(value)}")
     out = []
     for v in value:
-        exact = False
-        if not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating, torch.Tensor)):
-            with contextlib.suppress(TypeError, ValueError, OverflowError, RuntimeError):
-                exact = float(v) == int(v)
-        if not exact:
+        if not _is_integral(v):
             raise LadderSpecError(f"{name}: expected a list of integers, got {_short(list(value))}")
         out.append(int(v))
     return tuple(out)
+
+
+def _is_integral(v) -> bool:
+    """Whether ``v`` is a number (not a bool) equal to an integer: ``2`` and ``2.0``, not ``2.5`` nor ``True``."""
+    exact = False
+    if not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating, torch.Tensor)):
+        with contextlib.suppress(TypeError, ValueError, OverflowError, RuntimeError):
+            exact = float(v) == int(v)
+    return exact
+
+
+def _as_int(value, name: str) -> int:
+    """``value`` as an int when it is integral (:func:`_is_integral`), else a LadderSpecError naming ``name``."""
+    if not _is_integral(value):
+        raise LadderSpecError(f"{name}: expected an integer, got {_got(value)}")
+    return int(value)
 
 
 def _short(v, limit: int = 80) -> str:
@@ -227,9 +239,23 @@ def _check_seed(seed) -> int:
     return int(seed)
 
 
+def _detached(value):
+    """``value`` with every tensor in it (nested in lists and tuples) detached: a table given as a tensor that
+    requires grad is read as the data it holds."""
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (list, tuple)):
+        return [_detached(v) for v in value]
+    return value
+
+
 def _as_float64(value, name: str) -> torch.Tensor:
     try:
-        t = torch.as_tensor(np.asarray(value, dtype=np.float64))
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except RuntimeError:  # a tensor that requires grad, which numpy cannot read: its values are the table
+            arr = np.asarray(_detached(value), dtype=np.float64)
+        t = torch.as_tensor(arr)
     except (TypeError, ValueError) as e:
         raise LadderSpecError(f"{name}: expected an array of numbers ({e})") from None
     if not torch.isfinite(t).all():

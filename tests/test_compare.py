@@ -130,6 +130,28 @@ def test_missing_latents_and_bad_arguments(fi):
         compare_statistics_to_theory(st, stats, P_source="bogus")
 
 
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"dtype": torch.int64}, r"^dtype: expected a floating torch\.dtype \(such as torch\.float32 or torch\.float64\), "
+                             r"got torch\.int64"),
+    ({"dtype": "float64"}, r"^dtype: expected a floating torch\.dtype"),
+    ({"device": "meta"}, r"^device: 'meta' tensors have no values"),
+    ({"device": torch.device("meta")}, r"^device: device\(type='meta'\) tensors have no values"),
+    ({"device": "nowhere"}, r"^device: expected a torch device"),
+])
+def test_dtype_and_device_are_refused_up_front(fi, kwargs, match):
+    _, s = fi
+    with pytest.raises(ValueError, match=match):
+        compare_student(s, steps=1, held_out=False, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"held_out": False}, {"held_out": False, "batch_size": None},
+                                    {"held_out": False, "eval_examples": None}])
+def test_a_dataset_without_rows_is_refused(fi, kwargs):
+    lad, s = fi
+    with pytest.raises(ValueError, match=r"^sample: the dataset has no rows \(0 examples\)"):
+        compare_student(LadderSample(lad, s.z[:0]), steps=1, **kwargs)
+
+
 def test_compare_student_without_bias(fi):
     _, s = fi
     res = compare_student(s, width=3, bias=False, steps=2, eval_every=1, eval_examples=100)

@@ -119,6 +119,34 @@ def test_bad_bottomup_lookups_and_constructor_arguments():
         Ladder.conv1d(4, kernels=[2], strides=[1, 1], events=[2, 2])
 
 
+@pytest.mark.parametrize(("build", "match"), [
+    (lambda: Ladder.conv1d(4, kernels=[2.5, 2], strides=[2, 1], events=[2, 2, 2]),
+     r"^kernels: expected a list of integers, got \[2\.5, 2\]"),
+    (lambda: Ladder.conv1d(4, kernels=[2, 2], strides=[2, True], events=[2, 2, 2]),
+     r"^strides: expected a list of integers, got \[2, True\]"),
+    (lambda: Ladder.conv1d(4.5, kernels=[2, 2], strides=[2, 1], events=[2, 2, 2]),
+     r"^width: expected an integer, got a number \(4\.5\)"),
+    (lambda: Ladder.conv1d(True, kernels=[1], strides=[1], events=[2, 2]),
+     r"^width: expected an integer, got a boolean"),
+    (lambda: Ladder.conv1d(4, kernels=[2, 2], strides=[2, 1], events=[2, 2.5, 2]),
+     r"^events: expected a list of integers, got \[2, 2\.5, 2\]"),
+    (lambda: Ladder.conv2d((4, 4.5), kernels=[2, 2], strides=[2, 1], events=[2, 2, 2]),
+     r"^shape: expected a list of integers, got \[4, 4\.5\]"),
+    (lambda: Ladder.conv2d((4, 4), kernels=[2, 2.5], strides=[2, 1], events=[2, 2, 2]),
+     r"^kernels: expected a list of integers"),
+    (lambda: Ladder.fully_informative_conv1d(4, kernels=[2, 2], strides=[1.5, 1]),
+     r"^strides: expected a list of integers"),
+])
+def test_conv_sizes_must_be_integers(build, match):
+    with pytest.raises(LadderSpecError, match=match):
+        build()
+
+
+def test_conv_sizes_accept_integral_floats():
+    g = Ladder.conv1d(4.0, kernels=[2.0, 2], strides=[2, 1.0], events=[2, 2.0, 2], seed=0)
+    assert g.name == "conv1d-w4-k2.2-s2.1" and g.events == (2, 2, 2) and g.num_regions == (1, 2, 4)
+
+
 def test_describe_and_repr_are_short():
     g = Ladder.conv2d((4, 4), kernels=[2, 3], strides=[1, 1], events=[2, 2, 2])
     assert "DAG" in repr(g) and len(repr(g)) < 200

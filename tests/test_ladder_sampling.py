@@ -16,7 +16,7 @@ from pyro import poutine
 from pyro.infer import Predictive
 from scipy import stats
 
-from teachers import BLOCK_SIZE, GaussianEmission, Ladder, LadderModel, sample_ladder
+from teachers import BLOCK_SIZE, GaussianEmission, Ladder, LadderModel, LadderSample, sample_ladder
 from teachers.categorical import BlockRNG
 from teachers.sampling import block_generator, parse_shard
 
@@ -193,6 +193,25 @@ def test_gaussian_emission_statistics():
             assert abs(s2 / sigma**2 - 1) < 5 * math.sqrt(2 / dof)
             resid[sel, r] = (xs - em.means[r, k]) / sigma
     assert stats.kstest(resid.reshape(-1).numpy(), "norm").pvalue > 1e-6
+
+
+def test_leaf_events_outside_the_ladder_are_refused_naming_z():
+    lad = Ladder.random(depth=2, branching=2, events=[2, 3, 2], seed=0)
+    s = sample_ladder(lad, 8, 0)
+    z = s.z.clone()
+    z[1, lad.level_offsets[-2] + 3] = 5
+    with pytest.raises(ValueError, match=r"^z: level 2 \(the leaves\), region 3 holds event 5 \(row 1\), outside "
+                                         r"the allowed range \[0, 2\)"):
+        LadderSample(lad, z).inputs()
+    leaves = s.leaves.clone()
+    leaves[0, 2] = 2
+    for emission in (lad.emission, GaussianEmission.around_one_hot(4, 2, 0.5)):
+        with pytest.raises(ValueError, match=r"^z: leaf region 2 holds event 2 \(row 0\), outside the allowed "
+                                             r"range \[0, 2\)"):
+            emission.sample(leaves)
+        with pytest.raises(ValueError, match=r"^z: expected leaf events of shape \(N, 4\), got \(8, 3\)"):
+            emission.sample(leaves[:, :3])
+    assert torch.equal(LadderSample(lad, s.z).inputs(), s.inputs())  # in range: unchanged
 
 
 def test_fully_informative_onehot_inputs_are_derived(make_ladder):

@@ -150,6 +150,29 @@ def test_gaussian_sigma_must_be_positive():
         GaussianEmission(torch.zeros(2, 2), 1.0)
 
 
+@pytest.mark.parametrize("shape", [(4, 2, 0), (4, 0, 3), (0, 2, 3)])
+def test_gaussian_means_with_an_empty_dimension_are_refused(shape):
+    msg = r"^emission.means: expected shape \(R, m, dim\) with R, m and dim >= 1 \(no empty dimension\), got " \
+        + re.escape(str(shape))
+    with pytest.raises(ValueError, match=msg):
+        GaussianEmission(torch.zeros(shape), 0.5)
+    lad = Ladder.random(depth=2, branching=2, events=[2, 3, 2], seed=0)
+    with raises_spec(r"^emission.means: expected shape"):
+        lad.with_emission({"kind": "gaussian", "means": torch.zeros(4, 2, 0), "sigma": 0.5})
+
+
+def test_tables_that_require_grad_are_read_as_data():
+    prior, table = torch.tensor([0.3, 0.7]), torch.tensor([[0.9, 0.1], [0.2, 0.8]])
+    plain = Ladder(branching=[2], events=[2, 2], prior=prior, tables=[table])
+    grad = Ladder(branching=[2], events=[2, 2], prior=prior.clone().requires_grad_(),
+                  tables=[table.clone().requires_grad_()])
+    assert torch.equal(grad.prior, plain.prior) and torch.equal(grad.tables[0], plain.tables[0])
+    assert not grad.prior.requires_grad and not grad.tables[0].requires_grad
+    bu = Ladder(branching=[2], events=[2, 2], mode="bottomup", leaf_prior=torch.full((2,), 0.5).requires_grad_(),
+                lookup=[[0, 1, 1, 0]])
+    assert torch.equal(bu.leaf_prior, torch.full((2, 2), 0.5, dtype=torch.float64))
+
+
 @pytest.mark.parametrize(
     ("emission", "field"),
     [

@@ -26,7 +26,7 @@ from smaso.student.reformulation import Reformulation, reformulate
 from smaso.student.training import TrainingDiverged, check_hyper
 from teachers.emission import GaussianEmission, OneHotEmission
 from teachers.ladder import Ladder
-from teachers.sampling import LadderSample, sample_ladder
+from teachers.sampling import LadderSample, _device, sample_ladder
 from teachers.statistics import exact_statistics
 
 __all__ = ["CONTRIBUTIONS", "ComparisonResult", "TrainingDiverged", "compare_statistics_to_theory", "compare_student",
@@ -301,6 +301,17 @@ def _check_alignment(alignment, ladder: Ladder):
     return alignment
 
 
+def _check_dtype_device(dtype, device) -> None:
+    """:func:`compare_student`'s ``dtype`` (a floating torch.dtype) and ``device`` (a torch device that holds
+    values: not ``"meta"``), refused up front with a ValueError naming the argument."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype: expected a floating torch.dtype (such as torch.float32 or torch.float64), "
+                         f"got {dtype!r}")
+    if _device(device).type == "meta":
+        raise ValueError(f"device: {device!r} tensors have no values (the comparison reads the student's "
+                         "statistics); expected a device such as 'cpu' or 'cuda'")
+
+
 def compare_student(sample, *, width: int | list[int] = 8, activation: str = "relu",
                     batch_norm: bool | str = False, bn_eps: float = 1e-5, bias: bool = True, loss: str = "squared",
                     steps: int = 200, lr: float = 0.1, batch_size: int | None = 256, weight_decay: float = 0.0,
@@ -367,10 +378,14 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     in_memory = isinstance(sample, LadderSample)
     if not in_memory and not hasattr(sample, "chunk"):
         raise TypeError(f"sample: expected a LadderSample or a ChunkedLadderData, got {type(sample).__name__}")
+    _check_dtype_device(dtype, device)
     chunks = as_chunks(sample)
     lad = chunks.ladder
     if in_memory and (sample.z is None or sample.z.shape[1] != lad.total_regions):
         raise ValueError("sample: the dataset must hold every latent event z of its ladder")
+    if len(chunks) == 0:
+        raise ValueError("sample: the dataset has no rows (0 examples); compare_student needs at least one example "
+                         "to train on and evaluate")
     if P_source not in ("empirical", "exact"):
         raise ValueError(f"P_source: expected 'empirical' or 'exact', got {P_source!r}")
     check_hyper("lr", lr, positive=True)
