@@ -42,6 +42,7 @@ from smaso.cli_support import (
     STDOUT,
     _check_early,
     _check_memory,
+    _check_not_a_spec,
     _cli_warnings,
     _free_disk,
     _quiet,
@@ -280,6 +281,7 @@ def _cmd_inspect(args) -> int:
     from teachers.tent import FORMAT as TENT_FORMAT
     from teachers.tent import dataset_format, load_tent_dataset
 
+    _check_not_a_spec(args.files)
     if dataset_format(args.files[0]) == TENT_FORMAT:
         report = tent_report(load_tent_dataset(args.files, partial=args.partial))
         print_tent_report(report)
@@ -331,7 +333,8 @@ def _write_json(path, obj, args=None) -> None:
 
 
 def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = None, readout: int = 0,
-                     steps: int = 600, eval_every: int = 50, seeds: int = 1) -> None:
+                     steps: int = 600, eval_every: int = 50, seeds: int = 1,
+                     outputs: str = "comparison.json and comparison.png") -> None:
     g = p.add_argument_group("student and training")
     g.add_argument("--width", type=_int_list, default=[16], help="nodes per hidden region (int or one per level)")
     g.add_argument("--readout", type=_nonneg_int, default=readout,
@@ -372,7 +375,7 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
                    help="row groups of the jackknife behind every number's noise floor (0: no floors)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar over the training steps")
     g.add_argument("--out", default=None,
-                   help="directory for comparison.json and comparison.png"
+                   help=f"directory for {outputs}"
                         + (f" (default: {out_default})" if out_default else " (default: none written)"))
     _add_device(g, "the student's training and evaluation, the exact posteriors")
 
@@ -514,13 +517,18 @@ def build_parser() -> argparse.ArgumentParser:
                                       "print its event statistics and Bayes-optimal accuracy, train a locally "
                                       "connected student, compare its per-event statistics with the reformulation "
                                       "(Thm 4 / Eq 9) during training, check Thm 3 on a fully informative ladder, "
-                                      "and write comparison.json and comparison.png to --out (default smaso-demo/).")
+                                      "and write to --out (default smaso-demo/): comparison.json (the report, "
+                                      "the training history, the accuracy) and comparison.png (the errors "
+                                      "during training), and, unless --noise-groups 0 or -n < 2048, "
+                                      "errors_vs_n.json and errors_vs_n.png (the trained student's errors and "
+                                      "noise floors as N doubles).")
     demo.add_argument("-n", type=_positive_int, default=50_000, help="examples")
     demo.add_argument("--seed", type=_nonneg_int, default=0, help="data seed")
     demo.add_argument("--bayes-n", type=_positive_int, default=2000, help="examples for the Bayes-optimal accuracy")
     demo.add_argument("--teacher", choices=("summarization", "topdown"), default="summarization",
                       help="the built-in ladder: the paper's summarization ladder or the top-down one")
-    _student_options(demo, out_default="smaso-demo", readout=32, steps=3000, eval_every=250, seeds=3)
+    _student_options(demo, out_default="smaso-demo", readout=32, steps=3000, eval_every=250, seeds=3,
+                     outputs="comparison.* and errors_vs_n.*")
     demo.set_defaults(func=_cmd_demo)
 
     cmp_ = sub.add_parser("compare", help="train a student on a dataset file and compare it with the reformulation",
@@ -538,7 +546,10 @@ def build_parser() -> argparse.ArgumentParser:
     teachers = sample.add_subparsers(dest="teacher", metavar="TEACHER", required=True)
     lad = teachers.add_parser("ladder", help="the summarization ladder",
                               description="Sample N examples (x, y and every latent event) from a summarization "
-                                          "ladder into a versioned .npz dataset file (see teachers/dataset.py).")
+                                          "ladder into a versioned dataset: a chunked store (format 2, e.g. "
+                                          "data.zarr; any --out not ending in .npz), or a .npz file (format 1) "
+                                          "when --out ends in .npz (see teachers/chunked.py and "
+                                          "teachers/dataset.py).")
     _add_ladder_options(lad)
     lad.add_argument("-n", type=_positive_int, required=True, help="examples in the full stream")
     lad.add_argument("--seed", type=_nonneg_int, default=0, help="data seed")
@@ -593,6 +604,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_options(insp)
     insp.set_defaults(func=_cmd_inspect)
     _add_global_options(parser)
+    for child in _subcommand_parsers(parser):
+        child.strict = True
     return parser
 
 
@@ -611,11 +624,31 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose help shows the defaults (its subcommands' parsers are of this class too)."""
+    """An argument parser whose help shows the defaults (its subcommands' parsers are of this class too).
+
+    A subcommand's parser (``strict``, set by :func:`build_parser`) reports an unknown option itself, with its
+    own usage line (``smaso compare --widht 3``), where argparse would hand it up to the top-level parser."""
+
+    strict = False
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self.strict:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
+def _subcommand_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every subcommand's parser below ``parser``, at any depth (``sample``, ``sample ladder``, ...)."""
+    found = []
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        for child in getattr(action, "choices", {}).values():
+            found += [child, *_subcommand_parsers(child)]
+    return found
 
 
 def _add_global_options(parser: argparse.ArgumentParser, **default) -> None:

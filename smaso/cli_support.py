@@ -5,7 +5,10 @@ memory, writable paths)."""
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
+import re
 import signal
 import sys
 import warnings
@@ -128,13 +131,14 @@ def _check_memory(ladder, n: int, arg: str, factor: float = 1.0) -> None:
 def _check_early(args) -> None:
     """What can be checked before any work: ``--out -`` (standard output) only for a text output (a binary one,
     a dataset or a figure, refuses it rather than write a file named ``-``; ``./-`` names such a file), the
-    device, and that the outputs can be written."""
+    student's ``--lr`` and ``--weight-decay``, the device, and that the outputs can be written."""
     if getattr(args, "out", None) == STDOUT and args.command in ("demo", "compare"):
         raise ValueError("--out: '-' (standard output) cannot take a directory of results (comparison.json and "
                          "the figure comparison.png); give a directory")
     if getattr(args, "out", None) == STDOUT and args.command != "spec":
         raise ValueError("--out: '-' (standard output) takes text only, and a dataset file or store is binary; give "
                          "a file name (./- for a file named '-')")
+    _check_student_numbers(args)
     device = getattr(args, "device", None)
     if device is not None:
         import torch
@@ -152,6 +156,80 @@ def _check_early(args) -> None:
         out = getattr(args, opt, None)
         if out and out != STDOUT:
             _check_writable(out, directory=opt == "out" and args.command in ("demo", "compare"), option=opt)
+
+
+def _check_student_numbers(args) -> None:
+    """``--lr`` (finite, > 0) and ``--weight-decay`` (finite, >= 0) of ``demo`` and ``compare``, checked before the
+    command prints anything (the trainer checks them again, but only once the ladder has been described)."""
+    for option, positive in (("lr", True), ("weight_decay", False)):
+        value = getattr(args, option, None)
+        if value is not None and (not math.isfinite(value) or value < 0 or (positive and value == 0)):
+            want = "a finite number > 0" if positive else "a finite number >= 0"
+            raise ValueError(f"--{option.replace('_', '-')}: expected {want}, got {value!r}")
+
+
+#: A spec format named on a line of its own in a spec file's text (``"format": "smaso-ladder"`` in JSON,
+#: ``format = "smaso-ladder"`` in TOML; ``smaso-graph-ladder``: graph spec files of version 1).
+_SPEC_FORMAT = re.compile(r'^\s*[{]?\s*"?format"?\s*[:=]\s*"smaso-(graph-)?ladder"', re.MULTILINE)
+_SPEC_HEAD = 1 << 16
+
+
+def _text_head(path: Path) -> tuple[str, bool] | None:
+    """The first 64 KiB of ``path`` as text and whether that is the whole file, or None for a file that is
+    not UTF-8 text there (a dataset file: an .npz starts with a zip header, its members with bytes >= 0x80)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_SPEC_HEAD + 1)
+    except OSError:
+        return None  # the loader says what is wrong
+    whole = len(head) <= _SPEC_HEAD
+    head = head[:_SPEC_HEAD]
+    for cut in range(1 if whole else 4):  # (a character cut at 64 KiB)
+        try:
+            text = head[:len(head) - cut].decode()
+        except UnicodeDecodeError:
+            continue
+        return (text, whole) if "\0" not in text else None
+    return None
+
+
+def _is_ladder_spec(path: str) -> bool:
+    """Whether ``path`` is a ladder spec file (teachers/spec_io.py) rather than a dataset: a ``.json`` or
+    ``.toml`` file, or a text file whose first bytes name a spec format, or a small one that parses as a spec
+    (a JSON object or TOML table with a spec ``format`` or a generator's ``kind``)."""
+    import tomllib
+
+    p = Path(path)
+    if not p.is_file():
+        return False
+    if p.suffix.lower() in (".json", ".toml"):
+        return True
+    head = _text_head(p)
+    if head is None:
+        return False
+    text, whole = head
+    if _SPEC_FORMAT.search(text):
+        return True
+    if not whole:
+        return False
+    try:
+        data = json.loads(text) if text.lstrip().startswith("{") else tomllib.loads(text)
+    except (ValueError, RecursionError):  # not JSON, not TOML
+        return False
+    return isinstance(data, dict) and ("kind" in data or data.get("format") in ("smaso-ladder",
+                                                                                  "smaso-graph-ladder"))
+
+
+def _check_not_a_spec(paths) -> None:
+    """Refuse a ladder spec file given where a dataset belongs, saying how to sample from it."""
+    import shlex
+
+    from teachers.formats import DatasetFormatError
+
+    for path in paths:
+        if _is_ladder_spec(path):
+            raise DatasetFormatError(f"{path} is a ladder spec, not a dataset; sample from it with: smaso sample "
+                                     f"ladder --spec {shlex.quote(str(path))} --out data.zarr")
 
 
 def _check_writable(out: str, *, directory: bool, option: str = "out") -> None:

@@ -22,6 +22,32 @@ def test_help(argv, capsys):
     assert "usage: smaso" in capsys.readouterr().out
 
 
+def _help(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--help"])
+    assert e.value.code == 0
+    return " ".join(capsys.readouterr().out.split())  # argparse's line breaks as spaces
+
+
+def test_every_file_the_demo_writes_is_named_in_its_help(capsys, tmp_path):
+    """Issue 27: the demo's --help names every file it writes into --out (errors_vs_n.* too)."""
+    text = _help(capsys, ["demo"])
+    out_dir = tmp_path / "demo"
+    assert main(["demo", "-n", "2048", "--bayes-n", "100", "--steps", "2", "--eval-every", "1", "--eval-examples",
+                 "512", "--seeds", "1", "--out", str(out_dir)]) == 0
+    written = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*"))
+    assert written == ["comparison.json", "comparison.png", "errors_vs_n.json", "errors_vs_n.png"]
+    assert [name for name in written if name not in text] == []
+
+
+def test_sample_ladder_help_names_both_formats(capsys):
+    """Issue 27: the default output is a chunked store; the help said ".npz dataset file" only."""
+    text = _help(capsys, ["sample", "ladder"])
+    assert "into a versioned .npz dataset file" not in text
+    assert "a chunked store (format 2, e.g. data.zarr; any --out not ending in .npz)" in text
+    assert "a .npz file (format 1) when --out ends in .npz" in text
+
+
 def test_demo_runs_the_main_job(capsys, tmp_path):
     out_dir = tmp_path / "demo"
     assert main(["demo", "-n", "6000", "--bayes-n", "300", "--steps", "30", "--eval-every", "10",

@@ -36,7 +36,7 @@ def _error(capsys, argv) -> str:
     (["demo", "-n", "1e11", "--out", "{tmp}/d"], "write a .zarr store instead"),
     (["demo", "--out", "{tmp}/file"], "exists and is not a directory"),
     (["demo", "-n", "2000", "--lr", "nan", "--out", "{tmp}/d"], "lr: expected a finite number > 0"),
-    (["demo", "-n", "2000", "--weight-decay", "-1", "--out", "{tmp}/d"], "weight_decay: expected a finite number"),
+    (["demo", "-n", "2000", "--weight-decay", "-1", "--out", "{tmp}/d"], "--weight-decay: expected a finite"),
     (["demo", "-n", "2000", "--lr", "1e6", "--steps", "60", "--out", "{tmp}/d"], "the run diverged"),
 ])
 def test_bad_requests_are_one_line_before_any_work(tmp_path, capsys, argv, expect):
@@ -222,3 +222,51 @@ def test_a_termination_whose_unwinding_raises_is_still_a_termination(monkeypatch
     with pytest.raises(SystemExit) as e:  # a fresh command: no termination recorded, a plain error
         cli.main(["spec", "--out", str(tmp_path / "s.json")])
     assert e.value.code == 2 and "smaso: error: a real error" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["compare", "data.zarr", "--widht", "3"],
+                                  ["sample", "ladder", "-n", "10", "--out", "a.zarr", "--seeed", "1"]])
+def test_a_misspelt_option_shows_the_subcommands_usage(capsys, argv):
+    """Issue 27: the subcommand's parser reports its unknown option, with its own usage (argparse hands it up to the
+    top-level parser, whose usage lists no option of the subcommand)."""
+    command = " ".join(argv[:2] if argv[0] == "sample" else argv[:1])
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: smaso {command} [-h]"), err
+    errors = [line for line in err.splitlines() if ": error:" in line]
+    assert errors == [f"smaso {command}: error: unrecognized arguments: {' '.join(argv[-2:])}"], err
+
+
+@pytest.mark.parametrize("command", [["demo", "-n", "2000", "--out", "{tmp}/d"], ["compare", "{tmp}/missing.zarr"]])
+@pytest.mark.parametrize("option, value, expect", [("--lr", "-1", "--lr: expected a finite number > 0, got -1.0"),
+                                                   ("--lr", "nan", "--lr: expected a finite number > 0, got nan"),
+                                                   ("--lr", "0", "--lr: expected a finite number > 0, got 0.0"),
+                                                   ("--weight-decay", "-1",
+                                                    "--weight-decay: expected a finite number >= 0, got -1.0")])
+def test_bad_training_numbers_are_refused_before_any_output(tmp_path, capsys, command, option, value, expect):
+    """Issue 27: --lr and --weight-decay are checked before the ladder is described (or the dataset read)."""
+    with pytest.raises(SystemExit) as e:
+        main([a.replace("{tmp}", str(tmp_path)) for a in command] + [option, value])
+    out, err = capsys.readouterr()
+    assert e.value.code == 2 and out == "" and err == f"smaso: error: {expect}\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_inspect_on_a_spec_file_says_how_to_sample_from_it(tmp_path, capsys, monkeypatch):
+    """Issue 27: a ladder spec given to inspect is named as such, with the command that samples from it (not
+    numpy's complaint about pickled data)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["spec", "--depth", "2", "--out", "ladder.json"]) == 0
+    capsys.readouterr()
+    (tmp_path / "ladder").write_bytes((tmp_path / "ladder.json").read_bytes())  # a spec without its suffix
+    (tmp_path / "gen.cfg").write_text('kind = "random"\ndepth = 2\n')  # a generator description in TOML
+    for name in ("ladder.json", "ladder", "gen.cfg"):
+        assert _error(capsys, ["inspect", name]) == (f"smaso: error: {name} is a ladder spec, not a dataset; sample "
+                                                      f"from it with: smaso sample ladder --spec {name} --out "
+                                                      "data.zarr\n")
+    assert main(["sample", "ladder", "--spec", "ladder.json", "-n", "100", "--out", "d.npz"]) == 0
+    assert main(["inspect", "d.npz", "--bayes-n", "0"]) == 0  # a dataset is still a dataset
+    (tmp_path / "notes.txt").write_text("not a spec, not a dataset\n")
+    assert "corrupted or truncated" in _error(capsys, ["inspect", "notes.txt"])
