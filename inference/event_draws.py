@@ -67,7 +67,9 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
 
         - ``posterior["z"]`` ``(chain, draw, example, region)`` int64, one entry per region in global order;
           coordinate ``region`` is the integer global index, with the non-index coordinates ``region_name`` (the
-          ladder's names, ``"0.0"`` is the label y) and ``level``;
+          ladder's names, ``"0.0"`` is the label y) and ``level``.  The labels are nominal, so ``z`` is a
+          non-index *coordinate* of the posterior (attrs ``kind="categorical"``, ``num_events``), not a data
+          variable: ``idata.posterior["z"]`` reaches it, and ``az.summary`` skips it;
         - ``posterior["z_onehot_<l>"]`` ``(chain, draw, example, region_<l>, event_<l>)`` uint8 for each level l
           (when ``onehot``; ``event_<l>`` runs over the level's largest event count): indicators whose means, as
           ``az.summary`` reports them, are the per-event posterior probabilities ``p(z_alpha = k | x)`` with MCSE
@@ -75,6 +77,18 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
         - ``observed_data["x"]`` ``(example, leaf, feature)`` float64, ``leaf`` the integer leaf index with the
           non-index coordinate ``leaf_name``.
     :raises ValueError: bad arguments, or an example of probability 0 under the ladder.
+
+    Summaries (``import arviz as az``)::
+
+        az.summary(idata)                                # every z_onehot_<l>: p(z_alpha = k | x), MCSE, ESS, r_hat
+        az.summary(idata, var_names=["z_onehot_0"])      # the label y's posterior p(y | x) only
+        az.summary(idata, var_names=["z_onehot_"], filter_vars="like", kind="stats")   # means and HDIs only
+        idata.posterior["z"].sel(region=0)               # the label's draws themselves, (chain, draw, example)
+
+    An event drawn always or never (p = 0 or 1, e.g. a leaf seen through one-hot inputs) has a constant
+    indicator, whose ``r_hat`` ArviZ reports as NaN with NumPy's "invalid value" ``RuntimeWarning``s; wrap the
+    call in :func:`smaso.plots.quiet_arviz` to silence them.  With ``onehot=False`` the posterior holds no data
+    variable to summarise (only the coordinate ``z``).
     """
     check_ladder(ladder)
     if isinstance(x, torch.Tensor) and x.dim() == 2:
@@ -221,6 +235,11 @@ def _event_inference_data(ladder: Ladder, z: np.ndarray, x: np.ndarray, onehot: 
             dims[f"z_onehot_{l}"] = ["example", f"region_{l}", f"event_{l}"]
     idata = az.from_dict(posterior=posterior, observed_data={"x": x}, coords=coords, dims=dims)
     level = np.repeat(np.arange(ladder.depth + 1), ladder.num_regions)
-    idata.posterior = idata.posterior.assign_coords(region_name=("region", names), level=("region", level))
+    post = idata.posterior
+    # the labels are nominal (a mean or HDI of an event index means nothing): a non-index coordinate, which
+    # ``posterior["z"]`` still reaches and ``az.summary`` (over data variables only) skips
+    labels = post["z"].assign_attrs(kind="categorical", num_events=list(ladder.events))
+    post = post.drop_vars("z").assign_coords(z=labels)
+    idata.posterior = post.assign_coords(region_name=("region", names), level=("region", level))
     idata.observed_data = idata.observed_data.assign_coords(leaf_name=("leaf", names[off[-2]:]))
     return idata

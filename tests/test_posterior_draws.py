@@ -5,6 +5,8 @@ validation."""
 
 from __future__ import annotations
 
+import warnings
+
 import arviz as az
 import numpy as np
 import posterior_brute as bf
@@ -87,8 +89,29 @@ def test_same_seed_same_draws_and_layout():
     # one observed input without a batch dimension is one example
     one = posterior_event_draws(lad, x[0], num_draws=50, seed=11)
     assert one.posterior["z"].shape == (2, 50, 1, lad.total_regions)
-    summary = az.summary(one, var_names=["z"], kind="diagnostics")
-    assert len(summary) == lad.total_regions
+    summary = az.summary(one, var_names=["z_onehot_0"], kind="diagnostics")
+    assert len(summary) == lad.events[0]
+
+
+def test_default_summary_skips_the_nominal_labels_without_warnings():
+    """Issue 27: ``az.summary(idata)`` summarised the event labels ``z`` (a mean and HDI of a category index)
+    with a flood of RuntimeWarnings; ``z`` is now a coordinate of the posterior, which the summary skips."""
+    lad = Ladder.random(depth=2, branching=2, events=3, concentration=5.0, seed=0, emission="gaussian", sigma=3.0)
+    x = sample_ladder(lad, 2, seed=2).inputs(dtype=torch.float64)
+    idata = posterior_event_draws(lad, x, num_draws=200, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        summary = az.summary(idata)
+    assert not [row for row in summary.index if row.startswith("z[")]
+    assert len(summary) == 2 * sum(r * m for r, m in zip(lad.num_regions, lad.events, strict=True))
+    # the labels are still where they were, and agree with the indicators that are summarised
+    z = idata.posterior["z"]
+    assert z.dims == ("chain", "draw", "example", "region") and z.dtype == np.int64
+    assert z.attrs["kind"] == "categorical" and "z" not in idata.posterior.data_vars
+    np.testing.assert_array_equal(z.sel(region=0).values, idata.posterior["z_onehot_0"].values.argmax(-1)[..., 0])
+    mean_y = summary.loc[[f"z_onehot_0[{i}, 0, {k}]" for i in range(2) for k in range(3)], "mean"].to_numpy()
+    freq = (z.sel(region=0).values[..., None] == np.arange(3)).mean((0, 1)).reshape(-1)
+    np.testing.assert_allclose(mean_y, freq, atol=1e-3)
 
 
 def test_fully_informative_onehot_draws_are_the_truth():

@@ -25,6 +25,9 @@ def test_readme_quick_start_runs(tmp_path, monkeypatch):
     assert namespace["report"]["within_bound"]
     assert namespace["post"].label.shape == (1000, 4)
     assert set(namespace["draws"]) >= {"z_0", "z_1", "z_2", "z_3", "x"}
+    # Pyro block: TraceEnum_ELBO's evidence and infer_discrete's MAP against exact inference (asserted there)
+    assert namespace["z_map"].shape == (6, namespace["small"].total_regions)
+    assert namespace["evidence"] < 0 and namespace["prior"]["z_2"].shape == (2, 6, 2, 2)
     # graph block: the main job on an overlapping ladder trains the one student
     assert type(namespace["graph_run"].student).__name__ == "LadderStudent"
     assert [h["step"] for h in namespace["graph_run"].history] == [0, 50, 100]
