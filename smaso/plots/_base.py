@@ -98,4 +98,6 @@ def plot_arviz(plot, *args, path: str | os.PathLike | None = None, title: str | 
         axes = plot(*args, **kwargs)
         first = np.ravel(np.asarray(axes, dtype=object))[0]
         fig = first.get_figure() if hasattr(first, "get_figure") else plt.gcf()
+        if fig.get_layout_engine() is None:  # ArviZ sets none: its outer tick labels would fall off the canvas
+            fig.set_layout_engine("constrained")
         return finish_figure(fig, path, title, tight=False)

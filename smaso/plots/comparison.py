@@ -230,7 +230,7 @@ def plot_errors_against_n(rows: Sequence[dict], path: str | os.PathLike | None =
             ax.set_yscale("log")
             ax.legend(fontsize=7)
         ax.set_xscale("log", base=2)
-        ax.set(title=f"{key} (dashed: noise floor)", xlabel="examples N")
+        ax.set(title=f"{key} (dashed: noise floor)", xlabel="examples N", ylabel=key)
     for ax in list(axes.flat)[len(keys):]:
         ax.set_visible(False)
     return finish_figure(fig, path, title or "errors and their noise floors against N")

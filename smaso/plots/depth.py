@@ -87,7 +87,8 @@ def plot_tent_powers(
         ax.legend(fontsize=7, loc="upper right", ncol=2, handlelength=1.5)
     for ax in list(axes.flat)[len(ks):]:
         ax.set_visible(False)
-    axes[0][0].set_ylabel("tau^k(x)")
+    for row in axes:
+        row[0].set_ylabel("tau^k(x)")
     return finish_figure(fig, path)
 
 
@@ -200,9 +201,10 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
     """The depth-separation experiment (docs/theory.md §2, seed 001: every depth-L ReLU network with at most
     2^L nodes has integral_0^1 |tau^(L^2) - h| >= 1/8).
 
-    Per L (one row of panels): tau^k with the best theorem student, the warm-start and the best random-start
-    deep student; and every row's L1 error (bars by role) with its bracket (certified lower bound, tick, to
-    the explicit network of its widths, cross) and, shaded, the bracket on the theorem class's best error.
+    Per L (one row of panels, its legend below them): tau^k with the best theorem student, the warm-start and the
+    best random-start deep student; and every row's L1 error (bars by role) with its bracket (certified lower
+    bound, tick, to the explicit network of its widths, cross) and, shaded, the bracket on the theorem class's best
+    error.
 
     :param rows: :class:`smaso.depth.separation.DepthRow` entries from :func:`smaso.depth.separation.depth_separation`.
     :param path: save the figure here (written atomically by suffix); None: only return it.
@@ -215,9 +217,10 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
     if not Ls:
         raise ValueError("rows: nothing to plot")
     colors = {"theorem": "C0", "control": "C2", "deep": "C3"}
-    fig, axes = plt.subplots(len(Ls), 2, figsize=(13, 0.9 + max(3.2, 0.32 * max(
-        sum(r.L == L for r in rows) for L in Ls)) * len(Ls)), squeeze=False, gridspec_kw={"width_ratios": [2, 1.2]})
-    for ax, ax_bar, L in zip(axes[:, 0], axes[:, 1], Ls, strict=True):
+    row_height = 1.0 + max(3.2, 0.32 * max(sum(r.L == L for r in rows) for L in Ls))  # + 1 inch for the legend
+    fig = plt.figure(figsize=(13, 0.3 + row_height * len(Ls)), layout="constrained")
+    for sub, L in zip(fig.subfigures(len(Ls), 1, squeeze=False).ravel(), Ls, strict=True):
+        ax, ax_bar = sub.subplots(1, 2, gridspec_kw={"width_ratios": [2, 1.2]})
         mine = [r for r in rows if r.L == L]
         k = max(r.k for r in mine)
         right = min(1.0, 16 / 2**k)  # at most 8 teeth, so that the curves can be told apart
@@ -237,8 +240,7 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
         ax.set_title(f"L = {L}: depth-{L} students with <= {2**L} nodes vs tau^{k}{window}", fontsize=10)
         ax.set_xlabel("x")
         ax.set_ylabel("tau^k(x), h(x)")
-        ax.set_ylim(-0.05, 1.55)  # head-room for the legend above the teeth
-        ax.legend(fontsize=7, loc="upper center", ncol=2)
+        ax.set_ylim(-0.05, 1.08)
         names = [f"{'' if r.student.startswith(r.role) else r.role + ': '}{r.student} {_widths_label(r.widths)} "
                  f"on tau^{r.k}" for r in mine]
         pos = range(len(mine))
@@ -260,5 +262,15 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
         ax_bar.invert_yaxis()
         ax_bar.set_xlim(0, 0.27)
         ax_bar.set_xlabel("integral_0^1 |tau^k - h|")
-        ax_bar.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
-    return finish_figure(fig, path)
+        _row_legend(sub, ax, ax_bar)
+    return finish_figure(fig, path, tight=False)  # constrained layout
+
+
+def _row_legend(sub, *axes) -> None:
+    """One legend for a row of panels, below them, outside the axes (constrained layout makes room for it)."""
+    handles, labels = [], []
+    for ax in axes:
+        h, lab = ax.get_legend_handles_labels()
+        handles += h
+        labels += lab
+    sub.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=7, frameon=False)

@@ -270,6 +270,7 @@ def plot_marginal_forest(draws, exact, mean_field, path: str | os.PathLike | Non
             ax.set_title(titles[p])
     axes[0][0].set_yticks(y)
     axes[0][0].set_yticklabels(labels, fontsize=8)
+    axes[0][0].set_ylabel(f"input, {unit_label}")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
     return finish_figure(fig, path, title, tight=(0, 0.3 / fig.get_figheight(), 1, 1))

@@ -191,7 +191,7 @@ def plot_event_posterior(idata, marginals: Sequence[torch.Tensor | np.ndarray], 
     region: bars are the draws' frequencies of each event with +-2 binomial standard errors
     (they shrink like 1/sqrt(draws)), black ticks the exact marginals p(z_alpha | x) of the
     sum-product (:func:`inference.posterior.posterior` with ``marginals=True``).
-    One panel per level, level 0 being the label y.
+    One panel per level, level 0 being the label y; the x axis counts the level's regions 0, 1, ... (integer ticks).
 
     :param idata: ``InferenceData`` with ``posterior["z"]`` ``(chain, draw, example, region)``.
     :param marginals: ``marginals[l]`` ``(N, R_l, m_l)`` or ``(R_l, m_l)`` per level (``LadderPosterior.marginals``).
@@ -226,9 +226,6 @@ def plot_event_posterior(idata, marginals: Sequence[torch.Tensor | np.ndarray], 
         raise ValueError("idata: posterior['z'] holds events outside the marginals' range")
     freq = event_frequencies(draws, events)
     n = draws.shape[0]
-    # the '1.1'-style names of a label coordinate, else the region index
-    coord = next((c for c in ("region_name", "region") if c in post.coords), None)
-    names = [str(v) for v in post[coord].values] if coord else [str(r) for r in range(z.shape[3])]
     max_m = max(a.shape[1] for a in exact)
     cmap = plt.get_cmap("tab10" if max_m <= 10 else "tab20")
     widths = [max(4.0, 0.22 * a.shape[0] * (a.shape[1] + 1)) for a in exact]
@@ -248,9 +245,10 @@ def plot_event_posterior(idata, marginals: Sequence[torch.Tensor | np.ndarray], 
                    error_kw={"elinewidth": 0.8, "capsize": 1.5, "ecolor": "0.35"}, label=None)
             dots = ax.scatter(xs, a[r], marker="o", s=22, facecolors="none", edgecolors="black", linewidths=1.1,
                               zorder=3)
-        ax.set_xticks(range(r_l), [names[offset + r] for r in range(r_l)], fontsize=8)
+        ax.set_xticks(range(r_l), [str(r) for r in range(r_l)], fontsize=8)  # integers, not '1.1'-style names
         pad = max(0.0, (4 - r_l) / 2)  # a level with few regions keeps bars of the same width
-        ax.set(xlim=(-0.6 - pad, r_l - 0.4 + pad), ylim=(0, 1.05), ylabel="probability")
+        ax.set(xlim=(-0.6 - pad, r_l - 0.4 + pad), ylim=(0, 1.05), ylabel="probability",
+               xlabel=f"region (index within level {l})")
         ax.set_title(f"level {l}" + (" (label y)" if l == 0 else "") + f": {m_l} events per region, "
                      f"bars = frequencies in {n} draws", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
