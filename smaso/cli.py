@@ -43,6 +43,8 @@ from smaso.cli_support import (
     _check_early,
     _check_memory,
     _check_not_a_spec,
+    _check_store_target,
+    _check_tent_memory,
     _cli_warnings,
     _free_disk,
     _quiet,
@@ -208,6 +210,7 @@ def _set_threads(args, default: int | None = None) -> None:
 def _cmd_sample_ladder(args) -> int:
     from teachers.sampling import parse_shard
 
+    _check_store_target(args.out)
     lad = ladder_from_args(args)
     # one thread unless asked: a second one gains a few percent on a quiet machine and loses most of the
     # throughput when other processes compete for the cores (benchmarks/bench_out_of_core.py, contention)
@@ -251,6 +254,7 @@ def _cmd_sample_ladder(args) -> int:
 def _cmd_sample_tent(args) -> int:
     from teachers.tent import sample_tent, save_tent_dataset
 
+    _check_tent_memory(args.n, args.shard)
     t0 = time.perf_counter()
     sample = sample_tent(args.n, args.k, args.seed, shard=args.shard, chunk_size=args.chunk_size, noise=args.noise)
     t1 = time.perf_counter()

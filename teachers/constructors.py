@@ -12,16 +12,26 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .regions import _conv1d_name, _parse_parents, _pattern_lookup, children_of, conv1d_parents, conv2d_parents
+from .regions import (
+    _conv1d_name,
+    _conv_shapes,
+    _parse_parents,
+    _pattern_lookup,
+    children_of,
+    conv1d_parents,
+    conv2d_parents,
+)
 from .validation import (
     BOTTOMUP,
     MAX_EVENTS,
     MAX_LOOKUP,
     MAX_REGIONS,
+    MAX_TABLE_ENTRIES,
     MODES,
     TOPDOWN,
     Factorization,
     LadderSpecError,
+    _as_int,
     _as_int_tuple,
     _check_concentration,
     _check_dense_sizes,
@@ -97,7 +107,7 @@ class LadderConstructors:
     @classmethod
     def _random_graph(cls, events, parents, *, mode, concentration, seed, sigma, emission, name) -> Ladder:
         """:meth:`random` on a given graph (the stream of ``GraphLadder.random`` before 0.3: same tables)."""
-        layout = cls._layout_only(events, parents)  # validates the graph before any table is drawn
+        layout = cls._layout_only(events, parents, mode)  # validates the graph and sizes before any table is drawn
         ev, parents = layout.region_events, layout.parents
         rng = _rng(seed)
         emission = make_emission(emission if emission is not None else None if sigma is None else "gaussian",
@@ -409,6 +419,8 @@ class LadderConstructors:
         if len(kernels) != len(strides) or len(events) != len(kernels) + 1:
             raise LadderSpecError(f"conv1d: expected len(kernels) == len(strides) == len(events) - 1, got "
                                   f"{len(kernels)}, {len(strides)}, {len(events)}")
+        _check_conv_tables(_conv_shapes((_as_int(width, "width"),), kernels, strides, "conv1d"), kernels, strides,
+                           events, kwargs.get("mode", TOPDOWN))
         parents = conv1d_parents(width, kernels, strides)
         kwargs.setdefault("name", _conv1d_name(int(width), kernels, strides))
         return cls.random(events=list(events), parents=parents, **kwargs)
@@ -421,6 +433,8 @@ class LadderConstructors:
         kernels, strides, events = _conv_sizes(kernels, strides, events)
         if len(kernels) != len(strides) or len(events) != len(kernels) + 1:
             raise LadderSpecError("conv2d: expected len(kernels) == len(strides) == len(events) - 1")
+        _check_conv_tables(_conv_shapes(_as_int_tuple(shape, "shape", 2), kernels, strides, "conv2d"), kernels,
+                           strides, events, kwargs.get("mode", TOPDOWN))
         parents = conv2d_parents(shape, kernels, strides)
         kwargs.setdefault("name", f"conv2d-{int(shape[0])}x{int(shape[1])}")
         return cls.random(events=list(events), parents=parents, **kwargs)
@@ -452,6 +466,33 @@ def _conv_sizes(kernels, strides, events) -> tuple[tuple[int, ...], tuple[int, .
     """:meth:`~LadderConstructors.conv1d`'s and ``conv2d``'s ``kernels``, ``strides`` and ``events`` as integers
     (integral floats accepted; 2.5 or a bool a LadderSpecError naming the argument)."""
     return _as_int_tuple(kernels, "kernels"), _as_int_tuple(strides, "strides"), _as_int_tuple(events, "events")
+
+
+def _check_conv_tables(shapes: list[tuple[int, ...]], kernels: tuple[int, ...], strides: tuple[int, ...],
+                       events: tuple[int, ...], mode) -> None:
+    """The largest table (top-down) or lookup (bottom-up) of a convolution-like graph, computed from its
+    arguments before its parent lists are built: ``shapes`` from :func:`~teachers.regions._conv_shapes` (leaves
+    first), ``kernels`` and ``strides`` from the leaves up, ``events`` top first.  Limits as on a uniform tree."""
+    depth = len(kernels)
+    for t, (k, s) in enumerate(zip(kernels, strides, strict=True)):
+        below, above = depth - t, depth - t - 1  # level indices, top first
+        m_above, m_below = events[above], events[below]
+        if mode == TOPDOWN:  # a region below has up to ceil(k / s) parents per dimension
+            p = math.prod(min(-(-k // s), n) for n in shapes[t + 1])
+            rows = _pow(m_above, p)
+            if rows is None or rows * m_below > MAX_TABLE_ENTRIES:
+                raise LadderSpecError(
+                    f"tables[{below - 1}]: events[{above}]^(parents per region) x events[{below}] = {m_above}^{p} x "
+                    f"{m_below} = {rows * m_below if rows is not None else 'over 2^64'} entries per region exceeds "
+                    f"{MAX_TABLE_ENTRIES}; use fewer events, a smaller kernel or a larger stride")
+        elif mode == BOTTOMUP:  # a region above has k children per dimension
+            c = k ** len(shapes[t])
+            size = _pow(m_below, c)
+            if size is None or size > MAX_LOOKUP:
+                raise LadderSpecError(
+                    f"lookup[{above}]: events[{below}]^(children per region) = {m_below}^{c} = "
+                    f"{size or 'over 2^64'} child configurations per region exceeds {MAX_LOOKUP}; use fewer events "
+                    "or a smaller kernel")
 
 
 def _reachable_lookup_size(events, branching, num_regions, l: int) -> int:

@@ -38,7 +38,7 @@ import torch
 from .constructors import LadderConstructors
 from .emission import Emission
 from .ladder_spec import FORMAT, GRAPH_FORMAT_V1, SPEC_VERSION, LadderSpecIO
-from .regions import _parse_parents, children_of, tree_parents
+from .regions import _check_graph_sizes, _parse_parents, children_of, tree_parents
 from .spec_check import emission_from_spec
 from .validation import (
     BOTTOMUP,
@@ -119,6 +119,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
             if factorization is not None or region_names is not None:
                 raise LadderSpecError("factorization, region_names: only for a ladder given by its branching")
             self._init_graph_layout(parents, events)
+            _check_graph_sizes(self._parents, self._region_events, self.num_regions, mode)
         self._region_names = self._check_names(region_names)
         given = {"prior": prior, "tables": tables, "factorization": factorization, "leaf_prior": leaf_prior,
                  "lookup": lookup}
@@ -502,11 +503,14 @@ class Ladder(LadderConstructors, LadderSpecIO):
         return new
 
     @classmethod
-    def _layout_only(cls, events, parents) -> Ladder:
-        """A ladder object holding only a checked graph layout (for constructors that draw tables for it)."""
+    def _layout_only(cls, events, parents, mode: str | None = None) -> Ladder:
+        """A ladder object holding only a checked graph layout (for constructors that draw tables for it); with
+        ``mode``, the sizes of the tables that mode needs checked too (:func:`~teachers.regions._check_graph_sizes`)."""
         lay = object.__new__(cls)
         lay.mode, lay._cache = TOPDOWN, {}
         lay._init_graph_layout(parents, events)
+        if mode is not None:
+            _check_graph_sizes(lay._parents, lay._region_events, lay.num_regions, mode)
         return lay
 
 

@@ -19,7 +19,17 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from .validation import MAX_DEPTH, MAX_REGIONS, LadderSpecError, _as_int, _as_int_tuple
+from .validation import (
+    MAX_DEPTH,
+    MAX_LOOKUP,
+    MAX_REGIONS,
+    MAX_TABLE_ENTRIES,
+    TOPDOWN,
+    LadderSpecError,
+    _as_int,
+    _as_int_tuple,
+    _check_entries,
+)
 
 __all__ = ["check_parents", "children_of", "conv1d_parents", "conv2d_parents", "conv_children", "mixed_radix",
            "parse_region_tree", "tree_parents"]
@@ -45,6 +55,12 @@ def mixed_radix(z: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
 def conv_children(n_below: int, kernel: int, stride: int) -> list[tuple[int, ...]]:
     """Children of each region of a 1-D convolution-like level: region j covers ``[j s, j s + k)`` of the
     ``n_below`` regions below (``floor((n_below - k) / s) + 1`` regions; every region below covered)."""
+    n = _conv_count(n_below, kernel, stride)
+    return [tuple(range(j * stride, j * stride + kernel)) for j in range(n)]
+
+
+def _conv_count(n_below: int, kernel: int, stride: int) -> int:
+    """The number of regions of :func:`conv_children`'s level, computed (nothing built), its arguments checked."""
     if kernel < 1 or stride < 1 or kernel > n_below:
         raise LadderSpecError(f"conv: expected 1 <= kernel <= {n_below} regions below and stride >= 1, got "
                               f"kernel={kernel}, stride={stride}")
@@ -52,7 +68,27 @@ def conv_children(n_below: int, kernel: int, stride: int) -> list[tuple[int, ...
     if (n - 1) * stride + kernel != n_below:
         raise LadderSpecError(f"conv: kernel {kernel} and stride {stride} leave regions {(n - 1) * stride + kernel}.."
                               f"{n_below - 1} of the level below uncovered (need (n_below - kernel) % stride == 0)")
-    return [tuple(range(j * stride, j * stride + kernel)) for j in range(n)]
+    return n
+
+
+def _conv_shapes(first: tuple[int, ...], kernels: Sequence[int], strides: Sequence[int], what: str
+                ) -> list[tuple[int, ...]]:
+    """The regions per dimension of each level of a convolution-like graph, leaves first, computed from its
+    arguments before any region list is built: ``first`` the leaves' shape (``(width,)`` or ``(H, W)``); every
+    level checked as :func:`conv_children` does, and the total against MAX_REGIONS (the message names ``what``)."""
+    kernels, strides = _as_int_tuple(kernels, "kernels"), _as_int_tuple(strides, "strides")
+    if len(kernels) != len(strides) or not kernels:
+        raise LadderSpecError(f"{what}: expected len(kernels) == len(strides) >= 1, got {len(kernels)}, "
+                              f"{len(strides)}")
+    shapes = [tuple(first)]
+    for k, s in zip(kernels, strides, strict=True):
+        shapes.append(tuple(_conv_count(n, k, s) for n in shapes[-1]))
+    total = sum(math.prod(shape) for shape in shapes)
+    if total > MAX_REGIONS:
+        leaves = f"width {first[0]}" if len(first) == 1 else f"shape {'x'.join(map(str, first))}"
+        raise LadderSpecError(f"{what}: {leaves} with kernels {list(kernels)} and strides {list(strides)} gives "
+                              f"{total} regions, more than {MAX_REGIONS}; use fewer leaves or larger strides")
+    return shapes
 
 
 def _invert(children: list[tuple[int, ...]], n_below: int) -> tuple[tuple[int, ...], ...]:
@@ -87,7 +123,9 @@ def conv1d_parents(width: int, kernels: Sequence[int], strides: Sequence[int]
         children = conv_children(n, k, s)
         return children, n, len(children)
 
-    top, parents = _conv_levels(_as_int(width, "width"), kernels, strides, "conv1d", split)
+    width = _as_int(width, "width")
+    _conv_shapes((width,), kernels, strides, "conv1d")  # sizes first: nothing built for a graph too large
+    top, parents = _conv_levels(width, kernels, strides, "conv1d", split)
     if top != 1:
         raise LadderSpecError(f"conv1d: the top level has {top} regions, expected 1 (choose the last "
                               "kernel to cover the level below)")
@@ -103,7 +141,9 @@ def conv2d_parents(shape: tuple[int, int], kernels: Sequence[int], strides: Sequ
         rows, cols = conv_children(h, k, s), conv_children(w, k, s)
         return [tuple(r * w + c for r in rr for c in cc) for rr in rows for cc in cols], h * w, (len(rows), len(cols))
 
-    top, parents = _conv_levels(_as_int_tuple(shape, "shape", 2), kernels, strides, "conv2d", split)
+    shape = _as_int_tuple(shape, "shape", 2)
+    _conv_shapes(shape, kernels, strides, "conv2d")  # sizes first: nothing built for a graph too large
+    top, parents = _conv_levels(shape, kernels, strides, "conv2d", split)
     if top != (1, 1):
         raise LadderSpecError(f"conv2d: the top level is {top}, expected (1, 1)")
     return parents
@@ -248,3 +288,42 @@ def parse_region_tree(regions) -> tuple[list[int], list[int], list[str]]:
     if unreachable:  # only possible through a cycle that avoids the root
         raise LadderSpecError(f"regions: region(s) {unreachable} cannot be reached from the root {roots[0]!r}")
     return branching, events, order
+
+
+def _radix_product(sizes, cap: int = 2**64) -> int | None:
+    """The product of ``sizes``, or None once it exceeds ``cap`` (never a huge integer)."""
+    out = 1
+    for m in sizes:
+        out *= m
+        if out > cap:
+            return None
+    return out
+
+
+def _check_graph_sizes(parents, region_events, num_regions: Sequence[int], mode: str) -> None:
+    """The tables a region graph's ``mode`` needs, refused from the graph before any is drawn or read: top-down,
+    each region's table (its parents' configurations x its events) and each level's tables together at most
+    MAX_TABLE_ENTRIES entries; bottom-up, each region's lookup (its children's configurations) at most
+    MAX_LOOKUP, each level's lookups and the leaf priors at most MAX_TABLE_ENTRIES (as for a uniform tree)."""
+    if mode == TOPDOWN:
+        for l in range(1, len(num_regions)):
+            total = 0
+            for i, ps in enumerate(parents[l]):
+                r, mi = _radix_product(region_events[l - 1][p] for p in ps), region_events[l][i]
+                if r is None or r * mi > MAX_TABLE_ENTRIES:
+                    raise LadderSpecError(f"tables[{l - 1}][{i}]: {r or 'over 2^64'} parent configurations x {mi} "
+                                          f"events is more than {MAX_TABLE_ENTRIES} entries")
+                total += r * mi
+            _check_entries(total, f"tables[{l - 1}]", f"the {num_regions[l]} tables of level {l} together")
+        return
+    for l, kids in enumerate(children_of(parents, num_regions)):
+        total = 0
+        for j, ch in enumerate(kids):
+            size = _radix_product(region_events[l + 1][c] for c in ch)
+            if size is None or size > MAX_LOOKUP:
+                raise LadderSpecError(f"lookup[{l}][{j}]: {size or 'over 2^64'} child configurations is more than "
+                                      f"{MAX_LOOKUP}")
+            total += size
+        _check_entries(total, f"lookup[{l}]", f"the {num_regions[l]} lookups of level {l} together")
+    _check_entries(sum(region_events[-1]), "leaf_prior", f"{num_regions[-1]} leaf regions x {region_events[-1][0]} "
+                   "events")

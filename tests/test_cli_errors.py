@@ -270,3 +270,43 @@ def test_inspect_on_a_spec_file_says_how_to_sample_from_it(tmp_path, capsys, mon
     assert main(["inspect", "d.npz", "--bayes-n", "0"]) == 0  # a dataset is still a dataset
     (tmp_path / "notes.txt").write_text("not a spec, not a dataset\n")
     assert "corrupted or truncated" in _error(capsys, ["inspect", "notes.txt"])
+
+
+def test_a_tent_sample_too_large_for_memory_is_refused_up_front(tmp_path, capsys, monkeypatch):
+    """Issue 27: ``sample tent -n 1e12`` is refused before any allocation, naming -n and how many examples fit
+    (not the allocator's text); a shard that fits is still sampled."""
+    import teachers.sampling
+
+    monkeypatch.setattr(teachers.sampling, "available_memory", lambda: 10**9)
+    out = tmp_path / "t.npz"
+    err = _error(capsys, ["sample", "tent", "--k", "3", "-n", "1e12", "--out", str(out)])
+    assert err.startswith("smaso: error: -n: 1,000,000,000,000 tent examples held in memory need about"), err
+    assert "1 GB are available (about 17,857,142 examples fit)" in err and "--shard" in err, err
+    assert "alloc" not in err and not out.exists()
+    assert main(["sample", "tent", "--k", "3", "-n", "1e12", "--shard", "0/1000000", "--out", str(out)]) == 0
+
+
+@pytest.mark.parametrize("out", [".", "..", "./", "{cwd}", "{cwd}/empty", "empty", "other"])
+def test_sample_ladder_refuses_a_directory_that_is_not_a_store(tmp_path, capsys, monkeypatch, out):
+    """Issue 27: a store replaces its whole directory, so ``--out .`` (the working directory), ``..`` and an
+    existing directory that is not a dataset store are refused naming --out, with nothing written."""
+    cwd = tmp_path / "work"
+    (cwd / "empty").mkdir(parents=True)
+    (cwd / "other").mkdir()
+    (cwd / "other" / "notes.txt").write_text("mine")
+    monkeypatch.chdir(cwd)
+    out = out.replace("{cwd}", str(cwd))
+    err = _error(capsys, ["sample", "ladder", "--depth", "2", "-n", "10", "--out", out])
+    assert err.startswith(f"smaso: error: --out: {out!r} is "), err
+    assert ("the working directory or one above it" in err) == (out in (".", "..", "./", str(cwd))), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+    assert sorted(p.name for p in cwd.iterdir()) == ["empty", "other"]
+    assert not any((cwd / "empty").iterdir()) and [p.name for p in (cwd / "other").iterdir()] == ["notes.txt"]
+
+
+def test_sample_ladder_still_replaces_a_store(tmp_path, capsys, monkeypatch):
+    """A store of this format at --out is replaced, as before (issue 27's refusal is for other directories)."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["sample", "ladder", "--depth", "2", "-n", "10", "--out", "d.zarr"]) == 0
+    assert main(["sample", "ladder", "--depth", "2", "-n", "20", "--seed", "1", "--out", "d.zarr"]) == 0
+    assert "sampled 20 examples" in capsys.readouterr().out

@@ -191,3 +191,56 @@ def test_the_two_forms_of_the_constructor_refuse_a_mix():
         Ladder(events=[2, 2], parents=parents, prior=[0.5, 0.5], tables=tables, region_names=["a", "b", "c"])
     ok = Ladder(events=[2, 2], parents=parents, prior=[0.5, 0.5], tables=tables)
     assert ok.is_uniform() and ok.branching == (2,)  # a graph that is a uniform tree is recognised as one
+
+
+_LEAF_OF_32 = [[[]], [[0]] * 32, [list(range(32))] * 4]  # 4 leaves with 32 parents each
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda: Ladder.conv1d(10**9, [10**9], [1], [2, 2]), r"conv1d: width 1000000000 with kernels \[1000000000\] and "
+     r"strides \[1\] gives 1000000001 regions, more than 16777216"),
+    (lambda: Ladder.conv2d((10**5, 10**5), [10**5], [1], [2, 2]), "conv2d: shape 100000x100000 with kernels "
+     r"\[100000\] and strides \[1\] gives 10000000001 regions, more than 16777216"),
+    (lambda: Ladder.fully_informative_conv1d(10**9, [10**9], [1]), "conv1d: width 1000000000 .* more than 16777216"),
+    (lambda: Ladder.conv1d(20000, [10000, 10001], [1, 1], [2, 2, 2]), r"tables\[1\]: events\[1\]\^\(parents per "
+     r"region\) x events\[2\] = 2\^10000 x 2 = over 2\^64 entries per region exceeds 134217728"),
+    (lambda: Ladder.conv1d(20000, [10000, 10001], [1, 1], [2, 2, 2], mode="bottomup"), r"lookup\[1\]: events\[2\]"
+     r"\^\(children per region\) = 2\^10000 = over 2\^64 child configurations per region exceeds 4194304"),
+    (lambda: Ladder.conv2d((64, 64), [8, 57], [1, 1], [2, 2, 2], mode="bottomup"), r"lookup\[1\]: .* = 2\^64 = "
+     r"18446744073709551616 child configurations per region exceeds 4194304"),
+    (lambda: Ladder.random(events=[2, 2, 2], parents=_LEAF_OF_32), r"tables\[1\]\[0\]: 4294967296 parent "
+     "configurations x 2 events is more than 134217728 entries"),
+    (lambda: Ladder.random(events=[2, 2, 2], parents=_LEAF_OF_32, mode="bottomup"), r"lookup\[0\]\[0\]: 4294967296 "
+     "child configurations is more than 4194304"),
+    (lambda: Ladder.random(events=[2, 2, 2**14], parents=[[[]], [[0]] * 2, [[0, 1]] * 2**12]),
+     r"tables\[1\]: the 4096 tables of level 2 together = 268435456 entries exceeds 134217728"),
+    (lambda: Ladder.random(events=[2, 1, 2], parents=[[[]], [[0]] * 64, [[i // 22] for i in range(64 * 22)]],
+                           mode="bottomup"),
+     r"lookup\[1\]: the 64 lookups of level 1 together = 268435456 entries exceeds 134217728"),
+])
+def test_graphs_too_large_are_refused_from_their_size_before_anything_is_built(build, match):
+    """Issue 27: a conv graph's regions and tables, computed from its arguments, and a region graph's tables,
+    computed from its parent lists, are refused before any parent list or table is built (these ran for 30-55 s
+    and ended in MemoryError), with the limit named."""
+    with pytest.raises(LadderSpecError, match=match):
+        build()
+
+
+def test_a_graph_spec_whose_tables_are_too_large_is_refused(tmp_path):
+    """Issue 27: load_spec / from_dict refuse a region-graph spec from its parent lists (32 parents per leaf:
+    2^32 parent configurations), naming the table and the limit."""
+    from teachers.spec_io import load_spec
+
+    d = spec_to_jsonable(Ladder.random(events=[2, 2, 2], parents=[[[]], [[0]] * 3, [[0, 1, 2]] * 4]).to_dict())
+    d["parents"] = _LEAF_OF_32
+    match = r"tables\[1\]\[0\]: 4294967296 parent configurations x 2 events is more than 134217728 entries"
+    with pytest.raises(LadderSpecError, match=match):
+        Ladder.from_dict(d)
+    (tmp_path / "big.json").write_text(json.dumps(d))
+    with pytest.raises(LadderSpecError, match=match):
+        load_spec(tmp_path / "big.json")
+
+
+def test_conv_graphs_within_the_limits_still_build():
+    assert Ladder.conv1d(8, [3, 3, 4], [1, 1, 1], [2, 2, 2, 2]).num_regions == (1, 4, 6, 8)
+    assert Ladder.conv2d((6, 6), [3, 4], [1, 1], [2, 2, 2], mode="bottomup").num_regions == (1, 16, 36)
