@@ -722,6 +722,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    import torch  # noqa: F401 (before SIGTERM raises: raised in torch's C++ module init it aborts the process)
     previous = _terminate_as_interrupt()
     try:
         with _cli_warnings(debug=getattr(args, "debug", False)), _streams(args):
