@@ -12,6 +12,7 @@ import arviz as az
 import numpy as np
 import pytest
 import torch
+from test_plots_comparison import _level_row  # the same synthetic sweep rows
 
 import smaso.plots as plots
 from inference.factorial import exact_posterior, factorial_gap, factorial_posterior_draws, mean_field_map
@@ -59,15 +60,7 @@ def _comparison():
 
 
 def _sweep_rows(scale=1.0):
-    def level(l, base):
-        row = {"level": l, "F_propagated": base, "G_propagated": 2 * base, "dW_propagated": 3 * base,
-               "F_local": base / 2, "G_local": base / 3, "dW_local": base / 4,
-               "decorrelation_fwd": 0.0 if l == 0 else base, "decorrelation_bwd": 0.0 if l == 0 else base / 5}
-        if l >= 1:
-            row["focus"], row["broadness"] = base / 7, 1e-15
-        return row
-
-    return [{"sigma": s, "levels": [level(l, 1e-14 if s == 0 else scale * s * (l + 1)) for l in (0, 1)],
+    return [{"sigma": s, "levels": [_level_row(l, 1e-14 if s == 0 else scale * s * (l + 1)) for l in (0, 1)],
              "leaves": {"level": 2}, "max_error": 0.0} for s in (0.0, 0.1, 0.4)]
 
 
