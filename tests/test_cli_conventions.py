@@ -201,6 +201,7 @@ def test_third_party_warnings_are_filtered_at_the_cli_only(tmp_path):
     assert warnings.filters == before  # a program calling main() keeps its own filters
 
 
+@pytest.mark.slow  # four commands in fresh processes (the slow tier)
 def test_normal_runs_print_no_warning(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     code = "import sys; from smaso.cli import main; sys.exit(main(sys.argv[1:]))"

@@ -32,6 +32,7 @@ def quick(digits, tmp_path_factory):
     return result, out
 
 
+@pytest.mark.slow  # the example's whole --quick table (the slow tier)
 def test_quick_mode_runs_the_table(quick):
     result, out = quick
     rows = result["rows"]

@@ -3,6 +3,8 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).parents[1] / "examples"
 
 
@@ -23,6 +25,7 @@ def test_noise_ceiling_bottomup(capsys):
     assert "Bayes-optimal accuracy" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # 8 trainings of the digits table (the slow tier)
 def test_digits_table2_smoke(tmp_path, capsys):
     result = _load("digits_table2").main(["--seeds", "2", "--epochs", "2", "--model", "mlp,cnn",
                                           "--activations", "relu,swish", "--orthogonality", "none,gram_schmidt",

@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "nuts_mixture.py"
@@ -20,6 +21,7 @@ def _load():
     return mod
 
 
+@pytest.mark.slow  # the example end to end with NUTS (the slow tier)
 def test_nuts_mixture_quick_recovers_pi_and_A(tmp_path, capsys):
     mod = _load()
     threads = torch.get_num_threads()
