@@ -21,7 +21,7 @@ import torch
 from smaso.student.alignment import accumulate_alignment, alignment_rows
 from smaso.student.diagnosis import CONTRIBUTIONS, compare_statistics_to_theory, diagnose
 from smaso.student.frequency import FrequencyStatistics, ReplicateAccumulator, accumulate_statistics, collect_statistics
-from smaso.student.network import LadderStudent
+from smaso.student.network import LadderStudent, _check_float_dtype
 from smaso.student.reformulation import Reformulation, reformulate
 from smaso.student.training import TrainingDiverged, check_hyper
 from teachers.emission import GaussianEmission, OneHotEmission
@@ -304,9 +304,7 @@ def _check_alignment(alignment, ladder: Ladder):
 def _check_dtype_device(dtype, device) -> None:
     """:func:`compare_student`'s ``dtype`` (a floating torch.dtype) and ``device`` (a torch device that holds
     values: not ``"meta"``), refused up front with a ValueError naming the argument."""
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype: expected a floating torch.dtype (such as torch.float32 or torch.float64), "
-                         f"got {dtype!r}")
+    _check_float_dtype(dtype)
     if _device(device).type == "meta":
         raise ValueError(f"device: {device!r} tensors have no values (the comparison reads the student's "
                          "statistics); expected a device such as 'cpu' or 'cuda'")

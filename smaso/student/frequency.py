@@ -25,7 +25,7 @@ import torch
 
 from smaso.student.connectivity import take_rows
 from smaso.student.mergeable import MergeableSums, negated_state, record_rows
-from smaso.student.network import LadderStudent, StudentRecord, _check_student
+from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
 from teachers.ladder import Ladder
 from teachers.statistics import EventStatistics, event_mask
 
@@ -177,9 +177,7 @@ class FrequencyAccumulator(MergeableSums):
 
     def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None):
         _check_student(student)
-        dtype = dtype or student.weights[0].dtype
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise ValueError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
+        dtype = _check_float_dtype(dtype or student.weights[0].dtype)
         self.student, self.ladder, self.dtype = student, student.ladder, dtype
         lad, n = self.ladder, student.widths
         dev = self.device = student.weights[0].device

@@ -143,6 +143,15 @@ def _check_int(value, name: str, low: int) -> int:
     return int(value)
 
 
+def _check_float_dtype(dtype) -> torch.dtype:
+    """``dtype`` if it is a floating torch.dtype, else a ValueError naming ``dtype`` (the student's, its
+    accumulators' and :func:`~smaso.student.compare.compare_student`'s one check)."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype: expected a floating torch.dtype (such as torch.float32 or torch.float64), "
+                         f"got {dtype!r}")
+    return dtype
+
+
 def _check_student(student) -> LadderStudent:
     if not isinstance(student, LadderStudent):
         raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
@@ -208,8 +217,7 @@ class LadderStudent(nn.Module):
         seed = _check_int(seed, "seed", 0)
         if not isinstance(shared, bool):
             raise ValueError(f"shared: expected a bool, got {shared!r}")
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise ValueError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
+        _check_float_dtype(dtype)
         self.teacher = ladder
         self.readout = None if readout is None else _check_int(readout, "readout", 1)
         if self.readout is not None:
