@@ -46,6 +46,7 @@ from smaso.cli_support import (
     _check_store_target,
     _check_tent_memory,
     _cli_warnings,
+    _engine,
     _free_disk,
     _quiet,
     _streams,
@@ -184,20 +185,6 @@ def _graph_from_args(args: argparse.Namespace):
         raise LadderSpecError(f"--graph {args.graph} (--width/--height, --kernels, --strides, --events): {e}") from None
 
 
-def _engine(args):
-    """The engine of ``--engine`` (a context manager): this process, or a Dask cluster."""
-    from teachers.engine import EngineError, make_engine
-
-    kind = getattr(args, "engine", "serial")
-    if kind != "dask" and (getattr(args, "scheduler", None) or getattr(args, "workers", None)):
-        raise ValueError("--scheduler/--workers: they apply to --engine dask only")
-    try:
-        return make_engine(kind, scheduler=getattr(args, "scheduler", None), workers=getattr(args, "workers", None),
-                           threads_per_worker=getattr(args, "threads", None) or 1)
-    except EngineError as e:
-        raise ValueError(str(e)) from None
-
-
 def _set_threads(args, default: int | None = None) -> None:
     """Apply ``--threads`` (else ``default``; None leaves torch's own choice)."""
     threads = getattr(args, "threads", None) or default
@@ -240,10 +227,15 @@ def _cmd_sample_ladder(args) -> int:
                              f"{free / 1e9:.3g} GB are free where --out points; sample fewer, or in shards "
                              "(--shard i/k) on a cluster's shared storage")
 
+        from teachers.engine import EngineError
+
         with _engine(args) as engine:
-            path = sample_to_store(lad, args.n, args.out, args.seed, shard=args.shard, chunk_rows=args.chunk_rows,
-                                   compress=True if args.compress is None else args.compress, device=args.device,
-                                   progress=progress, engine=engine)
+            try:
+                path = sample_to_store(lad, args.n, args.out, args.seed, shard=args.shard, chunk_rows=args.chunk_rows,
+                                       compress=True if args.compress is None else args.compress,
+                                       device=args.device, progress=progress, engine=engine)
+            except EngineError as e:  # the store writer has removed what it wrote (teachers.store)
+                raise EngineError(f"{e}; nothing was written to {args.out}") from None
     t1 = time.perf_counter()
     print(lad.describe())
     print(f"sampled {hi - lo} examples (rows {lo}..{hi} of {args.n}, shard {i}/{k}, seed {args.seed}) and wrote "
@@ -639,6 +631,11 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def error(self, message: str):
+        """Usage, then one ``smaso: error:`` line (argparse would name the subcommand: ``smaso compare:``)."""
+        self.print_usage(sys.stderr)
+        self.exit(2, f"smaso: error: {message}\n")
+
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         if extras and self.strict:
@@ -674,6 +671,8 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
                    help="serial: this process (default); dask: one task per chunk on a Dask cluster "
                         "(needs the 'distributed' extra)")
     g.add_argument("--scheduler", default=None, help="address of a running Dask scheduler (tcp://host:8786)")
+    g.add_argument("--scheduler-timeout", type=float, default=None, metavar="SECONDS",
+                   help="seconds to wait for the Dask scheduler, to connect and after losing it mid-run (default 5)")
     g.add_argument("--workers", type=_positive_int, default=None,
                    help="worker processes of the local Dask cluster started without --scheduler (default: cores)")
     g.add_argument("--threads", type=_positive_int, default=None,

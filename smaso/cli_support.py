@@ -46,15 +46,25 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 
 @contextlib.contextmanager
 def _cli_warnings(*, debug: bool) -> Iterator[None]:
-    """The CLI's warnings for the duration of a command: :data:`THIRD_PARTY_WARNINGS` ignored and the
-    others as ``smaso: warning:`` lines, or, with ``--debug``, Python's own filters and format.  The
-    previous filters are restored on exit (a program calling :func:`main` keeps its own)."""
+    """The CLI's warnings for the duration of a command: :data:`THIRD_PARTY_WARNINGS` ignored, the others as
+    ``smaso: warning:`` lines and log records off (the library logs nothing), or, with ``--debug``, Python's own
+    filters, format and logging.  The previous settings are restored on exit (a program calling :func:`main`
+    keeps its own)."""
+    import logging
+
+    disabled = logging.root.manager.disable
     with warnings.catch_warnings():
         if not debug:
             for category, message, module in THIRD_PARTY_WARNINGS:
                 warnings.filterwarnings("ignore", message=message, category=category, module=module)
             warnings.showwarning = _show_warning
-        yield
+            # Dask's client logs each failed reconnection (with a traceback) through handlers of its own loggers,
+            # which a level on the parent logger does not stop; the CLI's one error line says what happened
+            logging.disable(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            logging.disable(disabled)
 
 
 def _quiet(args) -> bool:
@@ -170,6 +180,20 @@ def _check_store_target(out: str) -> None:
                              "store, and a store replaces its whole directory; give a new path such as data.zarr")
 
 
+def _engine(args):
+    """The engine of ``--engine`` (a context manager): this process, or a Dask cluster (options checked by
+    :func:`_check_engine_options`)."""
+    from teachers.engine import CONNECT_TIMEOUT, EngineError, make_engine
+
+    try:
+        return make_engine(getattr(args, "engine", "serial"), scheduler=getattr(args, "scheduler", None),
+                           workers=getattr(args, "workers", None),
+                           threads_per_worker=getattr(args, "threads", None) or 1,
+                           timeout=getattr(args, "scheduler_timeout", None) or CONNECT_TIMEOUT)
+    except EngineError as e:
+        raise ValueError(str(e)) from None
+
+
 def _check_early(args) -> None:
     """What can be checked before any work: ``--out -`` (standard output) only for a text output (a binary one,
     a dataset or a figure, refuses it rather than write a file named ``-``; ``./-`` names such a file), the
@@ -181,6 +205,7 @@ def _check_early(args) -> None:
         raise ValueError("--out: '-' (standard output) takes text only, and a dataset file or store is binary; give "
                          "a file name (./- for a file named '-')")
     _check_student_numbers(args)
+    _check_engine_options(args)
     device = getattr(args, "device", None)
     if device is not None:
         import torch
@@ -198,6 +223,16 @@ def _check_early(args) -> None:
         out = getattr(args, opt, None)
         if out and out != STDOUT:
             _check_writable(out, directory=opt == "out" and args.command in ("demo", "compare"), option=opt)
+
+
+def _check_engine_options(args) -> None:
+    """The Dask options go with ``--engine dask``, and the scheduler's timeout is a positive number."""
+    timeout = getattr(args, "scheduler_timeout", None)
+    if getattr(args, "engine", "serial") != "dask" and (getattr(args, "scheduler", None) or
+                                                        getattr(args, "workers", None) or timeout is not None):
+        raise ValueError("--scheduler/--scheduler-timeout/--workers: they apply to --engine dask only")
+    if timeout is not None and not 0 < timeout < math.inf:
+        raise ValueError(f"--scheduler-timeout: expected a positive number of seconds, got {timeout}")
 
 
 def _check_student_numbers(args) -> None:

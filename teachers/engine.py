@@ -27,12 +27,18 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["MALLOC_TRIM_CONFIG", "DaskEngine", "EngineError", "EngineWarning", "SerialEngine", "get_engine",
-           "make_engine"]
+__all__ = ["CONNECT_TIMEOUT", "MALLOC_TRIM_CONFIG", "DaskEngine", "EngineError", "EngineWarning", "SerialEngine",
+           "get_engine", "make_engine"]
 
 
 class EngineError(RuntimeError):
-    """The requested engine cannot run here (Dask not installed, no scheduler at the address, ...)."""
+    """The requested engine cannot run here (Dask not installed, no scheduler at the address, the scheduler
+    lost mid-run, workers that cannot import the library, ...)."""
+
+
+#: Seconds a :class:`DaskEngine` waits for its scheduler: to connect, and to reconnect after losing it
+#: before the pass is given up (Dask's own default, 30 s, leaves a user staring at a dead job).
+CONNECT_TIMEOUT = 5.0
 
 
 def _progress_bar(total: int, desc: str | None):
@@ -88,14 +94,15 @@ class DaskEngine(_Engine):
     :param workers: worker processes of the local cluster (ignored with ``scheduler``).
     :param threads_per_worker: torch threads (and Dask task slots) per worker process.
     :param client: an existing ``dask.distributed.Client`` to use instead (not closed by the engine).
-    :param timeout: seconds to wait for the scheduler at ``scheduler``.
+    :param timeout: seconds to wait for the scheduler: to connect to ``scheduler``, and to reconnect after
+        losing it mid-pass (then :meth:`fold` raises :class:`EngineError`).
     :raises EngineError: Dask is not installed, or the scheduler cannot be reached.
 
     Use as a context manager (``with DaskEngine(workers=2) as engine: ...``) or call :meth:`close`.
     """
 
     def __init__(self, scheduler: str | None = None, *, workers: int | None = None, threads_per_worker: int = 1,
-                 client=None, timeout: float = 20.0) -> None:
+                 client=None, timeout: float = CONNECT_TIMEOUT) -> None:
         try:
             from dask.distributed import Client, LocalCluster
         except ImportError:
@@ -103,6 +110,8 @@ class DaskEngine(_Engine):
         for name, v in (("workers", workers), ("threads_per_worker", threads_per_worker)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"{name}: expected a positive integer, got {v!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+            raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
         self.threads_per_worker = threads_per_worker
         self._cluster = None
         self._own_client = client is None
@@ -126,7 +135,7 @@ class DaskEngine(_Engine):
                 self._cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=True,
                                              dashboard_address=None, scheduler_kwargs={"dashboard_address": ":0"},
                                              silence_logs=40)
-            self.client = Client(self._cluster)
+            self.client = Client(self._cluster, timeout=f"{float(timeout)}s")
         import torch
 
         self.client.run(torch.set_num_threads, threads_per_worker)
@@ -148,17 +157,19 @@ class DaskEngine(_Engine):
         from dask.distributed import as_completed
 
         client = self.client
-        # hash=False: a random key per call.  With content keys, a second pass with the same argument
-        # (the same ladder or dataset) reuses the key while the first pass's release of it is still in
-        # flight, and the scheduler cancels its tasks for "lost dependencies" (or they wait forever)
-        shared = [client.scatter(a, broadcast=True, hash=False) if _is_large(a) else a for a in args]
-        shared_kw = {k: client.scatter(v, broadcast=True, hash=False) if _is_large(v) else v
-                     for k, v in kwargs.items()}
-        futures = [client.submit(fn, item, *shared, pure=False, **shared_kw) for item in items]
-        index = {f.key: i for i, f in enumerate(futures)}
+        address = client.scheduler.address
+        futures: list = []
         acc, waiting, nxt = init, {}, 0
-        with _progress_bar(len(futures), progress) as bar:
+        with _progress_bar(len(items), progress) as bar:
             try:
+                # hash=False: a random key per call.  With content keys, a second pass with the same argument
+                # (the same ladder or dataset) reuses the key while the first pass's release of it is still in
+                # flight, and the scheduler cancels its tasks for "lost dependencies" (or they wait forever)
+                shared = [client.scatter(a, broadcast=True, hash=False) if _is_large(a) else a for a in args]
+                shared_kw = {k: client.scatter(v, broadcast=True, hash=False) if _is_large(v) else v
+                             for k, v in kwargs.items()}
+                futures = [client.submit(fn, item, *shared, pure=False, **shared_kw) for item in items]
+                index = {f.key: i for i, f in enumerate(futures)}
                 for fut in as_completed(futures):
                     waiting[index[fut.key]] = fut.result()  # raises a failed task's exception
                     futures[index[fut.key]] = None  # let the cluster forget it
@@ -167,8 +178,20 @@ class DaskEngine(_Engine):
                         nxt += 1
                     bar.update(1)
                 return acc
+            except Exception as e:
+                lost = _scheduler_lost(e) or client.status in ("closing", "closed")
+                if not lost:
+                    client.cancel([f for f in futures if f is not None])
+                if lost:
+                    raise EngineError(f"the Dask scheduler at {address} went away after {nxt + len(waiting)} of {len(items)} "
+                                      "chunks") from None
+                if _missing_module(e):
+                    raise EngineError(f"the Dask workers of {address} cannot load this library's objects "
+                                      f"({_missing_module(e)}): install smaso in the workers' environment") from None
+                raise
             except BaseException:
-                client.cancel([f for f in futures if f is not None])
+                if client.status not in ("closing", "closed"):
+                    client.cancel([f for f in futures if f is not None])
                 raise
 
     def close(self) -> None:
@@ -181,6 +204,23 @@ class DaskEngine(_Engine):
 
     def __repr__(self) -> str:
         return f"DaskEngine({self.client.scheduler.address!r}, threads_per_worker={self.threads_per_worker})"
+
+
+def _scheduler_lost(error: Exception) -> bool:
+    """The pass failed because the client lost its scheduler: Dask cancels every future with the reason
+    ``scheduler-connection-lost`` once its reconnection window (the client's timeout) has passed."""
+    from distributed.comm import CommClosedError
+
+    return isinstance(error, CommClosedError) or "scheduler-connection-lost" in str(error)
+
+
+def _missing_module(error: Exception) -> str | None:
+    """``"No module named 'x'"`` when a worker could not unpickle a task or an argument (Dask passes the
+    worker's error on as a plain ``Exception`` of its text), else None."""
+    import re
+
+    m = re.search(r"No module named '[^']+'", str(error))
+    return m.group(0) if m else None
 
 
 def _append(acc: list, item) -> list:
@@ -229,11 +269,11 @@ def get_engine(engine: SerialEngine | DaskEngine | None) -> SerialEngine | DaskE
 
 
 def make_engine(kind: str = "serial", *, scheduler: str | None = None, workers: int | None = None,
-                threads_per_worker: int = 1) -> SerialEngine | DaskEngine:
+                threads_per_worker: int = 1, timeout: float = CONNECT_TIMEOUT) -> SerialEngine | DaskEngine:
     """An engine by name, for scripts and command lines (``--engine serial|dask``).
 
     :param kind: ``"serial"`` (this process) or ``"dask"`` (a :class:`DaskEngine`).
-    :param scheduler, workers, threads_per_worker: as in :class:`DaskEngine`; with ``"serial"``,
+    :param scheduler, workers, threads_per_worker, timeout: as in :class:`DaskEngine`; with ``"serial"``,
         ``scheduler`` and ``workers`` must be left None.
     :raises ValueError: an unknown ``kind``, or Dask options with ``"serial"``.
     :raises EngineError: as :class:`DaskEngine`.
@@ -243,5 +283,5 @@ def make_engine(kind: str = "serial", *, scheduler: str | None = None, workers: 
             raise ValueError("scheduler/workers: they apply to the dask engine only")
         return SerialEngine()
     if kind == "dask":
-        return DaskEngine(scheduler, workers=workers, threads_per_worker=threads_per_worker)
+        return DaskEngine(scheduler, workers=workers, threads_per_worker=threads_per_worker, timeout=timeout)
     raise ValueError(f"engine: expected 'serial' or 'dask', got {kind!r}")

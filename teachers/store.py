@@ -406,7 +406,24 @@ def write_chunk(partial: str | os.PathLike, chunk_index: int, z, x=None) -> dict
             raise ValueError(f"{name}: chunk {c} expects shape {(hi - lo, *a.shape[1:])}, got {arr.shape}")
         a[lo:hi] = arr
         sums[name] = _sha256(arr)
+    if not (partial / "zarr.json").exists():
+        # the write was abandoned (:func:`_discard`) while this chunk was being written, and writing it made
+        # the folders again: remove them (a Dask task outlives a lost scheduler and cannot be cancelled)
+        shutil.rmtree(partial, ignore_errors=True)
+        raise ValueError(f"partial: {str(partial)!r} was removed while chunk {c} was written (the write was "
+                         "abandoned)")
     return {"chunk": c, "rows": [lo, hi], "sha256": sums}
+
+
+def _discard(partial: Path) -> None:
+    """Remove an abandoned partial store: renamed first, so that a worker still writing a chunk into it finds
+    its root gone and removes what it wrote (:func:`write_chunk`), then deleted."""
+    trash = partial.with_name(f"{partial.name}.discard-{os.getpid()}")
+    try:
+        os.replace(partial, trash)
+    except OSError:
+        trash = partial
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def _chunk_file(store: Path, name: str, arr_meta: dict, c: int) -> Path:
@@ -527,5 +544,5 @@ def sample_to_store(ladder: Ladder, num_examples: int, path: str | os.PathLike, 
                                       progress="sampling ladder to store" if progress else None)
         return finalize(partial, path, sums)
     except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
+        _discard(partial)
         raise

@@ -196,6 +196,17 @@ def test_engine_options_are_checked(capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
         main([*base, "--out", str(tmp_path / "a.npz"), "--engine", "dask"])
     assert e.value.code == 2 and "one process" in capsys.readouterr().err
+    for extra, expect in ((["--scheduler-timeout", "3"], "--scheduler/--scheduler-timeout/--workers: they apply to "
+                                                          "--engine dask only"),
+                          (["--engine", "dask", "--scheduler-timeout", "0"],
+                           "--scheduler-timeout: expected a positive number of seconds, got 0.0"),
+                          (["--engine", "dask", "--scheduler-timeout", "inf"],
+                           "--scheduler-timeout: expected a positive number of seconds, got inf")):
+        with pytest.raises(SystemExit) as e:
+            main([*base, "--out", str(tmp_path / "a.zarr"), *extra])
+        out, err = capsys.readouterr()
+        assert e.value.code == 2 and out == "" and err == f"smaso: error: {expect}\n"  # refused before any output
+    assert not (tmp_path / "a.zarr").exists()
 
 
 def test_demo_with_bn_before_the_gate_and_cross_entropy(tmp_path, capsys):

@@ -139,6 +139,18 @@ def test_engine_arguments():
         DaskEngine(workers=0)
     with pytest.raises(EngineError, match="cannot reach"):
         DaskEngine("tcp://127.0.0.1:9", timeout=1.0)
+    for bad in (0, -1.0, float("inf"), float("nan"), "5", True):
+        with pytest.raises(ValueError, match="timeout: expected a positive number of seconds"):
+            DaskEngine("tcp://127.0.0.1:9", timeout=bad)
+
+
+def test_a_worker_without_the_library_is_named():
+    """Dask hands a worker's failure to unpickle an argument back as a plain ``Exception`` of its text."""
+    from teachers.engine import _missing_module
+
+    assert _missing_module(Exception('ModuleNotFoundError("No module named \'teachers\'")')) == \
+        "No module named 'teachers'"
+    assert _missing_module(ValueError("x: expected ...")) is None
 
 
 def test_the_core_library_does_not_import_dask():
