@@ -18,9 +18,9 @@ inference, for checking (:func:`joint_map_pyro`, :func:`mean_field_svi`, :func:`
 
 All functions take ``x`` ``(N, D)``; configurations are ``(N, K)`` int64 region indices.  Tensors are created
 on A's device in A's dtype; a ``seed`` runs inside :func:`inference.rng.seeded_rng` (every global RNG state is
-left as it was).  ArviZ draws hold ``posterior["t"]`` and its one-hot ``posterior["t_onehot"]`` ``(chain, draw,
-example, unit, category)``, whose ``az.summary`` means are ``p(t_k = r | x)`` (an integer label's would mean
-nothing).
+left as it was).  ArviZ draws hold the one-hot ``posterior["t_onehot"]`` ``(chain, draw, example, unit,
+category)``, whose ``az.summary`` means are ``p(t_k = r | x)``, and the region labels ``posterior["t"]`` as a
+coordinate (nominal: a mean or HDI of a region index means nothing, so the default summary skips them).
 """
 
 from __future__ import annotations
@@ -249,8 +249,9 @@ class MeanField:
         :param seed: the draws' seed (:func:`inference.rng.seeded_rng`); None: a fresh seed from OS entropy.
         :param x: the inputs ``(N, D)`` stored as ``observed_data["x"]``; default: those of the fit
             (:attr:`x`, set by :func:`mean_field_map` and :func:`mean_field_svi`).
-        :returns: ``posterior["t"]`` ``(chain, draw, example, unit)`` int64, ``posterior["t_onehot"]``
-            ``(chain, draw, example, unit, category)`` and, when x is known, ``observed_data["x"]``.
+        :returns: ``posterior["t_onehot"]`` ``(chain, draw, example, unit, category)``, the labels
+            ``posterior["t"]`` ``(chain, draw, example, unit)`` int64 (a coordinate) and, when x is known,
+            ``observed_data["x"]``.
         """
         _check_positive(num_draws=num_draws, num_chains=num_chains)
         n = self.probs.shape[0]
@@ -502,7 +503,12 @@ def _inference_data(t: torch.Tensor, x: torch.Tensor | None, num_regions: int) -
         coords["feature"] = np.arange(x.shape[1])
         dims["x"] = ["example", "feature"]
         observed = {"x": x.detach().cpu().numpy()}
-    return az.from_dict(posterior={"t": t, "t_onehot": onehot}, observed_data=observed, coords=coords, dims=dims)
+    idata = az.from_dict(posterior={"t": t, "t_onehot": onehot}, observed_data=observed, coords=coords, dims=dims)
+    # nominal labels: a non-index coordinate, which ``posterior["t"]`` still reaches and ``az.summary`` (over data
+    # variables only) skips, as the ladder's event labels (inference.event_draws)
+    labels = idata.posterior["t"].assign_attrs(kind="categorical", num_categories=num_regions)
+    idata.posterior = idata.posterior.drop_vars("t").assign_coords(t=labels)
+    return idata
 
 
 def factorial_posterior_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, num_draws: int = 500,
@@ -525,8 +531,10 @@ def factorial_posterior_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor,
         configurations with the probabilities of :func:`exact_posterior` (the same distribution).  Pyro's
         log-space contraction underflows when configurations differ by more than ~700 nats (sharp posteriors:
         large ``|A| / sigma``); it then fails with a ``ValueError`` that points to ``method="enumeration"``.
-    :returns: ``posterior["t"]`` ``(chain, draw, example, unit)`` int64, ``posterior["t_onehot"]``
-        ``(chain, draw, example, unit, category)`` and ``observed_data["x"]`` ``(example, feature)``.
+    :returns: ``posterior["t_onehot"]`` ``(chain, draw, example, unit, category)``, the labels ``posterior["t"]``
+        ``(chain, draw, example, unit)`` int64 (a coordinate: ``az.summary(idata)`` skips them) and
+        ``observed_data["x"]`` ``(example, feature)``.  ``az.summary(idata, var_names=["t_onehot"])`` gives the
+        marginals ``p(t_k = r | x)``.
     """
     sig = _check(A, B, x, sigma)
     _check_positive(num_draws=num_draws, num_chains=num_chains)

@@ -138,46 +138,27 @@ def _check_memory(ladder, n: int, arg: str, factor: float = 1.0) -> None:
                          "data.zarr`)")
 
 
-#: Peak bytes per example of :func:`teachers.tent.sample_tent` (x, y, the noise buffer and the tent map's
-#: temporaries, all float64: 48.7 B measured at 10^7 rows); the .npz file is written from the same arrays.
-TENT_BYTES_PER_ROW = 56
-
-
 def _check_tent_memory(total: int, shard: str | None) -> None:
     """Refuse a ``sample tent`` whose rows (``-n``, or its ``--shard``'s) would not fit in memory, before allocating
-    them."""
-    from teachers.sampling import available_memory, parse_shard
+    them (:func:`teachers.tent.check_tent_memory`, named as the CLI's options)."""
+    from teachers.sampling import parse_shard
+    from teachers.tent import check_tent_memory
 
     i, k = parse_shard(shard)
-    n = (i + 1) * total // k - i * total // k
-    need, have = n * TENT_BYTES_PER_ROW, available_memory()
-    if have is not None and need > have:
-        raise ValueError(f"-n: {n:,} tent examples held in memory need about {need / 1e9:.3g} GB and "
-                         f"{have / 1e9:.3g} GB are available (about {have // TENT_BYTES_PER_ROW:,} examples fit); "
-                         "sample fewer, or in shards (--shard i/k), one file each")
+    try:
+        check_tent_memory((i + 1) * total // k - i * total // k, "-n")
+    except ValueError as e:
+        raise ValueError(str(e).replace("shard='i/k'", "--shard i/k")) from None
 
 
 def _check_store_target(out: str) -> None:
-    """Refuse a store's ``--out`` that names the working directory or one above it (``.``, ``..``), or an existing
-    directory that is not a dataset store of this format: a store replaces its whole directory when written (an
-    ``--out`` ending in ``.npz`` is a file: not checked here)."""
-    from teachers.store import FORMAT, VERSION, _v2_attrs
+    """Refuse a store's ``--out`` that writing would damage, before any work (:func:`teachers.store.
+    check_store_target`; an existing empty directory too: the user named something that exists); an ``--out``
+    ending in ``.npz`` is a file, not checked here."""
+    from teachers.store import check_store_target
 
-    if str(out).endswith(".npz"):
-        return
-    path = Path(out)
-    here, target = Path.cwd().resolve(), path.resolve()
-    if target == here or target in here.parents:
-        raise ValueError(f"--out: {out!r} is the working directory or one above it, and a store replaces its whole "
-                         "directory; give a new path such as data.zarr")
-    if path.is_dir():
-        try:
-            attrs = _v2_attrs(path)
-        except ValueError:  # a zarr.json that is no JSON object
-            attrs = None
-        if attrs is None:
-            raise ValueError(f"--out: {out!r} is an existing directory that is not a {FORMAT} version {VERSION} "
-                             "store, and a store replaces its whole directory; give a new path such as data.zarr")
+    if not str(out).endswith(".npz"):
+        check_store_target(out, arg="--out", allow_empty=False)
 
 
 def _engine(args):

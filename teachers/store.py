@@ -119,8 +119,9 @@ from .sampling import (
     sampling_plan,
 )
 
-__all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK_ROWS", "DEFAULT_COMPRESSION", "VERSION", "chunk_bounds", "create_partial",
-           "default_chunk_rows", "finalize", "partial_path", "row_bytes", "sample_to_store", "write_chunk"]
+__all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK_ROWS", "DEFAULT_COMPRESSION", "VERSION", "check_store_target", "chunk_bounds",
+           "create_partial", "default_chunk_rows", "finalize", "partial_path", "row_bytes", "sample_to_store",
+           "write_chunk"]
 
 VERSION = 2
 #: What ``compress=True`` means (chosen by measurement, see the module docstring).
@@ -263,6 +264,37 @@ def _data_arrays(ladder: Ladder, n: int, dtype: str) -> dict[str, tuple[tuple[in
 
 
 # ---------------------------------------------------------------------- writing
+def check_store_target(path: str | os.PathLike, *, arg: str = "path", allow_empty: bool = True) -> None:
+    """Refuse, before anything is written, a store target that writing would damage: a store replaces its whole
+    directory, so ``path`` may not be the working directory or one above it (``.``, ``..``), a file, or an
+    existing directory that is not a store of this format (nor an empty one, unless ``allow_empty``); its
+    parent must exist.  ``arg`` names the argument in the messages (``--out`` at the command line).
+
+    :raises TypeError: ``path`` is not a path.
+    :raises ValueError: any of the above.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{arg}: expected a path, got {type(path).__name__}")
+    shown, target = os.fspath(path), Path(os.path.abspath(path))
+    here = Path.cwd().resolve()
+    if target.resolve() == here or target.resolve() in here.parents:
+        raise ValueError(f"{arg}: {shown!r} is the working directory or one above it, and a store replaces its "
+                         "whole directory; give a new path such as data.zarr")
+    if not target.parent.is_dir():
+        raise ValueError(f"{arg}: directory {str(target.parent)!r} does not exist")
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"{arg}: {shown!r} exists and is not a directory store, and a store replaces its whole "
+                         "directory; give a new path such as data.zarr")
+    if target.is_dir() and (any(target.iterdir()) or not allow_empty):
+        try:
+            attrs = _v2_attrs(target)
+        except ValueError:  # a zarr.json that is no JSON object
+            attrs = None
+        if attrs is None:
+            raise ValueError(f"{arg}: {shown!r} is an existing directory that is not a {FORMAT} version {VERSION} "
+                             "store, and a store replaces its whole directory; give a new path such as data.zarr")
+
+
 def _recover(path: Path) -> None:
     """Undo what a killed write of ``path`` left: a finished swap's old copy, or an unfinished
     one's (the old dataset is put back: it was complete)."""
@@ -299,18 +331,10 @@ def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: in
                          f"not start={start}, n={n}")
     chunk_rows = default_chunk_rows(ladder) if chunk_rows is None else _check_chunk_rows(chunk_rows)
     label, compressors = _compression(compress)
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path: expected a path, got {type(path).__name__}")
+    if isinstance(path, (str, os.PathLike)) and Path(os.path.abspath(path)).parent.is_dir():
+        _recover(Path(os.path.abspath(path)))  # a swap killed between its renames: the old store back first
+    check_store_target(path)
     path = Path(os.path.abspath(path))
-    if not path.parent.is_dir():
-        raise ValueError(f"path: directory {str(path.parent)!r} does not exist")
-    _recover(path)
-    if path.exists():
-        if not path.is_dir():
-            raise ValueError(f"path: {str(path)!r} exists and is not a directory store; refusing to replace it")
-        if any(path.iterdir()) and _v2_attrs(path) is None:
-            raise ValueError(f"path: {str(path)!r} is a non-empty directory that is not a {FORMAT} version {VERSION} "
-                             "store; refusing to replace it")
     partial = partial_path(path)
     if partial.is_dir() and not partial.is_symlink():  # left over by a killed write of the same path
         shutil.rmtree(partial)

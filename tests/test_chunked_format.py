@@ -264,7 +264,7 @@ def test_create_partial_checks_its_arguments(tmp_path, ladder):
 
 
 # ---------------------------------------------------------------------- bad arguments and paths
-def test_bad_arguments(tmp_path, ladder):
+def test_bad_arguments(tmp_path, ladder, monkeypatch):
     p = tmp_path / "d.zarr"
     with pytest.raises(ValueError, match="compress: expected False, True, 'none', 'zstd'"):
         sample_to_store(ladder, 10, p, compress="lz4")
@@ -289,10 +289,18 @@ def test_bad_arguments(tmp_path, ladder):
         sample_to_store(ladder, 10, tmp_path / "file.zarr")
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("precious")
-    with pytest.raises(ValueError, match="not a smaso-ladder-dataset version 2 store; refusing"):
+    with pytest.raises(ValueError, match="not a smaso-ladder-dataset version 2 store, and a store replaces its whole"):
         sample_to_store(ladder, 10, tmp_path / "mine")
     assert (tmp_path / "mine" / "notes.txt").read_text() == "precious"
     assert sorted(q.name for q in tmp_path.iterdir()) == ["file.zarr", "mine"]
+    # issue 27: the working directory and the ones above it, refused by the writer itself (was the CLI only)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    for target in (".", "..", tmp_path / "work"):
+        with pytest.raises(ValueError, match="is the working directory or one above it"):
+            sample_to_store(ladder, 10, target)
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["file.zarr", "mine", "work"]
+    assert not any((tmp_path / "work").iterdir())
     for compress, label in [(False, "none"), ("none", "none"), (True, "zstd:1"), ("zstd", "zstd:1"),
                             ("zarr", "zarr-default")]:
         sample_to_store(ladder, 10, p, compress=compress)

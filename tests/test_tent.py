@@ -187,6 +187,8 @@ def test_label_noise():
     ({"noise": -0.1}, "noise: expected a finite standard deviation"),
     ({"noise": math.nan}, "noise: expected a finite standard deviation"),
     ({"noise": math.inf}, "noise: expected a finite standard deviation"),
+    # issue 27: refused from its size before any allocation (was the allocator's message, at the CLI only)
+    ({"num_examples": 10**13}, r"num_examples: 10,000,000,000,000 tent examples held in memory need about 5.6e\+05 GB"),
 ])
 def test_sample_bad_arguments(kwargs, match):
     args = {"num_examples": 10, "k": 2, "seed": 0, **kwargs}
