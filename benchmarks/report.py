@@ -1,22 +1,23 @@
-"""The README's figures, written from the recorded JSON in ``benchmarks/results/`` (never typed by hand).
+"""The README's and docs/benchmarks.md's figures, written from the recorded JSON in ``benchmarks/results/``
+(never typed by hand).
 
-- :func:`table`: the README's benchmark table (section "Benchmarks"), one or more rows per results file, each
+- :func:`table`: the benchmark table of ``docs/benchmarks.md``, one or more rows per results file, each
   row naming its script, the date of the recording, the load average at the start and the end of the run
   and the statistic quoted (best or median of the rounds);
-- :func:`demo_rows`: "Reading ``smaso demo``" (``demo.json`` of ``bench_demo.py``): the accuracy table, the
-  seeds' sentence, the reformulation table, the alignment table and the wall time;
+- :func:`demo_rows`: the README's "What the demo shows" (``demo.json`` of ``bench_demo.py``): the accuracy
+  table, the seeds' sentence, the reformulation table, the alignment table and the wall time;
 - :func:`demo_claims`: the README's sentences about the demo that carry no number, as checks on the same JSON;
 - :func:`notebook_table`: the README's notebook table (section "Notebooks") with its opening sentence, the
   fixed texts of :data:`NOTEBOOKS` and each notebook's full-mode time (:func:`notebook_times`, from
   ``notebooks.json`` of ``bench_notebooks.py``).
 
 ``python benchmarks/report.py`` prints the tables, the demo rows and the claims; ``python benchmarks/report.py
---write`` rewrites the benchmark table in README.md in place, between the lines :data:`BEGIN` and :data:`END`,
-and the notebook table, between :data:`NOTEBOOKS_BEGIN` and the next :data:`END` (left as it is, with a note,
-while ``notebooks.json`` is not recorded).  ``tests/test_readme_figures.py`` checks that README.md holds
-exactly these tables and these demo rows and that every claim holds, so a re-recorded result must be carried
-into the README (``--write``; the demo rows, which are scattered through prose, by hand from this script's
-output).
+--write`` rewrites, in place, the generated parts of each file of :data:`TARGETS`: the benchmark table between
+the lines :data:`BEGIN` and :data:`END` (in ``docs/benchmarks.md``), and the notebook table between
+:data:`NOTEBOOKS_BEGIN` and the next :data:`END` (in README.md; left as it is, with a note, while
+``notebooks.json`` is not recorded).  ``tests/test_readme_figures.py`` checks that these files hold exactly
+these tables and README.md these demo rows, and that every claim holds, so a re-recorded result must be carried
+into them (``--write``; the demo rows, which are scattered through prose, by hand from this script's output).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 README = HERE.parent / "README.md"
+BENCHMARKS_DOC = HERE.parent / "docs" / "benchmarks.md"
+#: the files whose generated parts ``--write`` rewrites: the notebook table in the README, the benchmark table in
+#: docs/benchmarks.md
+TARGETS = (README, BENCHMARKS_DOC)
 BEGIN = "<!-- report.py: benchmarks -->"
 NOTEBOOKS_BEGIN = "<!-- report.py: notebooks -->"
 END = "<!-- /report.py -->"  # ends every generated part: the first one after its opening line
@@ -385,13 +390,13 @@ def population_row() -> str:
 
 # ---------------------------------------------------------------------- the table
 def rows() -> list[str]:
-    """The README benchmark table's rows, in order."""
+    """The benchmark table's rows (docs/benchmarks.md), in order."""
     return [*ladder_sampling_rows(), *student_rows(), *activations_rows(), *factorial_map_rows(),
             *out_of_core_rows(), sampling_row(), posterior_row(), graph_statistics_row(), population_row()]
 
 
 def table() -> list[str]:
-    """The README benchmark table: header (with the recording machines' core counts) and :func:`rows`."""
+    """The benchmark table (docs/benchmarks.md): header (the recording machines' core counts) and :func:`rows`."""
     cores = sorted({_load(name)["machine"]["cpu_count"] for name in TABLE_FILES})
     return [f"| benchmark | measured ({'/'.join(map(str, cores))} cores) | target |", "|---|---|---|", *rows()]
 
@@ -423,25 +428,28 @@ def readme_table(text: str, begin: str = BEGIN) -> list[str]:
     return old[start + 1:end]
 
 
-def write(path: Path = README, notes: list[str] | None = None) -> bool:
-    """Rewrite the generated parts of ``path`` atomically (a temporary file beside it, then ``os.replace``),
-    keeping its mode; return whether anything changed.
+def write(path: Path = BENCHMARKS_DOC, notes: list[str] | None = None) -> bool:
+    """Rewrite the generated parts that ``path`` holds, atomically (a temporary file beside it, then
+    ``os.replace``), keeping its mode; return whether anything changed.
 
-    The benchmark table (between :data:`BEGIN` and :data:`END`) is always rewritten; the notebook table
-    (:func:`notebook_table`, between :data:`NOTEBOOKS_BEGIN` and :data:`END`) only while ``notebooks.json`` is
-    recorded and ``path`` has its markers: otherwise it is left as it is and a sentence saying why is
-    appended to ``notes`` (when given).
+    The benchmark table (between :data:`BEGIN` and :data:`END`) is rewritten where ``path`` has its markers;
+    the notebook table (:func:`notebook_table`, between :data:`NOTEBOOKS_BEGIN` and :data:`END`) where
+    ``path`` has its markers and ``notebooks.json`` is recorded: otherwise it is left as it is and a sentence
+    saying why is appended to ``notes`` (when given).  A ``path`` with neither opening line is refused
+    (``ValueError``): a target that lost its markers would otherwise go stale silently.
     """
     text = path.read_text()
-    new = replace_table(text, table())
-    if not notebooks_recorded():
-        skipped = (f"{RESULTS / 'notebooks.json'} is not recorded (python benchmarks/bench_notebooks.py "
-                   "--record): the notebook table is left as it is")
-    elif NOTEBOOKS_BEGIN not in text.split("\n"):
-        skipped = f"{path.name} has no line {NOTEBOOKS_BEGIN!r}: no notebook table to rewrite"
-    else:
-        skipped = None
-        new = replace_table(new, notebook_table(), NOTEBOOKS_BEGIN)
+    lines = text.split("\n")
+    if BEGIN not in lines and NOTEBOOKS_BEGIN not in lines:
+        raise ValueError(f"{path} has no generated part: expected a line {BEGIN!r} or {NOTEBOOKS_BEGIN!r}")
+    new = replace_table(text, table()) if BEGIN in lines else text
+    skipped = None
+    if NOTEBOOKS_BEGIN in lines:
+        if notebooks_recorded():
+            new = replace_table(new, notebook_table(), NOTEBOOKS_BEGIN)
+        else:
+            skipped = (f"{RESULTS / 'notebooks.json'} is not recorded (python benchmarks/bench_notebooks.py "
+                       "--record): the notebook table is left as it is")
     if skipped is not None and notes is not None:
         notes.append(skipped)
     if new == text:
@@ -458,6 +466,11 @@ def write(path: Path = README, notes: list[str] | None = None) -> bool:
         Path(tmp).unlink(missing_ok=True)
         raise
     return True
+
+
+def write_all(notes: list[str] | None = None) -> list[Path]:
+    """:func:`write` every file of :data:`TARGETS`; return those that changed."""
+    return [path for path in TARGETS if write(path, notes=notes)]
 
 
 # ---------------------------------------------------------------------- the notebook table
@@ -537,7 +550,7 @@ def notebook_table() -> list[str]:
             *(f"| {link} | {what} | {times[stem]} |" for (link, what), stem in zip(NOTEBOOKS, stems, strict=True))]
 
 
-# ---------------------------------------------------------------------- "Reading smaso demo"
+# ---------------------------------------------------------------------- "What the demo shows"
 #: The demo's student levels (0 the linear output, 1 the readout group: both have the label as their event).
 DEMO_LEVELS = {0: "0 (label, linear output)", 1: "1 (label, readout group)", 2: "2 (teacher level 1)",
                3: "3 (teacher level 2)"}
@@ -557,7 +570,7 @@ def _term(level: dict, key: str) -> str:
 
 
 def demo_rows() -> list[str]:
-    """The figures of the README's "Reading ``smaso demo``", from ``results/demo.json``."""
+    """The figures of the README's "What the demo shows", from ``results/demo.json``."""
     d = _load("demo")
     runs, summary = d["results"], d["summary"]
     acc = runs[0]["accuracy"]
@@ -629,10 +642,11 @@ def demo_claims() -> dict[str, bool]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Print the tables, the demo rows and the claims; with ``--write``, rewrite the tables in README.md."""
+    """Print the tables, the demo rows and the claims; with ``--write``, rewrite the tables in :data:`TARGETS`."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    names = " and ".join(str(path.relative_to(HERE.parent)) for path in TARGETS)
     p.add_argument("--write", action="store_true",
-                   help=f"rewrite the tables in {README.name} in place, between {BEGIN} (the benchmarks) or "
+                   help=f"rewrite the tables in {names} in place, between {BEGIN} (the benchmarks) or "
                         f"{NOTEBOOKS_BEGIN} (the notebooks, once notebooks.json is recorded) and {END}")
     args = p.parse_args(argv)
     print("\n".join(table()))
@@ -647,8 +661,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{'holds' if holds else 'FAILS'}: {claim}")
     if args.write:
         notes: list[str] = []
-        changed = write(notes=notes)
-        print(f"\n{README}: {'tables rewritten' if changed else 'tables already up to date'}")
+        changed = write_all(notes=notes)
+        print()
+        for path in TARGETS:
+            print(f"{path}: {'tables rewritten' if path in changed else 'tables already up to date'}")
         for note in notes:
             print(f"note: {note}")
 

@@ -82,7 +82,8 @@ def test_sdist_holds_the_sources_docs_and_tests(built):
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
     for pkg in _source_packages():
         assert f"{pkg.replace('.', '/')}/__init__.py" in names
-    for must in ("LICENSE", "README.md", "pyproject.toml", "docs/theory.md", "tests/test_install.py"):
+    docs = [p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")]  # every page the README links
+    for must in ("LICENSE", "README.md", "pyproject.toml", "docs/theory.md", "tests/test_install.py", *docs):
         assert must in names, must
 
 

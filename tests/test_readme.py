@@ -1,23 +1,46 @@
-"""The README's quick start runs as written (documentation that cannot rot silently)."""
+"""The python blocks of the README and of the docs it sends a newcomer to run as written (documentation that
+cannot rot silently).
+
+Each page runs in its own namespace, as a reader who opens it runs it: the blocks of one page build on each
+other, the pages do not.
+"""
 
 import re
 from pathlib import Path
 
 import torch
 
+ROOT = Path(__file__).parents[1]
 
-def test_readme_quick_start_runs(tmp_path, monkeypatch):
-    text = (Path(__file__).parents[1] / "README.md").read_text()
+
+def _run_page(name: str, tmp_path, monkeypatch) -> dict:
+    """Execute the ```python blocks of ``ROOT / name`` top to bottom in one namespace, in ``tmp_path``."""
+    text = (ROOT / name).read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
-    assert len(blocks) >= 3, "README lost a python quick start"
+    assert blocks, f"{name} lost its python blocks"
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
-    for block in blocks:  # the blocks build on each other, as a reader runs them
-        exec(compile(block, "README.md", "exec"), namespace)
-    assert (tmp_path / "comparison.png").stat().st_size > 10_000
-    # twenty-line quick start: 300 steps compared every 100, its figure written, hard VQ one-hot per unit
+    for block in blocks:
+        exec(compile(block, name, "exec"), namespace)
+    namespace["_blocks"] = len(blocks)
+    return namespace
+
+
+def test_readme_quick_start_and_pyro_model_run(tmp_path, monkeypatch):
+    namespace = _run_page("README.md", tmp_path, monkeypatch)
+    assert namespace["_blocks"] >= 2, "README lost the quick start or the Pyro model block"
+    # twenty-line quick start: 300 steps compared every 100, its figure written
     assert [h["step"] for h in namespace["run"].history] == [0, 100, 200, 300]
     assert (tmp_path / "quick_start.png").stat().st_size > 10_000
+    # Pyro block: TraceEnum_ELBO's evidence and infer_discrete's MAP against exact inference (asserted there)
+    assert namespace["z_map"].shape == (6, namespace["small"].total_regions)
+    assert namespace["evidence"] < 0 and namespace["prior"]["z_2"].shape == (2, 6, 2, 2)
+
+
+def test_library_tour_runs(tmp_path, monkeypatch):
+    namespace = _run_page("docs/library.md", tmp_path, monkeypatch)
+    assert namespace["_blocks"] >= 4, "docs/library.md lost a block of its tour"
+    assert (tmp_path / "comparison.png").stat().st_size > 10_000
     assert len(namespace["result"].history) == 3
     # SMASO block: SVI on the tempered mixture reproduces swish (300 Adam steps: within 0.05)
     u, fit = namespace["u"], namespace["fit"]
@@ -25,13 +48,22 @@ def test_readme_quick_start_runs(tmp_path, monkeypatch):
     assert namespace["report"]["within_bound"]
     assert namespace["post"].label.shape == (1000, 4)
     assert set(namespace["draws"]) >= {"z_0", "z_1", "z_2", "z_3", "x"}
-    # Pyro block: TraceEnum_ELBO's evidence and infer_discrete's MAP against exact inference (asserted there)
-    assert namespace["z_map"].shape == (6, namespace["small"].total_regions)
-    assert namespace["evidence"] < 0 and namespace["prior"]["z_2"].shape == (2, 6, 2, 2)
     # graph block: the main job on an overlapping ladder trains the one student
     assert type(namespace["graph_run"].student).__name__ == "LadderStudent"
     assert [h["step"] for h in namespace["graph_run"].history] == [0, 50, 100]
-    # dataset block: a chunked store written and streamed through a DataLoader with two workers
+
+
+def test_dataset_page_runs(tmp_path, monkeypatch):
+    namespace = _run_page("docs/datasets.md", tmp_path, monkeypatch)
+    # a chunked store written and streamed through a DataLoader with two workers
     assert len(namespace["data"]) == 100_000
     assert namespace["z"].shape == (1024, namespace["data"].ladder.total_regions)
     assert namespace["x"].shape[0] == 1024 and torch.equal(namespace["y"], namespace["z"][:, 0])
+
+
+def test_every_python_block_is_executed():
+    """The three pages above are the only ones with python blocks: a block added to any other page of the README
+    or docs/ would go unexecuted."""
+    pages = {p.relative_to(ROOT).as_posix() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+             if "```python" in p.read_text()}
+    assert pages == {"README.md", "docs/library.md", "docs/datasets.md"}

@@ -1,5 +1,5 @@
-"""The README's benchmark table, demo figures and notebook times come from the recorded JSON
-(``benchmarks/report.py``)."""
+"""The benchmark table (docs/benchmarks.md), the README's demo figures and its notebook times come from the
+recorded JSON (``benchmarks/report.py``)."""
 
 import importlib.util
 import json
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS_DOC = ROOT / "docs" / "benchmarks.md"
 NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e[+-]?\d+)?")
 
 
@@ -21,10 +22,20 @@ def report():
     return mod
 
 
-def test_readme_benchmark_table_is_the_generated_one(report):
-    readme = (ROOT / "README.md").read_text()
-    stale = "README.md's benchmark table is stale: run python benchmarks/report.py --write"
-    assert report.readme_table(readme) == report.table(), stale
+def test_benchmark_table_is_the_generated_one(report):
+    doc = BENCHMARKS_DOC.read_text()
+    stale = "docs/benchmarks.md's benchmark table is stale: run python benchmarks/report.py --write"
+    assert report.readme_table(doc) == report.table(), stale
+
+
+def test_write_targets_are_the_files_that_hold_each_generated_part(report):
+    """``--write`` rewrites the README (the notebook table) and docs/benchmarks.md (the benchmark table); each
+    part lives in exactly one of them, so no stale copy can hide in the other."""
+    assert [p.resolve() for p in report.TARGETS] == [ROOT / "README.md", BENCHMARKS_DOC]
+    readme = (ROOT / "README.md").read_text().split("\n")
+    doc = BENCHMARKS_DOC.read_text().split("\n")
+    assert readme.count(report.NOTEBOOKS_BEGIN) == 1 and report.BEGIN not in readme
+    assert doc.count(report.BEGIN) == 1 and report.NOTEBOOKS_BEGIN not in doc
 
 
 def test_readme_demo_rows_match_the_recorded_results(report):
@@ -211,6 +222,30 @@ def test_write_leaves_the_notebook_table_while_it_is_not_recorded(report, tmp_pa
     assert path.read_text() == report.replace_table(text, report.table())
     assert report.readme_table(path.read_text(), report.NOTEBOOKS_BEGIN) == \
         report.readme_table(text, report.NOTEBOOKS_BEGIN)
+
+
+def test_write_refuses_a_file_without_generated_parts(report, tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text("# title\n\nno markers\n")
+    with pytest.raises(ValueError, match="no generated part"):
+        report.write(path)
+    assert path.read_text() == "# title\n\nno markers\n"
+
+
+def test_write_all_rewrites_each_target_in_its_own_part(report, tmp_path, monkeypatch):
+    """A notebook-only README and a benchmark-only page: each gets its own table, and nothing else moves."""
+    monkeypatch.setattr(report, "RESULTS", _synthetic_notebooks(tmp_path))
+    readme, doc = tmp_path / "README.md", tmp_path / "benchmarks.md"
+    readme.write_text(f"# r\n\n{report.NOTEBOOKS_BEGIN}\nold\n{report.END}\n\nafter\n")
+    doc.write_text(f"# b\n\n{report.BEGIN}\n| old | table |\n{report.END}\n")
+    monkeypatch.setattr(report, "TARGETS", (readme, doc))
+    notes = []
+    assert report.write_all(notes=notes) == [readme, doc]
+    assert notes == []
+    assert readme.read_text() == (f"# r\n\n{report.NOTEBOOKS_BEGIN}\n" + "\n".join(report.notebook_table())
+                                  + f"\n{report.END}\n\nafter\n")
+    assert doc.read_text() == f"# b\n\n{report.BEGIN}\n" + "\n".join(report.table()) + f"\n{report.END}\n"
+    assert report.write_all() == []  # already up to date
 
 
 def test_markers_delimit_each_generated_part(report):
