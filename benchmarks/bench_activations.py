@@ -10,7 +10,17 @@ forward pass y = f(u) and one backward pass ``y.backward(g)`` with a fixed upstr
 4. ``beta-swish-learnable``: ``BetaSwish(beta, learnable=True)``, one beta for the layer (its gradient
    is computed too);
 5. ``naive-learnable``: ``u * torch.sigmoid(torch.exp(theta) * u)`` with a parameter theta;
-6. ``beta-swish-per-channel`` (reference, no target): learnable beta per channel on ``(n / C, C)``.
+6. ``beta-swish-per-channel`` (reference, no target): learnable beta per channel on ``(n / C, C)``;
+7. ``beta-swish-compiled`` and ``beta-swish-learnable-compiled`` (unless ``--no-compile``): the same two modules
+   under ``torch.compile`` (inductor fuses each direction into one kernel, as ``F.silu`` is; the compilation,
+   several seconds, happens in the warm-up and is not timed).
+
+Where the eager module's time goes (issue 26): at 10^7 float32 elements a fresh output-sized tensor costs
+about 11 ms of first-touch page faults (40 MB is above glibc's largest mmap threshold, so every such tensor
+is mapped afresh), and each direction of both ``F.silu`` and the module allocates one.  The module then makes
+three passes each way (v = eta u; sigmoid; times u / silu_backward) where ``F.silu`` makes one, and the
+learnable beta adds its gradient's pass and reduction.  That puts the eager module at about 1.1-1.2x (fixed)
+and 1.4-1.5x (learnable) of ``F.silu``; fusing the passes is what ``torch.compile`` does.
 
 Each contender is warmed up once, then all are timed in ``--repeats`` round-robin rounds (one run of
 each per round, so a change of load on shared cores hits all alike) with ``time.perf_counter``; ratios use
@@ -63,6 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--channels", type=int, default=64, help="channels of the per-channel row (default 64; 0 skips)")
     p.add_argument("--repeats", type=int, default=None, help="timed runs per contender (default 7; 2 with --quick)")
     p.add_argument("--seed", type=int, default=0, help="seed of the input and upstream gradient (default 0)")
+    p.add_argument("--no-compile", dest="compile", action="store_false",
+                   help="skip the torch.compile rows (they compile for several seconds in the warm-up)")
     common.add_threads_arg(p)
     common.add_quick_out_args(p, f"smoke run: n={QUICK_N}, repeats={QUICK_REPEATS}", DEFAULT_OUT)
     args = p.parse_args(argv)
@@ -78,8 +90,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---------------------------------------------------------------------- contenders
 # Each is a function u -> y on a leaf u that requires grad; the timed step is y = f(u); y.backward(g).
 
-def contenders(beta: float, channels: int) -> list[tuple[str, str, Callable[[torch.Tensor], torch.Tensor], bool,
-                                                          tuple[int, ...] | None]]:
+def contenders(beta: float, channels: int, compile: bool = False) -> list[
+        tuple[str, str, Callable[[torch.Tensor], torch.Tensor], bool, tuple[int, ...] | None]]:
     eta = beta / (1.0 - beta)
     fixed = BetaSwish(beta)
     learnable = BetaSwish(beta, learnable=True)
@@ -93,11 +105,29 @@ def contenders(beta: float, channels: int) -> list[tuple[str, str, Callable[[tor
         ("naive-learnable", "u * torch.sigmoid(torch.exp(theta) * u), theta a parameter, plain autograd",
          lambda u: u * torch.sigmoid(torch.exp(theta) * u), True, None),
     ]
+    compiled = [_compiled(BetaSwish(beta)), _compiled(BetaSwish(beta, learnable=True))] if compile else []
+    if compiled and all(m is not None for m in compiled):
+        rows += [("beta-swish-compiled", f"torch.compile(BetaSwish({beta:g})), fixed beta", compiled[0], False, None),
+                 ("beta-swish-learnable-compiled", f"torch.compile(BetaSwish({beta:g}, learnable=True))", compiled[1],
+                  False, None)]
     if channels:
         per_channel = BetaSwish(beta, learnable=True, num_channels=channels)
         rows.append(("beta-swish-per-channel", f"BetaSwish({beta:g}, learnable=True, num_channels={channels}) "
                      f"on (n / {channels}, {channels})", per_channel, False, (channels,)))
     return rows
+
+
+def _compiled(module: torch.nn.Module) -> torch.nn.Module | None:
+    """``torch.compile(module)`` (static shapes), or None with a printed reason where this machine cannot compile
+    (inductor needs a C++ compiler on CPU): the benchmark then runs without the compiled rows."""
+    compiled = torch.compile(module, dynamic=False)
+    try:
+        u = torch.randn(8, requires_grad=True)
+        compiled(u).sum().backward()
+    except Exception as e:  # any backend failure means: no compiled rows here
+        print(f"  torch.compile unavailable here, compiled rows skipped: {type(e).__name__}: {e}"[:300])
+        return None
+    return compiled
 
 
 def make_step(fn: Callable[[torch.Tensor], torch.Tensor], u0: torch.Tensor, g0: torch.Tensor,
@@ -162,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"(eta = {eta:.4g}), {args.repeats} repeat(s); {common.torch_summary()}")
     info = common.machine_info(pyro=False)
 
-    rows = measure_all(contenders(args.beta, args.channels), u0, g0, args.repeats)
+    rows = measure_all(contenders(args.beta, args.channels, args.compile), u0, g0, args.repeats)
     targeted = {name for name, _, _, t, _ in contenders(args.beta, 0) if t}
     by_name = {r["contender"]: r for r in rows}
     silu = by_name["silu"]
@@ -183,6 +213,11 @@ def main(argv: list[str] | None = None) -> dict:
                               "target": f"<= {LEARNABLE_TARGET:g}",
                               "pass": ratio("beta-swish-learnable", "silu") <= LEARNABLE_TARGET},
     }
+    for key, name, target in (("fixed_compiled_vs_silu", "beta-swish-compiled", FIXED_TARGET),
+                              ("learnable_compiled_vs_silu", "beta-swish-learnable-compiled", LEARNABLE_TARGET)):
+        if name in by_name:
+            targets[key] = {"value": ratio(name, "silu"), "value_median": ratio(name, "silu", "median_s"),
+                            "target": f"<= {target:g}", "pass": ratio(name, "silu") <= target}
     speedups = {
         "fixed_vs_naive": ratio("naive", "beta-swish"),
         "learnable_vs_naive": ratio("naive-learnable", "beta-swish-learnable"),
@@ -191,7 +226,11 @@ def main(argv: list[str] | None = None) -> dict:
     print()
     common.print_table(TABLE, rows, TABLE_NOTE)
     print()
-    for key, label in (("fixed_vs_silu", "fixed beta vs F.silu"), ("learnable_vs_silu", "learnable beta vs F.silu")):
+    for key, label in (("fixed_vs_silu", "fixed beta vs F.silu"), ("learnable_vs_silu", "learnable beta vs F.silu"),
+                       ("fixed_compiled_vs_silu", "fixed beta, torch.compile"),
+                       ("learnable_compiled_vs_silu", "learnable, torch.compile")):
+        if key not in targets:
+            continue
         t = targets[key]
         print(f"{label:<28} {t['value']:6.2f}x  (median {t['value_median']:.2f}x)  target {t['target']}x  "
               f"{'PASS' if t['pass'] else 'FAIL'}")
@@ -204,6 +243,7 @@ def main(argv: list[str] | None = None) -> dict:
     sections = {
         "config": {"n": args.n, "beta": args.beta, "eta": eta, "channels": args.channels, "repeats": args.repeats,
                    "seed": args.seed, "threads": args.threads, "quick": args.quick, "dtype": "float32",
+                   "compile": args.compile,
                    "rate_statistic": "best"},
     }
     result = common.record("activations", argv, sections, info, rows, {"targets": targets, "speedups": speedups},

@@ -187,12 +187,17 @@ def activations_rows() -> list[str]:
     c, t = d["config"], d["targets"]
     source = _source(d, "bench_activations.py", _rounds(d, c["rate_statistic"]))
     fixed, learnable = t["fixed_vs_silu"], t["learnable_vs_silu"]
-    return [
+    rows = [
         _row(f"swish (beta-VQ ReLU; torch.func, compile, export, double backward supported), fixed beta = "
              f"{c['beta']:g}, forward+backward on {_count(c['n'])} elements vs `F.silu`, {_run_threads(d)}",
              f"{fixed['value']:.2f}x {source}", _target(fixed)),
         _row("swish with learnable beta vs `F.silu`", f"{learnable['value']:.2f}x {source}", _target(learnable)),
     ]
+    for key, what in (("fixed_compiled_vs_silu", "fixed beta"), ("learnable_compiled_vs_silu", "learnable beta")):
+        if key in t:  # the same module under torch.compile: inductor fuses each direction into one kernel
+            rows.append(_row(f"swish, {what}, the module under `torch.compile` vs `F.silu`",
+                             f"{t[key]['value']:.2f}x {source}", _target(t[key])))
+    return rows
 
 
 # ---------------------------------------------------------------------- bench_factorial_map.py

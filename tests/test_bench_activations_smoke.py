@@ -33,7 +33,11 @@ def test_bench_activations_quick(tmp_path):
         for key in ("best_s", "median_s", "elements_per_s", "x_silu", "x_silu_median"):
             assert math.isfinite(row[key]) and row[key] > 0, (row["contender"], key)
     assert rows["beta-swish-per-channel"]["n"] == 100_000 // 64 * 64 and not rows["beta-swish-per-channel"]["target"]
-    for key in ("fixed_vs_silu", "learnable_vs_silu"):
+    compiled = {"beta-swish-compiled", "beta-swish-learnable-compiled"} & set(rows)
+    assert compiled in (set(), {"beta-swish-compiled", "beta-swish-learnable-compiled"})  # both, or none where
+    assert data["config"]["compile"]  # torch.compile cannot run
+    for key in ("fixed_vs_silu", "learnable_vs_silu") + (("fixed_compiled_vs_silu", "learnable_compiled_vs_silu")
+                                                         if compiled else ()):
         target = data["targets"][key]
         assert math.isfinite(target["value"]) and target["value"] > 0 and isinstance(target["pass"], bool)
     assert all(math.isfinite(v) and v > 0 for v in data["speedups"].values())
