@@ -183,7 +183,8 @@ class DaskEngine(_Engine):
                 if not lost:
                     client.cancel([f for f in futures if f is not None])
                 if lost:
-                    raise EngineError(f"the Dask scheduler at {address} went away after {nxt + len(waiting)} of {len(items)} "
+                    done = nxt + len(waiting)
+                    raise EngineError(f"the Dask scheduler at {address} went away after {done} of {len(items)} "
                                       "chunks") from None
                 if _missing_module(e):
                     raise EngineError(f"the Dask workers of {address} cannot load this library's objects "
