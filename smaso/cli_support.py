@@ -287,7 +287,7 @@ def _check_not_a_spec(paths) -> None:
     for path in paths:
         if _is_ladder_spec(path):
             raise DatasetFormatError(f"{path} is a ladder spec, not a dataset; sample from it with: smaso sample "
-                                     f"ladder --spec {shlex.quote(str(path))} --out data.zarr")
+                                     f"ladder --spec {shlex.quote(str(path))} -n 100000 --out data.zarr")
 
 
 def _check_writable(out: str, *, directory: bool, option: str = "out") -> None:

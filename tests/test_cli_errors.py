@@ -5,6 +5,7 @@ non-finite loss, naming the step."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -265,8 +266,11 @@ def test_inspect_on_a_spec_file_says_how_to_sample_from_it(tmp_path, capsys, mon
     (tmp_path / "gen.cfg").write_text('kind = "random"\ndepth = 2\n')  # a generator description in TOML
     for name in ("ladder.json", "ladder", "gen.cfg"):
         assert _error(capsys, ["inspect", name]) == (f"smaso: error: {name} is a ladder spec, not a dataset; sample "
-                                                      f"from it with: smaso sample ladder --spec {name} --out "
-                                                      "data.zarr\n")
+                                                      f"from it with: smaso sample ladder --spec {name} -n 100000 "
+                                                      "--out data.zarr\n")
+    # the suggested command runs as printed
+    suggestion = _error(capsys, ["inspect", "ladder.json"]).split("with: ", 1)[1]
+    assert main(shlex.split(suggestion)[1:]) == 0 and (tmp_path / "data.zarr").is_dir()
     assert main(["sample", "ladder", "--spec", "ladder.json", "-n", "100", "--out", "d.npz"]) == 0
     assert main(["inspect", "d.npz", "--bayes-n", "0"]) == 0  # a dataset is still a dataset
     (tmp_path / "notes.txt").write_text("not a spec, not a dataset\n")
