@@ -9,7 +9,8 @@ a class can reach:
   (:func:`class_max_pieces`); the *teeth* bound ``(2^(k-1) - (T - 1))_+ 2^(1-k) / 4`` and the *runs* bound
   ``2^-k ((2^k - T) / 4 - D)``, D the largest total deficit (:func:`_deficit_line_bound`) of the kink-window
   runs (:func:`run_deficit`, an L1-duality certificate).  :func:`brute_force_min` (small k and T) shows
-  the gap to the true minimum.
+  the gap to the true minimum.  Optionally (``cell_bound=``) also the tighter *cell* bound of
+  :func:`smaso.depth.pwl_bound.cell_lower_bound` (a dynamic programme over breakpoint cells).
 - **Upper bound, explicit** (:func:`class_upper_bound`, :func:`architecture_upper_bound`): a member built
   by hand, j width-2 tent layers then a layer that follows tau^(k-j) on its first pieces and stays at 1/2
   (:func:`follow_then_flat`), its error recomputed exactly from the network's pieces (:func:`pieces_l1_to_tent`).

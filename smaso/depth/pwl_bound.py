@@ -27,15 +27,17 @@ A(s, e) = min over affine l of integral_s^e |tau^k - l| (the best affine L1 fit 
    ``|slope| <= 12 / lambda``.  Hence ``A >= integral psi tau^k - 6 rho_0 - 12 rho_1 / lambda - margin``
    (margin: 1e-14 per sub-cell for float64 sums of at most n terms of total size <= 1).  All cell and sub-cell
    edges are dyadic (c, q powers of two), so tau^k is evaluated exactly and is linear on every sub-cell.
-4. *Periodicity and long pieces.*  tau^k has period 2^(1-k) = 2c cells, so A depends on the start's phase
-   mod 2c and the length; lengths up to ``max_run`` windows are solved, longer intervals are cut into
-   chunks of ``max_run`` windows and their bounds added (A is superadditive: the best line on the whole
-   interval is a line on each chunk).
+4. *Periodicity and long pieces.*  Call the 2^k linear pieces of tau^k (width 2^-k) its windows.  tau^k has
+   period 2^(1-k) = 2c cells, so A depends on the start's phase mod 2c and the length, and A scales exactly
+   with 2^-k, so one table serves every k; lengths up to ``max_run`` windows are solved, longer intervals are
+   cut into chunks of ``max_run`` windows and their bounds added (A is superadditive: the best line on the
+   whole interval is a line on each chunk).
 
 Only the breakpoint placement is relaxed to cells and continuity is dropped; the bound rises with c and
 converges to the best *discontinuous* T-piece fit, which lies below E*.  The upper end is any continuous
 h with T pieces whose exact error is computed (:func:`~smaso.depth.bracket.pwl_l1_to_tent`): the
-breakpoints of the optimal cell sequence at the cells' centres with the values of the L1 regression.
+breakpoints of the optimal cell sequence at the cells' centres with the values of the L1 regression
+(optionally polished by Powell's method on the exact error).
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def interval_fit_bound(k: int, s: float, e: float, *, sub: int = 64) -> float:
 
     :param k: the tent power, >= 1.
     :param s, e: the interval, multiples of 2^-k / ``sub`` with 0 <= s < e <= 1.
-    :param sub: sub-cells per kink window for the dual function (a power of two).
+    :param sub: sub-cells per window (linear piece of tau^k) for the dual function (a power of two).
     """
     k = _check_int("k", k, 1)
     sub = _check_pow2("sub", sub)
@@ -207,11 +209,13 @@ class CellBound:
 
 
 def cell_lower_bound(k: int, pieces: int, *, cells: int = 2, max_cells: int = 8, sub: int = 8, max_run: int = 12,
-                     gap: float = 0.0, time_budget: float = 60.0, samples_per_window: int = 16) -> CellBound:
+                     gap: float = 0.0, time_budget: float = 60.0, samples_per_window: int = 16,
+                     polish: int = 0) -> CellBound:
     """Certified interval on ``E*(k, T)``, the least ``integral_0^1 |tau^k - h|`` over continuous
     piecewise-linear h with at most T = ``pieces`` pieces (module docstring: the cell bound).
 
-    Levels of ``cells`` = 2, 4, ... (from ``cells`` up to ``max_cells``) cells per kink window are run in turn;
+    Levels of ``cells`` = 2, 4, ... (from ``cells`` up to ``max_cells``) cells per window (linear piece of
+    tau^k, width 2^-k) are run in turn;
     each gives a certified lower bound (every level is valid, the largest is returned) and a feasible h
     (the least exact error is returned).  It stops after the level that brings ``upper - lower <= gap``, after
     ``max_cells``, or when the next level would start past ``time_budget`` seconds.  Cost per level: the
@@ -220,13 +224,15 @@ def cell_lower_bound(k: int, pieces: int, *, cells: int = 2, max_cells: int = 8,
 
     :param k: the tent power, >= 1.
     :param pieces: T >= 1.
-    :param cells: cells per kink window of the first level (a power of two).
+    :param cells: cells per window of the first level (a power of two).
     :param max_cells: the finest level (a power of two >= ``cells``).
     :param sub: dual sub-cells per cell (a power of two).
     :param max_run: windows solved by one LP (even, so chunks keep their phase); longer pieces are chunked.
     :param gap: stop once ``upper - lower <= gap``.
     :param time_budget: seconds; no new level starts after it.
     :param samples_per_window: samples of the L1 regression that sets the upper end's knot values.
+    :param polish: at most this many evaluations of Powell's method on the exact error over the upper end's
+        knots and values (0: none); only lowers ``upper``, the lower end is untouched.
     """
     k = _check_int("k", k, 1)
     T = _check_int("pieces", pieces, 1)
@@ -239,6 +245,7 @@ def cell_lower_bound(k: int, pieces: int, *, cells: int = 2, max_cells: int = 8,
     if max_run % 2:
         raise ValueError(f"max_run: expected an even number of windows (chunks keep their phase), got {max_run}")
     samples = _check_int("samples_per_window", samples_per_window, 1) * 2**k
+    polish = _check_int("polish", polish, 0)
     if isinstance(gap, bool) or not isinstance(gap, (int, float)) or not gap >= 0:
         raise ValueError(f"gap: expected a number >= 0, got {gap!r}")
     if isinstance(time_budget, bool) or not isinstance(time_budget, (int, float)) or not time_budget > 0:
@@ -278,4 +285,23 @@ def cell_lower_bound(k: int, pieces: int, *, cells: int = 2, max_cells: int = 8,
             stopped = "time"
             break
         c *= 2
+    if polish:
+        knots, values, upper = _polish(k, knots, values, upper, polish)
     return CellBound(k, T, lower, upper, c, tuple(levels), lps, states, stopped, knots, values)
+
+
+def _polish(k: int, knots: np.ndarray, values: np.ndarray, error: float, evals: int
+            ) -> tuple[np.ndarray, np.ndarray, float]:
+    """Powell's method on the exact error over the interior knots (sorted, clipped to [0, 1]) and the values."""
+    from scipy.optimize import minimize
+
+    n = len(knots) - 2
+
+    def unpack(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.concatenate([[0.0], np.sort(np.clip(p[:n], 0.0, 1.0)), [1.0]]), p[n:]
+
+    res = minimize(lambda p: pwl_l1_to_tent(*unpack(p), k), np.concatenate([knots[1:-1], values]), method="Powell",
+                   options={"maxfev": evals, "xtol": 1e-10, "ftol": 1e-14})
+    new_knots, new_values = unpack(res.x)
+    new_error = pwl_l1_to_tent(new_knots, new_values, k)  # recomputed: the upper end is this function's error
+    return (new_knots, new_values.copy(), new_error) if new_error < error else (knots, values, error)
