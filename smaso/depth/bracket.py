@@ -258,7 +258,7 @@ def l1_lower_bound(k: int, pieces: int, *, cells: int = 64, cell_bound: int = 0)
     :param cells: cells per window of the LP's piecewise-constant dual function.
     :param cell_bound: 0 (default) skips the cell bound; a power of two c also runs
         :func:`smaso.depth.pwl_bound.cell_lower_bound` up to c cells per piece of tau^k and keeps the largest
-        bound.  Its cost: about 2 c * 12 c interval LPs once (cached; ~20 s at c = 8) and a O(T M^2)
+        bound.  Its cost: about 2 c * 24 c interval LPs once (cached; ~50 s at c = 8) and a O(T M^2)
         dynamic programme on M = 2^k c cells (memory ~ 2 M^2 floats: k = 9 and c = 8 take ~0.3 GB).
     """
     k = _check_int("k", k, 1)

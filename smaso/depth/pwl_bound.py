@@ -208,7 +208,7 @@ class CellBound:
         return self.upper - self.lower
 
 
-def cell_lower_bound(k: int, pieces: int, *, cells: int = 2, max_cells: int = 8, sub: int = 8, max_run: int = 12,
+def cell_lower_bound(k: int, pieces: int, *, cells: int = 2, max_cells: int = 8, sub: int = 8, max_run: int = 24,
                      gap: float = 0.0, time_budget: float = 60.0, samples_per_window: int = 16,
                      polish: int = 0) -> CellBound:
     """Certified interval on ``E*(k, T)``, the least ``integral_0^1 |tau^k - h|`` over continuous
