@@ -53,6 +53,17 @@ def test_interval_bound_of_one_tooth_and_of_one_linear_piece():
     assert interval_fit_bound(4, 0.0, 2.0**-4) == pytest.approx(0.0, abs=1e-15)  # tau^k is linear there
 
 
+def test_one_table_serves_every_k_by_exact_rescaling():
+    # the table is solved on tau^8 and scaled by 2^(8 - k); solving directly on tau^k gives the same bound
+    cells, q = 2, 8
+    unit = _unit_table(cells, q, 2)
+    for k in (2, 3, 5):
+        for p, L in ((0, 1), (1, 2), (3, 4), (2, 3)):
+            s, e = p / (cells * 2**k), (p + L) / (cells * 2**k)
+            # up to the float margins, 1e-14 per sub-cell charged at the scale each LP is solved at
+            assert unit[p, L] * 2.0**-k == pytest.approx(interval_fit_bound(k, s, e, sub=cells * q), abs=1e-10)
+
+
 def test_cell_dp_equals_exhaustive_enumeration_of_breakpoint_cells():
     cells, k = 2, 3
     tab = _unit_table(cells, 4, 2) * 2.0**-k  # max_run = 2 windows: longer pieces are chunked
@@ -192,6 +203,7 @@ def test_class_brackets_with_the_cell_bound():
     (lambda: cell_lower_bound(3, 2, polish=-1), "polish: expected an integer >= 0"),
     (lambda: interval_fit_bound(3, 0.3, 0.5), "s, e: expected multiples of 2"),
     (lambda: interval_fit_bound(3, 0.5, 0.25), "s, e"),
+    (lambda: interval_fit_bound(3, "0", 0.25), "s, e: expected two real numbers"),
     (lambda: l1_lower_bound(3, 2, cell_bound=-1), "cell_bound: expected an integer >= 0"),
     (lambda: l1_lower_bound(3, 2, cell_bound=3), "max_cells: expected a power of two"),
 ])

@@ -95,6 +95,8 @@ def interval_fit_bound(k: int, s: float, e: float, *, sub: int = 64) -> float:
     """
     k = _check_int("k", k, 1)
     sub = _check_pow2("sub", sub)
+    if any(isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) for v in (s, e)):
+        raise ValueError(f"s, e: expected two real numbers, got {s!r}, {e!r}")
     i, j = s * 2**k * sub, e * 2**k * sub
     if not (0 <= i < j <= 2**k * sub) or i != int(i) or j != int(j):
         raise ValueError(f"s, e: expected multiples of 2^-k / sub with 0 <= s < e <= 1, got {s!r}, {e!r}")
