@@ -9,7 +9,8 @@ a class can reach:
   (:func:`class_max_pieces`); the *teeth* bound ``(2^(k-1) - (T - 1))_+ 2^(1-k) / 4`` and the *runs* bound
   ``2^-k ((2^k - T) / 4 - D)``, D the largest total deficit (:func:`_deficit_line_bound`) of the kink-window
   runs (:func:`run_deficit`, an L1-duality certificate).  :func:`brute_force_min` (small k and T) shows
-  the gap to the true minimum.
+  the gap to the true minimum.  Optionally (``cell_bound=``) also the tighter *cell* bound of
+  :func:`smaso.depth.pwl_bound.cell_lower_bound` (a dynamic programme over breakpoint cells).
 - **Upper bound, explicit** (:func:`class_upper_bound`, :func:`architecture_upper_bound`): a member built
   by hand, j width-2 tent layers then a layer that follows tau^(k-j) on its first pieces and stays at 1/2
   (:func:`follow_then_flat`), its error recomputed exactly from the network's pieces (:func:`pieces_l1_to_tent`).
@@ -235,7 +236,8 @@ class L1LowerBound:
     :ivar value: the bound, ``max(teeth, runs)``.
     :ivar teeth: the teeth argument's bound.
     :ivar runs: the kink-window runs argument's bound.
-    :ivar method: ``"teeth"`` or ``"runs"``, whichever is larger (``"exact"`` when pieces >= 2^k: 0).
+    :ivar method: ``"teeth"``, ``"runs"`` or ``"cell"``, whichever is largest (``"exact"`` when pieces >= 2^k: 0).
+    :ivar cell: the cell bound (:func:`smaso.depth.pwl_bound.cell_lower_bound`), 0 when not asked for.
     """
 
     k: int
@@ -244,26 +246,37 @@ class L1LowerBound:
     teeth: float
     runs: float
     method: str
+    cell: float = 0.0
 
 
-def l1_lower_bound(k: int, pieces: int, *, cells: int = 64) -> L1LowerBound:
+def l1_lower_bound(k: int, pieces: int, *, cells: int = 64, cell_bound: int = 0) -> L1LowerBound:
     """Certified ``min integral_0^1 |tau^k - h|`` >= value over continuous piecewise-linear h with at
-    most ``pieces`` linear pieces on [0, 1] (module docstring: the teeth and runs arguments).
+    most ``pieces`` linear pieces on [0, 1] (module docstring: the teeth and runs arguments, and the cell bound).
 
     :param k: the tent power, >= 1.
     :param pieces: T >= 1, e.g. :func:`class_max_pieces` of a network class.
     :param cells: cells per window of the LP's piecewise-constant dual function.
+    :param cell_bound: 0 (default) skips the cell bound; a power of two c also runs
+        :func:`smaso.depth.pwl_bound.cell_lower_bound` up to c cells per piece of tau^k and keeps the largest
+        bound.  Its cost: about 2 c * 24 c interval LPs once (cached; ~50 s at c = 8) and a O(T M^2)
+        dynamic programme on M = 2^k c cells (memory ~ 2 M^2 floats: k = 9 and c = 8 take ~0.3 GB).
     """
     k = _check_int("k", k, 1)
     T = _check_int("pieces", pieces, 1)
+    c = _check_int("cell_bound", cell_bound, 0)
     if T >= 2**k:
         return L1LowerBound(k, T, 0.0, 0.0, 0.0, "exact")
     teeth = max(0, 2 ** (k - 1) - (T - 1)) * 2.0 ** (1 - k) / 4
     n_free = 2**k - T
     deficit = _deficit_line_bound(n_free, T, cells)
     runs = max(0.0, (n_free / 4 - deficit) / 2**k)
-    method = "teeth" if teeth >= runs else "runs"
-    return L1LowerBound(k, T, max(teeth, runs), teeth, runs, method)
+    cell = 0.0
+    if c:
+        from smaso.depth.pwl_bound import cell_lower_bound
+
+        cell = cell_lower_bound(k, T, cells=min(2, c), max_cells=c, time_budget=float("inf")).lower
+    method = max((teeth, "teeth"), (runs, "runs"), (cell, "cell"), key=lambda pair: pair[0])[1]
+    return L1LowerBound(k, T, max(teeth, runs, cell), teeth, runs, method, cell)
 
 
 def class_max_pieces(depth: int, nodes: int) -> tuple[int, tuple[int, ...]]:
@@ -497,13 +510,18 @@ class Bracket:
         return l1 >= self.lower.value - tol
 
 
-def class_bracket(L: int, k: int | None = None, *, nodes: int | None = None) -> Bracket:
-    """The bracket of the theorem's class for depth L (at most 2^L nodes; target k = L^2 by default)."""
+def class_bracket(L: int, k: int | None = None, *, nodes: int | None = None, cell_bound: int = 0) -> Bracket:
+    """The bracket of the theorem's class for depth L (at most 2^L nodes; target k = L^2 by default).
+
+    ``cell_bound`` = c > 0 adds the cell bound to the lower end (:func:`l1_lower_bound`, which states its cost:
+    seconds for L = 2, about a minute for L = 3 at c = 8; out of reach for L = 4, M = 2^16 c cells).
+    """
     L = _check_int("L", L, 1)
     k = L * L if k is None else _check_int("k", k, 1)
     nodes = 2**L if nodes is None else _check_int("nodes", nodes, 1)
     T, widths = class_max_pieces(L, nodes)
-    return Bracket(L, k, nodes, T, widths, l1_lower_bound(k, T), class_upper_bound(k, L, nodes))
+    lower = l1_lower_bound(k, T, cell_bound=cell_bound)
+    return Bracket(L, k, nodes, T, widths, lower, class_upper_bound(k, L, nodes))
 
 
 # ---------------------------------------------------------------------------------------------
