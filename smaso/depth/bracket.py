@@ -14,6 +14,9 @@ a class can reach:
 - **Upper bound, explicit** (:func:`class_upper_bound`, :func:`architecture_upper_bound`): a member built
   by hand, j width-2 tent layers then a layer that follows tau^(k-j) on its first pieces and stays at 1/2
   (:func:`follow_then_flat`), its error recomputed exactly from the network's pieces (:func:`pieces_l1_to_tent`).
+
+``pwl_l1_to_tent`` and ``follow_then_flat`` live in :mod:`smaso.depth.pwl_bound` (the cell bound uses them) and
+are exported here too.
 """
 
 from __future__ import annotations
@@ -28,6 +31,14 @@ import torch
 from torch import nn
 
 from smaso.depth.pieces import PieceCount, breakpoint_bound, count_pieces
+from smaso.depth.pwl_bound import (
+    _abs_integral,
+    _check_int,
+    _tent_power_np,
+    cell_lower_bound,
+    follow_then_flat,
+    pwl_l1_to_tent,
+)
 
 __all__ = [
     "Bracket",
@@ -49,12 +60,6 @@ DT = torch.float64
 MARGIN = 1e-12  # per kink window, for float64 sums in the certified bound
 
 
-def _check_int(name: str, value, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < lo:
-        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
-    return int(value)
-
-
 def _check_widths(widths: Sequence[int]) -> tuple[int, ...]:
     if isinstance(widths, (str, bytes)) or not isinstance(widths, Sequence) or not widths:
         raise ValueError(f"widths: expected at least one positive hidden width, got {widths!r}")
@@ -64,49 +69,8 @@ def _check_widths(widths: Sequence[int]) -> tuple[int, ...]:
 
 
 # ---------------------------------------------------------------------------------------------
-# exact L1 distance between tau^k and a continuous piecewise-linear function
+# exact L1 distance between tau^k and a network (a piecewise-linear function: pwl_bound.pwl_l1_to_tent)
 # ---------------------------------------------------------------------------------------------
-
-
-def _tent_power_np(x: np.ndarray, k: int) -> np.ndarray:
-    """tau^k on [0, 1] as the triangle wave 1 - |2 frac(2^(k-1) x) - 1| (exact at dyadic points)."""
-    if k == 0:
-        return np.asarray(x, dtype=np.float64).copy()
-    y = np.ldexp(np.asarray(x, dtype=np.float64), k - 1)
-    return 1.0 - np.abs(2.0 * (y - np.floor(y)) - 1.0)
-
-
-def _abs_integral(ga: np.ndarray, gb: np.ndarray, width: np.ndarray) -> np.ndarray:
-    """integral of |g| over intervals where g is linear from ``ga`` to ``gb``."""
-    aa, ab = np.abs(ga), np.abs(gb)
-    same = ga * gb >= 0
-    tot = aa + ab
-    crossing = np.divide(ga * ga + gb * gb, 2.0 * tot, out=np.zeros_like(tot), where=tot > 0)
-    return width * np.where(same, 0.5 * tot, crossing)
-
-
-def pwl_l1_to_tent(knots: Sequence[float], values: Sequence[float], k: int) -> float:
-    """Exact ``integral_0^1 |tau^k - h|`` for the continuous piecewise-linear h through ``(knots, values)``.
-
-    :param knots: increasing abscissae with ``knots[0] = 0`` and ``knots[-1] = 1`` (shape (n,)).
-    :param values: h at the knots (shape (n,)).
-    :param k: the tent power, >= 0.
-
-    Both functions are linear between consecutive points of the union of ``knots`` and the 2^k + 1
-    breakpoints of tau^k, so the integral is a sum of exact integrals of |linear| (no quadrature).
-    """
-    k = _check_int("k", k, 0)
-    t = np.asarray(knots, dtype=np.float64)
-    v = np.asarray(values, dtype=np.float64)
-    if t.ndim != 1 or t.shape != v.shape or len(t) < 2:
-        raise ValueError(f"knots, values: expected two 1-D arrays of the same length >= 2, got {t.shape}, {v.shape}")
-    if t[0] != 0.0 or t[-1] != 1.0 or np.any(np.diff(t) < 0):
-        raise ValueError("knots: expected a non-decreasing array from 0 to 1")
-    if not (np.all(np.isfinite(t)) and np.all(np.isfinite(v))):
-        raise ValueError("knots, values: expected finite numbers")
-    x = np.union1d(t, np.arange(2**k + 1, dtype=np.float64) / 2**k)
-    g = np.interp(x, t, v) - _tent_power_np(x, k)
-    return float(_abs_integral(g[:-1], g[1:], np.diff(x)).sum())
 
 
 def pieces_l1_to_tent(pc: PieceCount, k: int) -> float:
@@ -272,8 +236,6 @@ def l1_lower_bound(k: int, pieces: int, *, cells: int = 64, cell_bound: int = 0)
     runs = max(0.0, (n_free / 4 - deficit) / 2**k)
     cell = 0.0
     if c:
-        from smaso.depth.pwl_bound import cell_lower_bound
-
         cell = cell_lower_bound(k, T, cells=min(2, c), max_cells=c, time_budget=float("inf")).lower
     method = max((teeth, "teeth"), (runs, "runs"), (cell, "cell"), key=lambda pair: pair[0])[1]
     return L1LowerBound(k, T, max(teeth, runs, cell), teeth, runs, method, cell)
@@ -301,24 +263,6 @@ def class_max_pieces(depth: int, nodes: int) -> tuple[int, tuple[int, ...]]:
 # ---------------------------------------------------------------------------------------------
 # the explicit upper bound
 # ---------------------------------------------------------------------------------------------
-
-
-def follow_then_flat(K: int, units: int) -> tuple[np.ndarray, np.ndarray]:
-    """Knots and values of the function that follows tau^K exactly on its first ``units - 1``
-    monotone pieces and half of the next one, and is 1/2 after: ``units`` interior knots, a flat
-    last piece (so ``units`` ReLUs realise it), error ``(1/4) (1 - (units - 1/2) 2^-K)``.
-    """
-    K = _check_int("K", K, 0)
-    m = _check_int("units", units, 1)
-    if K == 0:
-        raise ValueError("K: expected >= 1 (tau^0 is the identity, a single unit fits it)")
-    m = min(m, 2**K)
-    s = 2.0**-K
-    follow = np.arange(1, m, dtype=np.float64) * s  # knots at the first m - 1 kinks of tau^K
-    last = (m - 0.5) * s  # halfway down (or up) the m-th piece, where tau^K = 1/2
-    knots = np.concatenate([[0.0], follow, [last, 1.0]])
-    values = np.concatenate([_tent_power_np(knots[:-2], K), [0.5, 0.5]])
-    return knots, values
 
 
 def _empty_linear(a: int, b: int) -> nn.Linear:

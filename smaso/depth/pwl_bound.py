@@ -35,7 +35,7 @@ A(s, e) = min over affine l of integral_s^e |tau^k - l| (the best affine L1 fit 
 
 Only the breakpoint placement is relaxed to cells and continuity is dropped; the bound rises with c and
 converges to the best *discontinuous* T-piece fit, which lies below E*.  The upper end is any continuous
-h with T pieces whose exact error is computed (:func:`~smaso.depth.bracket.pwl_l1_to_tent`): the
+h with T pieces whose exact error is computed (:func:`pwl_l1_to_tent`): the
 breakpoints of the optimal cell sequence at the cells' centres with the values of the L1 regression
 (optionally polished by Powell's method on the exact error).
 """
@@ -44,15 +44,81 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from smaso.depth.bracket import _check_int, _tent_power_np, follow_then_flat, pwl_l1_to_tent
-
-__all__ = ["CellBound", "cell_lower_bound", "interval_fit_bound"]
+__all__ = ["CellBound", "cell_lower_bound", "follow_then_flat", "interval_fit_bound", "pwl_l1_to_tent"]
 
 SUB_MARGIN = 1e-14  # per sub-cell: float64 sums of n terms of total size <= 1 err by far less
+
+
+def _check_int(name: str, value, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < lo:
+        raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+# exact L1 distance between tau^k and a continuous piecewise-linear function, and the explicit member's
+# function (used by smaso.depth.bracket, which imports them from here)
+def _tent_power_np(x: np.ndarray, k: int) -> np.ndarray:
+    """tau^k on [0, 1] as the triangle wave 1 - |2 frac(2^(k-1) x) - 1| (exact at dyadic points)."""
+    if k == 0:
+        return np.asarray(x, dtype=np.float64).copy()
+    y = np.ldexp(np.asarray(x, dtype=np.float64), k - 1)
+    return 1.0 - np.abs(2.0 * (y - np.floor(y)) - 1.0)
+
+
+def _abs_integral(ga: np.ndarray, gb: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """integral of |g| over intervals where g is linear from ``ga`` to ``gb``."""
+    aa, ab = np.abs(ga), np.abs(gb)
+    same = ga * gb >= 0
+    tot = aa + ab
+    crossing = np.divide(ga * ga + gb * gb, 2.0 * tot, out=np.zeros_like(tot), where=tot > 0)
+    return width * np.where(same, 0.5 * tot, crossing)
+
+
+def pwl_l1_to_tent(knots: Sequence[float], values: Sequence[float], k: int) -> float:
+    """Exact ``integral_0^1 |tau^k - h|`` for the continuous piecewise-linear h through ``(knots, values)``.
+
+    :param knots: increasing abscissae with ``knots[0] = 0`` and ``knots[-1] = 1`` (shape (n,)).
+    :param values: h at the knots (shape (n,)).
+    :param k: the tent power, >= 0.
+
+    Both functions are linear between consecutive points of the union of ``knots`` and the 2^k + 1
+    breakpoints of tau^k, so the integral is a sum of exact integrals of |linear| (no quadrature).
+    """
+    k = _check_int("k", k, 0)
+    t = np.asarray(knots, dtype=np.float64)
+    v = np.asarray(values, dtype=np.float64)
+    if t.ndim != 1 or t.shape != v.shape or len(t) < 2:
+        raise ValueError(f"knots, values: expected two 1-D arrays of the same length >= 2, got {t.shape}, {v.shape}")
+    if t[0] != 0.0 or t[-1] != 1.0 or np.any(np.diff(t) < 0):
+        raise ValueError("knots: expected a non-decreasing array from 0 to 1")
+    if not (np.all(np.isfinite(t)) and np.all(np.isfinite(v))):
+        raise ValueError("knots, values: expected finite numbers")
+    x = np.union1d(t, np.arange(2**k + 1, dtype=np.float64) / 2**k)
+    g = np.interp(x, t, v) - _tent_power_np(x, k)
+    return float(_abs_integral(g[:-1], g[1:], np.diff(x)).sum())
+
+
+def follow_then_flat(K: int, units: int) -> tuple[np.ndarray, np.ndarray]:
+    """Knots and values of the function that follows tau^K exactly on its first ``units - 1``
+    monotone pieces and half of the next one, and is 1/2 after: ``units`` interior knots, a flat
+    last piece (so ``units`` ReLUs realise it), error ``(1/4) (1 - (units - 1/2) 2^-K)``.
+    """
+    K = _check_int("K", K, 0)
+    m = _check_int("units", units, 1)
+    if K == 0:
+        raise ValueError("K: expected >= 1 (tau^0 is the identity, a single unit fits it)")
+    m = min(m, 2**K)
+    s = 2.0**-K
+    follow = np.arange(1, m, dtype=np.float64) * s  # knots at the first m - 1 kinks of tau^K
+    last = (m - 0.5) * s  # halfway down (or up) the m-th piece, where tau^K = 1/2
+    knots = np.concatenate([[0.0], follow, [last, 1.0]])
+    values = np.concatenate([_tent_power_np(knots[:-2], K), [0.5, 0.5]])
+    return knots, values
 
 
 def _check_pow2(name: str, value, lo: int = 1) -> int:
