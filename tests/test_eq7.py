@@ -116,3 +116,30 @@ def test_eq7_check_unseen_labels_and_bad_inputs():
         eq7_gradient(f, y + 3)
     with pytest.raises(ValueError, match="readout"):
         eq7_gradient(f, y, readout=torch.eye(2, dtype=DT))
+
+
+def test_trained_squared_loss_student_fails_the_negative_half():
+    """Measured: a student trained on the squared loss (linear top, 4 classes, Gaussian leaves sigma 0.5) ends
+    with E[f_j | y = k] < 0 for some k != j at every class (least squares on one-hot targets undershoots 0), so
+    the negative half of Eq 7 fails while the positive half holds (E[f_j | y = j] < 1); the same student
+    trained on cross-entropy keeps both."""
+    from smaso.student.frequency import collect_statistics
+    from smaso.student.network import LadderStudent
+    from smaso.student.reformulation import eq7_signs
+    from smaso.student.training import train_ladder_student
+    from teachers.ladder import Ladder
+    from teachers.sampling import sample_ladder
+
+    lad = Ladder.fully_informative(depth=1, branching=2, leaf_events=2, concentration=2.0, emission="gaussian",
+                                   sigma=0.5)
+    s = sample_ladder(lad, 400, seed=0)
+    x = s.inputs(dtype=DT)
+    signs = {}
+    for loss in ("squared", "cross_entropy"):
+        st = LadderStudent(lad, 8, dtype=DT, seed=0)
+        train_ladder_student(st, x, s.y, steps=300, lr=0.2, loss=loss)
+        signs[loss] = eq7_signs(collect_statistics(st, x, s.y, s.z, loss=loss))
+    sq = signs["squared"]
+    assert not sq["holds"] and bool(sq["positive"].all()) and not bool(sq["negative"].any())
+    assert sq["worst_margin"] < -0.05
+    assert signs["cross_entropy"]["holds"]
