@@ -182,12 +182,25 @@ def main(argv=None) -> tuple[list[dict], list[dict]]:
 
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(out, lambda f: f.write(json.dumps(result, indent=1, default=_jsonable).encode()), name="--json")
+        text = json.dumps(_rounded(result), separators=(",", ":"), default=_jsonable)  # compact: ~250 kB, not 540
+        atomic_write(out, lambda f: f.write(text.encode()), name="--json")
         print(f"wrote {out}")
     if args.out and rows:
         plot_overfitting(rows, args.out, tv_rows=tv_rows or None)
         print(f"figure written to {args.out}")
     return rows, tv_rows
+
+
+def _rounded(obj, digits: int = 6):
+    """``obj`` with every finite float rounded to ``digits`` significant digits (the JSON's size)."""
+    if isinstance(obj, (float, np.floating)):
+        v = float(obj)
+        return v if v == 0 or not math.isfinite(v) else float(f"{v:.{digits}g}")
+    if isinstance(obj, dict):
+        return {k: _rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_rounded(v, digits) for v in obj]
+    return obj
 
 
 def _jsonable(v):
