@@ -386,6 +386,10 @@ def test_training_bad_inputs_raise():
         overfitting_curve([8], batch_size=0)
     with pytest.raises(ValueError, match="level"):
         overfitting_curve([8], level=1.5)
+    with pytest.raises(ValueError, match="seed"):
+        overfitting_curve([8], seed=-1)
+    with pytest.raises(ValueError, match="ladder"):
+        overfitting_curve([8], ladder=Ladder.random(depth=2, events=4, mode="bottomup"))
     with pytest.raises(ValueError, match="inits"):
         crossing_over_inits(0)
 

@@ -4,7 +4,9 @@ argument, the functions and the departures).
 The paper's example as a ladder (:func:`overfitting_ladder`): the label y = z_omega = z_alpha (Eq 14) has
 two child regions with one Gaussian leaf each, alpha barely separable, gamma easily separable and
 independent of the label.  Eq 15: :func:`spurious_correlation`; Eq 16-17: :func:`update_magnitudes`,
-:func:`update_curve`, :func:`update_crossing`; SGD's perturbed P_hat: :func:`minibatch_tv`.
+:func:`update_curve`, :func:`update_crossing` (:func:`crossing_over_inits`: over initialization seeds); SGD's
+perturbed P_hat: :func:`minibatch_tv`.  Over training rather than at the first step, with a control ladder, the
+paper's second explanation and SGD: :func:`overfitting_curve`.
 """
 
 from __future__ import annotations
@@ -533,8 +535,7 @@ def _train_run(lad: Ladder, n: int, data_seed: int, init_seed: int, xt: torch.Te
     gen = torch.Generator().manual_seed(init_seed)
     bs = n if batch_size is None else min(batch_size, n)
     order, pos = torch.arange(n), n
-    rec_keys = ("test_err", "test_err_ablated", "train_err", "w_alpha", "w_gamma")
-    out = {k: [] for k in rec_keys}
+    out = {k: [] for k in ("test_err", "test_err_ablated", "train_err", "w_alpha", "w_gamma")}
     for step in range(steps + 1):
         if step in ckpts:
             with torch.no_grad():
@@ -618,15 +619,18 @@ def overfitting_curve(ns: Sequence[int] = (8, 32, 128, 512, 2048), *, seeds: int
         raise ValueError("ns: expected at least one sample size")
     seeds, steps = _positive_int(seeds, "seeds"), _positive_int(steps, "steps")
     width, test_examples = _positive_int(width, "width"), _positive_int(test_examples, "test_examples")
-    checkpoints, seed = _positive_int(checkpoints, "checkpoints"), _positive_int(seed + 1, "seed") - 1
+    checkpoints = _positive_int(checkpoints, "checkpoints")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
     lr = _positive(lr, "lr")
     if batch_size is not None:
         batch_size = _positive_int(batch_size, "batch_size")
     if not 0 < level < 1:
         raise ValueError(f"level: expected a confidence level in (0, 1), got {level!r}")
-    _check_sample(sample_ladder(lad, 1, 0))
-    if lad.depth != 2 or lad.num_regions[2] != 2:
-        raise ValueError(f"ladder: expected overfitting_ladder()'s shape (depth 2, one leaf per child), got {lad!r}")
+    if not isinstance(lad, Ladder) or lad.depth != 2 or list(lad.num_regions) != [1, 2, 2] or list(lad.events) != [
+            2, 2, 2] or lad.leaf_priors is None:
+        raise ValueError(f"ladder: expected a bottom-up ladder shaped like overfitting_ladder()'s (binary label, "
+                         f"alpha and gamma, one binary leaf each), got {lad!r}")
     test = sample_ladder(lad, test_examples, seed * 1_000_003)
     xt, yt = test.inputs(dtype=torch.float64), test.y
     ckpts = _checkpoints(steps, checkpoints)
