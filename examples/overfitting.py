@@ -13,17 +13,40 @@ geometric-mean ratio with a 95% interval, the RMS ratio and the predicted one, a
 fraction crosses 1/2, next to the predicted crossing N*.  Its ladder defaults to the regime
 ``CROSSING_LADDER`` (alpha 0.3 apart, gamma 4 apart).
 
+The training table (``--train-seeds`` > 0, :func:`smaso.theorems.overfitting.overfitting_curve`): §5.3 over
+training, not the first step.  Per N, ``--train-seeds`` runs (each its own dataset and initialization) are trained
+to the end (full-batch GD, cross entropy) on ``TRAINING_LADDER`` (alpha 1 apart at sigma 1, gamma irrelevant and
+4 apart at sigma 0.1), on the control ``CONTROL_LADDER`` (gamma irrelevant but as hard to separate as alpha), and
+with minibatch SGD (``--sgd-batch``) on the first.  The table gives the final and best test error, the harm of
+gamma's use (test error minus that with gamma's contribution replaced by its training mean), the top-weight
+ratio |W_gamma| / |W_alpha|, and the paper's second explanation (the share of training sets whose labels a
+one-factor logistic model on gamma fits better than one on alpha), all with 95% intervals.  ``--inits`` > 0 adds
+the first-step crossing over initialization seeds (:func:`smaso.theorems.overfitting.crossing_over_inits`).
+``--json`` writes everything measured.
+
     python examples/overfitting.py --ns 16,64,256,1024,4096,16384 --out overfitting.png
+    python examples/overfitting.py --reps 0 --crossing-reps 0 --batch-sizes '' --out '' --inits 20 \\
+        --json benchmarks/results/overfitting.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
 
 from smaso.theorems.overfitting import (
+    CONTROL_LADDER,
     CROSSING_LADDER,
+    TRAINING_LADDER,
+    crossing_over_inits,
     minibatch_tv,
+    overfitting_curve,
     overfitting_ladder,
     plot_overfitting,
     update_crossing,
@@ -59,6 +82,20 @@ def print_crossing(res: dict) -> None:
         print("predicted: no crossing (nu_gamma <= nu_alpha - |mu_alpha|^2: alpha's update is larger at every N)")
 
 
+def print_training(name: str, res: dict) -> None:
+    """Print one arm of :func:`overfitting_curve` (95% intervals in brackets)."""
+    print(f"{name}: Bayes error {res['bayes_err']:.3f} (on the held-out sample {res['bayes_err_test']:.3f})")
+    print("      N   test err final       test err best        harm of gamma         |W_g|/|W_a|          "
+          "2nd expl. share     rho(llr, harm)")
+    for r in res["rows"]:
+        print(f"{r['N']:7d}   {r['test_err_final']:.3f} [{r['test_err_final_lo']:.3f}, {r['test_err_final_hi']:.3f}]"
+              f"   {r['test_err_best']:.3f} [{r['test_err_best_lo']:.3f}, {r['test_err_best_hi']:.3f}]"
+              f"   {r['harm']:+.3f} [{r['harm_lo']:+.3f}, {r['harm_hi']:+.3f}]"
+              f"   {r['ratio']:6.3f} [{r['ratio_lo']:.3f}, {r['ratio_hi']:.3f}]"
+              f"   {r['frac_second']:.2f} [{r['frac_second_lo']:.2f}, {r['frac_second_hi']:.2f}]"
+              f"   {r['spearman_llr_harm']:+.2f}")
+
+
 def main(argv=None) -> tuple[list[dict], list[dict]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ns", default="16,64,256,1024,4096,16384", help="comma-separated sample sizes N")
@@ -75,12 +112,25 @@ def main(argv=None) -> tuple[list[dict], list[dict]]:
                    help="seeded repeats per N of the crossing table (0 = none)")
     p.add_argument("--crossing-alpha-separation", type=float, default=CROSSING_LADDER["alpha_separation"])
     p.add_argument("--crossing-gamma-separation", type=float, default=CROSSING_LADDER["gamma_separation"])
+    p.add_argument("--train-ns", default="8,32,128,512,2048", help="comma-separated N of the training table")
+    p.add_argument("--train-seeds", type=int, default=0, help="runs per N of the training table (0 = none)")
+    p.add_argument("--train-steps", type=int, default=3000, help="GD steps per training run")
+    p.add_argument("--train-lr", type=float, default=0.5)
+    p.add_argument("--test-examples", type=int, default=20000, help="held-out examples of the training table")
+    p.add_argument("--sgd-batch", type=int, default=8, help="minibatch size of the SGD arm (0 = no SGD arm)")
+    p.add_argument("--inits", type=int, default=0, help="initialization seeds of the first-step crossing (0 = none)")
+    p.add_argument("--inits-reps", type=int, default=40, help="repeats per N and init of the first-step crossing")
+    p.add_argument("--json", default="", help="write every measured number to this JSON file ('' = none)")
     p.add_argument("--out", default="overfitting.png", help="figure file (png/pdf/svg); '' = none")
     args = p.parse_args(argv)
     ns = [int(n) for n in args.ns.split(",")]
     lad = overfitting_ladder(alpha_separation=args.alpha_separation, gamma_separation=args.gamma_separation)
-    rows = update_curve(ns, ladder=lad, reps=args.reps, width=args.width, init_seed=args.init_seed, seed=args.seed)
-    print("      N   |eps|   E|eps| exact   sqrt(N)|eps|   |dW_alpha|   |dW_gamma|   gamma/alpha")
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = {"argv": list(sys.argv[1:] if argv is None else argv), "config": vars(args)}
+    rows = update_curve(ns, ladder=lad, reps=args.reps, width=args.width, init_seed=args.init_seed,
+                        seed=args.seed) if args.reps > 0 else []
+    if rows:
+        print("      N   |eps|   E|eps| exact   sqrt(N)|eps|   |dW_alpha|   |dW_gamma|   gamma/alpha")
     for r in rows:
         print(f"{r['N']:7d}   {r['abs_eps']:.4f}   {r['expected_eps']:12.4f}   {math.sqrt(r['N']) * r['abs_eps']:12.3f}"
               f"   {r['dW_alpha']:10.4f}   {r['dW_gamma']:10.4f}   {r['ratio']:11.3f}")
@@ -101,10 +151,63 @@ def main(argv=None) -> tuple[list[dict], list[dict]]:
         res = update_crossing([int(n) for n in args.crossing_ns.split(",")], ladder=clad, reps=args.crossing_reps,
                               width=args.width, init_seed=args.init_seed, seed=args.seed)
         print_crossing(res)
-    if args.out:
+        result["crossing"] = res
+    if args.inits > 0:
+        clad = overfitting_ladder(alpha_separation=args.crossing_alpha_separation,
+                                  gamma_separation=args.crossing_gamma_separation)
+        inits = crossing_over_inits(args.inits, [int(n) for n in args.crossing_ns.split(",")], ladder=clad,
+                                    reps=args.inits_reps, width=args.width, seed=args.seed)
+        print(f"first-step crossing over {inits['inits']} init seeds ({args.inits_reps} repeats per N): crosses in "
+              f"{inits['crosses']} ({inits['crosses_frac']:.2f} [{inits['crosses_lo']:.2f}, {inits['crosses_hi']:.2f}]"
+              f" 95% Wilson); gamma never ahead in {inits['gamma_never']} ({inits['gamma_never_frac']:.2f} "
+              f"[{inits['gamma_never_lo']:.2f}, {inits['gamma_never_hi']:.2f}]); moments predict a crossing in "
+              f"{inits['predicted']}")
+        result["crossing_over_inits"] = inits
+    if args.train_seeds > 0:
+        train_ns = [int(n) for n in args.train_ns.split(",")]
+        arms = [("main", TRAINING_LADDER, None), ("control", CONTROL_LADDER, None)]
+        if args.sgd_batch > 0:
+            arms.append((f"sgd_b{args.sgd_batch}", TRAINING_LADDER, args.sgd_batch))
+        result["training"] = {}
+        for name, params, bs in arms:
+            res = overfitting_curve(train_ns, seeds=args.train_seeds, steps=args.train_steps, lr=args.train_lr,
+                                    width=args.width, batch_size=bs, ladder=overfitting_ladder(**params),
+                                    test_examples=args.test_examples, seed=args.seed)
+            print_training(f"{name} ({params}, batch {bs or 'full'})", res)
+            result["training"][name] = {"ladder": params, "batch_size": bs, **res}
+    result["seconds"] = time.perf_counter() - t0
+    result["cpu_seconds"] = time.process_time() - c0  # the machine is shared: CPU time is the cost
+    if args.json:
+        from teachers.spec_io import atomic_write
+
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(_rounded(result), separators=(",", ":"), default=_jsonable)  # compact: ~250 kB, not 540
+        atomic_write(out, lambda f: f.write(text.encode()), name="--json")
+        print(f"wrote {out}")
+    if args.out and rows:
         plot_overfitting(rows, args.out, tv_rows=tv_rows or None)
         print(f"figure written to {args.out}")
     return rows, tv_rows
+
+
+def _rounded(obj, digits: int = 6):
+    """``obj`` with every finite float rounded to ``digits`` significant digits (the JSON's size)."""
+    if isinstance(obj, (float, np.floating)):
+        v = float(obj)
+        return v if v == 0 or not math.isfinite(v) else float(f"{v:.{digits}g}")
+    if isinstance(obj, dict):
+        return {k: _rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_rounded(v, digits) for v in obj]
+    return obj
+
+
+def _jsonable(v):
+    """NaN-safe JSON for numpy scalars (json.dumps writes float NaN as NaN)."""
+    if isinstance(v, (np.integer, np.floating, np.bool_)):
+        return v.item()
+    raise TypeError(f"not JSON serializable: {type(v).__name__}")
 
 
 if __name__ == "__main__":

@@ -6,17 +6,25 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from smaso.student.network import LadderStudent
 from smaso.theorems.overfitting import (
     ALPHA,
+    CONTROL_LADDER,
     CROSSING_LADDER,
     GAMMA,
+    TRAINING_LADDER,
+    _contributions,
+    _logistic_loglik,
+    _population_joint,
+    crossing_over_inits,
     default_student,
     expected_abs_eps,
     minibatch_tv,
+    overfitting_curve,
     overfitting_ladder,
     plot_overfitting,
     spurious_correlation,
@@ -271,6 +279,121 @@ def test_bad_inputs_raise():
                                                      dtype=torch.float64), reps=1)
 
 
+def test_contributions_split_the_output():
+    """f_0 = bias + f_alpha W_alpha + f_gamma W_gamma, to roundoff, on random weights and biases (float64)."""
+    lad = overfitting_ladder(**TRAINING_LADDER)
+    st = default_student(lad, width=5, seed=3)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for t in (*st.weights, *st.biases):
+            t.copy_(torch.randn(t.shape, generator=g, dtype=t.dtype))
+    x = sample_ladder(lad, 64, 2).inputs(dtype=torch.float64)
+    with torch.no_grad():
+        b0, c = _contributions(st, x)
+        assert c.shape == (64, 2, 2)
+        assert (b0 + c.sum(1) - st(x)).abs().max() < 1e-12
+
+
+def test_population_joint_and_logistic_fit_against_references():
+    p = _population_joint(overfitting_ladder())
+    # y = z_alpha (Eq 14), z_gamma independent: the four cells (y, z_alpha) = (0, 0), (1, 1) times z_gamma
+    assert torch.equal(p, torch.tensor([0.25, 0.25, 0, 0, 0, 0, 0.25, 0.25], dtype=torch.float64))
+    # the 2-parameter ridge logistic fit against scipy's optimizer on the same objective
+    from scipy.optimize import minimize
+
+    g = torch.Generator().manual_seed(0)
+    u = torch.randn(2, 40, generator=g, dtype=torch.float64)
+    y = (torch.rand(2, 40, generator=g, dtype=torch.float64) < torch.sigmoid(2 * u)).double()
+    ll = _logistic_loglik(u, y)
+    for i in range(2):
+        ui, yi = u[i].numpy(), y[i].numpy()
+
+        def obj(th, ui=ui, yi=yi):
+            z = th[0] + th[1] * ui
+            return -(yi * -np.logaddexp(0, -z) + (1 - yi) * -np.logaddexp(0, z)).sum() + 0.5e-3 * len(ui) * th[1] ** 2
+
+        th = minimize(obj, np.zeros(2), method="BFGS", options={"gtol": 1e-10}).x
+        z = th[0] + th[1] * ui
+        ref = (yi * -np.logaddexp(0, -z) + (1 - yi) * -np.logaddexp(0, z)).mean()
+        assert abs(float(ll[i]) - ref) < 1e-8
+
+
+def test_overfitting_curve_quick():
+    """CI mode of the §5.3 training measurement: 3 runs per N, 300 steps.  Exact: step 0 has zero top weights
+    (nothing from alpha or gamma, the ablation changes nothing); the best test error is at most the final one.
+    Seeded: the irrelevant region's top weight ends ~20x larger at N = 8 than at N = 512 (1.19 vs 0.058)."""
+    res = overfitting_curve((8, 512), seeds=3, steps=300, test_examples=2000)
+    assert res["checkpoints"][0] == 0 and res["checkpoints"][-1] == 300
+    assert res["bayes_err"] == pytest.approx(0.3085375387259869, abs=1e-12)  # Phi(-1/2)
+    assert len(res["runs"]) == 6
+    for run in res["runs"]:
+        assert run["w_alpha"][0] == 0 == run["w_gamma"][0]
+        assert run["test_err"][0] == run["test_err_ablated"][0]
+        assert len(run["test_err"]) == len(res["checkpoints"])
+    small, large = res["rows"]
+    for row in res["rows"]:
+        assert row["test_err_best"] <= row["test_err_final"] and row["rise"] >= 0
+        assert row["test_err_final_lo"] <= row["test_err_final"] <= row["test_err_final_hi"]
+        assert 0 <= row["frac_second_lo"] <= row["frac_second"] <= row["frac_second_hi"] <= 1
+    assert small["w_gamma"] > 10 * large["w_gamma"]
+    assert small["abs_eps_sym"] > large["abs_eps_sym"]
+    assert large["frac_second"] == 0.0  # at N = 512 every training set favours "label = z_alpha"
+    assert small["tv_data"] > large["tv_data"] and math.isnan(small["tv_batch"])
+
+
+def test_overfitting_curve_sgd_and_control():
+    res = overfitting_curve((16,), seeds=2, steps=20, test_examples=500, batch_size=4,
+                            ladder=overfitting_ladder(**CONTROL_LADDER))
+    row = res["rows"][0]
+    assert row["tv_batch"] > row["tv_data"] > 0  # a minibatch of 4 is further from P_hat than P_hat from P
+    again = overfitting_curve((16,), seeds=2, steps=20, test_examples=500, batch_size=4,
+                              ladder=overfitting_ladder(**CONTROL_LADDER))
+    assert again["runs"] == res["runs"]  # seeded
+
+
+@pytest.mark.slow
+def test_overfitting_curve_full_gamma_harms_at_small_n_only():
+    """The full run's first 10 runs per N (the same seeds as benchmarks/results/overfitting.json), 3000 steps:
+    gamma's use raises the test error at N = 32 (0.024 [0.008, 0.040]) and not at N = 2048 (0.0002); the test
+    error rises from its best at N = 32 (0.035 [0.012, 0.058]) and by 0.001 at 2048."""
+    res = overfitting_curve((8, 32, 128, 512, 2048), seeds=10, steps=3000, test_examples=20000)
+    small, large = res["rows"][1], res["rows"][4]
+    assert small["harm_lo"] > 0 and abs(large["harm"]) < 0.002
+    assert small["rise_lo"] > 0 and large["rise"] < 0.005
+    assert small["w_gamma"] > 2 * large["w_gamma"]
+
+
+def test_crossing_over_inits():
+    ns = (8, 64, 512, 4096)
+    res = crossing_over_inits(3, ns, reps=10, moment_examples=2 ** 12)
+    assert res["inits"] == 3 and len(res["per_init"]) == 3
+    assert res["crosses"] == sum(p["crosses"] for p in res["per_init"])
+    assert (res["crosses_lo"], res["crosses_hi"]) == wilson_interval(res["crosses"], 3)
+    for p in res["per_init"]:
+        assert p["crosses"] == (p["bracket"][0] is not None and p["bracket"][1] is not None)
+        one = update_crossing(ns, reps=10, init_seed=p["init"], moment_examples=2 ** 12)
+        assert list(one["bracket"]) == p["bracket"]
+
+
+def test_training_bad_inputs_raise():
+    with pytest.raises(ValueError, match="ns"):
+        overfitting_curve([])
+    with pytest.raises(ValueError, match="seeds"):
+        overfitting_curve([8], seeds=0)
+    with pytest.raises(ValueError, match="lr"):
+        overfitting_curve([8], lr=-1.0)
+    with pytest.raises(ValueError, match="batch_size"):
+        overfitting_curve([8], batch_size=0)
+    with pytest.raises(ValueError, match="level"):
+        overfitting_curve([8], level=1.5)
+    with pytest.raises(ValueError, match="seed"):
+        overfitting_curve([8], seed=-1)
+    with pytest.raises(ValueError, match="ladder"):
+        overfitting_curve([8], ladder=Ladder.random(depth=2, events=4, mode="bottomup"))
+    with pytest.raises(ValueError, match="inits"):
+        crossing_over_inits(0)
+
+
 def test_example_runs(tmp_path, capsys):
     import importlib.util
     from pathlib import Path
@@ -286,3 +409,24 @@ def test_example_runs(tmp_path, capsys):
     assert [r["N"] for r in rows] == [16, 256] and len(tv_rows) == 2
     text = capsys.readouterr().out
     assert "gamma/alpha" in text and "gamma wins" in text and "predicted" in text
+
+
+def test_example_training_table_and_json(tmp_path, capsys):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "overfitting.py"
+    spec = importlib.util.spec_from_file_location("example_overfitting", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "res" / "o.json"
+    mod.main(["--reps", "0", "--crossing-reps", "0", "--batch-sizes", "", "--out", "", "--train-ns", "8,16",
+              "--train-seeds", "2", "--train-steps", "10", "--test-examples", "200", "--sgd-batch", "4",
+              "--inits", "2", "--inits-reps", "4", "--crossing-ns", "8,64", "--json", str(out)])
+    data = json.loads(out.read_text())
+    assert set(data["training"]) == {"main", "control", "sgd_b4"}
+    assert [r["N"] for r in data["training"]["main"]["rows"]] == [8, 16]
+    assert data["crossing_over_inits"]["inits"] == 2
+    text = capsys.readouterr().out
+    assert "harm of gamma" in text and "first-step crossing over 2 init seeds" in text

@@ -22,7 +22,8 @@ from smaso.student.frequency import FrequencyStatistics
 from smaso.student.network import LadderStudent, _check_student
 from teachers.statistics import EventStatistics
 
-__all__ = ["Reformulation", "eq7_signs", "reformulate", "resolve_top", "top_gradient"]
+__all__ = ["Reformulation", "eq7_check", "eq7_from_outputs", "eq7_gradient", "eq7_signs", "reformulate", "resolve_top",
+           "top_gradient"]
 
 TOPS = ("predicted", "measured")
 
@@ -206,38 +207,157 @@ def _check(student: LadderStudent, P: EventStatistics, measured: FrequencyStatis
         raise ValueError("measured: statistics of a student of other widths")
 
 
+def eq7_check(G: torch.Tensor, *, node_class: torch.Tensor | None = None, seen: torch.Tensor | None = None) -> dict:
+    """Eq 7's sign property on a per-label top gradient: g_j(y = c(j)) > 0 and g_j(y != c(j)) < 0 for every top node j.
+
+    ``G`` ``(m_0, n_0)``: row y = E[g | y] (the framework's sign, g = -dLoss/df).  ``node_class`` ``(n_0,)``: the
+    class c(j) of every node, in [0, m_0), or -1 for a node of no class (only the negative half applies to it);
+    default the identity (needs n_0 = m_0: the paper's one node per class).  ``seen`` ``(m_0,)`` bool: the labels
+    observed (default all); unseen labels are left out of the off-diagonal test, and a node whose own class was
+    never observed has a NaN diagonal and fails.
+
+    :returns: per node ``(n_0,)``: ``diagonal`` g_j(y = c(j)) (NaN for c(j) = -1), ``off_diagonal_max``
+        max_{y != c(j)} g_j(y) (-inf if no other label was observed), ``positive`` (diagonal > 0; True for
+        c(j) = -1), ``negative`` (all observed off-diagonal entries < 0), ``margin`` min(g_j(y = c(j)),
+        -max_{y != c(j)} g_j(y)) (-max_{y != c(j)} g_j(y) for c(j) = -1; > 0 iff both hold); and ``G``, ``holds``
+        (every node passes), ``worst_margin`` and ``worst_class`` (the node of the smallest margin).
+    :raises ValueError: ``G`` not 2-D; ``node_class`` of the wrong length or out of range; no ``node_class`` and
+        m_0 != n_0; ``seen`` of the wrong shape.
+    """
+    if not isinstance(G, torch.Tensor) or G.dim() != 2:
+        raise ValueError(f"G: expected a (labels, top nodes) tensor, got "
+                         f"{tuple(G.shape) if isinstance(G, torch.Tensor) else type(G).__name__}")
+    G = G.to(torch.float64)
+    m, n = G.shape
+    if node_class is None:
+        if m != n:
+            raise ValueError(f"node_class: Eq 7 needs one top node per class, got {m} labels and {n} top nodes; "
+                             "pass node_class (the class of every top node, -1 for none)")
+        node_class = torch.arange(n)
+    node_class = torch.as_tensor(node_class)
+    if node_class.shape != (n,) or node_class.is_floating_point() or not bool(
+            ((node_class >= -1) & (node_class < m)).all()):
+        raise ValueError(f"node_class: expected ({n},) integer classes in [-1, {m}), got {node_class.tolist()}")
+    seen = torch.ones(m, dtype=torch.bool) if seen is None else torch.as_tensor(seen)
+    if seen.shape != (m,) or seen.dtype != torch.bool:
+        raise ValueError(f"seen: expected a ({m},) bool tensor, got {tuple(seen.shape)} {seen.dtype}")
+    has = node_class >= 0
+    c = node_class.clamp(min=0)
+    nan = torch.full((n,), math.nan, dtype=G.dtype)
+    own = G[c, torch.arange(n)]
+    diagonal = torch.where(has & seen[c], own, nan)
+    is_own = (torch.arange(m)[:, None] == node_class[None, :])  # (m, n): y = c(j)
+    off_max = G.masked_fill(is_own | ~seen[:, None], -math.inf).max(0).values
+    positive = torch.where(has, diagonal > 0, torch.ones(n, dtype=torch.bool))
+    negative = off_max < 0
+    margin = torch.where(has, torch.minimum(diagonal, -off_max), -off_max)
+    worst = int(torch.nan_to_num(margin, nan=-math.inf).argmin())
+    return {"G": G, "diagonal": diagonal, "off_diagonal_max": off_max, "positive": positive, "negative": negative,
+            "margin": margin, "holds": bool((positive & negative).all()), "worst_margin": float(margin[worst]),
+            "worst_class": worst}
+
+
 def eq7_signs(measured: FrequencyStatistics, *, gated: bool = False) -> dict:
     """Eq 7's sign property of the top gradient, measured per class from frequency statistics.
 
     For softmax cross-entropy every example has g_j = [y = j] - softmax_j(f) (the framework's sign,
     g = -dLoss/df), so g_j(y = j) > 0 and g_j(y != j) < 0, per example and hence per label; for
-    the squared loss g_j = [y = j] - f_j and the signs can fail.  Reads G_omega[y, j] =
-    E[g_raw_j | y] (``measured.Gf[0]``, the gradient at the top output; ``gated``: E[g_j | y]
-    after the top gate, ``measured.G[0]``, the same for a linear top).  Labels never observed
-    are left out of the off-diagonal test; a class whose own label was never observed has a NaN
-    diagonal and fails.
+    the squared loss g_j = [y = j] - f_j and the signs can fail (``docs/theory.md`` §1.0, boundary
+    conditions).  Reads G_omega[y, j] = E[g_raw_j | y] (``measured.Gf[0]``, the gradient at the top output;
+    ``gated``: E[g_j | y] after the top gate, ``measured.G[0]``, the same for a linear top) and checks it
+    with :func:`eq7_check` (one top node per class).  Labels never observed are left out of the off-diagonal
+    test; a class whose own label was never observed has a NaN diagonal and fails.
 
-    :returns: a dict with ``G`` ``(m_0, n_0)`` the measured top gradient per label; per class j
-        ``(n_0,)``: ``diagonal`` g_j(y = j), ``off_diagonal_max`` max_{y != j} g_j(y) (-inf if no
-        other label was observed), ``positive`` (diagonal > 0), ``negative`` (all observed
-        off-diagonal entries < 0), ``margin`` min(g_j(y = j), -max_{y != j} g_j(y)) (> 0 iff both
-        hold); and ``holds`` (every class passes), ``worst_margin`` and ``worst_class`` (the class
-        of the smallest margin).
+    :returns: :func:`eq7_check`'s dict: ``G`` ``(m_0, n_0)`` the measured top gradient per label; per class j
+        ``(n_0,)``: ``diagonal``, ``off_diagonal_max``, ``positive``, ``negative``, ``margin``; and ``holds``,
+        ``worst_margin``, ``worst_class``.
     """
     G = (measured.G if gated else measured.Gf)[0][0].to(torch.float64)  # (m_0, n_0): the one top region
-    seen = measured.counts[0][0] > 0
     m, n = G.shape
     if m != n:
         raise ValueError(f"measured: Eq 7 needs one top node per class, got {m} labels and {n} top nodes")
-    diagonal = torch.where(seen, G.diagonal(), torch.full((m,), float("nan"), dtype=G.dtype))
-    off_max = G.masked_fill(torch.eye(m, dtype=torch.bool) | ~seen[:, None], -math.inf).max(0).values
-    positive = diagonal > 0
-    negative = off_max < 0
-    margin = torch.minimum(diagonal, -off_max)
-    worst = int(torch.nan_to_num(margin, nan=-math.inf).argmin())
-    return {"G": G, "diagonal": diagonal, "off_diagonal_max": off_max, "positive": positive, "negative": negative,
-            "margin": margin, "holds": bool((positive & negative).all()), "worst_margin": float(margin[worst]),
-            "worst_class": worst}
+    return eq7_check(G, seen=measured.counts[0][0] > 0)
+
+
+def eq7_gradient(f: torch.Tensor, y: torch.Tensor, *, loss: str = "cross_entropy",
+                 node_class: torch.Tensor | None = None, readout: torch.Tensor | None = None,
+                 num_classes: int | None = None) -> torch.Tensor:
+    """Per-example top gradient g = -dLoss/df ``(N, n_0)`` of top outputs ``f`` ``(N, n_0)`` with labels ``y``
+    ``(N,)``, for the top layouts of Eq 7's analysis (``docs/theory.md`` §1.0, boundary conditions).
+
+    - Default (n_0 = m_0, one node per class): squared g = onehot(y) - f; cross entropy g = onehot(y) - softmax(f).
+    - ``node_class`` ``(n_0,)`` (several nodes per class, -1 for a node of no class): squared loss with target
+      t_j = [c(j) = y], g = t - f; cross entropy with the class probability the sum of its nodes' softmax,
+      P_y = sum_{c(j) = y} s_j, so g_j = s_j ([c(j) = y] / P_y - 1).
+    - ``readout`` ``(n_0, m_0)`` (a linear readout V, class scores f V): g = (onehot(y) - fV) V^T (squared) or
+      (onehot(y) - softmax(fV)) V^T (cross entropy).
+
+    :raises ValueError: bad shapes, labels out of range, both ``node_class`` and ``readout``, an unknown ``loss``.
+    """
+    if loss not in ("squared", "cross_entropy"):
+        raise ValueError(f"loss: expected 'squared' or 'cross_entropy', got {loss!r}")
+    if not isinstance(f, torch.Tensor) or f.dim() != 2 or not f.is_floating_point():
+        raise ValueError(f"f: expected (N, n_0) floating top outputs, got "
+                         f"{tuple(f.shape) if isinstance(f, torch.Tensor) else type(f).__name__}")
+    n = f.shape[1]
+    if node_class is not None and readout is not None:
+        raise ValueError("node_class, readout: give at most one top layout")
+    if readout is not None:
+        readout = torch.as_tensor(readout, dtype=f.dtype)
+        if readout.dim() != 2 or readout.shape[0] != n:
+            raise ValueError(f"readout: expected ({n}, m_0), got {tuple(readout.shape)}")
+        m = readout.shape[1]
+    elif node_class is not None:
+        node_class = torch.as_tensor(node_class)
+        if node_class.shape != (n,) or node_class.is_floating_point() or bool((node_class < -1).any()):
+            raise ValueError(f"node_class: expected ({n},) integer classes >= -1, got {node_class.tolist()}")
+        m = int(node_class.max()) + 1 if num_classes is None else num_classes
+    else:
+        m = n
+    if not isinstance(y, torch.Tensor) or y.shape != (f.shape[0],) or y.is_floating_point() or (
+            y.numel() and not bool(((y >= 0) & (y < m)).all())):
+        raise ValueError(f"y: expected ({f.shape[0]},) integer labels in [0, {m})")
+    onehot = F.one_hot(y.long(), m).to(f.dtype)
+    if readout is not None:
+        s = f @ readout
+        return (onehot - (s if loss == "squared" else s.softmax(-1))) @ readout.T
+    if node_class is None:
+        return onehot - (f if loss == "squared" else f.softmax(-1))
+    own = (node_class[None, :] == y[:, None]).to(f.dtype)  # (N, n_0): [c(j) = y]
+    if loss == "squared":
+        return own - f
+    sm = f.softmax(-1)
+    p_y = (sm * own).sum(-1, keepdim=True)
+    return sm * (own / p_y - 1)
+
+
+def eq7_from_outputs(f: torch.Tensor, y: torch.Tensor, *, loss: str = "cross_entropy",
+                     node_class: torch.Tensor | None = None, readout: torch.Tensor | None = None,
+                     num_classes: int | None = None) -> dict:
+    """Eq 7 measured from top outputs: :func:`eq7_gradient` averaged per label (G[y] = E[g | y], Eq 6 at the top)
+    and checked by :func:`eq7_check`.  A readout node's class is the one it feeds most, argmax_c V[j, c].
+
+    :returns: :func:`eq7_check`'s dict, plus ``per_example``: the fraction of examples whose own g has the sign
+        pattern at every node (g_j > 0 for c(j) = y, < 0 otherwise).
+    """
+    g = eq7_gradient(f, y, loss=loss, node_class=node_class, readout=readout, num_classes=num_classes)
+    if readout is not None:
+        node_class = torch.as_tensor(readout).argmax(1)
+        m = torch.as_tensor(readout).shape[1]
+    elif node_class is not None:
+        node_class = torch.as_tensor(node_class)
+        m = int(node_class.max()) + 1 if num_classes is None else num_classes
+    else:
+        node_class, m = torch.arange(f.shape[1]), f.shape[1]
+    yl = y.long()
+    counts = torch.bincount(yl, minlength=m)
+    G = torch.zeros(m, g.shape[1], dtype=torch.float64).index_add_(0, yl, g.to(torch.float64))
+    G = G / counts.clamp(min=1)[:, None]
+    out = eq7_check(G, node_class=node_class, seen=counts > 0)
+    own = node_class[None, :] == yl[:, None]
+    ok = torch.where(own, g > 0, g < 0).all(1)
+    out["per_example"] = float(ok.double().mean()) if len(y) else math.nan
+    return out
 
 
 def one_hot_leaves(student: LadderStudent) -> torch.Tensor:

@@ -4,7 +4,9 @@ argument, the functions and the departures).
 The paper's example as a ladder (:func:`overfitting_ladder`): the label y = z_omega = z_alpha (Eq 14) has
 two child regions with one Gaussian leaf each, alpha barely separable, gamma easily separable and
 independent of the label.  Eq 15: :func:`spurious_correlation`; Eq 16-17: :func:`update_magnitudes`,
-:func:`update_curve`, :func:`update_crossing`; SGD's perturbed P_hat: :func:`minibatch_tv`.
+:func:`update_curve`, :func:`update_crossing` (:func:`crossing_over_inits`: over initialization seeds); SGD's
+perturbed P_hat: :func:`minibatch_tv`.  Over training rather than at the first step, with a control ladder, the
+paper's second explanation and SGD: :func:`overfitting_curve`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from scipy import stats as sps
 from scipy.special import gammaln
 
 from smaso.plots._base import finish_figure, plt
@@ -25,8 +29,9 @@ from teachers.emission import GaussianEmission
 from teachers.ladder import Ladder
 from teachers.sampling import LadderSample, sample_ladder
 
-__all__ = ["ALPHA", "CROSSING_LADDER", "GAMMA", "default_student", "expected_abs_eps", "minibatch_tv",
-           "overfitting_ladder", "plot_overfitting", "spurious_correlation", "update_crossing", "update_curve",
+__all__ = ["ALPHA", "CONTROL_LADDER", "CROSSING_LADDER", "GAMMA", "TRAINING_LADDER", "crossing_over_inits",
+           "default_student", "expected_abs_eps", "minibatch_tv", "overfitting_curve", "overfitting_ladder",
+           "plot_overfitting", "spurious_correlation", "update_crossing", "update_curve",
            "update_magnitudes", "wilson_interval"]
 
 #: Indices of the two child regions within level 1 of :func:`overfitting_ladder`.
@@ -236,7 +241,8 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     den = 1 + z * z / n
     mid = (p + z * z / (2 * n)) / den
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, mid - half), min(1.0, mid + half)
+    # at k = 0 (k = n) the lower (upper) end is exactly 0 (1); the formula leaves roundoff there
+    return 0.0 if k == 0 else max(0.0, mid - half), 1.0 if k == n else min(1.0, mid + half)
 
 
 def _log_interp_crossing(ns, values, level: float) -> float:
@@ -439,3 +445,268 @@ def plot_overfitting(rows: Sequence[dict], path: str | os.PathLike | None = None
         ax.set_title("SGD: perturbed P")
         ax.legend(fontsize=7)
     return finish_figure(fig, path)
+
+
+# ---------------------------------------------------------------------- §5.3 over training (not the first step)
+
+#: The training measurement's ladder: alpha learnable but noisy (means 1 apart at sigma 1: Bayes error
+#: Phi(-1/2) = 0.309), gamma irrelevant and easily separable (4 apart at sigma 0.1).
+TRAINING_LADDER = {"alpha_separation": 1.0, "alpha_sigma": 1.0, "gamma_separation": 4.0, "gamma_sigma": 0.1}
+#: Its control: gamma as irrelevant but *not* easily separable (the same separation and noise as alpha), where
+#: Eq 17's distinctive f_k(z_gamma) is absent.
+CONTROL_LADDER = {"alpha_separation": 1.0, "alpha_sigma": 1.0, "gamma_separation": 1.0, "gamma_sigma": 1.0}
+
+
+def _contributions(student: LadderStudent, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top output of a depth-2, one-leaf-per-child student split by child region: ``(bias (n_0,),
+    contributions (N, R_1, n_0))`` with f_0 = bias + sum_r f_r W_{r, omega} (Eq 1 at the top, linear top)."""
+    W1, W0 = student.weights[1], student.weights[0]  # (R_1, dim, n_1), (R_1, n_1, n_0)
+    b1 = 0 if student.biases is None else student.biases[1]
+    b0 = torch.zeros(W0.shape[-1], dtype=W0.dtype) if student.biases is None else student.biases[0][0]
+    f1 = student.activation.apply_(torch.einsum("nrd,rdk->nrk", x, W1) + b1)
+    return b0, torch.einsum("nrk,rkc->nrc", f1, W0)
+
+
+def _logistic_loglik(u: torch.Tensor, y: torch.Tensor, ridge: float = 1e-3, iters: int = 30) -> torch.Tensor:
+    """Maximized mean log-likelihood of y under P(y=1 | u) = sigmoid(a + b u), one fit per row: u, y ``(S, N)``
+    (float64).  Newton's method on the 2-parameter model with a small ridge on b (keeps separable data finite)."""
+    X = torch.stack([torch.ones_like(u), u], -1)  # (S, N, 2)
+    theta = torch.zeros(u.shape[0], 2, dtype=u.dtype)
+    reg = torch.diag(torch.tensor([0.0, ridge], dtype=u.dtype)) * u.shape[1]
+    for _ in range(iters):
+        p = torch.sigmoid((X @ theta[..., None])[..., 0])
+        grad = (X * (y - p)[..., None]).sum(1) - theta @ reg
+        H = torch.einsum("sni,snj,sn->sij", X, X, p * (1 - p)) + reg + 1e-12 * torch.eye(2, dtype=u.dtype)
+        theta = theta + torch.linalg.solve(H, grad[..., None])[..., 0]
+    logit = (X @ theta[..., None])[..., 0]
+    return (y * F.logsigmoid(logit) + (1 - y) * F.logsigmoid(-logit)).mean(1)
+
+
+def _t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of ``values`` with its Student-t interval (NaN half-width for fewer than 2 values)."""
+    v = np.asarray(values, dtype=float)
+    m = float(v.mean())
+    if v.size < 2:
+        return m, math.nan, math.nan
+    half = float(sps.t.ppf(0.5 + level / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+    return m, m - half, m + half
+
+
+def _checkpoints(steps: int, count: int) -> list[int]:
+    """Step 0 and ``count - 1`` log-spaced steps up to ``steps`` (duplicates merged)."""
+    return sorted({0, *np.rint(np.geomspace(1, steps, max(count - 1, 1))).astype(int).tolist()})
+
+
+def _region_input(x: torch.Tensor, r: int) -> torch.Tensor:
+    """Region r's leaf input projected on the emission's mean direction (the unit diagonal): ``(N,)``."""
+    return x[:, r].sum(-1) / math.sqrt(x.shape[-1])
+
+
+def _joint_code(s: LadderSample) -> torch.Tensor:
+    """The joint event (y, z_alpha, z_gamma) of every example as a code in [0, 8)."""
+    z1 = s.events(1)
+    return s.y * 4 + z1[:, ALPHA] * 2 + z1[:, GAMMA]
+
+
+def _population_joint(lad: Ladder) -> torch.Tensor:
+    """Exact P(y, z_alpha, z_gamma) ``(8,)`` (code 4 y + 2 z_alpha + z_gamma) of a bottom-up depth-2 ladder with one
+    binary leaf per level-1 region: the leaves are independent, each level-1 event a lookup of its leaf's."""
+    (pa, pg), (la, lg), top = lad.leaf_priors, lad.lookups[1], lad.lookups[0][0]
+    p = torch.zeros(8, dtype=torch.float64)
+    for a in range(2):
+        for g in range(2):
+            za, zg = int(la[a]), int(lg[g])
+            p[4 * int(top[2 * za + zg]) + 2 * za + zg] += pa[a] * pg[g]
+    return p
+
+
+def _train_run(lad: Ladder, n: int, data_seed: int, init_seed: int, xt: torch.Tensor, yt: torch.Tensor, *,
+               width: int, steps: int, lr: float, batch_size: int | None, ckpts: list[int],
+               p_ref: torch.Tensor) -> dict:
+    """One §5.3 training run (cross entropy, W += lr Delta W, Eq 2) with its records at the ``ckpts`` steps."""
+    s = sample_ladder(lad, n, data_seed)
+    p_hat = torch.bincount(_joint_code(s), minlength=8).double() / n
+    tv_data = 0.5 * float((p_hat - p_ref).abs().sum())
+    tv_batch = math.nan
+    if batch_size is not None and batch_size < n:
+        tv_batch = minibatch_tv(s, [batch_size], num_batches=64, seed=init_seed)[0]["tv"]
+    x, y = s.inputs(dtype=torch.float64), s.y
+    st = default_student(lad, width=width, seed=init_seed)
+    gen = torch.Generator().manual_seed(init_seed)
+    bs = n if batch_size is None else min(batch_size, n)
+    order, pos = torch.arange(n), n
+    out = {k: [] for k in ("test_err", "test_err_ablated", "train_err", "w_alpha", "w_gamma")}
+    for step in range(steps + 1):
+        if step in ckpts:
+            with torch.no_grad():
+                b0, ct = _contributions(st, xt)
+                _, cx = _contributions(st, x)
+                # gamma's contribution replaced by its training mean: the network without its use of z_gamma
+                ablated = b0 + ct[:, ALPHA] + cx[:, GAMMA].mean(0)
+                out["test_err"].append(float(((b0 + ct.sum(1)).argmax(1) != yt).double().mean()))
+                out["test_err_ablated"].append(float((ablated.argmax(1) != yt).double().mean()))
+                out["train_err"].append(float(((b0 + cx.sum(1)).argmax(1) != y).double().mean()))
+                out["w_alpha"].append(float(st.weights[0][ALPHA].norm()))
+                out["w_gamma"].append(float(st.weights[0][GAMMA].norm()))
+        if step == steps:
+            break
+        if bs < n:
+            if pos + bs > n:
+                order, pos = torch.randperm(n, generator=gen), 0
+            idx = order[pos:pos + bs]
+            pos += bs
+            rec = st.forward_backward(x[idx], y[idx], "cross_entropy")
+        else:
+            rec = st.forward_backward(x, y, "cross_entropy")
+        st.apply_update(rec, lr)
+    yd = y.double()[None]
+    ll_alpha = float(_logistic_loglik(_region_input(x, ALPHA)[None], yd)[0])
+    ll_gamma = float(_logistic_loglik(_region_input(x, GAMMA)[None], yd)[0])
+    eps = spurious_correlation(s)["eps_sym"]
+    return {**out, "ll_alpha": ll_alpha, "ll_gamma": ll_gamma, "llr": ll_gamma - ll_alpha, "abs_eps_sym": abs(eps),
+            "tv_data": tv_data, "tv_batch": tv_batch}
+
+
+def overfitting_curve(ns: Sequence[int] = (8, 32, 128, 512, 2048), *, seeds: int = 20, steps: int = 3000,
+                      lr: float = 0.5, width: int = 8, batch_size: int | None = None, ladder: Ladder | None = None,
+                      test_examples: int = 20000, checkpoints: int = 13, seed: int = 0, level: float = 0.95) -> dict:
+    """§5.3 over training: does the irrelevant, easily separable region's weight grow and hurt the test error at
+    small N and not at large N?
+
+    For every N in ``ns`` and every run s in ``range(seeds)``: a training set of N examples from ``ladder``
+    (default ``overfitting_ladder(**TRAINING_LADDER)``; stream seed ``seed * 1_000_003 + 10_007 (i + 1) + s``,
+    i = the index of N) and a fresh :func:`default_student` (width ``width``, init seed ``1000 seed + s``),
+    trained for ``steps`` steps of W += lr Delta W (Eq 2, cross entropy; full batch, or minibatches of
+    ``batch_size`` in reshuffled epochs: SGD).  At ``checkpoints`` log-spaced steps (and step 0) it records, on one
+    held-out sample of ``test_examples`` (stream seed ``seed * 1_000_003``): the test error, the test error with
+    gamma's contribution to the output replaced by its training-set mean (``test_err_ablated``: the same network
+    without its use of z_gamma), the training error, and the Frobenius norms of the top weights from alpha and
+    gamma (``w_alpha``, ``w_gamma``: the w_j, w_k of Eq 16-17).
+
+    The paper's second explanation (§5.3): "there exists a second explanation: we could argue that z_gamma is a
+    true but weak factor that contributes to the label, while z_alpha is a fictitious discriminative factor,
+    since the appearance difference between z_alpha = 0 and z_alpha = 1 [...] could be purely due to noise and
+    thus should be neglected.  With finite number of samples, these two cases are essentially indistinguishable.
+    [...] For neural network, SGD prefers the second explanation but if under the pressure of training, it may
+    also explore the first one by pushing gradient down to distinguish subtle difference in the input."  Computed
+    per run on the training set alone: the maximized log-likelihood (nats per example) of the labels under a
+    one-factor logistic model on gamma's input (``ll_gamma``: "gamma is a true weak factor") and on alpha's
+    (``ll_alpha``: "label = z_alpha"), both 2-parameter fits; ``llr`` = ll_gamma - ll_alpha > 0 is a training
+    set that favours the second explanation.  Whether it predicts the over-fitting: the Spearman correlation
+    over runs, within each N, of ``llr`` with the harm (``test_err - test_err_ablated`` at the end).
+
+    The section's "Gradient Descent: Stochastic or not?" paragraph: "SGD update with small batch size is
+    equivalent to using a perturbed/noisy version of P(z_alpha, z_beta) at each iteration.  Such an approach
+    naturally reduces aforementioned over-fitting issues".  Measured with ``batch_size`` (compare a full-batch
+    call): per run ``tv_data``, the total-variation distance of the training set's P_hat(y, z_alpha, z_gamma) from
+    the population's (exact), and ``tv_batch``, the
+    mean distance of a minibatch's from the training set's (:func:`minibatch_tv`; NaN for full batch).
+
+    :returns: dict with ``checkpoints`` (steps), ``bayes_err`` (Phi(-separation / (2 sigma)) of alpha, for a
+        Gaussian ladder) and ``bayes_err_test`` (the Bayes rule's error on the held-out sample), ``rows`` (one
+        per N: means over runs with ``level`` t-intervals ``*_lo``, ``*_hi`` of
+        ``test_err_final``, ``test_err_best`` (the smallest over checkpoints), ``rise`` (final - best),
+        ``train_err_final``, ``harm`` (final test_err - test_err_ablated), ``w_alpha``, ``w_gamma``, ``ratio``
+        (geometric mean of w_gamma / w_alpha at the end, interval from the log), ``llr``; Wilson intervals of
+        ``frac_harm`` (runs with harm > 0) and ``frac_second`` (runs with llr > 0); ``spearman_llr_harm``;
+        ``abs_eps_sym``, ``tv_data``, ``tv_batch`` (means); and ``curve``: the per-checkpoint means over runs of
+        each record) and ``runs`` (every run's
+        records, for the JSON).
+    """
+    lad = overfitting_ladder(**TRAINING_LADDER) if ladder is None else ladder
+    ns = [_positive_int(n, "ns[]") for n in ns]
+    if not ns:
+        raise ValueError("ns: expected at least one sample size")
+    seeds, steps = _positive_int(seeds, "seeds"), _positive_int(steps, "steps")
+    width, test_examples = _positive_int(width, "width"), _positive_int(test_examples, "test_examples")
+    checkpoints = _positive_int(checkpoints, "checkpoints")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
+    lr = _positive(lr, "lr")
+    if batch_size is not None:
+        batch_size = _positive_int(batch_size, "batch_size")
+    if not 0 < level < 1:
+        raise ValueError(f"level: expected a confidence level in (0, 1), got {level!r}")
+    if not isinstance(lad, Ladder) or lad.depth != 2 or list(lad.num_regions) != [1, 2, 2] or list(lad.events) != [
+            2, 2, 2] or lad.leaf_priors is None:
+        raise ValueError(f"ladder: expected a bottom-up ladder shaped like overfitting_ladder()'s (binary label, "
+                         f"alpha and gamma, one binary leaf each), got {lad!r}")
+    test = sample_ladder(lad, test_examples, seed * 1_000_003)
+    xt, yt = test.inputs(dtype=torch.float64), test.y
+    ckpts = _checkpoints(steps, checkpoints)
+    z = float(sps.norm.ppf(0.5 + level / 2))
+    p_ref = _population_joint(lad)
+    rows, runs = [], []
+    for i, n in enumerate(ns):
+        rs = [_train_run(lad, n, seed * 1_000_003 + 10_007 * (i + 1) + s, 1000 * seed + s, xt, yt, width=width,
+                         steps=steps, lr=lr, batch_size=batch_size, ckpts=ckpts, p_ref=p_ref) for s in range(seeds)]
+        runs += [{"N": n, "run": s, **r} for s, r in enumerate(rs)]
+        final = {k: np.array([r[k][-1] for r in rs]) for k in ("test_err", "test_err_ablated", "train_err",
+                                                               "w_alpha", "w_gamma")}
+        best = np.array([min(r["test_err"]) for r in rs])
+        harm = final["test_err"] - final["test_err_ablated"]
+        llr = np.array([r["llr"] for r in rs])
+        row = {"N": n, "runs": seeds}
+        for name, v in (("test_err_final", final["test_err"]), ("test_err_best", best),
+                        ("rise", final["test_err"] - best), ("train_err_final", final["train_err"]), ("harm", harm),
+                        ("w_alpha", final["w_alpha"]), ("w_gamma", final["w_gamma"]), ("llr", llr)):
+            row[name], row[f"{name}_lo"], row[f"{name}_hi"] = _t_interval(v, level)
+        with np.errstate(divide="ignore"):
+            logr = np.log(final["w_gamma"]) - np.log(final["w_alpha"])
+        lm, llo, lhi = _t_interval(logr, level) if np.isfinite(logr).all() else (math.nan,) * 3
+        row["ratio"], row["ratio_lo"], row["ratio_hi"] = math.exp(lm), math.exp(llo), math.exp(lhi)
+        for name, k in (("frac_harm", int((harm > 0).sum())), ("frac_second", int((llr > 0).sum()))):
+            row[name] = k / seeds
+            row[f"{name}_lo"], row[f"{name}_hi"] = wilson_interval(k, seeds, z)
+        rho = sps.spearmanr(llr, harm).statistic if seeds > 2 and np.ptp(harm) > 0 else math.nan
+        row["spearman_llr_harm"] = float(rho)
+        for k in ("abs_eps_sym", "tv_data", "tv_batch"):
+            v = np.array([r[k] for r in rs], dtype=float)
+            row[k] = float(np.nanmean(v)) if np.isfinite(v).any() else math.nan
+        row["curve"] = {k: np.mean([r[k] for r in rs], 0).tolist() for k in ("test_err", "test_err_ablated",
+                                                                             "train_err", "w_alpha", "w_gamma")}
+        rows.append(row)
+    em = lad.emission
+    bayes = bayes_test = math.nan
+    if isinstance(em, GaussianEmission):
+        sep = float((em.means[ALPHA, 1] - em.means[ALPHA, 0]).norm())
+        bayes = float(sps.norm.cdf(-sep / (2 * float(em.sigma.reshape(-1).expand(2)[ALPHA]))))
+        # the Bayes rule (y = z_alpha: the nearer of alpha's two means) on the held-out sample every run is scored on
+        d2 = (xt[:, ALPHA, None, :] - em.means[ALPHA][None]).pow(2).sum(-1)  # (N_test, 2)
+        bayes_test = float((d2.argmin(1) != yt).double().mean())
+    return {"checkpoints": ckpts, "bayes_err": bayes, "bayes_err_test": bayes_test, "rows": rows, "runs": runs}
+
+
+def crossing_over_inits(inits: int = 20, ns: Sequence[int] = tuple(2 ** k for k in range(3, 13)), *,
+                        ladder: Ladder | None = None, reps: int = 40, width: int = 8, seed: int = 0,
+                        z: float = 1.96, moment_examples: int = 2 ** 15) -> dict:
+    """The first-step crossing of §5.3 (:func:`update_crossing`) over initialization seeds 0 .. inits - 1 of
+    :func:`default_student`, not at one seed.
+
+    An init *crosses* when, on the ``ns`` grid, gamma's first-step update is larger in more than half of the
+    ``reps`` repeats (Wilson interval wholly above 1/2) at some N and in fewer than half (wholly below) at a larger
+    N (both ends of :func:`update_crossing`'s ``bracket``); ``gamma_never`` counts inits where no N has gamma
+    winning (the interval is never wholly above 1/2: alpha's update is as large or larger from the smallest N on);
+    ``predicted`` counts inits whose moments predict a crossing (finite ``predicted_crossing_N``).
+
+    :returns: dict with ``inits``; ``crosses``, ``gamma_never``, ``predicted`` (counts) with ``*_frac`` and Wilson
+        intervals ``*_lo``, ``*_hi``; ``per_init``: one dict per init (``init``, ``crosses``, ``bracket``,
+        ``crossing_N``, ``predicted_crossing_N``).
+    """
+    inits = _positive_int(inits, "inits")
+    lad = overfitting_ladder(**CROSSING_LADDER) if ladder is None else ladder
+    per = []
+    for k in range(inits):
+        res = update_crossing(ns, ladder=lad, reps=reps, width=width, init_seed=k, seed=seed, z=z,
+                              moment_examples=moment_examples)
+        above, below = res["bracket"]
+        per.append({"init": k, "crosses": above is not None and below is not None, "gamma_never": above is None,
+                    "bracket": [above, below], "crossing_N": res["crossing_N"],
+                    "predicted_crossing_N": res["predicted_crossing_N"]})
+    out = {"inits": inits, "per_init": per}
+    counts = {"crosses": sum(p["crosses"] for p in per), "gamma_never": sum(p["gamma_never"] for p in per),
+              "predicted": sum(math.isfinite(p["predicted_crossing_N"]) for p in per)}
+    for name, count in counts.items():
+        lo, hi = wilson_interval(count, inits, z)
+        out.update({name: count, f"{name}_frac": count / inits, f"{name}_lo": lo, f"{name}_hi": hi})
+    return out
