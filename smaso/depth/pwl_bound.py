@@ -273,6 +273,7 @@ class CellBound:
 
     @property
     def gap(self) -> float:
+        """The certified interval's width, ``upper - lower`` (0 when the bound is exact)."""
         return self.upper - self.lower
 
 
