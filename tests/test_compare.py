@@ -35,7 +35,9 @@ def test_compare_student_fully_informative(fi, batch_norm, activation):
     assert isinstance(res, ComparisonResult) and res.seconds > 0
     assert [h["step"] for h in res.history] == [0, 2, 4, 6]
     for h in res.history:
-        assert set(h) == HISTORY_KEYS
+        # Eq 7's signs, measured where the top has one node per class (and, for the squared loss, not guaranteed)
+        assert set(h) - {"eq7"} == HISTORY_KEYS
+        assert "eq7" not in h or (h["eq7"]["loss"] == "squared" and isinstance(h["eq7"]["holds"], bool))
         assert h["P_source"] == "empirical" and h["num_examples"] == 200
         assert 0.0 <= h["accuracy"] <= 1.0 and h["loss"] > 0
         assert [row["level"] for row in h["levels"]] == list(range(lad.depth))
@@ -184,5 +186,8 @@ def test_bn_before_the_gate_is_exact_on_the_fully_informative_ladder_and_eq7_is_
         e7 = res.final()["eq7"]
         assert e7["holds"] and e7["worst_margin"] > 0 and len(e7["margin"]) == lad.num_classes
         assert "Eq 7" in res.table()
-    else:
-        assert "eq7" not in res.final()
+    else:  # measured and reported, with the condition it needs: the squared loss does not guarantee it
+        e7 = res.final()["eq7"]
+        assert e7["loss"] == "squared" and len(e7["margin"]) == lad.num_classes
+        assert e7["holds"] == (e7["worst_margin"] > 0)
+        assert "Eq 7 (squared loss: g_j(y=j) > 0 > g_j(y!=j), not guaranteed" in res.table()

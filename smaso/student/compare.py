@@ -189,8 +189,11 @@ class ComparisonResult:
         if "eq7" in last:
             e7 = last["eq7"]
             verdict = "holds for every class" if e7["holds"] else "FAILS"
-            lines.append(f"Eq 7 (softmax: g_j(y=j) > 0 > g_j(y!=j)) {verdict}; smallest margin "
-                         f"{e7['worst_margin']:.3g} (class {e7['worst_class']})")
+            why = ("softmax: g_j(y=j) > 0 > g_j(y!=j)" if e7.get("loss", "cross_entropy") == "cross_entropy" else
+                   "squared loss: g_j(y=j) > 0 > g_j(y!=j), not guaranteed: it needs E[f_j|y=j] < 1 and "
+                   "E[f_j|y!=j] > 0")
+            lines.append(f"Eq 7 ({why}) {verdict}; smallest margin {e7['worst_margin']:.3g} "
+                         f"(class {e7['worst_class']})")
         return "\n".join(lines)
 
     @staticmethod

@@ -182,9 +182,12 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
                        **{k: _value(t) for k, t in terms.items()}})
     out = {"levels": levels, "leaves": leaves, "loss": stats.loss, "P_source": P_source,
            "num_examples": stats.num_examples}
-    if loss == "cross_entropy" and student.widths[0] == lad.events[0]:
-        e7 = eq7_signs(stats)  # g_j(y = j) > 0 > g_j(y != j) per class (Eq 7)
-        out["eq7"] = {"holds": e7["holds"], "worst_margin": e7["worst_margin"], "worst_class": int(e7["worst_class"]),
+    if student.widths[0] == lad.events[0]:
+        # g_j(y = j) > 0 > g_j(y != j) per class (Eq 7): guaranteed for softmax cross-entropy, not for the squared
+        # loss (it needs E[f_j | y = j] < 1 and E[f_j | y != j] > 0; docs/theory.md §1.0), so measured for both
+        e7 = eq7_signs(stats)
+        out["eq7"] = {"loss": loss, "holds": e7["holds"], "worst_margin": e7["worst_margin"],
+                      "worst_class": int(e7["worst_class"]),
                       "margin": [None if math.isnan(v) else float(v) for v in e7["margin"].tolist()]}  # None: unseen
     if replicates:
         reps = [_comparison_terms(student, st, st.P if exact is None else exact, loss) for st in replicates]
