@@ -328,14 +328,15 @@ def _windows(size: int, k: int, s: int, pl: int, d: int, out: int) -> torch.Tens
 
 
 @functools.lru_cache(maxsize=256)  # pure function of ints; a training loop asks for the same geometry each step
-def _pair_patterns(size: int, k: int, s: int, pl: int, d: int, out: int):
+def _pair_patterns(size: int, k: int, s: int, pl: int, d: int, out: int, windows: bool):
     """One spatial dimension's output-position pairs (i, i'), grouped by how their rows overlap.
 
     The rows of positions i and i' share input pixel y = i s - pl + a d = i' s - pl + a' d, inside the input,
-    for the tap pairs E[a, a'] = 1.  Pairs with the same (window of i, window of i', E) are the same for the
-    Gram matrix; the unique patterns and their counts.  Pairs that share no pixel are dropped (they add
-    nothing to the penalty).  Returns E ``(n, k, k)``, windows of i and i' ``(n, k)`` each, ``same`` ``(n,)``
-    (i = i'), counts ``(n,)``.
+    for the tap pairs E[a, a'] = 1.  Pairs with the same (i = i', E) have the same inner products; with
+    ``windows`` also the same windows of i and i' (the taps inside the input: the two rows' norms, for the
+    cosines).  Pairs that share no pixel are dropped (they add nothing to the penalty).  Returns the unique
+    E ``(n, k, k)``, windows of i and i' ``(n, k)`` each (all ones unless ``windows``), ``same`` ``(n,)``
+    (i = i'; never merged with i != i', whose E is off the diagonal) and counts ``(n,)``.
     """
     win = _windows(size, k, s, pl, d, out)  # (O, k)
     y = torch.arange(out)[:, None] * s - pl + torch.arange(k)[None, :] * d  # (O, k)
@@ -344,6 +345,8 @@ def _pair_patterns(size: int, k: int, s: int, pl: int, d: int, out: int):
     key = torch.cat([same.reshape(-1, 1), win[:, None, :].expand(out, out, k).reshape(-1, k),
                      win[None, :, :].expand(out, out, k).reshape(-1, k), E.reshape(-1, k * k)], 1)
     key = key[E.reshape(-1, k * k).any(1)]
+    if not windows:
+        key[:, 1:1 + 2 * k] = True
     uniq, counts = torch.unique(key.to(torch.int8), dim=0, return_counts=True)
     uniq = uniq.bool()
     return (uniq[:, 1 + 2 * k:].reshape(-1, k, k), uniq[:, 1:1 + k], uniq[:, 1 + k:1 + 2 * k], uniq[:, 0],
@@ -354,16 +357,17 @@ _TAPS = ("pq", "uv")  # einsum letters of the kernel taps of the two filters of 
 _PATTERNS = "AB"
 
 
-def _conv_gram_blocks(W: torch.Tensor, geo: _ConvGeometry):
+def _conv_gram_blocks(W: torch.Tensor, geo: _ConvGeometry, windows: bool = True):
     """The convolution matrix's row Gram matrix, compressed: ``(C, same, counts, n1, n2)`` where for every
     combination of per-dimension pair patterns (A, B, ...), ``C[A, B, k, k']`` is the inner product of the rows
     (filter k, position x) and (filter k', position x') for any position pair of that pattern, ``counts[A, B]``
     how many ordered position pairs have it, ``same[A, B]`` whether they are the same position, and ``n1``,
-    ``n2`` ``(..., K)`` the squared norms of the two rows (truncated filters at the input's boundary).
+    ``n2`` ``(..., K)`` the squared norms of the two rows (truncated filters at the input's boundary; only
+    with ``windows``, which splits the patterns by the rows' windows, else fewer patterns).
     """
     nd = W.dim() - 2
     pats = [_pair_patterns(geo.input_size[i], geo.kernel[i], geo.stride[i], geo.pad_left[i], geo.dilation[i],
-                           geo.output_size[i]) for i in range(nd)]
+                           geo.output_size[i], windows) for i in range(nd)]
     t1, t2, P = _TAPS[0][:nd], _TAPS[1][:nd], _PATTERNS[:nd]
     E = [p[0].to(W.dtype) for p in pats]
     terms = ",".join(f"{P[i]}{t1[i]}{t2[i]}" for i in range(nd))
@@ -414,7 +418,7 @@ def conv_orthogonality_penalty(conv, input_size, *, stride=None, padding=None, d
     if not lam >= 0:
         raise ValueError(f"lam: expected a weight >= 0, got {lam}")
     W, geo = _conv_geometry(conv, input_size, stride, padding, dilation)
-    C, same, counts, _, _ = _conv_gram_blocks(W, geo)
+    C, same, counts, _, _ = _conv_gram_blocks(W, geo, windows=False)
     nd = W.dim() - 2
     P = _PATTERNS[:nd]
     return lam * torch.einsum(f"{P},{P}kl->", counts, _offdiagonal(C, same).pow(2))
