@@ -120,6 +120,16 @@ def test_non_overlapping_orthogonal_filters_satisfy_eq11_overlapping_do_not():
     assert conv_orthogonality_defect(W, (8, 8), stride=2, padding=1).max_abs_cosine > 1e-3
 
 
+def test_non_overlapping_penalty_is_positions_times_the_flattened_penalty():
+    # disjoint supports: only the K filters at one position interact, once per position (4 x 3, then 3 positions)
+    W = _weight(3, 2, (2, 2), seed=5)
+    assert conv_orthogonality_penalty(W, (8, 9), stride=(2, 3)).item() == pytest.approx(
+        4 * 3 * orthogonality_penalty(W.flatten(1)).item(), rel=1e-12)
+    W1 = _weight(2, 3, (3,), seed=6)
+    assert conv_orthogonality_penalty(W1, (10,), stride=3).item() == pytest.approx(
+        3 * orthogonality_penalty(W1.flatten(1)).item(), rel=1e-12)
+
+
 @pytest.mark.parametrize("method", ["orthogonal", "gram_schmidt"])
 def test_register_conv_orthogonal_gives_eq11(method):
     torch.manual_seed(0)  # orthogonal's own initialization draws from the global RNG; fixed for the test
