@@ -248,6 +248,9 @@ def model_orthogonality_penalty(model: nn.Module, lam: float = 1.0) -> torch.Ten
 # Eq 11 for a convolution's matrix: every (filter, output position) is a unit, its row the filter at that shift
 # ---------------------------------------------------------------------------------------------------------------
 
+_Size = int | tuple[int, ...] | list[int]
+
+
 @dataclass(frozen=True)
 class _ConvGeometry:
     """Per spatial dimension: input size, kernel size, stride, left/right zero padding, dilation; output size."""
@@ -392,7 +395,8 @@ def _offdiagonal(C: torch.Tensor, same: torch.Tensor) -> torch.Tensor:
     return torch.where(own, torch.zeros((), dtype=C.dtype, device=C.device), C)
 
 
-def conv_orthogonality_penalty(conv, input_size, *, stride=None, padding=None, dilation=None,
+def conv_orthogonality_penalty(conv: nn.Module | torch.Tensor, input_size: _Size, *, stride: _Size | None = None,
+                               padding: _Size | str | None = None, dilation: _Size | None = None,
                                lam: float = 1.0) -> torch.Tensor:
     """Eq 11's penalty on the rows of a convolution's matrix, lambda sum over ordered pairs of distinct rows
     of <row, row'>^2, without building the matrix.
@@ -424,7 +428,8 @@ def conv_orthogonality_penalty(conv, input_size, *, stride=None, padding=None, d
     return lam * torch.einsum(f"{P},{P}kl->", counts, _offdiagonal(C, same).pow(2))
 
 
-def conv_orthogonality_defect(conv, input_size, *, stride=None, padding=None, dilation=None
+def conv_orthogonality_defect(conv: nn.Module | torch.Tensor, input_size: _Size, *, stride: _Size | None = None,
+                              padding: _Size | str | None = None, dilation: _Size | None = None
                               ) -> OrthogonalityDefect:
     """:class:`OrthogonalityDefect` of a convolution's matrix rows (Eq 11 over every (filter, position) unit).
 
@@ -464,7 +469,8 @@ def conv_orthogonality_defect(conv, input_size, *, stride=None, padding=None, di
         return OrthogonalityDefect(float(penalty), relative, float(cos.abs().max()) if cos.numel() else 0.0)
 
 
-def register_conv_orthogonal(module: nn.Module, input_size, *, method: str = "orthogonal", **kwargs) -> nn.Module:
+def register_conv_orthogonal(module: nn.Module, input_size: _Size, *, method: str = "orthogonal",
+                             **kwargs) -> nn.Module:
     """Make the rows of a convolution's matrix orthogonal (Eq 11 for every (filter, position) unit), where
     orthogonal flattened filters are enough; returns ``module``.
 
