@@ -8,17 +8,24 @@ other 30% (539 images; the split is drawn from the seed):
 - ``cnn``: 1x8x8 -> conv 3x3 (8 filters, pad 1) -> act -> conv 3x3 (32 filters, pad 1) -> act ->
   max-pool 2x2 -> linear 512 -> 10.  The paper uses CNNs (its largeCNN on SVHN / CIFAR); this is the
   smallest one that fits 8x8 inputs.  The first convolution has 8 filters, not 16: its 3x3x1 filters
-  live in R^9, which holds at most 9 mutually orthogonal filters, so Eq 11 (Gram-Schmidt, orthonormal
-  rows) needs at most 9.  PyTorch's ``orthogonal`` given 16 filters of 9 entries would make the
-  *columns* orthonormal instead (a semi-orthogonal matrix whose filters are not orthogonal), which is
-  not what the paper asks; ``smaso.splines.orthogonality`` refuses that case rather than doing it.
+  live in R^9, which holds at most 9 mutually orthogonal filters, so orthogonal filters (Gram-Schmidt,
+  orthonormal rows) need at most 9.  PyTorch's ``orthogonal`` given 16 filters of 9 entries would make
+  the *columns* orthonormal instead (a semi-orthogonal matrix whose filters are not orthogonal), which
+  is not what the paper asks; ``smaso.splines.orthogonality`` refuses that case rather than doing it.
+  Eq 11 proper, on the rows of the convolution matrix (every filter at every shift), cannot hold here:
+  the first convolution has 8 x 64 = 512 rows in R^64, the second 32 x 64 = 2048 in R^512.
+- ``cnn_patch``: 1x8x8 -> conv 2x2 stride 2 (4 filters) -> act -> conv 2x2 stride 2 (16 filters) ->
+  act -> linear 64 -> 10.  Non-overlapping filters (stride = kernel, no padding): the convolution
+  matrices are 64 x 64 (4 x 16 rows in R^64, then 16 x 4 rows in R^64), and orthogonal filters make
+  their rows orthogonal, i.e. Eq 11 proper holds (the paper's Appendix E.4 case).
 
 For every combination of
 
 - activation: ``relu`` or ``swish`` (``smaso.splines.modules.BetaSwish``, one learnable beta per layer,
   started at beta = 1/2, i.e. SiLU);
 - orthogonality of the hidden layers (Eq 11; the layers that feed a nonlinearity, not the output layer),
-  a convolution's filters flattened to rows ``(out_channels, in_channels*3*3)``:
+  a convolution's filters flattened to rows ``(out_channels, in_channels*kh*kw)`` except for
+  ``conv_penalty``:
 
   - ``none``;
   - ``penalty``: the paper's lambda * sum_{k != k'} <W_k, W_k'>^2 over the filters / rows of every hidden
@@ -27,22 +34,29 @@ For every combination of
   - ``gram_schmidt``: the authors' unnormalized classical Gram-Schmidt reparametrization of the filters;
   - ``orthogonal``: PyTorch's ``torch.nn.utils.parametrizations.orthogonal`` (orthonormal filters), the
     well-kept alternative;
+  - ``conv_penalty`` (CNNs only; for the MLP it is ``penalty``): the same penalty on the rows of each
+    convolution's *matrix*, every filter at every output position (Eq 11 proper,
+    ``smaso.splines.orthogonality.conv_orthogonality_penalty``), each ``--lams`` value its own configuration;
 
 over several seeds.  Seed s fixes the split, the initial weights (the same for every configuration of
 one network) and the minibatch order, so two configurations are compared *paired by seed*: the table
 gives, per network and activation, the test accuracy (mean +- std over seeds), and the paired
 differences of every orthogonality configuration vs ``none`` and of swish vs ReLU, with their 95%
 t-intervals and how many seeds gained.  Whether orthogonality helps on this tiny problem is a finding,
-not a foregone conclusion.
+not a foregone conclusion.  Two defects (relative, in [0, 1], 0 iff orthogonal; mean over hidden layers
+and seeds) are reported: of the filters flattened to rows, and, for the CNNs, of the convolution
+matrix's rows (Eq 11 proper).
 
 Every run is seeded on its own (a ``torch.Generator`` for the minibatches, ``torch.random.fork_rng``
 around the weights' initialization), so the table is the same on any engine, and a run leaves torch's
 global RNG as it found it.
 
-    python examples/digits_table2.py                         # the full table: 240 runs, ~10 min, one core
-    python examples/digits_table2.py --quick                 # 2 seeds, 3 epochs, lambda = 1 only (CI; ~10 s)
+    python examples/digits_table2.py                         # the full table: 480 runs, ~25-30 min, one core
+    python examples/digits_table2.py --quick                 # 2 seeds, 3 epochs, lambda = 1 only (CI; ~15 s)
     python examples/digits_table2.py --model cnn --lams 0.01,0.1,1,10 --orthogonality none,penalty
     python examples/digits_table2.py --seeds 20 --engine dask --workers 2   # one task per run
+    python examples/digits_table2.py --model cnn --orthogonality conv_penalty --lams 1 \
+        --out benchmarks/results/digits_table2.json --update     # merge these rows into the recorded table
 """
 
 from __future__ import annotations
@@ -61,20 +75,24 @@ from torch import nn
 
 from smaso.splines.modules import BetaSwish
 from smaso.splines.orthogonality import (
+    conv_orthogonality_defect,
+    conv_orthogonality_penalty,
     model_orthogonality_penalty,
     orthogonality_defect,
+    orthogonality_penalty,
     register_gram_schmidt,
     register_orthogonal,
 )
 from teachers.engine import make_engine
 
-MODELS = ("mlp", "cnn")
+MODELS = ("mlp", "cnn", "cnn_patch")
 ACTIVATIONS = ("relu", "swish")
-ORTHOGONALITY = ("none", "penalty", "gram_schmidt", "orthogonal")
-MODEL_NAMES = {"mlp": "MLP 64-48-48-10", "cnn": "CNN conv3x3(8)-conv3x3(32)-maxpool2-linear(512->10)"}
-FULL = {"seeds": 10, "epochs": 40, "lams": "0.1,1,10", "model": "mlp,cnn",
+ORTHOGONALITY = ("none", "penalty", "gram_schmidt", "orthogonal", "conv_penalty")
+MODEL_NAMES = {"mlp": "MLP 64-48-48-10", "cnn": "CNN conv3x3(8)-conv3x3(32)-maxpool2-linear(512->10)",
+               "cnn_patch": "CNN conv2x2/2(4)-conv2x2/2(16)-linear(64->10), non-overlapping filters"}
+FULL = {"seeds": 10, "epochs": 40, "lams": "0.1,1,10", "model": ",".join(MODELS),
         "activations": ",".join(ACTIVATIONS), "orthogonality": ",".join(ORTHOGONALITY)}
-QUICK = {"seeds": 2, "epochs": 3, "lams": "1", "model": "mlp,cnn",
+QUICK = {"seeds": 2, "epochs": 3, "lams": "1", "model": ",".join(MODELS),
          "activations": ",".join(ACTIVATIONS), "orthogonality": ",".join(ORTHOGONALITY)}
 
 
@@ -118,6 +136,10 @@ def build_model(model: str, activation: str, orthogonality: str, seed: int = 0, 
             hidden_layers = [nn.Conv2d(1, 8, 3, padding=1), nn.Conv2d(8, 32, 3, padding=1)]
             head = [nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 4 * 4, 10)]
             body = [nn.Unflatten(1, (1, 8, 8))]
+        elif model == "cnn_patch":
+            hidden_layers = [nn.Conv2d(1, 4, 2, stride=2), nn.Conv2d(4, 16, 2, stride=2)]
+            head = [nn.Flatten(), nn.Linear(16 * 2 * 2, 10)]
+            body = [nn.Unflatten(1, (1, 8, 8))]
         else:
             raise ValueError(f"model: expected one of {MODELS}, got {model!r}")
         if orthogonality == "gram_schmidt":
@@ -126,7 +148,7 @@ def build_model(model: str, activation: str, orthogonality: str, seed: int = 0, 
         elif orthogonality == "orthogonal":
             for layer in hidden_layers:
                 register_orthogonal(layer)
-        elif orthogonality not in ("none", "penalty"):
+        elif orthogonality not in ("none", "penalty", "conv_penalty"):
             raise ValueError(f"orthogonality: expected one of {ORTHOGONALITY}, got {orthogonality!r}")
         for layer in hidden_layers:
             body += [layer, _activation(activation)]
@@ -138,10 +160,42 @@ def hidden_layers_of(model: nn.Sequential) -> list[nn.Module]:
     return [m for m in model if isinstance(m, nn.Linear | nn.Conv2d)][:-1]
 
 
+def hidden_input_sizes(model: nn.Sequential) -> list[tuple[int, ...] | None]:
+    """The spatial input size of every hidden layer (None for a Linear), from one forward pass of a dummy
+    digit; a convolution's matrix, hence Eq 11 for it, depends on it."""
+    hidden = hidden_layers_of(model)
+    sizes: dict[int, tuple[int, ...]] = {}
+    hooks = [h.register_forward_pre_hook(lambda m, args, i=i: sizes.__setitem__(i, tuple(args[0].shape[2:])))
+             for i, h in enumerate(hidden)]
+    try:
+        with torch.no_grad():
+            model(torch.zeros(1, 64))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return [sizes[i] if isinstance(h, nn.Conv2d) else None for i, h in enumerate(hidden)]
+
+
+def conv_matrix_penalty(hidden: list[nn.Module], sizes: list, lam: float) -> torch.Tensor:
+    """Eq 11's penalty on the rows of every hidden layer's matrix: a convolution's every filter at every
+    output position (input ``sizes``), a Linear's rows."""
+    terms = [conv_orthogonality_penalty(h, size, lam=lam) if size is not None else orthogonality_penalty(h.weight, lam)
+             for h, size in zip(hidden, sizes, strict=True)]
+    return sum(terms[1:], terms[0])
+
+
+def conv_matrix_defect(hidden: list[nn.Module], sizes: list) -> list[float]:
+    """Relative Eq 11 defect of every hidden layer's matrix rows (a convolution's every filter at every shift)."""
+    return [conv_orthogonality_defect(h, size).relative if size is not None
+            else orthogonality_defect(h.weight).relative for h, size in zip(hidden, sizes, strict=True)]
+
+
 def train_one(model: str, activation: str, orthogonality: str, lam: float, seed: int, *, epochs: int,
               lr: float, batch_size: int = 64, threads: int = 1) -> dict:
     """Train one network; returns test accuracy, final training loss, learned betas and the hidden layers'
-    orthogonality defect (relative, of the filters flattened to rows).  ``lam`` is used by ``penalty`` only.
+    orthogonality defects (relative): ``defect`` of the filters flattened to rows, ``conv_defect`` of the
+    rows of each layer's matrix (every filter at every shift; a Linear's rows).  ``lam`` is used by
+    ``penalty`` and ``conv_penalty`` only.
 
     The run uses ``threads`` torch threads (restored afterwards): the float sums of a matmul depend on the
     thread count, and one thread is also the fastest for these tiny networks on a busy machine.
@@ -162,6 +216,7 @@ def _train(model: str, activation: str, orthogonality: str, lam: float, seed: in
     gen = torch.Generator().manual_seed(seed)
     loss_fn = nn.CrossEntropyLoss()
     hidden = nn.ModuleList(hidden_layers_of(net))
+    sizes = hidden_input_sizes(net)
     t0 = time.perf_counter()
     net.train()
     for _ in range(epochs):
@@ -171,6 +226,8 @@ def _train(model: str, activation: str, orthogonality: str, lam: float, seed: in
             loss = loss_fn(net(x_tr[idx]), y_tr[idx])
             if orthogonality == "penalty":
                 loss = loss + model_orthogonality_penalty(hidden, lam)
+            elif orthogonality == "conv_penalty":
+                loss = loss + conv_matrix_penalty(list(hidden), sizes, lam)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -180,8 +237,9 @@ def _train(model: str, activation: str, orthogonality: str, lam: float, seed: in
         train_loss = loss_fn(net(x_tr), y_tr).item()
         betas = [float(m.beta) for m in net if isinstance(m, BetaSwish)]
         defect = [orthogonality_defect(h.weight.flatten(1)).relative for h in hidden]
+        conv_defect = conv_matrix_defect(list(hidden), sizes)
     return {"seed": seed, "accuracy": acc, "train_loss": train_loss, "betas": betas, "defect": defect,
-            "seconds": time.perf_counter() - t0}
+            "conv_defect": conv_defect, "seconds": time.perf_counter() - t0}
 
 
 def _train_item(item: tuple[str, str, str, float, int], **kwargs) -> dict:
@@ -216,7 +274,7 @@ def paired_difference(a, b, confidence: float = 0.95) -> dict:
 
 
 def _label(orthogonality: str, lam: float | None) -> str:
-    return f"penalty lam={lam:g}" if orthogonality == "penalty" else orthogonality
+    return f"{orthogonality} lam={lam:g}" if orthogonality in ("penalty", "conv_penalty") else orthogonality
 
 
 def _fmt_diff(c: dict) -> str:
@@ -250,7 +308,9 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def markdown_table(rows: list[dict], comparisons: list[dict], *, epochs: int, seeds: int) -> str:
     """One markdown table per network: accuracy (mean +- std) per activation, the paired difference vs
-    ``none`` and swish - ReLU (accuracy points, 95% t-interval, seeds better of n)."""
+    ``none`` and swish - ReLU (accuracy points, 95% t-interval, seeds better of n), the defect of the
+    flattened filters and, for a CNN, of the convolution matrix's rows (Eq 11 proper; '-' for a row recorded
+    before that column existed)."""
     comp = {(c["kind"], c["model"], c["activation"], c["orthogonality"], c["lam"]): c for c in comparisons}
     rows_by = {(r["model"], r["activation"], r["orthogonality"], r["lam"]): r for r in rows}
     out = []
@@ -262,13 +322,14 @@ def markdown_table(rows: list[dict], comparisons: list[dict], *, epochs: int, se
             head += [f"{a} acc. %", f"{a}: minus none"]
         if len(acts) == 2:
             head.append("swish minus relu")
-        head.append("defect")
+        conv = m != "mlp"  # a Linear's matrix rows are its rows: the two defects coincide
+        head += ["defect (flattened filters)", "defect (conv matrix, Eq 11)"] if conv else ["defect"]
         out += [f"**{MODEL_NAMES[m]}**, {epochs} epochs, {seeds} seeds; test accuracy % (mean +- std), "
                 "paired differences in points [95% t-interval] and seeds better/n", "",
                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for o, lam in configs:
             cells = [_label(o, lam)]
-            defects = []
+            defects, conv_defects = [], []
             for a in acts:
                 r = rows_by.get((m, a, o, lam))
                 if r is None:
@@ -279,13 +340,44 @@ def markdown_table(rows: list[dict], comparisons: list[dict], *, epochs: int, se
                 c = comp.get(("vs none", m, a, o, lam))
                 cells.append(_fmt_diff(c) if c else "-")
                 defects.append(r["defect"])
+                conv_defects.append(r.get("conv_defect"))
             if len(acts) == 2:
                 c = comp.get(("swish vs relu", m, "swish", o, lam))
                 cells.append(_fmt_diff(c) if c else "-")
             cells.append(f"{statistics.fmean(defects):.1e}")
+            if conv:
+                known = None not in conv_defects
+                cells.append(f"{statistics.fmean(conv_defects):.1e}" if known and conv_defects else "-")
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     return "\n".join(out)
+
+
+def merge_results(previous: dict, rows: list[dict], *, argv: list[str], seconds: float, epochs: int,
+                  seeds: int) -> dict:
+    """``previous`` (a results JSON of :func:`main`) with ``rows`` merged in: a row of the same (model,
+    activation, orthogonality, lambda) is replaced in place, others appended; comparisons and table are
+    recomputed from the merged rows, and the run is recorded in ``updates`` (argv, seconds, rows replaced
+    and added).  ``previous`` is not modified."""
+    def key(r):
+        return r["model"], r["activation"], r["orthogonality"], r["lam"]
+
+    merged = list(previous["rows"])
+    index = {key(r): i for i, r in enumerate(merged)}
+    replaced, added = [], []
+    for r in rows:
+        if key(r) in index:
+            merged[index[key(r)]] = r
+            replaced.append(list(key(r)))
+        else:
+            index[key(r)] = len(merged)
+            merged.append(r)
+            added.append(list(key(r)))
+    comparisons = summarize(merged)
+    update = {"argv": argv, "torch": torch.__version__, "seconds": seconds, "replaced": replaced, "added": added}
+    return {**previous, "rows": merged, "comparisons": comparisons,
+            "table": markdown_table(merged, comparisons, epochs=epochs, seeds=seeds),
+            "updates": [*previous.get("updates", []), update]}
 
 
 def _parse_list(p: argparse.ArgumentParser, name: str, text: str, allowed: tuple[str, ...]) -> list[str]:
@@ -315,6 +407,10 @@ def main(argv=None) -> dict:
     p.add_argument("--activations", default=None, help=f"comma-separated from {ACTIVATIONS}")
     p.add_argument("--orthogonality", default=None, help=f"comma-separated from {ORTHOGONALITY}")
     p.add_argument("--out", default=None, help="JSON results file (default: print only)")
+    p.add_argument("--update", action="store_true",
+                   help="merge into the existing --out file: rows of the same (model, activation, orthogonality, "
+                        "lambda) are replaced, new rows appended, comparisons and table recomputed (same seeds, "
+                        "epochs, lr and batch size needed)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--engine", choices=("serial", "dask"), default="serial",
                    help="dask: every (model, activation, orthogonality, seed) run is one task on a Dask cluster")
@@ -332,7 +428,8 @@ def main(argv=None) -> dict:
         lams = [float(v) for v in str(args.lams).split(",") if v.strip()]
     except ValueError:
         p.error(f"--lams: expected comma-separated numbers, got {args.lams!r}")
-    if "penalty" in orths and (not lams or any(not (math.isfinite(v) and v > 0) for v in lams)):
+    penalized = "penalty" in orths or "conv_penalty" in orths
+    if penalized and (not lams or any(not (math.isfinite(v) and v > 0) for v in lams)):
         p.error(f"--lams: expected penalty weights > 0, got {args.lams!r}")
     if len(set(lams)) != len(lams):
         p.error(f"--lams: repeated values in {args.lams!r}")
@@ -348,10 +445,24 @@ def main(argv=None) -> dict:
         p.error("--workers/--scheduler: they apply to --engine dask only")
     if args.workers is not None and args.workers < 1:
         p.error(f"--workers: expected >= 1, got {args.workers}")
+    previous = None
+    if args.update:
+        if not args.out or not Path(args.out).is_file():
+            p.error(f"--update: expected an existing --out results file, got {args.out!r}")
+        previous = json.loads(Path(args.out).read_text())
+        old = previous.get("config", {})
+        for key in ("seeds", "epochs", "lr", "batch_size"):
+            if old.get(key) != getattr(args, key):
+                p.error(f"--update: {args.out} has {key} = {old.get(key)!r}, this run {getattr(args, key)!r}; "
+                        "the paired comparisons need the same setting")
 
     t0 = time.perf_counter()
+    # the MLP's conv_penalty would be its penalty: not run twice
     configs = [(m, a, o, lam) for m in models for a in acts for o in orths
-               for lam in (lams if o == "penalty" else [None])]
+               for lam in (lams if o in ("penalty", "conv_penalty") else [None])
+               if not (m == "mlp" and o == "conv_penalty")]
+    if not configs:
+        p.error("--orthogonality: conv_penalty applies to the CNNs only (for the MLP it is penalty)")
     items = [(m, a, o, lam if lam is not None else 0.0, seed) for (m, a, o, lam) in configs
              for seed in range(args.seeds)]
     from tqdm.auto import tqdm
@@ -374,27 +485,33 @@ def main(argv=None) -> dict:
             row = {"model": m, "activation": a, "orthogonality": o, "lam": lam, "label": _label(o, lam),
                    "accuracies": accs, "mean": statistics.fmean(accs), "std": statistics.stdev(accs),
                    "defect": statistics.fmean(statistics.fmean(r["defect"]) for r in runs),
+                   "conv_defect": statistics.fmean(statistics.fmean(r["conv_defect"]) for r in runs),
                    "beta": statistics.fmean(statistics.fmean(r["betas"]) for r in runs) if a == "swish" else None,
                    "seconds_per_run": statistics.fmean(r["seconds"] for r in runs), "runs": runs}
             rows.append(row)
             beta = f", beta {row['beta']:.2f}" if row["beta"] is not None else ""
-            tqdm.write(f"  {m} {a:5s} {row['label']:18s} {100 * row['mean']:6.2f} +- {100 * row['std']:4.2f} %  "
-                       f"(defect {row['defect']:.1e}{beta}; {row['seconds_per_run']:.1f} s/run)")
+            tqdm.write(f"  {m} {a:5s} {row['label']:23s} {100 * row['mean']:6.2f} +- {100 * row['std']:4.2f} %  "
+                       f"(defect {row['defect']:.1e}, conv matrix {row['conv_defect']:.1e}{beta}; "
+                       f"{row['seconds_per_run']:.1f} s/run)")
         return acc
 
     # every run is seeded on its own (weights, split, minibatches), so the table is the same on any engine
     with make_engine(args.engine, scheduler=args.scheduler, workers=args.workers) as engine:
         engine.fold(_train_item, items, merge=merge, init=[], progress=None if args.no_progress else "digits runs",
                     epochs=args.epochs, lr=args.lr, batch_size=args.batch_size)
-    comparisons = summarize(rows)
-    table = markdown_table(rows, comparisons, epochs=args.epochs, seeds=args.seeds)
     seconds = time.perf_counter() - t0
+    run_argv = list(sys.argv[1:] if argv is None else argv)
+    if previous is not None:
+        result = merge_results(previous, rows, argv=run_argv, seconds=seconds, epochs=args.epochs,
+                               seeds=args.seeds)
+    else:
+        comparisons = summarize(rows)
+        table = markdown_table(rows, comparisons, epochs=args.epochs, seeds=args.seeds)
+        result = {"argv": run_argv, "config": {**vars(args), "lams": lams}, "torch": torch.__version__,
+                  "rows": rows, "comparisons": comparisons, "table": table, "seconds": seconds}
     print()
-    print(table)
+    print(result["table"])
     print(f"test accuracy of {len(items)} runs in {seconds:.0f} s")
-    result = {"argv": list(sys.argv[1:] if argv is None else argv), "config": {**vars(args), "lams": lams},
-              "torch": torch.__version__, "rows": rows, "comparisons": comparisons, "table": table,
-              "seconds": seconds}
     if args.out:
         from teachers.spec_io import atomic_write
 
