@@ -182,7 +182,8 @@ def main(argv=None) -> tuple[list[dict], list[dict]]:
 
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(_rounded(result), separators=(",", ":"), default=_jsonable)  # compact: ~250 kB, not 540
+        text = json.dumps(_rounded(result), separators=(",", ":"), default=_jsonable,  # compact: ~250 kB, not 540
+                          allow_nan=False)
         atomic_write(out, lambda f: f.write(text.encode()), name="--json")
         print(f"wrote {out}")
     if args.out and rows:
@@ -192,10 +193,14 @@ def main(argv=None) -> tuple[list[dict], list[dict]]:
 
 
 def _rounded(obj, digits: int = 6):
-    """``obj`` with every finite float rounded to ``digits`` significant digits (the JSON's size)."""
+    """``obj`` with every finite float rounded to ``digits`` significant digits (the JSON's size), and every
+    non-finite one (NaN: not measured, e.g. a full-batch run's minibatch distance) as None, JSON's null:
+    ``NaN`` is not JSON, and strict readers refuse it."""
     if isinstance(obj, (float, np.floating)):
         v = float(obj)
-        return v if v == 0 or not math.isfinite(v) else float(f"{v:.{digits}g}")
+        if not math.isfinite(v):
+            return None
+        return v if v == 0 else float(f"{v:.{digits}g}")
     if isinstance(obj, dict):
         return {k: _rounded(v, digits) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -204,7 +209,7 @@ def _rounded(obj, digits: int = 6):
 
 
 def _jsonable(v):
-    """NaN-safe JSON for numpy scalars (json.dumps writes float NaN as NaN)."""
+    """Plain Python values for numpy scalars (the floats among them are rounded by :func:`_rounded` first)."""
     if isinstance(v, (np.integer, np.floating, np.bool_)):
         return v.item()
     raise TypeError(f"not JSON serializable: {type(v).__name__}")

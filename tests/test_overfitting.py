@@ -424,8 +424,9 @@ def test_example_training_table_and_json(tmp_path, capsys):
     mod.main(["--reps", "0", "--crossing-reps", "0", "--batch-sizes", "", "--out", "", "--train-ns", "8,16",
               "--train-seeds", "2", "--train-steps", "10", "--test-examples", "200", "--sgd-batch", "4",
               "--inits", "2", "--inits-reps", "4", "--crossing-ns", "8,64", "--json", str(out)])
-    data = json.loads(out.read_text())
+    data = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))  # strict JSON
     assert set(data["training"]) == {"main", "control", "sgd_b4"}
+    assert data["training"]["main"]["rows"][0]["tv_batch"] is None  # full batch: not measured, null
     assert [r["N"] for r in data["training"]["main"]["rows"]] == [8, 16]
     assert data["crossing_over_inits"]["inits"] == 2
     text = capsys.readouterr().out
