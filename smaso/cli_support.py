@@ -145,10 +145,7 @@ def _check_tent_memory(total: int, shard: str | None) -> None:
     from teachers.tent import check_tent_memory
 
     i, k = parse_shard(shard)
-    try:
-        check_tent_memory((i + 1) * total // k - i * total // k, "-n")
-    except ValueError as e:
-        raise ValueError(str(e).replace("shard='i/k'", "--shard i/k")) from None
+    check_tent_memory((i + 1) * total // k - i * total // k, "-n", "--shard i/k")
 
 
 def _check_store_target(out: str) -> None:

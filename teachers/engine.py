@@ -210,9 +210,11 @@ class DaskEngine(_Engine):
 def _scheduler_lost(error: Exception) -> bool:
     """The pass failed because the client lost its scheduler: Dask cancels every future with the reason
     ``scheduler-connection-lost`` once its reconnection window (the client's timeout) has passed."""
+    from distributed.client import FutureCancelledError
     from distributed.comm import CommClosedError
 
-    return isinstance(error, CommClosedError) or "scheduler-connection-lost" in str(error)
+    return isinstance(error, CommClosedError) or (isinstance(error, FutureCancelledError)
+                                                  and error.reason == "scheduler-connection-lost")
 
 
 def _missing_module(error: Exception) -> str | None:

@@ -61,14 +61,14 @@ MAX_SAMPLE_K = 40
 TENT_BYTES_PER_ROW = 56
 
 
-def check_tent_memory(rows: int, arg: str = "num_examples") -> None:
+def check_tent_memory(rows: int, arg: str = "num_examples", shard_arg: str = "shard='i/k'") -> None:
     """Refuse, before allocating them, ``rows`` tent examples that would not fit in the memory available now
-    (``arg`` names the argument in the message)."""
+    (``arg`` and ``shard_arg`` name the size and the sharding arguments in the message)."""
     need, have = rows * TENT_BYTES_PER_ROW, available_memory()
     if have is not None and need > have:
         raise ValueError(f"{arg}: {rows:,} tent examples held in memory need about {need / 1e9:.3g} GB and "
                          f"{have / 1e9:.3g} GB are available (about {have // TENT_BYTES_PER_ROW:,} examples fit); "
-                         "sample fewer, or in shards (shard='i/k'), one file each")
+                         f"sample fewer, or in shards ({shard_arg}), one file each")
 
 
 def tent(x):
