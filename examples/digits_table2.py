@@ -238,8 +238,10 @@ def _train(model: str, activation: str, orthogonality: str, lam: float, seed: in
         betas = [float(m.beta) for m in net if isinstance(m, BetaSwish)]
         defect = [orthogonality_defect(h.weight.flatten(1)).relative for h in hidden]
         conv_defect = conv_matrix_defect(list(hidden), sizes)
+        # how a penalty lowers itself: orthogonal rows, or smaller ones (conv_penalty where Eq 11 cannot hold)
+        filter_norm = [float(h.weight.flatten(1).norm(dim=1).mean()) for h in hidden]
     return {"seed": seed, "accuracy": acc, "train_loss": train_loss, "betas": betas, "defect": defect,
-            "conv_defect": conv_defect, "seconds": time.perf_counter() - t0}
+            "conv_defect": conv_defect, "filter_norm": filter_norm, "seconds": time.perf_counter() - t0}
 
 
 def _train_item(item: tuple[str, str, str, float, int], **kwargs) -> dict:
