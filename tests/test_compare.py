@@ -13,11 +13,11 @@ from smaso.student.reformulation import reformulate
 from teachers import Ladder, LadderSample, sample_ladder
 
 HISTORY_KEYS = {"step", "accuracy", "levels", "leaves", "loss", "P_source", "num_examples", "noise_groups",
-                "evaluation"}
+                "degenerate", "evaluation"}
 TERM_KEYS = {"F_propagated", "G_propagated", "dW_propagated", "F_local", "G_local", "dW_local", "F_local_focus",
              "F_local_decorrelation", "G_local_broadness", "G_local_decorrelation", "dW_local_focus",
              "dW_local_decorrelation", "decorrelation_fwd", "decorrelation_bwd", "decorrelation_dW"}
-LEVEL_KEYS = {"level", "regions", "events", "edges", "nodes", "empty_events", "within_noise", *TERM_KEYS,
+LEVEL_KEYS = {"level", "regions", "events", "edges", "nodes", "empty_events", "dead_nodes", "within_noise", *TERM_KEYS,
               *(f"{k}_floor" for k in TERM_KEYS)}
 ERROR_KEYS = ("F_propagated", "G_propagated", "dW_propagated", "F_local", "G_local", "dW_local")
 

@@ -214,7 +214,7 @@ def test_the_leaky_ladder_samples_coupled_across_eps_and_round_trips_its_spec(tm
 def _edge_terms(stats, reps, level: int) -> list[tuple[float, float]]:
     """``(focus, floor)`` per edge into ``level``: the diagnosis's focus term restricted to one edge, with the
     jackknife floor of that edge's difference vector (:func:`~smaso.student.noise.norm_floor`)."""
-    v, m, mask = _condition_terms(stats)[level]["focus"]
+    v, m, mask, _ = _condition_terms(stats)[level]["focus"]
     rv = [_condition_terms(r)[level]["focus"][0] for r in reps]
     out = []
     for e in range(v.shape[0]):

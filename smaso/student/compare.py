@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from smaso.student.alignment import accumulate_alignment, alignment_rows
-from smaso.student.diagnosis import CONTRIBUTIONS, compare_statistics_to_theory, diagnose
+from smaso.student.diagnosis import CONTRIBUTIONS, compare_statistics_to_theory, diagnose, nonfinite_statistics
 from smaso.student.frequency import FrequencyStatistics, ReplicateAccumulator, accumulate_statistics, collect_statistics
 from smaso.student.network import LadderStudent, _check_float_dtype
 from smaso.student.reformulation import Reformulation, reformulate
@@ -87,6 +87,16 @@ class ComparisonResult:
     seconds: float = 0.0
     stopped_at: int | None = None
 
+    def max_error(self, keys: Sequence[str] | None = None) -> float:
+        """The largest of ``keys`` (default :data:`ERROR_KEYS`: the errors of Eq 9, full recursion and one step) over
+        every level and checkpoint: the run's worst error, as Thm 3's exactness is checked.  NaN where any of them is
+        undefined (a 0/0 of a dead level, ``history[i]["degenerate"]`` says why): a degenerate run is never exact."""
+        values = [row[k] for h in self.history for row in h["levels"] for k in (ERROR_KEYS if keys is None else keys)
+                  if k in row]
+        if not values:
+            raise ValueError("result: no checkpoint holds the errors asked for")
+        return math.nan if any(math.isnan(v) for v in values) else max(values)
+
     def final(self) -> dict:
         """The last checkpoint's row of :attr:`history` (step, accuracy, per-level errors, diagnosis)."""
         return self.history[-1]
@@ -150,15 +160,21 @@ class ComparisonResult:
         if every < 1:
             raise ValueError(f"every: expected a positive integer, got {every!r}")
         hist = self.history
+        last = hist[-1]
         acc = {"held-out": "held-out acc", "training": " train acc"}.get(hist[-1].get("evaluation"), "  accuracy")
         lines = [f"step    loss {acc} | relative error of the reformulation, mean over levels (F / G~ / dW)"]
         for h in hist[::every] if hist[-1] in hist[::every] else [*hist[::every], hist[-1]]:
             mean = _mean_errors(h["levels"])
             lines.append(f"{h['step']:5d} {h['loss']:8.4f}   {h['accuracy']:10.4f} | "
-                         f"{mean['F']:9.2e} {mean['G']:9.2e} {mean['dW']:9.2e}")
+                         + " ".join(f"{'n/a':>9}" if math.isnan(mean[q]) else f"{mean[q]:9.2e}" for q in mean))
+        degenerate = [h for h in hist if h.get("degenerate")]
+        if degenerate:
+            lines.append(f"n/a: some numbers are undefined (a 0/0, not an exact prediction) at {len(degenerate)} of "
+                         f"{len(hist)} checkpoints, steps {degenerate[0]['step']}..{degenerate[-1]['step']}"
+                         + (" (why: below)" if last_checkpoint and last.get("degenerate") else
+                            ": " + "; ".join(degenerate[-1]["degenerate"])))
         if not last_checkpoint:
             return "\n".join(lines)
-        last = hist[-1]
         floors = "noise_groups" in last
         w = 17 if floors else 8
         lines += ["",
@@ -186,6 +202,9 @@ class ComparisonResult:
         keys = ("decorrelation_fwd", "decorrelation_bwd", "decorrelation_dW", "focus", "broadness")
         for r in [*last["levels"], {**last["leaves"], "level": "leaves"}]:
             lines.append(f"{r['level']:>5} " + " ".join(self._fmt(r, k) for k in keys))
+        if last.get("degenerate"):
+            lines += ["", "n/a: undefined (NaN in the JSON), which says nothing about the reformulation; why:",
+                      *(f"  - {why}" for why in last["degenerate"])]
         if "eq7" in last:
             e7 = last["eq7"]
             verdict = "holds for every class" if e7["holds"] else "FAILS"
@@ -200,8 +219,8 @@ class ComparisonResult:
     def _fmt(row: dict, key: str) -> str:
         """``value [floor]*`` (the star: within noise), or ``-`` where the number is not defined."""
         floors = f"{key}_floor" in row or "within_noise" in row
-        if key not in row:
-            return f"{'-':>{17 if floors else 8}}"
+        if key not in row or math.isnan(row[key]):  # not measured here, or undefined (its reason is listed)
+            return f"{'-' if key not in row else 'n/a':>{17 if floors else 8}}"
         if not floors:
             return f"{row[key]:8.2e}"
         star = "*" if key in row.get("within_noise", ()) else "?" if key in row.get("floor_over_estimated", ()) else " "
@@ -445,10 +464,11 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
             stats = state.result() if hasattr(state, "result") else state
             reps = None if noise_groups is None else list(state.leave_one_out())
             report = compare_statistics_to_theory(student, stats, P_source=P_source, loss=loss, replicates=reps)
-            bad = [f"level {r['level']} {k}" for r in report["levels"] for k, v in r.items()
-                   if isinstance(v, float) and math.isnan(v)]
-            if bad or not math.isfinite(stats.loss):
-                raise TrainingDiverged(f"step {step}: the statistics are not finite ({', '.join(bad[:3]) or 'loss'}); "
+            # NaN or inf in a statistic is a diverged run; a number undefined by a 0/0 (a dead level) is reported as
+            # NaN with its reason (report["degenerate"]), not raised: the run's state is what it is
+            bad = nonfinite_statistics(stats)
+            if bad:
+                raise TrainingDiverged(f"step {step}: the statistics are not finite ({', '.join(bad[:3])}); "
                                        "lower lr, or use BN")
             row = {"step": step, "accuracy": acc, "evaluation": evaluation, **report}
             if alignment is not None:
@@ -528,7 +548,7 @@ def _noise_row(sigma: float, ladder: Ladder | Callable[[float], Ladder], n: int,
         student_kwargs = {**student_kwargs, "held_out": sample_ladder(lad, int(n), int(seed) + 1, progress=False)}
     res = compare_student(sample, seed=student_seed, progress=False, **student_kwargs)
     last = res.final()
-    worst = max(row[k] for h in res.history for row in h["levels"] for k in ERROR_KEYS)
+    worst = res.max_error()
     return {"sigma": sigma, "step": last["step"], "accuracy": last["accuracy"], "loss": last["loss"],
             "levels": last["levels"], "leaves": last["leaves"], "max_error": worst, "seconds": res.seconds}
 
@@ -560,8 +580,9 @@ def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[flo
     :param student_kwargs: passed to :func:`compare_student` (width, batch_norm, steps, lr, ...); without
         ``held_out``, each level is evaluated on ``n`` fresh rows (stream ``seed + 1``), never trained on.
     :returns: one row per sigma, in the given order: ``sigma``, ``accuracy``, ``loss``, ``step``,
-        ``levels`` and ``leaves`` (as in :func:`compare_statistics_to_theory`), ``max_error`` (the largest
-        of :data:`ERROR_KEYS` over every level and checkpoint of the run) and ``seconds``.
+        ``levels`` and ``leaves`` (as in :func:`compare_statistics_to_theory`), ``max_error``
+        (:meth:`ComparisonResult.max_error`: the largest of :data:`ERROR_KEYS` over every level and checkpoint of the
+        run, NaN if one is undefined) and ``seconds``.
     """
     sig = _check_sigmas(sigmas)
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n <= 0:

@@ -22,32 +22,113 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
-from smaso.student.frequency import FrequencyStatistics
+from smaso.student.frequency import FrequencyStatistics, PerEventMeans
 from smaso.student.network import LadderStudent
 from smaso.student.noise import ROUNDOFF, WITHIN_NOISE, norm_floor
 from smaso.student.reformulation import eq7_signs, reformulate
 from teachers.statistics import EventStatistics, exact_statistics, level_edge_index
 
-__all__ = ["CONTRIBUTIONS", "compare_statistics_to_theory", "diagnose"]
+__all__ = ["CONTRIBUTIONS", "compare_statistics_to_theory", "dead_nodes", "degenerate", "diagnose",
+           "nonfinite_statistics"]
 
 
-# A measured number is ||v|| / ||m|| over rows ``mask``: ``_Term(v, m, mask)``.
-_Term = tuple
+class _Term(NamedTuple):
+    """A reported number ``||v[mask]|| / ||m[mask]||``: the difference vector ``v``, the measured statistic ``m``
+    it is relative to, the rows ``mask`` that enter both norms (None: all), and ``what`` names ``m`` (``"level 2:
+    G~"``) for the reason given when the number is undefined."""
+
+    v: torch.Tensor
+    m: torch.Tensor
+    mask: torch.Tensor | None
+    what: str
 
 
 def _norm(t: torch.Tensor, mask) -> float:
     return float((t if mask is None else t[mask]).norm())
 
 
-def _value(term: _Term) -> float:
-    v, m, mask = term
-    num, den = _norm(v, mask), _norm(m, mask)
-    if den == 0:
-        return 0.0 if num == 0 else math.inf
-    return num / den
+def dead_nodes(stats: PerEventMeans) -> list[torch.Tensor]:
+    """The nodes whose gate is off on every row measured: ``(R_l, n_l)`` bool per level ``l = 0..d-1``.
+
+    A node is dead when E[s | z] = 0 at every event seen (s its gate, ``D``): for ReLU-type gates, s(u) = 1[u > 0]
+    was 0 on each of the ``stats.num_examples`` rows, so the node's output and its gradient are 0 there.  (The
+    linear output level and gates that are never exactly 0, such as SiLU's, have no dead nodes.)
+    """
+    out = []
+    for cnt, d in zip(stats.counts, stats.means["D"], strict=False):
+        if d is None:
+            continue
+        seen = (cnt > 0)[..., None]
+        out.append(((d == 0) | ~seen).all(-2) & seen.any(-2))
+    return out
+
+
+def nonfinite_statistics(stats: FrequencyStatistics) -> list[str]:
+    """The measured statistics holding a NaN or an infinity, named ``"G at level 2"`` (and ``"loss"``): a diverged
+    run, never a degenerate one (whose statistics are finite and some of whose ratios are 0/0)."""
+    named = [(f"{k} at level {l}", t) for k, ts in stats.means.items() for l, t in enumerate(ts)]
+    named += [(f"{k} at level {l}", t) for k in ("Fc", "Gp_tilde", "dW") for l, t in enumerate(getattr(stats, k))]
+    named = [(name, t) for name, t in named if t is not None]
+    finite = torch.stack([torch.isfinite(t).all().cpu() for _, t in named]).tolist()  # one read, not one per tensor
+    return [name for (name, _), ok in zip(named, finite, strict=True) if not ok] + \
+        ([] if math.isfinite(stats.loss) else ["loss"])
+
+
+def _liveness(stats: PerEventMeans) -> list[str]:
+    """Each level with dead nodes, in words: what explains a number that is 0/0."""
+    out = []
+    for l, dead in enumerate(dead_nodes(stats)):
+        k, total = int(dead.sum()), dead.numel()
+        if k:
+            out.append(f"level {l}: {'every node' if k == total else f'{k} of {total} nodes'} dead (gate off on all "
+                       f"{stats.num_examples} rows)")
+    return out
+
+
+#: Why a number is undefined, by the state of its terms (``_measure``).
+_WHY = {"nonfinite": "not finite", "unseen": "no event seen", "zero": "= 0 at every event seen",
+        "zero_pred": "= 0 at every event seen while its prediction is not"}
+
+
+def _measure(term: _Term) -> tuple[float, str | None]:
+    """``(||v|| / ||m||, None)``, or ``(NaN, reason)`` where that ratio is 0/0, infinite or not finite."""
+    num, den = _norm(term.v, term.mask), _norm(term.m, term.mask)
+    why = ("nonfinite" if not (math.isfinite(num) and math.isfinite(den)) else
+           "unseen" if term.mask is not None and not bool(term.mask.any()) else
+           None if den > 0 else "zero" if num == 0 else "zero_pred")
+    return (num / den, None) if why is None else (math.nan, f"{term.what} {_WHY[why]}")
+
+
+def _measure_row(terms: dict[str, _Term]) -> dict:
+    """The numbers of one row, with ``undefined`` (key -> reason) for those that are NaN."""
+    row, undefined = {}, {}
+    for k, t in terms.items():
+        row[k], why = _measure(t)
+        if why is not None:
+            undefined[k] = why
+    if undefined:
+        row["undefined"] = undefined
+    return row
+
+
+def degenerate(levels: Sequence[dict], leaves: dict | None = None, causes: Sequence[str] = ()) -> list[str]:
+    """Why some numbers of ``levels`` and ``leaves`` (rows of :func:`compare_statistics_to_theory` or
+    :func:`diagnose`) are undefined, in words: empty when every number is defined.  Otherwise ``causes`` (such as
+    the dead levels) first, then the undefined statistics grouped by reason (``"level 1 Fbar, level 1 G~ = 0 at
+    every event seen"``).  A comparison with any is degenerate: its NaNs say nothing about the reformulation
+    (a dead level's 0/0 is not an exact prediction)."""
+    grouped: dict[str, dict[str, None]] = {}
+    for row in [*levels, *([] if leaves is None else [leaves])]:
+        for why in row.get("undefined", {}).values():
+            what, reason = next((why[: -len(r) - 1], r) for r in _WHY.values() if why.endswith(r))
+            grouped.setdefault(reason, {})[what] = None
+    if not grouped:
+        return []
+    return [*causes, *(f"{', '.join(whats)} {reason}" for reason, whats in grouped.items())]
 
 
 def _condition_terms(stats: FrequencyStatistics, bn_before: Sequence[bool] | None = None,
@@ -72,23 +153,28 @@ def _condition_terms(stats: FrequencyStatistics, bn_before: Sequence[bool] | Non
         row: dict[str, _Term] = {}
         if l < d:
             if bn_before is not None and bn_before[l]:
-                row["decorrelation_fwd"] = (m["D"][l] * m["F"][l] - m["Fbar"][l], m["Fbar"][l], seen[l])
+                row["decorrelation_fwd"] = _Term(m["D"][l] * m["F"][l] - m["Fbar"][l], m["Fbar"][l], seen[l],
+                                                 f"level {l} Fbar")
             else:
-                row["decorrelation_fwd"] = (m["D"][l] * m["U"][l] - m["F"][l], m["F"][l], seen[l])
-                row["decorrelation_bwd"] = (m["Dp"][l] * m["Gf"][l] - m["G"][l], m["G"][l], seen[l])
+                row["decorrelation_fwd"] = _Term(m["D"][l] * m["U"][l] - m["F"][l], m["F"][l], seen[l],
+                                                 f"level {l} F")
+                row["decorrelation_bwd"] = _Term(m["Dp"][l] * m["Gf"][l] - m["G"][l], m["G"][l], seen[l],
+                                                 f"level {l} G")
             # Delta W = E[f_k g_j] = sum_a P(a) E[f_k | a] E[g_j | a] needs f_k, g_j uncorrelated given
             # z_alpha (the step from Eq 63 to Eq 64): E[fbar_child | z_parent]^T G~_parent against Delta W, per edge
             fcg = torch.einsum("eak,eaj->ekj", stats.Fc[l + 1].to(dt), G_tilde[l].index_select(0, edges[l][0]))
             dW = stats.dW[l].to(dt)
-            row["decorrelation_dW"] = (fcg - dW, dW, None)
+            row["decorrelation_dW"] = _Term(fcg - dW, dW, None, f"level {l} Delta W")
         if l >= 1:
             par, chi = edges[l - 1]
             Pd, fc = P_down[l].to(dt), stats.Fc[l].to(dt)
-            row["focus"] = (torch.einsum("eab,ebk->eak", Pd, m["Fbar"][l].index_select(0, chi)) - fc, fc,
-                            seen[l - 1].index_select(0, par))
+            row["focus"] = _Term(torch.einsum("eab,ebk->eak", Pd, m["Fbar"][l].index_select(0, chi)) - fc, fc,
+                                 seen[l - 1].index_select(0, par),
+                                 f"level {l} E[fbar | z_parent]")
             gp = stats.Gp_tilde[l].to(dt)
-            row["broadness"] = (torch.einsum("eab,eaj->ebj", Pd, G_tilde[l - 1].index_select(0, par)) - gp, gp,
-                                seen[l].index_select(0, chi))
+            row["broadness"] = _Term(torch.einsum("eab,eaj->ebj", Pd, G_tilde[l - 1].index_select(0, par)) - gp,
+                                     gp, seen[l].index_select(0, chi),
+                                     f"level {l} G~ of the parents")
         out.append(row)
     return out
 
@@ -105,7 +191,7 @@ def diagnose(stats: FrequencyStatistics, student: LadderStudent | None = None) -
     :param student: the student, needed only when its BN sits before the gate (``batch_norm="before"``).
     """
     terms = _condition_terms(stats, None if student is None else _bn_before(student))
-    return [{"level": l, **{k: _value(t) for k, t in row.items()}} for l, row in enumerate(terms)]
+    return [{"level": l, **_measure_row(row)} for l, row in enumerate(terms)]
 
 
 #: The one-step error of each quantity and the two exact parts it splits into (module docstring).
@@ -130,22 +216,23 @@ def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P, los
         Fm, dWm = stats.Fbar[l].to(dt), stats.dW[l].to(dt)
         D, Dp = stats.D[l].to(dt), stats.Dp[l].to(dt)
         row: dict[str, _Term] = {}
+        what = {"F": f"level {l} Fbar", "G": f"level {l} G~", "dW": f"level {l} Delta W"}
         for kind, pr in preds.items():
-            row[f"F_{kind}"] = (pr.Fbar[l] - Fm, Fm, seen)
-            row[f"G_{kind}"] = (pr.G_tilde[l] - G_meas[l], G_meas[l], seen)
-            row[f"dW_{kind}"] = (pr.dW[l] - dWm, dWm, None)
+            row[f"F_{kind}"] = _Term(pr.Fbar[l] - Fm, Fm, seen, what["F"])
+            row[f"G_{kind}"] = _Term(pr.G_tilde[l] - G_meas[l], G_meas[l], seen, what["G"])
+            row[f"dW_{kind}"] = _Term(pr.dW[l] - dWm, dWm, None, what["dW"])
         # the one-step errors split exactly into a part per condition, pred - meas = a + b (docs/theory.md §1.5)
         if student.bn_params(l) is None:
-            row["F_local_focus"] = (D * (local.U[l] - stats.U[l].to(dt)), Fm, seen)
-            row["F_local_decorrelation"] = (conditions[l]["decorrelation_fwd"][0], Fm, seen)
+            row["F_local_focus"] = _Term(D * (local.U[l] - stats.U[l].to(dt)), Fm, seen, what["F"])
+            row["F_local_decorrelation"] = _Term(conditions[l]["decorrelation_fwd"].v, Fm, seen, what["F"])
         if l == 0 or student.bn_params(l) is None:
             gf_tilde = stats.Gf[l].to(dt) * p[l][..., None]
-            row["G_local_broadness"] = (local.G_tilde[l] - Dp * gf_tilde, G_meas[l], seen)
-            row["G_local_decorrelation"] = (Dp * gf_tilde - G_meas[l], G_meas[l], seen)
+            row["G_local_broadness"] = _Term(local.G_tilde[l] - Dp * gf_tilde, G_meas[l], seen, what["G"])
+            row["G_local_decorrelation"] = _Term(Dp * gf_tilde - G_meas[l], G_meas[l], seen, what["G"])
         par = student.edge_index(l)[0].cpu()
-        row["dW_local_focus"] = (torch.einsum("eak,eaj->ekj", conditions[l + 1]["focus"][0],
-                                              G_meas[l].index_select(0, par)), dWm, None)
-        row["dW_local_decorrelation"] = (conditions[l]["decorrelation_dW"][0], dWm, None)
+        row["dW_local_focus"] = _Term(torch.einsum("eak,eaj->ekj", conditions[l + 1]["focus"].v,
+                                                   G_meas[l].index_select(0, par)), dWm, None, what["dW"])
+        row["dW_local_decorrelation"] = _Term(conditions[l]["decorrelation_dW"].v, dWm, None, what["dW"])
         row.update(conditions[l])
         levels.append(row)
     return levels, conditions[d]
@@ -174,14 +261,15 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
     lad = stats.ladder
     masks = stats.event_mask
     levels_t, leaves_t = _comparison_terms(student, stats, stats.P if exact is None else exact, loss)
-    levels, leaves = [], {"level": lad.depth, **{k: _value(t) for k, t in leaves_t.items()}}
+    levels, leaves = [], {"level": lad.depth, **_measure_row(leaves_t)}
+    dead = dead_nodes(stats)
     for l, terms in enumerate(levels_t):
         levels.append({"level": l, "regions": lad.num_regions[l], "events": lad.events[l],
                        "edges": student.num_edges(l), "nodes": student.widths[l],
                        "empty_events": int(((stats.counts[l] == 0) & masks[l]).sum()),
-                       **{k: _value(t) for k, t in terms.items()}})
+                       "dead_nodes": int(dead[l].sum()), **_measure_row(terms)})
     out = {"levels": levels, "leaves": leaves, "loss": stats.loss, "P_source": P_source,
-           "num_examples": stats.num_examples}
+           "num_examples": stats.num_examples, "degenerate": degenerate(levels, leaves, _liveness(stats))}
     if student.widths[0] == lad.events[0]:
         # g_j(y = j) > 0 > g_j(y != j) per class (Eq 7): guaranteed for softmax cross-entropy, not for the squared
         # loss (it needs E[f_j | y = j] < 1 and E[f_j | y != j] > 0; docs/theory.md §1.0), so measured for both
@@ -194,8 +282,8 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
         has_bn = any(student.bn_params(l) is not None for l in range(lad.depth))
         for l, (row, terms) in enumerate([*zip(levels, levels_t, strict=True), (leaves, leaves_t)]):
             rep_terms = [r[0][l] if l < lad.depth else r[1] for r in reps]
-            for k, (_, m, mask) in terms.items():
-                row[f"{k}_floor"] = norm_floor([r[k][0] for r in rep_terms], _norm(m, mask), mask)
+            for k, t in terms.items():
+                row[f"{k}_floor"] = norm_floor([r[k].v for r in rep_terms], _norm(t.m, t.mask), t.mask)
             # predictions through Eq 12 renormalize each replicate, so their floors are over-estimates
             # (smaso.student.noise): never call such a number "within noise"
             inflated = {k for k in terms if has_bn and l < lad.depth and (k.endswith("_propagated") or (

@@ -76,8 +76,8 @@ def norm_floor(replicates: Sequence[torch.Tensor], denominator: float, mask: tor
         se = se[mask]
     se = torch.nan_to_num(se, nan=0.0)  # an event missing from some replicate: no information there
     num = float(se.norm())
-    if denominator == 0:
-        return 0.0 if num == 0 else math.inf
+    if denominator == 0 or not math.isfinite(denominator):  # the number itself is undefined (diagnosis: NaN)
+        return math.nan
     return num / denominator
 
 
