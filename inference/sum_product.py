@@ -69,7 +69,7 @@ class _Group:
     index: torch.Tensor
 
 
-@dataclass
+@dataclass(eq=False)
 class TreePlan:
     """A tree ladder's tables on one device in the level layout (module docstring); build with :func:`tree_plan`.
 
@@ -81,7 +81,7 @@ class TreePlan:
     the emission's ``(R_d, m_d, dim)`` temporary (0 for one-hot leaves, which skip it): for chunking.
     """
 
-    ladder: Ladder
+    ladder_ref: weakref.ref
     device: torch.device
     mode: str
     depth: int
@@ -99,22 +99,19 @@ class TreePlan:
     per_example: int = 0
     emission_elements: int = 0
 
-
-def _versions(ladder: Ladder) -> tuple:
-    """The version counters of the tensors a plan is built from (an in-place change of a table rebuilds it)."""
-    if ladder.mode == TOPDOWN:
-        first, stacked, parts = ladder.prior, ladder.tables, ladder.region_tables[1:]
-    else:
-        first, stacked, parts = ladder.leaf_prior, ladder.lookup, ladder.lookups
-    out = [first._version]
-    for t, ts in zip(stacked, parts, strict=True):
-        out += [t._version] if t is not None else [r._version for r in ts]
-    return tuple(out)
+    @property
+    def ladder(self) -> Ladder:
+        """The plan's ladder.  Held weakly: the plans are cached per ladder in a weak-key dictionary, and a plan
+        that held its ladder would keep it (and its device tables) alive forever."""
+        lad = self.ladder_ref()
+        if lad is None:  # pragma: no cover - a plan is only reached through its (live) ladder
+            raise RuntimeError("TreePlan: its ladder no longer exists")
+        return lad
 
 
 def tree_plan(ladder: Ladder, device: torch.device) -> TreePlan:
     """The :class:`TreePlan` of a tree ladder on ``device`` (cached per ladder object, device and table versions)."""
-    key = _versions(ladder)
+    key = ladder.state_key()
     per = _PLANS.setdefault(ladder, {})
     plan = per.get(device)
     if plan is None or plan.key != key:
@@ -126,7 +123,7 @@ def _build(ladder: Ladder, device: torch.device, key: tuple) -> TreePlan:
     if not ladder.is_tree():
         raise ValueError("tree_plan: regions of this ladder have several parents; use the junction tree")
     d, R, M = ladder.depth, ladder.num_regions, ladder.events
-    p = TreePlan(ladder, device, ladder.mode, d, tuple(R), tuple(M), key=key)
+    p = TreePlan(weakref.ref(ladder), device, ladder.mode, d, tuple(R), tuple(M), key=key)
     f64 = dict(device=device, dtype=torch.float64)
     if ladder.mode == TOPDOWN:
         p.prior = ladder.prior.to(**f64)

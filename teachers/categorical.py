@@ -1,10 +1,19 @@
-"""Fast exact categorical sampling from many precomputed rows (Walker's alias method).
+"""Fast categorical sampling from many precomputed rows (Walker's alias method), exact to a stated resolution.
 
 A ladder's conditional tables hold a few thousand rows P(z_child | z_parent = a) but are sampled hundreds of
 millions of times; the alias method needs one uniform number, two table look-ups and a comparison per draw,
 whatever the number of events (``benchmarks/bench_ladder_sampling.py`` compares it with
 ``torch.multinomial``).  :class:`AliasTable` holds the tables of a stack of rows; :class:`IndexedCategorical` is
 the Pyro distribution of row ``row[i]`` of a shared :class:`CategoricalTable`, never materialized per draw.
+
+Resolution.  A draw is a function of one uniform u, and torch's uniforms lie on a grid: ``i 2^-24`` in float32
+(rows of at most 256 events, for speed), ``i 2^-53`` in float64 (more events).  So the sampler's distribution is
+the table's only up to :attr:`AliasTable.resolution`, ``m 2^-23`` (float32) or ``m 2^-52`` (float64) per event
+in absolute terms (an event of probability 1e-9 in a 4-event row is drawn with probability 0 or 2^-24 = 6e-8,
+not 1e-9).  ``tests/test_caches_and_resolution.py`` checks the bound on the exact distribution of the float32
+sampler, enumerated over all 2^24 uniforms.  Tables that need finer probabilities than that are sampled at
+that resolution: the likelihoods, posteriors and exact statistics (:mod:`inference`, :mod:`teachers.statistics`)
+use the tables themselves, in float64.
 """
 
 from __future__ import annotations
@@ -113,6 +122,8 @@ class AliasTable:
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         m = self.num_events
         self.uniform_dtype = torch.float32 if m <= _FLOAT32_MAX_EVENTS else torch.float64
+        #: The most any event's probability under :meth:`sample` can differ from its table value (module docstring)
+        self.resolution = m * 2.0 ** (-23 if self.uniform_dtype == torch.float32 else -52)
         # Store k + threshold[k]: the draw u*m lands in cell k = floor(u*m) and keeps the
         # cell when u*m < k + threshold[k], which saves one subtraction per draw.
         cut = np.arange(m)[None, :] + threshold
@@ -132,9 +143,16 @@ class AliasTable:
         :returns: event indices, same shape as ``row``, dtype ``event_dtype`` (uint8 when
             m <= 256, else int32).
         """
+        u = uniform(row.shape, generator, dtype=self.uniform_dtype, device=self.device)
+        return self.sample_from_uniforms(u, row)
+
+    def sample_from_uniforms(self, u: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+        """The draws that the uniforms ``u`` in [0, 1) (``uniform_dtype``, one per entry of ``row``) give: what
+        :meth:`sample` does with its own uniforms.  Over every uniform of the grid (all ``i 2^-24`` for float32),
+        it gives the sampler's exact distribution (:attr:`resolution`).  ``u`` is overwritten."""
         shape = row.shape
         m = self.num_events
-        um = uniform(shape, generator, dtype=self.uniform_dtype, device=self.device).reshape(-1).mul_(m)
+        um = u.reshape(-1).mul_(m)
         k = um.to(self.index_dtype)  # float -> int32 is ~4x faster than float -> uint8 on CPU
         if not self._exact_scale:
             k.clamp_(max=m - 1)  # u < 1 always, but u * m can round up to m

@@ -471,6 +471,19 @@ class Ladder(LadderConstructors, LadderSpecIO):
         """Bottom-up: ``lookups[l][i]`` ``(prod child m,)`` int64 for every region above the leaves."""
         return self._per_level("lookups", self._lookup, lambda levels: tuple(map(tuple, levels)))
 
+    def state_key(self) -> tuple:
+        """A key that changes whenever the teacher might: the identity and version counter of every tensor that
+        defines it (prior or leaf priors, every level's tables or lookups, the emission's parameters), so that an
+        in-place edit of a table, or a table or emission put in place of another, is seen.  Caches of values
+        computed from the tables (:meth:`fingerprint`, :func:`inference.sum_product.tree_plan`) are keyed by it
+        and never serve a stale value."""
+        tensors = [self.prior, self._leaf_prior]
+        for levels in (self._tables, self._lookup):
+            for t in levels or ():
+                tensors += [t] if isinstance(t, torch.Tensor) else list(t)
+        tensors += [v for v in vars(self.emission).values() if isinstance(v, torch.Tensor)]
+        return (id(self.emission), *((id(t), t._version) for t in tensors if isinstance(t, torch.Tensor)))
+
     # ------------------------------------------------------------------ for people
     def describe(self) -> str:
         """A few lines for people: mode, depth, regions, events and branching (or parents) per level."""

@@ -35,8 +35,10 @@ class LadderSpecIO:
         """SHA-256 of the whole specification (structure, mode, emission and every table's dtype, shape and
         bytes): equal for two ladders exactly when they define the same teacher, the check used before
         counts or statistics of two samples are merged."""
-        if "fingerprint" in self._cache:
-            return self._cache["fingerprint"]
+        key = self.state_key()  # (an in-place edit of a table changes the fingerprint)
+        cached = self._cache.get("fingerprint")
+        if cached is not None and cached[0] == key:
+            return cached[1]
         h = hashlib.sha256()
 
         def feed(obj) -> None:
@@ -60,8 +62,8 @@ class LadderSpecIO:
                 h.update(json.dumps(obj).encode())
 
         feed(self.to_dict())
-        self._cache["fingerprint"] = h.hexdigest()
-        return self._cache["fingerprint"]
+        self._cache["fingerprint"] = key, h.hexdigest()
+        return h.hexdigest()
 
     def to_dict(self) -> dict:
         """The spec (format ``smaso-ladder``, version 2): lists, ints and strings plus tensors (see
