@@ -209,11 +209,12 @@ def test_a_dead_network_is_marked_not_scored():
         assert (al.spec_node[l] == -1).all() and al.constant[l].all()
     rows = al.summary()
     assert [r["dead"] for r in rows] == [0, 16, 32]  # the output level has no gate: constant, not dead
-    assert [r["constant"] for r in rows] == [4, 0, 0]
+    assert [r["constant"] for r in rows] == [4, 16, 32]
     assert all(r["indicators"] == 0 and r["matched"] == 0 and math.isnan(r["eta2"]) for r in rows)
     assert rows[1]["eta2_nan"] == 16 and rows[1]["mi_nan"] == 16
-    assert "16 of 16 nodes dead (gate never on over 2000 rows)" in al.reasons(1)[0]
-    assert "4 of 4 nodes with a constant output" in al.reasons(0)[0]
+    assert al.reasons(1)[0] == ("level 1: 16 of 16 nodes dead (gate never on over 2000 rows); 16 of 16 with a "
+                                "constant output: eta2, corr and MI NaN, left out of the medians")
+    assert al.reasons(0)[0] == "level 0: 4 of 4 with a constant output: eta2 and corr NaN, left out of the medians"
     assert "spec_node -1" in al.reasons(2)[1]
 
 
@@ -476,15 +477,24 @@ def test_compare_student_measures_alignment_on_held_out_rows():
     rows = [h["alignment"] for h in r.history]
     assert len(rows) == 3 and all(len(a) == g.depth + 1 for a in rows)
     assert all(0 <= a["probe"] <= 1 and 0 < a["probe_chance"] <= 1 and a["eta2"] >= 0 for a in rows[-1])
+    # at the first checkpoint every best match is the one at initialisation
+    assert all(a["kept"] == 1.0 and a["init_rank"] == 0 and a["kept_of"] == a["indicators"] for a in rows[0])
+    assert all(0 <= a["matched"] <= a["indicators"] <= 16 and a["threshold"] == 0.95  # (4 regions x 4 events)
+               for a in rows[-1])
     table = r.alignment_table(checkpoints=2)
-    assert table.count("\n") == 2 * (g.depth + 1) and table.splitlines()[1].startswith("   0")
+    lines = table.splitlines()
+    assert "match |  kept |  dead |" in lines[0] and lines[1].startswith("   0")
+    assert len([ln for ln in lines if ln[:4].strip().isdigit()]) == 2 * (g.depth + 1)
+    assert all(ln.startswith("  step 6, level ") for ln in lines[1 + 2 * (g.depth + 1):])
     with pytest.raises(ValueError, match="alignment"):
         compare_student(train, held_out=False, steps=1,
                         alignment=sample_ladder(Ladder.random(depth=2, seed=0), 50, 0))
     with pytest.raises(ValueError, match="no checkpoint"):
         compare_student(train, held_out=False, width=4, steps=1, noise_groups=None).alignment_table()
-    # each checkpoint's rows are alignment_report's of the student then (here: the last one)
-    want = alignment_report(r.student, held.inputs(dtype=torch.float64), held.z.long())
+    # each checkpoint's rows are alignment_report's of the student then, its best matches ranked at initialisation
+    x, z = held.inputs(dtype=torch.float64), held.z.long()
+    init, _ = collect_alignment(LadderStudent(g, 4, readout=8, seed=0, dtype=F64), x, z)
+    want = alignment_report(r.student, x, z, init=init)
     assert str(rows[-1]) == str(want)  # (str: NaN entries compare equal)
 
 

@@ -71,9 +71,9 @@ from smaso.student.frequency import (
 from smaso.student.mergeable import MergeableSums
 from smaso.student.network import LadderStudent, StudentRecord, _check_student
 
-__all__ = ["DEFAULT_CONTROLS", "DEFAULT_THRESHOLD", "VARIABLES", "Alignment", "AlignmentAccumulator", "LinearProbe",
-           "accumulate_alignment", "alignment_report", "alignment_rows", "best_match_ranks", "collect_alignment",
-           "node_variable", "undefined_note"]
+__all__ = ["DEFAULT_CONTROLS", "DEFAULT_THRESHOLD", "TABLE_LEGEND", "VARIABLES", "Alignment", "AlignmentAccumulator",
+           "LinearProbe", "accumulate_alignment", "alignment_report", "alignment_rows", "best_match_ranks",
+           "collect_alignment", "node_variable", "undefined_note"]
 
 #: Other regions of the same level each region's control statistics use.
 DEFAULT_CONTROLS = 4
@@ -81,6 +81,16 @@ DEFAULT_CONTROLS = 4
 #: threshold: luckmatters ``student_specialization/visualization/visualize.py``; their training log counts
 #: the nodes at or above 0.9).
 DEFAULT_THRESHOLD = 0.95
+#: The columns of :meth:`~smaso.student.compare.ComparisonResult.alignment_table`, in plain words (``smaso demo``
+#: prints it under the table).
+TABLE_LEGEND = (
+    "columns: eta2 = share of a node's variance explained by its region's event (median over nodes) [the same "
+    "against\n  the neighbouring regions' events] (what a node unrelated to every event reads); MI = bits its on/off "
+    "state carries\n  about the event; spec = correlation of each event indicator 1[z = k] with its best-matching "
+    "node (median over\n  indicators); match = indicators whose best node correlates at "
+    f"{DEFAULT_THRESHOLD} or more, of those with one; kept = share of\n  indicators whose best node is the one that "
+    "was best at step 0; dead = nodes whose gate is never on, of all; probe =\n  held-out accuracy of a linear "
+    "read-out of the event from the region's nodes (the majority event's rate)")
 #: What a node's "f_j" is (:func:`node_variable`): ``"output"`` (default) the node's output as the next level sees
 #: it, the record's ``fbar`` (after the gate, after BN where BN follows the gate); ``"activation"`` the gate's
 #: output before any BN after it (BN's input for ``batch_norm="after"``); ``"preactivation"`` the linear map's
@@ -129,14 +139,16 @@ def undefined_note(row: dict) -> str | None:
     parts, n, rows = [], int(row["nodes"]), int(row["rows"])
     if row["dead"]:
         parts.append(f"{int(row['dead'])} of {n} nodes dead (gate never on over {rows} rows)")
-    if row["constant"]:
-        parts.append(f"{int(row['constant'])} of {n} nodes with a constant {row.get('variable', 'output')} "
-                     f"over {rows} rows")
     if row.get("always_on"):
-        parts.append(f"{int(row['always_on'])} of {n} nodes with the gate always on (no on-state MI)")
+        parts.append(f"{int(row['always_on'])} of {n} with the gate always on")
+    if row["constant"]:
+        parts.append(f"{int(row['constant'])} of {n} with a constant {row.get('variable', 'output')}")
     if not parts:
         return None
-    return f"level {row['level']}: " + "; ".join(parts) + ": not scored (NaN, left out of the medians)"
+    gate = bool(row["dead"] or row.get("always_on"))
+    what = {(True, True): "eta2, corr and MI", (True, False): "eta2 and corr", (False, True): "MI"}[
+        (bool(row["constant"]), gate)]
+    return f"level {row['level']}: " + "; ".join(parts) + f": {what} NaN, left out of the medians"
 
 
 @dataclass
@@ -224,17 +236,16 @@ class Alignment:
         return out
 
     def _counts(self, level: int) -> dict[str, int]:
-        dead, const = self.dead[level], self.constant[level]
-        gated = level > 0
-        always = (self.on_rows[level] == self.num_examples) & gated
-        return {"rows": self.num_examples, "nodes": const.numel(), "dead": int(dead.sum()),
-                "constant": int((const & ~dead).sum()), "always_on": int(always.sum())}
+        always = (self.on_rows[level] == self.num_examples) & (level > 0)
+        return {"rows": self.num_examples, "nodes": self.constant[level].numel(), "dead": int(self.dead[level].sum()),
+                "always_on": int(always.sum()), "constant": int(self.constant[level].sum())}
 
     def summary(self, threshold: float = DEFAULT_THRESHOLD) -> list[dict[str, float]]:
         """Per level: the medians over nodes (eta2, mi, their controls) and over event indicators (spec), each
         the usual median of the defined entries (``eta2_nan``, ``mi_nan``, ``spec_nan``: how many were left
-        out); ``nodes``, ``dead`` (gate never on), ``constant`` (variable constant, not dead), ``always_on``
-        (gate always on) and ``rows`` (N); ``indicators`` (event indicators with a defined best match),
+        out); ``nodes``, ``dead`` (gate never on), ``always_on`` (gate always on), ``constant`` (the variable
+        constant: a dead ReLU's output, for one) and ``rows`` (N); ``indicators`` (event indicators with a defined
+        best match),
         ``matched`` (those at or above ``threshold``) and ``threshold``; the floors."""
         out = []
         for l in range(len(self.eta2)):
@@ -475,15 +486,15 @@ def _event_moments(y: torch.Tensor, on: torch.Tensor, ev: torch.Tensor, counts: 
 
     :returns: ``(mean, M2, on-count)``, each ``(R, m, n)`` (mean 0 and M2 0 for an event not in the batch).
     """
-    width = y.shape[-1]
-    first = scatter_sums(ev, torch.cat([y, on], -1), m, torch.float64, one_hot)
+    def sums(q: torch.Tensor) -> torch.Tensor:  # (one product per quantity: the records' node-major layout is kept)
+        return scatter_sums(ev, q, m, torch.float64, one_hot)
+
     c = counts.clamp(min=1)[..., None]
-    mean = first[..., :width] / c
-    idx = ev.T.unsqueeze(-1).expand(-1, -1, width)  # (R, N, n)
+    mean = sums(y) / c
+    idx = ev.T.unsqueeze(-1).expand(-1, -1, y.shape[-1])  # (R, N, n)
     d = y - mean.gather(1, idx).transpose(0, 1)
-    second = scatter_sums(ev, torch.cat([d, d.square()], -1), m, torch.float64, one_hot)
-    resid = second[..., :width]
-    return mean + resid / c, (second[..., width:] - resid.square() / c).clamp(min=0), first[..., width:]
+    resid = sums(d)
+    return mean + resid / c, (sums(d.square()) - resid.square() / c).clamp(min=0), sums(on)
 
 
 class LinearProbe(MergeableSums):
