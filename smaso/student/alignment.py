@@ -36,13 +36,16 @@ Numerics.  The state is per (region, node) and per (region, event, node) counts,
 M2 (:class:`AlignmentAccumulator`, float64), never sums of squares minus squared sums: a batch's moments are two
 passes over it (each mean corrected by the mean residual), about a shift K per node (the first row's value, so
 x - K is exact for values within a factor 2 of it), and batches, chunks and workers merge by Chan, Golub &
-LeVeque's formulas (mean_a + (mean_b - mean_a) n_b / n, M2_a + M2_b + (mean_b - mean_a)^2 n_a n_b / n).  Every
-operation after the shift acts on numbers of the size of the spread, so the relative error of each moment is a
-few log2(N) * 2^-53 whatever the offset: eta2 of a node shifted by 1e6 equals eta2 unshifted to 1e-12 in the
-tests (1e-9 asked), for float64 and for float32 inputs alike (a float32 activation is exact in float64; what a
-float32 *student* cannot give is its own activations unrounded: u + 1e6 in float32 is rounded to 1/16).  The
-counts merge exactly, the order of the merges is the chunks' order, so the result does not depend on the engine;
-other batchings change it by round-off only.
+LeVeque's formulas (mean_a + (mean_b - mean_a) n_b / n, M2_a + M2_b + (mean_b - mean_a)^2 n_a n_b / n).  For
+values within a factor 2 of their batch's first value (an offset large against the spread) x - K and the shifts'
+differences are exact (Sterbenz), and every later operation acts on numbers of the size of the spread: each
+moment's relative error is at most about (log2 B + the number of batches merged) * 2^-52, whatever the offset
+(B the batch size; the counts are exact).  So float32 values near 1e6 (exact in float64) give eta2 equal to
+that of the same values shifted back by 1e6 to 1e-12 in the tests (bound 5e-14 there), and a float64 student
+whose biases are shifted by 1e6 gives its unshifted eta2 to 1e-9 (its activations u + 1e6 are themselves
+rounded to 1.2e-10; a float32 student rounds them to 1/16, which no accumulation can undo).  The order of the
+merges is the chunks' order, so the result does not depend on the engine; other batchings change it by
+round-off only.
 
 :class:`LinearProbe` adds each region's linear-probe accuracy for z_alpha from its node group: least squares on
 one-hot targets fitted on one set of rows (mergeable Gram sums), scored on held-out rows.
