@@ -98,7 +98,7 @@ TABLE_LEGEND = (
 #: it, the record's ``fbar`` (after the gate, after BN where BN follows the gate); ``"activation"`` the gate's
 #: output before any BN after it (BN's input for ``batch_norm="after"``); ``"preactivation"`` the linear map's
 #: output u (BN's input for ``batch_norm="before"``); ``"gate_input"`` what the gate reads (u, or BN(u) before
-#: the gate: the record's ``f`` there, the variable of this module before issue 36).
+#: the gate).  Before issue 36 this module measured the record's ``f``: the activation, or BN(u) before the gate.
 VARIABLES = ("output", "activation", "preactivation", "gate_input")
 
 
