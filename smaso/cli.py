@@ -433,9 +433,10 @@ def _cmd_demo(args) -> int:
     control = shuffled_label_alignment(sample, held_out, result.student, args)
     print("\n== event alignment of the hidden nodes (on 4096 held-out rows; the paper's question: do nodes become "
           "selective for the latent event of their receptive field?) ==")
-    print(result.alignment_table(checkpoints=4))
+    print(result.alignment_table(checkpoints=4, legend=True))
     print("control: the same student trained on shuffled labels (plain SGD, the same steps and lr), at the end")
     print("\n".join(f"  level {r['level']}: eta2 {r['eta2']:.3f}, MI {r['mi']:.3f} bits, spec {r['spec']:.3f}, "
+                    f"match {r['matched']}/{r['indicators']}, kept {r['kept']:.2f}, dead {r['dead']}/{r['nodes']}, "
                     f"probe {r['probe']:.3f}" for r in control))
     # Thm 3: on the fully informative ladder with one-hot leaves the reformulation is exact
     fi = Ladder.fully_informative(depth=2, branching=2, leaf_events=2, concentration=1.0, seed=args.seed)

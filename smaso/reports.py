@@ -123,10 +123,11 @@ def print_tent_report(report: dict) -> None:
 
 def shuffled_label_alignment(sample, held_out, trained, args) -> list[dict]:
     """The alignment, at the end of training, of a student like ``trained`` (same initialization) trained on
-    ``sample`` with its labels shuffled: what training alone does to the nodes when the labels carry nothing."""
+    ``sample`` with its labels shuffled: what training alone does to the nodes when the labels carry nothing (with
+    its best matches ranked at its initialisation: ``kept``, ``init_rank``)."""
     import torch
 
-    from smaso.student.alignment import alignment_report
+    from smaso.student.alignment import alignment_report, collect_alignment
     from smaso.student.network import LadderStudent
     from smaso.student.training import train_ladder_student
 
@@ -136,9 +137,11 @@ def shuffled_label_alignment(sample, held_out, trained, args) -> list[dict]:
                        shared=getattr(args, "shared", False), readout=trained.readout, dtype=dtype,
                        device=args.device)
     y = sample.y[torch.randperm(len(sample), generator=torch.Generator().manual_seed(args.student_seed))]
+    x_held, z_held = held_out.inputs(dtype=dtype), held_out.z.long()
+    init, _ = collect_alignment(st, x_held, z_held)
     train_ladder_student(st, sample.inputs(dtype=dtype), y, steps=args.steps, lr=args.lr,
                          batch_size=args.batch_size or None, loss=args.loss, seed=args.student_seed)
-    return alignment_report(st, held_out.inputs(dtype=dtype), held_out.z.long())
+    return alignment_report(st, x_held, z_held, init=init)
 
 
 #: Rows per forward pass of :func:`accuracy_report`.

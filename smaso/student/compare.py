@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from smaso.student.alignment import accumulate_alignment, alignment_rows
+from smaso.student.alignment import TABLE_LEGEND, accumulate_alignment, alignment_rows, undefined_note
 from smaso.student.diagnosis import CONTRIBUTIONS, compare_statistics_to_theory, diagnose, nonfinite_statistics
 from smaso.student.frequency import FrequencyStatistics, ReplicateAccumulator, accumulate_statistics, collect_statistics
 from smaso.student.network import LadderStudent, _check_float_dtype
@@ -126,29 +126,44 @@ class ComparisonResult:
             lines.append(f"  final_prediction: {type(self.final_prediction).__name__}")
         return "\n".join(lines) + ")"
 
-    def alignment_table(self, *, checkpoints: int | None = None) -> str:
-        """Event alignment against training step, level by level (what ``smaso demo`` prints): the medians over
-        nodes of eta^2 and of the on-state MI with the region's own event (against the neighbours' events, the
-        control, and the null floor), the best-matching node's correlation per event, and the held-out linear
-        probe's accuracy (against the majority rate).  Levels are the student's (with a readout, level 1 is the
-        readout group, whose event is the label, and level l + 1 the teacher's level l).
+    def alignment_table(self, *, checkpoints: int | None = None, legend: bool = False) -> str:
+        """Event alignment against training step, level by level (what ``smaso demo`` prints).  Columns: eta2, the
+        median over nodes of the share of a node's variance explained by its region's event [the same against
+        the neighbours' events, the control] (the null floor); MI, the median on-state mutual information with the
+        event in bits [control] (floor); spec, the median over event indicators 1[z = k] of the best node's
+        correlation (floor); match, the indicators whose best node's correlation is at least the threshold (0.95,
+        the paper authors'), of those with a defined best node; kept, the fraction of indicators whose best node
+        is the one that was best at the first checkpoint; dead, the nodes whose gate is never on, of all; probe,
+        the held-out linear probe's accuracy (the majority rate).  Medians leave out the entries not scored (NaN: a
+        node with a constant value, a gate never or always on), and notes under the table say which at the last
+        checkpoint shown.  Levels are the student's (with a readout, level 1
+        is the readout group, whose event is the label, and level l + 1 the teacher's level l).
 
         :param checkpoints: show about this many checkpoints, evenly spaced, the first and the last among them
             (None: all).
+        :param legend: end with the columns' definitions in plain words
+            (:data:`~smaso.student.alignment.TABLE_LEGEND`).
         """
         rows = [h for h in self.history if "alignment" in h]
         if not rows:
             raise ValueError("result: no checkpoint measured the alignment (compare_student(alignment=...))")
         if checkpoints is not None and len(rows) > checkpoints > 1:
             rows = [rows[round(i * (len(rows) - 1) / (checkpoints - 1))] for i in range(checkpoints)]
-        lines = ["step level |   eta2  [ctrl] (floor) |   MI bits [ctrl] (floor) |  spec (floor) | probe (chance)"]
+        lines = ["step level |   eta2  [ctrl] (floor) |   MI bits [ctrl] (floor) |  spec (floor) |  match |  kept "
+                 "|  dead | probe (chance)"]
         for h in rows:
             for r in h["alignment"]:
+                match = f"{r['matched']:>3d}/{r['indicators']:<3d}" if "matched" in r else "    -   "
+                kept = f"{r['kept']:5.2f}" if r.get("kept") is not None and r["kept"] == r["kept"] else "    -"
+                dead = f"{r['dead']:>2d}/{r['nodes']:<3d}" if "dead" in r else "    -  "
                 lines.append(f"{h['step']:4d} {r['level']:5d} | {r['eta2']:6.3f} [{r['eta2_control']:5.3f}] "
                              f"({r['floor_eta2']:.0e}) | {r['mi']:6.3f}   [{r['mi_control']:5.3f}] "
-                             f"({r['floor_mi']:.0e}) | {r['spec']:5.3f} ({r['floor_spec']:.3f}) | "
-                             f"{r['probe']:5.3f} ({r['probe_chance']:.3f})")
-        return "\n".join(lines)
+                             f"({r['floor_mi']:.0e}) | {r['spec']:5.3f} ({r['floor_spec']:.3f}) | {match}| {kept} "
+                             f"| {dead}| {r['probe']:5.3f} ({r['probe_chance']:.3f})")
+        # the nodes not scored at the last checkpoint shown, in words
+        notes = [f"  step {rows[-1]['step']}, {note}" for r in rows[-1]["alignment"]
+                 if "dead" in r and (note := undefined_note(r))]
+        return "\n".join(lines + notes + ([TABLE_LEGEND] if legend else []))
 
     def table(self, *, every: int = 1, last_checkpoint: bool = True) -> str:
         """The comparison as text (what ``smaso demo`` prints): the training curve (mean relative
@@ -447,6 +462,7 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     dev = student.weights[0].device
     smooth, best, since = None, math.inf, 0
     result = ComparisonResult(student=student)
+    aligned_at_start = None  # the alignment at the first checkpoint (initialisation)
     t0 = time.perf_counter()
     checkpoints = sorted({0, steps, *range(0, steps + 1, eval_every)})
     bar = tqdm(total=steps, desc="training student", disable=not progress)
@@ -471,8 +487,11 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                 raise TrainingDiverged(f"step {step}: the statistics are not finite ({', '.join(bad[:3])}); "
                                        "lower lr, or use BN")
             row = {"step": step, "accuracy": acc, "evaluation": evaluation, **report}
-            if alignment is not None:
-                row["alignment"] = alignment_rows(*accumulate_alignment(student, alignment, engine=engine))
+            if alignment is not None:  # (each checkpoint's best matches ranked at the first checkpoint's)
+                acc, probe = accumulate_alignment(student, alignment, engine=engine)
+                aligned = acc.result()
+                aligned_at_start = aligned_at_start or aligned
+                row["alignment"] = alignment_rows(aligned, probe, init=aligned_at_start)
             result.history.append(row)
             result.final_stats = stats
         if step == steps or result.stopped_at is not None:

@@ -60,13 +60,33 @@ class MergeableSums:
     _SUMS: tuple[str, ...] = ()
     #: the scalar totals of the state, each with the type it is added as
     _COUNTS: dict[str, type] = {"n": int, "loss_sum": float}
+    #: settings that are part of the state and must be equal in two states that merge (never added)
+    _META: tuple[str, ...] = ()
     n: int
     loss_sum: float
 
     def state_dict(self) -> dict:
-        """The accumulated state: the totals (example count, loss sum), and every per-event sum (cloned)."""
-        return {**{k: getattr(self, k) for k in self._COUNTS},
+        """The accumulated state: the totals (example count, loss sum), the settings named in ``_META`` and every
+        per-event sum (cloned)."""
+        return {**{k: getattr(self, k) for k in (*self._COUNTS, *self._META)},
                 **{k: [None if t is None else t.clone() for t in getattr(self, k)] for k in self._SUMS}}
+
+    def _checked_state(self, other) -> dict:
+        """``other`` (an accumulator of this type or its :meth:`state_dict`) as a state that can merge into this
+        one; the checks of :meth:`merge_`."""
+        state = other.state_dict() if isinstance(other, type(self)) else other
+        if not isinstance(state, dict) or set(state) != {*self._COUNTS, *self._META, *self._SUMS}:
+            raise TypeError(f"other: expected a {type(self).__name__} or its state_dict()")
+        for key in self._META:
+            if state[key] != getattr(self, key):
+                raise ValueError(f"other: accumulated with {key}={state[key]!r}, this one with "
+                                 f"{key}={getattr(self, key)!r}")
+        for key in self._SUMS:
+            shapes = [None if t is None else (tuple(t.shape), t.dtype) for t in getattr(self, key)]
+            if shapes != [None if t is None else (tuple(t.shape), t.dtype) for t in state[key]]:
+                raise ValueError(f"other: its {key!r} sums have other shapes or dtypes (another student, teacher "
+                                 "or accumulation dtype)")
+        return state
 
     def merge_(self, other):
         """Add another accumulator's state (or its :meth:`state_dict`) to this one, in place; returns self.
@@ -76,16 +96,9 @@ class MergeableSums:
 
         :raises TypeError: ``other`` is neither such an accumulator nor its state.
         :raises ValueError: the other state was accumulated for a student of other widths, another teacher or
-            another accumulation dtype.
+            another accumulation dtype (or with other ``_META`` settings).
         """
-        state = other.state_dict() if isinstance(other, type(self)) else other
-        if not isinstance(state, dict) or set(state) != {*self._COUNTS, *self._SUMS}:
-            raise TypeError(f"other: expected a {type(self).__name__} or its state_dict()")
-        for key in self._SUMS:
-            shapes = [None if t is None else (tuple(t.shape), t.dtype) for t in getattr(self, key)]
-            if shapes != [None if t is None else (tuple(t.shape), t.dtype) for t in state[key]]:
-                raise ValueError(f"other: its {key!r} sums have other shapes or dtypes (another student, teacher "
-                                 "or accumulation dtype)")
+        state = self._checked_state(other)
         for key in self._SUMS:
             for mine, theirs in zip(getattr(self, key), state[key], strict=True):
                 if mine is not None:
