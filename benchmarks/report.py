@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import textwrap
 from pathlib import Path
@@ -564,14 +565,56 @@ DEMO_LEVELS = {0: "0 (label, linear output)", 1: "1 (label, readout group)", 2: 
 DEMO_TERMS = (("F one step", "F_local"), ("F focus part", "F_local_focus"),
               ("F decorrelation part", "F_local_decorrelation"), ("G~ one step", "G_local"),
               ("G~ broadness part", "G_local_broadness"), ("G~ decorrelation part", "G_local_decorrelation"))
+#: The reformulation table's arms: (row label, key under the summary's ``controls``; None: the trained students).
+DEMO_ARMS = (("trained", None), ("init", "init"), ("shuffled labels", "shuffled"))
 
 
-def _term(level: dict, key: str) -> str:
-    """``median [min..max] (noise)`` with ``*`` when within noise, as ``smaso demo`` prints it."""
-    noise = max(level[f"{key}_floor"], level[f"{key}_seed_se"])
-    star = "*" if key in level["within_noise"] else ""
-    return (f"{level[key]:.2g} [{level[f'{key}_min']:.2g}..{level[f'{key}_max']:.2g}] "
-            f"({noise:.0e}){star}").replace("e-0", "e-").replace("0e+00", "0")
+def _number(v: float) -> str:
+    return f"{v:.2g}".replace("e-0", "e-")
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _term(level: dict, key: str, noise: bool = True) -> str:
+    """One cell of the reformulation table, as ``smaso demo`` prints it: ``median [min..max]`` over the seeds,
+    with ``(noise)`` and ``*`` (within noise) for the trained students; ``0 (identity)`` or ``= its ... part
+    (identity)`` where ``smaso.student.seeds`` found an identity; ``n/a`` where the number is undefined in every
+    seed (JSON null) and the count and reason where in some; ``-`` where it is not measured."""
+    same = (level.get("identity") or {}).get(key)
+    if same == "0":
+        return "0 (identity)"
+    if same:
+        return f"= its {same.rsplit('_', 1)[1]} part (identity)"
+    if key not in level:
+        return "-"
+    v, lo, hi = level[key], level.get(f"{key}_min"), level.get(f"{key}_max")
+    text = "n/a" if not _finite(v) else f"{_number(v)} [{_number(lo)}..{_number(hi)}]"
+    if noise and _finite(v):
+        parts = [x for x in (level.get(f"{key}_floor"), level.get(f"{key}_seed_se")) if _finite(x)]
+        if parts:
+            text += f" ({max(parts):.0e})".replace("e-0", "e-").replace("0e+00", "0")
+        text += "*" if key in level.get("within_noise", ()) else ""
+    bad = (level.get("undefined") or {}).get(key)
+    if bad:
+        text += f" (undefined in {len(bad['seeds'])} of {bad['of']} seeds: {'; '.join(dict.fromkeys(bad['reasons']))})"
+    return text
+
+
+def reformulation_rows(summary: dict) -> list[str]:
+    """The README's reformulation table rows: per level, the trained students and each control the summary holds
+    (``smaso.student.seeds.SeedSummary.to_dict``), each quantity of :data:`DEMO_TERMS` as :func:`_term`."""
+    controls = summary.get("controls") or {}
+    arms = [(label, summary if name is None else controls[name]) for label, name in DEMO_ARMS
+            if name is None or name in controls]
+    rows = []
+    for i, lv in enumerate(summary["levels"]):
+        for label, arm in arms:
+            row = arm["levels"][i]
+            rows.append(f"| {lv['level']} | {label} | "
+                        + " | ".join(_term(row, key, noise=label == "trained") for _, key in DEMO_TERMS) + " |")
+    return rows
 
 
 def demo_rows() -> list[str]:
@@ -589,13 +632,12 @@ def demo_rows() -> list[str]:
         f"| this student (readout 32), seed {runs[0]['seed']}, on {acc['held_out_rows']} held-out rows "
         f"| {acc['held_out_accuracy']:.4f} |"]
     seeds_line = (f"Over student seeds {', '.join(map(str, seeds))} the held-out accuracy is "
-                  f"{', '.join(f'{a:.4f}' for a in held)} (median {sorted(held)[len(held) // 2]:.4f}).")
+                  f"{', '.join(f'{a:.4f}' for a in held)} (median {statistics.median(held):.4f}).")
     wall = d["wall"]
     wall_line = (f"`smaso demo` takes {wall['median_s']:.0f} s end to end on {d['machine']['cpu_count']} cores "
                  f"(median of {len(wall['seconds'])} runs, {wall['median_cpu_s']:.0f} s of CPU, "
                  f"{_load_avg(d)}; `bench_demo.py`).")
-    terms = [f"| {lv['level']} | " + " | ".join(_term(lv, key) for _, key in DEMO_TERMS) + " |"
-             for lv in summary["levels"]]
+    terms = reformulation_rows(summary)
     alignment = []
     for level, name in DEMO_LEVELS.items():
         start = [r["alignment_start"][level] for r in runs]

@@ -121,9 +121,12 @@ def print_tent_report(report: dict) -> None:
           + (" (exact labels)" if report["noise"] == 0 else ""))
 
 
-def shuffled_label_alignment(sample, held_out, trained, args) -> list[dict]:
+def shuffled_label_alignment(sample, held_out, trained, args, control=None) -> list[dict]:
     """The alignment, at the end of training, of a student like ``trained`` (same initialization) trained on
-    ``sample`` with its labels shuffled: what training alone does to the nodes when the labels carry nothing."""
+    ``sample`` with its labels shuffled: what training alone does to the nodes when the labels carry nothing.
+
+    :param control: that student, already trained (the run of ``compare_student(shuffle_labels=True)``, whose
+        reformulation the demo also measures): measured as it is, not trained again."""
     import torch
 
     from smaso.student.alignment import alignment_report
@@ -131,6 +134,8 @@ def shuffled_label_alignment(sample, held_out, trained, args) -> list[dict]:
     from smaso.student.training import train_ladder_student
 
     dtype = trained.weights[0].dtype
+    if control is not None:
+        return alignment_report(control, held_out.inputs(dtype=dtype), held_out.z.long())
     st = LadderStudent(trained.teacher, trained.widths[2 if trained.readout else 1:-1], activation=args.activation,
                        batch_norm=args.bn or False, bias=not args.no_bias, seed=args.student_seed,
                        shared=getattr(args, "shared", False), readout=trained.readout, dtype=dtype,

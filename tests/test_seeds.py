@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from smaso.cli import main
+from smaso.cli import build_parser, main
 from smaso.student.compare import compare_student
 from smaso.student.seeds import (
     CONDITION_KEYS,
@@ -258,12 +258,15 @@ def test_cli_compare_with_seeds(tmp_path, capsys):
     assert main(["sample", "ladder", "-n", "1500", "--depth", "2", "--out", data, "-q"]) == 0
     out = tmp_path / "out"
     assert main(["compare", data, "--steps", "6", "--eval-every", "2", "--eval-examples", "500", "--width", "4",
-                 "--seeds", "2", "--noise-groups", "4", "--out", str(out)]) == 0
+                 "--seeds", "2", "--noise-groups", "4", "--shuffled-control", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "over 2 student seeds [0, 1]: each seed's value is the mean over its last 3 checkpoints" in text
     assert "held-out acc" in text
     saved = json.loads((out / "comparison.json").read_text())
     assert saved["seeds"]["seeds"] == [0, 1] and saved["student"]["seeds"] == 2
+    assert set(saved["seeds"]["controls"]) == {"init", "shuffled"} and "shuffled labels" in text
+    # the demo's replicates: at least 5 seeds by default, with both controls
+    assert build_parser().parse_args(["demo"]).seeds == 5
     assert saved["history"][-1]["evaluation"] == "held-out"
     with pytest.raises(SystemExit) as exit_:
         main(["compare", data, "--eval-examples", "1500"])
