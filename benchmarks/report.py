@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import textwrap
 from pathlib import Path
@@ -564,14 +565,56 @@ DEMO_LEVELS = {0: "0 (label, linear output)", 1: "1 (label, readout group)", 2: 
 DEMO_TERMS = (("F one step", "F_local"), ("F focus part", "F_local_focus"),
               ("F decorrelation part", "F_local_decorrelation"), ("G~ one step", "G_local"),
               ("G~ broadness part", "G_local_broadness"), ("G~ decorrelation part", "G_local_decorrelation"))
+#: The reformulation table's arms: (row label, key under the summary's ``controls``; None: the trained students).
+DEMO_ARMS = (("trained", None), ("init", "init"), ("shuffled labels", "shuffled"))
 
 
-def _term(level: dict, key: str) -> str:
-    """``median [min..max] (noise)`` with ``*`` when within noise, as ``smaso demo`` prints it."""
-    noise = max(level[f"{key}_floor"], level[f"{key}_seed_se"])
-    star = "*" if key in level["within_noise"] else ""
-    return (f"{level[key]:.2g} [{level[f'{key}_min']:.2g}..{level[f'{key}_max']:.2g}] "
-            f"({noise:.0e}){star}").replace("e-0", "e-").replace("0e+00", "0")
+def _number(v: float) -> str:
+    return f"{v:.2g}".replace("e-0", "e-")
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _term(level: dict, key: str, noise: bool = True) -> str:
+    """One cell of the reformulation table, as ``smaso demo`` prints it: ``median [min..max]`` over the seeds,
+    with ``(noise)`` and ``*`` (within noise) for the trained students; ``0 (identity)`` or ``= its ... part
+    (identity)`` where ``smaso.student.seeds`` found an identity; ``n/a`` where the number is undefined in every
+    seed (JSON null) and the count and reason where in some; ``-`` where it is not measured."""
+    same = (level.get("identity") or {}).get(key)
+    if same == "0":
+        return "0 (identity)"
+    if same:
+        return f"= its {same.rsplit('_', 1)[1]} part (identity)"
+    if key not in level:
+        return "-"
+    v, lo, hi = level[key], level.get(f"{key}_min"), level.get(f"{key}_max")
+    text = "n/a" if not _finite(v) else f"{_number(v)} [{_number(lo)}..{_number(hi)}]"
+    if noise and _finite(v):
+        parts = [x for x in (level.get(f"{key}_floor"), level.get(f"{key}_seed_se")) if _finite(x)]
+        if parts:
+            text += f" ({max(parts):.0e})".replace("e-0", "e-").replace("0e+00", "0")
+        text += "*" if key in level.get("within_noise", ()) else ""
+    bad = (level.get("undefined") or {}).get(key)
+    if bad:
+        text += f" (undefined in {len(bad['seeds'])} of {bad['of']} seeds: {'; '.join(dict.fromkeys(bad['reasons']))})"
+    return text
+
+
+def reformulation_rows(summary: dict) -> list[str]:
+    """The README's reformulation table rows: per level, the trained students and each control the summary holds
+    (``smaso.student.seeds.SeedSummary.to_dict``), each quantity of :data:`DEMO_TERMS` as :func:`_term`."""
+    controls = summary.get("controls") or {}
+    arms = [(label, summary if name is None else controls[name]) for label, name in DEMO_ARMS
+            if name is None or name in controls]
+    rows = []
+    for i, lv in enumerate(summary["levels"]):
+        for label, arm in arms:
+            row = arm["levels"][i]
+            rows.append(f"| {lv['level']} | {label} | "
+                        + " | ".join(_term(row, key, noise=label == "trained") for _, key in DEMO_TERMS) + " |")
+    return rows
 
 
 def demo_rows() -> list[str]:
@@ -589,13 +632,12 @@ def demo_rows() -> list[str]:
         f"| this student (readout 32), seed {runs[0]['seed']}, on {acc['held_out_rows']} held-out rows "
         f"| {acc['held_out_accuracy']:.4f} |"]
     seeds_line = (f"Over student seeds {', '.join(map(str, seeds))} the held-out accuracy is "
-                  f"{', '.join(f'{a:.4f}' for a in held)} (median {sorted(held)[len(held) // 2]:.4f}).")
+                  f"{', '.join(f'{a:.4f}' for a in held)} (median {statistics.median(held):.4f}).")
     wall = d["wall"]
     wall_line = (f"`smaso demo` takes {wall['median_s']:.0f} s end to end on {d['machine']['cpu_count']} cores "
                  f"(median of {len(wall['seconds'])} runs, {wall['median_cpu_s']:.0f} s of CPU, "
                  f"{_load_avg(d)}; `bench_demo.py`).")
-    terms = [f"| {lv['level']} | " + " | ".join(_term(lv, key) for _, key in DEMO_TERMS) + " |"
-             for lv in summary["levels"]]
+    terms = reformulation_rows(summary)
     alignment = []
     for level, name in DEMO_LEVELS.items():
         start = [r["alignment_start"][level] for r in runs]
@@ -624,18 +666,50 @@ def demo_claims() -> dict[str, bool]:
     def control(level, key):
         return [r["control_end"][level][key] for r in runs]
 
-    hidden = [lv for lv in levels if lv["level"] >= 1]
+    controls = d["summary"].get("controls") or {}
+    init, shuffled = (controls.get(k, {}).get("levels") for k in ("init", "shuffled"))
+
+    def identity(level, key):
+        return (levels[level].get("identity") or {}).get(key)
+
+    def per_seed(arm, level, key):
+        return (arm[level].get("per_seed") or {}).get(key, []) if arm else []
+
+    def above(a, b):
+        """In every seed (the seeds in the same order in every arm: a paired comparison)."""
+        return len(a) == len(b) > 0 and all(x is not None and y is not None and x > y
+                                            for x, y in zip(a, b, strict=True))
+
+    decor, broad = "F_local_decorrelation", "G_local_broadness"
+    tr_range = (levels[1][f"{decor}_min"], levels[1][f"{decor}_max"])
+    shuffled_readout = shuffled[1][decor] if shuffled else None
     return {
         "held-out accuracy >= 0.95 of Bayes in every seed":
             all(r["accuracy"]["held_out_accuracy"] >= 0.95 * r["accuracy"]["bayes"] for r in runs),
-        "the focus part of F is within noise at every level":
-            all("F_local_focus" in lv["within_noise"] for lv in levels),
-        "the F one-step error of each hidden level is its decorrelation part, not within noise":
-            all("F_local_decorrelation" not in lv["within_noise"]
-                and abs(lv["F_local_decorrelation"] - lv["F_local"]) <= 0.01 * lv["F_local"] for lv in hidden),
-        "broadness is within noise at the readout level and the larger G~ part at the two lowest hidden levels":
-            "G_local_broadness" in levels[1]["within_noise"]
-            and all(lv["G_local_broadness"] > lv["G_local_decorrelation"] for lv in levels[2:]),
+        "identity: the linear output (level 0) has no decorrelation part and one-step errors 0":
+            all(identity(0, k) == "0" for k in ("F_local", "F_local_focus", decor, "G_local", broad,
+                                                "G_local_decorrelation")),
+        "identity: focus is 0 at level 3 and broadness at level 1; there the one-step error is the other part":
+            identity(3, "F_local_focus") == "0" and identity(1, broad) == "0"
+            and identity(3, "F_local") == decor and identity(1, "G_local") == "G_local_decorrelation",
+        "focus is within noise at levels 1 and 2, and the split is exact in every row of every run":
+            all("F_local_focus" in levels[lv]["within_noise"] for lv in (1, 2))
+            and all({"F_local", "G_local"} <= set(lv.get("split_holds", ())) for lv in levels),
+        "empirical: training raises the F decorrelation part above its initial value in every seed, every hidden "
+        "level; the ranges are apart at levels 1 and 2 and overlap at level 3":
+            all(above(per_seed(levels, lv, decor), per_seed(init, lv, decor)) for lv in (1, 2, 3))
+            and all(levels[lv][f"{decor}_min"] > init[lv][f"{decor}_max"] for lv in (1, 2))
+            and levels[3][f"{decor}_min"] <= init[3][f"{decor}_max"],
+        "empirical: at teacher level 1 the trained F decorrelation and G~ broadness parts are above the shuffled "
+        "labels' in every seed":
+            all(above(per_seed(levels, 2, k), per_seed(shuffled, 2, k)) for k in (decor, broad)),
+        "empirical: at the readout level shuffled labels raise the F decorrelation part above init in every seed, "
+        "its median inside the trained range":
+            above(per_seed(shuffled, 1, decor), per_seed(init, 1, decor))
+            and shuffled_readout is not None and tr_range[0] <= shuffled_readout <= tr_range[1],
+        "empirical: broadness is the larger G~ part at levels 2 and 3 and above its initial value, in every seed":
+            all(above(per_seed(levels, lv, broad), per_seed(levels, lv, "G_local_decorrelation"))
+                and above(per_seed(levels, lv, broad), per_seed(init, lv, broad)) for lv in (2, 3)),
         "the readout level and teacher level 1 become selective (eta2, spec, probe rise in every seed)":
             all(min(end(lv, k)) > max(start(lv, k)) for lv in (1, 2) for k in ("eta2", "spec", "probe")),
         "with shuffled labels their eta2 ends below every trained seed's, near its value at initialisation":

@@ -37,7 +37,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from smaso._version import __version__
-from smaso.cli_student import _comparison_payload, _held_out, _noise_groups, _run_comparison, _seed_summary
+from smaso.cli_student import (
+    _comparison_payload,
+    _held_out,
+    _noise_groups,
+    _run_comparison,
+    _seed_summary,
+    _shuffled_control,
+)
 from smaso.cli_support import (
     STDOUT,
     _check_early,
@@ -60,7 +67,6 @@ from smaso.reports import (
     inspect_report,
     print_report,
     print_tent_report,
-    shuffled_label_alignment,
     tent_report,
 )
 
@@ -364,9 +370,9 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
     g.add_argument("--student-seed", type=_nonneg_int, default=0, help="initialization and minibatch seed")
     g.add_argument("--seeds", type=_positive_int, default=seeds,
                    help="students trained as replicates (seeds --student-seed, +1, ...; tasks of the engine): every "
-                        "error and term is then also reported as the median and range over them and the last 3 "
-                        "checkpoints, within noise against the larger of the jackknife floor and the seeds' standard "
-                        "error")
+                        "error and term is then also reported with one value per seed (its last 3 checkpoints "
+                        "averaged), as the median and range over the seeds, beside the same seeds at initialisation, "
+                        "within noise against the larger of the jackknife floor and the seeds' standard error")
     g.add_argument("--noise-groups", type=_nonneg_int, default=10,
                    help="row groups of the jackknife behind every number's noise floor (0: no floors)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar over the training steps")
@@ -422,19 +428,20 @@ def _cmd_demo(args) -> int:
         if args.evaluate == "held-out" else False
     held_out = sample_ladder(lad, 4096, args.seed + 2, progress=False)
     result = _run_comparison(sample, args, alignment=held_out, held_out=evaluation)
-    seeds = _seed_summary(sample, args, result, held_out=evaluation)
+    # the shuffled-label control of every seed: the reformulation's table and the alignment both measure it
+    shuffled = _shuffled_control(sample, args, held_out=evaluation, alignment=held_out)
+    seeds = _seed_summary(sample, args, result, held_out=evaluation, control=shuffled)
     print(result.table(every=max(1, len(result.history) // 8)))
-    if seeds is not None:
-        print(f"\nerrors and terms of the reformulation at the end of training ({seeds.evaluation} rows; student "
-              f"seed {args.student_seed}'s training curve above)")
-        print(seeds.table())
+    print(f"\nerrors and terms of the reformulation at the end of training, trained vs controls "
+          f"({seeds.evaluation} rows; student seed {args.student_seed}'s training curve above)")
+    print(seeds.table())
     accuracy = accuracy_report(lad, result.student, report["bayes_optimal"]["expected"], args.seed)
     print(accuracy["text"])
-    control = shuffled_label_alignment(sample, held_out, result.student, args)
+    control = shuffled.final()["alignment"]
     print("\n== event alignment of the hidden nodes (on 4096 held-out rows; the paper's question: do nodes become "
           "selective for the latent event of their receptive field?) ==")
     print(result.alignment_table(checkpoints=4, legend=True))
-    print("control: the same student trained on shuffled labels (plain SGD, the same steps and lr), at the end")
+    print("control: the same student trained on shuffled labels (the same options and steps), at the end")
     print("\n".join(f"  level {r['level']}: eta2 {r['eta2']:.3f}, MI {r['mi']:.3f} bits, spec {r['spec']:.3f}, "
                     f"match {r['matched']}/{r['indicators']}, kept {r['kept']:.2f}, dead {r['dead']}/{r['nodes']}, "
                     f"probe {r['probe']:.3f}" for r in control))
@@ -453,8 +460,7 @@ def _cmd_demo(args) -> int:
     payload = {"ladder_report": report, **_comparison_payload(result, args),
                "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
                "alignment_control_shuffled_labels": control,
-               **({"seeds": seeds.to_dict()} if seeds is not None else {}),
-               "thm3_fully_informative_max_error": worst}
+               "seeds": seeds.to_dict(), "thm3_fully_informative_max_error": worst}
     files = _save_outputs(out_dir, payload, result, title)
     groups = _noise_groups(args)
     if groups and args.n >= 2048:
@@ -484,7 +490,9 @@ def _cmd_compare(args) -> int:
     _set_threads(args)
     with _engine(args) as engine:
         result = _run_comparison(sample, args, engine=engine, held_out=held_out)
-        seeds = _seed_summary(sample, args, result, engine=engine, held_out=held_out)
+        control = _shuffled_control(sample, args, engine=engine, held_out=held_out) if args.shuffled_control \
+            else None
+        seeds = _seed_summary(sample, args, result, engine=engine, held_out=held_out, control=control)
     print(result.table(every=max(1, len(result.history) // 8), last_checkpoint=seeds is None))
     if seeds is not None:
         print(f"\nerrors and terms at the end of training (student seed {args.student_seed}'s training curve above)")
@@ -525,7 +533,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--bayes-n", type=_positive_int, default=2000, help="examples for the Bayes-optimal accuracy")
     demo.add_argument("--teacher", choices=("summarization", "topdown"), default="summarization",
                       help="the built-in ladder: the paper's summarization ladder or the top-down one")
-    _student_options(demo, out_default="smaso-demo", readout=32, steps=3000, eval_every=250, seeds=3,
+    _student_options(demo, out_default="smaso-demo", readout=32, steps=3000, eval_every=250, seeds=5,
                      outputs="comparison.* and errors_vs_n.*")
     demo.set_defaults(func=_cmd_demo)
 
@@ -536,6 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--partial", action="store_true",
                       help="accept an incomplete set of shards (some leading or trailing shards missing)")
     _student_options(cmp_)
+    cmp_.add_argument("--shuffled-control", action="store_true",
+                      help="also train each seed's shuffled-label control (the same student on permuted labels) and "
+                           "report every error and term beside it (and beside the seeds at initialisation)")
     _add_engine_options(cmp_)
     cmp_.set_defaults(func=_cmd_compare)
 

@@ -41,17 +41,35 @@ def _run_comparison(sample, args, engine=None, alignment=None, held_out=None):
                            progress=_progress(args), **kwargs)
 
 
-def _seed_summary(sample, args, result, engine=None, held_out=None):
+def _shuffled_control(sample, args, engine=None, held_out=None, alignment=None):
+    """The shuffled-label control of ``--student-seed``'s run: the same student, options and evaluation rows,
+    trained on permuted labels (:func:`~smaso.student.compare.compare_student` with ``shuffle_labels=True``), with
+    the event alignment on ``alignment``'s rows at its checkpoints when given (its last checkpoint's is the
+    alignment table's control; its best matches ranked at its own initialisation)."""
+    from smaso.student.compare import compare_student
+
+    kwargs = _student_kwargs(args, _held_out(sample, args, held_out))
+    return compare_student(sample, seed=args.student_seed, engine=engine, progress=_progress(args),
+                           shuffle_labels=True, alignment=alignment, **kwargs)
+
+
+def _seed_summary(sample, args, result, engine=None, held_out=None, control=None):
     """The summary over ``--seeds`` students (``result``: the first seed's run, ``--student-seed``; the others,
-    the next seeds, run as tasks of ``engine``), or None for one seed."""
-    if args.seeds <= 1:
+    the next seeds, run as tasks of ``engine``), with the initialisation control and, given ``control`` (the first
+    seed's shuffled-label run, :func:`_shuffled_control`), the shuffled-label control of every seed; None for one
+    seed without a control."""
+    if args.seeds <= 1 and control is None:
         return None
     from smaso.student.seeds import compare_seeds, summarize_seeds
 
     seeds = [args.student_seed + i for i in range(args.seeds)]
-    _, runs = compare_seeds(sample, seeds[1:], engine=engine, progress=_progress(args),
-                            **_student_kwargs(args, _held_out(sample, args, held_out)))
-    return summarize_seeds([result, *runs], seeds=seeds, last=3)
+    runs = []
+    if len(seeds) > 1:
+        _, runs = compare_seeds(sample, seeds[1:], engine=engine, progress=_progress(args),
+                                shuffled=control is not None,
+                                **_student_kwargs(args, _held_out(sample, args, held_out)))
+    shuffled = None if control is None else [control, *(r["shuffled"] for r in runs)]
+    return summarize_seeds([result, *runs], seeds=seeds, last=3, shuffled=shuffled)
 
 
 def _noise_groups(args) -> int | None:

@@ -1,13 +1,13 @@
 """What ``smaso inspect`` reports: a ladder dataset's counts, its sample frequencies against the ladder's exact
 statistics, and the Bayes-optimal accuracy; a tent dataset's k, x range and fit.  And what ``smaso demo`` and
 ``compare`` report beside the comparison: Bayes, the student class's ceilings and the student's held-out
-accuracy (:func:`accuracy_report`), the shuffled-label control of the event alignment.  Heavy imports happen
-inside the functions, so that ``smaso --help`` stays instant."""
+accuracy (:func:`accuracy_report`).  Heavy imports happen inside the functions, so that ``smaso --help`` stays
+instant."""
 
 from __future__ import annotations
 
 __all__ = ["accuracy_report", "bayes_on_head", "inspect_report", "print_report", "print_tent_report",
-           "shuffled_label_alignment", "tent_report"]
+           "tent_report"]
 
 
 def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool = False, device=None) -> dict:
@@ -119,29 +119,6 @@ def print_tent_report(report: dict) -> None:
         print(f"[{lo:.1f}, {hi:.1f})  {c:9d}   {c / n:10.5f}")
     print(f"\nmax |y - tau^{report['k']}(x)| = {report['max_abs_y_minus_target']:.6g}"
           + (" (exact labels)" if report["noise"] == 0 else ""))
-
-
-def shuffled_label_alignment(sample, held_out, trained, args) -> list[dict]:
-    """The alignment, at the end of training, of a student like ``trained`` (same initialization) trained on
-    ``sample`` with its labels shuffled: what training alone does to the nodes when the labels carry nothing (with
-    its best matches ranked at its initialisation: ``kept``, ``init_rank``)."""
-    import torch
-
-    from smaso.student.alignment import alignment_report, collect_alignment
-    from smaso.student.network import LadderStudent
-    from smaso.student.training import train_ladder_student
-
-    dtype = trained.weights[0].dtype
-    st = LadderStudent(trained.teacher, trained.widths[2 if trained.readout else 1:-1], activation=args.activation,
-                       batch_norm=args.bn or False, bias=not args.no_bias, seed=args.student_seed,
-                       shared=getattr(args, "shared", False), readout=trained.readout, dtype=dtype,
-                       device=args.device)
-    y = sample.y[torch.randperm(len(sample), generator=torch.Generator().manual_seed(args.student_seed))]
-    x_held, z_held = held_out.inputs(dtype=dtype), held_out.z.long()
-    init, _ = collect_alignment(st, x_held, z_held)
-    train_ladder_student(st, sample.inputs(dtype=dtype), y, steps=args.steps, lr=args.lr,
-                         batch_size=args.batch_size or None, loss=args.loss, seed=args.student_seed)
-    return alignment_report(st, x_held, z_held, init=init)
 
 
 #: Rows per forward pass of :func:`accuracy_report`.

@@ -51,7 +51,7 @@ def test_sample_ladder_help_names_both_formats(capsys):
 def test_demo_runs_the_main_job(capsys, tmp_path):
     out_dir = tmp_path / "demo"
     assert main(["demo", "-n", "6000", "--bayes-n", "300", "--steps", "30", "--eval-every", "10",
-                 "--eval-examples", "2000", "--out", str(out_dir)]) == 0
+                 "--eval-examples", "2000", "--seeds", "2", "--out", str(out_dir)]) == 0
     out = capsys.readouterr().out
     assert "Bayes-optimal accuracy" in out and "all within bounds: True" in out
     assert "decorr. fwd" in out and "recursion" in out and "one step" in out
@@ -72,6 +72,13 @@ def test_demo_runs_the_main_job(capsys, tmp_path):
     assert 0 <= report["accuracy"]["held_out_accuracy"] <= 1 and report["accuracy"]["held_out_rows"] == 10_000
     assert [r["level"] for r in report["history"][-1]["alignment"]] == [0, 1, 2, 3]
     assert len(report["alignment_control_shuffled_labels"]) == 4
+    # the reformulation over seeds, one value per seed, beside the same seeds at step 0 and on shuffled labels
+    seeds = report["seeds"]
+    assert seeds["seeds"] == [0, 1] and set(seeds["controls"]) == {"init", "shuffled"}
+    assert seeds["controls"]["init"]["steps"] == [[0], [0]]
+    assert seeds["controls"]["shuffled"]["steps"] == [[10, 20, 30]] * 2
+    assert len(seeds["levels"][2]["per_seed"]["F_local_decorrelation"]) == 2
+    assert "trained vs controls" in out and "init (step 0)" in out and "0 (identity)" in out
     last = report["history"][-1]
     assert last["noise_groups"] == 10 and all("F_local_floor" in r and "within_noise" in r for r in last["levels"])
     assert report["thm3_fully_informative_max_error"] == thm3 or abs(report["thm3_fully_informative_max_error"]
@@ -211,7 +218,7 @@ def test_engine_options_are_checked(capsys, tmp_path):
 
 def test_demo_with_bn_before_the_gate_and_cross_entropy(tmp_path, capsys):
     assert main(["demo", "-n", "3000", "--bayes-n", "200", "--steps", "10", "--eval-every", "10", "--eval-examples",
-                 "1000", "--bn", "before", "--loss", "cross_entropy", "--noise-groups", "0",
+                 "1000", "--bn", "before", "--loss", "cross_entropy", "--noise-groups", "0", "--seeds", "1",
                  "--out", str(tmp_path / "d")]) == 0
     out = capsys.readouterr().out
     assert "BN before the gate" in out and "Eq 7 (softmax" in out and "[" not in out.split("Thm 2's")[1][:200]

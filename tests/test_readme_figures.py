@@ -50,6 +50,48 @@ def test_readme_demo_claims_hold_on_the_recorded_demo(report):
     assert all(claims.values()), [c for c, holds in claims.items() if not holds]
 
 
+def test_the_reformulation_rows_say_identities_undefined_numbers_and_controls(report):
+    """The README's reformulation rows from a summary (``SeedSummary.to_dict`` read back from JSON): trained, init
+    and shuffled per level; an identity as "identity", a number undefined in every seed (null) as n/a, one undefined
+    in some seeds with its count and reason; a summary without controls gives the trained rows alone."""
+    from smaso.student.seeds import summarize_seeds
+
+    dead = "level 0: all 8 nodes dead over 8192 rows"
+
+    def run(v, focus, step_v):
+        rows = [{"F_local": step_v, "F_local_focus": focus, "F_local_decorrelation": step_v, "G_local": v,
+                 "G_local_floor": 0.01}, {"F_local": v, "F_local_focus": focus, "F_local_decorrelation": v,
+                                          "G_local": v, "G_local_floor": 0.01}]
+        return {"history": [{"step": i, "accuracy": 0.9, "loss": 0.1, "levels": [{"level": 0, **r}], "leaves": {}}
+                            for i, r in enumerate(rows)]}
+
+    runs = [run(0.5, 1e-16, 0.3), run(0.7, 2e-16, 0.2)]
+    shuffled = [run(0.4, 1e-16, 0.3), run(0.6, 1e-16, 0.2)]
+    runs[1]["history"][-1]["levels"][0].update(G_local=None, undefined={"G_local": dead})
+    summary = json.loads(json.dumps(_strict(summarize_seeds(runs, last=1, shuffled=shuffled).to_dict())))
+    rows = report.reformulation_rows(summary)
+    assert [r.split(" | ")[1] for r in rows] == ["trained", "init", "shuffled labels"]
+    trained = rows[0].strip("| ").split(" | ")
+    assert trained[2:5] == ["= its decorrelation part (identity)", "0 (identity)", "0.6 [0.5..0.7] (1e-1)"]
+    assert trained[5] == f"0.5 [0.5..0.5] (1e-2) (undefined in 1 of 2 seeds: {dead})"
+    assert rows[2].strip("| ").split(" | ")[4] == "0.5 [0.4..0.6]"  # the shuffled control, no noise
+    for r in runs:
+        r["history"][-1]["levels"][0].update(G_local=None, undefined={"G_local": dead})
+    alone = _strict(summarize_seeds([{"history": r["history"][1:]} for r in runs], last=1).to_dict())
+    rows = report.reformulation_rows(json.loads(json.dumps(alone)))
+    assert len(rows) == 1 and rows[0].split(" | ")[1] == "trained"
+    assert rows[0].strip("| ").split(" | ")[5] == f"n/a (undefined in 2 of 2 seeds: {dead})"
+    # without a control nothing is an identity: the number and its noise, within noise (round-off)
+    assert rows[0].strip("| ").split(" | ")[3] == "1.5e-16 [1e-16..2e-16] (5e-17)*"
+
+
+def _strict(obj):
+    """``obj`` with NaN as None, as the benchmarks write it."""
+    from smaso.cli import _json_safe
+
+    return _json_safe(obj)
+
+
 def test_the_table_reads_every_benchmark_results_file(report, monkeypatch):
     read = []
     load = report._load

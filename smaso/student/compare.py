@@ -263,13 +263,48 @@ def _head(chunks, k: int):
     return dataclasses.replace(first, z=torch.cat([p.z for p in parts]), x=x)
 
 
-def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torch.dtype, skip: int = 0):
+#: The key that sets the shuffled-label stream apart from every other stream of a seed
+#: (:func:`_training_labels`: ``SeedSequence([seed, chunk, SHUFFLE_STREAM])``).
+SHUFFLE_STREAM = 0x5A1E
+
+
+def _training_labels(part, c: int, off: int, shuffle_seed: int | None) -> torch.Tensor:
+    """The labels chunk ``c`` (``part``) is trained on: its own, or with ``shuffle_seed`` its training rows'
+    labels (rows ``off:``, never the held-out ones) permuted by a fixed permutation drawn from
+    ``(shuffle_seed, c)``: the same wrong label for a row in every epoch, the label counts unchanged, in the
+    memory of one chunk (rows are independent draws, so permuting within chunks is a full label shuffle's
+    control: it cuts every tie between x and y)."""
+    if shuffle_seed is None:
+        return part.y
+    from teachers.chunked import _generator
+
+    y = part.y.clone()
+    y[off:] = part.y[off:][torch.randperm(len(y) - off, generator=_generator(shuffle_seed, c, SHUFFLE_STREAM))]
+    return y
+
+
+def _all_training_labels(chunks, skip: int, shuffle_seed: int | None) -> torch.Tensor:
+    """Every training row's label (rows ``skip:``, in row order) as :func:`_training_batches` trains on it: the
+    labels of full-batch GD."""
+    parts = []
+    for c in range(chunks.num_chunks):
+        lo, hi = chunks.chunk_bounds(c)
+        if hi > skip:
+            off = max(skip - lo, 0)
+            parts.append(_training_labels(chunks.chunk(c), c, off, shuffle_seed)[off:])
+    return torch.cat(parts)
+
+
+def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torch.dtype, skip: int = 0,
+                      shuffle_seed: int | None = None):
     """SGD minibatches ``(x, y)`` without end: each epoch visits the chunks in a random order and each
     chunk's rows in a random order (``gen``), a batch's last rows carried over into the next chunk, so
     every row is used once per epoch.  Inputs are built per batch in ``dtype``; memory is one chunk.
 
     :param skip: the first this many rows are never trained on (the held-out evaluation rows); ``skip=0``
         draws exactly the random stream of the pass without held-out rows.
+    :param shuffle_seed: train on permuted labels (:func:`_training_labels`); the rows, their order and the
+        batches are those of the run without it.
     """
     xs, ys, have = [], [], 0  # the pieces of the batch being filled (across chunk boundaries)
     while True:
@@ -280,11 +315,12 @@ def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torc
             part = chunks.chunk(c)
             off = max(skip - lo, 0)
             perm = torch.randperm(len(part) - off, generator=gen) + off
+            labels = _training_labels(part, c, off, shuffle_seed)
             s = 0
             while s < len(perm):
                 idx = perm[s: s + batch_size - have]
                 xs.append(part.inputs(idx, dtype))
-                ys.append(part.y[idx])
+                ys.append(labels[idx])
                 have, s = have + len(idx), s + len(idx)
                 if have == batch_size:
                     yield (xs[0], ys[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(ys))
@@ -356,7 +392,7 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                     engine=None, noise_groups: int | None = 10, shared: bool = False,
                     readout: int | None = None, alignment=None, optimizer="sgd",
                     lr_schedule: str | None = None, plateau: int | None = None,
-                    held_out=True) -> ComparisonResult:
+                    held_out=True, shuffle_labels: bool = False) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
     Training reads minibatches chunk by chunk (each epoch a seeded random order of the chunks and of their
@@ -402,6 +438,11 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
     :param plateau: stop early once the smoothed training loss (an exponential average over about 20 steps) has
         not improved by :data:`PLATEAU_TOL` (relative) for this many steps; the stopping step is a checkpoint, and
         :attr:`ComparisonResult.stopped_at` names it.
+    :param shuffle_labels: the shuffled-label control: train on the sample with its training rows' labels
+        permuted (a fixed permutation drawn from ``seed``, per chunk, so the same in every epoch; held-out rows
+        never enter it), everything else as without it: the same initial weights, minibatch rows and order,
+        and the same evaluation rows, measured with their own labels and events z (so each number compares
+        with the trained run's).  History rows then carry ``"shuffled_labels": True``.
     :returns: :class:`ComparisonResult` with one history row per checkpoint: step, loss,
         accuracy and the per-level errors and diagnosis.
     :raises TrainingDiverged: a non-finite or exploding loss, weight or statistic.
@@ -438,6 +479,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name}: expected a positive integer, got {v!r}")
     alignment = _check_alignment(alignment, lad)
+    if not isinstance(shuffle_labels, bool):
+        raise TypeError(f"shuffle_labels: expected a bool, got {type(shuffle_labels).__name__}")
     if plateau is not None and (isinstance(plateau, bool) or not isinstance(plateau, int) or plateau < 1):
         raise ValueError(f"plateau: expected None or a positive integer, got {plateau!r}")
     student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
@@ -456,9 +499,11 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
             ev_chunks, streamed = ev, True
     evaluation = "training" if held_out is False else "held-out"
     if batch_size is None:
-        batches = itertools.repeat((sample.inputs(dtype=dtype)[skip:], sample.y[skip:]))
+        y = _all_training_labels(chunks, skip, seed) if shuffle_labels else sample.y[skip:]
+        batches = itertools.repeat((sample.inputs(dtype=dtype)[skip:], y))
     else:
-        batches = _training_batches(chunks, batch_size, torch.Generator().manual_seed(seed), dtype, skip)
+        batches = _training_batches(chunks, batch_size, torch.Generator().manual_seed(seed), dtype, skip,
+                                    seed if shuffle_labels else None)
     dev = student.weights[0].device
     smooth, best, since = None, math.inf, 0
     result = ComparisonResult(student=student)
@@ -487,6 +532,8 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
                 raise TrainingDiverged(f"step {step}: the statistics are not finite ({', '.join(bad[:3])}); "
                                        "lower lr, or use BN")
             row = {"step": step, "accuracy": acc, "evaluation": evaluation, **report}
+            if shuffle_labels:
+                row["shuffled_labels"] = True
             if alignment is not None:  # (each checkpoint's best matches ranked at the first checkpoint's)
                 acc, probe = accumulate_alignment(student, alignment, engine=engine)
                 aligned = acc.result()

@@ -1,0 +1,88 @@
+"""compare_student(shuffle_labels=True): the shuffled-label control.  The same student, minibatch rows and
+evaluation rows, trained on a fixed permutation of the training rows' labels (never the held-out ones)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from smaso.student.compare import _all_training_labels, _training_batches, _training_labels, compare_student
+from teachers import Ladder, sample_ladder
+from teachers.chunked import as_chunks
+
+KW = dict(width=4, steps=12, lr=0.3, batch_size=64, eval_every=6, noise_groups=4, seed=2, eval_examples=300)
+
+
+@pytest.fixture(scope="module")
+def data():
+    lad = Ladder.random(depth=2, branching=2, events=3, mode="bottomup", seed=1)
+    return sample_ladder(lad, 1200, 0)
+
+
+class _Rows:
+    """A chunked source of 1000 rows whose input and label are the row index (4 chunks, the last one short)."""
+
+    chunks = as_chunks(sample_ladder(Ladder.random(depth=1, branching=2, events=3, seed=0), 1000, 0), 300)
+    num_chunks = chunks.num_chunks
+    chunk_bounds = staticmethod(chunks.chunk_bounds)
+    idx = torch.arange(1000)
+
+    @classmethod
+    def chunk(cls, c):
+        lo, hi = cls.chunks.chunk_bounds(c)
+        idx = cls.idx
+
+        class Part:
+            y = idx[lo:hi]
+
+            def __len__(self):
+                return hi - lo
+
+            def inputs(self, i, dtype):
+                return idx[lo:hi][i].to(dtype)[:, None]
+        return Part()
+
+
+@pytest.mark.parametrize("skip", [0, 250, 301])
+def test_training_labels_are_a_fixed_permutation_of_the_training_rows_labels(skip):
+    """Each row keeps one wrong label in every epoch; the labels are those of the same chunk's training rows,
+    each once; the held-out rows neither lose their label nor lend it; the rows and batches are the plain run's."""
+    n = 1000 - skip
+    plain = _training_batches(_Rows, 100, torch.Generator().manual_seed(3), torch.float64, skip)
+    shuf = _training_batches(_Rows, 100, torch.Generator().manual_seed(3), torch.float64, skip, shuffle_seed=7)
+    epochs = 3 * n // 100  # three epochs (n is a multiple of 50 or not: rows carry over between batches)
+    label_of: dict[int, int] = {}
+    for _ in range(epochs):
+        (x0, y0), (x1, y1) = next(plain), next(shuf)
+        assert torch.equal(x0, x1) and torch.equal(y0, x0[:, 0].long())  # the same rows, in the same order
+        for row, lab in zip(x1[:, 0].long().tolist(), y1.tolist(), strict=True):
+            assert label_of.setdefault(row, lab) == lab  # the same label in every epoch
+    assert sorted(label_of) == list(range(skip, 1000))
+    assert sorted(label_of.values()) == list(range(skip, 1000))  # a permutation of the training rows' labels
+    for row, lab in label_of.items():  # within the row's chunk
+        assert (row // 300) == (lab // 300)
+    moved = sum(row != lab for row, lab in label_of.items()) / n
+    assert moved > 0.95  # a random permutation of ~300 rows fixes about one
+    # full-batch GD trains on the same labels, in row order
+    assert _all_training_labels(_Rows, skip, 7).tolist() == [label_of[r] for r in range(skip, 1000)]
+    assert _all_training_labels(_Rows, skip, None).tolist() == list(range(skip, 1000))
+    # drawn from the seed: another seed, another permutation; the same seed, the same one
+    assert not torch.equal(_training_labels(_Rows.chunk(1), 1, 0, 7), _training_labels(_Rows.chunk(1), 1, 0, 8))
+    assert torch.equal(_training_labels(_Rows.chunk(1), 1, 0, 7), _training_labels(_Rows.chunk(1), 1, 0, 7))
+
+
+def test_shuffled_control_run(data):
+    """Step 0 is the trained run's (same initial weights, same evaluation rows and labels); the rest differs; the
+    run is reproducible from its seed; full-batch GD shuffles too."""
+    a = compare_student(data, **KW)
+    b = compare_student(data, shuffle_labels=True, **KW)
+    assert b.history[0] == {**a.history[0], "shuffled_labels": True}
+    assert all(h["shuffled_labels"] for h in b.history) and "shuffled_labels" not in a.history[-1]
+    assert b.history[-1]["levels"] != a.history[-1]["levels"]
+    assert compare_student(data, shuffle_labels=True, **KW).history == b.history
+    full = {**KW, "batch_size": None}
+    assert compare_student(data, shuffle_labels=True, **full).history[-1]["loss"] != \
+        compare_student(data, **full).history[-1]["loss"]
+    for bad in ("yes", 1, None):
+        with pytest.raises(TypeError, match="shuffle_labels: expected a bool"):
+            compare_student(data, shuffle_labels=bad, **KW)
