@@ -8,6 +8,7 @@ given the children's events."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from smaso.student.ceiling import (
     additive_ceiling,
     architecture_ceiling,
     children_bayes,
+    readout_ceiling,
     squared_loss_optimum,
     top_joint,
 )
@@ -237,3 +239,131 @@ def test_region_joint_marginals_and_bad_regions():
     assert torch.allclose(joint.sum(0), P.marginals[2][1, :2], atol=1e-14, rtol=0)
     with pytest.raises(ValueError, match="query"):
         region_joint(g, [(9, 0)])
+
+
+# ------------------------------------------------------------------ large ladders degrade (issue 36)
+def test_accuracy_report_degrades_past_the_joint_limit():
+    """Issue 36: the joint of the root's two children and the label of a 162-event ladder has 162^3 > 2^22
+    entries; the accuracy report raised ``parents_joint: ... more than max_clique`` after training.  Now the
+    readout ceiling is summed exactly without the joint (equal to the joint built here by broadcasting), the
+    linear top's ceiling and the loss optimum say why they are not computed, and the report is written."""
+    from smaso.reports import accuracy_report
+    from smaso.student.network import LadderStudent
+
+    lad = Ladder.random(depth=1, branching=2, events=162, seed=0)
+    report = accuracy_report(lad, LadderStudent(lad, 8), None, 0, held_out=200)
+    t1, t2 = (lad.region_tables[1][c] for c in lad.children[0][0])
+    joint = lad.prior[None, None, :] * t1.T[:, None, :] * t2.T[None, :, :]  # (z_1, z_2, y)
+    assert joint.numel() > 2**22
+    assert report["ceiling_readout"] == pytest.approx(float(joint.max(-1).values.sum()), abs=1e-12)
+    assert report["ceiling_readout_estimate"]["method"] == "exact"
+    assert report["readout_width_needed"] == int((joint.sum(-1) > 0).sum()) and report["readout_width_counted"]
+    assert report["ceiling_linear_top"] is None and report["loss_optimal_linear_top"] is None
+    assert "4251528 entries, more than max_joint=4194304" in report["not_computed"]["additive"]
+    assert re.search(r"linear top \(additive\) +not computed \(top_joint: the joint .* 4251528 entries",
+                     report["text"])
+    # a linear top is one function of the children's events: the exact readout ceiling bounds it too
+    assert report["ceiling_of_this_student"] == report["ceiling_readout"]
+
+
+def test_readout_ceiling_monte_carlo_agrees_with_the_exact_sum():
+    """Past ``max_enumerated`` the readout ceiling is the mean of max_y P(y | z) over sampled child events, exact
+    per sample: within its 95% interval of the exact value, the interval shrinking like 1/sqrt(N)."""
+    lad = Ladder.default(mode="topdown")
+    exact = children_bayes(top_joint(lad))
+    small = readout_ceiling(lad, max_enumerated=10, samples=4000, seed=1)[0]
+    large, width, counted = readout_ceiling(lad, max_enumerated=10, samples=64_000, seed=1)
+    for est in (small, large):
+        assert est.method == "Monte Carlo" and not est.exact
+        assert est.interval[0] <= exact <= est.interval[1]
+    half = [(e.interval[1] - e.interval[0]) / 2 for e in (small, large)]
+    assert half[0] / half[1] == pytest.approx(4.0, rel=0.1)
+    assert abs(large.value - exact) < 4 * half[1] / 1.96
+    assert width == 16 and not counted  # every configuration: a width that suffices, not counted
+    assert re.fullmatch(r"0\.\d{4} \(Monte Carlo, 64000 samples, 95% interval \[0\.\d{4}, 0\.\d{4}\]\)", str(large))
+    enumerated = readout_ceiling(lad)[0]
+    assert enumerated.exact and enumerated.value == pytest.approx(exact, abs=1e-15)
+    with pytest.raises(ValueError, match="samples"):
+        readout_ceiling(lad, samples=0)
+
+
+def test_architecture_ceiling_names_each_method():
+    """Without the joint: a top-down ladder's readout ceiling is estimated and no upper bound is claimed from it;
+    a bottom-up ladder's is 1 exactly (y is a function of the children's events); the report prints each as what
+    it is and the JSON carries the certificate or the reason."""
+    from smaso.reports import accuracy_report
+    from smaso.student.network import LadderStudent
+
+    td = Ladder.default(mode="topdown")
+    c = architecture_ceiling(td, max_joint=10, max_enumerated=10, samples=20_000)
+    assert c.additive is None and c.loss_optimal is None and set(c.not_computed) == {"additive", "loss_optimal"}
+    assert c.readout.method == "Monte Carlo" and c.for_student(True) is None and c.for_student(False) is None
+    report = accuracy_report(td, LadderStudent(td, 4, readout=16), 0.5, 0, held_out=100, ceiling=c)
+    assert "readout Monte Carlo" in report["text"] and "(Monte Carlo, 20000 samples, 95% interval [" in report["text"]
+    assert report["ceiling_readout_estimate"]["samples"] == 20_000 and report["ceiling_of_this_student"] is None
+    bu = architecture_ceiling(Ladder.default(), max_joint=10)
+    assert bu.readout.exact and bu.readout.value == 1.0 and "function" in bu.readout.how
+    assert bu.readout_width == 16 and not bu.readout_width_counted and bu.for_student(False) == 1.0
+    full = architecture_ceiling(Ladder.default())
+    report = accuracy_report(Ladder.default(), LadderStudent(Ladder.default(), 4), {"expected": 1.0, "stderr": 0.0,
+                                                                                   "n": 300}, 0, held_out=100,
+                             ceiling=full)
+    assert report["ceiling_linear_top_certified"] is True and report["ceiling_linear_top_certificate"]["certified"]
+    assert report["ceiling_linear_top"] == report["ceiling_linear_top_upper"] == full.additive.value
+    assert re.search(r"linear top \(additive\) +0\.8734\n", report["text"])
+
+
+def test_a_bound_is_printed_as_a_bound_by_the_report():
+    """A truncated certificate travels into the report: the row reads ``lower <= ceiling <= upper``, the JSON
+    holds the lower bound under the old key, ``certified`` False, and the upper bound bounds the student."""
+    from smaso.reports import accuracy_report
+    from smaso.student.network import LadderStudent
+
+    lad = Ladder.default()
+    c = architecture_ceiling(lad, max_iterations=1)
+    assert not c.additive.certified
+    report = accuracy_report(lad, LadderStudent(lad, 4), 1.0, 0, held_out=100, ceiling=c)
+    assert re.search(r"linear top \(additive\) +0\.\d{4} <= ceiling <= 1\.0000\n", report["text"])
+    assert "linear top bounds only" in report["text"]
+    assert report["ceiling_linear_top"] == c.additive.lower and report["ceiling_linear_top_certified"] is False
+    assert report["ceiling_of_this_student"] == pytest.approx(min(1.0, c.additive.upper), abs=1e-12)
+
+
+@pytest.mark.slow
+def test_compare_on_the_issue_300_event_ladder_finishes(tmp_path, capsys):
+    """Issue 36's reproduction: ``smaso compare`` on a 2,000-row, 300-event ladder trained, printed its table,
+    then exited 2 in the accuracy report.  Now it exits 0 with the readout ceiling exact and the rest named."""
+    import json
+
+    from smaso.cli import main
+
+    data = tmp_path / "d.zarr"
+    assert main(["sample", "ladder", "--depth", "2", "--branching", "2", "--events", "300", "-n", "2000",
+                 "--out", str(data), "-q"]) == 0
+    out = tmp_path / "o"
+    assert main(["compare", str(data), "--eval-examples", "500", "--steps", "20", "--eval-every", "10",
+                 "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "linear top (additive)      not computed (top_joint" in text
+    acc = json.loads((out / "comparison.json").read_text())["accuracy"]
+    assert acc["ceiling_readout_estimate"]["method"] == "exact" and 0 < acc["ceiling_readout"] <= 1
+    assert "27000000 entries" in acc["not_computed"]["additive"]
+
+
+def test_readme_row_says_bound_when_not_certified():
+    """benchmarks/report.py writes the README's linear-top row from the demo's JSON: the value where certified (or
+    recorded before the certificate), ``>= lower (<= upper, not certified)`` where only bounds are known."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("report", Path(__file__).resolve().parents[1] / "benchmarks"
+                                                  / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    acc = {"ceiling_linear_top": 0.87339821, "ceiling_linear_top_certified": True,
+           "ceiling_linear_top_upper": 0.87339821}
+    assert report._linear_ceiling(acc) == "0.8734"
+    assert report._linear_ceiling({"ceiling_linear_top": 0.87339821}) == "0.8734"
+    acc.update(ceiling_linear_top_certified=False, ceiling_linear_top_upper=0.90001)
+    assert report._linear_ceiling(acc) == ">= 0.8733 (<= 0.9001, not certified)"
+    assert report._linear_ceiling({"ceiling_linear_top": None}) == "not computed"

@@ -570,11 +570,12 @@ class Ceiling:
 
     def for_student(self, readout: bool) -> float | None:
         """A proven upper bound on the accuracy of the class with or without a readout (given the children's
-        events): its ceiling where certified or exact, else the additive certificate's upper bound; None where
-        none is known (not computed, or a Monte Carlo estimate)."""
-        if readout:
-            return self.readout.value if self.readout.exact else None
-        return None if self.additive is None else self.additive.upper
+        events): its ceiling where certified or exact, else the additive certificate's upper bound, else (a linear
+        top is one function of the children's events) the exact readout ceiling; None where none is known."""
+        exact = self.readout.value if self.readout.exact else None
+        if readout or self.additive is None:
+            return exact
+        return self.additive.upper
 
 
 def architecture_ceiling(ladder: Ladder, *, max_iterations: int = 10_000, time_limit: float = 120.0,
