@@ -31,10 +31,14 @@ realizable labelings, found by a combinatorial Benders (no-good cut) loop:
    lambda^T M_S = 0.  A vertex of {lambda >= 0, lambda^T M_S = 0, sum lambda = 1} (HiGHS's dual simplex) has a
    small support T; its exact rational null vector is recomputed and checked to be positive (so the cut does
    not rest on floating point), and the (cell, label) pairs of T give the cut sum x <= |pairs| - 1 (every
-   labeling holding those pairs holds the rows T, so it is not realizable).  The cells of T are dropped and the
-   rest re-checked, so one master solve yields several cuts and a realizable sub-labeling;
+   labeling holding those pairs holds the rows T, so it is not realizable).  Each cut is lifted by the class's
+   symmetries (renamed child events, permuted children of one size, permuted labels map additive scores to
+   additive scores, so every image of an unrealizable set is unrealizable: :func:`_images`).  The cells of T are
+   dropped and the rest re-checked, so one master solve yields several cuts and a realizable sub-labeling;
 3. a realizable labeling's LP scores are evaluated by their argmax directly, over every cell: a lower bound
-   attained by explicit scores (:attr:`AdditiveCeiling.scores`).
+   attained by explicit scores (:attr:`AdditiveCeiling.scores`); so are, first, the best constant class, the
+   squared-loss fit and issue 25's big-M program with scores bounded by :data:`HEURISTIC_BOUND` (a lower bound
+   only: a bound on the scores can be too small, 1 on the default teacher gives 0.8273 for 0.8734).
 
 The loop ends when the lower bound meets the upper bound (:attr:`AdditiveCeiling.certified`), or at its
 iteration or time limit with both bounds (then everything prints ``lower <= ceiling <= upper``, never a value).
@@ -96,6 +100,8 @@ METHOD = ("exact: HiGHS master over labelings, LP realizability cuts from Farkas
 _SUPPORT_TOL = 1e-9
 #: Scores bound of the primal heuristic (:func:`_bounded_scores`): a lower bound only, whatever its value.
 HEURISTIC_BOUND = 100.0
+#: Largest number of candidate symmetry maps a cut is lifted by (:func:`_images`).
+MAX_IMAGES = 2**20
 # the chunk of cells x classes summed at once by the enumerated readout ceiling
 _CHUNK = 2**20
 
@@ -330,6 +336,35 @@ def _exact_positive_null(rows: np.ndarray, lam: np.ndarray) -> bool:
     return all(v > 0 for v in vec) or all(v < 0 for v in vec)
 
 
+def _images(chosen: np.ndarray, sizes: tuple[int, ...], m: int, live: np.ndarray) -> np.ndarray:
+    """Every image of an unrealizable set of (cell, label) pairs ``chosen`` ``(t, 2)`` under the symmetries of
+    the additive class: an injective renaming of each child's events (and, where the children have one size, a
+    permutation of the children) and of the labels maps an additive score to an additive score, so each image
+    is unrealizable too.  Only images whose pairs all have positive probability (``live`` ``(cells, m)``) are
+    kept; ``(images, t)`` flat pair codes cell * m + label, the identity among them.  Above :data:`MAX_IMAGES`
+    candidate maps, the set alone."""
+    coords = np.stack(np.unravel_index(chosen[:, 0], sizes), 1)  # (t, k)
+    k = len(sizes)
+    orders = list(itertools.permutations(range(k))) if len(set(sizes)) == 1 else [tuple(range(k))]
+    labels, lab_idx = np.unique(chosen[:, 1], return_inverse=True)
+    used = [np.unique(coords[:, b], return_inverse=True) for b in range(k)]
+    count = len(orders) * math.perm(m, len(labels)) * math.prod(math.perm(sizes[b], len(used[b][0]))
+                                                                 for b in range(k))
+    if count > MAX_IMAGES:
+        return (chosen[:, 0] * m + chosen[:, 1])[None]
+    strides = np.array([math.prod(sizes[b + 1:]) for b in range(k)])
+    out = []
+    for order in orders:
+        flat = np.zeros((1, len(chosen)), dtype=np.int64)
+        for place, b in enumerate(order):  # child b's events go to place ``place`` (equal sizes)
+            maps = np.array(list(itertools.permutations(range(sizes[place]), len(used[b][0]))))  # (P, |U_b|)
+            flat = (flat[:, None, :] + maps[:, used[b][1]][None] * strides[place]).reshape(-1, len(chosen))
+        lab_maps = np.array(list(itertools.permutations(range(m), len(labels))))[:, lab_idx]  # (Q, t)
+        codes = (flat[:, None, :] * m + lab_maps[None]).reshape(-1, len(chosen))
+        out.append(codes[live.reshape(-1)[codes].all(1)])
+    return np.unique(np.sort(np.concatenate(out), 1), axis=0)
+
+
 def _accuracy(pc: np.ndarray, design: np.ndarray, a: np.ndarray) -> float:
     return float(pc[np.arange(len(pc)), (design @ a).argmax(1)].sum())
 
@@ -401,6 +436,7 @@ def additive_ceiling(joint: torch.Tensor, *, max_iterations: int = 10_000,
     best = max(((_accuracy(pc, design, a), a) for a in (const, fitted, heuristic) if a is not None),
                key=lambda t: t[0])
     cut_rows: list[np.ndarray] = []
+    codes, seen = pairs[:, 0] * m + pairs[:, 1], set()  # pairs' flat codes, increasing (argwhere's order)
     status, gap, it, exact_cuts = "iteration limit", None, 0, True
     while it < max_iterations:
         left = time_limit - (time.perf_counter() - t0)
@@ -437,7 +473,11 @@ def additive_ceiling(joint: torch.Tensor, *, max_iterations: int = 10_000,
             owners, exact = out
             exact_cuts &= exact
             chosen = labeled[owners]
-            cut_rows.append(np.flatnonzero(np.isin(pairs[:, 0] * m + pairs[:, 1], chosen[:, 0] * m + chosen[:, 1])))
+            for image in _images(chosen, sizes, m, pc > 0):
+                key = image.tobytes()
+                if key not in seen:
+                    seen.add(key)
+                    cut_rows.append(np.searchsorted(codes, image))
             labeled = labeled[~np.isin(labeled[:, 0], chosen[:, 0])]
         if best[0] >= upper - CERT_TOL or verdict == "error":
             status = "optimal" if verdict != "error" else status
