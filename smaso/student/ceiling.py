@@ -397,7 +397,7 @@ def _check_limit(name: str, v, kind: type) -> None:
 
 
 def additive_ceiling(joint: torch.Tensor, *, max_iterations: int = 10_000,
-                     time_limit: float = 120.0) -> AdditiveCeiling:
+                     time_limit: float = 60.0) -> AdditiveCeiling:
     """The best accuracy A* of an additive score s_y(z) = sum_b a_{b,y}(z_b), certified (module docstring).
 
     :param joint: P(z_1, ..., z_k, y) ``(m_1, ..., m_k, classes)``.
@@ -618,7 +618,7 @@ class Ceiling:
         return self.additive.upper
 
 
-def architecture_ceiling(ladder: Ladder, *, max_iterations: int = 10_000, time_limit: float = 120.0,
+def architecture_ceiling(ladder: Ladder, *, max_iterations: int = 10_000, time_limit: float = 60.0,
                          max_joint: int = MAX_JOINT, max_enumerated: int = MAX_ENUMERATED,
                          samples: int = MC_SAMPLES, seed: int = 0) -> Ceiling:
     """The ceilings of the students of ``ladder`` with and without a readout (module docstring): exact and
