@@ -101,7 +101,7 @@ _SUPPORT_TOL = 1e-9
 #: Scores bound of the primal heuristic (:func:`_bounded_scores`): a lower bound only, whatever its value.
 HEURISTIC_BOUND = 100.0
 #: Largest number of candidate symmetry maps a cut is lifted by (:func:`_images`).
-MAX_IMAGES = 2**20
+MAX_IMAGES = 2**18
 # the chunk of cells x classes summed at once by the enumerated readout ceiling
 _CHUNK = 2**20
 
