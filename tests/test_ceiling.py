@@ -425,3 +425,19 @@ def test_three_children_of_four_events_certify():
     pc = joint.reshape(-1, 4).numpy()
     s = _design((4, 4, 4)) @ np.concatenate(c.scores)
     assert pc[np.arange(len(pc)), s.argmax(1)].sum() == pytest.approx(c.value, abs=1e-15)
+
+
+def test_farkas_certificates_are_checked_exactly():
+    """A cut rests on lambda > 0 with lambda^T M_T = 0 in exact rationals: accepted for XOR's four rows (even from a
+    float vertex too noisy to round, through the exact null space), refused where only lambda = 0 solves it or
+    where the null space holds no positive vector."""
+    from smaso.student.ceiling import _exact_positive_null
+
+    design = _design((2, 2))
+    # XOR's rows e_y - e_y' per cell (a, b) labelled a ^ b, 2 classes: d_c ⊗ (e_y - e_{1-y})
+    rows = np.array([np.kron(design[2 * a + b], np.eye(2)[a ^ b] - np.eye(2)[1 - (a ^ b)])
+                     for a in (0, 1) for b in (0, 1)]).astype(np.int64)
+    assert _exact_positive_null(rows, np.full(4, 0.25))
+    assert _exact_positive_null(rows, np.full(4, 0.25) + np.array([1e-4, -2e-4, 3e-4, 0]))
+    assert not _exact_positive_null(np.array([[1, -1], [1, 1]]), np.array([0.5, 0.5]))
+    assert not _exact_positive_null(np.array([[1, 0], [-1, 0], [0, 1]]), np.array([0.3, 0.3, 0.4]))

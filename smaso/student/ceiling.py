@@ -255,28 +255,27 @@ class AdditiveCeiling:
 
 def _pair_rows(design: np.ndarray, pairs: np.ndarray, m: int):
     """The rows (d_c ⊗ (e_y - e_{y'})) of M_S for labeled cells ``pairs`` ``(n, 2)`` (cell, label), as a sparse
-    ``(n (m-1), features m)`` matrix, and the pair each row belongs to."""
+    ``(n (m-1), features m)`` matrix (rows pair by pair, y' increasing), and the pair each row belongs to."""
     from scipy.sparse import csr_matrix
 
-    feats = [np.flatnonzero(design[c]) for c in range(len(design))]
-    k = len(feats[0])
-    other = np.array([[y2 for y2 in range(m) if y2 != y] for y in range(m)]).reshape(m, m - 1)
+    k = int(design[0].sum())
+    feats = np.nonzero(design)[1].reshape(len(design), k)[pairs[:, 0]]  # (n, k): each cell's one-hot features
+    ys = pairs[:, 1]
+    others = np.array([[y2 for y2 in range(m) if y2 != y] for y in range(m)]).reshape(m, m - 1)[ys]  # (n, m-1)
+    plus = np.broadcast_to(feats[:, None, :] * m + ys[:, None, None], (len(pairs), m - 1, k))
+    minus = feats[:, None, :] * m + others[:, :, None]
+    cols = np.concatenate([plus, minus], axis=2).reshape(-1)
+    vals = np.tile(np.r_[np.ones(k), -np.ones(k)], len(pairs) * (m - 1))
     rows = np.repeat(np.arange(len(pairs) * (m - 1)), 2 * k)
-    cols, vals, owner = [], [], np.repeat(np.arange(len(pairs)), m - 1)
-    for c, y in pairs:
-        f = feats[c]
-        for y2 in other[y]:
-            cols.append(np.r_[f * m + y, f * m + y2])
-            vals.append(np.r_[np.ones(k), -np.ones(k)])
-    a = csr_matrix((np.concatenate(vals), (rows, np.concatenate(cols))),
-                   shape=(len(pairs) * (m - 1), design.shape[1] * m))
-    return a, owner
+    a = csr_matrix((vals, (rows, cols)), shape=(len(pairs) * (m - 1), design.shape[1] * m))
+    return a, np.repeat(np.arange(len(pairs)), m - 1)
 
 
 def _realize(design: np.ndarray, pairs: np.ndarray, m: int):
-    """LP: scores ``(features, m)`` putting each pair's label strictly first on its cell (margin 1, no bound on the
-    scores), or None with the Farkas certificate's pairs (indices into ``pairs``) and whether it was checked
-    exactly; ``("error", message)`` when HiGHS fails."""
+    """Is the labeling ``pairs`` ``(n, 2)`` (cell, label) realizable?  ``("feasible", scores (features, m))``: an
+    LP solution putting each pair's label strictly first on its cell (margin 1, no bound on the scores);
+    ``("infeasible", (pairs of the Farkas certificate's support, indices into pairs; whether it checked
+    exactly))``; ``("error", message)`` when HiGHS fails."""
     from scipy.optimize import linprog
 
     if len(pairs) == 0:
@@ -308,9 +307,8 @@ def _exact_positive_null(rows: np.ndarray, lam: np.ndarray) -> bool:
     ratios = [Fraction(float(v / lam.min())).limit_denominator(10**6) for v in lam]
     scale = math.lcm(*(r.denominator for r in ratios))
     ints = [int(r * scale) for r in ratios]
-    if all(v > 0 for v in ints) and all(sum(v * int(x) for v, x in zip(ints, col, strict=True)) == 0
-                                        for col in rows.T):
-        return True
+    if all(v > 0 for v in ints) and not (np.array(ints, dtype=object) @ rows.astype(object)).any():
+        return True  # (Python integers: no overflow)
     # the null space of rows^T, exactly: reduce rows^T (n, t) to echelon form
     mat = [[Fraction(int(x)) for x in col] for col in rows.T]
     t, pivots, r = rows.shape[0], [], 0
