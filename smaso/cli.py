@@ -63,7 +63,7 @@ from smaso.cli_support import (
 from smaso.reports import (
     _pieces,
     accuracy_report,
-    bayes_on_head,
+    bayes_estimate,
     inspect_report,
     print_report,
     print_tent_report,
@@ -435,7 +435,7 @@ def _cmd_demo(args) -> int:
     print(f"\nerrors and terms of the reformulation at the end of training, trained vs controls "
           f"({seeds.evaluation} rows; student seed {args.student_seed}'s training curve above)")
     print(seeds.table())
-    accuracy = accuracy_report(lad, result.student, report["bayes_optimal"]["expected"], args.seed)
+    accuracy = accuracy_report(lad, result.student, report["bayes_optimal"], args.seed)
     print(accuracy["text"])
     control = shuffled.final()["alignment"]
     print("\n== event alignment of the hidden nodes (on 4096 held-out rows; the paper's question: do nodes become "
@@ -497,7 +497,7 @@ def _cmd_compare(args) -> int:
     if seeds is not None:
         print(f"\nerrors and terms at the end of training (student seed {args.student_seed}'s training curve above)")
         print(seeds.table())
-    accuracy = accuracy_report(lad, result.student, bayes_on_head(sample, args.device),
+    accuracy = accuracy_report(lad, result.student, bayes_estimate(sample, args.device),
                                int(getattr(sample, "seed", 0) or 0))
     print(accuracy["text"])
     if args.out:

@@ -6,8 +6,8 @@ instant."""
 
 from __future__ import annotations
 
-__all__ = ["accuracy_report", "bayes_on_head", "inspect_report", "print_report", "print_tent_report",
-           "tent_report"]
+__all__ = ["accuracy_report", "bayes_estimate", "inspect_report", "print_report",
+           "print_tent_report", "tent_report"]
 
 
 def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool = False, device=None) -> dict:
@@ -125,15 +125,39 @@ def print_tent_report(report: dict) -> None:
 ACCURACY_BATCH = 2048
 
 
-def accuracy_report(lad, student, bayes: float | None, seed: int, held_out: int = 10_000) -> dict:
+def _bayes_text(bayes: dict | None) -> str:
+    """The Bayes-optimal accuracy as the report prints it: a mean of the exact posterior's max over sampled rows,
+    with its 95% interval (none when every row's posterior is certain), or why it is not computed."""
+    if bayes is None:
+        return "not computed"
+    if "unavailable" in bayes:
+        return f"not computed ({bayes['unavailable']})"
+    v, se, n = bayes["expected"], bayes.get("stderr"), bayes.get("n")
+    if se is None or not se == se or se == 0:  # no spread over the rows (or unknown): the mean is all there is
+        return f"{v:.4f}"
+    return f"{v:.4f} (Monte Carlo over {n} rows, 95% interval [{v - 1.96 * se:.4f}, {v + 1.96 * se:.4f}])"
+
+
+def accuracy_report(lad, student, bayes: float | dict | None, seed: int, held_out: int = 10_000, *,
+                    ceiling=None) -> dict:
     """Bayes, the student class's ceilings and the trained student's accuracy on fresh (held-out) rows: the
-    stream of seed ``seed + 1``, rows never trained on."""
+    stream of seed ``seed + 1``, rows never trained on.
+
+    :param bayes: the Bayes-optimal accuracy: a number, :func:`inference.posterior.bayes_optimal_accuracy`'s dict
+        (its ``"stderr"`` gives the interval), ``{"unavailable": why}`` or None.
+    :param ceiling: the ladder's :class:`~smaso.student.ceiling.Ceiling` (None: computed here by
+        :func:`~smaso.student.ceiling.architecture_ceiling`).  Each ceiling is printed as what it is: a value where
+        exact or certified, ``lower <= ceiling <= upper`` where only bounds are proven, a Monte Carlo estimate with
+        its interval, or "not computed" with the reason.
+    """
     import torch
 
     from smaso.student.ceiling import architecture_ceiling
     from teachers.sampling import sample_ladder
 
-    ceiling = architecture_ceiling(lad)
+    ceiling = architecture_ceiling(lad) if ceiling is None else ceiling
+    bayes_info = {"expected": float(bayes)} if isinstance(bayes, (int, float)) else bayes
+    bayes = None if bayes_info is None else bayes_info.get("expected")
     fresh = sample_ladder(lad, held_out, seed + 1, progress=False)
     w = student.weights[0]
     correct = 0
@@ -144,30 +168,47 @@ def accuracy_report(lad, student, bayes: float | None, seed: int, held_out: int 
             correct += int((out.argmax(-1).cpu() == fresh.y[rows].long()).sum())
     acc = correct / len(fresh)
     readout = student.readout
-    own = ceiling.readout if readout and readout >= ceiling.readout_width else ceiling.additive if not readout \
-        else None
+    # a proven upper bound of the class (the certified or exact ceiling, else the proven upper bound)
+    own = ceiling.for_student(bool(readout)) if not readout or readout >= ceiling.readout_width else None
     if own is not None and bayes is not None:
         own = min(own, bayes)  # both bound this student: Bayes any classifier of x, the ceiling its class
     kind = f"readout {readout}" if readout else "linear top"
-    rows = [("Bayes-optimal accuracy of the teacher (exact posterior of x)", bayes),
-            ("class ceiling given the root's children's events: linear top (additive)", ceiling.additive),
+    add = ceiling.additive
+    why = ceiling.not_computed
+    rows = [("Bayes-optimal accuracy of the teacher (exact posterior of x)", _bayes_text(bayes_info)),
+            ("class ceiling given the root's children's events: linear top (additive)",
+             f"not computed ({why['additive']})" if add is None else f"{add:.4f}"),
             (f"class ceiling given the root's children's events: readout >= {ceiling.readout_width} nodes",
-             ceiling.readout),
-            ("loss-optimal linear top given the children's events (squared loss)", ceiling.loss_optimal),
-            (f"upper bound for this student ({kind}): min(Bayes, its class ceiling)", own),
-            (f"this student ({kind}), accuracy on {held_out} held-out rows", acc)]
-    text = "\n".join(["", "accuracy (the class ceilings are exact"
-                       + (", and bound every weight setting on a tree)" if ceiling.is_bound else ")")]
-                      + [f"  {name:<76} {'n/a' if v is None else f'{v:.4f}'}" for name, v in rows]
+             f"{ceiling.readout:.4f}"),
+            ("loss-optimal linear top given the children's events (squared loss)",
+             f"not computed ({why['loss_optimal']})" if ceiling.loss_optimal is None
+             else f"{ceiling.loss_optimal:.4f}"),
+            (f"upper bound for this student ({kind}): min(Bayes, its class ceiling)",
+             "n/a" if own is None else f"{own:.4f}"),
+            (f"this student ({kind}), accuracy on {held_out} held-out rows", f"{acc:.4f}")]
+    linear = "not computed" if add is None else "certified" if add.certified else "bounds only"
+    notes = f"linear top {linear}, readout {'exact' if ceiling.readout.exact else 'Monte Carlo'}" + (
+        "; on a tree they bound every weight setting" if ceiling.is_bound else "")
+    text = "\n".join(["", f"accuracy (class ceilings: {notes})"]
+                      + [f"  {name:<76} {v}" for name, v in rows]
                       + [f"  held-out accuracy / Bayes: {acc / bayes:.3f}" if bayes else ""])
-    return {"text": text, "bayes": bayes, "ceiling_linear_top": ceiling.additive, "ceiling_readout": ceiling.readout,
-            "readout_width_needed": ceiling.readout_width, "loss_optimal_linear_top": ceiling.loss_optimal,
+    return {"text": text, "bayes": bayes, "bayes_estimate": bayes_info,
+            # the certified ceiling, or the proven lower bound where only bounds are known
+            "ceiling_linear_top": None if add is None else add.lower,
+            "ceiling_linear_top_certified": None if add is None else add.certified,
+            "ceiling_linear_top_upper": None if add is None else add.upper,
+            "ceiling_linear_top_certificate": {"not_computed": why["additive"]} if add is None else add.to_dict(),
+            "ceiling_readout": ceiling.readout.value, "ceiling_readout_estimate": ceiling.readout.to_dict(),
+            "readout_width_needed": ceiling.readout_width, "readout_width_counted": ceiling.readout_width_counted,
+            "loss_optimal_linear_top": ceiling.loss_optimal, "not_computed": dict(why),
             "ceiling_of_this_student": own, "held_out_accuracy": acc, "held_out_rows": held_out}
 
 
-def bayes_on_head(sample, device=None, n: int = 2000) -> float | None:
+def bayes_estimate(sample, device=None, n: int = 2000) -> dict:
     """The exact posterior's Bayes-optimal accuracy on the first ``n`` rows of the first chunk of ``sample`` (an
-    in-memory sample or a chunked dataset; None where the exact posterior is refused as too costly)."""
+    in-memory sample or a chunked dataset): :func:`inference.posterior.bayes_optimal_accuracy`'s dict, or
+    ``{"unavailable": why}`` where the exact posterior cannot be had (a junction tree too large, an emission
+    without a likelihood), so that a report degrades instead of failing after training."""
     import torch
 
     from inference.posterior import bayes_optimal_accuracy
@@ -175,6 +216,6 @@ def bayes_on_head(sample, device=None, n: int = 2000) -> float | None:
 
     try:
         x = as_chunks(sample).chunk(0).inputs(slice(0, n), dtype=torch.float64)
-        return bayes_optimal_accuracy(sample.ladder, x, device=device)["expected"]
-    except ValueError:  # a graph whose junction tree is too large: no exact posterior
-        return None
+        return bayes_optimal_accuracy(sample.ladder, x, device=device)
+    except (ValueError, NotImplementedError) as e:  # no exact posterior: say why
+        return {"unavailable": " ".join(str(e).split())}

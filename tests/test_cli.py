@@ -69,6 +69,7 @@ def test_demo_runs_the_main_job(capsys, tmp_path):
     assert [h["step"] for h in report["history"]] == [0, 10, 20, 30]
     assert report["student"]["readout"] == 32 and report["accuracy"]["ceiling_of_this_student"] == 1.0
     assert abs(report["accuracy"]["ceiling_linear_top"] - 0.8734) < 1e-4
+    assert report["accuracy"]["ceiling_linear_top_certified"] is True  # issue 36: proven, lower = upper bound
     assert 0 <= report["accuracy"]["held_out_accuracy"] <= 1 and report["accuracy"]["held_out_rows"] == 10_000
     assert [r["level"] for r in report["history"][-1]["alignment"]] == [0, 1, 2, 3]
     assert len(report["alignment_control_shuffled_labels"]) == 4

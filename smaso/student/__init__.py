@@ -24,8 +24,9 @@ receptive fields (a region with several parents).  One module per step of the pa
   (decorrelation, focus, broadness per edge; Thm 3: all vanish on a fully informative ladder).
 - :mod:`smaso.student.readout`: a hidden group at the root and a linear map to the classes, as one more
   ladder level whose event is the label (so Eq 1-12 and Thm 2-4 carry through to it).
-- :mod:`smaso.student.ceiling`: the exact ceilings of a student class (the additive cap of a linear top, a
-  mixed-integer program; the readout's Bayes given the children's events) and a network built to attain them.
+- :mod:`smaso.student.ceiling`: the ceilings of a student class (the additive cap of a linear top, certified by
+  a master program over labelings with LP cuts; the readout's Bayes given the children's events, exact or a Monte
+  Carlo estimate on large ladders) and a network built to attain them.
 - :mod:`smaso.student.alignment`: do hidden nodes become selective for their region's latent event (§3-4's
   question)?  eta^2, the on-state MI and the best-matching node's correlation, with controls and floors;
   linear probes on held-out rows.
