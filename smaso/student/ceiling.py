@@ -506,6 +506,7 @@ class ReadoutCeiling:
 
     @property
     def exact(self) -> bool:
+        """Whether :attr:`value` is the exact ceiling (else a Monte Carlo estimate within :attr:`interval`)."""
         return self.method == "exact"
 
     def text(self, digits: int = 4) -> str:
@@ -523,6 +524,7 @@ class ReadoutCeiling:
         return self.text()
 
     def to_dict(self) -> dict:
+        """The estimate as plain JSON-able data (the report's ``ceiling_readout_estimate``)."""
         return {"value": self.value, "method": self.method, "interval": list(self.interval),
                 "samples": self.samples, "how": self.how}
 
