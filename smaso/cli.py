@@ -29,22 +29,13 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import math
 import signal
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 
 from smaso._version import __version__
-from smaso.cli_student import (
-    _comparison_payload,
-    _held_out,
-    _noise_groups,
-    _run_comparison,
-    _seed_summary,
-    _shuffled_control,
-)
+from smaso.cli_student import _cmd_compare, _cmd_demo
 from smaso.cli_support import (
     STDOUT,
     _check_early,
@@ -56,14 +47,15 @@ from smaso.cli_support import (
     _engine,
     _free_disk,
     _quiet,
+    _set_threads,
     _streams,
     _terminate_as_interrupt,
     _Terminated,
+    _write_json,
+    _write_text,
 )
 from smaso.reports import (
     _pieces,
-    accuracy_report,
-    bayes_estimate,
     inspect_report,
     print_report,
     print_tent_report,
@@ -191,15 +183,6 @@ def _graph_from_args(args: argparse.Namespace):
         raise LadderSpecError(f"--graph {args.graph} (--width/--height, --kernels, --strides, --events): {e}") from None
 
 
-def _set_threads(args, default: int | None = None) -> None:
-    """Apply ``--threads`` (else ``default``; None leaves torch's own choice)."""
-    threads = getattr(args, "threads", None) or default
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
-
-
 def _cmd_sample_ladder(args) -> int:
     from teachers.sampling import parse_shard
 
@@ -300,40 +283,6 @@ def _cmd_inspect(args) -> int:
     return 0
 
 
-def _json_safe(obj):
-    """``obj`` with every non-finite float as None: valid JSON, and no bare NaN read as a result (an
-    infinite relative error means the measured side is 0 while the prediction is not; the tables say so)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    torch = sys.modules.get("torch")  # (a tensor means torch is imported; do not import it for a check)
-    if torch is not None and isinstance(obj, torch.Tensor):
-        return _json_safe(obj.tolist())
-    return obj
-
-
-def _write_text(args, path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically, or to standard output when ``path`` is ``-`` (the stream the
-    command started with: informational prints never reach it then, see :func:`_streams`)."""
-    if str(path) == STDOUT:
-        out = getattr(args, "_stdout", None) or sys.stdout
-        out.write(text)
-        out.flush()
-        return
-    from teachers.spec_io import atomic_write
-
-    atomic_write(path, lambda f: f.write(text.encode()))
-
-
-def _write_json(path, obj, args=None) -> None:
-    """``obj`` as JSON (non-finite floats as null) to ``path``, or to standard output for ``-``."""
-    _write_text(args, path, json.dumps(_json_safe(obj), indent=1, default=float, allow_nan=False)
-                + ("\n" if str(path) == STDOUT else ""))
-
-
 def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = None, readout: int = 0,
                      steps: int = 600, eval_every: int = 50, seeds: int = 1,
                      outputs: str = "comparison.json and comparison.png") -> None:
@@ -385,127 +334,6 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
 def _add_device(g, what: str) -> None:
     g.add_argument("--device", default=None,
                    help=f"torch device ('cpu', 'cuda', 'cuda:1') of {what} (default: cpu)")
-
-
-def _save_outputs(out_dir, payload: dict, result, title: str) -> list[str]:
-    from smaso.plots import plot_comparison
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _write_json(out / "comparison.json", payload)
-    plot_comparison(result, out / "comparison.png", title=title)
-    return [str(out / "comparison.json"), str(out / "comparison.png")]
-
-
-def _cmd_demo(args) -> int:
-    from smaso.student.compare import compare_student
-    from teachers.ladder import Ladder
-    from teachers.sampling import sample_ladder
-
-    t0 = time.perf_counter()
-    lad = Ladder.default(mode="bottomup" if args.teacher == "summarization" else "topdown")
-    _check_memory(lad, args.n, "-n", factor=3)  # the sample, its one-hot inputs per batch, the report
-    sample = sample_ladder(lad, args.n, args.seed, progress=False, device=args.device).to("cpu")
-    print(f"smaso demo: {args.n} examples from the built-in ladder "
-          f"({lad.depth} levels below the label, {lad.total_regions} regions, {lad.num_classes} classes)")
-    if args.teacher == "summarization":
-        print("teacher: the paper's summarization ladder: leaf events drawn, each parent event a fixed 16-to-4 "
-              "function of its two children's events, the label the top event;\n"
-              "so y is a function of x (Bayes-optimal accuracy 1), while broadness of knowledge fails by design "
-              "(a child's event is not determined by its parent's)\n")
-    else:
-        print("teacher: the top-down stochastic ladder (--teacher topdown): events drawn from the label down, so "
-              "y is not a function of x;\nbroadness of knowledge fails by construction and the Bayes-optimal "
-              "accuracy is below 1\n")
-    report = inspect_report(sample, bayes_n=args.bayes_n, device=args.device)
-    print_report(report, lad)
-    title = "default ladder: student vs reformulation"
-    print(f"\n== student vs reformulation (Thm 4 / Eq 9): {args.steps} SGD steps, width {args.width}, "
-          f"{args.activation}{f', BN {args.bn} the gate' if args.bn else ''} ==")
-    # evaluation rows never trained on: fresh rows of stream seed + 1 (those of the accuracy below), and
-    # another fresh set for the alignment's probes
-    evaluation = sample_ladder(lad, args.eval_examples, args.seed + 1, progress=False) \
-        if args.evaluate == "held-out" else False
-    held_out = sample_ladder(lad, 4096, args.seed + 2, progress=False)
-    result = _run_comparison(sample, args, alignment=held_out, held_out=evaluation)
-    # the shuffled-label control of every seed: the reformulation's table and the alignment both measure it
-    shuffled = _shuffled_control(sample, args, held_out=evaluation, alignment=held_out)
-    seeds = _seed_summary(sample, args, result, held_out=evaluation, control=shuffled)
-    print(result.table(every=max(1, len(result.history) // 8)))
-    print(f"\nerrors and terms of the reformulation at the end of training, trained vs controls "
-          f"({seeds.evaluation} rows; student seed {args.student_seed}'s training curve above)")
-    print(seeds.table())
-    accuracy = accuracy_report(lad, result.student, report["bayes_optimal"], args.seed)
-    print(accuracy["text"])
-    control = shuffled.final()["alignment"]
-    print("\n== event alignment of the hidden nodes (on 4096 held-out rows; the paper's question: do nodes become "
-          "selective for the latent event of their receptive field?) ==")
-    print(result.alignment_table(checkpoints=4, legend=True))
-    print("control: the same student trained on shuffled labels (the same options and steps), at the end")
-    print("\n".join(f"  level {r['level']}: eta2 {r['eta2']:.3f}, MI {r['mi']:.3f} bits, spec {r['spec']:.3f}, "
-                    f"match {r['matched']}/{r['indicators']}, kept {r['kept']:.2f}, dead {r['dead']}/{r['nodes']}, "
-                    f"probe {r['probe']:.3f}" for r in control))
-    # Thm 3: on the fully informative ladder with one-hot leaves the reformulation is exact
-    fi = Ladder.fully_informative(depth=2, branching=2, leaf_events=2, concentration=1.0, seed=args.seed)
-    fi_sample = sample_ladder(fi, 4096, args.seed, progress=False, device=args.device).to("cpu")
-    exact = compare_student(fi_sample, width=4, activation=args.activation, batch_norm=args.bn or False,
-                            steps=50, lr=args.lr, eval_every=50, seed=args.student_seed, device=args.device,
-                            held_out=False)
-    worst = exact.max_error(("F_propagated", "G_propagated", "dW_propagated"))
-    verdict = (f"undefined ({'; '.join(exact.final()['degenerate'])}): not a check of Thm 3" if math.isnan(worst)
-               else f"{worst:.1e}" + (" (float64 round-off: exact)" if worst < 1e-10 else " (NOT exact)"))
-    print(f"\nThm 3 check (fully informative ladder, one-hot leaves, {len(exact.history)} checkpoints): "
-          f"largest relative error {verdict}")
-    out_dir = args.out or "smaso-demo"
-    payload = {"ladder_report": report, **_comparison_payload(result, args),
-               "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
-               "alignment_control_shuffled_labels": control,
-               "seeds": seeds.to_dict(), "thm3_fully_informative_max_error": worst}
-    files = _save_outputs(out_dir, payload, result, title)
-    groups = _noise_groups(args)
-    if groups and args.n >= 2048:
-        from smaso.plots import plot_errors_against_n
-        from smaso.student.compare import errors_against_n
-
-        # the trained student's errors and floors as N doubles (on fresh rows): which terms are noise, which persist
-        fresh = sample_ladder(lad, args.n, args.seed + 3, progress=False)
-        by_n = errors_against_n(result.student, fresh, n_min=1024, loss=args.loss, P_source=args.P_source,
-                                noise_groups=groups)
-        plot_errors_against_n(by_n, Path(out_dir) / "errors_vs_n.png",
-                              title=f"{title}: errors and noise floors against N")
-        _write_json(Path(out_dir) / "errors_vs_n.json", by_n)
-        files += [str(Path(out_dir) / "errors_vs_n.png"), str(Path(out_dir) / "errors_vs_n.json")]
-    print(f"\nwrote {', '.join(files)}  ({time.perf_counter() - t0:.1f} s in all)")
-    return 0
-
-
-def _cmd_compare(args) -> int:
-    from teachers.dataset import load_dataset
-
-    sample = load_dataset(args.files, partial=args.partial)
-    lad = sample.ladder
-    held_out = _held_out(sample, args)  # (a bad --eval-examples is refused before any output)
-    print(lad.describe())
-    title = f"{lad.name}: student vs reformulation"
-    _set_threads(args)
-    with _engine(args) as engine:
-        result = _run_comparison(sample, args, engine=engine, held_out=held_out)
-        control = _shuffled_control(sample, args, engine=engine, held_out=held_out) if args.shuffled_control \
-            else None
-        seeds = _seed_summary(sample, args, result, engine=engine, held_out=held_out, control=control)
-    print(result.table(every=max(1, len(result.history) // 8), last_checkpoint=seeds is None))
-    if seeds is not None:
-        print(f"\nerrors and terms at the end of training (student seed {args.student_seed}'s training curve above)")
-        print(seeds.table())
-    accuracy = accuracy_report(lad, result.student, bayes_estimate(sample, args.device),
-                               int(getattr(sample, "seed", 0) or 0))
-    print(accuracy["text"])
-    if args.out:
-        payload = {**_comparison_payload(result, args), "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
-                   **({"seeds": seeds.to_dict()} if seeds is not None else {})}
-        files = _save_outputs(args.out, payload, result, title)
-        print(f"\nwrote {', '.join(files)}")
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

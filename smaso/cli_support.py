@@ -300,3 +300,45 @@ def _check_writable(out: str, *, directory: bool, option: str = "out") -> None:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"--{option}: cannot write into {str(parent)!r} (permission denied)")
 
+
+def _set_threads(args, default: int | None = None) -> None:
+    """Apply ``--threads`` (else ``default``; None leaves torch's own choice)."""
+    threads = getattr(args, "threads", None) or default
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def _json_safe(obj):
+    """``obj`` with every non-finite float as None: valid JSON, and no bare NaN read as a result (an
+    infinite relative error means the measured side is 0 while the prediction is not; the tables say so)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    torch = sys.modules.get("torch")  # (a tensor means torch is imported; do not import it for a check)
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return _json_safe(obj.tolist())
+    return obj
+
+
+def _write_text(args, path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, or to standard output when ``path`` is ``-`` (the stream the
+    command started with: informational prints never reach it then, see :func:`_streams`)."""
+    if str(path) == STDOUT:
+        out = getattr(args, "_stdout", None) or sys.stdout
+        out.write(text)
+        out.flush()
+        return
+    from teachers.spec_io import atomic_write
+
+    atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def _write_json(path, obj, args=None) -> None:
+    """``obj`` as JSON (non-finite floats as null) to ``path``, or to standard output for ``-``."""
+    _write_text(args, path, json.dumps(_json_safe(obj), indent=1, default=float, allow_nan=False)
+                + ("\n" if str(path) == STDOUT else ""))
