@@ -631,6 +631,12 @@ def _linear_ceiling(acc: dict) -> str:
     return f">= {lo:.4f} (<= {hi:.4f}, not certified)"
 
 
+def _matched(rows: list[dict]) -> str:
+    """The event indicators matched at the alignment's threshold, over seeds: ``"1-2 of 4"``."""
+    of = {a["indicators"] for a in rows}
+    return f"{_span([a['matched'] for a in rows], 'd')} of {'/'.join(map(str, sorted(of)))}"
+
+
 def demo_rows() -> list[str]:
     """The figures of the README's "What the demo shows", from ``results/demo.json``."""
     d = _load("demo")
@@ -662,6 +668,8 @@ def demo_rows() -> list[str]:
             f"| {name} | {_span([a['eta2'] for a in start], '.3f')} -> {_span([a['eta2'] for a in end], '.3f')} "
             f"| {_span([a['eta2'] for a in control], '.3f')} "
             f"| {_span([a['spec'] for a in start])} -> {_span([a['spec'] for a in end])} "
+            f"| {_matched(end)} ({_matched(control)}) "
+            f"| {_span([a['kept'] for a in end])} ({_span([a['kept'] for a in control])}) "
             f"| {_span([a['probe'] for a in start])} -> {_span([a['probe'] for a in end])} ({chance}) |")
     return [*accuracy, seeds_line, wall_line, *terms, *alignment]
 
