@@ -433,6 +433,18 @@ def plot(summary: dict, path: str) -> None:
     plt.close(fig)
 
 
+def _recorded_run(run: dict) -> dict:
+    """A run as the record keeps it: its per-column backward distances summarised per number of parents K
+    (columns, medians of the sum and of the single terms, columns whose sum beats every term), the rest as is."""
+    by_k = {}
+    for K in sorted({b["K"] for b in run["backward"]}):
+        sel = [b for b in run["backward"] if b["K"] == K]
+        by_k[K] = {"columns": len(sel), "sum": _median([b["sum"] for b in sel]),
+                   "terms": _median([t for b in sel for t in b["terms"]]),
+                   "sum_below_every_term": sum(len(b["terms"]) >= 2 and b["sum"] < min(b["terms"]) for b in sel)}
+    return {**run, "backward": by_k}
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     run = RunRecord("graph_overlap", argv)
@@ -444,13 +456,14 @@ def main(argv=None) -> dict:
     finally:
         torch.set_num_threads(threads)
     result = run.finish(config=dict(vars(args)), ladders=LADDERS, events=EVENTS, summary=summary, controls=ctrl,
-                        bonferroni=None, runs=runs)
+                        bonferroni=None, runs=[_recorded_run(r) for r in runs])
     result["bonferroni"] = bonferroni(result)
     print_report(result)
     if args.out:
         plot(summary["ladders"], args.out)
     if args.json:
-        write_strict_json(args.json, result, name="--json")
+        # 6 significant digits and compact: the runs' numbers at the size of a results file
+        write_strict_json(args.json, result, name="--json", digits=6, compact=True)
         print(f"wrote {args.json} ({result['wall_s']:.0f} s wall)")
     return result
 

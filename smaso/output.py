@@ -43,32 +43,37 @@ def output_dir(*parts: str, create: bool = True) -> Path:
     return path
 
 
-def json_safe(obj: Any) -> Any:
+def json_safe(obj: Any, digits: int | None = None) -> Any:
     """``obj`` with every non-finite float as ``None`` (JSON's null), tuples as lists, and numpy or torch
     scalars and arrays as plain Python values: what strict JSON (``allow_nan=False``) accepts.  A NaN is
-    "not measured" or "undefined", and a strict reader refuses a bare ``NaN``."""
+    "not measured" or "undefined", and a strict reader refuses a bare ``NaN``.  ``digits``: round every finite
+    float to that many significant digits (the file's size; None keeps every digit)."""
     if obj is None or isinstance(obj, (bool, int, str)):
         return obj
     if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
+        if not math.isfinite(obj):
+            return None
+        return float(f"{obj:.{digits}g}") if digits is not None and obj != 0 else float(obj)
     if isinstance(obj, dict):
-        return {str(k): json_safe(v) for k, v in obj.items()}
+        return {str(k): json_safe(v, digits) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
+        return [json_safe(v, digits) for v in obj]
     if hasattr(obj, "tolist"):  # numpy and torch scalars and arrays (neither imported for the check)
-        return json_safe(obj.tolist())
+        return json_safe(obj.tolist(), digits)
     raise TypeError(f"obj: {type(obj).__name__} is not JSON serializable")
 
 
-def write_strict_json(path: str | os.PathLike, data: Any, *, name: str = "path") -> Path:
-    """Write ``json_safe(data)`` as indented strict JSON (plus a final newline) to ``path`` atomically
-    (a temporary file renamed over it), creating its folder; returns the path.  ``name``: the argument's
-    name in error messages (e.g. ``"--json"``)."""
+def write_strict_json(path: str | os.PathLike, data: Any, *, name: str = "path", digits: int | None = None,
+                      compact: bool = False) -> Path:
+    """Write ``json_safe(data, digits)`` as strict JSON (plus a final newline) to ``path`` atomically (a
+    temporary file renamed over it), creating its folder; returns the path.  ``name``: the argument's name in
+    error messages (e.g. ``"--json"``); ``compact``: no indentation or spaces (large files), else indented."""
     from teachers.spec_io import atomic_write
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(json_safe(data), indent=1, allow_nan=False) + "\n"
+    layout = {"separators": (",", ":")} if compact else {"indent": 1}
+    text = json.dumps(json_safe(data, digits), allow_nan=False, **layout) + "\n"
     atomic_write(path, lambda f: f.write(text.encode()), name=name)
     return path
 
