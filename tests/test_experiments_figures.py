@@ -337,3 +337,15 @@ def test_deep_width2_sweep_quick_record(tmp_path):
     assert [b["restarts"] for b in d["best"]] == [4, 4]
     assert all(0 <= e <= 1 for c in d["configs"] for e in c["errors"])  # an L1 error against tau^k in [0, 1]
     assert mod.sweep_text(d).startswith("In 8 restarts their best errors were")
+
+
+def test_the_readme_digits_headline_follows_the_json():
+    d = _json("digits_table2")
+
+    def gain(model: str) -> str:
+        (c,) = [c for c in d["comparisons"] if c["kind"] == "vs none" and c["model"] == model
+                and c["activation"] == "relu" and c["orthogonality"] == "orthogonal"]
+        return f"{100 * c['mean']:+.2f} [{100 * c['lo']:+.2f}, {100 * c['hi']:+.2f}]"
+
+    _in_doc(f"orthonormal filters gain {gain('cnn')} points on the 3x3 CNN", README)
+    _in_doc(f"and {gain('cnn_patch')} on a CNN of non-overlapping filters", README)
