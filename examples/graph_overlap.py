@@ -7,9 +7,15 @@ with Dirichlet(``--concentration``) tables:
 
 - ``overlap``: ``Ladder.conv1d(27, kernels=[3, 3, 6], strides=[2, 2, 1])``: 27, 13, 6, 1 regions; a
   region at an even interior position of levels 2 and 3 has 2 parents;
-- ``tree-matched``: a tree with the *same region counts per level* (27, 13, 6, 1; contiguous children, 2 or
-  3 per parent, :meth:`Ladder.tree`): the control that differs from ``overlap`` by the overlap alone;
-- ``tree``: ``Ladder.conv1d(27, kernels=[3, 3, 3], strides=[3, 3, 3])``: 27, 9, 3, 1 regions.
+- ``shared-input``: the graph of ``overlap`` (the same regions, fan-in 3, receptive fields and student) with the
+  law of ``tree-matched`` (below): a child with two parents has a table that ignores its left parent, and its
+  right parent's row is the matched tree's row (:func:`shared_input_ladder`); trained and measured on the matched
+  tree's own samples.  Against ``overlap`` it changes only the table family (one parent, not two); against
+  ``tree-matched`` only the graph the student is built on (overlapping fields of 3, not nested fields of 2-3):
+  the same teacher law and the same data;
+- ``tree-matched``: a tree with the same region counts per level (27, 13, 6, 1; contiguous children, 2 or 3 per
+  parent, :meth:`Ladder.tree`); a tree with these counts cannot have fan-in 3 (13 x 3 > 27);
+- ``tree``: ``Ladder.conv1d(27, kernels=[3, 3, 3], strides=[3, 3, 3])``: 27, 9, 3, 1 regions, fan-in 3.
 
 For each of ``--seeds`` teachers per ladder, a :class:`~smaso.student.network.LadderStudent` (8 ReLU
 nodes per hidden region) is trained by SGD on ``--n`` examples and measured on ``--n`` fresh ones:
@@ -17,8 +23,9 @@ nodes per hidden region) is trained by SGD on ``--n`` examples and measured on `
 1. **Reformulation** (:func:`~smaso.student.diagnosis.compare_statistics_to_theory`): per level
    the relative errors of Eq 9 (with the sum over parents), full recursion (``propagated``) and one step
    (``local``), Thm 2's condition terms (focus, broadness, decorrelation), each with its jackknife noise
-   floor (8 groups).  Reported: the median over teachers, the range, and a two-sided Mann-Whitney test of
-   ``overlap`` against each tree (the teachers are independent draws, so the test is exact for them).
+   floor (8 groups).  Reported: the median over teachers, the range, and two-sided tests (:data:`COMPARISONS`):
+   Mann-Whitney between ladders with independent teachers, Wilcoxon signed-rank for ``shared-input`` against
+   ``tree-matched`` (the same teacher and data per seed).
 2. **§7.7.1 / Eq 115, the teacher's side**: for every level-2 region b, its K parents' tables
    P(z_b | z_a) give the best Def 4 distance any choice of parent weights can reach
    (:func:`~smaso.theorems.disentangle.eq115_from_statistics`), next to equal weights and the best single
@@ -34,18 +41,22 @@ overlapping DAG, Thm 3: every error is 0), and Eq 115 with 2^s - 1 generic paren
     python examples/graph_overlap.py                 # 20 teachers per ladder, N = 20000, about 3 minutes
     python examples/graph_overlap.py --quick         # 3 teachers, N = 4000 (the test's setting)
     python examples/graph_overlap.py --out overlap.png --json overlap.json
+    python examples/graph_overlap.py --record        # the recorded benchmarks/results/graph_overlap.json
+
+docs/experiments.md quotes the recorded file's tables (:func:`errors_table`, :func:`eq115_table`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
+from pathlib import Path
 
 import torch
 
 from inference.posterior import bayes_optimal_accuracy
+from smaso.output import RunRecord, write_strict_json
 from smaso.student.diagnosis import compare_statistics_to_theory
 from smaso.student.frequency import collect_statistics
 from smaso.student.network import LadderStudent
@@ -57,15 +68,19 @@ from smaso.theorems.disentangle import (
     multi_parent_backward_demo,
 )
 from teachers.ladder import Ladder
+from teachers.regions import conv1d_parents
 from teachers.sampling import sample_ladder
-from teachers.spec_io import atomic_write
 from teachers.statistics import EventStatistics, exact_statistics, level_edges
 
+RECORDED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "graph_overlap.json"
 EVENTS = [3, 2, 4, 3]
 LADDERS = {"tree": {"width": 27, "kernels": [3, 3, 3], "strides": [3, 3, 3]},
            "tree-matched": {"branching": [[6], [2, 2, 2, 2, 2, 3], [2] * 12 + [3]]},
-           "overlap": {"width": 27, "kernels": [3, 3, 6], "strides": [2, 2, 1]}}
-TREES = ("tree-matched", "tree")  # the controls `overlap` is tested against, the closest first
+           "overlap": {"width": 27, "kernels": [3, 3, 6], "strides": [2, 2, 1]},
+           "shared-input": {"graph": "overlap", "law": "tree-matched"}}
+# (a, b, paired): the tests of every quantity, a against b; paired: the same teacher and data per seed
+COMPARISONS = (("overlap", "shared-input", False), ("shared-input", "tree-matched", True),
+               ("overlap", "tree-matched", False), ("overlap", "tree", False))
 PARENT_LEVEL, CHILD_LEVEL = 1, 2  # binary parents, children of 2 binary factors (Eq 115's setting, s = 2)
 KEYS = ("F_propagated", "F_local", "G_propagated", "G_local", "dW_propagated", "dW_local", "focus", "broadness",
         "decorrelation_fwd", "decorrelation_bwd")
@@ -86,7 +101,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "on any machine; restored afterwards)")
     p.add_argument("--quick", action="store_true", help="3 seeds, N = 4000, 600 steps")
     p.add_argument("--out", default="", help="figure file (default: none)")
-    p.add_argument("--json", default="", help="write every number to this JSON file (default: none)")
+    p.add_argument("--json", default="", help="write every number, the config, machine and load to this JSON file "
+                   "(strict: NaN as null; default: none)")
+    p.add_argument("--record", dest="json", action="store_const", const=str(RECORDED),
+                   help="write the recorded benchmarks/results/graph_overlap.json (same as --json with that path)")
     args = p.parse_args(argv)
     full, quick = {"seeds": 20, "n": 20000, "steps": 3000}, {"seeds": 3, "n": 4000, "steps": 600}
     for k, v in (quick if args.quick else full).items():
@@ -99,11 +117,53 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def ladder(name: str, seed: int, concentration: float) -> Ladder:
+    """The teacher of ladder ``name`` (:data:`LADDERS`) for one seed."""
     spec = LADDERS[name]
     kw = {"mode": "topdown", "seed": seed, "concentration": concentration, "name": f"{name}-{seed}"}
+    if "law" in spec:
+        graph = LADDERS[spec["graph"]]
+        return shared_input_ladder(ladder(spec["law"], seed, concentration),
+                                   conv1d_parents(graph["width"], graph["kernels"], graph["strides"]),
+                                   name=f"{name}-{seed}")
     if "branching" in spec:
         return Ladder.tree(spec["branching"], EVENTS, **kw)
     return Ladder.conv1d(spec["width"], spec["kernels"], spec["strides"], EVENTS, **kw)
+
+
+def data_ladder(name: str, seed: int, concentration: float) -> Ladder:
+    """The ladder whose samples ``name`` is trained and measured on: its own, or the one whose law it has."""
+    return ladder(LADDERS[name].get("law", name), seed, concentration)
+
+
+def shared_input_ladder(tree: Ladder, parents, name: str = "shared-input") -> Ladder:
+    """The region graph ``parents`` with the law of the top-down ``tree``: every region of the graph has the same
+    events and, among its graph parents, its tree parent; its table depends on that parent alone (each row is
+    the tree's row of that parent's event, whatever the other parents' events), so the joint law of every z, x
+    and y is the tree's.
+
+    :param tree: a top-down tree ladder with the same regions per level.
+    :param parents: ``parents[l][i]`` of the graph (top first), each holding region i's tree parent.
+    :raises ValueError: the region counts differ, or a region's tree parent is not among its graph parents.
+    """
+    counts = tuple(len(lvl) for lvl in parents)
+    if counts != tuple(tree.num_regions) or tree.mode != "topdown":
+        raise ValueError(f"tree: expected a top-down tree with regions {counts} per level, got {tree.num_regions}")
+    tables = []
+    for l in range(1, len(parents)):
+        level = []
+        for i, ps in enumerate(parents[l]):
+            (tp,) = tree.parents[l][i]
+            if tp not in ps:
+                raise ValueError(f"parents[{l}][{i}]: expected the tree parent {tp} among the graph parents {ps}")
+            radices = [tree.events[l - 1]] * len(ps)
+            j = ps.index(tp)
+            # rows in mixed-radix order of the graph parents (first most significant): the tree parent's digit
+            codes = torch.arange(math.prod(radices))
+            digit = (codes // math.prod(radices[j + 1:])) % radices[j]
+            level.append(tree.region_tables[l][i][digit])
+        tables.append(level)
+    return Ladder(parents=parents, events=list(tree.events), mode="topdown", prior=tree.prior, tables=tables,
+                  emission=tree.emission, name=name)
 
 
 # ------------------------------------------------------------------------------------------ §7.7.1
@@ -156,7 +216,8 @@ def backward_rows(student: LadderStudent, stats) -> list[dict]:
 # ------------------------------------------------------------------------------------------ one run
 def run_one(name: str, seed: int, args: argparse.Namespace) -> dict:
     g = ladder(name, seed, args.concentration)
-    train, test = sample_ladder(g, args.n, seed), sample_ladder(g, args.n, seed + 10_000)
+    source = data_ladder(name, seed, args.concentration)
+    train, test = sample_ladder(source, args.n, seed), sample_ladder(source, args.n, seed + 10_000)
     student = LadderStudent(g, args.width, seed=seed)
     x, y = train.inputs(), train.y
     hist = train_ladder_student(student, x, y, steps=args.steps, lr=args.lr, batch_size=args.batch_size, seed=seed)
@@ -194,31 +255,49 @@ def _median(vals):
     return statistics.median(vals) if vals else math.nan
 
 
-def _mann_whitney(a: list[float], b: list[float]) -> float:
-    """Two-sided Mann-Whitney p-value of two samples of teachers (NaN when undefined: too few or all equal)."""
-    from scipy.stats import mannwhitneyu
+def _finite(vals) -> list[float]:
+    return [v for v in vals if v is not None and math.isfinite(v)]
 
-    a, b = [v for v in a if math.isfinite(v)], [v for v in b if math.isfinite(v)]
+
+def _p_value(a: list[float], b: list[float], paired: bool) -> float:
+    """Two-sided p-value of two samples of teachers: Mann-Whitney (independent teachers) or, ``paired``, the
+    Wilcoxon signed-rank test of the differences a_i - b_i (seed i: the same teacher and data).  NaN when
+    undefined: fewer than 2 finite values (pairs) or no difference at all."""
+    from scipy.stats import mannwhitneyu, wilcoxon
+
+    if paired:
+        pairs = [(x, y) for x, y in zip(a, b, strict=True) if math.isfinite(x) and math.isfinite(y)]
+        if len(pairs) < 2 or all(x == y for x, y in pairs):
+            return math.nan
+        return float(wilcoxon([x for x, _ in pairs], [y for _, y in pairs], alternative="two-sided").pvalue)
+    a, b = _finite(a), _finite(b)
     if len(a) < 2 or len(b) < 2 or len(set(a) | set(b)) < 2:
         return math.nan
     return float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
+def _values(runs: list[dict], name: str, level: int, key: str) -> list[float]:
+    """``key`` at ``level`` of every run of ladder ``name``, in seed order (NaN where it is not measured)."""
+    rs = sorted((r for r in runs if r["ladder"] == name), key=lambda r: r["seed"])
+    return [math.nan if r["levels"][level].get(key) is None else r["levels"][level][key] for r in rs]
+
+
 def summarize(runs: list[dict]) -> dict:
-    """Per ladder and level: median over seeds (and min, max) of every key and of its floor."""
+    """Per ladder and level: median over seeds (and min, max) of every key and of its floor; per comparison of
+    :data:`COMPARISONS` and level, the p-value of every key (``"tests"``)."""
     out = {}
     for name in LADDERS:
         rs = [r for r in runs if r["ladder"] == name]
+        if not rs:
+            continue
         levels = []
         for l in range(len(EVENTS) - 1):
             row = {"level": l}
             for k in KEYS:
-                vals = [r["levels"][l].get(k, math.nan) for r in rs]
+                vals = _finite(_values(runs, name, l, k))
                 floors = [r["levels"][l].get(f"{k}_floor", math.nan) for r in rs]
-                row[k] = {"median": _median(vals), "min": min(vals), "max": max(vals), "floor": _median(floors)}
-                if name == "overlap":
-                    row[k]["p_vs"] = {t: _mann_whitney(vals, [r["levels"][l].get(k, math.nan) for r in runs
-                                                              if r["ladder"] == t]) for t in TREES}
+                row[k] = {"median": _median(vals), "min": min(vals, default=math.nan),
+                          "max": max(vals, default=math.nan), "floor": _median(_finite(floors))}
             levels.append(row)
         eq = [e for r in rs for e in r["eq115"]]
         bw = [b for r in rs for b in r["backward"]]
@@ -236,12 +315,71 @@ def summarize(runs: list[dict]) -> dict:
                      "levels": levels, "eq115_by_parents": by_k,
                      "sum_below_every_term": sum(b["sum"] < min(b["terms"]) for b in multi),
                      "multi_columns": len(multi)}
-    return out
+    tests = []
+    for a, b, paired in COMPARISONS:
+        if a in out and b in out:
+            tests.append({"a": a, "b": b, "paired": paired,
+                          "levels": [{k: _p_value(_values(runs, a, l, k), _values(runs, b, l, k), paired)
+                                      for k in KEYS} for l in range(len(EVENTS) - 1)]})
+    return {"ladders": out, "tests": tests}
 
 
-def print_report(summary: dict, ctrl: dict, args: argparse.Namespace) -> None:
-    print(f"{args.seeds} teachers per ladder, N = {args.n} train + {args.n} test, {args.steps} SGD steps; "
-          f"medians over teachers, [min, max], (jackknife floor, {args.groups} groups)")
+# the rows of docs/experiments.md's table: (label, key, level); the Bonferroni family is these x COMPARISONS.
+# (F one step at level 2, the last hidden level, is F's recursion there: both start from the measured input)
+TABLE_ROWS = (("focus", "focus", 1), ("focus", "focus", 2), ("F, one step", "F_local", 0),
+              ("F, one step", "F_local", 1), ("F, recursion", "F_propagated", 2),
+              ("F, recursion", "F_propagated", 1), ("G~, one step", "G_local", 1), ("G~, one step", "G_local", 2),
+              ("broadness", "broadness", 1), ("broadness", "broadness", 2))
+
+
+def _cell(v: dict) -> str:
+    if v["median"] is None or not math.isfinite(v["median"]):
+        return "-"
+    return f"{v['median']:.3f} ({v['floor']:.3f})" if v["floor"] is not None else f"{v['median']:.3f}"
+
+
+def _p(p) -> str:
+    """A p-value as the doc prints it: 2 significant digits, down to 1e-3, then one."""
+    if p is None or not math.isfinite(p):
+        return "-"
+    return f"{p:.2g}" if p >= 1e-3 else f"{p:.0e}"
+
+
+def bonferroni(record: dict) -> dict:
+    """The Bonferroni family of the table (its rows x the comparisons) and the corrected 5% threshold."""
+    n = len(TABLE_ROWS) * len(record["summary"]["tests"])
+    return {"tests": n, "threshold": 0.05 / n}
+
+
+def errors_table(record: dict) -> str:
+    """docs/experiments.md's table: medians over teachers (noise floor) per ladder, and the p-values."""
+    s, tests = record["summary"]["ladders"], record["summary"]["tests"]
+    names = [n for n in ("overlap", "shared-input", "tree-matched", "tree") if n in s]
+    head = ("| quantity | level | " + " | ".join(names) + " | "
+            + " | ".join(f"p, {t['a']} vs {t['b']}{' (paired)' if t['paired'] else ''}" for t in tests) + " |")
+    lines = [head, "|---|---|" + "---|" * (len(names) + len(tests))]
+    for label, key, level in TABLE_ROWS:
+        lines.append(f"| {label} | {level} | " + " | ".join(_cell(s[n]["levels"][level][key]) for n in names) + " | "
+                     + " | ".join(_p(t["levels"][level][key]) for t in tests) + " |")
+    return "\n".join(lines)
+
+
+def eq115_table(record: dict) -> str:
+    """docs/experiments.md's Eq 115 table: medians over the level-2 regions, by ladder and number of parents."""
+    s = record["summary"]["ladders"]
+    lines = ["| ladder | parents K | regions | best over weights | equal weights | best single parent | "
+             "student: sum over parents | student: single terms |", "|---|---|---|---|---|---|---|---|"]
+    for name in ("tree", "tree-matched", "shared-input", "overlap"):
+        for K, e in s.get(name, {}).get("eq115_by_parents", {}).items():
+            lines.append(f"| {name} | {K} | {e['children']} | {e['best']:.3f} | {e['equal_weights']:.3f} | "
+                         f"{e['best_single']:.3f} | {e['student_sum']:.3f} | {e['student_terms']:.3f} |")
+    return "\n".join(lines)
+
+
+def print_report(record: dict) -> None:
+    args, summary, ctrl = record["config"], record["summary"]["ladders"], record["controls"]
+    print(f"{args['seeds']} teachers per ladder, N = {args['n']} train + {args['n']} test, {args['steps']} SGD steps; "
+          f"medians over teachers, [min, max], (jackknife floor, {args['groups']} groups)")
     for name, s in summary.items():
         print(f"\n{name}: student accuracy {s['accuracy']:.3f} (Bayes {s['bayes']:.3f})")
         print("  level  " + "  ".join(f"{k:>24}" for k in ("F_propagated", "G_propagated", "focus", "broadness",
@@ -253,26 +391,15 @@ def print_report(summary: dict, ctrl: dict, args: argparse.Namespace) -> None:
                 cells.append("-" if not math.isfinite(v["median"]) else
                              f"{v['median']:.3f} [{v['min']:.2f},{v['max']:.2f}] ({v['floor']:.3f})")
             print(f"  {row['level']:5d}  " + "  ".join(f"{c:>24}" for c in cells))
-        print("  Eq 115 at level 2 (teacher's P; Def 4 distance, nearest factor)  |  the trained student's backward")
-        print("    K  children   best   equal w.   best single  |  columns   sum    single terms")
-        for K, e in s["eq115_by_parents"].items():
-            print(f"  {K:3d}  {e['children']:8d}  {e['best']:.3f}   {e['equal_weights']:.3f}      "
-                  f"{e['best_single']:.3f}      |  {e['columns']:7d}  {e['student_sum']:.3f}  {e['student_terms']:.3f}")
         if s["multi_columns"]:
             print(f"  columns with 2 parents whose sum is closer to Def 4 than each of its terms: "
                   f"{s['sum_below_every_term']} of {s['multi_columns']}")
-    ov = summary["overlap"]["levels"]
-    print("\noverlap against the trees, by teacher: median overlap / tree-matched / tree; two-sided Mann-Whitney p "
-          "(overlap vs tree-matched, vs tree)")
-    for k in ("F_propagated", "F_local", "G_local", "focus", "broadness", "decorrelation_fwd", "decorrelation_bwd"):
-        for l, row in enumerate(ov):
-            v = row[k]
-            exact_at_top = l == 0 and k in ("G_local", "decorrelation_fwd", "decorrelation_bwd")  # 0 by identity
-            if not math.isfinite(v["median"]) or exact_at_top:
-                continue
-            meds = " / ".join(f"{summary[n]['levels'][l][k]['median']:.3f}" for n in ("overlap", *TREES))
-            ps = ", ".join(f"{v['p_vs'][t]:.2g}" for t in TREES)
-            print(f"  {k:>18} level {l}: {meds}   p = {ps}")
+    b = bonferroni(record)
+    print(f"\nmedians (noise floor) and two-sided p-values; Bonferroni over the table's {b['tests']} tests: "
+          f"p < {b['threshold']:.2g}")
+    print(errors_table(record))
+    print("\nEq 115 at level 2 (teacher's P; Def 4 distance, nearest factor) and the trained student's backward")
+    print(eq115_table(record))
     print(f"\ncontrols: fully informative tree, overlap: largest error {ctrl['fully_informative_tree']:.1e}, "
           f"{ctrl['fully_informative_overlap']:.1e} (Thm 3: 0)")
     print("          Eq 115 with K generic parents, s = 2: best distance " +
@@ -281,6 +408,7 @@ def print_report(summary: dict, ctrl: dict, args: argparse.Namespace) -> None:
 
 
 def plot(summary: dict, path: str) -> None:
+    """Medians, ranges (bars) and noise floors (dashes) of four quantities per level, one colour per ladder."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -305,8 +433,21 @@ def plot(summary: dict, path: str) -> None:
     plt.close(fig)
 
 
+def _recorded_run(run: dict) -> dict:
+    """A run as the record keeps it: its per-column backward distances summarised per number of parents K
+    (columns, medians of the sum and of the single terms, columns whose sum beats every term), the rest as is."""
+    by_k = {}
+    for K in sorted({b["K"] for b in run["backward"]}):
+        sel = [b for b in run["backward"] if b["K"] == K]
+        by_k[K] = {"columns": len(sel), "sum": _median([b["sum"] for b in sel]),
+                   "terms": _median([t for b in sel for t in b["terms"]]),
+                   "sum_below_every_term": sum(len(b["terms"]) >= 2 and b["sum"] < min(b["terms"]) for b in sel)}
+    return {**run, "backward": by_k}
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    run = RunRecord("graph_overlap", argv)
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
     try:
@@ -314,14 +455,16 @@ def main(argv=None) -> dict:
         summary, ctrl = summarize(runs), controls(args)
     finally:
         torch.set_num_threads(threads)
-    print_report(summary, ctrl, args)
-    result = {"config": {k: v for k, v in vars(args).items()}, "ladders": LADDERS, "events": EVENTS,
-              "summary": summary, "controls": ctrl, "runs": runs}
+    result = run.finish(config=dict(vars(args)), ladders=LADDERS, events=EVENTS, summary=summary, controls=ctrl,
+                        bonferroni=None, runs=[_recorded_run(r) for r in runs])
+    result["bonferroni"] = bonferroni(result)
+    print_report(result)
     if args.out:
-        plot(summary, args.out)
+        plot(summary["ladders"], args.out)
     if args.json:
-        text = json.dumps(result, indent=1, default=float).encode()
-        atomic_write(args.json, lambda f: f.write(text), name="--json")
+        # 6 significant digits and compact: the runs' numbers at the size of a results file
+        write_strict_json(args.json, result, name="--json", digits=6, compact=True)
+        print(f"wrote {args.json} ({result['wall_s']:.0f} s wall)")
     return result
 
 

@@ -1,22 +1,50 @@
-"""The experiment figures quoted in docs/experiments.md and the README are those of the recorded JSON
-(``benchmarks/results/digits_table2.json``, ``overfitting.json``), not typed by hand."""
+"""The experiment figures quoted in docs/experiments.md and the README are those of the recorded JSON in
+``benchmarks/results/`` (``digits_table2``, ``overfitting``, ``depth_separation``, ``depth_cell_bound``,
+``deep_width2_sweep``, ``graph_overlap``), not typed by hand.
+
+The depth-separation, cell-bound, restart-sweep and overlap tables are rendered from the JSON by the functions of
+the scripts that record them (``examples/*.py``) and must stand in the doc as rendered; the prose's numbers are
+recomputed here from the same files.  Only JSON is read: nothing is rerun.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import math
+import re
+import statistics
+from functools import cache
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = (ROOT / "docs" / "experiments.md").read_text()
 README = (ROOT / "README.md").read_text()
+RECORDED = ("depth_separation", "depth_cell_bound", "deep_width2_sweep", "graph_overlap")
 
 
 def _json(name: str) -> dict:
     return json.loads((ROOT / "benchmarks" / "results" / f"{name}.json").read_text())
 
 
+@cache
+def _example(name: str):
+    spec = importlib.util.spec_from_file_location(f"{name}_example", ROOT / "examples" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def _interval(row: dict, key: str, sign: str = "") -> str:
     return f"{row[key]:{sign}.3f} [{row[key + '_lo']:{sign}.3f}, {row[key + '_hi']:{sign}.3f}]"
+
+
+def _in_doc(text: str, doc: str = EXPERIMENTS) -> None:
+    """``text`` stands in ``doc`` with its line breaks free (the doc wraps its prose at any space)."""
+    flat = re.sub(r"\s+", " ", doc)
+    assert re.sub(r"\s+", " ", text) in flat, f"not in the doc (rerun the script and paste its output):\n{text}"
 
 
 def test_the_digits_tables_are_the_recorded_ones():
@@ -36,3 +64,288 @@ def test_the_overfitting_table_and_headline_follow_the_json():
     assert (f"{c['crosses']} of {c['inits']} inits cross, {c['crosses_frac']:.2f} [{c['crosses_lo']:.2f}, "
             f"{c['crosses_hi']:.2f}]") in EXPERIMENTS
     assert f"{c['crosses']} of {c['inits']} initialisations cross" in README
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_the_recorded_files_are_strict_json_with_their_run(name):
+    """NaN and infinities are null (a strict reader refuses bare NaN), and each file says how it was run: the
+    command-line arguments, the configuration, the machine, its load at both ends and the wall time."""
+    text = (ROOT / "benchmarks" / "results" / f"{name}.json").read_text()
+    d = json.loads(text, parse_constant=lambda c: pytest.fail(f"{name}.json holds a bare {c}"))
+    assert d["experiment"] == name and isinstance(d["argv"], list) and d["config"]
+    assert len(d["machine"]["loadavg_start"]) == 3 and len(d["machine"]["loadavg_end"]) == 3
+    assert d["wall_s"] > 0 and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", d["timestamp"])
+
+
+# ------------------------------------------------------------------------------------------ depth separation
+def test_the_depth_separation_tables_are_the_recorded_ones():
+    mod, d = _example("depth_separation"), _json("depth_separation")
+    for table in (mod.bracket_table(d), mod.student_table(d), mod.deep_table(d)):
+        _in_doc(table)
+    cfg = d["config"]
+    assert (cfg["Ls"], cfg["population"], cfg["deep_population"], cfg["deep_widths"]) == ("1,2,3", 256, 256, "2,8")
+    _in_doc(f"the lecture's (squared loss, lr {cfg['lr']:g}, {cfg['steps']} steps, best of "
+            f"{len(cfg['seeds'].split(','))} restarts)")
+    _in_doc(f"the best of {cfg['population']} random restarts trained together")
+    _in_doc(f"(peak lr {cfg['population_lr']:g}, one-cycle, {cfg['steps']} steps) on the L1 loss")
+    speed = [t["value"] for t in _json("population")["targets"].values() if t["r"] == cfg["population"]]
+    _in_doc(f"Batching {cfg['population']} restarts is {min(speed):.0f}-{max(speed):.0f}x faster per restart")
+
+
+def _row(d: dict, **match) -> dict:
+    (row,) = [r for r in d["rows"] if all(r[k] == v for k, v in match.items())]
+    return row
+
+
+def test_the_depth_separation_prose_follows_the_json():
+    d = _json("depth_separation")
+    brackets = {b["L"]: b for b in d["class_brackets"]}
+    _in_doc(f"proves the lecture's 1/8 at L = 3 and 4 ({brackets[3]['lower']:.4f}, {brackets[4]['lower']:.4f})",
+            README)
+    assert brackets[3]["lower"] > 1 / 8 and brackets[4]["lower"] > 1 / 8 > brackets[2]["lower"]
+    theorem = [r for r in d["rows"] if r["role"] == "theorem"]
+    assert all(r["l1"] >= r["lower"] - 1e-9 for r in theorem)  # "every student lies at or above its bound"
+    sgd = [r["l1"] for r in d["rows"] if r["role"] in ("theorem", "control") and r["L"] >= 2
+           and not r["student"].endswith("population")]
+    assert all(abs(v - 0.25) < 2e-3 for v in sgd)  # "SGD ends at the constant 1/2 (error 1/4)"
+    pop = {(r["L"], r["role"], r["student"].split(",")[0].split()[0]): r for r in d["rows"]
+           if r["student"].endswith("population")}
+    c2 = [pop[(2, "control", s)]["l1"] for s in ("narrow", "shallow")]
+    c3 = [r["l1"] for (L, role, _), r in pop.items() if L == 3 and role == "control"]
+    _in_doc(f"It fits the L = 2 controls ({min(c2):.0e} to {max(c2):.0e})")
+    _in_doc(f"brings the L = 3 controls to {min(c3):.3f}-{max(c3):.3f}")
+    narrow, shallow = pop[(2, "theorem", "narrow")], pop[(2, "theorem", "shallow")]
+    assert narrow["inside"] and not shallow["inside"]
+    _in_doc(f"narrow student ({narrow['l1']:.4f}) lies inside its own bracket, below the explicit (2, 2) network's "
+            f"{narrow['upper']:.4f}, but above the class's best explicit member ({brackets[2]['upper']:.4f}")
+    _in_doc(f"Its shallow student ({shallow['l1']:.4f}) does not reach the (4,) network.")
+    _in_doc(f"gets inside its bracket once ({narrow['l1']:.4f})", README)
+    above = [r["l1"] - r["upper"] for (L, role, _), r in pop.items() if L == 3 and role == "theorem"]
+    assert all(not r["inside"] for (L, role, _), r in pop.items() if L == 3 and role == "theorem")
+    _in_doc(f"{min(above):.3f}-{max(above):.3f} above the explicit network of its widths")
+    _in_doc(f"gets within {min(c3):.3f}-{max(c3):.3f} of tau^3")
+    w8 = _row(d, L=2, role="deep", student="deep: width 8, random start, population")
+    w2 = _row(d, L=2, role="deep", student="deep: width 2, random start, population")
+    _in_doc(f"the width-8 population finds a depth-4 fit of tau^4 ({w8['l1']:.1e}); width 2 does not "
+            f"({w2['l1']:.3f})")
+    end = d["machine"]["loadavg_end"]
+    _in_doc(f"the recorded run took {d['wall_s']:.0f} s wall on two Dask workers of the shared 2-core machine, with "
+            f"other jobs running: load average {min(end):.1f}-{max(end):.1f} at its end, and {d['training_s']:.0f} s "
+            "of training summed over the workers")
+
+
+def test_the_cell_bound_table_and_sentences_are_the_recorded_ones():
+    mod, d = _example("depth_cell_bound"), _json("depth_cell_bound")
+    for text in (mod.cell_table(d), mod.small_cases_text(d), mod.limits_text(d), mod.architectures_text(d),
+                 mod.brute_text(d)):
+        _in_doc(text)
+    lim = {v["L"]: v for v in mod.limits(d)}
+    classes = {r["L"]: r for r in d["classes"]}
+    factors = {L: (r["explicit"] - r["old"]) / (r["explicit"] - r["lower"]) for L, r in classes.items() if r["cell"]}
+    _in_doc(f"narrows the brackets {factors[2]:.2f}x (L = 2) and {factors[3]:.2f}x (L = 3); no bound on the piece "
+            f"count alone can do better than {lim[2]['best_factor']:.2f}x and {lim[3]['best_factor']:.2f}x", README)
+    assert classes[4]["cell"] is None and "out of reach" in classes[4]["reason"]
+    seconds = {L: r["seconds"] for L, r in classes.items() if r["cell"]}
+    _in_doc(f"{seconds[2]:.0f} s at L = 2 and {seconds[3]:.0f} s at L = 3")
+    for r in [*d["classes"], *d["architectures"], *d["small"]]:  # each interval is an interval
+        assert r["cell"] is None or r["lower"] <= r["found"] + 1e-12
+    assert all(b["old"] <= b["found"] + 1e-12 for b in d["brute"])
+    load = [*d["machine"]["loadavg_start"], *d["machine"]["loadavg_end"]]
+    _in_doc(f"the recorded run took {d['wall_s']:.0f} s wall and {d['cpu_s']:.0f} s of CPU, most of it the brute "
+            f"force at T = 3, load average {min(load):.1f}-{max(load):.1f}")
+
+
+def test_the_width2_restart_sentence_is_the_recorded_sweep():
+    mod, d = _example("deep_width2_sweep"), _json("deep_width2_sweep")
+    _in_doc(mod.sweep_text(d))
+    assert sum(len(c["errors"]) for c in d["configs"]) == sum(b["restarts"] for b in d["best"])
+    assert all(b["best"] == min(min(c["errors"]) for c in d["configs"] if c["depth"] == b["depth"])
+               for b in d["best"])
+    cfg = d["config"]
+    assert (cfg["inits"], cfg["lrs"], cfg["schedules"], cfg["steps"], cfg["depths"], cfg["width"]) == (
+        "torch,spread", "0.003,0.01,0.03", "constant,onecycle", "3000,12000", "3,4", 2)
+    _in_doc(f"Adam on the squared loss at lr {cfg['lrs'].replace(',', ' / ')} (constant or one-cycle) and "
+            f"{cfg['steps'].replace(',', ' or ')} steps, {cfg['restarts']} restarts of each")
+    median = statistics.median(e for c in d["configs"] for e in c["errors"])
+    _in_doc(f"the median restart ends at the constant ({median:.3f})")
+    assert abs(median - 0.25) < 1e-3
+    load = [*d["machine"]["loadavg_start"], *d["machine"]["loadavg_end"]]
+    _in_doc(f"the recorded run took {d['wall_s']:.0f} s wall and {d['cpu_s']:.0f} s of CPU on one thread, load "
+            f"average {min(load):.1f}-{max(load):.1f}")
+
+
+def test_notebook_05_time_is_the_recorded_one_or_none():
+    quoted = re.findall(r"[Nn]otebook[^.]*?takes (\d+) s", EXPERIMENTS)
+    recorded = {r["notebook"]: r["median_s"] for r in _json("notebooks")["results"]}
+    assert all(int(q) == round(recorded["05_depth"]) for q in quoted), quoted
+
+
+# ------------------------------------------------------------------------------------------ overlap
+def test_the_overlap_tables_are_the_recorded_ones():
+    mod, d = _example("graph_overlap"), _json("graph_overlap")
+    _in_doc(mod.errors_table(d))
+    _in_doc(mod.eq115_table(d))
+    cfg = d["config"]
+    assert (cfg["seeds"], cfg["n"], cfg["steps"]) == (20, 20000, 3000)
+    b = mod.bonferroni(d)
+    _in_doc(f"Bonferroni correction over the table's {b['tests']} tests (p < {b['threshold']:.4f})")
+    ctrl = d["controls"]
+    _in_doc(f"largest error is {ctrl['fully_informative_tree']:.1e} and {ctrl['fully_informative_overlap']:.1e}")
+    acc = " / ".join(f"{d['summary']['ladders'][n]['accuracy']:.3f}" for n in ("overlap", "shared-input",
+                                                                                 "tree-matched", "tree"))
+    bayes = " / ".join(f"{d['summary']['ladders'][n]['bayes']:.3f}" for n in ("overlap", "shared-input",
+                                                                                "tree-matched", "tree"))
+    _in_doc(f"student accuracy {acc}; Bayes {bayes}")
+
+
+def _overlap() -> tuple:
+    """The example module, the record, its per-ladder summary and a lookup of p-values by (a, b, level, key)."""
+    mod, d = _example("graph_overlap"), _json("graph_overlap")
+    p = {(t["a"], t["b"], level, key): row[key] for t in d["summary"]["tests"]
+         for level, row in enumerate(t["levels"]) for key in row}
+    return mod, d, d["summary"]["ladders"], p
+
+
+def _median(s: dict, name: str, level: int, key: str) -> float:
+    return s[name]["levels"][level][key]["median"]
+
+
+def test_the_overlap_prose_follows_the_json():
+    mod, d, s, p = _overlap()
+    fmt, cut = mod._p, mod.bonferroni(d)["threshold"]
+    ratios = [v["median"] / v["floor"] for n in s for level in (1, 2) for k in ("F_propagated", "F_local",
+              "G_propagated", "G_local", "dW_propagated", "dW_local") if (v := s[n]["levels"][level][k])["median"]]
+    _in_doc(f"is {math.floor(min(ratios))}-{round(max(ratios))} times its noise floor, on every ladder")
+    broad = [_median(s, n, level, "broadness") for n in s for level in (1, 2)]
+    decor = [_median(s, n, level, "decorrelation_fwd") for n in s for level in (1, 2)]
+    _in_doc(f"broadness {min(broad):.1f}-{max(broad):.1f} and forward decorrelation {min(decor):.1f}-{max(decor):.1f}")
+    # focus: the matched tree at its floor, the shared-input control (same teacher and data) and overlap above it
+    tm, si, ov = ([_median(s, n, level, "focus") for level in (1, 2)] for n in ("tree-matched", "shared-input",
+                                                                               "overlap"))
+    _in_doc(f"at its noise floor ({tm[0]:.3f} and {tm[1]:.3f} at levels 1 and 2)")
+    fl = [s["shared-input"]["levels"][level]["focus"] for level in (1, 2)]
+    lo, hi = (min(v["median"] / v["floor"] for v in fl), max(v["median"] / v["floor"] for v in fl))
+    _in_doc(f"its focus term is {si[0]:.3f} and {si[1]:.3f}, {math.floor(lo)}-{math.ceil(hi)} times its floor")
+    for level in (1, 2):
+        assert all(a > b for a, b in zip(mod._values(d["runs"], "shared-input", level, "focus"),
+                                         mod._values(d["runs"], "tree-matched", level, "focus"), strict=True))
+    pairs = {fmt(p[("shared-input", "tree-matched", level, "focus")]) for level in (1, 2)}
+    assert pairs == {fmt(2 / 2**20)}  # every one of 20 pairs the same way: the exact two-sided minimum
+    _in_doc(f"at both levels (p = {fmt(2 / 2**20)}, the least 20 pairs can give)")
+    po = [fmt(p[("overlap", "shared-input", level, "focus")]) for level in (1, 2)]
+    _in_doc(f"has the same {ov[0]:.3f} and {ov[1]:.3f} (against shared-input: p = {po[0]} and {po[1]})")
+    top = {n: _median(s, n, 0, "F_local") for n in s}
+    pt = (fmt(p[("shared-input", "tree-matched", 0, "F_local")]), fmt(p[("overlap", "shared-input", 0, "F_local")]))
+    _in_doc(f"{top['shared-input']:.3f} with shared input and {top['overlap']:.3f} with overlap, against "
+            f"{top['tree-matched']:.3f} on the matched tree (p = {pt[0]}; overlap against shared-input p = {pt[1]})")
+    held = [p[("shared-input", "tree-matched", level, "focus")] for level in (1, 2)] + [
+        p[("overlap", "tree-matched", level, "focus")] for level in (1, 2)] + [
+        p[("shared-input", "tree-matched", 0, "F_local")], p[("overlap", "tree-matched", 0, "F_local")]]
+    assert max(held) < cut  # "all of these hold after a Bonferroni correction"
+    tree = [_median(s, "tree", level, "focus") for level in (1, 2)]
+    _in_doc(f"has its focus at the floor too ({tree[0]:.3f} and {tree[1]:.3f})")
+    # the backward
+    g = {n: _median(s, n, 1, "G_local") for n in s}
+    pg = (p[("overlap", "shared-input", 1, "G_local")], p[("overlap", "tree-matched", 1, "G_local")])
+    _in_doc(f"lower with overlap ({g['overlap']:.3f}) than with shared input ({g['shared-input']:.3f}, "
+            f"p = {fmt(pg[0])}) or on the matched tree ({g['tree-matched']:.3f}, p = {fmt(pg[1])})")
+    assert min(v for (a, b, level, k), v in p.items() if k in ("G_local", "broadness") and b != "tree"
+               and v is not None) > cut
+    # region count
+    pr = [fmt(p[("overlap", t, 1, k)]) for t in ("tree", "tree-matched") for k in ("F_propagated", "F_local")]
+    _in_doc(f"(recursion p = {pr[0]}, one step p = {pr[1]}) differs, but not against the matched tree (p = "
+            f"{pr[2]} and {pr[3]})")
+    f2 = p[("overlap", "tree-matched", 2, "F_propagated")]
+    assert f2 > cut
+    _in_doc(f"at level 2 ({_median(s, 'overlap', 2, 'F_propagated'):.3f} against "
+            f"{_median(s, 'tree-matched', 2, 'F_propagated'):.3f} on the matched tree, p = {fmt(f2)}) does not "
+            f"survive the correction, and with shared input it is {_median(s, 'shared-input', 2, 'F_propagated'):.3f}"
+            f" (against the matched tree p = {fmt(p[('shared-input', 'tree-matched', 2, 'F_propagated')])})")
+    # not in the table
+    g2 = [_median(s, n, 2, "G_propagated") for n in s]
+    local = [_median(s, n, level, "dW_local") for n in s for level in range(3)]
+    prop = [_median(s, n, level, "dW_propagated") for n in s for level in range(3)]
+    _in_doc(f"median is {min(g2):.1f}-{max(g2):.1f} at level 2")
+    _in_doc(f"their medians are {min(local):.1f}-{max(local):.1f} for one step and {min(prop):.1f}-{max(prop):.1f} "
+            "for the recursion")
+    # Eq 115
+    ov2, si2 = s["overlap"]["eq115_by_parents"]["2"], s["shared-input"]["eq115_by_parents"]["2"]
+    _in_doc(f"reachable distance from {ov2['best_single']:.3f} (the better parent alone) to {ov2['best']:.3f}")
+    demo = d["controls"]["eq115_demo"]
+    _in_doc("random tables: " + ", ".join(f"{v:.2f}" for v in demo["best"][:2])
+            + f", {demo['best'][2]:.0e} for K = 1, 2, 3")
+    _in_doc(f"it lowers the distance from {si2['best_single']:.3f} to {si2['best']:.3f}")
+    _in_doc(f"summed signal ({ov2['student_sum']:.3f}) is no closer to Def 4 than its single terms "
+            f"({ov2['student_terms']:.3f})")
+    _in_doc(f"in only {s['overlap']['sum_below_every_term']} of {s['overlap']['multi_columns']} columns")
+    m = d["machine"]
+    load = [*m["loadavg_start"], *m["loadavg_end"]]
+    _in_doc(f"took {d['wall_s']:.0f} s wall and {d['cpu_s']:.0f} s of CPU on one thread of the shared 2-core machine, "
+            f"load average {min(load):.1f}-{max(load):.1f}")
+
+
+def test_the_overlap_headline_follows_the_json():
+    mod, _, s, p = _overlap()
+    focus = {n: _median(s, n, 1, "focus") for n in s}
+    paired = mod._p(p[("shared-input", "tree-matched", 1, "focus")])
+    _in_doc(f"focus at level 1: {focus['overlap']:.3f} (overlap), {focus['shared-input']:.3f} (shared input), "
+            f"{focus['tree-matched']:.3f} (matched tree), paired p = {paired}", README)
+    ov2 = s["overlap"]["eq115_by_parents"]["2"]
+    _in_doc(f"distance from {ov2['best_single']:.3f} to {ov2['best']:.3f}, but SGD does not use it", README)
+
+
+# ------------------------------------------------------------------------------------------ the scripts, rerun small
+def _strict(path: Path) -> dict:
+    return json.loads(path.read_text(), parse_constant=lambda c: pytest.fail(f"{path.name} holds a bare {c}"))
+
+
+@pytest.mark.slow
+def test_depth_separation_records_what_its_tables_render(tmp_path):
+    mod = _example("depth_separation")
+    out = tmp_path / "d.json"
+    rows = mod.main(["--Ls", "2", "--steps", "40", "--seeds", "0", "--n-train", "256", "--deep-widths", "2",
+                     "--deep-seeds", "0", "--population", "4", "--deep-population", "4", "--bracket-Ls", "2,3",
+                     "--out", "", "--json", str(out)])
+    d = _strict(out)
+    assert len(d["rows"]) == len(rows) and [b["L"] for b in d["class_brackets"]] == [2, 3]
+    for r, row in zip(rows, d["rows"], strict=True):
+        assert (row["student"], row["l1"], row["inside"]) == (r.student, r.l1, r.inside())
+    assert "| 3 | 9 | 108 (2, 3, 3) | 512 | 0.1602 | 0.2432 (2, 2, 4) |" in mod.bracket_table(d)
+    assert mod.student_table(d).count("\n") == 3 and mod.deep_table(d).count("\n") == 2  # 2 students; L = 2
+
+
+@pytest.mark.slow
+def test_depth_cell_bound_quick_record(tmp_path):
+    mod = _example("depth_cell_bound")
+    out = tmp_path / "c.json"
+    mod.main(["--quick", "--Ls", "2,4", "--json", str(out)])
+    d = _strict(out)
+    two, four = d["classes"]
+    assert two["old"] <= two["lower"] <= two["found"] <= two["explicit"] + 1e-12
+    assert four["cell"] is None and four["reason"].startswith("out of reach") and four["lower"] == four["old"]
+    assert "out of reach (2^16 c cells)" in mod.cell_table(d) and mod.brute_text(d) == ""
+    assert all(s["old"] - 1e-12 <= s["lower"] <= s["found"] + 1e-12 for s in d["small"])
+
+
+@pytest.mark.slow
+def test_deep_width2_sweep_quick_record(tmp_path):
+    mod = _example("deep_width2_sweep")
+    out = tmp_path / "s.json"
+    mod.main(["--quick", "--json", str(out)])
+    d = _strict(out)
+    assert len(d["configs"]) == 4 and all(len(c["errors"]) == 2 for c in d["configs"])  # 2 depths x 2 schedules
+    assert [b["restarts"] for b in d["best"]] == [4, 4]
+    assert all(0 <= e <= 1 for c in d["configs"] for e in c["errors"])  # an L1 error against tau^k in [0, 1]
+    assert mod.sweep_text(d).startswith("In 8 restarts their best errors were")
+
+
+def test_the_readme_digits_headline_follows_the_json():
+    d = _json("digits_table2")
+
+    def gain(model: str) -> str:
+        (c,) = [c for c in d["comparisons"] if c["kind"] == "vs none" and c["model"] == model
+                and c["activation"] == "relu" and c["orthogonality"] == "orthogonal"]
+        return f"{100 * c['mean']:+.2f} [{100 * c['lo']:+.2f}, {100 * c['hi']:+.2f}]"
+
+    _in_doc(f"orthonormal filters gain {gain('cnn')} points on the 3x3 CNN", README)
+    _in_doc(f"and {gain('cnn_patch')} on a CNN of non-overlapping filters", README)
