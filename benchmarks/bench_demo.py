@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
     data = _common.record("demo", argv, {"config": {"quick": args.quick, "seeds": args.seeds,
                                                     "repeats": args.repeats, "demo_argv": demo_argv}},
                           machine, per_seed, {"summary": summary.to_dict(), "wall": wall}, total)
-    from smaso.cli_support import _json_safe  # NaN (the alignment's undefined entries) as null: strict JSON
+    from smaso.output import json_safe as _json_safe  # NaN (the alignment's undefined entries) as null: strict JSON
 
     data = _json_safe(data)
     _common.write_json(args.out, data)

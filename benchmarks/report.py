@@ -739,6 +739,10 @@ def demo_claims() -> dict[str, bool]:
                 and max(control(lv, "eta2")) <= 1.25 * max(start(lv, "eta2")) for lv in (1, 2)),
         "teacher level 2's probe is 1 already at initialisation":
             min(start(3, "probe")) >= 0.995,
+        "no indicator of the readout group or teacher level 1 has a node matched at 0.95 in any seed":
+            all(m == 0 for lv in (1, 2) for m in end(lv, "matched")),
+        "at the teacher's levels training keeps fewer initial best nodes than shuffled labels (medians over seeds)":
+            all(statistics.median(end(lv, "kept")) < statistics.median(control(lv, "kept")) for lv in (2, 3)),
     }
 
 

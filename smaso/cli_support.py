@@ -15,6 +15,8 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from smaso.output import json_safe
+
 __all__ = ["STDOUT"]
 
 #: A text output path meaning standard output.
@@ -310,21 +312,6 @@ def _set_threads(args, default: int | None = None) -> None:
         torch.set_num_threads(threads)
 
 
-def _json_safe(obj):
-    """``obj`` with every non-finite float as None: valid JSON, and no bare NaN read as a result (an
-    infinite relative error means the measured side is 0 while the prediction is not; the tables say so)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    torch = sys.modules.get("torch")  # (a tensor means torch is imported; do not import it for a check)
-    if torch is not None and isinstance(obj, torch.Tensor):
-        return _json_safe(obj.tolist())
-    return obj
-
-
 def _write_text(args, path, text: str) -> None:
     """Write ``text`` to ``path`` atomically, or to standard output when ``path`` is ``-`` (the stream the
     command started with: informational prints never reach it then, see :func:`_streams`)."""
@@ -340,5 +327,5 @@ def _write_text(args, path, text: str) -> None:
 
 def _write_json(path, obj, args=None) -> None:
     """``obj`` as JSON (non-finite floats as null) to ``path``, or to standard output for ``-``."""
-    _write_text(args, path, json.dumps(_json_safe(obj), indent=1, default=float, allow_nan=False)
+    _write_text(args, path, json.dumps(json_safe(obj), indent=1, allow_nan=False)
                 + ("\n" if str(path) == STDOUT else ""))

@@ -113,7 +113,7 @@ def test_map_routines_and_the_tent_sampler_refuse_what_they_cannot_represent(cap
 def test_json_outputs_hold_no_nan():
     import json
 
-    from smaso.cli_support import _json_safe
+    from smaso.output import json_safe as _json_safe
 
     obj = {"a": float("nan"), "b": [1.0, float("inf"), {"c": -float("inf")}], "t": torch.tensor([0.5, float("nan")])}
     assert json.loads(json.dumps(_json_safe(obj), allow_nan=False)) == {"a": None, "b": [1.0, None, {"c": None}],

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import smaso.student.compare as compare_mod
-from smaso.cli_support import _json_safe
+from smaso.output import json_safe as _json_safe
 from smaso.student.compare import ComparisonResult, TrainingDiverged, compare_student
 from smaso.student.diagnosis import (
     _measure,

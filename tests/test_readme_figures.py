@@ -87,7 +87,7 @@ def test_the_reformulation_rows_say_identities_undefined_numbers_and_controls(re
 
 def _strict(obj):
     """``obj`` with NaN as None, as the benchmarks write it."""
-    from smaso.cli_support import _json_safe
+    from smaso.output import json_safe as _json_safe
 
     return _json_safe(obj)
 
