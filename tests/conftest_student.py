@@ -164,3 +164,29 @@ def fi_sample(depth: int = 2, branching=2, leaf_events: int = 2, n: int = 600, s
     """A fully informative ladder and a sample from it."""
     lad = Ladder.fully_informative(depth=depth, branching=branching, leaf_events=leaf_events, **kw)
     return lad, sample_ladder(lad, n, seed=seed)
+
+
+def index_rows(chunks):
+    """A chunked source with the chunk layout of ``chunks`` whose every row's input and label are its row index:
+    what the SGD minibatch stream does with rows is then read off the batches."""
+    idx = torch.arange(len(chunks))
+
+    class Part:
+        def __init__(self, lo: int, hi: int):
+            self.lo, self.hi, self.y = lo, hi, idx[lo:hi]
+
+        def __len__(self):
+            return self.hi - self.lo
+
+        def inputs(self, i, dtype):
+            return self.y[i].to(dtype)[:, None]
+
+    class Rows:
+        num_chunks = chunks.num_chunks
+        chunk_bounds = staticmethod(chunks.chunk_bounds)
+
+        @staticmethod
+        def chunk(c):
+            return Part(*chunks.chunk_bounds(c))
+
+    return Rows

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 import torch
+from conftest_student import index_rows
 
 from smaso.student.compare import _training_batches, compare_student
 from teachers import Ladder, sample_ladder
@@ -68,26 +69,7 @@ def test_skipped_rows_across_chunks():
     """Over several chunks: an epoch visits every row from ``skip`` on once, and none before it."""
     lad = Ladder.random(depth=1, branching=2, events=3, seed=0)
     chunks = as_chunks(sample_ladder(lad, 1000, 0), 300)  # four chunks, the last one short
-    # a source whose inputs and labels are the row index
-    idx = torch.arange(1000)
-
-    class Rows:
-        num_chunks = chunks.num_chunks
-        chunk_bounds = staticmethod(chunks.chunk_bounds)
-
-        @staticmethod
-        def chunk(c):
-            lo, hi = chunks.chunk_bounds(c)
-
-            class Part:
-                y = idx[lo:hi]
-
-                def __len__(self):
-                    return hi - lo
-
-                def inputs(self, i, dtype):
-                    return idx[lo:hi][i].to(dtype)[:, None]
-            return Part()
+    Rows = index_rows(chunks)  # a source whose inputs and labels are the row index
 
     for skip in (0, 250, 300, 301, 999):
         batches = _training_batches(Rows, 1000 - skip, torch.Generator().manual_seed(3), torch.float64, skip)

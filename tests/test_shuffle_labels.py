@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest_student import index_rows
 
 from smaso.student.compare import _all_training_labels, _training_batches, _training_labels, compare_student
 from teachers import Ladder, sample_ladder
@@ -19,28 +20,8 @@ def data():
     return sample_ladder(lad, 1200, 0)
 
 
-class _Rows:
-    """A chunked source of 1000 rows whose input and label are the row index (4 chunks, the last one short)."""
-
-    chunks = as_chunks(sample_ladder(Ladder.random(depth=1, branching=2, events=3, seed=0), 1000, 0), 300)
-    num_chunks = chunks.num_chunks
-    chunk_bounds = staticmethod(chunks.chunk_bounds)
-    idx = torch.arange(1000)
-
-    @classmethod
-    def chunk(cls, c):
-        lo, hi = cls.chunks.chunk_bounds(c)
-        idx = cls.idx
-
-        class Part:
-            y = idx[lo:hi]
-
-            def __len__(self):
-                return hi - lo
-
-            def inputs(self, i, dtype):
-                return idx[lo:hi][i].to(dtype)[:, None]
-        return Part()
+#: A chunked source of 1000 rows whose input and label are the row index (4 chunks, the last one short).
+_Rows = index_rows(as_chunks(sample_ladder(Ladder.random(depth=1, branching=2, events=3, seed=0), 1000, 0), 300))
 
 
 @pytest.mark.parametrize("skip", [0, 250, 301])
