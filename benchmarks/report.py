@@ -498,8 +498,9 @@ NOTEBOOKS = (
     ("[04 Student vs reformulation](examples/04_student_vs_reformulation.ipynb)",
      "the summarization teacher and its conditions measured exactly (focus 0, broadness ~1 nat); train, "
      "measure, predict, compare, every number with its noise floor and every one-step error split into its "
-     "parts; noise or failure as N doubles; Thm 3's exactness; the errors as the leaves get noisier, with "
-     "and without BN; the top-down teacher for contrast"),
+     "parts; 5 student seeds against their initialisation and shuffled-label controls; the hidden nodes' "
+     "event alignment; noise or failure as N doubles; Thm 3's exactness; the errors as the leaves get "
+     "noisier, with and without BN; the top-down teacher for contrast"),
     ("[05 Depth](examples/05_depth.ipynb)",
      "the tent map and its exact network, exact piece counts against the breakpoint bound, the fewest nodes "
      "that can make 2^k pieces at each depth, back-propagation written out; depth separation bracketed "
