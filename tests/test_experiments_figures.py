@@ -1,10 +1,10 @@
 """The experiment figures quoted in docs/experiments.md and the README are those of the recorded JSON in
-``benchmarks/results/`` (``digits_table2``, ``overfitting``, ``depth_separation``, ``depth_cell_bound``,
-``deep_width2_sweep``, ``graph_overlap``), not typed by hand.
+``benchmarks/results/`` (``digits_table2``, ``overfitting``, ``overfitting_crossing``, ``depth_separation``,
+``depth_cell_bound``, ``deep_width2_sweep``, ``graph_overlap``), not typed by hand.
 
-The depth-separation, cell-bound, restart-sweep and overlap tables are rendered from the JSON by the functions of
-the scripts that record them (``examples/*.py``) and must stand in the doc as rendered; the prose's numbers are
-recomputed here from the same files.  Only JSON is read: nothing is rerun.
+The depth-separation, cell-bound, restart-sweep, overlap and over-fitting tables are rendered from the JSON by the
+functions of the scripts that record them (``examples/*.py``) and must stand in the doc as rendered; the prose's
+numbers are recomputed here from the same files.  Only JSON is read: nothing is rerun.
 """
 
 from __future__ import annotations
@@ -13,16 +13,18 @@ import importlib.util
 import json
 import math
 import re
+import shlex
 import statistics
 from functools import cache
 from pathlib import Path
 
 import pytest
+import scipy.stats as sps
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = (ROOT / "docs" / "experiments.md").read_text()
 README = (ROOT / "README.md").read_text()
-RECORDED = ("depth_separation", "depth_cell_bound", "deep_width2_sweep", "graph_overlap")
+RECORDED = ("depth_separation", "depth_cell_bound", "deep_width2_sweep", "graph_overlap", "overfitting_crossing")
 
 
 def _json(name: str) -> dict:
@@ -47,15 +49,20 @@ def _in_doc(text: str, doc: str = EXPERIMENTS) -> None:
     assert re.sub(r"\s+", " ", text) in flat, f"not in the doc (rerun the script and paste its output):\n{text}"
 
 
+def _load(record: dict) -> str:
+    """The load average at both ends of a recorded run, as the doc quotes it: 'min-max'."""
+    load = [*record["machine"]["loadavg_start"], *record["machine"]["loadavg_end"]]
+    return f"{min(load):.1f}-{max(load):.1f}"
+
+
 def test_the_digits_tables_are_the_recorded_ones():
     assert _json("digits_table2")["table"].strip() in EXPERIMENTS
 
 
+# ------------------------------------------------------------------------------------------ over-fitting (§5.3)
 def test_the_overfitting_table_and_headline_follow_the_json():
     d = _json("overfitting")
-    for r in d["training"]["main"]["rows"]:
-        head = f"| {r['N']} | {_interval(r, 'test_err_final')} | {_interval(r, 'test_err_best')} | "
-        assert head + _interval(r, "harm", "+") in EXPERIMENTS, head
+    _in_doc(_example("overfitting").training_table(d["training"]["main"]))
     for r in d["training"]["control"]["rows"][:4]:
         assert _interval(r, "harm", "+") in EXPERIMENTS, r["N"]
     n32 = d["training"]["main"]["rows"][1]
@@ -64,6 +71,121 @@ def test_the_overfitting_table_and_headline_follow_the_json():
     assert (f"{c['crosses']} of {c['inits']} inits cross, {c['crosses_frac']:.2f} [{c['crosses_lo']:.2f}, "
             f"{c['crosses_hi']:.2f}]") in EXPERIMENTS
     assert f"{c['crosses']} of {c['inits']} initialisations cross" in README
+
+
+def test_the_crossing_table_and_sentences_are_the_recorded_ones():
+    """The first over-fitting table and the crossings under it, rendered from overfitting_crossing.json; the
+    record's intervals are 95% Wilson intervals of its counts (scipy's), and its crossings lie where its rows
+    say."""
+    mod, d = _example("overfitting"), _json("overfitting_crossing")
+    _in_doc(mod.crossing_table(d))
+    _in_doc(mod.crossing_text(d))
+    cfg, c = d["config"], d["crossing"]
+    lad = cfg["ladder"]
+    _in_doc(f"measures it with {cfg['reps']} seeded repeats per N, each on its own slice of data. The relevant "
+            f"region alpha has its events {lad['alpha_separation']:g} apart (sigma {lad['alpha_sigma']:g}); the "
+            f"irrelevant region gamma has them {lad['gamma_separation']:.1f} apart (sigma {lad['gamma_sigma']:g})")
+    assert cfg["z"] == 1.96
+    _in_doc("with 95% Wilson intervals")
+    assert len(d["seeds"]["stream_seeds"]) == len(set(d["seeds"]["stream_seeds"])) == cfg["reps"]
+    for r in c["rows"]:
+        assert r["reps"] == cfg["reps"]
+        ci = sps.binomtest(r["gamma_wins"], r["reps"]).proportion_ci(0.95, method="wilson")
+        assert (r["frac_lo"], r["frac_hi"]) == pytest.approx((ci.low, ci.high), abs=1e-5)
+    frac = {r["N"]: r["frac"] for r in c["rows"]}
+    first_below = next(n for n in cfg["ns"] if frac[n] < 0.5)
+    before = cfg["ns"][cfg["ns"].index(first_below) - 1]
+    assert frac[before] >= 0.5 and before < c["crossing_N"] < first_below  # the log-N interpolation's bracket
+    load = _load(d)
+    _in_doc(f"the recorded run took {d['wall_s']:.1f} s wall and {d['cpu_s']:.1f} s of CPU, load average {load}")
+    _in_doc("python3 examples/overfitting.py " + " ".join(a or "''" for a in d["argv"]))
+    # "the table above is one of the inits that cross": the same ladder and init in the over-inits run
+    o = _json("overfitting")
+    assert (o["config"]["crossing_alpha_separation"], o["config"]["crossing_gamma_separation"]) == (
+        lad["alpha_separation"], lad["gamma_separation"])
+    assert o["crossing_over_inits"]["per_init"][cfg["init_seed"]]["crosses"]
+
+
+def test_the_first_step_over_inits_follows_the_json():
+    d = _json("overfitting")
+    c, cfg = d["crossing_over_inits"], d["config"]
+    _in_doc(f"the same ladder, {cfg['inits']} init seeds x {cfg['inits_reps']} repeats per N")
+    crossed = [p for p in c["per_init"] if p["crosses"]]
+    never = [p for p in c["per_init"] if p["gamma_never"]]
+    assert len(crossed) == c["crosses"] and len(never) == c["gamma_never"] == c["inits"] - c["crosses"]
+    _in_doc(f"In the other {c['gamma_never']}, {c['gamma_never_frac']:.2f} [{c['gamma_never_lo']:.2f}, "
+            f"{c['gamma_never_hi']:.2f}], gamma is never ahead")
+    predicted = [p["predicted_crossing_N"] for p in never]
+    _in_doc(f"the moments predict an RMS crossing at N* = {min(predicted):.0f}-{max(predicted):.0f} for them")
+    at = [p["crossing_N"] for p in crossed]
+    _in_doc(f"it crosses between N = {min(at):.0f} and {max(at):.0f} (median about "
+            f"{round(statistics.median(at), -1):.0f})")
+
+
+def test_the_over_training_prose_follows_the_json():
+    d = _json("overfitting")
+    cfg, t = d["config"], d["training"]
+    main, ctrl, sgd = t["main"], t["control"], t[f"sgd_b{cfg['sgd_batch']}"]
+    lad = main["ladder"]
+    held_out = f"{cfg['test_examples']:,}".replace(",", " ")  # the doc's thousands separator
+    _in_doc(f"with alpha's events {lad['alpha_separation']:g} apart at sigma {lad['alpha_sigma']:g} (Bayes error "
+            f"{main['bayes_err']:.3f}; {main['bayes_err_test']:.3f} on the {held_out} held-out examples)")
+    _in_doc(f"A width-{cfg['width']} student is trained with cross-entropy for {cfg['train_steps']} full-batch "
+            f"steps at lr {cfg['train_lr']:g}. There are {cfg['train_seeds']} runs per N")
+    assert [r["N"] for r in main["rows"]] == [8, 32, 128, 512, 2048] == [r["N"] for r in sgd["rows"]]
+    # N = 32 along the run: |W_gamma| from 0, flat to step ~160, then growing; the test error's minimum and end
+    ck, n32 = main["checkpoints"], main["rows"][1]["curve"]
+    w, err = n32["w_gamma"], n32["test_err"]
+    early = [i for i, step in enumerate(ck) if 0 < step < 200]
+    _in_doc(f"At N = 32 (means over the {cfg['train_seeds']} runs), |W_gamma| starts at {w[0]:.0f}")
+    _in_doc(f"stays at {min(w[i] for i in early):.2f}-{max(w[i] for i in early):.2f} from step {ck[early[0]]} to "
+            f"step {ck[early[-1]]}, then grows to {w[ck.index(700)]:.2f} at step 700 and {w[-1]:.2f} at step {ck[-1]}")
+    assert all(w[i] > max(w[j] for j in early) for i in range(early[-1] + 1, len(ck)))  # it grows after
+    low = min(range(len(ck)), key=err.__getitem__)
+    _in_doc(f"the test error rises from {err[low]:.3f} (step {ck[low]}) to {err[-1]:.3f}")
+    harm = {r["N"]: r for r in main["rows"]}
+    _in_doc(f"(the harm) is {harm[32]['harm']:+.3f} at N = 32 and {harm[128]['harm']:+.3f} at N = 128; from "
+            "N = 512 it is zero within +-0.001")
+    assert all(max(abs(harm[n]["harm_lo"]), abs(harm[n]["harm_hi"])) < 0.0015 for n in (512, 2048))
+    # the control: its harm at 2048, its weight ratios, and every interval overlapping the main arm's
+    _in_doc(f"{_interval(ctrl['rows'][3], 'harm', '+')} at N = 512 and {ctrl['rows'][4]['harm']:+.3f} at N = 2048")
+    ratios = [f"{r['ratio']:.2f}" for r in ctrl["rows"]]
+    _in_doc(f"Its weight ratio is {', '.join(ratios[:-1])} and {ratios[-1]}.")
+    assert all(m["harm_lo"] <= c["harm_hi"] and c["harm_lo"] <= m["harm_hi"]
+               for m, c in zip(main["rows"], ctrl["rows"], strict=True))  # "the intervals overlap at every N"
+    # SGD
+    s32, s128 = sgd["rows"][1], sgd["rows"][2]
+    _in_doc(f"**SGD** (batch {cfg['sgd_batch']}, the runs otherwise the same). Harm is "
+            f"{_interval(s32, 'harm', '+')} at N = 32 and {_interval(s128, 'harm', '+')} at N = 128")
+    _in_doc(f"gamma's weight ratio is {harm[32]['ratio'] / s32['ratio']:.1f}x and "
+            f"{harm[128]['ratio'] / s128['ratio']:.1f}x smaller than with full batches ({s32['ratio']:.2f} and "
+            f"{s128['ratio']:.2f} against {harm[32]['ratio']:.2f} and {harm[128]['ratio']:.2f})")
+    tv = [r["tv_batch"] for r in sgd["rows"] if r["tv_batch"] is not None]
+    assert len(tv) == 4  # N = 8 is one batch of 8: no minibatch distance (null)
+    _in_doc(f"a minibatch's P lies {min(tv):.2f}-{max(tv):.2f} from the training set's in total variation, while "
+            f"the training set lies {harm[32]['tv_data']:.2f} (N = 32) down to {harm[2048]['tv_data']:.3f} "
+            "(N = 2048) from the population's")
+    late = [r for r in sgd["rows"] if r["N"] >= 512]
+    fin, best = [r["test_err_final"] for r in late], [r["test_err_best"] for r in late]
+    _in_doc(f"SGD's final error at N >= 512 is {min(fin):.3f}-{max(fin):.3f}, and its best along the run "
+            f"{min(best):.3f}-{max(best):.3f}")
+    # the second explanation: Spearman of llr with harm within each N, recomputed from the runs, against the
+    # two-sided 5% critical value for 20 runs
+    for r in main["rows"]:
+        runs = [x for x in main["runs"] if x["N"] == r["N"]]
+        rho = sps.spearmanr([x["llr"] for x in runs],
+                            [x["test_err"][-1] - x["test_err_ablated"][-1] for x in runs]).statistic
+        assert rho == pytest.approx(r["spearman_llr_harm"], abs=1e-5), r["N"]
+    n = cfg["train_seeds"]
+    q = sps.t.ppf(0.975, n - 2)
+    critical = q / math.sqrt(n - 2 + q * q)
+    rhos = [r["spearman_llr_harm"] for r in main["rows"]]
+    assert max(abs(v) for v in rhos) < critical
+    _in_doc(f"the harm is {' / '.join(f'{v:+.2f}' for v in rhos)}, all below the two-sided 5% critical value for "
+            f"{n} runs, about {critical:.2f} (t approximation)")
+    _in_doc(f"Reproduce ({d['cpu_seconds']:.0f} s of CPU;")
+    block = re.search(r"\n    python3 examples/overfitting\.py --reps 0 --crossing-reps 0 (.*?)\n\n", EXPERIMENTS, re.S)
+    assert block and shlex.split(block.group(0).replace("\\\n", " "))[2:] == d["argv"]
 
 
 @pytest.mark.parametrize("name", RECORDED)
