@@ -22,11 +22,15 @@ gamma's use (test error minus that with gamma's contribution replaced by its tra
 ratio |W_gamma| / |W_alpha|, and the paper's second explanation (the share of training sets whose labels a
 one-factor logistic model on gamma fits better than one on alpha), all with 95% intervals.  ``--inits`` > 0 adds
 the first-step crossing over initialization seeds (:func:`smaso.theorems.overfitting.crossing_over_inits`).
-``--json`` writes everything measured.
+``--json`` writes everything measured.  ``--crossing-json`` writes the crossing table alone with its run (the
+configuration, every stream seed, the machine and its load: strict JSON), and ``--record-crossing`` writes the
+recorded ``benchmarks/results/overfitting_crossing.json``; :func:`crossing_table` and :func:`crossing_text` render
+from it what docs/experiments.md quotes.
 
     python examples/overfitting.py --ns 16,64,256,1024,4096,16384 --out overfitting.png
+    python examples/overfitting.py --reps 0 --batch-sizes '' --out '' --record-crossing    # seconds
     python examples/overfitting.py --reps 0 --crossing-reps 0 --batch-sizes '' --out '' --inits 20 \\
-        --json benchmarks/results/overfitting.json
+        --train-seeds 20 --json benchmarks/results/overfitting.json
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from smaso.output import RunRecord, write_strict_json
 from smaso.theorems.overfitting import (
     CONTROL_LADDER,
     CROSSING_LADDER,
@@ -53,6 +58,10 @@ from smaso.theorems.overfitting import (
     update_curve,
 )
 from teachers.sampling import sample_ladder
+
+RECORDED_CROSSING = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "overfitting_crossing.json"
+#: the crossing's Wilson intervals (95%) and the examples its second moments are estimated on
+CROSSING_Z, MOMENT_EXAMPLES = 1.96, 2 ** 17
 
 
 def print_crossing(res: dict) -> None:
@@ -121,8 +130,14 @@ def main(argv=None) -> tuple[list[dict], list[dict]]:
     p.add_argument("--inits", type=int, default=0, help="initialization seeds of the first-step crossing (0 = none)")
     p.add_argument("--inits-reps", type=int, default=40, help="repeats per N and init of the first-step crossing")
     p.add_argument("--json", default="", help="write every measured number to this JSON file ('' = none)")
+    p.add_argument("--crossing-json", default="",
+                   help="write the crossing table with its configuration, seeds, machine and load here ('' = none)")
+    p.add_argument("--record-crossing", dest="crossing_json", action="store_const", const=str(RECORDED_CROSSING),
+                   help="write the recorded benchmarks/results/overfitting_crossing.json")
     p.add_argument("--out", default="overfitting.png", help="figure file (png/pdf/svg); '' = none")
     args = p.parse_args(argv)
+    if args.crossing_json and args.crossing_reps < 1:
+        p.error("--crossing-json/--record-crossing: expected --crossing-reps >= 1 (there is no table to record)")
     ns = [int(n) for n in args.ns.split(",")]
     lad = overfitting_ladder(alpha_separation=args.alpha_separation, gamma_separation=args.gamma_separation)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -143,18 +158,28 @@ def main(argv=None) -> tuple[list[dict], list[dict]]:
         for r in tv_rows:
             print(f"{r['batch_size']:7d}   {r['tv']:31.4f}   {r['predicted']:9.4f}   "
                   f"{math.sqrt(r['batch_size']) * r['tv']:10.3f}")
+    crossing_params = {**CROSSING_LADDER, "alpha_separation": args.crossing_alpha_separation,
+                       "gamma_separation": args.crossing_gamma_separation}
+    clad = overfitting_ladder(**crossing_params)
     if args.crossing_reps > 0:
-        clad = overfitting_ladder(alpha_separation=args.crossing_alpha_separation,
-                                  gamma_separation=args.crossing_gamma_separation)
-        print(f"crossing: alpha {args.crossing_alpha_separation} apart (sigma 1), gamma "
-              f"{args.crossing_gamma_separation} apart (sigma 0.1), init seed {args.init_seed}")
-        res = update_crossing([int(n) for n in args.crossing_ns.split(",")], ladder=clad, reps=args.crossing_reps,
-                              width=args.width, init_seed=args.init_seed, seed=args.seed)
+        run = RunRecord("overfitting_crossing", argv)
+        print(f"crossing: alpha {args.crossing_alpha_separation} apart (sigma {crossing_params['alpha_sigma']}), "
+              f"gamma {args.crossing_gamma_separation} apart (sigma {crossing_params['gamma_sigma']}), init seed "
+              f"{args.init_seed}")
+        config = {"ns": [int(n) for n in args.crossing_ns.split(",")], "reps": args.crossing_reps,
+                  "ladder": crossing_params, "width": args.width, "init_seed": args.init_seed, "seed": args.seed,
+                  "z": CROSSING_Z, "moment_examples": MOMENT_EXAMPLES}
+        res = update_crossing(config["ns"], ladder=clad, reps=args.crossing_reps, width=args.width,
+                              init_seed=args.init_seed, seed=args.seed, z=CROSSING_Z, moment_examples=MOMENT_EXAMPLES)
         print_crossing(res)
         result["crossing"] = res
+        if args.crossing_json:
+            seeds = {"init_seed": args.init_seed, "stream_seeds": res["stream_seeds"],
+                     "moment_seed": res["moment_seed"]}
+            record = run.finish(config=config, seeds=seeds, crossing=res)
+            write_strict_json(args.crossing_json, record, name="--crossing-json")
+            print(f"wrote {args.crossing_json} ({record['wall_s']:.1f} s wall, {record['cpu_s']:.1f} s of CPU)")
     if args.inits > 0:
-        clad = overfitting_ladder(alpha_separation=args.crossing_alpha_separation,
-                                  gamma_separation=args.crossing_gamma_separation)
         inits = crossing_over_inits(args.inits, [int(n) for n in args.crossing_ns.split(",")], ladder=clad,
                                     reps=args.inits_reps, width=args.width, seed=args.seed)
         print(f"first-step crossing over {inits['inits']} init seeds ({args.inits_reps} repeats per N): crosses in "
@@ -190,6 +215,55 @@ def main(argv=None) -> tuple[list[dict], list[dict]]:
         plot_overfitting(rows, args.out, tv_rows=tv_rows or None)
         print(f"figure written to {args.out}")
     return rows, tv_rows
+
+
+def crossing_table(record: dict) -> str:
+    """The crossing table of docs/experiments.md from a ``--crossing-json`` record: per N (columns), the repeats
+    in which gamma's first-step update is the larger, their Wilson interval, and the RMS ratio with its
+    second-moment prediction in parentheses."""
+    rows = record["crossing"]["rows"]
+    level = round(100 * math.erf(record["config"]["z"] / math.sqrt(2)))
+    lines = [["N", *(str(r["N"]) for r in rows)],
+             ["gamma's update larger", *(f"{r['gamma_wins']}/{r['reps']}" for r in rows)],
+             [f"{level}% interval", *(f"{r['frac_lo']:.2f}-{r['frac_hi']:.2f}" for r in rows)],
+             ["RMS ratio gamma / alpha (predicted)",
+              *(f"{r['rms_ratio']:.2f} ({r['predicted_ratio']:.2f})" for r in rows)]]
+    out = ["| " + " | ".join(lines[0]) + " |", "|" + "---|" * len(lines[0])]
+    return "\n".join(out + ["| " + " | ".join(line) + " |" for line in lines[1:]])
+
+
+def crossing_text(record: dict) -> str:
+    """The sentences under the crossing table: where the fraction crosses 1/2 (and the N at which its interval
+    lies wholly above and wholly below 1/2), where the RMS ratio crosses 1, and the predicted N* (a crossing that
+    does not happen on the grid is said so; the JSON holds it as null)."""
+    c = record["crossing"]
+    above, below = c["bracket"]
+    fin = [v is not None and math.isfinite(v) for v in (c["crossing_N"], c["crossing_N_rms"],
+                                                        c["predicted_crossing_N"])]
+    frac = (f"The fraction crosses 1/2 at N ~ {c['crossing_N']:.0f} (log-N interpolation)" if fin[0]
+            else "The fraction does not drop from >= 1/2 to below 1/2 on this grid")
+    if above is not None and below is not None:
+        frac += f"; its interval lies wholly above 1/2 up to N = {above} and wholly below from N = {below} on"
+    rms = (f"The RMS ratio crosses 1 at N ~ {c['crossing_N_rms']:.0f}" if fin[1]
+           else "The RMS ratio does not cross 1 on this grid")
+    pred = (f"N* = {c['predicted_crossing_N']:.0f}" if fin[2]
+            else "no crossing (alpha's update larger at every N)")
+    return (f"- {frac}.\n- {rms}; the prediction from the update's second moments (estimated on "
+            f"{record['config']['moment_examples']} fresh examples) is {pred}.")
+
+
+def training_table(arm: dict) -> str:
+    """The over-training table of docs/experiments.md from one arm of ``--json``'s ``training`` (e.g. ``main``):
+    per N, the final and best test error, the harm of gamma (t-intervals), the weight ratio |W_gamma| / |W_alpha|
+    (geometric mean, interval from the log) and the second explanation's share (Wilson interval)."""
+    def iv(r: dict, key: str, fmt: str) -> str:
+        return f"{r[key]:{fmt}} [{r[key + '_lo']:{fmt}}, {r[key + '_hi']:{fmt}}]"
+
+    out = ["| N | test error, final | test error, best along the run | harm of gamma | \\|W_gamma\\| / \\|W_alpha\\| | "
+           "2nd expl. |", "|---:|---|---|---|---|---|"]
+    out += [f"| {r['N']} | {iv(r, 'test_err_final', '.3f')} | {iv(r, 'test_err_best', '.3f')} | "
+            f"{iv(r, 'harm', '+.3f')} | {iv(r, 'ratio', '.2f')} | {iv(r, 'frac_second', '.2f')} |" for r in arm["rows"]]
+    return "\n".join(out)
 
 
 def _rounded(obj, digits: int = 6):

@@ -204,6 +204,7 @@ def test_update_crossing_matches_update_magnitudes():
     lad = overfitting_ladder(**CROSSING_LADDER)
     res = update_crossing([16], ladder=lad, reps=1, seed=2, moment_examples=4096)
     s = sample_ladder(lad, 16, 2 * 1_000_003)
+    assert (res["stream_seeds"], res["moment_seed"]) == ([2 * 1_000_003], 2 * 1_000_003 + 1)  # the streams it drew
     u = update_magnitudes(s)
     r = res["rows"][0]
     assert r["gamma_wins"] == int(u["dW_gamma"] > u["dW_alpha"])
@@ -431,3 +432,42 @@ def test_example_training_table_and_json(tmp_path, capsys):
     assert data["crossing_over_inits"]["inits"] == 2
     text = capsys.readouterr().out
     assert "harm of gamma" in text and "first-step crossing over 2 init seeds" in text
+
+
+def test_example_records_the_crossing_with_its_run(tmp_path, capsys):
+    """``--crossing-json`` writes the crossing table as strict JSON with its configuration, every stream seed, the
+    machine and its load; the table and sentences docs/experiments.md quotes render from it, and a record without
+    a table is refused."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "overfitting.py"
+    spec = importlib.util.spec_from_file_location("example_overfitting", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "c.json"
+    mod.main(["--reps", "0", "--batch-sizes", "", "--out", "", "--crossing-ns", "8,64,512", "--crossing-reps", "6",
+              "--seed", "3", "--crossing-json", str(out)])
+    d = json.loads(out.read_text(), parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert d["experiment"] == "overfitting_crossing" and d["argv"][-2:] == ["--crossing-json", str(out)]
+    assert len(d["machine"]["loadavg_end"]) == 3 and d["wall_s"] > 0 and d["cpu_s"] > 0
+    assert d["config"]["ns"] == [8, 64, 512] and d["config"]["ladder"] == CROSSING_LADDER
+    assert d["seeds"]["stream_seeds"] == [3 * 1_000_003 + r for r in range(6)]
+    assert d["seeds"]["moment_seed"] == 3 * 1_000_003 + 6
+    # the record is update_crossing's own result for that configuration
+    res = update_crossing([8, 64, 512], reps=6, seed=3, moment_examples=d["config"]["moment_examples"])
+    assert [r["gamma_wins"] for r in d["crossing"]["rows"]] == [r["gamma_wins"] for r in res["rows"]]
+    table = mod.crossing_table(d)
+    assert table.splitlines()[0] == "| N | 8 | 64 | 512 |" and "| 95% interval |" in table
+    wins = " | ".join(f"{r['gamma_wins']}/6" for r in res["rows"])
+    assert f"| gamma's update larger | {wins} |" in table
+    text = mod.crossing_text(d)
+    assert text.startswith("- The fraction") and f"on {2 ** 17} fresh examples" in text
+    # a crossing absent on the grid (null in the JSON) is said in words
+    none = {**d, "crossing": {**d["crossing"], "crossing_N": None, "crossing_N_rms": None,
+                              "predicted_crossing_N": None, "bracket": [None, None]}}
+    assert "does not drop" in mod.crossing_text(none) and "no crossing" in mod.crossing_text(none)
+    with pytest.raises(SystemExit):
+        mod.main(["--reps", "0", "--crossing-reps", "0", "--crossing-json", str(out)])
+    assert "expected --crossing-reps >= 1" in capsys.readouterr().err

@@ -302,8 +302,9 @@ def update_crossing(ns: Sequence[int] = tuple(2 ** k for k in range(3, 13)), *, 
         interpolated in log N; NaN if it does not), ``crossing_N_rms`` (same for ``rms_ratio``
         through 1), ``bracket`` ((largest N whose interval lies wholly above 1/2 before any row
         lies wholly below, smallest N whose interval lies wholly below 1/2); None where absent),
-        ``predicted_crossing_N`` (N*, NaN if none), and the moments ``mu2_alpha``, ``nu_alpha``,
-        ``mu2_gamma``, ``nu_gamma``.
+        ``predicted_crossing_N`` (N*, NaN if none), the moments ``mu2_alpha``, ``nu_alpha``,
+        ``mu2_gamma``, ``nu_gamma``, and the seeds that drew the data: ``stream_seeds`` (one per repeat) and
+        ``moment_seed`` (the moments' sample), so that a recorded table names every stream it came from.
     """
     lad = overfitting_ladder(**CROSSING_LADDER) if ladder is None else ladder
     reps = _positive_int(reps, "reps")
@@ -322,8 +323,9 @@ def update_crossing(ns: Sequence[int] = tuple(2 ** k for k in range(3, 13)), *, 
     a = np.empty((len(ns), reps))
     g = np.empty((len(ns), reps))
     eps = np.full((len(ns), reps), math.nan)
-    for r in range(reps):
-        big = sample_ladder(lad, int(starts[-1]), seed * 1_000_003 + r)
+    streams, moment_seed = [seed * 1_000_003 + r for r in range(reps)], seed * 1_000_003 + reps
+    for r, stream in enumerate(streams):
+        big = sample_ladder(lad, int(starts[-1]), stream)
         # one pass over the whole stream: without BN each example's f and g_0 do not depend on the
         # others, so a slice's Delta W_r = sum over the slice of f_r g_0^T / N (= rec.dW[0][r] of
         # that slice alone, as update_magnitudes computes it)
@@ -337,7 +339,7 @@ def update_crossing(ns: Sequence[int] = tuple(2 ** k for k in range(3, 13)), *, 
             g[i, r] = float(dw[GAMMA].norm())
             chunk = LadderSample(lad, big.z[sl], None if big.x is None else big.x[sl])
             eps[i, r] = abs(spurious_correlation(chunk)["eps_sym"])
-    mom = _population_moments(st, lad, moment_examples, seed * 1_000_003 + reps)
+    mom = _population_moments(st, lad, moment_examples, moment_seed)
     rows = []
     for i, n in enumerate(ns):
         wins = int((g[i] > a[i]).sum())
@@ -367,7 +369,8 @@ def update_crossing(ns: Sequence[int] = tuple(2 ** k for k in range(3, 13)), *, 
             above = row["N"]
     return {"rows": rows, "crossing_N": _log_interp_crossing(ns, [r["frac"] for r in rows], 0.5),
             "crossing_N_rms": _log_interp_crossing(ns, [r["rms_ratio"] for r in rows], 1.0),
-            "bracket": (above, below), "predicted_crossing_N": pred, **mom}
+            "bracket": (above, below), "predicted_crossing_N": pred, **mom,
+            "stream_seeds": streams, "moment_seed": moment_seed}
 
 
 def minibatch_tv(sample: LadderSample, batch_sizes: Sequence[int], *, num_batches: int = 64, seed: int = 0) -> list:
