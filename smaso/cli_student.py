@@ -107,6 +107,7 @@ def _cmd_demo(args) -> int:
     from teachers.sampling import sample_ladder
 
     t0 = time.perf_counter()
+    _set_threads(args, default=1)  # (as every command: benchmarks/bench_out_of_core.py, contention)
     lad = Ladder.default(mode="bottomup" if args.teacher == "summarization" else "topdown")
     _check_memory(lad, args.n, "-n", factor=3)  # the sample, its one-hot inputs per batch, the report
     sample = sample_ladder(lad, args.n, args.seed, progress=False, device=args.device).to("cpu")
@@ -191,7 +192,7 @@ def _cmd_compare(args) -> int:
     held_out = _held_out(sample, args)  # (a bad --eval-examples is refused before any output)
     print(lad.describe())
     title = f"{lad.name}: student vs reformulation"
-    _set_threads(args)
+    _set_threads(args, default=1)
     with _engine(args) as engine:
         result = _run_comparison(sample, args, engine=engine, held_out=held_out)
         control = _shuffled_control(sample, args, engine=engine, held_out=held_out) if args.shuffled_control \
