@@ -67,3 +67,27 @@ def test_every_python_block_is_executed():
     pages = {p.relative_to(ROOT).as_posix() for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
              if "```python" in p.read_text()}
     assert pages == {"README.md", "docs/library.md", "docs/datasets.md"}
+
+
+def _readme_prose() -> str:
+    """The README without code blocks, code spans, link targets and link definitions."""
+    text = (ROOT / "README.md").read_text()
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`]*`", "", text)
+    text = re.sub(r"\]\([^)]*\)", "](", text)
+    return re.sub(r"^\[[^\]]+\]: .*$", "", text, flags=re.M)
+
+
+def test_every_term_and_abbreviation_is_defined_in_the_glossary():
+    """Issue 37: the README used SMASO, MASO, VQ, "recursion", "jackknife floor", "Eq 11 proper", "defect",
+    tau^(L^2) and "Eq 115 distance" without defining them. Each is now a bold entry of the Glossary, and so is
+    every upper-case abbreviation of the prose but the computing words every reader knows."""
+    prose = _readme_prose()
+    glossary = prose.split("## Glossary", 1)[1].split("\n## ", 1)[0]
+    defined = {t.lower() for t in re.findall(r"\*\*([^*]+)\*\*", glossary)}
+    named = ["SMASO", "MASO", "VQ", "recursion", "jackknife floor", "Eq 11 proper", "defect", "tau^(L^2)",
+             "Eq 115 distance"]
+    everyday = {"CPU", "GPU", "CUDA", "NVIDIA", "GB", "CLI", "README", "CI", "SHA", "CHANGELOG", "JSON"}
+    abbreviations = set(re.findall(r"\b[A-Z][A-Z0-9]{1,}\b", prose)) - everyday
+    missing = [t for t in [*named, *sorted(abbreviations)] if t.lower() not in defined]
+    assert not missing, f"used in the README but not defined in its Glossary: {missing}"
