@@ -351,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "print its event statistics and Bayes-optimal accuracy, train a locally "
                                       "connected student, compare its per-event statistics with the reformulation "
                                       "(Thm 4 / Eq 9) during training, check Thm 3 on a fully informative ladder, "
-                                      "and write to --out (default smaso-demo/): comparison.json (the report, "
+                                      "and write to --out (default $SMASO_OUTPUT/demo): comparison.json (the report, "
                                       "the training history, the accuracy) and comparison.png (the errors "
                                       "during training), and, unless --noise-groups 0 or -n < 2048, "
                                       "errors_vs_n.json and errors_vs_n.png (the trained student's errors and "
@@ -363,8 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="torch threads of this process (default 1: survives other jobs on the machine)")
     demo.add_argument("--teacher", choices=("summarization", "topdown"), default="summarization",
                       help="the built-in ladder: the paper's summarization ladder or the top-down one")
-    _student_options(demo, out_default="smaso-demo", readout=32, steps=3000, eval_every=250, seeds=5,
-                     outputs="comparison.* and errors_vs_n.*")
+    _student_options(demo, out_default="$SMASO_OUTPUT/demo, else smaso-output/demo", readout=32, steps=3000,
+                     eval_every=250, seeds=5, outputs="comparison.* and errors_vs_n.*")
     demo.set_defaults(func=_cmd_demo)
 
     cmp_ = sub.add_parser("compare", help="train a student on a dataset file and compare it with the reformulation",

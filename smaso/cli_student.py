@@ -161,7 +161,7 @@ def _cmd_demo(args) -> int:
                else f"{worst:.1e}" + (" (float64 round-off: exact)" if worst < 1e-10 else " (NOT exact)"))
     print(f"\nThm 3 check (fully informative ladder, one-hot leaves, {len(exact.history)} checkpoints): "
           f"largest relative error {verdict}")
-    out_dir = args.out or "smaso-demo"
+    out_dir = args.out  # (its default, under $SMASO_OUTPUT, is set by cli_support._check_early)
     payload = {"ladder_report": report, **_comparison_payload(result, args),
                "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
                "alignment_control_shuffled_labels": control,

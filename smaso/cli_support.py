@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from smaso.output import json_safe
+from smaso.output import json_safe, output_dir
 
 __all__ = ["STDOUT"]
 
@@ -177,7 +177,10 @@ def _engine(args):
 def _check_early(args) -> None:
     """What can be checked before any work: ``--out -`` (standard output) only for a text output (a binary one,
     a dataset or a figure, refuses it rather than write a file named ``-``; ``./-`` names such a file), the
-    student's ``--lr`` and ``--weight-decay``, the device, and that the outputs can be written."""
+    student's ``--lr`` and ``--weight-decay``, the device, and that the outputs can be written.  Sets the
+    demo's default ``--out``: ``demo`` under the output root (:func:`smaso.output.output_root`)."""
+    if args.command == "demo" and args.out is None:
+        args.out = str(output_dir("demo", create=False))
     if getattr(args, "out", None) == STDOUT and args.command in ("demo", "compare"):
         raise ValueError("--out: '-' (standard output) cannot take a directory of results (comparison.json and "
                          "the figure comparison.png); give a directory")
