@@ -18,6 +18,7 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -41,7 +42,7 @@ class DatasetFormatError(ValueError):
 _NPZ_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")
 
 
-def check_npz_head(fh, where: str) -> None:
+def check_npz_head(fh: BinaryIO, where: str) -> None:
     """Refuse a file that does not start like a ``.npz`` (a zip archive) or an ``.npy`` array, before numpy reads
     it: numpy takes any other file for a pickle and says so, which is not what the file is (text, a spec, another
     binary).  ``fh``: a binary file at its start, left there; an empty file is left to the reader (truncated)."""
