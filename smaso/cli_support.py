@@ -259,13 +259,10 @@ def _check_student_options(args) -> None:
 
     with _named_as({"activation": "--activation"}):
         get_activation(args.activation)
-    if args.lr_schedule is not None:
-        import torch
+    from smaso.student.compare import _read_lr_schedule
 
-        from smaso.student.compare import _optimizer  # (the trainer's parser of the schedule, on a stand-in)
-
-        with _named_as({"lr_schedule": "--lr-schedule", "optimizer": "--optimizer"}):
-            _optimizer(torch.nn.Linear(1, 1), args.optimizer, 0.1, max(args.steps, 1), args.lr_schedule)
+    with _named_as({"lr_schedule": "--lr-schedule"}):
+        _read_lr_schedule(args.lr_schedule)
 
 
 def _check_sampling_options(args) -> None:
