@@ -37,7 +37,10 @@ def output_root() -> Path:
     env = os.environ.get(ENV)
     if env:
         return Path(env).expanduser()
-    cwd = Path.cwd().resolve()
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:  # a working directory removed under the process: the relative default, as before
+        return Path(DEFAULT_ROOT)
     if _CHECKOUT is not None and cwd.is_relative_to(_CHECKOUT) and cwd != _CHECKOUT:
         return _CHECKOUT / DEFAULT_ROOT
     return Path(DEFAULT_ROOT)
