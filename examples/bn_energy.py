@@ -6,7 +6,7 @@ Trains the ladder student by full-batch gradient descent with BN after every hid
 log-log fits: at a fixed number of steps (BN ~2, no BN ~1) and at a fixed training time (BN ~1,
 no BN ~0); see ``smaso/theorems/energy.py`` for why.
 
-    python examples/bn_energy.py --out bn_energy.png
+    python examples/bn_energy.py    # the figure: $SMASO_OUTPUT/figures/bn_energy.png
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import argparse
 
 import torch
 
+from smaso.output import output_dir
 from smaso.theorems.energy import drift_exponent, plot_energy
 from teachers import Ladder, sample_ladder
 
@@ -24,9 +25,12 @@ def main(argv=None) -> dict:
     p.add_argument("--n", type=int, default=256, help="examples (one full batch)")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--out", default="bn_energy.png", help="figure path")
+    p.add_argument("--out", default=None,
+                   help="figure path (default: $SMASO_OUTPUT/figures/bn_energy.png)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if args.out is None:  # under the output root, never the source tree
+        args.out = str(output_dir("figures") / "bn_energy.png")
     lad = Ladder.random(depth=3, branching=2, events=4, seed=args.seed, emission="gaussian", sigma=0.5)
     sample = sample_ladder(lad, args.n, seed=args.seed + 1)
     fig, runs = plot_energy(sample, lr=args.lr, steps=args.steps, path=args.out, seed=args.seed)

@@ -16,7 +16,7 @@ count, and an explicit member: smaso.depth.bracket), and trained students next t
 Every row carries its own bracket [certified lower bound for its widths, explicit network of its
 widths] (smaso.depth.bracket.architecture_upper_bound) and says whether its error lies inside.
 
-    python examples/depth_separation.py --Ls 1,2,3,4 --out depth_separation.png
+    python examples/depth_separation.py --Ls 1,2,3,4    # the figure: $SMASO_OUTPUT/figures/depth_separation.png
     python examples/depth_separation.py --Ls 2,3 --optimizer adam --lr 0.01
     python examples/depth_separation.py --Ls 1,2,3,4 --seeds 0,1,2,3 --engine dask --workers 2
     python examples/depth_separation.py --Ls 1,2,3 --deep-widths 2,8 --population 256 --deep-population 256
@@ -34,7 +34,7 @@ import dataclasses
 from pathlib import Path
 
 from smaso.depth.separation import LECTURE_BOUND, DepthRow, _error, depth_separation, format_table
-from smaso.output import RunRecord, write_strict_json
+from smaso.output import RunRecord, output_dir, write_strict_json
 from smaso.plots.depth import plot_depth
 from teachers.engine import make_engine
 
@@ -61,7 +61,8 @@ def main(argv=None):
                    help="R > 0: also the best of R restarts per random-start deep width, trained as one batch")
     p.add_argument("--population-lr", type=float, default=0.1, help="peak Adam lr of the populations")
     p.add_argument("--population-loss", choices=("l1", "squared"), default="l1", help="loss of the populations")
-    p.add_argument("--out", default="depth_separation.png", help="figure file (png/pdf/svg); '' = none")
+    p.add_argument("--out", default=None,
+                   help="figure file (png/pdf/svg); '' = none (default: $SMASO_OUTPUT/figures/depth_separation.png)")
     p.add_argument("--engine", choices=("serial", "dask"), default="serial",
                    help="dask: every training run (student, seed) is one task on a Dask cluster")
     p.add_argument("--workers", type=int, default=None, help="worker processes of a local Dask cluster")
@@ -72,6 +73,8 @@ def main(argv=None):
     p.add_argument("--record", dest="json", action="store_const", const=str(RECORDED),
                    help="write the recorded benchmarks/results/depth_separation.json (same as --json with that path)")
     args = p.parse_args(argv)
+    if args.out is None:  # under the output root, never the source tree
+        args.out = str(output_dir("figures") / "depth_separation.png")
     run = RunRecord("depth_separation", argv)
     with make_engine(args.engine, scheduler=args.scheduler, workers=args.workers) as engine:
         rows = depth_separation(

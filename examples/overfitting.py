@@ -27,7 +27,7 @@ configuration, every stream seed, the machine and its load: strict JSON), and ``
 recorded ``benchmarks/results/overfitting_crossing.json``; :func:`crossing_table` and :func:`crossing_text` render
 from it what docs/experiments.md quotes.
 
-    python examples/overfitting.py --ns 16,64,256,1024,4096,16384 --out overfitting.png
+    python examples/overfitting.py --ns 16,64,256,1024,4096,16384    # the figure: $SMASO_OUTPUT/figures/overfitting.png
     python examples/overfitting.py --reps 0 --batch-sizes '' --out '' --record-crossing    # seconds
     python examples/overfitting.py --reps 0 --crossing-reps 0 --batch-sizes '' --out '' --inits 20 \\
         --train-seeds 20 --json benchmarks/results/overfitting.json
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from smaso.output import RunRecord, write_strict_json
+from smaso.output import RunRecord, output_dir, write_strict_json
 from smaso.theorems.overfitting import (
     CONTROL_LADDER,
     CROSSING_LADDER,
@@ -134,8 +134,11 @@ def main(argv=None) -> tuple[list[dict], list[dict]]:
                    help="write the crossing table with its configuration, seeds, machine and load here ('' = none)")
     p.add_argument("--record-crossing", dest="crossing_json", action="store_const", const=str(RECORDED_CROSSING),
                    help="write the recorded benchmarks/results/overfitting_crossing.json")
-    p.add_argument("--out", default="overfitting.png", help="figure file (png/pdf/svg); '' = none")
+    p.add_argument("--out", default=None,
+                   help="figure file (png/pdf/svg); '' = none (default: $SMASO_OUTPUT/figures/overfitting.png)")
     args = p.parse_args(argv)
+    if args.out is None:  # under the output root, never the source tree
+        args.out = str(output_dir("figures") / "overfitting.png")
     if args.crossing_json and args.crossing_reps < 1:
         p.error("--crossing-json/--record-crossing: expected --crossing-reps >= 1 (there is no table to record)")
     ns = [int(n) for n in args.ns.split(",")]

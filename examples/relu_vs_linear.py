@@ -6,13 +6,14 @@ A parent region with m events and n = m nodes reads ``--children`` one-hot child
 network's output has rank <= sum of the children's ranks + 1, so its loss grows like m; the ReLU
 construction of Thm 6 is exact at every m.
 
-    python examples/relu_vs_linear.py --ms 4,8,16,32,64,128 --out relu_vs_linear.png
+    python examples/relu_vs_linear.py --ms 4,8,16,32,64,128    # the figure: $SMASO_OUTPUT/figures/relu_vs_linear.png
 """
 
 from __future__ import annotations
 
 import argparse
 
+from smaso.output import output_dir
 from smaso.theorems.relu_vs_linear import plot_relu_vs_linear
 
 
@@ -22,8 +23,11 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--children", type=int, default=2)
     p.add_argument("--child-events", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="relu_vs_linear.png", help="figure file (png/pdf/svg)")
+    p.add_argument("--out", default=None,
+                   help="figure file (png/pdf/svg) (default: $SMASO_OUTPUT/figures/relu_vs_linear.png)")
     args = p.parse_args(argv)
+    if args.out is None:  # under the output root, never the source tree
+        args.out = str(output_dir("figures") / "relu_vs_linear.png")
     ms = [int(m) for m in args.ms.split(",")]
     _, rows = plot_relu_vs_linear(ms, args.out, children=args.children, child_events=args.child_events,
                                   seed=args.seed)

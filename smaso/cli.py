@@ -29,6 +29,8 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
+import re
 import signal
 import sys
 import time
@@ -40,12 +42,12 @@ from smaso.cli_support import (
     STDOUT,
     _check_early,
     _check_memory,
-    _check_not_a_spec,
     _check_store_target,
     _check_tent_memory,
     _cli_warnings,
     _engine,
     _free_disk,
+    _named_as,
     _quiet,
     _set_threads,
     _streams,
@@ -61,6 +63,7 @@ from smaso.reports import (
     print_tent_report,
     tent_report,
 )
+from smaso.student._activation_names import activation_choices
 
 __all__ = ["inspect_report", "main"]
 
@@ -74,17 +77,18 @@ def _add_ladder_options(p: argparse.ArgumentParser) -> None:
                    help="ladder constructor")
     g.add_argument("--mode", default="topdown", choices=["topdown", "bottomup"],
                    help="random ladders: generative top-down tables or bottom-up lookup tables")
-    g.add_argument("--depth", type=int, default=3, help="levels below the root")
+    g.add_argument("--depth", type=_positive_int, default=3, help="levels below the root")
     g.add_argument("--branching", type=_int_list, default=[2], help="children per region: one int or a list 'b0,b1,..'")
     g.add_argument("--events", type=_int_list, default=[4],
                    help="random: events per region (int or 'm0,...,md'); fully_informative: leaf events")
     g.add_argument("--factors", type=_int_list, default=None,
                    help="factorized_binary: binary factors per level 'n0,...,nd' (default 1,2,..)")
-    g.add_argument("--concentration", type=float, default=None,
+    g.add_argument("--concentration", type=_positive_float, default=None,
                    help="Dirichlet concentration of the tables (default: 1; fully_informative: uniform tables)")
-    g.add_argument("--ladder-seed", type=int, default=0, help="seed of the random tables (not of the data)")
+    g.add_argument("--ladder-seed", type=_nonneg_int, default=0, help="seed of the random tables (not of the data)")
     g.add_argument("--emission", default="onehot", choices=["onehot", "gaussian"], help="leaf observations")
-    g.add_argument("--sigma", type=float, default=None, help="gaussian emission: noise standard deviation (> 0)")
+    g.add_argument("--sigma", type=_positive_float, default=None,
+                   help="gaussian emission: noise standard deviation (> 0)")
     g = p.add_argument_group("graph ladder (--graph; the tree options --kind, --depth, --branching and --factors are "
                              "then ignored; --mode, --events, --concentration, --ladder-seed, --emission and --sigma "
                              "apply)")
@@ -103,11 +107,15 @@ def _add_ladder_options(p: argparse.ArgumentParser) -> None:
 
 
 def _int_list(text: str) -> list[int]:
+    """An argparse type: one positive integer or a comma-separated list of them (argparse names the option)."""
     try:
-        return [int(v) for v in text.split(",")]
+        values = [int(v) for v in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer or a comma-separated list of integers, got {text!r}") \
             from None
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
 
 
 def _one_or_list(values: list[int]):
@@ -117,7 +125,6 @@ def _one_or_list(values: list[int]):
 def ladder_from_args(args: argparse.Namespace):
     """Build the :class:`~teachers.ladder.Ladder` described by the CLI options (a tree, a spec file of any
     version, or ``--graph conv1d|conv2d``)."""
-    from teachers.ladder import Ladder
     from teachers.spec_io import load_spec
 
     if args.sigma is not None and args.emission != "gaussian":
@@ -136,6 +143,18 @@ def ladder_from_args(args: argparse.Namespace):
         return lad.with_emission({"kind": "gaussian", "sigma": args.sigma}) if args.emission == "gaussian" else lad
     if graph:
         return _graph_from_args(args)
+    # the constructors name their arguments; a tree's are the options of the same names
+    with _named_as({"depth": "--depth", "branching": "--branching", "events": "--events", "leaf_events": "--events",
+                    "factors": "--factors", "concentration": "--concentration", "seed": "--ladder-seed",
+                    "sigma": "--sigma"}):
+        return _tree_from_args(args)
+
+
+def _tree_from_args(args: argparse.Namespace):
+    """The tree ladder of the options (:meth:`Ladder.random`, ``fully_informative``, ``factorized_binary``,
+    ``default``)."""
+    from teachers.ladder import Ladder
+
     common = {"emission": args.emission, "sigma": args.sigma}
     if args.kind == "default":
         return Ladder.default(**common)
@@ -266,7 +285,6 @@ def _cmd_inspect(args) -> int:
     from teachers.tent import FORMAT as TENT_FORMAT
     from teachers.tent import dataset_format, load_tent_dataset
 
-    _check_not_a_spec(args.files)
     if dataset_format(args.files[0]) == TENT_FORMAT:
         report = tent_report(load_tent_dataset(args.files, partial=args.partial))
         print_tent_report(report)
@@ -291,7 +309,7 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
     g.add_argument("--readout", type=_nonneg_int, default=readout,
                    help="nodes of a hidden group at the root region before the linear map to the classes (0: none, "
                         "the class scores are then additive over the root's children)")
-    g.add_argument("--activation", default="relu", help="relu, silu, swish:BETA, leaky_relu:NU, abs, linear")
+    g.add_argument("--activation", default="relu", help=activation_choices())
     g.add_argument("--bn", nargs="?", const="after", default=None, choices=("after", "before"),
                    help="Batch Norm at every hidden level: after the activation (--bn, --bn after) or right after "
                         "the linear map, before the gate (--bn before: Thm 9's premise); default: none")
@@ -322,7 +340,7 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
                         "error and term is then also reported with one value per seed (its last 3 checkpoints "
                         "averaged), as the median and range over the seeds, beside the same seeds at initialisation, "
                         "within noise against the larger of the jackknife floor and the seeds' standard error")
-    g.add_argument("--noise-groups", type=_nonneg_int, default=10,
+    g.add_argument("--noise-groups", type=_noise_groups, default=10,
                    help="row groups of the jackknife behind every number's noise floor (0: no floors)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar over the training steps")
     g.add_argument("--out", default=None,
@@ -351,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "print its event statistics and Bayes-optimal accuracy, train a locally "
                                       "connected student, compare its per-event statistics with the reformulation "
                                       "(Thm 4 / Eq 9) during training, check Thm 3 on a fully informative ladder, "
-                                      "and write to --out (default smaso-demo/): comparison.json (the report, "
+                                      "and write to --out (default $SMASO_OUTPUT/demo): comparison.json (the report, "
                                       "the training history, the accuracy) and comparison.png (the errors "
                                       "during training), and, unless --noise-groups 0 or -n < 2048, "
                                       "errors_vs_n.json and errors_vs_n.png (the trained student's errors and "
@@ -363,8 +381,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="torch threads of this process (default 1: survives other jobs on the machine)")
     demo.add_argument("--teacher", choices=("summarization", "topdown"), default="summarization",
                       help="the built-in ladder: the paper's summarization ladder or the top-down one")
-    _student_options(demo, out_default="smaso-demo", readout=32, steps=3000, eval_every=250, seeds=5,
-                     outputs="comparison.* and errors_vs_n.*")
+    _student_options(demo, out_default="$SMASO_OUTPUT/demo, else smaso-output/demo", readout=32, steps=3000,
+                     eval_every=250, seeds=5, outputs="comparison.* and errors_vs_n.*")
     demo.set_defaults(func=_cmd_demo)
 
     cmp_ = sub.add_parser("compare", help="train a student on a dataset file and compare it with the reformulation",
@@ -416,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     tent.add_argument("--seed", type=_nonneg_int, default=0, help="data seed")
     tent.add_argument("--out", required=True, help="output file (.npz), written atomically")
     tent.add_argument("--shard", default=None, help="'i/n': write only shard i of n (same rows as one full run)")
-    tent.add_argument("--noise", type=float, default=0.0, help="standard deviation of Gaussian label noise")
+    tent.add_argument("--noise", type=_nonneg_float, default=0.0, help="standard deviation of Gaussian label noise")
     tent.add_argument("--chunk-size", type=_positive_int, default=None, help="examples per step (memory only)")
     tent.add_argument("--compress", action="store_true", help="deflate the file's members")
     tent.set_defaults(func=_cmd_sample_tent)
@@ -475,9 +493,27 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
-        """Usage, then one ``smaso: error:`` line (argparse would name the subcommand: ``smaso compare:``)."""
-        self.print_usage(sys.stderr)
-        self.exit(2, f"smaso: error: {message}\n")
+        """One ``smaso: error:`` line naming the option as typed (``--width: ...``, where argparse writes
+        ``argument --width: ...``), with the nearest option or choice for a misspelt one, and no usage (``--help``
+        shows it); argparse would also name the subcommand (``smaso compare: error:``)."""
+        message = re.sub(r"^argument (\S+): ", r"\1: ", message)
+        self.exit(2, f"smaso: error: {message}{self._did_you_mean(message)}\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        """`` (did you mean --width?)`` for an unknown option or an invalid choice close to a known one."""
+        import difflib
+
+        pairs = []
+        if message.startswith("unrecognized arguments: "):
+            known = [o for o in self._option_string_actions if o.startswith("--")]
+            pairs = [(word.split("=")[0], known) for word in message.split(": ", 1)[1].split()
+                     if word.startswith("--")]
+        elif m := re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message):
+            pairs = [(m[1], re.findall(r"'([^']*)'", m[2]))]
+        for word, known in pairs:
+            if close := difflib.get_close_matches(word, known, n=1):
+                return f" (did you mean {close[0]}?)"
+        return ""
 
     def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
@@ -540,6 +576,33 @@ def _int_at_least(low: int, what: str):
 
 _positive_int = _int_at_least(1, "positive")
 _nonneg_int = _int_at_least(0, "non-negative")
+
+
+def _noise_groups(text: str) -> int:
+    """An argparse type: ``--noise-groups``, 0 (no noise floors) or at least 2 row groups (a jackknife)."""
+    k = _nonneg_int(text)
+    if k == 1:
+        raise argparse.ArgumentTypeError("expected 0 (no floors) or at least 2 groups, got 1")
+    return k
+
+
+def _float_in(what: str, ok):
+    """An argparse type: a finite number for which ``ok`` holds, ``what`` in the error ("> 0")."""
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not (math.isfinite(v) and ok(v)):
+            raise argparse.ArgumentTypeError(f"expected a finite number {what}, got {text!r}")
+        return v
+
+    return parse
+
+
+_positive_float = _float_in("> 0", lambda v: v > 0)
+_nonneg_float = _float_in(">= 0", lambda v: v >= 0)
 
 
 def _describe_error(e: BaseException) -> str:

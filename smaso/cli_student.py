@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from smaso.cli_support import _check_memory, _engine, _quiet, _set_threads, _write_json
+from smaso.cli_support import _check_memory, _check_width, _engine, _quiet, _set_threads, _write_json
 from smaso.reports import accuracy_report, bayes_estimate, inspect_report, print_report
 
 
@@ -109,6 +109,7 @@ def _cmd_demo(args) -> int:
     t0 = time.perf_counter()
     _set_threads(args, default=1)  # (as every command: benchmarks/bench_out_of_core.py, contention)
     lad = Ladder.default(mode="bottomup" if args.teacher == "summarization" else "topdown")
+    _check_width(args, lad)
     _check_memory(lad, args.n, "-n", factor=3)  # the sample, its one-hot inputs per batch, the report
     sample = sample_ladder(lad, args.n, args.seed, progress=False, device=args.device).to("cpu")
     print(f"smaso demo: {args.n} examples from the built-in ladder "
@@ -161,7 +162,7 @@ def _cmd_demo(args) -> int:
                else f"{worst:.1e}" + (" (float64 round-off: exact)" if worst < 1e-10 else " (NOT exact)"))
     print(f"\nThm 3 check (fully informative ladder, one-hot leaves, {len(exact.history)} checkpoints): "
           f"largest relative error {verdict}")
-    out_dir = args.out or "smaso-demo"
+    out_dir = args.out  # (its default, under $SMASO_OUTPUT, is set by cli_support._check_early)
     payload = {"ladder_report": report, **_comparison_payload(result, args),
                "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
                "alignment_control_shuffled_labels": control,
@@ -189,7 +190,8 @@ def _cmd_compare(args) -> int:
 
     sample = load_dataset(args.files, partial=args.partial)
     lad = sample.ladder
-    held_out = _held_out(sample, args)  # (a bad --eval-examples is refused before any output)
+    held_out = _held_out(sample, args)  # (a bad --eval-examples or --width is refused before any output)
+    _check_width(args, lad)
     print(lad.describe())
     title = f"{lad.name}: student vs reformulation"
     _set_threads(args, default=1)

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
-from smaso.output import json_safe
+from smaso.output import json_safe, output_dir
 
 __all__ = ["STDOUT"]
 
@@ -177,7 +177,10 @@ def _engine(args):
 def _check_early(args) -> None:
     """What can be checked before any work: ``--out -`` (standard output) only for a text output (a binary one,
     a dataset or a figure, refuses it rather than write a file named ``-``; ``./-`` names such a file), the
-    student's ``--lr`` and ``--weight-decay``, the device, and that the outputs can be written."""
+    student's ``--lr`` and ``--weight-decay``, the device, and that the outputs can be written.  Sets the
+    demo's default ``--out``: ``demo`` under the output root (:func:`smaso.output.output_root`)."""
+    if args.command == "demo" and args.out is None:
+        args.out = str(output_dir("demo", create=False))
     if getattr(args, "out", None) == STDOUT and args.command in ("demo", "compare"):
         raise ValueError("--out: '-' (standard output) cannot take a directory of results (comparison.json and "
                          "the figure comparison.png); give a directory")
@@ -185,7 +188,11 @@ def _check_early(args) -> None:
         raise ValueError("--out: '-' (standard output) takes text only, and a dataset file or store is binary; give "
                          "a file name (./- for a file named '-')")
     _check_student_numbers(args)
+    _check_student_options(args)
+    _check_sampling_options(args)
     _check_engine_options(args)
+    if getattr(args, "files", None):
+        _check_not_a_spec(args.files)
     device = getattr(args, "device", None)
     if device is not None:
         import torch
@@ -223,6 +230,67 @@ def _check_student_numbers(args) -> None:
         if value is not None and (not math.isfinite(value) or value < 0 or (positive and value == 0)):
             want = "a finite number > 0" if positive else "a finite number >= 0"
             raise ValueError(f"--{option.replace('_', '-')}: expected {want}, got {value!r}")
+
+
+#: A library error's leading argument name: ``name: ...``, ``name[i]: ...`` or ``name 'value': ...``.
+_LIBRARY_NAME = re.compile(r"(?P<name>[A-Za-z_]+)(?:\[(?P<index>\d+)\])?(?P<value> '[^']*')?: ")
+
+
+@contextlib.contextmanager
+def _named_as(options: dict[str, str]) -> Iterator[None]:
+    """Name a library ``ValueError`` after the option the user typed: ``events[0]: ...`` -> ``--events (entry
+    0): ...`` for ``options={"events": "--events"}``; another error (naming none of ``options``) passes as is."""
+    try:
+        yield
+    except ValueError as e:
+        m = _LIBRARY_NAME.match(str(e))
+        if m is None or m["name"] not in options:
+            raise
+        where = options[m["name"]] + (f" (entry {m['index']})" if m["index"] else "") + (m["value"] or "")
+        raise type(e)(f"{where}: {str(e)[m.end():]}") from None
+
+
+def _check_student_options(args) -> None:
+    """``demo``'s and ``compare``'s ``--activation`` and ``--lr-schedule``, read by the trainer's own parsers before
+    any work (the trainer reads them only once the data are loaded and described)."""
+    if not hasattr(args, "activation"):
+        return
+    from smaso.student.activations import get_activation
+
+    with _named_as({"activation": "--activation"}):
+        get_activation(args.activation)
+    from smaso.student.compare import _read_lr_schedule
+
+    with _named_as({"lr_schedule": "--lr-schedule"}):
+        _read_lr_schedule(args.lr_schedule)
+
+
+def _check_sampling_options(args) -> None:
+    """``sample``'s ``--shard``, ``--chunk-rows`` and a store's ``--compress``, read by the samplers' own parsers
+    before any work, and named as the options."""
+    if args.command != "sample":
+        return
+    from teachers.sampling import parse_shard
+
+    with _named_as({"shard": "--shard"}):
+        parse_shard(args.shard)
+    if args.teacher != "ladder" or str(args.out).endswith(".npz"):
+        return
+    from teachers.store import _check_chunk_rows, _compression
+
+    with _named_as({"chunk_rows": "--chunk-rows", "compress": "--compress"}):
+        if args.chunk_rows is not None:
+            _check_chunk_rows(args.chunk_rows)
+        _compression(True if args.compress is None else args.compress)
+
+
+def _check_width(args, ladder) -> None:
+    """``--width``: one value, or one per hidden level of ``ladder`` (a dataset's: checked once it is opened,
+    before anything is printed)."""
+    levels = ladder.depth - 1
+    if len(args.width) not in (1, levels):
+        raise ValueError(f"--width: expected one value or {levels} (one per hidden level 1..{levels} of the "
+                         f"ladder), got {len(args.width)}: {','.join(map(str, args.width))}")
 
 
 #: A spec format named on a line of its own in a spec file's text (``"format": "smaso-ladder"`` in JSON,

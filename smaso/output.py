@@ -1,9 +1,10 @@
 """Where notebooks, examples and benchmarks write what they produce (figures, results files).
 
-Outputs never go into the source tree by default: they go under ``$SMASO_OUTPUT`` when that is set,
-and otherwise under ``smaso-output/`` in the current directory (ignored by this repository's
-``.gitignore``).  The benchmarks' recorded results in ``benchmarks/results/`` change only when a
-benchmark is run with ``--record``.
+Outputs never go among the source files: they go under ``$SMASO_OUTPUT`` when that is set, and otherwise
+under ``smaso-output/`` in the current directory, except that anywhere inside this project's source checkout
+(a notebook's kernel runs in ``examples/``) it is the checkout's top-level ``smaso-output/`` (ignored by its
+``.gitignore``), the same folder whichever sub-folder a notebook, example or command runs in.  The
+benchmarks' recorded results in ``benchmarks/results/`` change only when a benchmark is run with ``--record``.
 """
 
 from __future__ import annotations
@@ -18,13 +19,36 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ENV", "RunRecord", "json_safe", "output_dir", "write_strict_json"]
+__all__ = ["ENV", "RunRecord", "json_safe", "output_dir", "output_root", "write_strict_json"]
 
 ENV = "SMASO_OUTPUT"
 
 
+#: The source checkout this module runs from (None when installed: no ``pyproject.toml`` beside the package).
+_CHECKOUT = Path(__file__).resolve().parents[1]
+_CHECKOUT = _CHECKOUT if (_CHECKOUT / "pyproject.toml").is_file() else None
+DEFAULT_ROOT = "smaso-output"
+
+
+def output_root() -> Path:
+    """The root of every default output: ``$SMASO_OUTPUT`` when set, else ``smaso-output`` in the current
+    directory, or the checkout's own ``smaso-output`` when the current directory is inside the source checkout
+    (so that a notebook run in ``examples/`` writes where one run from the top does, not among the sources)."""
+    env = os.environ.get(ENV)
+    if env:
+        return Path(env).expanduser()
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:  # a working directory removed under the process: the relative default, as before
+        return Path(DEFAULT_ROOT)
+    if _CHECKOUT is not None and cwd.is_relative_to(_CHECKOUT) and cwd != _CHECKOUT:
+        return _CHECKOUT / DEFAULT_ROOT
+    return Path(DEFAULT_ROOT)
+
+
 def output_dir(*parts: str, create: bool = True) -> Path:
-    """The output folder ``$SMASO_OUTPUT/<parts...>`` (default root: ``./smaso-output``).
+    """The output folder ``<root>/<parts...>``, ``<root>`` being :func:`output_root` (``$SMASO_OUTPUT``, else
+    ``./smaso-output``, or the checkout's ``smaso-output`` anywhere inside the source checkout).
 
     :param parts: sub-folders, e.g. ``output_dir("figures", "05_depth")``.
     :param create: create the folder (and its parents) if it does not exist.
@@ -34,7 +58,7 @@ def output_dir(*parts: str, create: bool = True) -> Path:
         p = Path(part)
         if p.is_absolute() or ".." in p.parts or not str(part):
             raise ValueError(f"parts: expected relative folder names without '..', got {part!r}")
-    root = Path(os.environ.get(ENV) or "smaso-output").expanduser()
+    root = output_root()
     if root.exists() and not root.is_dir():
         raise ValueError(f"{ENV}: {str(root)!r} is a file, expected a folder")
     path = root.joinpath(*parts)

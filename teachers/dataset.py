@@ -50,6 +50,7 @@ from .formats import (
     check_ladder_fields,
     check_load_args,
     check_metadata_checksum,
+    check_npz_head,
     check_shards,
     metadata_checksum,
     stored_spec,
@@ -129,6 +130,7 @@ def _read(path: Path, fmt: str = FORMAT, version: int = VERSION) -> tuple[dict, 
     try:
         # (an open file: np.load leaks the one it opens when the zip fails to parse)
         with open(path, "rb") as fh:
+            check_npz_head(fh, where)
             npz = np.load(fh, allow_pickle=False)
             if not isinstance(npz, np.lib.npyio.NpzFile):
                 raise DatasetFormatError(f"{where} is a bare .npy array, not a {fmt} file")

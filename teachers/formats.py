@@ -18,6 +18,7 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -26,8 +27,8 @@ from .ladder import GRAPH_FORMAT_V1, TOPDOWN, Ladder
 from .validation import _is_int
 
 __all__ = ["FORMAT", "META_CHECKSUM", "DatasetFormatError", "check_contiguous", "check_coverage", "check_ladder_fields",
-           "check_load_args", "check_metadata_checksum", "check_shards", "check_stream_fields", "metadata_checksum",
-           "missing_rows", "region_events", "stored_spec", "teacher_from_spec"]
+           "check_load_args", "check_metadata_checksum", "check_npz_head", "check_shards", "check_stream_fields",
+           "metadata_checksum", "missing_rows", "region_events", "stored_spec", "teacher_from_spec"]
 
 #: The ``format`` field of every dataset file and store (version 1: ``.npz``; version 2: zarr store).
 FORMAT = "smaso-ladder-dataset"
@@ -35,6 +36,21 @@ FORMAT = "smaso-ladder-dataset"
 
 class DatasetFormatError(ValueError):
     """A dataset file is corrupted, truncated, of another format, or of another version."""
+
+
+#: The first bytes of a zip archive (a ``.npz``; an empty one) and of a bare ``.npy`` array.
+_NPZ_MAGIC = (b"PK\x03\x04", b"PK\x05\x06", b"\x93NUMPY")
+
+
+def check_npz_head(fh: BinaryIO, where: str) -> None:
+    """Refuse a file that does not start like a ``.npz`` (a zip archive) or an ``.npy`` array, before numpy reads
+    it: numpy takes any other file for a pickle and says so, which is not what the file is (text, a spec, another
+    binary).  ``fh``: a binary file at its start, left there; an empty file is left to the reader (truncated)."""
+    head = fh.read(len(_NPZ_MAGIC[-1]))
+    fh.seek(0)
+    if head and not head.startswith(_NPZ_MAGIC):
+        raise DatasetFormatError(f"{where} is not a dataset file, or is corrupted or truncated: a .npz dataset file "
+                                 "is a zip archive, and this file does not start like one")
 
 
 def _split_arrays(obj, prefix: str, arrays: dict[str, np.ndarray]):

@@ -98,7 +98,8 @@ def test_every_default_is_shown_in_help():
     helps = {tuple(a): " ".join(build_parser()._subparsers._group_actions[0].choices[a[0]].format_help().split())
              for a in (["demo"], ["compare"])}
     assert "(default: 600)" in helps[("compare",)] and "(default: 50000)" in helps[("demo",)]
-    assert "(default: smaso-demo)" in helps[("demo",)] and "(default: cpu)" in helps[("compare",)]
+    assert "(default: $SMASO_OUTPUT/demo, else smaso-output/demo)" in helps[("demo",)]
+    assert "(default: cpu)" in helps[("compare",)]
 
 
 # -- -q ------------------------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ def built(tmp_path_factory) -> dict[str, Path]:
     work = tmp_path_factory.mktemp("build")
     src = work / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__",
-                                                             ".pytest_cache", ".ruff_cache", "smaso-demo", "*.npz"))
+                                                             ".pytest_cache", ".ruff_cache", "smaso-output", "*.npz"))
     out = work / "dist"
     _run([sys.executable, "-m", "build", "--outdir", str(out), str(src)], cwd=work)
     (wheel,) = out.glob("*.whl")

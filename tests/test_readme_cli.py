@@ -41,7 +41,7 @@ def test_cli_page_block_runs_as_written(tmp_path):
         assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
         assert "Traceback" not in done.stderr and "Warning" not in done.stderr, f"{line}\n{done.stderr[-2000:]}"
         outputs[line] = done.stdout
-    for path in ("smaso-demo/comparison.json", "data.zarr", "report.json", "results/comparison.json",
+    for path in ("out/demo/comparison.json", "data.zarr", "report.json", "results/comparison.json",
                  "ladder.json", "part2.zarr", "tent.npz"):
         assert (tmp_path / path).exists(), path
     assert json.loads((tmp_path / "report.json").read_text())["n"] == 200000

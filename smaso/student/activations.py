@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Activation", "get_activation"]
+from smaso.student._activation_names import ACTIVATION_SPECS, activation_choices
+
+__all__ = ["ACTIVATION_SPECS", "Activation", "get_activation"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,8 @@ def get_activation(spec: str | Activation) -> Activation:
     if not isinstance(spec, str):
         raise TypeError(f"activation: expected a name or an Activation, got {type(spec).__name__}")
     name, colon, arg = spec.partition(":")
+    if name not in {s.partition(":")[0] for s in ACTIVATION_SPECS}:
+        raise ValueError(f"activation: expected {activation_choices()}, got {spec!r}")
     if name not in ("swish", "leaky_relu") and colon:
         raise ValueError(f"activation: {name!r} takes no parameter, got {spec!r}")
     if name == "silu":

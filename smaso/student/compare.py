@@ -57,14 +57,25 @@ def _optimizer(student: LadderStudent, optimizer, lr: float, steps: int, lr_sche
             raise TypeError(f"optimizer: the callable returned {type(opt).__name__}, expected a torch.optim.Optimizer")
     else:
         raise TypeError(f"optimizer: expected a name or a callable, got {type(optimizer).__name__}")
-    if lr_schedule is None or lr_schedule == "none":
+    schedule = _read_lr_schedule(lr_schedule)
+    if schedule is None:
         return opt, None
-    if lr_schedule == "cosine":
+    if schedule == "cosine":
         return opt, torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(steps, 1))
+    return opt, torch.optim.lr_scheduler.StepLR(opt, *schedule)
+
+
+def _read_lr_schedule(lr_schedule: str | None) -> str | tuple[int, float] | None:
+    """``lr_schedule`` read: None (None or ``"none"``), ``"cosine"``, or ``(N, GAMMA)`` of ``"step:N:GAMMA"`` (lr
+    times GAMMA every N steps); a ValueError naming ``lr_schedule`` otherwise (the CLI reads it before any work)."""
+    if lr_schedule is None or lr_schedule == "none":
+        return None
+    if lr_schedule == "cosine":
+        return "cosine"
     parts = lr_schedule.split(":") if isinstance(lr_schedule, str) else []
     try:
         if len(parts) == 3 and parts[0] == "step" and int(parts[1]) > 0 and 0 < float(parts[2]) <= 1:
-            return opt, torch.optim.lr_scheduler.StepLR(opt, int(parts[1]), float(parts[2]))
+            return int(parts[1]), float(parts[2])
     except ValueError:
         pass
     raise ValueError(f"lr_schedule: expected None, 'none', 'cosine' or 'step:N:GAMMA' (N > 0, 0 < GAMMA <= 1), got "
