@@ -9,8 +9,11 @@
   - :mod:`inference.sum_product`: trees, sum-product in scaled probabilities batched over a level's regions
     (lambda_a(j) = prod_children sum_k P(z_c = k | z_a = j) phi_c(k), rescaled to max 1 per level);
   - :mod:`inference.junction_tree`: any layered region graph, a junction tree from a min-fill elimination
-    order, its cost stated and refused when too large; the exact statistics of every parent-child edge;
+    order, its cost stated and refused when too large (the elimination itself, and the exact statistics of every
+    parent-child edge, are the models' own: :mod:`teachers.elimination`);
   - :mod:`inference.event_draws`: forward filtering, backward sampling on either.
+- :mod:`inference.mixture`: the SMASO Gaussian mixtures of a layer (Eq 3, Eq 10) as Pyro models, the layer's
+  region scores and VQ outputs, and its distance from Eq 11: the models the next two modules run inference in.
 - :mod:`inference.vq`: hard, soft and beta-VQ as inference in the SMASO mixture of a layer (MAP by
   ``infer_discrete``, tempered SVI, exact posterior draws), which produce ReLU, SiLU and swish; the
   closed forms they reproduce are in :mod:`smaso.splines.maso`.
@@ -25,7 +28,7 @@ The submodules are the API (``from inference.posterior import posterior``); this
 so ``inference.posterior`` is the module, not its function of the same name.
 """
 
-from smaso._lazy import lazy_submodules
+from teachers._lazy import lazy_submodules
 
 __all__ = ["event_draws", "factorial", "junction_tree", "ladder_posterior", "posterior", "sum_product", "vq"]
 __getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())

@@ -21,7 +21,6 @@ import torch
 from pyro import poutine
 from pyro.infer import TraceEnum_ELBO, config_enumerate, infer_discrete
 
-from inference.junction_tree import _factors, _query_joint
 from inference.posterior import (
     Posterior,
     bayes_optimal_accuracy,
@@ -31,6 +30,7 @@ from inference.posterior import (
     posterior,
     treewidth_cost,
 )
+from teachers.elimination import _factors, _query_joint
 from teachers.ladder import Ladder
 from teachers.pyro_model import LadderModel
 from teachers.sampling import sample_ladder
@@ -300,7 +300,7 @@ def test_order_cost_and_refusal():
 def test_min_fill_order_is_the_greedy_one_recomputed_at_every_step():
     """The heap with keys refreshed around each eliminated region gives exactly the order of recomputing
     every key at every step (the definition: min-fill, then the smaller clique table, then the index)."""
-    from inference.junction_tree import _greedy_order, _interaction_graph, _sizes
+    from teachers.elimination import _greedy_order, _interaction_graph, _sizes
 
     def naive(adj, sizes):
         adj = [set(a) for a in adj]
