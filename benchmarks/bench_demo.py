@@ -54,7 +54,7 @@ def _seed_run(argv: list[str], seed: int) -> dict:
     t0 = time.perf_counter()
     result = _run_comparison(sample, args, alignment=held, held_out=evaluation)
     train_s = time.perf_counter() - t0
-    bayes = bayes_optimal_accuracy(lad, sample.inputs(dtype=torch.float64)[: args.bayes_n])["expected"]
+    bayes = bayes_optimal_accuracy(lad, sample.inputs(dtype=torch.float64)[: args.bayes_n]).expected
     accuracy = {k: v for k, v in accuracy_report(lad, result.student, bayes, args.seed).items() if k != "text"}
     shuffled = _shuffled_control(sample, args, held_out=evaluation, alignment=held)
     control = shuffled.final()["alignment"]

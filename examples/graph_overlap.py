@@ -224,12 +224,11 @@ def run_one(name: str, seed: int, args: argparse.Namespace) -> dict:
     xe, ye, ze = test.inputs(), test.y, test.z.long()
     with torch.no_grad():
         acc = (student(xe).argmax(-1) == ye).double().mean().item()
-    reps = collect_statistics(student, xe, ye, ze, dtype=torch.float64, groups=args.groups)
-    stats = reps.result()
-    res = compare_statistics_to_theory(student, stats, replicates=list(reps.leave_one_out()))
+    stats = collect_statistics(student, xe, ye, ze, dtype=torch.float64, groups=args.groups)
+    res = compare_statistics_to_theory(student, stats, replicates=list(stats.leave_one_out()))
     return {"ladder": name, "seed": seed, "regions": list(g.num_regions),
             "max_parents": max(len(p) for lvl in g.parents for p in lvl), "loss_first": hist[0], "loss_last": hist[-1],
-            "accuracy": acc, "bayes": bayes_optimal_accuracy(g, xe, ye)["empirical"], "levels": res["levels"],
+            "accuracy": acc, "bayes": bayes_optimal_accuracy(g, xe, ye).empirical, "levels": res["levels"],
             "eq115": eq115_rows(g, exact_statistics(g)), "backward": backward_rows(student, stats)}
 
 

@@ -30,11 +30,11 @@ def main(argv=None) -> list[dict]:
     rows = []
     onehot = sample_ladder(base, args.n, seed=args.seed)
     acc = bayes_optimal_accuracy(base, onehot.inputs(dtype=torch.float64), onehot.y)
-    rows.append({"sigma": 0.0, **acc})
+    rows.append({"sigma": 0.0, **acc.as_dict()})
     for sigma in (float(s) for s in args.sigmas.split(",")):
         lad = base.with_emission(GaussianEmission.around_one_hot(base.num_regions[-1], base.events[-1], sigma))
         s = sample_ladder(lad, args.n, seed=args.seed)
-        rows.append({"sigma": sigma, **bayes_optimal_accuracy(lad, s.inputs(dtype=torch.float64), s.y)})
+        rows.append({"sigma": sigma, **bayes_optimal_accuracy(lad, s.inputs(dtype=torch.float64), s.y).as_dict()})
     print(base.describe())
     print("\nleaf sigma   Bayes-optimal accuracy (exact posterior)   fraction correct")
     for r in rows:

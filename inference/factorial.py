@@ -36,17 +36,17 @@ import pyro.distributions as dist
 import torch
 from pyro.infer import SVI, Predictive, TraceEnum_ELBO, config_enumerate, infer_discrete
 
-from inference.rng import check_seed, seeded_rng
-from smaso.splines.maso import region_scores
-from smaso.splines.mixture import (
+from inference.mixture import (
     check_finite,
     check_maso,
     check_sigma,
     check_x,
     factorial_mixture_model,
     log_pi_from_offsets,
+    orthogonality_defect,
+    region_scores,
 )
-from smaso.splines.orthogonality import orthogonality_defect
+from inference.rng import check_seed, seeded_rng
 
 if TYPE_CHECKING:  # arviz is imported where draws are packaged: importing this module stays light for the MAP paths
     import arviz as az

@@ -28,7 +28,13 @@ __all__ = ["MAX_CLIQUE", "EliminationCost", "GraphPosterior", "GraphStatistics",
 @dataclass
 class GraphPosterior(Posterior):
     """Deprecated result of :func:`graph_posterior`: a :class:`inference.posterior.Posterior` whose ``marginals``
-    is ``marginals[l][i]`` ``(N, m_{l,i})``, one tensor per region (``Posterior.region_marginals()``)."""
+    is ``marginals[l][i]`` ``(N, m_{l,i})``, one tensor per region (``Posterior.region_marginals()``), and None
+    when not computed, as in 0.2."""
+
+    @property
+    def marginals(self) -> list[list[torch.Tensor]] | None:
+        """The per-region marginals as stored (None when not computed: this deprecated class keeps 0.2's behaviour)."""
+        return self._marginals
 
     def region_marginal(self, level: int, i: int) -> torch.Tensor:
         """p(z_{level,i} | x) ``(N, m_{level,i})``."""

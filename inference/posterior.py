@@ -13,7 +13,9 @@ computation's device (``device=``, default x's).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -34,9 +36,9 @@ from .junction_tree import (
 )
 from .sum_product import downward, leaf_factors, tree_plan, upward
 
-__all__ = ["MAX_CLIQUE", "METHODS", "EliminationCost", "GraphStatistics", "Posterior", "bayes_optimal_accuracy",
-           "elimination_order", "graph_statistics", "map_events", "posterior", "posterior_event_draws",
-           "raise_impossible", "treewidth_cost"]
+__all__ = ["MAX_CLIQUE", "METHODS", "BayesAccuracy", "EliminationCost", "GraphStatistics", "MapEvents",
+           "MarginalsNotComputed", "Posterior", "bayes_optimal_accuracy", "elimination_order", "graph_statistics",
+           "map_events", "posterior", "posterior_event_draws", "raise_impossible", "treewidth_cost"]
 
 #: ``posterior(method=...)``: ``"auto"`` (the tree path on trees, else the junction tree), or either one.
 METHODS = ("auto", "tree", "junction-tree")
@@ -46,14 +48,22 @@ _CHUNK_ELEMENTS_CPU = 2**18
 _CHUNK_ELEMENTS = 2**25
 
 
+class MarginalsNotComputed(AttributeError, ValueError):
+    """:attr:`Posterior.marginals` read from a posterior computed without them (``posterior(..., marginals=True)``
+    computes them).  An ``AttributeError`` (so ``hasattr(post, "marginals")`` is False) and a ``ValueError`` (what
+    :meth:`Posterior.region_marginal` raised before)."""
+
+
 @dataclass
 class Posterior:
     """Result of :func:`posterior` (float64, on the computation's device).
 
     :ivar log_evidence: ``(N,)`` log p(x).
     :ivar label: ``(N, m_0)`` p(y | x).
-    :ivar marginals: when requested, ``marginals[l]`` ``(N, R_l, events[l])`` p(z_{l,i} = k | x), zero beyond a
-        region's own event count (regions of a level may differ; :meth:`region_marginal` slices them).
+    :ivar marginals: ``marginals[l]`` ``(N, R_l, events[l])`` p(z_{l,i} = k | x), zero beyond a region's own event
+        count (regions of a level may differ; :meth:`region_marginal` slices them).  Computed only when asked for
+        (``posterior(..., marginals=True)``: they cost a downward pass and ``N * total_regions * events`` values);
+        reading it otherwise raises :class:`MarginalsNotComputed`, never a silent None.
     :ivar method: ``"tree"`` (scaled sum-product) or ``"junction-tree"``.
     :ivar cost: the junction tree's :class:`EliminationCost` (None on the tree path).
     :ivar region_events: ``region_events[l][i]`` the event counts (``Ladder.region_events``).
@@ -61,27 +71,86 @@ class Posterior:
 
     log_evidence: torch.Tensor
     label: torch.Tensor
-    marginals: list[torch.Tensor] | None = None
+    # the marginals as computed (None: not asked for); read them through the ``marginals`` property
+    _marginals: list[torch.Tensor] | None = field(default=None, repr=False)
     method: str = "tree"
     cost: EliminationCost | None = None
     region_events: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False)
+
+    @property
+    def has_marginals(self) -> bool:
+        """Whether the region marginals were computed (``posterior(..., marginals=True)``)."""
+        return self._marginals is not None
+
+    @property
+    def marginals(self) -> list[torch.Tensor]:
+        """``[(N, R_l, events[l]) for every level l]``: p(z_{l,i} = k | x) (see the class docstring).
+
+        :raises MarginalsNotComputed: the posterior was computed without ``marginals=True``.
+        """
+        if self._marginals is None:
+            raise MarginalsNotComputed("marginals: not computed; call posterior(ladder, x, marginals=True) for every "
+                                       "region's p(z | x) (only p(y | x), .label, is computed by default)")
+        return self._marginals
 
     def predict(self) -> torch.Tensor:
         """Bayes-optimal labels ``(N,)``: argmax_y p(y | x)."""
         return self.label.argmax(-1)
 
     def region_marginal(self, level: int, i: int) -> torch.Tensor:
-        """p(z_{level,i} | x) ``(N, m_{level,i})`` (a view of :attr:`marginals`)."""
-        if self.marginals is None:
-            raise ValueError("marginals: not computed; call posterior(..., marginals=True)")
+        """p(z_{level,i} | x) ``(N, m_{level,i})`` (a view of :attr:`marginals`; :class:`MarginalsNotComputed`
+        without them)."""
         m = self.marginals[level]
         return m[:, i, : self.region_events[level][i]] if self.region_events is not None else m[:, i]
 
     def region_marginals(self) -> list[list[torch.Tensor]]:
         """``[[p(z_{l,i} | x) (N, m_{l,i}) for every region i of level l] for every level l]``."""
-        if self.marginals is None:
-            raise ValueError("marginals: not computed; call posterior(..., marginals=True)")
         return [[self.region_marginal(l, i) for i in range(m.shape[1])] for l, m in enumerate(self.marginals)]
+
+
+class MapEvents(NamedTuple):
+    """Result of :func:`map_events`: the joint MAP configuration argmax_z p(z | x) and its log joint probability
+    (a named tuple: ``z, log_joint = map_events(ladder, x)`` unpacks it).
+
+    :ivar z: ``(N, total_regions)`` int64 events in global region order (``Ladder.level_offsets``).
+    :ivar log_joint: ``(N,)`` float64 log p(z_map, x).
+    """
+
+    z: torch.Tensor
+    log_joint: torch.Tensor
+
+
+@dataclass(frozen=True)
+class BayesAccuracy:
+    """Result of :func:`bayes_optimal_accuracy`: the accuracy of the Bayes-optimal classifier argmax_y p(y | x).
+
+    :ivar expected: mean over the inputs of max_y p(y | x), the exact accuracy the Bayes classifier has on average
+        on these inputs (lower variance than counting); NaN for N = 0.
+    :ivar stderr: its standard error as an estimate of the ladder's accuracy (the spread of max_y p(y | x) over
+        inputs, / sqrt(N)); NaN for N < 2.
+    :ivar stderr_empirical: the standard deviation of :attr:`empirical` around :attr:`expected` given these inputs,
+        sqrt(sum_i q_i (1 - q_i)) / N with q_i = max_y p(y | x_i); NaN for N = 0.
+    :ivar n: the number of inputs N.
+    :ivar empirical: the fraction of argmax_y p(y | x) equal to the labels (None when no labels were given; NaN for
+        N = 0).
+    """
+
+    expected: float
+    stderr: float
+    stderr_empirical: float
+    n: int
+    empirical: float | None = None
+
+    def as_dict(self) -> dict[str, float | int]:
+        """The fields as a dict (``"empirical"`` left out when no labels were given): the former return value, and
+        what a JSON report records."""
+        return {k: v for k, v in asdict(self).items() if not (k == "empirical" and v is None)}
+
+    def __getitem__(self, key: str) -> float | int:
+        """Deprecated: the result was a dict; read the attribute (``result.expected``) or :meth:`as_dict`."""
+        warnings.warn(f"bayes_optimal_accuracy(...)[{key!r}] is deprecated (the result is a BayesAccuracy, no longer a "
+                      f"dict): read the attribute, result.{key}, or result.as_dict()", DeprecationWarning, stacklevel=2)
+        return self.as_dict()[key]
 
 
 def posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False, chunk_size: int | None = None,
@@ -152,39 +221,32 @@ def _passes(one_pass, x: torch.Tensor, step: int, dev: torch.device, shapes) -> 
 
 
 def map_events(ladder: Ladder, x: torch.Tensor, *, max_clique: int = MAX_CLIQUE,
-               device: torch.device | str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+               device: torch.device | str | None = None) -> MapEvents:
     """The joint MAP configuration argmax_z p(z | x) of any ladder, by max-product elimination on its junction
     tree and traceback (:func:`inference.junction_tree.junction_map`).
 
     :param device: where to compute and return the results (default: ``x``'s device).
-    :returns: ``z`` ``(N, total_regions)`` int64 in global region order and ``log p(z_map, x)`` ``(N,)`` (ties
-        between equally probable configurations go to the smallest event).
+    :returns: a :class:`MapEvents` named tuple: ``z`` ``(N, total_regions)`` int64 in global region order and
+        ``log_joint`` = log p(z_map, x) ``(N,)`` (ties between equally probable configurations go to the smallest
+        event).
     :raises ValueError: bad shapes, a clique beyond ``max_clique``, an example of probability 0.
     """
     check_ladder(ladder)
     ladder.emission.check_input(x, "x")
     z, best = junction_map(ladder, x, check_device(device, x), max_clique=max_clique)
     raise_impossible(best)
-    return z, best
+    return MapEvents(z, best)
 
 
 def bayes_optimal_accuracy(ladder: Ladder, x: torch.Tensor, y: torch.Tensor | None = None, *,
-                           batch_size: int | None = None, **kwargs) -> dict:
+                           batch_size: int | None = None, **kwargs) -> BayesAccuracy:
     """Accuracy of the Bayes-optimal classifier argmax_y p(y | x) on a sample (any ladder).
 
     :param batch_size: examples per :func:`posterior` call (None: all at once; :func:`posterior` bounds its
         own memory by ``chunk_size`` anyway).
     :param kwargs: :func:`posterior`'s ``chunk_size``, ``device``, ``max_clique``, ``method``.
-    :returns: a dict with
-
-        - ``"expected"``: mean over the inputs of max_y p(y|x), the exact accuracy the Bayes classifier has on
-          average on these inputs (lower variance than counting);
-        - ``"stderr"``: its standard error as an estimate of the ladder's accuracy (the spread of max_y p(y|x)
-          over inputs, / sqrt(N));
-        - ``"empirical"`` (when ``y`` is given): the fraction of argmax_y p(y|x) equal to y;
-        - ``"stderr_empirical"``: the standard deviation of ``"empirical"`` around ``"expected"`` given these
-          inputs, sqrt(sum_i q_i (1 - q_i)) / N with q_i = max p;
-        - ``"n"`` (NaN statistics for N = 0).
+    :returns: a :class:`BayesAccuracy` (``expected``, ``stderr``, ``stderr_empirical``, ``n``, and ``empirical``
+        when ``y`` is given; NaN statistics for N = 0).
     """
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size: expected a positive integer or None, got {batch_size!r}")
@@ -196,8 +258,8 @@ def bayes_optimal_accuracy(ladder: Ladder, x: torch.Tensor, y: torch.Tensor | No
     best, pred = torch.cat(labels).max(-1)  # max_y p(y | x) and the Bayes-optimal labels (first max on ties)
     n = best.numel()
     nan = float("nan")
-    out = {"expected": best.mean().item() if n else nan, "stderr": (best.std() / n**0.5).item() if n > 1 else nan,
-           "stderr_empirical": ((best * (1 - best)).sum().sqrt() / n).item() if n else nan, "n": n}
-    if y is not None:
-        out["empirical"] = (pred == y.long().to(pred.device)).double().mean().item() if n else nan
-    return out
+    empirical = None if y is None else (pred == y.long().to(pred.device)).double().mean().item() if n else nan
+    return BayesAccuracy(expected=best.mean().item() if n else nan,
+                         stderr=(best.std() / n**0.5).item() if n > 1 else nan,
+                         stderr_empirical=((best * (1 - best)).sum().sqrt() / n).item() if n else nan, n=n,
+                         empirical=empirical)

@@ -32,9 +32,8 @@ from pyro.infer import SVI, TraceEnum_ELBO, config_enumerate, infer_discrete
 from torch.distributions import constraints
 
 from inference.factorial import _check_layer, _check_positive, _guide_draws
+from inference.mixture import check_unit_beta, log_pi_from_offsets, region_scores, unit_mixture_model, vq_outputs
 from inference.rng import check_seed, seeded_rng
-from smaso.splines.maso import check_unit_beta, region_scores, vq_outputs
-from smaso.splines.mixture import log_pi_from_offsets, unit_mixture_model
 
 # seeded_rng lives in inference.rng; it stays importable from here
 __all__ = ["VQFit", "posterior_region_draws", "region_summary", "seeded_rng", "svi_vq", "vq_map"]

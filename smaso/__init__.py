@@ -28,12 +28,17 @@ from ._version import __version__
 _ENTRY_POINTS = {
     "LadderStudent": "smaso.student.network",
     "collect_statistics": "smaso.student.frequency",
+    "FrequencyStatistics": "smaso.student.frequency",
     "reformulate": "smaso.student.reformulation",
     "compare_student": "smaso.student.compare",
     "ComparisonResult": "smaso.student.compare",
+    "errors_against_n": "smaso.student.compare",
     "MASO": "smaso.splines.maso",
+    "hard_regions": "smaso.splines.maso",
+    "region_probabilities": "smaso.splines.maso",
     "BetaSwish": "smaso.splines.modules",
     "count_pieces": "smaso.depth.pieces",
+    "plot_comparison": "smaso.plots.comparison",
 }
 
 _SUBPACKAGES = ("cli", "depth", "plots", "splines", "student", "theorems")
@@ -42,20 +47,26 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "__version__",
     "BetaSwish",
     "ComparisonResult",
+    "FrequencyStatistics",
     "LadderStudent",
     "MASO",
     "collect_statistics",
     "compare_student",
     "count_pieces",
+    "errors_against_n",
+    "hard_regions",
+    "plot_comparison",
     "reformulate",
+    "region_probabilities",
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
     from smaso.depth.pieces import count_pieces
-    from smaso.splines.maso import MASO
+    from smaso.plots.comparison import plot_comparison
+    from smaso.splines.maso import MASO, hard_regions, region_probabilities
     from smaso.splines.modules import BetaSwish
-    from smaso.student.compare import ComparisonResult, compare_student
-    from smaso.student.frequency import collect_statistics
+    from smaso.student.compare import ComparisonResult, compare_student, errors_against_n
+    from smaso.student.frequency import FrequencyStatistics, collect_statistics
     from smaso.student.network import LadderStudent
     from smaso.student.reformulation import reformulate
 

@@ -50,7 +50,7 @@ def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool =
             return report
         try:
             report["bayes_optimal"] = bayes_optimal_accuracy(lad, head.inputs(dtype=torch.float64), head.y,
-                                                             device=device)
+                                                             device=device).as_dict()
         except NotImplementedError as e:  # a custom emission without a likelihood
             report["bayes_optimal"] = {"unavailable": " ".join(str(e).split())}
     return report
@@ -143,8 +143,9 @@ def accuracy_report(lad, student, bayes: float | dict | None, seed: int, held_ou
     """Bayes, the student class's ceilings and the trained student's accuracy on fresh (held-out) rows: the
     stream of seed ``seed + 1``, rows never trained on.
 
-    :param bayes: the Bayes-optimal accuracy: a number, :func:`inference.posterior.bayes_optimal_accuracy`'s dict
-        (its ``"stderr"`` gives the interval), ``{"unavailable": why}`` or None.
+    :param bayes: the Bayes-optimal accuracy: a number, ``bayes_optimal_accuracy(...).as_dict()``
+        (:func:`inference.posterior.bayes_optimal_accuracy`; its ``"stderr"`` gives the interval),
+        ``{"unavailable": why}`` or None.
     :param ceiling: the ladder's :class:`~smaso.student.ceiling.Ceiling` (None: computed here by
         :func:`~smaso.student.ceiling.architecture_ceiling`).  Each ceiling is printed as what it is: a value where
         exact or certified, ``lower <= ceiling <= upper`` where only bounds are proven, a Monte Carlo estimate with
@@ -206,7 +207,7 @@ def accuracy_report(lad, student, bayes: float | dict | None, seed: int, held_ou
 
 def bayes_estimate(sample, device=None, n: int = 2000) -> dict:
     """The exact posterior's Bayes-optimal accuracy on the first ``n`` rows of the first chunk of ``sample`` (an
-    in-memory sample or a chunked dataset): :func:`inference.posterior.bayes_optimal_accuracy`'s dict, or
+    in-memory sample or a chunked dataset): :func:`inference.posterior.bayes_optimal_accuracy` as a dict, or
     ``{"unavailable": why}`` where the exact posterior cannot be had (a junction tree too large, an emission
     without a likelihood), so that a report degrades instead of failing after training."""
     import torch
@@ -216,6 +217,6 @@ def bayes_estimate(sample, device=None, n: int = 2000) -> dict:
 
     try:
         x = as_chunks(sample).chunk(0).inputs(slice(0, n), dtype=torch.float64)
-        return bayes_optimal_accuracy(sample.ladder, x, device=device)
+        return bayes_optimal_accuracy(sample.ladder, x, device=device).as_dict()
     except (ValueError, NotImplementedError) as e:  # no exact posterior: say why
         return {"unavailable": " ".join(str(e).split())}

@@ -8,14 +8,17 @@ codes), :mod:`~teachers.validation` and :mod:`~teachers.spec_check` (limits and 
 :mod:`~teachers.emission` (p(x_r | z_r)), :mod:`~teachers.categorical` (alias sampling),
 :mod:`~teachers.sampling` (the block-seeded sampler), :mod:`~teachers.pyro_model` (the Pyro model) and
 :mod:`~teachers.pyro_sites` (its emission and deterministic sites),
-:mod:`~teachers.statistics` (P(z_beta | z_alpha), exact and counted), :mod:`~teachers.dataset` /
+:mod:`~teachers.statistics` (P(z_beta | z_alpha), exact and counted), :mod:`~teachers.elimination` (the
+ladder's factor graph and junction tree: exact statistics and joints of any region graph, no evidence),
+:mod:`~teachers.dataset` /
 :mod:`~teachers.chunked` (files and zarr stores), :mod:`~teachers.engine` (serial and Dask engines),
 :mod:`~teachers.spec_io` (spec files), :mod:`~teachers.leak` (exact I(x_b; z_a | z_b) per edge of any region
 graph: how far ``Ladder.leaky(eps)`` breaks focus), :mod:`~teachers.tent` (tau^k).  ``teachers.graph_ladder``,
 ``teachers.graph_sampling`` and ``teachers.graph_pyro_model`` are deprecated aliases (0.3).
 
 The names below are imported on first use (PEP 562), so that ``import teachers`` (and ``smaso --help``)
-does not import torch or pyro."""
+does not import torch or pyro.  ``teachers.GraphLadder`` (deprecated, 0.3) is still importable from here and warns
+on every access; it is not in ``__all__``."""
 
 from __future__ import annotations
 
@@ -30,14 +33,23 @@ _EXPORTS = {
     "IndexedCategorical": "categorical",
     "ChunkDataset": "chunked", "ChunkedLadderData": "chunked", "StreamingLadderDataset": "chunked",
     "open_dataset": "chunked", "sample_to_store": "chunked",
+    "DatasetFormatError": "dataset", "LadderDataset": "dataset", "load_dataset": "dataset", "save_dataset": "dataset",
+    "EliminationCost": "elimination", "GraphStatistics": "elimination", "elimination_order": "elimination",
+    "graph_statistics": "elimination", "region_joint": "elimination", "treewidth_cost": "elimination",
     "Emission": "emission", "GaussianEmission": "emission", "OneHotEmission": "emission",
     "Factorization": "ladder", "Ladder": "ladder", "LadderSpecError": "ladder",
-    "GraphLadder": "graph_ladder",
     "EmissionDistribution": "pyro_model", "LadderModel": "pyro_model",
+    "edge_focus": "leak", "focus_by_edge": "leak",
     "BLOCK_SIZE": "sampling", "LadderSample": "sampling", "sample_ladder": "sampling", "sample_rows": "sampling",
     "sampling_plan": "sampling",
+    "load_spec": "spec_io", "save_spec": "spec_io",
+    "EventCounts": "statistics", "EventStatistics": "statistics", "compare_statistics": "statistics",
+    "count_events": "statistics", "empirical_statistics": "statistics", "exact_statistics": "statistics",
     "TentNetwork": "tent", "TentSample": "tent", "sample_tent": "tent", "tent": "tent", "tent_power": "tent",
 }
+#: deprecated public names -> (the submodule that defines them, the name to use): still importable from here, with a
+#: DeprecationWarning on every access, and never in ``__all__``
+_DEPRECATED = {"GraphLadder": ("graph_ladder", "teachers.Ladder")}
 
 __all__ = [
     "BLOCK_SIZE",
@@ -46,13 +58,18 @@ __all__ = [
     "CategoricalTable",
     "ChunkDataset",
     "ChunkedLadderData",
+    "DatasetFormatError",
+    "EliminationCost",
     "Emission",
     "EmissionDistribution",
+    "EventCounts",
+    "EventStatistics",
     "Factorization",
     "GaussianEmission",
-    "GraphLadder",
+    "GraphStatistics",
     "IndexedCategorical",
     "Ladder",
+    "LadderDataset",
     "LadderModel",
     "LadderSample",
     "LadderSpecError",
@@ -60,29 +77,67 @@ __all__ = [
     "StreamingLadderDataset",
     "TentNetwork",
     "TentSample",
+    "compare_statistics",
+    "count_events",
+    "edge_focus",
+    "elimination_order",
+    "empirical_statistics",
+    "exact_statistics",
+    "focus_by_edge",
+    "graph_statistics",
+    "load_dataset",
+    "load_spec",
     "open_dataset",
+    "region_joint",
     "sample_ladder",
     "sample_rows",
     "sample_tent",
     "sample_to_store",
     "sampling_plan",
+    "save_dataset",
+    "save_spec",
     "tent",
     "tent_power",
+    "treewidth_cost",
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
     from .categorical import AliasTable, BlockRNG, CategoricalTable, IndexedCategorical
     from .chunked import ChunkDataset, ChunkedLadderData, StreamingLadderDataset, open_dataset, sample_to_store
+    from .dataset import DatasetFormatError, LadderDataset, load_dataset, save_dataset
+    from .elimination import (
+        EliminationCost,
+        GraphStatistics,
+        elimination_order,
+        graph_statistics,
+        region_joint,
+        treewidth_cost,
+    )
     from .emission import Emission, GaussianEmission, OneHotEmission
-    from .graph_ladder import GraphLadder
     from .ladder import Factorization, Ladder, LadderSpecError
+    from .leak import edge_focus, focus_by_edge
     from .pyro_model import EmissionDistribution, LadderModel
     from .sampling import BLOCK_SIZE, LadderSample, sample_ladder, sample_rows, sampling_plan
+    from .spec_io import load_spec, save_spec
+    from .statistics import (
+        EventCounts,
+        EventStatistics,
+        compare_statistics,
+        count_events,
+        empirical_statistics,
+        exact_statistics,
+    )
     from .tent import TentNetwork, TentSample, sample_tent, tent, tent_power
 
 
 def __getattr__(name: str):
-    """Import a public name, or a submodule, on first use (PEP 562)."""
+    """Import a public name, or a submodule, on first use (PEP 562); a deprecated name warns on every access."""
+    if name in _DEPRECATED:
+        from ._deprecation import warn
+
+        module, new = _DEPRECATED[name]
+        warn(f"teachers.{name}", new)
+        return getattr(importlib.import_module(f"{__name__}.{module}"), name)
     module = _EXPORTS.get(name)
     if module is None:
         if name.startswith("__"):

@@ -8,7 +8,7 @@ For an edge alpha -> beta (alpha of level l-1, beta of level l), in nats::
 
 x_beta the leaves below beta (its receptive field on the graph: every leaf reached through children), which
 with one-hot leaves are the leaf events themselves.  The joint P(z_alpha, z_beta, z_leaves) comes from
-:func:`inference.junction_tree.region_joint` (exact elimination, on trees and region graphs alike), so this
+:func:`teachers.elimination.region_joint` (exact elimination, on trees and region graphs alike), so this
 extends :func:`smaso.theorems.conditions.knowledge_conditions`' focus (uniform trees only) to every graph,
 edge by edge.  On a uniform tree the two agree to round-off (``tests/test_leak_teacher.py``).
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from inference.junction_tree import MAX_CLIQUE, region_joint
+from teachers.elimination import MAX_CLIQUE, region_joint
 from teachers.emission import OneHotEmission
 from teachers.ladder import Ladder, _check_ladder
 
@@ -46,7 +46,7 @@ def edge_focus(ladder: Ladder, level: int, parent: int, child: int, *, max_cliqu
     """I(x_child; z_parent | z_child) in nats (>= 0; 0 exactly when focus holds on this edge), exact.
 
     :param level: the child's level (1..depth); ``parent`` indexes level ``level - 1``, ``child`` level ``level``.
-    :param max_clique: the largest table the elimination may build (:func:`~inference.junction_tree.region_joint`);
+    :param max_clique: the largest table the elimination may build (:func:`~teachers.elimination.region_joint`);
         the joint itself has ``m_parent * m_child * m_leaf ** len(field)`` entries.
     :raises ValueError: leaves that are not one-hot, or ``parent`` not a parent of ``child``.
     """

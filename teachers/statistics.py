@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .elimination import graph_statistics
 from .ladder import TOPDOWN, Ladder, _check_ladder
 
 __all__ = [
@@ -150,7 +151,7 @@ def exact_statistics(ladder: Ladder, *, max_clique: int | None = None) -> EventS
     Bottom-up: the children of a region are independent (their leaf sets are disjoint), so the joint of
     (z_alpha, z_child_i) is the product of the children's marginals pushed through the lookup table, summed
     over the other children.  Any other ladder (regions of several parents, differing event counts) by one
-    calibration of its junction tree (:func:`inference.posterior.graph_statistics`; ``max_clique``
+    calibration of its junction tree (:func:`teachers.elimination.graph_statistics`; ``max_clique``
     bounds its cliques), padded to the layout of the module docstring.
     """
     _check_ladder(ladder)
@@ -174,8 +175,6 @@ def exact_statistics(ladder: Ladder, *, max_clique: int | None = None) -> EventS
 
 def _graph_exact(ladder: Ladder, max_clique: int | None) -> EventStatistics:
     """:func:`exact_statistics` of a ladder that is not a uniform tree: the junction tree's, padded."""
-    from inference.posterior import graph_statistics  # inference builds on teachers: import on use
-
     st = graph_statistics(ladder) if max_clique is None else graph_statistics(ladder, max_clique=max_clique)
     M = ladder.events
     marg = [torch.stack([F.pad(p.double(), (0, M[l] - p.numel())) for p in st.p[l]]) for l in range(ladder.depth + 1)]

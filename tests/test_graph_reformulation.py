@@ -370,8 +370,8 @@ def test_jackknife_floors_shrink_like_one_over_sqrt_n():
     floors = []
     for n in (2000, 8000):
         x, y, z = _graph_data(g, n, seed=11)
-        reps = collect_statistics(gs, x, y, z, dtype=F64, groups=8)
-        res = compare_statistics_to_theory(gs, reps.result(), replicates=list(reps.leave_one_out()))
+        stats = collect_statistics(gs, x, y, z, dtype=F64, groups=8)
+        res = compare_statistics_to_theory(gs, stats, replicates=list(stats.leave_one_out()))
         assert res["noise_groups"] == 8
         floors.append(res["levels"][1]["F_propagated_floor"])
         assert all(math.isfinite(row["F_local_floor"]) and row["F_local_floor"] > 0 for row in res["levels"])
@@ -383,8 +383,8 @@ def test_fully_informative_numbers_are_within_noise():
     g = FI["conv1d-overlap"]()
     x, y, z = _graph_data(g, 1200, seed=5)
     gs = LadderStudent(g, 4, seed=1, dtype=F64)
-    reps = collect_statistics(gs, x, y, z, dtype=F64, groups=4)
-    res = compare_statistics_to_theory(gs, reps.result(), replicates=list(reps.leave_one_out()))
+    stats = collect_statistics(gs, x, y, z, dtype=F64, groups=4)
+    res = compare_statistics_to_theory(gs, stats, replicates=list(stats.leave_one_out()))
     for row in res["levels"]:
         assert "F_propagated" in row["within_noise"] and "G_propagated" in row["within_noise"]
 

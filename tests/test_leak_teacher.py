@@ -228,8 +228,8 @@ def _measure(eps: float, seed: int) -> dict:
     lad = Ladder.leaky(eps, **TEACHER)
     s = sample_ladder(lad, N, seed=seed)
     student = LadderStudent(lad, WIDTH, seed=seed, dtype=torch.float64)
-    acc = collect_statistics(student, s.inputs(dtype=torch.float64), s.y, s.z, dtype=torch.float64, groups=GROUPS)
-    stats, reps = acc.result(), list(acc.leave_one_out())
+    stats = collect_statistics(student, s.inputs(dtype=torch.float64), s.y, s.z, dtype=torch.float64, groups=GROUPS)
+    reps = list(stats.leave_one_out())
     report = compare_statistics_to_theory(student, stats, replicates=reps)
     return {"levels": report["levels"], "leaves": report["leaves"], "edges": _edge_terms(stats, reps, LEAK_LEVEL),
             "leaky": level_edges(lad, LEAK_LEVEL - 1).index((0, 0))}

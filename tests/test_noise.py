@@ -26,8 +26,8 @@ def _gaussian():
 def _stats(lad, n, seed, groups=10, student_seed=0, width=4):
     s = sample_ladder(lad, n, seed=seed)
     st = LadderStudent(lad, width, dtype=torch.float64, seed=student_seed)
-    rep = collect_statistics(st, s.inputs(dtype=torch.float64), s.y, s.z, dtype=torch.float64, groups=groups)
-    return st, rep
+    stats = collect_statistics(st, s.inputs(dtype=torch.float64), s.y, s.z, dtype=torch.float64, groups=groups)
+    return st, stats
 
 
 def test_groups_add_up_to_one_pass_and_merge_across_chunks():
@@ -37,8 +37,10 @@ def test_groups_add_up_to_one_pass_and_merge_across_chunks():
     x = s.inputs(dtype=torch.float64)
     one = FrequencyAccumulator(st, torch.float64)
     one.add(st.forward_backward(x, s.y), s.z)
-    rep = collect_statistics(st, x, s.y, s.z, dtype=torch.float64, groups=7)
+    stats = collect_statistics(st, x, s.y, s.z, dtype=torch.float64, groups=7)
+    rep = stats.jackknife
     assert isinstance(rep, ReplicateAccumulator) and [p.n for p in rep.parts] == [428, 429, 429, 428, 429, 429, 429]
+    assert stats.groups == 7 and stats.num_examples == 3001
     a, b = one.state_dict(), rep.total().state_dict()
     assert a["n"] == b["n"] == 3001
     for key in ("counts", "joint_counts"):
@@ -75,8 +77,8 @@ def test_intervals_cover_known_quantities_at_the_stated_rate():
     t = t_quantile(10)
     hits = {"E[x|z]": [], "P(z)": []}
     for seed in range(120):
-        _, rep = _stats(lad, 1500, seed)
-        stats, loo = rep.result(), list(rep.leave_one_out())
+        _, stats = _stats(lad, 1500, seed)
+        loo = list(stats.leave_one_out())
         d = lad.depth
         se = jackknife_se([r.Fbar[d] for r in loo])
         hits["E[x|z]"].append(((stats.Fbar[d] - mu).abs() <= t * se).double().mean().item())
@@ -93,8 +95,8 @@ def test_floors_shrink_like_one_over_sqrt_n():
     lad = Ladder.default()
     floors = []
     for n in (2000, 8000, 32000):
-        st, rep = _stats(lad, n, seed=3, width=6)
-        report = compare_statistics_to_theory(st, rep.result(), replicates=list(rep.leave_one_out()))
+        st, stats = _stats(lad, n, seed=3, width=6)
+        report = compare_statistics_to_theory(st, stats, replicates=list(stats.leave_one_out()))
         floors.append([r[f"{k}_floor"] for r in report["levels"] for k in ("F_local", "G_propagated", "focus")
                        if f"{k}_floor" in r])
     for a, b in itertools.pairwise(floors):
@@ -106,8 +108,8 @@ def test_floors_shrink_like_one_over_sqrt_n():
 def test_one_step_errors_are_bounded_by_their_parts_and_focus_is_noise_on_the_default_ladder():
     lad = Ladder.default()
     for n in (4000, 64000):
-        st, rep = _stats(lad, n, seed=1, width=8)
-        report = compare_statistics_to_theory(st, rep.result(), replicates=list(rep.leave_one_out()))
+        st, stats = _stats(lad, n, seed=1, width=8)
+        report = compare_statistics_to_theory(st, stats, replicates=list(stats.leave_one_out()))
         for r in report["levels"]:
             for err, (a, b) in CONTRIBUTIONS.items():
                 key_a = f"{err.split('_')[0]}_local_{a}"

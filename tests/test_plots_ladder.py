@@ -134,9 +134,9 @@ def test_bayes_accuracy_plot(tmp_path):
     fig = plot_bayes_accuracy(sigmas, {"a": rows}, path=out, chance=1 / 3, title="t")
     assert out.stat().st_size > 5000
     ax = fig.axes[0]
-    np.testing.assert_allclose(ax.lines[0].get_ydata(), [r["expected"] for r in rows])
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [r.expected for r in rows])
     markers = next(ln for ln in ax.lines if ln.get_label() == "a: fraction correct")
-    np.testing.assert_allclose(markers.get_ydata(), [r["empirical"] for r in rows])
+    np.testing.assert_allclose(markers.get_ydata(), [r.empirical for r in rows])
     plot_bayes_accuracy([0.0, 1.0], {"a": rows}, xscale="linear")
     with pytest.raises(ValueError, match="sigmas"):
         plot_bayes_accuracy([0.0, 1.0], {"a": rows})  # zero on a log axis

@@ -207,7 +207,7 @@ def test_bayes_accuracy_is_one_for_bottomup_onehot(make_ladder, name):
     lad = make_ladder(name)
     _, s = _inputs(lad, 3000, seed=1)
     res = bayes_optimal_accuracy(lad, s.inputs(), s.y)
-    assert res["expected"] == 1.0 and res["empirical"] == 1.0 and res["stderr"] == 0.0 and res["n"] == 3000
+    assert res.expected == 1.0 and res.empirical == 1.0 and res.stderr == 0.0 and res.n == 3000
 
 
 @pytest.mark.parametrize("name", ["bu-gauss", "fully-informative-gauss", "td-gauss", "td"])
@@ -221,11 +221,11 @@ def test_bayes_accuracy_noisy_or_topdown_below_one_and_consistent(make_ladder, n
     x = s.inputs()
     res = bayes_optimal_accuracy(lad, x, s.y)
     q = posterior(lad, x).label.max(-1).values
-    assert res["expected"] == pytest.approx(q.mean().item(), abs=1e-12)
-    assert res["stderr"] == pytest.approx(q.std().item() / math.sqrt(n), rel=1e-9)
-    assert 1 / lad.num_classes <= res["expected"] < 0.999
-    assert abs(res["empirical"] - res["expected"]) < 5 * math.sqrt((q * (1 - q)).sum().item()) / n
-    assert "empirical" not in bayes_optimal_accuracy(lad, x[:10])
+    assert res.expected == pytest.approx(q.mean().item(), abs=1e-12)
+    assert res.stderr == pytest.approx(q.std().item() / math.sqrt(n), rel=1e-9)
+    assert 1 / lad.num_classes <= res.expected < 0.999
+    assert abs(res.empirical - res.expected) < 5 * math.sqrt((q * (1 - q)).sum().item()) / n
+    assert bayes_optimal_accuracy(lad, x[:10]).empirical is None
 
 
 def test_bayes_accuracy_falls_with_noise(make_ladder):
@@ -234,7 +234,7 @@ def test_bayes_accuracy_falls_with_noise(make_ladder):
     for sigma in (0.2, 0.6, 1.5):
         g = lad.with_emission({"kind": "gaussian", "sigma": sigma})
         s = sample_ladder(g, 4000, seed=0)
-        acc.append(bayes_optimal_accuracy(g, s.x)["expected"])
+        acc.append(bayes_optimal_accuracy(g, s.x).expected)
     # expected accuracies (stderr < 0.01 each) strictly ordered with margins far above the noise
     assert acc[0] > acc[1] + 0.05 > acc[2] + 0.1 and acc[0] > 0.9
 
@@ -297,9 +297,9 @@ def test_bayes_stderr_empirical_matches_binomial_spread():
     s = sample_ladder(lad, 3000, seed=2)
     acc = bayes_optimal_accuracy(lad, s.inputs(dtype=torch.float64), s.y)
     q = posterior(lad, s.inputs(dtype=torch.float64)).label.max(-1).values
-    assert acc["stderr_empirical"] == pytest.approx(math.sqrt((q * (1 - q)).sum().item()) / 3000, rel=1e-12)
+    assert acc.stderr_empirical == pytest.approx(math.sqrt((q * (1 - q)).sum().item()) / 3000, rel=1e-12)
     # given x, the labels are posterior draws: the fraction correct is within a few of its own stderr
-    assert abs(acc["empirical"] - acc["expected"]) < 4 * acc["stderr_empirical"]
+    assert abs(acc.empirical - acc.expected) < 4 * acc.stderr_empirical
 
 
 # ---------------------------------------------------------------------- trees beyond the uniform ones
@@ -476,4 +476,4 @@ def test_empty_input(make_ladder):
         post = posterior(lad, torch.zeros(0, lad.num_regions[-1], lad.emission.dim), marginals=True)
         assert post.label.shape == (0, lad.num_classes) and post.log_evidence.shape == (0,)
         acc = bayes_optimal_accuracy(lad, torch.zeros(0, lad.num_regions[-1], lad.emission.dim))
-        assert acc["n"] == 0 and math.isnan(acc["expected"])
+        assert acc.n == 0 and math.isnan(acc.expected) and math.isnan(acc.stderr)

@@ -84,7 +84,7 @@ def test_graph_posterior_names_warn_and_agree(make):
     z2, best2 = new.map_events(g, x)
     assert torch.equal(z, z2) and torch.equal(best, best2)
     with pytest.warns(DeprecationWarning, match=r"use inference\.posterior\.bayes_optimal_accuracy"):
-        assert gp.graph_bayes_accuracy(g, x)["expected"] == new.bayes_optimal_accuracy(g, x)["expected"]
+        assert gp.graph_bayes_accuracy(g, x).expected == new.bayes_optimal_accuracy(g, x).expected
     with pytest.warns(DeprecationWarning, match=r"use inference\.posterior\.graph_statistics"):
         st = gp.graph_statistics(g)
     assert all(torch.equal(a, b) for a, b in zip(st.p[-1], new.graph_statistics(g).p[-1], strict=True))

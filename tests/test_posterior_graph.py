@@ -21,7 +21,6 @@ import torch
 from pyro import poutine
 from pyro.infer import TraceEnum_ELBO, config_enumerate, infer_discrete
 
-from inference.junction_tree import _factors, _query_joint
 from inference.posterior import (
     Posterior,
     bayes_optimal_accuracy,
@@ -31,6 +30,7 @@ from inference.posterior import (
     posterior,
     treewidth_cost,
 )
+from teachers.elimination import _factors, _query_joint
 from teachers.ladder import Ladder
 from teachers.pyro_model import LadderModel
 from teachers.sampling import sample_ladder
@@ -118,11 +118,11 @@ def test_dag_posterior_matches_brute_force(dag):
             bf.close(post.region_marginal(l, i), marg[l][i], 1e-10)
             assert (post.marginals[l][:, i, g.region_events[l][i]:] == 0).all()
     post2 = posterior(g, x, chunk_size=5)  # chunking changes nothing; the label only by default
-    assert post2.marginals is None
+    assert not post2.has_marginals
     bf.close(post2.label, post.label, 1e-12)
     acc = bayes_optimal_accuracy(g, x, post.predict())
-    assert acc["empirical"] == 1.0 and acc["n"] == x.shape[0]
-    bf.close(acc["expected"], marg[0][0].max(1).mean(), 1e-10)
+    assert acc.empirical == 1.0 and acc.n == x.shape[0]
+    bf.close(acc.expected, marg[0][0].max(1).mean(), 1e-10)
 
 
 def test_dag_map_matches_brute_force(dag):
@@ -300,7 +300,7 @@ def test_order_cost_and_refusal():
 def test_min_fill_order_is_the_greedy_one_recomputed_at_every_step():
     """The heap with keys refreshed around each eliminated region gives exactly the order of recomputing
     every key at every step (the definition: min-fill, then the smaller clique table, then the index)."""
-    from inference.junction_tree import _greedy_order, _interaction_graph, _sizes
+    from teachers.elimination import _greedy_order, _interaction_graph, _sizes
 
     def naive(adj, sizes):
         adj = [set(a) for a in adj]

@@ -137,8 +137,8 @@ def plot_bayes_accuracy(sigmas: Sequence[float], curves: Mapping[str, Sequence[M
     correct predictions on the sampled labels.
 
     :param sigmas: ``(S,)`` leaf noise levels (> 0 for ``xscale="log"``).
-    :param curves: label -> ``S`` results of ``bayes_optimal_accuracy`` (keys ``"expected"``,
-        ``"stderr"``, optionally ``"empirical"``).
+    :param curves: label -> ``S`` results of ``bayes_optimal_accuracy`` (:class:`~inference.posterior.BayesAccuracy`,
+        or mappings with keys ``"expected"``, ``"stderr"``, optionally ``"empirical"``).
     :param chance: draw a horizontal line at this accuracy (e.g. 1 / classes).
     """
     s = np.asarray(sigmas, dtype=np.float64)
@@ -153,6 +153,7 @@ def plot_bayes_accuracy(sigmas: Sequence[float], curves: Mapping[str, Sequence[M
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (label, rows) in enumerate(curves.items()):
+        rows = [r.as_dict() if hasattr(r, "as_dict") else r for r in rows]  # a BayesAccuracy read as a dict
         if len(rows) != len(s) or not all(isinstance(r, Mapping) and "expected" in r for r in rows):
             raise ValueError(f"curves[{label!r}]: expected {len(s)} bayes_optimal_accuracy results")
         acc = np.array([r["expected"] for r in rows])

@@ -6,6 +6,9 @@ B[k,r]) (Eq 1); its hard VQ (Eq 2) is the one-hot of that argmax.  The ``MASO.fr
 exactly as MASOs.  Pooling acts on a flattened input: a ``(C, L)`` feature map is x = ``x.reshape(N, C * L)``
 (channel c, position l at index c * L + l), and :func:`pool_windows_1d` / :func:`channel_pool_windows` list
 the index sets in the order of ``F.max_pool1d(x).reshape(N, -1)`` / the pooled channels.
+
+:func:`region_scores`, :func:`vq_outputs` and :func:`check_unit_beta` are defined in :mod:`inference.mixture` (the
+SMASO mixtures' posteriors are written in them, and inference does not import smaso) and are this module's too.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from inference.mixture import check_finite, check_maso, check_unit_beta, check_x, region_scores, vq_outputs
 from smaso.splines.functional import softmax_pool, vq_probability_pool
-from smaso.splines.mixture import check_finite, check_maso, check_x
 
 __all__ = [
     "MASO",
@@ -38,17 +41,6 @@ def _floating(name: str, t) -> torch.Tensor:
     return t
 
 
-def region_scores(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """The score of every region, ``s[n, k, r] = <A[k, r, :], x[n]> + B[k, r]`` ``(N, K, R)`` (Eq 1's argument).
-
-    :param A: slopes ``(K, R, D)``.  :param B: offsets ``(K, R)``.  :param x: inputs ``(N, D)`` (cast to A's dtype).
-    """
-    check_maso(A, B)
-    check_x(x, A)
-    K, R, D = A.shape
-    return (x.to(A.dtype) @ A.reshape(K * R, D).T).reshape(-1, K, R) + B
-
-
 def hard_regions(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """Hard VQ (Eq 2): the one-hot ``t_H`` of ``argmax_r s`` ``(N, K, R)``, the first region on ties.
 
@@ -59,24 +51,6 @@ def hard_regions(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Ten
     check_finite(B, "B")
     s = region_scores(A, B, x)
     return torch.nn.functional.one_hot(s.argmax(-1), A.shape[1]).to(s.dtype)
-
-
-def check_unit_beta(beta, num_units: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """``beta`` as a floating tensor of shape ``()`` (one for the layer) or ``(K,)`` (one per unit), in [0, 1].
-
-    :raises ValueError: another shape, a bool, NaN or a value outside [0, 1].
-    """
-    if isinstance(beta, bool):
-        raise ValueError(f"beta: expected a number in [0, 1], got {beta!r}")
-    b = beta if isinstance(beta, torch.Tensor) else torch.as_tensor(beta, dtype=dtype)
-    if b.dim() > 1 or (b.dim() == 1 and b.shape[0] != num_units):
-        raise ValueError(f"beta: expected a number or a ({num_units},) tensor (one per unit), got shape "
-                         f"{tuple(b.shape)}")
-    if not b.is_floating_point():
-        b = b.to(dtype)
-    if bool(torch.isnan(b).any()) or bool((b < 0).any()) or bool((b > 1).any()):
-        raise ValueError(f"beta: must lie in [0, 1] (0: uniform, 1/2: soft VQ, 1: hard VQ), got {b.tolist()}")
-    return b
 
 
 def region_probabilities(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5) -> torch.Tensor:
@@ -98,17 +72,6 @@ def region_probabilities(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta
     eta = torch.where(hard, 0.0, bk / torch.where(hard, 1.0, 1 - bk))  # finite everywhere, and so its gradient
     tied = (s == s.amax(-1, keepdim=True)).to(s.dtype)
     return torch.where(hard, tied / tied.sum(-1, keepdim=True), torch.softmax(eta * s, dim=-1))
-
-
-def vq_outputs(t: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-    """Unit outputs ``z[n, k] = sum_r t[n, k, r] s[n, k, r]`` ``(N, K)`` for region weights ``t`` (Eq 2, 6, 9).
-
-    Regions with ``t = 0`` contribute 0 even where their score is infinite.
-    """
-    if t.shape != scores.shape:
-        raise ValueError(f"t: expected region weights of the scores' shape {tuple(scores.shape)}, "
-                         f"got {tuple(t.shape)}")
-    return torch.where(t == 0, torch.zeros((), dtype=scores.dtype, device=scores.device), t * scores).sum(-1)
 
 
 class MASO:

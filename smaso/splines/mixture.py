@@ -11,16 +11,26 @@ convert between offsets and priors.
 
 ``sigma`` is a positive scalar, or a ``(K,)`` tensor (one noise level per unit) for the per-unit
 mixture and the conversions; the factorial mixture has one noise for the whole layer.
+
+The models live in :mod:`inference.mixture` (below smaso, so that :mod:`inference` runs inference in them without
+importing smaso: ``tests/test_layering.py``); this module is the same objects under their smaso names.
 """
 
-from __future__ import annotations
-
-import pyro
-import pyro.distributions as dist
-import torch
-from pyro.ops.indexing import Vindex
+from inference.mixture import (
+    check_finite,
+    check_maso,
+    check_pi,
+    check_sigma,
+    check_x,
+    factorial_mixture_model,
+    log_pi_from_offsets,
+    offsets_from_pi,
+    pi_from_offsets,
+    unit_mixture_model,
+)
 
 __all__ = [
+    "check_finite",
     "check_maso",
     "check_pi",
     "check_sigma",
@@ -31,247 +41,3 @@ __all__ = [
     "pi_from_offsets",
     "unit_mixture_model",
 ]
-
-_LAYOUTS = ("plate", "sequential")
-
-
-# ---------------------------------------------------------------------- validation
-def check_maso(A: torch.Tensor, B: torch.Tensor | None = None) -> None:
-    """Raise ``ValueError`` unless ``A`` is a ``(K, R, D)`` floating tensor and ``B`` (if given) ``(K, R)``."""
-    if not isinstance(A, torch.Tensor):
-        raise ValueError(f"A: expected a torch.Tensor of slopes (K, R, D), got {type(A).__name__}")
-    if A.dim() != 3 or min(A.shape) < 1:
-        raise ValueError(f"A: expected slopes of shape (K, R, D) with K, R, D >= 1, got {tuple(A.shape)}")
-    if not A.is_floating_point():
-        raise ValueError(f"A: expected a floating dtype, got {A.dtype}")
-    if B is not None:
-        if not isinstance(B, torch.Tensor):
-            raise ValueError(f"B: expected a torch.Tensor of offsets (K, R), got {type(B).__name__}")
-        if tuple(B.shape) != tuple(A.shape[:2]):
-            raise ValueError(f"B: expected offsets of shape (K, R) = {tuple(A.shape[:2])} to match A "
-                             f"{tuple(A.shape)}, got {tuple(B.shape)}")
-        if not B.is_floating_point():
-            raise ValueError(f"B: expected a floating dtype, got {B.dtype}")
-
-
-def check_sigma(sigma, num_units: int | None = None, *, scalar_only: bool = False,
-                device: torch.device | str | None = None) -> torch.Tensor:
-    """``sigma`` as a tensor: a positive finite scalar, or (unless ``scalar_only``) ``(K,)`` positive values.
-
-    :param device: where a number is made a tensor (a tensor ``sigma`` stays where it is).
-    :returns: a 0-d tensor, or ``(K,)``.
-    """
-    if isinstance(sigma, bool):
-        raise ValueError(f"sigma: expected a positive number, got {sigma!r}")
-    s = sigma if isinstance(sigma, torch.Tensor) else torch.as_tensor(sigma, dtype=torch.float64, device=device)
-    if s.dim() > (0 if scalar_only else 1):
-        what = "a positive scalar" if scalar_only else "a positive scalar or a (K,) tensor"
-        raise ValueError(f"sigma: expected {what}, got shape {tuple(s.shape)}")
-    if s.dim() == 1 and num_units is not None and s.shape[0] != num_units:
-        raise ValueError(f"sigma: expected a scalar or shape ({num_units},) (one per unit), got {tuple(s.shape)}")
-    if not bool(torch.isfinite(s).all()) or not bool((s > 0).all()):
-        raise ValueError(f"sigma: the noise standard deviation must be positive and finite, got {s.tolist()}")
-    return s
-
-
-def check_pi(pi: torch.Tensor, A: torch.Tensor, atol: float = 1e-5) -> None:
-    """Raise ``ValueError`` unless ``pi`` is ``(K, R)`` like ``A``'s first two dims with rows on the simplex."""
-    if not isinstance(pi, torch.Tensor):
-        raise ValueError(f"pi: expected a torch.Tensor of region priors (K, R), got {type(pi).__name__}")
-    if tuple(pi.shape) != tuple(A.shape[:2]):
-        raise ValueError(f"pi: expected shape (K, R) = {tuple(A.shape[:2])} to match A {tuple(A.shape)}, "
-                         f"got {tuple(pi.shape)}")
-    if not bool(torch.isfinite(pi).all()) or bool((pi < 0).any()):
-        raise ValueError("pi: region priors must be finite and non-negative")
-    dev = (pi.sum(-1) - 1).abs().max().item()
-    if dev > atol:
-        raise ValueError(f"pi: every row must sum to 1 (largest deviation {dev:.3g})")
-
-
-def check_x(x: torch.Tensor, A: torch.Tensor, name: str = "x", *, finite: bool = False) -> None:
-    """Raise ``ValueError`` unless ``x`` is ``(N, D)`` with A's D (and, with ``finite``, it and A finite).
-
-    ``finite`` (a device sync) is for the inference routines, where a NaN score would pick region 0 silently.
-    """
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name}: expected a torch.Tensor (N, D), got {type(x).__name__}")
-    if x.dim() != 2 or x.shape[1] != A.shape[2]:
-        raise ValueError(f"{name}: expected shape (N, D) with D = {A.shape[2]} (A is {tuple(A.shape)}), "
-                         f"got {tuple(x.shape)}")
-    if finite:
-        check_finite(x, name)
-        check_finite(A, "A")
-
-
-def check_finite(t: torch.Tensor | None, name: str) -> None:
-    """Raise ``ValueError`` naming the first non-finite entry of a floating tensor ``t`` (None passes)."""
-    if t is not None and t.is_floating_point() and not bool(torch.isfinite(t).all()):
-        bad = (~torch.isfinite(t)).nonzero()[0].tolist()
-        raise ValueError(f"{name}: expected finite values, got {t[tuple(bad)].item()} at index {bad}")
-
-
-def _per_unit(sigma: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """sigma ``()`` or ``(K,)`` as ``(K, 1)`` / ``()`` broadcastable against ``(K, R)``."""
-    sigma = sigma.to(dtype=like.dtype, device=like.device)
-    return sigma[:, None] if sigma.dim() == 1 else sigma
-
-
-# ---------------------------------------------------------------------- conversions
-def pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma=1.0) -> torch.Tensor:
-    """Region priors of the SMASO whose MAP is the MASO (A, B): ``softmax((B + 1/2 ||A||^2) / sigma^2)``.
-
-    ``A`` ``(K, R, D)``, ``B`` ``(K, R)``, ``sigma`` a positive scalar or ``(K,)``; returns ``pi`` ``(K, R)``.
-    """
-    check_maso(A, B)
-    s2 = _per_unit(check_sigma(sigma, A.shape[0], device=A.device), A) ** 2
-    return torch.softmax((B + 0.5 * A.pow(2).sum(-1)) / s2, dim=-1)
-
-
-def offsets_from_pi(A: torch.Tensor, pi: torch.Tensor, sigma=1.0) -> torch.Tensor:
-    """Offsets of the MASO that is the MAP of the SMASO (A, pi, sigma): ``sigma^2 log pi - 1/2 ||A||^2``.
-
-    Defined up to a per-unit constant (adding c_k to row k of B changes neither the argmax nor
-    :func:`pi_from_offsets`); this is the representative with that constant 0.  ``pi = 0`` gives
-    ``-inf`` (a region that is never chosen).
-
-    ``A`` ``(K, R, D)``, ``pi`` ``(K, R)``, ``sigma`` a positive scalar or ``(K,)``; returns ``B`` ``(K, R)``.
-    """
-    check_maso(A)
-    check_pi(pi, A)
-    s2 = _per_unit(check_sigma(sigma, A.shape[0], device=A.device), A) ** 2
-    return s2 * pi.to(A.dtype).log() - 0.5 * A.pow(2).sum(-1)
-
-
-def log_pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma=1.0) -> torch.Tensor:
-    """``log pi_from_offsets(A, B, sigma)`` computed as a log-softmax: finite where pi underflows to 0."""
-    check_maso(A, B)
-    s2 = _per_unit(check_sigma(sigma, A.shape[0], device=A.device), A) ** 2
-    return torch.log_softmax((B + 0.5 * A.pow(2).sum(-1)) / s2, dim=-1)
-
-
-# ---------------------------------------------------------------------- models
-def _check_prior(pi, log_pi, A):
-    """Exactly one of pi / log_pi, validated, in A's dtype."""
-    if (pi is None) == (log_pi is None):
-        raise ValueError("pi: give exactly one of pi (region priors) and log_pi (their logarithms)")
-    if pi is not None:
-        check_pi(pi, A)
-        return pi.to(A.dtype), None
-    if not isinstance(log_pi, torch.Tensor) or tuple(log_pi.shape) != tuple(A.shape[:2]):
-        shape = tuple(log_pi.shape) if isinstance(log_pi, torch.Tensor) else type(log_pi).__name__
-        raise ValueError(f"log_pi: expected shape (K, R) = {tuple(A.shape[:2])} to match A, got {shape}")
-    if bool(torch.isnan(log_pi).any()) or bool((log_pi > 1e-6).any()):
-        raise ValueError("log_pi: log region priors must be <= 0 and not NaN")
-    dev = (torch.logsumexp(log_pi.to(A.dtype), -1)).abs().max().item()
-    if dev > 1e-5:
-        raise ValueError(f"log_pi: every row must be normalized (largest |logsumexp| {dev:.3g})")
-    return None, log_pi.to(A.dtype)
-
-
-def _categorical(pi, log_pi):
-    return dist.Categorical(probs=pi) if log_pi is None else dist.Categorical(logits=log_pi)
-
-
-def _num_examples(num_examples, x, A) -> int:
-    if x is not None:
-        check_x(x, A)
-        if num_examples is not None and num_examples != x.shape[0]:
-            raise ValueError(f"num_examples: {num_examples} disagrees with x, which has {x.shape[0]} rows")
-        return x.shape[0]
-    if isinstance(num_examples, bool) or not isinstance(num_examples, int) or num_examples < 1:
-        raise ValueError(f"num_examples: expected a positive integer when x is not given, got {num_examples!r}")
-    return num_examples
-
-
-def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0, x: torch.Tensor | None = None,
-                       num_examples: int | None = None, *,
-                       log_pi: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """The per-unit SMASO (Eq 3): one Gaussian mixture of x per unit, as a Pyro model.
-
-    Plates ``"data"`` (N, dim -2) and ``"units"`` (K, dim -1); sites ``"t"`` (``Categorical(pi[k])``, batch
-    ``(N, K)``) and ``"x"`` (``Normal(A[k, t_k], sigma^2 I)``, batch ``(N, K)``, event ``(D,)``).  Enumerable
-    (``TraceEnum_ELBO(max_plate_nesting=2)``, ``infer_discrete(first_available_dim=-3)``); outer plates broadcast.
-
-    :param A: slopes ``(K, R, D)`` (the means of the components).
-    :param pi: region priors ``(K, R)`` (e.g. :func:`pi_from_offsets`), or None with ``log_pi``.
-    :param sigma: noise standard deviation, positive scalar or ``(K,)``.
-    :param x: optional observed inputs: ``(N, D)``, shown to every unit, or ``(N, K, D)`` (a sampled ``x``).
-    :param num_examples: N when x is not given.
-    :param log_pi: log region priors ``(K, R)`` instead of ``pi`` (:func:`log_pi_from_offsets`: finite where
-        ``pi`` underflows at small sigma).
-    :returns: ``{"t": ..., "x": ...}``.
-    """
-    check_maso(A)
-    pi, log_pi = _check_prior(pi, log_pi, A)
-    K = A.shape[0]
-    sig = _per_unit(check_sigma(sigma, K, device=A.device), A)  # (K, 1) against the (K, D) means
-    per_unit = isinstance(x, torch.Tensor) and x.dim() == 3
-    if per_unit:  # one dataset per unit, the shape the model samples
-        if tuple(x.shape[1:]) != (K, A.shape[2]):
-            raise ValueError(f"x: expected shape (N, D) or (N, K, D) with K, D = {K}, {A.shape[2]} (A is "
-                             f"{tuple(A.shape)}), got {tuple(x.shape)}")
-        n = _num_examples(num_examples, x[:, 0], A)
-    else:
-        n = _num_examples(num_examples, x, A)
-    units = torch.arange(K, device=A.device)
-    obs = None if x is None else (x if per_unit else x[:, None, :])
-    with pyro.plate("data", n, dim=-2), pyro.plate("units", K, dim=-1):
-        t = pyro.sample("t", _categorical(pi, log_pi))
-        mean = Vindex(A)[units, t, :]  # (..., N, K, D)
-        xs = pyro.sample("x", dist.Normal(mean, sig).to_event(1), obs=obs)
-    return {"t": t, "x": xs}
-
-
-def factorial_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0, x: torch.Tensor | None = None,
-                            num_examples: int | None = None, *, layout: str = "plate",
-                            log_pi: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-    """The factorial SMASO of a whole layer (Eq 10) as a Pyro model.
-
-    ``layout="plate"``: plates ``"data"`` (N, dim -2) and ``"units"`` (K, dim -1) around site ``"t"`` (batch
-    ``(N, K)``); ``"x"`` ~ ``Normal(sum_k A[k, t_k], sigma^2 I)`` under the data plate only (value ``(N, 1, D)``).
-    Not enumerable (x depends on every unit of the plate).
-
-    ``layout="sequential"``: plate ``"data"`` (N, dim -1), sites ``"t_0"``, ..., ``"t_<K-1>"`` (batch ``(N,)``)
-    then ``"x"``; enumerable (``TraceEnum_ELBO(max_plate_nesting=1)``, ``infer_discrete(first_available_dim=-2)``)
-    at a cost of R^K joint configurations.
-
-    :param A: slopes ``(K, R, D)``.
-    :param pi: region priors ``(K, R)``, or None with ``log_pi``.
-    :param sigma: the layer's noise standard deviation, a positive scalar.
-    :param x: optional observed inputs ``(N, D)``.
-    :param num_examples: N when x is not given.
-    :param layout: ``"plate"`` or ``"sequential"``.
-    :param log_pi: log region priors ``(K, R)`` instead of ``pi``.
-    :returns: ``{"t": (N, K) regions, "x": (N, D)}`` (sequential: ``"t"`` stacks the ``"t_<k>"`` values
-        on the last dim).
-    """
-    if layout not in _LAYOUTS:
-        raise ValueError(f"layout: expected one of {_LAYOUTS}, got {layout!r}")
-    check_maso(A)
-    pi, log_pi = _check_prior(pi, log_pi, A)
-    K = A.shape[0]
-    sig = check_sigma(sigma, scalar_only=True, device=A.device).to(dtype=A.dtype, device=A.device)
-    n = _num_examples(num_examples, x, A)
-    if layout == "plate":
-        units = torch.arange(K, device=A.device)
-        with pyro.plate("data", n, dim=-2):
-            with pyro.plate("units", K, dim=-1):
-                t = pyro.sample("t", _categorical(pi, log_pi))
-            if t.shape[-1] != K:  # enumerated: one value for the whole plate, so the sum below would be wrong
-                raise ValueError("layout: the 'plate' layout of the factorial mixture cannot be enumerated (x depends "
-                                 "on every unit of the plate); use layout='sequential' (R^K configurations)")
-            mean = Vindex(A)[units, t, :].sum(-2, keepdim=True)  # (..., N, 1, D)
-            xs = pyro.sample("x", dist.Normal(mean, sig).to_event(1), obs=None if x is None else x[:, None, :])
-        return {"t": t, "x": xs.squeeze(-2)}
-    ts = []
-    with pyro.plate("data", n, dim=-1):
-        mean = 0.0
-        for k in range(K):
-            tk = pyro.sample(f"t_{k}", _categorical(None if pi is None else pi[k],
-                                                    None if log_pi is None else log_pi[k]))
-            ts.append(tk)
-            mean = mean + A[k][tk]  # (..., N, D); enumerated values broadcast on the left
-        xs = pyro.sample("x", dist.Normal(mean, sig).to_event(1), obs=x)
-    shape = torch.broadcast_shapes(*[tk.shape for tk in ts])
-    return {"t": torch.stack([tk.expand(shape) for tk in ts], dim=-1), "x": xs}
-

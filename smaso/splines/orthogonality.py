@@ -13,6 +13,9 @@ the filters' truncated correlations, without building the matrix), and :func:`re
 
 Classical Gram-Schmidt loses orthogonality in floating point when the rows are nearly dependent
 (error ~ eps * cond(W)^2); check :func:`orthogonality_defect` or prefer :func:`register_orthogonal`.
+
+:func:`orthogonality_defect` and :class:`OrthogonalityDefect` are defined in :mod:`inference.mixture` (the factorial
+inference checks Eq 11 with them, and inference does not import smaso) and are this module's too.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn.utils import parametrize
+
+from inference.mixture import OrthogonalityDefect, _cross_gram, _pieces, orthogonality_defect
 
 __all__ = [
     "GramSchmidt",
@@ -38,30 +43,6 @@ __all__ = [
     "register_gram_schmidt",
     "register_orthogonal",
 ]
-
-
-def _pieces(A) -> torch.Tensor:
-    """Slopes as ``(K, R, D)`` from a MASO, a ``(K, R, D)`` tensor or a ``(K, D)`` weight (R = 1)."""
-    from smaso.splines.maso import MASO
-
-    if isinstance(A, MASO):
-        A = A.A
-    if not isinstance(A, torch.Tensor) or not A.is_floating_point():
-        raise TypeError(f"A: expected a MASO or a floating-point tensor, got {type(A).__name__}")
-    if A.dim() == 2:
-        return A[:, None, :]
-    if A.dim() != 3:
-        raise ValueError(f"A: expected slopes (K, R, D) or a weight (K, D), got shape {tuple(A.shape)}")
-    return A
-
-
-def _cross_gram(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gram matrix of all pieces ``(K*R, K*R)`` and the mask of pairs from different units."""
-    K, R, D = A.shape
-    flat = A.reshape(K * R, D)
-    gram = flat @ flat.T
-    unit = torch.arange(K, device=A.device).repeat_interleave(R)
-    return gram, unit[:, None] != unit[None, :]
 
 
 def orthogonality_penalty(A, lam: float = 1.0) -> torch.Tensor:
@@ -80,41 +61,6 @@ def orthogonality_penalty(A, lam: float = 1.0) -> torch.Tensor:
         return lam * (gram - torch.diag_embed(torch.diagonal(gram))).pow(2).sum()
     gram, cross = _cross_gram(A)
     return lam * (gram.pow(2) * cross).sum()
-
-
-@dataclass(frozen=True)
-class OrthogonalityDefect:
-    """Distance of a MASO layer from Eq 11.
-
-    :ivar penalty: sum_{k != k'} sum_{r,r'} <A[k,r], A[k',r']>^2 (lambda = 1).
-    :ivar relative: penalty / sum_{k != k'} sum_{r,r'} |A[k,r]|^2 |A[k',r']|^2, in [0, 1] (0 iff Eq 11).
-    :ivar max_abs_cosine: max |cos(A[k,r], A[k',r'])| over k != k' (zero pieces count as orthogonal).
-    """
-
-    penalty: float
-    relative: float
-    max_abs_cosine: float
-
-    @property
-    def orthogonal(self) -> bool:
-        """Eq 11 up to rounding (max |cosine| below 1e-6)."""
-        return self.max_abs_cosine < 1e-6
-
-
-def orthogonality_defect(A) -> OrthogonalityDefect:
-    """:class:`OrthogonalityDefect` of a MASO, slopes ``(K, R, D)`` or a weight ``(K, D)`` (no gradient)."""
-    with torch.no_grad():
-        A = _pieces(A)
-        gram, cross = _cross_gram(A)
-        sq = torch.diagonal(gram)
-        penalty = (gram.pow(2) * cross).sum()
-        scale = (torch.outer(sq, sq) * cross).sum()
-        norms = sq.clamp(min=0).sqrt()
-        nonzero = norms > 0
-        safe = torch.where(nonzero, norms, torch.ones_like(norms))
-        cos = (gram / torch.outer(safe, safe)) * (cross & nonzero[:, None] & nonzero[None, :])
-        relative = float(penalty / scale) if float(scale) > 0 else 0.0
-        return OrthogonalityDefect(float(penalty), relative, float(cos.abs().max()) if cos.numel() else 0.0)
 
 
 def gram_schmidt(W: torch.Tensor) -> torch.Tensor:

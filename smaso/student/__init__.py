@@ -44,6 +44,6 @@ The theorems built on top of these (Thm 1, 6-9, §5.3, §7.5.1) are in :mod:`sma
 from smaso._lazy import lazy_submodules
 
 __all__ = ["activations", "alignment", "batchnorm", "ceiling", "compare", "connectivity", "diagnosis", "frequency",
-           "graph_frequency", "graph_network", "graph_reformulation", "mergeable", "network", "noise", "readout",
-           "reformulation", "training"]
-__getattr__, __dir__ = lazy_submodules(__name__, __all__, globals())
+           "mergeable", "network", "noise", "readout", "reformulation", "seeds", "training"]
+_DEPRECATED = ("graph_frequency", "graph_network", "graph_reformulation")  # importable, not in __all__
+__getattr__, __dir__ = lazy_submodules(__name__, (*__all__, *_DEPRECATED), globals())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -76,6 +76,8 @@ class FrequencyStatistics(PerEventMeans):
     ``(E_{l-1}, M_{l-1}, n_l)`` and ``Gp_tilde[l]`` is ``(E_{l-1}, M_l, n_{l-1})`` (l >= 1), per edge into level l
     (on a tree E_{l-1} = R_l).  ``dW[l]``: ``(E_l, n_{l+1}, n_l)`` per edge, ``db[l]``: ``(R_l, n_l)``.
     ``counts[l]``: ``(R_l, M_l)`` example counts; ``P``: the empirical event statistics.
+    ``jackknife``: the :class:`ReplicateAccumulator` of row groups these statistics were collected with
+    (``collect_statistics(..., groups=K)``), which :meth:`leave_one_out` reads; None without groups.
     """
 
     ladder: Ladder
@@ -88,11 +90,34 @@ class FrequencyStatistics(PerEventMeans):
     db: list[torch.Tensor] | None
     P: EventStatistics
     loss: float
+    jackknife: ReplicateAccumulator | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         sizes = [int(c.shape[0]) for c in self.counts]
         return (f"FrequencyStatistics(num_examples={self.num_examples}, levels={len(self.counts)}, "
                 f"regions per level={sizes}, quantities={sorted(self.means)}, loss={self.loss:.4g})")
+
+    @property
+    def groups(self) -> int | None:
+        """K, the row groups of the jackknife these statistics carry (None: collected without ``groups``)."""
+        return None if self.jackknife is None else self.jackknife.groups
+
+    def leave_one_out(self) -> Iterator[FrequencyStatistics]:
+        """The K statistics with one row group left out, in group order (:meth:`ReplicateAccumulator.leave_one_out`):
+        the replicates of the jackknife's noise floors (:mod:`smaso.student.noise`).
+
+        :raises ValueError: the statistics were collected without row groups.
+        """
+        if self.jackknife is None:
+            raise ValueError("groups: these statistics were collected without row groups; pass "
+                             "collect_statistics(..., groups=K) (K >= 2) for the jackknife's leave-one-out replicates")
+        return self.jackknife.leave_one_out()
+
+    def result(self) -> FrequencyStatistics:
+        """``self``: statistics are their own result, as an accumulator's :meth:`FrequencyAccumulator.result` is its
+        statistics, so code written for either (``collect_statistics(..., groups=K)`` returned the accumulator
+        before it returned these statistics) reads them the same way."""
+        return self
 
     @property
     def event_mask(self) -> list[torch.Tensor]:
@@ -438,8 +463,12 @@ class ReplicateAccumulator:
         return out
 
     def result(self) -> FrequencyStatistics:
-        """The statistics of every row (:meth:`FrequencyAccumulator.result` of :meth:`total`)."""
-        return self.total().result()
+        """The statistics of every row (:meth:`FrequencyAccumulator.result` of :meth:`total`), carrying this
+        accumulator as their ``jackknife`` (their :meth:`~FrequencyStatistics.leave_one_out` reads it, so rows
+        added here afterwards change the replicates, not the statistics)."""
+        stats = self.total().result()
+        stats.jackknife = self
+        return stats
 
     def leave_one_out(self) -> Iterator[FrequencyStatistics]:
         """The K statistics with one group left out, in group order (groups with no rows skipped)."""
@@ -479,7 +508,7 @@ def _check_groups(groups) -> None:
 
 def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, *,
                        loss: str = "squared", batch_size: int | None = None,
-                       dtype: torch.dtype | None = None, groups: int | None = None):
+                       dtype: torch.dtype | None = None, groups: int | None = None) -> FrequencyStatistics:
     """One pass over a dataset at fixed weights: forward, explicit backward, per-event sums.
 
     :param x: ``(N, R_d, dim)`` inputs; ``y``: ``(N,)`` labels; ``z``: ``(N, regions)`` events.
@@ -487,8 +516,9 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
         statistics of the whole set, which is what the reformulation describes).  Without BN the result does
         not depend on it beyond round-off.
     :param dtype: accumulation dtype (default: the student's; pass float64 for exact sums).
-    :param groups: ``K``: return the :class:`ReplicateAccumulator` of K row groups (its ``result()`` is the
-        statistics; its ``leave_one_out()`` the jackknife's) instead of the :class:`FrequencyStatistics`.
+    :param groups: ``K`` >= 2: also keep K row groups (every batch cut into K blocks) for the jackknife, so that
+        the result's :meth:`~FrequencyStatistics.leave_one_out` gives the K leave-one-group-out statistics.
+    :returns: the :class:`FrequencyStatistics` of every row, with or without ``groups`` (one return type).
     """
     _check_student(student)
     z = _student_events(student, z)
@@ -503,7 +533,7 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     acc = _accumulator(student, dtype, groups)
     _run_batches(student, ((x[s: s + bs], y[s: s + bs], z[s: s + bs]) for s in range(0, x.shape[0], bs)), loss,
                  acc.add)
-    return acc if groups is not None else acc.result()
+    return acc.result()
 
 
 def _accumulator(student: LadderStudent, dtype: torch.dtype | None, groups: int | None):
