@@ -401,7 +401,7 @@ def test_cli_spec_sample_inspect_end_to_end(tmp_path, capsys):
     (["spec", "--graph", "conv1d", "--width", "4", "--kernels", "4", "--height", "2", "--out", "{tmp}/a.json"],
      "--height: only applies with --graph conv2d"),
     (["sample", "ladder", "--spec", "{tmp}/good.json", "--graph", "conv1d", "-n", "10", "--out", "{tmp}/a.zarr"],
-     "--graph: does not apply with --spec"),
+     "--graph cannot be used with --spec"),
     (["sample", "ladder", "--spec", "{tmp}/bad.json", "-n", "10", "--out", "{tmp}/a.zarr"],
      r"tables[0][0]: expected shape (2, 3)"),
     (["sample", "ladder", "--spec", "{tmp}/unknown.json", "-n", "10", "--out", "{tmp}/a.zarr"],
