@@ -55,25 +55,26 @@ def _validator():
 
 
 def _leaves_errors(validator, instance: list, leaf: str, schema: dict):
-    """The errors ``{"type": [leaf, "array"], "items": <itself>}`` gives for the entries of ``instance``, nested
-    lists walked by a loop (the first error only: the loader reports one)."""
+    """The errors ``{"type": [leaf, "array"], "items": <itself>}`` gives for the entries of ``instance``, in
+    jsonschema's order (depth first, entries in order), nested lists walked by a loop."""
     import jsonschema
 
     allowed = [leaf, "array"]
-    stack = [(instance, ())]
+    stack = [(iter(enumerate(instance)), ())]
     while stack:
-        v, path = stack.pop()
-        for i, e in enumerate(v):
+        entries, path = stack[-1]
+        for i, e in entries:
             t = type(e)
             if t is list:
-                stack.append((e, (*path, i)))
-            elif t is int or (t is float and (leaf == "number" or e.is_integer())):
-                continue
-            elif not validator.is_type(e, leaf):  # (a bool is not a number for JSON Schema)
-                yield jsonschema.ValidationError(
-                    f"{e!r} is not of type {', '.join(map(repr, allowed))}", path=deque((*path, i)),
-                    validator="type", validator_value=allowed, instance=e, schema=schema)
-                return
+                stack.append((iter(enumerate(e)), (*path, i)))
+                break
+            if t is int or (t is float and (leaf == "number" or e.is_integer())) or validator.is_type(e, leaf):
+                continue  # (validator.is_type: a bool is not a number for JSON Schema)
+            yield jsonschema.ValidationError(
+                f"{e!r} is not of type {', '.join(map(repr, allowed))}", path=deque((*path, i)),
+                validator="type", validator_value=allowed, instance=e, schema=schema)
+        else:
+            stack.pop()
 
 
 def check_spec_schema(doc) -> None:
@@ -103,7 +104,7 @@ def _message(error) -> str:
     described = schema.get("description") if isinstance(schema, dict) else None
     if kind == "required":
         missing = [k for k in value if k not in error.instance]
-        return f"{_field([*error.absolute_path, missing[0]])}: missing (required in {described or 'this table'})"
+        return f"{_field([*error.absolute_path, missing[0]])}: missing" + (f" from {described}" if described else "")
     if kind == "additionalProperties":
         known = sorted(schema.get("properties", {}))
         extra = sorted(k for k in error.instance if k not in known)
