@@ -13,6 +13,9 @@ from pathlib import Path
 import jsonschema
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis_profiles import examples
 
 from smaso.cli import main
 from teachers import Ladder
@@ -95,6 +98,20 @@ def test_cli_spec_toml_is_read_back_by_sample(tmp_path, capsys):
 def test_writer_refuses_what_the_format_cannot_hold_naming_the_field(doc, fmt, field):
     with pytest.raises((ValueError, TypeError), match=re.escape(field)):
         spec_text(doc, fmt)
+
+
+_SCALARS = (st.text() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
+            | st.floats(allow_nan=False, allow_infinity=False))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner,
+                                                                                             max_size=3), max_leaves=12)
+
+
+@settings(max_examples=examples(2000))
+@given(st.dictionaries(st.text(), _VALUES, max_size=5))
+def test_both_writers_give_text_their_standard_parser_reads_back(doc):
+    """Any document of strings (any characters), booleans, 64-bit integers, finite floats, lists and tables."""
+    assert json.loads(spec_text(doc, "json")) == doc
+    assert tomllib.loads(spec_text(doc, "toml")) == doc
 
 
 # ---------------------------------------------------------------------- layout
