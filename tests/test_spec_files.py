@@ -16,6 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis_profiles import examples
+from test_cli_errors import _error  # one smaso: error: line, exit status 2
 
 from smaso.cli import main
 from teachers import Ladder
@@ -302,15 +303,6 @@ def test_every_example_of_the_doc_loads_or_gives_its_stated_error(tmp_path, lang
 
 
 # ---------------------------------------------------------------------- the CLI: options --spec replaces
-def _error(capsys, argv) -> str:
-    with pytest.raises(SystemExit) as e:
-        main(argv)
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith("smaso: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    return err
-
-
 @pytest.mark.parametrize("option", [["--depth", "5"], ["--depth", "3"], ["--kind", "random"], ["--mode", "bottomup"],
                                     ["--branching", "3"], ["--events", "4"], ["--factors", "1,2"],
                                     ["--concentration", "0.5"], ["--ladder-seed", "1"], ["--graph", "conv1d"],
