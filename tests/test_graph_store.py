@@ -320,7 +320,7 @@ def test_graph_spec_files_round_trip_and_bad_fields_are_one_line(tmp_path):
                            r"tables: expected a list of 3 tables \(one per level below the root\)"),
         "a parent out of range": ({**good, "parents": [*good["parents"][:3], [[0, 9], *good["parents"][3][1:]]]},
                                   r"parents\[3\]\[0\]: indices must lie in"),
-        "bad events": ({**good, "events": [2, [3, "x", 3], 3, 2]}, r"events\[1\]: expected a list of integers"),
+        "bad events": ({**good, "events": [2, [3, "x", 3], 3, 2]}, r"events\[1\]\[1\]: expected an integer"),
         "NaN prior": ({**good, "prior": [math.nan, 1.0]}, "prior: contains NaN or infinity"),
         "bad emission": ({**good, "emission": {"kind": "gaussian", "sigma": -1}}, "emission.sigma"),
         "bad version": ({**good, "version": 7}, "format, version"),
