@@ -77,7 +77,7 @@ def _leaves_errors(validator, instance: list, leaf: str, schema: dict):
             stack.pop()
 
 
-def check_spec_schema(doc) -> None:
+def check_spec_schema(doc: object) -> None:
     """Validate a parsed spec document against :func:`spec_schema`.
 
     :raises LadderSpecError: at the error :func:`jsonschema.exceptions.best_match` picks, one line naming the
