@@ -10,8 +10,9 @@ checked when the ladder is built (:mod:`teachers.spec_check`, the constructors).
 
 Two subschemas, ``#numbers`` and ``#integers`` (a number, or a list of them, nested to any depth: the
 tables), are checked by a plain loop over the list (:func:`_leaves_errors`) instead of one
-``jsonschema`` call per entry, which took 3.2 s on the 87,040 numbers of a depth-4, 16-event ladder; the loop
-applies the same rule (``tests/test_spec_files.py`` compares the two).
+``jsonschema`` call per entry (seconds for the 87,056 numbers of ``Ladder.random(4, 4, 16)``, against
+hundredths); the loop applies the same rule and yields the same errors in the same order
+(``tests/test_spec_files.py`` compares the two).
 """
 
 from __future__ import annotations
