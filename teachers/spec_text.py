@@ -4,7 +4,8 @@
 ``Ladder.random(3, [3, 2, 3], 4)``; 184 in this layout, ``tests/test_spec_files.py``).  :func:`spec_text`
 writes the same document with each innermost list (a table row, a region's parents) on one line, and a list
 of lists on one line too when that line stays under :data:`WIDTH` characters; objects keep one field per
-line.  The numbers are Python's shortest round-trip ``repr``, so reading the file back gives the very same float64 tables.
+line.  The numbers are Python's shortest round-trip ``repr``, so reading the file back gives the very same
+float64 tables.
 
 TOML (1.0) is written by hand: Python reads it with :mod:`tomllib` but has no writer, and a spec needs only
 strings, integers, finite floats, booleans, arrays (nested, of any length, over several lines) and tables;
