@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import json
 import math
 import re
 import signal
@@ -68,11 +67,26 @@ from smaso.student._activation_names import activation_choices
 __all__ = ["inspect_report", "main"]
 
 
+class _StoreGiven(argparse._StoreAction):
+    """argparse's ``store``, recording the option as given (``args._given``): ``--spec`` refuses an option it makes
+    meaningless even when its value is the default (``--depth 3``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        super().__call__(parser, namespace, values, option_string)
+        namespace._given = {*getattr(namespace, "_given", ()), self.dest}
+
+
+# The ladder options a spec file replaces (--emission and --sigma apply to it: they replace its leaves).
+_SPEC_REPLACES = ("kind", "mode", "depth", "branching", "events", "factors", "concentration", "ladder_seed", "graph",
+                  "width", "height", "kernels", "strides")
+
+
 def _add_ladder_options(p: argparse.ArgumentParser) -> None:
     """The tree ladder's options, then the graph ladder's (``--graph``)."""
-    g = p.add_argument_group("ladder (ignored with --spec)")
-    g.add_argument("--spec", help="ladder spec file (.json or .toml), a tree or a graph ladder (its 'format' field "
-                                  "decides); see teachers/spec_io.py")
+    p.register("action", None, _StoreGiven)
+    g = p.add_argument_group("ladder (with --spec, only --emission and --sigma apply: they replace the file's leaves)")
+    g.add_argument("--spec", help="ladder spec file (.json, or .toml for TOML), a tree or a graph ladder; its fields: "
+                                  "docs/spec-format.md")
     g.add_argument("--kind", default="random", choices=["random", "fully_informative", "factorized_binary", "default"],
                    help="ladder constructor")
     g.add_argument("--mode", default="topdown", choices=["topdown", "bottomup"],
@@ -127,20 +141,26 @@ def ladder_from_args(args: argparse.Namespace):
     version, or ``--graph conv1d|conv2d``)."""
     from teachers.spec_io import load_spec
 
+    if args.spec:
+        for dest in _SPEC_REPLACES:
+            if dest in getattr(args, "_given", ()):
+                option = "--" + dest.replace("_", "-")
+                raise ValueError(f"{option} cannot be used with --spec (the spec file defines the ladder: edit the "
+                                 "file, or drop --spec)")
     if args.sigma is not None and args.emission != "gaussian":
         raise ValueError("--sigma: only applies with --emission gaussian")
     if args.emission == "gaussian" and args.sigma is None:
         raise ValueError("--sigma: required with --emission gaussian (the leaves' noise standard deviation, > 0)")
     graph = getattr(args, "graph", None)
-    if args.spec and graph:
-        raise ValueError("--graph: does not apply with --spec (the spec file defines the ladder)")
     if not graph:
         for opt in ("width", "height", "kernels", "strides"):
             if getattr(args, opt, None) is not None:
                 raise ValueError(f"--{opt}: only applies with --graph conv1d|conv2d")
     if args.spec:
         lad = load_spec(args.spec)
-        return lad.with_emission({"kind": "gaussian", "sigma": args.sigma}) if args.emission == "gaussian" else lad
+        if args.emission == "gaussian":
+            return lad.with_emission({"kind": "gaussian", "sigma": args.sigma})
+        return lad.with_emission({"kind": "onehot"}) if "emission" in getattr(args, "_given", ()) else lad
     if graph:
         return _graph_from_args(args)
     # the constructors name their arguments; a tree's are the options of the same names
@@ -270,10 +290,11 @@ def _cmd_sample_tent(args) -> int:
 
 def _cmd_spec(args) -> int:
     from teachers.spec_io import save_spec, spec_to_jsonable
+    from teachers.spec_text import spec_text
 
     lad = ladder_from_args(args)
     if args.out == STDOUT:
-        _write_text(args, STDOUT, json.dumps(spec_to_jsonable(lad.to_dict()), indent=1) + "\n")
+        _write_text(args, STDOUT, spec_text(spec_to_jsonable(lad.to_dict())))
         return 0
     path = save_spec(lad, args.out)
     print(f"{lad.describe()}\nwrote {path}")
@@ -440,9 +461,11 @@ def build_parser() -> argparse.ArgumentParser:
     tent.set_defaults(func=_cmd_sample_tent)
 
     spec = sub.add_parser("spec", help="write a ladder spec file to edit",
-                          description="Build a ladder from the options and write it as a JSON spec file.")
+                          description="Build a ladder from the options (or read one with --spec) and write it as a "
+                                      "spec file: TOML for a .toml name, JSON for any other, one table row per line "
+                                      "(the fields: docs/spec-format.md).")
     _add_ladder_options(spec)
-    spec.add_argument("--out", required=True, help="output .json file ('-': standard output)")
+    spec.add_argument("--out", required=True, help="output .json or .toml file ('-': JSON on standard output)")
     spec.set_defaults(func=_cmd_spec)
 
     insp = sub.add_parser("inspect", help="statistics of a dataset file",

@@ -1,23 +1,15 @@
 """Ladder specification files (JSON or TOML) and the atomic-write helper.
 
-A spec file is either an explicit ladder (the fields of :meth:`Ladder.to_dict`, arrays as
-nested lists)::
+A spec file holds an explicit ladder (the fields of :meth:`Ladder.to_dict`, arrays as nested lists), a
+region-graph ladder (``parents``), or a generator description (``{"kind": "random", "depth": 4, ...}``, the
+keyword arguments of a constructor such as :meth:`Ladder.random`).  ``docs/spec-format.md`` documents every
+field with examples; ``teachers/ladder_spec.schema.json`` (:mod:`teachers.spec_schema`) is its JSON Schema.
 
-    {"format": "smaso-ladder", "version": 1, "mode": "topdown",
-     "branching": [2, 2], "events": [2, 3, 3],
-     "prior": [0.5, 0.5],
-     "tables": [[[0.7, 0.2, 0.1], [0.1, 0.2, 0.7]],          # shared by level 1
-                [[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.1, 0.1, 0.8]]],
-     "emission": {"kind": "gaussian", "sigma": 0.5}}
-
-or a generator description, e.g. ``{"kind": "random", "depth": 4, "branching": 4,
-"events": 16, "concentration": 0.5, "seed": 1}`` (keyword arguments of the constructor
-:meth:`Ladder.random`, :meth:`Ladder.fully_informative` or :meth:`Ladder.factorized_binary`).
-TOML files use the same keys.
-
-Version 2 holds any region graph too (``parents``, see :meth:`Ladder.to_dict`; ``smaso-graph-ladder`` version 1
-files load unchanged).  A bad file gives one :class:`~teachers.ladder.LadderSpecError` line naming the field by
-its path (:mod:`teachers.spec_check` checks every field before it is converted).
+:func:`save_spec` writes ``.toml`` files as TOML and any other name as JSON, both with one table row per line
+(:mod:`teachers.spec_text`); :func:`load_spec` reads either (by the suffix), checks every field
+(:mod:`teachers.spec_check`) and the schema, and builds the ladder.  A bad file gives one
+:class:`~teachers.ladder.LadderSpecError` line naming the field by its path.  Version 1 files and
+``smaso-graph-ladder`` version 1 files load unchanged.
 """
 
 from __future__ import annotations
@@ -36,10 +28,12 @@ import numpy as np
 import torch
 
 from .ladder import GRAPH_FORMAT_V1, Ladder, LadderSpecError
-from .spec_check import MAX_NESTING
+from .spec_check import MAX_NESTING, check_spec
+from .spec_schema import check_spec_schema
+from .spec_text import spec_text
 
-__all__ = ["atomic_write", "graph_from_spec", "load_spec", "remove_stale_temps", "save_spec", "spec_to_jsonable",
-           "temp_path"]
+__all__ = ["atomic_write", "graph_from_spec", "load_spec", "remove_stale_temps", "save_spec", "spec_file_format",
+           "spec_to_jsonable", "temp_path"]
 
 
 def _pid_alive(pid: int) -> bool:
@@ -136,8 +130,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None], *,
 
 
 def spec_to_jsonable(obj):
-    """Tensors and arrays to nested lists (for JSON)."""
-    if isinstance(obj, (torch.Tensor, np.ndarray)):
+    """Tensors, arrays and numpy scalars to nested lists and Python numbers (for JSON and TOML)."""
+    if isinstance(obj, (torch.Tensor, np.ndarray, np.generic)):
         return obj.tolist()
     if isinstance(obj, dict):
         return {k: spec_to_jsonable(v) for k, v in obj.items()}
@@ -146,23 +140,32 @@ def spec_to_jsonable(obj):
     return obj
 
 
+def spec_file_format(path: str | os.PathLike) -> str:
+    """``"toml"`` for a ``.toml`` file name (any case), ``"json"`` for any other."""
+    return "toml" if Path(path).suffix.lower() == ".toml" else "json"
+
+
 def save_spec(ladder: Ladder, path: str | os.PathLike) -> Path:
-    """Write ``ladder`` as a JSON spec file (atomically; format ``smaso-ladder`` version 2)."""
+    """Write ``ladder`` as a spec file (format ``smaso-ladder`` version 2), atomically: TOML for a ``.toml``
+    name, JSON for any other, one table row per line (:func:`teachers.spec_text.spec_text`).
+    :func:`load_spec` reads it back to the same ladder (equal :meth:`~Ladder.fingerprint`)."""
     if not isinstance(ladder, Ladder):
         raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
-    text = json.dumps(spec_to_jsonable(ladder.to_dict()), indent=1)
+    text = spec_text(spec_to_jsonable(ladder.to_dict()), spec_file_format(path))
     return atomic_write(path, lambda f: f.write(text.encode()))
 
 
 def load_spec(path: str | os.PathLike) -> Ladder:
-    """Read a JSON (``.json``) or TOML (``.toml``) spec file of any version and build the ladder.
+    """Read a JSON or TOML (``.toml``) spec file of any version, check it field by field
+    (:func:`~teachers.spec_check.check_spec`, whose messages are the most specific) and against the JSON Schema
+    (:func:`~teachers.spec_schema.check_spec_schema`), and build the ladder.
 
     :raises LadderSpecError: naming the offending field, or the file's syntax error.
     """
     path = Path(path)
     if not path.is_file():
         raise LadderSpecError(f"spec: no such file {str(path)!r}")
-    toml = path.suffix.lower() == ".toml"
+    toml = spec_file_format(path) == "toml"
     try:
         text = path.read_bytes().decode()
         data = tomllib.loads(text) if toml else json.loads(text, object_pairs_hook=_no_duplicate_keys)
@@ -172,6 +175,11 @@ def load_spec(path: str | os.PathLike) -> Ladder:
     except ValueError as e:  # JSONDecodeError, TOMLDecodeError, UnicodeDecodeError, integers of > 4300 digits
         msg = " ".join(str(e).split())  # one line
         raise LadderSpecError(f"spec: {str(path)!r} is not valid {'TOML' if toml else 'JSON'}: {msg}") from None
+    try:
+        check_spec(data)
+    except LadderSpecError as e:
+        raise LadderSpecError(" ".join(str(e).split())) from None  # one line
+    check_spec_schema(data)
     if isinstance(data, dict) and (data.get("format") == GRAPH_FORMAT_V1 or "parents" in data):
         return graph_from_spec(data)
     return Ladder.from_dict(data)

@@ -69,6 +69,7 @@ def test_wheel_holds_every_package_and_the_metadata(built):
     assert in_wheel == _source_packages(), f"missing from the wheel: {sorted(_source_packages() - in_wheel)}"
     for top in PACKAGES:
         assert f"{top}/py.typed" in names
+    assert "teachers/ladder_spec.schema.json" in names  # package data: the spec files' JSON Schema
     assert f"{dist_info}/licenses/LICENSE" in names
     assert f"Version: {_source_version()}" in metadata.splitlines()
     assert "License-Expression: MIT" in metadata.splitlines()  # PEP 639, not the deprecated classifier/table
