@@ -7,7 +7,7 @@ Modules: :mod:`~teachers.ladder` (the model, §3.1), :mod:`~teachers.regions` (r
 codes), :mod:`~teachers.validation` and :mod:`~teachers.spec_check` (limits and spec checks),
 :mod:`~teachers.emission` (p(x_r | z_r)), :mod:`~teachers.categorical` (alias sampling),
 :mod:`~teachers.sampling` (the block-seeded sampler), :mod:`~teachers.pyro_model` (the Pyro model) and
-:mod:`~teachers.pyro_sites` (its emission and deterministic sites),
+:mod:`~teachers.pyro_sites` (its emission and point-mass sites),
 :mod:`~teachers.statistics` (P(z_beta | z_alpha), exact and counted), :mod:`~teachers.dataset` /
 :mod:`~teachers.chunked` (files and zarr stores), :mod:`~teachers.engine` (serial and Dask engines),
 :mod:`~teachers.spec_io` (spec files), :mod:`~teachers.leak` (exact I(x_b; z_a | z_b) per edge of any region
