@@ -309,7 +309,7 @@ class LadderModel:
                     with contextlib.ExitStack() as level_plates:
                         for plate in plates[1: l + 1]:
                             level_plates.enter_context(plate)
-                        fn = PointMassCategorical(flat.reshape(*lead, n, *self._site_shape(l, ())), lad.events[l])
+                        fn = _PlatedPointMass(flat.reshape(*lead, n, *self._site_shape(l, ())), lad.events[l])
                         out[f"z_{l}"] = pyro.sample(f"z_{l}", fn)
                 if y_obs is not None:
                     _label_factor(out["z_0"], y_obs)
@@ -510,17 +510,29 @@ def _label_factor(z0: torch.Tensor, y: torch.Tensor) -> None:
     pyro.factor("z_0_observed", torch.where(z0 == y.to(z0.device), zero, -torch.inf))
 
 
+def _refuse_plates_enumeration() -> None:
+    raise ValueError("LadderModel: a bottom-up ladder in layout='plates' cannot be enumerated (each parent is "
+                     "the lookup of all its children, which share one plate, and Pyro's plates are independent); "
+                     "to enumerate, use LadderModel(ladder, group_regions=False) (layout='groups', one site per "
+                     "region, max_plate_nesting=2)")
+
+
 class _PlatedLeaves(IndexedCategorical):
     """The leaf site of a bottom-up ladder in the ``"plates"`` layout: an :class:`IndexedCategorical` that refuses
-    enumeration with a message naming the layout that enumerates.
+    enumeration with a message naming the form that enumerates.
 
     Each parent is the lookup of *all* its children, which are elements of one plate; Pyro's plates declare
     their elements independent, so enumerating the leaves there would sum over a wrong joint (or fail on a
     reshape deep in the model).  ``enumerate_support`` is what ``TraceEnum_ELBO`` and ``infer_discrete`` call on
-    a site configured for enumeration, so refusing here catches every enumeration and nothing else."""
+    a site configured for enumeration, so refusing there catches every enumeration and nothing else."""
 
     def enumerate_support(self, expand=True):
-        raise ValueError("LadderModel: a bottom-up ladder in layout='plates' cannot be enumerated (each parent is "
-                         "the lookup of all its children, which share one plate, and Pyro's plates are independent); "
-                         "to enumerate, use LadderModel(ladder, group_regions=False) (layout='groups', one site per "
-                         "region, max_plate_nesting=2)")
+        _refuse_plates_enumeration()
+
+
+class _PlatedPointMass(PointMassCategorical):
+    """A bottom-up parent level in the ``"plates"`` layout: refuses enumeration as :class:`_PlatedLeaves` does
+    (with the leaves observed, the next level would otherwise read an enumerated level across its plate)."""
+
+    def enumerate_support(self, expand=True):
+        _refuse_plates_enumeration()
