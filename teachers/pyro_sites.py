@@ -112,15 +112,15 @@ class PointMassCategorical(TorchDistribution):
             return dist.Categorical(logits=logits, probs=probs, validate_args=validate_args)
         return super().__new__(cls)
 
-    def __init__(self, value: torch.Tensor, num_events: int, validate_args=None, **_dense):
+    def __init__(self, value: torch.Tensor, num_events: int, validate_args: bool | None = None, **_dense) -> None:
         self.value, self.num_events = value, int(num_events)
         super().__init__(batch_shape=value.shape, event_shape=torch.Size(), validate_args=validate_args)
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
-    def support(self):
+    def support(self) -> constraints.Constraint:
         return constraints.integer_interval(0, self.num_events - 1)
 
-    def expand(self, batch_shape, _instance=None):
+    def expand(self, batch_shape: torch.Size | list[int] | tuple[int, ...], _instance=None) -> PointMassCategorical:
         new = self._get_checked_instance(PointMassCategorical, _instance)
         new.value, new.num_events = self.value.expand(batch_shape), self.num_events
         super(PointMassCategorical, new).__init__(batch_shape=torch.Size(batch_shape), event_shape=torch.Size(),
@@ -128,23 +128,23 @@ class PointMassCategorical(TorchDistribution):
         new._validate_args = self._validate_args
         return new
 
-    def sample(self, sample_shape=torch.Size()):
+    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = torch.Size()) -> torch.Tensor:
         shape = torch.Size(sample_shape) + self.batch_shape
         return self.value if shape == self.value.shape else self.value.expand(shape)
 
-    def log_prob(self, value):
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         if self._validate_args:
             self._validate_sample(value)
         zero = torch.zeros((), dtype=torch.float64, device=self.value.device)
         return torch.where(value.long() == self.value.long(), zero, -torch.inf)
 
-    def enumerate_support(self, expand=True):
+    def enumerate_support(self, expand: bool = True) -> torch.Tensor:
         m = self.num_events
         values = torch.arange(m, device=self.value.device).reshape((m,) + (1,) * len(self.batch_shape))
         return values.expand((m, *self.batch_shape)) if expand else values
 
     @property
-    def mean(self):
+    def mean(self) -> torch.Tensor:
         raise NotImplementedError("PointMassCategorical has no mean: events are labels, not numbers")
 
 
