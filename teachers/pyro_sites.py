@@ -5,6 +5,7 @@ the model's entry points share (a ``ValueError`` naming the argument before Pyro
 
 from __future__ import annotations
 
+import pyro
 import pyro.distributions as dist
 import torch
 from pyro.distributions import TorchDistribution, constraints
@@ -15,7 +16,7 @@ from .ladder import Ladder
 from .sampling import _count
 
 __all__ = ["EmissionDistribution", "PointMassCategorical", "SingleRegion", "check_condition_data", "check_labels",
-           "check_num_examples", "observed"]
+           "check_num_examples", "deterministic_site", "observed"]
 
 
 class EmissionDistribution(TorchDistribution):
@@ -146,6 +147,19 @@ class PointMassCategorical(TorchDistribution):
     @property
     def mean(self) -> torch.Tensor:
         raise NotImplementedError("PointMassCategorical has no mean: events are labels, not numbers")
+
+
+def deterministic_site(name: str, value: torch.Tensor) -> torch.Tensor:
+    """``pyro.deterministic(name, value, event_dim=0)`` with the value as float64: exactly the site Pyro builds
+    (a ``Delta`` masked off, flagged ``_deterministic``), so Pyro's tools (``get_model_relations``,
+    ``render_model``, ``Predictive``) read it as their own deterministic site.  The ladder's model no longer uses
+    it: a bottom-up region is a latent :class:`PointMassCategorical` site, which Pyro does not list as observed.
+
+    :param name: the site's name.
+    :param value: the recorded value, any shape (all batch dims).
+    :returns: the value as float64.
+    """
+    return pyro.deterministic(name, value.to(torch.float64), event_dim=0)
 
 
 def observed(fn: IndexedCategorical, value: torch.Tensor | None) -> torch.Tensor | None:

@@ -32,6 +32,7 @@ from pyro.infer.inspect import get_model_relations
 from inference.posterior import map_events, posterior, posterior_event_draws
 from teachers import Ladder, sample_ladder
 from teachers.pyro_model import LadderModel
+from teachers.pyro_sites import deterministic_site
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -135,6 +136,19 @@ def test_default_ladder_refuses_enumeration_in_plates_and_enumerates_in_the_layo
     assert evidence == pytest.approx(float(posterior(lad, x).log_evidence.sum()), abs=1e-9)
     z_map = lm.to_z(infer_discrete(conditioned, first_available_dim=-(lm.max_plate_nesting + 1), temperature=0)())
     assert torch.equal(z_map, map_events(lad, x)[0]) and torch.equal(z_map, s.z.long())  # one-hot leaves: the truth
+
+
+def test_deterministic_site_is_what_pyro_deterministic_builds():
+    def model():
+        with pyro.plate("data", 3):
+            a = pyro.sample("a", pyro.distributions.Categorical(probs=torch.tensor([0.25, 0.75])))
+            return deterministic_site("b", 2 * a)
+
+    rel = get_model_relations(model, include_deterministic=True)  # main: AttributeError (a bare Delta)
+    assert rel["sample_dist"]["b"] == "Deterministic" and rel["sample_sample"]["b"] == ["a"]
+    site = pyro.poutine.trace(model).get_trace().nodes["b"]
+    assert site["infer"] == {"_deterministic": True} and site["fn"]._mask is False
+    assert site["value"].dtype == torch.float64
 
 
 # ---------------------------------------------------------------------- ArviZ
