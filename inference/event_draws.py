@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from teachers.emission import OneHotEmission
 from teachers.ladder import TOPDOWN, Ladder
 from teachers.sampling import _count
 
@@ -71,9 +72,13 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
           non-index *coordinate* of the posterior (attrs ``kind="categorical"``, ``num_events``), not a data
           variable: ``idata.posterior["z"]`` reaches it, and ``az.summary`` skips it;
         - ``posterior["z_onehot_<l>"]`` ``(chain, draw, example, region_<l>, event_<l>)`` uint8 for each level l
-          (when ``onehot``; ``event_<l>`` runs over the level's largest event count): indicators whose means, as
-          ``az.summary`` reports them, are the per-event posterior probabilities ``p(z_alpha = k | x)`` with MCSE
-          and ESS; ``region_<l>`` holds the global indices of the level's regions;
+          that x leaves latent (when ``onehot``; ``event_<l>`` runs over the level's largest event count):
+          indicators whose means, as ``az.summary`` reports them, are the per-event posterior probabilities
+          ``p(z_alpha = k | x)`` with MCSE and ESS; ``region_<l>`` holds the global indices of the level's regions;
+        - ``observed_data["z_onehot_<l>"]`` ``(example, region_<l>, event_<l>)`` uint8 for each level that x
+          determines by construction (one-hot leaves, and bottom-up every level above
+          them), when ``onehot``: the same in every draw, so they are data, not posterior draws (a constant draw
+          has r_hat 0/0, which ArviZ reports as NaN with NumPy's "invalid value" ``RuntimeWarning``);
         - ``observed_data["x"]`` ``(example, leaf, feature)`` float64, ``leaf`` the integer leaf index with the
           non-index coordinate ``leaf_name``.
     :raises ValueError: bad arguments, or an example of probability 0 under the ladder.
@@ -85,10 +90,11 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
         az.summary(idata, var_names=["z_onehot_"], filter_vars="like", kind="stats")   # means and HDIs only
         idata.posterior["z"].sel(region=0)               # the label's draws themselves, (chain, draw, example)
 
-    An event drawn always or never (p = 0 or 1, e.g. a leaf seen through one-hot inputs) has a constant
-    indicator, whose ``r_hat`` ArviZ reports as NaN with NumPy's "invalid value" ``RuntimeWarning``s; wrap the
-    call in :func:`smaso.plots.quiet_arviz` to silence them.  With ``onehot=False`` the posterior holds no data
-    variable to summarise (only the coordinate ``z``).
+    An event that x leaves latent but whose posterior probability is 0 or 1 for this x (or is never drawn) still
+    has a constant indicator, whose ``r_hat`` ArviZ reports as NaN with NumPy's "invalid value"
+    ``RuntimeWarning``s; wrap the call in :func:`smaso.plots.quiet_arviz` to silence them.  With ``onehot=False``,
+    or when x determines every level (bottom-up with one-hot leaves), the posterior holds no data variable to
+    summarise (only the coordinate ``z``, which keeps every region's draws).
     """
     check_ladder(ladder)
     if isinstance(x, torch.Tensor) and x.dim() == 2:
@@ -215,6 +221,19 @@ def _junction_draws(jt: JunctionTree, psi, up, u: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- ArviZ
+def _levels_x_determines(ladder: Ladder) -> list[int]:
+    """The levels whose events the inputs x determine by the ladder's construction, whatever its tables: with
+    one-hot leaves (x_r = one-hot(z_r)) the leaves, and bottom-up, where each region above them is the lookup of
+    its children's events, every level; otherwise none (Gaussian or custom leaves leave every event latent).
+
+    :param ladder: the ladder.
+    :returns: level indices in increasing order (the leaves are level ``ladder.depth``).
+    """
+    if not isinstance(ladder.emission, OneHotEmission):
+        return []
+    return [ladder.depth] if ladder.mode == TOPDOWN else list(range(ladder.depth + 1))
+
+
 def _event_inference_data(ladder: Ladder, z: np.ndarray, x: np.ndarray, onehot: bool) -> az.InferenceData:
     """The ``InferenceData`` of :func:`posterior_event_draws` from ``z`` ``(chain, draw, example, region)``."""
     import arviz as az
@@ -226,14 +245,20 @@ def _event_inference_data(ladder: Ladder, z: np.ndarray, x: np.ndarray, onehot: 
     coords = {"example": np.arange(n), "region": np.arange(regions), "leaf": np.arange(regions - off[-2]),
               "feature": np.arange(x.shape[2])}
     dims = {"z": ["example", "region"], "x": ["example", "leaf", "feature"]}
+    observed_data = {"x": x}
     if onehot:
+        determined = _levels_x_determines(ladder)
         for l in range(ladder.depth + 1):
             m = ladder.events[l]
-            posterior[f"z_onehot_{l}"] = (z[..., off[l]: off[l + 1], None] == np.arange(m)).astype(np.uint8)
+            indicators = (z[..., off[l]: off[l + 1], None] == np.arange(m)).astype(np.uint8)
+            if l in determined:  # the same in every draw, by construction: data, not a posterior draw
+                observed_data[f"z_onehot_{l}"] = indicators[0, 0]
+            else:
+                posterior[f"z_onehot_{l}"] = indicators
             coords[f"region_{l}"] = np.arange(off[l], off[l + 1])
             coords[f"event_{l}"] = np.arange(m)
             dims[f"z_onehot_{l}"] = ["example", f"region_{l}", f"event_{l}"]
-    idata = az.from_dict(posterior=posterior, observed_data={"x": x}, coords=coords, dims=dims)
+    idata = az.from_dict(posterior=posterior, observed_data=observed_data, coords=coords, dims=dims)
     level = np.repeat(np.arange(ladder.depth + 1), ladder.num_regions)
     post = idata.posterior
     # the labels are nominal (a mean or HDI of an event index means nothing): a non-index coordinate, which

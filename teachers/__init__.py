@@ -7,7 +7,7 @@ Modules: :mod:`~teachers.ladder` (the model, §3.1), :mod:`~teachers.regions` (r
 codes), :mod:`~teachers.validation` and :mod:`~teachers.spec_check` (limits and spec checks),
 :mod:`~teachers.emission` (p(x_r | z_r)), :mod:`~teachers.categorical` (alias sampling),
 :mod:`~teachers.sampling` (the block-seeded sampler), :mod:`~teachers.pyro_model` (the Pyro model) and
-:mod:`~teachers.pyro_sites` (its emission and deterministic sites),
+:mod:`~teachers.pyro_sites` (its emission and point-mass sites),
 :mod:`~teachers.statistics` (P(z_beta | z_alpha), exact and counted), :mod:`~teachers.elimination` (the
 ladder's factor graph and junction tree: exact statistics and joints of any region graph, no evidence),
 :mod:`~teachers.dataset` /

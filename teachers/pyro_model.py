@@ -18,9 +18,11 @@ plates that mirror the region tree::
 
 so a level-l site has batch shape ``(N, b_0, ..., b_{l-1}) + (1,) * (d - l)`` and depends on its parent
 level through ordinary plate broadcasting (``max_plate_nesting = d + 1``; ``infer_discrete`` with
-``first_available_dim=-(d + 2)``).  Bottom-up, the parents are ``pyro.deterministic`` sites computed by the
-lookup tables; because a parent depends on *all* of its children, which live in one plate, that form can
-be sampled, traced and conditioned but not enumerated.
+``first_available_dim=-(d + 2)``).  Bottom-up, each level above the leaves is a latent
+:class:`~teachers.pyro_sites.PointMassCategorical` site at the lookup of the level below; because a parent
+depends on *all* of its children, which live in one plate, that form can be sampled, traced, conditioned and
+inspected (``pyro.infer.inspect.get_model_relations``, ``pyro.render_model``) but not enumerated: enumeration
+raises a ``ValueError`` naming the form that enumerates, ``LadderModel(ladder, group_regions=False)``.
 
 ``layout="groups"`` (the default on any other graph: several parents, uneven branching or events)::
 
@@ -35,8 +37,13 @@ child event counts), each drawn by one vectorised site; ``max_plate_nesting = 2`
 and no region plates are opened: the form to *enumerate* (``config_enumerate`` +
 ``TraceEnum_ELBO(max_plate_nesting=2)``), because in a DAG a region reads events of several plate elements
 of the level above, which Pyro's plate semantics cannot express for enumerated variables.  Bottom-up
-regions above the leaves are observed float64 ``Delta`` sites
-(:func:`teachers.pyro_sites.deterministic_site`), so only the leaves are enumerated.
+regions above the leaves are latent :class:`~teachers.pyro_sites.PointMassCategorical` sites (all the mass on
+the lookup of the children's events; no random number drawn), enumerated like the leaves, each adding a factor
+of 0 or -inf.
+
+In every layout, Pyro's provenance tracking sees the ladder's own structure: ``get_model_relations`` gives each
+event site the sites of its regions' parents (top-down) or children (bottom-up), ``"x"`` every leaf site, and
+lists only data given to the model as observed (``tests/test_pyro_tools.py``).
 
 Both layouts draw every random event with :class:`~teachers.categorical.IndexedCategorical` (alias
 sampling; ``log_prob`` and ``enumerate_support`` for ``TraceEnum_ELBO`` / ``infer_discrete``), emit x through
@@ -61,11 +68,11 @@ from .categorical import BlockRNG, CategoricalTable, IndexedCategorical
 from .ladder import TOPDOWN, Ladder, _check_ladder
 from .pyro_sites import (
     EmissionDistribution,
+    PointMassCategorical,
     SingleRegion,
     check_condition_data,
     check_labels,
     check_num_examples,
-    deterministic_site,
     observed,
 )
 from .sampling import signature_groups
@@ -182,7 +189,8 @@ class LadderModel:
         return [name for name, _l, _idx in self._sites()]
 
     def sample_site_names(self) -> list[str]:
-        """The event sites that are random (topdown: all; bottomup: the leaves; the rest are deterministic)."""
+        """The event sites that are random (topdown: all; bottomup: the leaves; the regions above them are point
+        masses at the lookup of their children's events)."""
         d = self.ladder.depth
         return [name for name, l, _idx in self._sites() if self.ladder.mode == TOPDOWN or l == d]
 
@@ -286,7 +294,7 @@ class LadderModel:
                         fn = IndexedCategorical(self.level_tables[l], row, generator, compact)
                         out[f"z_{l}"] = pyro.sample(f"z_{l}", fn, obs=observed(fn, leaves_obs) if l == d else None)
                 if lad.mode != TOPDOWN:
-                    fn = IndexedCategorical(self.leaf_table, self.region_index[d], generator, compact)
+                    fn = _PlatedLeaves(self.leaf_table, self.region_index[d], generator, compact)
                     out[f"z_{d}"] = pyro.sample(f"z_{d}", fn, obs=observed(fn, leaves_obs))
                 if x_obs is not None or emit:
                     out["x"] = pyro.sample("x", EmissionDistribution(lad.emission, out[f"z_{d}"], generator),
@@ -294,13 +302,15 @@ class LadderModel:
             if lad.mode != TOPDOWN:  # the parents, each under the plates of its level
                 leaf = out[f"z_{d}"]
                 lead = leaf.shape[: leaf.dim() - (d + 1)]  # e.g. Predictive's sample dims
-                flat = leaf.reshape(*lead, n, -1)
                 for l in range(d - 1, -1, -1):
-                    flat = self.parent_events(l, flat)
+                    # read the children from their own site's value, so that Pyro's provenance tracking
+                    # (get_model_relations, render_model) sees z_l depend on z_{l+1}
+                    flat = self.parent_events(l, out[f"z_{l + 1}"].reshape(*lead, n, -1))
                     with contextlib.ExitStack() as level_plates:
                         for plate in plates[1: l + 1]:
                             level_plates.enter_context(plate)
-                        out[f"z_{l}"] = pyro.deterministic(f"z_{l}", flat.reshape(*lead, n, *self._site_shape(l, ())))
+                        fn = _PlatedPointMass(flat.reshape(*lead, n, *self._site_shape(l, ())), lad.events[l])
+                        out[f"z_{l}"] = pyro.sample(f"z_{l}", fn)
                 if y_obs is not None:
                     _label_factor(out["z_0"], y_obs)
         return out
@@ -320,11 +330,11 @@ class LadderModel:
                     obs = None if l < d or leaves is None else leaves[:, list(idx)]
                     with (pyro.plate(f"level_{l}_g{j}", len(idx), dim=-1) if self.group_regions
                           else contextlib.nullcontext()):
-                        if g.mode != TOPDOWN and l < d:  # deterministic: the lookup of the children's code
+                        if g.mode != TOPDOWN and l < d:  # a point mass: the lookup of the children's code
                             code = self._code(vals[l + 1], l + 1, [g.children[l][i] for i in idx],
                                               g.child_sizes(l, idx[0]))
-                            z = Vindex(table)[base, code]
-                            deterministic_site(name, z)
+                            m = max(g.region_events[l][i] for i in idx)
+                            z = pyro.sample(name, PointMassCategorical(Vindex(table)[base, code], m))
                         else:
                             row = base
                             if g.mode == TOPDOWN and l > 0:
@@ -412,15 +422,15 @@ class LadderModel:
         """The event matrix from site values: ``(rows, total_regions)`` int64 in global region order.
 
         ``values`` maps every event site of :meth:`site_names` (topdown: the sample sites; bottomup: the leaves
-        and the deterministic parents, which ``Predictive`` returns too) to its value: a model's return value
+        and the point-mass parents, which ``Predictive`` returns too) to its value: a model's return value
         or trace (``lead = ()``) or ``Predictive`` output (``lead = (num_samples,)``), with the layout's shape
         after ``lead`` (plates: ``(N, b_0, ..., b_{l-1}, 1, ..., 1)``; groups: ``(N, G_j)``).  Leading dims are
         flattened into rows, sample-major: ``rows = prod(lead) * N``.
         """
         missing = [s for s in self.site_names() if s not in values]
         if missing:
-            raise ValueError(f"values: missing sites {missing[:6]} (bottomup parents are deterministic sites: "
-                             "keep them in Predictive's return_sites)")
+            raise ValueError(f"values: missing sites {missing[:6]} (every event site is needed, bottomup parents "
+                             "included: keep them in Predictive's return_sites)")
         first = values[self.site_name(0, 0)]
         lead_n = first.shape[: first.dim() - (self.max_plate_nesting - 1)]
         z = torch.empty(math.prod(lead_n), self.ladder.total_regions, dtype=torch.int64, device=first.device)
@@ -498,3 +508,31 @@ def _label_factor(z0: torch.Tensor, y: torch.Tensor) -> None:
     """The factor site ``"z_0_observed"`` = log 1[z_0 = y] (0 or -inf, float64) of a bottom-up ladder."""
     zero = torch.zeros((), dtype=torch.float64, device=z0.device)
     pyro.factor("z_0_observed", torch.where(z0 == y.to(z0.device), zero, -torch.inf))
+
+
+def _refuse_plates_enumeration() -> None:
+    raise ValueError("LadderModel: a bottom-up ladder in layout='plates' cannot be enumerated (each parent is "
+                     "the lookup of all its children, which share one plate, and Pyro's plates are independent); "
+                     "to enumerate, use LadderModel(ladder, group_regions=False) (layout='groups', one site per "
+                     "region, max_plate_nesting=2)")
+
+
+class _PlatedLeaves(IndexedCategorical):
+    """The leaf site of a bottom-up ladder in the ``"plates"`` layout: an :class:`IndexedCategorical` that refuses
+    enumeration with a message naming the form that enumerates.
+
+    Each parent is the lookup of *all* its children, which are elements of one plate; Pyro's plates declare
+    their elements independent, so enumerating the leaves there would sum over a wrong joint (or fail on a
+    reshape deep in the model).  ``enumerate_support`` is what ``TraceEnum_ELBO`` and ``infer_discrete`` call on
+    a site configured for enumeration, so refusing there catches every enumeration and nothing else."""
+
+    def enumerate_support(self, expand=True):
+        _refuse_plates_enumeration()
+
+
+class _PlatedPointMass(PointMassCategorical):
+    """A bottom-up parent level in the ``"plates"`` layout: refuses enumeration as :class:`_PlatedLeaves` does
+    (with the leaves observed, the next level would otherwise read an enumerated level across its plate)."""
+
+    def enumerate_support(self, expand=True):
+        _refuse_plates_enumeration()

@@ -1,6 +1,6 @@
 """Building blocks of the ladder's Pyro model (:mod:`teachers.pyro_model`): the leaves' emission p(x_r | z_r) as
-a Pyro distribution, the deterministic sites of bottom-up ladders, and the argument checks the model's entry
-points share (a ``ValueError`` naming the argument before Pyro sees the data).
+a Pyro distribution, the point-mass sites of a bottom-up ladder's regions above the leaves, and the argument checks
+the model's entry points share (a ``ValueError`` naming the argument before Pyro sees the data).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from .emission import Emission
 from .ladder import Ladder
 from .sampling import _count
 
-__all__ = ["EmissionDistribution", "SingleRegion", "check_condition_data", "check_labels", "check_num_examples",
-           "deterministic_site", "observed"]
+__all__ = ["EmissionDistribution", "PointMassCategorical", "SingleRegion", "check_condition_data", "check_labels",
+           "check_num_examples", "deterministic_site", "observed"]
 
 
 class EmissionDistribution(TorchDistribution):
@@ -86,12 +86,80 @@ class SingleRegion(Emission):
         return self.base.log_likelihood(full)[:, self.region: self.region + 1]
 
 
+class PointMassCategorical(TorchDistribution):
+    """The event of a bottom-up region above the leaves, z_r = lookup_r[code(z_children(r))], as a latent
+    categorical site with all its mass on that event (``teachers/ladder.py``'s module docstring).
+
+    Not a ``pyro.deterministic`` site: Pyro's tools treat those as observed and leave them out of the dependency
+    graph (``pyro.infer.inspect.get_model_relations`` lists a deterministic site as observed and its consumers as
+    depending on the sites upstream of it), while this site is the region's latent event and depends on its
+    children's sites exactly.  ``sample`` returns ``value`` itself (no random number is drawn, so the model's
+    draws stay byte for byte those of a deterministic site); ``log_prob`` is ``log 1[z = value]`` (0 or
+    ``-inf``, float64, as every factor of the ladder's enumeration); ``enumerate_support`` runs over the
+    ``num_events`` events, so ``TraceEnum_ELBO`` / ``infer_discrete`` enumerate the region like any other.
+
+    :param value: the region's event, an integer tensor; its shape is the batch shape (it may carry
+        enumeration dims of the children on the left).
+    :param num_events: m, the region's number of events (the support is ``{0, ..., m - 1}``).
+    """
+
+    arg_constraints = {}
+    has_enumerate_support = True
+
+    def __new__(cls, value=None, num_events=None, validate_args=None, *, logits=None, probs=None):
+        # Pyro rebuilds enumerated distributions as ``type(d)(logits=...)`` (TraceEnum_ELBO.compute_marginals):
+        # those are ordinary dense categoricals, as for teachers.categorical.IndexedCategorical
+        if logits is not None or probs is not None:
+            return dist.Categorical(logits=logits, probs=probs, validate_args=validate_args)
+        return super().__new__(cls)
+
+    def __init__(self, value: torch.Tensor, num_events: int, validate_args: bool | None = None, **_dense) -> None:
+        self.value, self.num_events = value, int(num_events)
+        super().__init__(batch_shape=value.shape, event_shape=torch.Size(), validate_args=validate_args)
+
+    @constraints.dependent_property(is_discrete=True, event_dim=0)
+    def support(self) -> constraints.Constraint:
+        return constraints.integer_interval(0, self.num_events - 1)
+
+    def expand(self, batch_shape: torch.Size | list[int] | tuple[int, ...], _instance=None) -> PointMassCategorical:
+        new = self._get_checked_instance(PointMassCategorical, _instance)
+        new.value, new.num_events = self.value.expand(batch_shape), self.num_events
+        super(PointMassCategorical, new).__init__(batch_shape=torch.Size(batch_shape), event_shape=torch.Size(),
+                                                  validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = torch.Size()) -> torch.Tensor:
+        shape = torch.Size(sample_shape) + self.batch_shape
+        return self.value if shape == self.value.shape else self.value.expand(shape)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        if self._validate_args:
+            self._validate_sample(value)
+        zero = torch.zeros((), dtype=torch.float64, device=self.value.device)
+        return torch.where(value.long() == self.value.long(), zero, -torch.inf)
+
+    def enumerate_support(self, expand: bool = True) -> torch.Tensor:
+        m = self.num_events
+        values = torch.arange(m, device=self.value.device).reshape((m,) + (1,) * len(self.batch_shape))
+        return values.expand((m, *self.batch_shape)) if expand else values
+
+    @property
+    def mean(self) -> torch.Tensor:
+        raise NotImplementedError("PointMassCategorical has no mean: events are labels, not numbers")
+
+
 def deterministic_site(name: str, value: torch.Tensor) -> torch.Tensor:
-    """``pyro.deterministic(name, value)`` recorded as float64 and without its mask: the site's
-    log-density is an exact float64 zero (``pyro.deterministic``'s mask gives a default-dtype zero and an
-    int64 value an int64 one, which ``TraceEnum_ELBO`` cannot contract with float64 probabilities)."""
-    v = value.to(torch.float64)
-    return pyro.sample(name, dist.Delta(v, event_dim=0), obs=v, infer={"_deterministic": True})
+    """``pyro.deterministic(name, value, event_dim=0)`` with the value as float64: exactly the site Pyro builds
+    (a ``Delta`` masked off, flagged ``_deterministic``), so Pyro's tools (``get_model_relations``,
+    ``render_model``, ``Predictive``) read it as their own deterministic site.  The ladder's model no longer uses
+    it: a bottom-up region is a latent :class:`PointMassCategorical` site, which Pyro does not list as observed.
+
+    :param name: the site's name.
+    :param value: the recorded value, any shape (all batch dims).
+    :returns: the value as float64.
+    """
+    return pyro.deterministic(name, value.to(torch.float64), event_dim=0)
 
 
 def observed(fn: IndexedCategorical, value: torch.Tensor | None) -> torch.Tensor | None:

@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pyro
-import pyro.distributions as dist
 import pyro.poutine.runtime as pyro_runtime
 import pytest
 import torch
@@ -18,6 +17,7 @@ from scipy import stats
 
 from teachers import BLOCK_SIZE, GaussianEmission, Ladder, LadderModel, LadderSample, sample_ladder
 from teachers.categorical import BlockRNG
+from teachers.pyro_sites import PointMassCategorical
 from teachers.sampling import block_generator, parse_shard
 
 
@@ -295,10 +295,12 @@ def test_trace_sites_and_shapes(tiny_ladder):
         assert tuple(site["value"].shape) == want, (l, site["value"].shape)
         assert site["value"].dtype == torch.int64
         assert [f.name for f in site["cond_indep_stack"]] == ["data"] + [f"level_{k}" for k in range(1, l + 1)]
-        deterministic = lad.mode == "bottomup" and l < d
-        assert site["is_observed"] == deterministic
-        if deterministic:
-            assert isinstance(site["fn"].base_dist if hasattr(site["fn"], "base_dist") else site["fn"], dist.Delta)
+        assert not site["is_observed"]  # issue 37: a bottom-up parent is a latent event, not observed data
+        if lad.mode == "bottomup" and l < d:  # a point mass at the lookup of its children's events
+            fn = site["fn"].base_dist if hasattr(site["fn"], "base_dist") else site["fn"]
+            assert isinstance(fn, PointMassCategorical) and torch.equal(fn.value, site["value"])
+            other = (site["value"] + 1) % lad.events[l]
+            assert (fn.log_prob(site["value"]) == 0).all() and torch.isneginf(fn.log_prob(other)).all()
     x = tr.nodes["x"]
     assert tuple(x["value"].shape) == (n, *lad.branching, lad.emission.dim)
     assert x["fn"].event_shape == (lad.emission.dim,) and tuple(x["fn"].batch_shape) == (n, *lad.branching)
