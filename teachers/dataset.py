@@ -107,7 +107,7 @@ def save_dataset(sample: LadderSample, path: str | os.PathLike, *, compress: boo
     return _write(path, meta, {**data, **arrays}, compress)
 
 
-def _write(path, meta: dict, members: dict[str, np.ndarray], compress: bool) -> Path:
+def _write(path: str | os.PathLike, meta: dict, members: dict[str, np.ndarray], compress: bool) -> Path:
     """Write a versioned npz atomically: ``meta`` with its checksum (of it as a reader will parse it: tuples
     become lists) as member ``meta``, and ``members`` (shared by every dataset kind)."""
     meta = json.loads(json.dumps(meta))
@@ -185,7 +185,7 @@ def _check_spec_arrays(meta: dict, arrays: dict[str, np.ndarray], where: str) ->
             raise DatasetFormatError(f"{where}: spec array {name!r} fails its SHA-256 check (corrupted or edited)")
 
 
-def _check(where: str, meta: dict, arrays: dict[str, np.ndarray], ladder: Ladder):
+def _check(where: str, meta: dict, arrays: dict[str, np.ndarray], ladder: Ladder) -> None:
     for key in ("z", "y") + (("x",) if meta["x_stored"] else ()):
         if key not in arrays:
             raise DatasetFormatError(f"{where} lacks member {key!r}")
@@ -267,7 +267,7 @@ def load_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     return sample if device is None else sample.to(device)
 
 
-def _join_shards(parts: list[tuple], stream, partial: bool) -> dict:
+def _join_shards(parts: list[tuple], stream: bool, partial: bool) -> dict:
     """Sort ``parts`` ``(meta, arrays, ..., path)`` by stream row and check them (:func:`check_shards`, with
     ``stream(meta, arrays)``); shared by every dataset kind.  :returns: the loaded sample's ``meta``."""
     parts.sort(key=lambda t: t[0]["start"])
@@ -277,7 +277,8 @@ def _join_shards(parts: list[tuple], stream, partial: bool) -> dict:
     return {**extra, "files": [str(t[-1]) for t in parts]}
 
 
-def _triple(ladder: Ladder, z: torch.Tensor, x: torch.Tensor | None, dtype: torch.dtype):
+def _triple(ladder: Ladder, z: torch.Tensor, x: torch.Tensor | None, dtype: torch.dtype) -> tuple[torch.Tensor,
+            torch.Tensor, torch.Tensor]:
     """``(x, y, z)`` of rows ``z`` (``(..., total_regions)``; x in ``dtype``, one-hot leaves built from z when
     ``x`` is None; y and z int64)."""
     z = z.long()
@@ -297,12 +298,12 @@ class LadderDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, source: LadderSample | str | os.PathLike | Sequence[str | os.PathLike], *,
-                 partial: bool = False):
+                 partial: bool = False) -> None:
         self.sample = source if isinstance(source, LadderSample) else load_dataset(source, partial=partial)
 
     def __len__(self) -> int:
         return len(self.sample)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         s = self.sample
         return _triple(s.ladder, s.z[i], None if s.x is None else s.x[i], torch.float32)

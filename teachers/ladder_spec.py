@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ class LadderSpecIO:
             return cached[1]
         h = hashlib.sha256()
 
-        def feed(obj) -> None:
+        def feed(obj: Any) -> None:
             if isinstance(obj, torch.Tensor | np.ndarray):
                 a = np.ascontiguousarray(obj.detach().cpu().numpy() if isinstance(obj, torch.Tensor) else obj)
                 h.update(f"<array {a.dtype.str} {a.shape}>".encode())

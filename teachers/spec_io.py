@@ -30,7 +30,7 @@ import re
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -135,7 +135,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None], *,
     return path
 
 
-def spec_to_jsonable(obj):
+def spec_to_jsonable(obj: Any) -> Any:
     """Tensors and arrays to nested lists (for JSON)."""
     if isinstance(obj, (torch.Tensor, np.ndarray)):
         return obj.tolist()
