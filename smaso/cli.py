@@ -32,7 +32,8 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from smaso._version import __version__
 from smaso.cli_student import _cmd_compare, _cmd_demo
@@ -61,6 +62,11 @@ from smaso.reports import (
     print_tent_report,
     tent_report,
 )
+
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+    from teachers.ladder import Ladder
 
 __all__ = ["inspect_report", "main"]
 
@@ -110,11 +116,11 @@ def _int_list(text: str) -> list[int]:
             from None
 
 
-def _one_or_list(values: list[int]):
+def _one_or_list(values: list[int]) -> int | list[int]:
     return values[0] if len(values) == 1 else values
 
 
-def ladder_from_args(args: argparse.Namespace):
+def ladder_from_args(args: argparse.Namespace) -> Ladder:
     """Build the :class:`~teachers.ladder.Ladder` described by the CLI options (a tree, a spec file of any
     version, or ``--graph conv1d|conv2d``)."""
     from teachers.ladder import Ladder
@@ -150,7 +156,7 @@ def ladder_from_args(args: argparse.Namespace):
                          concentration=args.concentration or 1.0, seed=args.ladder_seed, **common)
 
 
-def _graph_from_args(args: argparse.Namespace):
+def _graph_from_args(args: argparse.Namespace) -> Ladder:
     """The ``--graph conv1d|conv2d`` ladder of the options (:meth:`Ladder.conv1d` / ``conv2d``)."""
     from teachers.ladder import Ladder, LadderSpecError
 
@@ -183,7 +189,7 @@ def _graph_from_args(args: argparse.Namespace):
         raise LadderSpecError(f"--graph {args.graph} (--width/--height, --kernels, --strides, --events): {e}") from None
 
 
-def _cmd_sample_ladder(args) -> int:
+def _cmd_sample_ladder(args: argparse.Namespace) -> int:
     from teachers.sampling import parse_shard
 
     _check_store_target(args.out)
@@ -232,7 +238,7 @@ def _cmd_sample_ladder(args) -> int:
     return 0
 
 
-def _cmd_sample_tent(args) -> int:
+def _cmd_sample_tent(args: argparse.Namespace) -> int:
     from teachers.tent import sample_tent, save_tent_dataset
 
     _check_tent_memory(args.n, args.shard)
@@ -249,7 +255,7 @@ def _cmd_sample_tent(args) -> int:
     return 0
 
 
-def _cmd_spec(args) -> int:
+def _cmd_spec(args: argparse.Namespace) -> int:
     from teachers.spec_io import save_spec, spec_to_jsonable
 
     lad = ladder_from_args(args)
@@ -261,7 +267,7 @@ def _cmd_spec(args) -> int:
     return 0
 
 
-def _cmd_inspect(args) -> int:
+def _cmd_inspect(args: argparse.Namespace) -> int:
     from teachers.dataset import load_dataset
     from teachers.tent import FORMAT as TENT_FORMAT
     from teachers.tent import dataset_format, load_tent_dataset
@@ -331,7 +337,7 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
     _add_device(g, "the student's training and evaluation, the exact posteriors")
 
 
-def _add_device(g, what: str) -> None:
+def _add_device(g: argparse._ActionsContainer, what: str) -> None:
     g.add_argument("--device", default=None,
                    help=f"torch device ('cpu', 'cuda', 'cuda:1') of {what} (default: cpu)")
 
@@ -470,16 +476,17 @@ class _Parser(argparse.ArgumentParser):
 
     strict = False
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         """Usage, then one ``smaso: error:`` line (argparse would name the subcommand: ``smaso compare:``)."""
         self.print_usage(sys.stderr)
         self.exit(2, f"smaso: error: {message}\n")
 
-    def parse_known_args(self, args=None, namespace=None):
+    def parse_known_args(self, args: Sequence[str] | None = None,
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         namespace, extras = super().parse_known_args(args, namespace)
         if extras and self.strict:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
@@ -495,7 +502,7 @@ def _subcommand_parsers(parser: argparse.ArgumentParser) -> list[argparse.Argume
     return found
 
 
-def _add_global_options(parser: argparse.ArgumentParser, **default) -> None:
+def _add_global_options(parser: argparse.ArgumentParser, **default: Any) -> None:
     """``--debug`` and ``-q``, and after any subcommand too (``smaso demo -q``), there without overriding the
     top-level ones (``default=SUPPRESS``)."""
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error, and third-party "
@@ -523,7 +530,7 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
                         "about a fifth on a quiet machine and loses most of the throughput beside other jobs)")
 
 
-def _int_at_least(low: int, what: str):
+def _int_at_least(low: int, what: str) -> Callable[[str], int]:
     """An argparse type: an integer (``1e6`` too) of at least ``low``, named ``what`` in the error."""
 
     def parse(text: str) -> int:

@@ -70,7 +70,11 @@ class _SampleChunks:
         return self.sample.iter_chunks(self.chunk_rows if chunk_rows is None else chunk_rows)
 
 
-def as_chunks(source: LadderSample | ChunkedLadderData | str | os.PathLike | Sequence[str | os.PathLike],
+#: What every chunk-by-chunk pass reads (for type hints): a sample in memory, an open store, or dataset path(s).
+DataSource = LadderSample | ChunkedLadderData | str | os.PathLike | Sequence[str | os.PathLike]
+
+
+def as_chunks(source: DataSource,
               chunk_rows: int = DEFAULT_CHUNK_ROWS, *,
               partial: bool = False) -> ChunkedLadderData | _SampleChunks:
     """Any dataset as chunks, for passes that run chunk by chunk (one task per chunk).
@@ -113,7 +117,7 @@ class ChunkDataset(torch.utils.data.Dataset):
     :param source, chunk_rows, partial: as for :func:`as_chunks` (of a tree or a graph ladder).
     """
 
-    def __init__(self, source: LadderSample | ChunkedLadderData | str | os.PathLike | Sequence[str | os.PathLike],
+    def __init__(self, source: DataSource,
                  dtype: torch.dtype = torch.float32, *, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                  partial: bool = False) -> None:
         self.source = as_chunks(source, chunk_rows, partial=partial)
@@ -150,7 +154,7 @@ class StreamingLadderDataset(torch.utils.data.IterableDataset):
     :param source, chunk_rows, partial: as for :func:`as_chunks`.
     """
 
-    def __init__(self, source: LadderSample | ChunkedLadderData | str | os.PathLike | Sequence[str | os.PathLike],
+    def __init__(self, source: DataSource,
                  batch_size: int, dtype: torch.dtype = torch.float32, shuffle: bool = False,
                  seed: int = 0, *, drop_last: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                  partial: bool = False) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,11 +34,9 @@ import torch.nn.functional as F
 from .ladder import TOPDOWN, Ladder, _check_ladder
 
 if TYPE_CHECKING:
-    import os
 
-    from teachers.chunked import _SampleChunks
+    from teachers.chunked import DataSource, _SampleChunks
     from teachers.engine import DaskEngine, SerialEngine
-    from teachers.sampling import LadderSample
     from teachers.store_reader import ChunkedLadderData
 
 __all__ = [
@@ -360,7 +357,7 @@ def _count_chunk(c: int, chunks: ChunkedLadderData | _SampleChunks) -> EventCoun
     return EventCounts.zeros(chunks.ladder).update(chunks.chunk(c).z)
 
 
-def count_events(source: LadderSample | ChunkedLadderData | str | os.PathLike | Sequence[str | os.PathLike], *,
+def count_events(source: DataSource, *,
                  engine: SerialEngine | DaskEngine | None = None, progress: bool = False) -> EventCounts:
     """Event and pair counts of a whole dataset, streamed chunk by chunk (one task per chunk).
 

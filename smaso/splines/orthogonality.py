@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,7 +42,7 @@ __all__ = [
 ]
 
 
-def _pieces(A) -> torch.Tensor:
+def _pieces(A: torch.Tensor | nn.Module) -> torch.Tensor:
     """Slopes as ``(K, R, D)`` from a MASO, a ``(K, R, D)`` tensor or a ``(K, D)`` weight (R = 1)."""
     from smaso.splines.maso import MASO
 
@@ -64,7 +66,7 @@ def _cross_gram(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return gram, unit[:, None] != unit[None, :]
 
 
-def orthogonality_penalty(A, lam: float = 1.0) -> torch.Tensor:
+def orthogonality_penalty(A: torch.Tensor | nn.Module, lam: float = 1.0) -> torch.Tensor:
     """lambda sum_{k != k'} sum_{r,r'} <A[k,r,:], A[k',r',:]>^2 (both orders of each pair counted).
 
     ``A``: a MASO, slopes ``(K, R, D)``, or a linear layer's weight ``(K, D)`` (for linear + ReLU the zero
@@ -101,7 +103,7 @@ class OrthogonalityDefect:
         return self.max_abs_cosine < 1e-6
 
 
-def orthogonality_defect(A) -> OrthogonalityDefect:
+def orthogonality_defect(A: torch.Tensor | nn.Module) -> OrthogonalityDefect:
     """:class:`OrthogonalityDefect` of a MASO, slopes ``(K, R, D)`` or a weight ``(K, D)`` (no gradient)."""
     with torch.no_grad():
         A = _pieces(A)
@@ -213,7 +215,7 @@ def register_gram_schmidt(module: nn.Module, name: str = "weight") -> nn.Module:
     return module
 
 
-def register_orthogonal(module: nn.Module, name: str = "weight", **kwargs) -> nn.Module:
+def register_orthogonal(module: nn.Module, name: str = "weight", **kwargs: Any) -> nn.Module:
     """PyTorch's ``torch.nn.utils.parametrizations.orthogonal`` on ``module.<name>``: orthonormal rows.
 
     ``kwargs`` go to ``orthogonal`` (``orthogonal_map``, ``use_trivialization``).  Rows have unit norm (unlike
@@ -269,7 +271,7 @@ class _ConvGeometry:
                          strict=True))
 
 
-def _tuple(name: str, value, nd: int, minimum: int) -> tuple[int, ...]:
+def _tuple(name: str, value: int | Sequence[int], nd: int, minimum: int) -> tuple[int, ...]:
     vals = (value,) * nd if isinstance(value, int) else tuple(value) if isinstance(value, tuple | list) else None
     if vals is None or len(vals) != nd or not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
         raise TypeError(f"{name}: expected an int or {nd} ints, got {value!r}")
@@ -278,7 +280,8 @@ def _tuple(name: str, value, nd: int, minimum: int) -> tuple[int, ...]:
     return vals
 
 
-def _conv_geometry(conv, input_size, stride, padding, dilation) -> tuple[torch.Tensor, _ConvGeometry]:
+def _conv_geometry(conv: nn.Module, input_size: _Size, stride: int | Sequence[int], padding: int | Sequence[int],
+                   dilation: int | Sequence[int]) -> tuple[torch.Tensor, _ConvGeometry]:
     """The weight ``(K, C, *kernel)`` and the geometry of a Conv1d/2d module or a raw weight (groups = 1)."""
     if isinstance(conv, nn.Module):
         if not isinstance(conv, nn.Conv1d | nn.Conv2d):
@@ -331,7 +334,7 @@ def _windows(size: int, k: int, s: int, pl: int, d: int, out: int) -> torch.Tens
 
 
 @functools.lru_cache(maxsize=256)  # pure function of ints; a training loop asks for the same geometry each step
-def _pair_patterns(size: int, k: int, s: int, pl: int, d: int, out: int, windows: bool):
+def _pair_patterns(size: int, k: int, s: int, pl: int, d: int, out: int, windows: bool) -> Any:
     """One spatial dimension's output-position pairs (i, i'), grouped by how their rows overlap.
 
     The rows of positions i and i' share input pixel y = i s - pl + a d = i' s - pl + a' d, inside the input,
@@ -360,7 +363,7 @@ _TAPS = ("pq", "uv")  # einsum letters of the kernel taps of the two filters of 
 _PATTERNS = "AB"
 
 
-def _conv_gram_blocks(W: torch.Tensor, geo: _ConvGeometry, windows: bool = True):
+def _conv_gram_blocks(W: torch.Tensor, geo: _ConvGeometry, windows: bool = True) -> Any:
     """The convolution matrix's row Gram matrix, compressed: ``(C, same, counts, n1, n2)`` where for every
     combination of per-dimension pair patterns (A, B, ...), ``C[A, B, k, k']`` is the inner product of the rows
     (filter k, position x) and (filter k', position x') for any position pair of that pattern, ``counts[A, B]``
@@ -470,7 +473,7 @@ def conv_orthogonality_defect(conv: nn.Module | torch.Tensor, input_size: _Size,
 
 
 def register_conv_orthogonal(module: nn.Module, input_size: _Size, *, method: str = "orthogonal",
-                             **kwargs) -> nn.Module:
+                             **kwargs: Any) -> nn.Module:
     """Make the rows of a convolution's matrix orthogonal (Eq 11 for every (filter, position) unit), where
     orthogonal flattened filters are enough; returns ``module``.
 

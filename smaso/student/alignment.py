@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -73,6 +74,11 @@ from smaso.student.frequency import (
 )
 from smaso.student.mergeable import MergeableSums
 from smaso.student.network import LadderStudent, StudentRecord, _check_student
+
+if TYPE_CHECKING:
+    from teachers.chunked import DataSource, _SampleChunks
+    from teachers.engine import DaskEngine, SerialEngine
+    from teachers.store_reader import ChunkedLadderData
 
 __all__ = ["DEFAULT_CONTROLS", "DEFAULT_THRESHOLD", "TABLE_LEGEND", "VARIABLES", "Alignment", "AlignmentAccumulator",
            "LinearProbe", "accumulate_alignment", "alignment_report", "alignment_rows", "best_match_ranks",
@@ -106,7 +112,7 @@ def _entropy_bits(p: torch.Tensor, dim: int) -> torch.Tensor:
     return -(torch.where(p > 0, p * p.log2(), 0.0)).sum(dim)
 
 
-def _check_variable(variable) -> str:
+def _check_variable(variable: object) -> str:
     if not isinstance(variable, str) or variable not in VARIABLES:
         raise ValueError(f"variable: expected one of {VARIABLES}, got {variable!r}")
     return variable
@@ -263,7 +269,7 @@ class Alignment:
         return out
 
 
-def _check_threshold(threshold) -> float:
+def _check_threshold(threshold: object) -> float:
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not -1 <= threshold <= 1:
         raise ValueError(f"threshold: expected a correlation in [-1, 1], got {threshold!r}")
     return float(threshold)
@@ -328,7 +334,7 @@ class AlignmentAccumulator(MergeableSums):
              "on_ctrl")
     _META = ("variable",)
 
-    def __init__(self, student: LadderStudent, controls: int = DEFAULT_CONTROLS, *, variable: str = "output"):
+    def __init__(self, student: LadderStudent, controls: int = DEFAULT_CONTROLS, *, variable: str = "output") -> None:
         _check_student(student)
         if isinstance(controls, bool) or not isinstance(controls, int) or controls < 0:
             raise ValueError(f"controls: expected an integer >= 0, got {controls!r}")
@@ -515,7 +521,7 @@ class LinearProbe(MergeableSums):
     _COUNTS = {"n_fit": int, "n_score": int}
     _META = ("variable",)
 
-    def __init__(self, student: LadderStudent, ridge: float = 1e-8, *, variable: str = "output"):
+    def __init__(self, student: LadderStudent, ridge: float = 1e-8, *, variable: str = "output") -> None:
         _check_student(student)
         if not (isinstance(ridge, (int, float)) and math.isfinite(ridge) and ridge >= 0):
             raise ValueError(f"ridge: expected a finite number >= 0, got {ridge!r}")
@@ -633,14 +639,14 @@ def alignment_rows(alignment: Alignment | AlignmentAccumulator, probe: LinearPro
 
 
 def alignment_report(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, *, init: Alignment | None = None,
-                     threshold: float = DEFAULT_THRESHOLD, **kwargs) -> list[dict]:
+                     threshold: float = DEFAULT_THRESHOLD, **kwargs: Any) -> list[dict]:
     """:func:`collect_alignment` as rows, one per level (:func:`alignment_rows`: the summary, ``probe`` and
     ``probe_chance``, and with ``init`` the ranks at initialisation of the best matches)."""
     acc, probe = _collect(student, x, z, **kwargs)
     return alignment_rows(acc, probe, init=init, threshold=threshold)
 
 
-def _check_fit_rows(fit_rows, n: int) -> int:
+def _check_fit_rows(fit_rows: object, n: int) -> int:
     fit = n // 2 if fit_rows is None else fit_rows
     if isinstance(fit, bool) or not isinstance(fit, int) or not 0 < fit < n:
         raise ValueError(f"fit_rows: expected an integer in 1..{n - 1}, got {fit_rows!r}")
@@ -679,7 +685,8 @@ def collect_alignment(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, 
     return acc.result(), probe.accuracy()
 
 
-def _chunk_alignment(c: int, student: LadderStudent, chunks, fit: int, batch_size: int, controls: int,
+def _chunk_alignment(c: int, student: LadderStudent, chunks: ChunkedLadderData | _SampleChunks, fit: int,
+                     batch_size: int, controls: int,
                      coef: list | None, variable: str = "output") -> tuple[dict, dict]:
     """The task of one chunk (any process): its rows of one phase, in batches of ``batch_size``, into fresh
     moments.  Phase fit (``coef`` None): the chunk's rows before row ``fit``; phase score: those from row ``fit``
@@ -699,7 +706,8 @@ def _chunk_alignment(c: int, student: LadderStudent, chunks, fit: int, batch_siz
     return acc.state_dict(), probe.state_dict()
 
 
-def accumulate_alignment(student: LadderStudent, source, *, engine=None, fit_rows: int | None = None,
+def accumulate_alignment(student: LadderStudent, source: DataSource, *,
+                         engine: SerialEngine | DaskEngine | None = None, fit_rows: int | None = None,
                          batch_size: int = 4096, controls: int = DEFAULT_CONTROLS, variable: str = "output",
                          progress: bool = False) -> tuple[AlignmentAccumulator, LinearProbe]:
     """:func:`collect_alignment` streamed over any dataset, chunk by chunk, on any engine: the mergeable moments.

@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import torch
 
 from smaso.student.network import PER_EXAMPLE, StudentRecord
+
+if TYPE_CHECKING:
+    from typing import Self
 
 __all__ = ["MergeableSums", "negated_state", "record_rows"]
 
@@ -71,7 +75,7 @@ class MergeableSums:
         return {**{k: getattr(self, k) for k in (*self._COUNTS, *self._META)},
                 **{k: [None if t is None else t.clone() for t in getattr(self, k)] for k in self._SUMS}}
 
-    def _checked_state(self, other) -> dict:
+    def _checked_state(self, other: MergeableSums) -> dict:
         """``other`` (an accumulator of this type or its :meth:`state_dict`) as a state that can merge into this
         one; the checks of :meth:`merge_`."""
         state = other.state_dict() if isinstance(other, type(self)) else other
@@ -88,7 +92,7 @@ class MergeableSums:
                                  "or accumulation dtype)")
         return state
 
-    def merge_(self, other):
+    def merge_(self, other: MergeableSums) -> Self:
         """Add another accumulator's state (or its :meth:`state_dict`) to this one, in place; returns self.
 
         Exact for the counts; the sums are added in the accumulation dtype (use float64 for sums that
@@ -107,7 +111,7 @@ class MergeableSums:
             setattr(self, key, getattr(self, key) + kind(state[key]))
         return self
 
-    def __iadd__(self, other):
+    def __iadd__(self, other: MergeableSums) -> Self:
         return self.merge_(other)  # (a subclass's merge_, with its own checks)
 
 

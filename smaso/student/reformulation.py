@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +22,9 @@ from smaso.student.batchnorm import bn_backward_weighted, bn_forward_weighted
 from smaso.student.frequency import FrequencyStatistics
 from smaso.student.network import LadderStudent, _check_student
 from teachers.statistics import EventStatistics
+
+if TYPE_CHECKING:
+    from teachers.ladder import Ladder
 
 __all__ = ["Reformulation", "eq7_check", "eq7_from_outputs", "eq7_gradient", "eq7_signs", "reformulate", "resolve_top",
            "top_gradient"]
@@ -50,14 +54,16 @@ class Reformulation:
         return f"Reformulation(levels={len(self.Fbar)}, Fbar shapes={shapes})"
 
 
-def _weighted_bn(F_: torch.Tensor, p: torch.Tensor, c1, c0, eps: float):
+def _weighted_bn(F_: torch.Tensor, p: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq 12 forward per region (:func:`~smaso.student.batchnorm.bn_forward_weighted` over the events): F_
     ``(R, m, n)``, p ``(R, m)``; returns ``(Fbar, F_tilde, sigma)``."""
     fbar, f_tilde, _, sigma = bn_forward_weighted(F_.transpose(0, 1), p.T, c1, c0, eps)
     return fbar.transpose(0, 1), f_tilde.transpose(0, 1), sigma
 
 
-def _weighted_bn_backward(G: torch.Tensor, F_tilde: torch.Tensor, p: torch.Tensor, sigma: torch.Tensor, c1):
+def _weighted_bn_backward(G: torch.Tensor, F_tilde: torch.Tensor, p: torch.Tensor, sigma: torch.Tensor,
+                          c1: torch.Tensor) -> torch.Tensor:
     """Eq 12 backward per region on P-weighted gradients ``(R, m, n)`` (of :func:`_weighted_bn`'s forward)."""
     return bn_backward_weighted(G.transpose(0, 1), F_tilde.transpose(0, 1), p.T, sigma, c1).transpose(0, 1)
 
@@ -182,7 +188,7 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     return Reformulation(U, F_, Fbar, G_tilde, dW, db)
 
 
-def _same_layout(a, b) -> bool:
+def _same_layout(a: Ladder, b: Ladder) -> bool:
     """The same regions, edges and event counts (uniform trees: the same branching and events)."""
     if a.is_uniform() or b.is_uniform():
         return (a.branching, a.events) == (b.branching, b.events)
