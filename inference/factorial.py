@@ -322,14 +322,14 @@ def _mean_field_elbo(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, q: torch
 
 # ---------------------------------------------------------------------- the same answers by Pyro inference
 def _sequential_model(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sig: torch.Tensor, max_configs: int,
-                      what: str) -> Callable[[], torch.Tensor]:
+                      what: str) -> Callable[[], dict[str, torch.Tensor]]:
     """The enumerable (sequential) layout of the factorial Pyro model on inputs x, after the size check."""
     _check_configs(A.shape[0], A.shape[1], max_configs, what, ", one tensor dimension per unit",
                    "use the hand-written routines (factorized_map, mean_field_map) for large K")
     log_pi = log_pi_from_offsets(A, B, sig)
     xx = x.to(A.dtype)
 
-    def model() -> torch.Tensor:
+    def model() -> dict[str, torch.Tensor]:
         return factorial_mixture_model(A, None, sig, xx, layout="sequential", log_pi=log_pi)
 
     return model
@@ -563,7 +563,7 @@ def factorial_posterior_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor,
     else:
         model = _sequential_model(A, B, x, sig, max_configs, "factorial_posterior_draws")  # within max_configs
 
-        def particles():
+        def particles() -> dict[str, torch.Tensor]:
             with pyro.plate("particles", total, dim=-2):
                 return model()
 

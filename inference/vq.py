@@ -107,7 +107,7 @@ def posterior_region_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, nu
     total = num_draws * num_chains
     xx = x.to(device=A.device, dtype=A.dtype)
 
-    def particles(xx: torch.Tensor) -> torch.Tensor:
+    def particles(xx: torch.Tensor) -> dict[str, torch.Tensor]:
         with pyro.plate("particles", total, dim=-3):
             return unit_mixture_model(A, None, sigma, xx, log_pi=log_pi)
 

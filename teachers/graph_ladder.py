@@ -33,6 +33,10 @@ def _build(events: Sequence[int], parents: Sequence, mode: str, emission: Emissi
                   name=name)
 
 
+def _itself(ladder: Ladder) -> Ladder:
+    return ladder
+
+
 def _random(events: Sequence[int], parents: Sequence, **kwargs: Any) -> Ladder:
     return Ladder.random(events=events, parents=parents, **{"name": "random-graph", **kwargs})
 
@@ -50,6 +54,6 @@ GraphLadder = alias(
                                    "Ladder.random(events=..., parents=..., ...)")),
     fully_informative=staticmethod(deprecated(_fully_informative, "GraphLadder.fully_informative(parents, ...)",
                                               "Ladder.fully_informative(parents=..., ...)")),
-    from_ladder=staticmethod(deprecated(lambda ladder: ladder, "GraphLadder.from_ladder(ladder)",
+    from_ladder=staticmethod(deprecated(_itself, "GraphLadder.from_ladder(ladder)",
                                         "the ladder itself")),
     **{n: staticmethod(deprecated(getattr(Ladder, n), f"GraphLadder.{n}", f"Ladder.{n}")) for n in _SAME})

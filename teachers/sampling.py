@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from .categorical import AliasTable, BlockRNG
@@ -338,7 +339,7 @@ class SamplingPlan:
             for i0, q, rep, places in (strided_runs(links) if any(links) else []):
                 regs = np.arange(i0, i0 + q * rep)
 
-                def t(v, q=q, rep=rep):
+                def t(v: npt.ArrayLike, q: int = q, rep: int = rep) -> torch.Tensor:
                     return torch.as_tensor(np.asarray(v).reshape(q, rep), dtype=torch.int32, device=device)
 
                 weights = np.ones((len(places), q * rep), dtype=np.int64)

@@ -513,7 +513,7 @@ def brute_force_min(k: int, pieces: int, *, grid: int = 32, refine: int = 4, sam
     candidates.sort(key=lambda c: c[0])
     best = candidates[0][0]
     for _, t, v in candidates[:refine]:
-        def joint(p, n=len(t)):
+        def joint(p: np.ndarray, n: int = len(t)) -> float:
             return exact(np.sort(np.clip(p[:n], 0.0, 1.0)), p[n:])
         p0 = np.concatenate([t, v]) + 1e-6 * rng.standard_normal(len(t) + len(v))
         r = minimize(joint, p0, method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-13, "maxiter": 20000})
