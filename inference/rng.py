@@ -23,7 +23,7 @@ def check_seed(seed: object) -> None:
 
 
 @contextmanager
-def seeded_rng(seed: int | None, device: torch.device | str | None = None) -> Iterator[None]:
+def seeded_rng(seed: int | None, device: torch.device | str | None = None) -> Iterator[int]:
     """Run a block of Pyro work under ``seed`` without changing the caller's global RNG state.
 
     Saves Python's ``random`` state, NumPy's global state and torch's CPU generator (``torch.random.fork_rng``;

@@ -258,7 +258,8 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta: float | torc
 
         steps = tqdm(steps, desc="SVI (beta-VQ)")
     with seeded_rng(seed, A.device):
-        svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), TraceEnum_ELBO(max_plate_nesting=2))
+        # pyro.optim builds its torch.optim wrappers at import, so mypy sees no Adam
+        svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), TraceEnum_ELBO(max_plate_nesting=2))  # type: ignore[attr-defined]
         losses = [svi.step(x) for _ in steps]
     probs = pyro.param(PARAM_NAME).detach().clone()
     return VQFit(probs=probs, outputs=vq_outputs(probs, region_scores(A, B, x)), losses=losses,

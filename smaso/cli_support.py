@@ -108,7 +108,7 @@ class _Terminated(BaseException):
     received = False
 
 
-def _terminate_as_interrupt() -> None:
+def _terminate_as_interrupt() -> Any:
     """Turn SIGTERM into :class:`_Terminated` for the duration of a command (main thread only); returns the
     previous handler, or None where no handler could be installed."""
     import threading
@@ -322,7 +322,7 @@ def _set_threads(args: argparse.Namespace, default: int | None = None) -> None:
         torch.set_num_threads(threads)
 
 
-def _write_text(args: argparse.Namespace, path: str | os.PathLike, text: str) -> None:
+def _write_text(args: argparse.Namespace | None, path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically, or to standard output when ``path`` is ``-`` (the stream the
     command started with: informational prints never reach it then, see :func:`_streams`)."""
     if str(path) == STDOUT:

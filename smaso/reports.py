@@ -178,9 +178,9 @@ def accuracy_report(lad: Ladder, student: LadderStudent, bayes: float | dict | N
     correct = 0
     with torch.no_grad():  # in batches: one-hot inputs of 10^4 rows of a wide ladder are hundreds of MB
         for lo in range(0, len(fresh), ACCURACY_BATCH):
-            rows = slice(lo, lo + ACCURACY_BATCH)
-            out = student(fresh.inputs(rows, dtype=w.dtype).to(w.device))
-            correct += int((out.argmax(-1).cpu() == fresh.y[rows].long()).sum())
+            batch = slice(lo, lo + ACCURACY_BATCH)
+            out = student(fresh.inputs(batch, dtype=w.dtype).to(w.device))
+            correct += int((out.argmax(-1).cpu() == fresh.y[batch].long()).sum())
     acc = correct / len(fresh)
     readout = student.readout
     # a proven upper bound of the class (the certified or exact ceiling, else the proven upper bound)

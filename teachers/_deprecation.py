@@ -33,6 +33,8 @@ def deprecated(fn: Callable, old: str, new: str) -> Callable:
 class AliasMeta(type):
     """Metaclass of a deprecated alias class: ``isinstance(x, Alias)`` is ``isinstance(x, Alias._target)``."""
 
+    _target: type
+
     def __instancecheck__(cls, obj: object) -> bool:
         return isinstance(obj, cls._target)
 

@@ -71,7 +71,7 @@ class _SampleChunks:
 
 
 #: What every chunk-by-chunk pass reads (for type hints): a sample in memory, an open store, or dataset path(s).
-DataSource = LadderSample | ChunkedLadderData | str | os.PathLike | Sequence[str | os.PathLike]
+DataSource = LadderSample | ChunkedLadderData | _SampleChunks | str | os.PathLike | Sequence[str | os.PathLike]
 
 
 def as_chunks(source: DataSource,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -267,7 +267,7 @@ def load_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     return sample if device is None else sample.to(device)
 
 
-def _join_shards(parts: list[tuple], stream: bool, partial: bool) -> dict:
+def _join_shards(parts: list[tuple], stream: Callable[[dict, dict], dict], partial: bool) -> dict:
     """Sort ``parts`` ``(meta, arrays, ..., path)`` by stream row and check them (:func:`check_shards`, with
     ``stream(meta, arrays)``); shared by every dataset kind.  :returns: the loaded sample's ``meta``."""
     parts.sort(key=lambda t: t[0]["start"])

@@ -54,6 +54,9 @@ def _progress_bar(total: int, desc: str | None) -> Any:
 class _Engine:
     """What both engines share: :meth:`map` on top of their ``fold``, and use as a context manager."""
 
+    fold: Callable[..., Any]  # each engine's own
+    close: Callable[[], None]
+
     def map(self, fn: Callable[..., Any], items: Sequence, *args: Any, progress: str | None = None,
             **kwargs: Any) -> list:
         """``[fn(item, *args, **kwargs) for item in items]`` (each one task), in ``items``' order, with a tqdm bar

@@ -70,7 +70,7 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
     """
     path = Path(path)
     pattern = re.compile(re.escape(f".{path.name}.tmp-") + r"(\d+)(?:-\d+)?")
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(path.parent))
     except OSError:
@@ -102,7 +102,7 @@ def _create_temp(path: Path) -> tuple[int, Path]:
     raise AssertionError("unreachable")
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None], *, name: str = "out") -> Path:
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object], *, name: str = "out") -> Path:
     """Call ``write(f)`` on a temporary file beside ``path``, fsync it, then rename it over
     ``path``: a reader never sees a half-written file, and a failed write leaves nothing.
 

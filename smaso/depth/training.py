@@ -59,7 +59,7 @@ def make_student(widths: Sequence[int], seed: int = 0, dtype: torch.dtype = DT, 
 
 def optimise(params: Sequence[torch.Tensor], objective: Callable[[], torch.Tensor], *, steps: int, lr: float,
              optimizer: str, schedule: str, progress: bool,
-             desc: str, summary: Callable[[], str] | None) -> list[torch.Tensor]:
+             desc: str, summary: Callable[[torch.Tensor], str]) -> list[torch.Tensor]:
     """The training loop of :func:`train_student` and :func:`smaso.depth.population.train_population`.
 
     ``steps`` steps of ``optimizer`` (``"sgd"`` or ``"adam"``, learning rate ``lr``; with

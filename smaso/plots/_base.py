@@ -49,7 +49,7 @@ def finish_figure(fig: Figure, path: str | os.PathLike | None, title: str | None
     if title:
         fig.suptitle(title)
     if tight:
-        fig.tight_layout(**({} if tight is True else {"rect": tight}))
+        fig.tight_layout(**({} if tight is True else {"rect": tight}))  # type: ignore[arg-type]
     if path is not None:
         save_figure(fig, path)
     return fig

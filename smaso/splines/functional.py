@@ -192,7 +192,7 @@ class _SigmoidGate(torch.autograd.Function):
         return grad_u, grad_eta, None
 
 
-def _sigmoid_gate_backward_fused(g: torch.Tensor, u: torch.Tensor, eta: float | torch.Tensor, y: torch.Tensor,
+def _sigmoid_gate_backward_fused(g: torch.Tensor, u: torch.Tensor, eta: torch.Tensor, y: torch.Tensor,
                                  nu: float, want_u: bool, want_eta: bool) -> tuple[torch.Tensor | None,
                                  torch.Tensor | None]:
     """First-order backward of :class:`_SigmoidGate` in place (one fresh output-sized tensor)."""
@@ -231,7 +231,7 @@ def _sigmoid_gate_backward_fused(g: torch.Tensor, u: torch.Tensor, eta: float | 
     return grad_u, grad_eta
 
 
-def _sigmoid_gate_backward_graph(g: torch.Tensor, u: torch.Tensor, eta: float | torch.Tensor, nu: float, want_u: bool,
+def _sigmoid_gate_backward_graph(g: torch.Tensor, u: torch.Tensor, eta: torch.Tensor, nu: float, want_u: bool,
                                  want_eta: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The same gradients in out-of-place differentiable ops (double backward, ``torch.func``, tracing)."""
     cdt = _compute_dtype(u.dtype)

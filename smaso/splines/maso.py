@@ -231,7 +231,7 @@ class MASO:
         return W, b
 
     @classmethod
-    def _two_piece(cls, W: torch.Tensor, b: torch.Tensor, low_scale: float) -> MASO:
+    def _two_piece(cls, W: torch.Tensor, b: torch.Tensor | None, low_scale: float) -> MASO:
         W, b = cls._linear(W, b)
         A = torch.stack([low_scale * W, W], 1)
         B = torch.stack([low_scale * b, b], 1)

@@ -18,7 +18,6 @@ each with a :class:`DeprecationWarning` naming the new one:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -46,7 +45,7 @@ GraphFrequencyStatistics = alias(FrequencyStatistics, "GraphFrequencyStatistics"
 GraphReplicates = alias(ReplicateAccumulator, "GraphReplicates", "smaso.student.frequency.ReplicateAccumulator")
 
 
-def _event_statistics(graph: Ladder, marginals: Sequence[torch.Tensor], joints: Any, P_down: Any = None,
+def _event_statistics(graph: Ladder, marginals: list[torch.Tensor], joints: Any, P_down: Any = None,
                       num_examples: int | None = None) -> EventStatistics:
     return EventStatistics(graph, marginals, joints, num_examples)  # P_down follows from the joints
 
