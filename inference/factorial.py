@@ -29,7 +29,7 @@ import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyro
@@ -401,7 +401,7 @@ def mean_field_svi(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma: flo
     converged, it = False, 0
     with store.scope():
         store.clear()
-        optim = pyro.optim.Adam({"lr": lr})
+        optim = pyro.optim.Adam({"lr": lr})  # type: ignore[attr-defined]  # built by pyro.optim at import
         svi = SVI(model, guide, optim, TraceEnum_ELBO(max_plate_nesting=1))
         for it in range(1, num_steps + 1):  # noqa: B007 - `it` is reported
             svi.step()
@@ -427,7 +427,7 @@ def factorial_gap(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma: floa
     """
     sig = _check(A, B, x, sigma)
     t_exact, lj_exact = exact_joint_map(A, B, x, sig, max_configs=max_configs, return_log_joint=True)
-    out = {"orthogonality_defect": orthogonality_defect(A).relative, "n": int(x.shape[0]),
+    out: dict[str, Any] = {"orthogonality_defect": orthogonality_defect(A).relative, "n": int(x.shape[0]),
            "exact_log_joint_mean": float(lj_exact.mean())}
     mf = mean_field_map(A, B, x, sig, tol=tol, max_iter=max_iter)
     for name, t in (("factorized", factorized_map(A, B, x, sig, check_orthogonality=False)), ("mean_field", mf.t)):

@@ -485,15 +485,16 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         self.exit(2, f"smaso: error: {message}\n")
 
-    def parse_known_args(self, args: Sequence[str] | None = None,
-                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(  # type: ignore[override]  # typeshed's overloads on namespace's type; ours takes one
+            self, args: Sequence[str] | None = None,
+            namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         namespace, extras = super().parse_known_args(args, namespace)
         if extras and self.strict:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return namespace, extras
+        return namespace, extras  # type: ignore[return-value]  # typeshed: None only when namespace=None is passed on
 
 
-def _subcommand_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+def _subcommand_parsers(parser: argparse.ArgumentParser) -> list[_Parser]:
     """Every subcommand's parser below ``parser``, at any depth (``sample``, ``sample ladder``, ...)."""
     found = []
     for action in parser._subparsers._group_actions if parser._subparsers else ():

@@ -170,7 +170,7 @@ def _check_store_target(out: str) -> None:
         check_store_target(out, arg="--out", allow_empty=False)
 
 
-def _engine(args: argparse.Namespace) -> SerialEngine | DaskEngine | None:
+def _engine(args: argparse.Namespace) -> SerialEngine | DaskEngine:
     """The engine of ``--engine`` (a context manager): this process, or a Dask cluster (options checked by
     :func:`_check_engine_options`)."""
     from teachers.engine import CONNECT_TIMEOUT, EngineError, make_engine

@@ -38,7 +38,8 @@ __all__ = ["check_parents", "children_of", "conv1d_parents", "conv2d_parents", "
 
 def tree_parents(branching: Sequence[int]) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """``parents[l][i]`` of the uniform tree with ``branching`` (breadth-first numbering: parent ``i // b``)."""
-    out, n = [((),)], 1
+    out: list[tuple[tuple[int, ...], ...]] = [((),)]
+    n = 1
     for b in branching:
         out.append(tuple((i // b,) for i in range(n * b)))
         n *= b
@@ -100,8 +101,8 @@ def _invert(children: list[tuple[int, ...]], n_below: int) -> tuple[tuple[int, .
     return tuple(tuple(p) for p in parents)
 
 
-def _conv_levels(first: int, kernels: Sequence[int], strides: Sequence[int], what: str, split: Callable[...,
-                 Any]) -> tuple:
+def _conv_levels(first: int | tuple[int, ...], kernels: Sequence[int], strides: Sequence[int], what: str,
+                 split: Callable[..., Any]) -> tuple:
     """Shared upward construction: ``split(n_below_state, k, s)`` returns ``(children, n_below, state)``; ``kernels``
     and ``strides`` are lists of integers (integral floats accepted, LadderSpecError otherwise)."""
     kernels, strides = _as_int_tuple(kernels, "kernels"), _as_int_tuple(strides, "strides")
@@ -134,7 +135,7 @@ def conv1d_parents(width: int, kernels: Sequence[int], strides: Sequence[int]
     return parents
 
 
-def conv2d_parents(shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int]
+def conv2d_parents(shape: Sequence[int], kernels: Sequence[int], strides: Sequence[int]
                    ) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """The graph of :meth:`teachers.ladder.Ladder.conv2d` on an ``(H, W)`` grid (row-major regions): square ``k x k``
     windows with stride ``s`` per level from the leaves up; the top level must be ``(1, 1)``."""
@@ -176,7 +177,7 @@ def _pattern_lookup(field_: tuple[int, ...], child_fields: list[tuple[int, ...]]
                     value = digit
                 else:
                     bad |= digit != value
-        out = out * m + value
+        out = out * m + value  # type: ignore[operator]  # every leaf of field_ lies in some child's field
     out[bad] = 0
     return out
 
@@ -218,7 +219,7 @@ def check_parents(parents: tuple[tuple[tuple[int, ...], ...], ...], num_regions:
         raise LadderSpecError("parents[0]: the top region has no parents: expected [[]]")
     for l in range(1, len(num_regions)):
         n_above = num_regions[l - 1]
-        covered = set()
+        covered: set[int] = set()
         for i, ps in enumerate(parents[l]):
             if not ps:
                 raise LadderSpecError(f"parents[{l}][{i}]: every region below the top needs at least one parent "
@@ -264,7 +265,8 @@ def parse_region_tree(regions: Any) -> tuple[list[int], list[int], list[str]]:
     if len(roots) != 1:
         raise LadderSpecError(f"regions: expected exactly one root (a region that is nobody's child), found {roots}")
     order, level, depth_of = [], [roots[0]], {roots[0]: 0}
-    branching, events = [], []
+    branching: list[int] = []
+    events: list[int] = []
     while level:
         ev = {int(by_name[n]["events"]) for n in level}
         if len(ev) != 1:

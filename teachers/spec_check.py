@@ -17,7 +17,7 @@ them.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -136,7 +136,7 @@ def _index_path(path: str, idx: Sequence[int]) -> str:
     return path + "".join(f"[{int(i)}]" for i in idx)
 
 
-def _plain_ok(e: object, integer: bool) -> bool:
+def _plain_ok(e: Any, integer: bool) -> bool:
     """Fast check of a plain Python int or float entry (anything else goes to :func:`_scalar`)."""
     t = type(e)
     if t is float:
@@ -494,7 +494,7 @@ def check_emission_dict(e: object, path: str = "emission") -> None:
             _fail(f"{path}.scale", "a finite number > 0", e["scale"])
 
 
-def emission_from_spec(d: Mapping[str, Any], num_regions: int, num_events: int) -> Emission:
+def emission_from_spec(d: dict, num_regions: int, num_events: int) -> Emission:
     """An emission from its spec dict (checked field by field first)."""
     check_emission_dict(d)
     if d["kind"] == "gaussian" and "means" not in d:

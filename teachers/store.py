@@ -90,7 +90,7 @@ import shutil
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -149,7 +149,7 @@ def _zarr() -> ModuleType:
 
 
 # ---------------------------------------------------------------------- small helpers
-def _check_chunk_rows(chunk_rows: object) -> int:
+def _check_chunk_rows(chunk_rows: Any) -> int:
     if not _is_int(chunk_rows) or chunk_rows <= 0 or chunk_rows % BLOCK_SIZE:
         raise ValueError(f"chunk_rows: expected a positive multiple of BLOCK_SIZE={BLOCK_SIZE}, got {chunk_rows!r}")
     return int(chunk_rows)
@@ -517,7 +517,7 @@ def finalize(partial: str | os.PathLike, path: str | os.PathLike, checksums: Ite
                                  f"{str(partial)!r}")
     root = _zarr().open_group(str(partial), mode="r+")
     root.attrs.update({"chunk_sha256": {name: [got[c][name] for c in range(num_chunks)] for name in names}})
-    attrs = _root_attrs(partial)  # as a reader will parse it
+    attrs = cast("dict", _root_attrs(partial))  # as a reader will parse it (written above: not None)
     attrs["complete"] = True
     root.attrs.update({"complete": True, META_CHECKSUM: metadata_checksum(attrs)})  # written last
     _swap_into_place(partial, path)

@@ -216,8 +216,8 @@ def _check_mode_tables(given: dict, mode: str, tables: dict = _MODE_TABLES) -> N
 def _is_positive(v: object) -> bool:
     """Whether ``v`` is a real number (not a bool), > 0 and finite."""
     try:
-        return (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-                and v > 0 and math.isfinite(v))
+        return bool(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+                    and v > 0 and math.isfinite(v))
     except OverflowError:  # an integer too large for a float
         return False
 
@@ -267,7 +267,7 @@ def _as_float64(value: Any, name: str) -> torch.Tensor:
 def _check_rows(p: torch.Tensor, name: str, what: str) -> torch.Tensor:
     """Rows (last dim) must be non-negative and sum to 1 (within ``ROW_SUM_TOL``); returns them
     in float64, renormalized where they are off by more than rounding."""
-    def where(idx: torch.Tensor) -> str:
+    def where(idx: tuple[int, ...]) -> str:
         return f"{name}{list(idx)}" if idx else name
 
     neg = (p < 0).nonzero()
@@ -327,7 +327,7 @@ def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(_check_seed(seed))
 
 
-def _check_depth(depth: object) -> int:
+def _check_depth(depth: Any) -> int:
     if not _is_int(depth) or depth < 1:
         raise LadderSpecError(f"depth: expected an integer >= 1, got {_short(depth)}")
     if depth > MAX_DEPTH:

@@ -496,7 +496,7 @@ def brute_force_min(k: int, pieces: int, *, grid: int = 32, refine: int = 4, sam
     def exact(t: np.ndarray, v: np.ndarray) -> float:
         return pwl_l1_to_tent(np.concatenate([[0.0], t, [1.0]]), v, k)
 
-    def l1_regression(t: np.ndarray) -> float:
+    def l1_regression(t: np.ndarray) -> np.ndarray:
         knots = np.concatenate([[0.0], t, [1.0]])
         basis = np.stack([np.interp(x, knots, np.eye(len(knots))[i]) for i in range(len(knots))], axis=1)
         n, p = basis.shape  # variables: values (p, free), residual bounds e (n, >= 0): min sum e

@@ -79,7 +79,7 @@ def _abs_integral(ga: np.ndarray, gb: np.ndarray, width: np.ndarray) -> np.ndarr
     return width * np.where(same, 0.5 * tot, crossing)
 
 
-def pwl_l1_to_tent(knots: Sequence[float], values: Sequence[float], k: int) -> float:
+def pwl_l1_to_tent(knots: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray, k: int) -> float:
     """Exact ``integral_0^1 |tau^k - h|`` for the continuous piecewise-linear h through ``(knots, values)``.
 
     :param knots: increasing abscissae with ``knots[0] = 0`` and ``knots[-1] = 1`` (shape (n,)).

@@ -76,7 +76,7 @@ def train_student(net: nn.Module, k: int, *, steps: int = 3000, batch: int = 128
     y = tent_power(x, k)
     weights = [m.weight for m in net.modules() if isinstance(m, nn.Linear)]
 
-    def objective() -> torch.Tensor:
+    def objective() -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.randint(0, n_train, (batch,), generator=gen)
         loss = ((net(x[idx]) - y[idx]) ** 2).mean()
         reg = frobenius * sum((W**2).sum() for W in weights) if frobenius else 0.0

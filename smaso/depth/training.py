@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -57,7 +57,8 @@ def make_student(widths: Sequence[int], seed: int = 0, dtype: torch.dtype = DT, 
     return net
 
 
-def optimise(params: Sequence[torch.Tensor], objective: Callable[[], torch.Tensor], *, steps: int, lr: float,
+def optimise(params: Iterable[torch.Tensor], objective: Callable[[], tuple[torch.Tensor, torch.Tensor]], *,
+             steps: int, lr: float,
              optimizer: str, schedule: str, progress: bool,
              desc: str, summary: Callable[[torch.Tensor], str]) -> list[torch.Tensor]:
     """The training loop of :func:`train_student` and :func:`smaso.depth.population.train_population`.

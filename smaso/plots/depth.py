@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,7 +38,7 @@ _KINDS = {  # marker, colour, legend label
 }
 
 
-def _check_ks(ks: object, name: str = "ks") -> list[int]:
+def _check_ks(ks: Iterable[int], name: str = "ks") -> list[int]:
     ks = list(ks)
     if not ks or any(isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1 for k in ks):
         raise ValueError(f"{name}: expected a non-empty list of integers >= 1, got {ks!r}")
@@ -97,7 +97,7 @@ def plot_tent_powers(
     return finish_figure(fig, path)
 
 
-def _check_records(records: object) -> list[PieceRecord]:
+def _check_records(records: Iterable[PieceRecord]) -> list[PieceRecord]:
     records = list(records)
     if not records:
         raise ValueError("records: nothing to plot")
@@ -237,7 +237,7 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None) 
             ([(warm[0], "C3")] if warm else []) + ([(min(cold, key=lambda r: r.l1), "C1")] if cold else [])
         for r, color in picks:
             with torch.no_grad():
-                y = r.net.to(DT)(x[:, None]).reshape(-1)
+                y = r.net.to(DT)(x[:, None]).reshape(-1)  # type: ignore[union-attr]  # picks have a net (above)
             ax.plot(x, y, color=color, lw=1.6,
                     label=f"{r.student} {_widths_label(r.widths)}: L1 {r.l1:.3f}, {r.pieces} pieces")
         ax.plot(x, tent_power(x, k), "k--", lw=0.8, label=f"target tau^{k} ({2**k} pieces)")

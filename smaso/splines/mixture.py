@@ -150,7 +150,8 @@ def log_pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma: float | torch.T
 
 
 # ---------------------------------------------------------------------- models
-def _check_prior(pi: torch.Tensor | None, log_pi: torch.Tensor | None, A: torch.Tensor) -> torch.Tensor:
+def _check_prior(pi: torch.Tensor | None, log_pi: torch.Tensor | None,
+                 A: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Exactly one of pi / log_pi, validated, in A's dtype."""
     if (pi is None) == (log_pi is None):
         raise ValueError("pi: give exactly one of pi (region priors) and log_pi (their logarithms)")
