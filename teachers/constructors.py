@@ -60,7 +60,7 @@ class LadderConstructors:
     """The classmethods that build a :class:`~teachers.ladder.Ladder` (each returns ``cls(...)``)."""
 
     @classmethod
-    def random(cls, depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence = 4, *,
+    def random(cls: type[Any], depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence = 4, *,
                parents: Sequence | None = None, mode: str = TOPDOWN, concentration: float = 1.0, seed: int = 0,
                emission: Emission | dict | str | None = None, sigma: float | None = None,
                name: str | None = None) -> Ladder:
@@ -108,7 +108,8 @@ class LadderConstructors:
         return cls(branching, events, mode=mode, leaf_prior=leaf_prior, lookup=lookup, emission=emission, name=name)
 
     @classmethod
-    def _random_graph(cls, events: int | Sequence[int], parents: Sequence, *, mode: str, concentration: float,
+    def _random_graph(cls: type[Any], events: int | Sequence[int], parents: Sequence, *, mode: str,
+                      concentration: float,
                       seed: int, sigma: float | None, emission: Emission | dict | str | None,
                       name: str | None) -> Ladder:
         """:meth:`random` on a given graph (the stream of ``GraphLadder.random`` before 0.3: same tables)."""
@@ -132,7 +133,7 @@ class LadderConstructors:
                    name=name)
 
     @classmethod
-    def fully_informative(cls, depth: int = 2, branching: int | Sequence[int] = 2, leaf_events: int = 2, *,
+    def fully_informative(cls: type[Any], depth: int = 2, branching: int | Sequence[int] = 2, leaf_events: int = 2, *,
                           parents: Sequence | None = None, concentration: float | None = None, seed: int = 0,
                           emission: Emission | dict | str | None = None, sigma: float | None = None,
                           name: str | None = None) -> Ladder:
@@ -161,7 +162,7 @@ class LadderConstructors:
         events = [int(leaf_events)]
         _check_layout(branching, [2] * (depth + 1))
         for l in reversed(range(depth)):
-            events.insert(0, _pow(events[0], branching[l]))
+            events.insert(0, _pow(events[0], branching[l]))  # type: ignore[arg-type]  # None refused just below
             if events[0] is None or events[0] > MAX_EVENTS:
                 raise LadderSpecError(
                     f"fully informative ladder: level {l} would need {events[1]}^{branching[l]} events "
@@ -179,7 +180,8 @@ class LadderConstructors:
                    name=name or f"fully-informative-d{depth}")
 
     @classmethod
-    def _fully_informative_graph(cls, parents: Sequence, leaf_events: int, *, concentration: float | None, seed: int,
+    def _fully_informative_graph(cls: type[Any], parents: Sequence, leaf_events: int, *, concentration: float | None,
+                                 seed: int,
                                  sigma: float | None, name: str | None) -> Ladder:
         parents, num_regions = _parse_parents(parents)
         m_leaf, depth = leaf_events, len(parents) - 1
@@ -216,7 +218,7 @@ class LadderConstructors:
                    emission=emission, name=name or f"fully-informative-graph-d{depth}")
 
     @classmethod
-    def factorized_binary(cls, depth: int = 2, branching: int | Sequence[int] = 2,
+    def factorized_binary(cls: type[Any], depth: int = 2, branching: int | Sequence[int] = 2,
                           factors: Sequence[int] = (1, 2, 2), *, concentration: float = 1.0, seed: int = 0,
                           emission: Emission | dict | str | None = None, sigma: float | None = None,
                           name: str | None = None) -> Ladder:
@@ -258,7 +260,8 @@ class LadderConstructors:
                    name=name or f"factorized-binary-d{depth}", factorization=fac)
 
     @classmethod
-    def summarization(cls, depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence[int] = 4, *,
+    def summarization(cls: type[Any], depth: int = 3, branching: int | Sequence[int] = 2,
+                      events: int | Sequence[int] = 4, *,
                       concentration: float = 2.0, seed: int = 0, emission: Emission | dict | str | None = None,
                       sigma: float | None = None,
                       name: str | None = None) -> Ladder:
@@ -290,7 +293,8 @@ class LadderConstructors:
                    name=name or f"summarization-d{depth}")
 
     @classmethod
-    def leaky(cls, eps: float, *, depth: int = 2, branching: int | Sequence[int] = 2, events: int | Sequence[int] = 3,
+    def leaky(cls: type[Any], eps: float, *, depth: int = 2, branching: int | Sequence[int] = 2,
+              events: int | Sequence[int] = 3,
               concentration: float = 1.0, seed: int = 0, emission: Emission | dict | str | None = None,
               sigma: float | None = None,
               name: str | None = None) -> Ladder:
@@ -360,7 +364,7 @@ class LadderConstructors:
                    emission=make_emission(emission, num_leaves, m[d], sigma), name=name or f"leaky-d{d}-eps{eps:g}")
 
     @classmethod
-    def default(cls, emission: Emission | dict | str | None = None, sigma: float | None = None,
+    def default(cls: type[Any], emission: Emission | dict | str | None = None, sigma: float | None = None,
                 mode: str = BOTTOMUP) -> Ladder:
         """The built-in ladder of ``smaso demo``.
 
@@ -384,7 +388,8 @@ class LadderConstructors:
 
     # ------------------------------------------------------------------ constructors (region graphs)
     @classmethod
-    def tree(cls, branching: Sequence[Sequence[int]], events: Sequence[int | Sequence[int]], **kwargs: Any) -> Ladder:
+    def tree(cls: type[Any], branching: Sequence[Sequence[int]], events: Sequence[int | Sequence[int]],
+             **kwargs: Any) -> Ladder:
         """Any tree: ``branching[l][i]`` children for region i of level l (top first; level 0 is the one root),
         the children of a level numbered in their parents' order.  ``events[l]``: one event count for every
         region of level l, or a list with one per region (the leaves share one count, as every leaf emission
@@ -397,7 +402,8 @@ class LadderConstructors:
         if isinstance(branching, (str, bytes)) or not isinstance(branching, Sequence) or not branching:
             raise LadderSpecError(f"branching: expected one list of children counts per level above the leaves, "
                                   f"got {branching!r}")
-        sizes, parents = [1], [((),)]
+        sizes = [1]
+        parents: list[tuple[tuple[int, ...], ...]] = [((),)]
         for l, lvl in enumerate(branching):
             if isinstance(lvl, (str, bytes)) or not isinstance(lvl, Sequence) or len(lvl) != sizes[-1]:
                 raise LadderSpecError(f"branching[{l}]: expected {sizes[-1]} children counts (one per region of "
@@ -417,7 +423,7 @@ class LadderConstructors:
         return cls.random(events=list(events), parents=parents, **kwargs)
 
     @classmethod
-    def conv1d(cls, width: int, kernels: Sequence[int], strides: Sequence[int], events: Sequence[int],
+    def conv1d(cls: type[Any], width: int, kernels: Sequence[int], strides: Sequence[int], events: Sequence[int],
                **kwargs: Any) -> Ladder:
         """A 1-D convolution-like ladder: ``width`` leaves; level by level upwards, region j covers regions
         ``[j s, j s + k)`` of the level below (``kernels[t]``, ``strides[t]`` from the leaves up), so regions
@@ -437,7 +443,8 @@ class LadderConstructors:
         return cls.random(events=list(events), parents=parents, **kwargs)
 
     @classmethod
-    def conv2d(cls, shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int], events: Sequence[int],
+    def conv2d(cls: type[Any], shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int],
+               events: Sequence[int],
                **kwargs: Any) -> Ladder:
         """A 2-D convolution-like ladder on an ``(H, W)`` grid of leaves (row-major region order): square
         ``k x k`` windows with stride ``s`` per level, from the leaves up; the top must be one region."""
@@ -451,7 +458,7 @@ class LadderConstructors:
         return cls.random(events=list(events), parents=parents, **kwargs)
 
     @classmethod
-    def fully_informative_conv1d(cls, width: int, kernels: Sequence[int], strides: Sequence[int],
+    def fully_informative_conv1d(cls: type[Any], width: int, kernels: Sequence[int], strides: Sequence[int],
                                  leaf_events: int = 2, **kwargs: Any) -> Ladder:
         """:meth:`fully_informative` on :meth:`conv1d`'s graph (same ``width``, ``kernels``, ``strides``).
 
@@ -462,7 +469,7 @@ class LadderConstructors:
                                      **kwargs)
 
     @classmethod
-    def fully_informative_conv2d(cls, shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int],
+    def fully_informative_conv2d(cls: type[Any], shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int],
                                  leaf_events: int = 2, **kwargs: Any) -> Ladder:
         """:meth:`fully_informative` on :meth:`conv2d`'s graph (an ``(H, W)`` grid of leaves, row-major).
 

@@ -313,7 +313,7 @@ def make_emission(emission: Emission | dict | str | None, num_regions: int, num_
 
 
 def _random_layout(depth: int, branching: int | Sequence[int], events: int | Sequence[int], concentration: float,
-                   seed: int) -> tuple:
+                   seed: int) -> tuple[int, tuple[int, ...], tuple[int, ...], float, np.random.Generator, list[int]]:
     """The checked arguments of a random constructor: ``(depth, branching, events, concentration, rng,
     num_regions)``."""
     depth = _check_depth(depth)
