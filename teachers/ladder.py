@@ -280,7 +280,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
 
     _REGION_DIMS = {"table": "parent configurations, events", "lookup": "one event per configuration of the children"}
 
-    def _level_tables(self, given: Any, l: int, name: str, shapes: list[tuple[int, ...]], convert: Callable[...,
+    def _level_tables(self, given: Any, l: int, name: str, shapes: Sequence[tuple[int, ...]], convert: Callable[...,
                       torch.Tensor], check: Callable[..., torch.Tensor], what: str,
                       dims: str) -> list[torch.Tensor]:
         """Level l's tables or lookups, ``shapes[i]`` that of region i (one shape on a uniform tree): on a region
@@ -435,7 +435,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         return torch.uint8 if top <= 256 else torch.int16 if top <= 2**15 else torch.int32
 
     # ------------------------------------------------------------------ tables, stacked and per region
-    def _per_level(self, key: str, levels: Sequence[int] | None, build: Callable[[int], Any]) -> Any:
+    def _per_level(self, key: str, levels: Sequence[Any] | None, build: Callable[..., Any]) -> Any:
         """``build(levels)``, cached under ``key`` (one tuple, shared by with_emission's copies as the tables
         are); None for the other mode."""
         if levels is not None and key not in self._cache:

@@ -268,7 +268,8 @@ class LadderModel:
     __call__ = model
 
     def _model_plates(self, n: int, x: torch.Tensor | None, leaves: torch.Tensor | None, y: torch.Tensor | None,
-                      emit: bool, generator: torch.Generator | None, compact: bool) -> dict[str, torch.Tensor]:
+                      emit: bool, generator: torch.Generator | BlockRNG | None,
+                      compact: bool) -> dict[str, torch.Tensor]:
         lad = self.ladder
         d = lad.depth
         leaves_obs = None if leaves is None else leaves.reshape(self.leaf_shape(n))
@@ -309,7 +310,8 @@ class LadderModel:
         return out
 
     def _model_groups(self, n: int, x: torch.Tensor | None, leaves: torch.Tensor | None, y: torch.Tensor | None,
-                      emit: bool, generator: torch.Generator | None, compact: bool) -> dict[str, torch.Tensor]:
+                      emit: bool, generator: torch.Generator | BlockRNG | None,
+                      compact: bool) -> dict[str, torch.Tensor]:
         g = self.ladder
         d = g.depth
         out: dict[str, torch.Tensor] = {}
@@ -470,8 +472,8 @@ class LadderModel:
         off, ev = lad.level_offsets, lad.region_events
         d = lad.depth
 
-        def code_of(level: int, links: Sequence[tuple[int,
-                    ...]]) -> torch.Tensor:  # mixed radix, first link most significant (one link: its event itself)
+        # mixed radix, first link most significant (one link: its event itself)
+        def code_of(level: int, links: Sequence[int]) -> torch.Tensor:
             code = None
             for c in links:
                 code = z[off[level] + c] if code is None else code * ev[level][c] + z[off[level] + c]

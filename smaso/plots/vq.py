@@ -23,6 +23,7 @@ from smaso.splines.maso import MASO, hard_regions, region_probabilities, region_
 from ._base import finish_figure, plot_arviz, plt, quiet_arviz
 
 if TYPE_CHECKING:
+    import xarray as xr
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
@@ -398,7 +399,7 @@ def plot_vq_partition(layer: MASO, betas: Sequence[float] = (0.5,), *,
 
 
 # ---------------------------------------------------------------------- posterior region draws (ArviZ)
-def _region_indicator(t: torch.Tensor, region: int, R: int) -> torch.Tensor:
+def _region_indicator(t: xr.DataArray, region: int, R: int) -> xr.DataArray:
     """``1[t == region]`` ``(chain, draw, example, unit)`` from labels or from one-hot with a ``region`` dim."""
     if "region" in t.dims:
         if t.sizes["region"] != R:

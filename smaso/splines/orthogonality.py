@@ -280,8 +280,9 @@ def _tuple(name: str, value: int | Sequence[int], nd: int, minimum: int) -> tupl
     return vals
 
 
-def _conv_geometry(conv: nn.Module, input_size: _Size, stride: int | Sequence[int], padding: int | Sequence[int],
-                   dilation: int | Sequence[int]) -> tuple[torch.Tensor, _ConvGeometry]:
+def _conv_geometry(conv: nn.Module | torch.Tensor, input_size: _Size, stride: int | Sequence[int] | None,
+                   padding: int | Sequence[int] | str | None,
+                   dilation: int | Sequence[int] | None) -> tuple[torch.Tensor, _ConvGeometry]:
     """The weight ``(K, C, *kernel)`` and the geometry of a Conv1d/2d module or a raw weight (groups = 1)."""
     if isinstance(conv, nn.Module):
         if not isinstance(conv, nn.Conv1d | nn.Conv2d):

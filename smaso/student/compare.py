@@ -384,7 +384,7 @@ def _check_alignment(alignment: Any, ladder: Ladder) -> Any:
     return alignment
 
 
-def _check_dtype_device(dtype: object, device: object) -> None:
+def _check_dtype_device(dtype: Any, device: Any) -> None:
     """:func:`compare_student`'s ``dtype`` (a floating torch.dtype) and ``device`` (a torch device that holds
     values: not ``"meta"``), refused up front with a ValueError naming the argument."""
     _check_float_dtype(dtype)

@@ -55,7 +55,7 @@ class Reformulation:
 
 
 def _weighted_bn(F_: torch.Tensor, p: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor,
-                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Eq 12 forward per region (:func:`~smaso.student.batchnorm.bn_forward_weighted` over the events): F_
     ``(R, m, n)``, p ``(R, m)``; returns ``(Fbar, F_tilde, sigma)``."""
     fbar, f_tilde, _, sigma = bn_forward_weighted(F_.transpose(0, 1), p.T, c1, c0, eps)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -289,7 +289,7 @@ class SeedSummary:
                             "loss": self.loss, "steps": self.steps}, **self.controls}
 
     @staticmethod
-    def _cell(row: dict, key: str, note: str | None, *, noise: bool, width: int) -> str:
+    def _cell(row: dict, key: str, note: Callable[[], int] | None, *, noise: bool, width: int) -> str:
         """``median [min..max]`` of one key of one arm's row, with ``(noise)*`` for the trained students;
         ``n/a`` where undefined in every seed and ``(n)`` (a note) where undefined in some; ``0 (identity)``."""
         if key not in row:
@@ -349,7 +349,7 @@ class SeedSummary:
                      for name, a in arms.items())]
         notes: list[tuple[str, object, str]] = []
 
-        def note(arm: str, level: int | None, key: str) -> str | None:
+        def note(arm: str, level: int | None, key: str) -> Callable[[], int]:
             def add() -> int:
                 notes.append((arm, level, key))
                 return len(notes)

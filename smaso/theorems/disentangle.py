@@ -94,7 +94,8 @@ def _edge_sum(P_ab: Sequence, X: Sequence, W_ba: Sequence, x_name: str, forward:
     return out
 
 
-def forward_region(P_ab: Sequence, F_b: Sequence, W_ba: Sequence, *, bias: Sequence | None = None, relu: bool = True,
+def forward_region(P_ab: Sequence, F_b: Sequence, W_ba: Sequence, *, bias: npt.ArrayLike | None = None,
+                   relu: bool = True,
                    bn_p: torch.Tensor | None = None, bn_scale: torch.Tensor | None = None,
                    bn_shift: torch.Tensor | None = None, bn_eps: float = 1e-5) -> torch.Tensor:
     """Eq 9 forward at one region (Thm 8): F_a = D o (sum_b P_ab F_b W_ba + 1 bias^T), D the ReLU gates
@@ -124,7 +125,7 @@ def forward_region(P_ab: Sequence, F_b: Sequence, W_ba: Sequence, *, bias: Seque
     return out
 
 
-def weight_update(P_ab: Sequence, F_b: Sequence, G_tilde_a: torch.Tensor) -> torch.Tensor:
+def weight_update(P_ab: npt.ArrayLike, F_b: npt.ArrayLike, G_tilde_a: npt.ArrayLike) -> torch.Tensor:
     """Eq 9 update (Thm 9): Delta W_ba = (P_ab F_b)^T G~_a, ``(n_b, n_a)`` from ``P_ab`` ``(m_a, m_b)``,
     ``F_b`` ``(m_b, n_b)``, ``G_tilde_a`` ``(m_a, n_a)``."""
     P = _check_stochastic(P_ab, "P_ab")
@@ -137,7 +138,8 @@ def weight_update(P_ab: Sequence, F_b: Sequence, G_tilde_a: torch.Tensor) -> tor
     return (P @ F).T @ G
 
 
-def backward_g_tilde(P_ab: Sequence, G_tilde_a: Sequence, W_ba: Sequence, D_b: Sequence | None = None) -> torch.Tensor:
+def backward_g_tilde(P_ab: Sequence, G_tilde_a: Sequence, W_ba: Sequence,
+                     D_b: npt.ArrayLike | None = None) -> torch.Tensor:
     """Eq 9 backward / Eq 104-111 at one child region: G~_b = D_b o sum_a P_ab^T G~_a W_ba^T.
 
     ``P_ab[i]`` ``(m_a, m_b)``, ``G_tilde_a[i]`` ``(m_a, n_a)``, ``W_ba[i]`` ``(n_b, n_a)``; ``D_b``

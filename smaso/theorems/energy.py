@@ -27,6 +27,7 @@ from teachers.sampling import LadderSample
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from torch import nn
 
 __all__ = ["EnergyTrajectory", "drift_exponent", "energy_drift", "energy_rates", "plot_energy", "row_energies",
            "ug_correlation"]
@@ -78,8 +79,9 @@ def energy_rates(student: LadderStudent, rec: StudentRecord, *, include_bias: bo
     return _per_node(student, levels, include_bias, rec.dW, rec.db, 1.0)
 
 
-def _per_node(student: LadderStudent, levels: Sequence[int] | None, include_bias: bool, dW: Sequence[torch.Tensor],
-              db: Sequence[torch.Tensor | None], scale: float) -> dict[int, torch.Tensor]:
+def _per_node(student: LadderStudent, levels: Sequence[int] | None, include_bias: bool,
+              dW: Sequence[torch.Tensor] | nn.ParameterList,
+              db: Sequence[torch.Tensor | None] | nn.ParameterList | None, scale: float) -> dict[int, torch.Tensor]:
     """``{level: (R_l, n_l)}`` scale (sum_k w_jk dW_jk (+ b_j db_j)): the energy (dW = W, scale 1/2) or its rate."""
     out = {}
     for l in _levels(student, levels):
@@ -230,7 +232,7 @@ def drift_exponent(sample: LadderSample, lrs: Sequence[float], batch_norm: bool,
 
 
 def plot_energy(sample: LadderSample, lr: float = 0.05, steps: int = 400, path: str | os.PathLike | None = None,
-                **kwargs: Any) -> Figure:
+                **kwargs: Any) -> tuple[Figure, dict[str, EnergyTrajectory]]:
     """Figure: total hidden-level row energy (relative to its start) over training, with and
     without BN, plus the training losses.  Writes ``path`` when given.
 

@@ -73,7 +73,8 @@ def _codes(configs: torch.Tensor, lo: int, hi: int, m: int) -> torch.Tensor:
     return (configs[:, lo:hi] * radix).sum(-1)
 
 
-def _conditional_mean(values: torch.Tensor, weights: torch.Tensor, codes: torch.Tensor, size: int) -> torch.Tensor:
+def _conditional_mean(values: torch.Tensor, weights: torch.Tensor, codes: torch.Tensor,
+                      size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """E[values | code] for every code in 0..size-1 (0 where the code has probability 0), and P(code)."""
     mass = torch.zeros(size, dtype=torch.float64).index_add_(0, codes, weights)
     w = weights.reshape(-1, *([1] * (values.dim() - 1)))

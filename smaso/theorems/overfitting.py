@@ -489,7 +489,7 @@ def _logistic_loglik(u: torch.Tensor, y: torch.Tensor, ridge: float = 1e-3, iter
     return (y * F.logsigmoid(logit) + (1 - y) * F.logsigmoid(-logit)).mean(1)
 
 
-def _t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+def _t_interval(values: Sequence[float] | np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
     """Mean of ``values`` with its Student-t interval (NaN half-width for fewer than 2 values)."""
     v = np.asarray(values, dtype=float)
     m = float(v.mean())

@@ -505,7 +505,7 @@ def relu_vs_linear_curve(ms: Sequence[int], *, children: int = 2, child_events: 
 
 
 def plot_relu_vs_linear(ms: Sequence[int], path: str | os.PathLike | None = None, *, children: int = 2,
-                        child_events: int = 3, seed: int = 0) -> Figure:
+                        child_events: int = 3, seed: int = 0) -> tuple[Figure, list[dict]]:
     """Figure of Thm 6: Loss_ReLU (0) against the best linear loss and its Eckart-Young lower bound,
     as functions of the region size m (see :func:`relu_vs_linear_curve`).
 
