@@ -34,6 +34,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -269,7 +270,7 @@ class JunctionTree:
         assigned: list[list[_Factor]] = [[] for _ in range(K)]
         for f in factors:  # a factor sits in the clique of the first eliminated region of its scope
             assigned[min(self.pos[v] for v in f.vars)].append(f)
-        psi = [None] * K
+        psi: list[Any] = [None] * K
         up: list[_Factor | None] = [None] * K
         for k in range(K):  # elimination order: every child comes before its parent
             psi[k] = _product(assigned[k], self.cliques[k], self.sizes, batch)

@@ -464,7 +464,7 @@ class LadderStudent(nn.Module):
         nm = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
         sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))
         nm["fbar"][d] = self._leaves(x)
-        inputs = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
+        inputs: list[Any] = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"
         for l in range(d - 1, -1, -1):
             # a view, except for a slot of a stacked buffer on the fast path (then one copy, shared by forward and

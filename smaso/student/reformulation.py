@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -136,8 +136,8 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
               for l in range(d)]
     p = [m.to(dt) for m in P.marginals]
     P_down = [None] + [t.to(dt) for t in P.P_down[1:]]
-    U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)
-    F_tilde, sigma, child = [None] * (d + 1), [None] * (d + 1), [None] * d
+    U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)  # type: list[Any], list[Any], list[Any]
+    F_tilde, sigma, child = [None] * (d + 1), [None] * (d + 1), [None] * d  # type: list[Any], list[Any], list[Any]
     Fbar[d] = (leaf_inputs if leaf_inputs is not None else measured.Fbar[d]).to(dt)
     for l in range(d - 1, -1, -1):
         par, chi = edges[l]
@@ -155,13 +155,13 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
         else:
             F_[l] = D * U[l]
             Fbar[l], F_tilde[l], sigma[l] = _weighted_bn(F_[l], p[l], *bn, student.bn_eps)
-    G_tilde = [None] * (d + 1)
+    G_tilde: list[Any] = [None] * (d + 1)
     if top == "predicted":
         G_raw_top = p[0][..., None] * top_gradient(Fbar[0] if propagate else measured.Fbar[0].to(dt), loss)
     else:
         G_raw_top = measured.means["Gf"][0].to(dt) * p[0][..., None]
     G_tilde[0] = measured.Dp[0].to(dt) * G_raw_top
-    dW, db = [None] * d, [None] * d
+    dW, db = [None] * d, [None] * d  # type: list[Any], list[Any]
     for l in range(d):
         par, chi = edges[l]
         parent = G_tilde[l] if propagate or l == 0 else (measured.G_tilde[l].to(dt))

@@ -222,7 +222,7 @@ def forward_disentangled_demo(ladder: Ladder, weights: Sequence | None = None, *
     d = ladder.depth
     W = _random_weights(ladder, fac, gen, separable) if weights is None else _check_weights(ladder, weights, fac)
     p = region_marginals(ladder)
-    F = [None] * (d + 1)
+    F: list[Any] = [None] * (d + 1)
     F[d] = torch.stack([random_disentangled_F(fac.factors[d], gen) for _ in range(ladder.num_regions[d])])
     for l in range(d - 1, -1, -1):
         par = ladder.parent_index(l + 1)
