@@ -151,7 +151,7 @@ def _as_activation(obj: object) -> Activation | None:
 def _flatten(module: nn.Module) -> list[nn.Module]:
     """The leaf modules in order (a custom container's children: checked against its forward later)."""
     seq = isinstance(module, nn.Sequential | nn.ModuleList)
-    children = list(module if seq else module.children())  # iterating keeps a module used twice (children() does not)
+    children = list(module if seq else module.children())  # type: ignore[arg-type]  # iterating keeps a module used twice (children() does not)
     if seq or (children and not isinstance(module, nn.Linear) and _as_activation(module) is None):
         return [leaf for m in children for leaf in _flatten(m)]
     return [module]
@@ -186,7 +186,7 @@ def network_layers(net: nn.Module | Sequence[nn.Module], activation: str | Activ
         pairs = list(net)
         for i, pair in enumerate(pairs):
             try:
-                W, b = pair
+                W, b = pair  # type: ignore[misc]  # an iterable of (W, b) pairs, not a module
             except (TypeError, ValueError):
                 raise TypeError(f"layer {i}: expected a (W, b) pair, got {type(pair).__name__}") from None
             W = torch.as_tensor(W, dtype=torch.float64)

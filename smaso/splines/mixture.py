@@ -209,6 +209,7 @@ def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma: float | 
     sig = _per_unit(check_sigma(sigma, K, device=A.device), A)  # (K, 1) against the (K, D) means
     per_unit = isinstance(x, torch.Tensor) and x.dim() == 3
     if per_unit:  # one dataset per unit, the shape the model samples
+        assert x is not None  # per_unit: x is a 3-D tensor
         if tuple(x.shape[1:]) != (K, A.shape[2]):
             raise ValueError(f"x: expected shape (N, D) or (N, K, D) with K, D = {K}, {A.shape[2]} (A is "
                              f"{tuple(A.shape)}), got {tuple(x.shape)}")

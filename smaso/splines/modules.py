@@ -58,6 +58,10 @@ def _readable(t: torch.Tensor) -> bool:
 class _BetaModule(nn.Module):
     """Holds beta: a buffer (fixed) or a logit parameter ``theta`` (learnable), per layer or per channel."""
 
+    theta: torch.Tensor  # the parameter (learnable) ...
+    beta_value: torch.Tensor  # ... or the buffer (fixed): declared for type checkers, which see Tensor | Module
+    _fixed: tuple[torch.Tensor, int, float] | None
+
     def __init__(self, beta: float = 0.5, learnable: bool = False, num_channels: int | None = None, *,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         super().__init__()

@@ -163,6 +163,8 @@ class _FlattenedFilters(nn.Module):
     """A matrix parametrization ``inner`` of a convolution weight's filters flattened to rows ``(K, C*kh*kw)``
     (the stored original), its output reshaped back to the weight's ``shape``."""
 
+    inner: Any  # PyTorch's orthogonal parametrization (a module with right_inverse)
+
     def __init__(self, inner: nn.Module, shape: torch.Size) -> None:
         super().__init__()
         self.inner = inner
@@ -232,7 +234,8 @@ def register_orthogonal(module: nn.Module, name: str = "weight", **kwargs: Any) 
     holder = nn.Module()
     holder.register_parameter("weight", nn.Parameter(W.detach().flatten(1).clone()))
     torch.nn.utils.parametrizations.orthogonal(holder, "weight", **kwargs)
-    inner = holder.parametrizations["weight"][0]
+    # torch types a module's attributes Tensor | Module: the parametrization list reads as a tensor
+    inner: nn.Module = holder.parametrizations["weight"][0]  # type: ignore[index, assignment]
     parametrize.register_parametrization(module, name, _FlattenedFilters(inner, W.shape), unsafe=True)
     return module
 
@@ -241,7 +244,7 @@ def model_orthogonality_penalty(model: nn.Module, lam: float = 1.0) -> torch.Ten
     """Sum of :func:`orthogonality_penalty` over the weights of every ``nn.Linear`` and convolution
     (``nn.Conv1d/2d/3d``, filters flattened to rows ``(out_channels, in_channels/groups * kernel size)``)
     in ``model``; a model with neither gives 0."""
-    terms = [orthogonality_penalty(m.weight.flatten(1), lam) for m in model.modules()
+    terms = [orthogonality_penalty(m.weight.flatten(1), lam) for m in model.modules()  # type: ignore[operator]
              if isinstance(m, nn.Linear) or _is_conv(m)]
     return sum(terms[1:], terms[0]) if terms else torch.zeros(())
 
@@ -271,7 +274,7 @@ class _ConvGeometry:
                          strict=True))
 
 
-def _tuple(name: str, value: int | Sequence[int], nd: int, minimum: int) -> tuple[int, ...]:
+def _tuple(name: str, value: int | Sequence[int] | str, nd: int, minimum: int) -> tuple[int, ...]:
     vals = (value,) * nd if isinstance(value, int) else tuple(value) if isinstance(value, tuple | list) else None
     if vals is None or len(vals) != nd or not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
         raise TypeError(f"{name}: expected an int or {nd} ints, got {value!r}")
