@@ -31,7 +31,6 @@ from teachers.ladder import Ladder
 from teachers.statistics import EventStatistics, event_mask
 
 if TYPE_CHECKING:
-    from smaso.student.frequency import ReplicateStatistics
     from teachers.chunked import DataSource, _SampleChunks
     from teachers.engine import DaskEngine, SerialEngine
     from teachers.store_reader import ChunkedLadderData
@@ -487,7 +486,7 @@ def _check_groups(groups: object) -> None:
 def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, *,
                        loss: str = "squared", batch_size: int | None = None,
                        dtype: torch.dtype | None = None,
-                       groups: int | None = None) -> FrequencyStatistics | ReplicateStatistics:
+                       groups: int | None = None) -> FrequencyStatistics | ReplicateAccumulator:
     """One pass over a dataset at fixed weights: forward, explicit backward, per-event sums.
 
     :param x: ``(N, R_d, dim)`` inputs; ``y``: ``(N,)`` labels; ``z``: ``(N, regions)`` events.

@@ -234,7 +234,7 @@ class LadderStudent(nn.Module):
         self.shared = shared
         uniform = ladder.is_uniform()
         # children per parent: a uniform tree's by arithmetic (the fast path needs no edge lists)
-        kids = [[ladder.branching[l]] * ladder.num_regions[l] if uniform else
+        kids = [[ladder.branching[l]] * ladder.num_regions[l] if uniform else  # type: ignore[index]  # uniform: a branching
                 [len(ch) for ch in level_children(ladder, l)] for l in range(d)]
         self._fast = uniform
         gen = torch.Generator().manual_seed(seed)
@@ -248,7 +248,7 @@ class LadderStudent(nn.Module):
             self.register_buffer(f"edge_parent_{l}", par, persistent=False)
             self.register_buffer(f"edge_child_{l}", chi, persistent=False)
             # the place of every edge among its parent's sorted children
-            place = (chi % ladder.branching[l]) if uniform else torch.tensor(
+            place = (chi % ladder.branching[l]) if uniform else torch.tensor(  # type: ignore[index]  # uniform: a branching
                 [j for k in kids[l] for j in range(k)], dtype=torch.int64)
             self.register_buffer(f"edge_place_{l}", place, persistent=False)
             # drawn child-major (blocks, n_{l+1}, n_l); fan_in of an edge = its parent's children's widths summed
@@ -450,8 +450,9 @@ class LadderStudent(nn.Module):
             isinstance(b, torch.Tensor) and tuple(b.shape) == shape and b.dtype == dtype and b.device == dev
             and b.is_contiguous() for b, shape in zip(stacked, shapes, strict=False))
         stacked_given, stacked = stacked, stacked is not False  # buffers to reuse also mean "stacked"
-        buffers = list(stacked_given) if reuse else [torch.empty(shape, dtype=dtype, device=dev) if stacked else None
-                                                     for shape in shapes]
+        buffers: list[Any] = (list(stacked_given) if reuse  # type: ignore[arg-type]  # reuse: a list
+                              else [torch.empty(shape, dtype=dtype, device=dev) if stacked else None
+                                    for shape in shapes])
 
         def slot(l: int, key: str) -> torch.Tensor | None:
             """Where field ``key`` of level ``l`` is written: a slot of the stacked buffer, or None (new tensor)."""
@@ -461,8 +462,8 @@ class LadderStudent(nn.Module):
             out = slot(l, key)
             return value if out is None else out.copy_(value)
 
-        nm = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
-        sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))
+        nm: dict[str, list[Any]] = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
+        sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))  # type: list[Any], list[Any], list[Any], list[Any], list[Any]
         nm["fbar"][d] = self._leaves(x)
         inputs: list[Any] = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"
