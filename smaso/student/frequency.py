@@ -373,7 +373,7 @@ class FrequencyAccumulator(MergeableSums):
                 means["F"][l] = means["Fbar"][l]
             if means["Dp"][l] is None:
                 means["Dp"][l] = means["D"][l]
-        fc, gp = [None] * (d + 1), [None] * (d + 1)  # type: list[Any], list[Any]
+        fc, gp = [None] * (d + 1), [None] * (d + 1)  # type: list, list
         for l in range(1, d + 1):
             if l == d and self.onehot_leaves:
                 fc[l] = P.P_down[l].to(TOTAL_DTYPE)  # E[one-hot(z_c) | z_parent] = P(z_c | z_parent)

@@ -38,7 +38,7 @@ def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None) -> S
     sl = slice(lo, hi)
     per = {k: [None if t is None else t[sl] for t in getattr(rec, k)] for k in PER_EXAMPLE}
     d = len(rec.fbar) - 1
-    dW, db = [None] * len(rec.dW), [None] * len(rec.db)  # type: list[Any], list[Any]
+    dW, db = [None] * len(rec.dW), [None] * len(rec.db)  # type: list, list
     for l in range(d):
         g, child = per["g"][l], per["fbar"][l + 1]  # (n, R_l, n_l), (n, R_{l+1}, n_{l+1})
         if edges is None:

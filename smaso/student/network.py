@@ -463,7 +463,7 @@ class LadderStudent(nn.Module):
             return value if out is None else out.copy_(value)
 
         nm: dict[str, list[Any]] = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
-        sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))  # type: list[Any], list[Any], list[Any], list[Any], list[Any]
+        sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))  # type: list, list, list, list, list
         nm["fbar"][d] = self._leaves(x)
         inputs: list[Any] = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"

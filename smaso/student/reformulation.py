@@ -130,14 +130,14 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     d = lad.depth
     dt = torch.float64
     W = [student.edge_weights(l).detach().to(dt).cpu() for l in range(d)]
-    bias = [None] * d if student.biases is None else [b.detach().to(dt).cpu() for b in student.biases]
+    bias: list[Any] = [None] * d if student.biases is None else [b.detach().to(dt).cpu() for b in student.biases]
     edges = [tuple(t.cpu() for t in student.edge_index(l)) for l in range(d)]
     bn_par = [None if student.bn_params(l) is None else [t.detach().to(dt).cpu() for t in student.bn_params(l)]
               for l in range(d)]
     p = [m.to(dt) for m in P.marginals]
     P_down = [None] + [t.to(dt) for t in P.P_down[1:]]
-    U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)  # type: list[Any], list[Any], list[Any]
-    F_tilde, sigma, child = [None] * (d + 1), [None] * (d + 1), [None] * d  # type: list[Any], list[Any], list[Any]
+    U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)  # type: list, list, list
+    F_tilde, sigma, child = [None] * (d + 1), [None] * (d + 1), [None] * d  # type: list, list, list
     Fbar[d] = (leaf_inputs if leaf_inputs is not None else measured.Fbar[d]).to(dt)
     for l in range(d - 1, -1, -1):
         par, chi = edges[l]
@@ -161,7 +161,7 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     else:
         G_raw_top = measured.means["Gf"][0].to(dt) * p[0][..., None]
     G_tilde[0] = measured.Dp[0].to(dt) * G_raw_top
-    dW, db = [None] * d, [None] * d  # type: list[Any], list[Any]
+    dW, db = [None] * d, [None] * d  # type: list, list
     for l in range(d):
         par, chi = edges[l]
         parent = G_tilde[l] if propagate or l == 0 else (measured.G_tilde[l].to(dt))

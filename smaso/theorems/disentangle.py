@@ -431,7 +431,8 @@ def eq115_best_distance(v_plus: npt.ArrayLike, v_minus: npt.ArrayLike, p_factors
     return Eq115Result(_column_distance(u, Q, 0.0), c, u, h, ones_d, single, r, factor)
 
 
-def eq115_from_statistics(conditionals: npt.ArrayLike, p_child: npt.ArrayLike, factor: int = 0, *,
+def eq115_from_statistics(conditionals: Sequence[npt.ArrayLike] | torch.Tensor, p_child: npt.ArrayLike,
+                          factor: int = 0, *,
                           p_parents: npt.ArrayLike | None = None, atol: float = 1e-9,
                           rtol: float | None = None) -> Eq115Result:
     """:func:`eq115_best_distance` from a child region's statistics.

@@ -174,9 +174,9 @@ def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, 
     idx = slice(None) if num_examples is None else slice(0, int(num_examples))
     x, y = sample.inputs(idx, dtype=torch.float64), sample.y[idx]
     levels = _levels(student, levels)
-    energies = {l: [] for l in levels}
-    incr = {l: [] for l in levels}
-    first = {l: [] for l in levels}
+    energies: dict[int, Any] = {l: [] for l in levels}  # lists of (R_l, n_l) per step, then stacked
+    incr: dict[int, list[torch.Tensor]] = {l: [] for l in levels}
+    first: dict[int, list[torch.Tensor]] = {l: [] for l in levels}
     losses = []
     step_range = range(steps)
     if progress:

@@ -308,7 +308,7 @@ def propagate_relu(P_down: Sequence, weights: Sequence, biases: Sequence, leaf_i
     ``biases[l]`` ``(R_l, n_l)`` or None, ``leaf_inputs`` ``(R_d, m_d, n_d)``.  Returns ``(U, F)`` lists.
     """
     d = len(weights)
-    U, F_ = [None] * (d + 1), [None] * (d + 1)  # type: list[Any], list[Any]
+    U, F_ = [None] * (d + 1), [None] * (d + 1)  # type: list, list
     F_[d] = leaf_inputs.to(torch.float64)
     for l in range(d - 1, -1, -1):
         P = P_down[l + 1].to(torch.float64)
