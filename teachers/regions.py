@@ -236,7 +236,7 @@ def check_parents(parents: tuple[tuple[tuple[int, ...], ...], ...], num_regions:
                                   "leaves never see them (unreachable from the input)")
 
 
-def parse_region_tree(regions: Any) -> tuple[list[int], list[int], list[str]]:
+def parse_region_tree(regions: Sequence[dict[str, Any]]) -> tuple[list[int], list[int], list[str]]:
     """An explicit region tree -> (branching, events, names in breadth-first order).
 
     ``regions`` is a list of ``{"name": str, "events": int, "children": [names]}`` (leaves

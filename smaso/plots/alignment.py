@@ -7,12 +7,14 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._base import finish_figure, plt
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+
+    from smaso.student.compare import ComparisonResult
 
 __all__ = ["plot_alignment"]
 
@@ -52,7 +54,7 @@ def _check_rows(rows: object, name: str) -> list[Mapping]:
     return list(rows)
 
 
-def _checkpoints(result_or_history: Any) -> list[Mapping]:
+def _checkpoints(result_or_history: ComparisonResult | Sequence[Mapping]) -> list[Mapping]:
     hist = getattr(result_or_history, "history", result_or_history)
     if isinstance(hist, (str, bytes, Mapping)) or not isinstance(hist, Sequence):
         raise TypeError("result_or_history: expected a ComparisonResult or its history (a list of checkpoint "
@@ -70,7 +72,8 @@ def _checkpoints(result_or_history: Any) -> list[Mapping]:
     return rows
 
 
-def plot_alignment(result_or_history: Any, path: str | os.PathLike | None = None, *, title: str | None = None,
+def plot_alignment(result_or_history: ComparisonResult | Sequence[Mapping], path: str | os.PathLike | None = None, *,
+                   title: str | None = None,
                    control: Sequence[Mapping] | None = None) -> Figure:
     """The event alignment of every student level against training step.
 

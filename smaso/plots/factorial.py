@@ -25,6 +25,7 @@ import torch
 from ._base import finish_figure, plot_arviz, plt, quiet_arviz
 
 if TYPE_CHECKING:
+    import arviz as az
     from matplotlib.figure import Figure
 
 __all__ = [
@@ -55,7 +56,7 @@ def _array(v: npt.ArrayLike, name: str, ndim: int) -> np.ndarray:
     return a
 
 
-def _draws_t(draws: Any, name: str = "draws", *, num_regions: int) -> np.ndarray:
+def _draws_t(draws: az.InferenceData, name: str = "draws", *, num_regions: int) -> np.ndarray:
     """``posterior["t"]`` of an ``InferenceData`` as ``(chain, draw, example, unit)`` int64, in [0, num_regions)."""
     if isinstance(num_regions, bool) or not isinstance(num_regions, int) or num_regions < 1:
         raise ValueError(f"num_regions: expected a positive integer, got {num_regions!r}")
@@ -73,7 +74,7 @@ def _draws_t(draws: Any, name: str = "draws", *, num_regions: int) -> np.ndarray
 
 
 # ---------------------------------------------------------------------- numbers behind the figures
-def marginal_frequencies(draws: Any, num_regions: int) -> tuple[np.ndarray, np.ndarray]:
+def marginal_frequencies(draws: az.InferenceData, num_regions: int) -> tuple[np.ndarray, np.ndarray]:
     """Frequencies of every region in posterior draws, and their Monte Carlo standard errors.
 
     :param draws: ``InferenceData`` with ``posterior["t"]`` ``(chain, draw, example, unit)`` (e.g. from
@@ -101,7 +102,7 @@ def _codes(t: np.ndarray, num_regions: int) -> np.ndarray:
     return (t * num_regions ** np.arange(K - 1, -1, -1)).sum(-1)
 
 
-def configuration_frequencies(draws: Any, num_regions: int) -> np.ndarray:
+def configuration_frequencies(draws: az.InferenceData, num_regions: int) -> np.ndarray:
     """Fraction of draws in each of the R^K configurations, ``(N, R^K)``, in code order (unit 0 most significant,
     the columns of :attr:`inference.factorial.FactorialPosterior.log_probs`)."""
     t = _draws_t(draws, num_regions=num_regions)
@@ -210,7 +211,8 @@ def _running_median(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
-def _check_panels(draws: Any, exact: Any, mean_field: Any, titles: Sequence[str] | str | None) -> tuple:
+def _check_panels(draws: Any, exact: Any, mean_field: Any,
+                  titles: Sequence[str] | str | None) -> tuple[list, list, list, Sequence[str] | None]:
     if not isinstance(draws, Sequence):
         draws, exact, mean_field = [draws], [exact], [mean_field]
         titles = None if titles is None else [titles] if isinstance(titles, str) else titles
@@ -222,7 +224,9 @@ def _check_panels(draws: Any, exact: Any, mean_field: Any, titles: Sequence[str]
     return list(draws), list(exact), list(mean_field), titles
 
 
-def plot_marginal_forest(draws: Any, exact: Any, mean_field: Any, path: str | os.PathLike | None = None, *,
+def plot_marginal_forest(draws: az.InferenceData | Sequence[az.InferenceData],
+                         exact: npt.ArrayLike | Sequence[npt.ArrayLike],
+                         mean_field: npt.ArrayLike | Sequence[npt.ArrayLike], path: str | os.PathLike | None = None, *,
                          region: int = 1,
                          titles: Sequence[str] | str | None = None, title: str | None = None,
                          unit_label: str = "unit") -> Figure:
@@ -282,7 +286,7 @@ def plot_marginal_forest(draws: Any, exact: Any, mean_field: Any, path: str | os
     return finish_figure(fig, path, title, tight=(0, 0.3 / fig.get_figheight(), 1, 1))
 
 
-def plot_configuration_posterior(configs: npt.ArrayLike, exact: Any, mean_field: Any,
+def plot_configuration_posterior(configs: npt.ArrayLike, exact: npt.ArrayLike, mean_field: npt.ArrayLike,
                                  path: str | os.PathLike | None = None, *,
                                  draws: Any = None, top: int | None = 12, titles: Sequence[str] | str | None = None,
                                  title: str | None = None) -> Figure:

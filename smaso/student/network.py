@@ -304,7 +304,7 @@ class LadderStudent(nn.Module):
         """Activation of ``level``: the top activation at level 0, the hidden one elsewhere."""
         return self.top_activation if level == 0 else self.activation
 
-    def bn_params(self, level: int) -> Any:
+    def bn_params(self, level: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(c1, c0)`` of the hidden level (1..d-1), or None without BN."""
         if not self.batch_norm or level == 0 or level >= self.ladder.depth:
             return None
@@ -501,7 +501,7 @@ class LadderStudent(nn.Module):
         def bn_back(l: int, grad: torch.Tensor) -> torch.Tensor:
             """Thm 5: the node-major gradient at BN's output ``grad`` taken back to its input (and dc1, dc0)."""
             out, c1, c0 = bn_backward(grad.permute(2, 0, 1), nm["f_tilde"][l].permute(2, 0, 1), sigma[l],
-                                      self.bn_params(l)[0])
+                                      self.bn_params(l)[0])  # type: ignore[index]  # bn_back runs with BN only
             dc1[l], dc0[l] = c1 / n, c0 / n
             return out.permute(1, 2, 0)
 
