@@ -197,7 +197,7 @@ class StreamingLadderDataset(torch.utils.data.IterableDataset):
                 z, x = z[perm], None if x is None else x[perm]
             if carry_z is not None and len(carry_z):
                 z = torch.cat([carry_z, z])
-                x = None if x is None else torch.cat([carry_x, x])
+                x = None if x is None else torch.cat([carry_x, x])  # type: ignore[list-item]  # x stored: so is carry_x
             full = len(z) - len(z) % bs
             for a in range(0, full, bs):
                 yield _triple(ladder, z[a: a + bs], None if x is None else x[a: a + bs], self.dtype)

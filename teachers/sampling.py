@@ -63,6 +63,10 @@ class EventRows:
 
     z: torch.Tensor
     x: torch.Tensor | None
+    if TYPE_CHECKING:  # a subclass's
+
+        @property
+        def teacher(self) -> Ladder: ...
 
     def __len__(self) -> int:
         return self.z.shape[0]
@@ -275,7 +279,7 @@ class _Level:
     region's padded rows, or above bottomup leaves the concatenated 1-D lookups).
     """
 
-    def __init__(self, lo: int, r: int, runs: list, offset: torch.Tensor, table: torch.Tensor) -> None:
+    def __init__(self, lo: int, r: int, runs: list, offset: torch.Tensor, table: AliasTable | torch.Tensor) -> None:
         self.lo, self.hi, self.r, self.runs, self.offset = lo, lo + r, r, runs, offset
         self.table, self.draw = table, isinstance(table, AliasTable)
 
@@ -358,7 +362,7 @@ def _sample_call(plan: SamplingPlan, rng: BlockRNG, buf: torch.Tensor) -> torch.
     for lvl in plan.levels:
         row = lvl.rows(buf)
         if lvl.draw:
-            ev = lvl.table.sample(row, rng)
+            ev = lvl.table.sample(row, rng)  # type: ignore[union-attr]  # draw: an AliasTable
         else:
             ev = lvl.table.index_select(0, row.reshape(-1)).reshape(row.shape)
         buf[:, lvl.lo: lvl.hi] = ev
