@@ -333,6 +333,16 @@ class AlignmentAccumulator(MergeableSums):
     _SUMS = ("counts", "shift", "mean", "m2", "lo", "hi", "ev_mean", "ev_m2", "on", "ctrl_mean", "ctrl_m2",
              "on_ctrl")
     _META = ("variable",)
+    # the sums __init__ sets by name (setattr), one tensor per level, declared for type checkers
+    shift: list[torch.Tensor]
+    mean: list[torch.Tensor]
+    m2: list[torch.Tensor]
+    ev_mean: list[torch.Tensor]
+    ev_m2: list[torch.Tensor]
+    on: list[torch.Tensor]
+    ctrl_mean: list[torch.Tensor]
+    ctrl_m2: list[torch.Tensor]
+    on_ctrl: list[torch.Tensor]
 
     def __init__(self, student: LadderStudent, controls: int = DEFAULT_CONTROLS, *, variable: str = "output") -> None:
         _check_student(student)
@@ -365,7 +375,8 @@ class AlignmentAccumulator(MergeableSums):
     def _batch_state(self, rec: StudentRecord, z: torch.Tensor) -> dict:
         """The state of one batch alone (what a fresh accumulator holds after adding it)."""
         lad, off, n = self.ladder, self.ladder.level_offsets, z.shape[0]
-        state = {"n": n, "loss_sum": rec.loss * n, "variable": self.variable, **{k: [] for k in self._SUMS}}
+        state: dict[str, Any] = {"n": n, "loss_sum": rec.loss * n, "variable": self.variable,
+                                 **{k: [] for k in self._SUMS}}
         for l in range(lad.depth):
             ev, m, r_l = z[:, off[l]: off[l + 1]], lad.events[l], lad.num_regions[l]
             x = node_variable(self.student, rec, l, self.variable).to(torch.float64)  # (N, R, n)
@@ -533,7 +544,8 @@ class LinearProbe(MergeableSums):
         self.cross = [torch.zeros(lad.num_regions[l], w[l] + 1, lad.events[l], **z64) for l in range(lad.depth)]
         self.correct = [torch.zeros(lad.num_regions[l], **z64) for l in range(lad.depth)]
         self.counts = [torch.zeros(lad.num_regions[l], lad.events[l], **z64) for l in range(lad.depth)]
-        self.n_fit, self.n_score, self.coef = 0, 0, None
+        self.n_fit, self.n_score = 0, 0
+        self.coef: list[torch.Tensor] | None = None
 
     def _design(self, rec: StudentRecord, l: int) -> torch.Tensor:
         f = node_variable(self.student, rec, l, self.variable).to(torch.float64).transpose(0, 1)  # (R, N, n)
@@ -569,7 +581,7 @@ class LinearProbe(MergeableSums):
         off = self.ladder.level_offsets
         for l in range(self.ladder.depth):
             ev = z[:, off[l]: off[l + 1]].long().to(self.counts[l].device)
-            pred = (self._design(rec, l) @ self.coef[l]).argmax(-1)  # (R, N)
+            pred = (self._design(rec, l) @ self.coef[l]).argmax(-1)  # type: ignore[index]  # (R, N); solved above
             self.correct[l] += (pred == ev.T.to(pred)).sum(-1).to(torch.float64)
             self.counts[l] += torch.nn.functional.one_hot(ev, self.ladder.events[l]).sum(0).to(torch.float64)
         self.n_score += z.shape[0]

@@ -75,7 +75,7 @@ class MergeableSums:
         return {**{k: getattr(self, k) for k in (*self._COUNTS, *self._META)},
                 **{k: [None if t is None else t.clone() for t in getattr(self, k)] for k in self._SUMS}}
 
-    def _checked_state(self, other: MergeableSums | dict) -> dict:
+    def _checked_state(self, other: Self | dict) -> dict:
         """``other`` (an accumulator of this type or its :meth:`state_dict`) as a state that can merge into this
         one; the checks of :meth:`merge_`."""
         state = other.state_dict() if isinstance(other, type(self)) else other
@@ -92,7 +92,7 @@ class MergeableSums:
                                  "or accumulation dtype)")
         return state
 
-    def merge_(self, other: MergeableSums | dict) -> Self:
+    def merge_(self, other: Self | dict) -> Self:
         """Add another accumulator's state (or its :meth:`state_dict`) to this one, in place; returns self.
 
         Exact for the counts; the sums are added in the accumulation dtype (use float64 for sums that
@@ -111,7 +111,7 @@ class MergeableSums:
             setattr(self, key, getattr(self, key) + kind(state[key]))
         return self
 
-    def __iadd__(self, other: MergeableSums | dict) -> Self:
+    def __iadd__(self, other: Self | dict) -> Self:
         return self.merge_(other)  # (a subclass's merge_, with its own checks)
 
 
