@@ -114,7 +114,7 @@ def _write(path: str | os.PathLike, meta: dict, members: dict[str, np.ndarray], 
     meta[META_CHECKSUM] = metadata_checksum(meta)
     members = {"meta": np.array(json.dumps(meta)), **members}
     saver = np.savez_compressed if compress else np.savez
-    return atomic_write(path, lambda f: saver(f, **members))
+    return atomic_write(path, lambda f: saver(f, **members))  # type: ignore[arg-type]  # numpy: **kwds vs allow_pickle
 
 
 def _read(path: Path, fmt: str = FORMAT, version: int = VERSION) -> tuple[dict, dict[str, np.ndarray]]:
@@ -299,7 +299,11 @@ class LadderDataset(torch.utils.data.Dataset):
 
     def __init__(self, source: LadderSample | str | os.PathLike | Sequence[str | os.PathLike], *,
                  partial: bool = False) -> None:
-        self.sample = source if isinstance(source, LadderSample) else load_dataset(source, partial=partial)
+        sample = source if isinstance(source, LadderSample) else load_dataset(source, partial=partial)
+        if not isinstance(sample, LadderSample):  # a chunked store: read by chunks, never held here whole
+            raise ValueError(f"source: {str(source)!r} is a chunked store and LadderDataset holds a sample in memory; "
+                             "use teachers.chunked.StreamingLadderDataset (or ChunkDataset) for a store")
+        self.sample = sample
 
     def __len__(self) -> int:
         return len(self.sample)
