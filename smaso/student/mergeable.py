@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,7 +36,7 @@ def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None) -> S
     if hi <= lo:
         raise ValueError(f"rows: expected a non-empty range of the batch's {n_all} rows, got {rows!r}")
     sl = slice(lo, hi)
-    per = {k: [None if t is None else t[sl] for t in getattr(rec, k)] for k in PER_EXAMPLE}
+    per: dict[str, Any] = {k: [None if t is None else t[sl] for t in getattr(rec, k)] for k in PER_EXAMPLE}
     d = len(rec.fbar) - 1
     dW, db = [None] * len(rec.dW), [None] * len(rec.db)  # type: list, list
     for l in range(d):
