@@ -23,7 +23,7 @@ def raise_impossible(log_z: torch.Tensor, start: int = 0, teacher: str = "the la
                          "posterior is undefined")
 
 
-def check_device(device, x: torch.Tensor) -> torch.device:
+def check_device(device: torch.device | str | None, x: torch.Tensor) -> torch.device:
     """The device to compute on: ``device``, else ``x``'s (a bad name is a ValueError naming the argument)."""
     if device is None:
         return x.device
@@ -33,7 +33,7 @@ def check_device(device, x: torch.Tensor) -> torch.device:
         raise ValueError(f"device: expected a torch device, got {device!r} ({e})") from None
 
 
-def check_chunk_size(chunk_size, default: int) -> int:
+def check_chunk_size(chunk_size: int | None, default: int) -> int:
     """``chunk_size`` as an int (``default`` when None), or a ValueError: a positive integer is required."""
     if chunk_size is None:
         return max(1, int(default))

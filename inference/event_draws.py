@@ -37,6 +37,8 @@ from .sum_product import TreePlan, Upward, leaf_factors, tree_plan, upward
 if TYPE_CHECKING:
     import arviz as az
 
+    from .junction_tree import _Factor
+
 __all__ = ["posterior_event_draws"]
 
 # float64 values of the largest temporary of one pass of draws (~256 MiB)
@@ -201,7 +203,7 @@ def _tree_draws(plan: TreePlan, up: Upward, u: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- any ladder: the junction tree
-def _junction_draws(jt: JunctionTree, psi, up, u: torch.Tensor) -> torch.Tensor:
+def _junction_draws(jt: JunctionTree, psi: list[torch.Tensor], up: list[_Factor], u: torch.Tensor) -> torch.Tensor:
     """``z`` ``(T, n, total_regions)`` by ancestral sampling in reverse elimination order (module docstring)."""
     t, n, _ = u.shape
     z = torch.empty(u.shape, dtype=torch.int64, device=u.device)

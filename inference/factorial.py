@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyro
@@ -75,19 +76,19 @@ _CHUNK_ELEMENTS = 2**24  # elements of the largest temporary per chunk of config
 _EXPONENTIAL = ", a cost exponential in the number of units K"
 
 
-def _check_layer(A, B, x) -> None:
+def _check_layer(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> None:
     """The layer ``(A, B)`` and finite inputs ``x`` ``(N, D)`` (a ``ValueError`` naming the argument)."""
     check_maso(A, B)
     check_x(x, A, finite=True)
     check_finite(B, "B")
 
 
-def _check(A, B, x, sigma) -> torch.Tensor:
+def _check(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma: float | torch.Tensor) -> torch.Tensor:
     _check_layer(A, B, x)
     return check_sigma(sigma, scalar_only=True)
 
 
-def _check_positive(**values) -> None:
+def _check_positive(**values: int) -> None:
     """A ``ValueError`` naming the first of ``values`` that is not a positive ``int``."""
     for name, v in values.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -99,7 +100,7 @@ def _guide_draws(probs: torch.Tensor, num_draws: int, num_chains: int, seed: int
     with the site ``"t"`` under the plates ``"data"`` (dim -2) and ``"units"`` (dim -1), under ``seeded_rng(seed)``."""
     n, k, _ = probs.shape
 
-    def guide():
+    def guide() -> None:
         with pyro.plate("data", n, dim=-2), pyro.plate("units", k, dim=-1):
             pyro.sample("t", dist.Categorical(probs=probs))
 
@@ -115,7 +116,8 @@ def _check_configs(K: int, R: int, max_configs: int, what: str, cost: str, advic
                          f"max_configs={max_configs}); {advice}")
 
 
-def _config_scores(A, log_pi, x, configs, s2: float) -> torch.Tensor:
+def _config_scores(A: torch.Tensor, log_pi: torch.Tensor, x: torch.Tensor, configs: torch.Tensor,
+                   s2: float) -> torch.Tensor:
     """log p(t, x) ``(N, C)`` of configurations ``configs`` ``(C, K)`` without the t-independent
     -||x||^2 / (2 sigma^2) and the normalizer."""
     units = torch.arange(A.shape[0], device=A.device)
@@ -132,7 +134,8 @@ def _initial_q(s: torch.Tensor, s2: float, init: torch.Tensor | None) -> torch.T
     return init.to(dtype=s.dtype, device=s.device).clone()
 
 
-def factorial_log_joint(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, t: torch.Tensor, sigma=1.0) -> torch.Tensor:
+def factorial_log_joint(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, t: torch.Tensor,
+                        sigma: float | torch.Tensor = 1.0) -> torch.Tensor:
     """Exact ``log p(t, x)`` ``(N,)`` of configurations ``t`` ``(N, K)`` in the factorial mixture (Eq 10).
 
     ``sum_k log pi[k, t_k] + log Normal(x; sum_k A[k, t_k], sigma^2 I)`` with ``pi = pi_from_offsets(A, B, sigma)``
@@ -158,8 +161,9 @@ def _digits(codes: torch.Tensor, K: int, R: int) -> torch.Tensor:
     return (codes[:, None] // powers) % R
 
 
-def exact_joint_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, *,
-                    max_configs: int = DEFAULT_MAX_CONFIGS, return_log_joint: bool = False):
+def exact_joint_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma: float | torch.Tensor = 1.0, *,
+                    max_configs: int = DEFAULT_MAX_CONFIGS,
+                    return_log_joint: bool = False) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Exact joint MAP ``argmax_t log p(t, x)`` by enumerating all R^K configurations (Eq 10).
 
     Vectorized over examples and over chunks of configurations; memory is bounded per chunk, time
@@ -193,7 +197,7 @@ def exact_joint_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0
     return t, factorial_log_joint(A, B, x, t, sig)
 
 
-def factorized_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, *,
+def factorized_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma: float | torch.Tensor = 1.0, *,
                    check_orthogonality: bool = True, tol: float = DEFAULT_ORTHOGONALITY_TOL) -> torch.Tensor:
     """Factorized joint MAP: every unit's own MAP ``argmax_r s[n, k, r]`` (the layer's hard VQ), exact under Eq 11.
 
@@ -262,7 +266,8 @@ class MeanField:
         return _inference_data(_guide_draws(self.probs, num_draws, num_chains, seed), x, self.probs.shape[-1])
 
 
-def mean_field_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, *, tol: float = 1e-8,
+def mean_field_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma: float | torch.Tensor = 1.0, *,
+                   tol: float = 1e-8,
                    max_iter: int = 1000, init: torch.Tensor | None = None) -> MeanField:
     """Mean-field variational inference in the factorial mixture by coordinate ascent (CAVI).
 
@@ -300,7 +305,8 @@ def mean_field_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0,
                      converged=converged, x=x)
 
 
-def _mean_field_elbo(A, B, x, q, sig) -> torch.Tensor:
+def _mean_field_elbo(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, q: torch.Tensor,
+                     sig: torch.Tensor) -> torch.Tensor:
     """``E_q[log p(t, x)] + H(q)`` for a factorized q ``(N, K, R)``, exactly."""
     D = A.shape[2]
     s2 = float(sig) ** 2
@@ -315,20 +321,21 @@ def _mean_field_elbo(A, B, x, q, sig) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- the same answers by Pyro inference
-def _sequential_model(A, B, x, sig, max_configs: int, what: str):
+def _sequential_model(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sig: torch.Tensor, max_configs: int,
+                      what: str) -> Callable[[], dict[str, torch.Tensor]]:
     """The enumerable (sequential) layout of the factorial Pyro model on inputs x, after the size check."""
     _check_configs(A.shape[0], A.shape[1], max_configs, what, ", one tensor dimension per unit",
                    "use the hand-written routines (factorized_map, mean_field_map) for large K")
     log_pi = log_pi_from_offsets(A, B, sig)
     xx = x.to(A.dtype)
 
-    def model():
+    def model() -> dict[str, torch.Tensor]:
         return factorial_mixture_model(A, None, sig, xx, layout="sequential", log_pi=log_pi)
 
     return model
 
 
-def joint_map_pyro(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, *,
+def joint_map_pyro(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma: float | torch.Tensor = 1.0, *,
                    max_configs: int = DEFAULT_MAX_DRAW_CONFIGS) -> torch.Tensor:
     """The exact joint MAP of :func:`exact_joint_map` by Pyro: ``infer_discrete(temperature=0)`` (max-product,
     Viterbi-like) on :func:`smaso.splines.mixture.factorial_mixture_model`'s sequential layout (sites ``"t_0"``,
@@ -347,7 +354,8 @@ def joint_map_pyro(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0,
     return t.expand(x.shape[0], A.shape[0]).long()
 
 
-def mean_field_svi(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, *, num_steps: int = 500,
+def mean_field_svi(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma: float | torch.Tensor = 1.0, *,
+                   num_steps: int = 500,
                    lr: float = 0.2, tol: float = 1e-6, init: torch.Tensor | None = None,
                    max_configs: int = DEFAULT_MAX_DRAW_CONFIGS) -> MeanField:
     """Mean-field variational inference (the q of :func:`mean_field_map`) by Pyro's ``SVI``.
@@ -383,7 +391,7 @@ def mean_field_svi(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0,
     q = _initial_q(region_scores(A, B, xx), float(sig) ** 2, init)
     logits0 = q.clamp_min(torch.finfo(A.dtype).tiny).log().detach()
 
-    def guide():
+    def guide() -> None:
         logits = pyro.param("logits", lambda: logits0.clone())
         with pyro.plate("data", n, dim=-1):
             for k in range(K):
@@ -393,7 +401,7 @@ def mean_field_svi(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0,
     converged, it = False, 0
     with store.scope():
         store.clear()
-        optim = pyro.optim.Adam({"lr": lr})
+        optim = pyro.optim.Adam({"lr": lr})  # type: ignore[attr-defined]  # built by pyro.optim at import
         svi = SVI(model, guide, optim, TraceEnum_ELBO(max_plate_nesting=1))
         for it in range(1, num_steps + 1):  # noqa: B007 - `it` is reported
             svi.step()
@@ -407,7 +415,7 @@ def mean_field_svi(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0,
                      converged=converged, x=xx)
 
 
-def factorial_gap(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, *,
+def factorial_gap(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma: float | torch.Tensor = 1.0, *,
                   max_configs: int = DEFAULT_MAX_CONFIGS, tol: float = 1e-8, max_iter: int = 1000) -> dict:
     """How far the factorized and the mean-field MAP are from the exact joint MAP on inputs x.
 
@@ -419,7 +427,7 @@ def factorial_gap(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, 
     """
     sig = _check(A, B, x, sigma)
     t_exact, lj_exact = exact_joint_map(A, B, x, sig, max_configs=max_configs, return_log_joint=True)
-    out = {"orthogonality_defect": orthogonality_defect(A).relative, "n": int(x.shape[0]),
+    out: dict[str, Any] = {"orthogonality_defect": orthogonality_defect(A).relative, "n": int(x.shape[0]),
            "exact_log_joint_mean": float(lj_exact.mean())}
     mf = mean_field_map(A, B, x, sig, tol=tol, max_iter=max_iter)
     for name, t in (("factorized", factorized_map(A, B, x, sig, check_orthogonality=False)), ("mean_field", mf.t)):
@@ -461,7 +469,7 @@ class FactorialPosterior:
         return self.log_probs.exp()
 
 
-def exact_posterior(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, *,
+def exact_posterior(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma: float | torch.Tensor = 1.0, *,
                     max_configs: int = DEFAULT_MAX_CONFIGS) -> FactorialPosterior:
     """The exact posterior ``p(t | x)`` of the factorial mixture (Eq 10) over all R^K configurations.
 
@@ -511,7 +519,8 @@ def _inference_data(t: torch.Tensor, x: torch.Tensor | None, num_regions: int) -
     return idata
 
 
-def factorial_posterior_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0, num_draws: int = 500,
+def factorial_posterior_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma: float | torch.Tensor = 1.0,
+                              num_draws: int = 500,
                               num_chains: int = 2, seed: int | None = None, *,
                               max_configs: int = DEFAULT_MAX_DRAW_CONFIGS, method: str = "pyro") -> az.InferenceData:
     """Exact draws from the factorial mixture's posterior ``p(t | x)`` (Eq 10), as ArviZ ``InferenceData``.
@@ -554,7 +563,7 @@ def factorial_posterior_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor,
     else:
         model = _sequential_model(A, B, x, sig, max_configs, "factorial_posterior_draws")  # within max_configs
 
-        def particles():
+        def particles() -> dict[str, torch.Tensor]:
             with pyro.plate("particles", total, dim=-2):
                 return model()
 

@@ -13,6 +13,7 @@ one when it is called (the module itself imports silently); removed in 0.4.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,6 +21,9 @@ from teachers._deprecation import deprecated, warn
 
 from . import posterior as _new
 from .posterior import MAX_CLIQUE, EliminationCost, GraphStatistics, Posterior
+
+if TYPE_CHECKING:
+    from teachers.ladder import Ladder
 
 __all__ = ["MAX_CLIQUE", "EliminationCost", "GraphPosterior", "GraphStatistics", "elimination_order",
            "graph_bayes_accuracy", "graph_map", "graph_posterior", "graph_statistics", "treewidth_cost"]
@@ -49,7 +53,7 @@ class GraphPosterior(Posterior):
         return self.marginals
 
 
-def graph_posterior(g, x: torch.Tensor, *, marginals: bool = True, max_clique: int = MAX_CLIQUE,
+def graph_posterior(g: Ladder, x: torch.Tensor, *, marginals: bool = True, max_clique: int = MAX_CLIQUE,
                     chunk_size: int | None = None, device: torch.device | str | None = None) -> GraphPosterior:
     """Deprecated: use :func:`inference.posterior.posterior` (``marginals=True`` was this function's default)."""
     warn("inference.graph_posterior.graph_posterior", "inference.posterior.posterior(ladder, x, marginals=True) "

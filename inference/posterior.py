@@ -14,8 +14,9 @@ computation's device (``device=``, default x's).
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -210,7 +211,8 @@ def posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False, chunk
     return Posterior(log_z, label, margs or None, "tree", None, ladder.region_events)
 
 
-def _passes(one_pass, x: torch.Tensor, step: int, dev: torch.device, shapes) -> list[torch.Tensor]:
+def _passes(one_pass: Callable[[torch.Tensor], Sequence[torch.Tensor]], x: torch.Tensor, step: int, dev: torch.device,
+            shapes: Sequence[tuple[int, ...]]) -> list[torch.Tensor]:
     """``one_pass`` on chunks of ``step`` examples of ``x`` on ``dev``, its outputs joined: ``(N, *shape)`` each."""
     n = x.shape[0]
     out = [torch.empty(n, *shape, dtype=torch.float64, device=dev) for shape in shapes]
@@ -239,7 +241,7 @@ def map_events(ladder: Ladder, x: torch.Tensor, *, max_clique: int = MAX_CLIQUE,
 
 
 def bayes_optimal_accuracy(ladder: Ladder, x: torch.Tensor, y: torch.Tensor | None = None, *,
-                           batch_size: int | None = None, **kwargs) -> BayesAccuracy:
+                           batch_size: int | None = None, **kwargs: Any) -> BayesAccuracy:
     """Accuracy of the Bayes-optimal classifier argmax_y p(y | x) on a sample (any ladder).
 
     :param batch_size: examples per :func:`posterior` call (None: all at once; :func:`posterior` bounds its

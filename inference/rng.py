@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import numpy as np
@@ -14,7 +15,7 @@ import torch
 __all__ = ["check_seed", "seeded_rng"]
 
 
-def check_seed(seed) -> None:
+def check_seed(seed: object) -> None:
     """:raises ValueError: ``seed`` is neither None nor an integer in ``[0, 2**32)``."""
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))
                              or not 0 <= int(seed) < 2**32):
@@ -22,7 +23,7 @@ def check_seed(seed) -> None:
 
 
 @contextmanager
-def seeded_rng(seed: int | None, device: torch.device | str | None = None):
+def seeded_rng(seed: int | None, device: torch.device | str | None = None) -> Iterator[int]:
     """Run a block of Pyro work under ``seed`` without changing the caller's global RNG state.
 
     Saves Python's ``random`` state, NumPy's global state and torch's CPU generator (``torch.random.fork_rng``;

@@ -247,7 +247,7 @@ def upward(plan: TreePlan, phi: torch.Tensor, log_c: torch.Tensor, *, keep: bool
     :param cumulative: also return each region's total log scale (for :func:`log_messages`).
     """
     d = plan.depth
-    phis, msgs, lams, confs = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)
+    phis, msgs, lams, confs = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)  # type: list, list, list, list
     phis[d] = phi
     logs = log_c.sum(0)  # (n, 1)
     cum = [None] * d + [log_c.contiguous()] if cumulative else None

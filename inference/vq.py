@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import arviz as az
 import numpy as np
@@ -35,6 +36,9 @@ from inference.factorial import _check_layer, _check_positive, _guide_draws
 from inference.mixture import check_unit_beta, log_pi_from_offsets, region_scores, unit_mixture_model, vq_outputs
 from inference.rng import check_seed, seeded_rng
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 # seeded_rng lives in inference.rng; it stays importable from here
 __all__ = ["VQFit", "posterior_region_draws", "region_summary", "seeded_rng", "svi_vq", "vq_map"]
 
@@ -42,13 +46,13 @@ PARAM_NAME = "vq_region_probs"  # the guide's pyro.param
 _CATEGORICAL = ("labels", "one_hot")
 
 
-def _check_categorical(categorical) -> None:
+def _check_categorical(categorical: object) -> None:
     if categorical not in _CATEGORICAL:
         raise ValueError(f"categorical: expected one of {_CATEGORICAL}, got {categorical!r}")
 
 
 # ---------------------------------------------------------------------- inference on the Pyro model
-def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torch.Tensor:
+def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma: float | torch.Tensor = 1.0) -> torch.Tensor:
     """Hard VQ as MAP inference: ``infer_discrete(temperature=0)`` on the per-unit SMASO.
 
     The model is :func:`~smaso.splines.mixture.unit_mixture_model` with ``pi = pi_from_offsets(A, B, sigma)``;
@@ -65,7 +69,7 @@ def vq_map(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, sigma=1.0) -> torc
     return torch.nn.functional.one_hot(t, A.shape[1]).to(A.dtype)
 
 
-def _tempered_sigma(A: torch.Tensor, beta) -> torch.Tensor:
+def _tempered_sigma(A: torch.Tensor, beta: float | torch.Tensor) -> torch.Tensor:
     """sigma with sigma^2 = 1/eta per unit, for 0 < beta < 1."""
     b = check_unit_beta(beta, A.shape[0], A.dtype).to(device=A.device, dtype=A.dtype)
     if bool((b <= 0).any()) or bool((b >= 1).any()):
@@ -75,7 +79,7 @@ def _tempered_sigma(A: torch.Tensor, beta) -> torch.Tensor:
 
 
 def posterior_region_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, num_draws: int = 500,
-                           num_chains: int = 2, beta=0.5, seed: int | None = None, *,
+                           num_chains: int = 2, beta: float | torch.Tensor = 0.5, seed: int | None = None, *,
                            categorical: str = "labels") -> az.InferenceData:
     """Exact draws of the region variables from p(t | x) at ``sigma^2 = 1/eta`` (``infer_discrete(temperature=1)``).
 
@@ -102,7 +106,7 @@ def posterior_region_draws(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, nu
     total = num_draws * num_chains
     xx = x.to(device=A.device, dtype=A.dtype)
 
-    def particles(xx):
+    def particles(xx: torch.Tensor) -> dict[str, torch.Tensor]:
         with pyro.plate("particles", total, dim=-3):
             return unit_mixture_model(A, None, sigma, xx, log_pi=log_pi)
 
@@ -131,7 +135,7 @@ def _inference_data(t: torch.Tensor, x: torch.Tensor, num_regions: int, categori
 
 
 def region_summary(idata: az.InferenceData, var_name: str = "t", num_categories: int | None = None,
-                   **summary_kwargs):
+                   **summary_kwargs: Any) -> pd.DataFrame:
     """``az.summary`` of a categorical posterior variable as per-category probabilities.
 
     The labels ``(chain, draw, ...)`` (or one-hot indicators with a ``region`` dim) become indicators
@@ -196,7 +200,8 @@ class VQFit:
         return _inference_data(t, self.x, self.probs.shape[-1], categorical)
 
 
-def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_steps: int = 300, lr: float = 0.1,
+def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta: float | torch.Tensor = 0.5, *,
+           num_steps: int = 300, lr: float = 0.1,
            tempering: str = "scale", seed: int | None = 0, progress: bool = False) -> VQFit:
     """Soft / beta-VQ as variational inference: SVI on the per-unit SMASO with a mean-field categorical guide.
 
@@ -237,7 +242,7 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
     model = poutine.scale(lambda xx: unit_mixture_model(A, None, sigma, xx, log_pi=log_pi),
                           scale=eta if tempering == "scale" else 1.0)
 
-    def guide(xx):
+    def guide(xx: torch.Tensor) -> None:
         q = pyro.param(PARAM_NAME, lambda: torch.full((n, K, R), 1.0 / R, dtype=A.dtype, device=A.device),
                        constraint=constraints.simplex)
         with pyro.plate("data", n, dim=-2), pyro.plate("units", K, dim=-1):
@@ -252,7 +257,8 @@ def svi_vq(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5, *, num_s
 
         steps = tqdm(steps, desc="SVI (beta-VQ)")
     with seeded_rng(seed, A.device):
-        svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), TraceEnum_ELBO(max_plate_nesting=2))
+        # pyro.optim builds its torch.optim wrappers at import, so mypy sees no Adam
+        svi = SVI(model, guide, pyro.optim.Adam({"lr": lr}), TraceEnum_ELBO(max_plate_nesting=2))  # type: ignore[attr-defined]
         losses = [svi.step(x) for _ in steps]
     probs = pyro.param(PARAM_NAME).detach().clone()
     return VQFit(probs=probs, outputs=vq_outputs(probs, region_scores(A, B, x)), losses=losses,

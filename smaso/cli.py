@@ -33,7 +33,8 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from smaso._version import __version__
 from smaso.cli_student import _cmd_compare, _cmd_demo
@@ -63,6 +64,11 @@ from smaso.reports import (
     tent_report,
 )
 from smaso.student._activation_names import activation_choices
+
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+    from teachers.ladder import Ladder
 
 __all__ = ["inspect_report", "main"]
 
@@ -132,11 +138,11 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def _one_or_list(values: list[int]):
+def _one_or_list(values: list[int]) -> int | list[int]:
     return values[0] if len(values) == 1 else values
 
 
-def ladder_from_args(args: argparse.Namespace):
+def ladder_from_args(args: argparse.Namespace) -> Ladder:
     """Build the :class:`~teachers.ladder.Ladder` described by the CLI options (a tree, a spec file of any
     version, or ``--graph conv1d|conv2d``)."""
     from teachers.spec_io import load_spec
@@ -189,7 +195,7 @@ def _tree_from_args(args: argparse.Namespace):
                          concentration=args.concentration or 1.0, seed=args.ladder_seed, **common)
 
 
-def _graph_from_args(args: argparse.Namespace):
+def _graph_from_args(args: argparse.Namespace) -> Ladder:
     """The ``--graph conv1d|conv2d`` ladder of the options (:meth:`Ladder.conv1d` / ``conv2d``)."""
     from teachers.ladder import Ladder, LadderSpecError
 
@@ -222,7 +228,7 @@ def _graph_from_args(args: argparse.Namespace):
         raise LadderSpecError(f"--graph {args.graph} (--width/--height, --kernels, --strides, --events): {e}") from None
 
 
-def _cmd_sample_ladder(args) -> int:
+def _cmd_sample_ladder(args: argparse.Namespace) -> int:
     from teachers.sampling import parse_shard
 
     _check_store_target(args.out)
@@ -271,7 +277,7 @@ def _cmd_sample_ladder(args) -> int:
     return 0
 
 
-def _cmd_sample_tent(args) -> int:
+def _cmd_sample_tent(args: argparse.Namespace) -> int:
     from teachers.tent import sample_tent, save_tent_dataset
 
     _check_tent_memory(args.n, args.shard)
@@ -288,7 +294,7 @@ def _cmd_sample_tent(args) -> int:
     return 0
 
 
-def _cmd_spec(args) -> int:
+def _cmd_spec(args: argparse.Namespace) -> int:
     from teachers.spec_io import save_spec, spec_to_jsonable
     from teachers.spec_text import spec_text
 
@@ -301,7 +307,7 @@ def _cmd_spec(args) -> int:
     return 0
 
 
-def _cmd_inspect(args) -> int:
+def _cmd_inspect(args: argparse.Namespace) -> int:
     from teachers.dataset import load_dataset
     from teachers.tent import FORMAT as TENT_FORMAT
     from teachers.tent import dataset_format, load_tent_dataset
@@ -370,7 +376,7 @@ def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = No
     _add_device(g, "the student's training and evaluation, the exact posteriors")
 
 
-def _add_device(g, what: str) -> None:
+def _add_device(g: argparse._ActionsContainer, what: str) -> None:
     g.add_argument("--device", default=None,
                    help=f"torch device ('cpu', 'cuda', 'cuda:1') of {what} (default: cpu)")
 
@@ -511,11 +517,11 @@ class _Parser(argparse.ArgumentParser):
 
     strict = False
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         """One ``smaso: error:`` line naming the option as typed (``--width: ...``, where argparse writes
         ``argument --width: ...``), with the nearest option or choice for a misspelt one, and no usage (``--help``
         shows it); argparse would also name the subcommand (``smaso compare: error:``)."""
@@ -538,14 +544,16 @@ class _Parser(argparse.ArgumentParser):
                 return f" (did you mean {close[0]}?)"
         return ""
 
-    def parse_known_args(self, args=None, namespace=None):
+    def parse_known_args(  # type: ignore[override]  # typeshed's overloads on namespace's type; ours takes one
+            self, args: Sequence[str] | None = None,
+            namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         namespace, extras = super().parse_known_args(args, namespace)
         if extras and self.strict:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return namespace, extras
+        return namespace, extras  # type: ignore[return-value]  # typeshed: None only when namespace=None is passed on
 
 
-def _subcommand_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+def _subcommand_parsers(parser: argparse.ArgumentParser) -> list[_Parser]:
     """Every subcommand's parser below ``parser``, at any depth (``sample``, ``sample ladder``, ...)."""
     found = []
     for action in parser._subparsers._group_actions if parser._subparsers else ():
@@ -554,7 +562,7 @@ def _subcommand_parsers(parser: argparse.ArgumentParser) -> list[argparse.Argume
     return found
 
 
-def _add_global_options(parser: argparse.ArgumentParser, **default) -> None:
+def _add_global_options(parser: argparse.ArgumentParser, **default: Any) -> None:
     """``--debug`` and ``-q``, and after any subcommand too (``smaso demo -q``), there without overriding the
     top-level ones (``default=SUPPRESS``)."""
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error, and third-party "
@@ -582,7 +590,7 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
                         "about a fifth on a quiet machine and loses most of the throughput beside other jobs)")
 
 
-def _int_at_least(low: int, what: str):
+def _int_at_least(low: int, what: str) -> Callable[[str], int]:
     """An argparse type: an integer (``1e6`` too) of at least ``low``, named ``what`` in the error."""
 
     def parse(text: str) -> int:

@@ -8,12 +8,22 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from smaso.cli_support import _check_memory, _check_width, _engine, _quiet, _set_threads, _write_json
 from smaso.reports import accuracy_report, bayes_estimate, inspect_report, print_report
 
+if TYPE_CHECKING:
+    import argparse
+    import os
 
-def _student_kwargs(args, held_out) -> dict:
+    from smaso.student.compare import ComparisonResult
+    from teachers.engine import DaskEngine, SerialEngine
+    from teachers.sampling import LadderSample
+    from teachers.store_reader import ChunkedLadderData
+
+
+def _student_kwargs(args: argparse.Namespace, held_out: int | None) -> dict:
     """:func:`~smaso.student.compare.compare_student`'s options from the command line (all but the seed)."""
     return dict(width=args.width[0] if len(args.width) == 1 else args.width, activation=args.activation,
                 batch_norm=args.bn or False, bias=not args.no_bias, loss=args.loss, steps=args.steps, lr=args.lr,
@@ -23,12 +33,12 @@ def _student_kwargs(args, held_out) -> dict:
                 optimizer=args.optimizer, lr_schedule=args.lr_schedule, plateau=args.plateau, held_out=held_out)
 
 
-def _progress(args) -> bool:
+def _progress(args: argparse.Namespace) -> bool:
     """A progress bar over the training steps: on a terminal, unless ``--no-progress`` or ``-q``."""
     return not getattr(args, "no_progress", False) and not _quiet(args) and sys.stderr.isatty()
 
 
-def _held_out(sample, args, held_out=None):
+def _held_out(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace, held_out: Any = None) -> Any:
     if held_out is None:
         held_out = args.evaluate == "held-out"
     if held_out is True and args.eval_examples >= len(sample):
@@ -37,7 +47,9 @@ def _held_out(sample, args, held_out=None):
     return held_out
 
 
-def _run_comparison(sample, args, engine=None, alignment=None, held_out=None):
+def _run_comparison(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace,
+                    engine: SerialEngine | DaskEngine | None = None, alignment: Any = None,
+                    held_out: Any = None) -> ComparisonResult:
     from smaso.student.compare import compare_student
 
     kwargs = _student_kwargs(args, _held_out(sample, args, held_out))
@@ -45,7 +57,9 @@ def _run_comparison(sample, args, engine=None, alignment=None, held_out=None):
                            progress=_progress(args), **kwargs)
 
 
-def _shuffled_control(sample, args, engine=None, held_out=None, alignment=None):
+def _shuffled_control(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace,
+                      engine: SerialEngine | DaskEngine | None = None, held_out: Any = None,
+                      alignment: Any = None) -> Any:
     """The shuffled-label control of ``--student-seed``'s run: the same student, options and evaluation rows,
     trained on permuted labels (:func:`~smaso.student.compare.compare_student` with ``shuffle_labels=True``), with
     the event alignment on ``alignment``'s rows at its checkpoints when given (its last checkpoint's is the
@@ -57,7 +71,8 @@ def _shuffled_control(sample, args, engine=None, held_out=None, alignment=None):
                            shuffle_labels=True, alignment=alignment, **kwargs)
 
 
-def _seed_summary(sample, args, result, engine=None, held_out=None, control=None):
+def _seed_summary(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace, result: ComparisonResult,
+                  engine: SerialEngine | DaskEngine | None = None, held_out: Any = None, control: Any = None) -> Any:
     """The summary over ``--seeds`` students (``result``: the first seed's run, ``--student-seed``; the others,
     the next seeds, run as tasks of ``engine``), with the initialisation control and, given ``control`` (the first
     seed's shuffled-label run, :func:`_shuffled_control`), the shuffled-label control of every seed; None for one
@@ -76,14 +91,14 @@ def _seed_summary(sample, args, result, engine=None, held_out=None, control=None
     return summarize_seeds([result, *runs], seeds=seeds, last=3, shuffled=shuffled)
 
 
-def _noise_groups(args) -> int | None:
+def _noise_groups(args: argparse.Namespace) -> int | None:
     k = getattr(args, "noise_groups", 10)
     if k == 1:
         raise ValueError("--noise-groups: expected 0 (no floors) or at least 2 groups, got 1")
     return k or None
 
 
-def _comparison_payload(result, args) -> dict:
+def _comparison_payload(result: ComparisonResult, args: argparse.Namespace) -> dict:
     return {"history": result.history, "seconds": result.seconds,
             "stopped_at": result.stopped_at,
             "student": {k: getattr(args, k) for k in ("width", "readout", "activation", "bn", "loss", "steps", "lr",
@@ -91,7 +106,7 @@ def _comparison_payload(result, args) -> dict:
                                                        "batch_size", "weight_decay", "P_source")}}
 
 
-def _save_outputs(out_dir, payload: dict, result, title: str) -> list[str]:
+def _save_outputs(out_dir: str | os.PathLike, payload: dict, result: ComparisonResult, title: str) -> list[str]:
     from smaso.plots import plot_comparison
 
     out = Path(out_dir)
@@ -101,7 +116,7 @@ def _save_outputs(out_dir, payload: dict, result, title: str) -> list[str]:
     return [str(out / "comparison.json"), str(out / "comparison.png")]
 
 
-def _cmd_demo(args) -> int:
+def _cmd_demo(args: argparse.Namespace) -> int:
     from smaso.student.compare import compare_student
     from teachers.ladder import Ladder
     from teachers.sampling import sample_ladder
@@ -185,7 +200,7 @@ def _cmd_demo(args) -> int:
     return 0
 
 
-def _cmd_compare(args) -> int:
+def _cmd_compare(args: argparse.Namespace) -> int:
     from teachers.dataset import load_dataset
 
     sample = load_dataset(args.files, partial=args.partial)

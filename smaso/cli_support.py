@@ -12,10 +12,19 @@ import re
 import signal
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from smaso.output import json_safe, output_dir
+
+if TYPE_CHECKING:
+    import argparse
+    from types import FrameType
+    from typing import NoReturn, TextIO
+
+    from teachers.engine import DaskEngine, SerialEngine
+    from teachers.ladder import Ladder
 
 __all__ = ["STDOUT"]
 
@@ -37,7 +46,8 @@ _OWN_PACKAGES = tuple(str(Path(__file__).resolve().parents[1] / pkg) + os.sep
                       for pkg in ("smaso", "teachers", "inference"))
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None) -> None:
     """A warning as one ``smaso: warning:`` line (the library's own without a file and line number; any
     other with its category and origin, so that an unexpected one is recognisable)."""
     text = str(message).strip().replace("\n", " ")
@@ -69,17 +79,17 @@ def _cli_warnings(*, debug: bool) -> Iterator[None]:
             logging.disable(disabled)
 
 
-def _quiet(args) -> bool:
+def _quiet(args: argparse.Namespace) -> bool:
     return bool(getattr(args, "quiet", False))
 
 
-def _stdout_is_data(args) -> bool:
+def _stdout_is_data(args: argparse.Namespace) -> bool:
     """A text output goes to standard output (``--json -``, ``spec --out -``)."""
     return STDOUT in (getattr(args, "json", None), getattr(args, "out", None) if args.command == "spec" else None)
 
 
 @contextlib.contextmanager
-def _streams(args) -> Iterator[None]:
+def _streams(args: argparse.Namespace) -> Iterator[None]:
     """Keep the standard output the command started with for data (``args._stdout``), and send the
     informational prints nowhere under ``-q``, or when standard output carries data (``--json -``)."""
     args._stdout = sys.stdout
@@ -98,7 +108,7 @@ class _Terminated(BaseException):
     received = False
 
 
-def _terminate_as_interrupt():
+def _terminate_as_interrupt() -> Any:
     """Turn SIGTERM into :class:`_Terminated` for the duration of a command (main thread only); returns the
     previous handler, or None where no handler could be installed."""
     import threading
@@ -106,7 +116,7 @@ def _terminate_as_interrupt():
     if threading.current_thread() is not threading.main_thread():
         return None
 
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> NoReturn:
         _Terminated.received = True
         raise _Terminated()
 
@@ -127,7 +137,7 @@ def _free_disk(out: str) -> int | None:
         return None
 
 
-def _check_memory(ladder, n: int, arg: str, factor: float = 1.0) -> None:
+def _check_memory(ladder: Ladder, n: int, arg: str, factor: float = 1.0) -> None:
     """Refuse an in-memory job whose rows alone would not fit (before allocating them)."""
     from teachers.chunked import row_bytes
     from teachers.sampling import available_memory
@@ -160,7 +170,7 @@ def _check_store_target(out: str) -> None:
         check_store_target(out, arg="--out", allow_empty=False)
 
 
-def _engine(args):
+def _engine(args: argparse.Namespace) -> SerialEngine | DaskEngine:
     """The engine of ``--engine`` (a context manager): this process, or a Dask cluster (options checked by
     :func:`_check_engine_options`)."""
     from teachers.engine import CONNECT_TIMEOUT, EngineError, make_engine
@@ -174,7 +184,7 @@ def _engine(args):
         raise ValueError(str(e)) from None
 
 
-def _check_early(args) -> None:
+def _check_early(args: argparse.Namespace) -> None:
     """What can be checked before any work: ``--out -`` (standard output) only for a text output (a binary one,
     a dataset or a figure, refuses it rather than write a file named ``-``; ``./-`` names such a file), the
     student's ``--lr`` and ``--weight-decay``, the device, and that the outputs can be written.  Sets the
@@ -212,7 +222,7 @@ def _check_early(args) -> None:
             _check_writable(out, directory=opt == "out" and args.command in ("demo", "compare"), option=opt)
 
 
-def _check_engine_options(args) -> None:
+def _check_engine_options(args: argparse.Namespace) -> None:
     """The Dask options go with ``--engine dask``, and the scheduler's timeout is a positive number."""
     timeout = getattr(args, "scheduler_timeout", None)
     if getattr(args, "engine", "serial") != "dask" and (getattr(args, "scheduler", None) or
@@ -222,7 +232,7 @@ def _check_engine_options(args) -> None:
         raise ValueError(f"--scheduler-timeout: expected a positive number of seconds, got {timeout}")
 
 
-def _check_student_numbers(args) -> None:
+def _check_student_numbers(args: argparse.Namespace) -> None:
     """``--lr`` (finite, > 0) and ``--weight-decay`` (finite, >= 0) of ``demo`` and ``compare``, checked before the
     command prints anything (the trainer checks them again, but only once the ladder has been described)."""
     for option, positive in (("lr", True), ("weight_decay", False)):
@@ -345,7 +355,7 @@ def _is_ladder_spec(path: str) -> bool:
                                                                                   "smaso-graph-ladder"))
 
 
-def _check_not_a_spec(paths) -> None:
+def _check_not_a_spec(paths: Sequence[str]) -> None:
     """Refuse a ladder spec file given where a dataset belongs, saying how to sample from it."""
     import shlex
 
@@ -371,7 +381,7 @@ def _check_writable(out: str, *, directory: bool, option: str = "out") -> None:
         raise ValueError(f"--{option}: cannot write into {str(parent)!r} (permission denied)")
 
 
-def _set_threads(args, default: int | None = None) -> None:
+def _set_threads(args: argparse.Namespace, default: int | None = None) -> None:
     """Apply ``--threads`` (else ``default``; None leaves torch's own choice)."""
     threads = getattr(args, "threads", None) or default
     if threads:
@@ -380,7 +390,7 @@ def _set_threads(args, default: int | None = None) -> None:
         torch.set_num_threads(threads)
 
 
-def _write_text(args, path, text: str) -> None:
+def _write_text(args: argparse.Namespace | None, path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically, or to standard output when ``path`` is ``-`` (the stream the
     command started with: informational prints never reach it then, see :func:`_streams`)."""
     if str(path) == STDOUT:
@@ -393,7 +403,7 @@ def _write_text(args, path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode()))
 
 
-def _write_json(path, obj, args=None) -> None:
+def _write_json(path: str | os.PathLike, obj: Any, args: argparse.Namespace | None = None) -> None:
     """``obj`` as JSON (non-finite floats as null) to ``path``, or to standard output for ``-``."""
     _write_text(args, path, json.dumps(json_safe(obj), indent=1, allow_nan=False)
                 + ("\n" if str(path) == STDOUT else ""))

@@ -6,11 +6,25 @@ instant."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from smaso.student.network import LadderStudent
+    from teachers.chunked import DataSource
+    from teachers.engine import DaskEngine, SerialEngine
+    from teachers.ladder import Ladder
+    from teachers.sampling import LadderSample
+    from teachers.store_reader import ChunkedLadderData
+    from teachers.tent import TentSample
+
 __all__ = ["accuracy_report", "bayes_estimate", "inspect_report", "print_report",
            "print_tent_report", "tent_report"]
 
 
-def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool = False, device=None) -> dict:
+def inspect_report(source: DataSource, *, bayes_n: int = 2000, engine: SerialEngine | DaskEngine | None = None,
+                   progress: bool = False, device: torch.device | str | None = None) -> dict:
     """Counts, exact-vs-empirical statistics and Bayes-optimal accuracy of a dataset of any ladder, streamed
     chunk by chunk (memory does not grow with N; ``engine`` runs one task per chunk; ``device``: where the exact
     posteriors behind the Bayes-optimal accuracy are computed, None for the CPU).
@@ -56,7 +70,7 @@ def inspect_report(source, *, bayes_n: int = 2000, engine=None, progress: bool =
     return report
 
 
-def print_report(report: dict, ladder) -> None:
+def print_report(report: dict, ladder: Ladder) -> None:
     """Print ``smaso inspect``'s report of a ladder dataset: counts and label frequencies against the exact P(y),
     sampled vs exact statistics, the Bayes-optimal accuracy (or why it is unavailable)."""
     print(ladder.describe())
@@ -93,7 +107,7 @@ def _pieces(k: int) -> int | str:
     return 2**k if k <= 60 else f"2^{k}"
 
 
-def tent_report(sample) -> dict:
+def tent_report(sample: TentSample) -> dict:
     """k, N, x range, a 10-bin histogram of x on [0, 1] and max |y - tau^k(x)| of a tent sample."""
     import numpy as np
 
@@ -138,8 +152,9 @@ def _bayes_text(bayes: dict | None) -> str:
     return f"{v:.4f} (Monte Carlo over {n} rows, 95% interval [{v - 1.96 * se:.4f}, {v + 1.96 * se:.4f}])"
 
 
-def accuracy_report(lad, student, bayes: float | dict | None, seed: int, held_out: int = 10_000, *,
-                    ceiling=None) -> dict:
+def accuracy_report(lad: Ladder, student: LadderStudent, bayes: float | dict | None, seed: int,
+                    held_out: int = 10_000, *,
+                    ceiling: Any = None) -> dict:
     """Bayes, the student class's ceilings and the trained student's accuracy on fresh (held-out) rows: the
     stream of seed ``seed + 1``, rows never trained on.
 
@@ -164,9 +179,9 @@ def accuracy_report(lad, student, bayes: float | dict | None, seed: int, held_ou
     correct = 0
     with torch.no_grad():  # in batches: one-hot inputs of 10^4 rows of a wide ladder are hundreds of MB
         for lo in range(0, len(fresh), ACCURACY_BATCH):
-            rows = slice(lo, lo + ACCURACY_BATCH)
-            out = student(fresh.inputs(rows, dtype=w.dtype).to(w.device))
-            correct += int((out.argmax(-1).cpu() == fresh.y[rows].long()).sum())
+            batch = slice(lo, lo + ACCURACY_BATCH)
+            out = student(fresh.inputs(batch, dtype=w.dtype).to(w.device))
+            correct += int((out.argmax(-1).cpu() == fresh.y[batch].long()).sum())
     acc = correct / len(fresh)
     readout = student.readout
     # a proven upper bound of the class (the certified or exact ceiling, else the proven upper bound)
@@ -205,7 +220,8 @@ def accuracy_report(lad, student, bayes: float | dict | None, seed: int, held_ou
             "ceiling_of_this_student": own, "held_out_accuracy": acc, "held_out_rows": held_out}
 
 
-def bayes_estimate(sample, device=None, n: int = 2000) -> dict:
+def bayes_estimate(sample: LadderSample | ChunkedLadderData, device: torch.device | str | None = None,
+                   n: int = 2000) -> dict:
     """The exact posterior's Bayes-optimal accuracy on the first ``n`` rows of the first chunk of ``sample`` (an
     in-memory sample or a chunked dataset): :func:`inference.posterior.bayes_optimal_accuracy` as a dict, or
     ``{"unavailable": why}`` where the exact posterior cannot be had (a junction tree too large, an emission

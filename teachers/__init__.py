@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 #: public name -> the submodule that defines it
 _EXPORTS = {
@@ -130,7 +130,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from .tent import TentNetwork, TentSample, sample_tent, tent, tent_power
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """Import a public name, or a submodule, on first use (PEP 562); a deprecated name warns on every access."""
     if name in _DEPRECATED:
         from ._deprecation import warn
@@ -166,12 +166,12 @@ class _Package(types.ModuleType):
     submodule of the same name that the import system binds here on its first import."""
 
     @property
-    def tent(self):
+    def tent(self) -> Any:
         override = self.__dict__.get("_tent_override", _UNSET)
         return importlib.import_module(f"{__name__}.tent").tent if override is _UNSET else override
 
     @tent.setter
-    def tent(self, value):
+    def tent(self, value: object) -> None:
         if not isinstance(value, types.ModuleType):  # the import system's binding of the submodule is ignored
             self.__dict__["_tent_override"] = value
 

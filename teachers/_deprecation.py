@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["AliasMeta", "alias", "deprecated", "warn"]
 
@@ -20,7 +21,7 @@ def deprecated(fn: Callable, old: str, new: str) -> Callable:
     """``fn`` under the old name ``old``: every call warns (naming ``new``), then returns ``fn``'s result."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         warn(old, new)
         return fn(*args, **kwargs)
 
@@ -32,19 +33,21 @@ def deprecated(fn: Callable, old: str, new: str) -> Callable:
 class AliasMeta(type):
     """Metaclass of a deprecated alias class: ``isinstance(x, Alias)`` is ``isinstance(x, Alias._target)``."""
 
-    def __instancecheck__(cls, obj) -> bool:
+    _target: type
+
+    def __instancecheck__(cls, obj: object) -> bool:
         return isinstance(obj, cls._target)
 
-    def __subclasscheck__(cls, sub) -> bool:
+    def __subclasscheck__(cls, sub: type) -> bool:
         return issubclass(sub, cls._target)
 
 
-def alias(target: type, old: str, new: str, build: Callable | None = None, **attrs) -> type:
+def alias(target: type, old: str, new: str, build: Callable | None = None, **attrs: Any) -> type:
     """A deprecated class name: calling it warns (naming ``new``) and returns ``build(*args, **kwargs)``
     (default: ``target(...)``); ``isinstance`` and ``issubclass`` against it test ``target``; ``attrs`` are
     further class attributes (deprecated constructors)."""
 
-    def __new__(cls, *args, **kwargs):
+    def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
         warn(old, new)
         return (build or target)(*args, **kwargs)
 

@@ -18,6 +18,9 @@ use the tables themselves, in float64.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
 import numpy as np
 import torch
 from pyro.distributions import TorchDistribution, constraints
@@ -37,19 +40,20 @@ class BlockRNG:
     on how many blocks are drawn together (the dataset sampler's chunk size).
     """
 
-    def __init__(self, generators: list[torch.Generator], sizes: list[int]):
+    def __init__(self, generators: list[torch.Generator], sizes: list[int]) -> None:
         if len(generators) != len(sizes):
             raise ValueError("generators and sizes must have the same length")
         self.generators, self.sizes = list(generators), [int(s) for s in sizes]
         self.total = sum(self.sizes)
 
-    def split(self, t: torch.Tensor):
+    def split(self, t: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Generator]]:
         """Pairs ``(rows of block k, generator k)`` of a tensor whose dim 0 covers the blocks."""
         if t.shape[0] != self.total:
             raise ValueError(f"BlockRNG covers {self.total} examples along dim 0, got {t.shape[0]}")
         return zip(t.split(self.sizes), self.generators, strict=True)
 
-    def _draw(self, fn, shape, dtype, device):
+    def _draw(self, fn: Callable[..., torch.Tensor], shape: Sequence[int], dtype: torch.dtype | None,
+              device: torch.device | str | None) -> torch.Tensor:
         shape = torch.Size(shape)
         if len(shape) == 0 or shape[0] != self.total:
             raise ValueError(f"BlockRNG covers {self.total} examples along dim 0, asked for shape {tuple(shape)}")
@@ -58,7 +62,8 @@ class BlockRNG:
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def uniform(shape, generator: torch.Generator | BlockRNG | None, dtype=torch.float32, device=None) -> torch.Tensor:
+def uniform(shape: Sequence[int], generator: torch.Generator | BlockRNG | None, dtype: torch.dtype = torch.float32,
+            device: torch.device | str | None = None) -> torch.Tensor:
     """``torch.rand`` that also accepts a :class:`BlockRNG`."""
     if isinstance(generator, BlockRNG):
         return generator._draw(torch.rand, shape, dtype, device)
@@ -116,7 +121,7 @@ class AliasTable:
     :param device: where sampling happens.
     """
 
-    def __init__(self, probs: torch.Tensor | np.ndarray, device: torch.device | str | None = None):
+    def __init__(self, probs: torch.Tensor | np.ndarray, device: torch.device | str | None = None) -> None:
         threshold, alias = alias_setup(probs)
         self.rows, self.num_events = threshold.shape
         self.device = torch.device(device) if device is not None else torch.device("cpu")
@@ -192,8 +197,10 @@ class IndexedCategorical(TorchDistribution):
     arg_constraints = {}
     has_enumerate_support = True
 
-    def __new__(cls, table=None, row=None, generator=None, compact=False, validate_args=None, *, logits=None,
-                probs=None):
+    def __new__(cls, table: CategoricalTable | None = None, row: torch.Tensor | None = None,
+                generator: torch.Generator | BlockRNG | None = None, compact: bool = False,
+                validate_args: bool | None = None, *, logits: torch.Tensor | None = None,
+                probs: torch.Tensor | None = None) -> Any:
         # Pyro rebuilds distributions as ``type(d)(logits=...)`` (e.g. TraceEnum_ELBO's
         # compute_marginals); those are ordinary dense categoricals.
         if logits is not None or probs is not None:
@@ -203,16 +210,16 @@ class IndexedCategorical(TorchDistribution):
         return super().__new__(cls)
 
     def __init__(self, table: CategoricalTable, row: torch.Tensor, generator: torch.Generator | BlockRNG | None = None,
-                 compact: bool = False, validate_args=None, **_dense):
+                 compact: bool = False, validate_args: bool | None = None, **_dense: object) -> None:
         self.table, self.row, self.generator, self.compact = table, row, generator, compact
         # no arg_constraints: validation costs nothing here, only log_prob checks its value
         super().__init__(batch_shape=row.shape, event_shape=torch.Size(), validate_args=validate_args)
 
     @constraints.dependent_property(is_discrete=True, event_dim=0)
-    def support(self):
+    def support(self) -> constraints.Constraint:
         return constraints.integer_interval(0, self.table.num_events - 1)
 
-    def expand(self, batch_shape, _instance=None):
+    def expand(self, batch_shape: Sequence[int], _instance: IndexedCategorical | None = None) -> IndexedCategorical:
         new = self._get_checked_instance(IndexedCategorical, _instance)
         new.table, new.generator, new.compact = self.table, self.generator, self.compact
         new.row = self.row.expand(batch_shape)
@@ -231,19 +238,19 @@ class IndexedCategorical(TorchDistribution):
         """Probabilities of the selected rows: ``batch_shape + (m,)`` (gathered, so it costs memory)."""
         return self.table.probs[self.row]
 
-    def sample(self, sample_shape=torch.Size()):
+    def sample(self, sample_shape: Sequence[int] = torch.Size()) -> torch.Tensor:
         row = self.row.expand(torch.Size(sample_shape) + self.batch_shape)
         with torch.no_grad():
             z = self.table.alias.sample(row, self.generator)
         return z if self.compact else z.long()
 
-    def log_prob(self, value):
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         if self._validate_args:
             self._validate_sample(value)
         row, value = torch.broadcast_tensors(self.row, value.long())
         return self.table.log_probs[row, value]
 
-    def enumerate_support(self, expand=True):
+    def enumerate_support(self, expand: bool = True) -> torch.Tensor:
         m = self.table.num_events
         values = torch.arange(m, device=self.row.device).reshape((m,) + (1,) * len(self.batch_shape))
         if expand:
@@ -251,7 +258,7 @@ class IndexedCategorical(TorchDistribution):
         return values
 
     @property
-    def mean(self):
+    def mean(self) -> torch.Tensor:
         raise NotImplementedError("IndexedCategorical has no mean: events are labels, not numbers")
 
 
@@ -262,7 +269,7 @@ class CategoricalTable:
     :param device: device for sampling and log-probabilities.
     """
 
-    def __init__(self, probs: torch.Tensor, device: torch.device | str | None = None):
+    def __init__(self, probs: torch.Tensor, device: torch.device | str | None = None) -> None:
         probs = torch.as_tensor(probs, dtype=torch.float64)
         self.device = torch.device(device) if device is not None else probs.device
         self.probs = probs.to(self.device)

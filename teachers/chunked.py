@@ -40,7 +40,7 @@ class _SampleChunks:
     """An in-memory :class:`LadderSample` seen as chunks of ``chunk_rows`` rows
     (the interface of :class:`ChunkedLadderData` that chunk-by-chunk passes use)."""
 
-    def __init__(self, sample: LadderSample, chunk_rows: int):
+    def __init__(self, sample: LadderSample, chunk_rows: int) -> None:
         self.sample, self.ladder = sample, sample.ladder
         self.chunk_rows = _check_int(chunk_rows, "chunk_rows", minimum=1)
         self.seed, self.start, self.total = sample.seed, sample.start, sample.total
@@ -70,7 +70,12 @@ class _SampleChunks:
         return self.sample.iter_chunks(self.chunk_rows if chunk_rows is None else chunk_rows)
 
 
-def as_chunks(source, chunk_rows: int = DEFAULT_CHUNK_ROWS, *,
+#: What every chunk-by-chunk pass reads (for type hints): a sample in memory, an open store, or dataset path(s).
+DataSource = LadderSample | ChunkedLadderData | _SampleChunks | str | os.PathLike | Sequence[str | os.PathLike]
+
+
+def as_chunks(source: DataSource,
+              chunk_rows: int = DEFAULT_CHUNK_ROWS, *,
               partial: bool = False) -> ChunkedLadderData | _SampleChunks:
     """Any dataset as chunks, for passes that run chunk by chunk (one task per chunk).
 
@@ -94,7 +99,7 @@ def as_chunks(source, chunk_rows: int = DEFAULT_CHUNK_ROWS, *,
                     f"got {type(source).__name__}")
 
 
-def _check_dtype(dtype) -> torch.dtype:
+def _check_dtype(dtype: object) -> torch.dtype:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype: expected a floating-point torch.dtype, got {dtype!r}")
     return dtype
@@ -112,15 +117,16 @@ class ChunkDataset(torch.utils.data.Dataset):
     :param source, chunk_rows, partial: as for :func:`as_chunks` (of a tree or a graph ladder).
     """
 
-    def __init__(self, source, dtype: torch.dtype = torch.float32, *, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                 partial: bool = False):
+    def __init__(self, source: DataSource,
+                 dtype: torch.dtype = torch.float32, *, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                 partial: bool = False) -> None:
         self.source = as_chunks(source, chunk_rows, partial=partial)
         self.dtype = _check_dtype(dtype)
 
     def __len__(self) -> int:
         return self.source.num_chunks
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         c = self.source.chunk(_chunk_index(i, len(self), negative=False))
         return _triple(c.ladder, c.z, c.x, self.dtype)
 
@@ -148,9 +154,10 @@ class StreamingLadderDataset(torch.utils.data.IterableDataset):
     :param source, chunk_rows, partial: as for :func:`as_chunks`.
     """
 
-    def __init__(self, source, batch_size: int, dtype: torch.dtype = torch.float32, shuffle: bool = False,
+    def __init__(self, source: DataSource,
+                 batch_size: int, dtype: torch.dtype = torch.float32, shuffle: bool = False,
                  seed: int = 0, *, drop_last: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                 partial: bool = False):
+                 partial: bool = False) -> None:
         for name, v in (("shuffle", shuffle), ("drop_last", drop_last)):
             if not isinstance(v, bool):
                 raise TypeError(f"{name}: expected a bool, got {type(v).__name__}")
@@ -177,7 +184,7 @@ class StreamingLadderDataset(torch.utils.data.IterableDataset):
             return list(range(n))
         return torch.randperm(n, generator=_generator(self.seed, self.epoch)).tolist()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         ladder, bs = self.source.ladder, self.batch_size
@@ -190,7 +197,7 @@ class StreamingLadderDataset(torch.utils.data.IterableDataset):
                 z, x = z[perm], None if x is None else x[perm]
             if carry_z is not None and len(carry_z):
                 z = torch.cat([carry_z, z])
-                x = None if x is None else torch.cat([carry_x, x])
+                x = None if x is None else torch.cat([carry_x, x])  # type: ignore[list-item]  # x stored: so is carry_x
             full = len(z) - len(z) % bs
             for a in range(0, full, bs):
                 yield _triple(ladder, z[a: a + bs], None if x is None else x[a: a + bs], self.dtype)

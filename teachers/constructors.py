@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -49,6 +49,8 @@ from .validation import (
 )
 
 if TYPE_CHECKING:
+    from teachers.emission import Emission
+
     from .ladder import Ladder
 
 __all__ = ["LadderConstructors"]
@@ -58,9 +60,10 @@ class LadderConstructors:
     """The classmethods that build a :class:`~teachers.ladder.Ladder` (each returns ``cls(...)``)."""
 
     @classmethod
-    def random(cls, depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence = 4, *,
+    def random(cls: type[Any], depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence = 4, *,
                parents: Sequence | None = None, mode: str = TOPDOWN, concentration: float = 1.0, seed: int = 0,
-               emission=None, sigma: float | None = None, name: str | None = None) -> Ladder:
+               emission: Emission | dict | str | None = None, sigma: float | None = None,
+               name: str | None = None) -> Ladder:
         """A ladder with random tables, on a uniform tree or, with ``parents``, on that region graph.
 
         Top-down: P(y) and every row of every table ~ Dirichlet(concentration); small concentrations give
@@ -105,7 +108,10 @@ class LadderConstructors:
         return cls(branching, events, mode=mode, leaf_prior=leaf_prior, lookup=lookup, emission=emission, name=name)
 
     @classmethod
-    def _random_graph(cls, events, parents, *, mode, concentration, seed, sigma, emission, name) -> Ladder:
+    def _random_graph(cls: type[Any], events: int | Sequence[int], parents: Sequence, *, mode: str,
+                      concentration: float,
+                      seed: int, sigma: float | None, emission: Emission | dict | str | None,
+                      name: str | None) -> Ladder:
         """:meth:`random` on a given graph (the stream of ``GraphLadder.random`` before 0.3: same tables)."""
         layout = cls._layout_only(events, parents, mode)  # validates the graph and sizes before any table is drawn
         ev, parents = layout.region_events, layout.parents
@@ -127,9 +133,10 @@ class LadderConstructors:
                    name=name)
 
     @classmethod
-    def fully_informative(cls, depth: int = 2, branching: int | Sequence[int] = 2, leaf_events: int = 2, *,
+    def fully_informative(cls: type[Any], depth: int = 2, branching: int | Sequence[int] = 2, leaf_events: int = 2, *,
                           parents: Sequence | None = None, concentration: float | None = None, seed: int = 0,
-                          emission=None, sigma: float | None = None, name: str | None = None) -> Ladder:
+                          emission: Emission | dict | str | None = None, sigma: float | None = None,
+                          name: str | None = None) -> Ladder:
         """The ladder whose every region holds all the information of its receptive field (Thm 3:
         P(x_rf(r) | z_r) is a delta for every region r), on a uniform tree or, with ``parents``, on any graph.
 
@@ -155,7 +162,7 @@ class LadderConstructors:
         events = [int(leaf_events)]
         _check_layout(branching, [2] * (depth + 1))
         for l in reversed(range(depth)):
-            events.insert(0, _pow(events[0], branching[l]))
+            events.insert(0, _pow(events[0], branching[l]))  # type: ignore[arg-type]  # None refused just below
             if events[0] is None or events[0] > MAX_EVENTS:
                 raise LadderSpecError(
                     f"fully informative ladder: level {l} would need {events[1]}^{branching[l]} events "
@@ -173,7 +180,9 @@ class LadderConstructors:
                    name=name or f"fully-informative-d{depth}")
 
     @classmethod
-    def _fully_informative_graph(cls, parents, leaf_events, *, concentration, seed, sigma, name) -> Ladder:
+    def _fully_informative_graph(cls: type[Any], parents: Sequence, leaf_events: int, *, concentration: float | None,
+                                 seed: int,
+                                 sigma: float | None, name: str | None) -> Ladder:
         parents, num_regions = _parse_parents(parents)
         m_leaf, depth = leaf_events, len(parents) - 1
         children = children_of(parents, num_regions)
@@ -209,9 +218,10 @@ class LadderConstructors:
                    emission=emission, name=name or f"fully-informative-graph-d{depth}")
 
     @classmethod
-    def factorized_binary(cls, depth: int = 2, branching: int | Sequence[int] = 2,
+    def factorized_binary(cls: type[Any], depth: int = 2, branching: int | Sequence[int] = 2,
                           factors: Sequence[int] = (1, 2, 2), *, concentration: float = 1.0, seed: int = 0,
-                          emission=None, sigma: float | None = None, name: str | None = None) -> Ladder:
+                          emission: Emission | dict | str | None = None, sigma: float | None = None,
+                          name: str | None = None) -> Ladder:
         """Top-down ladder of binary factors with P_ab a Kronecker product (Thm 8/9).
 
         A region of level l carries n_l = ``factors[l]`` binary factors (m_l = 2^n_l, factor 0
@@ -250,8 +260,10 @@ class LadderConstructors:
                    name=name or f"factorized-binary-d{depth}", factorization=fac)
 
     @classmethod
-    def summarization(cls, depth: int = 3, branching: int | Sequence[int] = 2, events: int | Sequence[int] = 4, *,
-                      concentration: float = 2.0, seed: int = 0, emission=None, sigma: float | None = None,
+    def summarization(cls: type[Any], depth: int = 3, branching: int | Sequence[int] = 2,
+                      events: int | Sequence[int] = 4, *,
+                      concentration: float = 2.0, seed: int = 0, emission: Emission | dict | str | None = None,
+                      sigma: float | None = None,
                       name: str | None = None) -> Ladder:
         """A summarization ladder in the paper's sense (§2.1, §3): leaf events drawn, every parent
         event a deterministic function of its children's events, the label the root's event.
@@ -281,8 +293,10 @@ class LadderConstructors:
                    name=name or f"summarization-d{depth}")
 
     @classmethod
-    def leaky(cls, eps: float, *, depth: int = 2, branching: int | Sequence[int] = 2, events: int | Sequence[int] = 3,
-              concentration: float = 1.0, seed: int = 0, emission=None, sigma: float | None = None,
+    def leaky(cls: type[Any], eps: float, *, depth: int = 2, branching: int | Sequence[int] = 2,
+              events: int | Sequence[int] = 3,
+              concentration: float = 1.0, seed: int = 0, emission: Emission | dict | str | None = None,
+              sigma: float | None = None,
               name: str | None = None) -> Ladder:
         """A top-down ladder whose focus of knowledge (Thm 2) fails on one edge by an amount set by ``eps``.
 
@@ -350,7 +364,8 @@ class LadderConstructors:
                    emission=make_emission(emission, num_leaves, m[d], sigma), name=name or f"leaky-d{d}-eps{eps:g}")
 
     @classmethod
-    def default(cls, emission=None, sigma: float | None = None, mode: str = BOTTOMUP) -> Ladder:
+    def default(cls: type[Any], emission: Emission | dict | str | None = None, sigma: float | None = None,
+                mode: str = BOTTOMUP) -> Ladder:
         """The built-in ladder of ``smaso demo``.
 
         ``mode="bottomup"`` (the default, name ``"default"``): the summarization ladder of the
@@ -373,7 +388,8 @@ class LadderConstructors:
 
     # ------------------------------------------------------------------ constructors (region graphs)
     @classmethod
-    def tree(cls, branching: Sequence[Sequence[int]], events: Sequence[int | Sequence[int]], **kwargs) -> Ladder:
+    def tree(cls: type[Any], branching: Sequence[Sequence[int]], events: Sequence[int | Sequence[int]],
+             **kwargs: Any) -> Ladder:
         """Any tree: ``branching[l][i]`` children for region i of level l (top first; level 0 is the one root),
         the children of a level numbered in their parents' order.  ``events[l]``: one event count for every
         region of level l, or a list with one per region (the leaves share one count, as every leaf emission
@@ -386,7 +402,8 @@ class LadderConstructors:
         if isinstance(branching, (str, bytes)) or not isinstance(branching, Sequence) or not branching:
             raise LadderSpecError(f"branching: expected one list of children counts per level above the leaves, "
                                   f"got {branching!r}")
-        sizes, parents = [1], [((),)]
+        sizes = [1]
+        parents: list[tuple[tuple[int, ...], ...]] = [((),)]
         for l, lvl in enumerate(branching):
             if isinstance(lvl, (str, bytes)) or not isinstance(lvl, Sequence) or len(lvl) != sizes[-1]:
                 raise LadderSpecError(f"branching[{l}]: expected {sizes[-1]} children counts (one per region of "
@@ -406,8 +423,8 @@ class LadderConstructors:
         return cls.random(events=list(events), parents=parents, **kwargs)
 
     @classmethod
-    def conv1d(cls, width: int, kernels: Sequence[int], strides: Sequence[int], events: Sequence[int],
-               **kwargs) -> Ladder:
+    def conv1d(cls: type[Any], width: int, kernels: Sequence[int], strides: Sequence[int], events: Sequence[int],
+               **kwargs: Any) -> Ladder:
         """A 1-D convolution-like ladder: ``width`` leaves; level by level upwards, region j covers regions
         ``[j s, j s + k)`` of the level below (``kernels[t]``, ``strides[t]`` from the leaves up), so regions
         below have several parents when ``s < k``.  The top level must come out as one region.
@@ -426,8 +443,9 @@ class LadderConstructors:
         return cls.random(events=list(events), parents=parents, **kwargs)
 
     @classmethod
-    def conv2d(cls, shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int], events: Sequence[int],
-               **kwargs) -> Ladder:
+    def conv2d(cls: type[Any], shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int],
+               events: Sequence[int],
+               **kwargs: Any) -> Ladder:
         """A 2-D convolution-like ladder on an ``(H, W)`` grid of leaves (row-major region order): square
         ``k x k`` windows with stride ``s`` per level, from the leaves up; the top must be one region."""
         kernels, strides, events = _conv_sizes(kernels, strides, events)
@@ -440,8 +458,8 @@ class LadderConstructors:
         return cls.random(events=list(events), parents=parents, **kwargs)
 
     @classmethod
-    def fully_informative_conv1d(cls, width: int, kernels: Sequence[int], strides: Sequence[int],
-                                 leaf_events: int = 2, **kwargs) -> Ladder:
+    def fully_informative_conv1d(cls: type[Any], width: int, kernels: Sequence[int], strides: Sequence[int],
+                                 leaf_events: int = 2, **kwargs: Any) -> Ladder:
         """:meth:`fully_informative` on :meth:`conv1d`'s graph (same ``width``, ``kernels``, ``strides``).
 
         :param kwargs: :meth:`fully_informative`'s ``concentration``, ``seed``, ``sigma``, ``name``.
@@ -451,8 +469,8 @@ class LadderConstructors:
                                      **kwargs)
 
     @classmethod
-    def fully_informative_conv2d(cls, shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int],
-                                 leaf_events: int = 2, **kwargs) -> Ladder:
+    def fully_informative_conv2d(cls: type[Any], shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int],
+                                 leaf_events: int = 2, **kwargs: Any) -> Ladder:
         """:meth:`fully_informative` on :meth:`conv2d`'s graph (an ``(H, W)`` grid of leaves, row-major).
 
         :param kwargs: :meth:`fully_informative`'s ``concentration``, ``seed``, ``sigma``, ``name``.
@@ -462,14 +480,15 @@ class LadderConstructors:
                                      **kwargs)
 
 
-def _conv_sizes(kernels, strides, events) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+def _conv_sizes(kernels: Sequence[int], strides: Sequence[int], events: Sequence[int]) -> tuple[tuple[int, ...],
+                tuple[int, ...], tuple[int, ...]]:
     """:meth:`~LadderConstructors.conv1d`'s and ``conv2d``'s ``kernels``, ``strides`` and ``events`` as integers
     (integral floats accepted; 2.5 or a bool a LadderSpecError naming the argument)."""
     return _as_int_tuple(kernels, "kernels"), _as_int_tuple(strides, "strides"), _as_int_tuple(events, "events")
 
 
 def _check_conv_tables(shapes: list[tuple[int, ...]], kernels: tuple[int, ...], strides: tuple[int, ...],
-                       events: tuple[int, ...], mode) -> None:
+                       events: tuple[int, ...], mode: str) -> None:
     """The largest table (top-down) or lookup (bottom-up) of a convolution-like graph, computed from its
     arguments before its parent lists are built: ``shapes`` from :func:`~teachers.regions._conv_shapes` (leaves
     first), ``kernels`` and ``strides`` from the leaves up, ``events`` top first.  Limits as on a uniform tree."""
@@ -495,7 +514,7 @@ def _check_conv_tables(shapes: list[tuple[int, ...]], kernels: tuple[int, ...], 
                     "or a smaller kernel")
 
 
-def _reachable_lookup_size(events, branching, num_regions, l: int) -> int:
+def _reachable_lookup_size(events: Sequence[int], branching: Sequence[int], num_regions: Sequence[int], l: int) -> int:
     """:func:`~teachers.validation._lookup_size`, which must also reach every event of level l."""
     size = _lookup_size(events, branching, num_regions, l)
     if size < events[l]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -108,14 +108,14 @@ def save_dataset(sample: LadderSample, path: str | os.PathLike, *, compress: boo
     return _write(path, meta, {**data, **arrays}, compress)
 
 
-def _write(path, meta: dict, members: dict[str, np.ndarray], compress: bool) -> Path:
+def _write(path: str | os.PathLike, meta: dict, members: dict[str, np.ndarray], compress: bool) -> Path:
     """Write a versioned npz atomically: ``meta`` with its checksum (of it as a reader will parse it: tuples
     become lists) as member ``meta``, and ``members`` (shared by every dataset kind)."""
     meta = json.loads(json.dumps(meta))
     meta[META_CHECKSUM] = metadata_checksum(meta)
     members = {"meta": np.array(json.dumps(meta)), **members}
     saver = np.savez_compressed if compress else np.savez
-    return atomic_write(path, lambda f: saver(f, **members))
+    return atomic_write(path, lambda f: saver(f, **members))  # type: ignore[arg-type]  # numpy: **kwds vs allow_pickle
 
 
 def _read(path: Path, fmt: str = FORMAT, version: int = VERSION) -> tuple[dict, dict[str, np.ndarray]]:
@@ -187,7 +187,7 @@ def _check_spec_arrays(meta: dict, arrays: dict[str, np.ndarray], where: str) ->
             raise DatasetFormatError(f"{where}: spec array {name!r} fails its SHA-256 check (corrupted or edited)")
 
 
-def _check(where: str, meta: dict, arrays: dict[str, np.ndarray], ladder: Ladder):
+def _check(where: str, meta: dict, arrays: dict[str, np.ndarray], ladder: Ladder) -> None:
     for key in ("z", "y") + (("x",) if meta["x_stored"] else ()):
         if key not in arrays:
             raise DatasetFormatError(f"{where} lacks member {key!r}")
@@ -269,7 +269,7 @@ def load_dataset(paths: str | os.PathLike | Sequence[str | os.PathLike], *,
     return sample if device is None else sample.to(device)
 
 
-def _join_shards(parts: list[tuple], stream, partial: bool) -> dict:
+def _join_shards(parts: list[tuple], stream: Callable[[dict, dict], dict], partial: bool) -> dict:
     """Sort ``parts`` ``(meta, arrays, ..., path)`` by stream row and check them (:func:`check_shards`, with
     ``stream(meta, arrays)``); shared by every dataset kind.  :returns: the loaded sample's ``meta``."""
     parts.sort(key=lambda t: t[0]["start"])
@@ -279,7 +279,8 @@ def _join_shards(parts: list[tuple], stream, partial: bool) -> dict:
     return {**extra, "files": [str(t[-1]) for t in parts]}
 
 
-def _triple(ladder: Ladder, z: torch.Tensor, x: torch.Tensor | None, dtype: torch.dtype):
+def _triple(ladder: Ladder, z: torch.Tensor, x: torch.Tensor | None, dtype: torch.dtype) -> tuple[torch.Tensor,
+            torch.Tensor, torch.Tensor]:
     """``(x, y, z)`` of rows ``z`` (``(..., total_regions)``; x in ``dtype``, one-hot leaves built from z when
     ``x`` is None; y and z int64)."""
     z = z.long()
@@ -299,12 +300,16 @@ class LadderDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, source: LadderSample | str | os.PathLike | Sequence[str | os.PathLike], *,
-                 partial: bool = False):
-        self.sample = source if isinstance(source, LadderSample) else load_dataset(source, partial=partial)
+                 partial: bool = False) -> None:
+        sample = source if isinstance(source, LadderSample) else load_dataset(source, partial=partial)
+        if not isinstance(sample, LadderSample):  # a chunked store: read by chunks, never held here whole
+            raise ValueError(f"source: {str(source)!r} is a chunked store and LadderDataset holds a sample in memory; "
+                             "use teachers.chunked.StreamingLadderDataset (or ChunkDataset) for a store")
+        self.sample = sample
 
     def __len__(self) -> int:
         return len(self.sample)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         s = self.sample
         return _triple(s.ladder, s.z[i], None if s.x is None else s.x[i], torch.float32)

@@ -14,9 +14,15 @@ and ``log_likelihood(x)`` is ``(N, R, m)``: log p(x_r | z_r = k) for every event
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
+
+if TYPE_CHECKING:
+    from typing import NoReturn
+
+    from pyro.distributions import TorchDistribution
 
 __all__ = ["Emission", "GaussianEmission", "OneHotEmission", "OpaqueEmission", "emission_from_dict", "one_hot"]
 
@@ -73,7 +79,7 @@ class Emission:
         """log p(x_r | z_r = k) for all k: ``(N, R, m)`` from x ``(N, R, dim)``."""
         raise NotImplementedError
 
-    def pyro_distribution(self, z: torch.Tensor, region: torch.Tensor):
+    def pyro_distribution(self, z: torch.Tensor, region: torch.Tensor) -> TorchDistribution:
         """The Pyro distribution of x_r given events z (any batch shape) of leaf regions ``region``."""
         raise NotImplementedError(f"{type(self).__name__} has no Pyro distribution; override pyro_distribution")
 
@@ -99,25 +105,25 @@ class OneHotEmission(Emission):
     kind = "onehot"
     derivable = True
 
-    def __init__(self, num_regions: int, num_events: int):
+    def __init__(self, num_regions: int, num_events: int) -> None:
         self.num_regions, self.num_events, self.dim = int(num_regions), int(num_events), int(num_events)
 
-    def sample(self, z, generator=None):
+    def sample(self, z: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         _check_leaf_events(z, self.num_regions, self.num_events)
         return one_hot(z, self.num_events)
 
-    def log_likelihood(self, x):
+    def log_likelihood(self, x: torch.Tensor) -> torch.Tensor:
         self.check_input(x)
         # p(x | z=k) = 1 if x is the k-th one-hot vector, else 0.
         match = (x == 1) & (x.sum(-1, keepdim=True) == 1)
         return torch.where(match, 0.0, -math.inf).to(x.dtype if x.is_floating_point() else torch.float64)
 
-    def pyro_distribution(self, z, region):
+    def pyro_distribution(self, z: torch.Tensor, region: torch.Tensor) -> TorchDistribution:
         import pyro.distributions as dist
 
         return dist.OneHotCategorical(probs=F.one_hot(z.long(), self.num_events).double())
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         return {"kind": self.kind, "num_regions": self.num_regions, "num_events": self.num_events}
 
 
@@ -130,7 +136,7 @@ class GaussianEmission(Emission):
 
     kind = "gaussian"
 
-    def __init__(self, means: torch.Tensor, sigma: float | torch.Tensor):
+    def __init__(self, means: torch.Tensor, sigma: float | torch.Tensor) -> None:
         means = torch.as_tensor(means, dtype=torch.float64)
         if means.dim() != 3:
             raise ValueError(f"emission.means: expected shape (R, m, dim), got {tuple(means.shape)}")
@@ -162,11 +168,11 @@ class GaussianEmission(Emission):
         means = torch.randn(num_regions, num_events, dim, generator=generator, dtype=torch.float64) / math.sqrt(dim)
         return cls(means, sigma)
 
-    def _sigma(self, device):
+    def _sigma(self, device: torch.device | str) -> torch.Tensor:
         s = self.sigma.to(device)
         return s[:, None] if s.dim() == 1 else s
 
-    def sample(self, z, generator=None):
+    def sample(self, z: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         _check_leaf_events(z, self.num_regions, self.num_events)
         n, r = z.shape
         means = self.means.to(device=z.device, dtype=torch.float32)
@@ -175,14 +181,14 @@ class GaussianEmission(Emission):
         noise = torch.randn((n, r, self.dim), generator=generator, device=z.device, dtype=torch.float32)
         return mu.add_(noise.mul_(self._sigma(z.device).to(torch.float32)))
 
-    def log_likelihood(self, x):
+    def log_likelihood(self, x: torch.Tensor) -> torch.Tensor:
         self.check_input(x)
         x64 = x.double()
         sq = (x64[:, :, None, :] - self.means.to(x.device)[None]).pow(2).sum(-1)  # (N, R, m)
         s2 = self._sigma(x.device).pow(2)
         return -0.5 * sq / s2 - 0.5 * self.dim * torch.log(2 * math.pi * s2)
 
-    def pyro_distribution(self, z, region):
+    def pyro_distribution(self, z: torch.Tensor, region: torch.Tensor) -> TorchDistribution:
         import pyro.distributions as dist
         from pyro.ops.indexing import Vindex
 
@@ -192,7 +198,7 @@ class GaussianEmission(Emission):
             scale = scale[region][..., None]
         return dist.Normal(loc, scale).to_event(1)
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         return {"kind": self.kind, "means": self.means, "sigma": self.sigma}
 
 
@@ -200,17 +206,17 @@ class OpaqueEmission(Emission):
     """Stand-in for a user-supplied emission read back from a file: it knows the shapes (the
     file stores x itself) but cannot sample or evaluate likelihoods."""
 
-    def __init__(self, num_regions: int, num_events: int, dim: int, name: str):
+    def __init__(self, num_regions: int, num_events: int, dim: int, name: str) -> None:
         self.num_regions, self.num_events, self.dim, self.name = num_regions, num_events, dim, name
 
-    def _unavailable(self, *args, **kwargs):
+    def _unavailable(self, *args: object, **kwargs: object) -> NoReturn:
         """Refuse: the class of a custom emission is not stored with the data, so it cannot sample or score."""
         raise NotImplementedError(f"emission: the custom emission {self.name!r} was not saved with the data; "
                                   "rebuild the ladder with ladder.with_emission(your_emission)")
 
     sample = log_likelihood = _unavailable
 
-    def to_dict(self):
+    def to_dict(self) -> dict:
         return {"kind": "custom", "name": self.name, "dim": self.dim}
 
 

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing import Self
 
 __all__ = ["CONNECT_TIMEOUT", "MALLOC_TRIM_CONFIG", "DaskEngine", "EngineError", "EngineWarning", "SerialEngine",
            "get_engine", "make_engine"]
@@ -41,7 +44,7 @@ class EngineError(RuntimeError):
 CONNECT_TIMEOUT = 5.0
 
 
-def _progress_bar(total: int, desc: str | None):
+def _progress_bar(total: int, desc: str | None) -> Any:
     """A tqdm bar over ``total`` chunks titled ``desc`` (disabled when ``desc`` is None)."""
     from tqdm.auto import tqdm
 
@@ -51,15 +54,19 @@ def _progress_bar(total: int, desc: str | None):
 class _Engine:
     """What both engines share: :meth:`map` on top of their ``fold``, and use as a context manager."""
 
-    def map(self, fn: Callable[..., Any], items: Sequence, *args, progress: str | None = None, **kwargs) -> list:
+    fold: Callable[..., Any]  # each engine's own
+    close: Callable[[], None]
+
+    def map(self, fn: Callable[..., Any], items: Sequence, *args: Any, progress: str | None = None,
+            **kwargs: Any) -> list:
         """``[fn(item, *args, **kwargs) for item in items]`` (each one task), in ``items``' order, with a tqdm bar
         titled ``progress`` (None: no bar)."""
         return self.fold(fn, items, *args, merge=_append, init=[], progress=progress, **kwargs)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -68,8 +75,8 @@ class SerialEngine(_Engine):
 
     workers = 1
 
-    def fold(self, fn: Callable[..., Any], items: Sequence, *args, merge: Callable[[Any, Any], Any], init: Any,
-             progress: str | None = None, **kwargs) -> Any:
+    def fold(self, fn: Callable[..., Any], items: Sequence, *args: Any, merge: Callable[[Any, Any], Any], init: Any,
+             progress: str | None = None, **kwargs: Any) -> Any:
         """``merge(... merge(merge(init, fn(items[0])), fn(items[1])) ...)``: each result is merged as soon as it
         exists and then dropped, so only the running total is kept (memory of one chunk's result)."""
         acc = init
@@ -102,7 +109,7 @@ class DaskEngine(_Engine):
     """
 
     def __init__(self, scheduler: str | None = None, *, workers: int | None = None, threads_per_worker: int = 1,
-                 client=None, timeout: float = CONNECT_TIMEOUT) -> None:
+                 client: Any = None, timeout: float = CONNECT_TIMEOUT) -> None:
         try:
             from dask.distributed import Client, LocalCluster
         except ImportError:
@@ -147,8 +154,8 @@ class DaskEngine(_Engine):
         """Worker processes the scheduler knows of now."""
         return len(self.client.scheduler_info(n_workers=-1)["workers"])
 
-    def fold(self, fn: Callable[..., Any], items: Sequence, *args, merge: Callable[[Any, Any], Any], init: Any,
-             progress: str | None = None, **kwargs) -> Any:
+    def fold(self, fn: Callable[..., Any], items: Sequence, *args: Any, merge: Callable[[Any, Any], Any], init: Any,
+             progress: str | None = None, **kwargs: Any) -> Any:
         """Like :meth:`SerialEngine.fold`, with the tasks on the cluster: results are merged in ``items``' order
         as soon as the next one in that order is done (later ones wait, then are dropped once merged), so
         the total is the same as in one process, bit for bit.  Large arguments (a ladder, a student, a dataset
@@ -226,7 +233,7 @@ def _missing_module(error: Exception) -> str | None:
     return m.group(0) if m else None
 
 
-def _append(acc: list, item) -> list:
+def _append(acc: list, item: Any) -> list:
     acc.append(item)
     return acc
 
@@ -241,7 +248,7 @@ class EngineWarning(UserWarning):
 MALLOC_TRIM_CONFIG = "distributed:\n  nanny:\n    pre-spawn-environ:\n      MALLOC_TRIM_THRESHOLD_: null\n"
 
 
-def _warn_about_malloc_trim(client) -> None:
+def _warn_about_malloc_trim(client: Any) -> None:
     """Warn when workers of a cluster started elsewhere run with Dask's ``MALLOC_TRIM_THRESHOLD_``."""
     env = client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_")
     slow = sorted(addr for addr, v in env.items() if v is not None)
@@ -254,7 +261,7 @@ def _warn_about_malloc_trim(client) -> None:
             f"(teachers.engine.MALLOC_TRIM_CONFIG):\n{MALLOC_TRIM_CONFIG}", EngineWarning, stacklevel=3)
 
 
-def _is_large(value) -> bool:
+def _is_large(value: object) -> bool:
     """Objects worth scattering once instead of sending with every task."""
     return not isinstance(value, (str, bytes, int, float, bool, type(None), os.PathLike, tuple, list, dict))
 

@@ -16,9 +16,9 @@ import hashlib
 import itertools
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -53,7 +53,7 @@ def check_npz_head(fh: BinaryIO, where: str) -> None:
                                  "is a zip archive, and this file does not start like one")
 
 
-def _split_arrays(obj, prefix: str, arrays: dict[str, np.ndarray]):
+def _split_arrays(obj: Any, prefix: str, arrays: dict[str, np.ndarray]) -> Any:
     if isinstance(obj, torch.Tensor | np.ndarray):
         name = f"spec.{prefix}"
         arrays[name] = obj.detach().cpu().numpy() if isinstance(obj, torch.Tensor) else obj
@@ -65,7 +65,7 @@ def _split_arrays(obj, prefix: str, arrays: dict[str, np.ndarray]):
     return obj
 
 
-def _join_arrays(obj, arrays, where: str = "dataset"):
+def _join_arrays(obj: Any, arrays: Mapping[str, np.ndarray], where: str = "dataset") -> Any:
     if isinstance(obj, dict):
         if set(obj) == {"__array__"}:
             name = obj["__array__"]
@@ -83,7 +83,7 @@ def _sha256(a: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(a).data).hexdigest()
 
 
-def _canonical(obj) -> bytes:
+def _canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
@@ -131,7 +131,7 @@ def check_metadata_checksum(meta: dict, where: str, *, required: bool = True) ->
     raise DatasetFormatError(f"{where}: metadata {what} since the file was written (metadata checksum fails)")
 
 
-def _check_int(v, name: str, *, minimum: int = 0) -> int:
+def _check_int(v: Any, name: str, *, minimum: int = 0) -> int:
     """``v`` as an int, or a ValueError naming the argument ``name`` (``minimum``: the least value)."""
     if not _is_int(v) or v < minimum:
         what = "a positive" if minimum == 1 else "a non-negative" if minimum == 0 else f"an integer >= {minimum}"
@@ -198,7 +198,7 @@ def check_coverage(files: Sequence, start: int, n: int, total: int, partial: boo
             "(at the command line: --partial) to load an incomplete set of shards")
 
 
-def _events_out_of_range(z: np.ndarray, ladder, limit: np.ndarray | None = None) -> str | None:
+def _events_out_of_range(z: np.ndarray, ladder: Ladder, limit: np.ndarray | None = None) -> str | None:
     """A description of the first event of ``z`` ``(rows, total_regions)`` outside its region's range
     ``[0, limit[r])``, or ``None``.  ``limit``: every region's event count (default: :func:`region_events`)."""
     if len(z) == 0:
@@ -254,7 +254,7 @@ def check_ladder_fields(meta: dict, where: str, *, null_seed: bool = True) -> tu
     return fields
 
 
-def check_load_args(paths, partial, what: str) -> list:
+def check_load_args(paths: str | os.PathLike | Sequence[str | os.PathLike], partial: bool, what: str) -> list:
     """``paths`` (a path or a sequence of paths) as a non-empty list, and ``partial`` a bool, checked for the
     loaders (``what``: the kind of path, for the error)."""
     if not isinstance(partial, bool):
@@ -295,7 +295,7 @@ def stored_spec(ladder: Ladder) -> dict:
     return d
 
 
-def _unpack(flat, shapes: list[tuple[int, ...]], name: str) -> list[torch.Tensor]:
+def _unpack(flat: torch.Tensor | np.ndarray, shapes: list[tuple[int, ...]], name: str) -> list[torch.Tensor]:
     flat = torch.as_tensor(flat).reshape(-1)
     sizes = [int(np.prod(s)) for s in shapes]
     if flat.numel() != sum(sizes):

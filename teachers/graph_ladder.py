@@ -9,9 +9,15 @@ is the level's largest count) and ``tables[l][i]`` is ``region_tables[l][i]``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 from ._deprecation import alias, deprecated
 from .ladder import Ladder
 from .regions import children_of, conv1d_parents, conv2d_parents, conv_children, mixed_radix
+
+if TYPE_CHECKING:
+    from teachers.emission import Emission
 
 __all__ = ["FORMAT", "GraphLadder", "children_of", "conv1d_parents", "conv2d_parents", "conv_children", "mixed_radix"]
 
@@ -19,18 +25,23 @@ FORMAT = "smaso-graph-ladder"
 VERSION = 1
 
 
-def _build(events, parents, mode, emission, prior=None, tables=None, leaf_priors=None, lookups=None,
+def _build(events: Sequence[int], parents: Sequence, mode: str, emission: Emission | dict | str | None,
+           prior: Any = None, tables: Any = None, leaf_priors: Any = None, lookups: Any = None,
            name: str = "graph-ladder") -> Ladder:
     return Ladder(events=events, parents=parents, mode=mode, emission=emission, prior=prior,
                   tables=None if tables is None else list(tables)[1:], leaf_prior=leaf_priors, lookup=lookups,
                   name=name)
 
 
-def _random(events, parents, **kwargs) -> Ladder:
+def _itself(ladder: Ladder) -> Ladder:
+    return ladder
+
+
+def _random(events: Sequence[int], parents: Sequence, **kwargs: Any) -> Ladder:
     return Ladder.random(events=events, parents=parents, **{"name": "random-graph", **kwargs})
 
 
-def _fully_informative(parents, leaf_events: int = 2, **kwargs) -> Ladder:
+def _fully_informative(parents: Sequence, leaf_events: int = 2, **kwargs: Any) -> Ladder:
     return Ladder.fully_informative(parents=parents, leaf_events=leaf_events, **kwargs)
 
 
@@ -43,6 +54,6 @@ GraphLadder = alias(
                                    "Ladder.random(events=..., parents=..., ...)")),
     fully_informative=staticmethod(deprecated(_fully_informative, "GraphLadder.fully_informative(parents, ...)",
                                               "Ladder.fully_informative(parents=..., ...)")),
-    from_ladder=staticmethod(deprecated(lambda ladder: ladder, "GraphLadder.from_ladder(ladder)",
+    from_ladder=staticmethod(deprecated(_itself, "GraphLadder.from_ladder(ladder)",
                                         "the ladder itself")),
     **{n: staticmethod(deprecated(getattr(Ladder, n), f"GraphLadder.{n}", f"Ladder.{n}")) for n in _SAME})

@@ -27,7 +27,7 @@ class GraphLadderModel(LadderModel):
 
     max_plate_nesting = 2
 
-    def __init__(self, g: Ladder, device: torch.device | str | None = None, *, group_regions: bool = True):
+    def __init__(self, g: Ladder, device: torch.device | str | None = None, *, group_regions: bool = True) -> None:
         warn("teachers.graph_pyro_model.GraphLadderModel", "teachers.pyro_model.LadderModel(ladder, layout='groups', "
              "group_regions=...) (its default layout on any ladder that is not a uniform tree)")
         if not isinstance(g, Ladder):

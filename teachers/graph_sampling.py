@@ -8,6 +8,8 @@ with a :class:`DeprecationWarning` naming the new spelling; ``strided_runs``, ``
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._deprecation import deprecated, warn
 from .ladder import Ladder
 from .sampling import (
@@ -31,7 +33,7 @@ event_dtype = deprecated(Ladder.event_dtype, "teachers.graph_sampling.event_dtyp
                          "g.event_dtype() (teachers.ladder.Ladder.event_dtype)")
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """``GraphSample`` is :class:`teachers.sampling.LadderSample` (``.graph`` is its ``.ladder``), with a warning."""
     if name == "GraphSample":
         warn("teachers.graph_sampling.GraphSample", "teachers.sampling.LadderSample")

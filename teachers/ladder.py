@@ -30,7 +30,8 @@ Constructors (:mod:`teachers.constructors`) and spec files of every version (:mo
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -70,7 +71,7 @@ __all__ = ["BOTTOMUP", "FORMAT", "GRAPH_FORMAT_V1", "MAX_DEPTH", "MAX_EVENTS", "
            "LadderSpecError"]
 
 
-def _stacked(levels) -> tuple[torch.Tensor | None, ...]:
+def _stacked(levels: Sequence[torch.Tensor | None] | None) -> tuple[torch.Tensor | None, ...]:
     """Each level's stacked tensor, None for a level held as a tuple of per-region tensors."""
     return tuple(t if isinstance(t, torch.Tensor) else None for t in levels)
 
@@ -99,9 +100,10 @@ class Ladder(LadderConstructors, LadderSpecIO):
     """
 
     def __init__(self, branching: Sequence[int] | None = None, events: Sequence | None = None, *,
-                 parents: Sequence | None = None, mode: str = TOPDOWN, prior=None, tables=None, leaf_prior=None,
-                 lookup=None, emission: Emission | dict | str | None = None, name: str = "ladder",
-                 factorization: Factorization | None = None, region_names: Sequence[str] | None = None):
+                 parents: Sequence | None = None, mode: str = TOPDOWN, prior: Any = None, tables: Any = None,
+                 leaf_prior: Any = None,
+                 lookup: Any = None, emission: Emission | dict | str | None = None, name: str = "ladder",
+                 factorization: Factorization | None = None, region_names: Sequence[str] | None = None) -> None:
         if not isinstance(mode, str) or mode not in MODES:
             raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
         self.mode = mode
@@ -131,7 +133,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         self.emission = self._check_emission(emission)
 
     # ------------------------------------------------------------------ layout
-    def _init_tree_layout(self, branching, events) -> None:
+    def _init_tree_layout(self, branching: Sequence[int], events: Sequence) -> None:
         branching = _as_int_tuple(branching, "branching")
         d = len(branching)
         if d < 1:
@@ -146,7 +148,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         self._parents = None
         self.level_offsets = tuple(int(v) for v in np.concatenate([[0], np.cumsum(self.num_regions)]))
 
-    def _init_graph_layout(self, parents, events) -> None:
+    def _init_graph_layout(self, parents: Sequence, events: Sequence) -> None:
         parents, num_regions = _parse_parents(parents)
         if isinstance(events, (str, bytes)) or not isinstance(events, Sequence) or len(events) != len(parents):
             raise LadderSpecError(f"events: expected {len(parents)} entries (one per level, root first), got "
@@ -191,7 +193,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
             out.append(b)
         return tuple(out)
 
-    def _check_names(self, region_names):
+    def _check_names(self, region_names: Sequence[Sequence[str]] | None) -> tuple[tuple[str, ...], ...] | None:
         if region_names is None:
             return None
         if isinstance(region_names, (str, bytes)) or not isinstance(region_names, Sequence):
@@ -202,7 +204,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
             raise LadderSpecError(f"region_names: expected {self.total_regions} distinct names")
         return region_names
 
-    def _check_emission(self, emission) -> Emission:
+    def _check_emission(self, emission: Emission | dict | str | None) -> Emission:
         if emission is None or isinstance(emission, str):
             emission = make_emission(emission, self.num_regions[-1], self.events[-1], None)
         if isinstance(emission, dict):
@@ -216,7 +218,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         return emission
 
     # ------------------------------------------------------------------ tables
-    def _init_topdown(self, prior, tables) -> None:
+    def _init_topdown(self, prior: Any, tables: Any) -> None:
         d, m = self.depth, self.events
         prior = _as_float64(prior, "prior")
         if prior.shape != (m[0],):
@@ -225,7 +227,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         if not isinstance(tables, (list, tuple)) or len(tables) != d:
             raise LadderSpecError(f"tables: expected a list of {d} tables (one per level below the root)")
 
-        def rows(t, name, l, i):
+        def rows(t: torch.Tensor, name: str, l: int, i: int) -> torch.Tensor:
             return _check_rows(t, name, f"index = [{'' if i is not None else 'region, '}parent configuration]")
 
         out = []
@@ -247,7 +249,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         self._lookup = None
         self.tables  # noqa: B018 -- built now, so that with_emission's copies share this one tuple
 
-    def _init_bottomup(self, leaf_prior, lookup) -> None:
+    def _init_bottomup(self, leaf_prior: Any, lookup: Any) -> None:
         d, m = self.depth, self.events
         per_leaf = isinstance(leaf_prior, (list, tuple)) and leaf_prior
         if per_leaf and isinstance(leaf_prior[0], torch.Tensor | np.ndarray):
@@ -278,8 +280,9 @@ class Ladder(LadderConstructors, LadderSpecIO):
 
     _REGION_DIMS = {"table": "parent configurations, events", "lookup": "one event per configuration of the children"}
 
-    def _level_tables(self, given, l: int, name: str, shapes: list[tuple[int, ...]], convert, check, what: str,
-                      dims: str):
+    def _level_tables(self, given: Any, l: int, name: str, shapes: Sequence[tuple[int, ...]], convert: Callable[...,
+                      torch.Tensor], check: Callable[..., torch.Tensor], what: str,
+                      dims: str) -> list[torch.Tensor]:
         """Level l's tables or lookups, ``shapes[i]`` that of region i (one shape on a uniform tree): on a region
         graph a list with one per region, or on any ladder one array of them all when they share one shape (on a
         uniform tree also one shared by the level; ``dims`` names the array's dimensions).  ``convert(t, name)``
@@ -306,7 +309,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         return check(t, name, l, None)
 
     @staticmethod
-    def _as_lookup(t, name: str) -> torch.Tensor:
+    def _as_lookup(t: Any, name: str) -> torch.Tensor:
         arr = np.asarray(t.detach().cpu() if isinstance(t, torch.Tensor) else t)
         if arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0)):
             raise LadderSpecError(f"{name}: expected integer event indices, got dtype {arr.dtype}")
@@ -432,7 +435,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         return torch.uint8 if top <= 256 else torch.int16 if top <= 2**15 else torch.int32
 
     # ------------------------------------------------------------------ tables, stacked and per region
-    def _per_level(self, key: str, levels, build):
+    def _per_level(self, key: str, levels: Sequence[Any] | None, build: Callable[..., Any]) -> Any:
         """``build(levels)``, cached under ``key`` (one tuple, shared by with_emission's copies as the tables
         are); None for the other mode."""
         if levels is not None and key not in self._cache:
@@ -516,7 +519,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         return new
 
     @classmethod
-    def _layout_only(cls, events, parents, mode: str | None = None) -> Ladder:
+    def _layout_only(cls, events: Sequence, parents: Sequence | None, mode: str | None = None) -> Ladder:
         """A ladder object holding only a checked graph layout (for constructors that draw tables for it); with
         ``mode``, the sizes of the tables that mode needs checked too (:func:`~teachers.regions._check_graph_sizes`)."""
         lay = object.__new__(cls)
@@ -527,7 +530,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         return lay
 
 
-def _check_ladder(ladder) -> Ladder:
+def _check_ladder(ladder: object) -> Ladder:
     """``ladder`` itself, or a TypeError naming the argument (the one check of every entry point taking a ladder)."""
     if not isinstance(ladder, Ladder):
         raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")

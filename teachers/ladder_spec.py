@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ GRAPH_FORMAT_V1 = "smaso-graph-ladder"
 class LadderSpecIO:
     """Serialization of a ladder (see the module docstring)."""
 
-    def fingerprint(self) -> str:
+    def fingerprint(self: Any) -> str:
         """SHA-256 of the whole specification (structure, mode, emission and every table's dtype, shape and
         bytes): equal for two ladders exactly when they define the same teacher, the check used before
         counts or statistics of two samples are merged."""
@@ -41,7 +41,7 @@ class LadderSpecIO:
             return cached[1]
         h = hashlib.sha256()
 
-        def feed(obj) -> None:
+        def feed(obj: Any) -> None:
             if isinstance(obj, torch.Tensor | np.ndarray):
                 a = np.ascontiguousarray(obj.detach().cpu().numpy() if isinstance(obj, torch.Tensor) else obj)
                 h.update(f"<array {a.dtype.str} {a.shape}>".encode())
@@ -65,7 +65,7 @@ class LadderSpecIO:
         self._cache["fingerprint"] = key, h.hexdigest()
         return h.hexdigest()
 
-    def to_dict(self) -> dict:
+    def to_dict(self: Any) -> dict:
         """The spec (format ``smaso-ladder``, version 2): lists, ints and strings plus tensors (see
         :mod:`teachers.spec_io`).  A uniform tree is written by its ``branching`` and stacked tables (the
         fields of version 1); any other graph by its ``parents``, ``events`` per region where a level's
@@ -92,7 +92,7 @@ class LadderSpecIO:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> Ladder:
+    def from_dict(cls: type[Any], d: dict) -> Ladder:
         """Inverse of :meth:`to_dict`, for every spec version: ``smaso-ladder`` version 2 and version 1 (trees,
         also as a region tree ``regions``), ``smaso-graph-ladder`` version 1 (region graphs), and
         ``{"kind": "random" | "fully_informative" | "factorized_binary" | "summarization" | "default", ...}``
@@ -125,7 +125,7 @@ class LadderSpecIO:
         return lad
 
     @classmethod
-    def _from_graph_v1(cls, spec: dict) -> Ladder:
+    def _from_graph_v1(cls: type[Any], spec: dict) -> Ladder:
         """A ``smaso-graph-ladder`` version 1 spec (``tables[l][i]`` with ``tables[0] = []``, ``leaf_priors``,
         ``lookups``): the format of ``GraphLadder.to_dict`` before the two ladders became one."""
         mode = spec["mode"]

@@ -57,6 +57,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pyro
 import pyro.distributions as dist
@@ -100,7 +102,7 @@ class LadderModel:
     """
 
     def __init__(self, ladder: Ladder, device: torch.device | str | None = None, *, layout: str | None = None,
-                 group_regions: bool | None = None):
+                 group_regions: bool | None = None) -> None:
         _check_ladder(ladder)
         if layout is None:
             layout = PLATES if ladder.is_uniform() and group_regions is None else GROUPS
@@ -180,7 +182,7 @@ class LadderModel:
             raise ValueError(f"group: the 'plates' layout has one site per level (group 0), got {group!r}")
         return f"z_{level}"
 
-    def _sites(self):
+    def _sites(self) -> list[Any]:
         """``(site name, level, region indices)`` of every event site, in :meth:`site_names` order."""
         return [(self.site_name(l, j), l, idx) for l, groups in enumerate(self.groups) for j, idx in enumerate(groups)]
 
@@ -273,7 +275,9 @@ class LadderModel:
 
     __call__ = model
 
-    def _model_plates(self, n, x, leaves, y, emit, generator, compact) -> dict[str, torch.Tensor]:
+    def _model_plates(self, n: int, x: torch.Tensor | None, leaves: torch.Tensor | None, y: torch.Tensor | None,
+                      emit: bool, generator: torch.Generator | BlockRNG | None,
+                      compact: bool) -> dict[str, torch.Tensor]:
         lad = self.ladder
         d = lad.depth
         leaves_obs = None if leaves is None else leaves.reshape(self.leaf_shape(n))
@@ -315,7 +319,9 @@ class LadderModel:
                     _label_factor(out["z_0"], y_obs)
         return out
 
-    def _model_groups(self, n, x, leaves, y, emit, generator, compact) -> dict[str, torch.Tensor]:
+    def _model_groups(self, n: int, x: torch.Tensor | None, leaves: torch.Tensor | None, y: torch.Tensor | None,
+                      emit: bool, generator: torch.Generator | BlockRNG | None,
+                      compact: bool) -> dict[str, torch.Tensor]:
         g = self.ladder
         d = g.depth
         out: dict[str, torch.Tensor] = {}
@@ -354,7 +360,7 @@ class LadderModel:
                     out["x"] = pyro.sample("x", EmissionDistribution(g.emission, leaf_z, generator), obs=x)
         return out
 
-    def _gather(self, values: list[torch.Tensor], level: int, regions) -> torch.Tensor:
+    def _gather(self, values: list[torch.Tensor], level: int, regions: Sequence[int] | torch.Tensor) -> torch.Tensor:
         """Events of ``regions`` of ``level`` from that level's group values ``(..., N', G_j)``: ``(..., N', len)``."""
         where = self.where[level]
         srcs = sorted({where[i][0] for i in regions})
@@ -373,7 +379,8 @@ class LadderModel:
             return cat
         return cat.index_select(-1, torch.tensor(local, dtype=torch.int64, device=cat.device))
 
-    def _code(self, values: list[torch.Tensor], level: int, sources: list[tuple[int, ...]], sizes) -> torch.Tensor:
+    def _code(self, values: list[torch.Tensor], level: int, sources: list[tuple[int, ...]],
+              sizes: Sequence[int]) -> torch.Tensor:
         """Mixed-radix code of the events of ``sources[c]`` (regions of ``level``) for every column c."""
         code = None
         for k, m in enumerate(sizes):
@@ -382,7 +389,7 @@ class LadderModel:
         return code
 
     def condition_on(self, y: torch.Tensor | None = None, x: torch.Tensor | None = None,
-                     leaves: torch.Tensor | None = None):
+                     leaves: torch.Tensor | None = None) -> Callable[..., dict[str, torch.Tensor]]:
         """:meth:`model` conditioned on data in the flat dataset layout, ready for ``Predictive``,
         ``infer_discrete`` and ``TraceEnum_ELBO`` (both layouts).
 
@@ -475,7 +482,8 @@ class LadderModel:
         off, ev = lad.level_offsets, lad.region_events
         d = lad.depth
 
-        def code_of(level, links):  # mixed radix, first link most significant (one link: its event itself)
+        # mixed radix, first link most significant (one link: its event itself)
+        def code_of(level: int, links: Sequence[int]) -> torch.Tensor:
             code = None
             for c in links:
                 code = z[off[level] + c] if code is None else code * ev[level][c] + z[off[level] + c]

@@ -5,6 +5,8 @@ the model's entry points share (a ``ValueError`` naming the argument before Pyro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pyro
 import pyro.distributions as dist
 import torch
@@ -35,11 +37,11 @@ class EmissionDistribution(TorchDistribution):
     support = constraints.real_vector
 
     def __init__(self, emission: Emission, z: torch.Tensor, generator: torch.Generator | None = None,
-                 validate_args=None):
+                 validate_args: bool | None = None) -> None:
         self.emission, self.z, self.generator = emission, z, generator
         super().__init__(batch_shape=z.shape, event_shape=torch.Size([emission.dim]), validate_args=validate_args)
 
-    def expand(self, batch_shape, _instance=None):
+    def expand(self, batch_shape: Sequence[int], _instance: EmissionDistribution | None = None) -> EmissionDistribution:
         new = self._get_checked_instance(EmissionDistribution, _instance)
         new.emission, new.z, new.generator = self.emission, self.z.expand(batch_shape), self.generator
         super(EmissionDistribution, new).__init__(batch_shape=torch.Size(batch_shape), event_shape=self.event_shape,
@@ -47,7 +49,7 @@ class EmissionDistribution(TorchDistribution):
         new._validate_args = self._validate_args
         return new
 
-    def sample(self, sample_shape=torch.Size()):
+    def sample(self, sample_shape: Sequence[int] = torch.Size()) -> torch.Tensor:
         shape = torch.Size(sample_shape) + self.batch_shape
         z = self.z.expand(shape).reshape(-1, self.emission.num_regions)
         with torch.no_grad():
@@ -58,7 +60,7 @@ class EmissionDistribution(TorchDistribution):
                 x = self.emission.sample(z, self.generator)
         return x.reshape(*shape, self.emission.dim)
 
-    def log_prob(self, value):
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         if self._validate_args:
             self._validate_sample(value)
         r, m = self.emission.num_regions, self.emission.num_events
@@ -70,17 +72,17 @@ class EmissionDistribution(TorchDistribution):
 class SingleRegion(Emission):
     """View of one leaf region of an emission (for the per-region plain model)."""
 
-    def __init__(self, base: Emission, region: int):
+    def __init__(self, base: Emission, region: int) -> None:
         self.base, self.region = base, region
         self.num_regions, self.num_events, self.dim = 1, base.num_events, base.dim
         self.kind = base.kind
 
-    def sample(self, z, generator=None):
+    def sample(self, z: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         full = torch.zeros(z.shape[0], self.base.num_regions, dtype=z.dtype, device=z.device)
         full[:, self.region] = z[:, 0]
         return self.base.sample(full, generator)[:, self.region: self.region + 1]
 
-    def log_likelihood(self, x):
+    def log_likelihood(self, x: torch.Tensor) -> torch.Tensor:
         full = x.new_zeros(x.shape[0], self.base.num_regions, self.base.dim)
         full[:, self.region] = x[:, 0]
         return self.base.log_likelihood(full)[:, self.region: self.region + 1]
@@ -172,12 +174,12 @@ def observed(fn: IndexedCategorical, value: torch.Tensor | None) -> torch.Tensor
     return value.long()
 
 
-def _tensor(value, name: str) -> None:
+def _tensor(value: object, name: str) -> None:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
 
 
-def _num_leaf_rows(leaves, ladder: Ladder) -> int:
+def _num_leaf_rows(leaves: torch.Tensor, ladder: Ladder) -> int:
     """N of leaf events ``(N, R_d)``, checked."""
     _tensor(leaves, "leaves")
     if leaves.dim() != 2 or leaves.shape[1] != ladder.num_regions[-1]:
@@ -194,7 +196,8 @@ def _agreed_size(sizes: dict[str, int], who: str, options: str, what: str) -> in
     return next(iter(sizes.values()))
 
 
-def check_num_examples(num_examples, x, leaves, ladder: Ladder) -> int:
+def check_num_examples(num_examples: int | None, x: torch.Tensor | None, leaves: torch.Tensor | None,
+                       ladder: Ladder) -> int:
     """N from ``num_examples``, ``x`` ``(N, R_d, dim)`` and ``leaves`` ``(N, R_d)``, whichever are given (they
     must agree)."""
     sizes = {}
@@ -209,7 +212,7 @@ def check_num_examples(num_examples, x, leaves, ladder: Ladder) -> int:
     return _agreed_size(sizes, "num_examples", "num_examples, x or leaves", "sizes")
 
 
-def check_labels(y, n: int | None) -> None:
+def check_labels(y: torch.Tensor, n: int | None) -> None:
     """``y`` must be a ``(N,)`` tensor (of ``n`` entries when ``n`` is known)."""
     if not isinstance(y, torch.Tensor) or y.dim() != 1:
         raise ValueError(f"y: expected labels of shape (N,), got "
@@ -218,7 +221,8 @@ def check_labels(y, n: int | None) -> None:
         raise ValueError(f"y: expected labels of shape (N,) = ({n},), got {tuple(y.shape)}")
 
 
-def check_condition_data(ladder: Ladder, y, x, leaves) -> tuple[int, list[str], torch.Tensor | None,
+def check_condition_data(ladder: Ladder, y: torch.Tensor | None, x: torch.Tensor | None,
+                         leaves: torch.Tensor | None) -> tuple[int, list[str], torch.Tensor | None,
                                                                 torch.Tensor | None, torch.Tensor | None]:
     """The data of ``LadderModel.condition_on`` checked and reshaped: ``(N, names given, y, x, leaves)`` with
     ``y`` ``(N,)`` int64 labels in ``[0, m_0)``, ``x`` ``(N, R_d, dim)`` (from ``(N, R_d * dim)`` or ``(N, R_d, dim)``)

@@ -14,7 +14,8 @@ Mixed-radix codes (first index most significant): for regions ``(r_1, ..., r_k)`
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,7 +38,8 @@ __all__ = ["check_parents", "children_of", "conv1d_parents", "conv2d_parents", "
 
 def tree_parents(branching: Sequence[int]) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """``parents[l][i]`` of the uniform tree with ``branching`` (breadth-first numbering: parent ``i // b``)."""
-    out, n = [((),)], 1
+    out: list[tuple[tuple[int, ...], ...]] = [((),)]
+    n = 1
     for b in branching:
         out.append(tuple((i // b,) for i in range(n * b)))
         n *= b
@@ -99,7 +101,8 @@ def _invert(children: list[tuple[int, ...]], n_below: int) -> tuple[tuple[int, .
     return tuple(tuple(p) for p in parents)
 
 
-def _conv_levels(first: int, kernels: Sequence[int], strides: Sequence[int], what: str, split) -> tuple:
+def _conv_levels(first: int | tuple[int, ...], kernels: Sequence[int], strides: Sequence[int], what: str,
+                 split: Callable[..., Any]) -> tuple:
     """Shared upward construction: ``split(n_below_state, k, s)`` returns ``(children, n_below, state)``; ``kernels``
     and ``strides`` are lists of integers (integral floats accepted, LadderSpecError otherwise)."""
     kernels, strides = _as_int_tuple(kernels, "kernels"), _as_int_tuple(strides, "strides")
@@ -119,7 +122,7 @@ def conv1d_parents(width: int, kernels: Sequence[int], strides: Sequence[int]
 
     Level by level from the ``width`` leaves up, region j covers ``[j s, j s + k)`` of the level below
     (:func:`conv_children` with ``kernels[t]``, ``strides[t]``); the top level must be one region."""
-    def split(n, k, s):
+    def split(n: int, k: int, s: int) -> Any:
         children = conv_children(n, k, s)
         return children, n, len(children)
 
@@ -132,11 +135,11 @@ def conv1d_parents(width: int, kernels: Sequence[int], strides: Sequence[int]
     return parents
 
 
-def conv2d_parents(shape: tuple[int, int], kernels: Sequence[int], strides: Sequence[int]
+def conv2d_parents(shape: Sequence[int], kernels: Sequence[int], strides: Sequence[int]
                    ) -> tuple[tuple[tuple[int, ...], ...], ...]:
     """The graph of :meth:`teachers.ladder.Ladder.conv2d` on an ``(H, W)`` grid (row-major regions): square ``k x k``
     windows with stride ``s`` per level from the leaves up; the top level must be ``(1, 1)``."""
-    def split(hw, k, s):
+    def split(hw: tuple[int, int], k: int, s: int) -> Any:
         h, w = hw
         rows, cols = conv_children(h, k, s), conv_children(w, k, s)
         return [tuple(r * w + c for r in rr for c in cc) for rr in rows for cc in cols], h * w, (len(rows), len(cols))
@@ -149,7 +152,7 @@ def conv2d_parents(shape: tuple[int, int], kernels: Sequence[int], strides: Sequ
     return parents
 
 
-def _conv1d_name(width, kernels, strides) -> str:
+def _conv1d_name(width: int, kernels: Sequence[int], strides: Sequence[int]) -> str:
     return f"conv1d-w{width}-k{'.'.join(map(str, kernels))}-s{'.'.join(map(str, strides))}"
 
 
@@ -174,7 +177,7 @@ def _pattern_lookup(field_: tuple[int, ...], child_fields: list[tuple[int, ...]]
                     value = digit
                 else:
                     bad |= digit != value
-        out = out * m + value
+        out = out * m + value  # type: ignore[operator]  # every leaf of field_ lies in some child's field
     out[bad] = 0
     return out
 
@@ -192,7 +195,7 @@ def children_of(parents: Sequence[Sequence[Sequence[int]]], num_regions: Sequenc
     return out
 
 
-def _parse_parents(parents) -> tuple[tuple[tuple[tuple[int, ...], ...], ...], tuple[int, ...]]:
+def _parse_parents(parents: Any) -> tuple[tuple[tuple[tuple[int, ...], ...], ...], tuple[int, ...]]:
     """``parents`` as nested tuples of ints, checked (sizes, then :func:`check_parents`): ``(parents, num_regions)``."""
     try:
         parents = tuple(tuple(tuple(int(p) for p in ps) for ps in lvl) for lvl in parents)
@@ -216,7 +219,7 @@ def check_parents(parents: tuple[tuple[tuple[int, ...], ...], ...], num_regions:
         raise LadderSpecError("parents[0]: the top region has no parents: expected [[]]")
     for l in range(1, len(num_regions)):
         n_above = num_regions[l - 1]
-        covered = set()
+        covered: set[int] = set()
         for i, ps in enumerate(parents[l]):
             if not ps:
                 raise LadderSpecError(f"parents[{l}][{i}]: every region below the top needs at least one parent "
@@ -233,7 +236,7 @@ def check_parents(parents: tuple[tuple[tuple[int, ...], ...], ...], num_regions:
                                   "leaves never see them (unreachable from the input)")
 
 
-def parse_region_tree(regions) -> tuple[list[int], list[int], list[str]]:
+def parse_region_tree(regions: Sequence[dict[str, Any]]) -> tuple[list[int], list[int], list[str]]:
     """An explicit region tree -> (branching, events, names in breadth-first order).
 
     ``regions`` is a list of ``{"name": str, "events": int, "children": [names]}`` (leaves
@@ -262,7 +265,8 @@ def parse_region_tree(regions) -> tuple[list[int], list[int], list[str]]:
     if len(roots) != 1:
         raise LadderSpecError(f"regions: expected exactly one root (a region that is nobody's child), found {roots}")
     order, level, depth_of = [], [roots[0]], {roots[0]: 0}
-    branching, events = [], []
+    branching: list[int] = []
+    events: list[int] = []
     while level:
         ev = {int(by_name[n]["events"]) for n in level}
         if len(ev) != 1:
@@ -290,7 +294,7 @@ def parse_region_tree(regions) -> tuple[list[int], list[int], list[str]]:
     return branching, events, order
 
 
-def _radix_product(sizes, cap: int = 2**64) -> int | None:
+def _radix_product(sizes: Iterable[int], cap: int = 2**64) -> int | None:
     """The product of ``sizes``, or None once it exceeds ``cap`` (never a huge integer)."""
     out = 1
     for m in sizes:
@@ -300,7 +304,8 @@ def _radix_product(sizes, cap: int = 2**64) -> int | None:
     return out
 
 
-def _check_graph_sizes(parents, region_events, num_regions: Sequence[int], mode: str) -> None:
+def _check_graph_sizes(parents: Sequence[Sequence[Sequence[int]]], region_events: Sequence[Sequence[int]],
+                       num_regions: Sequence[int], mode: str) -> None:
     """The tables a region graph's ``mode`` needs, refused from the graph before any is drawn or read: top-down,
     each region's table (its parents' configurations x its events) and each level's tables together at most
     MAX_TABLE_ENTRIES entries; bottom-up, each region's lookup (its children's configurations) at most

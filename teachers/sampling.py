@@ -26,14 +26,20 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from .categorical import AliasTable, BlockRNG
 from .emission import _check_leaf_events, one_hot
 from .ladder import TOPDOWN, Ladder, _check_ladder
+
+if TYPE_CHECKING:
+    from teachers.pyro_model import LadderModel
 
 __all__ = ["BLOCK_SIZE", "DEFAULT_CHUNK_ROWS", "GRAPH_STREAM_VERSION", "STREAM_VERSION", "EventRows", "LadderSample",
            "SamplingPlan", "available_memory", "block_generator", "check_working_memory", "parse_shard",
@@ -57,6 +63,10 @@ class EventRows:
 
     z: torch.Tensor
     x: torch.Tensor | None
+    if TYPE_CHECKING:  # a subclass's
+
+        @property
+        def teacher(self) -> Ladder: ...
 
     def __len__(self) -> int:
         return self.z.shape[0]
@@ -125,7 +135,7 @@ class LadderSample(EventRows):
         return LadderSample(self.ladder, self.z.to(device), None if self.x is None else self.x.to(device),
                             self.seed, self.start, self.total, dict(self.meta))
 
-    def iter_chunks(self, chunk_rows: int = DEFAULT_CHUNK_ROWS):
+    def iter_chunks(self, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Iterator[LadderSample]:
         """Consecutive row slices of at most ``chunk_rows`` rows, each a :class:`LadderSample`
         (views, no copy) whose ``start`` is its first row's index in the full stream.
 
@@ -190,7 +200,7 @@ def _available_bytes(device: torch.device) -> int | None:
     return available_memory()
 
 
-def check_working_memory(ladder, blocks_per_call: int = 1, device: torch.device | str = "cpu") -> None:
+def check_working_memory(ladder: Ladder, blocks_per_call: int = 1, device: torch.device | str = "cpu") -> None:
     """Refuse, before any allocation, a ladder whose sampling working set does not fit in memory.
 
     The stream is drawn in whole blocks of :data:`BLOCK_SIZE` rows (whatever ``num_examples``), so even
@@ -232,7 +242,7 @@ def signature_groups(g: Ladder, level: int) -> list[tuple[tuple, tuple[int, ...]
     return [(key, tuple(idx)) for key, idx in groups.items()]  # dicts keep first-seen order
 
 
-def strided_runs(links) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
+def strided_runs(links: Sequence[Sequence[int]]) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
     """Split a level's regions into runs whose linked regions are strided slices of the level above/below.
 
     A run ``(i0, q, rep, [(a_j, s_j), ...])`` covers regions ``i0 .. i0 + q * rep - 1``; region
@@ -269,7 +279,7 @@ class _Level:
     region's padded rows, or above bottomup leaves the concatenated 1-D lookups).
     """
 
-    def __init__(self, lo: int, r: int, runs, offset, table):
+    def __init__(self, lo: int, r: int, runs: list, offset: torch.Tensor, table: AliasTable | torch.Tensor) -> None:
         self.lo, self.hi, self.r, self.runs, self.offset = lo, lo + r, r, runs, offset
         self.table, self.draw = table, isinstance(table, AliasTable)
 
@@ -302,7 +312,7 @@ def _pad_rows(probs: torch.Tensor, m: int) -> torch.Tensor:
 class SamplingPlan:
     """Per-level tensors of one graph on one device (built once per call of the sampler)."""
 
-    def __init__(self, g: Ladder, device: torch.device):
+    def __init__(self, g: Ladder, device: torch.device) -> None:
         self.g, self.device = g, device
         off = g.level_offsets
         self.levels: list[_Level] = []
@@ -333,7 +343,7 @@ class SamplingPlan:
             for i0, q, rep, places in (strided_runs(links) if any(links) else []):
                 regs = np.arange(i0, i0 + q * rep)
 
-                def t(v, q=q, rep=rep):
+                def t(v: npt.ArrayLike, q: int = q, rep: int = rep) -> torch.Tensor:
                     return torch.as_tensor(np.asarray(v).reshape(q, rep), dtype=torch.int32, device=device)
 
                 weights = np.ones((len(places), q * rep), dtype=np.int64)
@@ -352,7 +362,7 @@ def _sample_call(plan: SamplingPlan, rng: BlockRNG, buf: torch.Tensor) -> torch.
     for lvl in plan.levels:
         row = lvl.rows(buf)
         if lvl.draw:
-            ev = lvl.table.sample(row, rng)
+            ev = lvl.table.sample(row, rng)  # type: ignore[union-attr]  # draw: an AliasTable
         else:
             ev = lvl.table.index_select(0, row.reshape(-1)).reshape(row.shape)
         buf[:, lvl.lo: lvl.hi] = ev
@@ -362,21 +372,22 @@ def _sample_call(plan: SamplingPlan, rng: BlockRNG, buf: torch.Tensor) -> torch.
     return torch.cat([g.emission.sample(zb, gen).to(torch.float32) for zb, gen in rng.split(leaves)])
 
 
-def _count(value, name: str, low: int = 1) -> int:
+def _count(value: Any, name: str, low: int = 1) -> int:
     """``value`` as an int >= ``low`` (1: positive, 0: non-negative), or a ValueError naming it."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
         raise ValueError(f"{name}: expected a {'positive' if low else 'non-negative'} integer, got {value!r}")
     return int(value)
 
 
-def _device(device) -> torch.device:
+def _device(device: torch.device | str | None) -> torch.device:
     try:
         return torch.device(device) if device is not None else torch.device("cpu")
     except (RuntimeError, TypeError) as e:
         raise ValueError(f"device: expected a torch device, got {device!r} ({e})") from None
 
 
-def _sample_rows(ladder: Ladder, seed: int, lo: int, hi: int, chunk_size, plan, model, device,
+def _sample_rows(ladder: Ladder, seed: int, lo: int, hi: int, chunk_size: int | None, plan: SamplingPlan | None,
+                 model: LadderModel | None, device: torch.device | str | None,
                  progress: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Stream rows ``[lo, hi)`` as new ``z`` ``(hi - lo, total_regions)`` and ``x`` ``(hi - lo, leaves, dim)`` (None
     when the emission is derivable): blocks ``lo // BLOCK_SIZE .. ceil(hi / BLOCK_SIZE)`` are drawn whole,
@@ -430,7 +441,8 @@ def sampling_plan(ladder: Ladder, device: torch.device | str | None = None) -> S
     return SamplingPlan(_check_ladder(ladder), _device(device))
 
 
-def _plan_for(ladder: Ladder, plan, model, device) -> SamplingPlan:
+def _plan_for(ladder: Ladder, plan: SamplingPlan | None, model: LadderModel | None,
+              device: torch.device | str | None) -> SamplingPlan:
     """The plan to sample with: ``plan`` (checked), or a new one (``model=`` is the pre-0.3 spelling)."""
     if model is not None:
         warnings.warn("model= is deprecated since smaso 0.3 (the sampler no longer runs the Pyro model); pass "
@@ -454,7 +466,8 @@ def _plan_for(ladder: Ladder, plan, model, device) -> SamplingPlan:
 
 def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: str | tuple[int, int] | None = None,
                   chunk_size: int | None = None, device: torch.device | str | None = None,
-                  progress: bool | None = None, plan: SamplingPlan | None = None, model=None) -> LadderSample:
+                  progress: bool | None = None, plan: SamplingPlan | None = None,
+                  model: LadderModel | None = None) -> LadderSample:
     """Sample ``num_examples`` examples (or one shard of them) from ``ladder`` (module docstring for the scheme).
 
     :param num_examples: N of the full stream (> 0).
@@ -486,7 +499,7 @@ def sample_ladder(ladder: Ladder, num_examples: int, seed: int = 0, *, shard: st
 
 def sample_rows(ladder: Ladder, seed: int, lo: int, hi: int, *, plan: SamplingPlan | None = None,
                 device: torch.device | str | None = None, chunk_size: int | None = None,
-                model=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                model: LadderModel | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Rows ``[lo, hi)`` of the stream with ``seed``: the same bytes as those rows of :func:`sample_ladder`
     (example i depends only on (ladder, seed, i)), for any ``lo``/``hi``.
 

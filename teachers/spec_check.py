@@ -17,6 +17,8 @@ them.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -41,6 +43,9 @@ from .validation import (
     _level_sizes,
 )
 from .validation import _short as short
+
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 __all__ = ["MAX_NESTING", "check_emission_dict", "check_spec", "emission_from_spec"]
 
@@ -72,21 +77,21 @@ EMISSION_FIELDS = {"onehot": ("kind", "num_regions", "num_events"), "gaussian": 
 
 
 # ---------------------------------------------------------------------- describing values
-def _short(v) -> str:
+def _short(v: object) -> str:
     return short(v, 40)
 
 
-def _fail(path: str, expected: str, v):
+def _fail(path: str, expected: str, v: object) -> NoReturn:
     raise LadderSpecError(f"{path}: expected {expected}, got {_got(v)}")
 
 
-def _key(path: str, key) -> str:
+def _key(path: str, key: object) -> str:
     if isinstance(key, str) and key.isidentifier():
         return f"{path}.{key}" if path else key
     return f"{path}[{_short(key)}]"
 
 
-def _unknown(d: dict, known, where: str, hint: str = "") -> None:
+def _unknown(d: dict, known: Iterable[str], where: str, hint: str = "") -> None:
     extra = [k for k in d if k not in known]
     if extra:
         names = sorted(_short(k) if not isinstance(k, str) else k for k in extra)
@@ -94,11 +99,11 @@ def _unknown(d: dict, known, where: str, hint: str = "") -> None:
 
 
 # ---------------------------------------------------------------------- scalars
-def _is_number(v) -> bool:
+def _is_number(v: object) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
-def _int(v, path: str, lo: int, hi: int, *, what: str = "an integer", integral_float: bool = False) -> int:
+def _int(v: Any, path: str, lo: int, hi: int, *, what: str = "an integer", integral_float: bool = False) -> int:
     """An integer in [lo, hi]; with ``integral_float``, also 2.0 for 2 (as the constructors accept)."""
     if integral_float and isinstance(v, (float, np.floating)) and math.isfinite(v) and float(v).is_integer():
         v = int(v)
@@ -109,13 +114,13 @@ def _int(v, path: str, lo: int, hi: int, *, what: str = "an integer", integral_f
     return int(v)
 
 
-def _string(v, path: str, what: str = "a string") -> str:
+def _string(v: object, path: str, what: str = "a string") -> str:
     if not isinstance(v, str):
         _fail(path, what, v)
     return v
 
 
-def _int_or_list(v, path: str, length: int, lo: int, hi: int, what: str) -> tuple[int, ...]:
+def _int_or_list(v: Any, path: str, length: int, lo: int, hi: int, what: str) -> tuple[int, ...]:
     """One integer for every level, or a list of ``length`` integers."""
     if _is_int(v):
         return (_int(v, path, lo, hi, what=what),) * length
@@ -127,11 +132,11 @@ def _int_or_list(v, path: str, length: int, lo: int, hi: int, what: str) -> tupl
 
 
 # ---------------------------------------------------------------------- arrays
-def _index_path(path: str, idx) -> str:
+def _index_path(path: str, idx: Sequence[int]) -> str:
     return path + "".join(f"[{int(i)}]" for i in idx)
 
 
-def _plain_ok(e, integer: bool) -> bool:
+def _plain_ok(e: Any, integer: bool) -> bool:
     """Fast check of a plain Python int or float entry (anything else goes to :func:`_scalar`)."""
     t = type(e)
     if t is float:
@@ -139,7 +144,7 @@ def _plain_ok(e, integer: bool) -> bool:
     return t is int and -(2**63) <= e < 2**63
 
 
-def _walk(v, path: str, integer: bool) -> tuple[int, ...]:
+def _walk(v: Any, path: str, integer: bool) -> tuple[int, ...]:
     """Shape of nested lists of numbers, raising at the first entry that is not one, by its path."""
     if not isinstance(v, (list, tuple)):
         if isinstance(v, (torch.Tensor, np.ndarray)):
@@ -164,7 +169,7 @@ def _walk(v, path: str, integer: bool) -> tuple[int, ...]:
     return (len(v), *(shape or ()))
 
 
-def _scalar(v, path: str, integer: bool) -> None:
+def _scalar(v: Any, path: str, integer: bool) -> None:
     if integer:
         if isinstance(v, (float, np.floating)) and math.isfinite(v) and float(v).is_integer():
             v = int(v)
@@ -177,7 +182,7 @@ def _scalar(v, path: str, integer: bool) -> None:
         _fail(path, "a finite number", v)
 
 
-def _array(v, path: str, *, integer: bool = False) -> tuple[int, ...]:
+def _array(v: Any, path: str, *, integer: bool = False) -> tuple[int, ...]:
     """Nested lists of finite numbers (integers with ``integer``), a tensor or an ndarray: returns the shape."""
     what = "an array of integer event indices" if integer else "an array of numbers"
     if isinstance(v, (list, tuple)):
@@ -203,7 +208,7 @@ def _array(v, path: str, *, integer: bool = False) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _array_list(v, path: str, *, integer: bool = False) -> None:
+def _array_list(v: Any, path: str, *, integer: bool = False) -> None:
     if not isinstance(v, (list, tuple)):
         _fail(path, "a list of tables (one per level)", v)
     if len(v) > MAX_DEPTH:
@@ -213,7 +218,7 @@ def _array_list(v, path: str, *, integer: bool = False) -> None:
 
 
 # ---------------------------------------------------------------------- structure
-def _check_nesting(doc) -> None:
+def _check_nesting(doc: Any) -> None:
     """Iteratively: no table or list nested more than MAX_NESTING deep (a RecursionError otherwise).
 
     The message names the path down to the first few levels (``prior[0][0]...``)."""
@@ -247,7 +252,7 @@ def _check_header(d: dict, mode_required: bool) -> None:
         _string(d["name"], "name")
 
 
-def check_spec(d) -> None:
+def check_spec(d: object) -> None:
     """Check a ladder spec document field by field; raise :class:`LadderSpecError` naming the first bad field.
 
     Accepts what :meth:`Ladder.from_dict` accepts: an explicit ladder (arrays as nested lists,
@@ -281,7 +286,7 @@ def _check_emission_option(d: dict) -> None:
         raise LadderSpecError(f"sigma: only applies with emission = 'gaussian' ({why})")
 
 
-def _float(v) -> float:
+def _float(v: Any) -> float:
     try:
         return float(v)
     except OverflowError:
@@ -401,7 +406,7 @@ def _check_graph(d: dict) -> None:
     _check_mode_tables(d, d["mode"], tables)
 
 
-def _check_regions(regions) -> None:
+def _check_regions(regions: Any) -> None:
     if not isinstance(regions, (list, tuple)) or not regions:
         raise LadderSpecError(f"regions: expected a non-empty list of {{name, events, children}} tables, "
                               f"got {_got(regions)}")
@@ -426,7 +431,7 @@ def _check_regions(regions) -> None:
             _string(c, f"{path}.children[{j}]", "a region name (a string)")
 
 
-def _check_factorization(f) -> None:
+def _check_factorization(f: Any) -> None:
     if not isinstance(f, dict):
         _fail("factorization", "a table {factors, root_factor_priors, factor_tables}", f)
     _unknown(f, FACTORIZATION_FIELDS, "factorization")
@@ -442,7 +447,7 @@ def _check_factorization(f) -> None:
     _array_list(f["factor_tables"], "factorization.factor_tables")
 
 
-def check_emission_dict(e, path: str = "emission") -> None:
+def check_emission_dict(e: object, path: str = "emission") -> None:
     """Check an emission table (the dict of ``Emission.to_dict``) field by field."""
     if not isinstance(e, dict) or "kind" not in e:
         raise LadderSpecError(f"{path}: expected a table with a 'kind' field ('onehot' or 'gaussian'), got {_got(e)}")
@@ -489,7 +494,7 @@ def check_emission_dict(e, path: str = "emission") -> None:
             _fail(f"{path}.scale", "a finite number > 0", e["scale"])
 
 
-def emission_from_spec(d, num_regions: int, num_events: int) -> Emission:
+def emission_from_spec(d: dict, num_regions: int, num_events: int) -> Emission:
     """An emission from its spec dict (checked field by field first)."""
     check_emission_dict(d)
     if d["kind"] == "gaussian" and "means" not in d:

@@ -22,7 +22,7 @@ import re
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -64,7 +64,7 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
     """
     path = Path(path)
     pattern = re.compile(re.escape(f".{path.name}.tmp-") + r"(\d+)(?:-\d+)?")
-    removed = []
+    removed: list[Path] = []
     try:
         entries = list(os.scandir(path.parent))
     except OSError:
@@ -96,7 +96,7 @@ def _create_temp(path: Path) -> tuple[int, Path]:
     raise AssertionError("unreachable")
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None], *, name: str = "out") -> Path:
+def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], object], *, name: str = "out") -> Path:
     """Call ``write(f)`` on a temporary file beside ``path``, fsync it, then rename it over
     ``path``: a reader never sees a half-written file, and a failed write leaves nothing.
 
@@ -129,7 +129,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[bytes]], None], *,
     return path
 
 
-def spec_to_jsonable(obj):
+def spec_to_jsonable(obj: Any) -> Any:
     """Tensors, arrays and numpy scalars to nested lists and Python numbers (for JSON and TOML)."""
     if isinstance(obj, (torch.Tensor, np.ndarray, np.generic)):
         return obj.tolist()

@@ -26,12 +26,19 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from .elimination import graph_statistics
 from .ladder import TOPDOWN, Ladder, _check_ladder
+
+if TYPE_CHECKING:
+
+    from teachers.chunked import DataSource, _SampleChunks
+    from teachers.engine import DaskEngine, SerialEngine
+    from teachers.store_reader import ChunkedLadderData
 
 __all__ = [
     "EventCounts",
@@ -338,18 +345,19 @@ def empirical_statistics(ladder: Ladder, z: torch.Tensor, *, chunk_size: int = 2
     return state.statistics()  # raises for an empty sample
 
 
-def _check_shape(ladder: Ladder, z) -> None:
+def _check_shape(ladder: Ladder, z: torch.Tensor) -> None:
     if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != ladder.total_regions:
         shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
         raise ValueError(f"z: expected an (N, {ladder.total_regions}) tensor of events, got {shape}")
 
 
-def _count_chunk(c: int, chunks) -> EventCounts:
+def _count_chunk(c: int, chunks: ChunkedLadderData | _SampleChunks) -> EventCounts:
     """The task of one chunk (any process): its event counts."""
     return EventCounts.zeros(chunks.ladder).update(chunks.chunk(c).z)
 
 
-def count_events(source, *, engine=None, progress: bool = False) -> EventCounts:
+def count_events(source: DataSource, *,
+                 engine: SerialEngine | DaskEngine | None = None, progress: bool = False) -> EventCounts:
     """Event and pair counts of a whole dataset, streamed chunk by chunk (one task per chunk).
 
     Memory is one chunk whatever N is; the counts are exact int64 and, merged in chunk order, the same

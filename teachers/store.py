@@ -90,6 +90,7 @@ import shutil
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -119,6 +120,12 @@ from .sampling import (
     sampling_plan,
 )
 
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from teachers.engine import DaskEngine, SerialEngine
+    from teachers.sampling import SamplingPlan
+
 __all__ = ["CHUNK_BYTES", "DEFAULT_CHUNK_ROWS", "DEFAULT_COMPRESSION", "VERSION", "check_store_target", "chunk_bounds",
            "create_partial", "default_chunk_rows", "finalize", "partial_path", "row_bytes", "sample_to_store",
            "write_chunk"]
@@ -128,7 +135,7 @@ VERSION = 2
 DEFAULT_COMPRESSION = "zstd:1"
 
 
-def _zarr():
+def _zarr() -> ModuleType:
     """zarr, imported on first use (``import teachers`` stays cheap), its codecs run on one thread unless the
     user configured ``threading.max_workers`` (set only before zarr creates its pool): each thread of zarr's
     pool keeps a freed chunk-sized buffer (392 to 538 MiB over 66 chunks of 31 MiB, measured), and chunks
@@ -142,13 +149,13 @@ def _zarr():
 
 
 # ---------------------------------------------------------------------- small helpers
-def _check_chunk_rows(chunk_rows) -> int:
+def _check_chunk_rows(chunk_rows: Any) -> int:
     if not _is_int(chunk_rows) or chunk_rows <= 0 or chunk_rows % BLOCK_SIZE:
         raise ValueError(f"chunk_rows: expected a positive multiple of BLOCK_SIZE={BLOCK_SIZE}, got {chunk_rows!r}")
     return int(chunk_rows)
 
 
-def _check_teacher(ladder) -> None:
+def _check_teacher(ladder: Ladder) -> None:
     if not isinstance(ladder, Ladder):
         raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
 
@@ -200,7 +207,7 @@ def _old_path(path: Path) -> Path:
 _ZSTD = re.compile(r"zstd(?::(-?\d+))?")
 
 
-def _compression(compress) -> tuple[str, object]:
+def _compression(compress: bool | str) -> tuple[str, object]:
     """(label, zarr ``compressors=`` argument) for a ``compress`` value."""
     if compress is True:
         compress = DEFAULT_COMPRESSION
@@ -247,7 +254,7 @@ def _v2_attrs(path: Path) -> dict | None:
     return attrs if attrs is not None and attrs.get("format") == FORMAT and attrs.get("version") == VERSION else None
 
 
-def _to_numpy(t, name: str) -> np.ndarray:
+def _to_numpy(t: torch.Tensor | np.ndarray, name: str) -> np.ndarray:
     if isinstance(t, torch.Tensor):
         return t.detach().cpu().numpy()
     if isinstance(t, np.ndarray):
@@ -384,13 +391,14 @@ def _partial_info(partial: Path) -> dict:
     return attrs
 
 
-def _open_for_write(array: Path):
+def _open_for_write(array: Path) -> Any:
     # every chunk gets its file, even one equal to the fill value (zarr's default would skip it):
     # a missing chunk file is then an error, never silent zeros
     return _zarr().open_array(str(array), mode="r+").with_config({"write_empty_chunks": True})
 
 
-def write_chunk(partial: str | os.PathLike, chunk_index: int, z, x=None) -> dict:
+def write_chunk(partial: str | os.PathLike, chunk_index: int, z: torch.Tensor | np.ndarray,
+                x: torch.Tensor | np.ndarray | None = None) -> dict:
     """Step 2 of a write (see the module docstring): write chunk ``chunk_index`` of the partial store.
 
     :param z: the chunk's events, ``(rows, total_regions)`` in the ladder's event dtype (a tensor
@@ -509,7 +517,7 @@ def finalize(partial: str | os.PathLike, path: str | os.PathLike, checksums: Ite
                                  f"{str(partial)!r}")
     root = _zarr().open_group(str(partial), mode="r+")
     root.attrs.update({"chunk_sha256": {name: [got[c][name] for c in range(num_chunks)] for name in names}})
-    attrs = _root_attrs(partial)  # as a reader will parse it
+    attrs = cast("dict", _root_attrs(partial))  # as a reader will parse it (written above: not None)
     attrs["complete"] = True
     root.attrs.update({"complete": True, META_CHECKSUM: metadata_checksum(attrs)})  # written last
     _swap_into_place(partial, path)
@@ -517,7 +525,7 @@ def finalize(partial: str | os.PathLike, path: str | os.PathLike, checksums: Ite
 
 
 def _sample_chunk_task(c: int, partial: str, ladder: Ladder, seed: int, start: int, n: int, chunk_rows: int,
-                       device: str, plan=None) -> dict:
+                       device: str, plan: SamplingPlan | None = None) -> dict:
     """One task of :func:`sample_to_store` (any process): sample chunk ``c`` (with ``plan``, a prebuilt
     :func:`~teachers.sampling.sampling_plan`, if given) and write it."""
     lo, hi = _bounds(c, chunk_rows, n)
@@ -528,7 +536,7 @@ def _sample_chunk_task(c: int, partial: str, ladder: Ladder, seed: int, start: i
 def sample_to_store(ladder: Ladder, num_examples: int, path: str | os.PathLike, seed: int = 0, *,
                     shard: str | tuple[int, int] | None = None, chunk_rows: int | None = None,
                     compress: bool | str = True, device: torch.device | str | None = None,
-                    progress: bool | None = None, engine=None) -> Path:
+                    progress: bool | None = None, engine: SerialEngine | DaskEngine | None = None) -> Path:
     """Sample ``num_examples`` examples (or one shard of them) from ``ladder`` straight into a
     version-2 store at ``path``, one chunk at a time: memory stays at a few chunks whatever N is.
 

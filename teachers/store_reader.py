@@ -7,6 +7,7 @@ import bisect
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -40,7 +41,7 @@ _REQUIRED = ("format", "version", "n", "start", "total", "seed", "shard", "block
              "chunk_sha256", "complete")
 
 
-def _chunk_index(i, num_chunks: int, *, negative: bool = True) -> int:
+def _chunk_index(i: int, num_chunks: int, *, negative: bool = True) -> int:
     """Chunk ``i`` of ``num_chunks`` (negative: from the end, unless ``negative`` is false), checked."""
     if not _is_int(i):
         raise TypeError(f"i: expected an integer chunk index, got {type(i).__name__}")
@@ -52,7 +53,7 @@ def _chunk_index(i, num_chunks: int, *, negative: bool = True) -> int:
 class _Store:
     """One version-2 store: its verified metadata, and zarr handles opened lazily per process."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path) -> None:
         self.path = path
         where = f"dataset: {str(path)!r}"
         if not path.exists():
@@ -151,7 +152,7 @@ class _Store:
             self._pid = os.getpid()
         return self._arrays
 
-    def __getstate__(self):
+    def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_arrays"], state["_pid"] = None, None
         return state
@@ -224,7 +225,7 @@ class ChunkedLadderData:
     ``start``, ``total``, ``seed``, ``meta``).
     """
 
-    def __init__(self, stores: list[_Store]):
+    def __init__(self, stores: list[_Store]) -> None:
         if not stores:
             raise ValueError("stores: expected at least one store (use open_dataset)")
         self._stores = stores
@@ -288,7 +289,7 @@ class ChunkedLadderData:
         lo, hi = _bounds(c, s.chunk_rows, s.n)
         return self._offsets[i], self._offsets[i] + hi - lo
 
-    def _sample(self, z: np.ndarray, x: np.ndarray | None, row: int, **extra) -> LadderSample:
+    def _sample(self, z: np.ndarray, x: np.ndarray | None, row: int, **extra: Any) -> LadderSample:
         return LadderSample(self.ladder, torch.from_numpy(z), None if x is None else torch.from_numpy(x),
                             seed=self.seed, start=self.start + row, total=self.total, meta={**self.meta, **extra})
 

@@ -71,7 +71,7 @@ def check_tent_memory(rows: int, arg: str = "num_examples", shard_arg: str = "sh
                          f"sample fewer, or in shards ({shard_arg}), one file each")
 
 
-def tent(x):
+def tent(x: torch.Tensor) -> torch.Tensor:
     """The tent map ``tau(x) = 2 [ReLU(x) - ReLU(2x - 1)]``, elementwise and exact.
 
     :param x: a tensor (result: a tensor of the same dtype and device), a NumPy array or a
@@ -88,7 +88,7 @@ def tent(x):
     return float(out) if np.ndim(x) == 0 and not isinstance(x, np.ndarray) else out
 
 
-def tent_power(x, k: int):
+def tent_power(x: torch.Tensor, k: int) -> torch.Tensor:
     """``tau^k(x)``: the tent map composed k times (k = 0 is the identity).
 
     :raises ValueError: k negative or not an integer.
@@ -127,7 +127,7 @@ class TentNetwork(nn.Sequential):
     :param dtype: parameter dtype (default float64).
     """
 
-    def __init__(self, k: int, *, dtype: torch.dtype = torch.float64):
+    def __init__(self, k: int, *, dtype: torch.dtype = torch.float64) -> None:
         k = _check_int(k, "k")
         layers: list[nn.Module] = []
         if k == 0:
@@ -159,7 +159,7 @@ class TentNetwork(nn.Sequential):
         return f"k={self.k}"
 
 
-def _linear(weight, bias, dtype) -> nn.Linear:
+def _linear(weight: Sequence[Sequence[float]], bias: Sequence[float], dtype: torch.dtype) -> nn.Linear:
     w = torch.tensor(weight, dtype=dtype)
     # built on the meta device, so that its default init does not draw from the global RNG
     lin = nn.Linear(w.shape[1], w.shape[0], dtype=dtype, device="meta").to_empty(device="cpu")

@@ -9,6 +9,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -59,7 +60,7 @@ class Factorization:
         return [list(range(i * s, (i + 1) * s)) for i in range(n_parent)]
 
 
-def _as_int_tuple(value, name: str, length: int | None = None) -> tuple[int, ...]:
+def _as_int_tuple(value: Any, name: str, length: int | None = None) -> tuple[int, ...]:
     if _is_int(value):
         if length is None:
             raise LadderSpecError(f"{name}: expected a list of integers, got {_short(value)}")
@@ -76,7 +77,7 @@ def _as_int_tuple(value, name: str, length: int | None = None) -> tuple[int, ...
     return tuple(out)
 
 
-def _is_integral(v) -> bool:
+def _is_integral(v: object) -> bool:
     """Whether ``v`` is a number (not a bool) equal to an integer: ``2`` and ``2.0``, not ``2.5`` nor ``True``."""
     exact = False
     if not isinstance(v, (bool, np.bool_)) and isinstance(v, (int, float, np.integer, np.floating, torch.Tensor)):
@@ -85,14 +86,14 @@ def _is_integral(v) -> bool:
     return exact
 
 
-def _as_int(value, name: str) -> int:
+def _as_int(value: Any, name: str) -> int:
     """``value`` as an int when it is integral (:func:`_is_integral`), else a LadderSpecError naming ``name``."""
     if not _is_integral(value):
         raise LadderSpecError(f"{name}: expected an integer, got {_got(value)}")
     return int(value)
 
 
-def _short(v, limit: int = 80) -> str:
+def _short(v: object, limit: int = 80) -> str:
     """``repr(v)``, cut to ``limit`` characters (and never the digits of a huge integer)."""
     if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
         return f"<a {v.bit_length()}-bit integer>"
@@ -105,7 +106,7 @@ def _short(v, limit: int = 80) -> str:
     return r if len(r) <= limit else r[:limit - 3] + "..."
 
 
-def _got(v) -> str:
+def _got(v: object) -> str:
     """What ``v`` is, for the 'got ...' part of a message (JSON's names: null, a table, a list)."""
     if v is None:
         return "null"
@@ -135,7 +136,7 @@ def _pow(m: int, b: int) -> int | None:
     return None if b * math.log2(m) > 64 else m**b
 
 
-def _is_int(v) -> bool:
+def _is_int(v: object) -> bool:
     """Whether ``v`` is a Python or numpy integer (not a bool)."""
     return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
 
@@ -212,34 +213,34 @@ def _check_mode_tables(given: dict, mode: str, tables: dict = _MODE_TABLES) -> N
             raise LadderSpecError(f"{key}: missing (a {mode} ladder needs {need[0]} and {need[1]})")
 
 
-def _is_positive(v) -> bool:
+def _is_positive(v: object) -> bool:
     """Whether ``v`` is a real number (not a bool), > 0 and finite."""
     try:
-        return (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
-                and v > 0 and math.isfinite(v))
+        return bool(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+                    and v > 0 and math.isfinite(v))
     except OverflowError:  # an integer too large for a float
         return False
 
 
-def _check_concentration(concentration) -> float:
+def _check_concentration(concentration: Any) -> float:
     if not _is_positive(concentration):
         raise LadderSpecError(f"concentration: must be > 0 and finite, got {_got(concentration)}")
     return float(concentration)
 
 
-def _check_sigma(sigma) -> float:
+def _check_sigma(sigma: Any) -> float:
     if not _is_positive(sigma):
         raise LadderSpecError(f"sigma: a gaussian emission needs a finite sigma > 0, got {_got(sigma)}")
     return float(sigma)
 
 
-def _check_seed(seed) -> int:
+def _check_seed(seed: Any) -> int:
     if not _is_int(seed) or seed < 0:
         raise LadderSpecError(f"seed: expected a non-negative integer, got {_got(seed)}")
     return int(seed)
 
 
-def _detached(value):
+def _detached(value: Any) -> Any:
     """``value`` with every tensor in it (nested in lists and tuples) detached: a table given as a tensor that
     requires grad is read as the data it holds."""
     if isinstance(value, torch.Tensor):
@@ -249,7 +250,7 @@ def _detached(value):
     return value
 
 
-def _as_float64(value, name: str) -> torch.Tensor:
+def _as_float64(value: Any, name: str) -> torch.Tensor:
     try:
         try:
             arr = np.asarray(value, dtype=np.float64)
@@ -266,7 +267,7 @@ def _as_float64(value, name: str) -> torch.Tensor:
 def _check_rows(p: torch.Tensor, name: str, what: str) -> torch.Tensor:
     """Rows (last dim) must be non-negative and sum to 1 (within ``ROW_SUM_TOL``); returns them
     in float64, renormalized where they are off by more than rounding."""
-    def where(idx):
+    def where(idx: tuple[int, ...]) -> str:
         return f"{name}{list(idx)}" if idx else name
 
     neg = (p < 0).nonzero()
@@ -293,7 +294,8 @@ def _per_region(t: torch.Tensor, want: tuple[int, ...], name: str, meaning: str)
     return t
 
 
-def make_emission(emission, num_regions: int, num_events: int, sigma) -> Emission | dict:
+def make_emission(emission: Emission | dict | str | None, num_regions: int, num_events: int,
+                  sigma: float | None) -> Emission | dict:
     """The leaf emission a constructor's ``emission`` / ``sigma`` options name: ``None`` or ``"onehot"``
     (one-hot leaves), ``"gaussian"`` (means one-hot, noise ``sigma``), or an Emission / dict as given."""
     if emission is None or (isinstance(emission, str) and emission == "onehot"):
@@ -310,7 +312,8 @@ def make_emission(emission, num_regions: int, num_events: int, sigma) -> Emissio
                           f"got {_short(emission)}")
 
 
-def _random_layout(depth, branching, events, concentration, seed):
+def _random_layout(depth: int, branching: int | Sequence[int], events: int | Sequence[int], concentration: float,
+                   seed: int) -> tuple[int, tuple[int, ...], tuple[int, ...], float, np.random.Generator, list[int]]:
     """The checked arguments of a random constructor: ``(depth, branching, events, concentration, rng,
     num_regions)``."""
     depth = _check_depth(depth)
@@ -320,11 +323,11 @@ def _random_layout(depth, branching, events, concentration, seed):
     return depth, branching, events, concentration, _rng(seed), _check_layout(branching, events)
 
 
-def _rng(seed) -> np.random.Generator:
+def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(_check_seed(seed))
 
 
-def _check_depth(depth) -> int:
+def _check_depth(depth: Any) -> int:
     if not _is_int(depth) or depth < 1:
         raise LadderSpecError(f"depth: expected an integer >= 1, got {_short(depth)}")
     if depth > MAX_DEPTH:

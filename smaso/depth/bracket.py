@@ -25,8 +25,10 @@ import functools
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch import nn
 
@@ -297,7 +299,7 @@ def _compose_tent(j: int, top: nn.Sequential) -> nn.Sequential:
     if j == 0:
         return top
     tent = list(TentNetwork(j, dtype=DT))
-    readout, first = tent[-1], top[0]
+    readout, first = cast(nn.Linear, tent[-1]), cast(nn.Linear, top[0])  # nn.Sequential items read as Module
     merged = _empty_linear(readout.in_features, first.out_features)
     with torch.no_grad():  # first(readout(h)) = W1 (w h + b) + b1
         merged.weight.copy_(first.weight @ readout.weight)
@@ -493,10 +495,10 @@ def brute_force_min(k: int, pieces: int, *, grid: int = 32, refine: int = 4, sam
     x = (np.arange(samples) + 0.5) / samples
     y = _tent_power_np(x, k)
 
-    def exact(t, v):
+    def exact(t: npt.ArrayLike, v: np.ndarray) -> float:
         return pwl_l1_to_tent(np.concatenate([[0.0], t, [1.0]]), v, k)
 
-    def l1_regression(t):
+    def l1_regression(t: npt.ArrayLike) -> np.ndarray:
         knots = np.concatenate([[0.0], t, [1.0]])
         basis = np.stack([np.interp(x, knots, np.eye(len(knots))[i]) for i in range(len(knots))], axis=1)
         n, p = basis.shape  # variables: values (p, free), residual bounds e (n, >= 0): min sum e
@@ -507,13 +509,13 @@ def brute_force_min(k: int, pieces: int, *, grid: int = 32, refine: int = 4, sam
 
     candidates = []
     for t in itertools.combinations(np.arange(1, grid) / grid, T - 1):
-        t = np.asarray(t)
+        t = np.asarray(t)  # type: ignore[assignment]  # the combination as an array
         v = l1_regression(t)
         candidates.append((exact(t, v), t, v))
     candidates.sort(key=lambda c: c[0])
     best = candidates[0][0]
     for _, t, v in candidates[:refine]:
-        def joint(p, n=len(t)):
+        def joint(p: np.ndarray, n: int = len(t)) -> float:
             return exact(np.sort(np.clip(p[:n], 0.0, 1.0)), p[n:])
         p0 = np.concatenate([t, v]) + 1e-6 * rng.standard_normal(len(t) + len(v))
         r = minimize(joint, p0, method="Nelder-Mead", options={"xatol": 1e-10, "fatol": 1e-13, "maxiter": 20000})

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch import nn
 
@@ -65,7 +66,7 @@ class PieceCount:
         """The interior points where the slope changes (``count - 1`` of them)."""
         return self.edges[1:-1]
 
-    def __call__(self, x) -> np.ndarray:
+    def __call__(self, x: npt.ArrayLike) -> np.ndarray:
         """Evaluate the piecewise-linear function at ``x`` (inside [lo, hi])."""
         x = np.asarray(x, dtype=np.float64)
         i = np.clip(np.searchsorted(self.edges, x, side="right") - 1, 0, self.count - 1)
@@ -126,7 +127,7 @@ def min_widths_for_pieces(pieces: int, depth: int) -> tuple[int, ...]:
 # Layers: ("affine", W, b) with W of shape (out, in), or ("act", Activation)
 
 
-def _as_activation(obj) -> Activation | None:
+def _as_activation(obj: object) -> Activation | None:
     """The piecewise-linear Activation a module or name stands for, or None when it is not one."""
     if isinstance(obj, nn.ReLU):
         return Activation("relu")
@@ -150,13 +151,13 @@ def _as_activation(obj) -> Activation | None:
 def _flatten(module: nn.Module) -> list[nn.Module]:
     """The leaf modules in order (a custom container's children: checked against its forward later)."""
     seq = isinstance(module, nn.Sequential | nn.ModuleList)
-    children = list(module if seq else module.children())  # iterating keeps a module used twice (children() does not)
+    children = list(module if seq else module.children())  # type: ignore[arg-type]  # iterating keeps a module used twice (children() does not)
     if seq or (children and not isinstance(module, nn.Linear) and _as_activation(module) is None):
         return [leaf for m in children for leaf in _flatten(m)]
     return [module]
 
 
-def network_layers(net, activation: str | Activation = "relu") -> list[tuple]:
+def network_layers(net: nn.Module | Sequence[nn.Module], activation: str | Activation = "relu") -> list[tuple]:
     """Normalise ``net`` to a list of ``("affine", W, b)`` / ``("act", Activation)`` in float64.
 
     :param net: an ``nn.Sequential`` (or ``nn.ModuleList``, nested allowed) of ``nn.Linear``,
@@ -185,7 +186,7 @@ def network_layers(net, activation: str | Activation = "relu") -> list[tuple]:
         pairs = list(net)
         for i, pair in enumerate(pairs):
             try:
-                W, b = pair
+                W, b = pair  # type: ignore[misc]  # an iterable of (W, b) pairs, not a module
             except (TypeError, ValueError):
                 raise TypeError(f"layer {i}: expected a (W, b) pair, got {type(pair).__name__}") from None
             W = torch.as_tensor(W, dtype=torch.float64)
@@ -236,7 +237,8 @@ def _dedupe(points: np.ndarray, tol: float) -> np.ndarray:
     return points[keep]
 
 
-def count_pieces(net, lo: float = 0.0, hi: float = 1.0, *, activation: str | Activation = "relu", tol: float = 1e-9,
+def count_pieces(net: nn.Module | Sequence[nn.Module], lo: float = 0.0, hi: float = 1.0, *,
+                 activation: str | Activation = "relu", tol: float = 1e-9,
                  check: bool = True) -> PieceCount:
     """Exact maximal linear pieces of the 1-D network ``net`` on ``[lo, hi]``.
 

@@ -178,7 +178,7 @@ def train_population(pop: StudentPopulation, k: int, *, steps: int = 3000, batch
     x = torch.rand(n_train, 1, generator=gen, dtype=torch.float64)
     y = tent_power(x, k).to(device=W0.device, dtype=W0.dtype)
     x = x.to(device=W0.device, dtype=W0.dtype)
-    def objective():
+    def objective() -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.randint(0, n_train, (batch,), generator=gen).to(x.device)
         r = pop(x[idx]) - y[idx]
         per_member = (r.abs() if loss == "l1" else r**2).mean(dim=(1, 2))

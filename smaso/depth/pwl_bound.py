@@ -54,7 +54,7 @@ __all__ = ["CellBound", "cell_lower_bound", "follow_then_flat", "interval_fit_bo
 SUB_MARGIN = 1e-14  # per sub-cell: float64 sums of n terms of total size <= 1 err by far less
 
 
-def _check_int(name: str, value, lo: int) -> int:
+def _check_int(name: str, value: object, lo: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < lo:
         raise ValueError(f"{name}: expected an integer >= {lo}, got {value!r}")
     return int(value)
@@ -79,7 +79,7 @@ def _abs_integral(ga: np.ndarray, gb: np.ndarray, width: np.ndarray) -> np.ndarr
     return width * np.where(same, 0.5 * tot, crossing)
 
 
-def pwl_l1_to_tent(knots: Sequence[float], values: Sequence[float], k: int) -> float:
+def pwl_l1_to_tent(knots: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray, k: int) -> float:
     """Exact ``integral_0^1 |tau^k - h|`` for the continuous piecewise-linear h through ``(knots, values)``.
 
     :param knots: increasing abscissae with ``knots[0] = 0`` and ``knots[-1] = 1`` (shape (n,)).
@@ -121,7 +121,7 @@ def follow_then_flat(K: int, units: int) -> tuple[np.ndarray, np.ndarray]:
     return knots, values
 
 
-def _check_pow2(name: str, value, lo: int = 1) -> int:
+def _check_pow2(name: str, value: object, lo: int = 1) -> int:
     value = _check_int(name, value, lo)
     if value & (value - 1):
         raise ValueError(f"{name}: expected a power of two (dyadic cell edges keep tau^k exact), got {value}")

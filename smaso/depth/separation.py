@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -20,6 +21,9 @@ from torch import nn
 from smaso.depth.pieces import count_pieces
 from smaso.depth.training import DT, make_student, optimise
 from teachers.tent import TentNetwork, tent_power
+
+if TYPE_CHECKING:
+    from teachers.engine import DaskEngine, SerialEngine
 
 __all__ = [
     "DepthRow",
@@ -72,7 +76,7 @@ def train_student(net: nn.Module, k: int, *, steps: int = 3000, batch: int = 128
     y = tent_power(x, k)
     weights = [m.weight for m in net.modules() if isinstance(m, nn.Linear)]
 
-    def objective():
+    def objective() -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.randint(0, n_train, (batch,), generator=gen)
         loss = ((net(x[idx]) - y[idx]) ** 2).mean()
         reg = frobenius * sum((W**2).sum() for W in weights) if frobenius else 0.0
@@ -210,7 +214,7 @@ def depth_separation(Ls: Sequence[int] = (1, 2, 3, 4), *, target: str = "L^2", s
                      deep_random_seeds: Sequence[int] = (0, 1, 2, 3), deep_random_lr: float = 1e-2,
                      n_train: int = 4096, population: int = 0, deep_population: int = 0, population_lr: float = 0.1,
                      population_loss: str = "l1", population_seed: int = 0, progress: bool = False,
-                     engine=None) -> list[DepthRow]:
+                     engine: SerialEngine | DaskEngine | None = None) -> list[DepthRow]:
     """Run the experiment for each L (``docs/theory.md`` §2.3): theorem students with their certified
     bracket, controls on the representable tau^L, and deep students.
 
@@ -376,7 +380,7 @@ class PieceRecord(_Widths):
 def piece_survey(architectures: Sequence[Sequence[int]], seeds: Sequence[int] = (0, 1, 2), *, train_k: int | None = 6,
                  steps: int = 1000, lr: float = 0.05, frobenius: float = 0.0, optimizer: str = "sgd",
                  tent_ks: Sequence[int] = (), lo: float = 0.0, hi: float = 1.0, progress: bool = False,
-                 engine=None) -> list[PieceRecord]:
+                 engine: SerialEngine | DaskEngine | None = None) -> list[PieceRecord]:
     """Exact piece counts (:func:`smaso.depth.pieces.count_pieces`) of random, trained and tent networks.
 
     For every hidden-width tuple in ``architectures`` and every seed: the network at PyTorch's

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -56,8 +57,10 @@ def make_student(widths: Sequence[int], seed: int = 0, dtype: torch.dtype = DT, 
     return net
 
 
-def optimise(params, objective, *, steps: int, lr: float, optimizer: str, schedule: str, progress: bool,
-             desc: str, summary) -> list[torch.Tensor]:
+def optimise(params: Iterable[torch.Tensor], objective: Callable[[], tuple[torch.Tensor, torch.Tensor]], *,
+             steps: int, lr: float,
+             optimizer: str, schedule: str, progress: bool,
+             desc: str, summary: Callable[[torch.Tensor], str]) -> list[torch.Tensor]:
     """The training loop of :func:`train_student` and :func:`smaso.depth.population.train_population`.
 
     ``steps`` steps of ``optimizer`` (``"sgd"`` or ``"adam"``, learning rate ``lr``; with
@@ -93,7 +96,7 @@ def optimise(params, objective, *, steps: int, lr: float, optimizer: str, schedu
     return history
 
 
-def _bar(progress: bool, total: int, desc: str):
+def _bar(progress: bool, total: int, desc: str) -> Any:
     """A tqdm bar, or None when ``progress`` is off (tqdm is then not even imported)."""
     if not progress:
         return None

@@ -19,7 +19,7 @@ the notebooks in ``examples/``.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 _SUBMODULES = ("alignment", "comparison", "depth", "factorial", "ladder", "vq")
 
@@ -102,7 +102,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     )
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     """Import a plotting function, ``plt`` or a submodule on first use (PEP 562), so that importing
     the package does not import matplotlib."""
     module = _EXPORTS.get(name)

@@ -6,8 +6,9 @@ import contextlib
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 import numpy as np
@@ -16,10 +17,13 @@ if not os.environ.get("MPLBACKEND") and "ipykernel" not in sys.modules:
     matplotlib.use("Agg")  # scripts and CI have no display; notebooks keep their inline backend
 import matplotlib.pyplot as plt
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 __all__ = ["finish_figure", "plot_arviz", "plt", "quiet_arviz", "save_figure"]
 
 
-def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
+def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = 110) -> Path:
     """Write ``fig`` to ``path`` atomically, in the format of its suffix (PNG by default), creating
     missing parent folders.
 
@@ -34,7 +38,8 @@ def save_figure(fig, path: str | os.PathLike, dpi: int = 110) -> Path:
     return atomic_write(path, lambda f: fig.savefig(f, format=fmt, dpi=dpi), name="path")
 
 
-def finish_figure(fig, path: str | os.PathLike | None, title: str | None = None, *, tight: bool | tuple = True):
+def finish_figure(fig: Figure, path: str | os.PathLike | None, title: str | None = None, *,
+                  tight: bool | tuple = True) -> Figure:
     """The common end of every plot: optional suptitle, tight layout, save when given a path.
 
     :param tight: ``True``: ``fig.tight_layout()``; a ``(left, bottom, right, top)`` tuple: the same within
@@ -44,7 +49,7 @@ def finish_figure(fig, path: str | os.PathLike | None, title: str | None = None,
     if title:
         fig.suptitle(title)
     if tight:
-        fig.tight_layout(**({} if tight is True else {"rect": tight}))
+        fig.tight_layout(**({} if tight is True else {"rect": tight}))  # type: ignore[arg-type]
     if path is not None:
         save_figure(fig, path)
     return fig
@@ -75,7 +80,8 @@ def quiet_arviz() -> Iterator[None]:
         yield
 
 
-def plot_arviz(plot, *args, path: str | os.PathLike | None = None, title: str | None = None, **kwargs):
+def plot_arviz(plot: Callable[..., Any], *args: Any, path: str | os.PathLike | None = None, title: str | None = None,
+               **kwargs: Any) -> Figure:
     """An ArviZ plot inside :func:`quiet_arviz` (no warning flood in notebooks and tests), as a ``Figure``.
 
     :param plot: the ArviZ function (e.g. ``az.plot_trace``) or its name without ``plot_`` (``"trace"``,

@@ -7,8 +7,14 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ._base import finish_figure, plt
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from smaso.student.compare import ComparisonResult
 
 __all__ = ["plot_alignment"]
 
@@ -29,11 +35,11 @@ _KEYS = ("level", *(k for _, _, lines, _ in PANELS for k, _, _ in lines))
 CONTROL_LABEL = "control run"
 
 
-def _is_number(v) -> bool:
+def _is_number(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _check_rows(rows, name: str) -> list[Mapping]:
+def _check_rows(rows: object, name: str) -> list[Mapping]:
     """One checkpoint's (or the control's) alignment rows: a non-empty list of dicts with every key, numbers."""
     if isinstance(rows, (str, bytes, Mapping)) or not isinstance(rows, Sequence) or not rows:
         raise ValueError(f"{name}: expected a non-empty list of alignment rows (one dict per level, as "
@@ -48,7 +54,7 @@ def _check_rows(rows, name: str) -> list[Mapping]:
     return list(rows)
 
 
-def _checkpoints(result_or_history) -> list[Mapping]:
+def _checkpoints(result_or_history: ComparisonResult | Sequence[Mapping]) -> list[Mapping]:
     hist = getattr(result_or_history, "history", result_or_history)
     if isinstance(hist, (str, bytes, Mapping)) or not isinstance(hist, Sequence):
         raise TypeError("result_or_history: expected a ComparisonResult or its history (a list of checkpoint "
@@ -66,8 +72,9 @@ def _checkpoints(result_or_history) -> list[Mapping]:
     return rows
 
 
-def plot_alignment(result_or_history, path: str | os.PathLike | None = None, *, title: str | None = None,
-                   control: Sequence[Mapping] | None = None):
+def plot_alignment(result_or_history: ComparisonResult | Sequence[Mapping], path: str | os.PathLike | None = None, *,
+                   title: str | None = None,
+                   control: Sequence[Mapping] | None = None) -> Figure:
     """The event alignment of every student level against training step.
 
     One row per level (level 0: the output nodes against the label), four panels: the median eta^2 of the

@@ -6,15 +6,23 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ._base import finish_figure, plt
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from smaso.student.compare import ComparisonResult
 
 __all__ = ["plot_comparison", "plot_errors_against_n", "plot_noise_sweep"]
 
 _QUANTITIES = (("F", "activations Fbar"), ("G", "gradients G~"), ("dW", "weight updates ΔW"))
 
 
-def plot_comparison(result, path: str | os.PathLike | None = None, *, title: str | None = None):
+def plot_comparison(result: ComparisonResult, path: str | os.PathLike | None = None, *,
+                    title: str | None = None) -> Figure:
     """Error curves over training and predicted-vs-measured scatter plots.
 
     Top row: the relative error of every level over training for F, G~ and Delta W (solid: full recursion,
@@ -79,7 +87,7 @@ _STYLES = ("-", "--", ":", "-.")
 _MARKERS = ("o", "s", "^", "D")
 
 
-def _check_sweep(rows, name: str) -> list[dict]:
+def _check_sweep(rows: object, name: str) -> list[dict]:
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
         raise ValueError(f"{name}: expected a non-empty list of noise_sweep rows, got {rows!r:.80}")
     for r in rows:
@@ -92,7 +100,7 @@ def _check_sweep(rows, name: str) -> list[dict]:
 
 
 def plot_noise_sweep(rows: Sequence[dict] | Mapping[str, Sequence[dict]], path: str | os.PathLike | None = None, *,
-                     kinds: Sequence[str] = ("propagated", "local"), title: str | None = None):
+                     kinds: Sequence[str] = ("propagated", "local"), title: str | None = None) -> Figure:
     """Errors of the reformulation and Thm 2's measured terms against the leaves' noise sigma.
 
     Illustrates Thm 3 (sigma = 0, one-hot leaves on the fully informative ladder: every error is
@@ -128,7 +136,7 @@ def plot_noise_sweep(rows: Sequence[dict] | Mapping[str, Sequence[dict]], path: 
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5), sharex=True)
 
-    def draw(ax, v, key, style, marker) -> set:
+    def draw(ax: Axes, v: Sequence[dict], key: str, style: str, marker: str) -> set:
         """One curve per level; levels where ``key`` is exactly 0 at every sigma (e.g. the gate
         terms of a level without a gate) are left out and returned, to be named on the panel."""
         zero = set()
@@ -143,7 +151,7 @@ def plot_noise_sweep(rows: Sequence[dict] | Mapping[str, Sequence[dict]], path: 
             ax.plot(xs, [max(y, _FLOOR) for y in ys], style, marker=marker, ms=4, color=colors[i % len(colors)])
         return zero
 
-    def note_zero(ax, zero: set) -> None:
+    def note_zero(ax: Axes, zero: set) -> None:
         if zero:
             ax.text(0.98, 0.03, f"exactly 0 at level {', '.join(map(str, sorted(zero)))} (not drawn)",
                     transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="0.3")
@@ -190,7 +198,7 @@ N_KEYS = ("F_local", "G_local", "dW_local", "decorrelation_fwd", "focus", "broad
 
 
 def plot_errors_against_n(rows: Sequence[dict], path: str | os.PathLike | None = None, *,
-                          keys: Sequence[str] = N_KEYS, title: str | None = None):
+                          keys: Sequence[str] = N_KEYS, title: str | None = None) -> Figure:
     """Errors and Thm 2's terms against N with their noise floors, on log-log axes.
 
     :param rows: the list returned by :func:`~smaso.student.compare.errors_against_n` (one report

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,6 +25,10 @@ from teachers.tent import TentNetwork, tent_power
 
 from ._base import finish_figure, plt
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure, SubFigure
+
 __all__ = ["nodes_needed", "plot_depth", "plot_nodes_needed", "plot_piece_counts", "plot_tent_powers"]
 
 _KINDS = {  # marker, colour, legend label
@@ -33,7 +38,7 @@ _KINDS = {  # marker, colour, legend label
 }
 
 
-def _check_ks(ks, name: str = "ks") -> list[int]:
+def _check_ks(ks: Iterable[int], name: str = "ks") -> list[int]:
     ks = list(ks)
     if not ks or any(isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1 for k in ks):
         raise ValueError(f"{name}: expected a non-empty list of integers >= 1, got {ks!r}")
@@ -46,7 +51,7 @@ def plot_tent_powers(
     *,
     n_grid: int = 2**12 + 1,
     path: str | os.PathLike | None = None,
-):
+) -> Figure:
     """tau^k on [0, 1] for each k, with a network's output drawn over it (docs/theory.md §2: tau^k has
     2^(k-1) teeth and 2^k linear pieces, and a depth-k width-2 ReLU network computes it exactly).
 
@@ -92,7 +97,7 @@ def plot_tent_powers(
     return finish_figure(fig, path)
 
 
-def _check_records(records) -> list[PieceRecord]:
+def _check_records(records: Iterable[PieceRecord]) -> list[PieceRecord]:
     records = list(records)
     if not records:
         raise ValueError("records: nothing to plot")
@@ -106,7 +111,7 @@ def _check_records(records) -> list[PieceRecord]:
     return records
 
 
-def plot_piece_counts(records: Sequence[PieceRecord], path: str | os.PathLike | None = None):
+def plot_piece_counts(records: Sequence[PieceRecord], path: str | os.PathLike | None = None) -> Figure:
     """Exact piece counts against the breakpoint lemma (docs/theory.md §2: a ReLU network with hidden widths
     m_1..m_L has at most 2^(L-1) (m_1 + 1) m_2 ... m_L linear pieces).
 
@@ -173,7 +178,7 @@ def plot_nodes_needed(
     ks: Sequence[int] = tuple(range(1, 13)),
     depths: Sequence[int] = (1, 2, 3, 4),
     path: str | os.PathLike | None = None,
-):
+) -> Figure:
     """The depth-separation count (docs/theory.md §2): fewest hidden nodes a depth-L ReLU network needs
     to have the 2^k linear pieces of tau^k, by the breakpoint lemma, against the 2k nodes of the
     exact depth-k tent network. Depth 1 needs 2^k - 1 nodes; depth L about L 2^(k/L).
@@ -197,7 +202,7 @@ def plot_nodes_needed(
     return finish_figure(fig, path)
 
 
-def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
+def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None) -> Figure:
     """The depth-separation experiment (docs/theory.md §2, seed 001: every depth-L ReLU network with at most
     2^L nodes has integral_0^1 |tau^(L^2) - h| >= 1/8).
 
@@ -232,7 +237,7 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
             ([(warm[0], "C3")] if warm else []) + ([(min(cold, key=lambda r: r.l1), "C1")] if cold else [])
         for r, color in picks:
             with torch.no_grad():
-                y = r.net.to(DT)(x[:, None]).reshape(-1)
+                y = r.net.to(DT)(x[:, None]).reshape(-1)  # type: ignore[union-attr]  # picks have a net (above)
             ax.plot(x, y, color=color, lw=1.6,
                     label=f"{r.student} {_widths_label(r.widths)}: L1 {r.l1:.3f}, {r.pieces} pieces")
         ax.plot(x, tent_power(x, k), "k--", lw=0.8, label=f"target tau^{k} ({2**k} pieces)")
@@ -266,7 +271,7 @@ def plot_depth(rows: Sequence[DepthRow], path: str | os.PathLike | None = None):
     return finish_figure(fig, path, tight=False)  # constrained layout
 
 
-def _row_legend(sub, *axes) -> None:
+def _row_legend(sub: SubFigure, *axes: Axes) -> None:
     """One legend for a row of panels, below them, outside the axes (constrained layout makes room for it)."""
     handles, labels = [], []
     for ax in axes:

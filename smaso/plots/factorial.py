@@ -16,11 +16,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from ._base import finish_figure, plot_arviz, plt, quiet_arviz
+
+if TYPE_CHECKING:
+    import arviz as az
+    from matplotlib.figure import Figure
 
 __all__ = [
     "configuration_frequencies",
@@ -36,7 +42,7 @@ __all__ = [
 _METHODS = (("factorized", "factorized (per-unit) MAP", "C1", "o"), ("mean_field", "mean-field MAP", "C2", "s"))
 
 
-def _array(v, name: str, ndim: int) -> np.ndarray:
+def _array(v: npt.ArrayLike, name: str, ndim: int) -> np.ndarray:
     if isinstance(v, torch.Tensor):
         v = v.detach().cpu().numpy()
     try:
@@ -50,7 +56,7 @@ def _array(v, name: str, ndim: int) -> np.ndarray:
     return a
 
 
-def _draws_t(draws, name: str = "draws", *, num_regions: int) -> np.ndarray:
+def _draws_t(draws: az.InferenceData, name: str = "draws", *, num_regions: int) -> np.ndarray:
     """``posterior["t"]`` of an ``InferenceData`` as ``(chain, draw, example, unit)`` int64, in [0, num_regions)."""
     if isinstance(num_regions, bool) or not isinstance(num_regions, int) or num_regions < 1:
         raise ValueError(f"num_regions: expected a positive integer, got {num_regions!r}")
@@ -68,7 +74,7 @@ def _draws_t(draws, name: str = "draws", *, num_regions: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- numbers behind the figures
-def marginal_frequencies(draws, num_regions: int) -> tuple[np.ndarray, np.ndarray]:
+def marginal_frequencies(draws: az.InferenceData, num_regions: int) -> tuple[np.ndarray, np.ndarray]:
     """Frequencies of every region in posterior draws, and their Monte Carlo standard errors.
 
     :param draws: ``InferenceData`` with ``posterior["t"]`` ``(chain, draw, example, unit)`` (e.g. from
@@ -96,7 +102,7 @@ def _codes(t: np.ndarray, num_regions: int) -> np.ndarray:
     return (t * num_regions ** np.arange(K - 1, -1, -1)).sum(-1)
 
 
-def configuration_frequencies(draws, num_regions: int) -> np.ndarray:
+def configuration_frequencies(draws: az.InferenceData, num_regions: int) -> np.ndarray:
     """Fraction of draws in each of the R^K configurations, ``(N, R^K)``, in code order (unit 0 most significant,
     the columns of :attr:`inference.factorial.FactorialPosterior.log_probs`)."""
     t = _draws_t(draws, num_regions=num_regions)
@@ -107,7 +113,7 @@ def configuration_frequencies(draws, num_regions: int) -> np.ndarray:
     return out / codes.shape[0]
 
 
-def mean_field_configuration_probs(q) -> np.ndarray:
+def mean_field_configuration_probs(q: npt.ArrayLike) -> np.ndarray:
     """Mean field's probability of every configuration, ``prod_k q[n, k, t_k]`` ``(N, R^K)`` in code order.
 
     :param q: mean-field marginals ``(N, K, R)`` (:attr:`inference.factorial.MeanField.probs`).
@@ -122,7 +128,7 @@ def mean_field_configuration_probs(q) -> np.ndarray:
 
 # ---------------------------------------------------------------------- figures
 def plot_gap_vs_defect(gaps: Sequence[Mapping], path: str | os.PathLike | None = None, *,
-                       marginal_tv: Sequence[float] | None = None, title: str | None = None):
+                       marginal_tv: Sequence[float] | None = None, title: str | None = None) -> Figure:
     """Distance of the factorized and mean-field MAP from the exact joint MAP against the orthogonality defect.
 
     Illustrates Eq 11: when the cross-unit inner products vanish (defect 0) the factorial mixture's (Eq 10)
@@ -205,7 +211,8 @@ def _running_median(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
-def _check_panels(draws, exact, mean_field, titles):
+def _check_panels(draws: Any, exact: Any, mean_field: Any,
+                  titles: Sequence[str] | str | None) -> tuple[list, list, list, Sequence[str] | None]:
     if not isinstance(draws, Sequence):
         draws, exact, mean_field = [draws], [exact], [mean_field]
         titles = None if titles is None else [titles] if isinstance(titles, str) else titles
@@ -217,9 +224,12 @@ def _check_panels(draws, exact, mean_field, titles):
     return list(draws), list(exact), list(mean_field), titles
 
 
-def plot_marginal_forest(draws, exact, mean_field, path: str | os.PathLike | None = None, *, region: int = 1,
+def plot_marginal_forest(draws: az.InferenceData | Sequence[az.InferenceData],
+                         exact: npt.ArrayLike | Sequence[npt.ArrayLike],
+                         mean_field: npt.ArrayLike | Sequence[npt.ArrayLike], path: str | os.PathLike | None = None, *,
+                         region: int = 1,
                          titles: Sequence[str] | str | None = None, title: str | None = None,
-                         unit_label: str = "unit"):
+                         unit_label: str = "unit") -> Figure:
     """Forest plot of the posterior marginals ``p(t_k = region | x_n)``: exact, sampled and mean field.
 
     For every input n and unit k (one row each), three estimates of the factorial mixture's (Eq 10) posterior
@@ -276,9 +286,10 @@ def plot_marginal_forest(draws, exact, mean_field, path: str | os.PathLike | Non
     return finish_figure(fig, path, title, tight=(0, 0.3 / fig.get_figheight(), 1, 1))
 
 
-def plot_configuration_posterior(configs, exact, mean_field, path: str | os.PathLike | None = None, *,
-                                 draws=None, top: int | None = 12, titles: Sequence[str] | str | None = None,
-                                 title: str | None = None):
+def plot_configuration_posterior(configs: npt.ArrayLike, exact: npt.ArrayLike, mean_field: npt.ArrayLike,
+                                 path: str | os.PathLike | None = None, *,
+                                 draws: Any = None, top: int | None = 12, titles: Sequence[str] | str | None = None,
+                                 title: str | None = None) -> Figure:
     """Joint posterior over configurations of one input per panel: exact against mean field's product.
 
     When Eq 11 fails the factorial mixture's posterior (Eq 10) couples the units (explaining away), which a

@@ -7,18 +7,25 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from ._base import finish_figure, plt
 
+if TYPE_CHECKING:
+    import arviz as az
+    from matplotlib.figure import Figure
+
+    from teachers.ladder import Ladder
+
 __all__ = ["event_frequencies", "plot_bayes_accuracy", "plot_event_posterior", "plot_ladder_tables",
            "plot_tv_convergence"]
 
 
-def plot_ladder_tables(ladder, path: str | os.PathLike | None = None, *, max_regions: int = 4,
-                       annotate: bool | None = None, title: str | None = None):
+def plot_ladder_tables(ladder: Ladder, path: str | os.PathLike | None = None, *, max_regions: int = 4,
+                       annotate: bool | None = None, title: str | None = None) -> Figure:
     """Heatmaps of P(z_child | z_parent) (the m_alpha x m_beta matrices P_ab of Thm 4 / Eq 9).
 
     One row per level l = 1..depth, one column per child region of that level (the first
@@ -71,7 +78,7 @@ def plot_ladder_tables(ladder, path: str | os.PathLike | None = None, *, max_reg
 
 
 def plot_tv_convergence(reports: Sequence[Mapping], path: str | os.PathLike | None = None, *,
-                        title: str | None = None):
+                        title: str | None = None) -> Figure:
     """Sampled frequencies against the exact statistics: TV distance and its bound against N, log-log.
 
     Per level and sample size N, the largest total-variation distance over the level's regions and its
@@ -126,7 +133,7 @@ def plot_tv_convergence(reports: Sequence[Mapping], path: str | os.PathLike | No
 
 def plot_bayes_accuracy(sigmas: Sequence[float], curves: Mapping[str, Sequence[Mapping]],
                         path: str | os.PathLike | None = None, *, chance: float | None = None,
-                        xscale: str = "log", title: str | None = None):
+                        xscale: str = "log", title: str | None = None) -> Figure:
     """Bayes-optimal accuracy against the leaf noise sigma (Gaussian emission), one curve per ladder.
 
     The accuracy of argmax_y p(y | x) with the exact posterior (sum-product,
@@ -184,8 +191,9 @@ def event_frequencies(draws: np.ndarray, events: Sequence[int]) -> list[np.ndarr
     return [np.bincount(draws[:, r], minlength=m)[:m] / draws.shape[0] for r, m in enumerate(events)]
 
 
-def plot_event_posterior(idata, marginals: Sequence[torch.Tensor | np.ndarray], path: str | os.PathLike | None = None,
-                         *, example: int = 0, title: str | None = None):
+def plot_event_posterior(idata: az.InferenceData, marginals: Sequence[torch.Tensor | np.ndarray],
+                         path: str | os.PathLike | None = None,
+                         *, example: int = 0, title: str | None = None) -> Figure:
     """Posterior draws of every region's event given one input, against the exact marginals.
 
     Draws of z ~ p(z | x) (:func:`inference.posterior.posterior_event_draws`) counted per

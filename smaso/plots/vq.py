@@ -11,6 +11,7 @@ import math
 import os
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,6 +21,11 @@ from smaso.splines.functional import eta_from_beta
 from smaso.splines.maso import MASO, hard_regions, region_probabilities, region_scores, vq_outputs
 
 from ._base import finish_figure, plot_arviz, plt, quiet_arviz
+
+if TYPE_CHECKING:
+    import xarray as xr
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 __all__ = [
     "plot_activation_family",
@@ -37,13 +43,13 @@ TABLE1_COLUMNS = ("hard VQ (β = 1)", "soft VQ (β = 1/2)", "β-VQ", "VQ probabi
 
 
 # ---------------------------------------------------------------------- validation helpers
-def _check_layer(layer, name: str = "layer") -> MASO:
+def _check_layer(layer: object, name: str = "layer") -> MASO:
     if not isinstance(layer, MASO):
         raise TypeError(f"{name}: expected a smaso.splines.maso.MASO, got {type(layer).__name__}")
     return layer
 
 
-def _check_beta_value(beta, name: str = "beta", *, open_interval: bool = False) -> float:
+def _check_beta_value(beta: object, name: str = "beta", *, open_interval: bool = False) -> float:
     if isinstance(beta, bool) or not isinstance(beta, int | float) or math.isnan(beta):
         raise ValueError(f"{name}: expected a number in [0, 1], got {beta!r}")
     b = float(beta)
@@ -54,7 +60,7 @@ def _check_beta_value(beta, name: str = "beta", *, open_interval: bool = False) 
     return b
 
 
-def _check_betas(betas) -> list[float]:
+def _check_betas(betas: object) -> list[float]:
     if isinstance(betas, str | bytes) or not isinstance(betas, Sequence) or len(betas) == 0:
         raise ValueError(f"betas: expected a non-empty sequence of numbers in [0, 1], got {betas!r}")
     return [_check_beta_value(b, f"betas[{i}]") for i, b in enumerate(betas)]
@@ -67,7 +73,7 @@ def _beta_label(beta: float) -> str:
 
 
 # ---------------------------------------------------------------------- the family of curves (Eq 7-9)
-def _points_of(name: str, value, layer: MASO) -> tuple[torch.Tensor, torch.Tensor]:
+def _points_of(name: str, value: Any, layer: MASO) -> tuple[torch.Tensor, torch.Tensor]:
     """(x (M, 1), t (M, 1, R)) from a VQFit or an (x, t) pair."""
     if isinstance(value, VQFit):
         x, t = value.x, value.probs
@@ -85,7 +91,7 @@ def _points_of(name: str, value, layer: MASO) -> tuple[torch.Tensor, torch.Tenso
 
 def plot_activation_family(layer: MASO, betas: Sequence[float], x: torch.Tensor, *,
                            points: Mapping[float, VQFit | tuple[torch.Tensor, torch.Tensor]] | None = None,
-                           path: str | os.PathLike | None = None, title: str | None = None):
+                           path: str | os.PathLike | None = None, title: str | None = None) -> Figure:
     """The beta-VQ family of one unit (Eq 7-9): outputs and VQ probability for every beta, inference as points.
 
     For the ReLU MASO: ReLU (beta = 1) -> swish ``u sigmoid(eta u)`` -> SiLU (beta = 1/2) -> ``u / 2`` (beta = 0).
@@ -217,7 +223,7 @@ _TABLE1_FORMULAS = {
 
 
 def plot_table1(u: torch.Tensor, beta: float = 0.8, *, nu: float = 0.1, pool_with: float = 1.0,
-                path: str | os.PathLike | None = None, title: str | None = None):
+                path: str | os.PathLike | None = None, title: str | None = None) -> Figure:
     """Table 1 of *From Hard to Soft* drawn: rows = MASO layer kind, columns = hard / soft / beta-VQ / VQ probability.
 
     Each panel is a curve of :func:`table1_curves` (same parameters), titled with Table 1's closed form; the soft
@@ -312,7 +318,7 @@ def _pattern(code: int, K: int, R: int) -> str:
 def plot_vq_partition(layer: MASO, betas: Sequence[float] = (0.5,), *,
                       extent: Sequence[float] = (-3.0, 3.0, -3.0, 3.0), resolution: int = 200,
                       points: torch.Tensor | None = None, path: str | os.PathLike | None = None,
-                      title: str | None = None):
+                      title: str | None = None) -> Figure:
     """The VQ partition of a 2-input layer: hard regions (Eq 2) as a categorical image, beta-VQ probabilities as images.
 
     Top row: each unit's hard region and, last, the layer's partition, one colour per region code labelled by
@@ -335,7 +341,7 @@ def plot_vq_partition(layer: MASO, betas: Sequence[float] = (0.5,), *,
     regions, code = data["regions"], data["code"]
     img_kw = {"origin": "lower", "extent": ext, "aspect": "auto", "interpolation": "nearest"}
 
-    def boundaries(ax, color="k", own=None):
+    def boundaries(ax: Axes, color: str = "k", own: int | None = None) -> None:
         # the unit's own boundary solid, the other units' dotted (all solid on the layer panels: own=None)
         for k in range(K):
             if np.unique(regions[..., k]).size > 1:
@@ -393,7 +399,7 @@ def plot_vq_partition(layer: MASO, betas: Sequence[float] = (0.5,), *,
 
 
 # ---------------------------------------------------------------------- posterior region draws (ArviZ)
-def _region_indicator(t, region: int, R: int):
+def _region_indicator(t: xr.DataArray, region: int, R: int) -> xr.DataArray:
     """``1[t == region]`` ``(chain, draw, example, unit)`` from labels or from one-hot with a ``region`` dim."""
     if "region" in t.dims:
         if t.sizes["region"] != R:
@@ -403,7 +409,7 @@ def _region_indicator(t, region: int, R: int):
 
 
 def plot_region_draws(draws: Mapping[str, object], probs: torch.Tensor, *, region: int = 1,
-                      path: str | os.PathLike | None = None, title: str | None = None):
+                      path: str | os.PathLike | None = None, title: str | None = None) -> Figure:
     """Frequencies of posterior region draws against the closed-form beta-VQ probabilities (Eq 7-9).
 
     For every (example, unit) pair: the fraction of draws in which ``t == region`` +- 2 ArviZ Monte Carlo

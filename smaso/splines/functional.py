@@ -25,7 +25,9 @@ in-place activations do.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from numbers import Real
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -63,7 +65,7 @@ def _host_readable(t: torch.Tensor) -> bool:
 
 
 # ---------------------------------------------------------------------- beta and eta
-def _check_beta(beta) -> None:
+def _check_beta(beta: object) -> None:
     """ValueError unless every value of ``beta`` lies in [0, 1] (NaN rejected).  Reads a tensor's values:
     call it where a host read is allowed (construction, setting beta, CPU eager), never in a forward."""
     if isinstance(beta, torch.Tensor):
@@ -80,7 +82,7 @@ def _check_beta(beta) -> None:
         raise ValueError(f"beta: expected a value in [0, 1], got {beta}")
 
 
-def eta_from_beta(beta):
+def eta_from_beta(beta: float | torch.Tensor) -> float | torch.Tensor:
     """eta = beta / (1 - beta) (Eq 9): 0 at beta = 0, 1 at beta = 1/2, ``inf`` at beta = 1 (hard VQ).
 
     :param beta: a number in [0, 1] (returns a float) or a floating tensor of them, any shape (returns a
@@ -108,7 +110,7 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in _HALF_TYPES else dtype
 
 
-def _eta_operand(eta, dtype: torch.dtype):
+def _eta_operand(eta: float | torch.Tensor, dtype: torch.dtype) -> float | torch.Tensor:
     """eta as a float or a tensor of the compute dtype, finite (clamped to the dtype's max)."""
     top = torch.finfo(dtype).max
     if isinstance(eta, torch.Tensor):
@@ -134,7 +136,7 @@ def _fast_backward(*tensors: torch.Tensor) -> bool:
 
 
 # ---------------------------------------------------------------------- sigmoid gate (swish, leaky)
-def _gate_coefficient(eta_c, nu: float, top: float):
+def _gate_coefficient(eta_c: float | torch.Tensor, nu: float, top: float) -> float | torch.Tensor:
     """c = eta (1 - nu), finite, from eta already in the compute dtype (float or tensor)."""
     if nu == 0.0:
         return eta_c
@@ -143,7 +145,7 @@ def _gate_coefficient(eta_c, nu: float, top: float):
     return min(eta_c * (1.0 - nu), top)
 
 
-def _sigmoid_gate_forward(uc: torch.Tensor, c, nu: float, inplace: bool = False) -> torch.Tensor:
+def _sigmoid_gate_forward(uc: torch.Tensor, c: float | torch.Tensor, nu: float, inplace: bool = False) -> torch.Tensor:
     """u [nu + (1 - nu) sigma(c u)] in the dtype of ``uc``, one fresh tensor (the other passes in place; with
     ``inplace`` the last one writes into ``uc``: bit for bit the same values)."""
     y = torch.mul(uc, c)  # v = c u (may overflow to +-inf: sigma is exact there)
@@ -163,14 +165,14 @@ class _SigmoidGate(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(u: torch.Tensor, eta, nu: float):
+    def forward(u: torch.Tensor, eta: float | torch.Tensor, nu: float) -> torch.Tensor:
         cdt = _compute_dtype(u.dtype)
         top = torch.finfo(cdt).max
         c = _gate_coefficient(_eta_operand(eta, cdt), nu, top)
         return _sigmoid_gate_forward(u.to(cdt), c, nu).to(u.dtype)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
         u, eta, nu = inputs
         eta_grad = isinstance(eta, torch.Tensor) and ctx.needs_input_grad[1]
         eta_t = eta if isinstance(eta, torch.Tensor) else None
@@ -179,7 +181,7 @@ class _SigmoidGate(torch.autograd.Function):
         ctx.nu = nu
 
     @staticmethod
-    def backward(ctx, g: torch.Tensor):
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
         u, eta_t, y = ctx.saved_tensors
         eta = ctx.eta if eta_t is None else eta_t
         want_u, want_eta = ctx.needs_input_grad[0], eta_t is not None and ctx.needs_input_grad[1]
@@ -190,7 +192,9 @@ class _SigmoidGate(torch.autograd.Function):
         return grad_u, grad_eta, None
 
 
-def _sigmoid_gate_backward_fused(g, u, eta, y, nu: float, want_u: bool, want_eta: bool):
+def _sigmoid_gate_backward_fused(g: torch.Tensor, u: torch.Tensor, eta: torch.Tensor, y: torch.Tensor,
+                                 nu: float, want_u: bool, want_eta: bool) -> tuple[torch.Tensor | None,
+                                 torch.Tensor | None]:
     """First-order backward of :class:`_SigmoidGate` in place (one fresh output-sized tensor)."""
     cdt = _compute_dtype(u.dtype)
     top = torch.finfo(cdt).max
@@ -227,7 +231,8 @@ def _sigmoid_gate_backward_fused(g, u, eta, y, nu: float, want_u: bool, want_eta
     return grad_u, grad_eta
 
 
-def _sigmoid_gate_backward_graph(g, u, eta, nu: float, want_u: bool, want_eta: bool):
+def _sigmoid_gate_backward_graph(g: torch.Tensor, u: torch.Tensor, eta: torch.Tensor, nu: float, want_u: bool,
+                                 want_eta: bool) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """The same gradients in out-of-place differentiable ops (double backward, ``torch.func``, tracing)."""
     cdt = _compute_dtype(u.dtype)
     top = torch.finfo(cdt).max
@@ -255,7 +260,7 @@ class _TanhGate(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(u: torch.Tensor, eta):
+    def forward(u: torch.Tensor, eta: float | torch.Tensor) -> torch.Tensor:
         cdt = _compute_dtype(u.dtype)
         uc = u.to(cdt)
         e = _eta_operand(eta, cdt)
@@ -264,14 +269,14 @@ class _TanhGate(torch.autograd.Function):
         return y.mul_(uc).to(u.dtype)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
         u, eta = inputs
         eta_t = eta if isinstance(eta, torch.Tensor) else None
         ctx.save_for_backward(u, eta_t)
         ctx.eta = None if eta_t is not None else float(eta)
 
     @staticmethod
-    def backward(ctx, g: torch.Tensor):
+    def backward(ctx: Any, g: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         u, eta_t = ctx.saved_tensors
         eta = ctx.eta if eta_t is None else eta_t
         want_u, want_eta = ctx.needs_input_grad[0], eta_t is not None and ctx.needs_input_grad[1]
@@ -302,18 +307,19 @@ class _TanhGate(torch.autograd.Function):
 
 
 # ---------------------------------------------------------------------- dispatch (eta given)
-def _needs_graph(u: torch.Tensor, eta) -> bool:
+def _needs_graph(u: torch.Tensor, eta: float | torch.Tensor) -> bool:
     return torch.is_grad_enabled() and (u.requires_grad or (isinstance(eta, torch.Tensor) and eta.requires_grad))
 
 
-def _write_back(u: torch.Tensor, fn, eta, *args) -> torch.Tensor:
+def _write_back(u: torch.Tensor, fn: Callable[..., torch.Tensor], eta: float | torch.Tensor,
+                *args: Any) -> torch.Tensor:
     """In-place form of an out-of-place kernel ``fn(u, eta, *args)``: computes from a copy of ``u`` when the
     backward needs the original input (as PyTorch's in-place activations do), then writes into ``u``."""
     src = u.clone() if _needs_graph(u, eta) else u
     return u.copy_(fn(src, eta, *args))
 
 
-def _swish_eta(u: torch.Tensor, eta, inplace: bool = False) -> torch.Tensor:
+def _swish_eta(u: torch.Tensor, eta: float | torch.Tensor, inplace: bool = False) -> torch.Tensor:
     """u sigma(eta u) for eta = beta / (1 - beta) in [0, inf] given directly (float or tensor)."""
     if not isinstance(eta, torch.Tensor):
         if math.isinf(eta):
@@ -323,7 +329,7 @@ def _swish_eta(u: torch.Tensor, eta, inplace: bool = False) -> torch.Tensor:
     return _leaky_eta(u, eta, 0.0, inplace)  # eta = 0: u / 2 there
 
 
-def _leaky_eta(u: torch.Tensor, eta, nu: float, inplace: bool = False) -> torch.Tensor:
+def _leaky_eta(u: torch.Tensor, eta: float | torch.Tensor, nu: float, inplace: bool = False) -> torch.Tensor:
     if not isinstance(eta, torch.Tensor):
         if eta == 0.0:
             k = (1.0 + nu) / 2.0
@@ -338,7 +344,7 @@ def _leaky_eta(u: torch.Tensor, eta, nu: float, inplace: bool = False) -> torch.
     return _sigmoid_gate_forward(u, _gate_coefficient(_eta_operand(eta, cdt), nu, torch.finfo(cdt).max), nu, True)
 
 
-def _abs_eta(u: torch.Tensor, eta, inplace: bool = False) -> torch.Tensor:
+def _abs_eta(u: torch.Tensor, eta: float | torch.Tensor, inplace: bool = False) -> torch.Tensor:
     if not isinstance(eta, torch.Tensor):
         if eta == 0.0:
             return u.mul_(0.0) if inplace else u * 0.0  # zeros that keep the graph (gradient 0)
@@ -347,7 +353,7 @@ def _abs_eta(u: torch.Tensor, eta, inplace: bool = False) -> torch.Tensor:
     return _write_back(u, _TanhGate.apply, eta) if inplace else _TanhGate.apply(u, eta)
 
 
-def _eta_arg(beta):
+def _eta_arg(beta: float | torch.Tensor) -> float | torch.Tensor:
     """Validate beta; return eta as a float (a number, or a 0-dim CPU tensor without gradient) or a tensor.
 
     A tensor beta's values are checked (and a 0-dim one read) only where that costs no device sync and
@@ -361,14 +367,14 @@ def _eta_arg(beta):
     return _eta_tensor(beta)
 
 
-def _check_nu(nu) -> float:
+def _check_nu(nu: object) -> float:
     if not isinstance(nu, Real) or isinstance(nu, bool) or not -1.0 <= float(nu) <= 1.0:
         raise ValueError(f"nu: expected a leaky ReLU slope in [-1, 1], got {nu!r}")
     return float(nu)
 
 
 # ---------------------------------------------------------------------- public activations
-def beta_swish(u: torch.Tensor, beta=0.5, inplace: bool = False) -> torch.Tensor:
+def beta_swish(u: torch.Tensor, beta: float | torch.Tensor = 0.5, inplace: bool = False) -> torch.Tensor:
     """beta-VQ ReLU (Table 1): u sigma(eta u), eta = beta / (1 - beta) -- the swish.  Twin of ``BetaSwish``.
 
     beta = 1/2 is SiLU (``F.silu`` itself), beta = 1 is ``torch.relu`` and beta = 0 is u / 2, all
@@ -380,7 +386,8 @@ def beta_swish(u: torch.Tensor, beta=0.5, inplace: bool = False) -> torch.Tensor
     return _swish_eta(u, _eta_arg(beta), inplace)
 
 
-def beta_leaky_relu(u: torch.Tensor, beta=0.5, nu: float = 0.01, inplace: bool = False) -> torch.Tensor:
+def beta_leaky_relu(u: torch.Tensor, beta: float | torch.Tensor = 0.5, nu: float = 0.01,
+                    inplace: bool = False) -> torch.Tensor:
     """beta-VQ leaky ReLU (Table 1): u [nu + (1 - nu) sigma(eta (1 - nu) u)].  Twin of ``BetaLeakyReLU``.
 
     beta = 1: ``F.leaky_relu(u, nu)`` = max(u, nu u); beta = 0: (1 + nu) u / 2; beta = 1/2 is the soft
@@ -392,7 +399,7 @@ def beta_leaky_relu(u: torch.Tensor, beta=0.5, nu: float = 0.01, inplace: bool =
     return _leaky_eta(u, _eta_arg(beta), nu, inplace)
 
 
-def beta_abs(u: torch.Tensor, beta=0.5, inplace: bool = False) -> torch.Tensor:
+def beta_abs(u: torch.Tensor, beta: float | torch.Tensor = 0.5, inplace: bool = False) -> torch.Tensor:
     """beta-VQ absolute value (Table 1): u tanh(eta u); beta = 1: |u|; beta = 0: 0 (exactly).  Twin of ``BetaAbs``.
 
     ``inplace``: write the result into ``u`` and return it.
@@ -401,7 +408,7 @@ def beta_abs(u: torch.Tensor, beta=0.5, inplace: bool = False) -> torch.Tensor:
     return _abs_eta(u, _eta_arg(beta), inplace)
 
 
-def _pool_weights(x: torch.Tensor, eta, dim: int) -> torch.Tensor:
+def _pool_weights(x: torch.Tensor, eta: float | torch.Tensor, dim: int) -> torch.Tensor:
     """softmax(eta x) along ``dim`` in the compute dtype (hard: uniform over the tied maxima)."""
     cdt = _compute_dtype(x.dtype)
     xc = x.to(cdt)
@@ -415,7 +422,8 @@ def _pool_weights(x: torch.Tensor, eta, dim: int) -> torch.Tensor:
     return torch.softmax(v.clamp(-top, top), dim)
 
 
-def softmax_pool(x: torch.Tensor, beta=0.5, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
+def softmax_pool(x: torch.Tensor, beta: float | torch.Tensor = 0.5, dim: int = -1,
+                 keepdim: bool = False) -> torch.Tensor:
     """beta-VQ max pooling (Table 1): sum_i softmax(eta x)_i x_i over ``dim`` (softmax pooling).
 
     beta = 1: the max (``amax``), beta = 0: the mean, beta = 1/2: softmax pooling (soft VQ).  ``x``:
@@ -425,7 +433,7 @@ def softmax_pool(x: torch.Tensor, beta=0.5, dim: int = -1, keepdim: bool = False
     return _softmax_pool_eta(x, _eta_arg(beta), dim, keepdim)
 
 
-def _softmax_pool_eta(x: torch.Tensor, eta, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
+def _softmax_pool_eta(x: torch.Tensor, eta: float | torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.Tensor:
     """softmax pooling with eta given (float, exact at 0 and inf, or a tensor broadcastable to ``x``)."""
     if not isinstance(eta, torch.Tensor) and math.isinf(eta):
         return x.amax(dim, keepdim=keepdim)
@@ -433,7 +441,8 @@ def _softmax_pool_eta(x: torch.Tensor, eta, dim: int = -1, keepdim: bool = False
     return (p * x.to(p.dtype)).sum(dim, keepdim=keepdim).to(x.dtype)
 
 
-def softmax_pool1d(x: torch.Tensor, kernel_size: int, stride: int | None = None, beta=0.5) -> torch.Tensor:
+def softmax_pool1d(x: torch.Tensor, kernel_size: int, stride: int | None = None,
+                   beta: float | torch.Tensor = 0.5) -> torch.Tensor:
     """Softmax pooling over 1-D windows of the last dimension, like ``F.max_pool1d`` (no padding).
 
     ``x``: ``(N, C, L)`` or ``(C, L)``; output ``(..., L_out)``, L_out = (L - kernel_size) // stride + 1.
@@ -458,7 +467,8 @@ def _pool1d_windows(x: torch.Tensor, kernel_size: int, stride: int, name: str) -
 
 
 # ---------------------------------------------------------------------- VQ probability layers
-def _gate_probability(u: torch.Tensor, beta, gate, hard) -> torch.Tensor:
+def _gate_probability(u: torch.Tensor, beta: float | torch.Tensor, gate: Callable[[torch.Tensor], torch.Tensor],
+                      hard: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
     """gate(eta u) in the compute dtype; ``hard(u)`` at beta = 1 and ``gate(u)`` itself at beta = 1/2."""
     eta = _eta_arg(beta)
     if not isinstance(eta, torch.Tensor):
@@ -471,7 +481,7 @@ def _gate_probability(u: torch.Tensor, beta, gate, hard) -> torch.Tensor:
     return gate(v).to(u.dtype)
 
 
-def vq_probability_relu(u: torch.Tensor, beta=0.5) -> torch.Tensor:
+def vq_probability_relu(u: torch.Tensor, beta: float | torch.Tensor = 0.5) -> torch.Tensor:
     """Region probability of the ReLU MASO's active piece, t2 = sigma(eta u) (Table 1: the sigmoid).
 
     beta = 1/2 is ``torch.sigmoid``; beta = 1 the hard VQ indicator (1/2 at the tie u = 0); beta = 0: 1/2.
@@ -479,7 +489,7 @@ def vq_probability_relu(u: torch.Tensor, beta=0.5) -> torch.Tensor:
     return _gate_probability(u, beta, torch.sigmoid, lambda v: (torch.sign(v) + 1) / 2)  # hard: zero gradient
 
 
-def vq_probability_leaky_relu(u: torch.Tensor, beta=0.5, nu: float = 0.01) -> torch.Tensor:
+def vq_probability_leaky_relu(u: torch.Tensor, beta: float | torch.Tensor = 0.5, nu: float = 0.01) -> torch.Tensor:
     """Region probability of the leaky ReLU's slope-1 piece, sigma(eta (1 - nu) u)."""
     nu = _check_nu(nu)
     eta = _eta_arg(beta)
@@ -490,12 +500,12 @@ def vq_probability_leaky_relu(u: torch.Tensor, beta=0.5, nu: float = 0.01) -> to
     return vq_probability_relu(u * (1.0 - nu) if nu != 0.0 else u, beta)
 
 
-def vq_probability_abs(u: torch.Tensor, beta=0.5) -> torch.Tensor:
+def vq_probability_abs(u: torch.Tensor, beta: float | torch.Tensor = 0.5) -> torch.Tensor:
     """t2 - t1 of the absolute value's two pieces, tanh(eta u) (Table 1: tanh); beta = 1: sign(u); beta = 0: 0."""
     return _gate_probability(u, beta, torch.tanh, torch.sign)
 
 
-def vq_probability_pool(x: torch.Tensor, beta=0.5, dim: int = -1) -> torch.Tensor:
+def vq_probability_pool(x: torch.Tensor, beta: float | torch.Tensor = 0.5, dim: int = -1) -> torch.Tensor:
     """Region probabilities of max pooling over ``dim``: softmax(eta x) (Table 1: the softmax).
 
     beta = 1/2 is ``torch.softmax(x, dim)``; beta = 1 the one-hot argmax (ties shared equally); beta = 0

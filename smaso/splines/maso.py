@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-def _floating(name: str, t) -> torch.Tensor:
+def _floating(name: str, t: object) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if not t.is_floating_point():
@@ -53,7 +53,8 @@ def hard_regions(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor) -> torch.Ten
     return torch.nn.functional.one_hot(s.argmax(-1), A.shape[1]).to(s.dtype)
 
 
-def region_probabilities(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor, beta=0.5) -> torch.Tensor:
+def region_probabilities(A: torch.Tensor, B: torch.Tensor, x: torch.Tensor,
+                         beta: float | torch.Tensor = 0.5) -> torch.Tensor:
     """beta-VQ (Eq 7-9): the region probabilities ``t = softmax_r(eta s)`` ``(N, K, R)``, eta = beta / (1 - beta).
 
     The maximizer of ``beta <t, s> + (1 - beta) H(t)`` over the simplex.  beta = 1/2 is soft VQ (Eq 5-6,
@@ -144,7 +145,7 @@ class MASO:
         """Eq 2: one-hot ``(N, K, R)`` of the argmax region (the first one on ties) (:func:`hard_regions`)."""
         return hard_regions(self.A, self.B, self._check_x(x))
 
-    def region_probabilities(self, x: torch.Tensor, beta=0.5) -> torch.Tensor:
+    def region_probabilities(self, x: torch.Tensor, beta: float | torch.Tensor = 0.5) -> torch.Tensor:
         """beta-VQ region probabilities softmax_r(eta s) ``(N, K, R)`` (Eq 5-9, :func:`region_probabilities`)."""
         return region_probabilities(self.A, self.B, self._check_x(x), beta)
 
@@ -152,7 +153,7 @@ class MASO:
         """z_k = sum_r t[k,r] (<A[k,r],x> + B[k,r]) for region weights ``t`` ``(N, K, R)`` (:func:`vq_outputs`)."""
         return vq_outputs(t, self.region_scores(x))
 
-    def beta_vq_outputs(self, x: torch.Tensor, beta=0.5) -> torch.Tensor:
+    def beta_vq_outputs(self, x: torch.Tensor, beta: float | torch.Tensor = 0.5) -> torch.Tensor:
         """Unit outputs of beta-VQ, sum_r t_r s_r with t = :meth:`region_probabilities`, ``(N, K)`` (Table 1).
 
         One beta for the layer is computed as softmax pooling over the R scores (one stable kernel, exact at
@@ -193,7 +194,7 @@ class MASO:
         return W, b
 
     @classmethod
-    def _two_piece(cls, W, b, low_scale: float) -> MASO:
+    def _two_piece(cls, W: torch.Tensor, b: torch.Tensor | None, low_scale: float) -> MASO:
         W, b = cls._linear(W, b)
         A = torch.stack([low_scale * W, W], 1)
         B = torch.stack([low_scale * b, b], 1)

@@ -18,6 +18,8 @@ counter, to dispatch the exact branches (0, 1/2, 1); a buffer edited in place or
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -39,6 +41,9 @@ from smaso.splines.functional import (
     vq_probability_relu,
 )
 
+if TYPE_CHECKING:
+    from typing import Self
+
 __all__ = ["BetaAbs", "BetaLeakyReLU", "BetaSwish", "SoftmaxPool1d", "VQSigmoid", "VQSoftmax", "VQTanh"]
 
 def _version(t: torch.Tensor) -> int:
@@ -52,6 +57,10 @@ def _readable(t: torch.Tensor) -> bool:
 
 class _BetaModule(nn.Module):
     """Holds beta: a buffer (fixed) or a logit parameter ``theta`` (learnable), per layer or per channel."""
+
+    theta: torch.Tensor  # the parameter (learnable) ...
+    beta_value: torch.Tensor  # ... or the buffer (fixed): declared for type checkers, which see Tensor | Module
+    _fixed: tuple[torch.Tensor, int, float] | None
 
     def __init__(self, beta: float = 0.5, learnable: bool = False, num_channels: int | None = None, *,
                  device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
@@ -99,7 +108,7 @@ class _BetaModule(nn.Module):
             return None  # edited in place since: use the tensor
         return f[2]
 
-    def _apply(self, fn, recurse: bool = True):
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> Self:
         fixed = self._buffers.get("beta_value")
         remembered = self._fixed_float(fixed) if fixed is not None else None
         super()._apply(fn, recurse)
@@ -111,8 +120,9 @@ class _BetaModule(nn.Module):
             self._remember_fixed(remembered)
         return self
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs) -> None:
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, local_metadata: dict[str, Any],
+                              strict: bool, missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
         key = prefix + "beta_value"
         incoming = state_dict.get(key)
         if not self.learnable and isinstance(incoming, torch.Tensor) and _readable(incoming):
@@ -124,7 +134,7 @@ class _BetaModule(nn.Module):
                                         and _readable(incoming)) else None
             self._remember_fixed(value)
 
-    def __setstate__(self, state) -> None:  # unpickling / deepcopy: tie the float to the new buffer
+    def __setstate__(self, state: dict[str, Any]) -> None:  # unpickling / deepcopy: tie the float to the new buffer
         super().__setstate__(state)
         if not self.__dict__.get("learnable", True):
             b = self._buffers.get("beta_value")
@@ -142,7 +152,7 @@ class _BetaModule(nn.Module):
         return torch.sigmoid(self.theta) if self.learnable else self.beta_value
 
     @beta.setter
-    def beta(self, value) -> None:
+    def beta(self, value: float | torch.Tensor) -> None:
         value = value.detach() if isinstance(value, torch.Tensor) else value
         _check_beta(value)
         shape = () if self.num_channels is None else (self.num_channels,)
@@ -159,7 +169,7 @@ class _BetaModule(nn.Module):
                 target.copy_(new.expand(shape))
                 self._remember_fixed(float(new) if new.dim() == 0 and not shape else None)
 
-    def _eta(self, u: torch.Tensor):
+    def _eta(self, u: torch.Tensor) -> float | torch.Tensor:
         """eta for input ``u``: a float (fixed, per layer) or a tensor broadcastable to ``u``; no host read."""
         if self.learnable:
             theta = self.theta

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -45,7 +47,7 @@ __all__ = [
 ]
 
 
-def orthogonality_penalty(A, lam: float = 1.0) -> torch.Tensor:
+def orthogonality_penalty(A: torch.Tensor | nn.Module, lam: float = 1.0) -> torch.Tensor:
     """lambda sum_{k != k'} sum_{r,r'} <A[k,r,:], A[k',r',:]>^2 (both orders of each pair counted).
 
     ``A``: a MASO, slopes ``(K, R, D)``, or a linear layer's weight ``(K, D)`` (for linear + ReLU the zero
@@ -107,6 +109,8 @@ class _FlattenedFilters(nn.Module):
     """A matrix parametrization ``inner`` of a convolution weight's filters flattened to rows ``(K, C*kh*kw)``
     (the stored original), its output reshaped back to the weight's ``shape``."""
 
+    inner: Any  # PyTorch's orthogonal parametrization (a module with right_inverse)
+
     def __init__(self, inner: nn.Module, shape: torch.Size) -> None:
         super().__init__()
         self.inner = inner
@@ -159,7 +163,7 @@ def register_gram_schmidt(module: nn.Module, name: str = "weight") -> nn.Module:
     return module
 
 
-def register_orthogonal(module: nn.Module, name: str = "weight", **kwargs) -> nn.Module:
+def register_orthogonal(module: nn.Module, name: str = "weight", **kwargs: Any) -> nn.Module:
     """PyTorch's ``torch.nn.utils.parametrizations.orthogonal`` on ``module.<name>``: orthonormal rows.
 
     ``kwargs`` go to ``orthogonal`` (``orthogonal_map``, ``use_trivialization``).  Rows have unit norm (unlike
@@ -176,7 +180,8 @@ def register_orthogonal(module: nn.Module, name: str = "weight", **kwargs) -> nn
     holder = nn.Module()
     holder.register_parameter("weight", nn.Parameter(W.detach().flatten(1).clone()))
     torch.nn.utils.parametrizations.orthogonal(holder, "weight", **kwargs)
-    inner = holder.parametrizations["weight"][0]
+    # torch types a module's attributes Tensor | Module: the parametrization list reads as a tensor
+    inner: nn.Module = holder.parametrizations["weight"][0]  # type: ignore[index, assignment]
     parametrize.register_parametrization(module, name, _FlattenedFilters(inner, W.shape), unsafe=True)
     return module
 
@@ -185,7 +190,7 @@ def model_orthogonality_penalty(model: nn.Module, lam: float = 1.0) -> torch.Ten
     """Sum of :func:`orthogonality_penalty` over the weights of every ``nn.Linear`` and convolution
     (``nn.Conv1d/2d/3d``, filters flattened to rows ``(out_channels, in_channels/groups * kernel size)``)
     in ``model``; a model with neither gives 0."""
-    terms = [orthogonality_penalty(m.weight.flatten(1), lam) for m in model.modules()
+    terms = [orthogonality_penalty(m.weight.flatten(1), lam) for m in model.modules()  # type: ignore[operator]
              if isinstance(m, nn.Linear) or _is_conv(m)]
     return sum(terms[1:], terms[0]) if terms else torch.zeros(())
 
@@ -215,7 +220,7 @@ class _ConvGeometry:
                          strict=True))
 
 
-def _tuple(name: str, value, nd: int, minimum: int) -> tuple[int, ...]:
+def _tuple(name: str, value: int | Sequence[int] | str, nd: int, minimum: int) -> tuple[int, ...]:
     vals = (value,) * nd if isinstance(value, int) else tuple(value) if isinstance(value, tuple | list) else None
     if vals is None or len(vals) != nd or not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
         raise TypeError(f"{name}: expected an int or {nd} ints, got {value!r}")
@@ -224,7 +229,9 @@ def _tuple(name: str, value, nd: int, minimum: int) -> tuple[int, ...]:
     return vals
 
 
-def _conv_geometry(conv, input_size, stride, padding, dilation) -> tuple[torch.Tensor, _ConvGeometry]:
+def _conv_geometry(conv: nn.Module | torch.Tensor, input_size: _Size, stride: int | Sequence[int] | None,
+                   padding: int | Sequence[int] | str | None,
+                   dilation: int | Sequence[int] | None) -> tuple[torch.Tensor, _ConvGeometry]:
     """The weight ``(K, C, *kernel)`` and the geometry of a Conv1d/2d module or a raw weight (groups = 1)."""
     if isinstance(conv, nn.Module):
         if not isinstance(conv, nn.Conv1d | nn.Conv2d):
@@ -277,7 +284,7 @@ def _windows(size: int, k: int, s: int, pl: int, d: int, out: int) -> torch.Tens
 
 
 @functools.lru_cache(maxsize=256)  # pure function of ints; a training loop asks for the same geometry each step
-def _pair_patterns(size: int, k: int, s: int, pl: int, d: int, out: int, windows: bool):
+def _pair_patterns(size: int, k: int, s: int, pl: int, d: int, out: int, windows: bool) -> Any:
     """One spatial dimension's output-position pairs (i, i'), grouped by how their rows overlap.
 
     The rows of positions i and i' share input pixel y = i s - pl + a d = i' s - pl + a' d, inside the input,
@@ -306,7 +313,7 @@ _TAPS = ("pq", "uv")  # einsum letters of the kernel taps of the two filters of 
 _PATTERNS = "AB"
 
 
-def _conv_gram_blocks(W: torch.Tensor, geo: _ConvGeometry, windows: bool = True):
+def _conv_gram_blocks(W: torch.Tensor, geo: _ConvGeometry, windows: bool = True) -> Any:
     """The convolution matrix's row Gram matrix, compressed: ``(C, same, counts, n1, n2)`` where for every
     combination of per-dimension pair patterns (A, B, ...), ``C[A, B, k, k']`` is the inner product of the rows
     (filter k, position x) and (filter k', position x') for any position pair of that pattern, ``counts[A, B]``
@@ -416,7 +423,7 @@ def conv_orthogonality_defect(conv: nn.Module | torch.Tensor, input_size: _Size,
 
 
 def register_conv_orthogonal(module: nn.Module, input_size: _Size, *, method: str = "orthogonal",
-                             **kwargs) -> nn.Module:
+                             **kwargs: Any) -> nn.Module:
     """Make the rows of a convolution's matrix orthogonal (Eq 11 for every (filter, position) unit), where
     orthogonal flattened filters are enough; returns ``module``.
 

@@ -38,7 +38,7 @@ class Activation:
     nu: float = 0.01
     beta: float = 0.5
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.name not in ("relu", "linear", "leaky_relu", "abs", "swish"):
             raise ValueError(f"activation: expected relu, linear, leaky_relu, abs or swish, got {self.name!r}")
         if self.name == "swish" and not 0.0 <= self.beta <= 1.0:

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -73,6 +74,11 @@ from smaso.student.frequency import (
 )
 from smaso.student.mergeable import MergeableSums
 from smaso.student.network import LadderStudent, StudentRecord, _check_student
+
+if TYPE_CHECKING:
+    from teachers.chunked import DataSource, _SampleChunks
+    from teachers.engine import DaskEngine, SerialEngine
+    from teachers.store_reader import ChunkedLadderData
 
 __all__ = ["DEFAULT_CONTROLS", "DEFAULT_THRESHOLD", "TABLE_LEGEND", "VARIABLES", "Alignment", "AlignmentAccumulator",
            "LinearProbe", "accumulate_alignment", "alignment_report", "alignment_rows", "best_match_ranks",
@@ -106,7 +112,7 @@ def _entropy_bits(p: torch.Tensor, dim: int) -> torch.Tensor:
     return -(torch.where(p > 0, p * p.log2(), 0.0)).sum(dim)
 
 
-def _check_variable(variable) -> str:
+def _check_variable(variable: object) -> str:
     if not isinstance(variable, str) or variable not in VARIABLES:
         raise ValueError(f"variable: expected one of {VARIABLES}, got {variable!r}")
     return variable
@@ -263,7 +269,7 @@ class Alignment:
         return out
 
 
-def _check_threshold(threshold) -> float:
+def _check_threshold(threshold: object) -> float:
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not -1 <= threshold <= 1:
         raise ValueError(f"threshold: expected a correlation in [-1, 1], got {threshold!r}")
     return float(threshold)
@@ -327,8 +333,18 @@ class AlignmentAccumulator(MergeableSums):
     _SUMS = ("counts", "shift", "mean", "m2", "lo", "hi", "ev_mean", "ev_m2", "on", "ctrl_mean", "ctrl_m2",
              "on_ctrl")
     _META = ("variable",)
+    # the sums __init__ sets by name (setattr), one tensor per level, declared for type checkers
+    shift: list[torch.Tensor]
+    mean: list[torch.Tensor]
+    m2: list[torch.Tensor]
+    ev_mean: list[torch.Tensor]
+    ev_m2: list[torch.Tensor]
+    on: list[torch.Tensor]
+    ctrl_mean: list[torch.Tensor]
+    ctrl_m2: list[torch.Tensor]
+    on_ctrl: list[torch.Tensor]
 
-    def __init__(self, student: LadderStudent, controls: int = DEFAULT_CONTROLS, *, variable: str = "output"):
+    def __init__(self, student: LadderStudent, controls: int = DEFAULT_CONTROLS, *, variable: str = "output") -> None:
         _check_student(student)
         if isinstance(controls, bool) or not isinstance(controls, int) or controls < 0:
             raise ValueError(f"controls: expected an integer >= 0, got {controls!r}")
@@ -359,7 +375,8 @@ class AlignmentAccumulator(MergeableSums):
     def _batch_state(self, rec: StudentRecord, z: torch.Tensor) -> dict:
         """The state of one batch alone (what a fresh accumulator holds after adding it)."""
         lad, off, n = self.ladder, self.ladder.level_offsets, z.shape[0]
-        state = {"n": n, "loss_sum": rec.loss * n, "variable": self.variable, **{k: [] for k in self._SUMS}}
+        state: dict[str, Any] = {"n": n, "loss_sum": rec.loss * n, "variable": self.variable,
+                                 **{k: [] for k in self._SUMS}}
         for l in range(lad.depth):
             ev, m, r_l = z[:, off[l]: off[l + 1]], lad.events[l], lad.num_regions[l]
             x = node_variable(self.student, rec, l, self.variable).to(torch.float64)  # (N, R, n)
@@ -515,7 +532,7 @@ class LinearProbe(MergeableSums):
     _COUNTS = {"n_fit": int, "n_score": int}
     _META = ("variable",)
 
-    def __init__(self, student: LadderStudent, ridge: float = 1e-8, *, variable: str = "output"):
+    def __init__(self, student: LadderStudent, ridge: float = 1e-8, *, variable: str = "output") -> None:
         _check_student(student)
         if not (isinstance(ridge, (int, float)) and math.isfinite(ridge) and ridge >= 0):
             raise ValueError(f"ridge: expected a finite number >= 0, got {ridge!r}")
@@ -527,7 +544,8 @@ class LinearProbe(MergeableSums):
         self.cross = [torch.zeros(lad.num_regions[l], w[l] + 1, lad.events[l], **z64) for l in range(lad.depth)]
         self.correct = [torch.zeros(lad.num_regions[l], **z64) for l in range(lad.depth)]
         self.counts = [torch.zeros(lad.num_regions[l], lad.events[l], **z64) for l in range(lad.depth)]
-        self.n_fit, self.n_score, self.coef = 0, 0, None
+        self.n_fit, self.n_score = 0, 0
+        self.coef: list[torch.Tensor] | None = None
 
     def _design(self, rec: StudentRecord, l: int) -> torch.Tensor:
         f = node_variable(self.student, rec, l, self.variable).to(torch.float64).transpose(0, 1)  # (R, N, n)
@@ -563,7 +581,7 @@ class LinearProbe(MergeableSums):
         off = self.ladder.level_offsets
         for l in range(self.ladder.depth):
             ev = z[:, off[l]: off[l + 1]].long().to(self.counts[l].device)
-            pred = (self._design(rec, l) @ self.coef[l]).argmax(-1)  # (R, N)
+            pred = (self._design(rec, l) @ self.coef[l]).argmax(-1)  # type: ignore[index]  # (R, N); solved above
             self.correct[l] += (pred == ev.T.to(pred)).sum(-1).to(torch.float64)
             self.counts[l] += torch.nn.functional.one_hot(ev, self.ladder.events[l]).sum(0).to(torch.float64)
         self.n_score += z.shape[0]
@@ -633,14 +651,14 @@ def alignment_rows(alignment: Alignment | AlignmentAccumulator, probe: LinearPro
 
 
 def alignment_report(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, *, init: Alignment | None = None,
-                     threshold: float = DEFAULT_THRESHOLD, **kwargs) -> list[dict]:
+                     threshold: float = DEFAULT_THRESHOLD, **kwargs: Any) -> list[dict]:
     """:func:`collect_alignment` as rows, one per level (:func:`alignment_rows`: the summary, ``probe`` and
     ``probe_chance``, and with ``init`` the ranks at initialisation of the best matches)."""
     acc, probe = _collect(student, x, z, **kwargs)
     return alignment_rows(acc, probe, init=init, threshold=threshold)
 
 
-def _check_fit_rows(fit_rows, n: int) -> int:
+def _check_fit_rows(fit_rows: object, n: int) -> int:
     fit = n // 2 if fit_rows is None else fit_rows
     if isinstance(fit, bool) or not isinstance(fit, int) or not 0 < fit < n:
         raise ValueError(f"fit_rows: expected an integer in 1..{n - 1}, got {fit_rows!r}")
@@ -679,7 +697,8 @@ def collect_alignment(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, 
     return acc.result(), probe.accuracy()
 
 
-def _chunk_alignment(c: int, student: LadderStudent, chunks, fit: int, batch_size: int, controls: int,
+def _chunk_alignment(c: int, student: LadderStudent, chunks: ChunkedLadderData | _SampleChunks, fit: int,
+                     batch_size: int, controls: int,
                      coef: list | None, variable: str = "output") -> tuple[dict, dict]:
     """The task of one chunk (any process): its rows of one phase, in batches of ``batch_size``, into fresh
     moments.  Phase fit (``coef`` None): the chunk's rows before row ``fit``; phase score: those from row ``fit``
@@ -699,7 +718,8 @@ def _chunk_alignment(c: int, student: LadderStudent, chunks, fit: int, batch_siz
     return acc.state_dict(), probe.state_dict()
 
 
-def accumulate_alignment(student: LadderStudent, source, *, engine=None, fit_rows: int | None = None,
+def accumulate_alignment(student: LadderStudent, source: DataSource, *,
+                         engine: SerialEngine | DaskEngine | None = None, fit_rows: int | None = None,
                          batch_size: int = 4096, controls: int = DEFAULT_CONTROLS, variable: str = "output",
                          progress: bool = False) -> tuple[AlignmentAccumulator, LinearProbe]:
     """:func:`collect_alignment` streamed over any dataset, chunk by chunk, on any engine: the mergeable moments.

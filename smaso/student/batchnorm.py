@@ -13,7 +13,8 @@ import torch
 __all__ = ["bn_backward", "bn_backward_weighted", "bn_forward", "bn_forward_weighted", "projection_matrix"]
 
 
-def bn_forward(f: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor, eps: float = 0.0):
+def bn_forward(f: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor,
+               eps: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Eq 10 over dim 0.  :returns: ``(fbar, f_tilde, mu, sigma)``."""
     mu = f.mean(0)
     f_hat = f - mu
@@ -25,7 +26,8 @@ def bn_forward(f: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor, eps: float =
     return c1 * f_tilde + c0, f_tilde, mu, sigma
 
 
-def bn_backward(g: torch.Tensor, f_tilde: torch.Tensor, sigma: torch.Tensor, c1: torch.Tensor):
+def bn_backward(g: torch.Tensor, f_tilde: torch.Tensor, sigma: torch.Tensor,
+                c1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Thm 5 / Eq 11: gradient at the BN input and at (c1, c0), from the gradient ``g`` at its output.
 
     :returns: ``(g_f, g_c1, g_c0)``; ``g_f`` has ``g``'s shape.
@@ -42,7 +44,8 @@ def projection_matrix(f: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
     return torch.eye(n, dtype=f.dtype, device=f.device) - s @ s.T / n
 
 
-def bn_forward_weighted(F: torch.Tensor, p: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor, eps: float = 0.0):
+def bn_forward_weighted(F: torch.Tensor, p: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor,
+                        eps: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Eq 12 forward: ``F`` ``(m, ...)`` event-conditional activations, ``p`` ``(m,)`` = P(z_alpha) (or ``(m, R)``:
     one distribution per region of a ``(m, R, ...)`` batch of regions).
 

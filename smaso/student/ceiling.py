@@ -72,11 +72,15 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from teachers.ladder import TOPDOWN, Ladder
+
+if TYPE_CHECKING:
+    from smaso.student.network import LadderStudent
 
 __all__ = ["MAX_CELLS", "MAX_ENUMERATED", "MAX_JOINT", "MC_SAMPLES", "AdditiveCeiling", "Ceiling", "ReadoutCeiling",
            "additive_ceiling", "architecture_ceiling", "children_bayes", "constructed_student", "readout_ceiling",
@@ -106,7 +110,7 @@ MAX_IMAGES = 2**18
 _CHUNK = 2**20
 
 
-def _check_ladder(ladder) -> Ladder:
+def _check_ladder(ladder: object) -> Ladder:
     if not isinstance(ladder, Ladder):
         raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
     return ladder
@@ -253,7 +257,7 @@ class AdditiveCeiling:
                 "mip_gap": self.mip_gap, "seconds": self.seconds}
 
 
-def _pair_rows(design: np.ndarray, pairs: np.ndarray, m: int):
+def _pair_rows(design: np.ndarray, pairs: np.ndarray, m: int) -> Any:
     """The rows (d_c ⊗ (e_y - e_{y'})) of M_S for labeled cells ``pairs`` ``(n, 2)`` (cell, label), as a sparse
     ``(n (m-1), features m)`` matrix (rows pair by pair, y' increasing), and the pair each row belongs to."""
     from scipy.sparse import csr_matrix
@@ -271,7 +275,7 @@ def _pair_rows(design: np.ndarray, pairs: np.ndarray, m: int):
     return a, np.repeat(np.arange(len(pairs)), m - 1)
 
 
-def _realize(design: np.ndarray, pairs: np.ndarray, m: int):
+def _realize(design: np.ndarray, pairs: np.ndarray, m: int) -> Any:
     """Is the labeling ``pairs`` ``(n, 2)`` (cell, label) realizable?  ``("feasible", scores (features, m))``: an
     LP solution putting each pair's label strictly first on its cell (margin 1, no bound on the scores);
     ``("infeasible", (pairs of the Farkas certificate's support, indices into pairs; whether it checked
@@ -367,7 +371,8 @@ def _accuracy(pc: np.ndarray, design: np.ndarray, a: np.ndarray) -> float:
     return float(pc[np.arange(len(pc)), (design @ a).argmax(1)].sum())
 
 
-def _bounded_scores(pc: np.ndarray, design: np.ndarray, pairs: np.ndarray, one, time_limit: float) -> np.ndarray | None:
+def _bounded_scores(pc: np.ndarray, design: np.ndarray, pairs: np.ndarray, one: Any,
+                    time_limit: float) -> np.ndarray | None:
     """A primal heuristic: the best labeling realizable with scores |a| <= :data:`HEURISTIC_BOUND` and margin 1
     (a big-M program, issue 25's method), within ``time_limit`` seconds; its scores, or None.  Any bound gives a
     lower bound (the scores are evaluated directly); none proves an upper one."""
@@ -389,7 +394,7 @@ def _bounded_scores(pc: np.ndarray, design: np.ndarray, pairs: np.ndarray, one, 
     return None if res.x is None else res.x[:nv].reshape(-1, m)
 
 
-def _check_limit(name: str, v, kind: type) -> None:
+def _check_limit(name: str, v: object, kind: type) -> None:
     if isinstance(v, bool) or not isinstance(v, (int, float) if kind is float else int) or not v > 0:
         raise ValueError(f"{name}: expected a positive {'number' if kind is float else 'integer'}, got {v!r}")
 
@@ -656,7 +661,7 @@ def architecture_ceiling(ladder: Ladder, *, max_iterations: int = 10_000, time_l
     return Ceiling(additive, readout, acc, loss, ladder.is_tree(), live, True, not_computed)
 
 
-def constructed_student(ladder: Ladder, *, readout: bool = True, dtype: torch.dtype = torch.float64):
+def constructed_student(ladder: Ladder, *, readout: bool = True, dtype: torch.dtype = torch.float64) -> LadderStudent:
     """A :class:`~smaso.student.network.LadderStudent` built by hand that attains its class's ceiling: the
     constructive half of the ceilings (module docstring), on a bottom-up uniform tree with one-hot leaves.
 

@@ -13,8 +13,9 @@ import itertools
 import math
 import numbers
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -29,6 +30,11 @@ from teachers.ladder import Ladder
 from teachers.sampling import LadderSample, _device, sample_ladder
 from teachers.statistics import exact_statistics
 
+if TYPE_CHECKING:
+    from teachers.chunked import DataSource, _SampleChunks
+    from teachers.engine import DaskEngine, SerialEngine
+    from teachers.store_reader import ChunkedLadderData
+
 __all__ = ["CONTRIBUTIONS", "ComparisonResult", "TrainingDiverged", "compare_statistics_to_theory", "compare_student",
            "diagnose", "errors_against_n", "noise_sweep"]
 
@@ -41,7 +47,8 @@ OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
 PLATEAU_TOL = 1e-3
 
 
-def _optimizer(student: LadderStudent, optimizer, lr: float, steps: int, lr_schedule):
+def _optimizer(student: LadderStudent, optimizer: str | Callable[..., torch.optim.Optimizer], lr: float, steps: int,
+               lr_schedule: str | None) -> Any:
     """``(torch optimizer, scheduler)`` for :func:`compare_student`, or ``(None, None)`` for the plain Eq 2 step."""
     if optimizer == "sgd" and lr_schedule is None:
         return None, None
@@ -253,7 +260,7 @@ class ComparisonResult:
         return f"{row[key]:8.2e} [{row[f'{key}_floor']:5.0e}]{star}"
 
 
-def _head(chunks, k: int):
+def _head(chunks: ChunkedLadderData | _SampleChunks, k: int) -> LadderSample:
     """The first ``k`` rows of a chunked source, in memory (the evaluation set): a
     :class:`~teachers.sampling.LadderSample`."""
     import dataclasses
@@ -279,7 +286,7 @@ def _head(chunks, k: int):
 SHUFFLE_STREAM = 0x5A1E
 
 
-def _training_labels(part, c: int, off: int, shuffle_seed: int | None) -> torch.Tensor:
+def _training_labels(part: LadderSample, c: int, off: int, shuffle_seed: int | None) -> torch.Tensor:
     """The labels chunk ``c`` (``part``) is trained on: its own, or with ``shuffle_seed`` its training rows'
     labels (rows ``off:``, never the held-out ones) permuted by a fixed permutation drawn from
     ``(shuffle_seed, c)``: the same wrong label for a row in every epoch, the label counts unchanged, in the
@@ -294,7 +301,8 @@ def _training_labels(part, c: int, off: int, shuffle_seed: int | None) -> torch.
     return y
 
 
-def _all_training_labels(chunks, skip: int, shuffle_seed: int | None) -> torch.Tensor:
+def _all_training_labels(chunks: ChunkedLadderData | _SampleChunks, skip: int,
+                         shuffle_seed: int | None) -> torch.Tensor:
     """Every training row's label (rows ``skip:``, in row order) as :func:`_training_batches` trains on it: the
     labels of full-batch GD."""
     parts = []
@@ -306,8 +314,9 @@ def _all_training_labels(chunks, skip: int, shuffle_seed: int | None) -> torch.T
     return torch.cat(parts)
 
 
-def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torch.dtype, skip: int = 0,
-                      shuffle_seed: int | None = None):
+def _training_batches(chunks: ChunkedLadderData | _SampleChunks, batch_size: int, gen: torch.Generator,
+                      dtype: torch.dtype, skip: int = 0,
+                      shuffle_seed: int | None = None) -> Iterator[Any]:
     """SGD minibatches ``(x, y)`` without end: each epoch visits the chunks in a random order and each
     chunk's rows in a random order (``gen``), a batch's last rows carried over into the next chunk, so
     every row is used once per epoch.  Inputs are built per batch in ``dtype``; memory is one chunk.
@@ -338,7 +347,8 @@ def _training_batches(chunks, batch_size: int, gen: torch.Generator, dtype: torc
                     xs, ys, have = [], [], 0
 
 
-def _evaluation_rows(held_out, chunks, eval_examples: int | None, ladder: Ladder):
+def _evaluation_rows(held_out: Any, chunks: ChunkedLadderData | _SampleChunks, eval_examples: int | None,
+                     ladder: Ladder) -> Any:
     """``(evaluation chunks, rows kept out of training)`` for :func:`compare_student`'s ``held_out``."""
     from teachers.chunked import as_chunks
 
@@ -369,7 +379,7 @@ def _evaluation_rows(held_out, chunks, eval_examples: int | None, ladder: Ladder
     return as_chunks(held_out), 0
 
 
-def _check_alignment(alignment, ladder: Ladder):
+def _check_alignment(alignment: Any, ladder: Ladder) -> Any:
     """``compare_student``'s ``alignment`` rows as a dataset (a path loaded), or None."""
     if alignment is None:
         return None
@@ -385,7 +395,7 @@ def _check_alignment(alignment, ladder: Ladder):
     return alignment
 
 
-def _check_dtype_device(dtype, device) -> None:
+def _check_dtype_device(dtype: Any, device: Any) -> None:
     """:func:`compare_student`'s ``dtype`` (a floating torch.dtype) and ``device`` (a torch device that holds
     values: not ``"meta"``), refused up front with a ValueError naming the argument."""
     _check_float_dtype(dtype)
@@ -394,16 +404,17 @@ def _check_dtype_device(dtype, device) -> None:
                          "statistics); expected a device such as 'cpu' or 'cuda'")
 
 
-def compare_student(sample, *, width: int | list[int] = 8, activation: str = "relu",
+def compare_student(sample: DataSource, *, width: int | list[int] = 8, activation: str = "relu",
                     batch_norm: bool | str = False, bn_eps: float = 1e-5, bias: bool = True, loss: str = "squared",
                     steps: int = 200, lr: float = 0.1, batch_size: int | None = 256, weight_decay: float = 0.0,
                     eval_every: int = 20, eval_examples: int | None = 4096, eval_batch_size: int = 1024,
                     P_source: str = "empirical", seed: int = 0, dtype: torch.dtype = torch.float64,
                     device: torch.device | str | None = None, progress: bool = False,
-                    engine=None, noise_groups: int | None = 10, shared: bool = False,
-                    readout: int | None = None, alignment=None, optimizer="sgd",
+                    engine: SerialEngine | DaskEngine | None = None, noise_groups: int | None = 10,
+                    shared: bool = False,
+                    readout: int | None = None, alignment: Any = None, optimizer: Any = "sgd",
                     lr_schedule: str | None = None, plateau: int | None = None,
-                    held_out=True, shuffle_labels: bool = False) -> ComparisonResult:
+                    held_out: Any = True, shuffle_labels: bool = False) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
     Training reads minibatches chunk by chunk (each epoch a seeded random order of the chunks and of their
@@ -589,7 +600,7 @@ def compare_student(sample, *, width: int | list[int] = 8, activation: str = "re
 ERROR_KEYS = tuple(f"{q}_{kind}" for kind in ("propagated", "local") for q in ("F", "G", "dW"))
 
 
-def _check_sigmas(sigmas) -> list[float]:
+def _check_sigmas(sigmas: object) -> list[float]:
     if isinstance(sigmas, (str, bytes)) or not hasattr(sigmas, "__iter__"):
         raise TypeError(f"sigmas: expected a sequence of noise levels, got {type(sigmas).__name__}")
     out = []
@@ -631,7 +642,8 @@ def _noise_row(sigma: float, ladder: Ladder | Callable[[float], Ladder], n: int,
 
 
 def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[float], n: int, seed: int = 0, *,
-                student_seed: int = 0, progress: bool = False, engine=None, **student_kwargs) -> list[dict]:
+                student_seed: int = 0, progress: bool = False, engine: SerialEngine | DaskEngine | None = None,
+                **student_kwargs: Any) -> list[dict]:
     """Student vs reformulation as the leaves get noisier: Thm 3's exactness and how Thm 2 fails.
 
     With one-hot leaves (the fully informative ladder) the reformulation is exact (Thm 3: every error is
@@ -676,7 +688,7 @@ def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[flo
                                   progress="noise sweep" if progress else None)
 
 
-def errors_against_n(student: LadderStudent, source, *, n_min: int = 2048, n_max: int | None = None,
+def errors_against_n(student: LadderStudent, source: DataSource, *, n_min: int = 2048, n_max: int | None = None,
                      batch_size: int = 4096, loss: str = "squared", P_source: str = "empirical",
                      noise_groups: int = 10, progress: bool = False) -> list[dict]:
     """The comparison of a fixed student and its noise floors on the first N examples, N doubling.

@@ -112,7 +112,7 @@ def graph_pre_activation(W: torch.Tensor, child: torch.Tensor, bias: torch.Tenso
             for es, (a, st, q) in places:
                 m = torch.bmm(Wt[es], take_rows(child, a, st, q))
                 acc = m if acc is None else acc.add_(m)
-            u[ps] = acc
+            u[ps] = acc  # type: ignore[assignment]  # every parent has children: acc is a tensor
     return u if bias is None else u + bias.unsqueeze(-1)
 
 
@@ -139,7 +139,7 @@ def graph_backward(W: torch.Tensor, g: torch.Tensor, child: torch.Tensor, need_r
             if need_raw:
                 back = torch.bmm(W[es], gp)  # (q, n_{l+1}, N)
                 if st == 0:
-                    raw[a] += back.sum(0)
+                    raw[a] += back.sum(0)  # type: ignore[index]  # need_raw: raw is a tensor
                 else:
-                    raw[a: a + (q - 1) * st + 1: st] += back
+                    raw[a: a + (q - 1) * st + 1: st] += back  # type: ignore[index]  # need_raw: raw is a tensor
     return dW, raw

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -47,7 +47,7 @@ class _Term(NamedTuple):
     what: str
 
 
-def _norm(t: torch.Tensor, mask) -> float:
+def _norm(t: torch.Tensor, mask: torch.Tensor | None) -> float:
     return float((t if mask is None else t[mask]).norm())
 
 
@@ -199,7 +199,7 @@ CONTRIBUTIONS = {"F_local": ("focus", "decorrelation"), "G_local": ("broadness",
                  "dW_local": ("focus", "decorrelation")}
 
 
-def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P, loss: str) -> tuple[list, dict]:
+def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P: Any, loss: str) -> tuple[list, dict]:
     """Every reported number of :func:`compare_statistics_to_theory` as a :data:`_Term`, per level."""
     lad = stats.ladder
     d = lad.depth

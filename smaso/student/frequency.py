@@ -18,8 +18,9 @@ jackknife's noise floors (:mod:`smaso.student.noise`).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -28,6 +29,11 @@ from smaso.student.mergeable import MergeableSums, negated_state, record_rows
 from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
 from teachers.ladder import Ladder
 from teachers.statistics import EventStatistics, event_mask
+
+if TYPE_CHECKING:
+    from teachers.chunked import DataSource, _SampleChunks
+    from teachers.engine import DaskEngine, SerialEngine
+    from teachers.store_reader import ChunkedLadderData
 
 __all__ = ["DEFAULT_GROUPS", "FrequencyAccumulator", "FrequencyStatistics", "MergeableSums", "PerEventMeans",
            "ReplicateAccumulator", "accumulate_statistics", "collect_statistics", "negated_state", "record_rows",
@@ -50,7 +56,7 @@ class PerEventMeans:
     num_examples: int
     means: dict[str, list[torch.Tensor | None]]
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         means = self.__dict__.get("means")
         if means is not None and name in means:
             return means[name]
@@ -144,7 +150,7 @@ _ONE_HOT_MAX_EVENTS = 256
 TOTAL_DTYPE = torch.float64
 
 
-def _student_events(student: LadderStudent, z, rec: StudentRecord | None = None) -> torch.Tensor:
+def _student_events(student: LadderStudent, z: torch.Tensor, rec: StudentRecord | None = None) -> torch.Tensor:
     """``z`` as the events of the student's ladder (:meth:`~LadderStudent.ladder_events`), refused unless it holds
     ``(N, total_regions)`` of them (with ``rec``: one row per example of that batch's record)."""
     z, lad = student.ladder_events(z), student.ladder
@@ -200,7 +206,7 @@ class FrequencyAccumulator(MergeableSums):
 
     _SUMS = ("counts", "joint_counts", "own", "fc", "gp", "dW", "db")
 
-    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None):
+    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None) -> None:
         _check_student(student)
         dtype = _check_float_dtype(dtype or student.weights[0].dtype)
         self.student, self.ladder, self.dtype = student, student.ladder, dtype
@@ -392,7 +398,7 @@ class FrequencyAccumulator(MergeableSums):
                 means["F"][l] = means["Fbar"][l]
             if means["Dp"][l] is None:
                 means["Dp"][l] = means["D"][l]
-        fc, gp = [None] * (d + 1), [None] * (d + 1)
+        fc, gp = [None] * (d + 1), [None] * (d + 1)  # type: list, list
         for l in range(1, d + 1):
             if l == d and self.onehot_leaves:
                 fc[l] = P.P_down[l].to(TOTAL_DTYPE)  # E[one-hot(z_c) | z_parent] = P(z_c | z_parent)
@@ -419,7 +425,7 @@ class ReplicateAccumulator:
     :ivar parts: the K group accumulators.
     """
 
-    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None, groups: int = DEFAULT_GROUPS):
+    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None, groups: int = DEFAULT_GROUPS) -> None:
         if isinstance(groups, bool) or not isinstance(groups, int) or groups < 2:
             raise ValueError(f"groups: expected an integer >= 2 (row groups of the jackknife), got {groups!r}")
         self.student, self.groups = student, groups
@@ -483,14 +489,14 @@ class ReplicateAccumulator:
                 yield rest.result()
 
 
-def _check_batch_size(batch_size) -> int:
+def _check_batch_size(batch_size: object) -> int:
     """``batch_size`` if it is a positive integer, else a ValueError naming it."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size: expected a positive integer, got {batch_size!r}")
     return batch_size
 
 
-def _student_chunks(student: LadderStudent, source):
+def _student_chunks(student: LadderStudent, source: DataSource) -> ChunkedLadderData | _SampleChunks:
     """``source`` as chunks (:func:`~teachers.chunked.as_chunks`), refused unless it is a dataset of the
     student's teacher ladder: the check of every streaming pass of a fixed student."""
     from teachers.chunked import as_chunks
@@ -501,7 +507,7 @@ def _student_chunks(student: LadderStudent, source):
     return chunks
 
 
-def _check_groups(groups) -> None:
+def _check_groups(groups: object) -> None:
     if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int) or groups < 2):
         raise ValueError(f"groups: expected an integer >= 2, got {groups!r}")
 
@@ -536,11 +542,12 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     return acc.result()
 
 
-def _accumulator(student: LadderStudent, dtype: torch.dtype | None, groups: int | None):
+def _accumulator(student: LadderStudent, dtype: torch.dtype | None,
+                 groups: int | None) -> FrequencyAccumulator | ReplicateAccumulator:
     return FrequencyAccumulator(student, dtype) if groups is None else ReplicateAccumulator(student, dtype, groups)
 
 
-def _run_batches(student: LadderStudent, batches, loss: str, *adds) -> int:
+def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *adds: Any) -> int:
     """Every ``(x, y, z)`` of ``batches`` through the student's explicit pass, each record and its events handed to
     every ``add`` (an accumulator's or a probe's); each batch writes into the previous one's stacked buffers (the
     same memory).  Returns how many of the examples the student classifies correctly."""
@@ -556,7 +563,8 @@ def _run_batches(student: LadderStudent, batches, loss: str, *adds) -> int:
     return correct
 
 
-def _chunk_statistics(c: int, student: LadderStudent, chunks, loss: str, batch_size: int,
+def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData | _SampleChunks, loss: str,
+                      batch_size: int,
                       dtype: torch.dtype | None, groups: int | None = None) -> tuple[dict, int]:
     """The task of one chunk (any process): its rows in batches of ``batch_size`` into a fresh accumulator.
 
@@ -570,8 +578,9 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks, loss: str, batch_s
     return acc.state_dict(), correct
 
 
-def accumulate_statistics(student: LadderStudent, source, *, loss: str = "squared", batch_size: int = 4096,
-                          dtype: torch.dtype | None = None, engine=None, groups: int | None = None,
+def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: str = "squared", batch_size: int = 4096,
+                          dtype: torch.dtype | None = None, engine: SerialEngine | DaskEngine | None = None,
+                          groups: int | None = None,
                           progress: bool = False) -> tuple[FrequencyAccumulator | ReplicateAccumulator, int]:
     """One streaming pass of a fixed student over a dataset, chunk by chunk: the mergeable sums.
 

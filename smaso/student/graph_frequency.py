@@ -18,6 +18,10 @@ each with a :class:`DeprecationWarning` naming the new one:
 
 from __future__ import annotations
 
+from typing import Any
+
+import torch
+
 from smaso.student.frequency import (
     FrequencyAccumulator,
     FrequencyStatistics,
@@ -41,7 +45,8 @@ GraphFrequencyStatistics = alias(FrequencyStatistics, "GraphFrequencyStatistics"
 GraphReplicates = alias(ReplicateAccumulator, "GraphReplicates", "smaso.student.frequency.ReplicateAccumulator")
 
 
-def _event_statistics(graph, marginals, joints, P_down=None, num_examples=None) -> EventStatistics:
+def _event_statistics(graph: Ladder, marginals: list[torch.Tensor], joints: Any, P_down: Any = None,
+                      num_examples: int | None = None) -> EventStatistics:
     return EventStatistics(graph, marginals, joints, num_examples)  # P_down follows from the joints
 
 

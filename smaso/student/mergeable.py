@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from smaso.student.network import PER_EXAMPLE, StudentRecord
+
+if TYPE_CHECKING:
+    from typing import Self
 
 __all__ = ["MergeableSums", "negated_state", "record_rows"]
 
@@ -32,9 +36,9 @@ def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None) -> S
     if hi <= lo:
         raise ValueError(f"rows: expected a non-empty range of the batch's {n_all} rows, got {rows!r}")
     sl = slice(lo, hi)
-    per = {k: [None if t is None else t[sl] for t in getattr(rec, k)] for k in PER_EXAMPLE}
+    per: dict[str, Any] = {k: [None if t is None else t[sl] for t in getattr(rec, k)] for k in PER_EXAMPLE}
     d = len(rec.fbar) - 1
-    dW, db = [None] * len(rec.dW), [None] * len(rec.db)
+    dW, db = [None] * len(rec.dW), [None] * len(rec.db)  # type: list, list
     for l in range(d):
         g, child = per["g"][l], per["fbar"][l + 1]  # (n, R_l, n_l), (n, R_{l+1}, n_{l+1})
         if edges is None:
@@ -71,7 +75,7 @@ class MergeableSums:
         return {**{k: getattr(self, k) for k in (*self._COUNTS, *self._META)},
                 **{k: [None if t is None else t.clone() for t in getattr(self, k)] for k in self._SUMS}}
 
-    def _checked_state(self, other) -> dict:
+    def _checked_state(self, other: Self | dict) -> dict:
         """``other`` (an accumulator of this type or its :meth:`state_dict`) as a state that can merge into this
         one; the checks of :meth:`merge_`."""
         state = other.state_dict() if isinstance(other, type(self)) else other
@@ -88,7 +92,7 @@ class MergeableSums:
                                  "or accumulation dtype)")
         return state
 
-    def merge_(self, other):
+    def merge_(self, other: Self | dict) -> Self:
         """Add another accumulator's state (or its :meth:`state_dict`) to this one, in place; returns self.
 
         Exact for the counts; the sums are added in the accumulation dtype (use float64 for sums that
@@ -107,7 +111,7 @@ class MergeableSums:
             setattr(self, key, getattr(self, key) + kind(state[key]))
         return self
 
-    def __iadd__(self, other):
+    def __iadd__(self, other: Self | dict) -> Self:
         return self.merge_(other)  # (a subclass's merge_, with its own checks)
 
 

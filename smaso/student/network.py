@@ -23,6 +23,7 @@ import functools
 import math
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +53,7 @@ BN_PLACEMENTS = ("after", "before")
 PER_EXAMPLE = ("u", "f", "fbar", "slope", "deriv", "f_tilde", "g_raw", "g_f", "g")
 
 
-def _bn_placement(batch_norm) -> str | None:
+def _bn_placement(batch_norm: bool | str) -> str | None:
     """``batch_norm`` of :class:`LadderStudent` as None (no BN), ``"after"`` or ``"before"``."""
     if isinstance(batch_norm, bool):
         return "after" if batch_norm else None
@@ -137,13 +138,13 @@ def output_gradient(out: torch.Tensor, y: torch.Tensor, loss: str) -> tuple[torc
     return target - (out if loss == "squared" else out.softmax(0)), student_loss(out.T, y, loss).item()
 
 
-def _check_int(value, name: str, low: int) -> int:
+def _check_int(value: object, name: str, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
     return int(value)
 
 
-def _check_float_dtype(dtype) -> torch.dtype:
+def _check_float_dtype(dtype: object) -> torch.dtype:
     """``dtype`` if it is a floating torch.dtype, else a ValueError naming ``dtype`` (the student's, its
     accumulators' and :func:`~smaso.student.compare.compare_student`'s one check)."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -152,7 +153,7 @@ def _check_float_dtype(dtype) -> torch.dtype:
     return dtype
 
 
-def _check_student(student) -> LadderStudent:
+def _check_student(student: object) -> LadderStudent:
     if not isinstance(student, LadderStudent):
         raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
     return student
@@ -198,7 +199,7 @@ class LadderStudent(nn.Module):
                  top_activation: str | Activation = "linear", batch_norm: bool | str = False, bias: bool = True,
                  bn_eps: float = 1e-5, init_scale: float = 1.0, seed: int = 0, shared: bool = False,
                  readout: int | None = None, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str | None = None):
+                 device: torch.device | str | None = None) -> None:
         super().__init__()
         if not isinstance(ladder, Ladder):
             raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
@@ -233,7 +234,7 @@ class LadderStudent(nn.Module):
         self.shared = shared
         uniform = ladder.is_uniform()
         # children per parent: a uniform tree's by arithmetic (the fast path needs no edge lists)
-        kids = [[ladder.branching[l]] * ladder.num_regions[l] if uniform else
+        kids = [[ladder.branching[l]] * ladder.num_regions[l] if uniform else  # type: ignore[index]  # uniform: a branching
                 [len(ch) for ch in level_children(ladder, l)] for l in range(d)]
         self._fast = uniform
         gen = torch.Generator().manual_seed(seed)
@@ -247,7 +248,7 @@ class LadderStudent(nn.Module):
             self.register_buffer(f"edge_parent_{l}", par, persistent=False)
             self.register_buffer(f"edge_child_{l}", chi, persistent=False)
             # the place of every edge among its parent's sorted children
-            place = (chi % ladder.branching[l]) if uniform else torch.tensor(
+            place = (chi % ladder.branching[l]) if uniform else torch.tensor(  # type: ignore[index]  # uniform: a branching
                 [j for k in kids[l] for j in range(k)], dtype=torch.int64)
             self.register_buffer(f"edge_place_{l}", place, persistent=False)
             # drawn child-major (blocks, n_{l+1}, n_l); fan_in of an edge = its parent's children's widths summed
@@ -303,7 +304,7 @@ class LadderStudent(nn.Module):
         """Activation of ``level``: the top activation at level 0, the hidden one elsewhere."""
         return self.top_activation if level == 0 else self.activation
 
-    def bn_params(self, level: int):
+    def bn_params(self, level: int) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(c1, c0)`` of the hidden level (1..d-1), or None without BN."""
         if not self.batch_norm or level == 0 or level >= self.ladder.depth:
             return None
@@ -381,7 +382,7 @@ class LadderStudent(nn.Module):
         """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
         return x.to(self.weights[0].dtype).permute(1, 2, 0)
 
-    def _batch_norm(self, level: int, f: torch.Tensor):
+    def _batch_norm(self, level: int, f: torch.Tensor) -> Any:
         """Eq 10 on a node-major ``(R_l, n_l, N)`` level (the BN input: f after, u before the gate), or
         None without BN: ``(output, standardized input, sigma)``."""
         bn = self.bn_params(level)
@@ -449,8 +450,9 @@ class LadderStudent(nn.Module):
             isinstance(b, torch.Tensor) and tuple(b.shape) == shape and b.dtype == dtype and b.device == dev
             and b.is_contiguous() for b, shape in zip(stacked, shapes, strict=False))
         stacked_given, stacked = stacked, stacked is not False  # buffers to reuse also mean "stacked"
-        buffers = list(stacked_given) if reuse else [torch.empty(shape, dtype=dtype, device=dev) if stacked else None
-                                                     for shape in shapes]
+        buffers: list[Any] = (list(stacked_given) if reuse  # type: ignore[arg-type]  # reuse: a list
+                              else [torch.empty(shape, dtype=dtype, device=dev) if stacked else None
+                                    for shape in shapes])
 
         def slot(l: int, key: str) -> torch.Tensor | None:
             """Where field ``key`` of level ``l`` is written: a slot of the stacked buffer, or None (new tensor)."""
@@ -460,10 +462,10 @@ class LadderStudent(nn.Module):
             out = slot(l, key)
             return value if out is None else out.copy_(value)
 
-        nm = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
-        sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))
+        nm: dict[str, list[Any]] = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
+        sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))  # type: list, list, list, list, list
         nm["fbar"][d] = self._leaves(x)
-        inputs = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
+        inputs: list[Any] = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"
         for l in range(d - 1, -1, -1):
             # a view, except for a slot of a stacked buffer on the fast path (then one copy, shared by forward and
@@ -499,7 +501,7 @@ class LadderStudent(nn.Module):
         def bn_back(l: int, grad: torch.Tensor) -> torch.Tensor:
             """Thm 5: the node-major gradient at BN's output ``grad`` taken back to its input (and dc1, dc0)."""
             out, c1, c0 = bn_backward(grad.permute(2, 0, 1), nm["f_tilde"][l].permute(2, 0, 1), sigma[l],
-                                      self.bn_params(l)[0])
+                                      self.bn_params(l)[0])  # type: ignore[index]  # bn_back runs with BN only
             dc1[l], dc0[l] = c1 / n, c0 / n
             return out.permute(1, 2, 0)
 
@@ -524,7 +526,7 @@ class LadderStudent(nn.Module):
         return rec
 
     # ------------------------------------------------------------------ updates
-    def _updates(self, rec: StudentRecord, weight_decay: float):
+    def _updates(self, rec: StudentRecord, weight_decay: float) -> Any:
         """Every parameter with its update: Delta W - 2 weight_decay W for the weights (a shared block the sum of its
         edges', :meth:`shared_update`), db, dc1, dc0 for the biases and BN parameters."""
         for l, W in enumerate(self.weights):

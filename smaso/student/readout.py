@@ -14,6 +14,8 @@ repeated in front (:func:`readout_events`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from teachers.ladder import TOPDOWN, Ladder
@@ -31,13 +33,13 @@ def readout_ladder(ladder: Ladder) -> Ladder:
     m = ladder.num_classes
     events = [[m], *ladder.region_events]
     parents = [[()], [(0,)], *ladder.parents[1:]]
-    common = {"events": events, "parents": parents, "mode": ladder.mode, "emission": ladder.emission,
-              "name": f"{ladder.name}+readout"}
+    common: dict[str, Any] = {"events": events, "parents": parents, "mode": ladder.mode,
+                              "emission": ladder.emission, "name": f"{ladder.name}+readout"}
     if ladder.mode == TOPDOWN:
         eye = torch.eye(m, dtype=torch.float64)
-        return Ladder(**common, prior=ladder.prior, tables=[[eye], *ladder.region_tables[1:]])
+        return Ladder(**common, prior=ladder.prior, tables=[[eye], *ladder.region_tables[1:]])  # type: ignore[index]  # top-down
     return Ladder(**common, leaf_prior=ladder.leaf_prior,
-                  lookup=[[torch.arange(m)], *ladder.lookups])
+                  lookup=[[torch.arange(m)], *ladder.lookups])  # type: ignore[misc]  # bottom-up: lookups
 
 
 def readout_events(z: torch.Tensor) -> torch.Tensor:

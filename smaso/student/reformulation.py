@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +22,9 @@ from smaso.student.batchnorm import bn_backward_weighted, bn_forward_weighted
 from smaso.student.frequency import FrequencyStatistics
 from smaso.student.network import LadderStudent, _check_student
 from teachers.statistics import EventStatistics
+
+if TYPE_CHECKING:
+    from teachers.ladder import Ladder
 
 __all__ = ["Reformulation", "eq7_check", "eq7_from_outputs", "eq7_gradient", "eq7_signs", "reformulate", "resolve_top",
            "top_gradient"]
@@ -50,14 +54,16 @@ class Reformulation:
         return f"Reformulation(levels={len(self.Fbar)}, Fbar shapes={shapes})"
 
 
-def _weighted_bn(F_: torch.Tensor, p: torch.Tensor, c1, c0, eps: float):
+def _weighted_bn(F_: torch.Tensor, p: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Eq 12 forward per region (:func:`~smaso.student.batchnorm.bn_forward_weighted` over the events): F_
     ``(R, m, n)``, p ``(R, m)``; returns ``(Fbar, F_tilde, sigma)``."""
     fbar, f_tilde, _, sigma = bn_forward_weighted(F_.transpose(0, 1), p.T, c1, c0, eps)
     return fbar.transpose(0, 1), f_tilde.transpose(0, 1), sigma
 
 
-def _weighted_bn_backward(G: torch.Tensor, F_tilde: torch.Tensor, p: torch.Tensor, sigma: torch.Tensor, c1):
+def _weighted_bn_backward(G: torch.Tensor, F_tilde: torch.Tensor, p: torch.Tensor, sigma: torch.Tensor,
+                          c1: torch.Tensor) -> torch.Tensor:
     """Eq 12 backward per region on P-weighted gradients ``(R, m, n)`` (of :func:`_weighted_bn`'s forward)."""
     return bn_backward_weighted(G.transpose(0, 1), F_tilde.transpose(0, 1), p.T, sigma, c1).transpose(0, 1)
 
@@ -124,14 +130,14 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     d = lad.depth
     dt = torch.float64
     W = [student.edge_weights(l).detach().to(dt).cpu() for l in range(d)]
-    bias = [None] * d if student.biases is None else [b.detach().to(dt).cpu() for b in student.biases]
+    bias: list[Any] = [None] * d if student.biases is None else [b.detach().to(dt).cpu() for b in student.biases]
     edges = [tuple(t.cpu() for t in student.edge_index(l)) for l in range(d)]
     bn_par = [None if student.bn_params(l) is None else [t.detach().to(dt).cpu() for t in student.bn_params(l)]
               for l in range(d)]
     p = [m.to(dt) for m in P.marginals]
     P_down = [None] + [t.to(dt) for t in P.P_down[1:]]
-    U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)
-    F_tilde, sigma, child = [None] * (d + 1), [None] * (d + 1), [None] * d
+    U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)  # type: list, list, list
+    F_tilde, sigma, child = [None] * (d + 1), [None] * (d + 1), [None] * d  # type: list, list, list
     Fbar[d] = (leaf_inputs if leaf_inputs is not None else measured.Fbar[d]).to(dt)
     for l in range(d - 1, -1, -1):
         par, chi = edges[l]
@@ -149,13 +155,13 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
         else:
             F_[l] = D * U[l]
             Fbar[l], F_tilde[l], sigma[l] = _weighted_bn(F_[l], p[l], *bn, student.bn_eps)
-    G_tilde = [None] * (d + 1)
+    G_tilde: list[Any] = [None] * (d + 1)
     if top == "predicted":
         G_raw_top = p[0][..., None] * top_gradient(Fbar[0] if propagate else measured.Fbar[0].to(dt), loss)
     else:
         G_raw_top = measured.means["Gf"][0].to(dt) * p[0][..., None]
     G_tilde[0] = measured.Dp[0].to(dt) * G_raw_top
-    dW, db = [None] * d, [None] * d
+    dW, db = [None] * d, [None] * d  # type: list, list
     for l in range(d):
         par, chi = edges[l]
         parent = G_tilde[l] if propagate or l == 0 else (measured.G_tilde[l].to(dt))
@@ -182,7 +188,7 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     return Reformulation(U, F_, Fbar, G_tilde, dW, db)
 
 
-def _same_layout(a, b) -> bool:
+def _same_layout(a: Ladder, b: Ladder) -> bool:
     """The same regions, edges and event counts (uniform trees: the same branching and events)."""
     if a.is_uniform() or b.is_uniform():
         return (a.branching, a.events) == (b.branching, b.events)

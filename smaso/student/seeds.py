@@ -34,11 +34,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from smaso.student.diagnosis import CONTRIBUTIONS
 from smaso.student.noise import ROUNDOFF, WITHIN_NOISE
+
+if TYPE_CHECKING:
+    from teachers.chunked import DataSource
+    from teachers.engine import DaskEngine, SerialEngine
 
 __all__ = ["ARMS", "CONDITION_KEYS", "INTERVAL_LEVEL", "TERM_KEYS", "SeedSummary", "compare_seeds",
            "median_interval", "order_statistic_coverage", "summarize_seeds"]
@@ -99,14 +104,14 @@ def median_interval(values: Sequence[float], level: float = INTERVAL_LEVEL) -> t
     return x[j - 1], x[k - j], order_statistic_coverage(k, j)
 
 
-def _history(run) -> list[dict]:
+def _history(run: dict) -> list[dict]:
     history = run.history if hasattr(run, "history") else run.get("history") if isinstance(run, dict) else None
     if not history:
         raise ValueError("runs: every run must be a ComparisonResult (or its dict) with at least one checkpoint")
     return history
 
 
-def _finite(v) -> bool:
+def _finite(v: object) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -284,7 +289,7 @@ class SeedSummary:
                             "loss": self.loss, "steps": self.steps}, **self.controls}
 
     @staticmethod
-    def _cell(row: dict, key: str, note, *, noise: bool, width: int) -> str:
+    def _cell(row: dict, key: str, note: Callable[[], int] | None, *, noise: bool, width: int) -> str:
         """``median [min..max]`` of one key of one arm's row, with ``(noise)*`` for the trained students;
         ``n/a`` where undefined in every seed and ``(n)`` (a note) where undefined in some; ``0 (identity)``."""
         if key not in row:
@@ -344,7 +349,7 @@ class SeedSummary:
                      for name, a in arms.items())]
         notes: list[tuple[str, object, str]] = []
 
-        def note(arm: str, level, key: str):
+        def note(arm: str, level: int | None, key: str) -> Callable[[], int]:
             def add() -> int:
                 notes.append((arm, level, key))
                 return len(notes)
@@ -455,7 +460,7 @@ def summarize_seeds(runs: Sequence, *, seeds: Sequence[int] | None = None, last:
                        controls=out)
 
 
-def _seed_run(seed: int, sample, kwargs: dict, shuffled: bool = False) -> dict:
+def _seed_run(seed: int, sample: DataSource, kwargs: dict, shuffled: bool = False) -> dict:
     """One student of :func:`compare_seeds` (a task of its engine: any process): its history, without tensors,
     and with ``shuffled`` that of its shuffled-label control under ``"shuffled"``."""
     from smaso.student.compare import compare_student
@@ -469,8 +474,9 @@ def _seed_run(seed: int, sample, kwargs: dict, shuffled: bool = False) -> dict:
     return out
 
 
-def compare_seeds(sample, seeds: int | Sequence[int] = 3, *, last: int = 3, engine=None, progress: bool = False,
-                  shuffled: bool = False, **student_kwargs) -> tuple[SeedSummary, list[dict]]:
+def compare_seeds(sample: DataSource, seeds: int | Sequence[int] = 3, *, last: int = 3,
+                  engine: SerialEngine | DaskEngine | None = None, progress: bool = False,
+                  shuffled: bool = False, **student_kwargs: Any) -> tuple[SeedSummary, list[dict]]:
     """Train one student per seed on ``sample`` with :func:`~smaso.student.compare.compare_student` and summarize.
 
     Each seed is one task of ``engine`` (``None``: here, one after the other; a

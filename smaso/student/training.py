@@ -20,7 +20,7 @@ class TrainingDiverged(RuntimeError):
     """Training produced a non-finite loss, weight or statistic (the message names the step)."""
 
 
-def check_hyper(name: str, v, *, positive: bool) -> None:
+def check_hyper(name: str, v: object, *, positive: bool) -> None:
     """Raise a ValueError unless ``v`` is a finite real number >= 0 (> 0 with ``positive``), naming ``name``."""
     if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0 or (positive and v == 0):
         want = "a finite number > 0" if positive else "a finite number >= 0"

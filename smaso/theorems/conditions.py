@@ -45,7 +45,7 @@ CONDITIONS = ("focus", "broadness")
 
 
 # ---------------------------------------------------------------------- validation
-def _check_ladder(ladder) -> Ladder:
+def _check_ladder(ladder: object) -> Ladder:
     if not isinstance(ladder, Ladder):
         raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
     if not ladder.is_uniform():
@@ -54,7 +54,7 @@ def _check_ladder(ladder) -> Ladder:
     return ladder
 
 
-def _positive_int(value, name: str) -> int:
+def _positive_int(value: object, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
         raise ValueError(f"{name}: expected a positive integer, got {value!r}")
     return int(value)
@@ -65,7 +65,7 @@ class _Params:
     """The ladder's tables as the pair tables read them: ``log_tables[l]`` ``(R_l, m_{l-1}, m_l)`` (top-down),
     ``lookup[l]`` ``(R_l, m_{l+1}^b_l)`` (bottom-up)."""
 
-    def __init__(self, ladder: Ladder):
+    def __init__(self, ladder: Ladder) -> None:
         self.ladder = ladder
         if ladder.mode == TOPDOWN:
             self.log_tables = [None] + [t.log() for t in ladder.tables]
@@ -311,7 +311,8 @@ def knowledge_conditions(ladder: Ladder, *, method: str = "exact", n: int | None
     return rows
 
 
-def _row(lad: Ladder, stats: EventStatistics, l: int, method: str, n: int | None, vals: dict, terms: dict | None):
+def _row(lad: Ladder, stats: EventStatistics, l: int, method: str, n: int | None, vals: dict,
+         terms: dict | None) -> dict:
     h_pc, h_cp = _conditional_entropies(stats, l)
     row = {"level": l, "method": method, "n": n, "parent": lad.parent_index(l), "focus": vals["focus"],
            "broadness": vals["broadness"], "H_parent_given_child": h_pc, "H_child_given_parent": h_cp,
@@ -349,7 +350,7 @@ def format_conditions(rows: list[dict]) -> str:
         raise TypeError("rows: expected the list of dicts returned by knowledge_conditions")
     mc = any(r.get("method") == "monte_carlo" for r in rows)
 
-    def cell(r, key):
+    def cell(r: dict, key: str) -> str:
         s = f"{r[key]:.3g}"
         if mc and f"{key}_stderr" in r:
             s += f"±{r[f'{key}_stderr']:.1g}"

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import numpy.typing as npt
 import torch
 
 from smaso.student.reformulation import _weighted_bn
@@ -33,6 +35,9 @@ from smaso.theorems.factors import (
     random_separable_W,
     separability_distance,
 )
+
+if TYPE_CHECKING:
+    from teachers.ladder import Ladder
 
 __all__ = [
     "BackwardDemo",
@@ -89,8 +94,10 @@ def _edge_sum(P_ab: Sequence, X: Sequence, W_ba: Sequence, x_name: str, forward:
     return out
 
 
-def forward_region(P_ab: Sequence, F_b: Sequence, W_ba: Sequence, *, bias=None, relu: bool = True,
-                   bn_p=None, bn_scale=None, bn_shift=None, bn_eps: float = 1e-5) -> torch.Tensor:
+def forward_region(P_ab: Sequence, F_b: Sequence, W_ba: Sequence, *, bias: npt.ArrayLike | None = None,
+                   relu: bool = True,
+                   bn_p: torch.Tensor | None = None, bn_scale: torch.Tensor | None = None,
+                   bn_shift: torch.Tensor | None = None, bn_eps: float = 1e-5) -> torch.Tensor:
     """Eq 9 forward at one region (Thm 8): F_a = D o (sum_b P_ab F_b W_ba + 1 bias^T), D the ReLU gates
     of that pre-activation (``relu=False``: D = 1), then optionally the P-weighted BN of Eq 12 with
     weights ``bn_p`` ``(m_a,)`` (= P(z_a)) and per-column ``bn_scale``, ``bn_shift`` ``(n_a,)``.
@@ -118,7 +125,7 @@ def forward_region(P_ab: Sequence, F_b: Sequence, W_ba: Sequence, *, bias=None, 
     return out
 
 
-def weight_update(P_ab, F_b, G_tilde_a) -> torch.Tensor:
+def weight_update(P_ab: npt.ArrayLike, F_b: npt.ArrayLike, G_tilde_a: npt.ArrayLike) -> torch.Tensor:
     """Eq 9 update (Thm 9): Delta W_ba = (P_ab F_b)^T G~_a, ``(n_b, n_a)`` from ``P_ab`` ``(m_a, m_b)``,
     ``F_b`` ``(m_b, n_b)``, ``G_tilde_a`` ``(m_a, n_a)``."""
     P = _check_stochastic(P_ab, "P_ab")
@@ -131,7 +138,8 @@ def weight_update(P_ab, F_b, G_tilde_a) -> torch.Tensor:
     return (P @ F).T @ G
 
 
-def backward_g_tilde(P_ab: Sequence, G_tilde_a: Sequence, W_ba: Sequence, D_b=None) -> torch.Tensor:
+def backward_g_tilde(P_ab: Sequence, G_tilde_a: Sequence, W_ba: Sequence,
+                     D_b: npt.ArrayLike | None = None) -> torch.Tensor:
     """Eq 9 backward / Eq 104-111 at one child region: G~_b = D_b o sum_a P_ab^T G~_a W_ba^T.
 
     ``P_ab[i]`` ``(m_a, m_b)``, ``G_tilde_a[i]`` ``(m_a, n_a)``, ``W_ba[i]`` ``(n_b, n_a)``; ``D_b``
@@ -147,14 +155,14 @@ def backward_g_tilde(P_ab: Sequence, G_tilde_a: Sequence, W_ba: Sequence, D_b=No
 
 
 # ---------------------------------------------------------------------------- ladder demos
-def _factorization(ladder):
+def _factorization(ladder: Ladder) -> Any:
     fac = getattr(ladder, "factorization", None)
     if fac is None or ladder.tables is None:
         raise ValueError("ladder: expected a top-down ladder from Ladder.factorized_binary (no factorization)")
     return fac
 
 
-def region_marginals(ladder) -> list[torch.Tensor]:
+def region_marginals(ladder: Ladder) -> list[torch.Tensor]:
     """P(z) of every region, level by level: ``[(R_l, m_l)]`` (top-down: p_b = P_ab^T p_a)."""
     _factorization(ladder)
     p = [ladder.prior.to(torch.float64)[None]]
@@ -164,7 +172,7 @@ def region_marginals(ladder) -> list[torch.Tensor]:
     return p
 
 
-def _check_weights(ladder, weights, fac) -> list[torch.Tensor]:
+def _check_weights(ladder: Ladder, weights: Sequence, fac: Any) -> list[torch.Tensor]:
     if len(weights) != ladder.depth:
         raise ValueError(f"weights: expected {ladder.depth} tensors (one per level), got {len(weights)}")
     out = []
@@ -178,7 +186,7 @@ def _check_weights(ladder, weights, fac) -> list[torch.Tensor]:
     return out
 
 
-def _random_weights(ladder, fac, gen, separable: bool) -> list[torch.Tensor]:
+def _random_weights(ladder: Ladder, fac: Any, gen: torch.Generator, separable: bool) -> list[torch.Tensor]:
     out = []
     for l in range(ladder.depth):
         R, nb, na = ladder.num_regions[l + 1], fac.factors[l + 1], fac.factors[l]
@@ -201,7 +209,8 @@ class ForwardDemo:
     separability: list
 
 
-def forward_disentangled_demo(ladder, weights=None, *, seed: int = 0, separable: bool = True, relu: bool = True,
+def forward_disentangled_demo(ladder: Ladder, weights: Sequence | None = None, *, seed: int = 0,
+                              separable: bool = True, relu: bool = True,
                               bn: bool = False, bias: bool = True) -> ForwardDemo:
     """Thm 8 on a :meth:`~teachers.ladder.Ladder.factorized_binary` ladder: random Def 3 leaf
     activations, ``weights`` (default random, separable w.r.t. the factorization's S_i if
@@ -213,7 +222,7 @@ def forward_disentangled_demo(ladder, weights=None, *, seed: int = 0, separable:
     d = ladder.depth
     W = _random_weights(ladder, fac, gen, separable) if weights is None else _check_weights(ladder, weights, fac)
     p = region_marginals(ladder)
-    F = [None] * (d + 1)
+    F: list[Any] = [None] * (d + 1)
     F[d] = torch.stack([random_disentangled_F(fac.factors[d], gen) for _ in range(ladder.num_regions[d])])
     for l in range(d - 1, -1, -1):
         par = ladder.parent_index(l + 1)
@@ -246,7 +255,7 @@ class UpdateDemo:
     col_sums: float
 
 
-def separable_update_demo(ladder, level: int = 0, *, seed: int = 0, centered: bool = True) -> UpdateDemo:
+def separable_update_demo(ladder: Ladder, level: int = 0, *, seed: int = 0, centered: bool = True) -> UpdateDemo:
     """Thm 9 at parent level ``level``: random Def 3 F_b, random Def 4 G~_a (per-factor marginals of
     P(z_a); ``centered``: 1^T G~_a = 0), Delta W_ba = (P_ab F_b)^T G~_a for every child b."""
     fac = _factorization(ladder)
@@ -286,7 +295,7 @@ class BackwardDemo:
     parent_distance: float
 
 
-def backward_disentangle_distance(ladder, level: int = 1, *, seed: int = 0, gated: bool = True) -> BackwardDemo:
+def backward_disentangle_distance(ladder: Ladder, level: int = 1, *, seed: int = 0, gated: bool = True) -> BackwardDemo:
     """§7.7.1 / Eq 111: G~_b = D_b o P_ab^T G~_a W_ba^T at child level ``level`` (>= 1) with P_ab
     Kronecker, W_ba separable (random), G~_a a random centered Def 4 matrix and (``gated``) D_b the
     random Def 3 ReLU gates with no all-off column (disentangled, Lemma 1).  Every hypothesis of
@@ -351,7 +360,8 @@ class Eq115Result:
     factor: int
 
 
-def eq115_best_distance(v_plus, v_minus, p_factors, factor: int = 0, *, rtol: float | None = None) -> Eq115Result:
+def eq115_best_distance(v_plus: npt.ArrayLike, v_minus: npt.ArrayLike, p_factors: npt.ArrayLike, factor: int = 0, *,
+                        rtol: float | None = None) -> Eq115Result:
     """§7.7.1 / Eq 115: how close the multi-parent backward column can be brought to Def 4 by the
     parents' weights.
 
@@ -421,7 +431,9 @@ def eq115_best_distance(v_plus, v_minus, p_factors, factor: int = 0, *, rtol: fl
     return Eq115Result(_column_distance(u, Q, 0.0), c, u, h, ones_d, single, r, factor)
 
 
-def eq115_from_statistics(conditionals, p_child, factor: int = 0, *, p_parents=None, atol: float = 1e-9,
+def eq115_from_statistics(conditionals: Sequence[npt.ArrayLike] | torch.Tensor, p_child: npt.ArrayLike,
+                          factor: int = 0, *,
+                          p_parents: npt.ArrayLike | None = None, atol: float = 1e-9,
                           rtol: float | None = None) -> Eq115Result:
     """:func:`eq115_best_distance` from a child region's statistics.
 
@@ -468,7 +480,7 @@ def eq115_from_statistics(conditionals, p_child, factor: int = 0, *, p_parents=N
     return eq115_best_distance(P[:, 1], P[:, 0], factor_marginals(pc, s), factor, rtol=rtol)
 
 
-def random_parent_conditionals(p_child, k: int, generator: torch.Generator | None = None,
+def random_parent_conditionals(p_child: npt.ArrayLike, k: int, generator: torch.Generator | None = None,
                                ) -> tuple[torch.Tensor, torch.Tensor]:
     """K random parents of a child with joint P(z_beta[S_1]) = ``p_child`` ``(2^s,)``, consistent with it:
     q_a = P(z_a[1] = 1) ~ U(0.2, 0.8), a random sum-zero direction d_a (no Kronecker structure) and

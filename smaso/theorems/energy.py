@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -23,11 +25,15 @@ from smaso.student.network import LadderStudent, StudentRecord
 from smaso.theorems.conditions import _positive_int
 from teachers.sampling import LadderSample
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from torch import nn
+
 __all__ = ["EnergyTrajectory", "drift_exponent", "energy_drift", "energy_rates", "plot_energy", "row_energies",
            "ug_correlation"]
 
 
-def _check_student(student) -> None:
+def _check_student(student: object) -> None:
     if not isinstance(student, LadderStudent):
         raise TypeError(f"student: expected a LadderStudent, got {type(student).__name__}")
 
@@ -38,7 +44,7 @@ def _incoming(student: LadderStudent, level: int, W: torch.Tensor) -> torch.Tens
     return W.reshape(lad.num_regions[level], lad.branching[level] * student.widths[level + 1], student.widths[level])
 
 
-def _levels(student: LadderStudent, levels) -> list[int]:
+def _levels(student: LadderStudent, levels: Sequence[int] | None) -> list[int]:
     d = student.ladder.depth
     if levels is None:
         return list(range(1, d))
@@ -50,7 +56,8 @@ def _levels(student: LadderStudent, levels) -> list[int]:
 
 
 @torch.no_grad()
-def row_energies(student: LadderStudent, *, include_bias: bool = False, levels=None) -> dict[int, torch.Tensor]:
+def row_energies(student: LadderStudent, *, include_bias: bool = False,
+                 levels: Sequence[int] | None = None) -> dict[int, torch.Tensor]:
     """Row energies E_j = 1/2 sum of squares of all incoming weights of node j (§7.5.1, Eq 81).
 
     :param include_bias: add 1/2 b_j^2 (the energy that is conserved when the student has biases).
@@ -63,7 +70,7 @@ def row_energies(student: LadderStudent, *, include_bias: bool = False, levels=N
 
 @torch.no_grad()
 def energy_rates(student: LadderStudent, rec: StudentRecord, *, include_bias: bool = False,
-                 levels=None) -> dict[int, torch.Tensor]:
+                 levels: Sequence[int] | None = None) -> dict[int, torch.Tensor]:
     """dE_j/dt under gradient flow: sum_k w_jk Delta w_jk (+ b_j Delta b_j), left side of Eq 80.
 
     :returns: ``{level: (R_l, n_l) tensor}``, from the weights the record ``rec`` was computed with.
@@ -72,7 +79,9 @@ def energy_rates(student: LadderStudent, rec: StudentRecord, *, include_bias: bo
     return _per_node(student, levels, include_bias, rec.dW, rec.db, 1.0)
 
 
-def _per_node(student: LadderStudent, levels, include_bias: bool, dW, db, scale: float) -> dict[int, torch.Tensor]:
+def _per_node(student: LadderStudent, levels: Sequence[int] | None, include_bias: bool,
+              dW: Sequence[torch.Tensor] | nn.ParameterList,
+              db: Sequence[torch.Tensor | None] | nn.ParameterList | None, scale: float) -> dict[int, torch.Tensor]:
     """``{level: (R_l, n_l)}`` scale (sum_k w_jk dW_jk (+ b_j db_j)): the energy (dW = W, scale 1/2) or its rate."""
     out = {}
     for l in _levels(student, levels):
@@ -84,7 +93,7 @@ def _per_node(student: LadderStudent, levels, include_bias: bool, dW, db, scale:
     return out
 
 
-def ug_correlation(rec: StudentRecord, levels) -> dict[int, torch.Tensor]:
+def ug_correlation(rec: StudentRecord, levels: Sequence[int] | None) -> dict[int, torch.Tensor]:
     """E_x[u_j g_j] per node, right side of Eq 80 (= E_x[f_j g_f_j] for homogeneous activations).
 
     :returns: ``{level: (R_l, n_l) tensor}``.
@@ -129,7 +138,7 @@ class EnergyTrajectory:
 def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, *, student: LadderStudent | None = None,
                  width: int | list[int] = 4, bias: bool = False, include_bias: bool | None = None,
                  activation: str = "relu", bn_eps: float = 0.0, init_scale: float = 1.0, seed: int = 0,
-                 loss: str = "squared", num_examples: int | None = None, levels=None,
+                 loss: str = "squared", num_examples: int | None = None, levels: Sequence[int] | None = None,
                  progress: bool = False) -> EnergyTrajectory:
     """Train by full-batch gradient descent and record the row energies (§7.5.1).
 
@@ -165,9 +174,9 @@ def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, 
     idx = slice(None) if num_examples is None else slice(0, int(num_examples))
     x, y = sample.inputs(idx, dtype=torch.float64), sample.y[idx]
     levels = _levels(student, levels)
-    energies = {l: [] for l in levels}
-    incr = {l: [] for l in levels}
-    first = {l: [] for l in levels}
+    energies: dict[int, Any] = {l: [] for l in levels}  # lists of (R_l, n_l) per step, then stacked
+    incr: dict[int, list[torch.Tensor]] = {l: [] for l in levels}
+    first: dict[int, list[torch.Tensor]] = {l: [] for l in levels}
     losses = []
     step_range = range(steps)
     if progress:
@@ -197,8 +206,8 @@ def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, 
                             {l: torch.stack(v) for l, v in first.items()}, torch.tensor(losses, dtype=torch.float64))
 
 
-def drift_exponent(sample: LadderSample, lrs, batch_norm: bool, *, steps: int | None = None,
-                   time: float | None = None, **kwargs) -> tuple[float, list[float]]:
+def drift_exponent(sample: LadderSample, lrs: Sequence[float], batch_norm: bool, *, steps: int | None = None,
+                   time: float | None = None, **kwargs: Any) -> tuple[float, list[float]]:
     """Exponent p of max relative drift ~ lr^p from a least-squares fit of log drift on log lr.
 
     Give exactly one of ``steps`` (same number of steps for every lr: expect p = 2 with BN, 1
@@ -223,7 +232,7 @@ def drift_exponent(sample: LadderSample, lrs, batch_norm: bool, *, steps: int | 
 
 
 def plot_energy(sample: LadderSample, lr: float = 0.05, steps: int = 400, path: str | os.PathLike | None = None,
-                **kwargs):
+                **kwargs: Any) -> tuple[Figure, dict[str, EnergyTrajectory]]:
     """Figure: total hidden-level row energy (relative to its start) over training, with and
     without BN, plus the training losses.  Writes ``path`` when given.
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
+import numpy.typing as npt
 import torch
 
 __all__ = [
@@ -31,7 +32,7 @@ ROW_TOL = 1e-9
 
 
 # ---------------------------------------------------------------------------- validation
-def _matrix(x, name: str) -> torch.Tensor:
+def _matrix(x: npt.ArrayLike, name: str) -> torch.Tensor:
     t = torch.as_tensor(x, dtype=torch.float64)
     if t.dim() != 2:
         raise ValueError(f"{name}: expected a 2-D matrix, got shape {tuple(t.shape)}")
@@ -47,7 +48,7 @@ def _n_factors(rows: int, n_factors: int, name: str) -> int:
     return n
 
 
-def _check_stochastic(P, name: str) -> torch.Tensor:
+def _check_stochastic(P: npt.ArrayLike, name: str) -> torch.Tensor:
     P = _matrix(P, name)
     if (P < -ROW_TOL).any():
         raise ValueError(f"{name}: has negative entries; rows must be probability distributions")
@@ -58,7 +59,7 @@ def _check_stochastic(P, name: str) -> torch.Tensor:
     return P
 
 
-def _check_p_factors(p_factors, n: int, name: str = "p_factors") -> torch.Tensor:
+def _check_p_factors(p_factors: npt.ArrayLike, n: int, name: str = "p_factors") -> torch.Tensor:
     p = torch.as_tensor(p_factors, dtype=torch.float64)
     if p.shape != (n, 2):
         raise ValueError(f"{name}: expected shape ({n}, 2), got {tuple(p.shape)}")
@@ -88,7 +89,7 @@ def check_groups(groups: Sequence[Sequence[int]], n_child: int, name: str = "gro
 
 
 # ---------------------------------------------------------------------------- Defs 3-5
-def _kron_all(vectors) -> torch.Tensor:
+def _kron_all(vectors: Sequence[torch.Tensor]) -> torch.Tensor:
     """vectors[0] x vectors[1] x ... (Kronecker product, float64; ``[1]`` for none)."""
     return functools.reduce(torch.kron, vectors, torch.ones(1, dtype=torch.float64))
 
@@ -113,7 +114,7 @@ def _relative(res: torch.Tensor, ref: torch.Tensor) -> float:
     return float(torch.linalg.norm(res)) / den if den > 0 else 0.0
 
 
-def disentangled_F_distance(F, n_factors: int) -> float:
+def disentangled_F_distance(F: npt.ArrayLike, n_factors: int) -> float:
     """Def 3 distance: ||F - proj(F)||_F / ||F||_F, ``F`` ``(2^n, n)``; column j is projected onto
     vectors depending only on bit j (factor j = j-th most significant bit) by averaging over the
     other bits.  0 for disentangled F (and for F = 0)."""
@@ -124,12 +125,12 @@ def disentangled_F_distance(F, n_factors: int) -> float:
     return _relative(_factor_form_residual(F, torch.ones(n, 2, dtype=F.dtype)), F)
 
 
-def is_disentangled_F(F, n_factors: int, tol: float = 1e-10) -> bool:
+def is_disentangled_F(F: npt.ArrayLike, n_factors: int, tol: float = 1e-10) -> bool:
     """Def 3: column j of ``F`` ``(2^n, n)`` is 1 x ... x f[j] x ... x 1 (up to relative ``tol``)."""
     return disentangled_F_distance(F, n_factors) <= tol
 
 
-def disentangled_G_distance(G_tilde, p_factors) -> float:
+def disentangled_G_distance(G_tilde: npt.ArrayLike, p_factors: npt.ArrayLike) -> float:
     """Def 4 distance of ``G_tilde`` ``(2^n, n)`` given ``p_factors`` ``(n, 2)`` (row i =
     [P(z[i]=0), P(z[i]=1)]): relative Frobenius residual after the least-squares projection of
     column j onto {p[1] x ... x g (position j) x ... x p[n]}."""
@@ -140,12 +141,12 @@ def disentangled_G_distance(G_tilde, p_factors) -> float:
     return _relative(_factor_form_residual(G, p), G)
 
 
-def is_disentangled_G(G_tilde, p_factors, tol: float = 1e-10) -> bool:
+def is_disentangled_G(G_tilde: npt.ArrayLike, p_factors: npt.ArrayLike, tol: float = 1e-10) -> bool:
     """Def 4: column j of ``G_tilde`` ``(2^n, n)`` is p[1] x ... x g~[j] x ... x p[n]."""
     return disentangled_G_distance(G_tilde, p_factors) <= tol
 
 
-def separability_distance(W, groups: Sequence[Sequence[int]]) -> float:
+def separability_distance(W: npt.ArrayLike, groups: Sequence[Sequence[int]]) -> float:
     """Def 5 distance of ``W`` ``(n_b, n_a)`` w.r.t. ``groups`` (n_a disjoint sets covering
     ``range(n_b)``): ||off-block part||_F / ||W||_F."""
     W = _matrix(W, "W")
@@ -158,12 +159,12 @@ def separability_distance(W, groups: Sequence[Sequence[int]]) -> float:
     return _relative(W.masked_fill(mask, 0.0), W)
 
 
-def is_separable(W, groups: Sequence[Sequence[int]], tol: float = 1e-10) -> bool:
+def is_separable(W: npt.ArrayLike, groups: Sequence[Sequence[int]], tol: float = 1e-10) -> bool:
     """Def 5: ``W`` ``(n_b, n_a)`` = diag(W[S_1, 1], ..., W[S_n, n_a]) (up to relative ``tol``)."""
     return separability_distance(W, groups) <= tol
 
 
-def factor_marginals(p, n_factors: int) -> torch.Tensor:
+def factor_marginals(p: npt.ArrayLike, n_factors: int) -> torch.Tensor:
     """Per-factor marginals ``(n, 2)`` of a joint distribution ``p`` ``(2^n,)`` over n binary factors."""
     p = torch.as_tensor(p, dtype=torch.float64)
     n = _n_factors(p.numel(), n_factors, "p")
@@ -179,7 +180,8 @@ def random_disentangled_F(n_factors: int, generator: torch.Generator | None = No
     return _expand(f, torch.ones(n, 2, dtype=torch.float64))
 
 
-def random_disentangled_G(p_factors, generator: torch.Generator | None = None, centered: bool = True) -> torch.Tensor:
+def random_disentangled_G(p_factors: npt.ArrayLike, generator: torch.Generator | None = None,
+                          centered: bool = True) -> torch.Tensor:
     """A random Def 4 matrix ``(2^n, n)`` for ``p_factors`` ``(n, 2)``; with ``centered`` each g~[j]
     sums to 0, so 1^T G~ = 0 (the hypothesis of Thm 9)."""
     p = torch.as_tensor(p_factors, dtype=torch.float64)

@@ -73,7 +73,8 @@ def _codes(configs: torch.Tensor, lo: int, hi: int, m: int) -> torch.Tensor:
     return (configs[:, lo:hi] * radix).sum(-1)
 
 
-def _conditional_mean(values: torch.Tensor, weights: torch.Tensor, codes: torch.Tensor, size: int):
+def _conditional_mean(values: torch.Tensor, weights: torch.Tensor, codes: torch.Tensor,
+                      size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """E[values | code] for every code in 0..size-1 (0 where the code has probability 0), and P(code)."""
     mass = torch.zeros(size, dtype=torch.float64).index_add_(0, codes, weights)
     w = weights.reshape(-1, *([1] * (values.dim() - 1)))
@@ -158,7 +159,7 @@ def marginalized_gradient(student: LadderStudent, ladder: Ladder | None = None, 
     wpair = post[xi, yi]
     first = torch.full((K,), -1, dtype=torch.int64).scatter_reduce_(0, xi, torch.arange(len(xi)), "amax")
 
-    def per_x(t):  # average over y|x of a per-pair quantity
+    def per_x(t: torch.Tensor) -> torch.Tensor:  # average over y|x of a per-pair quantity
         w = wpair.reshape(-1, *([1] * (t.dim() - 1)))
         return torch.zeros(K, *t.shape[1:], dtype=torch.float64).index_add_(0, xi, w * t.double())
 

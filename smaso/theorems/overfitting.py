@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,6 +30,9 @@ from teachers.emission import GaussianEmission
 from teachers.ladder import Ladder
 from teachers.sampling import LadderSample, sample_ladder
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 __all__ = ["ALPHA", "CONTROL_LADDER", "CROSSING_LADDER", "GAMMA", "TRAINING_LADDER", "crossing_over_inits",
            "default_student", "expected_abs_eps", "minibatch_tv", "overfitting_curve", "overfitting_ladder",
            "plot_overfitting", "spurious_correlation", "update_crossing", "update_curve",
@@ -38,7 +42,7 @@ __all__ = ["ALPHA", "CONTROL_LADDER", "CROSSING_LADDER", "GAMMA", "TRAINING_LADD
 ALPHA, GAMMA = 0, 1
 
 
-def _positive(value, name: str) -> float:
+def _positive(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name}: expected a positive number, got {value!r}")
     value = float(value)
@@ -73,7 +77,7 @@ def overfitting_ladder(*, alpha_separation: float = 0.1, alpha_sigma: float = 1.
                   region_names=["omega", "alpha", "gamma", "x_alpha", "x_gamma"])
 
 
-def _check_sample(sample) -> LadderSample:
+def _check_sample(sample: object) -> LadderSample:
     if not isinstance(sample, LadderSample):
         raise ValueError(f"sample: expected a LadderSample (teachers.sampling.sample_ladder), "
                          f"got {type(sample).__name__}")
@@ -146,7 +150,7 @@ def default_student(ladder: Ladder, *, width: int = 8, seed: int = 0) -> LadderS
     return st
 
 
-def _check_student(student, ladder: Ladder) -> LadderStudent:
+def _check_student(student: object, ladder: Ladder) -> LadderStudent:
     if not isinstance(student, LadderStudent):
         raise ValueError(f"student: expected a LadderStudent, got {type(student).__name__}")
     sl = student.ladder
@@ -185,7 +189,7 @@ def update_magnitudes(sample: LadderSample, student: LadderStudent | None = None
             "feature_sep_alpha": float(sep[ALPHA]), "feature_sep_gamma": float(sep[GAMMA])}
 
 
-def _chunks(ladder: Ladder, n: int, reps: int, seed: int):
+def _chunks(ladder: Ladder, n: int, reps: int, seed: int) -> Iterator[LadderSample]:
     """``reps`` independent samples of ``n`` examples: disjoint consecutive slices of one
     stream of n * reps i.i.d. examples."""
     big = sample_ladder(ladder, n * reps, seed)
@@ -245,7 +249,7 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return 0.0 if k == 0 else max(0.0, mid - half), 1.0 if k == n else min(1.0, mid + half)
 
 
-def _log_interp_crossing(ns, values, level: float) -> float:
+def _log_interp_crossing(ns: Sequence[float], values: Sequence[float], level: float) -> float:
     """First N at which ``values`` (one per N) go from >= level to < level, interpolated linearly in
     log N; NaN if they never do (or start below ``level``)."""
     if not values or not values[0] >= level:
@@ -412,7 +416,7 @@ def minibatch_tv(sample: LadderSample, batch_sizes: Sequence[int], *, num_batche
 
 
 def plot_overfitting(rows: Sequence[dict], path: str | os.PathLike | None = None, *,
-                     tv_rows: Sequence[dict] | None = None):
+                     tv_rows: Sequence[dict] | None = None) -> Figure:
     """Figure of §5.3: mean |Delta W_alpha|, |Delta W_gamma| and |eps| (Eq 15-17) against N on
     log-log axes with a 1/sqrt(N) guide, the ratio gamma / alpha, and (with ``tv_rows`` from
     :func:`minibatch_tv`) SGD's minibatch TV distance against B.  Written atomically when
@@ -485,7 +489,7 @@ def _logistic_loglik(u: torch.Tensor, y: torch.Tensor, ridge: float = 1e-3, iter
     return (y * F.logsigmoid(logit) + (1 - y) * F.logsigmoid(-logit)).mean(1)
 
 
-def _t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
+def _t_interval(values: Sequence[float] | np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
     """Mean of ``values`` with its Student-t interval (NaN half-width for fewer than 2 values)."""
     v = np.asarray(values, dtype=float)
     m = float(v.mean())

@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from scipy.optimize import linprog
 
@@ -20,6 +22,9 @@ from smaso.plots._base import finish_figure, plt
 from smaso.theorems.conditions import _positive_int
 from teachers.ladder import Ladder
 from teachers.statistics import EventStatistics, exact_statistics
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "ReluIdentityConstruction",
@@ -46,7 +51,7 @@ SPLITS = ("per_child", "joint")
 
 
 # --------------------------------------------------------------------------- input checks
-def _as_matrix(P, name: str = "P", *, require_stochastic: bool = False) -> np.ndarray:
+def _as_matrix(P: npt.ArrayLike, name: str = "P", *, require_stochastic: bool = False) -> np.ndarray:
     """``P`` as a finite float64 ``(m, n)`` array; with ``require_stochastic`` its rows must be
     distributions (non-negative, summing to 1 within ``ROW_SUM_TOL``)."""
     if isinstance(P, torch.Tensor):
@@ -102,7 +107,7 @@ def _tol(P: np.ndarray, tol: float) -> float:
     return tol * max(1.0, float(np.abs(P).max()))
 
 
-def is_vertex(P, i: int, *, tol: float = 1e-7, require_stochastic: bool = False) -> bool:
+def is_vertex(P: npt.ArrayLike, i: int, *, tol: float = 1e-7, require_stochastic: bool = False) -> bool:
     """Whether row ``i`` of ``P`` (``m x n``) is a vertex of the convex hull of the rows (Thm 6/7).
 
     Solved as a linear program: p_i is *not* a vertex iff p_i = sum_{j != i} a_j p_j for some
@@ -119,25 +124,26 @@ def is_vertex(P, i: int, *, tol: float = 1e-7, require_stochastic: bool = False)
     return _hull_residual(A, int(i)) > _tol(A, tol)
 
 
-def vertices(P, *, tol: float = 1e-7, require_stochastic: bool = False) -> np.ndarray:
+def vertices(P: npt.ArrayLike, *, tol: float = 1e-7, require_stochastic: bool = False) -> np.ndarray:
     """Boolean mask ``(m,)``: which rows of ``P`` (``m x n``) are vertices of the hull of the rows."""
     A = _as_matrix(P, require_stochastic=require_stochastic)
     t = _tol(A, tol)
     return np.array([_hull_residual(A, i) > t for i in range(A.shape[0])], dtype=bool)
 
 
-def vert(P, *, tol: float = 1e-7, require_stochastic: bool = False) -> int:
+def vert(P: npt.ArrayLike, *, tol: float = 1e-7, require_stochastic: bool = False) -> int:
     """vert(P) of Thm 6/7: the number of rows of ``P`` (``m x n``) that are vertices of the hull of the rows."""
     return int(vertices(P, tol=tol, require_stochastic=require_stochastic).sum())
 
 
-def all_vert(P, *, tol: float = 1e-7, require_stochastic: bool = False) -> bool:
+def all_vert(P: npt.ArrayLike, *, tol: float = 1e-7, require_stochastic: bool = False) -> bool:
     """Whether ``P`` (``m x n``) is all-vert (Thm 6's hypothesis): vert(P) = m."""
     return bool(vertices(P, tol=tol, require_stochastic=require_stochastic).all())
 
 
 # --------------------------------------------------------------------------- Thm 6: ReLU construction
-def _region_inputs(P_list, F_list, name_p="P_list", name_f="F_list") -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _region_inputs(P_list: Sequence[npt.ArrayLike], F_list: Sequence[npt.ArrayLike] | None, name_p: str = "P_list",
+                   name_f: str = "F_list") -> tuple[list[np.ndarray], list[np.ndarray]]:
     if isinstance(P_list, (np.ndarray, torch.Tensor)) and np.ndim(P_list) == 2:
         P_list = [P_list]
     if not isinstance(P_list, Sequence) and not isinstance(P_list, (np.ndarray, torch.Tensor)):
@@ -183,7 +189,8 @@ def _separating_hyperplane(Q: np.ndarray, i: int, target: float, margin: float) 
     return w, c
 
 
-def relu_identity_weights(P_list, F_list=None, *, split: str = "per_child",
+def relu_identity_weights(P_list: Sequence[npt.ArrayLike], F_list: Sequence[npt.ArrayLike] | None = None, *,
+                          split: str = "per_child",
                           margin: float = 1.0) -> tuple[list[np.ndarray], np.ndarray]:
     """Thm 6's construction for one parent region a: weights W_ba and bias with
     ReLU(sum_b P_ab F_b W_ba + 1 bias^T) = I (``m_a x m_a``, so n_a = m_a).
@@ -232,7 +239,9 @@ def relu_identity_weights(P_list, F_list=None, *, split: str = "per_child",
     return list(np.split(Ws[0], splits, axis=0)), bias
 
 
-def relu_region_forward(P_list, F_list, W_list, bias=None) -> tuple[np.ndarray, np.ndarray]:
+def relu_region_forward(P_list: Sequence[npt.ArrayLike], F_list: Sequence[npt.ArrayLike],
+                        W_list: Sequence[npt.ArrayLike], bias: npt.ArrayLike | None = None) -> tuple[np.ndarray,
+                        np.ndarray]:
     """Eq 9 forward for one region: U = sum_b P_ab F_b W_ba + 1 bias^T ``(m_a, n_a)`` and F_a = ReLU(U).
 
     ``F_list=None``: identities.  ``W_list[b]``: ``(n_b, n_a)``; ``bias``: ``(n_a,)`` or None.
@@ -271,7 +280,7 @@ class ReluIdentityConstruction:
     loss: float
 
 
-def _statistics(ladder_or_stats) -> EventStatistics:
+def _statistics(ladder_or_stats: Ladder | EventStatistics) -> EventStatistics:
     if isinstance(ladder_or_stats, Ladder):
         return exact_statistics(ladder_or_stats)
     if isinstance(ladder_or_stats, EventStatistics):
@@ -279,7 +288,7 @@ def _statistics(ladder_or_stats) -> EventStatistics:
     raise ValueError(f"ladder: expected a Ladder or EventStatistics, got {type(ladder_or_stats).__name__}")
 
 
-def _leaf_inputs(lad: Ladder, leaf_inputs) -> torch.Tensor:
+def _leaf_inputs(lad: Ladder, leaf_inputs: torch.Tensor | None) -> torch.Tensor:
     R, m = lad.num_regions[-1], lad.events[-1]
     if leaf_inputs is None:
         return torch.eye(m, dtype=torch.float64).expand(R, m, m).clone()
@@ -299,7 +308,7 @@ def propagate_relu(P_down: Sequence, weights: Sequence, biases: Sequence, leaf_i
     ``biases[l]`` ``(R_l, n_l)`` or None, ``leaf_inputs`` ``(R_d, m_d, n_d)``.  Returns ``(U, F)`` lists.
     """
     d = len(weights)
-    U, F_ = [None] * (d + 1), [None] * (d + 1)
+    U, F_ = [None] * (d + 1), [None] * (d + 1)  # type: list, list
     F_[d] = leaf_inputs.to(torch.float64)
     for l in range(d - 1, -1, -1):
         P = P_down[l + 1].to(torch.float64)
@@ -316,7 +325,8 @@ def propagate_relu(P_down: Sequence, weights: Sequence, biases: Sequence, leaf_i
     return U, F_
 
 
-def relu_identity_ladder(ladder, *, leaf_inputs=None, split: str = "per_child",
+def relu_identity_ladder(ladder: Ladder | EventStatistics, *, leaf_inputs: torch.Tensor | None = None,
+                         split: str = "per_child",
                          margin: float = 1.0) -> ReluIdentityConstruction:
     """Thm 6 for a whole ladder: weights and biases, built level by level from the leaves with
     :func:`relu_identity_weights` (on the *propagated* F_b of the level below, Thm 7), such that
@@ -363,7 +373,7 @@ def relu_identity_ladder(ladder, *, leaf_inputs=None, split: str = "per_child",
 
 
 # --------------------------------------------------------------------------- Thm 6: linear side
-def eckart_young_loss(target, rank: int) -> float:
+def eckart_young_loss(target: npt.ArrayLike, rank: int) -> float:
     """min ||X - target||_F^2 over rank(X) <= rank (Eckart-Young-Mirsky): the sum of the squared
     singular values of ``target`` (``m x n``) beyond the first ``rank``; m - rank for target = I_m."""
     T = _as_matrix(target, "target")
@@ -373,7 +383,8 @@ def eckart_young_loss(target, rank: int) -> float:
     return float((s[int(rank):] ** 2).sum())
 
 
-def linear_loss_lower_bound(P_list, F_list=None, *, bias: bool = True) -> float:
+def linear_loss_lower_bound(P_list: Sequence[npt.ArrayLike], F_list: Sequence[npt.ArrayLike] | None = None, *,
+                            bias: bool = True) -> float:
     """Thm 6's lower bound on the loss ||F_a - I||_F^2 of any linear (affine, with ``bias``) map on
     one level, F_a = sum_b P_ab F_b W_ba + 1 bias^T: rank(F_a) <= r = sum_b rank(F_b) (+1), so by
     Eckart-Young the loss is >= m_a - min(r, m_a).
@@ -385,7 +396,8 @@ def linear_loss_lower_bound(P_list, F_list=None, *, bias: bool = True) -> float:
     return eckart_young_loss(np.eye(Ps[0].shape[0]), r)
 
 
-def best_linear_loss(P_list, F_list=None, *, bias: bool = True) -> tuple[float, list[np.ndarray], np.ndarray]:
+def best_linear_loss(P_list: Sequence[npt.ArrayLike], F_list: Sequence[npt.ArrayLike] | None = None, *,
+                     bias: bool = True) -> tuple[float, list[np.ndarray], np.ndarray]:
     """The exact minimum over W_ba (and bias) of ||sum_b P_ab F_b W_ba + 1 bias^T - I||_F^2 for one
     level (a linear network with n_a = m_a outputs; least squares on X = [P_a1 F_1, ..., 1]).
 
@@ -405,7 +417,8 @@ def best_linear_loss(P_list, F_list=None, *, bias: bool = True) -> tuple[float, 
     return loss, parts[:len(blocks)], (parts[-1][0] if bias else np.zeros(m))
 
 
-def ladder_linear_rank_bounds(ladder, *, leaf_rank: int | None = None, bias: bool = True) -> list[int]:
+def ladder_linear_rank_bounds(ladder: Ladder | EventStatistics, *, leaf_rank: int | None = None,
+                              bias: bool = True) -> list[int]:
     """Rank bounds of a linear ladder network with n_l = m_l nodes (Thm 6): r_d = ``leaf_rank``
     (default m_d, one-hot leaves) and r_l = min(m_l, b_l r_{l+1} + bias).  Returns ``[r_0, ..., r_d]``."""
     lad = _statistics(ladder).ladder
@@ -419,7 +432,8 @@ def ladder_linear_rank_bounds(ladder, *, leaf_rank: int | None = None, bias: boo
     return r
 
 
-def ladder_linear_loss_lower_bound(ladder, *, leaf_rank: int | None = None, bias: bool = True) -> float:
+def ladder_linear_loss_lower_bound(ladder: Ladder | EventStatistics, *, leaf_rank: int | None = None,
+                                   bias: bool = True) -> float:
     """Eckart-Young lower bound on ||F_omega - I||_F^2 of any linear ladder network: m_omega - r_omega."""
     r = ladder_linear_rank_bounds(ladder, leaf_rank=leaf_rank, bias=bias)
     return float(_statistics(ladder).ladder.events[0] - r[0])
@@ -491,7 +505,7 @@ def relu_vs_linear_curve(ms: Sequence[int], *, children: int = 2, child_events: 
 
 
 def plot_relu_vs_linear(ms: Sequence[int], path: str | os.PathLike | None = None, *, children: int = 2,
-                        child_events: int = 3, seed: int = 0):
+                        child_events: int = 3, seed: int = 0) -> tuple[Figure, list[dict]]:
     """Figure of Thm 6: Loss_ReLU (0) against the best linear loss and its Eckart-Young lower bound,
     as functions of the region size m (see :func:`relu_vs_linear_curve`).
 
