@@ -29,6 +29,7 @@ import pyro
 import pyro.distributions as dist
 import torch
 from pyro.ops.indexing import Vindex
+from torch import nn
 
 __all__ = [
     "OrthogonalityDefect",
@@ -70,7 +71,7 @@ def check_maso(A: torch.Tensor, B: torch.Tensor | None = None) -> None:
             raise ValueError(f"B: expected a floating dtype, got {B.dtype}")
 
 
-def check_sigma(sigma, num_units: int | None = None, *, scalar_only: bool = False,
+def check_sigma(sigma: float | torch.Tensor, num_units: int | None = None, *, scalar_only: bool = False,
                 device: torch.device | str | None = None) -> torch.Tensor:
     """``sigma`` as a tensor: a positive finite scalar, or (unless ``scalar_only``) ``(K,)`` positive values.
 
@@ -132,7 +133,7 @@ def _per_unit(sigma: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return sigma[:, None] if sigma.dim() == 1 else sigma
 
 
-def check_unit_beta(beta, num_units: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def check_unit_beta(beta: float | torch.Tensor, num_units: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """``beta`` as a floating tensor of shape ``()`` (one for the layer) or ``(K,)`` (one per unit), in [0, 1].
 
     :raises ValueError: another shape, a bool, NaN or a value outside [0, 1].
@@ -174,7 +175,7 @@ def vq_outputs(t: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------- Eq 11
-def _pieces(A) -> torch.Tensor:
+def _pieces(A: torch.Tensor | nn.Module) -> torch.Tensor:
     """Slopes as ``(K, R, D)`` from a MASO, a ``(K, R, D)`` tensor or a ``(K, D)`` weight (R = 1)."""
     if not isinstance(A, torch.Tensor) and isinstance(getattr(A, "A", None), torch.Tensor):
         A = A.A  # a MASO (smaso.splines.maso.MASO) by its slopes: this package does not import the one above it
@@ -215,7 +216,7 @@ class OrthogonalityDefect:
         return self.max_abs_cosine < 1e-6
 
 
-def orthogonality_defect(A) -> OrthogonalityDefect:
+def orthogonality_defect(A: torch.Tensor | nn.Module) -> OrthogonalityDefect:
     """:class:`OrthogonalityDefect` of a MASO, slopes ``(K, R, D)`` or a weight ``(K, D)`` (no gradient)."""
     with torch.no_grad():
         A = _pieces(A)
@@ -232,7 +233,7 @@ def orthogonality_defect(A) -> OrthogonalityDefect:
 
 
 # ---------------------------------------------------------------------- conversions
-def pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma=1.0) -> torch.Tensor:
+def pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma: float | torch.Tensor = 1.0) -> torch.Tensor:
     """Region priors of the SMASO whose MAP is the MASO (A, B): ``softmax((B + 1/2 ||A||^2) / sigma^2)``.
 
     ``A`` ``(K, R, D)``, ``B`` ``(K, R)``, ``sigma`` a positive scalar or ``(K,)``; returns ``pi`` ``(K, R)``.
@@ -242,7 +243,7 @@ def pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma=1.0) -> torch.Tensor
     return torch.softmax((B + 0.5 * A.pow(2).sum(-1)) / s2, dim=-1)
 
 
-def offsets_from_pi(A: torch.Tensor, pi: torch.Tensor, sigma=1.0) -> torch.Tensor:
+def offsets_from_pi(A: torch.Tensor, pi: torch.Tensor, sigma: float | torch.Tensor = 1.0) -> torch.Tensor:
     """Offsets of the MASO that is the MAP of the SMASO (A, pi, sigma): ``sigma^2 log pi - 1/2 ||A||^2``.
 
     Defined up to a per-unit constant (adding c_k to row k of B changes neither the argmax nor
@@ -257,7 +258,7 @@ def offsets_from_pi(A: torch.Tensor, pi: torch.Tensor, sigma=1.0) -> torch.Tenso
     return s2 * pi.to(A.dtype).log() - 0.5 * A.pow(2).sum(-1)
 
 
-def log_pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma=1.0) -> torch.Tensor:
+def log_pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma: float | torch.Tensor = 1.0) -> torch.Tensor:
     """``log pi_from_offsets(A, B, sigma)`` computed as a log-softmax: finite where pi underflows to 0."""
     check_maso(A, B)
     s2 = _per_unit(check_sigma(sigma, A.shape[0], device=A.device), A) ** 2
@@ -265,7 +266,8 @@ def log_pi_from_offsets(A: torch.Tensor, B: torch.Tensor, sigma=1.0) -> torch.Te
 
 
 # ---------------------------------------------------------------------- models
-def _check_prior(pi, log_pi, A):
+def _check_prior(pi: torch.Tensor | None, log_pi: torch.Tensor | None,
+                 A: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Exactly one of pi / log_pi, validated, in A's dtype."""
     if (pi is None) == (log_pi is None):
         raise ValueError("pi: give exactly one of pi (region priors) and log_pi (their logarithms)")
@@ -283,11 +285,11 @@ def _check_prior(pi, log_pi, A):
     return None, log_pi.to(A.dtype)
 
 
-def _categorical(pi, log_pi):
+def _categorical(pi: torch.Tensor | None, log_pi: torch.Tensor | None) -> dist.Categorical:
     return dist.Categorical(probs=pi) if log_pi is None else dist.Categorical(logits=log_pi)
 
 
-def _num_examples(num_examples, x, A) -> int:
+def _num_examples(num_examples: int | None, x: torch.Tensor | None, A: torch.Tensor) -> int:
     if x is not None:
         check_x(x, A)
         if num_examples is not None and num_examples != x.shape[0]:
@@ -298,7 +300,8 @@ def _num_examples(num_examples, x, A) -> int:
     return num_examples
 
 
-def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0, x: torch.Tensor | None = None,
+def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma: float | torch.Tensor = 1.0,
+                       x: torch.Tensor | None = None,
                        num_examples: int | None = None, *,
                        log_pi: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The per-unit SMASO (Eq 3): one Gaussian mixture of x per unit, as a Pyro model.
@@ -322,6 +325,7 @@ def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0, x: t
     sig = _per_unit(check_sigma(sigma, K, device=A.device), A)  # (K, 1) against the (K, D) means
     per_unit = isinstance(x, torch.Tensor) and x.dim() == 3
     if per_unit:  # one dataset per unit, the shape the model samples
+        assert isinstance(x, torch.Tensor)  # per_unit says so; mypy cannot see it through the flag
         if tuple(x.shape[1:]) != (K, A.shape[2]):
             raise ValueError(f"x: expected shape (N, D) or (N, K, D) with K, D = {K}, {A.shape[2]} (A is "
                              f"{tuple(A.shape)}), got {tuple(x.shape)}")
@@ -337,7 +341,8 @@ def unit_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0, x: t
     return {"t": t, "x": xs}
 
 
-def factorial_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma=1.0, x: torch.Tensor | None = None,
+def factorial_mixture_model(A: torch.Tensor, pi: torch.Tensor | None, sigma: float | torch.Tensor = 1.0,
+                            x: torch.Tensor | None = None,
                             num_examples: int | None = None, *, layout: str = "plate",
                             log_pi: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """The factorial SMASO of a whole layer (Eq 10) as a Pyro model.

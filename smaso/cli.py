@@ -77,7 +77,8 @@ class _StoreGiven(argparse._StoreAction):
     """argparse's ``store``, recording the option as given (``args._given``): ``--spec`` refuses an option it makes
     meaningless even when its value is the default (``--depth 3``)."""
 
-    def __call__(self, parser, namespace, values, option_string=None):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
         super().__call__(parser, namespace, values, option_string)
         namespace._given = {*getattr(namespace, "_given", ()), self.dest}
 
@@ -176,7 +177,7 @@ def ladder_from_args(args: argparse.Namespace) -> Ladder:
         return _tree_from_args(args)
 
 
-def _tree_from_args(args: argparse.Namespace):
+def _tree_from_args(args: argparse.Namespace) -> Ladder:
     """The tree ladder of the options (:meth:`Ladder.random`, ``fully_informative``, ``factorized_binary``,
     ``default``)."""
     from teachers.ladder import Ladder
@@ -617,7 +618,7 @@ def _noise_groups(text: str) -> int:
     return k
 
 
-def _float_in(what: str, ok):
+def _float_in(what: str, ok: Callable[[float], bool]) -> Callable[[str], float]:
     """An argparse type: a finite number for which ``ok`` holds, ``what`` in the error ("> 0")."""
 
     def parse(text: str) -> float:

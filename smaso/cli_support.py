@@ -260,7 +260,7 @@ def _named_as(options: dict[str, str]) -> Iterator[None]:
         raise type(e)(f"{where}: {str(e)[m.end():]}") from None
 
 
-def _check_student_options(args) -> None:
+def _check_student_options(args: argparse.Namespace) -> None:
     """``demo``'s and ``compare``'s ``--activation`` and ``--lr-schedule``, read by the trainer's own parsers before
     any work (the trainer reads them only once the data are loaded and described)."""
     if not hasattr(args, "activation"):
@@ -275,7 +275,7 @@ def _check_student_options(args) -> None:
         _read_lr_schedule(args.lr_schedule)
 
 
-def _check_sampling_options(args) -> None:
+def _check_sampling_options(args: argparse.Namespace) -> None:
     """``sample``'s ``--shard``, ``--chunk-rows`` and a store's ``--compress``, read by the samplers' own parsers
     before any work, and named as the options."""
     if args.command != "sample":
@@ -294,7 +294,7 @@ def _check_sampling_options(args) -> None:
         _compression(True if args.compress is None else args.compress)
 
 
-def _check_width(args, ladder) -> None:
+def _check_width(args: argparse.Namespace, ladder: Ladder) -> None:
     """``--width``: one value, or one per hidden level of ``ladder`` (a dataset's: checked once it is opened,
     before anything is printed)."""
     levels = ladder.depth - 1

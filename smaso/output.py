@@ -25,8 +25,8 @@ ENV = "SMASO_OUTPUT"
 
 
 #: The source checkout this module runs from (None when installed: no ``pyproject.toml`` beside the package).
-_CHECKOUT = Path(__file__).resolve().parents[1]
-_CHECKOUT = _CHECKOUT if (_CHECKOUT / "pyproject.toml").is_file() else None
+_HERE = Path(__file__).resolve().parents[1]
+_CHECKOUT: Path | None = _HERE if (_HERE / "pyproject.toml").is_file() else None
 DEFAULT_ROOT = "smaso-output"
 
 

@@ -138,8 +138,8 @@ def __getattr__(name: str) -> Any:
         module, new = _DEPRECATED[name]
         warn(f"teachers.{name}", new)
         return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    module = _EXPORTS.get(name)
-    if module is None:
+    exported = _EXPORTS.get(name)
+    if exported is None:
         if name.startswith("__"):
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         try:  # a submodule not imported yet (``teachers.spec_io`` after a bare ``import teachers``)
@@ -148,7 +148,7 @@ def __getattr__(name: str) -> Any:
             if e.name != f"{__name__}.{name}":
                 raise
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    value = getattr(importlib.import_module(f"{__name__}.{exported}"), name)
     if name != "tent":  # (``tent`` is the function; see _Package)
         globals()[name] = value
     return value

@@ -20,7 +20,7 @@ def lazy_submodules(package: str, names: Sequence[str], namespace: dict, entry_p
     """
     public, entry_points = frozenset(names), entry_points or {}
 
-    def __getattr__(name: str):
+    def __getattr__(name: str) -> object:
         """Import a submodule or an entry point on first use (PEP 562), so that importing the package stays cheap."""
         if name in public:
             return importlib.import_module(f"{package}.{name}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -96,7 +96,7 @@ def _region(g: Ladder, v: int) -> tuple[int, int]:
     return (l, v - off[l])
 
 
-def _global(g: Ladder, r) -> int:
+def _global(g: Ladder, r: int | tuple[int, int] | list[int]) -> int:
     off = g.level_offsets
     if isinstance(r, (tuple, list)) and len(r) == 2:
         l, i = int(r[0]), int(r[1])
@@ -241,7 +241,9 @@ class JunctionTree:
             if p is not None:
                 self.kids[p].append(k)
 
-    def calibrate(self, factors: list[_Factor], batch: int, *, down: bool = True, reduce=torch.logsumexp):
+    def calibrate(self, factors: list[_Factor], batch: int, *, down: bool = True, reduce: Callable[...,
+                  torch.Tensor] = torch.logsumexp) -> tuple[list[torch.Tensor], list[_Factor],
+                  list[_Factor | None] | None]:
         """Upward (and downward) messages; returns the clique potentials, up and down messages."""
         K = len(self.cliques)
         assigned: list[list[_Factor]] = [[] for _ in range(K)]
@@ -264,18 +266,19 @@ class JunctionTree:
                 dn[j] = _sum_out(t, c, set(self.cliques[j][1:]))
         return psi, up, dn
 
-    def belief(self, k: int, psi, up, dn, batch: int) -> torch.Tensor:
+    def belief(self, k: int, psi: list[torch.Tensor], up: list[_Factor], dn: list[_Factor | None] | None,
+               batch: int) -> torch.Tensor:
         """The calibrated log table of clique k (potential, children's upward and the downward message)."""
         t = self.conditional(k, psi, up, batch)
         return t if dn[k] is None else t + _align(dn[k], self.cliques[k])
 
-    def conditional(self, k: int, psi, up, batch: int) -> torch.Tensor:
+    def conditional(self, k: int, psi: list[torch.Tensor], up: list[_Factor], batch: int) -> torch.Tensor:
         """The upward table of clique k before its region v_k is summed out: ``(batch, m_v, *separator)``, the log of
         p(z_v, x_below | separator) up to a factor of the separator (what the MAP traceback and the draws read)."""
         c = self.cliques[k]
         return _product([_Factor(c, psi[k]), *(up[j] for j in self.kids[k])], c, self.sizes, batch)
 
-    def log_z(self, up, batch: int) -> torch.Tensor:
+    def log_z(self, up: list[_Factor], batch: int) -> torch.Tensor:
         """Sum over the roots of the tree (one per connected component) of their upward totals: ``(B,)``."""
         z = torch.zeros(batch, dtype=torch.float64, device=up[0].t.device if up else None)
         for k, p in enumerate(self.parent):
@@ -334,7 +337,8 @@ def _query_joint(g: Ladder, factors: list[_Factor], query: Sequence[int], max_cl
     return (t - torch.logsumexp(t.reshape(-1), 0)).exp()
 
 
-def _marginal_of(jt: JunctionTree, beliefs: dict, psi, up, dn, want: Sequence[int]) -> torch.Tensor | None:
+def _marginal_of(jt: JunctionTree, beliefs: dict, psi: list[torch.Tensor], up: list[_Factor],
+                 dn: list[_Factor | None] | None, want: Sequence[int]) -> torch.Tensor | None:
     """exp of the normalized marginal over ``want`` (that order) from a clique containing it, else None."""
     s = set(want)
     ks = [k for k, c in enumerate(jt.cliques) if s <= set(c)]

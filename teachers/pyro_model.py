@@ -58,7 +58,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import pyro
 import pyro.distributions as dist
@@ -518,7 +518,7 @@ def _label_factor(z0: torch.Tensor, y: torch.Tensor) -> None:
     pyro.factor("z_0_observed", torch.where(z0 == y.to(z0.device), zero, -torch.inf))
 
 
-def _refuse_plates_enumeration() -> None:
+def _refuse_plates_enumeration() -> NoReturn:
     raise ValueError("LadderModel: a bottom-up ladder in layout='plates' cannot be enumerated (each parent is "
                      "the lookup of all its children, which share one plate, and Pyro's plates are independent); "
                      "to enumerate, use LadderModel(ladder, group_regions=False) (layout='groups', one site per "
@@ -534,7 +534,7 @@ class _PlatedLeaves(IndexedCategorical):
     reshape deep in the model).  ``enumerate_support`` is what ``TraceEnum_ELBO`` and ``infer_discrete`` call on
     a site configured for enumeration, so refusing there catches every enumeration and nothing else."""
 
-    def enumerate_support(self, expand=True):
+    def enumerate_support(self, expand: bool = True) -> torch.Tensor:
         _refuse_plates_enumeration()
 
 
@@ -542,5 +542,5 @@ class _PlatedPointMass(PointMassCategorical):
     """A bottom-up parent level in the ``"plates"`` layout: refuses enumeration as :class:`_PlatedLeaves` does
     (with the leaves observed, the next level would otherwise read an enumerated level across its plate)."""
 
-    def enumerate_support(self, expand=True):
+    def enumerate_support(self, expand: bool = True) -> torch.Tensor:
         _refuse_plates_enumeration()

@@ -6,6 +6,7 @@ the model's entry points share (a ``ValueError`` naming the argument before Pyro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pyro
 import pyro.distributions as dist
@@ -108,14 +109,16 @@ class PointMassCategorical(TorchDistribution):
     arg_constraints = {}
     has_enumerate_support = True
 
-    def __new__(cls, value=None, num_events=None, validate_args=None, *, logits=None, probs=None):
+    def __new__(cls, value: torch.Tensor | None = None, num_events: int | None = None,
+                validate_args: bool | None = None, *, logits: torch.Tensor | None = None,
+                probs: torch.Tensor | None = None) -> Any:
         # Pyro rebuilds enumerated distributions as ``type(d)(logits=...)`` (TraceEnum_ELBO.compute_marginals):
         # those are ordinary dense categoricals, as for teachers.categorical.IndexedCategorical
         if logits is not None or probs is not None:
             return dist.Categorical(logits=logits, probs=probs, validate_args=validate_args)
         return super().__new__(cls)
 
-    def __init__(self, value: torch.Tensor, num_events: int, validate_args: bool | None = None, **_dense) -> None:
+    def __init__(self, value: torch.Tensor, num_events: int, validate_args: bool | None = None, **_dense: Any) -> None:
         self.value, self.num_events = value, int(num_events)
         super().__init__(batch_shape=value.shape, event_shape=torch.Size(), validate_args=validate_args)
 
@@ -123,7 +126,8 @@ class PointMassCategorical(TorchDistribution):
     def support(self) -> constraints.Constraint:
         return constraints.integer_interval(0, self.num_events - 1)
 
-    def expand(self, batch_shape: torch.Size | list[int] | tuple[int, ...], _instance=None) -> PointMassCategorical:
+    def expand(self, batch_shape: torch.Size | list[int] | tuple[int, ...],
+               _instance: PointMassCategorical | None = None) -> PointMassCategorical:
         new = self._get_checked_instance(PointMassCategorical, _instance)
         new.value, new.num_events = self.value.expand(batch_shape), self.num_events
         super(PointMassCategorical, new).__init__(batch_shape=torch.Size(batch_shape), event_shape=torch.Size(),

@@ -20,7 +20,9 @@ from __future__ import annotations
 import functools
 import json
 from collections import deque
+from collections.abc import Iterator
 from importlib import resources
+from typing import Any
 
 from .validation import LadderSpecError, _got, _short
 
@@ -28,7 +30,8 @@ __all__ = ["SCHEMA_FILE", "check_spec_schema", "spec_schema"]
 
 #: The schema's file name inside the ``teachers`` package.
 SCHEMA_FILE = "ladder_spec.schema.json"
-_FAST = {"numbers": "number", "integers": "integer"}  # $anchor of a leaf-array subschema -> its leaves' type
+#: $anchor of a leaf-array subschema -> its leaves' type (the arrays a plain loop checks).
+_FAST: dict[Any, str] = {"numbers": "number", "integers": "integer"}
 
 
 @functools.cache
@@ -38,13 +41,13 @@ def spec_schema() -> dict:
 
 
 @functools.cache
-def _validator():
+def _validator() -> Any:
     import jsonschema
 
     base = jsonschema.Draft202012Validator
     items = base.VALIDATORS["items"]
 
-    def fast_items(validator, value, instance, schema):
+    def fast_items(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
         leaf = _FAST.get(schema.get("$anchor")) if isinstance(schema, dict) else None
         if leaf is None or not isinstance(instance, list):
             yield from items(validator, value, instance, schema)
@@ -55,13 +58,13 @@ def _validator():
     return cls(spec_schema())
 
 
-def _leaves_errors(validator, instance: list, leaf: str, schema: dict):
+def _leaves_errors(validator: Any, instance: list, leaf: str, schema: dict) -> Iterator[Any]:
     """The errors ``{"type": [leaf, "array"], "items": <itself>}`` gives for the entries of ``instance``, in
     jsonschema's order (depth first, entries in order), nested lists walked by a loop."""
     import jsonschema
 
     allowed = [leaf, "array"]
-    stack = [(iter(enumerate(instance)), ())]
+    stack: list[tuple[Iterator[tuple[int, Any]], tuple[int, ...]]] = [(iter(enumerate(instance)), ())]
     while stack:
         entries, path = stack[-1]
         for i, e in entries:
@@ -91,14 +94,14 @@ def check_spec_schema(doc: object) -> None:
         raise LadderSpecError(_message(error))
 
 
-def _field(path) -> str:
+def _field(path: Any) -> str:
     out = ""
     for k in path:
         out += f"[{k}]" if isinstance(k, int) else (f".{k}" if out else str(k))
     return out
 
 
-def _message(error) -> str:
+def _message(error: Any) -> str:
     """``<field path>: <what was expected>, got <what was there>`` for a jsonschema error."""
     path, schema, kind, value = _field(error.absolute_path), error.schema, error.validator, error.validator_value
     where = path or "ladder spec"

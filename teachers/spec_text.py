@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import Any
 
 __all__ = ["SPEC_FORMATS", "WIDTH", "spec_text"]
 
@@ -55,7 +56,7 @@ class _Writer:
         self.toml = toml
 
     # ------------------------------------------------------------------ scalars
-    def scalar(self, v, path: str) -> str:
+    def scalar(self, v: Any, path: str) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
         if isinstance(v, int):
@@ -79,20 +80,20 @@ class _Writer:
         text = json.dumps(s, ensure_ascii=False)
         return text.replace("\x7f", "\\u007f") if self.toml else text
 
-    def key(self, k) -> str:
+    def key(self, k: object) -> str:
         if not isinstance(k, str):
             raise TypeError(f"a spec's field names are strings, got {type(k).__name__} {k!r}")
         return k if self.toml and _BARE_KEY.fullmatch(k) else self.string(k)
 
     # ------------------------------------------------------------------ compound values
-    def value(self, v, path: str, depth: int) -> str:
+    def value(self, v: Any, path: str, depth: int) -> str:
         if isinstance(v, dict):
             return self.table(v, path, depth)
         if isinstance(v, (list, tuple)):
             return self.array(v, path, depth)
         return self.scalar(v, path)
 
-    def inline(self, v, path: str) -> str:
+    def inline(self, v: Any, path: str) -> str:
         """``v`` on one line."""
         if isinstance(v, dict):
             sep = " = " if self.toml else ": "
@@ -101,7 +102,7 @@ class _Writer:
             return "[" + ", ".join(self.inline(x, f"{path}[{i}]") for i, x in enumerate(v)) + "]"
         return self.scalar(v, path)
 
-    def array(self, v, path: str, depth: int) -> str:
+    def array(self, v: list[Any] | tuple[Any, ...], path: str, depth: int) -> str:
         """One line for a list of scalars (a table row), or for any list whose line fits in WIDTH; otherwise
         one element per line."""
         one = self.inline(v, path)
@@ -135,5 +136,5 @@ class _Writer:
         return text
 
 
-def _join(path: str, key) -> str:
+def _join(path: str, key: object) -> str:
     return f"{path}.{key}" if path else str(key)
