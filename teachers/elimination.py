@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -55,7 +55,7 @@ def _product(factors: Sequence[_Factor], target: Sequence[int], sizes: Sequence[
     return out.expand(batch if out.shape[0] == 1 else out.shape[0], *[sizes[v] for v in target])
 
 
-def _sum_out(t: torch.Tensor, vars_: Sequence[int], keep: Sequence[int]) -> _Factor:
+def _sum_out(t: torch.Tensor, vars_: Sequence[int], keep: Collection[int]) -> _Factor:
     """logsumexp of ``t`` (axes ``vars_`` after the batch axis) over every variable not in ``keep``."""
     drop = [1 + j for j, v in enumerate(vars_) if v not in keep]
     kept = tuple(v for v in vars_ if v in keep)
