@@ -37,7 +37,7 @@ from .sum_product import TreePlan, Upward, leaf_factors, tree_plan, upward
 if TYPE_CHECKING:
     import arviz as az
 
-    from .junction_tree import _Factor
+    from teachers.elimination import _Factor
 
 __all__ = ["posterior_event_draws"]
 
@@ -129,8 +129,12 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
     # every uniform is drawn up front, in one call, so the draws depend only on the seed
     gen = torch.Generator(device=dev).manual_seed(seed)
     u = torch.rand(total, n, ladder.total_regions, generator=gen, dtype=torch.float64, device=dev)
-    z = _tree_draws(plan, up, u) if jt is None else _junction_draws(jt, psi, jt_up, u)
-    z = z.reshape(num_chains, num_draws, n, ladder.total_regions).cpu().numpy()
+    if jt is not None:
+        draws = _junction_draws(jt, psi, jt_up, u)
+    else:
+        assert up is not None  # no junction tree: the tree pass stood
+        draws = _tree_draws(plan, up, u)
+    z = draws.reshape(num_chains, num_draws, n, ladder.total_regions).cpu().numpy()
     return _event_inference_data(ladder, z, x.detach().cpu().double().numpy(), onehot)
 
 

@@ -502,8 +502,8 @@ def _inference_data(t: torch.Tensor, x: torch.Tensor | None, num_regions: int) -
     import arviz as az
 
     n, k = t.shape[2], t.shape[3]
-    t = t.detach().cpu().numpy()
-    onehot = (t[..., None] == np.arange(num_regions)).astype(np.float64)
+    draws = t.detach().cpu().numpy()
+    onehot = (draws[..., None] == np.arange(num_regions)).astype(np.float64)
     coords = {"example": np.arange(n), "unit": np.arange(k), "category": np.arange(num_regions)}
     dims = {"t": ["example", "unit"], "t_onehot": ["example", "unit", "category"]}
     observed = None
@@ -511,7 +511,7 @@ def _inference_data(t: torch.Tensor, x: torch.Tensor | None, num_regions: int) -
         coords["feature"] = np.arange(x.shape[1])
         dims["x"] = ["example", "feature"]
         observed = {"x": x.detach().cpu().numpy()}
-    idata = az.from_dict(posterior={"t": t, "t_onehot": onehot}, observed_data=observed, coords=coords, dims=dims)
+    idata = az.from_dict(posterior={"t": draws, "t_onehot": onehot}, observed_data=observed, coords=coords, dims=dims)
     # nominal labels: a non-index coordinate, which ``posterior["t"]`` still reaches and ``az.summary`` (over data
     # variables only) skips, as the ladder's event labels (inference.event_draws)
     labels = idata.posterior["t"].assign_attrs(kind="categorical", num_categories=num_regions)

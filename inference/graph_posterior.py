@@ -13,7 +13,7 @@ one when it is called (the module itself imports silently); removed in 0.4.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -35,10 +35,12 @@ class GraphPosterior(Posterior):
     is ``marginals[l][i]`` ``(N, m_{l,i})``, one tensor per region (``Posterior.region_marginals()``), and None
     when not computed, as in 0.2."""
 
+    # Deprecated, and unlike its base on purpose (0.2's per-region lists, None when not computed; removed in 0.4):
+    # graph_posterior stores the per-region lists in the base's _marginals, so the types differ from Posterior's.
     @property
-    def marginals(self) -> list[list[torch.Tensor]] | None:
+    def marginals(self) -> list[list[torch.Tensor]] | None:  # type: ignore[override]  # 0.2's type, see above
         """The per-region marginals as stored (None when not computed: this deprecated class keeps 0.2's behaviour)."""
-        return self._marginals
+        return cast("list[list[torch.Tensor]] | None", self._marginals)
 
     def region_marginal(self, level: int, i: int) -> torch.Tensor:
         """p(z_{level,i} | x) ``(N, m_{level,i})``."""
@@ -59,7 +61,8 @@ def graph_posterior(g: Ladder, x: torch.Tensor, *, marginals: bool = True, max_c
     warn("inference.graph_posterior.graph_posterior", "inference.posterior.posterior(ladder, x, marginals=True) "
          "(Posterior.region_marginals() gives the per-region list)")
     post = _new.posterior(g, x, marginals=marginals, max_clique=max_clique, chunk_size=chunk_size, device=device)
-    return GraphPosterior(post.log_evidence, post.label, post.region_marginals() if marginals else None,
+    per_region = cast("list[torch.Tensor] | None", post.region_marginals() if marginals else None)  # see marginals
+    return GraphPosterior(post.log_evidence, post.label, per_region,
                           post.method, post.cost, post.region_events)
 
 

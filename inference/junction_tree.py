@@ -35,6 +35,8 @@ since the model's own exact statistics need them, and are re-exported here; this
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from teachers.elimination import (  # the elimination machinery lives with the models (teachers <- inference)
@@ -64,7 +66,7 @@ def junction_posterior(g: Ladder, jt: JunctionTree, x: torch.Tensor, dev: torch.
     a region's own event count).  Impossible examples get log p(x) = -inf and nan marginals (the caller raises)."""
     n, levels = x.shape[0], zip(g.num_regions, g.events, strict=True)
     psi, up, dn = jt.calibrate(_factors(g, x, dev), n)
-    out = [jt.log_z(up, n), None]
+    out: list[torch.Tensor | None] = [jt.log_z(up, n), None]  # p(y | x) read at v = 0, which every pass reads
     out += [torch.zeros(n, r, m, dtype=torch.float64, device=dev) for r, m in levels] if marginals else []
     for v in range(g.total_regions) if marginals else [0]:
         k = jt.pos[v]
@@ -74,8 +76,8 @@ def junction_posterior(g: Ladder, jt: JunctionTree, x: torch.Tensor, dev: torch.
             out[1] = q
         if marginals:
             l, i = _region(g, v)
-            out[2 + l][:, i, : q.shape[1]] = q
-    return out
+            cast(torch.Tensor, out[2 + l])[:, i, : q.shape[1]] = q
+    return cast(list[torch.Tensor], out)
 
 
 def junction_map(g: Ladder, x: torch.Tensor, dev: torch.device, *, max_clique: int = MAX_CLIQUE
@@ -92,6 +94,6 @@ def junction_map(g: Ladder, x: torch.Tensor, dev: torch.device, *, max_clique: i
     for k in reversed(range(len(jt.cliques))):  # the separator of clique k is eliminated after it
         c = jt.cliques[k]
         t = jt.conditional(k, psi, up, n)  # (n, m_v, *sep)
-        idx = (ar, slice(None), *(z[:, u] for u in c[1:]))
+        idx: tuple[torch.Tensor | slice, ...] = (ar, slice(None), *(z[:, u] for u in c[1:]))
         z[:, c[0]] = t[idx].argmax(-1)
     return z, best

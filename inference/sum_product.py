@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from teachers.emission import OneHotEmission
-from teachers.ladder import TOPDOWN, Ladder
+from teachers.ladder import TOPDOWN, Ladder, _known
 
 __all__ = ["TINY", "TreePlan", "Upward", "downward", "leaf_factors", "log_messages", "tree_plan", "upward"]
 
@@ -124,22 +125,22 @@ def _build(ladder: Ladder, device: torch.device, key: tuple) -> TreePlan:
         raise ValueError("tree_plan: regions of this ladder have several parents; use the junction tree")
     d, R, M = ladder.depth, ladder.num_regions, ladder.events
     p = TreePlan(weakref.ref(ladder), device, ladder.mode, d, tuple(R), tuple(M), key=key)
-    f64 = dict(device=device, dtype=torch.float64)
+    f64: dict[str, Any] = dict(device=device, dtype=torch.float64)
     if ladder.mode == TOPDOWN:
-        p.prior = ladder.prior.to(**f64)
+        p.prior = _known(ladder.prior, "prior", "a top-down ladder").to(**f64)
         p.T, p.Tt, p.parent = [None], [None], [None]
         for l in range(1, d + 1):
-            t = ladder.tables[l - 1]
+            t = _known(ladder.tables, "tables", "a top-down ladder")[l - 1]
             if t is None or tuple(t.shape) != (R[l], M[l - 1], M[l]):
                 t = torch.zeros(R[l], M[l - 1], M[l], dtype=torch.float64)
-                for i, ti in enumerate(ladder.region_tables[l]):
+                for i, ti in enumerate(_known(ladder.region_tables, "region_tables", "a top-down ladder")[l]):
                     t[i, : ti.shape[0], : ti.shape[1]] = ti
             t = t.to(**f64)
             p.T.append(t)
             p.Tt.append(t.transpose(1, 2).contiguous())
             p.parent.append(ladder.parent_index(l).to(device))
     else:
-        p.leaf_prior = ladder.leaf_prior.to(**f64)[:, None, :]
+        p.leaf_prior = _known(ladder.leaf_prior, "leaf_prior", "a bottom-up ladder").to(**f64)[:, None, :]
         for l in range(d):
             p.groups.append(_groups(ladder, l, device))
     for l in range(d):  # how level l's regions find their children in level l + 1
@@ -166,13 +167,14 @@ def _groups(ladder: Ladder, l: int, device: torch.device) -> list[_Group]:
     by_shape: dict[tuple, list[int]] = {}
     for i in range(ladder.num_regions[l]):
         by_shape.setdefault((ladder.child_sizes(l, i), ladder.region_events[l][i]), []).append(i)
+    lookups = _known(ladder.lookups, "lookups", "a bottom-up ladder")[l]
     out = []
     for (sizes, m), regions in by_shape.items():
         kids = [ladder.children[l][i] for i in regions]
         b = len(sizes)
         every = regions == list(range(ladder.num_regions[l]))
         contiguous = every and all(ks == tuple(range(g * b, g * b + b)) for g, ks in enumerate(kids))
-        index = torch.stack([ladder.lookups[l][i] for i in regions]).to(device)[:, None, :]
+        index = torch.stack([lookups[i] for i in regions]).to(device)[:, None, :]
         out.append(_Group(None if every else torch.tensor(regions, device=device),
                           None if contiguous else torch.tensor([c for ks in kids for c in ks], device=device),
                           tuple(sizes), int(m), index))
@@ -187,20 +189,22 @@ def leaf_factors(plan: TreePlan, x: torch.Tensor | None = None, ll: torch.Tensor
 
     Top-down: phi = p(x_r | z_r) / c_r; bottom-up: phi = P(z_r) p(x_r | z_r) / c_r (module docstring)."""
     em = plan.ladder.emission
-    if ll is None and type(em) is OneHotEmission:
-        match = (x == 1) & (x.sum(-1, keepdim=True) == 1)  # the emission's definition of p(x_r | z_r = k) = 1
-        phi = torch.empty(match.shape[1], match.shape[0], match.shape[2], dtype=torch.float64, device=x.device)
-        phi.copy_(match.transpose(0, 1))
-        if plan.mode == TOPDOWN:
-            return phi, torch.zeros(phi.shape[0], phi.shape[1], 1, dtype=torch.float64, device=x.device)
-        phi.mul_(plan.leaf_prior)
-        c = phi.amax(-1, keepdim=True).clamp_(min=TINY)
-        return phi.div_(c), c.log_()
     if ll is None:
+        if x is None:
+            raise ValueError("leaf_factors: expected x or ll, got neither")
+        if type(em) is OneHotEmission:
+            match = (x == 1) & (x.sum(-1, keepdim=True) == 1)  # the emission's definition of p(x_r | z_r = k) = 1
+            phi = torch.empty(match.shape[1], match.shape[0], match.shape[2], dtype=torch.float64, device=x.device)
+            phi.copy_(match.transpose(0, 1))
+            if plan.mode == TOPDOWN:
+                return phi, torch.zeros(phi.shape[0], phi.shape[1], 1, dtype=torch.float64, device=x.device)
+            phi.mul_(_known(plan.leaf_prior, "leaf_prior", "a bottom-up ladder"))
+            c = phi.amax(-1, keepdim=True).clamp_(min=TINY)
+            return phi.div_(c), c.log_()
         ll = em.log_likelihood(x)
     llt = ll.to(torch.float64).transpose(0, 1)  # (R_d, n, m)
     if plan.mode != TOPDOWN:
-        llt = llt + plan.leaf_prior.log()
+        llt = llt + _known(plan.leaf_prior, "leaf_prior", "a bottom-up ladder").log()
     c = llt.amax(-1, keepdim=True).clamp_(min=-1e300)  # an all -inf leaf stays -inf below, not nan
     phi = torch.empty(llt.shape, dtype=torch.float64, device=llt.device)
     torch.sub(llt, c, out=phi).exp_()
@@ -250,7 +254,7 @@ def upward(plan: TreePlan, phi: torch.Tensor, log_c: torch.Tensor, *, keep: bool
     phis, msgs, lams, confs = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)  # type: list, list, list, list
     phis[d] = phi
     logs = log_c.sum(0)  # (n, 1)
-    cum = [None] * d + [log_c.contiguous()] if cumulative else None
+    cum: list | None = [None] * d + [log_c.contiguous()] if cumulative else None  # a list exactly when cumulative
     for l in range(d - 1, -1, -1):
         if plan.mode == TOPDOWN:
             tt = plan.Tt[l + 1]
@@ -269,12 +273,12 @@ def upward(plan: TreePlan, phi: torch.Tensor, log_c: torch.Tensor, *, keep: bool
         phi = lam.div_(s) if not keep or plan.mode == TOPDOWN else lam / s
         log_s = s.log_()
         logs = logs + log_s.sum(0)
-        if cumulative:
+        if cum is not None:  # cumulative
             cum[l] = _children(plan, l, cum[l + 1], 0.0).sum(1) + log_s
         if keep:
             phis[l] = phi
     root = phi[0]  # (n, m_0)
-    joint = root * plan.prior if plan.mode == TOPDOWN else root
+    joint = root * _known(plan.prior, "prior", "a top-down ladder") if plan.mode == TOPDOWN else root
     tot = joint.sum(-1, keepdim=True)
     return Upward(phis, msgs, lams, confs, cum, (logs + tot.log()).view(-1), joint / tot)
 
@@ -282,7 +286,7 @@ def upward(plan: TreePlan, phi: torch.Tensor, log_c: torch.Tensor, *, keep: bool
 def _bottomup_level(plan: TreePlan, l: int, phi: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """lambda of level l ``(R_l, n, M_l)`` (unscaled) and the configurations of every group, from ``phi`` of l + 1."""
     n = phi.shape[1]
-    lam = None
+    lam: torch.Tensor | None = None
     confs = []
     for g in plan.groups[l]:
         G = g.index.shape[0]
@@ -302,6 +306,7 @@ def _bottomup_level(plan: TreePlan, l: int, phi: torch.Tensor) -> tuple[torch.Te
                 lam = torch.zeros(plan.R[l], n, plan.M[l], dtype=torch.float64, device=phi.device)
             lam[:, :, : g.events].index_copy_(0, g.regions if g.regions is not None else
                                               torch.arange(G, device=phi.device), part)
+    assert lam is not None  # every level above the leaves has at least one group
     return lam, confs
 
 
@@ -326,7 +331,7 @@ def _bottomup_down(plan: TreePlan, l: int, q: torch.Tensor, up: Upward) -> torch
     """Marginals of level l + 1 from those of level l (bottom-up: through every group's configurations)."""
     n = q.shape[1]
     ratio = q / up.lam[l].clamp(min=TINY)  # (R_l, n, M_l)
-    out = None
+    out: torch.Tensor | None = None
     for g, conf in zip(plan.groups[l], up.conf[l], strict=True):
         G, b = g.index.shape[0], len(g.sizes)
         r = ratio if g.regions is None else ratio.index_select(0, g.regions)
@@ -342,6 +347,7 @@ def _bottomup_down(plan: TreePlan, l: int, q: torch.Tensor, up: Upward) -> torch
             torch.arange(G * b, device=q.device).view(G, b)
         for c in range(b):
             out[:, :, : g.sizes[c]].index_copy_(0, kids[:, c], parts[c])
+    assert out is not None  # every level above the leaves has at least one group
     return out
 
 
@@ -354,4 +360,6 @@ def log_messages(ladder: Ladder, ll: torch.Tensor) -> list[torch.Tensor]:
     plan = tree_plan(ladder, ll.device)
     phi, log_c = leaf_factors(plan, ll=ll)
     up = upward(plan, phi, log_c, keep=True, cumulative=True)
-    return [(up.phi[l].log() + up.log_scale[l]).transpose(0, 1) for l in range(ladder.depth + 1)]
+    log_scale = up.log_scale
+    assert log_scale is not None  # cumulative=True
+    return [(up.phi[l].log() + log_scale[l]).transpose(0, 1) for l in range(ladder.depth + 1)]

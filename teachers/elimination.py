@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import torch
 
-from .ladder import TOPDOWN, Ladder
+from .ladder import TOPDOWN, Ladder, _known
 from .ladder import _check_ladder as check_ladder
 
 __all__ = ["MAX_CLIQUE", "EliminationCost", "GraphStatistics", "JunctionTree", "elimination_order", "graph_statistics",
@@ -55,7 +56,7 @@ def _product(factors: Sequence[_Factor], target: Sequence[int], sizes: Sequence[
     return out.expand(batch if out.shape[0] == 1 else out.shape[0], *[sizes[v] for v in target])
 
 
-def _sum_out(t: torch.Tensor, vars_: Sequence[int], keep: Sequence[int]) -> _Factor:
+def _sum_out(t: torch.Tensor, vars_: Sequence[int], keep: Collection[int]) -> _Factor:
     """logsumexp of ``t`` (axes ``vars_`` after the batch axis) over every variable not in ``keep``."""
     drop = [1 + j for j, v in enumerate(vars_) if v not in keep]
     kept = tuple(v for v in vars_ if v in keep)
@@ -70,14 +71,16 @@ def _factors(g: Ladder, x: torch.Tensor | None, device: torch.device | None = No
     off, sizes = g.level_offsets, _sizes(g)
     dev = device if device is not None else (x.device if x is not None else torch.device("cpu"))
     with torch.no_grad():
-        priors = [g.prior] if g.mode == TOPDOWN else g.leaf_priors
+        priors = ([_known(g.prior, "prior", "a top-down ladder")] if g.mode == TOPDOWN
+                  else _known(g.leaf_priors, "leaf_priors", "a bottom-up ladder"))
         top = 0 if g.mode == TOPDOWN else off[g.depth]
         out = [_Factor((top + i,), p.to(dev, torch.float64).log()[None]) for i, p in enumerate(priors)]
         for (l, i), scope in _scopes(g):
             if g.mode == TOPDOWN:
-                t = g.region_tables[l][i].to(dev, torch.float64).log()
+                t = _known(g.region_tables, "region_tables", "a top-down ladder")[l][i].to(dev, torch.float64).log()
             else:
-                ind = g.lookups[l][i].to(dev, torch.int64)[:, None] == torch.arange(sizes[scope[-1]], device=dev)
+                lookup = _known(g.lookups, "lookups", "a bottom-up ladder")[l][i]
+                ind = lookup.to(dev, torch.int64)[:, None] == torch.arange(sizes[scope[-1]], device=dev)
                 t = torch.where(ind, 0.0, -math.inf).to(torch.float64)
             out.append(_Factor(scope, t.reshape(1, *(sizes[v] for v in scope))))
         if x is not None:
@@ -241,6 +244,18 @@ class JunctionTree:
             if p is not None:
                 self.kids[p].append(k)
 
+    # The down messages are there exactly when asked for (down=True, the default), as the overloads say.
+    @overload
+    def calibrate(self, factors: list[_Factor], batch: int, *, down: Literal[True] = True, reduce: Callable[...,
+                  torch.Tensor] = torch.logsumexp) -> tuple[list[torch.Tensor], list[_Factor],
+                  list[_Factor | None]]: ...
+    @overload
+    def calibrate(self, factors: list[_Factor], batch: int, *, down: Literal[False], reduce: Callable[...,
+                  torch.Tensor] = torch.logsumexp) -> tuple[list[torch.Tensor], list[_Factor], None]: ...
+    @overload
+    def calibrate(self, factors: list[_Factor], batch: int, *, down: bool = True, reduce: Callable[...,
+                  torch.Tensor] = torch.logsumexp) -> tuple[list[torch.Tensor], list[_Factor],
+                  list[_Factor | None] | None]: ...
     def calibrate(self, factors: list[_Factor], batch: int, *, down: bool = True, reduce: Callable[...,
                   torch.Tensor] = torch.logsumexp) -> tuple[list[torch.Tensor], list[_Factor],
                   list[_Factor | None] | None]:
@@ -249,28 +264,29 @@ class JunctionTree:
         assigned: list[list[_Factor]] = [[] for _ in range(K)]
         for f in factors:  # a factor sits in the clique of the first eliminated region of its scope
             assigned[min(self.pos[v] for v in f.vars)].append(f)
-        psi = [None] * K
-        up: list[_Factor | None] = [None] * K
+        psi: list[torch.Tensor] = []  # psi[k], up[k] appended in elimination order, where clique k reads only
+        up: list[_Factor] = []  # its own psi[k] and its children's up[j], j < k
         for k in range(K):  # elimination order: every child comes before its parent
-            psi[k] = _product(assigned[k], self.cliques[k], self.sizes, batch)
-            up[k] = _Factor(self.cliques[k][1:], reduce(self.conditional(k, psi, up, batch), dim=1))  # v_k: axis 1
+            psi.append(_product(assigned[k], self.cliques[k], self.sizes, batch))
+            up.append(_Factor(self.cliques[k][1:], reduce(self.conditional(k, psi, up, batch), dim=1)))  # v_k: axis 1
         if not down:
             return psi, up, None
         dn: list[_Factor | None] = [None] * K
         for k in reversed(range(K)):
-            c = self.cliques[k]
-            base = [_Factor(c, psi[k])] + ([dn[k]] if dn[k] is not None else [])
+            c, d = self.cliques[k], dn[k]
+            base = [_Factor(c, psi[k])] + ([d] if d is not None else [])
             for j in self.kids[k]:
                 others = [up[i] for i in self.kids[k] if i != j]
                 t = _product(base + others, c, self.sizes, batch)
                 dn[j] = _sum_out(t, c, set(self.cliques[j][1:]))
         return psi, up, dn
 
-    def belief(self, k: int, psi: list[torch.Tensor], up: list[_Factor], dn: list[_Factor | None] | None,
+    def belief(self, k: int, psi: list[torch.Tensor], up: list[_Factor], dn: list[_Factor | None],
                batch: int) -> torch.Tensor:
         """The calibrated log table of clique k (potential, children's upward and the downward message)."""
         t = self.conditional(k, psi, up, batch)
-        return t if dn[k] is None else t + _align(dn[k], self.cliques[k])
+        d = dn[k]
+        return t if d is None else t + _align(d, self.cliques[k])
 
     def conditional(self, k: int, psi: list[torch.Tensor], up: list[_Factor], batch: int) -> torch.Tensor:
         """The upward table of clique k before its region v_k is summed out: ``(batch, m_v, *separator)``, the log of
@@ -338,7 +354,7 @@ def _query_joint(g: Ladder, factors: list[_Factor], query: Sequence[int], max_cl
 
 
 def _marginal_of(jt: JunctionTree, beliefs: dict, psi: list[torch.Tensor], up: list[_Factor],
-                 dn: list[_Factor | None] | None, want: Sequence[int]) -> torch.Tensor | None:
+                 dn: list[_Factor | None], want: Sequence[int]) -> torch.Tensor | None:
     """exp of the normalized marginal over ``want`` (that order) from a clique containing it, else None."""
     s = set(want)
     ks = [k for k, c in enumerate(jt.cliques) if s <= set(c)]

@@ -18,12 +18,12 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal, overload
 
 import numpy as np
 import torch
 
-from .ladder import GRAPH_FORMAT_V1, TOPDOWN, Ladder
+from .ladder import GRAPH_FORMAT_V1, TOPDOWN, Ladder, _known
 from .validation import _is_int
 
 __all__ = ["FORMAT", "META_CHECKSUM", "DatasetFormatError", "check_contiguous", "check_coverage", "check_ladder_fields",
@@ -139,8 +139,16 @@ def _check_int(v: Any, name: str, *, minimum: int = 0) -> int:
     return int(v)
 
 
+@overload
+def _field_int(meta: dict, key: str, where: str, *, minimum: int = 0, optional: Literal[False] = False,
+               none_ok: Literal[False] = False) -> int: ...
+@overload
+def _field_int(meta: dict, key: str, where: str, *, minimum: int = 0, optional: bool = False,
+               none_ok: bool = False) -> int | None: ...
 def _field_int(meta: dict, key: str, where: str, *, minimum: int = 0, optional: bool = False,
                none_ok: bool = False) -> int | None:
+    """``meta[key]``, an integer >= ``minimum``; None only where allowed (``optional``: the field may be missing,
+    ``none_ok``: it may be null), so a required field is typed ``int`` (the overloads)."""
     if key not in meta:
         if optional:
             return None
@@ -290,7 +298,8 @@ def stored_spec(ladder: Ladder) -> dict:
     if ladder.is_uniform():
         return d
     d["packed"] = True
-    key, levels = ("tables", ladder.region_tables[1:]) if ladder.mode == TOPDOWN else ("lookup", ladder.lookups)
+    key, levels = (("tables", _known(ladder.region_tables, "region_tables", "a top-down ladder")[1:])
+                   if ladder.mode == TOPDOWN else ("lookup", _known(ladder.lookups, "lookups", "a bottom-up ladder")))
     d[key] = [torch.cat([t.reshape(-1) for t in lvl]).numpy() for lvl in levels]
     return d
 

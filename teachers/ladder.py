@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -71,7 +71,20 @@ __all__ = ["BOTTOMUP", "FORMAT", "GRAPH_FORMAT_V1", "MAX_DEPTH", "MAX_EVENTS", "
            "LadderSpecError"]
 
 
-def _stacked(levels: Sequence[torch.Tensor | None] | None) -> tuple[torch.Tensor | None, ...]:
+_T = TypeVar("_T")
+
+
+def _known(value: _T | None, name: str, holder: str) -> _T:
+    """``value``, a ladder's attribute read where an invariant says it is set (``name`` such as ``"prior"`` or
+    ``"branching"``, which only ``holder``, such as ``"a top-down ladder"`` or ``"a uniform tree"``, has): the one
+    place that narrows it for the type checker, and a clear ValueError, not a TypeError on None further on, if the
+    invariant is ever broken."""
+    if value is None:
+        raise ValueError(f"ladder.{name}: set only on {holder}")
+    return value
+
+
+def _stacked(levels: Sequence[torch.Tensor | tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor | None, ...]:
     """Each level's stacked tensor, None for a level held as a tuple of per-region tensors."""
     return tuple(t if isinstance(t, torch.Tensor) else None for t in levels)
 
@@ -99,6 +112,19 @@ class Ladder(LadderConstructors, LadderSpecIO):
     :param region_names: one distinct name per region in global order (trees only).
     """
 
+    # The layout: a uniform tree sets _branching and builds _parents and _region_events on first use (the
+    # properties); a region graph sets _parents and _region_events, and _branching only when it is a uniform tree.
+    _branching: tuple[int, ...] | None
+    _parents: tuple[tuple[tuple[int, ...], ...], ...] | None
+    _region_events: tuple[tuple[int, ...], ...] | None
+    _region_names: list[str] | None
+    # Per level below the root (tables) or above the leaves (lookups): the stacked tensor, or a tuple of the
+    # regions' tensors where their shapes differ (_level_tables); None in the other mode, as are prior/_leaf_prior.
+    _tables: tuple[torch.Tensor | tuple[torch.Tensor, ...], ...] | None
+    _lookup: tuple[torch.Tensor | tuple[torch.Tensor, ...], ...] | None
+    prior: torch.Tensor | None
+    _leaf_prior: torch.Tensor | None
+
     def __init__(self, branching: Sequence[int] | None = None, events: Sequence | None = None, *,
                  parents: Sequence | None = None, mode: str = TOPDOWN, prior: Any = None, tables: Any = None,
                  leaf_prior: Any = None,
@@ -116,12 +142,13 @@ class Ladder(LadderConstructors, LadderSpecIO):
         if events is None:
             raise LadderSpecError("events: missing (events per level, root first)")
         if parents is None:
+            assert branching is not None  # exactly one of the two, checked above
             self._init_tree_layout(branching, events)
         else:
             if factorization is not None or region_names is not None:
                 raise LadderSpecError("factorization, region_names: only for a ladder given by its branching")
             self._init_graph_layout(parents, events)
-            _check_graph_sizes(self._parents, self._region_events, self.num_regions, mode)
+            _check_graph_sizes(self.parents, self.region_events, self.num_regions, mode)
         self._region_names = self._check_names(region_names)
         given = {"prior": prior, "tables": tables, "factorization": factorization, "leaf_prior": leaf_prior,
                  "lookup": lookup}
@@ -183,17 +210,17 @@ class Ladder(LadderConstructors, LadderSpecIO):
 
     def _uniform_branching(self) -> tuple[int, ...] | None:
         """The branching when the graph is a uniform tree in breadth-first order, else None."""
-        if any(len(set(lvl)) != 1 for lvl in self._region_events):
+        if any(len(set(lvl)) != 1 for lvl in self.region_events):
             return None
         out = []
         for l in range(1, len(self.num_regions)):
             b, rem = divmod(self.num_regions[l], self.num_regions[l - 1])
-            if rem or any(ps != (i // b,) for i, ps in enumerate(self._parents[l])):
+            if rem or any(ps != (i // b,) for i, ps in enumerate(self.parents[l])):
                 return None
             out.append(b)
         return tuple(out)
 
-    def _check_names(self, region_names: Sequence[Sequence[str]] | None) -> tuple[tuple[str, ...], ...] | None:
+    def _check_names(self, region_names: Sequence[str] | None) -> list[str] | None:
         if region_names is None:
             return None
         if isinstance(region_names, (str, bytes)) or not isinstance(region_names, Sequence):
@@ -236,7 +263,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
             if self._parents is None:  # a uniform tree: sizes checked with the layout
                 shapes = [(m[l - 1], m[l])]
             else:
-                shapes = [(math.prod(self.parent_sizes(l, i)), self._region_events[l][i])
+                shapes = [(math.prod(self.parent_sizes(l, i)), self.region_events[l][i])
                           for i in range(self.num_regions[l])]
                 for i, (r, mi) in enumerate(shapes):
                     if r * mi > MAX_TABLE_ENTRIES:
@@ -265,7 +292,8 @@ class Ladder(LadderConstructors, LadderSpecIO):
         for l in range(d):
             name = f"lookup[{l}]"
             if self._parents is None:  # a uniform tree: m_{l+1}^b_l child configurations per region
-                shapes = [(_lookup_size(m, self._branching, self.num_regions, l),)]
+                shapes = [(_lookup_size(m, _known(self._branching, "branching", "a uniform tree"), self.num_regions,
+                                        l),)]
             else:
                 shapes = [(math.prod(self.child_sizes(l, i)),) for i in range(self.num_regions[l])]
                 for i, (size,) in enumerate(shapes):
@@ -282,7 +310,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
 
     def _level_tables(self, given: Any, l: int, name: str, shapes: Sequence[tuple[int, ...]], convert: Callable[...,
                       torch.Tensor], check: Callable[..., torch.Tensor], what: str,
-                      dims: str) -> list[torch.Tensor]:
+                      dims: str) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """Level l's tables or lookups, ``shapes[i]`` that of region i (one shape on a uniform tree): on a region
         graph a list with one per region, or on any ladder one array of them all when they share one shape (on a
         uniform tree also one shared by the level; ``dims`` names the array's dimensions).  ``convert(t, name)``
@@ -302,7 +330,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
             return torch.stack(region) if shape is not None else tuple(region)
         t = convert(given, name)
         if self._parents is None:
-            t = _per_region(t, (n, *shape), name, dims)
+            t = _per_region(t, (n, *shapes[0]), name, dims)  # a uniform tree: the level's one shape
         elif shape is None or tuple(t.shape) != (n, *shape):
             raise LadderSpecError(f"{name}: expected a list of {n} {what}s (one per region) or one array of them, "
                                   f"got shape {tuple(t.shape)}")
@@ -317,10 +345,11 @@ class Ladder(LadderConstructors, LadderSpecIO):
 
     def _in_range(self, t: torch.Tensor, name: str, l: int, i: int | None) -> torch.Tensor:
         """Lookup ``t`` of region i of level l (``i`` None: ``(R_l, K)`` of the whole level) within its events."""
+        hi: int | torch.Tensor
         if i is not None:
-            hi = self._region_events[l][i]
+            hi = self.region_events[l][i]
         else:
-            hi = self.events[l] if self._parents is None else torch.tensor(self._region_events[l])[:, None]
+            hi = self.events[l] if self._parents is None else torch.tensor(self.region_events[l])[:, None]
         bad = (t < 0) | (t >= hi)
         if i is not None and bad.any():
             raise LadderSpecError(f"{name}: events must lie in [0, {hi})")
@@ -363,7 +392,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
 
     def is_tree(self) -> bool:
         """Whether every region below the top has exactly one parent."""
-        return self._branching is not None or all(len(ps) == 1 for lvl in self._parents[1:] for ps in lvl)
+        return self._branching is not None or all(len(ps) == 1 for lvl in self.parents[1:] for ps in lvl)
 
     @property
     def region_events(self) -> tuple[tuple[int, ...], ...]:
@@ -377,7 +406,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         """``parents[l][i]``: the sorted indices in level ``l - 1`` of the parents of region i of level l
         (``((),)`` at level 0)."""
         if self._parents is None:
-            self._parents = tree_parents(self._branching)
+            self._parents = tree_parents(_known(self._branching, "branching", "a uniform tree"))  # one without parents
         return self._parents
 
     @property
@@ -494,7 +523,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         lines = [f"Ladder {self.name!r}: mode={self.mode}, depth={self.depth}, "
                  f"{self.total_regions} regions, {self.num_classes} classes{kind}, emission={self.emission.kind}"]
         for l in range(self.depth + 1):
-            if self.is_uniform():
+            if self._branching is not None:  # is_uniform()
                 b = f", {self._branching[l]} children each" if l < self.depth else " (leaves)"
                 lines.append(f"  level {l}: {self.num_regions[l]} regions x {self.events[l]} events{b}")
             else:
@@ -504,7 +533,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         return "\n".join(lines)
 
     def __repr__(self) -> str:
-        if self.is_uniform():
+        if self._branching is not None:  # is_uniform()
             return (f"Ladder(mode={self.mode!r}, branching={list(self._branching)}, events={list(self.events)}, "
                     f"emission={self.emission.kind!r})")
         return (f"Ladder(mode={self.mode!r}, regions per level={list(self.num_regions)}, "
@@ -519,14 +548,14 @@ class Ladder(LadderConstructors, LadderSpecIO):
         return new
 
     @classmethod
-    def _layout_only(cls, events: Sequence, parents: Sequence | None, mode: str | None = None) -> Ladder:
+    def _layout_only(cls, events: Sequence, parents: Sequence, mode: str | None = None) -> Ladder:
         """A ladder object holding only a checked graph layout (for constructors that draw tables for it); with
         ``mode``, the sizes of the tables that mode needs checked too (:func:`~teachers.regions._check_graph_sizes`)."""
         lay = object.__new__(cls)
         lay.mode, lay._cache = TOPDOWN, {}
         lay._init_graph_layout(parents, events)
         if mode is not None:
-            _check_graph_sizes(lay._parents, lay._region_events, lay.num_regions, mode)
+            _check_graph_sizes(lay.parents, lay.region_events, lay.num_regions, mode)
         return lay
 
 

@@ -67,7 +67,7 @@ import torch.nn.functional as F
 from pyro.ops.indexing import Vindex
 
 from .categorical import BlockRNG, CategoricalTable, IndexedCategorical
-from .ladder import TOPDOWN, Ladder, _check_ladder
+from .ladder import TOPDOWN, Ladder, _check_ladder, _known
 from .pyro_sites import (
     EmissionDistribution,
     PointMassCategorical,
@@ -100,6 +100,12 @@ class LadderModel:
         takes ``first_available_dim=-(max_plate_nesting + 1)``.
     :ivar groups: ``groups[l][j]``: region indices of site ``"z_{l}_g{j}"`` (plates: one group per level).
     """
+
+    # plates layout, top-down: level_tables[l] for l >= 1 (None at level 0, whose table is root_table)
+    level_tables: list[CategoricalTable | None]
+    # plain_model's tables on the device, built on first use: the prior (m_0,) top-down or the leaves' priors
+    # bottom-up, and the regions' tables or lookups per level
+    _plain: tuple[torch.Tensor | list[torch.Tensor], list[list[torch.Tensor]]] | None
 
     def __init__(self, ladder: Ladder, device: torch.device | str | None = None, *, layout: str | None = None,
                  group_regions: bool | None = None) -> None:
@@ -135,13 +141,18 @@ class LadderModel:
         self.region_index = [torch.arange(n, device=self.device, dtype=torch.int32).reshape(self._site_shape(l, ()))
                              for l, n in enumerate(ladder.num_regions)]
         if ladder.mode == TOPDOWN:
-            self.root_table = CategoricalTable(ladder.prior[None], device=self.device)
-            self.level_tables = [None] + [CategoricalTable(t.reshape(-1, ladder.events[l]), device=self.device)
-                                          for l, t in enumerate(ladder.tables, start=1)]
+            self.root_table = CategoricalTable(_known(ladder.prior, "prior", "a top-down ladder")[None],
+                                               device=self.device)
+            tables = _known(ladder.tables, "tables", "a top-down ladder")
+            self.level_tables = [None, *(CategoricalTable(_known(t, f"tables[{l - 1}]", "a uniform tree")
+                                                          .reshape(-1, ladder.events[l]), device=self.device)
+                                         for l, t in enumerate(tables, start=1))]
         else:
-            self.leaf_table = CategoricalTable(ladder.leaf_prior, device=self.device)
-            self.lookup = [t.to(self.device) for t in ladder.lookup]
-            m, b = ladder.events, ladder.branching
+            self.leaf_table = CategoricalTable(_known(ladder.leaf_prior, "leaf_prior", "a bottom-up ladder"),
+                                               device=self.device)
+            self.lookup = [_known(t, f"lookup[{l}]", "a uniform tree").to(self.device)
+                           for l, t in enumerate(_known(ladder.lookup, "lookup", "a bottom-up ladder"))]
+            m, b = ladder.events, self._tree_branching
             self.radix = [m[l + 1] ** torch.arange(b[l] - 1, -1, -1, device=self.device) for l in range(d)]
 
     def _init_groups(self) -> None:
@@ -162,11 +173,19 @@ class LadderModel:
         ar = torch.arange(len(idx), device=dev)
         if g.mode != TOPDOWN:
             if l == g.depth:
-                return CategoricalTable(torch.stack([g.leaf_priors[i] for i in idx]), device=dev), ar
-            return torch.stack([g.lookups[l][i] for i in idx]).to(dev), ar
-        rows = [g.prior[None]] if l == 0 else [g.region_tables[l][i] for i in idx]
+                leaf_priors = _known(g.leaf_priors, "leaf_priors", "a bottom-up ladder")
+                return CategoricalTable(torch.stack([leaf_priors[i] for i in idx]), device=dev), ar
+            lookups = _known(g.lookups, "lookups", "a bottom-up ladder")[l]
+            return torch.stack([lookups[i] for i in idx]).to(dev), ar
+        rows = ([_known(g.prior, "prior", "a top-down ladder")[None]] if l == 0
+                else [_known(g.region_tables, "region_tables", "a top-down ladder")[l][i] for i in idx])
         stacked = torch.stack(rows).to(torch.float64)  # (G, rows, m)
         return CategoricalTable(stacked.reshape(-1, stacked.shape[-1]), device=dev), ar * stacked.shape[1]
+
+    @property
+    def _tree_branching(self) -> tuple[int, ...]:
+        """The ladder's branching, which the plates layout (checked in ``__init__``) has: a uniform tree."""
+        return _known(self.ladder.branching, "branching", "a uniform tree")
 
     def _require_plates(self, what: str) -> None:
         if self.layout != PLATES:
@@ -208,7 +227,7 @@ class LadderModel:
         """A site's value shape after ``(..., N)``: plates ``(b_0, ..., b_{l-1}, 1, ..., 1)``, groups ``(G_j,)``."""
         if self.layout == GROUPS:
             return (len(idx),)
-        return (*self.ladder.branching[:level], *([1] * (self.ladder.depth - level)))
+        return (*self._tree_branching[:level], *([1] * (self.ladder.depth - level)))
 
     def _columns(self, level: int, idx: tuple[int, ...]) -> slice | list[int]:
         """Global event-matrix columns of regions ``idx`` of ``level`` (a slice for a plates level)."""
@@ -219,14 +238,14 @@ class LadderModel:
     def plates(self, num_examples: int) -> list:
         """``[data plate, level_1 plate, ..., level_d plate]`` with the dims of the docstring (plates layout)."""
         self._require_plates("plates")
-        lad, d = self.ladder, self.ladder.depth
+        d = self.ladder.depth
         return [pyro.plate("data", num_examples, dim=-(d + 1))] + [
-            pyro.plate(f"level_{l}", lad.branching[l - 1], dim=-(d + 1 - l)) for l in range(1, d + 1)]
+            pyro.plate(f"level_{l}", self._tree_branching[l - 1], dim=-(d + 1 - l)) for l in range(1, d + 1)]
 
     def leaf_shape(self, n: int) -> tuple[int, ...]:
         """Shape of the leaf events of ``n`` examples in the nested-plate layout: ``(n, b_0, ..., b_{d-1})``."""
         self._require_plates("leaf_shape")
-        return (n, *self.ladder.branching)
+        return (n, *self._tree_branching)
 
     def parent_events(self, level: int, child: torch.Tensor) -> torch.Tensor:
         """Bottom-up: events of level ``level`` from its children's events ``(..., R_{l+1})``: ``(..., R_l)``
@@ -234,7 +253,7 @@ class LadderModel:
         self._require_plates("parent_events")
         lad = self.ladder
         lead = child.shape[:-1]
-        b = lad.branching[level]
+        b = self._tree_branching[level]
         code = (child.reshape(*lead, lad.num_regions[level], b).long() * self.radix[level]).sum(-1)
         size = lad.events[level + 1] ** b
         flat = code + torch.arange(lad.num_regions[level], device=child.device) * size
@@ -295,7 +314,9 @@ class LadderModel:
                     level_plates.enter_context(plates[l])
                     if lad.mode == TOPDOWN:
                         row = self.region_index[l] * lad.events[l - 1] + out[f"z_{l - 1}"]
-                        fn = IndexedCategorical(self.level_tables[l], row, generator, compact)
+                        table = self.level_tables[l]
+                        assert table is not None  # l >= 1
+                        fn = IndexedCategorical(table, row, generator, compact)
                         out[f"z_{l}"] = pyro.sample(f"z_{l}", fn, obs=observed(fn, leaves_obs) if l == d else None)
                 if lad.mode != TOPDOWN:
                     fn = _PlatedLeaves(self.leaf_table, self.region_index[d], generator, compact)
@@ -325,7 +346,7 @@ class LadderModel:
         g = self.ladder
         d = g.depth
         out: dict[str, torch.Tensor] = {}
-        vals: list[list[torch.Tensor] | None] = [None] * (d + 1)
+        vals: dict[int, list[torch.Tensor]] = {}  # per level, once its sites are drawn
         order = range(d + 1) if g.mode == TOPDOWN else range(d, -1, -1)
         with pyro.plate("data", n, dim=-2):
             for l in order:
@@ -382,10 +403,11 @@ class LadderModel:
     def _code(self, values: list[torch.Tensor], level: int, sources: list[tuple[int, ...]],
               sizes: Sequence[int]) -> torch.Tensor:
         """Mixed-radix code of the events of ``sources[c]`` (regions of ``level``) for every column c."""
-        code = None
+        code: torch.Tensor | None = None
         for k, m in enumerate(sizes):
             z = self._gather(values, level, [src[k] for src in sources]).long()
             code = z if code is None else code * int(m) + z
+        assert code is not None  # every region links at least one parent or child (sizes is not empty)
         return code
 
     def condition_on(self, y: torch.Tensor | None = None, x: torch.Tensor | None = None,
@@ -475,8 +497,11 @@ class LadderModel:
         n = check_num_examples(num_examples, x, None, lad)
         if self._plain is None:  # the tables on the device, built on first use
             dev, top = self.device, lad.mode == TOPDOWN
-            self._plain = (lad.prior.to(dev) if top else [p.to(dev) for p in lad.leaf_priors],
-                           [[t.to(dev) for t in lvl] for lvl in (lad.region_tables if top else lad.lookups)])
+            self._plain = (_known(lad.prior, "prior", "a top-down ladder").to(dev) if top
+                           else [p.to(dev) for p in _known(lad.leaf_priors, "leaf_priors", "a bottom-up ladder")],
+                           [[t.to(dev) for t in lvl]
+                            for lvl in (_known(lad.region_tables, "region_tables", "a top-down ladder") if top
+                                        else _known(lad.lookups, "lookups", "a bottom-up ladder"))])
         first, tables = self._plain
         z: dict[int, torch.Tensor] = {}
         off, ev = lad.level_offsets, lad.region_events
@@ -484,13 +509,15 @@ class LadderModel:
 
         # mixed radix, first link most significant (one link: its event itself)
         def code_of(level: int, links: Sequence[int]) -> torch.Tensor:
-            code = None
+            code: torch.Tensor | None = None
             for c in links:
                 code = z[off[level] + c] if code is None else code * ev[level][c] + z[off[level] + c]
+            assert code is not None  # every region links at least one parent or child
             return code
 
         with pyro.plate("data", n, dim=-1):
             if lad.mode == TOPDOWN:
+                assert isinstance(first, torch.Tensor)  # top-down: the prior
                 z[0] = pyro.sample("z_0", dist.Categorical(probs=first))
                 for l in range(1, d + 1):
                     for i in range(lad.num_regions[l]):

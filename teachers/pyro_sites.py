@@ -37,7 +37,7 @@ class EmissionDistribution(TorchDistribution):
     arg_constraints = {}
     support = constraints.real_vector
 
-    def __init__(self, emission: Emission, z: torch.Tensor, generator: torch.Generator | None = None,
+    def __init__(self, emission: Emission, z: torch.Tensor, generator: torch.Generator | BlockRNG | None = None,
                  validate_args: bool | None = None) -> None:
         self.emission, self.z, self.generator = emission, z, generator
         super().__init__(batch_shape=z.shape, event_shape=torch.Size([emission.dim]), validate_args=validate_args)

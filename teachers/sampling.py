@@ -36,7 +36,7 @@ import torch
 
 from .categorical import AliasTable, BlockRNG
 from .emission import _check_leaf_events, one_hot
-from .ladder import TOPDOWN, Ladder, _check_ladder
+from .ladder import TOPDOWN, Ladder, _check_ladder, _known
 
 if TYPE_CHECKING:
     from teachers.pyro_model import LadderModel
@@ -234,6 +234,7 @@ def signature_groups(g: Ladder, level: int) -> list[tuple[tuple, tuple[int, ...]
         raise ValueError(f"level: expected 0..{g.depth}, got {level}")
     groups: dict[tuple, list[int]] = {}
     for i in range(g.num_regions[level]):
+        key: tuple
         if g.mode == TOPDOWN:
             key = (g.parent_sizes(level, i) if level else (), g.region_events[level][i])
         else:
@@ -290,15 +291,17 @@ class _Level:
             return self.offset.expand(n, self.r)
         out = None if len(self.runs) == 1 else torch.empty(n, self.r, dtype=torch.int32, device=buf.device)
         for i0, q, rep, off, terms in self.runs:
-            code = None
+            code: torch.Tensor | None = None
             for col, step, w in terms:
                 part = buf[:, col: col + step * (q - 1) + 1: step] if step else buf[:, col: col + 1].expand(n, q)
                 part = part.unsqueeze(-1)  # (n, q, 1), a view of the buffer
                 term = part if w is None else part * w
                 code = term + off if code is None else code.add_(term)
+            assert code is not None  # every region of a run links at least one place (a parent or a child)
             if out is None:
                 return code.reshape(n, self.r)
             out[:, i0: i0 + q * rep] = code.reshape(n, q * rep)
+        assert out is not None  # several runs (a single one returned above)
         return out
 
 
@@ -319,22 +322,27 @@ class SamplingPlan:
         order = range(g.depth + 1) if g.mode == TOPDOWN else range(g.depth, -1, -1)
         for l in order:
             r = g.num_regions[l]
+            table: AliasTable | torch.Tensor
             if g.mode == TOPDOWN:
                 links, base, above = (g.parents[l], off[l - 1], g.region_events[l - 1]) if l else (((),) * r, 0, ())
                 m = g.events[l]
-                stacked = g.prior[None] if l == 0 else g.tables[l - 1]
-                probs = [stacked] if stacked is not None else list(g.region_tables[l])  # stacked: one pad
+                stacked = (_known(g.prior, "prior", "a top-down ladder")[None] if l == 0
+                           else _known(g.tables, "tables", "a top-down ladder")[l - 1])
+                probs = ([stacked] if stacked is not None  # stacked: one pad
+                         else list(_known(g.region_tables, "region_tables", "a top-down ladder")[l]))
                 table = AliasTable(torch.cat([_pad_rows(p, m) for p in probs]), device=device)
                 sizes = [stacked.shape[-2]] * r if stacked is not None else [int(p.shape[0]) for p in probs]
             elif l == g.depth:
                 links, base, above = ((),) * r, 0, ()
                 m = g.events[l]
-                table = AliasTable(_pad_rows(g.leaf_prior, m), device=device)
+                leaf_prior = _known(g.leaf_prior, "leaf_prior", "a bottom-up ladder")
+                table = AliasTable(_pad_rows(leaf_prior, m), device=device)
                 sizes = [1] * r
             else:
                 links, base, above = g.children[l], off[l + 1], g.region_events[l + 1]
-                stacked = g.lookup[l]
-                lookups = [stacked.reshape(-1)] if stacked is not None else [t.reshape(-1) for t in g.lookups[l]]
+                stacked = _known(g.lookup, "lookup", "a bottom-up ladder")[l]
+                lookups = ([stacked.reshape(-1)] if stacked is not None
+                           else [t.reshape(-1) for t in _known(g.lookups, "lookups", "a bottom-up ladder")[l]])
                 table = torch.cat(lookups).to(device=device, dtype=g.event_dtype())
                 sizes = [stacked.shape[-1]] * r if stacked is not None else [t.numel() for t in lookups]
             first_row = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -361,8 +369,8 @@ def _sample_call(plan: SamplingPlan, rng: BlockRNG, buf: torch.Tensor) -> torch.
     g = plan.g
     for lvl in plan.levels:
         row = lvl.rows(buf)
-        if lvl.draw:
-            ev = lvl.table.sample(row, rng)  # type: ignore[union-attr]  # draw: an AliasTable
+        if isinstance(lvl.table, AliasTable):  # lvl.draw
+            ev = lvl.table.sample(row, rng)
         else:
             ev = lvl.table.index_select(0, row.reshape(-1)).reshape(row.shape)
         buf[:, lvl.lo: lvl.hi] = ev
@@ -424,6 +432,7 @@ def _sample_rows(ladder: Ladder, seed: int, lo: int, hi: int, chunk_size: int | 
             if not inside:
                 z[a - lo: b - lo] = buf[a - base: b - base]
             if x is not None:
+                assert xs is not None  # both exist exactly when the emission is not derivable
                 x[a - lo: b - lo] = xs[a - base: b - base]
             if bar is not None:
                 bar.update(b - a)

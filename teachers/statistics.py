@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
 
 from .elimination import graph_statistics
-from .ladder import TOPDOWN, Ladder, _check_ladder
+from .ladder import TOPDOWN, Ladder, _check_ladder, _known
 
 if TYPE_CHECKING:
 
@@ -61,7 +62,7 @@ def level_children(ladder: Ladder, level: int) -> tuple[tuple[int, ...], ...]:
     the edges: by arithmetic on a uniform tree (region r's children are r b .. r b + b - 1), else the ladder's
     cached ``children``."""
     if ladder.is_uniform():
-        b = ladder.branching[level]
+        b = _known(ladder.branching, "branching", "a uniform tree")[level]
         return tuple(tuple(range(r * b, (r + 1) * b)) for r in range(ladder.num_regions[level]))
     return ladder.children[level]
 
@@ -77,7 +78,7 @@ def level_edge_index(ladder: Ladder, level: int) -> tuple[torch.Tensor, torch.Te
     """:func:`level_edges` as ``(parents, children)`` int64 tensors ``(E_level,)`` (a uniform tree's by arithmetic)."""
     if ladder.is_uniform():
         chi = torch.arange(ladder.num_regions[level + 1], dtype=torch.int64)
-        return chi // ladder.branching[level], chi
+        return chi // _known(ladder.branching, "branching", "a uniform tree")[level], chi
     e = torch.tensor(level_edges(ladder, level), dtype=torch.int64).reshape(-1, 2)
     return e[:, 0].contiguous(), e[:, 1].contiguous()
 
@@ -89,6 +90,20 @@ def event_mask(ladder: Ladder) -> list[torch.Tensor]:
         return [torch.ones(ladder.num_regions[l], M[l], dtype=torch.bool) for l in range(ladder.depth + 1)]
     return [torch.arange(M[l])[None, :] < torch.tensor(ladder.region_events[l])[:, None]
             for l in range(ladder.depth + 1)]
+
+
+def _edge_table(tables: Sequence[torch.Tensor | None], l: int, name: str) -> torch.Tensor:
+    """``tables[l]`` of a per-edge list indexed by the child's level (``joints``, ``pairs``, ``P_down``): set for
+    every l >= 1, None only at level 0, which no edge enters."""
+    t = tables[l]
+    if t is None:
+        raise ValueError(f"{name}[{l}]: no table (no edge enters level {l})")
+    return t
+
+
+def _below_top(tables: Sequence[torch.Tensor | None], name: str) -> list[torch.Tensor]:
+    """``tables[1:]`` of a per-edge list (:func:`_edge_table`), each one set."""
+    return [_edge_table(tables, l, name) for l in range(1, len(tables))]
 
 
 @dataclass
@@ -114,12 +129,12 @@ class EventStatistics:
     @property
     def P_down(self) -> list[torch.Tensor | None]:
         """P(z_child | z_parent): ``P_down[l][e]`` is the M_{l-1} x M_l matrix P_ab of Eq 9 of edge e."""
-        return [None] + [_normalize(j, -1) for j in self.joints[1:]]
+        return [None, *(_normalize(j, -1) for j in _below_top(self.joints, "joints"))]
 
     @property
     def P_up(self) -> list[torch.Tensor | None]:
         """P(z_parent | z_child): ``P_up[l][e]`` is M_l x M_{l-1}."""
-        return [None] + [_normalize(j.transpose(-1, -2), -1) for j in self.joints[1:]]
+        return [None, *(_normalize(j.transpose(-1, -2), -1) for j in _below_top(self.joints, "joints"))]
 
     @property
     def event_mask(self) -> list[torch.Tensor]:
@@ -135,7 +150,7 @@ class EventStatistics:
 
     def P_ab(self, child_level: int, edge: int) -> torch.Tensor:
         """P(z_beta | z_alpha) of edge ``edge`` into ``child_level`` (on a tree: child region ``edge``)."""
-        return self.P_down[child_level][edge]
+        return _edge_table(self.P_down, child_level, "P_down")[edge]
 
     def region_marginal(self, level: int, region: int) -> torch.Tensor:
         """P(z_alpha) of one region: ``(m_alpha,)`` (its own events, padding dropped)."""
@@ -168,16 +183,18 @@ def exact_statistics(ladder: Ladder, *, max_clique: int | None = None) -> EventS
     marg: list[torch.Tensor | None] = [None] * (d + 1)
     joints: list[torch.Tensor | None] = [None] * (d + 1)
     if ladder.mode == TOPDOWN:
-        marg[0] = ladder.prior[None].clone()
+        tables = _known(ladder.tables, "tables", "a top-down ladder")
+        m = marg[0] = _known(ladder.prior, "prior", "a top-down ladder")[None].clone()
         for l in range(1, d + 1):
-            parent = marg[l - 1][level_edge_index(ladder, l - 1)[0]]  # (R_l, m_{l-1}): each child's parent
-            joints[l] = parent[:, :, None] * ladder.tables[l - 1]
-            marg[l] = joints[l].sum(1)
+            parent = m[level_edge_index(ladder, l - 1)[0]]  # (R_l, m_{l-1}): each child's parent
+            j = joints[l] = parent[:, :, None] * _known(tables[l - 1], f"tables[{l - 1}]", "a uniform tree")
+            m = marg[l] = j.sum(1)
     else:
-        marg[d] = ladder.leaf_prior.clone()
+        m = marg[d] = _known(ladder.leaf_prior, "leaf_prior", "a bottom-up ladder").clone()
         for l in range(d - 1, -1, -1):
-            joints[l + 1], marg[l] = _bottomup_level(ladder, l, marg[l + 1])
-    return EventStatistics(ladder, marg, joints, None)
+            joints[l + 1], m = _bottomup_level(ladder, l, m)
+            marg[l] = m
+    return EventStatistics(ladder, cast(list[torch.Tensor], marg), joints, None)  # every level filled above
 
 
 def _graph_exact(ladder: Ladder, max_clique: int | None) -> EventStatistics:
@@ -194,13 +211,15 @@ def _graph_exact(ladder: Ladder, max_clique: int | None) -> EventStatistics:
 
 def _bottomup_level(ladder: Ladder, l: int, child_marg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Joint P(z_parent, z_child) ``(R_{l+1}, m_l, m_{l+1})`` and parent marginals ``(R_l, m_l)``."""
-    b, mc, mp, R = ladder.branching[l], ladder.events[l + 1], ladder.events[l], ladder.num_regions[l]
+    b, mc, mp, R = (_known(ladder.branching, "branching", "a uniform tree")[l], ladder.events[l + 1], ladder.events[l],
+                    ladder.num_regions[l])
     cm = child_marg.reshape(R, b, mc)
     # probability of every child configuration, first child most significant: (R, mc^b)
     conf = cm[:, 0]
     for c in range(1, b):
         conf = (conf[:, :, None] * cm[:, c, None, :]).reshape(R, -1)
-    table = ladder.lookup[l]  # (R, mc^b)
+    table = _known(_known(ladder.lookup, "lookup", "a bottom-up ladder")[l], f"lookup[{l}]",
+                   "a uniform tree")  # (R, mc^b)
     parent = torch.zeros(R, mp, dtype=torch.float64).scatter_add_(1, table, conf)
     codes = torch.arange(mc**b)
     joint = torch.zeros(R, b, mp * mc, dtype=torch.float64)
@@ -268,7 +287,7 @@ class EventCounts:
         dev = self.counts[0].device
         off = lad.level_offsets
         uniform = lad.is_uniform()
-        parent = None
+        parent: torch.Tensor | None = None  # the events of the level above
         for l in range(lad.depth + 1):
             R, m = lad.num_regions[l], lad.events[l]
             ev = z[:, off[l]: off[l + 1]].to(dev, torch.int64)  # int64 one level at a time, not all of z
@@ -277,12 +296,14 @@ class EventCounts:
             if l == 0 or not uniform:
                 self.counts[l] += torch.bincount((ev + base * m).reshape(-1), minlength=R * m).reshape(R, m)
             if l:  # one bincount of the (parent, child) pairs of every edge (on a tree: edge = child region)
-                mp, E = lad.events[l - 1], self.pairs[l].shape[0]
+                assert parent is not None  # l >= 1: set by the level above
+                pairs_l = _edge_table(self.pairs, l, "pairs")
+                mp, E = lad.events[l - 1], pairs_l.shape[0]
                 par, chi = self._edge_index(l - 1)
                 edge, child = (base, ev) if uniform else (torch.arange(E, device=dev), ev[:, chi])
                 idx = (edge * mp + parent[:, par]) * m + child
                 pairs = torch.bincount(idx.reshape(-1), minlength=E * mp * m).reshape(E, mp, m)
-                self.pairs[l] += pairs
+                pairs_l += pairs  # in place, in self.pairs
                 if uniform:  # the child's counts are its pairs' margins
                     self.counts[l] += pairs.sum(1)
             parent = ev
@@ -299,7 +320,8 @@ class EventCounts:
             raise ValueError("other: counts of a different ladder cannot be merged")
         dev = self.counts[0].device
         return EventCounts(self.ladder, [a + b.to(dev) for a, b in zip(self.counts, other.counts, strict=True)],
-                           [None] + [a + b.to(dev) for a, b in zip(self.pairs[1:], other.pairs[1:], strict=True)],
+                           [None, *(a + b.to(dev) for a, b in zip(_below_top(self.pairs, "pairs"),
+                                                                    _below_top(other.pairs, "pairs"), strict=True))],
                            self.num_examples + other.num_examples)
 
     __add__ = merge
@@ -313,7 +335,7 @@ class EventCounts:
         if n == 0:
             raise ValueError("z: the sample is empty")
         marg = [c.cpu().double() / n for c in self.counts]
-        joints = [None] + [p.cpu().double() / n for p in self.pairs[1:]]
+        joints = [None, *(p.cpu().double() / n for p in _below_top(self.pairs, "pairs"))]
         return EventStatistics(self.ladder, marg, joints, n)
 
 
@@ -374,7 +396,8 @@ def count_events(source: DataSource, *,
     chunks = as_chunks(source)
 
     def merge(total: EventCounts, part: EventCounts) -> EventCounts:  # in place: one running total
-        for a, b in zip(total.counts + total.pairs[1:], part.counts + part.pairs[1:], strict=True):
+        for a, b in zip(total.counts + _below_top(total.pairs, "pairs"), part.counts + _below_top(part.pairs, "pairs"),
+                        strict=True):
             a += b
         total.num_examples += part.num_examples
         return total
@@ -407,11 +430,12 @@ def compare_statistics(exact: EventStatistics, empirical: EventStatistics, *,
     worst = {"marginal": 0.0, "joint": 0.0}
     min_p = 1.0
     for l in range(exact.ladder.depth + 1):
-        level = {"level": l}
+        level: dict[str, float] = {"level": l}
         for kind, pe, qe in (("marginal", exact.marginals[l], empirical.marginals[l]),
                              ("joint", exact.joints[l], empirical.joints[l])):
             if pe is None:  # no edge into level 0
                 continue
+            assert qe is not None  # statistics of one ladder: joints set at the same levels
             tv = 0.5 * (pe - qe).abs().sum(tuple(range(1, pe.dim())))
             bound = tv_bound(pe[0].numel(), n, confidence)
             level.update({f"max_tv_{kind}": tv.max().item(), f"bound_{kind}": bound})

@@ -316,7 +316,8 @@ class ChunkedLadderData:
                     yield part
                     bar.update(len(part))
                 return
-            buf, filled, pos = [], 0, 0  # the pieces (z, x) of the next window
+            buf: list[tuple[np.ndarray, np.ndarray | None]] = []  # the pieces (z, x) of the next window
+            filled, pos = 0, 0
             for s, c in self._chunks:
                 z, x = s.read_chunk(c)
                 off = 0
@@ -331,10 +332,10 @@ class ChunkedLadderData:
             if filled:
                 yield self._window(buf, pos)
 
-    def _window(self, buf: list, pos: int) -> LadderSample:
-        z, x = zip(*buf, strict=True)
-        z = z[0] if len(z) == 1 else np.concatenate(z)
-        x = None if x[0] is None else x[0] if len(x) == 1 else np.concatenate(x)
+    def _window(self, buf: list[tuple[np.ndarray, np.ndarray | None]], pos: int) -> LadderSample:
+        zs, xs = zip(*buf, strict=True)
+        z = zs[0] if len(zs) == 1 else np.concatenate(zs)
+        x = None if xs[0] is None else xs[0] if len(xs) == 1 else np.concatenate(xs)
         return self._sample(z, x, pos)
 
     def read(self, lo: int, hi: int) -> LadderSample:
@@ -358,6 +359,7 @@ class ChunkedLadderData:
             u, v = max(a, lo), min(b, hi)
             z[u - lo: v - lo] = cz[u - a: v - a]
             if x is not None:
+                assert cx is not None  # both exist exactly when x is stored
                 x[u - lo: v - lo] = cx[u - a: v - a]
         return self._sample(z, x, lo)
 
