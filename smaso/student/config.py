@@ -102,10 +102,9 @@ class StudentConfig:
         _bool("shared", self.shared)
         if self.dtype is None:
             return
-        import torch
+        from smaso.student.network import _check_float_dtype
 
-        if not isinstance(self.dtype, torch.dtype):
-            raise TypeError(f"dtype: expected a torch floating dtype, got {type(self.dtype).__name__}")
+        _check_float_dtype(self.dtype)
 
 
 @dataclass(frozen=True)

@@ -525,7 +525,7 @@ def compare_seeds(sample, seeds: int | Sequence[int] = 3, *, last: int = 3, engi
         raise TypeError(f"shuffled: expected a bool, got {type(shuffled).__name__}")
     for name in ("seed", "shuffle_labels"):
         if name in legacy or (training is not None and name == "shuffle_labels" and training.shuffle_labels):
-            raise TypeError(f"{name} is set by compare_seeds (one task per seed"
+            raise TypeError(f"{name!r} is set by compare_seeds (one task per seed"
                             f"{', shuffled=True for the control' if name == 'shuffle_labels' else ''}), "
                             "not passed through")
     configs = _configs(student, training, evaluation, legacy, "compare_seeds")
