@@ -361,8 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "connected student, compare its per-event statistics with the reformulation "
                                       "(Thm 4 / Eq 9) during training, check Thm 3 on a fully informative ladder, "
                                       "and write to --out (default smaso-demo/): comparison.json (the report, "
-                                      "the training history, the accuracy) and comparison.png (the errors "
-                                      "during training), and, unless --noise-groups 0 or -n < 2048, "
+                                      "the training history, the accuracy), comparison.png (the errors "
+                                      "during training) and alignment.png (the event alignment of the hidden "
+                                      "nodes, unless --no-alignment), and, unless --noise-groups 0 or -n < 2048, "
                                       "errors_vs_n.json and errors_vs_n.png (the trained student's errors and "
                                       "noise floors as N doubles).")
     demo.add_argument("-n", type=_positive_int, default=50_000, help="examples")
