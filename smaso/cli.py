@@ -371,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--bayes-n", type=_positive_int, default=2000, help="examples for the Bayes-optimal accuracy")
     demo.add_argument("--threads", type=_positive_int, default=None,
                       help="torch threads of this process (default 1: survives other jobs on the machine)")
-    demo.add_argument("--workers", type=_nonneg_int, default=None,
+    demo.add_argument("--workers", dest="seed_workers", type=_nonneg_int, default=None,
                       help="processes beside this one that train the other student seeds, one torch thread each "
                            "(0: every seed in this process; default: one per core beside this one, at most one per "
                            "other seed); the output is the same bytes whatever the number")

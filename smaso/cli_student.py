@@ -172,8 +172,8 @@ def _workers(args) -> int:
     one, at most one per other seed; 0 with one seed)."""
     import os
 
-    if args.workers is not None:
-        return min(args.workers, max(args.seeds - 1, 0))
+    if args.seed_workers is not None:  # (its own name: `workers` is the Dask engine's, checked as such)
+        return min(args.seed_workers, max(args.seeds - 1, 0))
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(min(cores - 1, args.seeds - 1), 0) if args.seeds > 1 else 0
 
