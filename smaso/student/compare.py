@@ -176,7 +176,8 @@ class ComparisonResult:
         """
         rows = [h for h in self.history if "alignment" in h]
         if not rows:
-            raise ValueError("result: no checkpoint measured the alignment (compare_student(alignment=...))")
+            raise ValueError("result: no checkpoint measured the alignment (EvaluationConfig(alignment=False) turned "
+                             "it off)")
         if checkpoints is not None and len(rows) > checkpoints > 1:
             rows = [rows[round(i * (len(rows) - 1) / (checkpoints - 1))] for i in range(checkpoints)]
         lines = ["step level |   eta2  [nbr]  (floor) |   MI bits [nbr]  (floor) |  spec (floor) |  match |  kept "
