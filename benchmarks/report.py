@@ -659,7 +659,8 @@ def demo_rows() -> list[str]:
                  f"(median of {len(wall['seconds'])} runs, {wall['median_cpu_s']:.0f} s of CPU, "
                  f"{_load_avg(d)}; `bench_demo.py`).")
     if "busy" in wall:  # (issue 37: quiet and beside two busy processes, interleaved)
-        busy, loads = wall["busy"], wall["loadavg_before"] + wall["busy"]["loadavg_before"]
+        busy = wall["busy"]
+        loads = [*wall["loadavg_before"], *busy["loadavg_before"], *wall.get("serial", {}).get("loadavg_before", [])]
         wall_line = (f"`smaso demo` takes {wall['median_s']:.0f} s end to end on {d['machine']['cpu_count']} cores "
                      f"and {busy['median_s']:.0f} s beside two busy processes ({wall['busy_over_quiet']:.2f}x; "
                      f"medians of {len(wall['seconds'])} interleaved runs each, {wall['median_cpu_s']:.0f} and "
