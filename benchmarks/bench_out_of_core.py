@@ -85,11 +85,15 @@ def _child(job: str, path: str, n: int, threads: int, extra: dict) -> dict:
         accumulate_statistics(student, data, batch_size=1024, dtype=torch.float64)
     elif job == "main_job":
         from smaso.student.compare import compare_student
+        from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
         from teachers.store_reader import open_dataset
 
-        run = compare_student(open_dataset(path), width=16, steps=extra["steps"], lr=0.5, batch_size=1024,
-                              eval_every=extra["steps"], eval_examples=None, eval_batch_size=1024,
-                              dtype=torch.float32, held_out=False)  # (the memory of streaming every row)
+        # (the memory of streaming every row; the student and evaluation of the recorded runs: no readout, no
+        # alignment, which issue 37 made the defaults)
+        run = compare_student(open_dataset(path), StudentConfig(width=16, readout=None, dtype=torch.float32),
+                              TrainingConfig(steps=extra["steps"], lr=0.5, batch_size=1024),
+                              EvaluationConfig(eval_every=extra["steps"], eval_examples=None, eval_batch_size=1024,
+                                               held_out=False, alignment=False))
         extra["final_accuracy"] = run.final()["accuracy"]
     else:
         raise ValueError(f"job: unknown {job!r}")

@@ -658,6 +658,17 @@ def demo_rows() -> list[str]:
     wall_line = (f"`smaso demo` takes {wall['median_s']:.0f} s end to end on {d['machine']['cpu_count']} cores "
                  f"(median of {len(wall['seconds'])} runs, {wall['median_cpu_s']:.0f} s of CPU, "
                  f"{_load_avg(d)}; `bench_demo.py`).")
+    if "busy" in wall:  # (issue 37: quiet and beside two busy processes, interleaved)
+        busy = wall["busy"]
+        loads = [*wall["loadavg_before"], *busy["loadavg_before"], *wall.get("serial", {}).get("loadavg_before", [])]
+        wall_line = (f"`smaso demo` takes {wall['median_s']:.0f} s end to end on {d['machine']['cpu_count']} cores "
+                     f"and {busy['median_s']:.0f} s beside two busy processes ({wall['busy_over_quiet']:.2f}x; "
+                     f"medians of {len(wall['seconds'])} interleaved runs each, {wall['median_cpu_s']:.0f} and "
+                     f"{busy['median_cpu_s']:.0f} s of CPU, {wall['workers']} worker process"
+                     f"{'es' if wall['workers'] != 1 else ''} beside the main one"
+                     + (f"; {wall['serial']['median_s']:.0f} s with `--workers 0`" if "serial" in wall else "")
+                     + f"; the machine is shared: 1-minute load {min(loads):.1f}-{max(loads):.1f} before the "
+                     "runs; `bench_demo.py`).")
     terms = reformulation_rows(summary)
     alignment = []
     for level, name in DEMO_LEVELS.items():

@@ -329,46 +329,55 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
-def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = None, readout: int = 0,
-                     steps: int = 600, eval_every: int = 50, seeds: int = 1,
+def _student_options(p: argparse.ArgumentParser, *, out_default: str | None = None, seeds: int = 1,
                      outputs: str = "comparison.json and comparison.png") -> None:
+    # every default is the library's (smaso.student.config: one set for demo, compare and compare_student)
+    from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
+
+    st, tr, ev = StudentConfig(), TrainingConfig(), EvaluationConfig()
     g = p.add_argument_group("student and training")
-    g.add_argument("--width", type=_int_list, default=[16], help="nodes per hidden region (int or one per level)")
-    g.add_argument("--readout", type=_nonneg_int, default=readout,
+    g.add_argument("--width", type=_int_list, default=list(st.width) if isinstance(st.width, tuple) else [st.width],
+                   help="nodes per hidden region (int or one per level)")
+    g.add_argument("--readout", type=_nonneg_int, default=st.readout or 0,
                    help="nodes of a hidden group at the root region before the linear map to the classes (0: none, "
                         "the class scores are then additive over the root's children)")
-    g.add_argument("--activation", default="relu", help=activation_choices())
+    g.add_argument("--activation", default=st.activation, help=activation_choices())
     g.add_argument("--bn", nargs="?", const="after", default=None, choices=("after", "before"),
                    help="Batch Norm at every hidden level: after the activation (--bn, --bn after) or right after "
                         "the linear map, before the gate (--bn before: Thm 9's premise); default: none")
     g.add_argument("--no-bias", action="store_true", help="no biases")
     g.add_argument("--shared", action="store_true",
                    help="share weights like a convolution, one block per child place")
-    g.add_argument("--loss", default="squared", choices=["squared", "cross_entropy"], help="training loss")
-    g.add_argument("--steps", type=_nonneg_int, default=steps, help="training steps")
-    g.add_argument("--lr", type=float, default=0.5, help="learning rate")
-    g.add_argument("--optimizer", default="sgd", choices=("sgd", "adam", "adamw", "rmsprop"),
+    g.add_argument("--loss", default=tr.loss, choices=["squared", "cross_entropy"], help="training loss")
+    g.add_argument("--steps", type=_nonneg_int, default=tr.steps, help="training steps")
+    g.add_argument("--lr", type=float, default=tr.lr, help="learning rate")
+    g.add_argument("--optimizer", default=tr.optimizer, choices=("sgd", "adam", "adamw", "rmsprop"),
                    help="what steps on the explicit backward's gradient (sgd: W += lr Delta W, Eq 2)")
     g.add_argument("--lr-schedule", default=None, help="none, cosine, or step:N:GAMMA (lr times GAMMA every N steps)")
     g.add_argument("--plateau", type=_positive_int, default=None,
                    help="stop once the smoothed training loss has not improved for this many steps (default: never)")
-    g.add_argument("--batch-size", type=_nonneg_int, default=256, help="SGD minibatch (0: full-batch GD)")
-    g.add_argument("--weight-decay", type=float, default=0.0, help="Frobenius regularizer lambda")
-    g.add_argument("--eval-every", type=_positive_int, default=eval_every,
+    g.add_argument("--batch-size", type=_nonneg_int, default=tr.batch_size or 0,
+                   help="SGD minibatch (0: full-batch GD)")
+    g.add_argument("--weight-decay", type=float, default=tr.weight_decay, help="Frobenius regularizer lambda")
+    g.add_argument("--eval-every", type=_positive_int, default=ev.eval_every,
                    help="compare every this many steps")
-    g.add_argument("--eval-examples", type=_positive_int, default=8192, help="examples measured at each comparison")
+    g.add_argument("--eval-examples", type=_positive_int, default=ev.eval_examples,
+                   help="examples measured at each comparison")
     g.add_argument("--evaluate", default="held-out", choices=("held-out", "training"),
                    help="measure on rows never trained on (compare: the dataset's first --eval-examples rows, kept out "
                         "of training; demo: fresh rows), or on training rows")
-    g.add_argument("--P", dest="P_source", default="empirical", choices=["empirical", "exact"],
+    g.add_argument("--no-alignment", dest="alignment", action="store_false", default=ev.alignment,
+                   help="do not measure the event alignment of the hidden nodes (default: measured at every "
+                        "checkpoint on the evaluation rows, printed as a table, in the JSON and a figure)")
+    g.add_argument("--P", dest="P_source", default=ev.P_source, choices=["empirical", "exact"],
                    help="event frequencies of the evaluation set, or the ladder's exact tables")
-    g.add_argument("--student-seed", type=_nonneg_int, default=0, help="initialization and minibatch seed")
+    g.add_argument("--student-seed", type=_nonneg_int, default=tr.seed, help="initialization and minibatch seed")
     g.add_argument("--seeds", type=_positive_int, default=seeds,
                    help="students trained as replicates (seeds --student-seed, +1, ...; tasks of the engine): every "
                         "error and term is then also reported with one value per seed (its last 3 checkpoints "
                         "averaged), as the median and range over the seeds, beside the same seeds at initialisation, "
                         "within noise against the larger of the jackknife floor and the seeds' standard error")
-    g.add_argument("--noise-groups", type=_noise_groups, default=10,
+    g.add_argument("--noise-groups", type=_noise_groups, default=ev.noise_groups or 0,
                    help="row groups of the jackknife behind every number's noise floor (0: no floors)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar over the training steps")
     g.add_argument("--out", default=None,
@@ -398,8 +407,9 @@ def build_parser() -> argparse.ArgumentParser:
                                       "connected student, compare its per-event statistics with the reformulation "
                                       "(Thm 4 / Eq 9) during training, check Thm 3 on a fully informative ladder, "
                                       "and write to --out (default $SMASO_OUTPUT/demo): comparison.json (the report, "
-                                      "the training history, the accuracy) and comparison.png (the errors "
-                                      "during training), and, unless --noise-groups 0 or -n < 2048, "
+                                      "the training history, the accuracy), comparison.png (the errors "
+                                      "during training) and alignment.png (the event alignment of the hidden "
+                                      "nodes, unless --no-alignment), and, unless --noise-groups 0 or -n < 2048, "
                                       "errors_vs_n.json and errors_vs_n.png (the trained student's errors and "
                                       "noise floors as N doubles).")
     demo.add_argument("-n", type=_positive_int, default=50_000, help="examples")
@@ -407,10 +417,14 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--bayes-n", type=_positive_int, default=2000, help="examples for the Bayes-optimal accuracy")
     demo.add_argument("--threads", type=_positive_int, default=None,
                       help="torch threads of this process (default 1: survives other jobs on the machine)")
+    demo.add_argument("--workers", dest="seed_workers", type=_nonneg_int, default=None,
+                      help="processes beside this one that train the other student seeds, one torch thread each "
+                           "(0: every seed in this process; default: one per core beside this one, at most one per "
+                           "other seed); the output is the same bytes whatever the number")
     demo.add_argument("--teacher", choices=("summarization", "topdown"), default="summarization",
                       help="the built-in ladder: the paper's summarization ladder or the top-down one")
-    _student_options(demo, out_default="$SMASO_OUTPUT/demo, else smaso-output/demo", readout=32, steps=3000,
-                     eval_every=250, seeds=5, outputs="comparison.* and errors_vs_n.*")
+    _student_options(demo, out_default="$SMASO_OUTPUT/demo, else smaso-output/demo", seeds=5,
+                     outputs="comparison.* and errors_vs_n.*")
     demo.set_defaults(func=_cmd_demo)
 
     cmp_ = sub.add_parser("compare", help="train a student on a dataset file and compare it with the reformulation",

@@ -16,21 +16,32 @@ from smaso.reports import accuracy_report, bayes_estimate, inspect_report, print
 if TYPE_CHECKING:
     import argparse
     import os
+    from collections.abc import Callable
 
     from smaso.student.compare import ComparisonResult
+    from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
     from teachers.engine import DaskEngine, SerialEngine
     from teachers.sampling import LadderSample
     from teachers.store_reader import ChunkedLadderData
 
 
-def _student_kwargs(args: argparse.Namespace, held_out: int | None) -> dict:
-    """:func:`~smaso.student.compare.compare_student`'s options from the command line (all but the seed)."""
-    return dict(width=args.width[0] if len(args.width) == 1 else args.width, activation=args.activation,
-                batch_norm=args.bn or False, bias=not args.no_bias, loss=args.loss, steps=args.steps, lr=args.lr,
-                batch_size=args.batch_size or None, weight_decay=args.weight_decay, eval_every=args.eval_every,
-                eval_examples=args.eval_examples, P_source=args.P_source, noise_groups=_noise_groups(args),
-                device=args.device, shared=getattr(args, "shared", False), readout=args.readout or None,
-                optimizer=args.optimizer, lr_schedule=args.lr_schedule, plateau=args.plateau, held_out=held_out)
+def _configs(args: argparse.Namespace, held_out: Any, *, alignment: bool | None = None, shuffle_labels: bool = False,
+             seed: int | None = None) -> tuple[StudentConfig, TrainingConfig, EvaluationConfig]:
+    """:func:`~smaso.student.compare.compare_student`'s ``(student, training, evaluation)`` configs from the
+    command line (whose defaults are theirs: ``smaso.student.config``)."""
+    from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
+
+    student = StudentConfig(width=args.width[0] if len(args.width) == 1 else tuple(args.width),
+                            readout=args.readout or None, activation=args.activation, batch_norm=args.bn or False,
+                            bias=not args.no_bias, shared=getattr(args, "shared", False))
+    training = TrainingConfig(steps=args.steps, lr=args.lr, batch_size=args.batch_size or None, loss=args.loss,
+                              optimizer=args.optimizer, lr_schedule=args.lr_schedule, weight_decay=args.weight_decay,
+                              plateau=args.plateau, seed=args.student_seed if seed is None else seed,
+                              shuffle_labels=shuffle_labels)
+    evaluation = EvaluationConfig(eval_every=args.eval_every, eval_examples=args.eval_examples,
+                                  P_source=args.P_source, noise_groups=_noise_groups(args), held_out=held_out,
+                                  alignment=args.alignment if alignment is None else alignment)
+    return student, training, evaluation
 
 
 def _progress(args: argparse.Namespace) -> bool:
@@ -48,45 +59,56 @@ def _held_out(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace
 
 
 def _run_comparison(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace,
-                    engine: SerialEngine | DaskEngine | None = None, alignment: Any = None,
-                    held_out: Any = None) -> ComparisonResult:
+                    engine: SerialEngine | DaskEngine | None = None, held_out: Any = None) -> ComparisonResult:
+    """``--student-seed``'s run, with the event alignment at every checkpoint unless ``--no-alignment``."""
     from smaso.student.compare import compare_student
 
-    kwargs = _student_kwargs(args, _held_out(sample, args, held_out))
-    return compare_student(sample, seed=args.student_seed, engine=engine, alignment=alignment,
-                           progress=_progress(args), **kwargs)
+    return compare_student(sample, *_configs(args, _held_out(sample, args, held_out)), device=args.device,
+                           engine=engine, progress=_progress(args))
 
 
 def _shuffled_control(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace,
-                      engine: SerialEngine | DaskEngine | None = None, held_out: Any = None,
-                      alignment: Any = None) -> Any:
+                      engine: SerialEngine | DaskEngine | None = None, held_out: Any = None) -> Any:
     """The shuffled-label control of ``--student-seed``'s run: the same student, options and evaluation rows,
-    trained on permuted labels (:func:`~smaso.student.compare.compare_student` with ``shuffle_labels=True``), with
-    the event alignment on ``alignment``'s rows at its checkpoints when given (its last checkpoint's is the
-    alignment table's control; its best matches ranked at its own initialisation)."""
+    trained on permuted labels (:func:`~smaso.student.compare.compare_student` with
+    ``TrainingConfig(shuffle_labels=True)``), with the event alignment at its checkpoints unless ``--no-alignment``
+    (its last checkpoint's is the alignment's shuffled-label control; its best matches ranked at its own
+    initialisation)."""
     from smaso.student.compare import compare_student
 
-    kwargs = _student_kwargs(args, _held_out(sample, args, held_out))
-    return compare_student(sample, seed=args.student_seed, engine=engine, progress=_progress(args),
-                           shuffle_labels=True, alignment=alignment, **kwargs)
+    return compare_student(sample, *_configs(args, _held_out(sample, args, held_out), shuffle_labels=True),
+                           device=args.device, engine=engine, progress=_progress(args))
 
 
-def _seed_summary(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace, result: ComparisonResult,
-                  engine: SerialEngine | DaskEngine | None = None, held_out: Any = None, control: Any = None) -> Any:
-    """The summary over ``--seeds`` students (``result``: the first seed's run, ``--student-seed``; the others,
-    the next seeds, run as tasks of ``engine``), with the initialisation control and, given ``control`` (the first
-    seed's shuffled-label run, :func:`_shuffled_control`), the shuffled-label control of every seed; None for one
-    seed without a control."""
+def _other_seeds(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace, held_out: Any, engine: Any = None,
+                 control: bool = False) -> list:
+    """Futures (or, without ``engine``, the results) of the seeds after ``--student-seed`` (``--seeds`` in all),
+    each with its shuffled-label control when ``control``: :func:`~smaso.student.seeds._seed_run` tasks, without
+    the alignment (only the first seed's is printed).  With a
+    :class:`~teachers.engine.ProcessEngine` they are submitted now, from this thread, before any work here (a
+    fork once this process computes can copy a held lock), and run beside this process's own seed."""
+    from smaso.student.seeds import _seed_run
+
+    configs = _configs(args, _held_out(sample, args, held_out), alignment=False)
+    seeds = [args.student_seed + i for i in range(1, args.seeds)]
+    if engine is None:
+        return [_seed_run(s, sample, configs, control, args.device) for s in seeds]
+    if not hasattr(engine, "submit"):  # a Dask engine: one task per seed, here waited for
+        return engine.map(_seed_run, seeds, sample, configs, control, args.device)
+    return [engine.submit(_seed_run, s, sample, configs, control, args.device) for s in seeds]
+
+
+def _seed_summary(args: argparse.Namespace, result: ComparisonResult, runs: list, control: Any = None) -> Any:
+    """The summary over ``--seeds`` students (``result``: the first seed's run, ``--student-seed``; ``runs``: the
+    next seeds', :func:`_other_seeds`), with the initialisation control and, given ``control`` (the first seed's
+    shuffled-label run, :func:`_shuffled_control`), the shuffled-label control of every seed; None for one seed
+    without a control."""
     if args.seeds <= 1 and control is None:
         return None
-    from smaso.student.seeds import compare_seeds, summarize_seeds
+    from smaso.student.seeds import summarize_seeds
 
+    runs = [r.result() if hasattr(r, "result") else r for r in runs]
     seeds = [args.student_seed + i for i in range(args.seeds)]
-    runs = []
-    if len(seeds) > 1:
-        _, runs = compare_seeds(sample, seeds[1:], engine=engine, progress=_progress(args),
-                                shuffled=control is not None,
-                                **_student_kwargs(args, _held_out(sample, args, held_out)))
     shuffled = None if control is None else [control, *(r["shuffled"] for r in runs)]
     return summarize_seeds([result, *runs], seeds=seeds, last=3, shuffled=shuffled)
 
@@ -98,26 +120,86 @@ def _noise_groups(args: argparse.Namespace) -> int | None:
     return k or None
 
 
-def _comparison_payload(result: ComparisonResult, args: argparse.Namespace) -> dict:
+def _comparison_payload(result: ComparisonResult, args: argparse.Namespace, configs: tuple | None = None) -> dict:
+    import dataclasses
+
+    from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
+
+    cfg = configs or _configs(args, args.evaluate == "held-out")
+    ev = dataclasses.replace(cfg[2], held_out=cfg[2].held_out is not False, alignment=bool(cfg[2].alignment))
+    names = (StudentConfig, TrainingConfig, EvaluationConfig)
     return {"history": result.history, "seconds": result.seconds,
             "stopped_at": result.stopped_at,
+            "config": {type(c).__name__: {k: (str(v) if k == "dtype" and v is not None else v)
+                                          for k, v in dataclasses.asdict(c).items()}
+                       for c in (*cfg[:2], ev) if isinstance(c, names)},
             "student": {k: getattr(args, k) for k in ("width", "readout", "activation", "bn", "loss", "steps", "lr",
                                                        "optimizer", "lr_schedule", "plateau", "seeds", "evaluate",
-                                                       "batch_size", "weight_decay", "P_source")}}
+                                                       "batch_size", "weight_decay", "P_source", "alignment")}}
 
 
-def _save_outputs(out_dir: str | os.PathLike, payload: dict, result: ComparisonResult, title: str) -> list[str]:
+def _save_outputs(out_dir: str | os.PathLike, payload: dict, result: ComparisonResult, title: str,
+                  control: Any = None) -> list[str]:
+    """comparison.json and comparison.png, and with the alignment measured alignment.png (``control``: the
+    shuffled-label run's last alignment rows, drawn beside)."""
     from smaso.plots import plot_comparison
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _write_json(out / "comparison.json", payload)
     plot_comparison(result, out / "comparison.png", title=title)
-    return [str(out / "comparison.json"), str(out / "comparison.png")]
+    files = [str(out / "comparison.json"), str(out / "comparison.png")]
+    if result.history and "alignment" in result.history[-1]:
+        from smaso.plots import plot_alignment
+
+        plot_alignment(result, out / "alignment.png", title=f"{title}: event alignment of the hidden nodes",
+                       control=control)
+        files.append(str(out / "alignment.png"))
+    return files
+
+
+def _print_alignment(result: ComparisonResult, control: Any, rows: str) -> None:
+    """The event alignment table (:meth:`~smaso.student.compare.ComparisonResult.alignment_table`) and the
+    shuffled-label control's last checkpoint (``control``: its rows, or None)."""
+    print(f"\n== event alignment of the hidden nodes (on {rows}; the paper's question: do nodes become "
+          "selective for the latent event of their receptive field?) ==")
+    print(result.alignment_table(checkpoints=4, legend=True))
+    if control is None:
+        return
+    print("shuffled-label control: the same student trained on permuted labels (the same initialisation, options "
+          "and steps), at the end\n(compare with the trained student's last step above; n/a as there)")
+
+    def num(v: float | None, fmt: str) -> str:
+        return "n/a" if v is None or v != v else format(v, fmt)
+
+    print("\n".join(f"  level {r['level']}: eta2 {num(r['eta2'], '.3f')}, MI {num(r['mi'], '.3f')} bits, spec "
+                    f"{num(r['spec'], '.3f')}, match {r['matched']}/{r['indicators']}, kept {num(r['kept'], '.2f')}, "
+                    f"dead {r['dead']}/{r['nodes']}, probe {num(r['probe'], '.3f')}" for r in control))
+
+
+#: What the two accuracies the demo prints are (issue 37: printed without saying how they differ).
+ACCURACY_WORDS = (
+    "two accuracies: the summary over seeds (above) is each seed's mean over its last 3 checkpoints on the {ev} "
+    "evaluation rows,\n  median over the seeds; the table below is student seed {seed}'s final weights on 10000 "
+    "other fresh rows")
+
+
+def _workers(args: argparse.Namespace) -> int:
+    """``--workers``: processes beside this one that train the other seeds (default: one per core beside this
+    one, at most one per other seed; 0 with one seed)."""
+    import os
+
+    if args.seed_workers is not None:  # (its own name: `workers` is the Dask engine's, checked as such)
+        return min(args.seed_workers, max(args.seeds - 1, 0))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(min(cores - 1, args.seeds - 1), 0) if args.seeds > 1 else 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
     from smaso.student.compare import compare_student
+    from teachers.engine import ProcessEngine
     from teachers.ladder import Ladder
     from teachers.sampling import sample_ladder
 
@@ -127,6 +209,26 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     _check_width(args, lad)
     _check_memory(lad, args.n, "-n", factor=3)  # the sample, its one-hot inputs per batch, the report
     sample = sample_ladder(lad, args.n, args.seed, progress=False, device=args.device).to("cpu")
+    # evaluation rows never trained on: fresh rows of stream seed + 1 (the statistics, the accuracy over
+    # seeds and the event alignment are measured on them)
+    evaluation = sample_ladder(lad, args.eval_examples, args.seed + 1, progress=False) \
+        if args.evaluate == "held-out" else False
+    workers = _workers(args)
+    with ProcessEngine(workers) if workers else nullcontext() as engine:
+        # the other seeds go to the worker processes first (submitted before this process computes anything:
+        # a fork mid-computation could copy a held lock); this process runs seed --student-seed meanwhile
+        others = _other_seeds(sample, args, evaluation, engine, control=True) if engine is not None else None
+        _demo_report(args, lad, sample, evaluation, others, t0, compare_student)
+    return 0
+
+
+def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: EvaluationConfig, others: Any,
+                 t0: float, compare_student: Callable[..., ComparisonResult]) -> None:
+    """What ``smaso demo`` prints and writes, the other seeds' runs being ``others`` (futures, or None: run them
+    here when needed)."""
+    from teachers.ladder import Ladder
+    from teachers.sampling import sample_ladder
+
     print(f"smaso demo: {args.n} examples from the built-in ladder "
           f"({lad.depth} levels below the label, {lad.total_regions} regions, {lad.num_classes} classes)")
     if args.teacher == "summarization":
@@ -142,36 +244,34 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print_report(report, lad)
     title = "default ladder: student vs reformulation"
     print(f"\n== student vs reformulation (Thm 4 / Eq 9): {args.steps} SGD steps, width {args.width}, "
-          f"{args.activation}{f', BN {args.bn} the gate' if args.bn else ''} ==")
-    # evaluation rows never trained on: fresh rows of stream seed + 1 (those of the accuracy below), and
-    # another fresh set for the alignment's probes
-    evaluation = sample_ladder(lad, args.eval_examples, args.seed + 1, progress=False) \
-        if args.evaluate == "held-out" else False
-    held_out = sample_ladder(lad, 4096, args.seed + 2, progress=False)
-    result = _run_comparison(sample, args, alignment=held_out, held_out=evaluation)
+          f"readout {args.readout or 'none'}, {args.activation}{f', BN {args.bn} the gate' if args.bn else ''}; "
+          f"measured every {args.eval_every} steps on {args.eval_examples} "
+          f"{'held-out' if evaluation is not False else 'training'} rows ==")
+    result = _run_comparison(sample, args, held_out=evaluation)
     # the shuffled-label control of every seed: the reformulation's table and the alignment both measure it
-    shuffled = _shuffled_control(sample, args, held_out=evaluation, alignment=held_out)
-    seeds = _seed_summary(sample, args, result, held_out=evaluation, control=shuffled)
+    shuffled = _shuffled_control(sample, args, held_out=evaluation)
+    runs = others if others is not None else _other_seeds(sample, args, evaluation, None, control=True)
+    seeds = _seed_summary(args, result, runs, control=shuffled)
     print(result.table(every=max(1, len(result.history) // 8)))
     print(f"\nerrors and terms of the reformulation at the end of training, trained vs controls "
           f"({seeds.evaluation} rows; student seed {args.student_seed}'s training curve above)")
     print(seeds.table())
     accuracy = accuracy_report(lad, result.student, report["bayes_optimal"], args.seed)
+    print("\n" + ACCURACY_WORDS.format(ev=seeds.evaluation or "", seed=args.student_seed), end="")
     print(accuracy["text"])
-    control = shuffled.final()["alignment"]
-    print("\n== event alignment of the hidden nodes (on 4096 held-out rows; the paper's question: do nodes become "
-          "selective for the latent event of their receptive field?) ==")
-    print(result.alignment_table(checkpoints=4, legend=True))
-    print("control: the same student trained on shuffled labels (the same options and steps), at the end")
-    print("\n".join(f"  level {r['level']}: eta2 {r['eta2']:.3f}, MI {r['mi']:.3f} bits, spec {r['spec']:.3f}, "
-                    f"match {r['matched']}/{r['indicators']}, kept {r['kept']:.2f}, dead {r['dead']}/{r['nodes']}, "
-                    f"probe {r['probe']:.3f}" for r in control))
+    rows = f"{args.eval_examples} {'held-out' if evaluation is not False else 'training'} rows"
+    control = shuffled.final().get("alignment")
+    if args.alignment:
+        _print_alignment(result, control, rows)
     # Thm 3: on the fully informative ladder with one-hot leaves the reformulation is exact
+    from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
+
     fi = Ladder.fully_informative(depth=2, branching=2, leaf_events=2, concentration=1.0, seed=args.seed)
     fi_sample = sample_ladder(fi, 4096, args.seed, progress=False, device=args.device).to("cpu")
-    exact = compare_student(fi_sample, width=4, activation=args.activation, batch_norm=args.bn or False,
-                            steps=50, lr=args.lr, eval_every=50, seed=args.student_seed, device=args.device,
-                            held_out=False)
+    exact = compare_student(fi_sample, StudentConfig(width=4, readout=None, activation=args.activation,
+                                                     batch_norm=args.bn or False),
+                            TrainingConfig(steps=50, lr=args.lr, seed=args.student_seed),
+                            EvaluationConfig(eval_every=50, held_out=False, alignment=False), device=args.device)
     worst = exact.max_error(("F_propagated", "G_propagated", "dW_propagated"))
     verdict = (f"undefined ({'; '.join(exact.final()['degenerate'])}): not a check of Thm 3" if math.isnan(worst)
                else f"{worst:.1e}" + (" (float64 round-off: exact)" if worst < 1e-10 else " (NOT exact)"))
@@ -182,7 +282,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
                "alignment_control_shuffled_labels": control,
                "seeds": seeds.to_dict(), "thm3_fully_informative_max_error": worst}
-    files = _save_outputs(out_dir, payload, result, title)
+    files = _save_outputs(out_dir, payload, result, title, control=control)
     groups = _noise_groups(args)
     if groups and args.n >= 2048:
         from smaso.plots import plot_errors_against_n
@@ -197,7 +297,6 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         _write_json(Path(out_dir) / "errors_vs_n.json", by_n)
         files += [str(Path(out_dir) / "errors_vs_n.png"), str(Path(out_dir) / "errors_vs_n.json")]
     print(f"\nwrote {', '.join(files)}  ({time.perf_counter() - t0:.1f} s in all)")
-    return 0
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -214,7 +313,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         result = _run_comparison(sample, args, engine=engine, held_out=held_out)
         control = _shuffled_control(sample, args, engine=engine, held_out=held_out) if args.shuffled_control \
             else None
-        seeds = _seed_summary(sample, args, result, engine=engine, held_out=held_out, control=control)
+        runs = _other_seeds(sample, args, held_out, engine, control=control is not None) if args.seeds > 1 else []
+        seeds = _seed_summary(args, result, runs, control=control)
     print(result.table(every=max(1, len(result.history) // 8), last_checkpoint=seeds is None))
     if seeds is not None:
         print(f"\nerrors and terms at the end of training (student seed {args.student_seed}'s training curve above)")
@@ -222,9 +322,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     accuracy = accuracy_report(lad, result.student, bayes_estimate(sample, args.device),
                                int(getattr(sample, "seed", 0) or 0))
     print(accuracy["text"])
+    aligned = control.final().get("alignment") if control is not None else None
+    if args.alignment:
+        where = "held-out" if held_out is True else "training"
+        _print_alignment(result, aligned, f"the {min(args.eval_examples, len(sample))} {where} evaluation rows")
     if args.out:
         payload = {**_comparison_payload(result, args), "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
-                   **({"seeds": seeds.to_dict()} if seeds is not None else {})}
-        files = _save_outputs(args.out, payload, result, title)
+                   **({"seeds": seeds.to_dict()} if seeds is not None else {}),
+                   **({"alignment_control_shuffled_labels": aligned} if aligned is not None else {})}
+        files = _save_outputs(args.out, payload, result, title, control=aligned)
         print(f"\nwrote {', '.join(files)}")
     return 0

@@ -8,6 +8,8 @@ chunk order; the caller merges them in that order.  So the bytes of a store and 
 pass do not depend on the engine, nor on how many workers it has:
 
 - :class:`SerialEngine` (the default everywhere): the tasks one after the other in this process;
+- :class:`ProcessEngine`: the tasks in a pool of worker processes on this machine, one torch thread each
+  (no Dask needed; for work that is parallel by nature, such as the student seeds of ``smaso demo``);
 - :class:`DaskEngine`: the tasks on a ``dask.distributed`` cluster, either an existing scheduler
   (``scheduler="tcp://host:8786"``) or a ``LocalCluster`` of ``workers`` processes started here.
 
@@ -28,10 +30,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ProcessPoolExecutor
     from typing import Self
 
-__all__ = ["CONNECT_TIMEOUT", "MALLOC_TRIM_CONFIG", "DaskEngine", "EngineError", "EngineWarning", "SerialEngine",
-           "get_engine", "make_engine"]
+__all__ = ["CONNECT_TIMEOUT", "MALLOC_TRIM_CONFIG", "DaskEngine", "EngineError", "EngineWarning", "ProcessEngine",
+           "SerialEngine", "get_engine", "make_engine"]
 
 
 class EngineError(RuntimeError):
@@ -91,6 +94,68 @@ class SerialEngine(_Engine):
 
     def __repr__(self) -> str:
         return "SerialEngine()"
+
+
+def _one_thread() -> None:
+    """A :class:`ProcessEngine` worker's start: one torch thread (the workers are the parallelism; intra-op threads
+    on top oversubscribe the cores and lose most of the throughput under contention, bench_out_of_core.py)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+class ProcessEngine(_Engine):
+    """Runs the tasks in ``workers`` processes of this machine (a :class:`concurrent.futures.ProcessPoolExecutor`),
+    one torch thread each; results come back in ``items``' order and are merged in that order, so they do not
+    depend on ``workers``.  Tasks and their arguments must be picklable (module-level functions).
+
+    The pool forks where it can (Linux, and this process at one torch thread: a fork after torch's intra-op
+    thread pool has run can hang the child), else it spawns fresh interpreters (each imports torch: seconds).
+    """
+
+    def __init__(self, workers: int) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers: expected a positive integer, got {workers!r}")
+        import multiprocessing
+
+        import torch
+
+        self.workers = workers
+        fork = "fork" in multiprocessing.get_all_start_methods() and torch.get_num_threads() == 1
+        self._context = multiprocessing.get_context("fork" if fork else "spawn")
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        from concurrent.futures import ProcessPoolExecutor
+
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=self._context, initializer=_one_thread)
+        return self._pool
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+        """``fn(*args, **kwargs)`` in the pool, now: a :class:`concurrent.futures.Future` (this process goes on)."""
+        return self._executor().submit(fn, *args, **kwargs)
+
+    def fold(self, fn: Callable[..., Any], items: Sequence, *args: Any, merge: Callable[[Any, Any], Any], init: Any,
+             progress: str | None = None, **kwargs: Any) -> Any:
+        """As :meth:`SerialEngine.fold`, the tasks run in the pool; each result merged in ``items``' order."""
+        pool = self._executor()
+        futures = [pool.submit(fn, item, *args, **kwargs) for item in items]
+        acc = init
+        with _progress_bar(len(items), progress) as bar:
+            for f in futures:
+                acc = merge(acc, f.result())
+                bar.update(1)
+        return acc
+
+    def close(self) -> None:
+        """Stop the worker processes."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __repr__(self) -> str:
+        return f"ProcessEngine(workers={self.workers})"
 
 
 class DaskEngine(_Engine):

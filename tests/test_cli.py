@@ -36,7 +36,7 @@ def test_every_file_the_demo_writes_is_named_in_its_help(capsys, tmp_path):
     assert main(["demo", "-n", "2048", "--bayes-n", "100", "--steps", "2", "--eval-every", "1", "--eval-examples",
                  "512", "--seeds", "1", "--out", str(out_dir)]) == 0
     written = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*"))
-    assert written == ["comparison.json", "comparison.png", "errors_vs_n.json", "errors_vs_n.png"]
+    assert written == ["alignment.png", "comparison.json", "comparison.png", "errors_vs_n.json", "errors_vs_n.png"]
     assert [name for name in written if name not in text] == []
 
 
@@ -93,8 +93,8 @@ def test_compare_on_a_dataset_file(tmp_path, capsys):
     data = tmp_path / "fi.npz"
     assert main(["sample", "ladder", "-n", "3000", "--kind", "fully_informative", "--depth", "2", "--events", "2",
                  "--concentration", "1", "--out", str(data)]) == 0
-    assert main(["compare", str(data), "--width", "3", "--bn", "--steps", "20", "--eval-every", "10",
-                 "--eval-examples", "1000", "--out", str(tmp_path / "cmp")]) == 0
+    assert main(["compare", str(data), "--width", "3", "--readout", "0", "--bn", "--steps", "20", "--eval-every", "10",
+                 "--eval-examples", "1000", "--out", str(tmp_path / "cmp")]) == 0  # (Thm 3's student: no readout)
     out = capsys.readouterr().out
     assert "Thm 2's conditions, measured" in out
     # Thm 3: fully informative + one-hot leaves -> every reformulation error ~ 0, with BN too

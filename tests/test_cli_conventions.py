@@ -97,7 +97,7 @@ def test_every_default_is_shown_in_help():
             assert "default" in help_text or f"(default: {shown})" in text, (p.prog, action.dest)
     helps = {tuple(a): " ".join(build_parser()._subparsers._group_actions[0].choices[a[0]].format_help().split())
              for a in (["demo"], ["compare"])}
-    assert "(default: 600)" in helps[("compare",)] and "(default: 50000)" in helps[("demo",)]
+    assert "(default: 3000)" in helps[("compare",)] and "(default: 50000)" in helps[("demo",)]
     assert "(default: $SMASO_OUTPUT/demo, else smaso-output/demo)" in helps[("demo",)]
     assert "(default: cpu)" in helps[("compare",)]
 

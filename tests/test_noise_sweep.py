@@ -15,7 +15,7 @@ from teachers.emission import GaussianEmission
 ERROR_KEYS = ("F_propagated", "G_propagated", "dW_propagated", "F_local", "G_local", "dW_local")
 TERMS = ("decorrelation_fwd", "decorrelation_bwd", "focus", "broadness")
 STUDENT = {"width": 4, "steps": 4, "lr": 0.2, "batch_size": 64, "eval_every": 2, "eval_examples": None,
-           "held_out": False}
+           "held_out": False, "readout": None, "alignment": False}
 
 
 @pytest.fixture(scope="module")

@@ -61,7 +61,8 @@ def _checkpoints(result_or_history: ComparisonResult | Sequence[Mapping]) -> lis
                         f"dicts), got {type(result_or_history).__name__}")
     rows = [h for h in hist if isinstance(h, Mapping) and "alignment" in h]
     if not rows:
-        raise ValueError("result_or_history: no checkpoint measured the alignment (compare_student(alignment=...))")
+        raise ValueError("result_or_history: no checkpoint measured the alignment (EvaluationConfig(alignment=False) "
+                         "turned it off)")
     for h in rows:
         if not _is_number(h.get("step")):
             raise ValueError(f"result_or_history: every checkpoint needs a numeric 'step', got {h.get('step')!r}")
@@ -87,7 +88,7 @@ def plot_alignment(result_or_history: ComparisonResult | Sequence[Mapping], path
     drawn and said so on the panel.
 
     :param result_or_history: a :class:`~smaso.student.compare.ComparisonResult` of
-        ``compare_student(..., alignment=held_out)``, or its ``history``: checkpoints with ``step`` and
+        ``compare_student`` (the alignment is on by default), or its ``history``: checkpoints with ``step`` and
         ``alignment`` (one :func:`~smaso.student.alignment.alignment_report` row per level).
     :param path: save the figure here (PNG/PDF/SVG by suffix, written atomically); None: only return it.
     :param control: the alignment rows of a control run (e.g. the student trained on shuffled labels), one

@@ -195,6 +195,15 @@ def plot_noise_sweep(rows: Sequence[dict] | Mapping[str, Sequence[dict]], path: 
 
 #: What :func:`plot_errors_against_n` draws by default: the one-step errors and Thm 2's conditions.
 N_KEYS = ("F_local", "G_local", "dW_local", "decorrelation_fwd", "focus", "broadness")
+#: Each report key's name in words, the panels' titles (the README's and the demo's words; a key not here is
+#: shown as it is).
+N_LABELS = {"F_local": "F, one-step error", "G_local": "G~, one-step error", "dW_local": "dW, one-step error",
+            "F_propagated": "F, error of the full recursion", "G_propagated": "G~, error of the full recursion",
+            "dW_propagated": "dW, error of the full recursion",
+            "decorrelation_fwd": "decorrelation (forward: gate vs activation)",
+            "decorrelation_bwd": "decorrelation (backward: gate vs gradient)",
+            "decorrelation_dW": "decorrelation (weight update)", "focus": "focus of knowledge (teacher)",
+            "broadness": "broadness of knowledge (teacher)"}
 
 
 def plot_errors_against_n(rows: Sequence[dict], path: str | os.PathLike | None = None, *,
@@ -238,7 +247,8 @@ def plot_errors_against_n(rows: Sequence[dict], path: str | os.PathLike | None =
             ax.set_yscale("log")
             ax.legend(fontsize=7)
         ax.set_xscale("log", base=2)
-        ax.set(title=f"{key} (dashed: noise floor)", xlabel="examples N", ylabel=key)
+        ax.set(title=f"{N_LABELS.get(key, key)}\n(solid: measured, dashed: its noise floor)", xlabel="examples N",
+               ylabel="relative size (0: exact / condition holds)")
     for ax in list(axes.flat)[len(keys):]:
         ax.set_visible(False)
     return finish_figure(fig, path, title or "errors and their noise floors against N")

@@ -93,13 +93,14 @@ DEFAULT_THRESHOLD = 0.95
 #: The columns of :meth:`~smaso.student.compare.ComparisonResult.alignment_table`, in plain words (``smaso demo``
 #: prints it under the table).
 TABLE_LEGEND = (
-    "columns: eta2 = share of a node's variance explained by its region's event (median over nodes) [the same "
-    "against\n  the neighbouring regions' events] (what a node unrelated to every event reads); MI = bits its on/off "
-    "state carries\n  about the event; spec = correlation of each event indicator 1[z = k] with its best-matching "
-    "node (median over\n  indicators); match = indicators whose best node correlates at "
-    f"{DEFAULT_THRESHOLD} or more, of those with one; kept = share of\n  indicators whose best node is the one that "
-    "was best at step 0; dead = nodes whose gate is never on, of all; probe =\n  held-out accuracy of a linear "
-    "read-out of the event from the region's nodes (the majority event's rate)")
+    "columns: eta2 = share of a node's variance explained by its region's event (median over nodes); [nbr] = the "
+    "same\n  against the neighbouring regions' events (a control: what a node reads from events not its own); "
+    "(floor) =\n  what a node unrelated to every event reads; MI = bits its on/off state carries about the event; "
+    "spec =\n  correlation of each event indicator 1[z = k] with its best-matching node (median over indicators); "
+    f"match =\n  indicators whose best node correlates at {DEFAULT_THRESHOLD} or more, of those with one; kept = "
+    "share of indicators\n  whose best node is the one that was best at step 0; dead = nodes whose gate is never on, "
+    "of all; probe =\n  held-out accuracy of a linear read-out of the event from the region's nodes (chance: the "
+    "majority event's rate)")
 #: What a node's "f_j" is (:func:`node_variable`): ``"output"`` (default) the node's output as the next level sees
 #: it, the record's ``fbar`` (after the gate, after BN where BN follows the gate); ``"activation"`` the gate's
 #: output before any BN after it (BN's input for ``batch_norm="after"``); ``"preactivation"`` the linear map's

@@ -13,6 +13,7 @@ import itertools
 import math
 import numbers
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from smaso.student.alignment import TABLE_LEGEND, accumulate_alignment, alignment_rows, undefined_note
+from smaso.student.config import LEGACY_FIELDS, EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.diagnosis import CONTRIBUTIONS, compare_statistics_to_theory, diagnose, nonfinite_statistics
 from smaso.student.frequency import FrequencyStatistics, ReplicateAccumulator, accumulate_statistics, collect_statistics
 from smaso.student.network import LadderStudent, _check_float_dtype
@@ -35,8 +37,9 @@ if TYPE_CHECKING:
     from teachers.engine import DaskEngine, SerialEngine
     from teachers.store_reader import ChunkedLadderData
 
-__all__ = ["CONTRIBUTIONS", "ComparisonResult", "TrainingDiverged", "compare_statistics_to_theory", "compare_student",
-           "diagnose", "errors_against_n", "noise_sweep"]
+__all__ = ["CONTRIBUTIONS", "ComparisonResult", "EvaluationConfig", "StudentConfig", "TrainingConfig",
+           "TrainingDiverged", "compare_statistics_to_theory", "compare_student", "diagnose", "errors_against_n",
+           "noise_sweep"]
 
 
 #: A training loss this many times its first value (or above it when that is below 1) stops the run.
@@ -87,6 +90,33 @@ def _read_lr_schedule(lr_schedule: str | None) -> str | tuple[int, float] | None
         pass
     raise ValueError(f"lr_schedule: expected None, 'none', 'cosine' or 'step:N:GAMMA' (N > 0, 0 < GAMMA <= 1), got "
                      f"{lr_schedule!r}")
+
+
+#: The comparison's columns in words (``smaso demo`` prints them where the columns appear; the README's words).
+ERROR_WORDS = (
+    "errors = ||predicted - measured||_F / ||measured||_F (0: exact; 1: as far off as predicting 0);\n"
+    "recursion = the full recursion of Eq 9 (Thm 4): every level predicted from predicted neighbours, F from the "
+    "leaves up and G~ from\n  the top down, so errors compound over levels (values above 1 are possible); "
+    "one step = one level predicted from its\n  measured neighbours (Thm 2), at most the sum of its two parts: "
+    "focus (F, dW) or broadness (G~) of the teacher's knowledge,\n  and the student's decorrelation")
+
+
+def _num(v: float, width: int, digits: int) -> str:
+    """``v`` in a column of ``width``, or ``n/a`` where undefined (NaN; the table's notes say why)."""
+    return f"{'n/a':>{width}}" if v is None or math.isnan(v) else f"{v:{width}.{digits}f}"
+
+
+def _alignment_na(rows: list[dict]) -> list[str]:
+    """Why a whole column of the alignment table is undefined at some level, in words (NaN in the JSON)."""
+    out = []
+    one = [r["level"] for r in rows if math.isnan(r["eta2_control"])]
+    if one:
+        out.append(f"[nbr] at level{'s' if len(one) > 1 else ''} {', '.join(map(str, one))}: a level of one region "
+                   "(the root's) has no neighbouring region whose events could serve as the control")
+    if any(r["level"] == 0 and math.isnan(r["mi"]) for r in rows):
+        out.append("MI at level 0: the linear output nodes have no gate, so no on/off state to carry information "
+                   "about the event (MI is measured on the gate's state)")
+    return out
 
 
 def _mean_errors(levels: list[dict]) -> dict[str, float]:
@@ -146,9 +176,9 @@ class ComparisonResult:
 
     def alignment_table(self, *, checkpoints: int | None = None, legend: bool = False) -> str:
         """Event alignment against training step, level by level (what ``smaso demo`` prints).  Columns: eta2, the
-        median over nodes of the share of a node's variance explained by its region's event [the same against
-        the neighbours' events, the control] (the null floor); MI, the median on-state mutual information with the
-        event in bits [control] (floor); spec, the median over event indicators 1[z = k] of the best node's
+        median over nodes of the share of a node's variance explained by its region's event [nbr: the same against
+        the neighbouring regions' events, a control] (the null floor); MI, the median on-state mutual information
+        with the event in bits [nbr] (floor); spec, the median over event indicators 1[z = k] of the best node's
         correlation (floor); match, the indicators whose best node's correlation is at least the threshold (0.95,
         the paper authors'), of those with a defined best node; kept, the fraction of indicators whose best node
         is the one that was best at the first checkpoint; dead, the nodes whose gate is never on, of all; probe,
@@ -164,23 +194,26 @@ class ComparisonResult:
         """
         rows = [h for h in self.history if "alignment" in h]
         if not rows:
-            raise ValueError("result: no checkpoint measured the alignment (compare_student(alignment=...))")
+            raise ValueError("result: no checkpoint measured the alignment (EvaluationConfig(alignment=False) turned "
+                             "it off)")
         if checkpoints is not None and len(rows) > checkpoints > 1:
             rows = [rows[round(i * (len(rows) - 1) / (checkpoints - 1))] for i in range(checkpoints)]
-        lines = ["step level |   eta2  [ctrl] (floor) |   MI bits [ctrl] (floor) |  spec (floor) |  match |  kept "
+        lines = ["step level |   eta2  [nbr]  (floor) |   MI bits [nbr]  (floor) |  spec (floor) |  match |  kept "
                  "|  dead | probe (chance)"]
         for h in rows:
             for r in h["alignment"]:
                 match = f"{r['matched']:>3d}/{r['indicators']:<3d}" if "matched" in r else "    -   "
                 kept = f"{r['kept']:5.2f}" if r.get("kept") is not None and r["kept"] == r["kept"] else "    -"
                 dead = f"{r['dead']:>2d}/{r['nodes']:<3d}" if "dead" in r else "    -  "
-                lines.append(f"{h['step']:4d} {r['level']:5d} | {r['eta2']:6.3f} [{r['eta2_control']:5.3f}] "
-                             f"({r['floor_eta2']:.0e}) | {r['mi']:6.3f}   [{r['mi_control']:5.3f}] "
+                lines.append(f"{h['step']:4d} {r['level']:5d} | {_num(r['eta2'], 6, 3)} "
+                             f"[{_num(r['eta2_control'], 5, 3)}] ({r['floor_eta2']:.0e}) | {_num(r['mi'], 6, 3)}   "
+                             f"[{_num(r['mi_control'], 5, 3)}] "
                              f"({r['floor_mi']:.0e}) | {r['spec']:5.3f} ({r['floor_spec']:.3f}) | {match}| {kept} "
                              f"| {dead}| {r['probe']:5.3f} ({r['probe_chance']:.3f})")
-        # the nodes not scored at the last checkpoint shown, in words
+        # the nodes not scored at the last checkpoint shown, in words, and why a whole column is n/a
         notes = [f"  step {rows[-1]['step']}, {note}" for r in rows[-1]["alignment"]
                  if "dead" in r and (note := undefined_note(r))]
+        notes += [f"  n/a: {why}" for why in _alignment_na(rows[-1]["alignment"])]
         return "\n".join(lines + notes + ([TABLE_LEGEND] if legend else []))
 
     def table(self, *, every: int = 1, last_checkpoint: bool = True) -> str:
@@ -216,8 +249,7 @@ class ComparisonResult:
                      + (", ? = floor over-estimated through BN" if any("floor_over_estimated" in r
                                                                       for r in last["levels"]) else "")
                      if floors else "") + ")",
-                  "errors = ||predicted - measured||_F / ||measured||_F; the one-step error (from measured "
-                  "neighbours) is at most the sum of its two parts",
+                  ERROR_WORDS,
                   f"{'level':>5} {'':3} {'recursion':>{w}} {'one step':>{w}} | "
                   f"{'part: focus / broadness':>{w + 10}} {'part: decorrelation':>{w + 14}}"]
         for r in last["levels"]:
@@ -240,12 +272,18 @@ class ComparisonResult:
                       *(f"  - {why}" for why in last["degenerate"])]
         if "eq7" in last:
             e7 = last["eq7"]
-            verdict = "holds for every class" if e7["holds"] else "FAILS"
-            why = ("softmax: g_j(y=j) > 0 > g_j(y!=j)" if e7.get("loss", "cross_entropy") == "cross_entropy" else
+            ce = e7.get("loss", "cross_entropy") == "cross_entropy"
+            why = ("softmax: g_j(y=j) > 0 > g_j(y!=j)" if ce else
                    "squared loss: g_j(y=j) > 0 > g_j(y!=j), not guaranteed: it needs E[f_j|y=j] < 1 and "
                    "E[f_j|y!=j] > 0")
-            lines.append(f"Eq 7 ({why}) {verdict}; smallest margin {e7['worst_margin']:.3g} "
-                         f"(class {e7['worst_class']})")
+            if e7["holds"]:
+                lines.append(f"Eq 7 ({why}) holds for every class; smallest margin {e7['worst_margin']:.3g}")
+            else:
+                lines.append(
+                    f"Eq 7 ({why}) does not hold: at class {e7['worst_class']} an output gradient has the wrong sign "
+                    f"(margin {e7['worst_margin']:.3g}).\n  So the top gradient is not the paper's 'raise the own "
+                    "class, lower the others' (a1 [j = y] - a2 [j != y]); the\n  reformulation above does not assume "
+                    "it (it uses the measured top gradient I - F), so its errors stand")
         return "\n".join(lines)
 
     @staticmethod
@@ -404,17 +442,41 @@ def _check_dtype_device(dtype: Any, device: Any) -> None:
                          "statistics); expected a device such as 'cpu' or 'cuda'")
 
 
-def compare_student(sample: DataSource, *, width: int | list[int] = 8, activation: str = "relu",
-                    batch_norm: bool | str = False, bn_eps: float = 1e-5, bias: bool = True, loss: str = "squared",
-                    steps: int = 200, lr: float = 0.1, batch_size: int | None = 256, weight_decay: float = 0.0,
-                    eval_every: int = 20, eval_examples: int | None = 4096, eval_batch_size: int = 1024,
-                    P_source: str = "empirical", seed: int = 0, dtype: torch.dtype = torch.float64,
-                    device: torch.device | str | None = None, progress: bool = False,
-                    engine: SerialEngine | DaskEngine | None = None, noise_groups: int | None = 10,
-                    shared: bool = False,
-                    readout: int | None = None, alignment: Any = None, optimizer: Any = "sgd",
-                    lr_schedule: str | None = None, plateau: int | None = None,
-                    held_out: Any = True, shuffle_labels: bool = False) -> ComparisonResult:
+def _configs(student: StudentConfig | None, training: TrainingConfig | None, evaluation: EvaluationConfig | None,
+             legacy: dict[str, Any], where: str = "compare_student"
+             ) -> tuple[StudentConfig, TrainingConfig, EvaluationConfig]:
+    """The three configs of a run, the deprecated keyword form (``width=16, steps=300, ...``) mapped onto them
+    with a :class:`DeprecationWarning` (a keyword of a config also given is a TypeError: which one would win?)."""
+    given = {"student": student, "training": training, "evaluation": evaluation}
+    kinds = {StudentConfig: "student", TrainingConfig: "training", EvaluationConfig: "evaluation"}
+    for name, cfg in given.items():
+        want = next(c for c, k in kinds.items() if k == name)
+        if cfg is not None and not isinstance(cfg, want):
+            raise TypeError(f"{name}: expected a {want.__name__}, got {type(cfg).__name__}")
+    unknown = [k for k in legacy if k not in LEGACY_FIELDS]
+    if unknown:
+        raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r} (its options are the "
+                        "fields of student=StudentConfig(...), training=TrainingConfig(...), "
+                        "evaluation=EvaluationConfig(...))")
+    split: dict[str, dict] = {"student": {}, "training": {}, "evaluation": {}}
+    for k, v in legacy.items():
+        split[kinds[LEGACY_FIELDS[k]]][k] = v
+    if legacy:
+        hint = ", ".join(f"{kinds[LEGACY_FIELDS[k]]}={LEGACY_FIELDS[k].__name__}({k}=...)" for k in legacy)
+        for name, kw in split.items():
+            if kw and given[name] is not None:
+                raise TypeError(f"{where}: {', '.join(kw)} given both as a keyword and in {name}=; set it in "
+                                f"{name}={type(given[name]).__name__}(...) only")
+        warnings.warn(f"{where}: keyword options are deprecated; pass {hint}", DeprecationWarning, stacklevel=3)
+    return (StudentConfig(**split["student"]) if student is None else student,
+            TrainingConfig(**split["training"]) if training is None else training,
+            EvaluationConfig(**split["evaluation"]) if evaluation is None else evaluation)
+
+
+def compare_student(sample: DataSource, student: StudentConfig | None = None, training: TrainingConfig | None = None,
+                    evaluation: EvaluationConfig | None = None, *, device: torch.device | str | None = None,
+                    engine: SerialEngine | DaskEngine | None = None, progress: bool = False,
+                    **legacy: Any) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
     Training reads minibatches chunk by chunk (each epoch a seeded random order of the chunks and of their
@@ -423,44 +485,57 @@ def compare_student(sample: DataSource, *, width: int | list[int] = 8, activatio
 
     :param sample: a :class:`~teachers.sampling.LadderSample`, a :class:`~teachers.chunked.ChunkedLadderData`
         or dataset path(s); it needs every latent event z.
-    :param bn_eps: BN's eps (0: Thm 5's exact projection; fails on a node constant over the batch).
-    :param batch_size: SGD minibatch (``None``: full-batch GD, for an in-memory sample only).
-    :param eval_every: compare every this many steps (and at steps 0 and ``steps``).
-    :param eval_examples: the first this many examples (of the evaluation rows, see ``held_out``) form the
+    :param student: the network, :class:`~smaso.student.config.StudentConfig` (None: its defaults).
+    :param training: how it is trained, :class:`~smaso.student.config.TrainingConfig` (None: its defaults).
+    :param evaluation: what is measured where, :class:`~smaso.student.config.EvaluationConfig` (None: its
+        defaults).  The defaults are those of ``smaso demo`` and ``smaso compare`` (one set, in
+        :mod:`smaso.student.config`).
+    :param device: torch device of the student's training and evaluation (None: cpu).
+    :param engine: where the streamed evaluation and the alignment run (None: this process; a
+        :class:`~teachers.engine.DaskEngine`: one task per chunk).
+    :param progress: a tqdm bar over the training steps.
+    :param legacy: deprecated: the configs' fields as keywords (``width=16, steps=300``), mapped onto the configs
+        with a :class:`DeprecationWarning`; a keyword that is no config field is a TypeError.
+
+    The configs' fields in detail (see also their classes):
+
+    - ``student.bn_eps``: BN's eps (0: Thm 5's exact projection; fails on a node constant over the batch).
+    - ``training.batch_size``: SGD minibatch (``None``: full-batch GD, for an in-memory sample only).
+    - ``evaluation.eval_every``: compare every this many steps (and at steps 0 and ``steps``).
+    - ``evaluation.eval_examples``: the first this many examples (of the evaluation rows, see ``held_out``) form the
         evaluation set; ``None``: every evaluation row.  Without BN the set is run in batches of
         ``eval_batch_size`` and their sums merged exactly (:func:`~smaso.student.frequency.accumulate_statistics`:
         the statistics of the whole set, in the memory of one batch).  With BN an in-memory evaluation set is
         one batch (the reformulation describes full-batch statistics), and a chunked dataset with ``None`` is
         streamed chunk by chunk in batches of ``eval_batch_size``, BN normalizing each batch by its own
         statistics.
-    :param held_out: where the statistics, the accuracy and every error are measured.  ``True`` (default):
+    - ``evaluation.held_out``: where the statistics, the accuracy and every error are measured.  ``True`` (default):
         on the first ``eval_examples`` rows of ``sample``, which are then never trained on; ``False``: on the
         first ``eval_examples`` rows, trained on like the rest (the statistics of training rows: Thm 3's
         exactness under full-batch GD is a statement about them); a dataset of the same ladder (a
         :class:`~teachers.sampling.LadderSample`, a chunked dataset or a path): on its rows, and every row of
         ``sample`` is trained on.  History rows name it in ``"evaluation"`` (``"held-out"`` or
         ``"training"``).
-    :param P_source: ``"empirical"`` (frequencies of the evaluation set) or ``"exact"`` (the
+    - ``evaluation.P_source``: ``"empirical"`` (frequencies of the evaluation set) or ``"exact"`` (the
         ladder's tables).
-    :param engine: where the streamed evaluation runs (None: this process; a
-        :class:`~teachers.engine.DaskEngine`: one task per chunk).
-    :param shared: share the student's weights per child place (:class:`LadderStudent`'s ``shared``).
-    :param readout: a readout group of this many nodes at the root (:class:`LadderStudent`'s ``readout``).
-    :param alignment: held-out rows (a :class:`~teachers.sampling.LadderSample`, a chunked dataset or a path, of
-        the same ladder, never trained on) on which every checkpoint also measures the event alignment of the
-        hidden nodes, streamed on ``engine`` (:func:`~smaso.student.alignment.accumulate_alignment`: the rows'
-        first half fits the linear probes, the second half scores them); the history rows then carry
-        ``"alignment"``, one dict per level.
-    :param noise_groups: row groups of the jackknife that gives every number its noise floor
+    - ``student.shared``: share the student's weights per child place (:class:`LadderStudent`'s ``shared``).
+    - ``student.readout``: a readout group of this many nodes at the root (:class:`LadderStudent`'s ``readout``).
+    - ``evaluation.alignment``: the event alignment of the hidden nodes at every checkpoint (on by default),
+        streamed on ``engine`` (:func:`~smaso.student.alignment.accumulate_alignment`: the rows' first half fits the
+        linear probes, the second half scores them), on the evaluation set (``True``: the rows of ``held_out``,
+        held out unless ``held_out=False``) or on a dataset of the same ladder, never trained on; the history rows
+        then carry ``"alignment"``, one dict per level (:meth:`ComparisonResult.alignment_table`).
+    - ``evaluation.noise_groups``: row groups of the jackknife that gives every number its noise floor
         (:mod:`smaso.student.noise`); ``None``: no floors.
-    :param optimizer: ``"sgd"`` (the plain step W += lr Delta W of Eq 2), ``"adam"``, ``"adamw"``, ``"rmsprop"``,
-        or a callable ``params -> torch.optim.Optimizer``: the explicit backward fills ``.grad``
+    - ``training.optimizer``: ``"sgd"`` (the plain step W += lr Delta W of Eq 2), ``"adam"``, ``"adamw"``,
+        ``"rmsprop"``, or a callable ``params -> torch.optim.Optimizer``: the explicit backward fills ``.grad``
         (:meth:`LadderStudent.fill_grad`), so the recorded Delta W is Eq 2's gradient whatever steps on it.
-    :param lr_schedule: None, ``"cosine"`` (to 0 at ``steps``) or ``"step:N:GAMMA"`` (lr times GAMMA every N steps).
-    :param plateau: stop early once the smoothed training loss (an exponential average over about 20 steps) has
+    - ``training.lr_schedule``: None, ``"cosine"`` (to 0 at ``steps``) or ``"step:N:GAMMA"`` (lr times GAMMA every
+        N steps).
+    - ``training.plateau``: stop early once the smoothed training loss (an exponential average over about 20 steps) has
         not improved by :data:`PLATEAU_TOL` (relative) for this many steps; the stopping step is a checkpoint, and
         :attr:`ComparisonResult.stopped_at` names it.
-    :param shuffle_labels: the shuffled-label control: train on the sample with its training rows' labels
+    - ``training.shuffle_labels``: the shuffled-label control: train on the sample with its training rows' labels
         permuted (a fixed permutation drawn from ``seed``, per chunk, so the same in every epoch; held-out rows
         never enter it), everything else as without it: the same initial weights, minibatch rows and order,
         and the same evaluation rows, measured with their own labels and events z (so each number compares
@@ -473,6 +548,17 @@ def compare_student(sample: DataSource, *, width: int | list[int] = 8, activatio
 
     from teachers.chunked import as_chunks
 
+    cfg_s, cfg_t, cfg_e = _configs(student, training, evaluation, legacy)
+    width, activation, batch_norm, bn_eps, bias, shared = (
+        cfg_s.width, cfg_s.activation, cfg_s.batch_norm, cfg_s.bn_eps, cfg_s.bias, cfg_s.shared)
+    dtype = torch.float64 if cfg_s.dtype is None else cfg_s.dtype
+    readout = cfg_s.readout
+    steps, lr, batch_size, loss, optimizer, lr_schedule, weight_decay, plateau, seed, shuffle_labels = (
+        cfg_t.steps, cfg_t.lr, cfg_t.batch_size, cfg_t.loss, cfg_t.optimizer, cfg_t.lr_schedule, cfg_t.weight_decay,
+        cfg_t.plateau, cfg_t.seed, cfg_t.shuffle_labels)
+    eval_every, eval_examples, eval_batch_size, held_out, P_source, noise_groups, alignment = (
+        cfg_e.eval_every, cfg_e.eval_examples, cfg_e.eval_batch_size, cfg_e.held_out, cfg_e.P_source,
+        cfg_e.noise_groups, cfg_e.alignment)
     in_memory = isinstance(sample, LadderSample)
     if not in_memory and not hasattr(sample, "chunk"):
         raise TypeError(f"sample: expected a LadderSample or a ChunkedLadderData, got {type(sample).__name__}")
@@ -500,7 +586,7 @@ def compare_student(sample: DataSource, *, width: int | list[int] = 8, activatio
     for name, v in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name}: expected a positive integer, got {v!r}")
-    alignment = _check_alignment(alignment, lad)
+    alignment = None if alignment is False else alignment if alignment is True else _check_alignment(alignment, lad)
     if not isinstance(shuffle_labels, bool):
         raise TypeError(f"shuffle_labels: expected a bool, got {type(shuffle_labels).__name__}")
     if plateau is not None and (isinstance(plateau, bool) or not isinstance(plateau, int) or plateau < 1):
@@ -519,6 +605,11 @@ def compare_student(sample: DataSource, *, width: int | list[int] = 8, activatio
             x_eval, y_eval, z_eval = ev.inputs(dtype=dtype), ev.y, ev.z
         else:  # the same sums batch by batch: memory of one eval batch, not of the set
             ev_chunks, streamed = ev, True
+    if alignment is True:  # on the evaluation set itself (held out unless held_out=False)
+        alignment = ev_chunks if streamed and eval_examples is None else ev
+        if len(alignment) < 4:
+            raise ValueError(f"evaluation.alignment: the event alignment needs at least 4 evaluation rows, got "
+                             f"{len(alignment)}; give more (eval_examples) or alignment=False")
     evaluation = "training" if held_out is False else "held-out"
     if batch_size is None:
         y = _all_training_labels(chunks, skip, seed) if shuffle_labels else sample.y[skip:]
@@ -625,16 +716,20 @@ def _leaves_at(ladder: Ladder, sigma: float) -> Ladder:
     return ladder.with_emission(GaussianEmission.around_one_hot(r, m, sigma))
 
 
-def _noise_row(sigma: float, ladder: Ladder | Callable[[float], Ladder], n: int, seed: int, student_seed: int,
-               student_kwargs: dict) -> dict:
+def _noise_row(sigma: float, ladder: Ladder | Callable[[float], Ladder], n: int, seed: int,
+               configs: tuple[StudentConfig, TrainingConfig, EvaluationConfig]) -> dict:
     """One row of :func:`noise_sweep` (a task of its engine: any process)."""
+    import dataclasses
+
     lad = _leaves_at(ladder, sigma) if isinstance(ladder, Ladder) else ladder(sigma)
     if not isinstance(lad, Ladder):
         raise TypeError(f"ladder: the factory returned {type(lad).__name__} for sigma = {sigma}, expected a Ladder")
     sample = sample_ladder(lad, int(n), int(seed), progress=False)
-    if "held_out" not in student_kwargs:  # evaluate on fresh rows (stream seed + 1), never trained on
-        student_kwargs = {**student_kwargs, "held_out": sample_ladder(lad, int(n), int(seed) + 1, progress=False)}
-    res = compare_student(sample, seed=student_seed, progress=False, **student_kwargs)
+    student, training, evaluation = configs
+    if evaluation.held_out is True:  # evaluate on fresh rows (stream seed + 1), never trained on
+        evaluation = dataclasses.replace(evaluation, held_out=sample_ladder(lad, int(n), int(seed) + 1,
+                                                                            progress=False))
+    res = compare_student(sample, student, training, evaluation)
     last = res.final()
     worst = res.max_error()
     return {"sigma": sigma, "step": last["step"], "accuracy": last["accuracy"], "loss": last["loss"],
@@ -643,7 +738,8 @@ def _noise_row(sigma: float, ladder: Ladder | Callable[[float], Ladder], n: int,
 
 def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[float], n: int, seed: int = 0, *,
                 student_seed: int = 0, progress: bool = False, engine: SerialEngine | DaskEngine | None = None,
-                **student_kwargs: Any) -> list[dict]:
+                student: StudentConfig | None = None, training: TrainingConfig | None = None,
+                evaluation: EvaluationConfig | None = None, **legacy: Any) -> list[dict]:
     """Student vs reformulation as the leaves get noisier: Thm 3's exactness and how Thm 2 fails.
 
     With one-hot leaves (the fully informative ladder) the reformulation is exact (Thm 3: every error is
@@ -660,19 +756,27 @@ def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[flo
     :param sigmas: distinct noise levels >= 0 (0: one-hot leaves).
     :param n: examples per noise level (> 0).
     :param seed: sample seed.
-    :param student_seed: the student's seed (its initial weights and SGD minibatches), the
-        ``seed`` of :func:`compare_student`.
+    :param student_seed: the student's seed (its initial weights and SGD minibatches): ``training.seed``.
     :param progress: a tqdm bar over the noise levels (the student's own bar stays off).
     :param engine: where the noise levels run: ``None`` (here, one after the other) or a
         :class:`~teachers.engine.SerialEngine` / :class:`~teachers.engine.DaskEngine`, one task per
         level (a factory ``ladder`` must then be picklable by cloudpickle); the rows do not depend on it.
-    :param student_kwargs: passed to :func:`compare_student` (width, batch_norm, steps, lr, ...); without
-        ``held_out``, each level is evaluated on ``n`` fresh rows (stream ``seed + 1``), never trained on.
+    :param student: :func:`compare_student`'s ``student`` (the defaults of :mod:`smaso.student.config`).
+    :param training: its ``training`` (the seed replaced by ``student_seed``).
+    :param evaluation: its ``evaluation``; with ``held_out=True`` (the default) each level is evaluated on ``n``
+        fresh rows (stream ``seed + 1``), never trained on.
+    :param legacy: deprecated: the configs' fields as keywords (a :class:`DeprecationWarning`).
     :returns: one row per sigma, in the given order: ``sigma``, ``accuracy``, ``loss``, ``step``,
         ``levels`` and ``leaves`` (as in :func:`compare_statistics_to_theory`), ``max_error``
         (:meth:`ComparisonResult.max_error`: the largest of :data:`ERROR_KEYS` over every level and checkpoint of the
         run, NaN if one is undefined) and ``seconds``.
     """
+    import dataclasses
+
+    if "sample" in legacy:
+        raise TypeError("sample: not a student option (noise_sweep samples each noise level)")
+    student, training, evaluation = _configs(student, training, evaluation, legacy, "noise_sweep")
+    training = dataclasses.replace(training, seed=student_seed)
     sig = _check_sigmas(sigmas)
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n <= 0:
         raise ValueError(f"n: expected a positive integer number of examples, got {n!r}")
@@ -680,11 +784,9 @@ def noise_sweep(ladder: Ladder | Callable[[float], Ladder], sigmas: Sequence[flo
         raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
     if not isinstance(ladder, Ladder) and not callable(ladder):
         raise TypeError(f"ladder: expected a Ladder or a callable sigma -> Ladder, got {type(ladder).__name__}")
-    if "sample" in student_kwargs:
-        raise TypeError("student_kwargs: 'sample' is not a student option (noise_sweep samples each noise level)")
     from teachers.engine import get_engine
 
-    return get_engine(engine).map(_noise_row, sig, ladder, int(n), int(seed), student_seed, dict(student_kwargs),
+    return get_engine(engine).map(_noise_row, sig, ladder, int(n), int(seed), (student, training, evaluation),
                                   progress="noise sweep" if progress else None)
 
 

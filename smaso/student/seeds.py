@@ -32,16 +32,20 @@ table prints ``n/a`` (or the value over the other seeds) with a numbered note.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.diagnosis import CONTRIBUTIONS
 from smaso.student.noise import ROUNDOFF, WITHIN_NOISE
 
 if TYPE_CHECKING:
+    import torch
+
     from teachers.chunked import DataSource
     from teachers.engine import DaskEngine, SerialEngine
 
@@ -245,6 +249,11 @@ def _fmt(v: float | None, spec: str = "7.1e") -> str:
 ARM_LABELS = {"trained": "trained", "init": "init (step 0)", "shuffled": "shuffled labels"}
 #: How :meth:`SeedSummary.table` names the rows of a quantity.
 _ROW_NAMES = {"propagated": "recursion", "local": "one step"}
+#: Thm 2's conditions in the table's header (the words of ``ComparisonResult.table``).
+_CONDITION_NAMES = {"decorrelation_fwd": "decorrelation fwd", "decorrelation_bwd": "decorrelation bwd",
+                    "decorrelation_dW": "decorrelation dW"}
+#: The name of a part of a one-step error (the README's column names: "F focus part", ...).
+_PART_NAMES = {"focus": "focus part", "broadness": "broadness part", "decorrelation": "decorrelation part"}
 
 
 @dataclass
@@ -321,6 +330,8 @@ class SeedSummary:
         control, each as ``median [min..max]`` over seeds (the trained ones with ``(noise)`` and ``*`` where
         within noise), identities said as identities; then Thm 2's conditions of the trained students; numbered
         notes for undefined numbers."""
+        from smaso.student.compare import ERROR_WORDS
+
         k = len(self.seeds)
         arms = self.arms()
         if k < 2:
@@ -343,7 +354,9 @@ class SeedSummary:
                  f"(noise): the larger of the jackknife floor and the seeds' standard error; * = within noise "
                  f"(median <= {WITHIN_NOISE:g} x noise); identity = at float64 round-off in every seed and "
                  "checkpoint, trained and controls: it holds for any weights",
-                 f"accuracy on the {ev}rows: " + " | ".join(
+                 ERROR_WORDS,
+                 f"accuracy on the {ev}rows (each seed's mean over its last {self.last} checkpoints; median "
+                 "[min..max] over seeds): " + " | ".join(
                      f"{ARM_LABELS[name]} {_fmt(a['accuracy']['median'], '.4f')} "
                      f"[{_fmt(a['accuracy']['min'], '.4f')}..{_fmt(a['accuracy']['max'], '.4f')}]"
                      for name, a in arms.items())]
@@ -356,19 +369,20 @@ class SeedSummary:
             return add
 
         ctl = [name for name in arms if name != "trained"]
-        lines.append(f"{'level':>5} {'':3} {'':19} {ARM_LABELS['trained']:>45}"
+        lines.append(f"{'level':>5} {'':3} {'':22} {ARM_LABELS['trained']:>45}"
                      + "".join(f" {ARM_LABELS[name]:>30}" for name in ctl))
         for i, r in enumerate(self.levels):
             for q, label in (("F", "F"), ("G", "G~"), ("dW", "dW")):
                 keys = [f"{q}_propagated", f"{q}_local", *(f"{q}_local_{p}" for p in CONTRIBUTIONS[f"{q}_local"])]
                 for j, key in enumerate(k_ for k_ in keys if k_ in r):
                     tail = key.removeprefix(f"{q}_")
-                    name = _ROW_NAMES.get(tail) or f"part: {tail.removeprefix('local_')}"
-                    lead = (f"{r['level']:5d}" if q == "F" and j == 0 else " " * 5) + f" {label if j == 0 else '':3}"
+                    part = tail.removeprefix("local_")
+                    name = f"{label} {_ROW_NAMES.get(tail) or _PART_NAMES.get(part, part + ' part')}"
+                    lead = (f"{r['level']:5d}" if q == "F" and j == 0 else " " * 5) + " " * 4
                     cells = [self._cell(r, key, note("trained", r["level"], key), noise=True, width=45)]
                     cells += [self._cell(arms[n]["levels"][i], key, note(n, r["level"], key), noise=False, width=30)
                               for n in ctl]
-                    lines.append(f"{lead} {name:19} " + " ".join(cells))
+                    lines.append(f"{lead} {name:22} " + " ".join(cells))
             eq = [f"{key.replace('G_', 'G~_').replace('_local', ' one step')} = its {part.rsplit('_', 1)[1]} part"
                   for key, part in r.get("identity", {}).items() if part != "0"]
             if eq:
@@ -379,7 +393,7 @@ class SeedSummary:
             lines.append(f"the split is exact ({', '.join(split)}): |one step - one part| <= the other part in every "
                          "row of every run, so a one-step error equals one part up to the other")
         lines += ["Thm 2's conditions (0 when the condition holds), trained: median [min..max], * = within noise",
-                  f"{'level':>6} " + " ".join(f"{c:>27}" for c in CONDITION_KEYS)]
+                  f"{'level':>6} " + " ".join(f"{_CONDITION_NAMES.get(c, c):>27}" for c in CONDITION_KEYS)]
         for r in [*self.levels, {**self.leaves, "level": "leaves"}]:
             lines.append(f"{r['level']:>6} " + " ".join(
                 self._cell(r, c, note("trained", r["level"], c), noise=False, width=27) for c in CONDITION_KEYS))
@@ -460,40 +474,53 @@ def summarize_seeds(runs: Sequence, *, seeds: Sequence[int] | None = None, last:
                        controls=out)
 
 
-def _seed_run(seed: int, sample: DataSource, kwargs: dict, shuffled: bool = False) -> dict:
+def _seed_run(seed: int, sample: DataSource, configs: tuple, shuffled: bool = False,
+              device: torch.device | str | None = None) -> dict:
     """One student of :func:`compare_seeds` (a task of its engine: any process): its history, without tensors,
-    and with ``shuffled`` that of its shuffled-label control under ``"shuffled"``."""
+    and with ``shuffled`` that of its shuffled-label control under ``"shuffled"`` (without the alignment)."""
     from smaso.student.compare import compare_student
 
-    res = compare_student(sample, seed=seed, progress=False, **kwargs)
+    student, training, evaluation = configs
+    res = compare_student(sample, student, dataclasses.replace(training, seed=seed), evaluation, device=device)
     out = {"seed": seed, "history": res.history, "stopped_at": res.stopped_at, "seconds": res.seconds}
     if shuffled:
-        ctl = compare_student(sample, seed=seed, progress=False, shuffle_labels=True,
-                              **{k: v for k, v in kwargs.items() if k != "alignment"})
+        ctl = compare_student(sample, student, dataclasses.replace(training, seed=seed, shuffle_labels=True),
+                              dataclasses.replace(evaluation, alignment=False), device=device)
         out["shuffled"] = {"history": ctl.history, "stopped_at": ctl.stopped_at, "seconds": ctl.seconds}
     return out
 
 
 def compare_seeds(sample: DataSource, seeds: int | Sequence[int] = 3, *, last: int = 3,
                   engine: SerialEngine | DaskEngine | None = None, progress: bool = False,
-                  shuffled: bool = False, **student_kwargs: Any) -> tuple[SeedSummary, list[dict]]:
+                  shuffled: bool = False, student: StudentConfig | None = None,
+                  training: TrainingConfig | None = None, evaluation: EvaluationConfig | None = None,
+                  device: torch.device | str | None = None,
+                  **legacy: Any) -> tuple[SeedSummary, list[dict]]:
     """Train one student per seed on ``sample`` with :func:`~smaso.student.compare.compare_student` and summarize.
 
     Each seed is one task of ``engine`` (``None``: here, one after the other; a
-    :class:`~teachers.engine.DaskEngine`: on its workers); the runs do not depend on where they ran.  A student's
-    seed sets its initial weights and its minibatch order; the data and the evaluation rows are the same for all.
+    :class:`~teachers.engine.ProcessEngine` or :class:`~teachers.engine.DaskEngine`: in other processes); the
+    runs do not depend on where they ran.  A student's seed sets its initial weights and its minibatch order; the
+    data and the evaluation rows are the same for all.
 
     :param sample: a :class:`~teachers.sampling.LadderSample`, a chunked dataset or a path (sent to each task).
     :param seeds: K (the seeds ``0..K-1``) or the seeds themselves.
     :param last: checkpoints per run averaged into its seed's value (:func:`summarize_seeds`).
-    :param shuffled: also train each seed's shuffled-label control (``compare_student(shuffle_labels=True)``, the
-        same options but ``alignment``; in the same task) and summarize it beside the trained students.
-    :param student_kwargs: :func:`~smaso.student.compare.compare_student`'s options but ``seed`` (the task's);
-        each task evaluates in its own process (``engine`` here places the seeds, not a run's evaluation).
+    :param shuffled: also train each seed's shuffled-label control (``training.shuffle_labels=True``, the
+        same options without the alignment; in the same task) and summarize it beside the trained students.
+    :param student: :func:`~smaso.student.compare.compare_student`'s ``student``
+        (:class:`~smaso.student.config.StudentConfig`; None: the defaults).
+    :param training: its ``training``; the seed is each task's, ``shuffle_labels`` must be False.
+    :param evaluation: its ``evaluation``; each task evaluates in its own process (``engine`` here places the
+        seeds, not a run's evaluation).
+    :param device: torch device of every run (None: cpu).
+    :param legacy: deprecated: the configs' fields as keywords (a :class:`DeprecationWarning`).
     :returns: ``(summary, runs)``: the :class:`SeedSummary` and each seed's ``{"seed", "history", "stopped_at",
         "seconds"}`` (with ``shuffled``: and ``"shuffled"``, the control's ``{"history", "stopped_at",
         "seconds"}``).
     """
+    from smaso.student.compare import _configs
+
     if isinstance(seeds, bool):
         raise TypeError("seeds: expected a positive integer or a sequence of seeds, got a bool")
     if isinstance(seeds, int):
@@ -507,13 +534,14 @@ def compare_seeds(sample: DataSource, seeds: int | Sequence[int] = 3, *, last: i
     if not isinstance(shuffled, bool):
         raise TypeError(f"shuffled: expected a bool, got {type(shuffled).__name__}")
     for name in ("seed", "shuffle_labels"):
-        if name in student_kwargs:
-            raise TypeError(f"student_kwargs: {name!r} is set by compare_seeds (one task per seed"
+        if name in legacy or (training is not None and name == "shuffle_labels" and training.shuffle_labels):
+            raise TypeError(f"{name!r} is set by compare_seeds (one task per seed"
                             f"{', shuffled=True for the control' if name == 'shuffle_labels' else ''}), "
                             "not passed through")
+    configs = _configs(student, training, evaluation, legacy, "compare_seeds")
     from teachers.engine import get_engine
 
-    runs = get_engine(engine).map(_seed_run, seeds, sample, dict(student_kwargs), shuffled,
+    runs = get_engine(engine).map(_seed_run, seeds, sample, configs, shuffled, device,
                                   progress="student seeds" if progress else None)
     return summarize_seeds(runs, seeds=seeds, last=last,
                            shuffled=[r["shuffled"] for r in runs] if shuffled else None), runs
