@@ -62,6 +62,16 @@ class PerEventMeans:
             return means[name]
         raise AttributeError(name)
 
+    def mean_at(self, name: str, level: int) -> torch.Tensor:
+        """``means[name][level]``, typed as set: ``(R_l, M_l, n_l)``.
+
+        :raises ValueError: the quantity is undefined (None) at that level (at the leaves only ``Fbar`` is defined).
+        """
+        mean = self.means[name][level]
+        if mean is None:
+            raise ValueError(f"{name}[{level}]: undefined at level {level} (at the leaves only Fbar = E[x | z] is)")
+        return mean
+
     @property
     def p(self) -> list[torch.Tensor]:
         """Empirical P(z_alpha): ``(R_l, m_l)`` per level."""
