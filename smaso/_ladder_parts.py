@@ -1,20 +1,38 @@
-"""A ladder's layout- and mode-dependent parts, typed as set.
+"""A ladder's layout- and mode-dependent parts, and per-level entries, typed as set.
 
 :class:`~teachers.ladder.Ladder` holds ``branching`` only for a uniform tree, ``prior`` and ``tables`` only
 top-down, ``leaf_prior(s)`` and ``lookup(s)`` only bottom-up, and a stacked ``tables[l]`` / ``lookup[l]`` only for
 a level whose regions share one shape; elsewhere they are None.  Code that has already checked the layout or mode
 (or builds the ladder itself) reads them through these functions: each returns the part typed as set, or raises a
-ValueError naming what the ladder lacks, in one place instead of an assert at every read.
+ValueError naming what the ladder lacks, in one place instead of an assert at every read.  :func:`at_level` does
+the same for per-level lists whose undefined entries are None (``EventStatistics.joints[0]``, ``P_down[0]``, a
+statistic at the leaves).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
 
 import torch
 
 from teachers.ladder import Ladder
 
-__all__ = ["leaf_prior", "leaf_priors", "lookups", "prior", "region_tables", "stacked_lookups", "stacked_tables",
-           "uniform_branching"]
+__all__ = ["at_level", "leaf_prior", "leaf_priors", "lookups", "prior", "region_tables", "stacked_lookups",
+           "stacked_tables", "uniform_branching"]
+
+_T = TypeVar("_T")
+
+
+def at_level(levels: Sequence[_T | None], level: int, name: str) -> _T:
+    """``levels[level]`` of a per-level list, typed as set.
+
+    :raises ValueError: ``levels[level]`` is None (undefined at that level), naming ``name[level]``.
+    """
+    value = levels[level]
+    if value is None:
+        raise ValueError(f"{name}[{level}]: undefined (None) at level {level}")
+    return value
 
 
 def _lacks(ladder: Ladder, what: str, expected: str) -> ValueError:
