@@ -18,6 +18,7 @@ from conftest_student import assert_close, one_torch_thread  # noqa: F401 (fixtu
 
 from smaso.student.network import LadderStudent
 from smaso.theorems.energy import (
+    EnergyTrajectory,
     drift_exponent,
     energy_drift,
     energy_rates,
@@ -169,6 +170,14 @@ def test_bad_input(sample):
         drift_exponent(sample, [0.1, 0.05], True)
     with pytest.raises(TypeError, match="LadderStudent"):
         row_energies(None)
+
+
+def test_total_energy_is_a_tensor_without_levels():
+    # the documented (steps + 1,) tensor, zeros when no level is reported (the bare sum gave the int 0)
+    empty = torch.zeros(3, dtype=torch.float64)
+    run = EnergyTrajectory(0.1, 2, False, False, {}, empty, 0.0, {}, {}, empty)
+    total = run.total_energy()
+    assert isinstance(total, torch.Tensor) and total.shape == (3,) and not total.any()
 
 
 def test_plot_energy(sample, tmp_path):

@@ -280,6 +280,14 @@ def test_bad_inputs_raise():
                                                      dtype=torch.float64), reps=1)
 
 
+def test_student_of_a_non_uniform_tree_is_refused_by_name():
+    # its ladder has no branching (None): the message says so instead of failing on list(None) with a TypeError
+    s = sample_ladder(overfitting_ladder(), 64, 0)
+    student = LadderStudent(Ladder.tree([[2], [1, 2]], [2, 2, 2], mode="bottomup", seed=0), 4)
+    with pytest.raises(ValueError, match=r"student: built for a ladder with branching None, events \[2, 2, 2\]"):
+        update_magnitudes(s, student)
+
+
 def test_contributions_split_the_output():
     """f_0 = bias + f_alpha W_alpha + f_gamma W_gamma, to roundoff, on random weights and biases (float64)."""
     lad = overfitting_ladder(**TRAINING_LADDER)

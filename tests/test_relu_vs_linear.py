@@ -263,6 +263,15 @@ def test_relu_identity_ladder_errors():
         propagate_relu(stats.P_down[:2], [torch.zeros(2, 3, 16)], [None], torch.zeros(2, 4, 4), [2])
 
 
+def test_ladder_constructions_refuse_a_tree_without_branching_by_name():
+    # a tree whose regions have different numbers of children has no branching: a ValueError saying so, not a
+    # TypeError from indexing None
+    tree = Ladder.tree([[2], [1, 2]], [2, 2, 2], seed=0)
+    for build in (relu_identity_ladder, ladder_linear_rank_bounds):
+        with pytest.raises(ValueError, match=r"^ladder: branching is set only for a uniform tree"):
+            build(tree)
+
+
 # --------------------------------------------------------------------------- Thm 6, linear side
 def test_eckart_young_loss():
     rng = np.random.default_rng(1)

@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from smaso import _ladder_parts
 from teachers.ladder import TOPDOWN, Ladder
 
 if TYPE_CHECKING:
@@ -122,7 +123,8 @@ def _child_sizes(ladder: Ladder) -> list[int]:
 
 def _topdown_factors(ladder: Ladder) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """P(y) ``(m_0,)`` and P(z_b | y) ``(m_0, m_b)`` of the root's children (their only parent is the root)."""
-    return ladder.prior.double(), [ladder.region_tables[1][c].double() for c in ladder.children[0][0]]
+    tables = _ladder_parts.region_tables(ladder)[1]
+    return _ladder_parts.prior(ladder).double(), [tables[c].double() for c in ladder.children[0][0]]
 
 
 def top_joint(ladder: Ladder, *, max_joint: int = MAX_JOINT) -> torch.Tensor:
@@ -572,15 +574,15 @@ def readout_ceiling(ladder: Ladder, *, max_enumerated: int = MAX_ENUMERATED, sam
         how = f"summed over {cells} child configurations"
         return ReadoutCeiling(total, "exact", (total, total), None, how), live, True
     g = torch.Generator().manual_seed(seed)
-    q = []
+    parts = []
     step = max(1, _CHUNK // max(m, *sizes))
     for lo in range(0, samples, step):
         n = min(step, samples - lo)
         y = torch.multinomial(prior, n, replacement=True, generator=g)
         z = torch.stack([torch.multinomial(t[y], 1, generator=g)[:, 0] for t in tables], 1)
         w = _topdown_posterior(prior, tables, z)
-        q.append(w.max(1).values / w.sum(1))  # max_y P(y | z) of each sampled z
-    q = torch.cat(q)
+        parts.append(w.max(1).values / w.sum(1))  # max_y P(y | z) of each sampled z
+    q = torch.cat(parts)
     mean, half = float(q.mean()), 1.96 * float(q.std()) / math.sqrt(samples)
     how = (f"{cells * m} entries are more than {max_enumerated}: mean of max_y P(y | z) over {samples} sampled "
            f"child configurations (seed {seed})")
@@ -633,9 +635,9 @@ def architecture_ceiling(ladder: Ladder, *, max_iterations: int = 10_000, time_l
     _check_ladder(ladder)
     sizes, m = _child_sizes(ladder), ladder.num_classes
     cells = math.prod(sizes)
-    why = None
+    why = ""  # set where joint is None
     try:
-        joint = top_joint(ladder, max_joint=max_joint)
+        joint: torch.Tensor | None = top_joint(ladder, max_joint=max_joint)
     except ValueError as e:
         joint, why = None, " ".join(str(e).split())
     if joint is None:
@@ -643,6 +645,8 @@ def architecture_ceiling(ladder: Ladder, *, max_iterations: int = 10_000, time_l
         return Ceiling(None, readout, None, None, ladder.is_tree(), width, counted,
                        {"additive": why, "loss_optimal": why})
     not_computed = {}
+    acc: float | None
+    loss: float | None
     live = int((joint.reshape(cells, -1).sum(-1) > 0).sum())
     readout = ReadoutCeiling(children_bayes(joint), "exact", (children_bayes(joint),) * 2, None,
                              f"summed over {cells} child configurations")
@@ -679,26 +683,29 @@ def constructed_student(ladder: Ladder, *, readout: bool = True, dtype: torch.dt
     if ladder.mode == "topdown" or not ladder.is_uniform() or ladder.emission.kind != "onehot":
         raise ValueError("ladder: the construction needs a bottom-up uniform tree with one-hot leaves")
     lad = readout_ladder(ladder) if readout else ladder
-    d, b, m = lad.depth, lad.branching, lad.events
+    d, b, m = lad.depth, _ladder_parts.uniform_branching(lad), lad.events
     widths = [m[l + 1] ** b[l] for l in range(1, d)]
     st = LadderStudent(ladder, widths[1:] if readout else widths, readout=widths[0] if readout else None,
                        dtype=dtype)
     codes = [torch.tensor(list(itertools.product(range(m[l + 1]), repeat=b[l]))) for l in range(d)]  # (C, b_l)
+    lookup = _ladder_parts.stacked_lookups(lad)
+    biases = st.biases
+    assert biases is not None, "LadderStudent's default is bias=True"
     with torch.no_grad():
         for l in range(d - 1, -1, -1):
             # the event child b of a region of level l reads from its node c: the node's own event at the
             # leaves (one-hot inputs), else its lookup of configuration c (per child region)
             child_events = torch.arange(m[d])[None].expand(lad.num_regions[d], -1) if l == d - 1 else \
-                lad.lookup[l + 1].long()  # (R_{l+1}, n_{l+1})
+                lookup[l + 1].long()  # (R_{l+1}, n_{l+1})
             if l == 0:
                 a = additive_ceiling(top_joint(lad)).scores  # a[j] (m_j, classes) per child place
                 w = torch.stack([torch.as_tensor(a[j], dtype=dtype)[child_events[j]] for j in range(b[0])])
                 st.weights[0].copy_(w)
-                st.biases[0].zero_()
+                biases[0].zero_()
                 continue
             place = torch.arange(lad.num_regions[l + 1]) % b[l]  # child region -> its place j among siblings
             # weights[l][child, c, C] = 1[event of child's node c == C_j]
             w = (child_events[:, :, None] == codes[l].T[place][:, None, :]).to(dtype)
             st.weights[l].copy_(w)
-            st.biases[l].fill_(-(b[l] - 1))
+            biases[l].fill_(-(b[l] - 1))
     return st

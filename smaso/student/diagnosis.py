@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from smaso._ladder_parts import at_level
 from smaso.student.frequency import FrequencyStatistics, PerEventMeans
 from smaso.student.network import LadderStudent
 from smaso.student.noise import ROUNDOFF, WITHIN_NOISE, norm_floor
@@ -72,9 +73,9 @@ def nonfinite_statistics(stats: FrequencyStatistics) -> list[str]:
     run, never a degenerate one (whose statistics are finite and some of whose ratios are 0/0)."""
     named = [(f"{k} at level {l}", t) for k, ts in stats.means.items() for l, t in enumerate(ts)]
     named += [(f"{k} at level {l}", t) for k in ("Fc", "Gp_tilde", "dW") for l, t in enumerate(getattr(stats, k))]
-    named = [(name, t) for name, t in named if t is not None]
-    finite = torch.stack([torch.isfinite(t).all().cpu() for _, t in named]).tolist()  # one read, not one per tensor
-    return [name for (name, _), ok in zip(named, finite, strict=True) if not ok] + \
+    present = [(name, t) for name, t in named if t is not None]
+    finite = torch.stack([torch.isfinite(t).all().cpu() for _, t in present]).tolist()  # one read, not one per tensor
+    return [name for (name, _), ok in zip(present, finite, strict=True) if not ok] + \
         ([] if math.isfinite(stats.loss) else ["loss"])
 
 
@@ -105,7 +106,8 @@ def _measure(term: _Term) -> tuple[float, str | None]:
 
 def _measure_row(terms: dict[str, _Term]) -> dict:
     """The numbers of one row, with ``undefined`` (key -> reason) for those that are NaN."""
-    row, undefined = {}, {}
+    row: dict[str, Any] = {}
+    undefined: dict[str, str] = {}
     for k, t in terms.items():
         row[k], why = _measure(t)
         if why is not None:
@@ -148,31 +150,41 @@ def _condition_terms(stats: FrequencyStatistics, bn_before: Sequence[bool] | Non
     m = {k: [None if t is None else t.to(dt) for t in stats.means[k]] for k in ("Fbar", "F", "D", "U", "G", "Gf", "Dp")}
     edges = [tuple(t.cpu() for t in level_edge_index(lad, l)) for l in range(d)]
     seen = [c > 0 for c in stats.counts]  # (padding events are never seen)
+
+    def mean(k: str, l: int) -> torch.Tensor:
+        """``m[k][l]``, defined at the levels it is read at (the leaves' are None but Fbar's)."""
+        return at_level(m[k], l, k)
+
     out = []
     for l in range(d + 1):
         row: dict[str, _Term] = {}
         if l < d:
             if bn_before is not None and bn_before[l]:
-                row["decorrelation_fwd"] = _Term(m["D"][l] * m["F"][l] - m["Fbar"][l], m["Fbar"][l], seen[l],
+                Fbar = mean("Fbar", l)
+                row["decorrelation_fwd"] = _Term(mean("D", l) * mean("F", l) - Fbar, Fbar, seen[l],
                                                  f"level {l} Fbar")
             else:
-                row["decorrelation_fwd"] = _Term(m["D"][l] * m["U"][l] - m["F"][l], m["F"][l], seen[l],
+                F, G = mean("F", l), mean("G", l)
+                row["decorrelation_fwd"] = _Term(mean("D", l) * mean("U", l) - F, F, seen[l],
                                                  f"level {l} F")
-                row["decorrelation_bwd"] = _Term(m["Dp"][l] * m["Gf"][l] - m["G"][l], m["G"][l], seen[l],
+                row["decorrelation_bwd"] = _Term(mean("Dp", l) * mean("Gf", l) - G, G, seen[l],
                                                  f"level {l} G")
             # Delta W = E[f_k g_j] = sum_a P(a) E[f_k | a] E[g_j | a] needs f_k, g_j uncorrelated given
             # z_alpha (the step from Eq 63 to Eq 64): E[fbar_child | z_parent]^T G~_parent against Delta W, per edge
-            fcg = torch.einsum("eak,eaj->ekj", stats.Fc[l + 1].to(dt), G_tilde[l].index_select(0, edges[l][0]))
+            fcg = torch.einsum("eak,eaj->ekj", at_level(stats.Fc, l + 1, "Fc").to(dt),
+                               at_level(G_tilde, l, "G~").index_select(0, edges[l][0]))
             dW = stats.dW[l].to(dt)
             row["decorrelation_dW"] = _Term(fcg - dW, dW, None, f"level {l} Delta W")
         if l >= 1:
             par, chi = edges[l - 1]
-            Pd, fc = P_down[l].to(dt), stats.Fc[l].to(dt)
-            row["focus"] = _Term(torch.einsum("eab,ebk->eak", Pd, m["Fbar"][l].index_select(0, chi)) - fc, fc,
+            Pd = at_level(P_down, l, "P_down").to(dt)
+            fc = at_level(stats.Fc, l, "Fc").to(dt)
+            row["focus"] = _Term(torch.einsum("eab,ebk->eak", Pd, mean("Fbar", l).index_select(0, chi)) - fc, fc,
                                  seen[l - 1].index_select(0, par),
                                  f"level {l} E[fbar | z_parent]")
-            gp = stats.Gp_tilde[l].to(dt)
-            row["broadness"] = _Term(torch.einsum("eab,eaj->ebj", Pd, G_tilde[l - 1].index_select(0, par)) - gp,
+            gp = at_level(stats.Gp_tilde, l, "Gp_tilde").to(dt)
+            G_par = at_level(G_tilde, l - 1, "G~").index_select(0, par)
+            row["broadness"] = _Term(torch.einsum("eab,eaj->ebj", Pd, G_par) - gp,
                                      gp, seen[l].index_select(0, chi),
                                      f"level {l} G~ of the parents")
         out.append(row)
@@ -214,12 +226,13 @@ def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P: Any
     for l in range(d):
         seen = stats.counts[l] > 0
         Fm, dWm = stats.Fbar[l].to(dt), stats.dW[l].to(dt)
+        Gm = at_level(G_meas, l, "G~")
         D, Dp = stats.D[l].to(dt), stats.Dp[l].to(dt)
         row: dict[str, _Term] = {}
         what = {"F": f"level {l} Fbar", "G": f"level {l} G~", "dW": f"level {l} Delta W"}
         for kind, pr in preds.items():
             row[f"F_{kind}"] = _Term(pr.Fbar[l] - Fm, Fm, seen, what["F"])
-            row[f"G_{kind}"] = _Term(pr.G_tilde[l] - G_meas[l], G_meas[l], seen, what["G"])
+            row[f"G_{kind}"] = _Term(pr.G_tilde[l] - Gm, Gm, seen, what["G"])
             row[f"dW_{kind}"] = _Term(pr.dW[l] - dWm, dWm, None, what["dW"])
         # the one-step errors split exactly into a part per condition, pred - meas = a + b (docs/theory.md §1.5)
         if student.bn_params(l) is None:
@@ -227,11 +240,11 @@ def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P: Any
             row["F_local_decorrelation"] = _Term(conditions[l]["decorrelation_fwd"].v, Fm, seen, what["F"])
         if l == 0 or student.bn_params(l) is None:
             gf_tilde = stats.Gf[l].to(dt) * p[l][..., None]
-            row["G_local_broadness"] = _Term(local.G_tilde[l] - Dp * gf_tilde, G_meas[l], seen, what["G"])
-            row["G_local_decorrelation"] = _Term(Dp * gf_tilde - G_meas[l], G_meas[l], seen, what["G"])
+            row["G_local_broadness"] = _Term(local.G_tilde[l] - Dp * gf_tilde, Gm, seen, what["G"])
+            row["G_local_decorrelation"] = _Term(Dp * gf_tilde - Gm, Gm, seen, what["G"])
         par = student.edge_index(l)[0].cpu()
         row["dW_local_focus"] = _Term(torch.einsum("eak,eaj->ekj", conditions[l + 1]["focus"].v,
-                                                   G_meas[l].index_select(0, par)), dWm, None, what["dW"])
+                                                   Gm.index_select(0, par)), dWm, None, what["dW"])
         row["dW_local_decorrelation"] = _Term(conditions[l]["decorrelation_dW"].v, dWm, None, what["dW"])
         row.update(conditions[l])
         levels.append(row)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from smaso import _ladder_parts
 from smaso.student.connectivity import take_rows
 from smaso.student.mergeable import MergeableSums, negated_state, record_rows
 from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
@@ -61,6 +62,16 @@ class PerEventMeans:
         if means is not None and name in means:
             return means[name]
         raise AttributeError(name)
+
+    def mean_at(self, name: str, level: int) -> torch.Tensor:
+        """``means[name][level]``, typed as set: ``(R_l, M_l, n_l)``.
+
+        :raises ValueError: the quantity is undefined (None) at that level (at the leaves only ``Fbar`` is defined).
+        """
+        mean = self.means[name][level]
+        if mean is None:
+            raise ValueError(f"{name}[{level}]: undefined at level {level} (at the leaves only Fbar = E[x | z] is)")
+        return mean
 
     @property
     def p(self) -> list[torch.Tensor]:
@@ -205,6 +216,13 @@ class FrequencyAccumulator(MergeableSums):
     """
 
     _SUMS = ("counts", "joint_counts", "own", "fc", "gp", "dW", "db")
+    # per level; index 0 None in the edge sums (the root has no parent edge), _sizes None where a level's regions
+    # share one event count
+    joint_counts: list[torch.Tensor | None]
+    fc: list[torch.Tensor | None]
+    gp: list[torch.Tensor | None]
+    _edge_base: list[torch.Tensor | None]
+    _sizes: list[torch.Tensor | None]
 
     def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None) -> None:
         _check_student(student)
@@ -264,23 +282,26 @@ class FrequencyAccumulator(MergeableSums):
             if lo < 0 or hi >= lad.events[l]:
                 raise ValueError(f"z: level {l} holds events outside [0, {lad.events[l]}): the dataset's ladder does "
                                  "not match the student's")
-            if self._sizes[l] is not None and ev.numel() and bool((ev >= self._sizes[l]).any()):
+            size = self._sizes[l]
+            if size is not None and ev.numel() and bool((ev >= size).any()):
                 raise ValueError(f"z: level {l} holds events outside its regions' ranges [0, m_r): the dataset's "
                                  "ladder does not match the student's")
         small = [lad.events[l] <= _ONE_HOT_MAX_EVENTS for l in range(d + 1)]
-        stacked = rec.stacked is not None and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in self.summed)
+        stacked = rec.stacked is not None and rec.stacked_fields is not None \
+            and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in self.summed)
         # int64 events where torch needs them (scatter indices); not the one-hot leaves, the widest level
         levels = [None if l == d and self.onehot_leaves else ev.long() for l, ev in enumerate(bins)]
         try:
-            one_hot = [self._set_one_hot(l, levels[l]) if small[l] and (l < d or not self.onehot_leaves)
-                       else None for l in range(d + 1)]
+            # levels[l] is None exactly at the one-hot leaves
+            one_hot = [self._set_one_hot(l, lev) if small[l] and lev is not None else None
+                       for l, lev in enumerate(levels)]
             self._add_sums(rec, levels, bins, one_hot, small, stacked, n)
         except BaseException:
             self._one_hot_buffers.clear()  # a buffer may hold ones of this batch: rebuild from zeros next time
             raise
-        for l, ev in enumerate(levels):  # put the one-hot buffers back to zero: N R writes, not R m N
-            if one_hot[l] is not None:
-                one_hot[l].scatter_(1, ev.T.unsqueeze(1), 0.0)
+        for lev, oh in zip(levels, one_hot, strict=True):  # the one-hot buffers back to zero: N R writes, not R m N
+            if oh is not None and lev is not None:
+                oh.scatter_(1, lev.T.unsqueeze(1), 0.0)
         for l in range(d):
             self.dW[l] += rec.dW[l].to(dt) * n
             self.db[l] += rec.db[l].to(dt) * n
@@ -315,7 +336,7 @@ class FrequencyAccumulator(MergeableSums):
             elif l == 0 or not tree:
                 code = bins[l].long() + torch.arange(R, device=self.device) * m
                 self.counts[l] += torch.bincount(code.reshape(-1), minlength=R * m).reshape(R, m)
-            if l < d and small[l] and stacked:
+            if l < d and small[l] and stacked and rec.stacked is not None:  # stacked: rec.stacked is set
                 # every quantity of the level at once: (R, m, N) @ (R, N, k n); one wide matmul is
                 # ~2.5x faster than k narrow ones (n = 16 columns each) on CPU
                 buf = rec.stacked[l].to(dt)
@@ -332,46 +353,49 @@ class FrequencyAccumulator(MergeableSums):
         lad, dt = self.ladder, self.dtype
         R, m, mp = lad.num_regions[l], lad.events[l], lad.events[l - 1]
         Rp = lad.num_regions[l - 1]
-        E = self.joint_counts[l].shape[0]
+        # the edges into level l >= 1: set (in place below, as the lists' own tensors)
+        joint_counts, fc_sum, gp_sum, edge_base = (_ladder_parts.at_level(v, l, name) for v, name in (
+            (self.joint_counts, "joint_counts"), (self.fc, "fc"), (self.gp, "gp"), (self._edge_base, "edge_base")))
+        E = joint_counts.shape[0]
         par, chi = self.student.edge_index(l - 1)
-        b = lad.branching[l - 1] if tree else None
+        b = _ladder_parts.uniform_branching(lad)[l - 1] if tree else 0  # read on the tree path only
         if tree:  # edge = child region; child c of parent p is region p b + c: views, no gathers
-            pair = (bins[l - 1][:, :, None] * m + self._edge_base[l].view(Rp, b)) + bins[l].view(n, Rp, b)
+            pair = (bins[l - 1][:, :, None] * m + edge_base.view(Rp, b)) + bins[l].view(n, Rp, b)
         else:
-            pair = (bins[l - 1][:, par] * m + bins[l][:, chi]) + self._edge_base[l]
+            pair = (bins[l - 1][:, par] * m + bins[l][:, chi]) + edge_base
         pairs = torch.bincount(pair.reshape(-1), minlength=E * mp * m).reshape(E, mp, m)
-        self.joint_counts[l] += pairs
+        joint_counts += pairs
         if tree and one_hot[l] is None:
             self.counts[l] += pairs.sum(1)
         if l == lad.depth and self.onehot_leaves:
             # x = one-hot(z): E[x | z_parent] follows from the joint counts, and
             # sum_n [z_c = k] g_parent = N * Delta W[e, k, :] exactly
-            self.gp[l] += rec.dW[l - 1].to(dt) * n
+            gp_sum += rec.dW[l - 1].to(dt) * n
             return
         if not (small[l] and small[l - 1]):  # many events: index_add_ per edge
-            self.fc[l] += scatter_sums(levels[l - 1].index_select(1, par), rec.fbar[l].index_select(1, chi), mp, dt)
-            self.gp[l] += scatter_sums(levels[l].index_select(1, chi), rec.g[l - 1].index_select(1, par), m, dt)
+            fc_sum += scatter_sums(levels[l - 1].index_select(1, par), rec.fbar[l].index_select(1, chi), mp, dt)
+            gp_sum += scatter_sums(levels[l].index_select(1, chi), rec.g[l - 1].index_select(1, par), m, dt)
             return
         child = rec.fbar[l].permute(1, 2, 0).to(dt)  # node-major (R_l, n_l, N): bmm reads it transposed
         g_par = rec.g[l - 1].permute(1, 2, 0).to(dt)  # (R_{l-1}, n_{l-1}, N)
         if tree:
             # grouped by parent region: no per-child copies of the parents' tensors
-            self.gp[l] += torch.bmm(one_hot[l].reshape(Rp, b * m, n), g_par.transpose(1, 2)).reshape(R, m, -1)
+            gp_sum += torch.bmm(one_hot[l].reshape(Rp, b * m, n), g_par.transpose(1, 2)).reshape(R, m, -1)
             # child position c of every parent: a strided batch of the children's node-major outputs
-            fc = self.fc[l].view(Rp, b, mp, -1)
+            fc = fc_sum.view(Rp, b, mp, -1)
             for c in range(b):
                 fc[:, c] += torch.bmm(one_hot[l - 1], child[c::b].transpose(1, 2))
             return
         plan = self.student._plans[l - 1]
         if plan is None:  # irregular level: gather each edge's one-hot matrices and outputs
-            self.fc[l] += torch.bmm(one_hot[l - 1].index_select(0, par), child.index_select(0, chi).transpose(1, 2))
-            self.gp[l] += torch.bmm(one_hot[l].index_select(0, chi), g_par.index_select(0, par).transpose(1, 2))
+            fc_sum += torch.bmm(one_hot[l - 1].index_select(0, par), child.index_select(0, chi).transpose(1, 2))
+            gp_sum += torch.bmm(one_hot[l].index_select(0, chi), g_par.index_select(0, par).transpose(1, 2))
             return
         for ps, places in plan:  # strided runs: views, no gathers
             oh_p, g_p = one_hot[l - 1][ps], g_par[ps].transpose(1, 2)
             for es, (a, st, q) in places:
-                self.fc[l][es] += torch.bmm(oh_p, take_rows(child, a, st, q).transpose(1, 2))
-                self.gp[l][es] += torch.bmm(take_rows(one_hot[l], a, st, q), g_p)
+                fc_sum[es] += torch.bmm(oh_p, take_rows(child, a, st, q).transpose(1, 2))
+                gp_sum[es] += torch.bmm(take_rows(one_hot[l], a, st, q), g_p)
 
     def result(self) -> FrequencyStatistics:
         """Normalize the sums into :class:`FrequencyStatistics` (on the CPU)."""
@@ -380,7 +404,8 @@ class FrequencyAccumulator(MergeableSums):
         lad, widths = self.ladder, self.student.widths
         d = lad.depth
         counts = [c.cpu() for c in self.counts]
-        joints = [None] + [j.cpu() / self.n for j in self.joint_counts[1:]]
+        joints: list[torch.Tensor | None] = [None] + [
+            _ladder_parts.at_level(self.joint_counts, l, "joint_counts").cpu() / self.n for l in range(1, d + 1)]
         P = EventStatistics(lad, [c / self.n for c in counts], joints, self.n)
         means: dict[str, list] = {k: [None] * (d + 1) for k in _RECORD}
         for l in range(d + 1):
@@ -401,11 +426,12 @@ class FrequencyAccumulator(MergeableSums):
         fc, gp = [None] * (d + 1), [None] * (d + 1)  # type: list, list
         for l in range(1, d + 1):
             if l == d and self.onehot_leaves:
-                fc[l] = P.P_down[l].to(TOTAL_DTYPE)  # E[one-hot(z_c) | z_parent] = P(z_c | z_parent)
+                # E[one-hot(z_c) | z_parent] = P(z_c | z_parent)
+                fc[l] = _ladder_parts.at_level(P.P_down, l, "P_down").to(TOTAL_DTYPE)
             else:
                 parent_counts = counts[l - 1].index_select(0, self.student.edge_index(l - 1)[0].cpu())  # (E, M_p)
-                fc[l] = self.fc[l].cpu() / parent_counts.clamp(min=1)[..., None]
-            gp[l] = self.gp[l].cpu() / self.n  # P(z_b) E[g | z_b] = sum / N
+                fc[l] = _ladder_parts.at_level(self.fc, l, "fc").cpu() / parent_counts.clamp(min=1)[..., None]
+            gp[l] = _ladder_parts.at_level(self.gp, l, "gp").cpu() / self.n  # P(z_b) E[g | z_b] = sum / N
         return FrequencyStatistics(lad, self.n, counts, means, fc, gp,
                                    [w.cpu() / self.n for w in self.dW], [b.cpu() / self.n for b in self.db],
                                    P, self.loss_sum / self.n)
@@ -551,7 +577,8 @@ def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *add
     """Every ``(x, y, z)`` of ``batches`` through the student's explicit pass, each record and its events handed to
     every ``add`` (an accumulator's or a probe's); each batch writes into the previous one's stacked buffers (the
     same memory).  Returns how many of the examples the student classifies correctly."""
-    dev, correct, buffers = student.weights[0].device, 0, True
+    dev, correct = student.weights[0].device, 0
+    buffers: bool | list[torch.Tensor] = True
     with torch.no_grad():
         for x, y, z in batches:
             y = y.to(dev)
@@ -559,7 +586,7 @@ def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *add
             for add in adds:
                 add(rec, z)
             correct += int((rec.fbar[0][:, 0].argmax(-1) == y).sum())
-            buffers = rec.stacked
+            buffers = rec.stacked if rec.stacked is not None else True  # set: the pass was asked for them
     return correct
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from smaso._ladder_parts import at_level
 from smaso.student.batchnorm import bn_backward_weighted, bn_forward_weighted
 from smaso.student.frequency import FrequencyStatistics
 from smaso.student.network import LadderStudent, _check_student
@@ -132,10 +133,10 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     W = [student.edge_weights(l).detach().to(dt).cpu() for l in range(d)]
     bias: list[Any] = [None] * d if student.biases is None else [b.detach().to(dt).cpu() for b in student.biases]
     edges = [tuple(t.cpu() for t in student.edge_index(l)) for l in range(d)]
-    bn_par = [None if student.bn_params(l) is None else [t.detach().to(dt).cpu() for t in student.bn_params(l)]
-              for l in range(d)]
+    bn_par = [None if bn is None else (bn[0].detach().to(dt).cpu(), bn[1].detach().to(dt).cpu())
+              for bn in map(student.bn_params, range(d))]  # (c1, c0) per level, or None
     p = [m.to(dt) for m in P.marginals]
-    P_down = [None] + [t.to(dt) for t in P.P_down[1:]]
+    P_down: list[torch.Tensor | None] = [None] + [at_level(P.P_down, l, "P_down").to(dt) for l in range(1, d + 1)]
     U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)  # type: list, list, list
     F_tilde, sigma, child = [None] * (d + 1), [None] * (d + 1), [None] * d  # type: list, list, list
     Fbar[d] = (leaf_inputs if leaf_inputs is not None else measured.Fbar[d]).to(dt)
@@ -159,12 +160,12 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     if top == "predicted":
         G_raw_top = p[0][..., None] * top_gradient(Fbar[0] if propagate else measured.Fbar[0].to(dt), loss)
     else:
-        G_raw_top = measured.means["Gf"][0].to(dt) * p[0][..., None]
+        G_raw_top = measured.mean_at("Gf", 0).to(dt) * p[0][..., None]
     G_tilde[0] = measured.Dp[0].to(dt) * G_raw_top
     dW, db = [None] * d, [None] * d  # type: list, list
     for l in range(d):
         par, chi = edges[l]
-        parent = G_tilde[l] if propagate or l == 0 else (measured.G_tilde[l].to(dt))
+        parent = G_tilde[l] if propagate or l == 0 else (at_level(measured.G_tilde, l, "G~").to(dt))
         g_par = parent.index_select(0, par)  # (E_l, M_l, n_l): each edge's parent
         dW[l] = torch.einsum("eab,ebk,eaj->ekj", P_down[l + 1], child[l], g_par)  # (P_ab Fbar_b)^T G~_a
         db[l] = parent.sum(1)

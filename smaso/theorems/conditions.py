@@ -19,11 +19,13 @@ Shapes: per level l = 1..depth, pair tensors are ``(R_l,)`` indexed by the child
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
 
 from inference.sum_product import log_messages
+from smaso import _ladder_parts
 from teachers.emission import OneHotEmission, one_hot
 from teachers.ladder import TOPDOWN, Ladder
 from teachers.sampling import sample_ladder
@@ -62,15 +64,19 @@ def _positive_int(value: object, name: str) -> int:
 
 # ---------------------------------------------------------------------- messages and pair tables
 class _Params:
-    """The ladder's tables as the pair tables read them: ``log_tables[l]`` ``(R_l, m_{l-1}, m_l)`` (top-down),
-    ``lookup[l]`` ``(R_l, m_{l+1}^b_l)`` (bottom-up)."""
+    """The ladder's tables as the pair tables read them: ``log_tables[l]`` ``(R_l, m_{l-1}, m_l)`` for l >= 1
+    (top-down; empty bottom-up), ``lookup[l]`` ``(R_l, m_{l+1}^b_l)`` (bottom-up; empty top-down), ``branching``
+    (of the uniform tree :func:`_check_ladder` admits)."""
 
     def __init__(self, ladder: Ladder) -> None:
         self.ladder = ladder
+        self.branching = _ladder_parts.uniform_branching(ladder)
+        self.log_tables: dict[int, torch.Tensor] = {}
+        self.lookup: list[torch.Tensor] = []
         if ladder.mode == TOPDOWN:
-            self.log_tables = [None] + [t.log() for t in ladder.tables]
+            self.log_tables = {l: t.log() for l, t in enumerate(_ladder_parts.stacked_tables(ladder), 1)}
         else:
-            self.lookup = list(ladder.lookup)
+            self.lookup = list(_ladder_parts.stacked_lookups(ladder))
 
 
 def _child_configs(lam_child: torch.Tensor, R: int, b: int) -> torch.Tensor:
@@ -119,7 +125,7 @@ def _pair_tables(params: _Params, stats: EventStatistics, lam_obs: list[torch.Te
     beta's own message is ``lam_obs[l]``, its siblings' are ``lam_sib[l]`` (module docstring)."""
     lad = params.ladder
     n = lam_obs[l].shape[0]
-    b, mp, mc = lad.branching[l - 1], lad.events[l - 1], lad.events[l]
+    b, mp, mc = params.branching[l - 1], lad.events[l - 1], lad.events[l]
     R = lad.num_regions[l - 1]
     sib_lam = lam_sib[l].expand(n, -1, -1)
     if lad.mode == TOPDOWN:
@@ -147,7 +153,7 @@ def _pair_tables(params: _Params, stats: EventStatistics, lam_obs: list[torch.Te
 
 
 # ---------------------------------------------------------------------- per-example terms
-def knowledge_terms(ladder: Ladder, x: torch.Tensor, z: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+def knowledge_terms(ladder: Ladder, x: torch.Tensor, z: torch.Tensor) -> list[dict[str, Any]]:
     """Per-example terms of the Monte-Carlo estimates of Thm 2's conditions, from exact posteriors: for every
     child region beta (parent alpha), ``"focus"`` log P(z_alpha | x_beta, z_beta) - log P(z_alpha | z_beta)
     (mean: I_focus) and ``"broadness"`` log P(z_beta | x_alpha, z_alpha) - log P(z_beta | z_alpha) (mean: I_broad).
@@ -181,7 +187,7 @@ def knowledge_terms(ladder: Ladder, x: torch.Tensor, z: torch.Tensor) -> list[di
             a = zc[:, off[l - 1]: off[l]][:, lad.parent_index(l)]  # (n, R_l) parent event of each child
             b = zc[:, off[l]: off[l + 1]]
             r = torch.arange(lad.num_regions[l])[None].expand(n, -1)
-            log_j = stats.joints[l].log()[r, a, b]  # log P(a, b)
+            log_j = _ladder_parts.at_level(stats.joints, l, "joints").log()[r, a, b]  # log P(a, b)
             log_pa = stats.marginals[l - 1][lad.parent_index(l)].log()[r, a]
             log_pb = stats.marginals[l].log()[r, b]
             ii = torch.arange(n)[:, None].expand(-1, lad.num_regions[l])
@@ -200,9 +206,10 @@ def knowledge_terms(ladder: Ladder, x: torch.Tensor, z: torch.Tensor) -> list[di
 
 
 def _per_example_elements(lad: Ladder) -> int:
-    m, R, b = lad.events, lad.num_regions, lad.branching
+    m, R = lad.events, lad.num_regions
     if lad.mode == TOPDOWN:
         return max(R[l] * m[l - 1] * m[l] for l in range(1, lad.depth + 1))
+    b = _ladder_parts.uniform_branching(lad)
     return max(R[l] * m[l + 1] ** b[l] * max(2, b[l]) for l in range(lad.depth))
 
 
@@ -246,7 +253,7 @@ def _exact_level(params: _Params, stats: EventStatistics, lam_prior: list[torch.
 
 def _conditional_entropies(stats: EventStatistics, l: int) -> tuple[torch.Tensor, torch.Tensor]:
     """H(z_alpha | z_beta) and H(z_beta | z_alpha) per child region of level l, ``(R_l,)`` each (nats)."""
-    j = stats.joints[l]
+    j = _ladder_parts.at_level(stats.joints, l, "joints")
     h_ab = -torch.special.xlogy(j, j).sum((1, 2))
     pa, pb = j.sum(2), j.sum(1)
     h_a = -torch.special.xlogy(pa, pa).sum(1)

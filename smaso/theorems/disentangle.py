@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy.typing as npt
 import torch
 
+from smaso import _ladder_parts
 from smaso.student.reformulation import _weighted_bn
 from smaso.theorems.factors import (
     _check_p_factors,
@@ -77,7 +78,7 @@ def _edge_sum(P_ab: Sequence, X: Sequence, W_ba: Sequence, x_name: str, forward:
     kind, rows_of, what = ("child", 1, "rows (child") if forward else ("parent", 0, "columns (parent")
     if not (len(P_ab) == len(X) == len(W_ba)) or not P_ab:
         raise ValueError(f"P_ab/{x_name}/W_ba: expected one entry per {kind}, got {len(P_ab)}, {len(X)}, {len(W_ba)}")
-    out = None
+    out: torch.Tensor | None = None
     for i, (P, M, W) in enumerate(zip(P_ab, X, W_ba, strict=True)):
         P = _check_stochastic(P, f"P_ab[{i}]")
         M = _matrix(M, f"{x_name}[{i}]")
@@ -91,6 +92,7 @@ def _edge_sum(P_ab: Sequence, X: Sequence, W_ba: Sequence, x_name: str, forward:
             raise ValueError(f"W_ba[{i}]: shape {tuple(W.shape)} does not match the other {kind} entries' "
                              f"output {tuple(out.shape)}")
         out = term if out is None else out + term
+    assert out is not None, "P_ab is not empty (checked above)"
     return out
 
 
@@ -165,10 +167,11 @@ def _factorization(ladder: Ladder) -> Any:
 def region_marginals(ladder: Ladder) -> list[torch.Tensor]:
     """P(z) of every region, level by level: ``[(R_l, m_l)]`` (top-down: p_b = P_ab^T p_a)."""
     _factorization(ladder)
-    p = [ladder.prior.to(torch.float64)[None]]
+    tables = _ladder_parts.stacked_tables(ladder)
+    p = [_ladder_parts.prior(ladder).to(torch.float64)[None]]
     for l in range(1, ladder.depth + 1):
         par = p[-1][ladder.parent_index(l)]
-        p.append(torch.einsum("ca,cab->cb", par, ladder.tables[l - 1].to(torch.float64)))
+        p.append(torch.einsum("ca,cab->cb", par, tables[l - 1].to(torch.float64)))
     return p
 
 
@@ -222,6 +225,7 @@ def forward_disentangled_demo(ladder: Ladder, weights: Sequence | None = None, *
     d = ladder.depth
     W = _random_weights(ladder, fac, gen, separable) if weights is None else _check_weights(ladder, weights, fac)
     p = region_marginals(ladder)
+    tables = _ladder_parts.stacked_tables(ladder)
     F: list[Any] = [None] * (d + 1)
     F[d] = torch.stack([random_disentangled_F(fac.factors[d], gen) for _ in range(ladder.num_regions[d])])
     for l in range(d - 1, -1, -1):
@@ -231,11 +235,11 @@ def forward_disentangled_demo(ladder: Ladder, weights: Sequence | None = None, *
         for r in range(ladder.num_regions[l]):
             kids = (par == r).nonzero().flatten().tolist()
             b = torch.randn(n, generator=gen, dtype=torch.float64) if bias else None
-            kw = {}
+            kw: dict[str, Any] = {}
             if bn:
                 kw = dict(bn_p=p[l][r], bn_scale=torch.rand(n, generator=gen, dtype=torch.float64) + 0.5,
                           bn_shift=torch.randn(n, generator=gen, dtype=torch.float64))
-            regs.append(forward_region([ladder.tables[l][c] for c in kids], [F[l + 1][c] for c in kids],
+            regs.append(forward_region([tables[l][c] for c in kids], [F[l + 1][c] for c in kids],
                                        [W[l][c] for c in kids], bias=b, relu=relu, **kw))
         F[l] = torch.stack(regs)
     dist = [max(disentangled_F_distance(f, fac.factors[l]) for f in F[l]) for l in range(d + 1)]
@@ -267,7 +271,8 @@ def separable_update_demo(ladder: Ladder, level: int = 0, *, seed: int = 0, cent
     G = [random_disentangled_G(factor_marginals(p[level][r], na), gen, centered)
          for r in range(ladder.num_regions[level])]
     par = ladder.parent_index(level + 1).tolist()
-    dW = torch.stack([weight_update(ladder.tables[level][c], random_disentangled_F(nb, gen), G[par[c]])
+    tables = _ladder_parts.stacked_tables(ladder)
+    dW = torch.stack([weight_update(tables[level][c], random_disentangled_F(nb, gen), G[par[c]])
                       for c in range(ladder.num_regions[level + 1])])
     groups = fac.groups(level + 1)
     sep = torch.tensor([separability_distance(w, groups) for w in dW], dtype=torch.float64)
@@ -311,12 +316,13 @@ def backward_disentangle_distance(ladder: Ladder, level: int = 1, *, seed: int =
     G = [random_disentangled_G(factor_marginals(p[level - 1][r], na), gen, True)
          for r in range(ladder.num_regions[level - 1])]
     pd = max(disentangled_G_distance(g, factor_marginals(p[level - 1][r], na)) for r, g in enumerate(G))
+    tables = _ladder_parts.stacked_tables(ladder)
     par = ladder.parent_index(level).tolist()
     out, dist = [], []
     for c in range(ladder.num_regions[level]):
         W = random_separable_W(fac.groups(level), gen, nb)
         D = _random_gates(nb, gen) if gated else None
-        g = backward_g_tilde([ladder.tables[level - 1][c]], [G[par[c]]], [W], D)
+        g = backward_g_tilde([tables[level - 1][c]], [G[par[c]]], [W], D)
         out.append(g)
         dist.append(disentangled_G_distance(g, factor_marginals(p[level][c], nb)))
     return BackwardDemo(torch.stack(out), torch.tensor(dist, dtype=torch.float64), pd)
@@ -564,5 +570,6 @@ def multi_parent_backward_demo(s: int = 2, *, k_max: int | None = None, seed: in
         W_a[:, factor, 0] = res.c / g[:K]
         G_b = backward_g_tilde(list(P[:K]), G_a, list(W_a))
         back.append(disentangled_G_distance(G_b, pf))
+    assert G_b is not None, "ks = 1 .. k_max is not empty"
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
     return MultiParentDemo(ks, t(dist), t(ones), t(single), t(back), pc, P, q, G_b)

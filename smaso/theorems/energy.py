@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 
+from smaso import _ladder_parts
 from smaso.student.network import LadderStudent, StudentRecord
 from smaso.theorems.conditions import _positive_int
 from teachers.sampling import LadderSample
@@ -41,7 +42,8 @@ def _check_student(student: object) -> None:
 def _incoming(student: LadderStudent, level: int, W: torch.Tensor) -> torch.Tensor:
     """``(R_{l+1}, n_{l+1}, n_l)`` -> ``(R_l, b_l n_{l+1}, n_l)``: all incoming weights of each node."""
     lad = student.ladder
-    return W.reshape(lad.num_regions[level], lad.branching[level] * student.widths[level + 1], student.widths[level])
+    b = _ladder_parts.uniform_branching(lad)[level]
+    return W.reshape(lad.num_regions[level], b * student.widths[level + 1], student.widths[level])
 
 
 def _levels(student: LadderStudent, levels: Sequence[int] | None) -> list[int]:
@@ -87,13 +89,14 @@ def _per_node(student: LadderStudent, levels: Sequence[int] | None, include_bias
     for l in _levels(student, levels):
         W = student.weights[l].detach()
         r = scale * (_incoming(student, l, W) * _incoming(student, l, dW[l].detach())).sum(1)
-        if include_bias and student.biases is not None:
-            r = r + scale * student.biases[l].detach() * db[l].detach()
+        if include_bias and student.biases is not None and db is not None:  # db is None only without biases
+            db_l = cast(torch.Tensor, db[l])  # the biases or a record's bias updates: set, as the student has biases
+            r = r + scale * student.biases[l].detach() * db_l.detach()
         out[l] = r
     return out
 
 
-def ug_correlation(rec: StudentRecord, levels: Sequence[int] | None) -> dict[int, torch.Tensor]:
+def ug_correlation(rec: StudentRecord, levels: Iterable[int]) -> dict[int, torch.Tensor]:
     """E_x[u_j g_j] per node, right side of Eq 80 (= E_x[f_j g_f_j] for homogeneous activations).
 
     :returns: ``{level: (R_l, n_l) tensor}``.
@@ -132,7 +135,9 @@ class EnergyTrajectory:
 
     def total_energy(self) -> torch.Tensor:
         """``(steps + 1,)`` sum of the row energies of all reported nodes."""
-        return sum(e.flatten(1).sum(1) for e in self.energies.values())
+        # started from zeros, so that no reported level gives (steps + 1,) zeros, not the int 0
+        return sum((e.flatten(1).sum(1) for e in self.energies.values()),
+                   torch.zeros(self.steps + 1, dtype=torch.float64))
 
 
 def energy_drift(sample: LadderSample, lr: float, steps: int, batch_norm: bool, *, student: LadderStudent | None = None,
@@ -223,7 +228,7 @@ def drift_exponent(sample: LadderSample, lrs: Sequence[float], batch_norm: bool,
         raise ValueError("drift_exponent: give exactly one of steps= or time=")
     drifts = []
     for lr in lrs:
-        n = steps if steps is not None else max(1, round(time / lr))
+        n = steps if steps is not None else max(1, round(cast(float, time) / lr))  # time is set: checked above
         drifts.append(energy_drift(sample, lr, n, batch_norm, **kwargs).max_relative_drift)
     if not all(d > 0 for d in drifts):
         raise ValueError(f"drift_exponent: a drift is zero ({drifts}); no exponent to fit")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from smaso import _ladder_parts
 from smaso.student.network import LadderStudent
 from teachers.ladder import TOPDOWN, Ladder
 
@@ -48,20 +49,23 @@ def enumerate_inputs(ladder: Ladder) -> tuple[torch.Tensor, torch.Tensor]:
     _check_ladder(ladder)
     d, m, R = ladder.depth, ladder.events, ladder.num_regions
     configs = torch.tensor(list(itertools.product(range(m[d]), repeat=R[d])), dtype=torch.int64).reshape(-1, R[d])
+    branching = _ladder_parts.uniform_branching(ladder)
     if ladder.mode == TOPDOWN:
+        tables = _ladder_parts.stacked_tables(ladder)
         lam = F.one_hot(configs, m[d]).double()  # (K, R_l, m_l): P(x under region | z_region)
         for l in range(d, 0, -1):
-            msg = torch.einsum("cae,kce->kca", ladder.tables[l - 1], lam)  # (K, R_l, m_{l-1})
-            lam = msg.reshape(len(configs), R[l - 1], ladder.branching[l - 1], m[l - 1]).prod(2)
-        p_xy = ladder.prior[None] * lam[:, 0]
+            msg = torch.einsum("cae,kce->kca", tables[l - 1], lam)  # (K, R_l, m_{l-1})
+            lam = msg.reshape(len(configs), R[l - 1], branching[l - 1], m[l - 1]).prod(2)
+        p_xy = _ladder_parts.prior(ladder)[None] * lam[:, 0]
     else:
-        p_x = ladder.leaf_prior.gather(1, configs.T).prod(0)  # (K,)
+        lookup = _ladder_parts.stacked_lookups(ladder)
+        p_x = _ladder_parts.leaf_prior(ladder).gather(1, configs.T).prod(0)  # (K,)
         z = configs
         for l in range(d - 1, -1, -1):
-            b = ladder.branching[l]
+            b = branching[l]
             radix = m[l + 1] ** torch.arange(b - 1, -1, -1)
             code = (z.reshape(len(configs), R[l], b) * radix).sum(-1)  # (K, R_l)
-            z = ladder.lookup[l].gather(1, code.T).T
+            z = lookup[l].gather(1, code.T).T
         p_xy = p_x[:, None] * F.one_hot(z[:, 0], m[0]).double()
     keep = p_xy.sum(1) > 0
     return configs[keep], p_xy[keep]
@@ -183,8 +187,9 @@ def marginalized_gradient(student: LadderStudent, ladder: Ladder | None = None, 
         p_region.append(torch.stack(preg))
         if l < d:
             region.append(torch.stack(reg))
+    branching = _ladder_parts.uniform_branching(ladder)
     for l in range(d):
-        b, lu, lu_c = ladder.branching[l], ladder.leaves_under(l), ladder.leaves_under(l + 1)
+        b, lu, lu_c = branching[l], ladder.leaves_under(l), ladder.leaves_under(l + 1)
         # digits of every x_j code, to find the x_k sub-codes inside x_j (for Thm 1's second step)
         digits = torch.tensor(list(itertools.product(range(m_d), repeat=lu)), dtype=torch.int64).reshape(-1, lu)
         dl, rl, dwl, dwm = [], [], [], []

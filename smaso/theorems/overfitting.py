@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 import torch
@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from scipy import stats as sps
 from scipy.special import gammaln
 
+from smaso import _ladder_parts
 from smaso.plots._base import finish_figure, plt
 from smaso.student.frequency import collect_statistics
 from smaso.student.network import LadderStudent
@@ -144,10 +145,16 @@ def default_student(ladder: Ladder, *, width: int = 8, seed: int = 0) -> LadderS
     first step's top gradient is g_0 = onehot(y) - 1/2: a function of the label only, as Eq 16-17
     assume."""
     st = LadderStudent(ladder, _positive_int(width, "width"), seed=seed, dtype=torch.float64)
+    assert st.biases is not None, "LadderStudent's default is bias=True"
     with torch.no_grad():
         st.weights[0].zero_()
         st.biases[0].zero_()
     return st
+
+
+def _as_list(branching: tuple[int, ...] | None) -> list[int] | None:
+    """A branching as a list for a message; None for a ladder that is not a uniform tree."""
+    return None if branching is None else list(branching)
 
 
 def _check_student(student: object, ladder: Ladder) -> LadderStudent:
@@ -155,9 +162,9 @@ def _check_student(student: object, ladder: Ladder) -> LadderStudent:
         raise ValueError(f"student: expected a LadderStudent, got {type(student).__name__}")
     sl = student.ladder
     if (sl.branching, sl.events, sl.emission.dim) != (ladder.branching, ladder.events, ladder.emission.dim):
-        raise ValueError(f"student: built for a ladder with branching {list(sl.branching)}, events "
+        raise ValueError(f"student: built for a ladder with branching {_as_list(sl.branching)}, events "
                          f"{list(sl.events)}, input dim {sl.emission.dim}; the sample's ladder has "
-                         f"{list(ladder.branching)}, {list(ladder.events)}, {ladder.emission.dim}")
+                         f"{_as_list(ladder.branching)}, {list(ladder.events)}, {ladder.emission.dim}")
     return student
 
 
@@ -182,7 +189,7 @@ def update_magnitudes(sample: LadderSample, student: LadderStudent | None = None
     x = s.inputs(dtype=st.weights[0].dtype)
     stats = collect_statistics(st, x, s.y, s.z.long(), loss=loss, dtype=torch.float64)
     dW = stats.dW[0]  # (R_1, n_1, n_0)
-    F1 = stats.means["Fbar"][1]  # (R_1, m_1, n_1); rows of unseen events are 0
+    F1 = stats.mean_at("Fbar", 1)  # (R_1, m_1, n_1); rows of unseen events are 0
     sep = (F1[:, 1] - F1[:, 0]).norm(dim=-1)
     a, g = float(dW[ALPHA].norm()), float(dW[GAMMA].norm())
     return {"N": len(s), "dW_alpha": a, "dW_gamma": g, "ratio": g / a if a > 0 else math.inf,
@@ -229,10 +236,21 @@ def update_curve(ns: Sequence[int], *, ladder: Ladder | None = None, student: La
     return rows
 
 
+class _LadderParams(TypedDict, total=False):
+    """Keyword arguments of :func:`overfitting_ladder`."""
+
+    alpha_separation: float
+    alpha_sigma: float
+    gamma_separation: float
+    gamma_sigma: float
+    dim: int
+
+
 #: Ladder parameters of the regime where :func:`update_crossing` shows the §5.3 headline with the
 #: default student (``init_seed=0``, width 8): alpha 0.3 apart at sigma 1 (separation / noise 0.3),
 #: gamma 4 apart at sigma 0.1 (separation / noise 40).
-CROSSING_LADDER = {"alpha_separation": 0.3, "alpha_sigma": 1.0, "gamma_separation": 4.0, "gamma_sigma": 0.1}
+CROSSING_LADDER: _LadderParams = {"alpha_separation": 0.3, "alpha_sigma": 1.0, "gamma_separation": 4.0,
+                                  "gamma_sigma": 0.1}
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -275,7 +293,13 @@ def _population_moments(student: LadderStudent, ladder: Ladder, n: int, seed: in
     return out
 
 
-def update_crossing(ns: Sequence[int] = tuple(2 ** k for k in range(3, 13)), *, ladder: Ladder | None = None,
+#: update_crossing's and crossing_over_inits' default grid of N, 8 .. 4096.  A module constant, not the
+#: comprehension in the signature: mypy reports a comprehension's variable in a default as undefined
+#: (python/mypy#9346).
+_CROSSING_NS = tuple(2 ** k for k in range(3, 13))
+
+
+def update_crossing(ns: Sequence[int] = _CROSSING_NS, *, ladder: Ladder | None = None,
                     student: LadderStudent | None = None, reps: int = 100, width: int = 8, init_seed: int = 0,
                     seed: int = 0, z: float = 1.96, moment_examples: int = 2 ** 17) -> dict:
     """Where the irrelevant region's first-step update stops beating the relevant one's (§5.3).
@@ -401,7 +425,7 @@ def minibatch_tv(sample: LadderSample, batch_sizes: Sequence[int], *, num_batche
     g = torch.Generator().manual_seed(int(seed))
     rows = []
     for b in bss:
-        tvs = []
+        tvs: list[float] = []
         while len(tvs) < num_batches:
             perm = torch.randperm(n, generator=g)
             for j in range(n // b):
@@ -458,10 +482,12 @@ def plot_overfitting(rows: Sequence[dict], path: str | os.PathLike | None = None
 
 #: The training measurement's ladder: alpha learnable but noisy (means 1 apart at sigma 1: Bayes error
 #: Phi(-1/2) = 0.309), gamma irrelevant and easily separable (4 apart at sigma 0.1).
-TRAINING_LADDER = {"alpha_separation": 1.0, "alpha_sigma": 1.0, "gamma_separation": 4.0, "gamma_sigma": 0.1}
+TRAINING_LADDER: _LadderParams = {"alpha_separation": 1.0, "alpha_sigma": 1.0, "gamma_separation": 4.0,
+                                  "gamma_sigma": 0.1}
 #: Its control: gamma as irrelevant but *not* easily separable (the same separation and noise as alpha), where
 #: Eq 17's distinctive f_k(z_gamma) is absent.
-CONTROL_LADDER = {"alpha_separation": 1.0, "alpha_sigma": 1.0, "gamma_separation": 1.0, "gamma_sigma": 1.0}
+CONTROL_LADDER: _LadderParams = {"alpha_separation": 1.0, "alpha_sigma": 1.0, "gamma_separation": 1.0,
+                                 "gamma_sigma": 1.0}
 
 
 def _contributions(student: LadderStudent, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -518,7 +544,8 @@ def _joint_code(s: LadderSample) -> torch.Tensor:
 def _population_joint(lad: Ladder) -> torch.Tensor:
     """Exact P(y, z_alpha, z_gamma) ``(8,)`` (code 4 y + 2 z_alpha + z_gamma) of a bottom-up depth-2 ladder with one
     binary leaf per level-1 region: the leaves are independent, each level-1 event a lookup of its leaf's."""
-    (pa, pg), (la, lg), top = lad.leaf_priors, lad.lookups[1], lad.lookups[0][0]
+    lookups = _ladder_parts.lookups(lad)
+    (pa, pg), (la, lg), top = _ladder_parts.leaf_priors(lad), lookups[1], lookups[0][0]
     p = torch.zeros(8, dtype=torch.float64)
     for a in range(2):
         for g in range(2):
@@ -542,7 +569,7 @@ def _train_run(lad: Ladder, n: int, data_seed: int, init_seed: int, xt: torch.Te
     gen = torch.Generator().manual_seed(init_seed)
     bs = n if batch_size is None else min(batch_size, n)
     order, pos = torch.arange(n), n
-    out = {k: [] for k in ("test_err", "test_err_ablated", "train_err", "w_alpha", "w_gamma")}
+    out: dict[str, list[float]] = {k: [] for k in ("test_err", "test_err_ablated", "train_err", "w_alpha", "w_gamma")}
     for step in range(steps + 1):
         if step in ckpts:
             with torch.no_grad():
@@ -653,7 +680,7 @@ def overfitting_curve(ns: Sequence[int] = (8, 32, 128, 512, 2048), *, seeds: int
         best = np.array([min(r["test_err"]) for r in rs])
         harm = final["test_err"] - final["test_err_ablated"]
         llr = np.array([r["llr"] for r in rs])
-        row = {"N": n, "runs": seeds}
+        row: dict[str, Any] = {"N": n, "runs": seeds}
         for name, v in (("test_err_final", final["test_err"]), ("test_err_best", best),
                         ("rise", final["test_err"] - best), ("train_err_final", final["train_err"]), ("harm", harm),
                         ("w_alpha", final["w_alpha"]), ("w_gamma", final["w_gamma"]), ("llr", llr)):
@@ -662,9 +689,9 @@ def overfitting_curve(ns: Sequence[int] = (8, 32, 128, 512, 2048), *, seeds: int
             logr = np.log(final["w_gamma"]) - np.log(final["w_alpha"])
         lm, llo, lhi = _t_interval(logr, level) if np.isfinite(logr).all() else (math.nan,) * 3
         row["ratio"], row["ratio_lo"], row["ratio_hi"] = math.exp(lm), math.exp(llo), math.exp(lhi)
-        for name, k in (("frac_harm", int((harm > 0).sum())), ("frac_second", int((llr > 0).sum()))):
-            row[name] = k / seeds
-            row[f"{name}_lo"], row[f"{name}_hi"] = wilson_interval(k, seeds, z)
+        for name, count in (("frac_harm", int((harm > 0).sum())), ("frac_second", int((llr > 0).sum()))):
+            row[name] = count / seeds
+            row[f"{name}_lo"], row[f"{name}_hi"] = wilson_interval(count, seeds, z)
         rho = sps.spearmanr(llr, harm).statistic if seeds > 2 and np.ptp(harm) > 0 else math.nan
         row["spearman_llr_harm"] = float(rho)
         for k in ("abs_eps_sym", "tv_data", "tv_batch"):
@@ -684,7 +711,7 @@ def overfitting_curve(ns: Sequence[int] = (8, 32, 128, 512, 2048), *, seeds: int
     return {"checkpoints": ckpts, "bayes_err": bayes, "bayes_err_test": bayes_test, "rows": rows, "runs": runs}
 
 
-def crossing_over_inits(inits: int = 20, ns: Sequence[int] = tuple(2 ** k for k in range(3, 13)), *,
+def crossing_over_inits(inits: int = 20, ns: Sequence[int] = _CROSSING_NS, *,
                         ladder: Ladder | None = None, reps: int = 40, width: int = 8, seed: int = 0,
                         z: float = 1.96, moment_examples: int = 2 ** 15) -> dict:
     """The first-step crossing of §5.3 (:func:`update_crossing`) over initialization seeds 0 .. inits - 1 of

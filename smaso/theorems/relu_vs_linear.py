@@ -18,6 +18,7 @@ import numpy.typing as npt
 import torch
 from scipy.optimize import linprog
 
+from smaso import _ladder_parts
 from smaso.plots._base import finish_figure, plt
 from smaso.theorems.conditions import _positive_int
 from teachers.ladder import Ladder
@@ -239,7 +240,7 @@ def relu_identity_weights(P_list: Sequence[npt.ArrayLike], F_list: Sequence[npt.
     return list(np.split(Ws[0], splits, axis=0)), bias
 
 
-def relu_region_forward(P_list: Sequence[npt.ArrayLike], F_list: Sequence[npt.ArrayLike],
+def relu_region_forward(P_list: Sequence[npt.ArrayLike], F_list: Sequence[npt.ArrayLike] | None,
                         W_list: Sequence[npt.ArrayLike], bias: npt.ArrayLike | None = None) -> tuple[np.ndarray,
                         np.ndarray]:
     """Eq 9 forward for one region: U = sum_b P_ab F_b W_ba + 1 bias^T ``(m_a, n_a)`` and F_a = ReLU(U).
@@ -344,18 +345,20 @@ def relu_identity_ladder(ladder: Ladder | EventStatistics, *, leaf_inputs: torch
     stats = _statistics(ladder)
     lad = stats.ladder
     d = lad.depth
-    P_down = [None] + [t.to(torch.float64) for t in stats.P_down[1:]]
+    branching = _ladder_parts.uniform_branching(lad)
+    # down[l] = P_down[l + 1], the tables from level l to its children
+    down = [_ladder_parts.at_level(stats.P_down, l, "P_down").to(torch.float64) for l in range(1, d + 1)]
     F_below = _leaf_inputs(lad, leaf_inputs)
     weights: list = [None] * d
     biases: list = [None] * d
     for l in range(d - 1, -1, -1):
-        b_l, R_l, m_l = lad.branching[l], lad.num_regions[l], lad.events[l]
+        b_l, R_l, m_l = branching[l], lad.num_regions[l], lad.events[l]
         W_l = torch.zeros(R_l * b_l, F_below.shape[-1], m_l, dtype=torch.float64)
         bias_l = torch.zeros(R_l, m_l, dtype=torch.float64)
         for r in range(R_l):
             kids = range(r * b_l, (r + 1) * b_l)
             try:
-                Ws, bias = relu_identity_weights([P_down[l + 1][c].numpy() for c in kids],
+                Ws, bias = relu_identity_weights([down[l][c].numpy() for c in kids],
                                                  [F_below[c].numpy() for c in kids], split=split, margin=margin)
             except ValueError as e:
                 raise ValueError(f"ladder: level {l} region {r}: {e}") from None
@@ -364,9 +367,9 @@ def relu_identity_ladder(ladder: Ladder | EventStatistics, *, leaf_inputs: torch
             bias_l[r] = torch.from_numpy(bias)
         weights[l], biases[l] = W_l, bias_l
         # the next level up sees what this level really outputs
-        _, F_l = propagate_relu([None, P_down[l + 1]], [W_l], [bias_l], F_below, [b_l])
+        _, F_l = propagate_relu([None, down[l]], [W_l], [bias_l], F_below, [b_l])
         F_below = F_l[0]
-    U, F_ = propagate_relu(P_down, weights, biases, _leaf_inputs(lad, leaf_inputs), lad.branching)
+    U, F_ = propagate_relu([None, *down], weights, biases, _leaf_inputs(lad, leaf_inputs), branching)
     eye = torch.eye(lad.events[0], dtype=torch.float64)
     loss = float((F_[0][0] - eye).pow(2).sum())
     return ReluIdentityConstruction(weights, biases, U, F_, loss)
@@ -427,8 +430,9 @@ def ladder_linear_rank_bounds(ladder: Ladder | EventStatistics, *, leaf_rank: in
     r[d] = lad.events[d] if leaf_rank is None else int(leaf_rank)
     if r[d] < 0:
         raise ValueError(f"leaf_rank: must be >= 0, got {leaf_rank!r}")
+    b = _ladder_parts.uniform_branching(lad)
     for l in range(d - 1, -1, -1):
-        r[l] = min(lad.events[l], lad.branching[l] * r[l + 1] + int(bool(bias)))
+        r[l] = min(lad.events[l], b[l] * r[l + 1] + int(bool(bias)))
     return r
 
 
