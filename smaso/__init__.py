@@ -32,6 +32,9 @@ _ENTRY_POINTS = {
     "reformulate": "smaso.student.reformulation",
     "compare_student": "smaso.student.compare",
     "ComparisonResult": "smaso.student.compare",
+    "StudentConfig": "smaso.student.config",
+    "TrainingConfig": "smaso.student.config",
+    "EvaluationConfig": "smaso.student.config",
     "errors_against_n": "smaso.student.compare",
     "MASO": "smaso.splines.maso",
     "hard_regions": "smaso.splines.maso",
@@ -39,6 +42,7 @@ _ENTRY_POINTS = {
     "BetaSwish": "smaso.splines.modules",
     "count_pieces": "smaso.depth.pieces",
     "plot_comparison": "smaso.plots.comparison",
+    "plot_alignment": "smaso.plots.alignment",
 }
 
 _SUBPACKAGES = ("cli", "depth", "plots", "splines", "student", "theorems")
@@ -47,14 +51,18 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "__version__",
     "BetaSwish",
     "ComparisonResult",
+    "EvaluationConfig",
     "FrequencyStatistics",
     "LadderStudent",
     "MASO",
+    "StudentConfig",
+    "TrainingConfig",
     "collect_statistics",
     "compare_student",
     "count_pieces",
     "errors_against_n",
     "hard_regions",
+    "plot_alignment",
     "plot_comparison",
     "reformulate",
     "region_probabilities",
@@ -62,10 +70,12 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
     from smaso.depth.pieces import count_pieces
+    from smaso.plots.alignment import plot_alignment
     from smaso.plots.comparison import plot_comparison
     from smaso.splines.maso import MASO, hard_regions, region_probabilities
     from smaso.splines.modules import BetaSwish
     from smaso.student.compare import ComparisonResult, compare_student, errors_against_n
+    from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
     from smaso.student.frequency import FrequencyStatistics, collect_statistics
     from smaso.student.network import LadderStudent
     from smaso.student.reformulation import reformulate

@@ -11,8 +11,8 @@ import warnings
 import pytest
 
 from smaso.cli import build_parser
-from smaso.student.compare import _configs, compare_student
-from smaso.student.config import LEGACY_FIELDS, EvaluationConfig, StudentConfig, TrainingConfig
+from smaso.student.compare import compare_student
+from smaso.student.config import LEGACY_FIELDS, EvaluationConfig, StudentConfig, TrainingConfig, _configs
 from teachers import Ladder, sample_ladder
 
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 from conftest_student import index_rows
 
-from smaso.student.compare import _training_batches, compare_student
+from smaso.student.compare import compare_student
+from smaso.student.rows import _training_batches
 from teachers import Ladder, sample_ladder
 from teachers.chunked import as_chunks, open_dataset, sample_to_store
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 from conftest_student import index_rows
 
-from smaso.student.compare import _all_training_labels, _training_batches, _training_labels, compare_student
+from smaso.student.compare import compare_student
+from smaso.student.rows import _all_training_labels, _training_batches, _training_labels
 from teachers import Ladder, sample_ladder
 from teachers.chunked import as_chunks
 

@@ -13,19 +13,19 @@ import itertools
 import math
 import numbers
 import time
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from smaso.student.alignment import TABLE_LEGEND, accumulate_alignment, alignment_rows, undefined_note
-from smaso.student.config import LEGACY_FIELDS, EvaluationConfig, StudentConfig, TrainingConfig
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig, _configs
 from smaso.student.diagnosis import CONTRIBUTIONS, compare_statistics_to_theory, diagnose, nonfinite_statistics
 from smaso.student.frequency import FrequencyStatistics, ReplicateAccumulator, accumulate_statistics, collect_statistics
 from smaso.student.network import LadderStudent, _check_float_dtype
 from smaso.student.reformulation import Reformulation, reformulate
+from smaso.student.rows import _all_training_labels, _evaluation_rows, _head, _training_batches
 from smaso.student.training import TrainingDiverged, check_hyper
 from teachers.emission import GaussianEmission, OneHotEmission
 from teachers.ladder import Ladder
@@ -33,9 +33,8 @@ from teachers.sampling import LadderSample, _device, sample_ladder
 from teachers.statistics import exact_statistics
 
 if TYPE_CHECKING:
-    from teachers.chunked import DataSource, _SampleChunks
+    from teachers.chunked import DataSource
     from teachers.engine import DaskEngine, SerialEngine
-    from teachers.store_reader import ChunkedLadderData
 
 __all__ = ["CONTRIBUTIONS", "ComparisonResult", "EvaluationConfig", "StudentConfig", "TrainingConfig",
            "TrainingDiverged", "compare_statistics_to_theory", "compare_student", "diagnose", "errors_against_n",
@@ -298,125 +297,6 @@ class ComparisonResult:
         return f"{row[key]:8.2e} [{row[f'{key}_floor']:5.0e}]{star}"
 
 
-def _head(chunks: ChunkedLadderData | _SampleChunks, k: int) -> LadderSample:
-    """The first ``k`` rows of a chunked source, in memory (the evaluation set): a
-    :class:`~teachers.sampling.LadderSample`."""
-    import dataclasses
-
-    parts, got = [], 0
-    for c in range(chunks.num_chunks):
-        if got >= k:
-            break
-        part = chunks.chunk(c)
-        take = min(len(part), k - got)
-        parts.append(part if take == len(part) else dataclasses.replace(
-            part, z=part.z[:take], x=None if part.x is None else part.x[:take]))
-        got += take
-    if len(parts) == 1:
-        return parts[0]
-    first = parts[0]
-    x = None if first.x is None else torch.cat([p.x for p in parts])
-    return dataclasses.replace(first, z=torch.cat([p.z for p in parts]), x=x)
-
-
-#: The key that sets the shuffled-label stream apart from every other stream of a seed
-#: (:func:`_training_labels`: ``SeedSequence([seed, chunk, SHUFFLE_STREAM])``).
-SHUFFLE_STREAM = 0x5A1E
-
-
-def _training_labels(part: LadderSample, c: int, off: int, shuffle_seed: int | None) -> torch.Tensor:
-    """The labels chunk ``c`` (``part``) is trained on: its own, or with ``shuffle_seed`` its training rows'
-    labels (rows ``off:``, never the held-out ones) permuted by a fixed permutation drawn from
-    ``(shuffle_seed, c)``: the same wrong label for a row in every epoch, the label counts unchanged, in the
-    memory of one chunk (rows are independent draws, so permuting within chunks is a full label shuffle's
-    control: it cuts every tie between x and y)."""
-    if shuffle_seed is None:
-        return part.y
-    from teachers.chunked import _generator
-
-    y = part.y.clone()
-    y[off:] = part.y[off:][torch.randperm(len(y) - off, generator=_generator(shuffle_seed, c, SHUFFLE_STREAM))]
-    return y
-
-
-def _all_training_labels(chunks: ChunkedLadderData | _SampleChunks, skip: int,
-                         shuffle_seed: int | None) -> torch.Tensor:
-    """Every training row's label (rows ``skip:``, in row order) as :func:`_training_batches` trains on it: the
-    labels of full-batch GD."""
-    parts = []
-    for c in range(chunks.num_chunks):
-        lo, hi = chunks.chunk_bounds(c)
-        if hi > skip:
-            off = max(skip - lo, 0)
-            parts.append(_training_labels(chunks.chunk(c), c, off, shuffle_seed)[off:])
-    return torch.cat(parts)
-
-
-def _training_batches(chunks: ChunkedLadderData | _SampleChunks, batch_size: int, gen: torch.Generator,
-                      dtype: torch.dtype, skip: int = 0,
-                      shuffle_seed: int | None = None) -> Iterator[Any]:
-    """SGD minibatches ``(x, y)`` without end: each epoch visits the chunks in a random order and each
-    chunk's rows in a random order (``gen``), a batch's last rows carried over into the next chunk, so
-    every row is used once per epoch.  Inputs are built per batch in ``dtype``; memory is one chunk.
-
-    :param skip: the first this many rows are never trained on (the held-out evaluation rows); ``skip=0``
-        draws exactly the random stream of the pass without held-out rows.
-    :param shuffle_seed: train on permuted labels (:func:`_training_labels`); the rows, their order and the
-        batches are those of the run without it.
-    """
-    xs, ys, have = [], [], 0  # the pieces of the batch being filled (across chunk boundaries)
-    while True:
-        for c in torch.randperm(chunks.num_chunks, generator=gen).tolist():
-            lo, hi = chunks.chunk_bounds(c)
-            if hi <= skip:
-                continue
-            part = chunks.chunk(c)
-            off = max(skip - lo, 0)
-            perm = torch.randperm(len(part) - off, generator=gen) + off
-            labels = _training_labels(part, c, off, shuffle_seed)
-            s = 0
-            while s < len(perm):
-                idx = perm[s: s + batch_size - have]
-                xs.append(part.inputs(idx, dtype))
-                ys.append(labels[idx])
-                have, s = have + len(idx), s + len(idx)
-                if have == batch_size:
-                    yield (xs[0], ys[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(ys))
-                    xs, ys, have = [], [], 0
-
-
-def _evaluation_rows(held_out: Any, chunks: ChunkedLadderData | _SampleChunks, eval_examples: int | None,
-                     ladder: Ladder) -> Any:
-    """``(evaluation chunks, rows kept out of training)`` for :func:`compare_student`'s ``held_out``."""
-    from teachers.chunked import as_chunks
-
-    if held_out is False:
-        return chunks, 0
-    if held_out is True:
-        if eval_examples is None:
-            raise ValueError("held_out: evaluating on held-out rows needs eval_examples (the first eval_examples "
-                             "rows are kept out of training); give eval_examples, a held-out dataset as "
-                             "held_out=, or held_out=False to evaluate on every training row")
-        skip = min(eval_examples, len(chunks))
-        if skip >= len(chunks):
-            raise ValueError(f"held_out: the {skip} evaluation rows (eval_examples) leave none of the sample's "
-                             f"{len(chunks)} rows to train on; lower eval_examples, give a held-out dataset as "
-                             "held_out=, or pass held_out=False")
-        return chunks, skip
-    if isinstance(held_out, (str, bytes)) or hasattr(held_out, "__fspath__") or isinstance(held_out, list):
-        from teachers.dataset import load_dataset
-
-        held_out = load_dataset(held_out)
-    if not isinstance(held_out, LadderSample) and not hasattr(held_out, "chunk"):
-        raise TypeError(f"held_out: expected True, False or a dataset of the sample's ladder, got "
-                        f"{type(held_out).__name__}")
-    if held_out.ladder.fingerprint() != ladder.fingerprint():
-        raise ValueError("held_out: the held-out dataset was sampled from another ladder than the training sample")
-    if isinstance(held_out, LadderSample) and (held_out.z is None or len(held_out) == 0):
-        raise ValueError("held_out: the held-out dataset must hold at least one row with its latent events z")
-    return as_chunks(held_out), 0
-
-
 def _check_alignment(alignment: Any, ladder: Ladder) -> Any:
     """``compare_student``'s ``alignment`` rows as a dataset (a path loaded), or None."""
     if alignment is None:
@@ -440,37 +320,6 @@ def _check_dtype_device(dtype: Any, device: Any) -> None:
     if _device(device).type == "meta":
         raise ValueError(f"device: {device!r} tensors have no values (the comparison reads the student's "
                          "statistics); expected a device such as 'cpu' or 'cuda'")
-
-
-def _configs(student: StudentConfig | None, training: TrainingConfig | None, evaluation: EvaluationConfig | None,
-             legacy: dict[str, Any], where: str = "compare_student"
-             ) -> tuple[StudentConfig, TrainingConfig, EvaluationConfig]:
-    """The three configs of a run, the deprecated keyword form (``width=16, steps=300, ...``) mapped onto them
-    with a :class:`DeprecationWarning` (a keyword of a config also given is a TypeError: which one would win?)."""
-    given = {"student": student, "training": training, "evaluation": evaluation}
-    kinds = {StudentConfig: "student", TrainingConfig: "training", EvaluationConfig: "evaluation"}
-    for name, cfg in given.items():
-        want = next(c for c, k in kinds.items() if k == name)
-        if cfg is not None and not isinstance(cfg, want):
-            raise TypeError(f"{name}: expected a {want.__name__}, got {type(cfg).__name__}")
-    unknown = [k for k in legacy if k not in LEGACY_FIELDS]
-    if unknown:
-        raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r} (its options are the "
-                        "fields of student=StudentConfig(...), training=TrainingConfig(...), "
-                        "evaluation=EvaluationConfig(...))")
-    split: dict[str, dict] = {"student": {}, "training": {}, "evaluation": {}}
-    for k, v in legacy.items():
-        split[kinds[LEGACY_FIELDS[k]]][k] = v
-    if legacy:
-        hint = ", ".join(f"{kinds[LEGACY_FIELDS[k]]}={LEGACY_FIELDS[k].__name__}({k}=...)" for k in legacy)
-        for name, kw in split.items():
-            if kw and given[name] is not None:
-                raise TypeError(f"{where}: {', '.join(kw)} given both as a keyword and in {name}=; set it in "
-                                f"{name}={type(given[name]).__name__}(...) only")
-        warnings.warn(f"{where}: keyword options are deprecated; pass {hint}", DeprecationWarning, stacklevel=3)
-    return (StudentConfig(**split["student"]) if student is None else student,
-            TrainingConfig(**split["training"]) if training is None else training,
-            EvaluationConfig(**split["evaluation"]) if evaluation is None else evaluation)
 
 
 def compare_student(sample: DataSource, student: StudentConfig | None = None, training: TrainingConfig | None = None,

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # (torch is imported only where used: `smaso --help` reads these defaults without it)
     import torch
@@ -197,3 +198,34 @@ class EvaluationConfig:
 #: config that now holds it: ``{name: config class}`` (deprecated: mapped onto the config with a warning).
 LEGACY_FIELDS: dict[str, type] = {f.name: cls for cls in (StudentConfig, TrainingConfig, EvaluationConfig)
                                   for f in fields(cls)}
+
+
+def _configs(student: StudentConfig | None, training: TrainingConfig | None, evaluation: EvaluationConfig | None,
+             legacy: dict[str, Any], where: str = "compare_student"
+             ) -> tuple[StudentConfig, TrainingConfig, EvaluationConfig]:
+    """The three configs of a run, the deprecated keyword form (``width=16, steps=300, ...``) mapped onto them
+    with a :class:`DeprecationWarning` (a keyword of a config also given is a TypeError: which one would win?)."""
+    given = {"student": student, "training": training, "evaluation": evaluation}
+    kinds = {StudentConfig: "student", TrainingConfig: "training", EvaluationConfig: "evaluation"}
+    for name, cfg in given.items():
+        want = next(c for c, k in kinds.items() if k == name)
+        if cfg is not None and not isinstance(cfg, want):
+            raise TypeError(f"{name}: expected a {want.__name__}, got {type(cfg).__name__}")
+    unknown = [k for k in legacy if k not in LEGACY_FIELDS]
+    if unknown:
+        raise TypeError(f"{where}() got an unexpected keyword argument {unknown[0]!r} (its options are the "
+                        "fields of student=StudentConfig(...), training=TrainingConfig(...), "
+                        "evaluation=EvaluationConfig(...))")
+    split: dict[str, dict] = {"student": {}, "training": {}, "evaluation": {}}
+    for k, v in legacy.items():
+        split[kinds[LEGACY_FIELDS[k]]][k] = v
+    if legacy:
+        hint = ", ".join(f"{kinds[LEGACY_FIELDS[k]]}={LEGACY_FIELDS[k].__name__}({k}=...)" for k in legacy)
+        for name, kw in split.items():
+            if kw and given[name] is not None:
+                raise TypeError(f"{where}: {', '.join(kw)} given both as a keyword and in {name}=; set it in "
+                                f"{name}={type(given[name]).__name__}(...) only")
+        warnings.warn(f"{where}: keyword options are deprecated; pass {hint}", DeprecationWarning, stacklevel=3)
+    return (StudentConfig(**split["student"]) if student is None else student,
+            TrainingConfig(**split["training"]) if training is None else training,
+            EvaluationConfig(**split["evaluation"]) if evaluation is None else evaluation)
