@@ -27,6 +27,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -87,19 +88,20 @@ def _demo_once(argv: list[str], busy: int) -> dict:
             subprocess.run([sys.executable, "-c", code, "demo", *argv, "--out", out, "-q"], check=True)
             wall = time.perf_counter() - t0
             after = os.times()  # (before the spinners are reaped: their CPU is not the demo's)
+            workers = json.loads((Path(out) / "comparison.json").read_text()).get("seed_workers")
     finally:
         for p in spinners:  # the processes this function started, by their handle
             p.kill()
             p.wait()
     cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-    return {"seconds": wall, "cpu_seconds": cpu, "loadavg_before": load}
+    return {"seconds": wall, "cpu_seconds": cpu, "loadavg_before": load, "workers": workers}
 
 
 def _summary(runs: list[dict]) -> dict:
     return {"seconds": [r["seconds"] for r in runs], "median_s": statistics.median(r["seconds"] for r in runs),
             "cpu_seconds": [r["cpu_seconds"] for r in runs],
             "median_cpu_s": statistics.median(r["cpu_seconds"] for r in runs),
-            "loadavg_before": [r["loadavg_before"] for r in runs]}
+            "loadavg_before": [r["loadavg_before"] for r in runs], "workers": [r["workers"] for r in runs]}
 
 
 def _wall(argv: list[str], repeats: int, serial: bool = True) -> dict:
@@ -120,14 +122,40 @@ def _wall(argv: list[str], repeats: int, serial: bool = True) -> dict:
     from smaso.cli import build_parser
     from smaso.cli_student import _workers
 
-    out["workers"] = _workers(build_parser().parse_args(["demo", *argv]))
+    out["workers_now"] = _workers(build_parser().parse_args(["demo", *argv]))  # (each run's own: "workers")
     return out
+
+
+def _print_wall(wall: dict) -> None:
+    print(f"  smaso demo end to end: median {wall['median_s']:.1f} s wall, {wall['median_cpu_s']:.1f} s CPU quiet; "
+          f"{wall['busy']['median_s']:.1f} s beside two busy processes ({wall['busy_over_quiet']:.2f}x, target <= 2x)"
+          + (f"; {wall['serial']['median_s']:.1f} s with --workers 0" if "serial" in wall else ""))
+
+
+def _wall_only(args: argparse.Namespace, demo_argv: list[str], machine: dict, wall0: float) -> dict:
+    """``--wall-only``: the end-to-end timings again, written into the recorded JSON in place of its old ones."""
+    path = Path(args.out)
+    if not path.is_file():
+        raise SystemExit(f"bench_demo: error: --wall-only replaces the wall figures of {path}, which does not exist")
+    data = json.loads(path.read_text())
+    wall = _wall(demo_argv, args.repeats, serial=not args.quick)
+    _print_wall(wall)
+    total = _common.finish(machine, wall0)
+    data["wall"] = wall
+    data["wall_machine"], data["wall_total_s"] = machine, total
+    data["wall_timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+    _common.write_json(args.out, data)
+    _common.print_done(total, args.out)
+    return data
 
 
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=5, help="student seeds 0..K-1")
     p.add_argument("--repeats", type=int, default=None, help="end-to-end demo runs (default 3; --quick: 1)")
+    p.add_argument("--wall-only", action="store_true",
+                   help="time the demo end to end only and replace the wall figures of the JSON at --out, keeping "
+                        "its per-seed results (which do not depend on the machine)")
     _common.add_quick_out_args(p, "a smoke run: small sizes, one repeat", _common.default_out("demo"))
     args = p.parse_args(argv)
     _common.fill_defaults(args, quick={"repeats": 1}, full={"repeats": 3})
@@ -136,6 +164,8 @@ def main(argv: list[str] | None = None) -> dict:
     wall0 = _common.start(None)
     machine = _common.machine_info()
     print(f"bench_demo: {args.seeds} student seeds, {args.repeats} end-to-end runs; {_common.torch_summary()}")
+    if args.wall_only:
+        return _wall_only(args, demo_argv, machine, wall0)
 
     from smaso.student.seeds import summarize_seeds
 
@@ -156,9 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
                                       for h in r["shuffled"].history]}
                 for r in runs]
     wall = _wall(demo_argv, args.repeats, serial=not args.quick)
-    print(f"  smaso demo end to end: median {wall['median_s']:.1f} s wall, {wall['median_cpu_s']:.1f} s CPU quiet; "
-          f"{wall['busy']['median_s']:.1f} s beside two busy processes ({wall['busy_over_quiet']:.2f}x, target <= 2x)"
-          + (f"; {wall['serial']['median_s']:.1f} s with --workers 0" if "serial" in wall else ""))
+    _print_wall(wall)
     total = _common.finish(machine, wall0)
     data = _common.record("demo", argv, {"config": {"quick": args.quick, "seeds": args.seeds,
                                                     "repeats": args.repeats, "demo_argv": demo_argv}},

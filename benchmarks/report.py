@@ -604,6 +604,19 @@ def _term(level: dict, key: str, noise: bool = True) -> str:
     return text
 
 
+def _workers_words(wall: dict) -> str:
+    """How many worker processes the demo's default ``--workers`` used: per run (issue 37: the idle cores, so
+    fewer beside busy jobs), or, in a file recorded before that, the one number it had."""
+    if isinstance(wall.get("workers"), list):
+        def span(ws: list) -> str:
+            return f"{min(ws)}" if min(ws) == max(ws) else f"{min(ws)}-{max(ws)}"
+
+        return (f"the default `--workers` (the idle cores) running {span(wall['workers'])} worker process(es) "
+                f"beside the main one quiet and {span(wall['busy']['workers'])} beside the busy ones")
+    n = wall["workers"]
+    return f"{n} worker process{'es' if n != 1 else ''} beside the main one"
+
+
 def reformulation_rows(summary: dict) -> list[str]:
     """The README's reformulation table rows: per level, the trained students and each control the summary holds
     (``smaso.student.seeds.SeedSummary.to_dict``), each quantity of :data:`DEMO_TERMS` as :func:`_term`."""
@@ -664,8 +677,7 @@ def demo_rows() -> list[str]:
         wall_line = (f"`smaso demo` takes {wall['median_s']:.0f} s end to end on {d['machine']['cpu_count']} cores "
                      f"and {busy['median_s']:.0f} s beside two busy processes ({wall['busy_over_quiet']:.2f}x; "
                      f"medians of {len(wall['seconds'])} interleaved runs each, {wall['median_cpu_s']:.0f} and "
-                     f"{busy['median_cpu_s']:.0f} s of CPU, {wall['workers']} worker process"
-                     f"{'es' if wall['workers'] != 1 else ''} beside the main one"
+                     f"{busy['median_cpu_s']:.0f} s of CPU, " + _workers_words(wall)
                      + (f"; {wall['serial']['median_s']:.0f} s with `--workers 0`" if "serial" in wall else "")
                      + f"; the machine is shared: 1-minute load {min(loads):.1f}-{max(loads):.1f} before the "
                      "runs; `bench_demo.py`).")

@@ -185,14 +185,17 @@ ACCURACY_WORDS = (
 
 
 def _workers(args: argparse.Namespace) -> int:
-    """``--workers``: processes beside this one that train the other seeds (default: one per core beside this
-    one, at most one per other seed; 0 with one seed)."""
-    import os
-
+    """``--workers``: processes beside this one that train the other seeds.  By default as many as there are idle
+    cores (:func:`teachers.engine.idle_cores`: usable cores less those other running processes take, less this
+    one), at most one per other seed: on a quiet machine the seeds run side by side, beside busy jobs they run
+    here one after another rather than fight those jobs for the cores (the output is the same either way)."""
+    if args.seeds <= 1:
+        return 0
     if args.seed_workers is not None:  # (its own name: `workers` is the Dask engine's, checked as such)
-        return min(args.seed_workers, max(args.seeds - 1, 0))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(min(cores - 1, args.seeds - 1), 0) if args.seeds > 1 else 0
+        return min(args.seed_workers, args.seeds - 1)
+    from teachers.engine import idle_cores
+
+    return min(idle_cores(), args.seeds - 1)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -213,7 +216,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     # seeds and the event alignment are measured on them)
     evaluation = sample_ladder(lad, args.eval_examples, args.seed + 1, progress=False) \
         if args.evaluate == "held-out" else False
-    workers = _workers(args)
+    workers = args.seed_workers_used = _workers(args)  # (recorded in comparison.json: seed_workers)
     with ProcessEngine(workers) if workers else nullcontext() as engine:
         # the other seeds go to the worker processes first (submitted before this process computes anything:
         # a fork mid-computation could copy a held lock); this process runs seed --student-seed meanwhile
@@ -281,7 +284,8 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: Ev
     payload = {"ladder_report": report, **_comparison_payload(result, args),
                "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
                "alignment_control_shuffled_labels": control,
-               "seeds": seeds.to_dict(), "thm3_fully_informative_max_error": worst}
+               "seeds": seeds.to_dict(), "thm3_fully_informative_max_error": worst,
+               "seed_workers": getattr(args, "seed_workers_used", 0)}
     files = _save_outputs(out_dir, payload, result, title, control=control)
     groups = _noise_groups(args)
     if groups and args.n >= 2048:
