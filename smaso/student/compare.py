@@ -148,6 +148,17 @@ class ComparisonResult:
         """The last checkpoint's row of :attr:`history` (step, accuracy, per-level errors, diagnosis)."""
         return self.history[-1]
 
+    def _trained(self) -> tuple[LadderStudent, FrequencyStatistics, Reformulation]:
+        """``(student, final_stats, final_prediction)``, typed as set: :func:`compare_student` sets all three; a
+        result built by hand (its history only) gets a ValueError naming those that are None."""
+        student, stats, pred = self.student, self.final_stats, self.final_prediction
+        if student is None or stats is None or pred is None:
+            missing = [k for k, v in (("student", student), ("final_stats", stats), ("final_prediction", pred))
+                       if v is None]
+            raise ValueError(f"result: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} None (set by "
+                             "compare_student, which this result does not come from)")
+        return student, stats, pred
+
     def __repr__(self) -> str:
         """A few lines: checkpoints, the last one's loss, accuracy and mean errors, and the sizes of the
         student and statistics (not their tensors; :meth:`table` prints the comparison in full)."""
