@@ -225,10 +225,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: EvaluationConfig, others: Any,
+def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: LadderSample | bool, others: Any,
                  t0: float, compare_student: Callable[..., ComparisonResult]) -> None:
     """What ``smaso demo`` prints and writes, the other seeds' runs being ``others`` (futures, or None: run them
-    here when needed)."""
+    here when needed); ``evaluation`` is the held-out rows, or False (``--evaluate training``)."""
     from teachers.ladder import Ladder
     from teachers.sampling import sample_ladder
 
@@ -251,6 +251,7 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: Ev
           f"measured every {args.eval_every} steps on {args.eval_examples} "
           f"{'held-out' if evaluation is not False else 'training'} rows ==")
     result = _run_comparison(sample, args, held_out=evaluation)
+    student, _, _ = result._trained()
     # the shuffled-label control of every seed: the reformulation's table and the alignment both measure it
     shuffled = _shuffled_control(sample, args, held_out=evaluation)
     runs = others if others is not None else _other_seeds(sample, args, evaluation, None, control=True)
@@ -259,7 +260,7 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: Ev
     print(f"\nerrors and terms of the reformulation at the end of training, trained vs controls "
           f"({seeds.evaluation} rows; student seed {args.student_seed}'s training curve above)")
     print(seeds.table())
-    accuracy = accuracy_report(lad, result.student, report["bayes_optimal"], args.seed)
+    accuracy = accuracy_report(lad, student, report["bayes_optimal"], args.seed)
     print("\n" + ACCURACY_WORDS.format(ev=seeds.evaluation or "", seed=args.student_seed), end="")
     print(accuracy["text"])
     rows = f"{args.eval_examples} {'held-out' if evaluation is not False else 'training'} rows"
@@ -294,7 +295,7 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: Ev
 
         # the trained student's errors and floors as N doubles (on fresh rows): which terms are noise, which persist
         fresh = sample_ladder(lad, args.n, args.seed + 3, progress=False)
-        by_n = errors_against_n(result.student, fresh, n_min=1024, loss=args.loss, P_source=args.P_source,
+        by_n = errors_against_n(student, fresh, n_min=1024, loss=args.loss, P_source=args.P_source,
                                 noise_groups=groups)
         plot_errors_against_n(by_n, Path(out_dir) / "errors_vs_n.png",
                               title=f"{title}: errors and noise floors against N")
@@ -323,7 +324,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if seeds is not None:
         print(f"\nerrors and terms at the end of training (student seed {args.student_seed}'s training curve above)")
         print(seeds.table())
-    accuracy = accuracy_report(lad, result.student, bayes_estimate(sample, args.device),
+    accuracy = accuracy_report(lad, result._trained()[0], bayes_estimate(sample, args.device),
                                int(getattr(sample, "seed", 0) or 0))
     print(accuracy["text"])
     aligned = control.final().get("alignment") if control is not None else None

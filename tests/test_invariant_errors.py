@@ -34,3 +34,32 @@ def test_leaf_factors_without_x_or_ll_names_both() -> None:
     plan = tree_plan(lad, torch.device("cpu"))  # holds its ladder weakly: lad keeps it alive
     with pytest.raises(ValueError, match=r"leaf_factors: expected x or ll, got neither"):
         leaf_factors(plan)
+
+
+def test_ladder_parts_read_through_known_with_its_one_message() -> None:
+    # smaso._ladder_parts and teachers.ladder._known were written for the same job: the parts read in smaso give
+    # _known's message (one format, made in one place), and a set part is returned as it is
+    from smaso import _ladder_parts as lp
+
+    top = Ladder.tree([[2], [1, 2]], [2, [2, 3], 2], seed=0)  # no branching; no stacked tables (shapes differ)
+    bottom = Ladder.tree([[2], [1, 2]], [2, 2, 2], seed=0, mode="bottomup")  # lookup[1] not stacked (sizes 2, 4)
+    assert lp.prior(top) is top.prior and lp.region_tables(top) is top.region_tables
+    assert lp.leaf_prior(bottom) is bottom.leaf_prior and lp.lookups(bottom) is bottom.lookups
+    assert all(torch.equal(a, b) for a, b in zip(lp.leaf_priors(bottom), bottom.leaf_priors, strict=True))
+    cases = [
+        (lp.uniform_branching, top, r"branching: set only on a uniform tree"),
+        (lp.prior, bottom, r"prior: set only on a top-down ladder"),
+        (lp.region_tables, bottom, r"region_tables: set only on a top-down ladder"),
+        (lp.stacked_tables, bottom, r"tables: set only on a top-down ladder"),
+        (lp.stacked_tables, top, r"tables\[0\]: set only on a level whose regions' tables share one shape "
+                                 r"\(level 1's do not\)"),
+        (lp.leaf_prior, top, r"leaf_prior: set only on a bottom-up ladder"),
+        (lp.leaf_priors, top, r"leaf_priors: set only on a bottom-up ladder"),
+        (lp.lookups, top, r"lookups: set only on a bottom-up ladder"),
+        (lp.stacked_lookups, top, r"lookup: set only on a bottom-up ladder"),
+        (lp.stacked_lookups, bottom, r"lookup\[1\]: set only on a level whose regions' lookups share one size "
+                                     r"\(level 1's do not\)"),
+    ]
+    for read, lad, message in cases:
+        with pytest.raises(ValueError, match=rf"^ladder\.{message}$"):
+            read(lad)

@@ -68,6 +68,16 @@ def test_plot_comparison_bad_input():
         plot_comparison(ComparisonResult())
 
 
+def test_plot_comparison_of_a_history_without_statistics_names_them(result):
+    # a result holding only the history (built by hand, as from a saved JSON) has no statistics to scatter: a
+    # ValueError naming them, not an AttributeError on None once the figure is half drawn
+    open_before = plt.get_fignums()
+    with pytest.raises(ValueError, match=r"^result: final_stats and final_prediction are None \(set by "
+                                         r"compare_student"):
+        plot_comparison(ComparisonResult(history=result.history, student=result.student))
+    assert plt.get_fignums() == open_before  # refused before any figure is made
+
+
 # ----------------------------------------------------------------------------- plot_noise_sweep
 def test_plot_noise_sweep_lines_are_the_rows(tmp_path):
     rows = _rows()

@@ -268,7 +268,7 @@ def test_ladder_constructions_refuse_a_tree_without_branching_by_name():
     # TypeError from indexing None
     tree = Ladder.tree([[2], [1, 2]], [2, 2, 2], seed=0)
     for build in (relu_identity_ladder, ladder_linear_rank_bounds):
-        with pytest.raises(ValueError, match=r"^ladder: branching is set only for a uniform tree"):
+        with pytest.raises(ValueError, match=r"^ladder\.branching: set only on a uniform tree$"):
             build(tree)
 
 

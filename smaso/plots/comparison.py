@@ -36,6 +36,7 @@ def plot_comparison(result: ComparisonResult, path: str | os.PathLike | None = N
     hist = result.history
     if not hist:
         raise ValueError("result: the comparison has no checkpoints")
+    _, stats, pred = result._trained()  # (the last checkpoint's, scattered in the bottom row)
     levels = [row["level"] for row in hist[0]["levels"]]
     steps = [h["step"] for h in hist]
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
@@ -50,7 +51,6 @@ def plot_comparison(result: ComparisonResult, path: str | os.PathLike | None = N
                title=f"{label}: reformulation vs measured")
         ax.grid(alpha=0.3, which="both")
     axes[0][0].legend(title="solid: recursion, dashed: one step", fontsize=8)
-    stats, pred = result.final_stats, result.final_prediction
     for ax, (name, meas, prd) in zip(axes[1][:2], (("Fbar", stats.Fbar, pred.Fbar),
                                                     ("G~", stats.G_tilde, pred.G_tilde)), strict=True):
         lo, hi = float("inf"), float("-inf")

@@ -16,6 +16,7 @@ from ._base import finish_figure, plt
 
 if TYPE_CHECKING:
     import arviz as az
+    from matplotlib.artist import Artist
     from matplotlib.figure import Figure
 
     from teachers.ladder import Ladder
@@ -38,6 +39,7 @@ def plot_ladder_tables(ladder: Ladder, path: str | os.PathLike | None = None, *,
     :param max_regions: child regions shown per level (>= 1).
     :param annotate: write the probabilities in the cells (default: when m <= 6 on both axes).
     """
+    from smaso._ladder_parts import at_level
     from teachers.ladder import Ladder
     from teachers.statistics import exact_statistics
 
@@ -59,9 +61,9 @@ def plot_ladder_tables(ladder: Ladder, path: str | os.PathLike | None = None, *,
             if c >= ladder.num_regions[l]:
                 ax.axis("off")
                 continue
-            mat = P[l][c].numpy()
+            mat = at_level(P, l, "P_down")[c].numpy()
             im = ax.imshow(mat, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-            parent = names[ladder.level_offsets[l - 1] + ladder.parent_index(l)[c].item()]
+            parent = names[ladder.level_offsets[l - 1] + int(ladder.parent_index(l)[c])]
             ax.set_title(f"P(z[{names[ladder.level_offsets[l] + c]}] | z[{parent}])", fontsize=9)
             ax.set_xlabel(f"child event (level {l})", fontsize=8)
             ax.set_ylabel(f"parent event (level {l - 1})", fontsize=8)
@@ -262,7 +264,10 @@ def plot_event_posterior(idata: az.InferenceData, marginals: Sequence[torch.Tens
                      f"bars = frequencies in {n} draws", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
         offset += r_l
-    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(k % cmap.N)) for k in range(max_m)] + [dots]
-    labels = [f"event {k}" for k in range(max_m)] + ["exact p(z_alpha | x)"]
+    handles: list[Artist] = [plt.Rectangle((0, 0), 1, 1, color=cmap(k % cmap.N)) for k in range(max_m)]
+    labels = [f"event {k}" for k in range(max_m)]
+    if dots is not None:  # (always: every level has a region, the draws cover them)
+        handles.append(dots)
+        labels.append("exact p(z_alpha | x)")
     fig.legend(handles, labels, loc="outside right upper", fontsize=8, ncol=math.ceil(len(labels) / 17))
     return finish_figure(fig, path, title, tight=False)

@@ -13,7 +13,7 @@ import itertools
 import math
 import numbers
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -148,6 +148,17 @@ class ComparisonResult:
         """The last checkpoint's row of :attr:`history` (step, accuracy, per-level errors, diagnosis)."""
         return self.history[-1]
 
+    def _trained(self) -> tuple[LadderStudent, FrequencyStatistics, Reformulation]:
+        """``(student, final_stats, final_prediction)``, typed as set: :func:`compare_student` sets all three; a
+        result built by hand (its history only) gets a ValueError naming those that are None."""
+        student, stats, pred = self.student, self.final_stats, self.final_prediction
+        if student is None or stats is None or pred is None:
+            missing = [k for k, v in (("student", student), ("final_stats", stats), ("final_prediction", pred))
+                       if v is None]
+            raise ValueError(f"result: {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} None (set by "
+                             "compare_student, which this result does not come from)")
+        return student, stats, pred
+
     def __repr__(self) -> str:
         """A few lines: checkpoints, the last one's loss, accuracy and mean errors, and the sizes of the
         student and statistics (not their tensors; :meth:`table` prints the comparison in full)."""
@@ -226,7 +237,7 @@ class ComparisonResult:
             raise ValueError(f"every: expected a positive integer, got {every!r}")
         hist = self.history
         last = hist[-1]
-        acc = {"held-out": "held-out acc", "training": " train acc"}.get(hist[-1].get("evaluation"), "  accuracy")
+        acc = {"held-out": "held-out acc", "training": " train acc"}.get(last.get("evaluation", ""), "  accuracy")
         lines = [f"step    loss {acc} | relative error of the reformulation, mean over levels (F / G~ / dW)"]
         for h in hist[::every] if hist[-1] in hist[::every] else [*hist[::every], hist[-1]]:
             mean = _mean_errors(h["levels"])
@@ -408,13 +419,13 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
     eval_every, eval_examples, eval_batch_size, held_out, P_source, noise_groups, alignment = (
         cfg_e.eval_every, cfg_e.eval_examples, cfg_e.eval_batch_size, cfg_e.held_out, cfg_e.P_source,
         cfg_e.noise_groups, cfg_e.alignment)
-    in_memory = isinstance(sample, LadderSample)
-    if not in_memory and not hasattr(sample, "chunk"):
+    full = sample if isinstance(sample, LadderSample) else None  # an in-memory sample (full-batch GD needs one)
+    if full is None and not hasattr(sample, "chunk"):
         raise TypeError(f"sample: expected a LadderSample or a ChunkedLadderData, got {type(sample).__name__}")
     _check_dtype_device(dtype, device)
     chunks = as_chunks(sample)
     lad = chunks.ladder
-    if in_memory and (sample.z is None or sample.z.shape[1] != lad.total_regions):
+    if full is not None and (full.z is None or full.z.shape[1] != lad.total_regions):
         raise ValueError("sample: the dataset must hold every latent event z of its ladder")
     if len(chunks) == 0:
         raise ValueError("sample: the dataset has no rows (0 examples); compare_student needs at least one example "
@@ -429,7 +440,7 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
         raise ValueError(f"noise_groups: expected None or an integer >= 2, got {noise_groups!r}")
     if steps < 0 or eval_every <= 0:
         raise ValueError(f"steps/eval_every: expected steps >= 0 and eval_every > 0, got {steps}, {eval_every}")
-    if batch_size is None and not in_memory:
+    if batch_size is None and full is None:
         raise ValueError("batch_size: full-batch GD (None) needs an in-memory sample; give a minibatch size "
                          "to stream a chunked dataset")
     for name, v in (("batch_size", batch_size), ("eval_batch_size", eval_batch_size)):
@@ -440,9 +451,9 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
         raise TypeError(f"shuffle_labels: expected a bool, got {type(shuffle_labels).__name__}")
     if plateau is not None and (isinstance(plateau, bool) or not isinstance(plateau, int) or plateau < 1):
         raise ValueError(f"plateau: expected None or a positive integer, got {plateau!r}")
-    student = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
-                            seed=seed, shared=shared, readout=readout, dtype=dtype, device=device)
-    opt, schedule = _optimizer(student, optimizer, lr, steps, lr_schedule)
+    net = LadderStudent(lad, width, activation=activation, batch_norm=batch_norm, bn_eps=bn_eps, bias=bias,
+                        seed=seed, shared=shared, readout=readout, dtype=dtype, device=device)
+    opt, schedule = _optimizer(net, optimizer, lr, steps, lr_schedule)
     ev_chunks, skip = _evaluation_rows(held_out, chunks, eval_examples, lad)
     n_eval = len(ev_chunks)
     streamed = eval_examples is None and not isinstance(getattr(ev_chunks, "sample", None), LadderSample)
@@ -450,7 +461,7 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
     if not streamed:
         ev = _head(ev_chunks, n_eval if eval_examples is None else min(eval_examples, n_eval))
         n_eval = len(ev)
-        if student.batch_norm:  # BN's statistics are the evaluation set's: one batch
+        if net.batch_norm:  # BN's statistics are the evaluation set's: one batch
             x_eval, y_eval, z_eval = ev.inputs(dtype=dtype), ev.y, ev.z
         else:  # the same sums batch by batch: memory of one eval batch, not of the set
             ev_chunks, streamed = ev, True
@@ -459,16 +470,18 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
         if len(alignment) < 4:
             raise ValueError(f"evaluation.alignment: the event alignment needs at least 4 evaluation rows, got "
                              f"{len(alignment)}; give more (eval_examples) or alignment=False")
-    evaluation = "training" if held_out is False else "held-out"
-    if batch_size is None:
-        y = _all_training_labels(chunks, skip, seed) if shuffle_labels else sample.y[skip:]
-        batches = itertools.repeat((sample.inputs(dtype=dtype)[skip:], y))
-    else:
+    evaluated_on = "training" if held_out is False else "held-out"
+    batches: Iterator[tuple[torch.Tensor, torch.Tensor]]
+    if batch_size is not None:
         batches = _training_batches(chunks, batch_size, torch.Generator().manual_seed(seed), dtype, skip,
                                     seed if shuffle_labels else None)
-    dev = student.weights[0].device
+    else:  # full-batch GD: of an in-memory sample (a chunked dataset without batch_size was refused above)
+        assert full is not None
+        y = _all_training_labels(chunks, skip, seed) if shuffle_labels else full.y[skip:]
+        batches = itertools.repeat((full.inputs(dtype=dtype)[skip:], y))
+    dev = net.weights[0].device
     smooth, best, since = None, math.inf, 0
-    result = ComparisonResult(student=student)
+    result = ComparisonResult(student=net)
     aligned_at_start = None  # the alignment at the first checkpoint (initialisation)
     t0 = time.perf_counter()
     checkpoints = sorted({0, steps, *range(0, steps + 1, eval_every)})
@@ -476,29 +489,28 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
     for step in range(steps + 1):
         if step in checkpoints:
             if streamed:
-                state, correct = accumulate_statistics(student, ev_chunks, loss=loss, batch_size=eval_batch_size,
-                                                       dtype=torch.float64, engine=ev_engine, groups=noise_groups)
-                acc = correct / n_eval
+                sums, correct = accumulate_statistics(net, ev_chunks, loss=loss, batch_size=eval_batch_size,
+                                                      dtype=torch.float64, engine=ev_engine, groups=noise_groups)
+                stats, acc = sums.result(), correct / n_eval
             else:
-                state = collect_statistics(student, x_eval, y_eval, z_eval, loss=loss, dtype=torch.float64,
+                stats = collect_statistics(net, x_eval, y_eval, z_eval, loss=loss, dtype=torch.float64,
                                            groups=noise_groups)
                 with torch.no_grad():
-                    acc = (student(x_eval.to(dev)).argmax(-1).cpu() == y_eval).double().mean().item()
-            stats = state.result() if hasattr(state, "result") else state
-            reps = None if noise_groups is None else list(state.leave_one_out())
-            report = compare_statistics_to_theory(student, stats, P_source=P_source, loss=loss, replicates=reps)
+                    acc = (net(x_eval.to(dev)).argmax(-1).cpu() == y_eval).double().mean().item()
+            reps = None if noise_groups is None else list(stats.leave_one_out())  # (read from stats.jackknife)
+            report = compare_statistics_to_theory(net, stats, P_source=P_source, loss=loss, replicates=reps)
             # NaN or inf in a statistic is a diverged run; a number undefined by a 0/0 (a dead level) is reported as
             # NaN with its reason (report["degenerate"]), not raised: the run's state is what it is
             bad = nonfinite_statistics(stats)
             if bad:
                 raise TrainingDiverged(f"step {step}: the statistics are not finite ({', '.join(bad[:3])}); "
                                        "lower lr, or use BN")
-            row = {"step": step, "accuracy": acc, "evaluation": evaluation, **report}
+            row = {"step": step, "accuracy": acc, "evaluation": evaluated_on, **report}
             if shuffle_labels:
                 row["shuffled_labels"] = True
             if alignment is not None:  # (each checkpoint's best matches ranked at the first checkpoint's)
-                acc, probe = accumulate_alignment(student, alignment, engine=engine)
-                aligned = acc.result()
+                moments, probe = accumulate_alignment(net, alignment, engine=engine)
+                aligned = moments.result()
                 aligned_at_start = aligned_at_start or aligned
                 row["alignment"] = alignment_rows(aligned, probe, init=aligned_at_start)
             result.history.append(row)
@@ -506,7 +518,7 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
         if step == steps or result.stopped_at is not None:
             break
         x_b, y_b = next(batches)
-        rec = student.forward_backward(x_b.to(dev), y_b.to(dev), loss)
+        rec = net.forward_backward(x_b.to(dev), y_b.to(dev), loss)
         if step == 0:
             first_loss = rec.loss
         # (the loss is a Python float already: no extra sync).  A loss 1e8 times its first value is a
@@ -515,9 +527,9 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
             raise TrainingDiverged(f"step {step}: the training loss is {rec.loss:.3g} (first minibatch: "
                                    f"{first_loss:.3g}); the run diverged: lower lr={lr}, add weight_decay or BN")
         if opt is None:
-            student.apply_update(rec, lr, weight_decay)
+            net.apply_update(rec, lr, weight_decay)
         else:
-            student.fill_grad(rec, weight_decay)
+            net.fill_grad(rec, weight_decay)
             opt.step()
             if schedule is not None:
                 schedule.step()
@@ -529,10 +541,11 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
                 result.stopped_at = step + 1
                 checkpoints.append(step + 1)
     bar.close()
-    if not all(bool(torch.isfinite(p).all()) for p in [*student.weights, *(student.biases or [])]):
+    if not all(bool(torch.isfinite(p).all()) for p in [*net.weights, *(net.biases or [])]):
         raise TrainingDiverged(f"step {steps}: the weights are not finite (the run diverged; lower lr={lr})")
-    P = result.final_stats.P if P_source == "empirical" else exact_statistics(student.ladder)
-    result.final_prediction = reformulate(student, P, result.final_stats, loss=loss)
+    # (stats: the last checkpoint's, result.final_stats; every run has its checkpoint 0 and a last one)
+    P = stats.P if P_source == "empirical" else exact_statistics(net.ladder)
+    result.final_prediction = reformulate(net, P, stats, loss=loss)
     result.seconds = time.perf_counter() - t0
     return result
 

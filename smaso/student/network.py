@@ -195,8 +195,9 @@ class LadderStudent(nn.Module):
     :ivar biases: ``biases[l]`` ``(R_l, n_l)`` (None without bias).
     """
 
-    def __init__(self, ladder: Ladder, width: int | list[int] = 8, *, activation: str | Activation = "relu",
-                 top_activation: str | Activation = "linear", batch_norm: bool | str = False, bias: bool = True,
+    def __init__(self, ladder: Ladder, width: int | list[int] | tuple[int, ...] = 8, *,
+                 activation: str | Activation = "relu", top_activation: str | Activation = "linear",
+                 batch_norm: bool | str = False, bias: bool = True,
                  bn_eps: float = 1e-5, init_scale: float = 1.0, seed: int = 0, shared: bool = False,
                  readout: int | None = None, dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None) -> None:

@@ -37,7 +37,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.diagnosis import CONTRIBUTIONS
@@ -115,8 +115,14 @@ def _history(run: dict) -> list[dict]:
     return history
 
 
-def _finite(v: object) -> bool:
+def _finite(v: object) -> TypeGuard[float]:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _finite_mean(values: Sequence[object]) -> float | None:
+    """The mean of ``values`` (one seed's checkpoints) where there is one and each is a finite number, else None."""
+    finite = [v for v in values if _finite(v)]
+    return statistics.fmean(finite) if finite and len(finite) == len(values) else None
 
 
 def _why_undefined(row: dict, key: str) -> str | None:
@@ -169,8 +175,8 @@ def _summarize(rows_by_seed: list[list[dict]], keys: Sequence[str], seeds: list[
             continue  # not measured in this setting at all (e.g. the F parts at a BN level)
         vals = [_seed_value(rows, key) for rows in rows_by_seed]
         per_seed = [v for v, _ in vals]
-        floors = [[r.get(f"{key}_floor") for r in rows] for rows in rows_by_seed]
-        floors = [statistics.fmean(f) if f and all(_finite(x) for x in f) else None for f in floors]
+        checkpoint_floors = [[r.get(f"{key}_floor") for r in rows] for rows in rows_by_seed]
+        floors = [_finite_mean(f) for f in checkpoint_floors]
         out["per_seed"][key] = per_seed
         missing = [(s, why) for s, (_, why) in zip(seeds, vals, strict=True) if why is not None]
         if missing:
@@ -201,7 +207,7 @@ def _summarize(rows_by_seed: list[list[dict]], keys: Sequence[str], seeds: list[
 
 def _spread(values_by_seed: list[list[float]]) -> dict:
     """A per-checkpoint scalar (accuracy, loss) as one value per seed (its checkpoints' mean) and their center."""
-    per_seed = [statistics.fmean(vs) if vs and all(_finite(v) for v in vs) else None for vs in values_by_seed]
+    per_seed = [_finite_mean(vs) for vs in values_by_seed]
     c = _center(per_seed)
     return {"median": c["median"], "min": c["min"], "max": c["max"], "interval": c["interval"],
             "coverage": c["coverage"], "per_seed": per_seed}
@@ -298,7 +304,7 @@ class SeedSummary:
                             "loss": self.loss, "steps": self.steps}, **self.controls}
 
     @staticmethod
-    def _cell(row: dict, key: str, note: Callable[[], int] | None, *, noise: bool, width: int) -> str:
+    def _cell(row: dict, key: str, note: Callable[[], int], *, noise: bool, width: int) -> str:
         """``median [min..max]`` of one key of one arm's row, with ``(noise)*`` for the trained students;
         ``n/a`` where undefined in every seed and ``(n)`` (a note) where undefined in some; ``0 (identity)``."""
         if key not in row:
@@ -334,13 +340,14 @@ class SeedSummary:
 
         k = len(self.seeds)
         arms = self.arms()
-        if k < 2:
+        iv = median_interval(range(k))
+        if iv is None:  # k < 2
             interval = "one seed: no interval"
-        elif median_interval(range(k)) is not None and median_interval(range(k))[:2] == (0, k - 1):
+        elif iv[:2] == (0, k - 1):
             interval = (f"[min..max] covers the median over seeds with probability "
                         f"{order_statistic_coverage(k, 1):.2%} (order statistics, K = {k})")
         else:
-            lo, hi, cov = median_interval(range(k))
+            lo, hi, cov = iv
             interval = (f"{{lo..hi}}: the {lo + 1}th and {hi + 1}th of the {k} seeds' values, an interval for the "
                         f"median over seeds with probability {cov:.2%} (order statistics)")
         ev = f"{self.evaluation} " if self.evaluation else ""
@@ -451,10 +458,10 @@ def summarize_seeds(runs: Sequence, *, seeds: Sequence[int] | None = None, last:
         if len(control) != len(full):
             raise ValueError(f"shuffled: expected one control run per seed ({len(full)}), got {len(control)}")
         arms["shuffled"] = [h[-last:] for h in control]
-    depth = {len(c["levels"]) for hs in arms.values() for h in hs for c in h}
-    if len(depth) != 1:
-        raise ValueError(f"runs: the runs have different numbers of levels ({sorted(depth)}); compare one setting")
-    depth = depth.pop()
+    depths = {len(c["levels"]) for hs in arms.values() for h in hs for c in h}
+    if len(depths) != 1:
+        raise ValueError(f"runs: the runs have different numbers of levels ({sorted(depths)}); compare one setting")
+    depth = depths.pop()
     out = {name: _arm(hs, seeds, depth) for name, hs in arms.items()}
     # identities over every row of every arm: what holds for any weights (module docstring)
     for i in range(depth + 1):
