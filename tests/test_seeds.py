@@ -273,3 +273,17 @@ def test_cli_compare_with_seeds(tmp_path, capsys):
         main(["compare", data, "--eval-examples", "1500"])
     assert exit_.value.code == 2
     assert "--eval-examples: the 1500 held-out rows leave none" in capsys.readouterr().err
+
+
+def test_the_interval_of_many_seeds_names_its_order_statistics_in_words():
+    """With 9 or more seeds the interval is between inner order statistics; the table printed them as floats
+    ("the 2.0th and 8.0th of the 9 seeds' values")."""
+    runs = [_run([float(i), float(i)], [1e-3, 1e-3]) for i in range(9)]
+    text = summarize_seeds(runs, last=1).table()
+    lo, hi, _ = median_interval(range(9))
+    assert (lo, hi) == (1, 7)
+    assert "the 2nd and 8th of the 9 seeds' values" in text and ".0th" not in text
+    from smaso.student.seeds import _ordinal
+
+    assert [_ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111)] == \
+        ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]

@@ -79,6 +79,12 @@ def order_statistic_coverage(k: int, j: int) -> float:
     return 1.0 - 2.0 * sum(math.comb(k, i) for i in range(j)) / 2.0**k
 
 
+def _ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ..., ``11th``, ``12th``, ``13th``, ``21st``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def median_interval(values: Sequence[float], level: float = INTERVAL_LEVEL) -> tuple[float, float, float] | None:
     """A distribution-free confidence interval for the median of the law the per-seed values are drawn from:
     ``(x_(j), x_(K+1-j), coverage)`` for the largest j whose exact coverage
@@ -347,8 +353,9 @@ class SeedSummary:
             interval = (f"[min..max] covers the median over seeds with probability "
                         f"{order_statistic_coverage(k, 1):.2%} (order statistics, K = {k})")
         else:
-            lo, hi, cov = iv
-            interval = (f"{{lo..hi}}: the {lo + 1}th and {hi + 1}th of the {k} seeds' values, an interval for the "
+            lo, hi, cov = int(iv[0]), int(iv[1]), iv[2]
+            interval = (f"{{lo..hi}}: the {_ordinal(lo + 1)} and {_ordinal(hi + 1)} of the {k} seeds' values (in "
+                        f"increasing order), an interval for the "
                         f"median over seeds with probability {cov:.2%} (order statistics)")
         ev = f"{self.evaluation} " if self.evaluation else ""
         controls = ["init (step 0) = the same seeds before training"]
