@@ -3,7 +3,7 @@
 - ``seeds``: the demo's own pipeline (its options, parsed by the ``smaso demo`` parser) for each student seed
   (default 0..4): the readout student trained on 50 000 rows and evaluated on 8 192 fresh rows, the event
   alignment measured at every checkpoint on 4 096 other fresh rows, the same student trained on shuffled labels
-  (the control: ``compare_student(shuffle_labels=True)``, its reformulation measured at the same checkpoints and
+  (the control: ``TrainingConfig(shuffle_labels=True)``, its reformulation measured at the same checkpoints and
   its alignment at the end), and the accuracy on 10 000 fresh rows beside Bayes and the class ceilings.  The
   comparison with the reformulation is summarised with one value per seed (its last 3 checkpoints averaged),
   median and range over the seeds, beside the same seeds at initialisation and the shuffled-label students

@@ -29,6 +29,7 @@ from smaso.student.alignment import (
     collect_alignment,
     node_variable,
 )
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.network import LadderStudent
 from teachers.chunked import as_chunks, open_dataset, sample_to_store
 from teachers.engine import SerialEngine
@@ -472,8 +473,8 @@ def test_compare_student_measures_alignment_on_held_out_rows():
 
     g = Ladder.default()
     train, held = sample_ladder(g, 1500, 0), sample_ladder(g, 600, 1)
-    r = compare_student(train, held_out=False,
-                        width=4, readout=8, steps=6, eval_every=3, noise_groups=None, alignment=held)
+    r = compare_student(train, student=StudentConfig(width=4, readout=8), training=TrainingConfig(steps=6),
+                        evaluation=EvaluationConfig(held_out=False, eval_every=3, noise_groups=None, alignment=held))
     rows = [h["alignment"] for h in r.history]
     assert len(rows) == 3 and all(len(a) == g.depth + 1 for a in rows)
     assert all(0 <= a["probe"] <= 1 and 0 < a["probe_chance"] <= 1 and a["eta2"] >= 0 for a in rows[-1])
@@ -487,10 +488,13 @@ def test_compare_student_measures_alignment_on_held_out_rows():
     assert len([ln for ln in lines if ln[:4].strip().isdigit()]) == 2 * (g.depth + 1)
     assert all(ln.startswith(("  step 6, level ", "  n/a: ")) for ln in lines[1 + 2 * (g.depth + 1):])
     with pytest.raises(ValueError, match="alignment"):
-        compare_student(train, held_out=False, steps=1,
-                        alignment=sample_ladder(Ladder.random(depth=2, seed=0), 50, 0))
+        compare_student(train, training=TrainingConfig(steps=1),
+                        evaluation=EvaluationConfig(held_out=False,
+                                                    alignment=sample_ladder(Ladder.random(depth=2, seed=0), 50, 0)))
     with pytest.raises(ValueError, match="no checkpoint"):
-        compare_student(train, held_out=False, width=4, steps=1, noise_groups=None, alignment=False).alignment_table()
+        compare_student(train, student=StudentConfig(width=4), training=TrainingConfig(steps=1),
+                        evaluation=EvaluationConfig(held_out=False, noise_groups=None,
+                                                    alignment=False)).alignment_table()
     # each checkpoint's rows are alignment_report's of the student then, its best matches ranked at initialisation
     x, z = held.inputs(dtype=torch.float64), held.z.long()
     init, _ = collect_alignment(LadderStudent(g, 4, readout=8, seed=0, dtype=F64), x, z)
@@ -504,9 +508,11 @@ def test_compare_student_streams_the_alignment_rows_from_a_store(tmp_path):
     g = Ladder.default()
     train = sample_ladder(g, 1500, 0)
     path = sample_to_store(g, 2 * 4096 + 100, tmp_path / "held.zarr", seed=1, chunk_rows=4096)
-    kw = dict(held_out=False, width=4, readout=8, steps=4, eval_every=4, noise_groups=None)
-    from_store = compare_student(train, alignment=str(path), **kw)
-    in_memory = compare_student(train, alignment=open_dataset(path).to_sample(), **kw)
+    student, training = StudentConfig(width=4, readout=8), TrainingConfig(steps=4)
+    evaluation = EvaluationConfig(held_out=False, eval_every=4, noise_groups=None)
+    from_store = compare_student(train, student, training, dataclasses.replace(evaluation, alignment=str(path)))
+    in_memory = compare_student(train, student, training,
+                                dataclasses.replace(evaluation, alignment=open_dataset(path).to_sample()))
     for a, b in zip(from_store.history, in_memory.history, strict=True):
         for ra, rb in zip(a["alignment"], b["alignment"], strict=True):
             assert ra.keys() == rb.keys()

@@ -33,6 +33,7 @@ from conftest_student import (
 )
 
 from smaso.student.compare import compare_statistics_to_theory, compare_student
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.frequency import collect_statistics
 from smaso.student.network import LadderStudent
 from smaso.student.reformulation import _weighted_bn, _weighted_bn_backward, eq7_signs, reformulate, top_gradient
@@ -270,8 +271,9 @@ def test_thm3_exact_for_every_placement(batch_norm, loss):
 def test_thm3_exact_through_compare_student_bn_before():
     """The end-to-end path (SGD on minibatches, then full-batch statistics) with BN before the gate."""
     _, s = fi_sample(depth=2, branching=2, leaf_events=2, n=300, seed=3)
-    res = compare_student(s, width=4, activation="relu", batch_norm="before", steps=4, lr=0.2, batch_size=32,
-                          eval_every=2, eval_examples=200, seed=1, loss="cross_entropy")
+    res = compare_student(s, student=StudentConfig(width=4, activation="relu", batch_norm="before"),
+                          training=TrainingConfig(steps=4, lr=0.2, batch_size=32, seed=1, loss="cross_entropy"),
+                          evaluation=EvaluationConfig(eval_every=2, eval_examples=200))
     assert res.student.bn_placement == "before"
     for h in res.history:
         for row in h["levels"]:

@@ -234,10 +234,12 @@ def test_the_librarys_own_warnings_are_one_line():
 
 def test_comparison_result_repr_is_short():
     from smaso.student.compare import ComparisonResult, compare_student
+    from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
     from teachers import Ladder, sample_ladder
 
-    result = compare_student(sample_ladder(Ladder.default(), 1500, seed=0), width=4, steps=4, eval_every=2,
-                             eval_examples=500)
+    result = compare_student(sample_ladder(Ladder.default(), 1500, seed=0), student=StudentConfig(width=4),
+                             training=TrainingConfig(steps=4),
+                             evaluation=EvaluationConfig(eval_every=2, eval_examples=500))
     text = repr(result)
     assert len(text) < 2000 and text.count("\n") < 10, text
     assert "3 checkpoints" in text and "steps 0..4" in text and "accuracy" in text and "LadderStudent" in text

@@ -15,6 +15,7 @@ import torch
 
 from smaso.cli import main
 from smaso.student.compare import TrainingDiverged, compare_student
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from teachers import Ladder, sample_ladder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,11 +81,14 @@ def test_a_full_disk_is_one_line(tmp_path):
 def test_training_stops_at_the_first_non_finite_loss():
     s = sample_ladder(Ladder.default(), 2000, seed=0)
     with pytest.raises(TrainingDiverged, match=r"step \d+: the training loss is .* the run diverged"):
-        compare_student(s, held_out=False, width=8, lr=1e6, steps=100, eval_every=50)
-    for name, kw in (("lr", {"lr": float("inf")}), ("lr", {"lr": 0}), ("bn_eps", {"bn_eps": -1e-5}),
-                     ("weight_decay", {"weight_decay": float("nan")})):
+        compare_student(s, student=StudentConfig(width=8), training=TrainingConfig(lr=1e6, steps=100),
+                        evaluation=EvaluationConfig(held_out=False, eval_every=50))
+    for name, bad in (("lr", {"lr": float("inf")}), ("lr", {"lr": 0}),
+                      ("weight_decay", {"weight_decay": float("nan")})):
         with pytest.raises(ValueError, match=name):
-            compare_student(s, steps=1, **kw)
+            compare_student(s, training=TrainingConfig(steps=1, **bad))
+    with pytest.raises(ValueError, match="bn_eps"):
+        compare_student(s, StudentConfig(bn_eps=-1e-5), TrainingConfig(steps=1))
 
 
 def test_map_routines_and_the_tent_sampler_refuse_what_they_cannot_represent(capsys, tmp_path):
@@ -148,7 +152,9 @@ def test_offsets_must_be_finite_and_a_finite_but_exploding_loss_stops_training()
     # float64 keeps an exploding run finite for many steps: it is stopped once the loss is 1e8 times its start
     s = sample_ladder(Ladder.default(), 2000, seed=0)
     with pytest.raises(TrainingDiverged, match=r"step \d+: the training loss is .*first minibatch"):
-        compare_student(s, held_out=False, width=8, lr=50.0, steps=200, eval_every=100, dtype=torch.float64)
+        compare_student(s, student=StudentConfig(width=8, dtype=torch.float64),
+                        training=TrainingConfig(lr=50.0, steps=200),
+                        evaluation=EvaluationConfig(held_out=False, eval_every=100))
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the signal mask from /proc")
@@ -188,7 +194,7 @@ def test_new_arguments_refuse_wrong_values(capsys, tmp_path):
     s = sample_ladder(Ladder.default(), 3000, seed=0)
     for bad in (1, 0, True, 2.5):
         with pytest.raises(ValueError, match="noise_groups"):
-            compare_student(s, steps=1, noise_groups=bad)
+            compare_student(s, training=TrainingConfig(steps=1), evaluation=EvaluationConfig(noise_groups=bad))
     st = LadderStudent(s.ladder, 3, dtype=torch.float64)
     with pytest.raises(ValueError, match="n_min"):
         errors_against_n(st, s, n_min=0)

@@ -7,6 +7,7 @@ import torch
 from conftest_student import fi_sample, one_torch_thread, rel  # noqa: F401 (fixture)
 
 from smaso.student.compare import ComparisonResult, compare_statistics_to_theory, compare_student, diagnose
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.frequency import collect_statistics
 from smaso.student.network import LadderStudent
 from smaso.student.reformulation import reformulate
@@ -30,8 +31,9 @@ def fi():
 @pytest.mark.parametrize("batch_norm, activation", [(False, "relu"), (True, "relu"), (True, "swish:0.7")])
 def test_compare_student_fully_informative(fi, batch_norm, activation):
     lad, s = fi
-    res = compare_student(s, width=4, activation=activation, batch_norm=batch_norm, steps=6, lr=0.2, batch_size=32,
-                          eval_every=2, eval_examples=200, seed=1, readout=None)  # (Thm 3's student: no readout)
+    res = compare_student(s, student=StudentConfig(width=4, activation=activation, batch_norm=batch_norm, readout=None),
+                          training=TrainingConfig(steps=6, lr=0.2, batch_size=32, seed=1),
+                          evaluation=EvaluationConfig(eval_every=2, eval_examples=200))  # (Thm 3's student: no readout)
     assert isinstance(res, ComparisonResult) and res.seconds > 0
     assert [h["step"] for h in res.history] == [0, 2, 4, 6]
     for h in res.history:
@@ -79,9 +81,10 @@ def test_compare_student_fully_informative(fi, batch_norm, activation):
 
 def test_compare_student_full_batch_exact_P_and_cross_entropy(fi):
     _, s = fi
-    res = compare_student(s, width=3, steps=2, lr=0.1, batch_size=None, eval_every=5, eval_examples=None,
-                          held_out=False,
-                          P_source="exact", loss="cross_entropy")
+    res = compare_student(s, student=StudentConfig(width=3),
+                          training=TrainingConfig(steps=2, lr=0.1, batch_size=None, loss="cross_entropy"),
+                          evaluation=EvaluationConfig(eval_every=5, eval_examples=None, held_out=False,
+                                                      P_source="exact"))
     assert [h["step"] for h in res.history] == [0, 2]
     h = res.history[-1]
     assert h["P_source"] == "exact" and h["num_examples"] == 300
@@ -113,17 +116,19 @@ def test_missing_latents_and_bad_arguments(fi):
     keep = [0, *range(lad.level_offsets[-2], lad.total_regions)]
     partial = LadderSample(lad, s.z[:, keep], None)
     with pytest.raises(ValueError, match="every latent event z"):
-        compare_student(partial, steps=1)
+        compare_student(partial, training=TrainingConfig(steps=1))
     with pytest.raises(ValueError, match="every latent event z"):
-        compare_student(LadderSample(lad, s.z[:, :-1], None), steps=1)
+        compare_student(LadderSample(lad, s.z[:, :-1], None), training=TrainingConfig(steps=1))
     with pytest.raises(ValueError, match=r"P_source.*'bogus'"):
-        compare_student(s, width=2, steps=1, P_source="bogus")
+        compare_student(s, student=StudentConfig(width=2), training=TrainingConfig(steps=1),
+                        evaluation=EvaluationConfig(P_source="bogus"))
     with pytest.raises(ValueError, match="loss"):
-        compare_student(s, held_out=False, width=2, steps=1, loss="hinge")
+        compare_student(s, student=StudentConfig(width=2), training=TrainingConfig(steps=1, loss="hinge"),
+                        evaluation=EvaluationConfig(held_out=False))
     with pytest.raises(ValueError, match="steps"):
-        compare_student(s, steps=-1)
+        compare_student(s, training=TrainingConfig(steps=-1))
     with pytest.raises(ValueError, match="eval_every"):
-        compare_student(s, eval_every=0)
+        compare_student(s, evaluation=EvaluationConfig(eval_every=0))
     with pytest.raises(TypeError, match="LadderSample"):
         compare_student((s.inputs(), s.y))
     st = LadderStudent(lad, 2, dtype=torch.float64)
@@ -142,21 +147,26 @@ def test_missing_latents_and_bad_arguments(fi):
 ])
 def test_dtype_and_device_are_refused_up_front(fi, kwargs, match):
     _, s = fi
+    kw = dict(kwargs)  # (dtype is the student's, device compare_student's own)
     with pytest.raises(ValueError, match=match):
-        compare_student(s, steps=1, held_out=False, **kwargs)
+        compare_student(s, StudentConfig(dtype=kw.pop("dtype", None)), TrainingConfig(steps=1),
+                        EvaluationConfig(held_out=False), **kw)
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"held_out": False}, {"held_out": False, "batch_size": None},
-                                    {"held_out": False, "eval_examples": None}])
-def test_a_dataset_without_rows_is_refused(fi, kwargs):
+@pytest.mark.parametrize("training, evaluation", [({}, {}), ({}, {"held_out": False}),
+                                                  ({"batch_size": None}, {"held_out": False}),
+                                                  ({}, {"held_out": False, "eval_examples": None})])
+def test_a_dataset_without_rows_is_refused(fi, training, evaluation):
     lad, s = fi
     with pytest.raises(ValueError, match=r"^sample: the dataset has no rows \(0 examples\)"):
-        compare_student(LadderSample(lad, s.z[:0]), steps=1, **kwargs)
+        compare_student(LadderSample(lad, s.z[:0]), training=TrainingConfig(steps=1, **training),
+                        evaluation=EvaluationConfig(**evaluation))
 
 
 def test_compare_student_without_bias(fi):
     _, s = fi
-    res = compare_student(s, width=3, bias=False, steps=2, eval_every=1, eval_examples=100)
+    res = compare_student(s, student=StudentConfig(width=3, bias=False), training=TrainingConfig(steps=2),
+                          evaluation=EvaluationConfig(eval_every=1, eval_examples=100))
     assert max(row["F_propagated"] for row in res.final()["levels"]) < 1e-9
 
 
@@ -164,8 +174,9 @@ def test_compare_student_bn_eps_reaches_the_student(fi):
     """bn_eps = 0 is Thm 5's exact projection; on the fully informative ladder the comparison stays exact,
     and the student built for it carries that eps (leaky ReLU: no dead node, so no sigma = 0)."""
     _, s = fi
-    res = compare_student(s, width=4, activation="leaky_relu:0.2", batch_norm=True, bn_eps=0.0, steps=2, lr=0.1,
-                          batch_size=64, eval_every=2, eval_examples=200, seed=2)
+    res = compare_student(s, student=StudentConfig(width=4, activation="leaky_relu:0.2", batch_norm=True, bn_eps=0.0),
+                          training=TrainingConfig(steps=2, lr=0.1, batch_size=64, seed=2),
+                          evaluation=EvaluationConfig(eval_every=2, eval_examples=200))
     assert res.student.bn_eps == 0.0
     assert max(row[k] for h in res.history for row in h["levels"] for k in ERROR_KEYS) < 1e-9
 
@@ -173,8 +184,9 @@ def test_compare_student_bn_eps_reaches_the_student(fi):
 @pytest.mark.parametrize("loss", ["squared", "cross_entropy"])
 def test_bn_before_the_gate_is_exact_on_the_fully_informative_ladder_and_eq7_is_reported(fi, loss):
     lad, s = fi
-    res = compare_student(s, width=4, batch_norm="before", loss=loss, steps=6, lr=0.2, batch_size=32, eval_every=3,
-                          eval_examples=200, seed=2)
+    res = compare_student(s, student=StudentConfig(width=4, batch_norm="before"),
+                          training=TrainingConfig(loss=loss, steps=6, lr=0.2, batch_size=32, seed=2),
+                          evaluation=EvaluationConfig(eval_every=3, eval_examples=200))
     for row in res.final()["levels"]:
         # Thm 3 with BN before the gate: the errors and the forward decorrelation (D o F against Fbar) vanish
         for k in ("F_propagated", "G_propagated", "dW_propagated", "F_local", "G_local", "dW_local",

@@ -12,6 +12,7 @@ import torch
 import smaso.student.compare as compare_mod
 from smaso.output import json_safe as _json_safe
 from smaso.student.compare import ComparisonResult, TrainingDiverged, compare_student
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.diagnosis import (
     _measure,
     _Term,
@@ -124,7 +125,8 @@ def test_nonfinite_statistics_stop_the_run(monkeypatch):
 
     monkeypatch.setattr(compare_mod, "collect_statistics", poisoned)
     with pytest.raises(TrainingDiverged, match=r"not finite \(G at level 1"):
-        compare_student(s, steps=1, eval_every=1, eval_examples=200, batch_norm=True, noise_groups=None)
+        compare_student(s, student=StudentConfig(batch_norm=True), training=TrainingConfig(steps=1),
+                        evaluation=EvaluationConfig(eval_every=1, eval_examples=200, noise_groups=None))
 
 
 def test_nonfinite_statistics_names_them(dead_run):

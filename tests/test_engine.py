@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from smaso.student.compare import compare_student
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.frequency import accumulate_statistics
 from smaso.student.network import LadderStudent
 from teachers import Ladder
@@ -87,9 +88,10 @@ def test_graph_store_and_graph_statistics_on_two_workers_equal_one_process(tmp_p
 def test_streamed_comparison_is_the_same_on_the_engine(tmp_path, dask_engine):
     lad = _ladder()
     data = open_dataset(sample_to_store(lad, N, tmp_path / "c.zarr", seed=6, chunk_rows=CHUNK))
-    runs = [compare_student(data, held_out=False,
-                            width=4, steps=20, lr=0.3, batch_size=64, eval_every=10, eval_examples=None,
-                            eval_batch_size=2048, engine=e) for e in (None, dask_engine)]
+    runs = [compare_student(data, engine=e, student=StudentConfig(width=4),
+                            training=TrainingConfig(steps=20, lr=0.3, batch_size=64),
+                            evaluation=EvaluationConfig(held_out=False, eval_every=10, eval_examples=None,
+                                                        eval_batch_size=2048)) for e in (None, dask_engine)]
     assert runs[0].history == runs[1].history
     assert runs[0].final()["num_examples"] == N
 
@@ -164,7 +166,8 @@ def test_the_core_library_does_not_import_dask():
 def test_noise_sweep_on_two_workers_equals_one_process(dask_engine):
     from smaso.student.compare import noise_sweep
 
-    kw = dict(width=4, steps=12, lr=0.3, eval_every=6, dtype=torch.float64, held_out=False)
+    kw = dict(student=StudentConfig(width=4, dtype=torch.float64), training=TrainingConfig(steps=12, lr=0.3),
+              evaluation=EvaluationConfig(eval_every=6, held_out=False))
     lad = Ladder.random(depth=2, branching=2, events=3, mode="bottomup", seed=2)
     here = noise_sweep(lad, [0.0, 0.3, 1.0], 600, seed=1, **kw)
     there = noise_sweep(lad, [0.0, 0.3, 1.0], 600, seed=1, engine=dask_engine, **kw)

@@ -19,6 +19,7 @@ import math
 import pytest
 import torch
 
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.diagnosis import compare_statistics_to_theory, diagnose
 from smaso.student.frequency import FrequencyAccumulator, collect_statistics
 from smaso.student.network import LadderStudent
@@ -307,22 +308,27 @@ def test_compare_student_runs_the_one_student_on_a_dag(tmp_path):
 
     g = FI["conv1d-overlap"]()
     mem = sample_ladder(g, 3000, 0)
-    res = compare_student(mem, held_out=False, width=4, steps=20, eval_every=10, lr=0.05, batch_size=64, noise_groups=4)
+    res = compare_student(mem, student=StudentConfig(width=4),
+                          training=TrainingConfig(steps=20, lr=0.05, batch_size=64),
+                          evaluation=EvaluationConfig(held_out=False, eval_every=10, noise_groups=4))
     assert type(res.student).__name__ == "LadderStudent" and [h["step"] for h in res.history] == [0, 10, 20]
     for h in res.history:
         for row in h["levels"]:
             assert max(v for k, v in row.items() if k.endswith(("_propagated", "_local"))) < 1e-10, row
     assert "recursion" in res.table()
     store = open_dataset(sample_to_store(g, 3000, tmp_path / "g.zarr", seed=0))
-    res2 = compare_student(store, held_out=False,
-                           width=4, steps=20, eval_every=10, lr=0.05, batch_size=64, noise_groups=4)
+    res2 = compare_student(store, student=StudentConfig(width=4),
+                           training=TrainingConfig(steps=20, lr=0.05, batch_size=64),
+                           evaluation=EvaluationConfig(held_out=False, eval_every=10, noise_groups=4))
     assert [h["accuracy"] for h in res2.history] == [h["accuracy"] for h in res.history]
-    shared = compare_student(mem, held_out=False, width=4, steps=20, eval_every=20, lr=0.05, batch_size=64,
-                             noise_groups=None, shared=True)
+    shared = compare_student(mem, student=StudentConfig(width=4, shared=True),
+                             training=TrainingConfig(steps=20, lr=0.05, batch_size=64),
+                             evaluation=EvaluationConfig(held_out=False, eval_every=20, noise_groups=None))
     assert shared.student.shared  # Thm 3 holds whatever the weights: shared ones too
     for placement in ("after", "before"):
-        bn = compare_student(mem, held_out=False, width=4, steps=20, eval_every=20, lr=0.05, batch_size=64,
-                             noise_groups=None, batch_norm=placement)
+        bn = compare_student(mem, student=StudentConfig(width=4, batch_norm=placement),
+                             training=TrainingConfig(steps=20, lr=0.05, batch_size=64),
+                             evaluation=EvaluationConfig(held_out=False, eval_every=20, noise_groups=None))
         assert bn.student.bn_placement == placement
         for h in bn.history:
             for row in h["levels"]:
@@ -330,9 +336,9 @@ def test_compare_student_runs_the_one_student_on_a_dag(tmp_path):
     for h in shared.history:
         for row in h["levels"]:
             assert max(v for k, v in row.items() if k.endswith(("_propagated", "_local"))) < 1e-10, row
-    tree = compare_student(sample_ladder(Ladder.fully_informative(depth=2), 300, 0), held_out=False,
-                           steps=2, eval_every=2,
-                           shared=True, noise_groups=None)
+    tree = compare_student(sample_ladder(Ladder.fully_informative(depth=2), 300, 0), student=StudentConfig(shared=True),
+                           training=TrainingConfig(steps=2),
+                           evaluation=EvaluationConfig(held_out=False, eval_every=2, noise_groups=None))
     assert tree.student.shared and tree.student.fast_path  # weight sharing on a uniform tree: the fast path too
 
 

@@ -10,11 +10,18 @@ import torch
 from conftest_student import index_rows
 
 from smaso.student.compare import compare_student
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.rows import _training_batches
 from teachers import Ladder, sample_ladder
 from teachers.chunked import as_chunks, open_dataset, sample_to_store
 
-KW = dict(width=4, steps=12, lr=0.3, batch_size=64, eval_every=6, noise_groups=4, seed=2)
+STUDENT = StudentConfig(width=4)
+TRAINING = TrainingConfig(steps=12, lr=0.3, batch_size=64, seed=2)
+
+
+def _evaluation(**kw):
+    """The tests' EvaluationConfig: every 6 steps, 4 row groups, and ``kw``."""
+    return EvaluationConfig(eval_every=6, noise_groups=4, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -36,14 +43,14 @@ def test_held_out_rows_are_never_trained_on(data):
     lad, s = data
     other = sample_ladder(lad, 500, 9)
     swapped = dataclasses.replace(s, z=torch.cat([other.z, s.z[500:]]), x=torch.cat([other.x, s.x[500:]]))
-    a = compare_student(s, eval_examples=500, **KW)
-    b = compare_student(swapped, eval_examples=500, **KW)
+    a = compare_student(s, STUDENT, TRAINING, _evaluation(eval_examples=500))
+    b = compare_student(swapped, STUDENT, TRAINING, _evaluation(eval_examples=500))
     assert all(torch.equal(p, q) for p, q in zip(a.student.weights, b.student.weights, strict=True))
     assert a.history[-1]["accuracy"] != b.history[-1]["accuracy"] or a.history[-1]["levels"] != b.history[-1]["levels"]
     assert all(h["evaluation"] == "held-out" and h["num_examples"] == 500 for h in a.history)
     # ... while with held_out=False they are trained on
-    c = compare_student(s, eval_examples=500, held_out=False, **KW)
-    d = compare_student(swapped, eval_examples=500, held_out=False, **KW)
+    c = compare_student(s, STUDENT, TRAINING, _evaluation(eval_examples=500, held_out=False))
+    d = compare_student(swapped, STUDENT, TRAINING, _evaluation(eval_examples=500, held_out=False))
     assert not all(torch.equal(p, q) for p, q in zip(c.student.weights, d.student.weights, strict=True))
     assert all(h["evaluation"] == "training" for h in c.history)
 
@@ -52,17 +59,18 @@ def test_held_out_is_training_on_the_rest_and_evaluating_on_the_head(data):
     """held_out=True (one chunk) is exactly: train on rows k.., evaluate on a dataset of rows ..k."""
     s = data[1]
     k = 400
-    a = compare_student(s, eval_examples=k, **KW)
-    b = compare_student(_rows(s, k, len(s)), eval_examples=k, held_out=_rows(s, 0, k), **KW)
+    a = compare_student(s, STUDENT, TRAINING, _evaluation(eval_examples=k))
+    b = compare_student(_rows(s, k, len(s)), STUDENT, TRAINING, _evaluation(eval_examples=k, held_out=_rows(s, 0, k)))
     assert _history(a) == _history(b)
     assert all(torch.equal(p, q) for p, q in zip(a.student.weights, b.student.weights, strict=True))
     # and held_out=False is: train on every row, evaluate on a dataset of the first rows
-    c = compare_student(s, eval_examples=k, held_out=False, **KW)
-    d = compare_student(s, eval_examples=k, held_out=_rows(s, 0, k), **KW)
+    c = compare_student(s, STUDENT, TRAINING, _evaluation(eval_examples=k, held_out=False))
+    d = compare_student(s, STUDENT, TRAINING, _evaluation(eval_examples=k, held_out=_rows(s, 0, k)))
     assert _history(c) == _history(d)
     # full-batch GD holds the rows out too
-    e = compare_student(s, eval_examples=k, **{**KW, "batch_size": None})
-    f = compare_student(_rows(s, k, len(s)), eval_examples=k, held_out=_rows(s, 0, k), **{**KW, "batch_size": None})
+    e = compare_student(s, STUDENT, dataclasses.replace(TRAINING, batch_size=None), _evaluation(eval_examples=k))
+    f = compare_student(_rows(s, k, len(s)), STUDENT, dataclasses.replace(TRAINING, batch_size=None),
+                        _evaluation(eval_examples=k, held_out=_rows(s, 0, k)))
     assert _history(e) == _history(f)
 
 
@@ -90,21 +98,23 @@ def test_skipped_rows_across_chunks():
 def test_a_held_out_store_is_streamed(tmp_path, data):
     lad, s = data
     store = open_dataset(sample_to_store(lad, 5000, tmp_path / "held.zarr", seed=5, chunk_rows=4096))
-    res = compare_student(s, eval_examples=None, held_out=store, eval_batch_size=1024, **KW)
+    res = compare_student(s, STUDENT, TRAINING, _evaluation(eval_examples=None, held_out=store, eval_batch_size=1024))
     assert res.final()["num_examples"] == 5000 and res.final()["evaluation"] == "held-out"
-    again = compare_student(s, eval_examples=None, held_out=str(tmp_path / "held.zarr"), eval_batch_size=1024, **KW)
+    again = compare_student(s, STUDENT, TRAINING, _evaluation(eval_examples=None, held_out=str(tmp_path / "held.zarr"),
+                                                              eval_batch_size=1024))
     assert _history(again) == _history(res)
 
 
 def test_bad_held_out(data):
     s = data[1]
     with pytest.raises(ValueError, match="held_out: evaluating on held-out rows needs eval_examples"):
-        compare_student(s, eval_examples=None, **KW)
+        compare_student(s, STUDENT, TRAINING, _evaluation(eval_examples=None))
     with pytest.raises(ValueError, match="leave none of the sample's 1500 rows to train on"):
-        compare_student(s, eval_examples=1500, **KW)
+        compare_student(s, STUDENT, TRAINING, _evaluation(eval_examples=1500))
     with pytest.raises(ValueError, match="another ladder"):
-        compare_student(s, held_out=sample_ladder(Ladder.random(depth=2, seed=5), 50, 0), **KW)
+        compare_student(s, STUDENT, TRAINING,
+                        _evaluation(held_out=sample_ladder(Ladder.random(depth=2, seed=5), 50, 0)))
     with pytest.raises(TypeError, match="held_out: expected True, False or a dataset"):
-        compare_student(s, held_out=3, **KW)
+        compare_student(s, STUDENT, TRAINING, _evaluation(held_out=3))
     with pytest.raises(ValueError, match="at least one row"):
-        compare_student(s, held_out=_rows(s, 0, 0), **KW)
+        compare_student(s, STUDENT, TRAINING, _evaluation(held_out=_rows(s, 0, 0)))

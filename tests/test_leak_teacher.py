@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from smaso.student.compare import compare_student
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.diagnosis import _condition_terms, compare_statistics_to_theory
 from smaso.student.frequency import collect_statistics
 from smaso.student.network import LadderStudent
@@ -277,9 +278,11 @@ def test_a_trained_student_sees_the_leak_too():
     out = []
     for eps in EPS:
         s = sample_ladder(Ladder.leaky(eps, **TEACHER), N, seed=0)
-        res = compare_student(s, held_out=False,
-                              width=WIDTH, steps=200, eval_every=200, eval_examples=N, noise_groups=GROUPS,
-                              seed=0)
+        # (the student this test was written for: the keyword form's defaults before issue 37, no readout, lr 0.1)
+        res = compare_student(s, student=StudentConfig(width=WIDTH, readout=None),
+                              training=TrainingConfig(steps=200, lr=0.1, seed=0),
+                              evaluation=EvaluationConfig(held_out=False, eval_every=200, eval_examples=N,
+                                                          noise_groups=GROUPS, alignment=False))
         out.append({lv["level"]: lv for lv in res.final()["levels"]})
     focus = [r[LEAK_LEVEL]["focus"] for r in out]
     assert all(b > a for a, b in itertools.pairwise(focus)), focus

@@ -10,6 +10,7 @@ import operator
 import pytest
 import torch
 
+from smaso.student.config import EvaluationConfig, TrainingConfig
 from smaso.student.frequency import FrequencyAccumulator
 from smaso.student.network import LadderStudent
 from teachers import Ladder, sample_ladder
@@ -148,18 +149,18 @@ def test_streaming_functions_refuse_bad_arguments(tmp_path):
         with pytest.raises(ValueError, match="batch_size"):
             accumulate_statistics(st, sample, batch_size=bad)
         with pytest.raises(ValueError, match="eval_batch_size"):
-            compare_student(sample, steps=1, eval_batch_size=bad)
+            compare_student(sample, training=TrainingConfig(steps=1), evaluation=EvaluationConfig(eval_batch_size=bad))
         with pytest.raises(ValueError, match="batch_size"):
             bayes_optimal_accuracy(lad, sample.inputs(slice(0, 10), torch.float64), batch_size=bad)
     with pytest.raises(TypeError, match="source"):
         count_events(object())
     with pytest.raises(TypeError, match="sample"):
-        compare_student(object(), steps=1)
+        compare_student(object(), training=TrainingConfig(steps=1))
     with pytest.raises(ValueError, match="not the student's"):
         accumulate_statistics(_student(_ladder(), False), sample)
     store = load_dataset(sample_to_store(lad, 300, tmp_path / "s.zarr"))
     with pytest.raises(ValueError, match="full-batch GD"):
-        compare_student(store, steps=1, batch_size=None)
+        compare_student(store, training=TrainingConfig(steps=1, batch_size=None))
 
 
 _STATS_SETUP = """

@@ -4,8 +4,9 @@ The notebooks read ``CI`` from the environment and shrink their sample sizes and
 lengths when it is set, so that the whole set stays within CI's time; without it they run the
 full-size experiments (each under ~2 minutes on 2 CPU cores).  Each notebook writes its figures
 with the library's plotting helpers into ``$SMASO_OUTPUT/figures/<notebook>/`` (``smaso.output``;
-never the source tree); the test checks that they were written there and nowhere else, and that
-notebooks are stored without outputs (small diffs, nothing stale).
+never the source tree); the test checks that they were written there and nowhere else, that no
+notebook calls a deprecated API (a DeprecationWarning the notebook's own code triggers is an error),
+and that notebooks are stored without outputs (small diffs, nothing stale).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ def test_notebook_runs(path, tmp_path, monkeypatch):
     run_dir = tmp_path / "cwd"
     run_dir.mkdir()
     nb = nbformat.read(path, as_version=4)
+    # a deprecated call in a notebook is an error: the warning names the notebook's own line (stacklevel), whose
+    # module is the kernel's __main__; warnings inside other libraries keep their filters
+    nb.cells.insert(0, nbformat.v4.new_code_cell(
+        'import warnings\nwarnings.filterwarnings("error", category=DeprecationWarning, module="__main__")'))
     client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(run_dir)}})
     client.execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]

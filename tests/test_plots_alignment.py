@@ -11,6 +11,7 @@ import pytest
 from smaso.plots import plot_alignment
 from smaso.plots._base import plt
 from smaso.plots.alignment import CONTROL_LABEL, PANELS
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 
 STEPS = (0, 250, 500)
 LEVELS = (0, 1, 2)
@@ -99,8 +100,9 @@ def test_a_comparison_result_plots_its_history():
     from teachers.sampling import sample_ladder
 
     g = Ladder.random(depth=2, branching=2, events=3, seed=0)
-    r = compare_student(sample_ladder(g, 400, 0), held_out=False, width=3, steps=4, eval_every=2, noise_groups=None,
-                        alignment=sample_ladder(g, 200, 1))
+    r = compare_student(sample_ladder(g, 400, 0), student=StudentConfig(width=3), training=TrainingConfig(steps=4),
+                        evaluation=EvaluationConfig(held_out=False, eval_every=2, noise_groups=None,
+                                                    alignment=sample_ladder(g, 200, 1)))
     fig = plot_alignment(r)
     rows = [h["alignment"] for h in r.history]
     assert len(fig.axes) == len(rows[0]) * len(PANELS)

@@ -21,6 +21,7 @@ from smaso.depth.separation import DepthRow, PieceRecord
 from smaso.depth.training import make_student
 from smaso.plots._base import plt
 from smaso.splines.maso import MASO, region_probabilities
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from teachers import GaussianEmission, Ladder, sample_ladder
 from teachers.statistics import compare_statistics, empirical_statistics, exact_statistics
 from teachers.tent import TentNetwork
@@ -54,8 +55,9 @@ def _comparison():
     from smaso.student.compare import compare_student
 
     lad = Ladder.fully_informative(depth=2, branching=2, leaf_events=2, seed=3)
-    r = compare_student(sample_ladder(lad, 300, seed=3), held_out=False, width=3, steps=4, lr=0.2, batch_size=32,
-                        eval_every=2, eval_examples=200, seed=1)
+    r = compare_student(sample_ladder(lad, 300, seed=3), student=StudentConfig(width=3),
+                        training=TrainingConfig(steps=4, lr=0.2, batch_size=32, seed=1),
+                        evaluation=EvaluationConfig(held_out=False, eval_every=2, eval_examples=200))
     return plots.plot_comparison(r, title="comparison")
 
 

@@ -9,6 +9,7 @@ from conftest_student import fi_sample, one_torch_thread  # noqa: F401 (fixture)
 from smaso.plots._base import plt
 from smaso.plots.comparison import plot_comparison, plot_noise_sweep
 from smaso.student.compare import ComparisonResult, compare_student, noise_sweep
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from teachers import Ladder
 
 FLOOR = 1e-17
@@ -23,8 +24,9 @@ def close_figures():
 @pytest.fixture(scope="module")
 def result():
     _, s = fi_sample(depth=2, branching=2, leaf_events=2, n=300, seed=3)
-    return compare_student(s, held_out=False,
-                           width=3, steps=4, lr=0.2, batch_size=32, eval_every=2, eval_examples=200, seed=1)
+    return compare_student(s, student=StudentConfig(width=3),
+                           training=TrainingConfig(steps=4, lr=0.2, batch_size=32, seed=1),
+                           evaluation=EvaluationConfig(held_out=False, eval_every=2, eval_examples=200))
 
 
 def _level_row(level: int, base: float) -> dict:
@@ -122,7 +124,8 @@ def test_plot_noise_sweep_two_series_and_floor(tmp_path):
 
 def test_plot_noise_sweep_of_a_real_sweep(tmp_path):
     lad = Ladder.fully_informative(depth=2, branching=2, leaf_events=2, concentration=1.0, seed=0)
-    rows = noise_sweep(lad, [0.0, 0.3], 200, width=3, steps=2, eval_every=2)
+    rows = noise_sweep(lad, [0.0, 0.3], 200, student=StudentConfig(width=3), training=TrainingConfig(steps=2),
+                       evaluation=EvaluationConfig(eval_every=2))
     fig = plot_noise_sweep(rows, tmp_path / "real.png")
     assert (tmp_path / "real.png").stat().st_size > 5000
     np.testing.assert_allclose(fig.axes[0].lines[0].get_ydata(),

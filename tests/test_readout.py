@@ -12,6 +12,7 @@ import torch
 
 from smaso.student.ceiling import architecture_ceiling, constructed_student
 from smaso.student.compare import compare_student
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.frequency import collect_statistics
 from smaso.student.network import LadderStudent
 from smaso.student.readout import readout_events, readout_ladder
@@ -108,7 +109,8 @@ def test_constructed_network_reaches_bayes_exactly():
 def test_compare_student_with_a_readout():
     g = Ladder.default()
     s = sample_ladder(g, 800, 0)
-    r = compare_student(s, held_out=False, width=4, readout=6, steps=4, eval_every=2, noise_groups=None)
+    r = compare_student(s, student=StudentConfig(width=4, readout=6), training=TrainingConfig(steps=4),
+                        evaluation=EvaluationConfig(held_out=False, eval_every=2, noise_groups=None))
     assert len(r.history) == 3 and len(r.final()["levels"]) == g.depth + 1
     assert r.student.ladder.depth == g.depth + 1
     with pytest.raises(ValueError, match="readout"):

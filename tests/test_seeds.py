@@ -5,6 +5,7 @@ shuffled-label controls, identities apart."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -13,6 +14,7 @@ import pytest
 
 from smaso.cli import build_parser, main
 from smaso.student.compare import compare_student
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.seeds import (
     CONDITION_KEYS,
     INTERVAL_LEVEL,
@@ -24,7 +26,10 @@ from smaso.student.seeds import (
 )
 from teachers import Ladder, sample_ladder
 
-KW = dict(width=4, readout=4, steps=8, lr=0.3, batch_size=64, eval_every=2, eval_examples=400, noise_groups=4)
+STUDENT = StudentConfig(width=4, readout=4)
+TRAINING = TrainingConfig(steps=8, lr=0.3, batch_size=64)
+EVALUATION = EvaluationConfig(eval_every=2, eval_examples=400, noise_groups=4)
+KW = dict(student=STUDENT, training=TRAINING, evaluation=EVALUATION)
 
 
 @pytest.fixture(scope="module")
@@ -210,9 +215,10 @@ def test_the_split_is_checked_in_every_row():
 def test_compare_seeds_are_the_single_runs(data):
     summary, runs = compare_seeds(data, [0, 5], last=2, shuffled=True, **KW)
     for seed, run in zip((0, 5), runs, strict=True):
-        alone = compare_student(data, seed=seed, **KW)
+        alone = compare_student(data, STUDENT, dataclasses.replace(TRAINING, seed=seed), EVALUATION)
         assert run["seed"] == seed and run["history"] == alone.history
-        control = compare_student(data, seed=seed, shuffle_labels=True, alignment=False, **KW)
+        control = compare_student(data, STUDENT, dataclasses.replace(TRAINING, seed=seed, shuffle_labels=True),
+                                  dataclasses.replace(EVALUATION, alignment=False))
         assert run["shuffled"]["history"] == control.history
     assert summary.seeds == [0, 5] and len(summary.levels) == len(runs[0]["history"][-1]["levels"])
     acc = [statistics.fmean(h["accuracy"] for h in r["history"][-2:]) for r in runs]
@@ -227,7 +233,7 @@ def test_compare_seeds_are_the_single_runs(data):
     assert sum(line[9:].lstrip().startswith(("F one step ", "G~ one step ", "dW one step "))
                for line in text.splitlines()) == 3 * len(summary.levels)
     # the first run given as a ComparisonResult: the same summary
-    first = compare_student(data, seed=0, **KW)
+    first = compare_student(data, STUDENT, dataclasses.replace(TRAINING, seed=0), EVALUATION)
     assert summarize_seeds([first, runs[1]], seeds=[0, 5], last=2).to_dict() == \
         summarize_seeds(runs, seeds=[0, 5], last=2).to_dict()
 
@@ -240,6 +246,8 @@ def test_bad_seeds(data):
         compare_seeds(data, 2, seed=3, **KW)
     with pytest.raises(TypeError, match="'shuffle_labels' is set by compare_seeds"):
         compare_seeds(data, 2, shuffle_labels=True, **KW)
+    with pytest.raises(TypeError, match="'shuffle_labels' is set by compare_seeds"):
+        compare_seeds(data, 2, **{**KW, "training": dataclasses.replace(TRAINING, shuffle_labels=True)})
     with pytest.raises(TypeError, match="shuffled: expected a bool"):
         compare_seeds(data, 2, shuffled="yes", **KW)
     with pytest.raises(ValueError, match="last"):

@@ -1,18 +1,25 @@
-"""compare_student(shuffle_labels=True): the shuffled-label control.  The same student, minibatch rows and
-evaluation rows, trained on a fixed permutation of the training rows' labels (never the held-out ones)."""
+"""compare_student with TrainingConfig(shuffle_labels=True): the shuffled-label control.  The same student,
+minibatch rows and evaluation rows, trained on a fixed permutation of the training rows' labels (never the held-out
+ones)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
 from conftest_student import index_rows
 
 from smaso.student.compare import compare_student
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.rows import _all_training_labels, _training_batches, _training_labels
 from teachers import Ladder, sample_ladder
 from teachers.chunked import as_chunks
 
-KW = dict(width=4, steps=12, lr=0.3, batch_size=64, eval_every=6, noise_groups=4, seed=2, eval_examples=300)
+STUDENT = StudentConfig(width=4)
+TRAINING = TrainingConfig(steps=12, lr=0.3, batch_size=64, seed=2)
+SHUFFLED = dataclasses.replace(TRAINING, shuffle_labels=True)
+EVALUATION = EvaluationConfig(eval_every=6, noise_groups=4, eval_examples=300)
 
 
 @pytest.fixture(scope="module")
@@ -56,15 +63,15 @@ def test_training_labels_are_a_fixed_permutation_of_the_training_rows_labels(ski
 def test_shuffled_control_run(data):
     """Step 0 is the trained run's (same initial weights, same evaluation rows and labels); the rest differs; the
     run is reproducible from its seed; full-batch GD shuffles too."""
-    a = compare_student(data, **KW)
-    b = compare_student(data, shuffle_labels=True, **KW)
+    a = compare_student(data, STUDENT, TRAINING, EVALUATION)
+    b = compare_student(data, STUDENT, SHUFFLED, EVALUATION)
     assert b.history[0] == {**a.history[0], "shuffled_labels": True}
     assert all(h["shuffled_labels"] for h in b.history) and "shuffled_labels" not in a.history[-1]
     assert b.history[-1]["levels"] != a.history[-1]["levels"]
-    assert compare_student(data, shuffle_labels=True, **KW).history == b.history
-    full = {**KW, "batch_size": None}
-    assert compare_student(data, shuffle_labels=True, **full).history[-1]["loss"] != \
-        compare_student(data, **full).history[-1]["loss"]
+    assert compare_student(data, STUDENT, SHUFFLED, EVALUATION).history == b.history
+    full = dataclasses.replace(TRAINING, batch_size=None)
+    assert compare_student(data, STUDENT, dataclasses.replace(full, shuffle_labels=True), EVALUATION
+                           ).history[-1]["loss"] != compare_student(data, STUDENT, full, EVALUATION).history[-1]["loss"]
     for bad in ("yes", 1, None):
         with pytest.raises(TypeError, match="shuffle_labels: expected a bool"):
-            compare_student(data, shuffle_labels=bad, **KW)
+            compare_student(data, STUDENT, dataclasses.replace(TRAINING, shuffle_labels=bad), EVALUATION)
