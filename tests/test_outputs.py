@@ -60,7 +60,7 @@ def test_the_demo_run_elsewhere_writes_only_under_smaso_output(tmp_path, monkeyp
     assert cli.main(["demo", "-q", "-n", "2048", "--steps", "2", "--eval-every", "1", "--seeds", "1", "--bayes-n",
                      "10", "--eval-examples", "256", "--noise-groups", "0"]) == 0
     assert _files(work) == set()
-    assert _files(out) == {"demo", "demo/comparison.json", "demo/comparison.png"}
+    assert _files(out) == {"demo", "demo/alignment.png", "demo/comparison.json", "demo/comparison.png"}
 
 
 def test_example_scripts_name_no_file_in_the_working_directory_by_default():
