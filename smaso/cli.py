@@ -419,9 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="torch threads of this process (default 1: survives other jobs on the machine)")
     demo.add_argument("--workers", dest="seed_workers", type=_nonneg_int, default=None,
                       help="processes beside this one that train the other student seeds, one torch thread each "
-                           "(0: every seed in this process; default: the idle cores, those no other running process "
-                           "takes, less this one, at most one per other seed); the output is the same bytes whatever "
-                           "the number")
+                           "(0: every seed in this process; default: one per core beside this one, at most one per "
+                           "other seed); the output is the same bytes whatever the number")
     demo.add_argument("--teacher", choices=("summarization", "topdown"), default="summarization",
                       help="the built-in ladder: the paper's summarization ladder or the top-down one")
     _student_options(demo, out_default="$SMASO_OUTPUT/demo, else smaso-output/demo", seeds=5,

@@ -185,17 +185,19 @@ ACCURACY_WORDS = (
 
 
 def _workers(args: argparse.Namespace) -> int:
-    """``--workers``: processes beside this one that train the other seeds.  By default as many as there are idle
-    cores (:func:`teachers.engine.idle_cores`: usable cores less those other running processes take, less this
-    one), at most one per other seed: on a quiet machine the seeds run side by side, beside busy jobs they run
-    here one after another rather than fight those jobs for the cores (the output is the same either way)."""
+    """``--workers``: processes beside this one that train the other seeds; by default one per usable core beside
+    this one, at most one per other seed.  Not fewer beside busy jobs: processes of one torch thread share the
+    cores without the intra-op threads' barrier waits, and beside two busy processes the demo took 99 s with one
+    worker against 123 s with none (one run each, issue 37; quiet it takes 64 s, benchmarks/results/demo.json).
+    The output is the same either way."""
+    import os
+
     if args.seeds <= 1:
         return 0
     if args.seed_workers is not None:  # (its own name: `workers` is the Dask engine's, checked as such)
         return min(args.seed_workers, args.seeds - 1)
-    from teachers.engine import idle_cores
-
-    return min(idle_cores(), args.seeds - 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(min(cores - 1, args.seeds - 1), 0)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

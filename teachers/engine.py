@@ -26,7 +26,6 @@ started elsewhere the engine warns (:class:`EngineWarning`) and :data:`MALLOC_TR
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +34,7 @@ if TYPE_CHECKING:
     from typing import Self
 
 __all__ = ["CONNECT_TIMEOUT", "MALLOC_TRIM_CONFIG", "DaskEngine", "EngineError", "EngineWarning", "ProcessEngine",
-           "SerialEngine", "busy_processes", "get_engine", "idle_cores", "make_engine"]
+           "SerialEngine", "get_engine", "make_engine"]
 
 
 class EngineError(RuntimeError):
@@ -103,35 +102,6 @@ def _one_thread() -> None:
     import torch
 
     torch.set_num_threads(1)
-
-
-def _usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def busy_processes(samples: int = 5, interval: float = 0.02) -> float:
-    """How many processes besides this one are running on the machine now: the mean over ``samples`` readings,
-    ``interval`` seconds apart, of the kernel's count of runnable tasks (``/proc/loadavg``) less this one; where
-    there is no ``/proc`` (not Linux), the 1-minute load average.  A reading, not a reservation: it says what the
-    other jobs take when a parallel run starts (the 1-minute average would lag a job started seconds ago)."""
-    counts = []
-    try:
-        for i in range(samples):
-            with open("/proc/loadavg") as fh:
-                counts.append(int(fh.read().split()[3].split("/")[0]) - 1)
-            if i + 1 < samples:
-                time.sleep(interval)
-    except (OSError, ValueError, IndexError):
-        return max(os.getloadavg()[0], 0.0) if hasattr(os, "getloadavg") else 0.0
-    return max(sum(counts) / len(counts), 0.0)
-
-
-def idle_cores(busy: float | None = None) -> int:
-    """The cores this process may use that no other running process takes: usable cores (its CPU affinity) less
-    ``busy`` (default :func:`busy_processes`, rounded) less one for this process itself, at least 0.  Parallel
-    work sized by it does not compete with the jobs beside it (``smaso demo``'s default ``--workers``)."""
-    busy = busy_processes() if busy is None else busy
-    return max(_usable_cores() - 1 - round(busy), 0)
 
 
 class ProcessEngine(_Engine):

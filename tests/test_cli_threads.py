@@ -53,56 +53,16 @@ def test_the_demo_takes_threads_and_sets_one_first(monkeypatch, two_threads):
     assert torch.get_num_threads() == 1
 
 
-def test_idle_cores_are_the_usable_cores_less_the_busy_ones_and_this_one(monkeypatch):
-    import teachers.engine as engine
-
-    monkeypatch.setattr(engine, "_usable_cores", lambda: 4)
-    assert [engine.idle_cores(b) for b in (0.0, 0.4, 1.6, 2.0, 3.0, 9.0)] == [3, 3, 1, 1, 0, 0]
-
-
-def test_busy_processes_reads_two_spinning_processes():
-    """Two processes spinning beside this one read as (at least) two busy ones: the reading the demo's default
-    ``--workers`` rests on sees jobs started a second ago (the 1-minute load average would not)."""
-    import subprocess
-    import sys
-    import time
-
-    from teachers.engine import busy_processes
-
-    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
-        time.sleep(0.5)
-        assert busy_processes(samples=10) >= 1.5
-    finally:
-        for p in spin:
-            p.kill()
-            p.wait()
-
-
-def test_busy_processes_without_proc_falls_back_to_the_load_average(monkeypatch):
-    import builtins
+@pytest.mark.parametrize(("argv", "cores", "expected"), [
+    ([], 2, 1),                        # 2 cores: the other seeds in one process beside this one
+    ([], 1, 0),                        # one core: every seed here, one after another
+    ([], 16, 4),                       # never more than one per other seed
+    (["--seeds", "1"], 16, 0),
+    (["--workers", "3"], 1, 3),        # asked for: given
+    (["--workers", "9"], 2, 4),
+])
+def test_the_demos_workers_are_one_per_core_beside_this_one_unless_given(monkeypatch, argv, cores, expected):
     import os
 
-    import teachers.engine as engine
-
-    def no_proc(*a, **k):
-        raise OSError("no /proc here")
-
-    monkeypatch.setattr(builtins, "open", no_proc)
-    monkeypatch.setattr(os, "getloadavg", lambda: (2.5, 1.0, 0.5))
-    assert engine.busy_processes(samples=2, interval=0.0) == 2.5
-
-
-@pytest.mark.parametrize(("argv", "idle", "expected"), [
-    ([], 1, 1),                        # a quiet 2-core machine: the other seeds in one process beside this one
-    ([], 0, 0),                        # two jobs beside it: every seed here, one after another
-    ([], 8, 4),                        # never more than one per other seed
-    (["--seeds", "1"], 8, 0),
-    (["--workers", "3"], 0, 3),        # asked for: given, whatever the load
-    (["--workers", "9"], 0, 4),
-])
-def test_the_demos_workers_follow_the_idle_cores_unless_given(monkeypatch, argv, idle, expected):
-    import teachers.engine as engine
-
-    monkeypatch.setattr(engine, "idle_cores", lambda busy=None: idle)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
     assert cli_student._workers(build_parser().parse_args(["demo", *argv])) == expected
