@@ -605,15 +605,9 @@ def _term(level: dict, key: str, noise: bool = True) -> str:
 
 
 def _workers_words(wall: dict) -> str:
-    """How many worker processes the demo's default ``--workers`` used: per run (issue 37: the idle cores, so
-    fewer beside busy jobs), or, in a file recorded before that, the one number it had."""
-    if isinstance(wall.get("workers"), list):
-        def span(ws: list) -> str:
-            return f"{min(ws)}" if min(ws) == max(ws) else f"{min(ws)}-{max(ws)}"
-
-        return (f"the default `--workers` (the idle cores) running {span(wall['workers'])} worker process(es) "
-                f"beside the main one quiet and {span(wall['busy']['workers'])} beside the busy ones")
-    n = wall["workers"]
+    """How many worker processes the demo's default ``--workers`` used (per run where the file records it)."""
+    ws = wall["workers"] if isinstance(wall.get("workers"), list) else [wall["workers"]]
+    n = max(ws) if min(ws) == max(ws) else f"{min(ws)}-{max(ws)}"
     return f"{n} worker process{'es' if n != 1 else ''} beside the main one"
 
 
