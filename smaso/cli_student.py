@@ -187,9 +187,8 @@ ACCURACY_WORDS = (
 def _workers(args: argparse.Namespace) -> int:
     """``--workers``: processes beside this one that train the other seeds; by default one per usable core beside
     this one, at most one per other seed.  Not fewer beside busy jobs: processes of one torch thread share the
-    cores without the intra-op threads' barrier waits, and beside two busy processes the demo took 99 s with one
-    worker against 123 s with none (one run each, issue 37; quiet it takes 64 s, benchmarks/results/demo.json).
-    The output is the same either way."""
+    cores without the intra-op threads' barrier waits, so beside two busy processes the demo finished sooner with
+    one worker than with none (issue 37's closing note).  The output is the same either way."""
     import os
 
     if args.seeds <= 1:
