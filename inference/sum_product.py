@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from teachers.emission import OneHotEmission
-from teachers.ladder import TOPDOWN, Ladder, _known
+from teachers.ladder import TOPDOWN, Ladder, _independent_children, _known
 
 __all__ = ["TINY", "TreePlan", "Upward", "downward", "leaf_factors", "log_messages", "tree_plan", "upward"]
 
@@ -121,6 +121,7 @@ def tree_plan(ladder: Ladder, device: torch.device) -> TreePlan:
 
 
 def _build(ladder: Ladder, device: torch.device, key: tuple) -> TreePlan:
+    _independent_children(ladder, "the tree sum-product")
     if not ladder.is_tree():
         raise ValueError("tree_plan: regions of this ladder have several parents; use the junction tree")
     d, R, M = ladder.depth, ladder.num_regions, ladder.events

@@ -293,6 +293,36 @@ class LadderConstructors:
                    name=name or f"summarization-d{depth}")
 
     @classmethod
+    def rhm(cls: type[Any], v: int, n_classes: int, m: int, s: int, L: int, seed: int = 0, *, rules: str = "smaso",
+            emission: Emission | dict | str | None = None, sigma: float | None = None,
+            name: str | None = None) -> Ladder:
+        """The Random Hierarchy Model of Petrini et al. (2024; :mod:`teachers.rhm`): a top-down uniform tree of
+        depth ``L`` and branching ``s``, the class uniform over ``n_classes``, and every region drawing its ``s``
+        children jointly, uniformly among its symbol's ``m`` productions (:mod:`teachers.productions`).  The
+        input is s^L one-hot positions of ``v`` symbols (or noisy ones: ``emission`` / ``sigma``).
+
+        Memory is in the productions' size: ``m_{l-1} * m * s`` rules per level (shared by its regions), plus the
+        children's marginal tables ``R_l * v * v`` that the pairwise statistics read.
+
+        :param v, n_classes, m, s, L: the paper's vocabulary, classes n_c, synonyms, patch size and depth.
+        :param seed: the rules' seed.
+        :param rules: ``"smaso"`` (a torch generator deals them) or ``"pcsl"`` (the same rules, from the same
+            seed, as the authors' public code).
+        :returns: the ladder; ``ladder.rhm_params`` holds the parameters (and P_max, n_c m^L).
+        """
+        from .rhm import RHMParams, rhm_rules
+
+        params = RHMParams(v, n_classes, m, s, L, seed, rules)
+        branching, events = (s,) * L, (n_classes, *(v,) * L)
+        _check_layout(branching, events)
+        ladder = cls(branching, events, prior=np.full(n_classes, 1.0 / n_classes), tables=[None] * L,
+                     productions=rhm_rules(params),
+                     emission=make_emission(emission, s**L, v, sigma),
+                     name=name or f"rhm(v={v}, n_c={n_classes}, m={m}, s={s}, L={L}, seed={seed})")
+        ladder.rhm_params = params
+        return ladder
+
+    @classmethod
     def leaky(cls: type[Any], eps: float, *, depth: int = 2, branching: int | Sequence[int] = 2,
               events: int | Sequence[int] = 3,
               concentration: float = 1.0, seed: int = 0, emission: Emission | dict | str | None = None,

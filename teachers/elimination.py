@@ -19,7 +19,7 @@ from typing import Literal, overload
 
 import torch
 
-from .ladder import TOPDOWN, Ladder, _known
+from .ladder import TOPDOWN, Ladder, _independent_children, _known
 from .ladder import _check_ladder as check_ladder
 
 __all__ = ["MAX_CLIQUE", "EliminationCost", "GraphStatistics", "JunctionTree", "elimination_order", "graph_statistics",
@@ -70,6 +70,7 @@ def _factors(g: Ladder, x: torch.Tensor | None, device: torch.device | None = No
     ``device`` (default: ``x``'s device, or the CPU without evidence)."""
     off, sizes = g.level_offsets, _sizes(g)
     dev = device if device is not None else (x.device if x is not None else torch.device("cpu"))
+    _independent_children(g, "the factor graph (junction tree)")
     with torch.no_grad():
         priors = ([_known(g.prior, "prior", "a top-down ladder")] if g.mode == TOPDOWN
                   else _known(g.leaf_priors, "leaf_priors", "a bottom-up ladder"))

@@ -39,7 +39,9 @@ import torch
 from .constructors import LadderConstructors
 from .emission import Emission
 from .ladder_spec import FORMAT, GRAPH_FORMAT_V1, SPEC_VERSION, LadderSpecIO
+from .productions import Productions, level_productions
 from .regions import _check_graph_sizes, _parse_parents, children_of, tree_parents
+from .rhm import RHMParams
 from .spec_check import emission_from_spec
 from .validation import (
     BOTTOMUP,
@@ -110,6 +112,11 @@ class Ladder(LadderConstructors, LadderSpecIO):
     :param name: free-form label kept in dataset files.
     :param factorization: the binary-factor structure of :meth:`factorized_binary` (trees only).
     :param region_names: one distinct name per region in global order (trees only).
+    :param productions: top-down on a uniform tree: one entry per level above the leaves, None where the
+        children are drawn on their own, else that level's joint child draws (a
+        :class:`~teachers.productions.Productions`, a ``(rules, probs)`` pair or the rules alone); ``tables``
+        then holds None at that level (its marginals are derived).  The Random Hierarchy Model is built so
+        (:meth:`rhm`).
     """
 
     # The layout: a uniform tree sets _branching and builds _parents and _region_events on first use (the
@@ -124,12 +131,18 @@ class Ladder(LadderConstructors, LadderSpecIO):
     _lookup: tuple[torch.Tensor | tuple[torch.Tensor, ...], ...] | None
     prior: torch.Tensor | None
     _leaf_prior: torch.Tensor | None
+    # Per level above the leaves: its joint child draws, or None; None for the whole ladder when no level has any
+    # (a class default, so that ladders built field by field, as the spec readers do, have none).
+    _productions: tuple[Productions | None, ...] | None = None
+    #: the Random Hierarchy Model's parameters when :meth:`rhm` built this ladder, else None
+    rhm_params: RHMParams | None = None
 
     def __init__(self, branching: Sequence[int] | None = None, events: Sequence | None = None, *,
                  parents: Sequence | None = None, mode: str = TOPDOWN, prior: Any = None, tables: Any = None,
                  leaf_prior: Any = None,
                  lookup: Any = None, emission: Emission | dict | str | None = None, name: str = "ladder",
-                 factorization: Factorization | None = None, region_names: Sequence[str] | None = None) -> None:
+                 factorization: Factorization | None = None, region_names: Sequence[str] | None = None,
+                 productions: Sequence | None = None) -> None:
         if not isinstance(mode, str) or mode not in MODES:
             raise LadderSpecError(f"mode: expected 'topdown' or 'bottomup', got {_short(mode)}")
         self.mode = mode
@@ -153,11 +166,28 @@ class Ladder(LadderConstructors, LadderSpecIO):
         given = {"prior": prior, "tables": tables, "factorization": factorization, "leaf_prior": leaf_prior,
                  "lookup": lookup}
         _check_mode_tables({k: v for k, v in given.items() if v is not None}, mode)
+        self._productions = self._check_productions(productions)
         if mode == TOPDOWN:
             self._init_topdown(prior, tables)
         else:
             self._init_bottomup(leaf_prior, lookup)
         self.emission = self._check_emission(emission)
+
+    def _check_productions(self, given: Sequence | None) -> tuple[Productions | None, ...] | None:
+        """The levels' productions (:mod:`teachers.productions`), checked against the layout; None when every
+        child is drawn on its own."""
+        levels = level_productions(given, self.depth)
+        if levels is None:
+            return None
+        if self.mode != TOPDOWN:
+            raise LadderSpecError("productions: only for mode='topdown' (children drawn jointly from their parent)")
+        if self._branching is None:
+            raise LadderSpecError("productions: only on a uniform tree (give branching, or parents of a uniform "
+                                  "tree): a region draws its own children jointly")
+        for l, p in enumerate(levels):
+            if p is not None:
+                p.check(self.num_regions[l], self.events[l], self._branching[l], self.events[l + 1])
+        return tuple(levels)
 
     # ------------------------------------------------------------------ layout
     def _init_tree_layout(self, branching: Sequence[int], events: Sequence) -> None:
@@ -257,9 +287,18 @@ class Ladder(LadderConstructors, LadderSpecIO):
         def rows(t: torch.Tensor, name: str, l: int, i: int) -> torch.Tensor:
             return _check_rows(t, name, f"index = [{'' if i is not None else 'region, '}parent configuration]")
 
-        out = []
+        out: list[torch.Tensor | tuple[torch.Tensor, ...]] = []
         for l in range(1, d + 1):
             name = f"tables[{l - 1}]"
+            joint = self._productions[l - 1] if self._productions is not None else None
+            if joint is not None:  # the children's marginal tables, what pairwise statistics read
+                if tables[l - 1] is not None:
+                    raise LadderSpecError(f"{name}: give None where productions[{l - 1}] draws the children of level "
+                                          f"{l - 1} jointly (their tables are the productions' marginals)")
+                out.append(joint.marginals(self.num_regions[l - 1], m[l]))
+                continue
+            if tables[l - 1] is None:
+                raise LadderSpecError(f"{name}: missing (give a table, or productions[{l - 1}])")
             if self._parents is None:  # a uniform tree: sizes checked with the layout
                 shapes = [(m[l - 1], m[l])]
             else:
@@ -483,6 +522,17 @@ class Ladder(LadderConstructors, LadderSpecIO):
         return self._per_level("region_tables", self._tables, lambda levels: ((), *map(tuple, levels)))
 
     @property
+    def productions(self) -> tuple[Productions | None, ...] | None:
+        """Top-down: ``productions[l]`` the joint child draws of the regions of level l
+        (:class:`~teachers.productions.Productions`), None where their children are drawn on their own; None when
+        no level draws jointly (the common case).  On such a level ``tables[l]`` holds the children's marginals."""
+        return self._productions
+
+    def joint_levels(self) -> tuple[int, ...]:
+        """The levels whose regions draw their children jointly (empty for most ladders)."""
+        return tuple(l for l, p in enumerate(self._productions or ()) if p is not None)
+
+    @property
     def leaf_prior(self) -> torch.Tensor | None:
         """Bottom-up: the leaves' priors ``(R_d, m_d)``."""
         return self._leaf_prior
@@ -510,6 +560,7 @@ class Ladder(LadderConstructors, LadderSpecIO):
         computed from the tables (:meth:`fingerprint`, :func:`inference.sum_product.tree_plan`) are keyed by it
         and never serve a stale value."""
         tensors = [self.prior, self._leaf_prior]
+        tensors += [t for p in self._productions or () if p is not None for t in (p.rules, p.probs)]
         for levels in (self._tables, self._lookup):
             for t in levels or ():
                 tensors += [t] if isinstance(t, torch.Tensor) else list(t)
@@ -525,6 +576,9 @@ class Ladder(LadderConstructors, LadderSpecIO):
         for l in range(self.depth + 1):
             if self._branching is not None:  # is_uniform()
                 b = f", {self._branching[l]} children each" if l < self.depth else " (leaves)"
+                joint = self._productions[l] if self._productions is not None and l < self.depth else None
+                if joint is not None:
+                    b += f" drawn jointly ({joint.num_productions} productions per event)"
                 lines.append(f"  level {l}: {self.num_regions[l]} regions x {self.events[l]} events{b}")
             else:
                 ms = sorted(set(self.region_events[l]))
@@ -534,8 +588,9 @@ class Ladder(LadderConstructors, LadderSpecIO):
 
     def __repr__(self) -> str:
         if self._branching is not None:  # is_uniform()
-            return (f"Ladder(mode={self.mode!r}, branching={list(self._branching)}, events={list(self.events)}, "
-                    f"emission={self.emission.kind!r})")
+            joint = f", productions at levels {list(self.joint_levels())}" if self._productions else ""
+            return (f"Ladder(mode={self.mode!r}, branching={list(self._branching)}, events={list(self.events)}"
+                    f"{joint}, emission={self.emission.kind!r})")
         return (f"Ladder(mode={self.mode!r}, regions per level={list(self.num_regions)}, "
                 f"{'tree' if self.is_tree() else 'DAG'}, emission={self.emission.kind!r})")
 
@@ -557,6 +612,16 @@ class Ladder(LadderConstructors, LadderSpecIO):
         if mode is not None:
             _check_graph_sizes(lay.parents, lay.region_events, lay.num_regions, mode)
         return lay
+
+
+def _independent_children(ladder: Ladder, what: str) -> Ladder:
+    """``ladder`` itself, or a ValueError where ``what`` (a function that reads only the per-child tables) would
+    treat jointly drawn children as independent, which would be silently wrong."""
+    if ladder.productions is not None:
+        raise ValueError(f"{what}: this ladder draws the children of levels {list(ladder.joint_levels())} jointly "
+                         f"(productions); {what} treats children as independent given their parents and does not "
+                         f"take productions yet")
+    return ladder
 
 
 def _check_ladder(ladder: object) -> Ladder:

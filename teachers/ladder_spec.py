@@ -79,7 +79,11 @@ class LadderSpecIO:
         d["emission"] = self.emission.to_dict()
         if self.mode == TOPDOWN:
             d["prior"] = self.prior
-            d["tables"] = [t if isinstance(t, torch.Tensor) else list(t) for t in self._tables]
+            joint = self._productions or (None,) * self.depth
+            d["tables"] = [None if p is not None else t if isinstance(t, torch.Tensor) else list(t)
+                           for t, p in zip(self._tables, joint, strict=True)]
+            if self._productions is not None:
+                d["productions"] = [None if p is None else {"rules": p.rules, "probs": p.probs} for p in joint]
         else:
             d["leaf_prior"] = self._leaf_prior
             d["lookup"] = [t if isinstance(t, torch.Tensor) else list(t) for t in self._lookup]
@@ -119,7 +123,8 @@ class LadderSpecIO:
                                       for i, t in enumerate(f["factor_tables"])))
         lad = cls(d["branching"], d["events"], mode=d["mode"], prior=d.get("prior"), tables=d.get("tables"),
                   leaf_prior=d.get("leaf_prior"), lookup=d.get("lookup"), emission=d.get("emission"),
-                  name=d.get("name") or "ladder", factorization=fac, region_names=names)
+                  name=d.get("name") or "ladder", factorization=fac, region_names=names,
+                  productions=d.get("productions"))
         if fac is not None:
             _check_factorization(fac, lad)
         return lad
