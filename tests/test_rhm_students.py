@@ -16,7 +16,7 @@ from smaso.student.compare import compare_student
 from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.network import LadderStudent
 from smaso.student.sensitivity import SynonymicSensitivity, student_layers, synonymic_sensitivity
-from smaso.student.shallow import flat_ladder, flat_sample, shallow_student, test_error
+from smaso.student.shallow import error_rate, flat_ladder, flat_sample, shallow_student
 from smaso.student.training import train_ladder_student
 from teachers import Ladder
 from teachers.sampling import LadderSample
@@ -180,7 +180,7 @@ def test_shallow_student_is_one_hidden_layer_on_the_flattened_input(rhm: Ladder)
     loss = 0.5 * (ref - F.one_hot(y, 2).double()).pow(2).sum(-1).mean()
     g1, g2 = torch.autograd.grad(loss, [st.weights[1], st.weights[0]])
     assert torch.allclose(rec.dW[1], -g1, atol=1e-12) and torch.allclose(rec.dW[0], -g2, atol=1e-12)
-    assert test_error(st, x, y, batch_size=7) == pytest.approx((ref.argmax(-1) != y).double().mean().item(), abs=0)
+    assert error_rate(st, x, y, batch_size=7) == pytest.approx((ref.argmax(-1) != y).double().mean().item(), abs=0)
 
 
 def test_flat_sample_runs_the_comparison_and_alignment_with_the_class_as_the_hidden_event(rhm: Ladder) -> None:
@@ -312,7 +312,7 @@ def test_cnn_learns_a_small_rhm_becomes_insensitive_to_synonyms_and_the_shallow_
     cnn = LadderStudent(lad, 64, readout=64, shared=True, seed=0)
     before = synonymic_sensitivity(cnn, xt, xp)
     train_ladder_student(cnn, x, y, steps=2000, lr=0.5, batch_size=128, loss="cross_entropy", seed=0)
-    assert test_error(cnn, xt, yt) < 0.03  # measured 0.006 (3 of 500)
+    assert error_rate(cnn, xt, yt) < 0.03  # measured 0.006 (3 of 500)
     after = synonymic_sensitivity(cnn, xt, xp)
     # the readout group and the level below stop telling synonyms apart (measured 0.83 -> 0.06, 0.79 -> 0.18); the
     # inputs' own S (level d) is the data's and does not move
@@ -321,4 +321,4 @@ def test_cnn_learns_a_small_rhm_becomes_insensitive_to_synonyms_and_the_shallow_
     # the shallow student on the same rows: P = 3000 is far below P_max, it does not generalize
     fc = shallow_student(lad, 256, seed=0)
     train_ladder_student(fc, x, y, steps=2000, lr=0.5, batch_size=128, loss="cross_entropy", seed=0)
-    assert test_error(fc, x, y) < 0.01 and test_error(fc, xt, yt) > 0.5
+    assert error_rate(fc, x, y) < 0.01 and error_rate(fc, xt, yt) > 0.5

@@ -40,7 +40,7 @@ from smaso.student.network import LadderStudent, _check_int, _check_student
 from teachers.ladder import Ladder, _check_ladder
 from teachers.sampling import LadderSample
 
-__all__ = ["flat_ladder", "flat_sample", "shallow_student", "test_error"]
+__all__ = ["error_rate", "flat_ladder", "flat_sample", "shallow_student"]
 
 
 def _leaf_ancestors(ladder: Ladder) -> list[torch.Tensor]:
@@ -126,10 +126,11 @@ def shallow_student(ladder: Ladder, hidden: int, *, activation: str = "relu", bi
 
 
 @torch.no_grad()
-def test_error(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, *, batch_size: int = 4096) -> float:
-    """The fraction of rows whose largest output is not the label, ``x`` ``(N, R_d, dim)``, ``y`` ``(N,)``; ties go
-    to the first class (``argmax``).  Without BN the rows run in batches of ``batch_size`` (memory only); with BN
-    in one batch (BN normalizes by the batch's statistics).  NaN for no rows.
+def error_rate(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, *, batch_size: int = 4096) -> float:
+    """The error rate (the test error on held-out rows): the fraction of rows whose largest output is not the
+    label, ``x`` ``(N, R_d, dim)``, ``y`` ``(N,)``; ties go to the first class (``argmax``).  Without BN the rows
+    run in batches of ``batch_size`` (memory only); with BN in one batch (BN normalizes by the batch's statistics).
+    NaN for no rows.
 
     Works for any :class:`LadderStudent` (the CNN of the RHM's levels and the shallow student alike).
     """
@@ -146,6 +147,3 @@ def test_error(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, *, batc
     wrong = sum(int((student(x[i:i + bs].to(dev)).argmax(-1).cpu() != y[i:i + bs].cpu()).sum())
                 for i in range(0, n, bs))
     return wrong / n
-
-
-test_error.__test__ = False  # (a library function named test_*: not a pytest test when imported into one)
