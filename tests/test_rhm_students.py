@@ -234,11 +234,15 @@ def test_input_sensitivity_matches_the_exact_value_within_its_standard_error(rhm
     x = leaves_one_hot(rhm, z).reshape(n, -1)
     xp = leaves_one_hot(rhm, exchange(rhm, z, level, 20 + level)).reshape(n, -1)
     xpp = leaves_one_hot(rhm, draw_rhm(rhm, n, 30 + level)).reshape(n, -1)
-    got = SynonymicSensitivity(1).update([x], [xp], [xpp]).compute().values[0]
+    half = n // 3  # two updates, merged: the standard error's sums merge too
+    res = SynonymicSensitivity(1).update([x[:half]], [xp[:half]], [xpp[:half]]).merge_(
+        SynonymicSensitivity(1).update([x[half:]], [xp[half:]], [xpp[half:]])).compute()
+    got, se = res.values[0], res.stderr[0]
     a, b = (x - xp).pow(2).sum(1), (x - xpp).pow(2).sum(1)  # per-row terms: the ratio's delta-method error
     ratio = a.mean() / b.mean()
-    se = ((a - ratio * b).std() / b.mean() / math.sqrt(n)).item()
     assert got == pytest.approx(ratio.item(), abs=1e-12)
+    assert se == pytest.approx(((a - ratio * b).std() / b.mean() / math.sqrt(n)).item(), rel=1e-9)
+    assert res.stderr_reason is None
     assert abs(got - _exact_input_sensitivity(rhm, level)) < 4 * se
     assert 0 < got < 1
 
@@ -260,6 +264,7 @@ def test_sensitivity_merges_to_one_pass_and_in_batch_pairs_are_every_pair() -> N
         d2 = torch.cdist(flat, flat).pow(2).sum() / (30 * 29)
         assert pairs.independent[k] == pytest.approx(d2.item(), rel=1e-9)
     assert pairs.num_pairs == 30 * 29
+    assert all(math.isnan(e) for e in pairs.stderr) and "not independent" in pairs.stderr_reason
 
 
 def test_sensitivity_nan_with_reasons_and_bad_input() -> None:

@@ -18,6 +18,11 @@ n/(n - 1), 1% at n = 100).
 
 Two accumulators over disjoint rows merge (:meth:`SynonymicSensitivity.merge_`) into the state of one pass; a
 0/0 (a layer constant over the independent pairs, or no rows) is NaN with its reason.
+
+Standard error (rows with their own x'' only): the terms a_i = ||h(x_i) - h(x'_i)||^2 and b_i = ||h(x_i) -
+h(x''_i)||^2 are i.i.d. pairs, so S = mean(a) / mean(b) has the delta-method error
+sqrt(sum_i (a_i - S b_i)^2 / ((n - 1) n)) / mean(b).  The pairs within a batch are not independent terms: with them
+the error is NaN with its reason.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ class SensitivityResult:
     :ivar values: S_k per layer (NaN where undefined: :attr:`reasons` says why).
     :ivar exchanged: E||h(x) - h(x')||^2 per layer; ``independent``: E||h(x) - h(x'')||^2 per layer.
     :ivar num_rows: rows x (with their x'); ``num_pairs``: independent pairs behind the denominator.
+    :ivar stderr: the delta-method standard error of S per layer (module docstring; NaN where undefined, with its
+        reason in :attr:`stderr_reason`).
     :ivar reasons: ``{layer: why S is NaN}``.
     """
 
@@ -71,6 +78,8 @@ class SensitivityResult:
     num_rows: int
     num_pairs: int
     reasons: dict[int, str] = field(default_factory=dict)
+    stderr: list[float] = field(default_factory=list)
+    stderr_reason: str | None = None
 
 
 class SynonymicSensitivity(MergeableSums):
@@ -78,21 +87,28 @@ class SynonymicSensitivity(MergeableSums):
     disjoint rows, :meth:`compute` the ratio.
 
     State: per layer the sums of ||h(x) - h(x')||^2 over rows and of ||h(x) - h(x'')||^2 over independent pairs
-    (float64 0-dim tensors), the row count ``n`` and the pair count ``pairs``.
+    (float64 0-dim tensors), and over rows given with their own x'' the sums of a^2, b^2 and a b (the standard
+    error's); the row count ``n``, the pair count ``pairs`` and ``paired``, the rows given with their own x''.
     """
 
-    _SUMS = ("exchanged_sum", "independent_sum")
-    _COUNTS = {"n": int, "pairs": int}
+    _SUMS = ("exchanged_sum", "independent_sum", "aa_sum", "bb_sum", "ab_sum")
+    _COUNTS = {"n": int, "pairs": int, "paired": int}
+    exchanged_sum: list[torch.Tensor]
+    independent_sum: list[torch.Tensor]
+    aa_sum: list[torch.Tensor]
+    bb_sum: list[torch.Tensor]
+    ab_sum: list[torch.Tensor]
+    pairs: int
+    paired: int
     _META = ("num_layers",)
 
     def __init__(self, num_layers: int) -> None:
         if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
             raise ValueError(f"num_layers: expected a positive integer, got {num_layers!r}")
         self.num_layers = num_layers
-        self.exchanged_sum = [torch.zeros((), dtype=torch.float64) for _ in range(num_layers)]
-        self.independent_sum = [torch.zeros((), dtype=torch.float64) for _ in range(num_layers)]
-        self.n = 0
-        self.pairs = 0
+        for key in self._SUMS:
+            setattr(self, key, [torch.zeros((), dtype=torch.float64) for _ in range(num_layers)])
+        self.n = self.pairs = self.paired = 0
 
     def _layers(self, h: Sequence[torch.Tensor], name: str, rows: int | None) -> list[torch.Tensor]:
         if not isinstance(h, (list, tuple)) or len(h) != self.num_layers:
@@ -122,13 +138,19 @@ class SynonymicSensitivity(MergeableSums):
                 raise ValueError(f"layer {k}: the representations of x, x' and x'' must have one shape, got "
                                  f"{tuple(a[k].shape)}, {tuple(b[k].shape)}"
                                  + ("" if c is None else f", {tuple(c[k].shape)}"))
-            self.exchanged_sum[k] += (a[k] - b[k]).pow(2).sum()
+            near = (a[k] - b[k]).pow(2).sum(1)
+            self.exchanged_sum[k] += near.sum()
             if c is not None:
-                self.independent_sum[k] += (a[k] - c[k]).pow(2).sum()
+                far = (a[k] - c[k]).pow(2).sum(1)
+                self.independent_sum[k] += far.sum()
+                self.aa_sum[k] += near.pow(2).sum()
+                self.bb_sum[k] += far.pow(2).sum()
+                self.ab_sum[k] += (near * far).sum()
             else:  # sum_{i != j} |a_i - a_j|^2 = 2 N sum_i |a_i - mean|^2 (centred: no cancellation of large means)
                 self.independent_sum[k] += 2 * n * (a[k] - a[k].mean(0)).pow(2).sum() if n else 0.0
         self.n += n
         self.pairs += n if c is not None else n * (n - 1)
+        self.paired += n if c is not None else 0
         return self
 
     def update_student(self, student: LadderStudent, x: torch.Tensor, x_exchanged: torch.Tensor,
@@ -152,7 +174,11 @@ class SynonymicSensitivity(MergeableSums):
 
     def compute(self) -> SensitivityResult:
         """S_k per layer, NaN with a reason where the ratio is 0/0 or x/0."""
-        values, exch, indep, reasons = [], [], [], {}
+        values, exch, indep, reasons, err = [], [], [], {}, []
+        why = (None if self.paired == self.n >= 2 else
+               "fewer than 2 rows" if self.n < 2 else
+               "some rows were compared with the other rows of their batch (no x_independent): those pairs are not "
+               "independent terms")
         for k in range(self.num_layers):
             num = self.exchanged_sum[k].item() / self.n if self.n else math.nan
             den = self.independent_sum[k].item() / self.pairs if self.pairs else math.nan
@@ -168,7 +194,14 @@ class SynonymicSensitivity(MergeableSums):
                 values.append(math.nan)
             else:
                 values.append(num / den)
-        return SensitivityResult(values, exch, indep, self.n, self.pairs, reasons)
+            if why is not None or math.isnan(values[-1]):
+                err.append(math.nan)
+                continue
+            r = values[-1]  # sum_i (a_i - r b_i)^2 from the sums; its mean term is 0 by r's definition
+            ss = (self.aa_sum[k] - 2 * r * self.ab_sum[k] + r * r * self.bb_sum[k]).item()
+            err.append(math.sqrt(max(ss, 0.0) / ((self.n - 1) * self.n)) / den)
+        return SensitivityResult(values, exch, indep, self.n, self.pairs, reasons, err,
+                                 why if why is not None else None)
 
 
 def synonymic_sensitivity(student: LadderStudent, x: torch.Tensor, x_exchanged: torch.Tensor,
