@@ -43,6 +43,12 @@ _ENTRY_POINTS = {
     "count_pieces": "smaso.depth.pieces",
     "plot_comparison": "smaso.plots.comparison",
     "plot_alignment": "smaso.plots.alignment",
+    "shallow_student": "smaso.student.shallow",
+    "flat_ladder": "smaso.student.shallow",
+    "flat_sample": "smaso.student.shallow",
+    "error_rate": "smaso.student.shallow",
+    "SynonymicSensitivity": "smaso.student.sensitivity",
+    "synonymic_sensitivity": "smaso.student.sensitivity",
 }
 
 _SUBPACKAGES = ("cli", "depth", "plots", "splines", "student", "theorems")
@@ -56,16 +62,22 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "LadderStudent",
     "MASO",
     "StudentConfig",
+    "SynonymicSensitivity",
     "TrainingConfig",
     "collect_statistics",
     "compare_student",
     "count_pieces",
+    "error_rate",
     "errors_against_n",
+    "flat_ladder",
+    "flat_sample",
     "hard_regions",
     "plot_alignment",
     "plot_comparison",
     "reformulate",
     "region_probabilities",
+    "shallow_student",
+    "synonymic_sensitivity",
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
@@ -79,6 +91,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from smaso.student.frequency import FrequencyStatistics, collect_statistics
     from smaso.student.network import LadderStudent
     from smaso.student.reformulation import reformulate
+    from smaso.student.sensitivity import SynonymicSensitivity, synonymic_sensitivity
+    from smaso.student.shallow import error_rate, flat_ladder, flat_sample, shallow_student
 
 
 __getattr__, __dir__ = lazy_submodules(__name__, _SUBPACKAGES, globals(), _ENTRY_POINTS)

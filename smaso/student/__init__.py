@@ -30,6 +30,9 @@ receptive fields (a region with several parents).  One module per step of the pa
 - :mod:`smaso.student.alignment`: do hidden nodes become selective for their region's latent event (§3-4's
   question)?  eta^2, the on-state MI and the best-matching node's correlation, with controls and floors;
   linear probes on held-out rows.
+- :mod:`smaso.student.shallow`: the shallow fully connected student (one hidden layer on the flattened input) as
+  the ladder student on the teacher's flat view, and the error rate of any student.
+- :mod:`smaso.student.sensitivity`: the synonymic sensitivity of every layer (the RHM paper's), mergeable.
 - :mod:`smaso.student.config`: the one set of defaults of a run (student, training, evaluation), shared with
   ``smaso demo`` and ``smaso compare``.
 - :mod:`smaso.student.compare`: train, measure, predict, compare (:func:`~smaso.student.compare.compare_student`),
@@ -46,6 +49,7 @@ The theorems built on top of these (Thm 1, 6-9, §5.3, §7.5.1) are in :mod:`sma
 from smaso._lazy import lazy_submodules
 
 __all__ = ["activations", "alignment", "batchnorm", "ceiling", "compare", "config", "connectivity", "diagnosis",
-           "frequency", "mergeable", "network", "noise", "readout", "reformulation", "seeds", "training"]
+           "frequency", "mergeable", "network", "noise", "readout", "reformulation", "seeds", "sensitivity", "shallow",
+           "training"]
 _DEPRECATED = ("graph_frequency", "graph_network", "graph_reformulation")  # importable, not in __all__
 __getattr__, __dir__ = lazy_submodules(__name__, (*__all__, *_DEPRECATED), globals())
