@@ -76,13 +76,6 @@ def test_productions_only_topdown_on_a_uniform_tree() -> None:
                productions=[torch.tensor([[[0, 1]], [[1, 0]]]), None])
 
 
-def test_consumers_that_assume_independent_children_refuse_a_joint_ladder() -> None:
-    from teachers import sample_ladder
-    lad = Ladder.rhm(4, 2, 2, 2, 2)
-    with pytest.raises(ValueError, match="jointly"):
-        sample_ladder(lad, 4)
-
-
 # ---------------------------------------------------------------- the RHM's rules
 
 def test_rhm_counts_in_the_papers_notation() -> None:
