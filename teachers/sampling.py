@@ -329,9 +329,9 @@ class SamplingPlan:
         joint = g.productions or (None,) * g.depth
         for l in order:
             r = g.num_regions[l]
-            if l and joint[l - 1] is not None:  # one production per parent region (teachers.joint_draws)
-                self.levels.append(JointLevel(joint[l - 1], off[l - 1], g.num_regions[l - 1], g.event_dtype(),
-                                              device))
+            prod = joint[l - 1] if l else None
+            if prod is not None:  # one production per parent region (teachers.joint_draws)
+                self.levels.append(JointLevel(prod, off[l - 1], g.num_regions[l - 1], g.event_dtype(), device))
                 continue
             table: AliasTable | torch.Tensor
             if g.mode == TOPDOWN:
