@@ -169,17 +169,20 @@ def row_derivations(ladder: Ladder, z: torch.Tensor, chunk_rows: int = 4096) -> 
     if not isinstance(z, torch.Tensor) or z.dim() != 2 or z.shape[1] != ladder.total_regions:
         raise ValueError(f"z: expected a tensor of shape (n, {ladder.total_regions}), got {_describe(z)}")
     off, z = ladder.level_offsets, z.long()
+    high = torch.repeat_interleave(torch.tensor(ladder.events), torch.tensor(ladder.num_regions)).to(z.device)
+    bad = (z < 0) | (z >= high)
+    if bad.any():
+        i, c = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(f"z[{i}, {c}]: expected an event in 0..{int(high[c]) - 1}, got {int(z[i, c])}")
     out = torch.empty(z.shape[0], 1 + off[-2], dtype=torch.int64, device=z.device)
     out[:, 0] = z[:, 0]
-    if (z[:, 0] >= ladder.events[0]).any() or (z < 0).any():
-        raise ValueError(f"z: events outside the ladder's ranges (classes 0..{ladder.events[0] - 1})")
     for l, p in enumerate(prods):
         r, b = ladder.num_regions[l], p.arity
         rules = p.region_rules(r).to(z.device)  # (R, m, K, b)
         region = torch.arange(r, device=z.device)
         for lo in range(0, z.shape[0], chunk_rows):
             zc = z[lo: lo + chunk_rows]
-            parents = zc[:, off[l]: off[l + 1]].clamp(max=p.num_events - 1)
+            parents = zc[:, off[l]: off[l + 1]]
             kids = zc[:, off[l + 1]: off[l + 2]].reshape(-1, r, 1, b)
             match = (rules[region, parents] == kids).all(-1) & (p.region_probs(r).to(z.device)[region, parents] > 0)
             found = match.any(-1)
@@ -208,6 +211,12 @@ def index_derivations(ladder: Ladder, index: torch.Tensor | list[int]) -> torch.
     """The derivations ``(n, D)`` int64 of indices in ``[0, P_max)`` (an int64 tensor, or Python ints for any
     P_max): the inverse of :func:`derivation_index`."""
     lay = _layout(ladder)
+    if isinstance(index, torch.Tensor) and len(lay.words) == 1 and index.dim() == 1 \
+            and index.dtype in (torch.int32, torch.int64):  # the index is the one packed word
+        if len(index) and (int(index.min()) < 0 or int(index.max()) >= lay.total):
+            raise ValueError(f"index: expected integers in [0, P_max = {lay.total}), got "
+                             f"{int(index.min())}..{int(index.max())}")
+        return lay.unpack(index.long().cpu()[:, None])
     vals = np.asarray(index.cpu().tolist() if isinstance(index, torch.Tensor) else list(index), dtype=object)
     if vals.ndim != 1 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in vals):
         raise ValueError(f"index: expected a 1-D sequence of integers, got {_describe(index)}")
@@ -302,15 +311,15 @@ def _distinct_keys(lay: _Layout, num: int, seed: int) -> torch.Tensor:
     return have
 
 
-def sample_derivations(ladder: Ladder, num: int, seed: int = 0) -> torch.Tensor:
-    """``num`` distinct derivations ``(num, D)`` int64, uniformly without replacement, in a random order that is
-    a fixed stream of ``seed`` (a larger ``num`` extends it; module docstring).
+def sample_derivations(ladder: Ladder, num_examples: int, seed: int = 0) -> torch.Tensor:
+    """``num_examples`` distinct derivations ``(num_examples, D)`` int64, uniformly without replacement, in a
+    random order that is a fixed stream of ``seed`` (a larger ``num_examples`` extends it; module docstring).
 
-    :raises ValueError: ``num`` > P_max, derivations that are not equally likely, or a ladder that is not joint at
-        every level."""
+    :raises ValueError: ``num_examples`` > P_max, derivations that are not equally likely, or a ladder that is not
+        joint at every level."""
     lay = _layout(ladder, "sampling without replacement")
     _equally_likely(ladder, _joint_levels(ladder, "sampling without replacement"))
-    num, seed = _count(num, "num_examples", 0), _count(seed, "seed", 0)
+    num, seed = _count(num_examples, "num_examples", 0), _count(seed, "seed", 0)
     if num > lay.total:
         raise ValueError(f"num_examples: at most P_max = {lay.total} distinct derivations exist, got {num}")
     if lay.total <= PERMUTE_MAX:

@@ -85,7 +85,8 @@ def test_rhm_counts_in_the_papers_notation() -> None:
 
 
 @pytest.mark.parametrize("rules", ["smaso", "pcsl"])
-@pytest.mark.parametrize(("v", "nc", "m", "s", "L"), [(8, 2, 2, 2, 3), (4, 4, 4, 2, 3), (3, 3, 2, 3, 2), (10, 5, 3, 2, 2)])
+@pytest.mark.parametrize(("v", "nc", "m", "s", "L"),
+                         [(8, 2, 2, 2, 3), (4, 4, 4, 2, 3), (3, 3, 2, 3, 2), (10, 5, 3, 2, 2)])
 def test_rhm_rules_are_unambiguous_and_deal_m_distinct_tuples_per_symbol(v: int, nc: int, m: int, s: int, L: int,
                                                                           rules: str) -> None:
     lad = Ladder.rhm(v, nc, m, s, L, seed=3, rules=rules)

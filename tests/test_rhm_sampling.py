@@ -166,19 +166,19 @@ def test_distinct_draws_are_distinct_uniform_and_a_fixed_stream(permute: bool,
     everything = sample_derivations(lad, 16, seed=4)
     assert sorted(derivation_index(lad, everything).tolist()) == list(range(16))
     assert torch.equal(sample_derivations(lad, 5, seed=4), everything[:5])  # a prefix of one order
-    # each derivation equally likely to be among the first 4: inclusion counts over 600 seeds
+    # each derivation equally likely to be among the first 8: inclusion counts over 250 seeds
     counts = torch.zeros(16)
-    for seed in range(600):
-        counts[derivation_index(lad, sample_derivations(lad, 4, seed))] += 1
-    assert stats.chisquare(counts.numpy(), torch.full((16,), 600 * 4 / 16).numpy()).pvalue > 1e-3
+    for seed in range(250):
+        counts[derivation_index(lad, sample_derivations(lad, 8, seed))] += 1
+    assert stats.chisquare(counts.numpy(), torch.full((16,), 250 * 8 / 16).numpy()).pvalue > 1e-3
 
 
 def test_distinct_rows_of_a_large_rhm() -> None:
     lad = Ladder.rhm(8, 8, 4, 2, 4, seed=0)  # P_max = 8 * 4^15 = 2^33: the block stream
-    s = sample_distinct(lad, 20_000, seed=2)
-    assert len(s) == 20_000 and len(torch.unique(s.leaves, dim=0)) == 20_000
+    s = sample_distinct(lad, 10_000, seed=2)
+    assert len(s) == 10_000 and len(torch.unique(s.leaves, dim=0)) == 10_000
     row_derivations(lad, s.z)
-    assert torch.equal(sample_distinct(lad, 20_000, seed=2).z, s.z)
+    assert torch.equal(sample_distinct(lad, 4_000, seed=2).z, s.z[:4_000])
 
 
 def test_train_and_test_are_disjoint_and_nested() -> None:
@@ -214,6 +214,9 @@ def test_noisy_inputs_are_drawn_per_row_from_the_seed() -> None:
     (lambda: derivation_rows(Ladder.rhm(3, 2, 2, 2, 2), torch.tensor([[0, 2, 0, 0]])), "digits\\[0, 1\\]"),
     (lambda: derivation_rows(Ladder.rhm(3, 2, 2, 2, 2), torch.zeros(2, 3)), "shape \\(n, 4\\)"),
     (lambda: row_derivations(Ladder.rhm(3, 2, 2, 2, 2), torch.zeros(1, 7, dtype=torch.long)), "not a derivation"),
+    (lambda: row_derivations(Ladder.rhm(3, 2, 2, 2, 2), torch.tensor([[0, 1, 3, 0, 0, 0, 0]])),
+     "z\\[0, 2\\]: expected an event in 0..2"),
+    (lambda: index_derivations(Ladder.rhm(3, 2, 2, 2, 2), torch.tensor([3, -1])), "got -1..3"),
     (lambda: exchange_synonyms(Ladder.rhm(3, 2, 2, 2, 2), torch.zeros(1, 7), 3), "level: expected an integer"),
 ])
 def test_bad_arguments_are_named(call, message: str) -> None:
