@@ -14,6 +14,9 @@ The sampler is vectorised over examples and over *all* the regions of a level (:
   (rows padded to the level's largest m with zero-probability events); a region's row is its first row plus
   the mixed-radix code of its parents' events (first parent most significant), and each event is one alias
   draw from one uniform (float32 when the level's largest m <= 256, as in :mod:`teachers.categorical`);
+- topdown, a level whose parents draw their children jointly (:attr:`~teachers.ladder.Ladder.productions`):
+  one ``(BLOCK_SIZE, R_{l-1})`` uniform array, one alias draw of a production per parent region from the rows
+  of its event, and the children read from the rules (:class:`teachers.joint_draws.JointLevel`);
 - bottomup: the leaves are drawn from their priors (one alias table, the same draw); every region above is the
   lookup of its children's code (one concatenated lookup table per level), no random numbers.
 
@@ -36,7 +39,8 @@ import torch
 
 from .categorical import AliasTable, BlockRNG
 from .emission import _check_leaf_events, one_hot
-from .ladder import TOPDOWN, Ladder, _check_ladder, _independent_children, _known
+from .joint_draws import JointLevel
+from .ladder import TOPDOWN, Ladder, _check_ladder, _known
 
 if TYPE_CHECKING:
     from teachers.pyro_model import LadderModel
@@ -149,9 +153,11 @@ class LadderSample(EventRows):
                                self.start + lo, self.total, dict(self.meta))
 
 
-def block_generator(seed: int, block: int, device: torch.device | str = "cpu") -> torch.Generator:
-    """The generator of block ``block`` of the stream with ``seed`` (independent streams)."""
-    state = np.random.SeedSequence([int(seed), int(block), STREAM_VERSION]).generate_state(2, np.uint32)
+def block_generator(seed: int, block: int, device: torch.device | str = "cpu",
+                    stream: int = STREAM_VERSION) -> torch.Generator:
+    """The generator of block ``block`` of the stream with ``seed`` (independent streams); ``stream`` keys
+    other uses of the same seed apart (:mod:`teachers.derivations`' draws)."""
+    state = np.random.SeedSequence([int(seed), int(block), int(stream)]).generate_state(2, np.uint32)
     g = torch.Generator(device=device)
     g.manual_seed(int(state[0]) << 32 | int(state[1]))
     return g
@@ -317,12 +323,16 @@ class SamplingPlan:
 
     def __init__(self, g: Ladder, device: torch.device) -> None:
         self.g, self.device = g, device
-        _independent_children(g, "sampling")
         off = g.level_offsets
-        self.levels: list[_Level] = []
+        self.levels: list[_Level | JointLevel] = []
         order = range(g.depth + 1) if g.mode == TOPDOWN else range(g.depth, -1, -1)
+        joint = g.productions or (None,) * g.depth
         for l in order:
             r = g.num_regions[l]
+            prod = joint[l - 1] if l else None
+            if prod is not None:  # one production per parent region (teachers.joint_draws)
+                self.levels.append(JointLevel(prod, off[l - 1], g.num_regions[l - 1], g.event_dtype(), device))
+                continue
             table: AliasTable | torch.Tensor
             if g.mode == TOPDOWN:
                 links, base, above = (g.parents[l], off[l - 1], g.region_events[l - 1]) if l else (((),) * r, 0, ())
@@ -364,11 +374,15 @@ class SamplingPlan:
             self.levels.append(_Level(off[l], r, runs, offset, table))
 
 
-def _sample_call(plan: SamplingPlan, rng: BlockRNG, buf: torch.Tensor) -> torch.Tensor | None:
+def _sample_call(plan: SamplingPlan, rng: BlockRNG, buf: torch.Tensor, start: int = 0) -> torch.Tensor | None:
     """All events of ``rng.total`` rows written into ``buf`` ``(n, total_regions)`` (the event dtype), level by
-    level as in the module docstring, and x when the emission is not derivable."""
+    level as in the module docstring, and x when the emission is not derivable.  ``start``: the first of
+    ``plan.levels`` to draw (the levels before it are already in ``buf``)."""
     g = plan.g
-    for lvl in plan.levels:
+    for lvl in plan.levels[start:]:
+        if isinstance(lvl, JointLevel):
+            lvl.sample(buf, rng)
+            continue
         row = lvl.rows(buf)
         if isinstance(lvl.table, AliasTable):  # lvl.draw
             ev = lvl.table.sample(row, rng)

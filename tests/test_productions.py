@@ -76,13 +76,6 @@ def test_productions_only_topdown_on_a_uniform_tree() -> None:
                productions=[torch.tensor([[[0, 1]], [[1, 0]]]), None])
 
 
-def test_consumers_that_assume_independent_children_refuse_a_joint_ladder() -> None:
-    from teachers import sample_ladder
-    lad = Ladder.rhm(4, 2, 2, 2, 2)
-    with pytest.raises(ValueError, match="jointly"):
-        sample_ladder(lad, 4)
-
-
 # ---------------------------------------------------------------- the RHM's rules
 
 def test_rhm_counts_in_the_papers_notation() -> None:
@@ -92,7 +85,8 @@ def test_rhm_counts_in_the_papers_notation() -> None:
 
 
 @pytest.mark.parametrize("rules", ["smaso", "pcsl"])
-@pytest.mark.parametrize(("v", "nc", "m", "s", "L"), [(8, 2, 2, 2, 3), (4, 4, 4, 2, 3), (3, 3, 2, 3, 2), (10, 5, 3, 2, 2)])
+@pytest.mark.parametrize(("v", "nc", "m", "s", "L"),
+                         [(8, 2, 2, 2, 3), (4, 4, 4, 2, 3), (3, 3, 2, 3, 2), (10, 5, 3, 2, 2)])
 def test_rhm_rules_are_unambiguous_and_deal_m_distinct_tuples_per_symbol(v: int, nc: int, m: int, s: int, L: int,
                                                                           rules: str) -> None:
     lad = Ladder.rhm(v, nc, m, s, L, seed=3, rules=rules)

@@ -65,6 +65,11 @@ def test_dataset_page_runs(tmp_path, monkeypatch):
     assert len(namespace["data"]) == 100_000
     assert namespace["z"].shape == (1024, namespace["data"].ladder.total_regions)
     assert namespace["x"].shape[0] == 1024 and torch.equal(namespace["y"], namespace["z"][:, 0])
+    # the RHM block: a disjoint split and a synonym exchange that keeps levels 0 and 1
+    train, test, swapped = namespace["train"], namespace["test"], namespace["swapped"]
+    assert namespace["x_train"].shape == (5000, 8, 8)
+    assert len(torch.unique(torch.cat([train.leaves, test.leaves]), dim=0)) == 6000
+    assert torch.equal(swapped.z[:, :3], test.z[:, :3]) and not torch.equal(swapped.z, test.z)
 
 
 def test_every_python_block_is_executed():
