@@ -136,6 +136,10 @@ class Ladder(LadderConstructors, LadderSpecIO):
     _productions: tuple[Productions | None, ...] | None = None
     #: the Random Hierarchy Model's parameters when :meth:`rhm` built this ladder, else None
     rhm_params: RHMParams | None = None
+    #: set (to the teacher's name) on a ladder that keeps only another's pairwise laws, such as the shallow
+    #: student's flat view (:func:`smaso.student.shallow.flat_ladder`): its joint law is not the teacher's, so
+    #: sampling it, its Pyro model and its posterior refuse (:func:`_joint_law`)
+    pairwise_view_of: str | None = None
 
     def __init__(self, branching: Sequence[int] | None = None, events: Sequence | None = None, *,
                  parents: Sequence | None = None, mode: str = TOPDOWN, prior: Any = None, tables: Any = None,
@@ -621,6 +625,16 @@ def _independent_children(ladder: Ladder, what: str) -> Ladder:
         raise ValueError(f"{what}: this ladder draws the children of levels {list(ladder.joint_levels())} jointly "
                          f"(productions); {what} treats children as independent given their parents and does not "
                          f"take productions yet")
+    return ladder
+
+
+def _joint_law(ladder: Ladder, what: str) -> Ladder:
+    """``ladder`` itself, or a ValueError where ``what`` needs the joint law of all events and ``ladder`` is only a
+    pairwise view of another teacher (:attr:`Ladder.pairwise_view_of`)."""
+    if ladder.pairwise_view_of is not None:
+        raise ValueError(f"{what}: this ladder is a pairwise view of {ladder.pairwise_view_of!r} (the same P(z_leaf "
+                         f"| y) per leaf, not the same joint law); sample, model or condition on that teacher "
+                         f"instead")
     return ladder
 
 

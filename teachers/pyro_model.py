@@ -67,7 +67,7 @@ import torch.nn.functional as F
 from pyro.ops.indexing import Vindex
 
 from .categorical import BlockRNG, CategoricalTable, IndexedCategorical
-from .ladder import TOPDOWN, Ladder, _check_ladder, _independent_children, _known
+from .ladder import TOPDOWN, Ladder, _check_ladder, _independent_children, _joint_law, _known
 from .pyro_sites import (
     EmissionDistribution,
     PointMassCategorical,
@@ -110,6 +110,7 @@ class LadderModel:
     def __init__(self, ladder: Ladder, device: torch.device | str | None = None, *, layout: str | None = None,
                  group_regions: bool | None = None) -> None:
         _independent_children(_check_ladder(ladder), "LadderModel")
+        _joint_law(ladder, "LadderModel")
         if layout is None:
             layout = PLATES if ladder.is_uniform() and group_regions is None else GROUPS
         if layout not in LAYOUTS:

@@ -40,7 +40,7 @@ import torch
 from .categorical import AliasTable, BlockRNG
 from .emission import _check_leaf_events, one_hot
 from .joint_draws import JointLevel
-from .ladder import TOPDOWN, Ladder, _check_ladder, _known
+from .ladder import TOPDOWN, Ladder, _check_ladder, _joint_law, _known
 
 if TYPE_CHECKING:
     from teachers.pyro_model import LadderModel
@@ -323,6 +323,7 @@ class SamplingPlan:
 
     def __init__(self, g: Ladder, device: torch.device) -> None:
         self.g, self.device = g, device
+        _joint_law(g, "sampling")
         off = g.level_offsets
         self.levels: list[_Level | JointLevel] = []
         order = range(g.depth + 1) if g.mode == TOPDOWN else range(g.depth, -1, -1)

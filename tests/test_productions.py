@@ -137,3 +137,17 @@ def test_rhm_memory_is_in_the_productions_size() -> None:
     prods = [p for p in lad.productions or () if p is not None]
     assert sum(p.rules.numel() for p in prods) == 5 * 64 * 64 * 2
     assert all(p.shared for p in prods)
+
+
+def test_a_pairwise_view_is_never_sampled_or_modelled() -> None:
+    """The shallow student's flat view keeps P(z_leaf | y) per leaf, not the teacher's joint law of the leaves."""
+    from smaso.student.shallow import flat_ladder
+    from teachers import LadderModel, sample_ladder
+
+    teacher = Ladder.rhm(4, 2, 2, 2, 2)
+    flat = flat_ladder(teacher)
+    assert flat.pairwise_view_of == teacher.name
+    for call in (lambda: sample_ladder(flat, 4), lambda: LadderModel(flat)):
+        with pytest.raises(ValueError, match="pairwise view"):
+            call()
+    sample_ladder(teacher, 4)  # the teacher itself samples

@@ -21,9 +21,10 @@ Where the framework's reformulation does not apply, and why (also in ``docs/libr
   the teacher's tables along the path from the root to j (right also where the teacher draws children jointly:
   the tables then hold the children's marginals, and a path's product is the pairwise law).  What it does not keep
   is the joint law of the leaves given y (in the teacher they are correlated through the intermediate events; in
-  the flat view they would be independent given y).  So never sample the flat ladder: sample the teacher and map
-  its rows with :func:`flat_sample`.  Everything the reformulation reads is pairwise (P(z_alpha, z_beta) along an
-  edge), so it reads the flat view correctly; the teacher's intermediate events have no region in it.
+  the flat view they would be independent given y).  The sampler and the Pyro model refuse the flat ladder
+  (``Ladder.pairwise_view_of``): sample the teacher and map its rows with :func:`flat_sample`.  Everything the
+  reformulation reads is pairwise (P(z_alpha, z_beta) along an edge), so it reads the flat view correctly; the
+  teacher's intermediate events have no region in it.
 - The hidden nodes have no latent event of their own below the class: their receptive field is the whole input,
   whose summary is y.  The question "do hidden nodes align with the RHM's symbols of level l" has no meaning for
   them (their alignment is with the class only); Thm 2's focus holds trivially at the leaves (x_j is a function of
@@ -84,8 +85,10 @@ def flat_ladder(ladder: Ladder) -> Ladder:
         tables = torch.stack([t.to(torch.float64) for t in ladder.region_tables[l]])  # (R_l, m_{l-1}, m_l)
         path = torch.bmm(path, tables[anc[l]])
     R = ladder.num_regions[d]
-    return Ladder(events=[[m[0]], [m[d]] * R], parents=[[()], [(0,)] * R], prior=ladder.prior,
+    flat = Ladder(events=[[m[0]], [m[d]] * R], parents=[[()], [(0,)] * R], prior=ladder.prior,
                   tables=[[path[j] for j in range(R)]], emission=ladder.emission, name=f"flat({ladder.name})")
+    flat.pairwise_view_of = ladder.name  # its leaves are independent given y, the teacher's are not: never sampled
+    return flat
 
 
 def flat_sample(sample: LadderSample, flat: Ladder | None = None) -> LadderSample:
