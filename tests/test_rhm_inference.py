@@ -192,3 +192,62 @@ def test_rhm_posterior_is_one_hot_on_every_derivation(v: int, n_c: int, m: int, 
                           atol=TOL, rtol=0)
     acc = bayes_optimal_accuracy(lad, x, y)
     assert acc.expected == 1.0 and acc.empirical == 1.0
+
+
+# ---------------------------------------------------------------------- the Pyro model
+def _no_guide(*args: object, **kwargs: object) -> None:
+    pass
+
+
+def _plain_z(values: dict, lad: Ladder) -> torch.Tensor:
+    return torch.stack([values[f"z_{v}"].reshape(-1) for v in range(lad.total_regions)], 1).long()
+
+
+@pytest.mark.parametrize("per_region", [False, True])
+def test_pyro_enumeration_of_the_production_model_is_brute_force(per_region: bool) -> None:
+    lad = _joint_ladder(per_region)
+    x = torch.randn(5, 4, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    want = _brute(lad, x)
+    model = LadderModel(lad)
+    assert model.layout == "plates" and model.production_site_names() == (["prod_0", "prod_1"] if per_region
+                                                                          else ["prod_0"])
+    for fn, nest in [(model.model, model.max_plate_nesting), (model.plain_model, 1)]:
+        got = -TraceEnum_ELBO(max_plate_nesting=nest).loss(config_enumerate(fn), _no_guide, x=x)
+        assert got == pytest.approx(float(want["log_z"].sum()), abs=1e-9)
+        tr = poutine.trace(infer_discrete(config_enumerate(fn), first_available_dim=-(nest + 1), temperature=0)
+                           ).get_trace(x=x)
+        values = {name: site["value"] for name, site in tr.nodes.items() if name.startswith("z_")}
+        z = _plain_z(values, lad) if nest == 1 else model.to_z(values)
+        assert torch.equal(z, want["map"])
+    marg = TraceEnum_ELBO(max_plate_nesting=1).compute_marginals(config_enumerate(model.plain_model), _no_guide, x=x)
+    assert torch.allclose(marg["z_0"].probs.double(), want["label"], atol=TOL, rtol=0)
+
+
+def test_pyro_model_relations_show_the_true_parents() -> None:
+    lad = _joint_ladder(True)
+    rel = get_model_relations(LadderModel(lad).model, model_kwargs=dict(num_examples=3))
+    deps = rel["sample_sample"]
+    assert deps["prod_0"] == ["z_0"] and sorted(deps["z_1"]) == ["prod_0", "z_0"]
+    assert deps["prod_1"] == ["z_1"] and sorted(deps["z_2"]) == ["prod_1", "z_1"] and deps["x"] == ["z_2"]
+    plain = get_model_relations(LadderModel(lad).plain_model, model_kwargs=dict(num_examples=3))["sample_sample"]
+    assert sorted(plain["z_1"]) == ["prod_0", "z_0"] and sorted(plain["z_4"]) == ["prod_1", "z_1"]
+
+
+def test_pyro_model_draws_children_jointly() -> None:
+    lad = _joint_ladder()
+    model = LadderModel(lad)
+    n = 40_000
+    out = model.model(n, emit=False, generator=torch.Generator().manual_seed(0))
+    z = model.to_z(out)
+    conf, logp = _log_joint_table(lad)
+    want = torch.zeros(2, 3, 3, dtype=torch.float64).index_put_((conf[:, 0], conf[:, 1], conf[:, 2]), logp.exp(),
+                                                                accumulate=True)
+    got = torch.zeros(2, 3, 3, dtype=torch.float64).index_put_((z[:, 0], z[:, 1], z[:, 2]),
+                                                               torch.ones(n, dtype=torch.float64), accumulate=True) / n
+    assert (got - want).abs().max() < 5 * (0.25 / n) ** 0.5
+    assert model.sample_site_names() == ["z_0", "z_2"]
+
+
+def test_groups_layout_refuses_productions() -> None:
+    with pytest.raises(ValueError, match="'groups' does not take productions"):
+        LadderModel(_joint_ladder(), layout="groups")
