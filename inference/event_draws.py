@@ -8,11 +8,11 @@ from p(y | x); then, level by level, each child from
 - bottom-up: the configuration of a parent's children (then split into one event per child) from
   p(config | z_a = j, x) proportional to conf_a(config) 1[lookup_a(config) = j].
 
-Any other ladder (regions of several parents, or children drawn jointly by productions): ancestral sampling on the junction tree of
-:mod:`inference.junction_tree`.  Every region of a clique's separator is eliminated after its region v, so in
-reverse elimination order each v is drawn from p(z_v | separator, x) proportional to exp of the clique's upward
-table (:meth:`~inference.junction_tree.JunctionTree.conditional`) at the separator's drawn events: the MAP's
-traceback with a draw in place of the argmax.
+Any other ladder (regions of several parents, or children drawn jointly by productions): ancestral sampling on
+the junction tree of :mod:`inference.junction_tree`.  Every region of a clique's separator is eliminated after its
+region v, so in reverse elimination order each v is drawn from p(z_v | separator, x) proportional to exp of the
+clique's upward table (:meth:`~inference.junction_tree.JunctionTree.conditional`) at the separator's drawn events:
+the MAP's traceback with a draw in place of the argmax.
 
 Every uniform is drawn up front (one per region and draw; bottom-up trees use that of a parent's first child
 for its children's configuration), so the draws depend only on the seed and the device, not on the size of

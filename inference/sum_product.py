@@ -84,8 +84,9 @@ class TreePlan:
     zero-padded; ``parent[l]`` ``(R_l,)``; ``branch[l]`` b when region a of level l has the children
     ``a*b .. a*b + b - 1`` of level l + 1, else None and ``kids[l]`` ``(R_l * b_max,)`` their indices padded
     with ``R_{l+1}`` (a row of ones); ``prods[l]`` None, or where the regions of level l draw their children
-    jointly ``(rules, probs)``: ``rules`` ``(R_l or 1, b, m_l * K)`` int64 (place i's child event of each
-    (event, production), event-major) and ``probs`` ``(R_l or 1, 1, m_l, K)``; 1 where the level shares them.
+    jointly ``(rows, probs)``: ``rows`` ``(b, R_l * m_l * K)`` int64, ``rows[i, (a * m_l + j) * K + k]`` =
+    ``a * M_{l+1} + rules[a, j, k, i]`` (child i's event as a row of the level's ``(R_l * M_{l+1}, n)`` layout
+    of place i), and ``probs`` ``(R_l, m_l, K, 1)``.
     Bottom-up: ``leaf_prior`` ``(R_d, 1, m_d)``, ``groups[l]``.
     ``per_example``: float64 values of the largest per-level temporary per example, ``emission_elements`` those of
     the emission's ``(R_d, m_d, dim)`` temporary (0 for one-hot leaves, which skip it): for chunking.
@@ -176,16 +177,18 @@ def _build(ladder: Ladder, device: torch.device, key: tuple) -> TreePlan:
 
 
 def _plan_productions(ladder: Ladder, l: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(rules, probs)`` of level l in the plan's layout (:class:`TreePlan`), or None when its children are
+    """``(rows, probs)`` of level l in the plan's layout (:class:`TreePlan`), or None when its children are
     drawn on their own."""
     joint = ladder.productions[l] if ladder.productions is not None else None
     if joint is None:
         return None
     # productions exist only on uniform top-down trees (Ladder checks it), so region a's children are a*b .. a*b+b-1
-    rules = joint.rules if joint.shared else joint.rules.flatten(1, 2)  # ([R,] m * K, b)
-    rules = rules.reshape(-1, joint.num_events * joint.num_productions, joint.arity).transpose(1, 2)
-    probs = joint.probs.reshape(-1, 1, joint.num_events, joint.num_productions)
-    return (rules.contiguous().to(device), probs.to(device, torch.float64))
+    R, m, K = ladder.num_regions[l], joint.num_events, joint.num_productions
+    rules = joint.region_rules(R).reshape(R, m * K, joint.arity).transpose(1, 2)  # (R, b, m K)
+    # the row of child i's event in its level's (R_l * M_{l+1}, n) layout of place i: row copies, not gathers
+    rows = (rules + torch.arange(R)[:, None, None] * ladder.events[l + 1]).transpose(0, 1).reshape(joint.arity, -1)
+    probs = joint.region_probs(R).reshape(R, m, K, 1)
+    return (rows.contiguous().to(device), probs.to(device, torch.float64))
 
 
 def _groups(ladder: Ladder, l: int, device: torch.device) -> list[_Group]:
@@ -245,7 +248,7 @@ class Upward:
     :ivar msg: top-down: ``msg[l]`` ``(R_l, n, M_{l-1})`` each region's message to its parent (phi[l]'s scale).
     :ivar lam: bottom-up: ``lam[l]`` ``(R_l, n, M_l)`` before rescaling (the scale of its children's phi).
     :ivar conf: bottom-up: ``conf[l][g]`` ``(G, n, K)`` of every group of level l; top-down, on a level of
-        productions: ``conf[l]`` ``(R_l, n, M_l, K)`` the weighted products conf_a(j, k) (module docstring).
+        productions: ``conf[l]`` ``(R_l, M_l, K, n)`` the weighted products conf_a(j, k) (module docstring).
     :ivar log_scale: ``log_scale[l]`` ``(R_l, n, 1)`` the total log scale of region's subtree (``cumulative``).
     :ivar log_z: ``(n,)`` log p(x).
     :ivar label: ``(n, m_0)`` p(y | x) (nan where p(x) = 0).
@@ -284,7 +287,7 @@ def upward(plan: TreePlan, phi: torch.Tensor, log_c: torch.Tensor, *, keep: bool
     for l in range(d - 1, -1, -1):
         if plan.mode == TOPDOWN and plan.prods[l] is not None:
             conf = _production_products(plan, l, phi)
-            lam = conf.sum(-1)  # (R_l, n, M_l)
+            lam = conf.sum(2).transpose(1, 2).contiguous()  # (R_l, n, M_l)
             if keep:
                 confs[l] = conf
         elif plan.mode == TOPDOWN:
@@ -316,20 +319,17 @@ def upward(plan: TreePlan, phi: torch.Tensor, log_c: torch.Tensor, *, keep: bool
 
 def _production_products(plan: TreePlan, l: int, phi: torch.Tensor) -> torch.Tensor:
     """conf_a(j, k) = probs[a, j, k] prod_i phi_{c_i}(rules[a, j, k, i]) of every region a of level l
-    ``(R_l, n, M_l, K)``, from ``phi`` ``(R_{l+1}, n, M_{l+1})`` of its children (module docstring)."""
-    rules, probs = plan.prods[l]
+    ``(R_l, M_l, K, n)`` (examples last: the gathers are row copies), from ``phi`` ``(R_{l+1}, n, M_{l+1})`` of its
+    children (module docstring)."""
+    rows, probs = plan.prods[l]
     R, n = plan.R[l], phi.shape[1]
-    ch = phi.view(R, rules.shape[1], n, phi.shape[-1])  # (R_l, b, n, M_{l+1}): a uniform tree
+    ch = phi.view(R, rows.shape[0], n, phi.shape[-1]).permute(1, 0, 3, 2)  # (b, R_l, M_{l+1}, n): a uniform tree
     out: torch.Tensor | None = None
-    for i in range(rules.shape[1]):
-        idx = rules[:, i]  # (R_l or 1, m K)
-        if idx.shape[0] == 1:  # shared by the level: one gather serves every region
-            t = ch[:, i].index_select(-1, idx[0])
-        else:
-            t = ch[:, i].gather(-1, idx[:, None, :].expand(R, n, -1))
+    for i in range(rows.shape[0]):
+        t = ch[i].reshape(-1, n).index_select(0, rows[i])  # (R_l m K, n)
         out = t if out is None else out.mul_(t)
     assert out is not None  # every region has at least one child
-    return out.view(R, n, *probs.shape[-2:]).mul_(probs)
+    return out.view(*probs.shape[:-1], n).mul_(probs)
 
 
 def _bottomup_level(plan: TreePlan, l: int, phi: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -381,16 +381,16 @@ def downward(plan: TreePlan, up: Upward) -> list[torch.Tensor]:
 def _production_down(plan: TreePlan, l: int, q: torch.Tensor, up: Upward) -> torch.Tensor:
     """Marginals of level l + 1 ``(R_{l+1}, n, M_{l+1})`` from those of level l, through its productions: w_a(j, k)
     = q_a(j) conf_a(j, k) / lambda_a(j) summed into each child place by its rules (module docstring)."""
-    rules, _ = plan.prods[l]
-    R, n = plan.R[l], q.shape[1]
-    conf = up.conf[l]  # (R_l, n, M_l, K)
-    lam = conf.sum(-1).clamp_(min=TINY)
-    w = (q / lam).unsqueeze(-1).mul(conf).view(R, n, -1)  # (R_l, n, M_l K)
-    b = rules.shape[1]
-    out = torch.zeros(R, b, n, plan.M[l + 1], dtype=torch.float64, device=q.device)
+    rows, _ = plan.prods[l]
+    R, n, M = plan.R[l], q.shape[1], plan.M[l + 1]
+    conf = up.conf[l]  # (R_l, M_l, K, n)
+    ratio = q / conf.sum(2).transpose(1, 2).clamp(min=TINY)  # (R_l, n, M_l)
+    w = conf.mul(ratio.transpose(1, 2).unsqueeze(2)).view(-1, n)  # (R_l M_l K, n)
+    b = rows.shape[0]
+    out = torch.zeros(b, R * M, n, dtype=torch.float64, device=q.device)
     for i in range(b):
-        out[:, i].scatter_add_(-1, rules[:, i, None, :].expand(R, n, -1), w)
-    return out.view(R * b, n, plan.M[l + 1])
+        out[i].index_add_(0, rows[i], w)
+    return out.view(b, R, M, n).permute(1, 0, 3, 2).reshape(R * b, n, M)
 
 
 def _bottomup_down(plan: TreePlan, l: int, q: torch.Tensor, up: Upward) -> torch.Tensor:

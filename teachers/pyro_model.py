@@ -18,7 +18,14 @@ plates that mirror the region tree::
 
 so a level-l site has batch shape ``(N, b_0, ..., b_{l-1}) + (1,) * (d - l)`` and depends on its parent
 level through ordinary plate broadcasting (``max_plate_nesting = d + 1``; ``infer_discrete`` with
-``first_available_dim=-(d + 2)``).  Bottom-up, each level above the leaves is a latent
+``first_available_dim=-(d + 2)``).  Where the regions of level l draw their children jointly
+(:mod:`teachers.productions`), a site ``"prod_l"`` under the plates of level l draws each region's production
+(an :class:`~teachers.categorical.IndexedCategorical` over its event's row of probabilities) and ``"z_{l+1}"``
+is a latent :class:`~teachers.pyro_sites.PointMassCategorical` at ``Vindex(rules)[region, z_l, prod_l, place]``
+(place = the child's index in plate ``level_{l+1}``): ``get_model_relations`` gives ``z_{l+1}`` the parents
+``z_l`` and ``prod_l``, and the whole model enumerates (the production over its K entries, each child over its
+events with a factor of 0 or -inf).  The ``"groups"`` layout refuses productions (a ``ValueError``).
+Bottom-up, each level above the leaves is a latent
 :class:`~teachers.pyro_sites.PointMassCategorical` site at the lookup of the level below; because a parent
 depends on *all* of its children, which live in one plate, that form can be sampled, traced, conditioned and
 inspected (``pyro.infer.inspect.get_model_relations``, ``pyro.render_model``) but not enumerated: enumeration
@@ -230,7 +237,7 @@ class LadderModel:
         above them are point masses at the lookup of their children's events)."""
         d, joint = self.ladder.depth, self.ladder.joint_levels()
         return [name for name, l, _idx in self._sites()
-                if (self.ladder.mode == TOPDOWN and l - 1 not in joint) or l == d and self.ladder.mode != TOPDOWN]
+                if (self.ladder.mode == TOPDOWN and l - 1 not in joint) or (l == d and self.ladder.mode != TOPDOWN)]
 
     def production_site(self, level: int) -> str:
         """The site of the productions that the regions of ``level`` draw (their children jointly;
@@ -348,7 +355,7 @@ class LadderModel:
                     level_plates.enter_context(plates[l])
                     if joint is not None:  # each child: its place in its parent's production, a point mass
                         value = Vindex(rules)[self.region_index[l - 1].long(), parent, k.long(), place]
-                        narrow = torch.uint8 if lad.events[l] <= 256 else torch.int32  # IndexedCategorical's compact dtype
+                        narrow = torch.uint8 if lad.events[l] <= 256 else torch.int32  # as IndexedCategorical's
                         fn = PointMassCategorical(value.to(narrow) if compact else value, lad.events[l])
                         out[f"z_{l}"] = pyro.sample(f"z_{l}", fn, obs=observed(fn, leaves_obs) if l == d else None)
                     elif lad.mode == TOPDOWN:
