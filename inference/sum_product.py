@@ -286,10 +286,10 @@ def upward(plan: TreePlan, phi: torch.Tensor, log_c: torch.Tensor, *, keep: bool
     cum: list | None = [None] * d + [log_c.contiguous()] if cumulative else None  # a list exactly when cumulative
     for l in range(d - 1, -1, -1):
         if plan.mode == TOPDOWN and plan.prods[l] is not None:
-            conf = _production_products(plan, l, phi)
-            lam = conf.sum(2).transpose(1, 2).contiguous()  # (R_l, n, M_l)
+            products = _production_products(plan, l, phi)
+            lam = products.sum(2).transpose(1, 2).contiguous()  # (R_l, n, M_l)
             if keep:
-                confs[l] = conf
+                confs[l] = products
         elif plan.mode == TOPDOWN:
             tt = plan.Tt[l + 1]
             if phi.shape[1] == 1 and tt.shape[0] >= 32:  # one example: a product and a sum beat many tiny gemms

@@ -347,9 +347,9 @@ class LadderModel:
                 for l in range(1, d + 1):
                     joint = self.level_prods[l - 1] if lad.mode == TOPDOWN else None
                     if joint is not None:  # the parents' productions, under the parents' plates
-                        table, rules, place = joint
+                        prod_table, rules, place = joint
                         parent = out[f"z_{l - 1}"].long()
-                        fn = IndexedCategorical(table, self.region_index[l - 1] * lad.events[l - 1] + parent,
+                        fn = IndexedCategorical(prod_table, self.region_index[l - 1] * lad.events[l - 1] + parent,
                                                 generator, compact)
                         k = out[self.production_site(l - 1)] = pyro.sample(self.production_site(l - 1), fn)
                     level_plates.enter_context(plates[l])
@@ -573,6 +573,7 @@ class LadderModel:
                 for l in range(1, d + 1):
                     joint = prods[l - 1]
                     for a in range(lad.num_regions[l - 1]) if joint is not None else ():
+                        assert joint is not None  # the loop runs only on a level of productions
                         rules, probs = joint[0][a], joint[1][a]  # (m, K, b), (m, K)
                         za = z[off[l - 1] + a]
                         k = pyro.sample(f"prod_{off[l - 1] + a}", dist.Categorical(probs=Vindex(probs)[za, :]))
