@@ -8,11 +8,11 @@ from p(y | x); then, level by level, each child from
 - bottom-up: the configuration of a parent's children (then split into one event per child) from
   p(config | z_a = j, x) proportional to conf_a(config) 1[lookup_a(config) = j].
 
-Any other ladder (regions of several parents): ancestral sampling on the junction tree of
-:mod:`inference.junction_tree`.  Every region of a clique's separator is eliminated after its region v, so in
-reverse elimination order each v is drawn from p(z_v | separator, x) proportional to exp of the clique's upward
-table (:meth:`~inference.junction_tree.JunctionTree.conditional`) at the separator's drawn events: the MAP's
-traceback with a draw in place of the argmax.
+Any other ladder (regions of several parents, or children drawn jointly by productions): ancestral sampling on
+the junction tree of :mod:`inference.junction_tree`.  Every region of a clique's separator is eliminated after its
+region v, so in reverse elimination order each v is drawn from p(z_v | separator, x) proportional to exp of the
+clique's upward table (:meth:`~inference.junction_tree.JunctionTree.conditional`) at the separator's drawn events:
+the MAP's traceback with a draw in place of the argmax.
 
 Every uniform is drawn up front (one per region and draw; bottom-up trees use that of a parent's first child
 for its children's configuration), so the draws depend only on the seed and the device, not on the size of
@@ -111,7 +111,9 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
     x = x.detach().to(dev)
     n = x.shape[0]
     up = jt = None
-    if ladder.is_tree():
+    # the tree draws take each child from P(z_c | z_a) alone; jointly drawn children are drawn on the junction tree
+    tree = ladder.is_tree() and ladder.productions is None
+    if tree:
         plan = tree_plan(ladder, dev)
         up = upward(plan, *leaf_factors(plan, x), keep=True)
         scaled = up.log_z
@@ -121,10 +123,10 @@ def posterior_event_draws(ladder: Ladder, x: torch.Tensor, num_draws: int = 500,
         try:
             jt = JunctionTree(ladder, max_clique)
         except ValueError:  # beyond max_clique: on a tree the scaled pass's verdict stands
-            if ladder.is_tree():
+            if tree:
                 raise_impossible(scaled)
             raise
-        psi, jt_up, _ = jt.calibrate(_factors(ladder, x, dev), n, down=False)
+        psi, jt_up, _ = jt.calibrate(_factors(ladder, x, dev, jt.max_clique), n, down=False)
         raise_impossible(jt.log_z(jt_up, n))
     # every uniform is drawn up front, in one call, so the draws depend only on the seed
     gen = torch.Generator(device=dev).manual_seed(seed)

@@ -65,7 +65,7 @@ def junction_posterior(g: Ladder, jt: JunctionTree, x: torch.Tensor, dev: torch.
     (n, m_0)]`` and, when ``marginals``, p(z_{l,i} = k | x) ``(n, R_l, events[l])`` of every level l (zero beyond
     a region's own event count).  Impossible examples get log p(x) = -inf and nan marginals (the caller raises)."""
     n, levels = x.shape[0], zip(g.num_regions, g.events, strict=True)
-    psi, up, dn = jt.calibrate(_factors(g, x, dev), n)
+    psi, up, dn = jt.calibrate(_factors(g, x, dev, jt.max_clique), n)
     out: list[torch.Tensor | None] = [jt.log_z(up, n), None]  # p(y | x) read at v = 0, which every pass reads
     out += [torch.zeros(n, r, m, dtype=torch.float64, device=dev) for r, m in levels] if marginals else []
     for v in range(g.total_regions) if marginals else [0]:
@@ -87,7 +87,7 @@ def junction_map(g: Ladder, x: torch.Tensor, dev: torch.device, *, max_clique: i
     probable configurations go to the smallest event)."""
     jt = JunctionTree(g, max_clique)
     n = x.shape[0]
-    psi, up, _ = jt.calibrate(_factors(g, x.detach().to(dev), dev), n, down=False, reduce=torch.amax)
+    psi, up, _ = jt.calibrate(_factors(g, x.detach().to(dev), dev, jt.max_clique), n, down=False, reduce=torch.amax)
     best = jt.log_z(up, n)
     z = torch.zeros(n, g.total_regions, dtype=torch.int64, device=dev)
     ar = torch.arange(n, device=dev)

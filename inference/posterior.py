@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from teachers.ladder import Ladder
+from teachers.ladder import Ladder, _joint_law
 
 from ._checks import check_chunk_size, check_device, check_ladder, raise_impossible
 from .event_draws import posterior_event_draws
@@ -171,7 +171,7 @@ def posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False, chunk
     :param method: ``"auto"``, ``"tree"`` (trees only) or ``"junction-tree"`` (any ladder; :data:`METHODS`).
     :raises ValueError: bad shapes or arguments, an example of probability 0 (:func:`raise_impossible`).
     """
-    check_ladder(ladder)
+    _joint_law(check_ladder(ladder), "the posterior")
     ladder.emission.check_input(x, "x")
     dev = check_device(device, x)
     if method not in METHODS:
@@ -233,7 +233,7 @@ def map_events(ladder: Ladder, x: torch.Tensor, *, max_clique: int = MAX_CLIQUE,
         event).
     :raises ValueError: bad shapes, a clique beyond ``max_clique``, an example of probability 0.
     """
-    check_ladder(ladder)
+    _joint_law(check_ladder(ladder), "the posterior")
     ladder.emission.check_input(x, "x")
     z, best = junction_map(ladder, x, check_device(device, x), max_clique=max_clique)
     raise_impossible(best)
@@ -252,7 +252,7 @@ def bayes_optimal_accuracy(ladder: Ladder, x: torch.Tensor, y: torch.Tensor | No
     """
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size: expected a positive integer or None, got {batch_size!r}")
-    check_ladder(ladder).emission.check_input(x, "x")
+    _joint_law(check_ladder(ladder), "the posterior").emission.check_input(x, "x")
     if y is not None and tuple(y.shape) != (x.shape[0],):
         raise ValueError(f"y: expected shape ({x.shape[0]},), got {tuple(y.shape)}")
     step = max(1, x.shape[0] if batch_size is None else batch_size)

@@ -13,6 +13,10 @@ top-down
     msg_r(j) = sum_k P(z_r = k | z_a = j) phi_r(k) for the parent a of r (one ``bmm`` per level),
     lambda_a(j) = prod_{children r of a} msg_r(j), phi_a = lambda_a / s_a with s_a = max_j lambda_a(j);
     log p(x) = log sum_y P(y) phi_root(y) + sum of every log c_r and log s_a;
+    on a level whose regions draw their b children jointly (:mod:`teachers.productions`: production k of event j
+    of region a has the children rules[a, j, k] and probability probs[a, j, k]), the children's product replaces
+    the product of messages: conf_a(j, k) = probs[a, j, k] prod_i phi_{c_i}(rules[a, j, k, i]) and
+    lambda_a(j) = sum_k conf_a(j, k), in O(m K b) per region and example (K productions), not O(m m_child^b);
 bottom-up
     at a leaf r: phi_r(k) = P(z_r = k) p(x_r | z_r = k) / c_r; for a region a with children c_1..c_b,
     conf_a(k_1..k_b) = prod_i phi_{c_i}(k_i) (outer products, first child most significant) and
@@ -23,6 +27,8 @@ Downward pass (the posterior marginals q_r(k) = p(z_r = k | x); every scale canc
 
 top-down
     q_r(k) = phi_r(k) sum_j q_a(j) P(z_r = k | z_a = j) / msg_r(j)   (one ``bmm`` per level);
+    productions: w_a(j, k) = q_a(j) conf_a(j, k) / lambda_a(j), the posterior of (z_a, production), and
+    q_{c_i}(c) = sum of w_a(j, k) over rules[a, j, k, i] = c (one ``scatter_add`` per child place);
 bottom-up
     w_a(k) = conf_a(k) q_a(lookup_a(k)) / lambda_a(lookup_a(k)), and q_{c_i}(k_i) = the sum of w_a over the other
     children's digits.
@@ -45,7 +51,7 @@ from typing import Any
 import torch
 
 from teachers.emission import OneHotEmission
-from teachers.ladder import TOPDOWN, Ladder, _independent_children, _known
+from teachers.ladder import TOPDOWN, Ladder, _known
 
 __all__ = ["TINY", "TreePlan", "Upward", "downward", "leaf_factors", "log_messages", "tree_plan", "upward"]
 
@@ -77,7 +83,11 @@ class TreePlan:
     Top-down: ``prior`` ``(m_0,)``, ``T[l]`` ``(R_l, M_{l-1}, M_l)`` and ``Tt[l]`` (its transpose, contiguous),
     zero-padded; ``parent[l]`` ``(R_l,)``; ``branch[l]`` b when region a of level l has the children
     ``a*b .. a*b + b - 1`` of level l + 1, else None and ``kids[l]`` ``(R_l * b_max,)`` their indices padded
-    with ``R_{l+1}`` (a row of ones).  Bottom-up: ``leaf_prior`` ``(R_d, 1, m_d)``, ``groups[l]``.
+    with ``R_{l+1}`` (a row of ones); ``prods[l]`` None, or where the regions of level l draw their children
+    jointly ``(rows, probs)``: ``rows`` ``(b, R_l * m_l * K)`` int64, ``rows[i, (a * m_l + j) * K + k]`` =
+    ``a * M_{l+1} + rules[a, j, k, i]`` (child i's event as a row of the level's ``(R_l * M_{l+1}, n)`` layout
+    of place i), and ``probs`` ``(R_l, m_l, K, 1)``.
+    Bottom-up: ``leaf_prior`` ``(R_d, 1, m_d)``, ``groups[l]``.
     ``per_example``: float64 values of the largest per-level temporary per example, ``emission_elements`` those of
     the emission's ``(R_d, m_d, dim)`` temporary (0 for one-hot leaves, which skip it): for chunking.
     """
@@ -94,6 +104,7 @@ class TreePlan:
     parent: list = field(default_factory=list)
     branch: list = field(default_factory=list)
     kids: list = field(default_factory=list)
+    prods: list = field(default_factory=list)
     leaf_prior: torch.Tensor | None = None
     groups: list = field(default_factory=list)
     key: tuple = ()
@@ -121,7 +132,6 @@ def tree_plan(ladder: Ladder, device: torch.device) -> TreePlan:
 
 
 def _build(ladder: Ladder, device: torch.device, key: tuple) -> TreePlan:
-    _independent_children(ladder, "the tree sum-product")
     if not ladder.is_tree():
         raise ValueError("tree_plan: regions of this ladder have several parents; use the junction tree")
     d, R, M = ladder.depth, ladder.num_regions, ladder.events
@@ -140,6 +150,7 @@ def _build(ladder: Ladder, device: torch.device, key: tuple) -> TreePlan:
             p.T.append(t)
             p.Tt.append(t.transpose(1, 2).contiguous())
             p.parent.append(ladder.parent_index(l).to(device))
+        p.prods = [_plan_productions(ladder, l, device) for l in range(d)]
     else:
         p.leaf_prior = _known(ladder.leaf_prior, "leaf_prior", "a bottom-up ladder").to(**f64)[:, None, :]
         for l in range(d):
@@ -157,11 +168,27 @@ def _build(ladder: Ladder, device: torch.device, key: tuple) -> TreePlan:
             p.kids.append(torch.tensor(pad, dtype=torch.int64, device=device).reshape(-1))
     if p.mode == TOPDOWN:
         size = max(R[l] * max(M[l], M[l - 1]) for l in range(1, d + 1))
+        size = max([size] + [R[l] * pr[1].shape[-2] * pr[1].shape[-1] for l, pr in enumerate(p.prods) if pr])
     else:
         size = max(sum(g.index.shape[0] * g.index.shape[2] for g in lvl) for lvl in p.groups)
     p.per_example = max(size, R[-1] * ladder.emission.dim)
     p.emission_elements = 0 if type(ladder.emission) is OneHotEmission else R[-1] * M[-1] * ladder.emission.dim
     return p
+
+
+def _plan_productions(ladder: Ladder, l: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(rows, probs)`` of level l in the plan's layout (:class:`TreePlan`), or None when its children are
+    drawn on their own."""
+    joint = ladder.productions[l] if ladder.productions is not None else None
+    if joint is None:
+        return None
+    # productions exist only on uniform top-down trees (Ladder checks it), so region a's children are a*b .. a*b+b-1
+    R, m, K = ladder.num_regions[l], joint.num_events, joint.num_productions
+    rules = joint.region_rules(R).reshape(R, m * K, joint.arity).transpose(1, 2)  # (R, b, m K)
+    # the row of child i's event in its level's (R_l * M_{l+1}, n) layout of place i: row copies, not gathers
+    rows = (rules + torch.arange(R)[:, None, None] * ladder.events[l + 1]).transpose(0, 1).reshape(joint.arity, -1)
+    probs = joint.region_probs(R).reshape(R, m, K, 1)
+    return (rows.contiguous().to(device), probs.to(device, torch.float64))
 
 
 def _groups(ladder: Ladder, l: int, device: torch.device) -> list[_Group]:
@@ -220,7 +247,8 @@ class Upward:
     :ivar phi: ``phi[l]`` the scaled messages of level l (max 1 per region and example).
     :ivar msg: top-down: ``msg[l]`` ``(R_l, n, M_{l-1})`` each region's message to its parent (phi[l]'s scale).
     :ivar lam: bottom-up: ``lam[l]`` ``(R_l, n, M_l)`` before rescaling (the scale of its children's phi).
-    :ivar conf: bottom-up: ``conf[l][g]`` ``(G, n, K)`` of every group of level l.
+    :ivar conf: bottom-up: ``conf[l][g]`` ``(G, n, K)`` of every group of level l; top-down, on a level of
+        productions: ``conf[l]`` ``(R_l, M_l, K, n)`` the weighted products conf_a(j, k) (module docstring).
     :ivar log_scale: ``log_scale[l]`` ``(R_l, n, 1)`` the total log scale of region's subtree (``cumulative``).
     :ivar log_z: ``(n,)`` log p(x).
     :ivar label: ``(n, m_0)`` p(y | x) (nan where p(x) = 0).
@@ -257,7 +285,12 @@ def upward(plan: TreePlan, phi: torch.Tensor, log_c: torch.Tensor, *, keep: bool
     logs = log_c.sum(0)  # (n, 1)
     cum: list | None = [None] * d + [log_c.contiguous()] if cumulative else None  # a list exactly when cumulative
     for l in range(d - 1, -1, -1):
-        if plan.mode == TOPDOWN:
+        if plan.mode == TOPDOWN and plan.prods[l] is not None:
+            products = _production_products(plan, l, phi)
+            lam = products.sum(2).transpose(1, 2).contiguous()  # (R_l, n, M_l)
+            if keep:
+                confs[l] = products
+        elif plan.mode == TOPDOWN:
             tt = plan.Tt[l + 1]
             if phi.shape[1] == 1 and tt.shape[0] >= 32:  # one example: a product and a sum beat many tiny gemms
                 msg = (phi.transpose(1, 2) * tt).sum(1, keepdim=True)
@@ -282,6 +315,21 @@ def upward(plan: TreePlan, phi: torch.Tensor, log_c: torch.Tensor, *, keep: bool
     joint = root * _known(plan.prior, "prior", "a top-down ladder") if plan.mode == TOPDOWN else root
     tot = joint.sum(-1, keepdim=True)
     return Upward(phis, msgs, lams, confs, cum, (logs + tot.log()).view(-1), joint / tot)
+
+
+def _production_products(plan: TreePlan, l: int, phi: torch.Tensor) -> torch.Tensor:
+    """conf_a(j, k) = probs[a, j, k] prod_i phi_{c_i}(rules[a, j, k, i]) of every region a of level l
+    ``(R_l, M_l, K, n)`` (examples last: the gathers are row copies), from ``phi`` ``(R_{l+1}, n, M_{l+1})`` of its
+    children (module docstring)."""
+    rows, probs = plan.prods[l]
+    R, n = plan.R[l], phi.shape[1]
+    ch = phi.view(R, rows.shape[0], n, phi.shape[-1]).permute(1, 0, 3, 2)  # (b, R_l, M_{l+1}, n): a uniform tree
+    out: torch.Tensor | None = None
+    for i in range(rows.shape[0]):
+        t = ch[i].reshape(-1, n).index_select(0, rows[i])  # (R_l m K, n)
+        out = t if out is None else out.mul_(t)
+    assert out is not None  # every region has at least one child
+    return out.view(*probs.shape[:-1], n).mul_(probs)
 
 
 def _bottomup_level(plan: TreePlan, l: int, phi: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -318,7 +366,9 @@ def downward(plan: TreePlan, up: Upward) -> list[torch.Tensor]:
     q = up.label[None]  # (1, n, m_0)
     out = [q]
     for l in range(1, plan.depth + 1):
-        if plan.mode == TOPDOWN:
+        if plan.mode == TOPDOWN and plan.prods[l - 1] is not None:
+            q = _production_down(plan, l - 1, q, up)
+        elif plan.mode == TOPDOWN:
             w = q.index_select(0, plan.parent[l]).div_(up.msg[l].clamp(min=TINY))
             q = torch.bmm(w, plan.T[l]).mul_(up.phi[l])
         else:
@@ -326,6 +376,21 @@ def downward(plan: TreePlan, up: Upward) -> list[torch.Tensor]:
         q = q.div_(q.sum(-1, keepdim=True).clamp_(min=TINY))  # exact already; removes rounding
         out.append(q)
     return out
+
+
+def _production_down(plan: TreePlan, l: int, q: torch.Tensor, up: Upward) -> torch.Tensor:
+    """Marginals of level l + 1 ``(R_{l+1}, n, M_{l+1})`` from those of level l, through its productions: w_a(j, k)
+    = q_a(j) conf_a(j, k) / lambda_a(j) summed into each child place by its rules (module docstring)."""
+    rows, _ = plan.prods[l]
+    R, n, M = plan.R[l], q.shape[1], plan.M[l + 1]
+    conf = up.conf[l]  # (R_l, M_l, K, n)
+    ratio = q / conf.sum(2).transpose(1, 2).clamp(min=TINY)  # (R_l, n, M_l)
+    w = conf.mul(ratio.transpose(1, 2).unsqueeze(2)).view(-1, n)  # (R_l M_l K, n)
+    b = rows.shape[0]
+    out = torch.zeros(b, R * M, n, dtype=torch.float64, device=q.device)
+    for i in range(b):
+        out[i].index_add_(0, rows[i], w)
+    return out.view(b, R, M, n).permute(1, 0, 3, 2).reshape(R * b, n, M)
 
 
 def _bottomup_down(plan: TreePlan, l: int, q: torch.Tensor, up: Upward) -> torch.Tensor:

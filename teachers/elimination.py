@@ -19,7 +19,7 @@ from typing import Literal, overload
 
 import torch
 
-from .ladder import TOPDOWN, Ladder, _independent_children, _known
+from .ladder import TOPDOWN, Ladder, _known
 from .ladder import _check_ladder as check_ladder
 
 __all__ = ["MAX_CLIQUE", "EliminationCost", "GraphStatistics", "JunctionTree", "elimination_order", "graph_statistics",
@@ -65,19 +65,23 @@ def _sum_out(t: torch.Tensor, vars_: Sequence[int], keep: Collection[int]) -> _F
     return _Factor(kept, t)
 
 
-def _factors(g: Ladder, x: torch.Tensor | None, device: torch.device | None = None) -> list[_Factor]:
+def _factors(g: Ladder, x: torch.Tensor | None, device: torch.device | None = None,
+             max_entries: int = MAX_CLIQUE) -> list[_Factor]:
     """The factor graph of ``g`` (module docstring), evidence on the leaves when ``x`` is given; every table on
-    ``device`` (default: ``x``'s device, or the CPU without evidence)."""
+    ``device`` (default: ``x``'s device, or the CPU without evidence).  A level of productions gives one dense
+    factor per parent region over (children, parent): a ValueError when it has more than ``max_entries``
+    entries."""
     off, sizes = g.level_offsets, _sizes(g)
     dev = device if device is not None else (x.device if x is not None else torch.device("cpu"))
-    _independent_children(g, "the factor graph (junction tree)")
     with torch.no_grad():
         priors = ([_known(g.prior, "prior", "a top-down ladder")] if g.mode == TOPDOWN
                   else _known(g.leaf_priors, "leaf_priors", "a bottom-up ladder"))
         top = 0 if g.mode == TOPDOWN else off[g.depth]
         out = [_Factor((top + i,), p.to(dev, torch.float64).log()[None]) for i, p in enumerate(priors)]
         for (l, i), scope in _scopes(g):
-            if g.mode == TOPDOWN:
+            if l < 0:  # productions of region i of level -l - 1 over (its children, itself)
+                t = _production_factor(g, -l - 1, i, max_entries).to(dev)
+            elif g.mode == TOPDOWN:
                 t = _known(g.region_tables, "region_tables", "a top-down ladder")[l][i].to(dev, torch.float64).log()
             else:
                 lookup = _known(g.lookups, "lookups", "a bottom-up ladder")[l][i]
@@ -88,6 +92,26 @@ def _factors(g: Ladder, x: torch.Tensor | None, device: torch.device | None = No
             ll = g.emission.log_likelihood(x.to(dev)).double()  # (N, R_d, m)
             out += [_Factor((off[g.depth] + i,), ll[:, i]) for i in range(g.num_regions[-1])]
     return out
+
+
+def _production_factor(g: Ladder, l: int, i: int, max_entries: int) -> torch.Tensor:
+    """log P(z_children = t | z_a = j) of region i of level l, whose children are drawn jointly, as a dense
+    ``(m_child^b, m_l)`` float64 table (children's code first child most significant, then the region's event):
+    the productions' probabilities summed where two productions of one event give one tuple."""
+    joint = _known(g.productions, "productions", "a ladder with productions")[l]
+    assert joint is not None  # _scopes gives a production scope only where the level has productions
+    m, mc, b = g.events[l], g.events[l + 1], joint.arity
+    entries = m * mc**b
+    if entries > max_entries:
+        raise ValueError(f"ladder: the factor graph holds the productions of level {l} as one dense table over a "
+                         f"region and its {b} children ({mc}^{b} x {m} = {entries} entries), more than "
+                         f"max_clique={max_entries}; the exact posterior of this tree (inference.posterior, "
+                         "method='tree') takes the productions without it")
+    codes = joint.codes(mc)  # ([R,] m, K)
+    codes, probs = (codes, joint.probs) if joint.shared else (codes[i], joint.probs[i])
+    t = torch.zeros(m, mc**b, dtype=torch.float64)
+    t.scatter_add_(1, codes, probs.to(torch.float64))
+    return t.T.contiguous().log()
 
 
 def _sizes(g: Ladder) -> list[int]:
@@ -113,11 +137,16 @@ def _global(g: Ladder, r: int | tuple[int, int] | list[int]) -> int:
 # ------------------------------------------------------------------------------------------ elimination
 def _scopes(g: Ladder) -> list[tuple[tuple[int, int], tuple[int, ...]]]:
     """``((l, i), scope)`` of every region's table (top-down) or lookup (bottom-up) factor: the global indices of
-    its parents (top-down) or children (bottom-up), then its own."""
+    its parents (top-down) or children (bottom-up), then its own.  Where the regions of level l draw their
+    children jointly (top-down productions), one factor per region i of level l instead, keyed ``(-l - 1, i)``:
+    its children, then itself."""
     off = g.level_offsets
     if g.mode == TOPDOWN:
-        return [((l, i), (*(off[l - 1] + p for p in ps), off[l] + i))
-                for l in range(1, g.depth + 1) for i, ps in enumerate(g.parents[l])]
+        joint = g.joint_levels()
+        out = [((l, i), (*(off[l - 1] + p for p in ps), off[l] + i))
+               for l in range(1, g.depth + 1) if l - 1 not in joint for i, ps in enumerate(g.parents[l])]
+        return out + [((-l - 1, i), (*(off[l + 1] + c for c in cs), off[l] + i))
+                      for l in joint for i, cs in enumerate(g.children[l])]
     return [((l, i), (*(off[l + 1] + c for c in cs), off[l] + i))
             for l in range(g.depth) for i, cs in enumerate(g.children[l])]
 
@@ -237,6 +266,7 @@ class JunctionTree:
         self.order, self.cliques = _greedy_order(_interaction_graph(g), self.sizes)
         self.cost = _cost(g, self.order, self.cliques)
         _check_limit(self.cost, max_clique)
+        self.max_clique = max_clique  # what _factors allows a dense production factor
         self.chunk = max(1, _CHUNK_ELEMENTS // max(1, self.cost.clique_entries))  # default examples per pass
         self.pos = {v: k for k, v in enumerate(self.order)}
         self.parent = [min((self.pos[u] for u in c[1:]), default=None) for c in self.cliques]
@@ -330,7 +360,7 @@ def region_joint(g: Ladder, regions: Sequence[tuple[int, int]], *, max_clique: i
 
     :param regions: ``(level, index)`` pairs.
     """
-    return _query_joint(g, _factors(g, None), [_global(g, r) for r in regions], max_clique)
+    return _query_joint(g, _factors(g, None, max_entries=max_clique), [_global(g, r) for r in regions], max_clique)
 
 
 def _query_joint(g: Ladder, factors: list[_Factor], query: Sequence[int], max_clique: int) -> torch.Tensor:
@@ -379,7 +409,7 @@ def graph_statistics(g: Ladder, *, max_clique: int = MAX_CLIQUE) -> GraphStatist
     """
     check_ladder(g)
     jt = JunctionTree(g, max_clique)
-    factors = _factors(g, None)
+    factors = _factors(g, None, max_entries=max_clique)
     psi, up, dn = jt.calibrate(factors, 1)
     off = g.level_offsets
     beliefs: dict = {}

@@ -18,7 +18,14 @@ plates that mirror the region tree::
 
 so a level-l site has batch shape ``(N, b_0, ..., b_{l-1}) + (1,) * (d - l)`` and depends on its parent
 level through ordinary plate broadcasting (``max_plate_nesting = d + 1``; ``infer_discrete`` with
-``first_available_dim=-(d + 2)``).  Bottom-up, each level above the leaves is a latent
+``first_available_dim=-(d + 2)``).  Where the regions of level l draw their children jointly
+(:mod:`teachers.productions`), a site ``"prod_l"`` under the plates of level l draws each region's production
+(an :class:`~teachers.categorical.IndexedCategorical` over its event's row of probabilities) and ``"z_{l+1}"``
+is a latent :class:`~teachers.pyro_sites.PointMassCategorical` at ``Vindex(rules)[region, z_l, prod_l, place]``
+(place = the child's index in plate ``level_{l+1}``): ``get_model_relations`` gives ``z_{l+1}`` the parents
+``z_l`` and ``prod_l``, and the whole model enumerates (the production over its K entries, each child over its
+events with a factor of 0 or -inf).  The ``"groups"`` layout refuses productions (a ``ValueError``).
+Bottom-up, each level above the leaves is a latent
 :class:`~teachers.pyro_sites.PointMassCategorical` site at the lookup of the level below; because a parent
 depends on *all* of its children, which live in one plate, that form can be sampled, traced, conditioned and
 inspected (``pyro.infer.inspect.get_model_relations``, ``pyro.render_model``) but not enumerated: enumeration
@@ -67,7 +74,7 @@ import torch.nn.functional as F
 from pyro.ops.indexing import Vindex
 
 from .categorical import BlockRNG, CategoricalTable, IndexedCategorical
-from .ladder import TOPDOWN, Ladder, _check_ladder, _independent_children, _joint_law, _known
+from .ladder import TOPDOWN, Ladder, _check_ladder, _joint_law, _known
 from .pyro_sites import (
     EmissionDistribution,
     PointMassCategorical,
@@ -104,13 +111,14 @@ class LadderModel:
     # plates layout, top-down: level_tables[l] for l >= 1 (None at level 0, whose table is root_table)
     level_tables: list[CategoricalTable | None]
     # plain_model's tables on the device, built on first use: the prior (m_0,) top-down or the leaves' priors
-    # bottom-up, and the regions' tables or lookups per level
-    _plain: tuple[torch.Tensor | list[torch.Tensor], list[list[torch.Tensor]]] | None
+    # bottom-up, and the regions' tables or lookups per level, and per level (rules, probs) (R_l, m_l, K[, b]) where
+    # its regions draw their children jointly
+    _plain: tuple[torch.Tensor | list[torch.Tensor], list[list[torch.Tensor]],
+                  list[tuple[torch.Tensor, torch.Tensor] | None]] | None
 
     def __init__(self, ladder: Ladder, device: torch.device | str | None = None, *, layout: str | None = None,
                  group_regions: bool | None = None) -> None:
-        _independent_children(_check_ladder(ladder), "LadderModel")
-        _joint_law(ladder, "LadderModel")
+        _joint_law(_check_ladder(ladder), "LadderModel")
         if layout is None:
             layout = PLATES if ladder.is_uniform() and group_regions is None else GROUPS
         if layout not in LAYOUTS:
@@ -119,6 +127,10 @@ class LadderModel:
             raise ValueError("layout: 'plates' (nested plates mirroring the tree) needs a uniform tree "
                              "(ladder.is_uniform()); this ladder has several parents per region or uneven "
                              "branching or events: use layout='groups'")
+        if layout == GROUPS and ladder.productions is not None:
+            raise ValueError(f"layout: 'groups' does not take productions yet (this ladder draws the children of "
+                             f"levels {list(ladder.joint_levels())} jointly); use layout='plates' (the default on "
+                             "its uniform tree) or plain_model")
         if layout == PLATES and group_regions is not None:
             raise ValueError("group_regions: only for layout='groups' (grouped sites); the 'plates' layout has "
                              "one site per level")
@@ -148,6 +160,15 @@ class LadderModel:
             self.level_tables = [None, *(CategoricalTable(_known(t, f"tables[{l - 1}]", "a uniform tree")
                                                           .reshape(-1, ladder.events[l]), device=self.device)
                                          for l, t in enumerate(tables, start=1))]
+            # level_prods[l]: where the regions of level l draw their children jointly, (the CategoricalTable of
+            # the (R_l * m_l, K) production probabilities, the (R_l, m_l, K, b) rules, the places of the children
+            # shaped for plate level_{l+1}), else None
+            self.level_prods = [None if p is None else (
+                CategoricalTable(p.region_probs(ladder.num_regions[l]).reshape(-1, p.num_productions),
+                                 device=self.device),
+                p.region_rules(ladder.num_regions[l]).to(self.device),
+                torch.arange(p.arity, device=self.device).reshape(-1, *([1] * (d - l - 1))))
+                for l, p in enumerate(ladder.productions or [None] * d)]
         else:
             self.leaf_table = CategoricalTable(_known(ladder.leaf_prior, "leaf_prior", "a bottom-up ladder"),
                                                device=self.device)
@@ -211,10 +232,22 @@ class LadderModel:
         return [name for name, _l, _idx in self._sites()]
 
     def sample_site_names(self) -> list[str]:
-        """The event sites that are random (topdown: all; bottomup: the leaves; the regions above them are point
-        masses at the lookup of their children's events)."""
-        d = self.ladder.depth
-        return [name for name, l, _idx in self._sites() if self.ladder.mode == TOPDOWN or l == d]
+        """The event sites that are random (topdown: all but the children of regions that draw them jointly,
+        which are point masses at their place in their parent's production; bottomup: the leaves; the regions
+        above them are point masses at the lookup of their children's events)."""
+        d, joint = self.ladder.depth, self.ladder.joint_levels()
+        return [name for name, l, _idx in self._sites()
+                if (self.ladder.mode == TOPDOWN and l - 1 not in joint) or (l == d and self.ladder.mode != TOPDOWN)]
+
+    def production_site(self, level: int) -> str:
+        """The site of the productions that the regions of ``level`` draw (their children jointly;
+        :mod:`teachers.productions`): ``"prod_{level}"``, under the plates of ``level`` (plates layout)."""
+        self._require_plates("production_site")
+        return f"prod_{level}"
+
+    def production_site_names(self) -> list[str]:
+        """The production sites of :meth:`model` (one per level whose regions draw their children jointly)."""
+        return [self.production_site(l) for l in self.ladder.joint_levels()] if self.layout == PLATES else []
 
     def regions_of(self, site: str) -> tuple[int, tuple[int, ...]]:
         """``(level, region indices)`` of the columns of an event site (plates: ``"z_l"`` covers level l)."""
@@ -312,8 +345,20 @@ class LadderModel:
                                             generator, compact)
                     out["z_0"] = pyro.sample("z_0", fn, obs=observed(fn, y_obs))
                 for l in range(1, d + 1):
+                    joint = self.level_prods[l - 1] if lad.mode == TOPDOWN else None
+                    if joint is not None:  # the parents' productions, under the parents' plates
+                        prod_table, rules, place = joint
+                        parent = out[f"z_{l - 1}"].long()
+                        fn = IndexedCategorical(prod_table, self.region_index[l - 1] * lad.events[l - 1] + parent,
+                                                generator, compact)
+                        k = out[self.production_site(l - 1)] = pyro.sample(self.production_site(l - 1), fn)
                     level_plates.enter_context(plates[l])
-                    if lad.mode == TOPDOWN:
+                    if joint is not None:  # each child: its place in its parent's production, a point mass
+                        value = Vindex(rules)[self.region_index[l - 1].long(), parent, k.long(), place]
+                        narrow = torch.uint8 if lad.events[l] <= 256 else torch.int32  # as IndexedCategorical's
+                        fn = PointMassCategorical(value.to(narrow) if compact else value, lad.events[l])
+                        out[f"z_{l}"] = pyro.sample(f"z_{l}", fn, obs=observed(fn, leaves_obs) if l == d else None)
+                    elif lad.mode == TOPDOWN:
                         row = self.region_index[l] * lad.events[l - 1] + out[f"z_{l - 1}"]
                         table = self.level_tables[l]
                         assert table is not None  # l >= 1
@@ -493,6 +538,9 @@ class LadderModel:
         with a one-hot row picked by the lookup table; ``TraceEnum_ELBO(max_plate_nesting=1)``,
         ``infer_discrete(first_available_dim=-2)``), which makes it the reference for exact inference on small
         ladders, and the baseline of the sampling benchmark.  Leaf inputs are sites ``"x_<r>"`` (leaf region r).
+        A region g whose children are drawn jointly (:mod:`teachers.productions`) draws its production at the site
+        ``"prod_<g>"`` (Categorical over its event's row of probabilities) and each child is a Categorical with a
+        one-hot row at its place in that production.
         """
         lad = self.ladder
         n = check_num_examples(num_examples, x, None, lad)
@@ -502,8 +550,10 @@ class LadderModel:
                            else [p.to(dev) for p in _known(lad.leaf_priors, "leaf_priors", "a bottom-up ladder")],
                            [[t.to(dev) for t in lvl]
                             for lvl in (_known(lad.region_tables, "region_tables", "a top-down ladder") if top
-                                        else _known(lad.lookups, "lookups", "a bottom-up ladder"))])
-        first, tables = self._plain
+                                        else _known(lad.lookups, "lookups", "a bottom-up ladder"))],
+                           [None if p is None else (p.region_rules(r).to(dev), p.region_probs(r).to(dev))
+                            for p, r in zip(lad.productions or [None] * lad.depth, lad.num_regions, strict=False)])
+        first, tables, prods = self._plain
         z: dict[int, torch.Tensor] = {}
         off, ev = lad.level_offsets, lad.region_events
         d = lad.depth
@@ -521,7 +571,17 @@ class LadderModel:
                 assert isinstance(first, torch.Tensor)  # top-down: the prior
                 z[0] = pyro.sample("z_0", dist.Categorical(probs=first))
                 for l in range(1, d + 1):
-                    for i in range(lad.num_regions[l]):
+                    joint = prods[l - 1]
+                    for a in range(lad.num_regions[l - 1]) if joint is not None else ():
+                        assert joint is not None  # the loop runs only on a level of productions
+                        rules, probs = joint[0][a], joint[1][a]  # (m, K, b), (m, K)
+                        za = z[off[l - 1] + a]
+                        k = pyro.sample(f"prod_{off[l - 1] + a}", dist.Categorical(probs=Vindex(probs)[za, :]))
+                        for j, c in enumerate(lad.children[l - 1][a]):
+                            event = Vindex(rules[..., j])[za, k]
+                            z[off[l] + c] = pyro.sample(f"z_{off[l] + c}", dist.Categorical(
+                                probs=F.one_hot(event, ev[l][c]).to(torch.float64)))
+                    for i in range(lad.num_regions[l]) if joint is None else ():
                         probs = Vindex(tables[l][i])[code_of(l - 1, lad.parents[l][i]), :]
                         z[off[l] + i] = pyro.sample(f"z_{off[l] + i}", dist.Categorical(probs=probs))
             else:

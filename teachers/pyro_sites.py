@@ -168,7 +168,7 @@ def deterministic_site(name: str, value: torch.Tensor) -> torch.Tensor:
     return pyro.deterministic(name, value.to(torch.float64), event_dim=0)
 
 
-def observed(fn: IndexedCategorical, value: torch.Tensor | None) -> torch.Tensor | None:
+def observed(fn: IndexedCategorical | PointMassCategorical, value: torch.Tensor | None) -> torch.Tensor | None:
     """An observed event tensor as int64, checked first by ``fn``'s own validation when it is on (torch's
     ``ValueError`` for values outside the support, instead of an ``IndexError`` in the tables later)."""
     if value is None:

@@ -141,13 +141,15 @@ def test_rhm_memory_is_in_the_productions_size() -> None:
 
 def test_a_pairwise_view_is_never_sampled_or_modelled() -> None:
     """The shallow student's flat view keeps P(z_leaf | y) per leaf, not the teacher's joint law of the leaves."""
+    from inference.posterior import posterior
     from smaso.student.shallow import flat_ladder
     from teachers import LadderModel, sample_ladder
 
     teacher = Ladder.rhm(4, 2, 2, 2, 2)
     flat = flat_ladder(teacher)
     assert flat.pairwise_view_of == teacher.name
-    for call in (lambda: sample_ladder(flat, 4), lambda: LadderModel(flat)):
+    x = sample_ladder(teacher, 4).inputs(dtype=torch.float64)
+    for call in (lambda: sample_ladder(flat, 4), lambda: LadderModel(flat), lambda: posterior(flat, x)):
         with pytest.raises(ValueError, match="pairwise view"):
             call()
     sample_ladder(teacher, 4)  # the teacher itself samples
