@@ -35,6 +35,12 @@ def readout_ladder(ladder: Ladder) -> Ladder:
     parents = [[()], [(0,)], *ladder.parents[1:]]
     common: dict[str, Any] = {"events": events, "parents": parents, "mode": ladder.mode,
                               "emission": ladder.emission, "name": f"{ladder.name}+readout"}
+    if ladder.productions is not None:  # jointly drawn children stay so (only on uniform trees): the same levels
+        eye = torch.eye(m, dtype=torch.float64)
+        return Ladder([1, *ladder.branching], [m, *ladder.events], prior=ladder.prior,  # type: ignore[misc]
+                      tables=[eye, *(None if p is not None else t for t, p in zip(ladder.tables, ladder.productions,
+                                                                                  strict=True))],
+                      productions=[None, *ladder.productions], emission=ladder.emission, name=common["name"])
     if ladder.mode == TOPDOWN:
         eye = torch.eye(m, dtype=torch.float64)
         return Ladder(**common, prior=ladder.prior, tables=[[eye], *ladder.region_tables[1:]])  # type: ignore[index]  # top-down
