@@ -107,8 +107,9 @@ def topdown_log_messages(ladder: Ladder, ll: torch.Tensor) -> list[torch.Tensor]
     lam = [ll.double()]
     for l in range(ladder.depth - 1, -1, -1):
         R = ladder.num_regions[l]
-        if joint[l] is not None:
-            up = production_log_messages(joint[l], lam[0], R)
+        level = joint[l]
+        if level is not None:
+            up = production_log_messages(level, lam[0], R)
         else:  # independent children: each sends logsumexp_c log T(c | a) + lam(c); the parent sums them
             msg = torch.logsumexp(tables[l].log()[None] + lam[0][:, :, None, :], -1)  # (n, R_{l+1}, m_l)
             up = msg.reshape(msg.shape[0], R, b[l], -1).sum(2)

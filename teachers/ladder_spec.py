@@ -128,7 +128,7 @@ class LadderSpecIO:
                                       for i, t in enumerate(f["factor_tables"])))
         tables, joint = d.get("tables"), d.get("productions")
         if joint is not None:  # the placeholders of to_dict (check_spec: where one is, the other is not)
-            tables = [None if _empty(t) else t for t in tables]
+            tables = [None if _empty(t) else t for t in tables or ()]
             joint = [None if _empty(p) else p for p in joint]
         lad = cls(d["branching"], d["events"], mode=d["mode"], prior=d.get("prior"), tables=tables,
                   leaf_prior=d.get("leaf_prior"), lookup=d.get("lookup"), emission=d.get("emission"),
@@ -182,12 +182,13 @@ def rhm_from_dict(d: dict, ladder: Ladder) -> RHMParams:
     the v^s tuples per level)."""
     params = RHMParams(**{k: d[k] for k in RHM_FIELDS if k in d})
     p = params
-    if ladder.mode != TOPDOWN or not ladder.is_uniform() or tuple(ladder.branching) != (p.s,) * p.L or \
+    if ladder.mode != TOPDOWN or not ladder.is_uniform() or ladder.branching != (p.s,) * p.L or \
             tuple(ladder.events) != (p.n_classes, *(p.v,) * p.L):
         raise LadderSpecError(f"rhm: an RHM with s = {p.s}, L = {p.L}, n_c = {p.n_classes}, v = {p.v} is a top-down "
                               f"tree of branching {[p.s] * p.L} and events {[p.n_classes, *[p.v] * p.L]}; this spec "
                               f"has {ladder!r}")
-    if not torch.equal(ladder.prior, torch.full((p.n_classes,), 1.0 / p.n_classes, dtype=torch.float64)):
+    uniform = torch.full((p.n_classes,), 1.0 / p.n_classes, dtype=torch.float64)
+    if ladder.prior is None or not torch.equal(ladder.prior, uniform):
         raise LadderSpecError(f"rhm: an RHM's classes are uniform, but prior is not 1/{p.n_classes} everywhere")
     joint = ladder.productions or (None,) * ladder.depth
     for l, (want, got) in enumerate(zip(rhm_rules(params), joint, strict=True)):
