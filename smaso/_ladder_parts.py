@@ -18,9 +18,10 @@ from typing import TypeVar
 import torch
 
 from teachers.ladder import Ladder, _known
+from teachers.productions import Productions
 
-__all__ = ["at_level", "leaf_prior", "leaf_priors", "lookups", "prior", "region_tables", "stacked_lookups",
-           "stacked_tables", "uniform_branching"]
+__all__ = ["at_level", "leaf_prior", "leaf_priors", "lookups", "prior", "production_log_messages", "region_tables",
+           "stacked_lookups", "stacked_tables", "topdown_log_messages", "uniform_branching"]
 
 _T = TypeVar("_T")
 
@@ -47,7 +48,10 @@ def prior(ladder: Ladder) -> torch.Tensor:
 
 
 def stacked_tables(ladder: Ladder) -> tuple[torch.Tensor, ...]:
-    """Top-down: ``tables[l-1]`` of level l stacked, ``(R_l, rows, m_l)``, every level's regions of one shape."""
+    """Top-down: ``tables[l-1]`` of level l stacked, ``(R_l, rows, m_l)``, every level's regions of one shape.
+    Where the level above draws its children jointly (``ladder.productions``) these are the children's
+    marginal tables P(z_child | z_parent): right for anything pairwise along edges, wrong for the siblings'
+    joint law (read the productions for that, e.g. :func:`production_log_messages`)."""
     tables = _known(ladder.tables, "tables", "a top-down ladder")
     return tuple(_known(t, f"tables[{l - 1}]", f"a level whose regions' tables share one shape (level {l}'s do not)")
                  for l, t in enumerate(tables, 1))
@@ -78,3 +82,36 @@ def stacked_lookups(ladder: Ladder) -> tuple[torch.Tensor, ...]:
 def lookups(ladder: Ladder) -> tuple[tuple[torch.Tensor, ...], ...]:
     """Bottom-up: ``lookups[l][i]`` ``(prod child m,)`` int64 for every region above the leaves."""
     return _known(ladder.lookups, "lookups", "a bottom-up ladder")
+
+
+def production_log_messages(joint: Productions, lam: torch.Tensor, num_regions: int) -> torch.Tensor:
+    """The upward message through a level whose regions draw their ``b`` children jointly
+    (:mod:`teachers.productions`): log p(x below r | z_r = a) = log sum_k probs[r, a, k]
+    exp(sum_j lam[:, r b + j, rules[r, a, k, j]]), from the children's ``lam`` ``(n, R b, m_child)`` (log-space,
+    -inf allowed): ``(n, R, m)`` float64.  The siblings' joint law enters here, not their marginal tables."""
+    rules, probs = joint.region_rules(num_regions), joint.region_probs(num_regions)  # (R, m, K, b), (R, m, K)
+    n, b = lam.shape[0], joint.arity
+    own = lam.reshape(n, num_regions, b, -1)
+    # gather each child's message at its event in every production: (n, R, m, K, b)
+    at = own[:, torch.arange(num_regions)[:, None, None, None], torch.arange(b), rules]
+    return torch.logsumexp(probs.log() + at.sum(-1), -1)
+
+
+def topdown_log_messages(ladder: Ladder, ll: torch.Tensor) -> list[torch.Tensor]:
+    """Top-down uniform tree: lambda of every level, log p(x below r | z_r) ``(n, R_l, m_l)`` float64, from the
+    leaf log-likelihoods ``ll`` ``(n, R_d, m_d)`` (0 = an unobserved leaf), through tables or productions
+    (:func:`production_log_messages`) level by level.  (:func:`inference.sum_product.log_messages` is the scaled
+    pass for ladders without productions.)"""
+    b = uniform_branching(ladder)
+    tables, joint = stacked_tables(ladder), ladder.productions or (None,) * ladder.depth
+    lam = [ll.double()]
+    for l in range(ladder.depth - 1, -1, -1):
+        R = ladder.num_regions[l]
+        level = joint[l]
+        if level is not None:
+            up = production_log_messages(level, lam[0], R)
+        else:  # independent children: each sends logsumexp_c log T(c | a) + lam(c); the parent sums them
+            msg = torch.logsumexp(tables[l].log()[None] + lam[0][:, :, None, :], -1)  # (n, R_{l+1}, m_l)
+            up = msg.reshape(msg.shape[0], R, b[l], -1).sum(2)
+        lam.insert(0, up)
+    return lam

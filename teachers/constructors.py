@@ -380,6 +380,7 @@ class LadderConstructors:
         k = b[d - 1] - 1
         parents = [list(lvl) for lvl in base.parents]
         parents[d][k] = (0, 1)
+        # base is Ladder.random's: its children are drawn independently (no productions), so its tables are the law
         marg = base.prior  # P(z_c') down the path root -> c' (region 1 of level d-1)
         for l in range(1, d):
             marg = marg @ base.tables[l - 1][(1 if l == d - 1 else 0)]

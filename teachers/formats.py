@@ -295,7 +295,7 @@ def region_events(ladder: Ladder) -> np.ndarray:
 def stored_spec(ladder: Ladder) -> dict:
     """The spec a file or store keeps (module docstring), before its arrays are split off."""
     d = ladder.to_dict()
-    if ladder.is_uniform():
+    if ladder.is_uniform():  # (productions exist only on uniform trees: to_dict writes them, and rhm)
         return d
     d["packed"] = True
     key, levels = (("tables", _known(ladder.region_tables, "region_tables", "a top-down ladder")[1:])

@@ -569,7 +569,9 @@ class Ladder(LadderConstructors, LadderSpecIO):
             for t in levels or ():
                 tensors += [t] if isinstance(t, torch.Tensor) else list(t)
         tensors += [v for v in vars(self.emission).values() if isinstance(v, torch.Tensor)]
-        return (id(self.emission), *((id(t), t._version) for t in tensors if isinstance(t, torch.Tensor)))
+        # (rhm_params: the spec, hence the fingerprint, carries them)
+        return (id(self.emission), self.rhm_params,
+                *((id(t), t._version) for t in tensors if isinstance(t, torch.Tensor)))
 
     # ------------------------------------------------------------------ for people
     def describe(self) -> str:

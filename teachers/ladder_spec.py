@@ -13,13 +13,14 @@ import numpy as np
 import torch
 
 from .regions import parse_region_tree
-from .spec_check import check_spec
+from .rhm import RHMParams, rhm_rules
+from .spec_check import RHM_FIELDS, check_spec
 from .validation import TOPDOWN, Factorization, LadderSpecError, _as_float64
 
 if TYPE_CHECKING:
     from .ladder import Ladder
 
-__all__ = ["FORMAT", "GRAPH_FORMAT_V1", "SPEC_VERSION", "LadderSpecIO"]
+__all__ = ["FORMAT", "GRAPH_FORMAT_V1", "RHM_FIELDS", "SPEC_VERSION", "LadderSpecIO", "rhm_from_dict", "rhm_to_dict"]
 
 FORMAT = "smaso-ladder"
 #: Version of the spec :meth:`LadderSpecIO.to_dict` writes: 2 holds trees (``branching``) and region graphs
@@ -80,15 +81,19 @@ class LadderSpecIO:
         if self.mode == TOPDOWN:
             d["prior"] = self.prior
             joint = self._productions or (None,) * self.depth
-            d["tables"] = [None if p is not None else t if isinstance(t, torch.Tensor) else list(t)
+            # a level drawn jointly has its productions and an empty table ([], its marginals are derived); one
+            # drawn independently its table and empty productions ({}): no null, which TOML cannot write
+            d["tables"] = [[] if p is not None else t if isinstance(t, torch.Tensor) else list(t)
                            for t, p in zip(self._tables, joint, strict=True)]
             if self._productions is not None:
-                d["productions"] = [None if p is None else {"rules": p.rules, "probs": p.probs} for p in joint]
+                d["productions"] = [{} if p is None else {"rules": p.rules, "probs": p.probs} for p in joint]
         else:
             d["leaf_prior"] = self._leaf_prior
             d["lookup"] = [t if isinstance(t, torch.Tensor) else list(t) for t in self._lookup]
         if self._region_names is not None:
             d["region_names"] = list(self._region_names)
+        if self.rhm_params is not None:
+            d["rhm"] = rhm_to_dict(self.rhm_params)
         if self.factorization is not None:
             f = self.factorization
             d["factorization"] = {"factors": list(f.factors), "root_factor_priors": f.root_factor_priors,
@@ -121,12 +126,18 @@ class LadderSpecIO:
                                 _as_float64(f["root_factor_priors"], "factorization.root_factor_priors"),
                                 tuple(_as_float64(t, f"factorization.factor_tables[{i}]")
                                       for i, t in enumerate(f["factor_tables"])))
-        lad = cls(d["branching"], d["events"], mode=d["mode"], prior=d.get("prior"), tables=d.get("tables"),
+        tables, joint = d.get("tables"), d.get("productions")
+        if joint is not None:  # the placeholders of to_dict (check_spec: where one is, the other is not)
+            tables = [None if _empty(t) else t for t in tables or ()]
+            joint = [None if _empty(p) else p for p in joint]
+        lad = cls(d["branching"], d["events"], mode=d["mode"], prior=d.get("prior"), tables=tables,
                   leaf_prior=d.get("leaf_prior"), lookup=d.get("lookup"), emission=d.get("emission"),
                   name=d.get("name") or "ladder", factorization=fac, region_names=names,
-                  productions=d.get("productions"))
+                  productions=joint)
         if fac is not None:
             _check_factorization(fac, lad)
+        if d.get("rhm") is not None:
+            lad.rhm_params = rhm_from_dict(d["rhm"], lad)
         return lad
 
     @classmethod
@@ -146,6 +157,47 @@ class LadderSpecIO:
                        name=spec.get("name") or "graph-ladder", **kw)
         except LadderSpecError as e:  # name the field as this file spells it
             raise LadderSpecError(_graph_v1_field(str(e))) from None
+
+
+def _empty(v: Any) -> bool:
+    """Whether ``v`` is a spec's placeholder for a level's absent table or productions: null, [] or {}."""
+    if isinstance(v, list | tuple | dict):
+        return len(v) == 0
+    if isinstance(v, torch.Tensor):
+        return v.numel() == 0
+    return v is None or (isinstance(v, np.ndarray) and v.size == 0)
+
+
+def rhm_to_dict(params: RHMParams) -> dict:
+    """The spec's ``rhm`` table: the Random Hierarchy Model's parameters (:class:`~teachers.rhm.RHMParams`)."""
+    return {k: getattr(params, k) for k in RHM_FIELDS}
+
+
+def rhm_from_dict(d: dict, ladder: Ladder) -> RHMParams:
+    """The parameters of a spec's ``rhm`` table (fields checked by :func:`~teachers.spec_check.check_spec`),
+    checked against the ``ladder`` the spec built: the layout (branching s, events n_c then v), the uniform
+    class prior, and every level's productions equal bit for bit to the rules :func:`~teachers.rhm.rhm_rules`
+    deals from the seed, uniform over the m synonyms.  So a loaded RHM knows its parameters (P_max, n_c m^L)
+    only when they are the ones that made it; the check costs what :meth:`Ladder.rhm` costs (one shuffle of
+    the v^s tuples per level)."""
+    params = RHMParams(**{k: d[k] for k in RHM_FIELDS if k in d})
+    p = params
+    if ladder.mode != TOPDOWN or not ladder.is_uniform() or ladder.branching != (p.s,) * p.L or \
+            tuple(ladder.events) != (p.n_classes, *(p.v,) * p.L):
+        raise LadderSpecError(f"rhm: an RHM with s = {p.s}, L = {p.L}, n_c = {p.n_classes}, v = {p.v} is a top-down "
+                              f"tree of branching {[p.s] * p.L} and events {[p.n_classes, *[p.v] * p.L]}; this spec "
+                              f"has {ladder!r}")
+    uniform = torch.full((p.n_classes,), 1.0 / p.n_classes, dtype=torch.float64)
+    if ladder.prior is None or not torch.equal(ladder.prior, uniform):
+        raise LadderSpecError(f"rhm: an RHM's classes are uniform, but prior is not 1/{p.n_classes} everywhere")
+    joint = ladder.productions or (None,) * ladder.depth
+    for l, (want, got) in enumerate(zip(rhm_rules(params), joint, strict=True)):
+        if got is None or not got.shared or not torch.equal(got.rules, want) or \
+                not torch.equal(got.probs, torch.full(want.shape[:-1], 1.0 / p.m, dtype=torch.float64)):
+            raise LadderSpecError(f"productions[{l}]: not the rules the rhm table deals ({params}): rules "
+                                  f"{tuple(want.shape)} from seed {p.seed} by {p.rules!r}, each of the m = {p.m} "
+                                  f"uniformly likely; drop the rhm table to keep these productions")
+    return params
 
 
 def _graph_v1_field(message: str) -> str:

@@ -62,6 +62,8 @@ def edge_focus(ladder: Ladder, level: int, parent: int, child: int, *, max_cliqu
                          f"{list(ladder.parents[level][child])}), got {parent!r}")
     if level == ladder.depth:  # x_child is the one-hot of z_child itself: nothing is left to know
         return 0.0
+    # region_joint's elimination (teachers.elimination) reads the siblings' joint law: it refuses productions
+    # until it takes them, so this is never computed from the marginal tables alone
     joint = region_joint(ladder, [(level - 1, parent), (level, child), *((ladder.depth, k) for k in field_)],
                          max_clique=max_clique)
     j = joint.to(torch.float64)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from .emission import Emission, emission_from_dict
+from .rhm import RHM_RULE_SOURCES
 from .validation import (
     MAX_DEPTH,
     MAX_EVENTS,
@@ -47,7 +48,7 @@ from .validation import _short as short
 if TYPE_CHECKING:
     from typing import NoReturn
 
-__all__ = ["MAX_NESTING", "check_emission_dict", "check_spec", "emission_from_spec"]
+__all__ = ["MAX_NESTING", "RHM_FIELDS", "check_emission_dict", "check_spec", "emission_from_spec"]
 
 # Deepest nesting of tables and lists a spec document may have (the deepest real one, a per-region
 # factor table inside ``factorization.factor_tables``, is 6 levels deep).
@@ -57,7 +58,11 @@ MAX_FACTORS = int(math.log2(MAX_EVENTS))
 
 HEADER = ("format", "version")
 EXPLICIT_FIELDS = ("format", "version", "name", "mode", "branching", "events", "regions", "region_names",
-                   "emission", "prior", "tables", "leaf_prior", "lookup", "factorization")
+                   "emission", "prior", "tables", "leaf_prior", "lookup", "factorization", "productions", "rhm")
+#: The fields of a spec's ``rhm`` table and of a ``{"kind": "rhm"}`` generator (those of
+#: :class:`~teachers.rhm.RHMParams`); the first five are required.
+RHM_FIELDS = ("v", "n_classes", "m", "s", "L", "seed", "rules")
+PRODUCTION_FIELDS = ("rules", "probs")
 GRAPH_FIELDS = ("format", "version", "name", "mode", "events", "parents", "emission")
 # The tables of a region-graph spec by format: ``smaso-ladder`` version 2, ``smaso-graph-ladder`` version 1.
 GRAPH_TABLES = {"smaso-ladder": {"topdown": ("prior", "tables"), "bottomup": ("leaf_prior", "lookup")},
@@ -68,6 +73,7 @@ GENERATOR_OPTIONS = {
     "factorized_binary": ("depth", "branching", "factors", "concentration", "seed", "emission", "sigma", "name"),
     "summarization": ("depth", "branching", "events", "concentration", "seed", "emission", "sigma", "name"),
     "default": ("emission", "sigma", "mode"),
+    "rhm": (*RHM_FIELDS, "emission", "sigma", "name"),
 }
 DEFAULT_DEPTH = {"random": 3, "fully_informative": 2, "factorized_binary": 2, "summarization": 3}
 REGION_FIELDS = ("name", "events", "children")
@@ -307,6 +313,9 @@ def _check_generator(d: dict) -> None:
     _check_emission_option(d)
     if kind == "default":
         return
+    if kind == "rhm":
+        _check_rhm(d, "")
+        return
     depth = _check_depth(d.get("depth", DEFAULT_DEPTH[kind]))
     branching = _int_or_list(d.get("branching", 2), "branching", depth, 1, MAX_REGIONS, "children per region")
     _level_sizes(branching)
@@ -366,7 +375,9 @@ def _check_explicit(d: dict) -> None:
             for i, n in enumerate(names):
                 _string(n, f"region_names[{i}]")
     _check_mode_tables(d, mode)
-    if mode == "topdown":
+    if "productions" in d or d.get("rhm") is not None:
+        _check_joint(d)
+    elif mode == "topdown":
         _array(d["prior"], "prior")
         _array_list(d["tables"], "tables")
     else:
@@ -383,6 +394,85 @@ def _check_explicit(d: dict) -> None:
             check_emission_dict(emission)
     if d.get("factorization") is not None:
         _check_factorization(d["factorization"])
+
+
+def _placeholder(v: Any) -> bool:
+    """A level's absent table or productions: null, [] or {} (TOML has no null; :meth:`Ladder.to_dict` writes
+    [] and {})."""
+    if isinstance(v, (list, tuple, dict)):
+        return len(v) == 0
+    if isinstance(v, (torch.Tensor, np.ndarray)):
+        return v.size == 0 if isinstance(v, np.ndarray) else v.numel() == 0
+    return v is None
+
+
+def _check_joint(d: dict) -> None:
+    """``productions`` (one entry per level above the leaves: ``{rules, probs}`` where that level's regions draw
+    their children jointly, else ``{}`` or null) beside ``tables`` (``[]`` or null exactly where productions
+    are given), and the ``rhm`` table."""
+    if d["mode"] != "topdown":
+        raise LadderSpecError("productions: only for mode 'topdown' (children drawn jointly from their parent)")
+    if d.get("factorization") is not None:
+        raise LadderSpecError("factorization: does not apply with productions (a factorization describes "
+                              "independent children)")
+    if "productions" not in d:
+        raise LadderSpecError("rhm: describes a ladder's productions, but the spec has no productions field")
+    joint, tables = d["productions"], d["tables"]
+    _array(d["prior"], "prior")
+    for key, v in (("productions", joint), ("tables", tables)):
+        if not isinstance(v, (list, tuple)):
+            _fail(key, "a list of one entry per level above the leaves", v)
+    depth = len(d["branching"]) if "branching" in d else len(tables)
+    for key, v in (("productions", joint), ("tables", tables)):
+        if len(v) != depth:
+            raise LadderSpecError(f"{key}: expected {depth} entries (one per level above the leaves), got {len(v)}")
+    for l, (p, t) in enumerate(zip(joint, tables, strict=True)):
+        if _placeholder(p) == _placeholder(t):
+            raise LadderSpecError(
+                f"tables[{l}], productions[{l}]: give exactly one of them (the other [] / {{}} or null): "
+                f"a table where the children are drawn independently, productions where they are drawn jointly")
+        if not _placeholder(t):
+            _array(t, f"tables[{l}]")
+            continue
+        path = f"productions[{l}]"
+        if not isinstance(p, dict):
+            _fail(path, "a table {rules, probs}", p)
+        _unknown(p, PRODUCTION_FIELDS, path, " (a level's productions: rules and their probs)")
+        if "rules" not in p:
+            raise LadderSpecError(f"{path}.rules: missing (the productions' child events)")
+        shape = _array(p["rules"], f"{path}.rules", integer=True)
+        if len(shape) not in (3, 4):
+            raise LadderSpecError(f"{path}.rules: expected shape (events, productions, children) or (regions, "
+                                  f"events, productions, children), got shape {shape}")
+        if p.get("probs") is not None:
+            want = _array(p["probs"], f"{path}.probs")
+            if want != shape[:-1]:
+                raise LadderSpecError(f"{path}.probs: expected shape {shape[:-1]} (the rules' without the "
+                                      f"children), got {want}")
+    if d.get("rhm") is not None:
+        if not isinstance(d["rhm"], dict):
+            _fail("rhm", "a table {v, n_classes, m, s, L, seed, rules}", d["rhm"])
+        _unknown(d["rhm"], RHM_FIELDS, "rhm", " (the Random Hierarchy Model's parameters)")
+        _check_rhm(d["rhm"], "rhm")
+
+
+def _check_rhm(d: dict, where: str) -> None:
+    """The Random Hierarchy Model's parameters (``rhm`` table, or a ``{"kind": "rhm"}`` generator)."""
+    path = (lambda k: f"{where}.{k}") if where else (lambda k: k)
+    for key, lo, hi, what in (("v", 1, MAX_EVENTS, "symbols per level"), ("n_classes", 2, MAX_EVENTS, "classes"),
+                              ("m", 1, MAX_EVENTS ** 2, "synonyms (productions per symbol)"),
+                              ("s", 2, MAX_REGIONS, "patch size (children per node)"),
+                              ("L", 1, MAX_DEPTH, "depth (levels below the root)")):
+        if key not in d:
+            raise LadderSpecError(f"{path(key)}: missing (an RHM needs v, n_classes, m, s and L)")
+        _int(d[key], path(key), lo, hi, what=f"an integer ({what})")
+    if "seed" in d:
+        try:
+            _check_seed(d["seed"])
+        except LadderSpecError as e:
+            raise LadderSpecError(f"{path('seed')}{str(e).removeprefix('seed')}") from None
+    if "rules" in d and d["rules"] not in RHM_RULE_SOURCES:
+        _fail(path("rules"), f"one of {list(RHM_RULE_SOURCES)}", d["rules"])
 
 
 def _check_graph(d: dict) -> None:

@@ -183,6 +183,8 @@ def exact_statistics(ladder: Ladder, *, max_clique: int | None = None) -> EventS
     marg: list[torch.Tensor | None] = [None] * (d + 1)
     joints: list[torch.Tensor | None] = [None] * (d + 1)
     if ladder.mode == TOPDOWN:
+        # right on levels with productions too: every quantity here is pairwise along an edge, and the child's
+        # law given its parent is the marginal table tables holds there (tests/test_rhm_readers.py)
         tables = _known(ladder.tables, "tables", "a top-down ladder")
         m = marg[0] = _known(ladder.prior, "prior", "a top-down ladder")[None].clone()
         for l in range(1, d + 1):

@@ -322,7 +322,7 @@ def test_from_dict_missing_and_generator_specs():
         Ladder.from_dict(d)
     with raises_spec(r"^ladder spec: expected a table/object, got list"):
         Ladder.from_dict([1, 2])
-    kinds = r"\['default', 'factorized_binary', 'fully_informative', 'random', 'summarization'\]"
+    kinds = r"\['default', 'factorized_binary', 'fully_informative', 'random', 'rhm', 'summarization'\]"
     with raises_spec(r"^kind: expected one of " + kinds):
         Ladder.from_dict({"kind": "tree"})
     with raises_spec(r"^ladder spec of kind 'random': .*unexpected keyword argument 'colour'"):

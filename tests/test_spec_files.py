@@ -53,6 +53,7 @@ def _ladders() -> dict[str, Ladder]:
                                         emission="gaussian", sigma=0.7, seed=2),
         "graph-topdown": Ladder.random(events=[2, [2, 3, 2], 2], parents=overlap, seed=2),
         "conv2d": Ladder.conv2d((4, 4), [2, 2], [2, 2], [2, 3, 2], mode="bottomup", sigma=0.3),
+        "rhm": Ladder.rhm(4, 2, 2, 2, 2, seed=1, rules="pcsl"),  # productions, and the rhm table
     }
 
 
@@ -141,7 +142,8 @@ def _generators() -> list[dict]:
             {"kind": "summarization", "events": 4, "emission": "gaussian", "sigma": 0.5},
             {"kind": "fully_informative", "depth": 2, "leaf_events": 3, "concentration": 1.0, "seed": 1},
             {"kind": "factorized_binary", "factors": [1, 2, 2], "format": "smaso-ladder", "version": 2},
-            {"kind": "default", "mode": "topdown", "emission": {"kind": "gaussian", "sigma": 0.3}}]
+            {"kind": "default", "mode": "topdown", "emission": {"kind": "gaussian", "sigma": 0.3}},
+            {"kind": "rhm", "v": 4, "n_classes": 2, "m": 2, "s": 2, "L": 2, "seed": 1, "rules": "pcsl"}]
 
 
 @pytest.mark.parametrize("doc", [spec_to_jsonable(lad.to_dict()) for lad in LADDERS.values()]

@@ -122,7 +122,9 @@ def _child_sizes(ladder: Ladder) -> list[int]:
 
 
 def _topdown_factors(ladder: Ladder) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """P(y) ``(m_0,)`` and P(z_b | y) ``(m_0, m_b)`` of the root's children (their only parent is the root)."""
+    """P(y) ``(m_0,)`` and P(z_b | y) ``(m_0, m_b)`` of the root's children (their only parent is the root).
+    Their product is P(z, y) only when the root's children are drawn independently: callers first ask
+    :func:`_root_productions`."""
     tables = _ladder_parts.region_tables(ladder)[1]
     return _ladder_parts.prior(ladder).double(), [tables[c].double() for c in ladder.children[0][0]]
 
@@ -141,6 +143,12 @@ def top_joint(ladder: Ladder, *, max_joint: int = MAX_JOINT) -> torch.Tensor:
     if math.prod(sizes) * m > max_joint:
         raise ValueError(f"top_joint: the joint of the root's children and the label has "
                          f"{math.prod(sizes) * m} entries, more than max_joint={max_joint}")
+    root = _root_productions(ladder)
+    if root is not None:  # the children drawn jointly: P(z, y) only on the configurations the productions give
+        codes, w = root
+        dense = torch.zeros(math.prod(sizes), m, dtype=torch.float64)
+        dense[codes] = w
+        return dense.reshape(*sizes, m)
     if ladder.mode == TOPDOWN:  # P(y) prod_b P(z_b | y): no elimination (the rest sums to 1)
         prior, tables = _topdown_factors(ladder)
         joint = prior.reshape((1,) * len(sizes) + (m,))
@@ -536,6 +544,25 @@ class ReadoutCeiling:
                 "samples": self.samples, "how": self.how}
 
 
+def _root_productions(ladder: Ladder) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Where the root draws its children jointly (``ladder.productions[0]``; the Random Hierarchy Model), the child
+    configurations of positive probability as codes ``(C,)`` (first child most significant, C order over
+    the children's events) and P(z, y) of each ``(C, m_0)`` float64, from the productions, not the product of
+    the children's marginal tables (which would treat them as independent given y); None otherwise.  Levels
+    below do not matter: the root's children's law given y is the root's productions alone."""
+    joint = ladder.productions[0] if ladder.productions is not None else None
+    if joint is None:
+        return None
+    m = ladder.num_classes
+    codes = joint.codes(ladder.events[1]).reshape(m, -1)  # (m_0, K): the root is region 0
+    w = _ladder_parts.prior(ladder).double()[:, None] * joint.region_probs(1)[0]  # P(y) P(production k | y)
+    live = w > 0
+    uniq, inv = torch.unique(codes[live], return_inverse=True)
+    out = torch.zeros(len(uniq), m, dtype=torch.float64)
+    out.index_put_((inv, live.nonzero()[:, 0]), w[live], accumulate=True)
+    return uniq, out
+
+
 def _topdown_posterior(prior: torch.Tensor, tables: list[torch.Tensor], z: torch.Tensor) -> torch.Tensor:
     """P(z, y) ``(n, m_0)`` for child configurations ``z`` ``(n, k)``: P(y) prod_b P(z_b | y)."""
     w = prior[None].expand(len(z), -1)
@@ -562,6 +589,12 @@ def readout_ceiling(ladder: Ladder, *, max_enumerated: int = MAX_ENUMERATED, sam
     if ladder.mode != TOPDOWN:
         return ReadoutCeiling(1.0, "exact", (1.0, 1.0), None, "y is a function of the children's events"), \
             cells, False
+    root = _root_productions(ladder)
+    if root is not None:  # exact whatever the size: only the configurations the productions give have mass
+        w = root[1]
+        total = float(w.max(1).values.sum())
+        how = f"summed over the {len(w)} child configurations the root's productions give"
+        return ReadoutCeiling(total, "exact", (total, total), None, how), len(w), True
     prior, tables = _topdown_factors(ladder)
     if cells * m <= max_enumerated:
         total, live, step = 0.0, 0, max(1, _CHUNK // m)

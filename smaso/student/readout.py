@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from smaso import _ladder_parts
 from teachers.ladder import TOPDOWN, Ladder
 
 __all__ = ["readout_events", "readout_ladder"]
@@ -35,6 +36,13 @@ def readout_ladder(ladder: Ladder) -> Ladder:
     parents = [[()], [(0,)], *ladder.parents[1:]]
     common: dict[str, Any] = {"events": events, "parents": parents, "mode": ladder.mode,
                               "emission": ladder.emission, "name": f"{ladder.name}+readout"}
+    joint = ladder.productions
+    if joint is not None:  # jointly drawn children stay so (only on uniform trees): the same levels
+        eye = torch.eye(m, dtype=torch.float64)
+        tables = _ladder_parts.stacked_tables(ladder)  # (None where the productions give the law)
+        return Ladder([1, *_ladder_parts.uniform_branching(ladder)], [m, *ladder.events], prior=ladder.prior,
+                      tables=[eye, *(None if p is not None else t for t, p in zip(tables, joint, strict=True))],
+                      productions=[None, *joint], emission=ladder.emission, name=common["name"])
     if ladder.mode == TOPDOWN:
         eye = torch.eye(m, dtype=torch.float64)
         return Ladder(**common, prior=ladder.prior, tables=[[eye], *ladder.region_tables[1:]])  # type: ignore[index]  # top-down

@@ -10,7 +10,12 @@ averages :func:`knowledge_terms` over n seeded examples, standard error std / sq
 
 Pair tables (both methods): T[a, b] = log p(z_alpha = a, z_beta = b, x_S), S the observed leaves; top-down
 log P(a) + log P(b | a) + lambda_beta(b) + sum_{siblings s} msg_s(a), bottom-up a logsumexp over alpha's
-child configurations c with lookup(c) = a and c_beta = b of sum_i lambda_i(c_i).
+child configurations c with lookup(c) = a and c_beta = b of sum_i lambda_i(c_i).  Where alpha draws its
+children jointly (``ladder.productions``, the Random Hierarchy Model) the siblings are not independent given
+alpha, so the pair table reads the productions: log P(a) + logsumexp over alpha's productions k with
+rules[a, k, beta] = b of log probs[a, k] + lambda_beta(b) + sum_{siblings s} lambda_s(rules[a, k, s]); and the
+messages lambda pass through such a level the same way (:func:`smaso._ladder_parts.topdown_log_messages`).
+The pairwise statistics (P(a, b), the entropies) are exact from the children's marginal tables.
 
 Shapes: per level l = 1..depth, pair tensors are ``(R_l,)`` indexed by the child region beta (its parent is
 ``ladder.parent_index(l)[beta]``); tables are ``(n, R_l, m_{l-1}, m_l)``.  Everything is float64.
@@ -107,7 +112,13 @@ def _prior_lambdas(params: _Params) -> list[torch.Tensor]:
     leaf) by :func:`inference.sum_product.log_messages`, the exact posterior's upward pass: top-down
     log p(x_obs below | z), bottom-up log p(x_obs below, z)."""
     lad = params.ladder
-    return log_messages(lad, torch.zeros(1, lad.num_regions[-1], lad.events[-1], dtype=torch.float64))
+    return _messages(lad, torch.zeros(1, lad.num_regions[-1], lad.events[-1], dtype=torch.float64))
+
+
+def _messages(lad: Ladder, ll: torch.Tensor) -> list[torch.Tensor]:
+    """lambda of every level from the leaf log-likelihoods (:func:`_prior_lambdas`): the exact posterior's scaled
+    upward pass, or, on a ladder with productions (which that pass does not take yet), the plain log-space one."""
+    return log_messages(lad, ll) if lad.productions is None else _ladder_parts.topdown_log_messages(lad, ll)
 
 
 def _others_sum(v: torch.Tensor, b: int) -> torch.Tensor:
@@ -128,6 +139,9 @@ def _pair_tables(params: _Params, stats: EventStatistics, lam_obs: list[torch.Te
     b, mp, mc = params.branching[l - 1], lad.events[l - 1], lad.events[l]
     R = lad.num_regions[l - 1]
     sib_lam = lam_sib[l].expand(n, -1, -1)
+    joint = lad.productions[l - 1] if lad.productions is not None else None
+    if joint is not None:
+        return _production_pair_tables(joint, stats, lad, lam_obs[l], sib_lam, l)
     if lad.mode == TOPDOWN:
         log_t = params.log_tables[l]  # (R_l, mp, mc)
         msg = torch.logsumexp(log_t[None] + sib_lam[:, :, None, :], -1)  # (n, R_l, mp)
@@ -150,6 +164,26 @@ def _pair_tables(params: _Params, stats: EventStatistics, lam_obs: list[torch.Te
         index = (params.lookup[l - 1] * mc + digit).expand(n, -1, -1)
         out.append(_scatter_logsumexp(conf, index, mp * mc).reshape(n, R, mp, mc))
     return torch.stack(out, 2).reshape(n, R * b, mp, mc)
+
+
+def _production_pair_tables(joint: Any, stats: EventStatistics, lad: Ladder, obs: torch.Tensor, sib: torch.Tensor,
+                            l: int) -> torch.Tensor:
+    """:func:`_pair_tables` where the regions of level ``l - 1`` draw their children jointly (module docstring):
+    ``(n, R_l, m_{l-1}, m_l)``, beta's message ``obs`` and its siblings' ``sib``, both ``(n, R_l, m_l)``."""
+    R, mc = lad.num_regions[l - 1], lad.events[l]
+    n, b = obs.shape[0], joint.arity
+    rules, probs = joint.region_rules(R), joint.region_probs(R)  # (R, m, K, b), (R, m, K)
+    where = (torch.arange(R)[:, None, None, None], torch.arange(b), rules)
+    own = obs.reshape(n, R, b, mc)[(slice(None), *where)]  # (n, R, m, K, b): beta = child j's own message
+    others = sib.reshape(n, R, b, mc)[(slice(None), *where)]
+    # the siblings of child j at production k (a sum without j, not total - own: messages may be -inf)
+    others = torch.stack([others[..., [s for s in range(b) if s != j]].sum(-1) for j in range(b)], -1)
+    val = probs.log()[None, :, :, :, None] + own + others  # (n, R, m, K, b)
+    # child j of production k has event rules[r, a, k, j]: logsumexp over the productions that give it event b
+    out = _scatter_logsumexp(val.permute(0, 1, 4, 2, 3), rules.permute(0, 3, 1, 2).expand(n, -1, -1, -1, -1), mc)
+    out = out.reshape(n, R * b, rules.shape[1], mc)  # (n, R_l, m_{l-1}, m_l), child r b + j
+    log_pa = stats.marginals[l - 1][lad.parent_index(l)].log()  # (R_l, m_{l-1})
+    return log_pa[None, :, :, None] + out
 
 
 # ---------------------------------------------------------------------- per-example terms
@@ -182,7 +216,7 @@ def knowledge_terms(ladder: Ladder, x: torch.Tensor, z: torch.Tensor) -> list[di
     for s in range(0, x.shape[0], step):
         xc, zc = x[s: s + step], z[s: s + step]
         n = xc.shape[0]
-        lam = log_messages(lad, lad.emission.log_likelihood(xc).double())
+        lam = _messages(lad, lad.emission.log_likelihood(xc).double())
         for l in range(1, lad.depth + 1):
             a = zc[:, off[l - 1]: off[l]][:, lad.parent_index(l)]  # (n, R_l) parent event of each child
             b = zc[:, off[l]: off[l + 1]]
@@ -238,7 +272,7 @@ def _exact_level(params: _Params, stats: EventStatistics, lam_prior: list[torch.
         leaf_events = (k[:, None] // radix) % md  # (K, L): config of the leaves under one region
         leaves = leaf_events.repeat(1, lad.num_regions[obs_level])  # every region of obs_level gets it
         ll = lad.emission.log_likelihood(one_hot(leaves, md, torch.float64))
-        lam = log_messages(lad, ll.double())
+        lam = _messages(lad, ll.double())
         sib = lam_prior if condition == "focus" else lam
         J = _pair_tables(params, stats, lam, sib, l).exp()  # (K, R_l, mp, mc)
         h_joint -= torch.special.xlogy(J, J).sum((0, 2, 3))

@@ -36,6 +36,7 @@ from smaso.theorems.factors import (
     random_separable_W,
     separability_distance,
 )
+from teachers.ladder import _independent_children
 
 if TYPE_CHECKING:
     from teachers.ladder import Ladder
@@ -161,6 +162,8 @@ def _factorization(ladder: Ladder) -> Any:
     fac = getattr(ladder, "factorization", None)
     if fac is None or ladder.tables is None:
         raise ValueError("ladder: expected a top-down ladder from Ladder.factorized_binary (no factorization)")
+    # the factor tables describe children drawn independently; Thm 8's demos read the tables as such
+    _independent_children(ladder, "the disentanglement demos (Thm 8)")
     return fac
 
 

@@ -52,8 +52,13 @@ def enumerate_inputs(ladder: Ladder) -> tuple[torch.Tensor, torch.Tensor]:
     branching = _ladder_parts.uniform_branching(ladder)
     if ladder.mode == TOPDOWN:
         tables = _ladder_parts.stacked_tables(ladder)
+        joint = ladder.productions or (None,) * d
         lam = F.one_hot(configs, m[d]).double()  # (K, R_l, m_l): P(x under region | z_region)
         for l in range(d, 0, -1):
+            level = joint[l - 1]
+            if level is not None:  # children drawn jointly: through the productions, not the marginals
+                lam = _ladder_parts.production_log_messages(level, lam.log(), R[l - 1]).exp()
+                continue
             msg = torch.einsum("cae,kce->kca", tables[l - 1], lam)  # (K, R_l, m_{l-1})
             lam = msg.reshape(len(configs), R[l - 1], branching[l - 1], m[l - 1]).prod(2)
         p_xy = _ladder_parts.prior(ladder)[None] * lam[:, 0]

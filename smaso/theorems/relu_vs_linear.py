@@ -282,6 +282,8 @@ class ReluIdentityConstruction:
 
 
 def _statistics(ladder_or_stats: Ladder | EventStatistics) -> EventStatistics:
+    # Thm 6/7 read only P(z_child | z_parent) per edge (the reformulation's recursion is pairwise), which
+    # exact_statistics gives right on ladders with productions too (tests/test_rhm_readers.py)
     if isinstance(ladder_or_stats, Ladder):
         return exact_statistics(ladder_or_stats)
     if isinstance(ladder_or_stats, EventStatistics):
