@@ -569,8 +569,8 @@ class Ladder(LadderConstructors, LadderSpecIO):
             for t in levels or ():
                 tensors += [t] if isinstance(t, torch.Tensor) else list(t)
         tensors += [v for v in vars(self.emission).values() if isinstance(v, torch.Tensor)]
-        # (rhm_params: the spec, hence the fingerprint, carries them)
-        return (id(self.emission), self.rhm_params,
+        # (rhm_params and pairwise_view_of: the spec, hence the fingerprint, carries them)
+        return (id(self.emission), self.rhm_params, self.pairwise_view_of,
                 *((id(t), t._version) for t in tensors if isinstance(t, torch.Tensor)))
 
     # ------------------------------------------------------------------ for people

@@ -94,6 +94,8 @@ class LadderSpecIO:
             d["region_names"] = list(self._region_names)
         if self.rhm_params is not None:
             d["rhm"] = rhm_to_dict(self.rhm_params)
+        if self.pairwise_view_of is not None:  # so that a loaded view still refuses to be sampled
+            d["pairwise_view_of"] = self.pairwise_view_of
         if self.factorization is not None:
             f = self.factorization
             d["factorization"] = {"factors": list(f.factors), "root_factor_priors": f.root_factor_priors,
@@ -138,6 +140,8 @@ class LadderSpecIO:
             _check_factorization(fac, lad)
         if d.get("rhm") is not None:
             lad.rhm_params = rhm_from_dict(d["rhm"], lad)
+        if d.get("pairwise_view_of") is not None:
+            lad.pairwise_view_of = d["pairwise_view_of"]
         return lad
 
     @classmethod

@@ -58,7 +58,8 @@ MAX_FACTORS = int(math.log2(MAX_EVENTS))
 
 HEADER = ("format", "version")
 EXPLICIT_FIELDS = ("format", "version", "name", "mode", "branching", "events", "regions", "region_names",
-                   "emission", "prior", "tables", "leaf_prior", "lookup", "factorization", "productions", "rhm")
+                   "emission", "prior", "tables", "leaf_prior", "lookup", "factorization", "productions", "rhm",
+                   "pairwise_view_of")
 #: The fields of a spec's ``rhm`` table and of a ``{"kind": "rhm"}`` generator (those of
 #: :class:`~teachers.rhm.RHMParams`); the first five are required.
 RHM_FIELDS = ("v", "n_classes", "m", "s", "L", "seed", "rules")
@@ -449,6 +450,8 @@ def _check_joint(d: dict) -> None:
             if want != shape[:-1]:
                 raise LadderSpecError(f"{path}.probs: expected shape {shape[:-1]} (the rules' without the "
                                       f"children), got {want}")
+    if "pairwise_view_of" in d and not isinstance(d["pairwise_view_of"], str):
+        _fail("pairwise_view_of", "the name of the teacher this ladder is a pairwise view of", d["pairwise_view_of"])
     if d.get("rhm") is not None:
         if not isinstance(d["rhm"], dict):
             _fail("rhm", "a table {v, n_classes, m, s, L, seed, rules}", d["rhm"])

@@ -153,3 +153,7 @@ def test_a_pairwise_view_is_never_sampled_or_modelled() -> None:
         with pytest.raises(ValueError, match="pairwise view"):
             call()
     sample_ladder(teacher, 4)  # the teacher itself samples
+    loaded = Ladder.from_dict(flat.to_dict())  # and a saved view is still a view
+    assert loaded.pairwise_view_of == teacher.name and loaded.fingerprint() == flat.fingerprint()
+    with pytest.raises(ValueError, match="pairwise view"):
+        sample_ladder(loaded, 4)

@@ -26,7 +26,6 @@ from teachers.derivations import (
     sample_distinct,
     train_test_split,
 )
-from teachers.formats import DatasetFormatError
 from teachers.sampling import BLOCK_SIZE
 
 DATA = Path(__file__).parent / "data" / "rhm_pcsl_rules.json"
@@ -262,8 +261,6 @@ def test_exchange_on_independent_children() -> None:
 
 # ---------------------------------------------------------------- stores
 
-@pytest.mark.xfail(raises=DatasetFormatError, strict=True,
-                   reason="the store's spec reader does not know 'productions' yet (helper rspec's part)")
 def test_an_rhm_store_holds_the_sampled_rows(tmp_path: Path) -> None:
     from teachers.chunked import sample_to_store
     from teachers.store_reader import open_dataset
