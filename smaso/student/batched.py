@@ -164,15 +164,23 @@ def train_population(students: Sequence[nn.Module], xs: Sequence[torch.Tensor], 
         return data + weight_decay * reg, data
 
     step_losses = torch.func.vmap(member_loss)
-    opt = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW,
-           "rmsprop": torch.optim.RMSprop}[optimizer](list(params.values()), lr=lr)
+    # plain SGD by hand: the step torch.optim.SGD takes (p -= lr grad), without its first step's import of
+    # torch._dynamo (a second or more)
+    opt = None if optimizer == "sgd" else {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW,
+                                           "rmsprop": torch.optim.RMSprop}[optimizer](list(params.values()), lr=lr)
     history = torch.empty(steps, R, dtype=torch.float64)
     for step in range(steps):
         idx = torch.stack([o.next().to(dev) for o in orders]) + offsets[:, None]  # (R, batch) rows of X
         total, data = step_losses(params, buffers, X[idx], Y[idx])
-        opt.zero_grad(set_to_none=True)
+        for p in params.values():
+            p.grad = None
         total.sum().backward()
-        opt.step()
+        if opt is None:
+            with torch.no_grad():
+                for p in params.values():
+                    p.add_(p.grad, alpha=-lr)
+        else:
+            opt.step()
         history[step] = data.detach().to(torch.float64).cpu()
     finite = torch.isfinite(history)
     diverged = [None if bool(finite[:, r].all()) else int((~finite[:, r]).nonzero()[0, 0]) for r in range(R)]
