@@ -227,7 +227,8 @@ def test_sweep_refuses_bad_input(ladder: Ladder) -> None:
     for kw, match in [({"sizes": []}, "sizes"), ({"sizes": [8, 8]}, "distinct"), ({"sizes": [0]}, "sizes"),
                       ({"seeds": 0}, "seeds"), ({"seeds": [1, 1]}, "seeds"), ({"student": "nope"}, "student"),
                       ({"training": TrainingConfig(lr_schedule="cosine")}, "lr_schedule"),
-                      ({"training": TrainingConfig(optimizer="lbfgs")}, "optimizer"), ({"population": 0}, "population")]:
+                      ({"training": TrainingConfig(optimizer="lbfgs")}, "optimizer"),
+                      ({"population": 0}, "population")]:
         args = {"sizes": [8], "seeds": 1, "make_data": data, **kw}
         with pytest.raises(ValueError, match=match):
             sample_complexity_sweep(ladder, args.pop("sizes"), args.pop("seeds"), **args)
@@ -253,7 +254,7 @@ def test_disjoint_split_is_the_default_and_calls_train_test_split(ladder: Ladder
     res = sample_complexity_sweep(ladder, [8], [3], num_test=20, training=TrainingConfig(steps=2, batch_size=4))
     assert calls == [(ladder, 8, 20, 3)] and res.meta["make_data"] == "DisjointSplit" and res.runs[0].num_test == 20
     monkeypatch.setitem(sys.modules, "teachers.derivations", None)  # not there: a clear error, no traceback
-    with pytest.raises(ValueError, match="make_data: the disjoint split needs teachers.derivations"):
+    with pytest.raises(ValueError, match=r"make_data: the disjoint split needs teachers\.derivations"):
         DisjointSplit(ladder, 10)(8, 0)
 
 
