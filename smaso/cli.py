@@ -13,7 +13,7 @@
     smaso spec --depth 3 --events 8 --out ladder.json   # write an editable spec file
     smaso spec --graph conv1d --width 8 --kernels 3,2,3 --strides 1,2,1 --events 2,3,3,2 --out graph.json
     smaso sample ladder --spec graph.json -n 100000 --out graph.zarr  # a graph ladder (overlapping regions)
-    smaso sweep --rhm 8,8,2,2,3 --P 64,128,256,512 --seeds 5 --out sweep/   # test error against P, and P*
+    smaso sweep --rhm 8,8,8,2,2 --P 128,256,512,1024 --num-test 1024 --out sweep/   # test error against P, P*
 
 Every subcommand has ``--help`` (which shows each option's default).  Bad input ends with
 ``smaso: error: <what and where>`` and exit status 2; nothing half-written is left on disk.

@@ -51,13 +51,15 @@ def add_sweep_parser(sub: Any, *, ladder_options: Any, engine_options: Any, type
     g = p.add_argument_group("student and training")
     g.add_argument("--student", default="ladder",
                    help="the student kind: a name of smaso.sweep.STUDENT_KINDS (ladder: the locally connected student, "
-                        "on --rhm the CNN with filter s and stride s)")
+                        "on --rhm the CNN with filter s and stride s; shallow: one hidden layer on the flattened "
+                        "input)")
     g.add_argument("--student-width", type=ints, default=[st.width] if isinstance(st.width, int) else list(st.width),
                    help="ladder student: nodes per hidden region (int or one per level)")
     g.add_argument("--readout", type=nonneg, default=st.readout or 0,
                    help="ladder student: nodes of the root's readout group (0: none)")
     g.add_argument("--activation", default=st.activation, help="hidden activation")
     g.add_argument("--shared", action="store_true", help="ladder student: share weights like a convolution")
+    g.add_argument("--hidden", type=pos, default=256, help="shallow student: nodes of its hidden layer")
     g.add_argument("--loss", default=tr.loss, choices=["squared", "cross_entropy"], help="training loss")
     g.add_argument("--steps", type=nonneg, default=tr.steps, help="training steps of every run")
     g.add_argument("--lr", type=float, default=tr.lr, help="learning rate")
@@ -96,7 +98,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     from smaso.output import output_dir
     from smaso.student.config import TrainingConfig
-    from smaso.sweep import DisjointSplit, IndependentDraws, sample_complexity_sweep
+    from smaso.sweep import STUDENT_KINDS, DisjointSplit, IndependentDraws, sample_complexity_sweep
 
     _set_threads(args, default=1)
     if min(args.sizes) < 1:
@@ -107,9 +109,21 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise ValueError(f"--threshold: expected a test error in (0, 1), got {args.threshold}")
     lad = _teacher(args)
     out = Path(args.out) if args.out else output_dir("sweep", create=False)
+    kind = STUDENT_KINDS.get(args.student)
+    if kind is None:
+        raise ValueError(f"--student: expected one of {', '.join(sorted(STUDENT_KINDS))}, got {args.student!r}")
     width = args.student_width[0] if len(args.student_width) == 1 else args.student_width
-    options = {"width": width, "readout": args.readout or None, "activation": args.activation,
-               "shared": args.shared} if args.student == "ladder" else {}
+    given = {"width": ("student_width", width), "readout": ("readout", args.readout or None),
+             "activation": ("activation", args.activation), "shared": ("shared", args.shared),
+             "hidden": ("hidden", args.hidden)}
+    for key, (dest, _) in given.items():
+        if key not in kind.defaults and dest in getattr(args, "_given", ()):
+            raise ValueError(f"--{dest.replace('_', '-')}: the {kind.name} student does not take it")
+    options = {key: v for key, (_, v) in given.items() if key in kind.defaults}
+    rhm = getattr(lad, "rhm_params", None)
+    if args.data == "disjoint" and rhm is not None and max(args.sizes) + args.num_test > rhm.num_data:
+        raise ValueError(f"--P, --num-test: {max(args.sizes)} + {args.num_test} distinct rows asked, but this RHM has "
+                         f"only P_max = {rhm.num_data}")
     training = TrainingConfig(steps=args.steps, lr=args.lr, batch_size=args.batch_size or None, loss=args.loss,
                               optimizer=args.optimizer, weight_decay=args.weight_decay,
                               shuffle_labels=args.shuffle_labels)

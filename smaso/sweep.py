@@ -23,8 +23,9 @@ the reason named, never a grid end passed off as an estimate.
 
 Students are named kinds (:data:`STUDENT_KINDS`, :func:`register_student`): ``"ladder"`` is the locally
 connected :class:`~smaso.student.network.LadderStudent` (on :meth:`~teachers.ladder.Ladder.rhm`, the CNN with
-filter s and stride s that follows the RHM's levels; ``shared=True`` shares its filters); another module
-registers its students the same way.  Data come from ``make_data(P, seed) -> (train, test)`` (objects with
+filter s and stride s that follows the RHM's levels; ``shared=True`` shares its filters), ``"shallow"`` one hidden
+layer on the flattened input (``smaso.student.shallow.shallow_student``); another module registers its students
+the same way.  Data come from ``make_data(P, seed) -> (train, test)`` (objects with
 ``.inputs(dtype=...)`` and ``.y``, as :class:`~teachers.sampling.LadderSample`): by default
 :class:`DisjointSplit` (distinct derivations, test disjoint from training: ``teachers.derivations``), or
 :class:`IndependentDraws` (rows drawn with replacement, the test rows independent of the training rows).
@@ -124,6 +125,19 @@ register_student(StudentKind(
     defaults={f.name: getattr(StudentConfig(), f.name) for f in dataclasses.fields(StudentConfig) if f.name != "dtype"},
     description="the locally connected ladder student (smaso.student.network.LadderStudent; on Ladder.rhm the CNN "
                 "with filter s, stride s)"))
+
+
+def _shallow_student(ladder: Ladder, seed: int, dtype: torch.dtype, **options: Any) -> nn.Module:
+    from smaso.student.shallow import shallow_student  # (imported when used: the kind is registered without it)
+
+    hidden = options.pop("hidden")
+    return shallow_student(ladder, hidden, seed=seed, dtype=dtype, **options)
+
+
+register_student(StudentKind(
+    "shallow", _shallow_student, defaults={"hidden": 256, "activation": "relu", "bias": True, "batch_norm": False},
+    description="one hidden layer on the flattened input (smaso.student.shallow.shallow_student: the ladder student on "
+                "the teacher's flat view)"))
 
 
 def _kind(student: str | StudentKind) -> StudentKind:

@@ -222,6 +222,15 @@ def test_another_student_kind_joins_the_registry(ladder: Ladder) -> None:
         STUDENT_KINDS.pop("test_flat")
 
 
+def test_the_shallow_student_kind_trains_as_a_population(ladder: Ladder) -> None:
+    """The shallow fully connected student (smaso.student.shallow, rstudent's) is a registered kind, batched."""
+    pytest.importorskip("smaso.student.shallow")
+    res = sample_complexity_sweep(ladder, [16, 24], 2, student="shallow", student_options={"hidden": 6},
+                                  training=TrainingConfig(steps=5, lr=0.2, batch_size=8), make_data=_make_data(ladder))
+    assert res.student == "shallow" and res.options["hidden"] == 6
+    assert [r.population for r in res.runs] == [4] * 4 and all(0 <= r.test_error <= 1 for r in res.runs)
+
+
 def test_sweep_refuses_bad_input(ladder: Ladder) -> None:
     data = _make_data(ladder)
     for kw, match in [({"sizes": []}, "sizes"), ({"sizes": [8, 8]}, "distinct"), ({"sizes": [0]}, "sizes"),
@@ -288,10 +297,14 @@ def test_cli_sweep_writes_json_stream_and_figure(tmp_path, capsys) -> None:
     (["--P", "8", "--rhm", "4,4,2,2,2", "--depth", "3"], "--rhm: .*--depth"),
     (["--P", "8", "--student", "nope"], "student: expected one of"),
     (["--P", "8", "--threshold", "2"], "--threshold"),
+    (["--P", "8", "--hidden", "4"], "--hidden: the ladder student does not take it"),
+    (["--P", "8", "--student", "shallow", "--student-width", "4"], "--student-width: the shallow student does not"),
+    (["--P", "600", "--rhm", "8,8,8,2,2", "--num-test", "4000", "--data", "disjoint"],
+     r"--P, --num-test: 600 \+ 4000 distinct rows asked, but this RHM has only P_max = 4096"),
 ])
 def test_cli_sweep_errors_are_one_line(argv: list[str], match: str, tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as e:
-        main(["sweep", *argv, "--out", str(tmp_path / "o"), "--data", "independent", "--steps", "1"])
+        main(["sweep", "--out", str(tmp_path / "o"), "--data", "independent", "--steps", "1", *argv])
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and err.startswith("smaso: error:")
     import re

@@ -57,6 +57,8 @@ def plot_sweep(result: SweepResult, path: str | os.PathLike | None = None, *, th
         ax.text(0.02, 0.03, f"P* undefined: {star.reason}", transform=ax.transAxes, fontsize=7, color="C3",
                 wrap=True)
     ax.set_xscale("log")
+    ax.set_xticks(P, [f"{int(p)}" for p in P], rotation=45 if len(P) > 6 else 0, fontsize=8)  # the grid itself
+    ax.minorticks_off()
     ax.set(xlabel="training-set size P", ylabel="test error", ylim=(0, max(1.0, float(np.nanmax(errors)) * 1.05)
                                                                      if np.isfinite(errors).any() else (0, 1)))
     ax.legend(fontsize=7)
