@@ -316,3 +316,17 @@ def test_threshold_default_is_the_library_s() -> None:
     from smaso.cli_sweep import THRESHOLD
 
     assert THRESHOLD == DEFAULT_THRESHOLD
+
+
+@pytest.mark.slow  # a local Dask cluster (seconds to start)
+def test_sweep_on_dask_gives_the_serial_runs(ladder: Ladder) -> None:
+    pytest.importorskip("dask.distributed")
+    from teachers.engine import DaskEngine
+
+    kw = {"student_options": {"width": 4, "readout": 6}, "training": TrainingConfig(steps=10, lr=0.5, batch_size=8),
+          "make_data": _make_data(ladder)}
+    serial = sample_complexity_sweep(ladder, [8, 16], 2, **kw)
+    with DaskEngine(workers=2, threads_per_worker=1) as engine:
+        spread = sample_complexity_sweep(ladder, [8, 16], 2, engine=engine, population=2, **kw)
+    assert [(r.P, r.seed, r.test_error, r.train_error) for r in spread.runs] == \
+        [(r.P, r.seed, r.test_error, r.train_error) for r in serial.runs]
