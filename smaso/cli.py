@@ -13,6 +13,7 @@
     smaso spec --depth 3 --events 8 --out ladder.json   # write an editable spec file
     smaso spec --graph conv1d --width 8 --kernels 3,2,3 --strides 1,2,1 --events 2,3,3,2 --out graph.json
     smaso sample ladder --spec graph.json -n 100000 --out graph.zarr  # a graph ladder (overlapping regions)
+    smaso sweep --rhm 8,8,8,2,2 --P 128,256,512,1024 --num-test 1024 --out sweep/   # test error against P, P*
 
 Every subcommand has ``--help`` (which shows each option's default).  Bad input ends with
 ``smaso: error: <what and where>`` and exit status 2; nothing half-written is left on disk.
@@ -56,6 +57,7 @@ from smaso.cli_support import (
     _write_json,
     _write_text,
 )
+from smaso.cli_sweep import add_sweep_parser
 from smaso.reports import (
     _pieces,
     inspect_report,
@@ -504,6 +506,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device(insp, "the exact posteriors behind the Bayes-optimal accuracy")
     _add_engine_options(insp)
     insp.set_defaults(func=_cmd_inspect)
+    add_sweep_parser(sub, ladder_options=_add_ladder_options, engine_options=_add_engine_options,
+                     types={"positive_int": _positive_int, "nonneg_int": _nonneg_int, "int_list": _int_list,
+                            "positive_float": _positive_float})
     _add_global_options(parser)
     for child in _subcommand_parsers(parser):
         child.strict = True

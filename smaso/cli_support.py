@@ -191,9 +191,9 @@ def _check_early(args: argparse.Namespace) -> None:
     demo's default ``--out``: ``demo`` under the output root (:func:`smaso.output.output_root`)."""
     if args.command == "demo" and args.out is None:
         args.out = str(output_dir("demo", create=False))
-    if getattr(args, "out", None) == STDOUT and args.command in ("demo", "compare"):
-        raise ValueError("--out: '-' (standard output) cannot take a directory of results (comparison.json and "
-                         "the figure comparison.png); give a directory")
+    if getattr(args, "out", None) == STDOUT and args.command in ("demo", "compare", "sweep"):
+        raise ValueError("--out: '-' (standard output) cannot take a directory of results (a JSON file and a "
+                         "figure); give a directory")
     if getattr(args, "out", None) == STDOUT and args.command != "spec":
         raise ValueError("--out: '-' (standard output) takes text only, and a dataset file or store is binary; give "
                          "a file name (./- for a file named '-')")
@@ -219,7 +219,8 @@ def _check_early(args: argparse.Namespace) -> None:
     for opt in ("out", "json"):
         out = getattr(args, opt, None)
         if out and out != STDOUT:
-            _check_writable(out, directory=opt == "out" and args.command in ("demo", "compare"), option=opt)
+            _check_writable(out, directory=opt == "out" and args.command in ("demo", "compare", "sweep"),
+                            option=opt)
 
 
 def _check_engine_options(args: argparse.Namespace) -> None:

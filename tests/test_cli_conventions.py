@@ -19,7 +19,8 @@ from smaso.cli import build_parser, main
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "pyro", "arviz", "zarr", "matplotlib", "numpy", "scipy", "dask", "tqdm")
 HELPS = [["--help"], ["--version"], ["demo", "--help"], ["compare", "--help"], ["sample", "--help"],
-         ["sample", "ladder", "--help"], ["sample", "tent", "--help"], ["inspect", "--help"], ["spec", "--help"]]
+         ["sample", "ladder", "--help"], ["sample", "tent", "--help"], ["inspect", "--help"], ["spec", "--help"],
+         ["sweep", "--help"]]
 
 
 def _python(code: str, *args: str, cwd=None, env=None) -> subprocess.CompletedProcess:

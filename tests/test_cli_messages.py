@@ -81,7 +81,8 @@ def test_the_activation_list_has_one_source():
 @pytest.mark.parametrize("argv, expect", [
     (["compare", "data.zarr", "--widht", "3"], "unrecognized arguments: --widht 3 (did you mean --width?)"),
     (["inspect", "data.zarr", "--bayse-n", "0"], "unrecognized arguments: --bayse-n 0 (did you mean --bayes-n?)"),
-    (["dmeo"], "COMMAND: invalid choice: 'dmeo' (choose from 'demo', 'compare', 'sample', 'spec', 'inspect') "
+    (["dmeo"], "COMMAND: invalid choice: 'dmeo' (choose from 'demo', 'compare', 'sample', 'spec', 'inspect', "
+               "'sweep') "
                "(did you mean demo?)"),
     (["compare", "data.zarr", "--bn", "afer"], "--bn: invalid choice: 'afer' (choose from 'after', 'before') "
                                                "(did you mean after?)"),

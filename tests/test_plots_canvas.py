@@ -185,6 +185,15 @@ def _arviz():
     return plots.plot_arviz("trace", az.from_dict(posterior={"w": t}), title="trace")
 
 
+def _sweep():
+    from smaso.sweep import SweepResult, SweepRun
+
+    curves = {0: [0.6, 0.2, 0.05, 0.0], 1: [0.7, 0.3, 0.08, 0.01], 2: [0.6, 0.15, 0.02, 0.0]}
+    runs = [SweepRun(P, s, e, 0.0, 100, 0.1) for s, row in curves.items()
+            for P, e in zip((10, 100, 1000, 10000), row, strict=True)]
+    return plots.plot_sweep(SweepResult("ladder", {}, {}).merge(runs), title="sweep")
+
+
 FIGURES = {
     "plot_activation_family": lambda: plots.plot_activation_family(
         MASO.from_linear_relu(torch.ones(1, 1, dtype=F64), torch.zeros(1, dtype=F64)), [1.0, 0.75, 0.5, 0.0],
@@ -205,6 +214,7 @@ FIGURES = {
     "plot_noise_sweep": _noise_sweep,
     "plot_piece_counts": lambda: plots.plot_piece_counts(_piece_records()),
     "plot_region_draws": _region_draws,
+    "plot_sweep": _sweep,
     "plot_table1": lambda: plots.plot_table1(torch.linspace(-4, 4, 41, dtype=F64), 0.8, title="table 1"),
     "plot_tent_powers": lambda: plots.plot_tent_powers((1, 2, 3, 4, 5), n_grid=257),
     "plot_tv_convergence": _tv_convergence,

@@ -12,6 +12,8 @@ the notebooks in ``examples/``.
   inference against the orthogonality defect (Eq 11), posterior marginals and configurations.
 - :mod:`smaso.plots.ladder`: the summarization ladder: its tables P(z_child | z_parent), sampled vs
   exact statistics against N, Bayes accuracy against leaf noise, posterior draws of the events.
+- :mod:`smaso.plots.sweep`: the sample-complexity sweep: test error against the training-set size P, P* with its
+  interval.
 - :mod:`smaso.plots.depth`: the tent map, exact piece counts against the breakpoint bound, nodes
   needed for 2^k pieces, shallow vs deep students.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-_SUBMODULES = ("alignment", "comparison", "depth", "factorial", "ladder", "vq")
+_SUBMODULES = ("alignment", "comparison", "depth", "factorial", "ladder", "sweep", "vq")
 
 #: submodule -> the public names it defines
 _DEFINED = {
@@ -33,6 +35,7 @@ _DEFINED = {
                   "plot_configuration_posterior", "plot_gap_vs_defect", "plot_marginal_forest"),
     "ladder": ("event_frequencies", "plot_bayes_accuracy", "plot_event_posterior", "plot_ladder_tables",
                "plot_tv_convergence"),
+    "sweep": ("plot_sweep",),
     "vq": ("plot_activation_family", "plot_region_draws", "plot_table1", "plot_vq_partition", "table1_curves",
            "vq_partition"),
 }
@@ -61,6 +64,7 @@ __all__ = [
     "plot_noise_sweep",
     "plot_piece_counts",
     "plot_region_draws",
+    "plot_sweep",
     "plot_table1",
     "plot_tent_powers",
     "plot_tv_convergence",
@@ -92,6 +96,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
         plot_ladder_tables,
         plot_tv_convergence,
     )
+    from .sweep import plot_sweep
     from .vq import (
         plot_activation_family,
         plot_region_draws,
