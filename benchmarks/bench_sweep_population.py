@@ -8,7 +8,7 @@ minibatches of ``--batch`` for ``--steps`` steps, float64:
 
 1. ``alone``: the baseline, the members trained one after the other by the project's own trainer,
    :func:`smaso.student.training.train_ladder_student` (the explicit backward of Eq 2);
-2. ``population``: :func:`smaso.student.batched.train_population`, every member in one vmapped step.
+2. ``population``: :func:`smaso.student.batched.train_student_population`, every member in one vmapped step.
 
 Both train the same untrained networks on the same rows with the same minibatch order; ``max_abs_param_diff``
 is the largest parameter difference between a member trained both ways (they agree to float64 rounding;
@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this script, also when loaded by path
 import _common as common
 
-from smaso.student.batched import train_population
+from smaso.student.batched import train_student_population
 from smaso.student.network import LadderStudent
 from smaso.student.training import train_ladder_student
 from teachers.ladder import Ladder
@@ -79,11 +79,11 @@ def measure(ladder: Ladder, R: int, args: argparse.Namespace) -> list[dict]:
 
     def population() -> float:
         t0 = time.perf_counter()
-        fit = train_population(nets, xs, ys, seeds=list(range(R)), **kw)
+        fit = train_student_population(nets, xs, ys, seeds=list(range(R)), **kw)
         out["population"].append(fit.students)
         return time.perf_counter() - t0
 
-    train_population(nets[:1], xs[:1], ys[:1], seeds=[0], steps=2, lr=0.5, batch_size=args.batch)  # warm up
+    train_student_population(nets[:1], xs[:1], ys[:1], seeds=[0], steps=2, lr=0.5, batch_size=args.batch)  # warm up
     times, cpu = common.round_robin([alone, population], args.repeats)
     diff = max(float((a - b).abs().max()) for m1, m2 in zip(out["alone"][-1], out["population"][-1], strict=True)
                for a, b in zip(m1.parameters(), m2.parameters(), strict=True))

@@ -49,6 +49,16 @@ _ENTRY_POINTS = {
     "error_rate": "smaso.student.shallow",
     "SynonymicSensitivity": "smaso.student.sensitivity",
     "synonymic_sensitivity": "smaso.student.sensitivity",
+    "sample_complexity_sweep": "smaso.sweep",
+    "SweepResult": "smaso.sweep",
+    "PStar": "smaso.sweep",
+    "DisjointSplit": "smaso.sweep",
+    "IndependentDraws": "smaso.sweep",
+    "read_runs": "smaso.sweep",
+    "register_student": "smaso.sweep",
+    "plot_sweep": "smaso.plots.sweep",
+    "median_interval": "smaso.student.seeds",
+    "train_ladder_student": "smaso.student.training",
 }
 
 _SUBPACKAGES = ("cli", "depth", "plots", "splines", "student", "theorems")
@@ -57,11 +67,15 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "__version__",
     "BetaSwish",
     "ComparisonResult",
+    "DisjointSplit",
     "EvaluationConfig",
     "FrequencyStatistics",
+    "IndependentDraws",
     "LadderStudent",
     "MASO",
+    "PStar",
     "StudentConfig",
+    "SweepResult",
     "SynonymicSensitivity",
     "TrainingConfig",
     "collect_statistics",
@@ -72,18 +86,25 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "flat_ladder",
     "flat_sample",
     "hard_regions",
+    "median_interval",
     "plot_alignment",
     "plot_comparison",
+    "plot_sweep",
+    "read_runs",
     "reformulate",
     "region_probabilities",
+    "register_student",
+    "sample_complexity_sweep",
     "shallow_student",
     "synonymic_sensitivity",
+    "train_ladder_student",
 ]
 
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazily
     from smaso.depth.pieces import count_pieces
     from smaso.plots.alignment import plot_alignment
     from smaso.plots.comparison import plot_comparison
+    from smaso.plots.sweep import plot_sweep
     from smaso.splines.maso import MASO, hard_regions, region_probabilities
     from smaso.splines.modules import BetaSwish
     from smaso.student.compare import ComparisonResult, compare_student, errors_against_n
@@ -91,8 +112,19 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from smaso.student.frequency import FrequencyStatistics, collect_statistics
     from smaso.student.network import LadderStudent
     from smaso.student.reformulation import reformulate
+    from smaso.student.seeds import median_interval
     from smaso.student.sensitivity import SynonymicSensitivity, synonymic_sensitivity
     from smaso.student.shallow import error_rate, flat_ladder, flat_sample, shallow_student
+    from smaso.student.training import train_ladder_student
+    from smaso.sweep import (
+        DisjointSplit,
+        IndependentDraws,
+        PStar,
+        SweepResult,
+        read_runs,
+        register_student,
+        sample_complexity_sweep,
+    )
 
 
 __getattr__, __dir__ = lazy_submodules(__name__, _SUBPACKAGES, globals(), _ENTRY_POINTS)

@@ -4,9 +4,9 @@
 (the fraction whose highest class score is not the label).  The runs are tasks of an engine
 (:mod:`teachers.engine`: this process, worker processes or a Dask cluster); the runs of one shape (one student
 architecture, one minibatch size) are trained together as one batched population
-(:func:`smaso.student.batched.train_population`: every member its own initial weights, training rows and minibatch
-order, exactly the steps it would take alone).  Each task's runs are merged into a :class:`SweepResult` as they
-arrive and, with ``stream=``, appended to a JSON-lines file at once (:func:`read_runs` reads it back).
+(:func:`smaso.student.batched.train_student_population`: every member its own initial weights, training rows and
+minibatch order, exactly the steps it would take alone).  Each task's runs are merged into a :class:`SweepResult` as
+they arrive and, with ``stream=``, appended to a JSON-lines file at once (:func:`read_runs` reads it back).
 
 **P\\*** (:meth:`SweepResult.p_star`, :class:`PStar`) is defined as in Petrini et al. (arXiv 2307.02129, Fig. 3):
 the training-set size at which the test error falls below a threshold (10% by default).  Per seed, the curve is
@@ -248,25 +248,25 @@ def p_star_of_curve(P: Sequence[float], errors: Sequence[float], threshold: floa
     """One curve's P* (module docstring): ``(P*, censored, reason)``, ``censored`` ``"below"``/``"above"`` the grid
     or None, and P* NaN with ``reason`` unless the curve crosses inside the grid.  NaN errors (diverged runs) are
     left out of the curve."""
-    P, e = np.asarray(P, dtype=np.float64), np.asarray(errors, dtype=np.float64)
-    if P.shape != e.shape or P.ndim != 1:
-        raise ValueError(f"P, errors: expected two 1-D sequences of one length, got {P.shape} and {e.shape}")
+    p, e = np.asarray(P, dtype=np.float64), np.asarray(errors, dtype=np.float64)
+    if p.shape != e.shape or p.ndim != 1:
+        raise ValueError(f"P, errors: expected two 1-D sequences of one length, got {p.shape} and {e.shape}")
     keep = np.isfinite(e)
-    P, e = P[keep], e[keep]
-    order = np.argsort(P)
-    P, e = P[order], e[order]
-    if P.size == 0:
+    p, e = p[keep], e[keep]
+    order = np.argsort(p)
+    p, e = p[order], e[order]
+    if p.size == 0:
         return math.nan, None, "no defined test error (every run diverged or none ran)"
     below = np.flatnonzero(e <= threshold)
     if below.size == 0:
         return math.nan, "above", (f"never reached {threshold:g}: the smallest error is {e.min():.3g} "
-                                   f"(P = {int(P[np.argmin(e)])}), P* lies above the grid")
+                                   f"(P = {int(p[np.argmin(e)])}), P* lies above the grid")
     i = int(below[0])
     if i == 0:
-        return math.nan, "below", (f"already {e[0]:.3g} <= {threshold:g} at the smallest P = {int(P[0])}: P* lies "
+        return math.nan, "below", (f"already {e[0]:.3g} <= {threshold:g} at the smallest P = {int(p[0])}: P* lies "
                                    "below the grid")
     frac = (e[i - 1] - threshold) / (e[i - 1] - e[i])
-    return float(np.exp(np.log(P[i - 1]) + frac * (np.log(P[i]) - np.log(P[i - 1])))), None, None
+    return float(np.exp(np.log(p[i - 1]) + frac * (np.log(p[i]) - np.log(p[i - 1])))), None, None
 
 
 @dataclass
@@ -403,7 +403,7 @@ def _train_runs(runs: tuple[tuple[int, int], ...], task: _Task) -> list[SweepRun
     import torch
 
     from smaso.depth.population import member_seed
-    from smaso.student.batched import classification_error, train_population
+    from smaso.student.batched import classification_error, train_student_population
 
     tr = task.training
     xs, ys, tests, students = [], [], [], []
@@ -419,13 +419,14 @@ def _train_runs(runs: tuple[tuple[int, int], ...], task: _Task) -> list[SweepRun
         tests.append((test.inputs(dtype=task.dtype), torch.as_tensor(test.y).long()))
         students.append(task.kind.make(task.ladder, seed, task.dtype, task.options).to(task.device))
     decayed = {} if task.kind.decayed is None else {"decayed": task.kind.decayed}
-    fit = train_population(students, xs, ys, steps=tr.steps, lr=tr.lr, seeds=[s for _, s in runs],
+    fit = train_student_population(students, xs, ys, steps=tr.steps, lr=tr.lr, seeds=[s for _, s in runs],
                            batch_size=tr.batch_size, loss=tr.loss, optimizer=str(tr.optimizer),
                            weight_decay=tr.weight_decay, batched=task.kind.batched, **decayed)
     out = []
     tail = fit.losses[-min(10, tr.steps):] if tr.steps else fit.losses
     for r, ((P, seed), net) in enumerate(zip(runs, fit.students, strict=True)):
         final = float(tail[:, r].mean()) if tr.steps else math.nan
+        reason: str | None
         if fit.diverged[r] is not None:
             reason = f"diverged: the training loss was not finite at step {fit.diverged[r]}"
             out.append(SweepRun(P, seed, math.nan, math.nan, tests[r][0].shape[0], final, len(runs), reason))

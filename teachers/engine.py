@@ -331,7 +331,7 @@ def _is_large(value: object) -> bool:
     return not isinstance(value, (str, bytes, int, float, bool, type(None), os.PathLike, tuple, list, dict))
 
 
-def get_engine(engine: SerialEngine | DaskEngine | None) -> SerialEngine | DaskEngine:
+def get_engine(engine: SerialEngine | ProcessEngine | DaskEngine | None) -> SerialEngine | ProcessEngine | DaskEngine:
     """``engine``, or a :class:`SerialEngine` for None.
 
     :raises TypeError: anything else.
@@ -339,7 +339,8 @@ def get_engine(engine: SerialEngine | DaskEngine | None) -> SerialEngine | DaskE
     if engine is None:
         return SerialEngine()
     if not callable(getattr(engine, "map", None)):
-        raise TypeError(f"engine: expected None, a SerialEngine or a DaskEngine, got {type(engine).__name__}")
+        raise TypeError(f"engine: expected None, a SerialEngine, a ProcessEngine or a DaskEngine, got "
+                        f"{type(engine).__name__}")
     return engine
 
 

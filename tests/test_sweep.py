@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from smaso.cli import main
-from smaso.student.batched import Minibatches, classification_error, train_population
+from smaso.student.batched import Minibatches, classification_error, train_student_population
 from smaso.student.config import TrainingConfig
 from smaso.student.network import LadderStudent, student_loss
 from smaso.student.training import train_ladder_student
@@ -53,8 +53,8 @@ def test_population_members_take_the_steps_of_train_ladder_student(ladder: Ladde
     xs, ys = _data(ladder, [40, 70, 100])
     nets = [LadderStudent(ladder, 6, readout=8, seed=r, dtype=torch.float64) for r in range(3)]
     kw = {"steps": 25, "lr": 0.5, "batch_size": 16, "weight_decay": 1e-3}
-    fit = train_population(nets, xs, ys, seeds=[5, 6, 7], **kw)
-    alone = train_population(nets, xs, ys, seeds=[5, 6, 7], batched=False, **kw)
+    fit = train_student_population(nets, xs, ys, seeds=[5, 6, 7], **kw)
+    alone = train_student_population(nets, xs, ys, seeds=[5, 6, 7], batched=False, **kw)
     assert fit.batched and not alone.batched and fit.diverged == [None] * 3
     for r in range(3):
         ref = copy.deepcopy(nets[r])
@@ -72,7 +72,7 @@ def test_population_with_adam_matches_torch_optim_on_one_module(ladder: Ladder) 
     """Adam on the stacked parameters is Adam on each member alone (torch.optim on the module's own forward)."""
     xs, ys = _data(ladder, [30, 50])
     nets = [LadderStudent(ladder, 4, readout=6, seed=r, dtype=torch.float64) for r in range(2)]
-    fit = train_population(nets, xs, ys, seeds=[1, 2], steps=15, lr=0.01, batch_size=8, optimizer="adam",
+    fit = train_student_population(nets, xs, ys, seeds=[1, 2], steps=15, lr=0.01, batch_size=8, optimizer="adam",
                            loss="cross_entropy")
     for r in range(2):
         net = copy.deepcopy(nets[r])
@@ -90,12 +90,13 @@ def test_population_refuses_mixed_minibatches_and_architectures(ladder: Ladder) 
     xs, ys = _data(ladder, [8, 40])
     nets = [LadderStudent(ladder, 4, seed=r, dtype=torch.float64) for r in range(2)]
     with pytest.raises(ValueError, match="one minibatch size"):
-        train_population(nets, xs, ys, seeds=[0, 1], steps=1, lr=0.1, batch_size=16)
+        train_student_population(nets, xs, ys, seeds=[0, 1], steps=1, lr=0.1, batch_size=16)
     with pytest.raises(ValueError, match=r"students\[1\]: .*architecture"):
-        train_population([nets[0], LadderStudent(ladder, 5, dtype=torch.float64)], xs, ys, seeds=[0, 1], steps=1,
-                         lr=0.1)
+        train_student_population([nets[0], LadderStudent(ladder, 5, dtype=torch.float64)], xs, ys, seeds=[0, 1],
+                                 steps=1,
+                                 lr=0.1)
     with pytest.raises(ValueError, match="optimizer"):
-        train_population(nets[:1], xs[:1], ys[:1], seeds=[0], steps=1, lr=0.1, optimizer="lbfgs")
+        train_student_population(nets[:1], xs[:1], ys[:1], seeds=[0], steps=1, lr=0.1, optimizer="lbfgs")
 
 
 def test_classification_error_counts_wrong_rows() -> None:

@@ -2,7 +2,7 @@
 
 A sample-complexity sweep (:mod:`smaso.sweep`) trains one student per (training-set size P, seed); the runs of
 one architecture differ in their initial weights, their training rows and their minibatch order, not in their
-shapes.  :func:`train_population` stacks the members' parameters (``torch.func.stack_module_state``) and makes
+shapes.  :func:`train_student_population` stacks the members' parameters (``torch.func.stack_module_state``) and makes
 one step of every member one vmapped forward pass and one backward pass of the *sum* of the members' losses:
 
     L(theta_1, ..., theta_R) = sum_r [ loss_r(theta_r; x_r[B_r], y_r[B_r]) + lambda sum_W ||W_r||_F^2 ],
@@ -34,7 +34,7 @@ from smaso.student.network import LOSSES, _check_int, student_loss
 from smaso.student.training import check_hyper
 
 __all__ = ["OPTIMIZERS", "Minibatches", "PopulationFit", "classification_error", "effective_batch",
-           "train_population"]
+           "train_student_population"]
 
 #: Optimizers whose update of an entry reads only that entry's gradients (so a stacked population is exact).
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
@@ -77,7 +77,7 @@ def _decayed_default(name: str) -> bool:
 
 @dataclass
 class PopulationFit:
-    """What :func:`train_population` returns.
+    """What :func:`train_student_population` returns.
 
     :ivar students: the trained members, each a separate module (copies; the inputs are not changed).
     :ivar losses: ``(steps, R)`` float64: each member's minibatch loss before each step (without the regularizer).
@@ -113,7 +113,7 @@ def _check_members(students: Sequence[nn.Module], xs: Sequence[torch.Tensor], ys
     return R
 
 
-def train_population(students: Sequence[nn.Module], xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor], *,
+def train_student_population(students: Sequence[nn.Module], xs: Sequence[torch.Tensor], ys: Sequence[torch.Tensor], *,
                      steps: int, lr: float, seeds: Sequence[int], batch_size: int | None = None,
                      loss: str = "squared", optimizer: str = "sgd", weight_decay: float = 0.0,
                      decayed: Callable[[str], bool] = _decayed_default, batched: bool = True) -> PopulationFit:
@@ -139,8 +139,9 @@ def train_population(students: Sequence[nn.Module], xs: Sequence[torch.Tensor], 
         raise ValueError(f"optimizer: expected one of {OPTIMIZERS} (elementwise, so members stay independent), "
                          f"got {optimizer!r}")
     if not batched:
-        fits = [train_population([s], [x], [y], steps=steps, lr=lr, seeds=[sd], batch_size=batch_size, loss=loss,
-                                 optimizer=optimizer, weight_decay=weight_decay, decayed=decayed, batched=True)
+        fits = [train_student_population([s], [x], [y], steps=steps, lr=lr, seeds=[sd], batch_size=batch_size,
+                                         loss=loss, optimizer=optimizer, weight_decay=weight_decay, decayed=decayed,
+                                         batched=True)
                 for s, x, y, sd in zip(students, xs, ys, seeds, strict=True)]
         return PopulationFit([f.students[0] for f in fits], torch.cat([f.losses for f in fits], dim=1),
                              [f.diverged[0] for f in fits], batched=False)
