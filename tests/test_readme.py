@@ -54,6 +54,10 @@ def test_library_tour_runs(tmp_path, monkeypatch):
     assert namespace["report"]["within_bound"]
     assert namespace["post"].label.shape == (1000, 4)
     assert set(namespace["draws"]) >= {"z_0", "z_1", "z_2", "z_3", "x"}
+    # RHM block (issue 38): a disjoint split, a one-hot exact posterior, the conditions of theory §4.5, P_max distinct
+    assert namespace["rhm_post"].label.shape == (128, 8) and namespace["rhm_distinct"].z.shape[0] == 512
+    assert len({tuple(r) for r in namespace["rhm_distinct"].z.tolist()}) == 512
+    assert [r["level"] for r in namespace["rhm_conditions"]] == [1, 2]
     # graph block: the main job on an overlapping ladder trains the one student
     assert type(namespace["graph_run"].student).__name__ == "LadderStudent"
     assert [h["step"] for h in namespace["graph_run"].history] == [0, 50, 100]
