@@ -59,6 +59,7 @@ _ENTRY_POINTS = {
     "plot_sweep": "smaso.plots.sweep",
     "median_interval": "smaso.student.seeds",
     "train_ladder_student": "smaso.student.training",
+    "knowledge_conditions": "smaso.theorems.conditions",
 }
 
 _SUBPACKAGES = ("cli", "depth", "plots", "splines", "student", "theorems")
@@ -86,6 +87,7 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "flat_ladder",
     "flat_sample",
     "hard_regions",
+    "knowledge_conditions",
     "median_interval",
     "plot_alignment",
     "plot_comparison",
@@ -125,6 +127,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
         register_student,
         sample_complexity_sweep,
     )
+    from smaso.theorems.conditions import knowledge_conditions
 
 
 __getattr__, __dir__ = lazy_submodules(__name__, _SUBPACKAGES, globals(), _ENTRY_POINTS)
