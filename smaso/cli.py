@@ -508,7 +508,8 @@ def build_parser() -> argparse.ArgumentParser:
     insp.set_defaults(func=_cmd_inspect)
     add_sweep_parser(sub, ladder_options=_add_ladder_options, engine_options=_add_engine_options,
                      types={"positive_int": _positive_int, "nonneg_int": _nonneg_int, "int_list": _int_list,
-                            "positive_float": _positive_float})
+                            "positive_float": _positive_float},
+                     ladder_from_args=ladder_from_args, spec_replaces=_SPEC_REPLACES)
     _add_global_options(parser)
     for child in _subcommand_parsers(parser):
         child.strict = True

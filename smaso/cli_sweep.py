@@ -17,9 +17,17 @@ if TYPE_CHECKING:
 THRESHOLD = 0.1
 
 
-def add_sweep_parser(sub: Any, *, ladder_options: Any, engine_options: Any, types: dict[str, Any]) -> None:
+#: ``cli``'s ladder builder and the ladder options a spec replaces, given by :func:`add_sweep_parser` (``cli`` imports
+#: this module, so importing ``cli`` back would be a cycle)
+_FROM_CLI: dict[str, Any] = {}
+
+
+def add_sweep_parser(sub: Any, *, ladder_options: Any, engine_options: Any, types: dict[str, Any],
+                     ladder_from_args: Any, spec_replaces: tuple[str, ...]) -> None:
     """The ``sweep`` subcommand on ``sub`` (``cli.build_parser``'s subparsers), with ``cli``'s ladder and engine
-    options and argparse types (``positive_int``, ``nonneg_int``, ``int_list``, ``positive_float``)."""
+    options, argparse types (``positive_int``, ``nonneg_int``, ``int_list``, ``positive_float``), its ladder
+    builder and the options a spec file replaces."""
+    _FROM_CLI.update(ladder_from_args=ladder_from_args, spec_replaces=spec_replaces)
     from smaso.student.config import StudentConfig, TrainingConfig  # (no torch, no numpy: --help stays instant)
 
     pos, nonneg, ints = types["positive_int"], types["nonneg_int"], types["int_list"]
@@ -78,11 +86,10 @@ def add_sweep_parser(sub: Any, *, ladder_options: Any, engine_options: Any, type
 
 def _teacher(args: argparse.Namespace) -> Ladder:
     """``--rhm`` or the ladder options' ladder."""
-    from smaso.cli import _SPEC_REPLACES, ladder_from_args
-
     if args.rhm is None:
-        return ladder_from_args(args)
-    given = [d for d in ("spec", *_SPEC_REPLACES) if d in getattr(args, "_given", ()) or (d == "spec" and args.spec)]
+        return _FROM_CLI["ladder_from_args"](args)
+    given = [d for d in ("spec", *_FROM_CLI["spec_replaces"])
+             if d in getattr(args, "_given", ()) or (d == "spec" and args.spec)]
     if given:
         raise ValueError(f"--rhm: the RHM is the teacher; --{given[0].replace('_', '-')} describes another ladder")
     if len(args.rhm) != 5:
