@@ -371,6 +371,14 @@ def train_error_text(record: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------ figures
+def _ratio_ticks(ax) -> None:
+    """Ticks at the powers of 2 of P / n_c m^L (the default log ticks crowd their labels here)."""
+    lo, hi = ax.get_xlim()
+    ticks = [2.0**j for j in range(-3, 8) if lo <= 2.0**j <= hi]
+    ax.minorticks_off()
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+
+
 def figures(record: dict, folder: Path) -> list[str]:
     from smaso.plots._base import finish_figure, plt
 
@@ -387,9 +395,11 @@ def figures(record: dict, folder: Path) -> list[str]:
                     label=f"m = {c['m']}, L = {c['L']}")
         ax.axhline(THRESHOLD, color="0.5", lw=0.8, ls=":")
         ax.set(xscale="log", xlabel="P / (n_c m^L)", title=f"{kind} (median over seeds)")
+        _ratio_ticks(ax)
     axes[0].set_ylabel("test error")
     axes[0].legend(fontsize=7)
-    paths.append(str(finish_figure(fig, folder / "rhm_test_error.png", "RHM: test error against P")))
+    finish_figure(fig, folder / "rhm_test_error.png", "RHM: test error against P")
+    paths.append("rhm_test_error.png")
     # 2. P* against n_c m^L
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     for kind, marker in (("cnn", "o"), ("shallow", "s")):
@@ -412,24 +422,33 @@ def figures(record: dict, folder: Path) -> list[str]:
                     fontsize=7, xytext=(4, -10), textcoords="offset points")
     ax.set(xscale="log", yscale="log", xlabel="n_c m^L", ylabel="P* (test error 10%)")
     ax.legend(fontsize=7)
-    paths.append(str(finish_figure(fig, folder / "rhm_p_star.png", "RHM: P* against n_c m^L")))
+    finish_figure(fig, folder / "rhm_p_star.png", "RHM: P* against n_c m^L")
+    paths.append("rhm_p_star.png")
     # 3. synonymic sensitivity beside test error (CNN)
     n = len(record["configs"])
-    fig, axes = plt.subplots(1, n, figsize=(3.3 * n, 3.6), squeeze=False)
-    for ax, c in zip(axes[0], record["configs"], strict=True):
+    cols = min(n, 3)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.8 * cols, 3.3 * rows), squeeze=False)
+    for ax, c in zip(axes.flat, record["configs"], strict=False):
         sw = c["sweeps"]["cnn"]
-        x = np.asarray(sw["sizes"], dtype=float)
+        x = np.asarray(sw["sizes"], dtype=float) / c["scale"]
         ax.plot(x, [np.nan if v is None else v for v in sw["median_test_error"]], "-o", ms=3, color="k",
                 label="test error")
         for j, (k, name) in enumerate(_layer_names(c["L"])):
             med = [_nanmedian([r["measures"].get(f"sensitivity_l{k}") for r in sw["runs"] if r["P"] == P])
                    for P in sw["sizes"]]
             ax.plot(x, med, "-", color=f"C{j}", label=name)
-        ax.set(xscale="log", xlabel="P", title=f"m = {c['m']}, L = {c['L']}", ylim=(0, 1.05))
-        ax.axvline(c["scale"], color="0.6", lw=0.8, ls=":")
-    axes[0][0].legend(fontsize=6)
-    paths.append(str(finish_figure(fig, folder / "rhm_sensitivity.png",
-                                   "CNN: synonymic sensitivity (exchange at level L-1) and test error")))
+        ax.set(xscale="log", xlabel="P / n_c m^L", title=f"m = {c['m']}, L = {c['L']}", ylim=(0, 1.05))
+        _ratio_ticks(ax)
+        star = sw["p_star"]["value"]
+        if star is not None:
+            ax.axvline(star / c["scale"], color="0.5", lw=0.8, ls=":")
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    finish_figure(fig, folder / "rhm_sensitivity.png", "CNN: synonymic sensitivity (exchange at level L-1) and test "
+                  "error against P / n_c m^L (dotted: P*)")
+    paths.append("rhm_sensitivity.png")
     # 4. controls
     if record.get("controls"):
         ctl = record["controls"]
@@ -445,9 +464,45 @@ def figures(record: dict, folder: Path) -> list[str]:
         ax.axhline(ctl["twin_bayes_error"], color="C1", lw=0.8, ls=":", label="twin's Bayes error")
         ax.set(xscale="log", xlabel="P", ylabel="test error", title=f"controls, m = {ctl['m']}, L = {ctl['L']}")
         ax.legend(fontsize=7)
-        paths.append(str(finish_figure(fig, folder / "rhm_controls.png", "RHM controls")))
+        finish_figure(fig, folder / "rhm_controls.png", "RHM controls")
+        paths.append("rhm_controls.png")
     plt.close("all")
     return paths
+
+
+def _seed_crossings(sweep: dict, key: str) -> list[float]:
+    """Per seed, where the measure ``key`` first falls to half its value at the smallest P (interpolated in log P,
+    as P*: :func:`smaso.sweep.p_star_of_curve`); NaN where it does not inside the grid."""
+    from smaso.sweep import SweepResult, p_star_of_curve
+
+    res = SweepResult.from_dict(sweep)
+    return [p_star_of_curve(res.sizes, row, row[0] / 2)[0] if math.isfinite(row[0]) else math.nan
+            for row in res.measure_values(key)]
+
+
+def halving_table(record: dict) -> str:
+    """Where the CNN's layer-2 representation (the first that combines patches: student level L - 1) loses half
+    its synonymic sensitivity, against P*: per seed the crossing, the median over seeds with its order-statistics
+    interval (:func:`smaso.student.seeds.median_interval`; a seed that does not cross inside the grid: none)."""
+    from smaso.student.seeds import median_interval
+
+    head = ("| m | L | P* | P_S: S layer 2 at half its value at the smallest P [interval] | P_S / P* |\n"
+            "|---|---|---|---|---|")
+    rows = []
+    for c in record["configs"]:
+        sw = c["sweeps"]["cnn"]
+        per = _seed_crossings(sw, f"sensitivity_l{c['L'] - 1}")
+        star = sw["p_star"]["value"]
+        if not all(math.isfinite(v) for v in per):
+            rows.append(f"| {c['m']} | {c['L']} | {_fmt_p(star)} | undefined: {sum(not math.isfinite(v) for v in per)} "
+                        f"of {len(per)} seeds do not cross inside the grid | - |")
+            continue
+        med = float(np.median(per))
+        iv = median_interval(per)
+        cell = f"{med:.0f}" + ("" if iv is None else f" [{iv[0]:.0f}, {iv[1]:.0f}]")
+        ratio = "-" if star is None else f"{med / star:.2f}"
+        rows.append(f"| {c['m']} | {c['L']} | {_fmt_p(star)} | {cell} | {ratio} |")
+    return "\n".join([head, *rows])
 
 
 # ------------------------------------------------------------------------------------------ main
@@ -456,10 +511,11 @@ def report(record: dict, figures_folder: Path | None) -> None:
     print(pstar_table(record))
     print(fit_text(record))
     print(train_error_text(record))
+    print(halving_table(record))
     if record.get("controls"):
         print(controls_text(record))
     if figures_folder is not None:
-        record["figures"] = [Path(p).name for p in figures(record, figures_folder)]
+        record["figures"] = figures(record, figures_folder)
         print(f"figures in {figures_folder}")
 
 
