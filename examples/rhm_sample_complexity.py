@@ -354,10 +354,83 @@ def controls_table(record: dict) -> str:
     return "\n".join([head, *rows])
 
 
+def _span(values, digits: int = 2) -> str:
+    v = [x for x in values if x is not None and math.isfinite(x)]
+    return f"{min(v):.{digits}f}-{max(v):.{digits}f}"
+
+
 def controls_text(record: dict) -> str:
+    """The controls in words: the twin's Bayes error, the students' errors on it and with shuffled labels."""
     ctl = record["controls"]
+    twin = [e for kind in STUDENTS for e in ctl["twin"][kind]["median_test_error"]]
+    shuffled = [e for sw in ctl["shuffled"].values() for e in sw["median_test_error"]]
+    cnn_train = [_nanmedian([r["train_error"] for r in ctl["twin"]["cnn"]["runs"] if r["P"] == P])
+                 for P in ctl["twin"]["cnn"]["sizes"]]
+    n_c = ctl["m"]
     return (f"the twin's Bayes error, from the exact posterior on {ctl['twin_bayes_rows']} of its rows, is "
-            f"{ctl['twin_bayes_error']:.3f} (standard error {ctl['twin_bayes_error_se']:.3f})")
+            f"{ctl['twin_bayes_error']:.3f} (standard error {ctl['twin_bayes_error_se']:.3f}); on the twin both "
+            f"students' median test error is {_span(twin, 3)} at every P (chance {1 - 1 / n_c:.3f}), and the CNN "
+            f"no longer fits its training rows (median training error up to {max(cnn_train):.3f}); with shuffled "
+            f"labels the CNN's test error is {_span(shuffled, 3)}")
+
+
+def ratio_text(record: dict) -> str:
+    """P* / n_c m^L over the configurations."""
+    r = [c["sweeps"]["cnn"]["p_star"]["value"] / c["scale"] for c in record["configs"]
+         if c["sweeps"]["cnn"]["p_star"]["value"] is not None]
+    return f"P* / n_c m^L lies between {min(r):.2f} and {max(r):.2f} on the {len(r)} configurations"
+
+
+def shallow_text(record: dict) -> str:
+    """Where the shallow student reaches the threshold, and how far it is from it elsewhere."""
+    crossed = [c for c in record["configs"] if c["sweeps"]["shallow"]["p_star"]["value"] is not None]
+    rest = [c for c in record["configs"] if c["sweeps"]["shallow"]["p_star"]["value"] is None]
+    parts = [f"the shallow student reaches {THRESHOLD:g} on {len(crossed)} of {len(record['configs'])} "
+             "configurations"]
+    for c in crossed:
+        v, cnn = c["sweeps"]["shallow"]["p_star"]["value"], c["sweeps"]["cnn"]["p_star"]["value"]
+        parts.append(f"(m = {c['m']}, L = {c['L']}: P* = {v:.0f}, {v / cnn:.1f} times the CNN's and "
+                     f"P_max / {c['P_max'] / v:.1f})")
+    if rest:
+        last = [c["sweeps"]["shallow"]["median_test_error"][-1] for c in rest]
+        frac = [c["sweeps"]["shallow"]["sizes"][-1] / c["P_max"] for c in rest if c["L"] == 2]
+        parts.append(f"; on the others its median test error at its largest P is {_span(last, 2)}"
+                     + (f", with P up to {_span(frac, 2)} P_max at L = 2" if frac else ""))
+    return " ".join(parts).replace(" ;", ";")
+
+
+def sensitivity_text(record: dict) -> str:
+    """The halving of the layer-2 sensitivity against P*, and the first layer's sensitivity at the largest P."""
+    ratios, first, inputs = [], [], []
+    for c in record["configs"]:
+        sw = c["sweeps"]["cnn"]
+        per = _seed_crossings(sw, f"sensitivity_l{c['L'] - 1}")
+        if all(math.isfinite(v) for v in per) and sw["p_star"]["value"] is not None:
+            ratios.append(float(np.median(per)) / sw["p_star"]["value"])
+        last = [r for r in sw["runs"] if r["P"] == sw["sizes"][-1]]
+        first.append(_nanmedian([r["measures"].get(f"sensitivity_l{c['L']}") for r in last]))
+        inputs.append(_nanmedian([r["measures"].get("sensitivity_input") for r in last]))
+    return (f"P_S / P* lies between {min(ratios):.2f} and {max(ratios):.2f}; at the largest P the first layer's S "
+            f"is still {_span(first)}, against {_span(inputs)} for the inputs themselves")
+
+
+def conditions_text(record: dict) -> str:
+    """Thm 2's conditions and the alignment at the RHM's levels (student levels >= 2), CNN, every detail P: the
+    ranges of the medians over seeds."""
+    vals: dict[str, list[float]] = {k: [] for k in ("focus", "broadness", "decorrelation_fwd", "decorrelation_bwd",
+                                                     "spec", "matched")}
+    for c in record["configs"]:
+        sw = c["sweeps"]["cnn"]
+        for P in sw["meta"]["measure"]["fields"]["detail_sizes"]:
+            runs = [r for r in sw["runs"] if r["P"] == P]
+            for k in range(2, c["L"] + 1):
+                for key in vals:
+                    vals[key].append(_nanmedian([r["measures"].get(f"{key}_l{k}") for r in runs]))
+    return (f"at the RHM's levels, over every configuration and detail P: focus {_span(vals['focus'])}, broadness "
+            f"{_span(vals['broadness'])}, forward decorrelation {_span(vals['decorrelation_fwd'])}, backward "
+            f"decorrelation {_span(vals['decorrelation_bwd'])}; the best node's correlation with an event "
+            f"indicator (spec) {_span(vals['spec'])}, and the share of indicators matched at 0.95 at most "
+            f"{max(vals['matched']):.2f}")
 
 
 def train_error_text(record: dict) -> str:
@@ -512,6 +585,8 @@ def report(record: dict, figures_folder: Path | None) -> None:
     print(fit_text(record))
     print(train_error_text(record))
     print(halving_table(record))
+    for text in (ratio_text, shallow_text, sensitivity_text, conditions_text):
+        print(text(record))
     if record.get("controls"):
         print(controls_text(record))
     if figures_folder is not None:

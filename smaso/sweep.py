@@ -485,7 +485,8 @@ def _train_runs(runs: tuple[tuple[int, int], ...], task: _Task) -> list[SweepRun
 def _describe_measure(measure: Callable[..., Any]) -> dict[str, Any]:
     """What the result's meta records of a measure: its name, and its fields when it is a dataclass."""
     name = getattr(measure, "__qualname__", type(measure).__qualname__)
-    fields = json_safe(dataclasses.asdict(measure)) if dataclasses.is_dataclass(measure) else {}
+    fields: dict[str, Any] = (json_safe(dataclasses.asdict(measure))
+              if dataclasses.is_dataclass(measure) and not isinstance(measure, type) else {})
     return {"name": name, **({"fields": fields} if fields else {})}
 
 

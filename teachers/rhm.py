@@ -193,5 +193,6 @@ def independent_children(ladder: Ladder) -> Ladder:
     if not ladder.is_uniform() or ladder.tables is None or any(t is None for t in ladder.tables):
         raise ValueError("ladder: independent_children needs a uniform tree whose levels have stacked tables "
                          "(Ladder.rhm's layout)")
-    return Ladder(ladder.branching, ladder.events, prior=ladder.prior, tables=[t.clone() for t in ladder.tables],
+    tables = [t.clone() for t in ladder.tables if t is not None]  # (none is None: checked above)
+    return Ladder(ladder.branching, ladder.events, prior=ladder.prior, tables=tables,
                   emission=ladder.emission, name=f"independent({ladder.name})")

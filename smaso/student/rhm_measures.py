@@ -119,6 +119,7 @@ class RHMMeasures:
     def _sensitivity(self, student: LadderStudent, rows: LadderSample, ladder: Ladder) -> dict[str, float | str]:
         from smaso.student.sensitivity import synonymic_sensitivity
         from teachers.derivations import exchange_synonyms
+        from teachers.sampling import LadderSample
 
         level = ladder.depth - 1 if self.exchange_level is None else self.exchange_level
         if level >= ladder.depth:
@@ -126,7 +127,8 @@ class RHMMeasures:
                              f"below them), got {level}")
         dtype = student.weights[0].dtype
         x = rows.inputs(dtype=dtype)
-        exchanged = exchange_synonyms(ladder, rows, level, seed=_mix(self.seed, rows.seed))
+        exchanged = exchange_synonyms(ladder, rows, level, seed=_mix(self.seed, rows.seed or 0))
+        assert isinstance(exchanged, LadderSample)  # (a sample in, a sample out)
         res = synonymic_sensitivity(student, x, exchanged.inputs(dtype=dtype), x.roll(1, 0))
         d = len(res.values) - 1
         out: dict[str, float | str] = {"sensitivity_input": res.values[d], "exchange_level": float(level)}
@@ -163,11 +165,12 @@ def _student_rows(student: LadderStudent, rows: LadderSample) -> tuple[torch.Ten
     return rows.inputs(dtype=student.weights[0].dtype), torch.as_tensor(rows.y).long(), rows.z
 
 
-def _alignment(student: LadderStudent, data: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> dict[str, float]:
+def _alignment(student: LadderStudent, data: tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+               ) -> dict[str, float | str]:
     from smaso.student.alignment import alignment_report, undefined_note
 
     x, _, z = data
-    out: dict[str, float] = {}
+    out: dict[str, float | str] = {}
     for row in alignment_report(student, x, z):
         k = row["level"]
         for key in ALIGNMENT_KEYS:
@@ -176,7 +179,7 @@ def _alignment(student: LadderStudent, data: tuple[torch.Tensor, torch.Tensor, t
                 out[f"matched_l{k}"] = row["matched"] / ind if ind else math.nan
             else:
                 out[f"{key}_l{k}"] = float(row[key])
-        if math.isnan(out[f"eta2_control_l{k}"]):
+        if math.isnan(float(row["eta2_control"])):
             out[f"eta2_control_l{k}_reason"] = (
                 "one region at this level: no neighbouring region's event to compare with"
                 if int(student.ladder.num_regions[k]) == 1 else "no node of the level is defined against a control")
