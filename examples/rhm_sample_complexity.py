@@ -385,8 +385,8 @@ def shallow_text(record: dict) -> str:
     """Where the shallow student reaches the threshold, and how far it is from it elsewhere."""
     crossed = [c for c in record["configs"] if c["sweeps"]["shallow"]["p_star"]["value"] is not None]
     rest = [c for c in record["configs"] if c["sweeps"]["shallow"]["p_star"]["value"] is None]
-    parts = [f"the shallow student reaches {THRESHOLD:g} on {len(crossed)} of {len(record['configs'])} "
-             "configurations"]
+    parts = [f"The shallow student reaches a test error of {THRESHOLD:.0%} on {len(crossed)} of "
+             f"{len(record['configs'])} configurations"]
     for c in crossed:
         v, cnn = c["sweeps"]["shallow"]["p_star"]["value"], c["sweeps"]["cnn"]["p_star"]["value"]
         parts.append(f"(m = {c['m']}, L = {c['L']}: P* = {v:.0f}, {v / cnn:.1f} times the CNN's and "
@@ -429,8 +429,9 @@ def conditions_text(record: dict) -> str:
     return (f"at the RHM's levels, over every configuration and detail P: focus {_span(vals['focus'])}, broadness "
             f"{_span(vals['broadness'])}, forward decorrelation {_span(vals['decorrelation_fwd'])}, backward "
             f"decorrelation {_span(vals['decorrelation_bwd'])}; the best node's correlation with an event "
-            f"indicator (spec) {_span(vals['spec'])}, and the share of indicators matched at 0.95 at most "
-            f"{max(vals['matched']):.2f}")
+            f"indicator (spec) {_span(vals['spec'])}, and "
+            + ("no indicator has a node at 0.95 or more" if max(vals["matched"]) == 0 else
+               f"the share of indicators matched at 0.95 at most {max(vals['matched']):.2f}"))
 
 
 def train_error_text(record: dict) -> str:

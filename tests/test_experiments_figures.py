@@ -682,6 +682,9 @@ def test_the_rhm_prose_follows_the_json():
     _in_doc(f"Adam on the cross-entropy, {cfg['steps']} steps, minibatch {cfg['batch']} (full batch below it), "
             f"float32, lr {cfg['lr']:g} for the CNN and {cfg['shallow_lr']:g} for the shallow student")
     _in_doc(f"The CNN has {cfg['seeds']} seeds per P and the shallow student {cfg['shallow_seeds']}")
+    cov = {kind: {c["sweeps"][kind]["p_star"]["coverage"] for c in d["configs"]} for kind in ("cnn", "shallow")}
+    assert cov == {"cnn": {0.9375}, "shallow": {0.75}}
+    _in_doc("exact coverage 93.75% for the CNN's 5 seeds, 75% for the shallow student's 3")
     _in_doc(f"the recorded run took {d['wall_s']:.0f} s wall and {d['cpu_s']:.0f} s of CPU on one thread, load "
             f"average {_load(d)}")
     assert all(r["measures"] for c in d["configs"] for sw in c["sweeps"].values() for r in sw["runs"])
