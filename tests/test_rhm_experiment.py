@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import pickle
 
 import pytest
 import torch
@@ -72,33 +73,40 @@ def test_the_measures_hook_refuses_what_is_not_a_measure(rhm: Ladder) -> None:
         sample_complexity_sweep(rhm, [10], 1, measure=lambda *a: {"a": torch.ones(2)}, **kw)
 
 
-def _mean_hamming(rules: torch.Tensor) -> torch.Tensor:
-    """Per symbol a: E ||onehot(t) - onehot(t')||^2 = 2 E Hamming(t, t'), t, t' independent uniform among a's m
-    productions (enumerated)."""
-    t = rules  # (v, m, s)
-    return 2.0 * (t[:, :, None, :] != t[:, None, :, :]).double().sum(-1).mean((1, 2))
+def _exchange_moments(ladder: Ladder, z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the mean and variance of ||onehot(x) - onehot(x')||^2 when every s-patch is redrawn uniformly among
+    its symbol's m productions (the exchange at level L - 1 = 1 of a depth-2 RHM), from the rules by enumeration:
+    patch j of the row is t = its two leaves, its symbol a = level-1 region j, and 2 Hamming(t, rules[a, k']) is
+    that patch's distance for each of the m equally likely redraws k' (patches independent given the symbols)."""
+    rules = ladder.productions[1].rules  # (v, m, 2)
+    mean = torch.zeros(z.shape[0], dtype=torch.float64)
+    var = torch.zeros(z.shape[0], dtype=torch.float64)
+    for j in range(2):
+        t = z[:, 3 + 2 * j: 5 + 2 * j].long()  # (N, 2) the patch's leaves
+        dist = 2.0 * (rules[z[:, 1 + j].long()] != t[:, None, :]).double().sum(-1)  # (N, m)
+        mean += dist.mean(1)
+        var += dist.var(1, unbiased=False)
+    return mean, var
 
 
 @pytest.mark.parametrize("kind,options", [("ladder", {"width": 6, "readout": 6, "shared": True}),
                                           ("shallow", {"hidden": 12})])
 def test_rhm_measures_sensitivity_matches_the_rules_and_details_come_where_asked(rhm, kind, options) -> None:
-    """S at the input layer under the exchange of the lowest synonyms: its numerator's expectation is the mean
-    over rows of sum_patches 2 E Hamming(t, t') from the rules (brute force), the denominator exact from the rolled
-    rows; the sampled value within 4 sigma (sigma ~ 1/sqrt(N)).  Alignment and Thm 2's conditions only at the
+    """S at the input layer under the exchange of the lowest synonyms: its numerator's mean and variance given the
+    rows from the rules (brute force), the denominator exact from the rolled rows; the sampled value within 4 sigma
+    (sigma ~ 1/sqrt(N)); an exchange at level 0 instead is caught.  Alignment and Thm 2's conditions only at the
     detail sizes, per student level, each a number or NaN with its reason."""
     train, test = train_test_split(rhm, 30, 200, seed=2)
     student = STUDENT_KINDS[kind].make(rhm, 0, torch.float64, options)
     got = RHMMeasures(detail_sizes=(30,))(student, train, test, rhm)
     cheap = RHMMeasures(detail_sizes=(31,))(student, train, test, rhm)
     d = len(student.widths) - 1
-    # brute force: z at level L-1 = 1 are the regions 1, 2 (global order: root, level 1, leaves)
-    per_symbol = _mean_hamming(rhm.productions[1].rules)
-    terms = per_symbol[test.z[:, 1:3].long()].sum(1)  # (N,) expected ||x - x'||^2 given the kept symbols
+    # brute force: the numerator's exact mean and variance given the rows, the denominator exact (rolled rows)
+    mean, var = _exchange_moments(rhm, test.z)
     x = test.inputs(dtype=torch.float64).reshape(len(test.y), -1)
-    den = (x - x.roll(1, 0)).pow(2).sum(1).mean()
-    # ||x - x'||^2 lies in [0, 2 s R_{L-1}] = [0, 8]: its sd is at most 4 (Popoviciu)
-    sigma = 4.0 / math.sqrt(len(terms)) / float(den)
-    assert abs(got["sensitivity_input"] - float(terms.mean() / den)) < 4 * sigma
+    den = float((x - x.roll(1, 0)).pow(2).sum(1).mean())
+    sigma = math.sqrt(float(var.sum())) / len(test.y) / den
+    assert abs(got["sensitivity_input"] - float(mean.mean()) / den) < 4 * sigma
     assert got["exchange_level"] == 1.0
     assert {f"sensitivity_l{k}" for k in range(d)} <= got.keys()
     assert all(0 <= got[f"sensitivity_l{k}"] < 2 and got[f"sensitivity_l{k}_se"] > 0 for k in range(d))
@@ -109,6 +117,10 @@ def test_rhm_measures_sensitivity_matches_the_rules_and_details_come_where_asked
             assert 0 <= v or f"{key}_l{k}_reason" in got or (key, k) == ("eta2", 0) or math.isnan(v)
     assert got["eta2_l1"] > 0 and got["probe_l1"] >= 0
     assert all(f"focus_l{k}" in got and f"broadness_l{k}" in got for k in range(1, d + 1))
+    wrong = RHMMeasures(exchange_level=0, detail_sizes=())(student, train, test, rhm)["sensitivity_input"]
+    assert abs(wrong - float(mean.mean()) / den) > 5 * sigma  # (the test tells the levels apart: 6.0 sigma)
+    measure = RHMMeasures(detail_sizes=(30,))
+    assert pickle.loads(pickle.dumps(measure)) == measure  # (sent to process and Dask workers)
     with pytest.raises(ValueError, match="exchange_level: at most depth - 1"):
         RHMMeasures(exchange_level=2)(student, train, test, rhm)
     with pytest.raises(ValueError, match="detail_sizes"):
