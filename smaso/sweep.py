@@ -29,6 +29,13 @@ the same way.  Data come from ``make_data(P, seed) -> (train, test)`` (objects w
 ``.inputs(dtype=...)`` and ``.y``, as :class:`~teachers.sampling.LadderSample`): by default
 :class:`DisjointSplit` (distinct derivations, test disjoint from training: ``teachers.derivations``), or
 :class:`IndependentDraws` (rows drawn with replacement, the test rows independent of the training rows).
+
+**Per-run measures.**  ``measure(student, train, test, ladder) -> {name: float}`` (a picklable callable: a
+module-level function or a frozen dataclass, as the engine sends it to workers) runs on every trained student that
+did not diverge, inside the task; its numbers are kept in :attr:`SweepRun.measures` (NaN as null through JSON; a
+value may also be a string, the reason a number is NaN) and read back as ``(seeds, sizes)`` arrays by
+:meth:`SweepResult.measure_values`.  The built-in one for an RHM is
+:class:`smaso.student.rhm_measures.RHMMeasures` (synonymic sensitivity, event alignment, Thm 2's conditions).
 """
 
 from __future__ import annotations
@@ -194,6 +201,7 @@ class SweepRun:
     :ivar final_loss: the mean minibatch loss of the last ``min(10, steps)`` steps (NaN without steps).
     :ivar population: the members trained with it as one population (1: alone).
     :ivar reason: why the errors are NaN (None when they are numbers).
+    :ivar measures: what the sweep's ``measure`` returned for this run (empty without one, or when it diverged).
     """
 
     P: int
@@ -204,13 +212,16 @@ class SweepRun:
     final_loss: float
     population: int = 1
     reason: str | None = None
+    measures: dict[str, float | str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SweepRun:
-        """The inverse of ``dataclasses.asdict`` after JSON (null -> NaN for the floats)."""
+        """The inverse of ``dataclasses.asdict`` after JSON (null -> NaN for the floats and the measures)."""
         nan = {k: math.nan if d.get(k) is None else float(d[k]) for k in ("test_error", "train_error", "final_loss")}
+        measures = {str(k): math.nan if v is None else v if isinstance(v, str) else float(v)
+                    for k, v in (d.get("measures") or {}).items()}
         return cls(P=int(d["P"]), seed=int(d["seed"]), num_test=int(d["num_test"]),
-                   population=int(d.get("population", 1)), reason=d.get("reason"), **nan)
+                   population=int(d.get("population", 1)), reason=d.get("reason"), measures=measures, **nan)
 
 
 @dataclass(frozen=True)
@@ -319,6 +330,20 @@ class SweepResult:
             out[S.index(r.seed), P.index(r.P)] = r.test_error if which == "test" else r.train_error
         return out
 
+    def measure_values(self, key: str) -> np.ndarray:
+        """``(seeds, sizes)`` float64 values of the per-run measure ``key`` (:attr:`SweepRun.measures`), NaN where
+        a run is missing, diverged, or did not report it; a ValueError when no run has ``key``."""
+        if not any(key in r.measures for r in self.runs):
+            known = sorted({k for r in self.runs for k in r.measures})
+            raise ValueError(f"key: no run has the measure {key!r}; measured: {known}")
+        P, S = self.sizes, self.seeds
+        out = np.full((len(S), len(P)), np.nan)
+        for r in self.runs:
+            v = r.measures.get(key)
+            if isinstance(v, (int, float)):
+                out[S.index(r.seed), P.index(r.P)] = v
+        return out
+
     def median_curve(self) -> np.ndarray:
         """The median over seeds of the test error at each P (NaN where no seed is defined)."""
         e = self.errors()
@@ -396,6 +421,21 @@ class _Task:
     dtype: torch.dtype
     eval_batch: int
     device: str | None
+    measure: Callable[..., Mapping[str, float | str]] | None = None
+
+
+def _measured(measure: Callable[..., Mapping[str, float | str]], net: nn.Module, train: Any, test: Any,
+              ladder: Ladder) -> dict[str, float | str]:
+    """``measure``'s numbers for one run, checked: a mapping of names to floats (or strings: reasons)."""
+    got = measure(net, train, test, ladder)
+    if not isinstance(got, Mapping):
+        raise TypeError(f"measure: expected a mapping of names to floats, got {type(got).__name__}")
+    out: dict[str, float | str] = {}
+    for k, v in got.items():
+        if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float, np.floating, str)):
+            raise TypeError(f"measure: expected str keys and float (or str reason) values, got {k!r}: {v!r}")
+        out[k] = v if isinstance(v, str) else float(v)
+    return out
 
 
 def _train_runs(runs: tuple[tuple[int, int], ...], task: _Task) -> list[SweepRun]:
@@ -406,9 +446,11 @@ def _train_runs(runs: tuple[tuple[int, int], ...], task: _Task) -> list[SweepRun
     from smaso.student.batched import classification_error, train_student_population
 
     tr = task.training
-    xs, ys, tests, students = [], [], [], []
+    xs, ys, tests, students, data = [], [], [], [], []
     for P, seed in runs:
         train, test = task.make_data(P, seed)
+        if task.measure is not None:
+            data.append((train, test))
         x, y = train.inputs(dtype=task.dtype), torch.as_tensor(train.y).long()
         if x.shape[0] != P:
             raise ValueError(f"make_data: asked for P = {P} training rows (seed {seed}), got {x.shape[0]}")
@@ -435,8 +477,17 @@ def _train_runs(runs: tuple[tuple[int, int], ...], task: _Task) -> list[SweepRun
         test_err = classification_error(net, tests[r][0].to(dev), tests[r][1], chunk=task.eval_batch)
         train_err = classification_error(net, xs[r].to(dev), ys[r], chunk=task.eval_batch)
         reason = None if math.isfinite(test_err) else "the trained student's scores are not finite on a test row"
-        out.append(SweepRun(P, seed, test_err, train_err, tests[r][0].shape[0], final, len(runs), reason))
+        measures = {} if task.measure is None or reason else _measured(task.measure, net, *data[r], task.ladder)
+        out.append(SweepRun(P, seed, test_err, train_err, tests[r][0].shape[0], final, len(runs), reason, measures))
     return out
+
+
+def _describe_measure(measure: Callable[..., Any]) -> dict[str, Any]:
+    """What the result's meta records of a measure: its name, and its fields when it is a dataclass."""
+    name = getattr(measure, "__qualname__", type(measure).__qualname__)
+    fields: dict[str, Any] = (json_safe(dataclasses.asdict(measure))
+              if dataclasses.is_dataclass(measure) and not isinstance(measure, type) else {})
+    return {"name": name, **({"fields": fields} if fields else {})}
 
 
 def _check_training(training: TrainingConfig) -> None:
@@ -477,6 +528,7 @@ def sample_complexity_sweep(ladder: Ladder, sizes: Sequence[int], seeds: int | S
                             engine: SerialEngine | ProcessEngine | DaskEngine | None = None,
                             population: int | None = None, dtype: torch.dtype | None = None, eval_batch: int = 4096,
                             device: str | None = None, stream: str | os.PathLike | None = None,
+                            measure: Callable[..., Mapping[str, float | str]] | None = None,
                             progress: bool = False) -> SweepResult:
     """Test error against the training-set size P over ``sizes`` x ``seeds`` (module docstring).
 
@@ -493,6 +545,8 @@ def sample_complexity_sweep(ladder: Ladder, sizes: Sequence[int], seeds: int | S
     :param dtype: the students' dtype (default float64); ``eval_batch``: rows per forward pass when measuring.
     :param stream: append every run to this JSON-lines file as soon as its task is merged (the file is started
         afresh).
+    :param measure: ``measure(student, train, test, ladder) -> {name: float}``, run on every trained student that
+        did not diverge (module docstring); picklable for process and Dask engines.
     :param progress: a bar over the tasks.
     """
     import torch
@@ -513,8 +567,11 @@ def sample_complexity_sweep(ladder: Ladder, sizes: Sequence[int], seeds: int | S
             raise ValueError(f"{name}: expected a positive integer{' or None' if name == 'population' else ''}, "
                              f"got {v!r}")
     dtype = torch.float64 if dtype is None else dtype
+    if measure is not None and not callable(measure):
+        raise TypeError(f"measure: expected a callable (student, train, test, ladder) -> dict, got "
+                        f"{type(measure).__name__}")
     task = _Task(ladder, kind, options, training, make_data or DisjointSplit(ladder, num_test), dtype, eval_batch,
-                 device)
+                 device, measure)
     kind.make(ladder, 0, dtype, options)  # bad options fail here, before any task
     # one shape per minibatch size (runs with fewer rows than a minibatch train full-batch)
     groups: dict[int, list[tuple[int, int]]] = {}
@@ -524,7 +581,8 @@ def sample_complexity_sweep(ladder: Ladder, sizes: Sequence[int], seeds: int | S
     tasks = [tuple(g[i: i + (cap or len(g))]) for g in groups.values() for i in range(0, len(g), cap or len(g))]
     result = SweepResult(kind.name, json_safe(options), json_safe(dataclasses.asdict(training)),
                          {"dtype": str(dtype).removeprefix("torch."), "num_test": num_test, "tasks": len(tasks),
-                          "make_data": type(task.make_data).__name__})
+                          "make_data": type(task.make_data).__name__,
+                          **({} if measure is None else {"measure": _describe_measure(measure)})})
     sink = None if stream is None else Path(stream)
     if sink is not None:
         sink.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """The experiment figures quoted in docs/experiments.md and the README are those of the recorded JSON in
 ``benchmarks/results/`` (``digits_table2``, ``overfitting``, ``overfitting_crossing``, ``depth_separation``,
-``depth_cell_bound``, ``deep_width2_sweep``, ``graph_overlap``), not typed by hand.
+``depth_cell_bound``, ``deep_width2_sweep``, ``graph_overlap``, ``rhm_sweep``), not typed by hand.
 
 The depth-separation, cell-bound, restart-sweep, overlap and over-fitting tables are rendered from the JSON by the
 functions of the scripts that record them (``examples/*.py``) and must stand in the doc as rendered; the prose's
@@ -24,7 +24,8 @@ import scipy.stats as sps
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = (ROOT / "docs" / "experiments.md").read_text()
 README = (ROOT / "README.md").read_text()
-RECORDED = ("depth_separation", "depth_cell_bound", "deep_width2_sweep", "graph_overlap", "overfitting_crossing")
+RECORDED = ("depth_separation", "depth_cell_bound", "deep_width2_sweep", "graph_overlap", "overfitting_crossing",
+            "rhm_sweep")
 
 
 def _json(name: str) -> dict:
@@ -639,3 +640,90 @@ def test_the_readme_digits_headline_follows_the_json():
 
     _in_doc(f"orthonormal filters gain {gain('cnn')} points on the 3x3 CNN", README)
     _in_doc(f"and {gain('cnn_patch')} on a CNN of non-overlapping filters", README)
+
+
+# ------------------------------------------------------------------------------------------ the RHM (issue 38)
+#: the configurations (m, L) whose alignment and Thm 2 conditions the doc shows
+RHM_DETAIL = ((8, 2), (4, 3))
+
+
+def _rhm_configs(d: dict) -> dict:
+    return {(c["m"], c["L"]): c for c in d["configs"]}
+
+
+def test_the_rhm_tables_are_the_recorded_ones():
+    """Every RHM table of the doc is the script's rendering of rhm_sweep.json."""
+    mod, d = _example("rhm_sample_complexity"), _json("rhm_sweep")
+    for text in (mod.pstar_table(d), mod.fit_text(d), mod.sensitivity_table(d), mod.controls_table(d),
+                 mod.train_error_text(d), *(mod.detail_table(d, m, L) for m, L in RHM_DETAIL)):
+        _in_doc(text)
+
+
+def test_the_rhm_prose_follows_the_json():
+    """The sentences of the RHM section are the script's rendering of the record, and what the prose says of them
+    holds: the exponent's interval excludes 1 over all configurations and at L = 2, contains it at L = 3; the
+    shallow student's P* is above the CNN's everywhere; the settings quoted are the recorded ones."""
+    mod, d = _example("rhm_sample_complexity"), _json("rhm_sweep")
+    for text in (mod.ratio_text(d), mod.shallow_text(d), mod.sensitivity_text(d), mod.halving_table(d)):
+        _in_doc(text)
+    for text in (mod.conditions_text(d), mod.controls_text(d)):  # (each opens a bullet, capitalised there)
+        _in_doc(text[1:])
+    fit = d["fit"]
+    assert fit["all"]["low"] > 1 and fit["L2"]["low"] > 1 and fit["L3"]["low"] <= 1 <= fit["L3"]["high"]
+    for c in d["configs"]:
+        sh, cnn = c["sweeps"]["shallow"]["p_star"], c["sweeps"]["cnn"]["p_star"]
+        assert cnn["value"] is not None and (sh["value"] is None or sh["value"] > 2 * cnn["value"])
+        if c["L"] == 2:  # "at L = 2 it lies above the largest P of the grid"
+            assert sh["value"] is None and min(c["sweeps"]["shallow"]["median_test_error"]) > 0.1
+    cfg = d["config"]
+    assert (cfg["configs"], cfg["steps"], cfg["width"], cfg["readout"], cfg["hidden"]) == (
+        "8x2,10x2,12x2,3x3,4x3,5x3", 2000, 64, 64, 1024)
+    _in_doc(f"{cfg['width']} ReLU nodes per region and a readout group of {cfg['readout']} nodes at the root")
+    _in_doc(f"Adam on the cross-entropy, {cfg['steps']} steps, minibatch {cfg['batch']} (full batch below it), "
+            f"float32, lr {cfg['lr']:g} for the CNN and {cfg['shallow_lr']:g} for the shallow student")
+    _in_doc(f"The CNN has {cfg['seeds']} seeds per P and the shallow student {cfg['shallow_seeds']}")
+    cov = {kind: {c["sweeps"][kind]["p_star"]["coverage"] for c in d["configs"]} for kind in ("cnn", "shallow")}
+    assert cov == {"cnn": {0.9375}, "shallow": {0.75}}
+    _in_doc("exact coverage 93.75% for the CNN's 5 seeds, 75% for the shallow student's 3")
+    _in_doc(f"the recorded run took {d['wall_s']:.0f} s wall and {d['cpu_s']:.0f} s of CPU on one thread, load "
+            f"average {_load(d)}")
+    assert all(r["measures"] for c in d["configs"] for sw in c["sweeps"].values() for r in sw["runs"])
+
+
+def test_the_rhm_p_star_and_exponent_follow_the_runs():
+    """P* of every sweep is SweepResult.p_star of its own runs; the grids stay inside P_max minus the test set; the
+    slope is the least-squares fit of log P* on log n_c m^L over the defined P*, inside its bootstrap interval."""
+    from smaso.sweep import SweepResult
+
+    d = _json("rhm_sweep")
+    for c in d["configs"]:
+        assert c["scale"] == c["n_c"] * c["m"] ** c["L"] and c["P_max"] == c["n_c"] * c["m"] ** (2 ** c["L"] - 1)
+        for kind, sw in c["sweeps"].items():
+            assert max(sw["sizes"]) + c["num_test"] <= c["P_max"], (c["m"], c["L"], kind)
+            ps, rec = SweepResult.from_dict(sw).p_star(d["threshold"]), sw["p_star"]
+            for key in ("value", "low", "high"):
+                got, want = getattr(ps, key), rec[key]
+                assert (want is None and math.isnan(got)) or abs(got - want) <= 1e-5 * want, (c["m"], c["L"], kind)
+    pts = [(math.log(c["scale"]), math.log(c["sweeps"]["cnn"]["p_star"]["value"])) for c in d["configs"]
+           if c["sweeps"]["cnn"]["p_star"]["value"] is not None]
+    n = len(pts)
+    mx, my = sum(x for x, _ in pts) / n, sum(y for _, y in pts) / n
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    fit = d["fit"]["all"]
+    assert fit["configs"] == n and abs(slope - fit["slope"]) < 1e-4
+    assert fit["low"] <= fit["slope"] <= fit["high"]
+
+
+@pytest.mark.slow
+def test_rhm_sample_complexity_quick_record(tmp_path):
+    mod = _example("rhm_sample_complexity")
+    out = tmp_path / "r.json"
+    mod.main(["--quick", "--json", str(out), "--figures", str(tmp_path / "fig")])
+    d = _strict(out)
+    assert [(c["m"], c["L"]) for c in d["configs"]] == [(4, 2), (3, 3)]
+    assert all(len(c["sweeps"]["cnn"]["seeds"]) == 3 for c in d["configs"])
+    assert all("sensitivity_l0" in r["measures"] for c in d["configs"] for r in c["sweeps"]["cnn"]["runs"])
+    assert sorted(p.name for p in (tmp_path / "fig").iterdir()) == sorted(d["figures"])
+    assert "| 4 | 2 | 64 | 256 | 64 |" in mod.pstar_table(d)
+    assert d["controls"]["twin"]["cnn"]["meta"]["make_data"] == "IndependentDraws"
+    assert d["controls"]["shuffled"]["cnn"]["training"]["shuffle_labels"] is True
