@@ -19,9 +19,11 @@ their difference bounds what the phase's own work held at its peak):
   onehot(y)|) and log p(x) = -log P_max (each input has exactly one derivation, all equally likely).
 
 The phases' subprocesses run round robin over ``--repeats`` rounds (medians and best times, process CPU times of
-the child, load average at the start and the end).  Then ``chunks``: in this process, the posterior's time on the
-same rows for its automatic chunk against fixed ``--chunk-sizes`` (round robin), and on a few smaller RHMs
-(``--chunk-ladders``) for chunks around the automatic one: the automatic chunk's median over the best median.
+the child, its system time and minor page faults, load average at the start and the end).  Then ``chunks``: in
+this process, the posterior's time on the same rows for its automatic chunk against fixed ``--chunk-sizes``
+(round robin; system time and minor page faults too: the per-chunk temporaries come from, and go back to, the
+allocator), and on a few smaller RHMs (``--chunk-ladders``) for chunks around the automatic one: the automatic
+chunk's median over the best median.
 
 Run it with::
 
@@ -58,8 +60,8 @@ QUICK = {"v": 8, "L": 3, "n_sample": 4096, "n_posterior": 256, "repeats": 1, "ch
          "chunk_ladders": "4:3:2048"}
 FULL = {"v": 64, "L": 5, "n_sample": 10**6, "n_posterior": 10**4, "repeats": 3,
         "chunk_sizes": "auto,4,8,16,32,64,128,1024", "chunk_ladders": "8:3:200000,4:4:200000,32:4:20000,16:5:40000"}
-RESULT_KEYS = ("job", "rows", "repeats", "times_s", "process_cpu_s", "best_s", "median_s", "rows_per_s",
-               "rss_before_mib", "peak_rss_mib", "added_mib", "checks")
+RESULT_KEYS = ("job", "rows", "repeats", "times_s", "process_cpu_s", "sys_s", "minor_faults", "best_s", "median_s",
+               "rows_per_s", "rss_before_mib", "peak_rss_mib", "added_mib", "checks")
 CHUNK_KEYS = ("v", "L", "rows", "auto_chunk", "chunks", "best_chunk", "auto_over_best")
 
 
@@ -139,7 +141,8 @@ def job(name: str, cfg: dict) -> dict:
     v, s, L, seed, n, n_post = (cfg[k] for k in ("v", "s", "L", "seed", "n_sample", "n_posterior"))
     checks: dict = {}
     if name == "build":
-        rss0, c0, t0 = _peak_rss_mib(), time.process_time(), time.perf_counter()
+        use0, rss0, c0, t0 = resource.getrusage(resource.RUSAGE_SELF), _peak_rss_mib(), time.process_time(), \
+            time.perf_counter()
         lad = rhm(v, s, L, seed)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         checks["productions_bytes"] = sum(t.numel() * t.element_size() for p in lad.productions
@@ -151,7 +154,8 @@ def job(name: str, cfg: dict) -> dict:
         if name == "posterior":
             x, y = _inputs(lad, n_post, seed + 1)
             checks["inputs_mib"] = x.numel() * x.element_size() / 2**20
-        rss0, c0, t0 = _peak_rss_mib(), time.process_time(), time.perf_counter()
+        use0, rss0, c0, t0 = resource.getrusage(resource.RUSAGE_SELF), _peak_rss_mib(), time.process_time(), \
+            time.perf_counter()
         if name == "sample":
             out = sample_ladder(lad, n, seed=seed + 1)
         elif name == "distinct":
@@ -175,8 +179,10 @@ def job(name: str, cfg: dict) -> dict:
             train, test = out
             checks["distinct_inputs"] = _distinct_inputs(torch.cat([train.leaves, test.leaves]))
             checks["train_rows"], checks["test_rows"] = len(train), len(test)
+    use = resource.getrusage(resource.RUSAGE_SELF)
     return {"job": name, "rows": rows, "seconds": seconds, "cpu_s": cpu, "rss_before_mib": rss0,
-            "peak_rss_mib": _peak_rss_mib(), "checks": checks}
+            "peak_rss_mib": _peak_rss_mib(), "sys_s": use.ru_stime - use0.ru_stime,
+            "minor_faults": use.ru_minflt - use0.ru_minflt, "checks": checks}
 
 
 def _run_child(name: str, cfg: dict) -> dict:
@@ -199,7 +205,8 @@ def phases(cfg: dict, repeats: int) -> list[dict]:
         ts = [r["seconds"] for r in rs]
         best, median = common.best_median(ts)
         rows.append({"job": j, "rows": rs[0]["rows"], "repeats": repeats, "times_s": ts,
-                     "process_cpu_s": [r["cpu_s"] for r in rs], "best_s": best, "median_s": median,
+                     "process_cpu_s": [r["cpu_s"] for r in rs], "sys_s": [r["sys_s"] for r in rs],
+                     "minor_faults": [r["minor_faults"] for r in rs], "best_s": best, "median_s": median,
                      "rows_per_s": None if j == "build" else rs[0]["rows"] / median,
                      "rss_before_mib": max(r["rss_before_mib"] for r in rs),
                      "peak_rss_mib": max(r["peak_rss_mib"] for r in rs),
@@ -214,10 +221,14 @@ def compare_chunks(lad: Ladder, rows: int, seed: int, chunks: list[int | None], 
     auto = _tree_chunk(tree_plan(lad, x.device), x.device)
     worst = {"accuracy": 1.0, "max_label_error": 0.0, "max_log_evidence_error": 0.0}
 
+    faults: dict[int | None, list[tuple[float, int]]] = {c: [] for c in chunks}
+
     def run(chunk: int | None) -> float:
-        t = time.perf_counter()
+        use0, t = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         c = posterior_checks(lad, x, y, chunk)
         elapsed = time.perf_counter() - t
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        faults[chunk].append((use.ru_stime - use0.ru_stime, use.ru_minflt - use0.ru_minflt))
         worst["accuracy"] = min(worst["accuracy"], c["accuracy"])
         worst["max_label_error"] = max(worst["max_label_error"], c["max_label_error"])
         worst["max_log_evidence_error"] = max(worst["max_log_evidence_error"], c["max_log_evidence_error"])
@@ -230,7 +241,8 @@ def compare_chunks(lad: Ladder, rows: int, seed: int, chunks: list[int | None], 
     for chunk, ts, cs in zip(chunks, times, cpu, strict=True):
         best, median = common.best_median(ts)
         out.append({"chunk_size": "auto" if chunk is None else chunk, "effective_chunk": auto if chunk is None
-                    else chunk, "times_s": ts, "process_cpu_s": cs, "best_s": best, "median_s": median,
+                    else chunk, "times_s": ts, "process_cpu_s": cs, "sys_s": [f[0] for f in faults[chunk]],
+                    "minor_faults": [f[1] for f in faults[chunk]], "best_s": best, "median_s": median,
                     "rows_per_s": rows / median})
     fixed = [r for r in out if r["chunk_size"] != "auto"] or out
     best_row = min(fixed, key=lambda r: r["median_s"])

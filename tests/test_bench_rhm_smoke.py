@@ -44,6 +44,8 @@ def test_bench_rhm_quick(tmp_path):
         assert c["checks"]["accuracy"] == 1.0 and c["checks"]["max_label_error"] == 0.0
         assert math.isfinite(c["auto_over_best"]) and c["auto_over_best"] > 0
         assert c["chunks"][0]["effective_chunk"] == c["auto_chunk"]
+        for r in c["chunks"]:
+            assert len(r["times_s"]) == len(r["sys_s"]) == len(r["minor_faults"]) == 1 and r["minor_faults"][0] >= 0
 
 
 def test_phases_in_process():
