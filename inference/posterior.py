@@ -35,7 +35,7 @@ from .junction_tree import (
     junction_posterior,
     treewidth_cost,
 )
-from .sum_product import downward, leaf_factors, tree_plan, upward
+from .sum_product import TreePlan, downward, leaf_factors, tree_plan, upward
 
 __all__ = ["MAX_CLIQUE", "METHODS", "BayesAccuracy", "EliminationCost", "GraphStatistics", "MapEvents",
            "MarginalsNotComputed", "Posterior", "bayes_optimal_accuracy", "elimination_order", "graph_statistics",
@@ -47,6 +47,8 @@ METHODS = ("auto", "tree", "junction-tree")
 # (2 MiB; the emission's temporary twice that), elsewhere ~256 MiB
 _CHUNK_ELEMENTS_CPU = 2**18
 _CHUNK_ELEMENTS = 2**25
+# a level of productions never runs on fewer examples per pass than this (_tree_chunk)
+_PRODUCTION_MIN_ROWS = 16
 
 
 class MarginalsNotComputed(AttributeError, ValueError):
@@ -186,9 +188,7 @@ def posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False, chunk
         raise_impossible(log_z)
         return Posterior(log_z, label, margs or None, "junction-tree", jt.cost, ladder.region_events)
     plan = tree_plan(ladder, dev)
-    budget = _CHUNK_ELEMENTS_CPU if dev.type == "cpu" else _CHUNK_ELEMENTS  # the largest per-level temporary
-    step = check_chunk_size(chunk_size, min(budget // max(1, plan.per_example),
-                                            2 * budget // max(1, plan.emission_elements)))
+    step = check_chunk_size(chunk_size, _tree_chunk(plan, dev))
 
     def tree_pass(xc: torch.Tensor) -> list[torch.Tensor]:
         up = upward(plan, *leaf_factors(plan, xc), keep=marginals)
@@ -209,6 +209,37 @@ def posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False, chunk
             out[rows] = t
         raise_impossible(log_z)
     return Posterior(log_z, label, margs or None, "tree", None, ladder.region_events)
+
+
+def _tree_chunk(plan: TreePlan, dev: torch.device) -> int:
+    """Examples per pass of the tree path, from a model of each level's working set (float64 values per example).
+
+    Every temporary is laid out ``(rows, n)`` or ``(R_l, n, M_l)`` for a chunk of n examples, and the chunk keeps
+    the largest within the device's budget (``_CHUNK_ELEMENTS_CPU``: 2 MiB, in the CPU's caches):
+
+    - a level without productions: its messages and lambda, ``R_l max(M_l, M_{l-1})`` values per example
+      (``plan.per_example``, with the inputs' ``R_d dim``); a non-one-hot emission's ``(R_d, m_d, dim)``
+      temporary gets twice the budget;
+    - a level of productions (:func:`inference.sum_product._production_products`): the products conf_a(j, k) and
+      the child place being gathered into them, ``R_l m_l K`` values each per example
+      (``plan.production_elements``), both alive at once.  Each gather copies ``R_l m_l K`` rows of n values
+      (the examples innermost), so a row's fixed cost dominates when n is small: such a level gets at least
+      ``_PRODUCTION_MIN_ROWS`` examples (128-byte rows), past the budget if need be.
+
+    Measured (benchmarks/bench_rhm.py, recorded in benchmarks/results/rhm.json's ``chunks``: medians of 5, 2 shared
+    cores of an AMD EPYC, 1 MiB L2 per core, 32 MiB L3, glibc), 10^4 rows of the RHM v = m = n_c = 64, s = 2,
+    L = 5 (R_4 m K = 2^16, so the budget alone gives 4 examples): 16 examples (the floor) 3.0-3.4 s, 8 3.3 s, 32
+    3.5 s, 4 5.9 s (the rows' fixed cost), 64 11.6 s and 128 (the chunk before this model, 2^18 // R_l K) 14.0 s:
+    from 64 examples on a temporary is >= 32 MiB, above glibc's largest mmap threshold, so every chunk maps and
+    page-faults it afresh (7 of the 11.6 s are system time).  On smaller RHMs, (v, L) = (8, 3), (4, 4), (32, 4),
+    (16, 5), the budget's chunk took 0.95-1.14x the best of a quarter to four times it.
+    Ladders without productions: ``production_elements`` is 0 and the chunk is what it was before productions.
+    """
+    budget = _CHUNK_ELEMENTS_CPU if dev.type == "cpu" else _CHUNK_ELEMENTS
+    step = min(budget // max(1, plan.per_example), 2 * budget // max(1, plan.emission_elements))
+    if plan.production_elements:
+        step = min(step, max(_PRODUCTION_MIN_ROWS, budget // plan.production_elements))
+    return max(1, step)
 
 
 def _passes(one_pass: Callable[[torch.Tensor], Sequence[torch.Tensor]], x: torch.Tensor, step: int, dev: torch.device,

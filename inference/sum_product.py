@@ -88,8 +88,11 @@ class TreePlan:
     ``a * M_{l+1} + rules[a, j, k, i]`` (child i's event as a row of the level's ``(R_l * M_{l+1}, n)`` layout
     of place i), and ``probs`` ``(R_l, m_l, K, 1)``.
     Bottom-up: ``leaf_prior`` ``(R_d, 1, m_d)``, ``groups[l]``.
-    ``per_example``: float64 values of the largest per-level temporary per example, ``emission_elements`` those of
-    the emission's ``(R_d, m_d, dim)`` temporary (0 for one-hot leaves, which skip it): for chunking.
+    ``per_example``: float64 values of the largest temporary per example of a level without productions (and of
+    the inputs), ``production_elements`` the largest R_l m_l K of a level of productions (its products conf and
+    each gathered child place hold that many per example; 0 without productions), ``emission_elements`` those of
+    the emission's ``(R_d, m_d, dim)`` temporary (0 for one-hot leaves, which skip it): for chunking
+    (:mod:`inference.posterior`).
     """
 
     ladder_ref: weakref.ref
@@ -109,6 +112,7 @@ class TreePlan:
     groups: list = field(default_factory=list)
     key: tuple = ()
     per_example: int = 0
+    production_elements: int = 0
     emission_elements: int = 0
 
     @property
@@ -168,7 +172,7 @@ def _build(ladder: Ladder, device: torch.device, key: tuple) -> TreePlan:
             p.kids.append(torch.tensor(pad, dtype=torch.int64, device=device).reshape(-1))
     if p.mode == TOPDOWN:
         size = max(R[l] * max(M[l], M[l - 1]) for l in range(1, d + 1))
-        size = max([size] + [R[l] * pr[1].shape[-2] * pr[1].shape[-1] for l, pr in enumerate(p.prods) if pr])
+        p.production_elements = max([0] + [pr[1].numel() for pr in p.prods if pr])  # probs (R_l, m_l, K, 1)
     else:
         size = max(sum(g.index.shape[0] * g.index.shape[2] for g in lvl) for lvl in p.groups)
     p.per_example = max(size, R[-1] * ladder.emission.dim)
