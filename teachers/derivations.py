@@ -50,6 +50,8 @@ __all__ = ["DRAW_BLOCK", "ENUMERATE_MAX", "PERMUTE_MAX", "derivation_index", "de
            "enumerate_derivations", "exchange_synonyms", "index_derivations", "num_derivations",
            "row_derivations", "sample_derivations", "sample_distinct", "train_test_split"]
 
+#: Rows unpacked and expanded at a time by the distinct draws (their int64 digits and events stay this small).
+ROWS_CHUNK = 2**16
 #: The most derivations :func:`enumerate_derivations` lists by default.
 ENUMERATE_MAX = 2**20
 #: Up to this many derivations, distinct draws are a prefix of one ``torch.randperm`` of the indices.
@@ -317,6 +319,13 @@ def sample_derivations(ladder: Ladder, num_examples: int, seed: int = 0) -> torc
 
     :raises ValueError: ``num_examples`` > P_max, derivations that are not equally likely, or a ladder that is not
         joint at every level."""
+    lay, keys = _distinct(ladder, num_examples, seed)
+    return lay.unpack(keys)
+
+
+def _distinct(ladder: Ladder, num_examples: int, seed: int) -> tuple[_Layout, torch.Tensor]:
+    """:func:`sample_derivations`' derivations as packed words ``(num_examples, W)``, W int64 per row (a few,
+    where the digits take D int64), with the ladder's layout."""
     lay = _layout(ladder, "sampling without replacement")
     _equally_likely(ladder, _joint_levels(ladder, "sampling without replacement"))
     num, seed = _count(num_examples, "num_examples", 0), _count(seed, "seed", 0)
@@ -324,14 +333,22 @@ def sample_derivations(ladder: Ladder, num_examples: int, seed: int = 0) -> torc
         raise ValueError(f"num_examples: at most P_max = {lay.total} distinct derivations exist, got {num}")
     if lay.total <= PERMUTE_MAX:
         perm = torch.randperm(lay.total, generator=block_generator(seed, 0, stream=_DISTINCT_STREAM))
-        return lay.unpack(perm[:num, None])
-    return lay.unpack(_distinct_keys(lay, num, seed))
+        return lay, perm[:num, None]
+    return lay, _distinct_keys(lay, num, seed)
 
 
-def _sample_of(ladder: Ladder, digits: torch.Tensor, seed: int, meta: dict) -> LadderSample:
-    """The rows of ``digits`` as a sample; x (for a random emission) drawn in blocks of :data:`BLOCK_SIZE` rows,
+def _rows_of_keys(ladder: Ladder, lay: _Layout, keys: torch.Tensor) -> torch.Tensor:
+    """The events ``z`` of packed derivations ``keys`` ``(n, W)``, unpacked and expanded :data:`ROWS_CHUNK` rows
+    at a time, so that the int64 digits and events of all n rows are never held at once."""
+    z = torch.empty(keys.shape[0], ladder.total_regions, dtype=ladder.event_dtype())
+    for lo in range(0, keys.shape[0], ROWS_CHUNK):
+        z[lo: lo + ROWS_CHUNK] = derivation_rows(ladder, lay.unpack(keys[lo: lo + ROWS_CHUNK]))
+    return z
+
+
+def _sample_of(ladder: Ladder, z: torch.Tensor, seed: int, meta: dict) -> LadderSample:
+    """The events ``z`` as a sample; x (for a random emission) drawn in blocks of :data:`BLOCK_SIZE` rows,
     block k from ``block_generator(seed, k)`` of its own stream, so row i's x depends on (seed, i) only."""
-    z = derivation_rows(ladder, digits)
     x = None
     if not ladder.emission.derivable:
         leaves, n = z[:, ladder.level_offsets[-2]:].long(), z.shape[0]
@@ -345,8 +362,8 @@ def _sample_of(ladder: Ladder, digits: torch.Tensor, seed: int, meta: dict) -> L
 def sample_distinct(ladder: Ladder, num_examples: int, seed: int = 0) -> LadderSample:
     """``num_examples`` distinct derivations (:func:`sample_derivations`) as a
     :class:`~teachers.sampling.LadderSample`: distinct inputs on an RHM, whose rules are unambiguous."""
-    digits = sample_derivations(ladder, num_examples, seed)
-    return _sample_of(ladder, digits, seed, {"derivations": "distinct"})
+    lay, keys = _distinct(ladder, num_examples, seed)
+    return _sample_of(ladder, _rows_of_keys(ladder, lay, keys), seed, {"derivations": "distinct"})
 
 
 def train_test_split(ladder: Ladder, num_train: int, num_test: int, seed: int = 0) -> tuple[LadderSample,
@@ -367,7 +384,8 @@ def train_test_split(ladder: Ladder, num_train: int, num_test: int, seed: int = 
     if num_train + num_test > lay.total:
         raise ValueError(f"num_train, num_test: {num_train} + {num_test} distinct derivations asked, but only "
                          f"P_max = {lay.total} exist")
-    both = _sample_of(ladder, sample_derivations(ladder, num_train + num_test, seed), seed, {})
+    lay, keys = _distinct(ladder, num_train + num_test, seed)
+    both = _sample_of(ladder, _rows_of_keys(ladder, lay, keys), seed, {})
     x = both.x
 
     def part(lo: int, hi: int, name: str) -> LadderSample:
