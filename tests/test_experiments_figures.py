@@ -714,6 +714,28 @@ def test_the_rhm_p_star_and_exponent_follow_the_runs():
     assert fit["low"] <= fit["slope"] <= fit["high"]
 
 
+def test_the_readme_rhm_headline_follows_the_json():
+    """The README's RHM bullet: the exponent with its interval, the ratio range, the shallow student's crossings,
+    the sensitivity's range and the controls, each from rhm_sweep.json."""
+    mod, d = _example("rhm_sample_complexity"), _json("rhm_sweep")
+    fit, cfg = d["fit"]["all"], d["config"]
+    _in_doc(f"the CNN's P* grows as (n_c m^L)^{fit['slope']:.2f} [{fit['low']:.2f}, {fit['high']:.2f}] (bootstrap "
+            f"over {cfg['seeds']} seeds)", README)
+    ratios = [c["sweeps"]["cnn"]["p_star"]["value"] / c["scale"] for c in d["configs"]]
+    _in_doc(f"at {min(ratios):.2f}-{max(ratios):.2f} n_c m^L", README)
+    crossed = sum(c["sweeps"]["shallow"]["p_star"]["value"] is not None for c in d["configs"])
+    _in_doc(f"The shallow network reaches 10% test error on {crossed} of the\n  {len(d['configs'])}", README)
+    assert "P_S / P* lies between 0.84 and 1.28" in mod.sensitivity_text(d)
+    _in_doc("insensitive to exchanged synonyms at 0.84-1.28 P*", README)
+    c = d["controls"]
+    twin = [e for kind in ("cnn", "shallow") for e in c["twin"][kind]["median_test_error"]]
+    shuffled = c["shuffled"]["cnn"]["median_test_error"]
+    _in_doc(f"Controls at ({c['m']}, {c['L']})", README)
+    _in_doc(f"test error stays at\n  {min(twin):.3f}-{max(twin):.3f} at every P (its Bayes error "
+            f"{c['twin_bayes_error']:.3f}, chance {1 - 1 / c['m']:.3f}); with shuffled labels the CNN's is "
+            f"{min(shuffled):.3f}-{max(shuffled):.3f}", README)
+
+
 @pytest.mark.slow
 def test_rhm_sample_complexity_quick_record(tmp_path):
     mod = _example("rhm_sample_complexity")

@@ -38,6 +38,8 @@ def test_readme_quick_start_and_pyro_model_run(tmp_path, monkeypatch):
     # Pyro block: TraceEnum_ELBO's evidence and infer_discrete's MAP against exact inference (asserted there)
     assert namespace["z_map"].shape == (6, namespace["small"].total_regions)
     assert namespace["evidence"] < 0 and namespace["prior"]["z_2"].shape == (2, 6, 2, 2)
+    # RHM block (issue 38): a disjoint split and the one-hot exact posterior (asserted there)
+    assert namespace["rhm"].rhm_params.num_data == 512 and namespace["post"].label.shape == (128, 8)
 
 
 def test_library_tour_runs(tmp_path, monkeypatch):
