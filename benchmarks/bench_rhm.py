@@ -4,8 +4,9 @@ L = 5 builds, samples 10^6 rows and answers p(y | x) exactly on 10^4 of them, ti
 The ladder is ``Ladder.rhm(v, n_c=v, m=v, s, L)`` (default v = 64, s = 2, L = 5: 32 positions, 63 regions, 64
 productions per symbol, P_max = n_c m^(2^L - 1) = 64^32 ~ 6.3e57 distinct data).  Phases, each run in a fresh
 subprocess so that its peak resident memory is its own (``resource.getrusage(RUSAGE_SELF).ru_maxrss`` of the
-child: ``rss_before`` after the imports, the ladder and the phase's inputs, ``peak_rss`` at the end; ``added`` =
-their difference bounds what the phase's own work held at its peak):
+child: ``rss_before`` after the imports, the ladder and the phase's inputs, ``peak_rss`` right after the phase's
+call, before its checks (which hold copies of their own); ``added`` = their difference bounds what the phase's
+own work held at its peak):
 
 - ``build``: ``Ladder.rhm`` (the rules and probabilities: the productions' size, not v^s per symbol);
 - ``sample``: ``teachers.sampling.sample_ladder`` of ``--n-sample`` rows (10^6), with replacement;
@@ -168,6 +169,7 @@ def job(name: str, cfg: dict) -> dict:
         else:
             raise ValueError(f"job: unknown {name!r}")
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+        op_peak = _peak_rss_mib()  # before the checks below, which hold copies of their own
         rows = n_post if name == "posterior" else n
         if name == "sample":  # the posterior's rows are this stream's first rows
             first, _ = sample_rows(lad, seed + 1, 0, min(n, n_post))
@@ -179,9 +181,12 @@ def job(name: str, cfg: dict) -> dict:
             train, test = out
             checks["distinct_inputs"] = _distinct_inputs(torch.cat([train.leaves, test.leaves]))
             checks["train_rows"], checks["test_rows"] = len(train), len(test)
+    if name == "build":
+        op_peak = _peak_rss_mib()
     use = resource.getrusage(resource.RUSAGE_SELF)
     return {"job": name, "rows": rows, "seconds": seconds, "cpu_s": cpu, "rss_before_mib": rss0,
-            "peak_rss_mib": _peak_rss_mib(), "sys_s": use.ru_stime - use0.ru_stime,
+            "peak_rss_mib": op_peak, "peak_rss_with_checks_mib": _peak_rss_mib(),
+            "sys_s": use.ru_stime - use0.ru_stime,
             "minor_faults": use.ru_minflt - use0.ru_minflt, "checks": checks}
 
 
@@ -210,6 +215,7 @@ def phases(cfg: dict, repeats: int) -> list[dict]:
                      "rows_per_s": None if j == "build" else rs[0]["rows"] / median,
                      "rss_before_mib": max(r["rss_before_mib"] for r in rs),
                      "peak_rss_mib": max(r["peak_rss_mib"] for r in rs),
+                     "peak_rss_with_checks_mib": max(r["peak_rss_with_checks_mib"] for r in rs),
                      "added_mib": max(r["peak_rss_mib"] - r["rss_before_mib"] for r in rs), "checks": rs[0]["checks"]})
     return rows
 
@@ -292,8 +298,9 @@ def main(argv: list[str] | None = None) -> dict:
                    "chunk_ladders": args.chunk_ladders, "repeats": args.repeats, "quick": args.quick,
                    "rate_statistic": "median",
                    "memory_method": "each phase in a fresh subprocess; ru_maxrss of the child after its imports, "
-                                    "ladder and inputs (rss_before_mib) and at its end (peak_rss_mib); added_mib = "
-                                    "their difference, the most over the rounds"},
+                                    "ladder and inputs (rss_before_mib) and right after the phase's call, before its "
+                                    "checks (peak_rss_mib; peak_rss_with_checks_mib after them); added_mib = "
+                                    "peak_rss_mib - rss_before_mib, the most over the rounds"},
         "ladder": {"name": lad.name, "regions": lad.total_regions, "positions": lad.rhm_params.num_positions,
                    "log10_p_max": math.log10(lad.rhm_params.num_data), "productions_per_event": args.v},
     }

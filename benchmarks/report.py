@@ -44,7 +44,7 @@ END = "<!-- /report.py -->"  # ends every generated part: the first one after it
 MARKER = "<!-- report.py:"  # every generated part's opening line starts so
 #: the results files the benchmark table is written from, in the table's order
 TABLE_FILES = ("ladder_sampling", "student", "activations", "factorial_map", "out_of_core", "sampling", "posterior",
-               "graph_statistics", "population")
+               "graph_statistics", "population", "rhm")
 
 
 # ---------------------------------------------------------------------- reading and formatting
@@ -395,11 +395,38 @@ def population_row() -> str:
         " / ".join(sorted({_target(t) for t in targets})))
 
 
+def rhm_row() -> str:
+    """The issue-38 case: an RHM of v = m = n_c = 64, L = 5, built, sampled and answered exactly (medians, each
+    phase in its own process, the memory it added)."""
+    d = _load("rhm")
+    c, lad = d["config"], d["ladder"]
+    ph = {r["job"]: r for r in d["results"]}
+    main = d["chunks"][0]
+    post = ph["posterior"]
+
+    def phase(job: str, what: str) -> str:
+        r = ph[job]
+        return f"{what} {r['median_s']:.2f} s (+{r['added_mib']:.0f} MiB)"
+
+    exact = post["checks"]["max_label_error"] == 0 and post["checks"]["accuracy"] == 1.0
+    return _row(
+        f"the Random Hierarchy Model `Ladder.rhm({c['v']}, {c['n_classes']}, {c['m']}, {c['s']}, {c['L']})` "
+        f"(P_max = 10^{lad['log10_p_max']:.1f}): build, sample, distinct draws, exact p(y given x) over the "
+        f"productions, {_run_threads(d)}",
+        f"build {ph['build']['median_s']:.3f} s; " + phase("sample", f"{_count(ph['sample']['rows'])} rows")
+        + "; " + phase("distinct", f"{_count(ph['distinct']['rows'])} distinct") + "; "
+        + phase("posterior", f"posterior of {_count(post['rows'])} rows in a fresh process")
+        + f", {main['chunks'][0]['median_s']:.2f} s warm (chunk {main['auto_chunk']}, "
+        f"{main['auto_over_best']:.2f}x the best fixed chunk), one-hot on every row "
+        + _source(d, "bench_rhm.py", _rounds(d, "median")),
+        "built, sampled and answered exactly on 2 cores" + ("" if exact else " (not met)"))
+
+
 # ---------------------------------------------------------------------- the table
 def rows() -> list[str]:
     """The benchmark table's rows (docs/benchmarks.md), in order."""
     return [*ladder_sampling_rows(), *student_rows(), *activations_rows(), *factorial_map_rows(),
-            *out_of_core_rows(), sampling_row(), posterior_row(), graph_statistics_row(), population_row()]
+            *out_of_core_rows(), sampling_row(), posterior_row(), graph_statistics_row(), population_row(), rhm_row()]
 
 
 def table() -> list[str]:
