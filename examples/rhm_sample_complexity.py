@@ -25,7 +25,7 @@ weights, minibatch order) at one RHM per configuration (rules seed 0), not the v
 Per run, :class:`smaso.student.rhm_measures.RHMMeasures`: synonymic sensitivity per layer (synonyms exchanged at
 level L - 1) on every run, event alignment and Thm 2's conditions at three P per configuration (the first grid
 point, the one nearest 2 n_c m^L and the last).  Controls on ``--control`` (default m = 8, L = 2): the same
-students on the RHM's independent-children twin (:func:`teachers.rhm.independent_children`: the same marginal
+students on the RHM's independent-children twin (:meth:`teachers.ladder.Ladder.independent_children`: the same marginal
 tables, children drawn independently; data with replacement by :class:`smaso.sweep.IndependentDraws`; its Bayes
 error from the exact posterior), and the CNN with the training labels shuffled.
 
@@ -158,11 +158,10 @@ def run_controls(m: int, L: int, args: argparse.Namespace) -> dict:
     from smaso.student.rhm_measures import RHMMeasures
     from smaso.sweep import IndependentDraws
     from teachers.ladder import Ladder
-    from teachers.rhm import independent_children
 
     lad = Ladder.rhm(m, m, m, 2, L, seed=0)
     prm = lad.rhm_params
-    twin = independent_children(lad)
+    twin = lad.independent_children()
     num_test = min(args.num_test, prm.num_data // 4)
     cap = prm.num_data - num_test
     grids = {"cnn": _grid(prm.p_star_scale, cap, math.sqrt(2), 0.5, 8),

@@ -60,6 +60,8 @@ _ENTRY_POINTS = {
     "median_interval": "smaso.student.seeds",
     "train_ladder_student": "smaso.student.training",
     "knowledge_conditions": "smaso.theorems.conditions",
+    "SweepRun": "smaso.sweep",
+    "RHMMeasures": "smaso.student.rhm_measures",
 }
 
 _SUBPACKAGES = ("cli", "depth", "plots", "splines", "student", "theorems")
@@ -75,8 +77,10 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "LadderStudent",
     "MASO",
     "PStar",
+    "RHMMeasures",
     "StudentConfig",
     "SweepResult",
+    "SweepRun",
     "SynonymicSensitivity",
     "TrainingConfig",
     "collect_statistics",
@@ -114,6 +118,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from smaso.student.frequency import FrequencyStatistics, collect_statistics
     from smaso.student.network import LadderStudent
     from smaso.student.reformulation import reformulate
+    from smaso.student.rhm_measures import RHMMeasures
     from smaso.student.seeds import median_interval
     from smaso.student.sensitivity import SynonymicSensitivity, synonymic_sensitivity
     from smaso.student.shallow import error_rate, flat_ladder, flat_sample, shallow_student
@@ -123,6 +128,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
         IndependentDraws,
         PStar,
         SweepResult,
+        SweepRun,
         read_runs,
         register_student,
         sample_complexity_sweep,

@@ -608,6 +608,30 @@ class Ladder(LadderConstructors, LadderSpecIO):
         new.emission = self._check_emission(emission)
         return new
 
+    def independent_children(self) -> Ladder:
+        """The independent-children twin of a ladder whose levels draw their children jointly (an RHM): the same
+        tree, prior, emission and per-child marginal tables P(z_child | z_parent) (:attr:`tables`, which on a
+        production level hold the children's marginals), but every child drawn on its own given its parent.
+
+        Every pairwise law along an edge (and so every product of them along a path: P(z_leaf | y), what the
+        reformulation and the shallow student's flat view read) is the teacher's; the siblings' joint law is not.
+        On an RHM the twin's s-tuples are no longer the m productions of their parent but any product of the
+        children's supports, so the rules stop being unambiguous: the class is no longer a function of the input,
+        and its Bayes error is above 0.  It is the control "the same students on a ladder with independent
+        children" (data drawn with replacement: the twin has no derivations to split).
+
+        :returns: the twin, named ``independent(<name>)``; ``rhm_params`` is not carried (P_max and n_c m^L count
+            derivations the twin does not have).
+        :raises ValueError: a ladder without productions (a bottom-up one included).
+        """
+        if self.mode != TOPDOWN or self._productions is None:
+            raise ValueError("ladder: expected a top-down ladder whose children are drawn jointly (productions, e.g. "
+                             "Ladder.rhm); this one already draws every child on its own" if self.mode == TOPDOWN
+                             else "ladder: expected a top-down ladder with productions, got a bottom-up one")
+        tables = [t.clone() for t in _known(self.tables, "tables", "a top-down ladder") if t is not None]
+        return Ladder(self._branching, self.events, prior=self.prior, tables=tables, emission=self.emission,
+                      name=f"independent({self.name})")
+
     @classmethod
     def _layout_only(cls, events: Sequence, parents: Sequence, mode: str | None = None) -> Ladder:
         """A ladder object holding only a checked graph layout (for constructors that draw tables for it); with

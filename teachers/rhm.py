@@ -40,9 +40,9 @@ import torch
 from .validation import LadderSpecError, _short
 
 if TYPE_CHECKING:
-    from .ladder import Ladder
+    pass
 
-__all__ = ["RHM_RULE_SOURCES", "RHMParams", "independent_children", "rhm_rules"]
+__all__ = ["RHM_RULE_SOURCES", "RHMParams", "rhm_rules"]
 
 #: the sources of rules :func:`rhm_rules` knows (module docstring)
 RHM_RULE_SOURCES = ("smaso", "pcsl")
@@ -163,36 +163,3 @@ def rhm_rules(params: RHMParams) -> list[torch.Tensor]:
             nxt.update(dict.fromkeys(rules[a].reshape(-1).tolist()))
         seen = list(nxt)
     return out
-
-
-def independent_children(ladder: Ladder) -> Ladder:
-    """The independent-children twin of a ladder whose levels draw their children jointly (an RHM): the same tree,
-    prior, emission and per-child marginal tables P(z_child | z_parent) (``ladder.tables``, which on a production
-    level hold the children's marginals), but every child drawn on its own given its parent.
-
-    Every pairwise law along an edge (and so every product of them along a path: P(z_leaf | y), what the
-    reformulation and the shallow student's flat view read) is the teacher's; the siblings' joint law is not.  On
-    an RHM the twin's s-tuples are no longer the m productions of their parent but any product of the children's
-    supports, so the rules stop being unambiguous: the class is no longer a function of the input, and its
-    Bayes error is above 0 (the exact posterior, :mod:`inference.sum_product`, runs on the twin).  It is the
-    control "the same students on a ladder with independent children": data by
-    :class:`smaso.sweep.IndependentDraws` (the twin has no derivations to split).
-
-    :param ladder: a top-down uniform tree with productions (``ladder.productions`` not None).
-    :returns: the twin, named ``independent(<name>)``; ``rhm_params`` is not carried (P_max and n_c m^L count
-        derivations the twin does not have).
-    :raises ValueError: a ladder without productions, a bottom-up ladder or a region graph.
-    """
-    from .ladder import TOPDOWN, Ladder, _check_ladder
-
-    _check_ladder(ladder)
-    if ladder.mode != TOPDOWN or ladder.productions is None:
-        raise ValueError("ladder: expected a top-down ladder whose children are drawn jointly (productions, e.g. "
-                         "Ladder.rhm); this one already draws every child on its own" if ladder.mode == TOPDOWN
-                         else "ladder: expected a top-down ladder with productions, got a bottom-up one")
-    if not ladder.is_uniform() or ladder.tables is None or any(t is None for t in ladder.tables):
-        raise ValueError("ladder: independent_children needs a uniform tree whose levels have stacked tables "
-                         "(Ladder.rhm's layout)")
-    tables = [t.clone() for t in ladder.tables if t is not None]  # (none is None: checked above)
-    return Ladder(ladder.branching, ladder.events, prior=ladder.prior, tables=tables,
-                  emission=ladder.emission, name=f"independent({ladder.name})")

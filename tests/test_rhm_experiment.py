@@ -19,7 +19,6 @@ from smaso.student.rhm_measures import RHMMeasures
 from smaso.sweep import STUDENT_KINDS, IndependentDraws, SweepResult, SweepRun, sample_complexity_sweep
 from teachers.derivations import train_test_split
 from teachers.ladder import Ladder
-from teachers.rhm import independent_children
 from teachers.sampling import sample_ladder
 
 TRAINING = TrainingConfig(steps=6, lr=1e-2, batch_size=16, loss="cross_entropy", optimizer="adam")
@@ -128,7 +127,7 @@ def test_rhm_measures_sensitivity_matches_the_rules_and_details_come_where_asked
 
 
 def test_independent_children_keeps_the_marginals_and_drops_the_productions(rhm: Ladder) -> None:
-    twin = independent_children(rhm)
+    twin = rhm.independent_children()
     assert twin.productions is None and twin.branching == rhm.branching and twin.events == rhm.events
     assert all(torch.equal(a, b) for a, b in zip(twin.tables, rhm.tables, strict=True))
     assert torch.equal(twin.prior, rhm.prior) and getattr(twin, "rhm_params", None) is None
@@ -156,8 +155,8 @@ def test_independent_children_keeps_the_marginals_and_drops_the_productions(rhm:
 
 def test_independent_children_refuses_a_ladder_without_productions_and_samples_by_independent_draws(rhm) -> None:
     with pytest.raises(ValueError, match="already draws every child on its own"):
-        independent_children(Ladder.random(2, 2, 3, seed=0))
-    twin = independent_children(rhm)
+        Ladder.random(2, 2, 3, seed=0).independent_children()
+    twin = rhm.independent_children()
     train, test = IndependentDraws(twin, 16)(10, 0)
     assert train.z.shape == (10, twin.total_regions) and test.z.shape == (16, twin.total_regions)
     # the class is no longer a function of the input: some input has two classes in a modest sample
