@@ -600,6 +600,16 @@ class Ladder(LadderConstructors, LadderSpecIO):
         return (f"Ladder(mode={self.mode!r}, regions per level={list(self.num_regions)}, "
                 f"{'tree' if self.is_tree() else 'DAG'}, emission={self.emission.kind!r})")
 
+    def __getstate__(self) -> dict:
+        """The ladder's fields without its cache, for pickling (an engine's task).  A process pool pickles a task's
+        arguments in a feeder thread while this process goes on working with the same ladder and filling its cache;
+        pickling that dict as it grows raised "dictionary changed size during iteration" (seen once in the demo,
+        whose other seeds run in worker processes).  ``dict(self.__dict__)`` is one C-level copy, atomic under the
+        GIL; the worker rebuilds whatever cached value it needs."""
+        state = dict(self.__dict__)
+        state["_cache"] = {}
+        return state
+
     def with_emission(self, emission: Emission | dict) -> Ladder:
         """The same events with another leaf observation model."""
         new = object.__new__(Ladder)

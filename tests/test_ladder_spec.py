@@ -586,3 +586,26 @@ def test_one_hot_matches_torch_one_hot_in_any_dtype(dtype, index_dtype):
     assert one_hot(z, 7).dtype == torch.get_default_dtype()
     with pytest.raises(RuntimeError):
         one_hot(torch.tensor([7]), 7)
+
+
+def test_pickling_a_ladder_ignores_a_cache_filled_meanwhile():
+    """A process pool pickles a task's arguments in a feeder thread while this process fills the same ladder's
+    cache: the demo once failed with "dictionary changed size during iteration".  Here a cached value's reduction
+    grows the cache while the pickler walks it, as that thread did; the ladder pickles without its cache."""
+    import pickle
+
+    from teachers import Ladder
+
+    class Grows:
+        def __init__(self, cache: dict) -> None:
+            self.cache = cache
+
+        def __reduce__(self):
+            self.cache[object()] = 1  # another thread filling the cache meanwhile
+            return (int, (0,))
+
+    lad = Ladder.default()
+    lad._cache["grows"] = Grows(lad._cache)
+    lad._cache["more"] = 1
+    clone = pickle.loads(pickle.dumps(lad))
+    assert clone._cache == {} and clone.fingerprint() == lad.fingerprint()
