@@ -196,7 +196,8 @@ def posterior(ladder: Ladder, x: torch.Tensor, *, marginals: bool = False, chunk
 
     log_z, label, *margs = _passes(tree_pass, x, step, dev, shapes)
     bad = torch.isneginf(log_z)
-    if bool(bad.any()):  # impossible, or underflowed: the log-space junction tree decides
+    # the one host sync after the passes (none on the meta device, which has no values to decide on)
+    if log_z.device.type != "meta" and bool(bad.any()):  # impossible, or underflowed: the junction tree decides
         rows = bad.nonzero().flatten()
         try:
             jt = JunctionTree(ladder, max_clique)

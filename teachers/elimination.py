@@ -47,9 +47,12 @@ def _align(f: _Factor, target: Sequence[int]) -> torch.Tensor:
     return t.reshape([t.shape[0]] + [f.t.shape[1 + pos[v]] if v in pos else 1 for v in target])
 
 
-def _product(factors: Sequence[_Factor], target: Sequence[int], sizes: Sequence[int], batch: int) -> torch.Tensor:
-    """Sum of the log factors over the variables ``target`` (every factor's scope within it): ``(B, ...)``."""
-    dev = factors[0].t.device if factors else None
+def _product(factors: Sequence[_Factor], target: Sequence[int], sizes: Sequence[int], batch: int,
+             device: torch.device | None = None) -> torch.Tensor:
+    """Sum of the log factors over the variables ``target`` (every factor's scope within it): ``(B, ...)``, on the
+    factors' device, or on ``device`` when there are none (a clique no factor was assigned to: a CPU zero there
+    would meet the other cliques' tables on their device)."""
+    dev = factors[0].t.device if factors else device
     out = torch.zeros((1,) * (len(target) + 1), dtype=torch.float64, device=dev)
     for f in factors:
         out = out + _align(f, target)
@@ -292,13 +295,14 @@ class JunctionTree:
                   list[_Factor | None] | None]:
         """Upward (and downward) messages; returns the clique potentials, up and down messages."""
         K = len(self.cliques)
+        dev = factors[0].t.device if factors else None
         assigned: list[list[_Factor]] = [[] for _ in range(K)]
         for f in factors:  # a factor sits in the clique of the first eliminated region of its scope
             assigned[min(self.pos[v] for v in f.vars)].append(f)
         psi: list[torch.Tensor] = []  # psi[k], up[k] appended in elimination order, where clique k reads only
         up: list[_Factor] = []  # its own psi[k] and its children's up[j], j < k
         for k in range(K):  # elimination order: every child comes before its parent
-            psi.append(_product(assigned[k], self.cliques[k], self.sizes, batch))
+            psi.append(_product(assigned[k], self.cliques[k], self.sizes, batch, dev))
             up.append(_Factor(self.cliques[k][1:], reduce(self.conditional(k, psi, up, batch), dim=1)))  # v_k: axis 1
         if not down:
             return psi, up, None
