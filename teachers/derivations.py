@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from .categorical import BlockRNG
+from .emission import sampler_events
 from .joint_draws import production_children
 from .ladder import TOPDOWN, Ladder, _check_ladder
 from .productions import Productions
@@ -354,7 +355,8 @@ def _sample_of(ladder: Ladder, z: torch.Tensor, seed: int, meta: dict) -> Ladder
         leaves, n = z[:, ladder.level_offsets[-2]:].long(), z.shape[0]
         sizes = [min(BLOCK_SIZE, n - lo) for lo in range(0, n, BLOCK_SIZE)]
         rng = BlockRNG([block_generator(seed, k, stream=_EMISSION_STREAM) for k in range(len(sizes))], sizes)
-        parts = [ladder.emission.sample(zb, gen).to(torch.float32) for zb, gen in rng.split(leaves)]
+        with sampler_events():  # the derivations' own events, in range by construction
+            parts = [ladder.emission.sample(zb, gen).to(torch.float32) for zb, gen in rng.split(leaves)]
         x = torch.cat(parts) if parts else torch.empty(0, ladder.num_regions[-1], ladder.emission.dim)
     return LadderSample(ladder, z, x, seed=seed, start=0, total=z.shape[0], meta=meta)
 

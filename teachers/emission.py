@@ -13,7 +13,10 @@ and ``log_likelihood(x)`` is ``(N, R, m)``: log p(x_r | z_r = k) for every event
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -39,14 +42,32 @@ def one_hot(z: torch.Tensor, num_events: int, dtype: torch.dtype | None = None) 
     return out.scatter_(-1, z, 1)
 
 
+#: True while the events handed to an emission were made by the sampler itself, in range by construction: their
+#: range check, a host sync per sampled block, is skipped (:func:`sampler_events`)
+_SAMPLER_EVENTS: contextvars.ContextVar[bool] = contextvars.ContextVar("sampler_events", default=False)
+
+
+@contextlib.contextmanager
+def sampler_events() -> Iterator[None]:
+    """Within this block, :meth:`Emission.sample` trusts the range of its events: the sampler's own draws, which
+    lie in ``[0, m)`` by construction, so that sampling on a GPU does not wait for the host once per block.  The
+    shape is still checked."""
+    token = _SAMPLER_EVENTS.set(True)
+    try:
+        yield
+    finally:
+        _SAMPLER_EVENTS.reset(token)
+
+
 def _check_leaf_events(z: torch.Tensor, num_regions: int, num_events: int, level: int | None = None) -> None:
     """Raise a TypeError/ValueError naming ``z`` unless it is ``(N, num_regions)`` leaf events in
-    ``[0, num_events)`` (``level``: the ladder's leaf level, named in the message)."""
+    ``[0, num_events)`` (``level``: the ladder's leaf level, named in the message; the range is not read, a host
+    sync, for the sampler's own events: :func:`sampler_events`)."""
     if not isinstance(z, torch.Tensor):
         raise TypeError(f"z: expected a torch.Tensor of leaf events, got {type(z).__name__}")
     if z.dim() != 2 or z.shape[1] != num_regions:
         raise ValueError(f"z: expected leaf events of shape (N, {num_regions}), got {tuple(z.shape)}")
-    if not z.numel():
+    if not z.numel() or _SAMPLER_EVENTS.get():
         return
     lo, hi = torch.aminmax(z.long() if z.dtype == torch.bool else z)
     if lo < 0 or hi >= num_events:

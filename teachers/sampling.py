@@ -38,7 +38,7 @@ import numpy.typing as npt
 import torch
 
 from .categorical import AliasTable, BlockRNG
-from .emission import _check_leaf_events, one_hot
+from .emission import _check_leaf_events, one_hot, sampler_events
 from .joint_draws import JointLevel
 from .ladder import TOPDOWN, Ladder, _check_ladder, _joint_law, _known
 
@@ -158,7 +158,8 @@ def block_generator(seed: int, block: int, device: torch.device | str = "cpu",
     """The generator of block ``block`` of the stream with ``seed`` (independent streams); ``stream`` keys
     other uses of the same seed apart (:mod:`teachers.derivations`' draws)."""
     state = np.random.SeedSequence([int(seed), int(block), int(stream)]).generate_state(2, np.uint32)
-    g = torch.Generator(device=device)
+    # the meta device has no generator of its own; its random ops take a CPU one (and draw nothing)
+    g = torch.Generator(device="cpu" if torch.device(device).type == "meta" else device)
     g.manual_seed(int(state[0]) << 32 | int(state[1]))
     return g
 
@@ -393,7 +394,8 @@ def _sample_call(plan: SamplingPlan, rng: BlockRNG, buf: torch.Tensor, start: in
     if g.emission.derivable:
         return None
     leaves = buf[:, g.level_offsets[-2]:].long()
-    return torch.cat([g.emission.sample(zb, gen).to(torch.float32) for zb, gen in rng.split(leaves)])
+    with sampler_events():  # drawn above, in range by construction: no range check (a host sync) per block
+        return torch.cat([g.emission.sample(zb, gen).to(torch.float32) for zb, gen in rng.split(leaves)])
 
 
 def _count(value: Any, name: str, low: int = 1) -> int:
