@@ -72,7 +72,7 @@ from smaso.student.frequency import (
     _student_events,
     scatter_sums,
 )
-from smaso.student.mergeable import MergeableSums
+from smaso.student.mergeable import MergeableSums, event_counts, event_flags
 from smaso.student.network import (
     VARIABLES,
     LadderStudent,
@@ -344,12 +344,19 @@ class AlignmentAccumulator(MergeableSums):
         for key in ("ctrl_mean", "ctrl_m2", "on_ctrl"):
             setattr(self, key, [torch.zeros(self.controls[l], R[l], M[l], w[l], **z64) for l in levels])
         self.n, self.loss_sum = 0, 0.0
+        # per level the regions' own event counts where they differ (what the event check needs), else None
+        self._sizes = [None if len(set(lad.region_events[l])) == 1 else torch.tensor(lad.region_events[l], device=dev)
+                       for l in levels]
 
     def add(self, rec: StudentRecord, z: torch.Tensor) -> None:
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, total_regions)``.
         The batch's own moments (two passes about its first row), merged in (:meth:`merge_`)."""
-        z = _student_events(self.student, z, rec)
-        self.merge_(self._batch_state(rec, z.to(self.counts[0].device, torch.int64)))
+        z = _student_events(self.student, z, rec).to(self.counts[0].device, torch.int64)
+        lad, off = self.ladder, self.ladder.level_offsets
+        # on the CPU a bad batch raises here; on a device the check is read back once, when the moments leave it
+        self._defer_event_check(event_flags([z[:, off[l]: off[l + 1]] for l in range(lad.depth)],
+                                            lad.events[: lad.depth], self._sizes))
+        self.merge_(self._batch_state(rec, z))
 
     def _batch_state(self, rec: StudentRecord, z: torch.Tensor) -> dict:
         """The state of one batch alone (what a fresh accumulator holds after adding it)."""
@@ -372,7 +379,8 @@ class AlignmentAccumulator(MergeableSums):
             state["lo"].append(x.amin(0))
             state["hi"].append(x.amax(0))
             one_hot = _one_hot_events(ev, m, torch.float64) if m <= _ONE_HOT_MAX_EVENTS else None
-            counts = torch.nn.functional.one_hot(ev, m).sum(0).to(torch.float64)  # (R, M)
+            # (R, M); on the device (one_hot reads the events' range back to the host)
+            counts = event_counts(ev + torch.arange(r_l, device=ev.device) * m, r_l * m).view(r_l, m)
             state["counts"].append(counts)
             parts = []
             for c in range(self.controls[l] + 1):  # c = 0: the region's own event; c >= 1: region alpha + c's
@@ -444,7 +452,11 @@ class AlignmentAccumulator(MergeableSums):
         return torch.where((p_on > 0) & (p_on < 1), (h - h_cond).clamp(min=0), math.nan)
 
     def result(self) -> Alignment:
-        """The :class:`Alignment` of the rows added so far."""
+        """The :class:`Alignment` of the rows added so far.
+
+        :raises ValueError: fewer than 2 rows; or events added on another device than the CPU were out of range.
+        """
+        self._raise_event_flags()
         if self.n < 2:
             raise ValueError(f"the accumulator holds {self.n} example(s); alignment needs at least 2")
         eta2, eta2_c, mi, mi_c, spec, node, events, corrs, constants, on_rows = ([] for _ in range(10))

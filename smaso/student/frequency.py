@@ -26,7 +26,7 @@ import torch
 
 from smaso import _ladder_parts
 from smaso.student.connectivity import take_rows
-from smaso.student.mergeable import MergeableSums, negated_state, record_rows
+from smaso.student.mergeable import MergeableSums, event_counts, event_flags, negated_state, record_rows
 from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
 from teachers.ladder import Ladder
 from teachers.statistics import EventStatistics, event_mask
@@ -202,8 +202,8 @@ class FrequencyAccumulator(MergeableSums):
     """Streams :class:`StudentRecord` batches into the per-event sums of the module docstring, on any ladder.
 
     Per batch and level one batched matmul of the events' one-hot matrix with the stacked quantities (those
-    that coincide summed once), per edge one bincount of (parent, child) event pairs; with one-hot leaves the
-    leaf sums follow exactly from the counts and Delta W.
+    that coincide summed once), per edge one count (``index_add_``) of (parent, child) event pairs; with one-hot leaves
+    the leaf sums follow exactly from the counts and Delta W.
 
     Precision contract: each batch is summed in ``dtype`` and added into float64 totals
     (:data:`TOTAL_DTYPE`), so only one batch's sums are rounded to ``dtype``, never the running total of N
@@ -249,7 +249,7 @@ class FrequencyAccumulator(MergeableSums):
         self.db = [torch.zeros(R[l], n[l], dtype=tot, device=dev) for l in range(d)]
         self.n = 0
         self.loss_sum = 0.0
-        # flat bincount index of the (parent, child) event pair of edge e: (e M_p + a_p) M + a.  int32 (half the
+        # flat count index of the (parent, child) event pair of edge e: (e M_p + a_p) M + a.  int32 (half the
         # memory traffic of int64, and the leaf level's index arithmetic is a large part of a batch's cost)
         # unless a level has 2^31 bins or more
         bins = max(E[l - 1] * M[l] * M[l - 1] if l else R[0] * M[0] for l in range(d + 1))
@@ -276,16 +276,9 @@ class FrequencyAccumulator(MergeableSums):
         d, off = lad.depth, lad.level_offsets
         n = z.shape[0]
         z = z.to(self.device, self._index_dtype)
-        bins = [z[:, off[l]: off[l + 1]] for l in range(d + 1)]  # events, for bincount arithmetic
-        for l, ev in enumerate(bins):
-            lo, hi = torch.aminmax(ev) if ev.numel() else (0, 0)
-            if lo < 0 or hi >= lad.events[l]:
-                raise ValueError(f"z: level {l} holds events outside [0, {lad.events[l]}): the dataset's ladder does "
-                                 "not match the student's")
-            size = self._sizes[l]
-            if size is not None and ev.numel() and bool((ev >= size).any()):
-                raise ValueError(f"z: level {l} holds events outside its regions' ranges [0, m_r): the dataset's "
-                                 "ladder does not match the student's")
+        bins = [z[:, off[l]: off[l + 1]] for l in range(d + 1)]  # events, for the count index arithmetic
+        # on the CPU a bad batch raises here; on a device the check is read back once, when the sums leave it
+        self._defer_event_check(event_flags(bins, lad.events, self._sizes))
         small = [lad.events[l] <= _ONE_HOT_MAX_EVENTS for l in range(d + 1)]
         stacked = rec.stacked is not None and rec.stacked_fields is not None \
             and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in self.summed)
@@ -330,12 +323,12 @@ class FrequencyAccumulator(MergeableSums):
             R, m = lad.num_regions[l], lad.events[l]
             # counts: row sums of the scatter matrix where there is one (0/1 sums, exact in float32 up
             # to 2^24 examples per batch), else (a tree) margins of the (parent, child) counts below; the
-            # root and the regions of a region graph without one take a plain bincount
+            # root and the regions of a region graph without one take a plain count
             if one_hot[l] is not None:
                 self.counts[l] += one_hot[l].sum(-1)
             elif l == 0 or not tree:
                 code = bins[l].long() + torch.arange(R, device=self.device) * m
-                self.counts[l] += torch.bincount(code.reshape(-1), minlength=R * m).reshape(R, m)
+                self.counts[l] += event_counts(code, R * m).view(R, m)
             if l < d and small[l] and stacked and rec.stacked is not None:  # stacked: rec.stacked is set
                 # every quantity of the level at once: (R, m, N) @ (R, N, k n); one wide matmul is
                 # ~2.5x faster than k narrow ones (n = 16 columns each) on CPU
@@ -363,7 +356,7 @@ class FrequencyAccumulator(MergeableSums):
             pair = (bins[l - 1][:, :, None] * m + edge_base.view(Rp, b)) + bins[l].view(n, Rp, b)
         else:
             pair = (bins[l - 1][:, par] * m + bins[l][:, chi]) + edge_base
-        pairs = torch.bincount(pair.reshape(-1), minlength=E * mp * m).reshape(E, mp, m)
+        pairs = event_counts(pair, E * mp * m).view(E, mp, m)
         joint_counts += pairs
         if tree and one_hot[l] is None:
             self.counts[l] += pairs.sum(1)
@@ -398,7 +391,11 @@ class FrequencyAccumulator(MergeableSums):
                 gp_sum[es] += torch.bmm(take_rows(one_hot[l], a, st, q), g_p)
 
     def result(self) -> FrequencyStatistics:
-        """Normalize the sums into :class:`FrequencyStatistics` (on the CPU)."""
+        """Normalize the sums into :class:`FrequencyStatistics` (on the CPU).
+
+        :raises ValueError: no examples; or events added on another device than the CPU were out of range.
+        """
+        self._raise_event_flags()
         if self.n == 0:
             raise ValueError("no examples were added")
         lad, widths = self.ladder, self.student.widths
@@ -577,7 +574,8 @@ def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *add
     """Every ``(x, y, z)`` of ``batches`` through the student's explicit pass, each record and its events handed to
     every ``add`` (an accumulator's or a probe's); each batch writes into the previous one's stacked buffers (the
     same memory).  Returns how many of the examples the student classifies correctly."""
-    dev, correct = student.weights[0].device, 0
+    dev = student.weights[0].device
+    correct = torch.zeros((), dtype=torch.int64, device=dev)  # on the device: read back once, after the last batch
     buffers: bool | list[torch.Tensor] = True
     with torch.no_grad():
         for x, y, z in batches:
@@ -585,9 +583,9 @@ def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *add
             rec = student.forward_backward(x.to(dev), y, loss, stacked=buffers)
             for add in adds:
                 add(rec, z)
-            correct += int((rec.fbar[0][:, 0].argmax(-1) == y).sum())
+            correct += (rec.fbar[0][:, 0].argmax(-1) == y).sum()
             buffers = rec.stacked if rec.stacked is not None else True  # set: the pass was asked for them
-    return correct
+    return int(correct)
 
 
 def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData | _SampleChunks, loss: str,

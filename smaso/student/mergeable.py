@@ -13,7 +13,53 @@ from smaso.student.network import PER_EXAMPLE, StudentRecord
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["MergeableSums", "negated_state", "record_rows"]
+    from teachers.ladder import Ladder
+
+__all__ = ["MergeableSums", "event_counts", "event_error", "event_flags", "negated_state", "record_rows"]
+
+
+def event_error(level: int, bound: int, *, narrow: bool = False) -> str:
+    """The message of events of ``level`` outside [0, ``bound``) (``narrow``: outside their regions' own ranges)."""
+    if narrow:
+        return (f"z: level {level} holds events outside its regions' ranges [0, m_r): the dataset's ladder does not "
+                "match the student's")
+    return f"z: level {level} holds events outside [0, {bound}): the dataset's ladder does not match the student's"
+
+
+def event_flags(levels: list[torch.Tensor], bounds: list[int],
+                sizes: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """Check a batch's events where they are, with no host sync off the CPU.
+
+    On the CPU (where reading a comparison back costs nothing) raise at once the ValueError of the first level whose
+    events fall outside [0, M_l) or, where ``sizes[l]`` gives the regions' own counts m_r ``(R_l,)``, outside
+    [0, m_r); elsewhere return the ``(levels, 2)`` bool flags of those two failures, on the events' device, for
+    :meth:`MergeableSums._raise_event_flags` to read once.
+
+    :param levels: per level the ``(N, R_l)`` integer events; ``bounds``: M_l per level.
+    """
+    if levels and levels[0].device.type != "cpu":
+        false = torch.zeros((), dtype=torch.bool, device=levels[0].device)
+        return torch.stack([torch.stack([((ev < 0) | (ev >= m)).any(),
+                                         false if size is None else (ev >= size).any()])
+                            for ev, m, size in zip(levels, bounds, sizes, strict=True)])
+    for l, (ev, m, size) in enumerate(zip(levels, bounds, sizes, strict=True)):
+        if not ev.numel():
+            continue
+        lo, hi = torch.aminmax(ev)
+        if lo < 0 or hi >= m:
+            raise ValueError(event_error(l, m))
+        if size is not None and bool((ev >= size).any()):
+            raise ValueError(event_error(l, m, narrow=True))
+    return None
+
+
+def event_counts(index: torch.Tensor, size: int) -> torch.Tensor:
+    """``(size,)`` float64 counts of the flat indices ``index`` (any shape, int32 or int64, in [0, size)):
+    ``torch.bincount``'s, by ``index_add_`` on the indices' device (bincount reads its input's maximum back to the
+    host and has no meta kernel).  Integers, exact up to 2^53 whatever the order of the adds."""
+    flat = index.reshape(-1)
+    ones = torch.ones((), dtype=torch.float64, device=flat.device).expand(flat.shape[0])
+    return torch.zeros(size, dtype=torch.float64, device=flat.device).index_add_(0, flat, ones)
 
 
 def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None) -> StudentRecord:
@@ -68,10 +114,33 @@ class MergeableSums:
     _META: tuple[str, ...] = ()
     n: int
     loss_sum: float
+    ladder: Ladder  # (set by the subclasses that check events)
+    #: events checked on the device, not yet on the host: ``(levels, 2)`` bool, True where a batch's events of that
+    #: level fell outside [0, M_l) (column 0) or outside its regions' own ranges [0, m_r) (column 1); None: none
+    #: pending (every batch so far was checked at once on the CPU)
+    _event_flags: torch.Tensor | None = None
+
+    def _defer_event_check(self, flags: torch.Tensor | None) -> None:
+        """Keep a batch's device-side event flags (:func:`event_flags`) for :meth:`_raise_event_flags`: an OR on the
+        device, no host sync per batch."""
+        if flags is not None:
+            self._event_flags = flags if self._event_flags is None else self._event_flags | flags
+
+    def _raise_event_flags(self) -> None:
+        """Raise the ValueError of the first level whose deferred events were out of range (one host sync, when the
+        sums leave the device: :meth:`state_dict` and the accumulators' ``result``)."""
+        if self._event_flags is not None:
+            for level, (wide, narrow) in enumerate(self._event_flags.cpu().tolist()):
+                if wide or narrow:
+                    raise ValueError(event_error(level, self.ladder.events[level], narrow=not wide))
 
     def state_dict(self) -> dict:
         """The accumulated state: the totals (example count, loss sum), the settings named in ``_META`` and every
-        per-event sum (cloned)."""
+        per-event sum (cloned).
+
+        :raises ValueError: events added on another device than the CPU were out of range (checked here, once).
+        """
+        self._raise_event_flags()
         return {**{k: getattr(self, k) for k in (*self._COUNTS, *self._META)},
                 **{k: [None if t is None else t.clone() for t in getattr(self, k)] for k in self._SUMS}}
 
