@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -26,8 +27,8 @@ def event_error(level: int, bound: int, *, narrow: bool = False) -> str:
     return f"z: level {level} holds events outside [0, {bound}): the dataset's ladder does not match the student's"
 
 
-def event_flags(levels: list[torch.Tensor], bounds: list[int],
-                sizes: list[torch.Tensor | None]) -> torch.Tensor | None:
+def event_flags(levels: Sequence[torch.Tensor], bounds: Sequence[int],
+                sizes: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
     """Check a batch's events where they are, with no host sync off the CPU.
 
     On the CPU (where reading a comparison back costs nothing) raise at once the ValueError of the first level whose
