@@ -117,6 +117,34 @@ class StudentRecord:
     stacked: list | None = None
     stacked_fields: tuple[str, ...] | None = None
 
+    @property
+    def loss_tensor(self) -> torch.Tensor | None:
+        """The mean loss as the 0-dim tensor the forward computed, on the student's device (None when the record
+        was given a float): reading it does not wait for the device, unlike :attr:`loss`."""
+        return self.__dict__.get("_loss_t")
+
+
+def _get_loss(rec: StudentRecord) -> float:
+    # the float is read from the device once, on first use: a training step that never reads it never syncs
+    if "_loss_v" not in rec.__dict__:
+        t = rec.__dict__.get("_loss_t")
+        rec.__dict__["_loss_v"] = math.nan if t is None else t.item()
+    return rec.__dict__["_loss_v"]
+
+
+def _set_loss(rec: StudentRecord, value: float | torch.Tensor) -> None:
+    if isinstance(value, torch.Tensor):  # kept on the device until someone reads ``loss``
+        rec.__dict__["_loss_t"] = value
+        rec.__dict__.pop("_loss_v", None)
+    else:
+        rec.__dict__.pop("_loss_t", None)
+        rec.__dict__["_loss_v"] = value
+
+
+# ``loss`` stays a dataclass field (constructor, repr, eq) but is stored lazily: the generated __init__ assigns it
+# through this property, so forward_backward can hand over the device tensor without a host read
+StudentRecord.loss = property(_get_loss, _set_loss, doc="The mean loss as a float (read from the device once).")
+
 
 def student_loss(out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
     """Mean loss of outputs ``out`` ``(N, m_0)`` against labels ``y`` ``(N,)``: ``"squared"``
@@ -134,8 +162,14 @@ def output_gradient(out: torch.Tensor, y: torch.Tensor, loss: str) -> tuple[torc
     ``"squared"``: ``onehot(y) - f_0`` (G_omega = I - F_omega); ``"cross_entropy"``: ``onehot(y) - softmax(f_0)``.
     :returns: ``((n_0, N) gradient, the mean loss as a float)``.
     """
+    grad, value = _output_gradient(out, y, loss)
+    return grad, value.item()
+
+
+def _output_gradient(out: torch.Tensor, y: torch.Tensor, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`output_gradient` with the loss as a 0-dim tensor on ``out``'s device (no host read)."""
     target = F.one_hot(y.long(), out.shape[0]).to(out.dtype).T
-    return target - (out if loss == "squared" else out.softmax(0)), student_loss(out.T, y, loss).item()
+    return target - (out if loss == "squared" else out.softmax(0)), student_loss(out.T, y, loss)
 
 
 def _check_int(value: object, name: str, low: int) -> int:
@@ -352,7 +386,11 @@ class LadderStudent(nn.Module):
             raise ValueError(f"x: expected shape (N, {want[0]}, {want[1]}) for this student's ladder "
                              f"({lad!r}), got {tuple(x.shape)}")
 
-    def _check_labels(self, x: torch.Tensor, y: torch.Tensor, loss: str) -> None:
+    def _check_labels(self, x: torch.Tensor, y: torch.Tensor, loss: str, *, values: bool = True) -> None:
+        """Raise a ValueError unless ``loss`` is known and ``y`` holds ``(N,)`` integer labels in [0, n_0).
+
+        The range check reads the labels on the host (one sync): ``values=False`` skips it, for loops that
+        validated the whole dataset once where it entered; meta tensors carry no values and skip it too."""
         if loss not in LOSSES:
             raise ValueError(f"loss: expected one of {LOSSES}, got {loss!r}")
         if not isinstance(y, torch.Tensor) or y.shape != (x.shape[0],):
@@ -360,8 +398,10 @@ class LadderStudent(nn.Module):
                              f"{tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__}")
         if y.is_floating_point() or y.is_complex():
             raise ValueError(f"y: expected integer labels, got dtype {y.dtype}")
-        if y.numel() and (y.min() < 0 or y.max() >= self.widths[0]):
-            raise ValueError(f"y: labels must lie in [0, {self.widths[0]}), got [{y.min().item()}, {y.max().item()}]")
+        if values and y.numel() and y.device.type != "meta":
+            lo, hi = torch.stack(torch.aminmax(y)).tolist()  # one host read for both ends
+            if lo < 0 or hi >= self.widths[0]:
+                raise ValueError(f"y: labels must lie in [0, {self.widths[0]}), got [{lo}, {hi}]")
 
     def _grouped(self, level: int, child: torch.Tensor) -> torch.Tensor:
         """The input of ``level`` from the children's outputs ``(R_{l+1}, n_{l+1}, N)``: on the fast path grouped by
@@ -425,7 +465,7 @@ class LadderStudent(nn.Module):
 
     @torch.no_grad()
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss: str = "squared", *,
-                         stacked: bool | list[torch.Tensor] = False) -> StudentRecord:
+                         stacked: bool | list[torch.Tensor] = False, labels_checked: bool = False) -> StudentRecord:
         """Forward and explicit backward pass on one batch, every per-example quantity recorded.
 
         Computed node-major (``(R_l, n_l, N)``, contiguous over the batch; see :class:`StudentRecord`).
@@ -437,9 +477,12 @@ class LadderStudent(nn.Module):
             ``rec.stacked`` is reused when its shapes fit (that record's fields are overwritten):
             streaming over batches then writes into the same memory instead of faulting in fresh
             pages on every batch.
+        :param labels_checked: the caller has checked that the labels lie in [0, n_0) (a training loop validates
+            its dataset once before the loop): skip that check, the step's only host read. The record's
+            ``loss`` is read from the device lazily (:attr:`StudentRecord.loss_tensor` never syncs).
         """
         self.check_inputs(x)
-        self._check_labels(x, y, loss)
+        self._check_labels(x, y, loss, values=not labels_checked)
         lad = self.ladder
         d, n = lad.depth, x.shape[0]
         dtype, dev = self.weights[0].dtype, self.weights[0].device
@@ -496,7 +539,7 @@ class LadderStudent(nn.Module):
                 nm["fbar"][l] = put(l, "fbar", bn[0])
                 nm["f_tilde"][l], sigma[l] = bn[1], bn[2]
         out = nm["fbar"][0][0]  # (n_0, N)
-        g_top, loss_value = output_gradient(out, y, loss)
+        g_top, loss_value = _output_gradient(out, y, loss)
         nm["g_raw"][0] = g_top[None]
 
         def bn_back(l: int, grad: torch.Tensor) -> torch.Tensor:

@@ -38,7 +38,10 @@ def train_ladder_student(student: LadderStudent, x: torch.Tensor, y: torch.Tenso
 
     :param x: ``(N, leaves, dim)`` inputs; ``y``: ``(N,)`` labels.
     :returns: the loss of every step (the batch's mean loss before that step's update).
-    :raises TrainingDiverged: a non-finite loss or weight (the message names the step).
+    :raises TrainingDiverged: a non-finite loss or weight (the message names the step). The step itself never
+        waits for the device: the labels are range-checked once before the loop, and the losses and finite checks
+        stay on the device until a checkpoint (every :data:`CHECK_EVERY` steps and the last), which raises for the
+        first bad step as a per-step check would.
     """
     _check_student(student)
     steps = _check_int(steps, "steps", 0)
@@ -51,7 +54,11 @@ def train_ladder_student(student: LadderStudent, x: torch.Tensor, y: torch.Tenso
     bs = n if batch_size is None else _check_int(batch_size, "batch_size", 1)
     bs = min(bs, n)
     gen = torch.Generator().manual_seed(_check_int(seed, "seed", 0))
+    student._check_labels(x, y, loss)  # the labels' range once, here where the data enters, not per step
     dev = student.weights[0].device
+    # per step, kept on the device and read at checkpoints: the loss, and whether a weight left the finite range
+    losses = torch.empty(steps, dtype=student.weights[0].dtype, device=dev)
+    weight_bad = torch.zeros(steps, dtype=torch.bool, device=dev)
     history: list[float] = []
     order, pos = torch.arange(n), n
     for step in range(steps):
@@ -63,11 +70,33 @@ def train_ladder_student(student: LadderStudent, x: torch.Tensor, y: torch.Tenso
             xb, yb = x[idx], y[idx]
         else:
             xb, yb = x, y
-        rec = student.forward_backward(xb.to(dev), yb.to(dev), loss)
-        if not math.isfinite(rec.loss):
-            raise TrainingDiverged(f"step {step}: the loss is {rec.loss}")
-        history.append(rec.loss)
+        rec = student.forward_backward(xb.to(dev), yb.to(dev), loss, labels_checked=True)
+        losses[step] = rec.loss_tensor
         student.apply_update(rec, lr, weight_decay)
-        if not all(bool(torch.isfinite(w).all()) for w in student.weights):
-            raise TrainingDiverged(f"step {step}: a weight is no longer finite")
+        weight_bad[step] = torch.stack([torch.isfinite(w).all() for w in student.weights]).logical_not().any()
+        if (step + 1) % CHECK_EVERY == 0 or step + 1 == steps:
+            _checkpoint(losses, weight_bad, len(history), step + 1, history)
     return history
+
+
+#: Steps between two host reads of the deferred finite checks (each a sync on an accelerator); a diverged run
+#: stops at most this many steps after the step it names.
+CHECK_EVERY = 256
+
+
+def _checkpoint(losses: torch.Tensor, weight_bad: torch.Tensor, start: int, stop: int, history: list[float]) -> None:
+    """Read steps ``start .. stop-1``'s losses and weight flags from the device (one sync), append the losses to
+    ``history`` and raise :class:`TrainingDiverged` at the first non-finite one, with the message a per-step check
+    gives (the loss, read before the step's update, is checked before its weights). Meta tensors hold no values:
+    nothing is read and ``history`` gets NaN."""
+    if losses.device.type == "meta":
+        history.extend([math.nan] * (stop - start))
+        return
+    # one transfer for both: bool -> the loss dtype is exact (0/1), and the values read back are the loss floats
+    vals, bad = torch.stack([losses[start:stop], weight_bad[start:stop].to(losses.dtype)]).tolist()
+    for step, (value, weight) in enumerate(zip(vals, bad, strict=True), start):
+        if not math.isfinite(value):
+            raise TrainingDiverged(f"step {step}: the loss is {value}")
+        history.append(value)
+        if weight:
+            raise TrainingDiverged(f"step {step}: a weight is no longer finite")
