@@ -23,7 +23,7 @@ import functools
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -143,7 +143,8 @@ def _set_loss(rec: StudentRecord, value: float | torch.Tensor) -> None:
 
 # ``loss`` stays a dataclass field (constructor, repr, eq) but is stored lazily: the generated __init__ assigns it
 # through this property, so forward_backward can hand over the device tensor without a host read
-StudentRecord.loss = property(_get_loss, _set_loss, doc="The mean loss as a float (read from the device once).")
+setattr(StudentRecord, "loss", property(_get_loss, _set_loss,  # noqa: B010 (mypy reads the field as a float)
+                                      doc="The mean loss as a float (read from the device once)."))
 
 
 def student_loss(out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
@@ -564,7 +565,8 @@ class LadderStudent(nn.Module):
                 W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
             db[l] = g.mean(-1)
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
-                            sigma=sigma, dW=dW, db=db, dc1=dc1, dc0=dc0, loss=loss_value,
+                            sigma=sigma, dW=dW, db=db, dc1=dc1, dc0=dc0,
+                            loss=cast(float, loss_value),  # the tensor: the property keeps it on the device
                             stacked=buffers if stacked else None, stacked_fields=keys if stacked else None)
         rec.fbar[d] = x.to(dtype)
         return rec

@@ -71,7 +71,8 @@ def train_ladder_student(student: LadderStudent, x: torch.Tensor, y: torch.Tenso
         else:
             xb, yb = x, y
         rec = student.forward_backward(xb.to(dev), yb.to(dev), loss, labels_checked=True)
-        losses[step] = rec.loss_tensor
+        lt = rec.loss_tensor
+        losses[step] = lt if lt is not None else rec.loss  # (forward_backward always leaves the tensor)
         student.apply_update(rec, lr, weight_decay)
         weight_bad[step] = torch.stack([torch.isfinite(w).all() for w in student.weights]).logical_not().any()
         if (step + 1) % CHECK_EVERY == 0 or step + 1 == steps:
