@@ -181,6 +181,9 @@ def test_shallow_student_is_one_hidden_layer_on_the_flattened_input(rhm: Ladder)
     g1, g2 = torch.autograd.grad(loss, [st.weights[1], st.weights[0]])
     assert torch.allclose(rec.dW[1], -g1, atol=1e-12) and torch.allclose(rec.dW[0], -g2, atol=1e-12)
     assert error_rate(st, x, y, batch_size=7) == pytest.approx((ref.argmax(-1) != y).double().mean().item(), abs=0)
+    with torch.no_grad():
+        st.weights[0][0, 0, 0] = float("nan")  # scores no longer finite: no error rate, not a count of NaN argmaxes
+    assert math.isnan(error_rate(st, x, y, batch_size=7))
 
 
 def test_flat_sample_runs_the_comparison_and_alignment_with_the_class_as_the_hidden_event(rhm: Ladder) -> None:

@@ -194,15 +194,16 @@ def train_student_population(students: Sequence[nn.Module], xs: Sequence[torch.T
 
 @torch.no_grad()
 def classification_error(student: nn.Module, x: torch.Tensor, y: torch.Tensor, *, chunk: int = 4096) -> float:
-    """The fraction of rows whose highest score is not the label, in chunks of ``chunk`` rows (a student with Batch
-    Norm normalizes by each chunk's statistics); NaN for a student whose scores are not finite on some row, and
-    ``ValueError`` for no rows."""
+    """The fraction of rows whose highest score is not the label, in chunks of ``chunk`` rows moved to the student's
+    device and dtype (a student with Batch Norm normalizes by each chunk's statistics); NaN for a student whose
+    scores are not finite on some row, and ``ValueError`` for no rows."""
     chunk = _check_int(chunk, "chunk", 1)
     if x.shape[0] == 0:
         raise ValueError("x: no rows to measure an error on")
-    wrong, dtype = 0, next(student.parameters()).dtype
+    param = next(student.parameters())
+    wrong = 0
     for lo in range(0, x.shape[0], chunk):
-        out = student(x[lo: lo + chunk].to(dtype))
+        out = student(x[lo: lo + chunk].to(device=param.device, dtype=param.dtype))
         if not bool(torch.isfinite(out).all()):
             return math.nan
         wrong += int((out.argmax(-1).cpu() != y[lo: lo + chunk].cpu()).sum())

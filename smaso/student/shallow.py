@@ -37,6 +37,7 @@ import math
 
 import torch
 
+from smaso.student.batched import classification_error
 from smaso.student.network import LadderStudent, _check_int, _check_student
 from teachers.ladder import Ladder, _check_ladder
 from teachers.sampling import LadderSample
@@ -133,7 +134,8 @@ def error_rate(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, *, batc
     """The error rate (the test error on held-out rows): the fraction of rows whose largest output is not the
     label, ``x`` ``(N, R_d, dim)``, ``y`` ``(N,)``; ties go to the first class (``argmax``).  Without BN the rows
     run in batches of ``batch_size`` (memory only); with BN in one batch (BN normalizes by the batch's statistics).
-    NaN for no rows.
+    NaN for no rows, and for a student whose scores are not finite on some row
+    (:func:`smaso.student.batched.classification_error` counts).
 
     Works for any :class:`LadderStudent` (the CNN of the RHM's levels and the shallow student alike).
     """
@@ -146,7 +148,4 @@ def error_rate(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, *, batc
     if n == 0:
         return math.nan
     bs = n if student.batch_norm else _check_int(batch_size, "batch_size", 1)
-    dev = student.weights[0].device
-    wrong = sum(int((student(x[i:i + bs].to(dev)).argmax(-1).cpu() != y[i:i + bs].cpu()).sum())
-                for i in range(0, n, bs))
-    return wrong / n
+    return classification_error(student, x, y, chunk=bs)
