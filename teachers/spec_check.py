@@ -269,6 +269,8 @@ def check_spec(d: object) -> None:
     _check_nesting(d)
     if not isinstance(d, dict):
         raise LadderSpecError(f"ladder spec: expected a table/object, got {type(d).__name__}")
+    if "pairwise_view_of" in d and not isinstance(d["pairwise_view_of"], str):
+        _fail("pairwise_view_of", "the name of the teacher this ladder is a pairwise view of", d["pairwise_view_of"])
     if d.get("format") == "smaso-graph-ladder" or ("parents" in d and "kind" not in d):
         _check_graph(d)
     elif "kind" in d:
@@ -450,8 +452,6 @@ def _check_joint(d: dict) -> None:
             if want != shape[:-1]:
                 raise LadderSpecError(f"{path}.probs: expected shape {shape[:-1]} (the rules' without the "
                                       f"children), got {want}")
-    if "pairwise_view_of" in d and not isinstance(d["pairwise_view_of"], str):
-        _fail("pairwise_view_of", "the name of the teacher this ladder is a pairwise view of", d["pairwise_view_of"])
     if d.get("rhm") is not None:
         if not isinstance(d["rhm"], dict):
             _fail("rhm", "a table {v, n_classes, m, s, L, seed, rules}", d["rhm"])

@@ -157,3 +157,6 @@ def test_a_pairwise_view_is_never_sampled_or_modelled() -> None:
     assert loaded.pairwise_view_of == teacher.name and loaded.fingerprint() == flat.fingerprint()
     with pytest.raises(ValueError, match="pairwise view"):
         sample_ladder(loaded, 4)
+    spec = {**flat.to_dict(), "pairwise_view_of": 3}
+    with pytest.raises(LadderSpecError, match="pairwise_view_of"):
+        Ladder.from_dict(spec)
