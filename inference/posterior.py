@@ -229,11 +229,11 @@ def _tree_chunk(plan: TreePlan, dev: torch.device) -> int:
 
     Measured (benchmarks/bench_rhm.py, recorded in benchmarks/results/rhm.json's ``chunks``: medians of 5, 2 shared
     cores of an AMD EPYC, 1 MiB L2 per core, 32 MiB L3, glibc), 10^4 rows of the RHM v = m = n_c = 64, s = 2,
-    L = 5 (R_4 m K = 2^16, so the budget alone gives 4 examples): 16 examples (the floor) 3.0-3.4 s, 8 3.3 s, 32
-    3.5 s, 4 5.9 s (the rows' fixed cost), 64 11.6 s and 128 (the chunk before this model, 2^18 // R_l K) 14.0 s:
-    from 64 examples on a temporary is >= 32 MiB, above glibc's largest mmap threshold, so every chunk maps and
-    page-faults it afresh (7 of the 11.6 s are system time).  On smaller RHMs, (v, L) = (8, 3), (4, 4), (32, 4),
-    (16, 5), the budget's chunk took 0.95-1.14x the best of a quarter to four times it.
+    L = 5 (R_4 m K = 2^16, so the budget alone gives 4 examples): 16 examples (the floor) 3.08 s, 8 3.48 s, 32
+    3.11 s, 4 5.51 s (the rows' fixed cost), 64 9.98 s and 128 (the chunk before this model, 2^18 // R_l K)
+    12.58 s: from 64 examples on a temporary is >= 32 MiB, above glibc's largest mmap threshold, so every chunk
+    maps and page-faults it afresh (6.4 of the 9.98 s are system time).  On smaller RHMs, (v, L) = (8, 3), (4, 4),
+    (32, 4), (16, 5), the budget's chunk took 0.95-1.02x the best of a quarter to four times it.
     Ladders without productions: ``production_elements`` is 0 and the chunk is what it was before productions.
     """
     budget = _CHUNK_ELEMENTS_CPU if dev.type == "cpu" else _CHUNK_ELEMENTS
