@@ -8,6 +8,16 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from smaso.cli_options import (
+    _SPEC_REPLACES,
+    _add_engine_options,
+    _add_ladder_options,
+    _int_list,
+    _nonneg_int,
+    _positive_float,
+    _positive_int,
+    ladder_from_args,
+)
 from smaso.cli_support import _engine, _quiet, _set_threads, _write_json
 
 if TYPE_CHECKING:
@@ -17,20 +27,12 @@ if TYPE_CHECKING:
 THRESHOLD = 0.1
 
 
-#: ``cli``'s ladder builder and the ladder options a spec replaces, given by :func:`add_sweep_parser` (``cli`` imports
-#: this module, so importing ``cli`` back would be a cycle)
-_FROM_CLI: dict[str, Any] = {}
-
-
-def add_sweep_parser(sub: Any, *, ladder_options: Any, engine_options: Any, types: dict[str, Any],
-                     ladder_from_args: Any, spec_replaces: tuple[str, ...]) -> None:
-    """The ``sweep`` subcommand on ``sub`` (``cli.build_parser``'s subparsers), with ``cli``'s ladder and engine
-    options, argparse types (``positive_int``, ``nonneg_int``, ``int_list``, ``positive_float``), its ladder
-    builder and the options a spec file replaces."""
-    _FROM_CLI.update(ladder_from_args=ladder_from_args, spec_replaces=spec_replaces)
+def add_sweep_parser(sub: Any) -> None:
+    """The ``sweep`` subcommand on ``sub`` (``cli.build_parser``'s subparsers), with the shared ladder and engine
+    options (:mod:`smaso.cli_options`)."""
     from smaso.student.config import StudentConfig, TrainingConfig  # (no torch, no numpy: --help stays instant)
 
-    pos, nonneg, ints = types["positive_int"], types["nonneg_int"], types["int_list"]
+    pos, nonneg, ints = _positive_int, _nonneg_int, _int_list
     st, tr = StudentConfig(), TrainingConfig()
     p = sub.add_parser("sweep", help="test error against the training-set size P, and P* (sample complexity)",
                        description="Train a student on P rows for every P of --P and every seed, measure its error "
@@ -41,7 +43,7 @@ def add_sweep_parser(sub: Any, *, ladder_options: Any, engine_options: Any, type
                                    "--engine dask they are tasks on a cluster.  Writes to --out (default "
                                    "$SMASO_OUTPUT/sweep): sweep.json (every run, the median curve, P*), sweep.jsonl "
                                    "(the runs as they finish) and sweep.png.")
-    ladder_options(p)
+    _add_ladder_options(p)
     g = p.add_argument_group("the Random Hierarchy Model (instead of the ladder options)")
     g.add_argument("--rhm", type=ints, default=None, metavar="V,NC,M,S,L",
                    help="the teacher Ladder.rhm(v, n_classes, m, s, L, seed=--ladder-seed)")
@@ -52,7 +54,7 @@ def add_sweep_parser(sub: Any, *, ladder_options: Any, engine_options: Any, type
     g.add_argument("--data", default="disjoint", choices=("disjoint", "independent"),
                    help="disjoint: distinct derivations, test rows never training rows (teachers.derivations); "
                         "independent: rows drawn with replacement (a test row may be a training row)")
-    g.add_argument("--threshold", type=types["positive_float"], default=THRESHOLD,
+    g.add_argument("--threshold", type=_positive_float, default=THRESHOLD,
                    help="the test error whose crossing defines P*")
     g.add_argument("--population", type=pos, default=None,
                    help="at most this many runs per task, trained as one population (default: every run of one shape)")
@@ -80,15 +82,15 @@ def add_sweep_parser(sub: Any, *, ladder_options: Any, engine_options: Any, type
                                                 "(default: $SMASO_OUTPUT/sweep, else smaso-output/sweep)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar over the tasks")
     g.add_argument("--device", default=None, help="torch device ('cpu', 'cuda') of the training (default: cpu)")
-    engine_options(p)
+    _add_engine_options(p)
     p.set_defaults(func=_cmd_sweep, lr_schedule=None)
 
 
 def _teacher(args: argparse.Namespace) -> Ladder:
     """``--rhm`` or the ladder options' ladder."""
     if args.rhm is None:
-        return _FROM_CLI["ladder_from_args"](args)
-    given = [d for d in ("spec", *_FROM_CLI["spec_replaces"])
+        return ladder_from_args(args)
+    given = [d for d in ("spec", *_SPEC_REPLACES)
              if d in getattr(args, "_given", ()) or (d == "spec" and args.spec)]
     if given:
         raise ValueError(f"--rhm: the RHM is the teacher; --{given[0].replace('_', '-')} describes another ladder")
