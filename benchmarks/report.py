@@ -422,11 +422,47 @@ def rhm_row() -> str:
         "built, sampled and answered exactly on 2 cores" + ("" if exact else " (not met)"))
 
 
+# ---------------------------------------------------------------------- bench_device.py
+def device_row() -> str:
+    """The hot paths on a GPU against the same machine's CPU (best of the repeats), with the host syncs counted:
+    recorded only from a run on a GPU (``bench_device.py --record``)."""
+    d = _load("device")
+    m, r = d["machine"], {row["section"]: row for row in d["results"]}
+    if not d["summary"]["accelerator"]:
+        raise ValueError("benchmarks/results/device.json: not a GPU run (record it on a GPU: bench_device.py --record)")
+    dev = m["device"].split(":")[0]
+
+    def x(row: dict) -> str:
+        return f"{row['x_cpu']:.1f}x"
+
+    def clean(name: str) -> str:
+        return "no sync" if r[name]["sync_error"] is None else "syncs"
+
+    post = r["posterior"]
+    worst = max(max(c["log_px_max_abs_diff"], c["p_y_max_abs_diff"]) for c in post.values() if isinstance(c, dict))
+    cs = r["compare_student"]
+    measured = (
+        f"sampling {_count(r['sampling']['rows'])} rows {x(r['sampling'])}; posterior {_count(post['tree']['rows'])} "
+        f"rows: tree {x(post['tree'])}, junction tree {x(post['junction_tree'])}, within {worst:.0e} of the CPU's; "
+        f"training step {r['training_step'][f'{dev}_ms_per_step']:.2f} ms ({x(r['training_step'])}, "
+        f"{clean('training_step')}); statistics pass {x(r['statistics_pass'])} ({clean('statistics_pass')}); "
+        f"`train_ladder_student` {x(r['train_ladder_student'])}, {r['train_ladder_student']['syncs_per_step']:.2g} "
+        f"syncs per step; `compare_student` (the demo's run, {cs['steps']} steps) {x(cs)}, "
+        f"{cs['syncs_per_step']:.2g} syncs per step (`bench_device.py`, {_date(d)}, {m['gpu']}, torch {m['torch']}; "
+        f"CPU side {_run_threads(d)} of {m['cpu_count']} cores; best of {d['config']['repeats']})")
+    met = all(r[k]["sync_error"] is None for k in ("training_step", "statistics_pass"))
+    return _row("the hot paths on a GPU against the same machine's CPU, host syncs counted "
+                "(`set_sync_debug_mode`)", measured,
+                "runs on CUDA; no host sync in the training step and the statistics pass" + ("" if met else
+                                                                                            " (not met)"))
+
+
 # ---------------------------------------------------------------------- the table
 def rows() -> list[str]:
     """The benchmark table's rows (docs/benchmarks.md), in order."""
     return [*ladder_sampling_rows(), *student_rows(), *activations_rows(), *factorial_map_rows(),
-            *out_of_core_rows(), sampling_row(), posterior_row(), graph_statistics_row(), population_row(), rhm_row()]
+            *out_of_core_rows(), sampling_row(), posterior_row(), graph_statistics_row(), population_row(), rhm_row(),
+            device_row()]
 
 
 def table() -> list[str]:
