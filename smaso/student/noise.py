@@ -41,7 +41,7 @@ known exactly (event frequencies and E[x | z] of Gaussian leaves).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -148,16 +148,16 @@ def stack_statistics(stats: Sequence[FrequencyStatistics]) -> StackedStatistics:
                 tuple(c.shape) for c in first.counts]:
             raise ValueError("stats: statistics of different quantities or layouts cannot be stacked")
 
-    def each(get: Callable[[FrequencyStatistics], list]) -> list:
-        """One stacked tensor per level of the list ``get(s)``."""
-        return [_stack(level) for level in zip(*map(get, stats), strict=True)]
+    def each(lists: Iterable[Sequence[torch.Tensor | None]]) -> list:
+        """One stacked tensor (or None) per level of the replicates' per-level ``lists``."""
+        return [_stack(level) for level in zip(*lists, strict=True)]
 
-    P = EventStatistics(first.ladder, each(lambda s: s.P.marginals), each(lambda s: s.P.joints),
+    P = EventStatistics(first.ladder, each(s.P.marginals for s in stats), each(s.P.joints for s in stats),
                         first.P.num_examples)
+    means = {k: each(s.means[k] for s in stats) for k in first.means}
+    db = None if first.db is None else each(s.db or [] for s in stats)
     return StackedStatistics(
-        first.ladder, first.num_examples, each(lambda s: s.counts), {k: each(lambda s, k=k: s.means[k])
-                                                                     for k in first.means},
-        each(lambda s: s.Fc), each(lambda s: s.Gp_tilde), each(lambda s: s.dW),
-        None if first.db is None else each(lambda s: s.db), P, first.loss,
+        first.ladder, first.num_examples, each(s.counts for s in stats), means, each(s.Fc for s in stats),
+        each(s.Gp_tilde for s in stats), each(s.dW for s in stats), db, P, first.loss,
         sizes=torch.tensor([s.num_examples for s in stats], dtype=torch.int64),
         losses=torch.tensor([s.loss for s in stats], dtype=torch.float64))
