@@ -140,7 +140,8 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     bn_par = [None if bn is None else (bn[0].detach().to(dt).cpu(), bn[1].detach().to(dt).cpu())
               for bn in map(student.bn_params, range(d))]  # (c1, c0) per level, or None
     p = [m.to(dt) for m in P.marginals]
-    P_down: list[torch.Tensor | None] = [None] + [at_level(P.P_down, l, "P_down").to(dt) for l in range(1, d + 1)]
+    tables = P.P_down  # (a property that normalizes every level's joints: read once)
+    P_down: list[torch.Tensor | None] = [None] + [at_level(tables, l, "P_down").to(dt) for l in range(1, d + 1)]
     U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)  # type: list, list, list
     F_tilde, sigma, child = [None] * (d + 1), [None] * (d + 1), [None] * d  # type: list, list, list
     Fbar[d] = (leaf_inputs if leaf_inputs is not None else measured.Fbar[d]).to(dt)
