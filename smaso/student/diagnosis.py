@@ -15,7 +15,8 @@ the error term that condition's failure introduces (``decorrelation_fwd``, ``dec
 ``docs/theory.md`` §1.5), focus and broadness over every parent-child edge of the level (on a region graph: for
 *each* parent of a child).  On a fully informative ladder with one-hot leaves all of these are ~1e-15 (Thm 3),
 on a tree or any region graph.  With jackknife replicates every number gets its noise floor
-(:mod:`smaso.student.noise`).
+(:mod:`smaso.student.noise`): the K replicates stacked along a leading axis
+(:func:`~smaso.student.noise.stack_statistics`) and reformulated, and their terms computed, in one batched call.
 """
 
 from __future__ import annotations

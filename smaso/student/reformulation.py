@@ -107,6 +107,11 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     """Thm 4 / Eq 9 (and Eq 12 with BN, after or before the gate): predicted F, Fbar, G~, Delta W
     of every level.
 
+    Replicates: ``measured`` (and ``P``) may carry a leading replicate axis, as the jackknife's leave-one-out
+    statistics stacked by :func:`~smaso.student.noise.stack_statistics` do (``(K, R_l, M_l, n_l)`` means); then every
+    output has it too (``(K, R_l, M_l, n_l)``, ``dW[l]`` ``(K, E_l, n_{l+1}, n_l)``), replicate i equal to this
+    function on replicate i alone to float64 round-off, and an exact ``P`` without that axis is shared by all.
+
     :param student: the student (its weights, biases, BN parameters and BN placement are used).
     :param P: event statistics: ``exact_statistics(ladder)`` or the empirical ones
         (``measured.P``), per edge (:class:`~teachers.statistics.EventStatistics`).
