@@ -93,6 +93,8 @@ def test_floors_from_one_batched_call_equal_the_one_by_one_floors(monkeypatch):
             assert got == pytest.approx(ref, rel=1e-10, abs=1e-15), (l, k)
             checked += got > 1e-6
     assert checked > 20  # real floors (of sampling noise, not of round-off) were compared
+    # replicates given already stacked: the same report
+    assert compare_statistics_to_theory(st, stats, replicates=stack_statistics(reps)) == report
 
 
 def test_jackknife_se_of_a_stacked_tensor_equals_that_of_its_list():

@@ -30,7 +30,7 @@ import torch
 from smaso._ladder_parts import at_level
 from smaso.student.frequency import FrequencyStatistics, PerEventMeans
 from smaso.student.network import LadderStudent
-from smaso.student.noise import ROUNDOFF, WITHIN_NOISE, norm_floor, stack_statistics
+from smaso.student.noise import ROUNDOFF, WITHIN_NOISE, StackedStatistics, norm_floor, stack_statistics
 from smaso.student.reformulation import eq7_signs, reformulate
 from teachers.statistics import EventStatistics, exact_statistics, level_edge_index
 
@@ -256,12 +256,13 @@ def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P: Any
 
 
 def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatistics, *, P_source: str = "empirical",
-                                 loss: str = "squared", replicates: Sequence[FrequencyStatistics] | None = None
-                                 ) -> dict:
+                                 loss: str = "squared",
+                                 replicates: Sequence[FrequencyStatistics] | StackedStatistics | None = None) -> dict:
     """Relative errors of the reformulation against measured statistics, per level, plus the diagnosis.
 
     :param replicates: leave-one-out statistics of a jackknife
-        (:meth:`~smaso.student.noise.ReplicateAccumulator.leave_one_out`); with them every number
+        (:meth:`~smaso.student.noise.ReplicateAccumulator.leave_one_out`), or the same already stacked
+        (:func:`~smaso.student.noise.stack_statistics`); with them every number
         ``key`` gets ``key_floor``, its noise floor (:mod:`smaso.student.noise`), and each row lists
         in ``within_noise`` the keys at most :data:`~smaso.student.noise.WITHIN_NOISE` times their floor.
     :returns: ``levels`` (per level l < d: ``F_/G_/dW_propagated`` and ``_local``, the parts of each
@@ -294,9 +295,9 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
         out["eq7"] = {"loss": loss, "holds": e7["holds"], "worst_margin": e7["worst_margin"],
                       "worst_class": int(e7["worst_class"]),
                       "margin": [None if math.isnan(v) else float(v) for v in e7["margin"].tolist()]}  # None: unseen
-    if replicates:
+    if isinstance(replicates, StackedStatistics) or replicates:
         # every replicate in one batched reformulation and one set of terms, along a leading axis
-        stacked = stack_statistics(replicates)
+        stacked = replicates if isinstance(replicates, StackedStatistics) else stack_statistics(replicates)
         rep_levels, rep_leaves = _comparison_terms(student, stacked, stacked.P if exact is None else exact, loss)
         has_bn = any(student.bn_params(l) is not None for l in range(lad.depth))
         for l, (row, terms) in enumerate([*zip(levels, levels_t, strict=True), (leaves, leaves_t)]):
@@ -311,5 +312,5 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
                                    and row[k] <= WITHIN_NOISE * row[f"{k}_floor"] + ROUNDOFF]
             if inflated:
                 row["floor_over_estimated"] = sorted(inflated)
-        out["noise_groups"] = len(replicates)
+        out["noise_groups"] = len(stacked.sizes)
     return out
