@@ -36,3 +36,14 @@ def test_bench_diagnosis_quick(tmp_path):
     check = data["correctness"]
     assert check["same_numbers"] and check["same_within_noise"] and check["floors_compared"] > 20
     assert check["max_floor_abs_diff"] <= 1e-14 and check["max_floor_rel_diff"] <= 1e-10
+    # the demo seed (run and control, 3 checkpoints each), the diagnosis by each contender
+    assert config["demo_steps"] == 40 and config["demo_rounds"] == 1
+    demo = {r["contender"]: r for r in data["demo_seed"]}
+    assert tuple(demo) == bench.DEMO_CONTENDERS
+    for row in demo.values():
+        assert set(bench.DEMO_KEYS) <= set(row) and row["checkpoints"] == 6
+        for name in ("seed_s", "diagnosis_s", "replicates_s", "x_one_by_one"):
+            assert math.isfinite(row[name]) and row[name] > 0
+    check = data["demo_correctness"]
+    assert check["same_numbers"] and check["same_within_noise"] and check["floors_compared"] > 100
+    assert check["max_floor_abs_diff"] <= 1e-14 and check["max_floor_rel_diff"] <= 1e-10
