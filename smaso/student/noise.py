@@ -118,7 +118,7 @@ class StackedStatistics(FrequencyStatistics):
     def p(self) -> list[torch.Tensor]:
         """Empirical P(z_alpha) of each replicate: ``(K, R_l, m_l)`` per level."""
         # the same division as FrequencyStatistics.p, replicate by replicate (so the same bits)
-        n = self.sizes.to(self.counts[0].dtype)[:, None, None]
+        n = self.sizes.to(self.counts[0])[:, None, None]  # (the counts' dtype and device)
         return [c / n for c in self.counts]
 
 
@@ -159,5 +159,5 @@ def stack_statistics(stats: Sequence[FrequencyStatistics]) -> StackedStatistics:
     return StackedStatistics(
         first.ladder, first.num_examples, each(s.counts for s in stats), means, each(s.Fc for s in stats),
         each(s.Gp_tilde for s in stats), each(s.dW for s in stats), db, P, first.loss,
-        sizes=torch.tensor([s.num_examples for s in stats], dtype=torch.int64),
+        sizes=torch.tensor([s.num_examples for s in stats], dtype=torch.int64, device=first.counts[0].device),
         losses=torch.tensor([s.loss for s in stats], dtype=torch.float64))
