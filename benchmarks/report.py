@@ -44,7 +44,7 @@ END = "<!-- /report.py -->"  # ends every generated part: the first one after it
 MARKER = "<!-- report.py:"  # every generated part's opening line starts so
 #: the results files the benchmark table is written from, in the table's order
 TABLE_FILES = ("ladder_sampling", "student", "activations", "factorial_map", "out_of_core", "sampling", "posterior",
-               "graph_statistics", "population", "rhm")
+               "graph_statistics", "population", "rhm", "diagnosis")
 
 
 # ---------------------------------------------------------------------- reading and formatting
@@ -457,12 +457,36 @@ def device_row() -> str:
                                                                                             " (not met)"))
 
 
+# ---------------------------------------------------------------------- bench_diagnosis.py
+def diagnosis_row() -> str:
+    """One demo checkpoint's diagnosis with its jackknife floors: the replicates in one batched reformulation
+    against one by one (best and median), and what a demo seed spends on it."""
+    d = _load("diagnosis")
+    c, check = d["config"], d["correctness"]
+    r = {row["contender"]: row for row in d["results"]}
+    b, one = r["batched"], r["one_by_one"]
+    seed = d["demo_seed"]  # (one_by_one, batched)
+    ok = all(ch["same_numbers"] and ch["same_within_noise"] and ch["max_floor_rel_diff"] <= 1e-10
+             for ch in (check, d["demo_correctness"]))
+    return _row(
+        f"`smaso demo`'s diagnosis of one checkpoint with the jackknife's noise floors ({c['replicates']} "
+        f"replicates, {c['eval_examples']} rows), the replicates in one batched reformulation vs one by one, "
+        f"{_run_threads(d)}",
+        f"{b['x_one_by_one']:.1f}x faster ({b['x_one_by_one_median']:.1f}x median): {b['best_s'] * 1e3:.0f} ms vs "
+        f"{one['best_s'] * 1e3:.0f} ms ({b['reformulate_calls']} vs {one['reformulate_calls']} `reformulate` calls; "
+        f"without floors {r['no_floors']['best_s'] * 1e3:.0f} ms); in a demo seed (run and control, "
+        f"{seed[0]['checkpoints']} checkpoints) {seed[0]['diagnosis_s']:.1f} s -> {seed[1]['diagnosis_s']:.1f} s "
+        f"({seed[1]['x_one_by_one']:.1f}x); floors equal to {check['max_floor_rel_diff']:.0e} "
+        + _source(d, "bench_diagnosis.py", _rounds(d, "best")),
+        "one batched call, the same report to round-off" + ("" if ok else " (not met)"))
+
+
 # ---------------------------------------------------------------------- the table
 def rows() -> list[str]:
     """The benchmark table's rows (docs/benchmarks.md), in order."""
     return [*ladder_sampling_rows(), *student_rows(), *activations_rows(), *factorial_map_rows(),
             *out_of_core_rows(), sampling_row(), posterior_row(), graph_statistics_row(), population_row(), rhm_row(),
-            device_row()]
+            diagnosis_row(), device_row()]
 
 
 def table() -> list[str]:

@@ -15,7 +15,8 @@ the error term that condition's failure introduces (``decorrelation_fwd``, ``dec
 ``docs/theory.md`` §1.5), focus and broadness over every parent-child edge of the level (on a region graph: for
 *each* parent of a child).  On a fully informative ladder with one-hot leaves all of these are ~1e-15 (Thm 3),
 on a tree or any region graph.  With jackknife replicates every number gets its noise floor
-(:mod:`smaso.student.noise`).
+(:mod:`smaso.student.noise`): the K replicates stacked along a leading axis
+(:func:`~smaso.student.noise.stack_statistics`) and reformulated, and their terms computed, in one batched call.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 from smaso._ladder_parts import at_level
 from smaso.student.frequency import FrequencyStatistics, PerEventMeans
 from smaso.student.network import LadderStudent
-from smaso.student.noise import ROUNDOFF, WITHIN_NOISE, norm_floor
+from smaso.student.noise import ROUNDOFF, WITHIN_NOISE, StackedStatistics, norm_floor, stack_statistics
 from smaso.student.reformulation import eq7_signs, reformulate
 from teachers.statistics import EventStatistics, exact_statistics, level_edge_index
 
@@ -136,6 +137,8 @@ def degenerate(levels: Sequence[dict], leaves: dict | None = None, causes: Seque
 def _condition_terms(stats: FrequencyStatistics, bn_before: Sequence[bool] | None = None,
                      P: EventStatistics | None = None) -> list[dict[str, _Term]]:
     """Thm 2's conditions per level as difference vectors, per edge for focus and broadness (module docstring).
+    Statistics stacked along a leading replicate axis (:func:`~smaso.student.noise.stack_statistics`) give every
+    vector and mask that axis too.
 
     :param bn_before: per level, whether BN sits between the linear map and the gate there (then the
         gate acts on F = E[BN(u) | z] and the forward decorrelation compares D o F with Fbar; the backward
@@ -171,21 +174,21 @@ def _condition_terms(stats: FrequencyStatistics, bn_before: Sequence[bool] | Non
                                                  f"level {l} G")
             # Delta W = E[f_k g_j] = sum_a P(a) E[f_k | a] E[g_j | a] needs f_k, g_j uncorrelated given
             # z_alpha (the step from Eq 63 to Eq 64): E[fbar_child | z_parent]^T G~_parent against Delta W, per edge
-            fcg = torch.einsum("eak,eaj->ekj", at_level(stats.Fc, l + 1, "Fc").to(dt),
-                               at_level(G_tilde, l, "G~").index_select(0, edges[l][0]))
+            fcg = torch.einsum("...eak,...eaj->...ekj", at_level(stats.Fc, l + 1, "Fc").to(dt),
+                               at_level(G_tilde, l, "G~").index_select(-3, edges[l][0]))
             dW = stats.dW[l].to(dt)
             row["decorrelation_dW"] = _Term(fcg - dW, dW, None, f"level {l} Delta W")
         if l >= 1:
             par, chi = edges[l - 1]
             Pd = at_level(P_down, l, "P_down").to(dt)
             fc = at_level(stats.Fc, l, "Fc").to(dt)
-            row["focus"] = _Term(torch.einsum("eab,ebk->eak", Pd, mean("Fbar", l).index_select(0, chi)) - fc, fc,
-                                 seen[l - 1].index_select(0, par),
+            row["focus"] = _Term(torch.einsum("...eab,...ebk->...eak", Pd, mean("Fbar", l).index_select(-3, chi)) - fc,
+                                 fc, seen[l - 1].index_select(-2, par),
                                  f"level {l} E[fbar | z_parent]")
             gp = at_level(stats.Gp_tilde, l, "Gp_tilde").to(dt)
-            G_par = at_level(G_tilde, l - 1, "G~").index_select(0, par)
-            row["broadness"] = _Term(torch.einsum("eab,eaj->ebj", Pd, G_par) - gp,
-                                     gp, seen[l].index_select(0, chi),
+            G_par = at_level(G_tilde, l - 1, "G~").index_select(-3, par)
+            row["broadness"] = _Term(torch.einsum("...eab,...eaj->...ebj", Pd, G_par) - gp,
+                                     gp, seen[l].index_select(-2, chi),
                                      f"level {l} G~ of the parents")
         out.append(row)
     return out
@@ -212,7 +215,8 @@ CONTRIBUTIONS = {"F_local": ("focus", "decorrelation"), "G_local": ("broadness",
 
 
 def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P: Any, loss: str) -> tuple[list, dict]:
-    """Every reported number of :func:`compare_statistics_to_theory` as a :data:`_Term`, per level."""
+    """Every reported number of :func:`compare_statistics_to_theory` as a :data:`_Term`, per level (of each
+    replicate, along a leading axis, for stacked statistics: :func:`~smaso.student.noise.stack_statistics`)."""
     lad = stats.ladder
     d = lad.depth
     dt = torch.float64
@@ -243,8 +247,8 @@ def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P: Any
             row["G_local_broadness"] = _Term(local.G_tilde[l] - Dp * gf_tilde, Gm, seen, what["G"])
             row["G_local_decorrelation"] = _Term(Dp * gf_tilde - Gm, Gm, seen, what["G"])
         par = student.edge_index(l)[0].cpu()
-        row["dW_local_focus"] = _Term(torch.einsum("eak,eaj->ekj", conditions[l + 1]["focus"].v,
-                                                   Gm.index_select(0, par)), dWm, None, what["dW"])
+        row["dW_local_focus"] = _Term(torch.einsum("...eak,...eaj->...ekj", conditions[l + 1]["focus"].v,
+                                                   Gm.index_select(-3, par)), dWm, None, what["dW"])
         row["dW_local_decorrelation"] = _Term(conditions[l]["decorrelation_dW"].v, dWm, None, what["dW"])
         row.update(conditions[l])
         levels.append(row)
@@ -252,12 +256,13 @@ def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P: Any
 
 
 def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatistics, *, P_source: str = "empirical",
-                                 loss: str = "squared", replicates: Sequence[FrequencyStatistics] | None = None
-                                 ) -> dict:
+                                 loss: str = "squared",
+                                 replicates: Sequence[FrequencyStatistics] | StackedStatistics | None = None) -> dict:
     """Relative errors of the reformulation against measured statistics, per level, plus the diagnosis.
 
     :param replicates: leave-one-out statistics of a jackknife
-        (:meth:`~smaso.student.noise.ReplicateAccumulator.leave_one_out`); with them every number
+        (:meth:`~smaso.student.noise.ReplicateAccumulator.leave_one_out`), or the same already stacked
+        (:func:`~smaso.student.noise.stack_statistics`); with them every number
         ``key`` gets ``key_floor``, its noise floor (:mod:`smaso.student.noise`), and each row lists
         in ``within_noise`` the keys at most :data:`~smaso.student.noise.WITHIN_NOISE` times their floor.
     :returns: ``levels`` (per level l < d: ``F_/G_/dW_propagated`` and ``_local``, the parts of each
@@ -290,13 +295,15 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
         out["eq7"] = {"loss": loss, "holds": e7["holds"], "worst_margin": e7["worst_margin"],
                       "worst_class": int(e7["worst_class"]),
                       "margin": [None if math.isnan(v) else float(v) for v in e7["margin"].tolist()]}  # None: unseen
-    if replicates:
-        reps = [_comparison_terms(student, st, st.P if exact is None else exact, loss) for st in replicates]
+    if isinstance(replicates, StackedStatistics) or replicates:
+        # every replicate in one batched reformulation and one set of terms, along a leading axis
+        stacked = replicates if isinstance(replicates, StackedStatistics) else stack_statistics(replicates)
+        rep_levels, rep_leaves = _comparison_terms(student, stacked, stacked.P if exact is None else exact, loss)
         has_bn = any(student.bn_params(l) is not None for l in range(lad.depth))
         for l, (row, terms) in enumerate([*zip(levels, levels_t, strict=True), (leaves, leaves_t)]):
-            rep_terms = [r[0][l] if l < lad.depth else r[1] for r in reps]
+            rep_terms = rep_levels[l] if l < lad.depth else rep_leaves
             for k, t in terms.items():
-                row[f"{k}_floor"] = norm_floor([r[k].v for r in rep_terms], _norm(t.m, t.mask), t.mask)
+                row[f"{k}_floor"] = norm_floor(rep_terms[k].v, _norm(t.m, t.mask), t.mask)
             # predictions through Eq 12 renormalize each replicate, so their floors are over-estimates
             # (smaso.student.noise): never call such a number "within noise"
             inflated = {k for k in terms if has_bn and l < lad.depth and (k.endswith("_propagated") or (
@@ -305,5 +312,5 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
                                    and row[k] <= WITHIN_NOISE * row[f"{k}_floor"] + ROUNDOFF]
             if inflated:
                 row["floor_over_estimated"] = sorted(inflated)
-        out["noise_groups"] = len(replicates)
+        out["noise_groups"] = len(stacked.sizes)
     return out

@@ -28,6 +28,11 @@ while a replicate's reformulation renormalizes with its own frequencies), so thr
 are over-estimates (0.04-0.64 on the fully informative ladder, where every error is 0); without BN the
 jackknife is the textbook one.
 
+Batched replicates.  :func:`stack_statistics` stacks the K replicates (and the full statistics) along a leading
+axis, so that :func:`~smaso.student.reformulation.reformulate` and the diagnosis's terms run once for all of them
+(:func:`~smaso.student.diagnosis.compare_statistics_to_theory`), equal to the one-by-one results to float64
+round-off.
+
 Intervals: ``theta +- t_{K-1, 0.975} se(theta)`` are 95% intervals (Student's t with K - 1 degrees
 of freedom; for ``K = 10``, t = 2.262); tests/test_noise.py checks their coverage on quantities
 known exactly (event frequencies and E[x | z] of Gaussian leaves).
@@ -36,14 +41,17 @@ known exactly (event frequencies and E[x | z] of Gaussian leaves).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
-from smaso.student.frequency import DEFAULT_GROUPS, ReplicateAccumulator
+from smaso.student.frequency import DEFAULT_GROUPS, FrequencyStatistics, ReplicateAccumulator
+from smaso.student.reformulation import _same_layout
+from teachers.statistics import EventStatistics
 
-__all__ = ["DEFAULT_GROUPS", "ROUNDOFF", "WITHIN_NOISE", "ReplicateAccumulator", "jackknife_se", "norm_floor",
-           "t_quantile"]
+__all__ = ["DEFAULT_GROUPS", "ROUNDOFF", "WITHIN_NOISE", "ReplicateAccumulator", "StackedStatistics", "jackknife_se",
+           "norm_floor", "stack_statistics", "t_quantile"]
 
 #: A number at most this many times its noise floor is reported as within noise.
 WITHIN_NOISE = 2.0
@@ -51,24 +59,27 @@ WITHIN_NOISE = 2.0
 ROUNDOFF = 1e-12
 
 
-def jackknife_se(replicates: Sequence[torch.Tensor | float]) -> torch.Tensor:
-    """Jackknife standard error of a quantity from its leave-one-out values ``(K, ...)``.
+def jackknife_se(replicates: Sequence[torch.Tensor | float] | torch.Tensor) -> torch.Tensor:
+    """Jackknife standard error of a quantity from its leave-one-out values ``(K, ...)`` (a sequence of K values,
+    or one tensor whose dim 0 is the replicate).
 
     ``sqrt((K - 1) / K * sum_i (theta_(i) - mean theta_(i))^2)``, component-wise.  Non-finite
     components (e.g. a mean over an event that one replicate never saw) give a NaN there, so a
     caller can tell "no floor" from "floor 0".
     """
-    t = torch.stack([torch.as_tensor(r, dtype=torch.float64) for r in replicates])
+    t = replicates.to(torch.float64) if isinstance(replicates, torch.Tensor) else torch.stack(
+        [torch.as_tensor(r, dtype=torch.float64) for r in replicates])
     k = t.shape[0]
     if k < 2:
         raise ValueError(f"replicates: expected at least 2 leave-one-out values, got {k}")
     return ((k - 1) / k * (t - t.mean(0)).pow(2).sum(0)).sqrt()
 
 
-def norm_floor(replicates: Sequence[torch.Tensor], denominator: float, mask: torch.Tensor | None = None) -> float:
+def norm_floor(replicates: Sequence[torch.Tensor] | torch.Tensor, denominator: float,
+               mask: torch.Tensor | None = None) -> float:
     """Noise floor ``||se(v)|| / denominator`` of a reported ``||v|| / denominator`` (module docstring).
 
-    :param replicates: the leave-one-out values of the vector v (each of v's shape).
+    :param replicates: the leave-one-out values of the vector v (each of v's shape; or stacked, ``(K, *v.shape)``).
     :param mask: the rows of v that enter the norm (events that occur), as in the reported number.
     """
     se = jackknife_se(replicates)
@@ -86,3 +97,67 @@ def t_quantile(groups: int, level: float = 0.975) -> float:
     from scipy.stats import t
 
     return float(t.ppf(level, groups - 1))
+
+
+@dataclass(repr=False)
+class StackedStatistics(FrequencyStatistics):
+    """K :class:`~smaso.student.frequency.FrequencyStatistics` of one student and ladder stacked along a leading
+    replicate axis (:func:`stack_statistics`): every tensor of the fields ``counts``, ``means``, ``Fc``,
+    ``Gp_tilde``, ``dW``, ``db`` and of ``P`` (marginals, joints) is ``(K, *shape)``, ``(K, R_l, M_l, n_l)`` for a
+    mean.  ``sizes`` ``(K,)``: each replicate's sample size, by which :attr:`p` (hence ``G_tilde``) normalizes;
+    ``losses`` ``(K,)``: each one's loss.  ``num_examples`` and ``loss`` are the first replicate's.
+    """
+
+    sizes: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
+    losses: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
+
+    def __repr__(self) -> str:
+        return f"StackedStatistics(replicates={len(self.sizes)}, sizes={self.sizes.tolist()})"
+
+    @property
+    def p(self) -> list[torch.Tensor]:
+        """Empirical P(z_alpha) of each replicate: ``(K, R_l, m_l)`` per level."""
+        # the same division as FrequencyStatistics.p, replicate by replicate (so the same bits)
+        n = self.sizes.to(self.counts[0])[:, None, None]  # (the counts' dtype and device)
+        return [c / n for c in self.counts]
+
+
+def _stack(ts: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
+    if ts[0] is None:
+        return None
+    return torch.stack(list(ts))  # type: ignore[arg-type]  # (a level's tensor is set in every replicate or in none)
+
+
+def stack_statistics(stats: Sequence[FrequencyStatistics]) -> StackedStatistics:
+    """The statistics ``stats`` (of one student and ladder: the full statistics and their jackknife replicates,
+    :meth:`~smaso.student.frequency.FrequencyStatistics.leave_one_out`) stacked along a leading axis of size
+    ``len(stats)``, for one batched :func:`~smaso.student.reformulation.reformulate` (replicate i of its result is
+    ``reformulate`` of ``stats[i]`` to float64 round-off).
+
+    :raises ValueError: no statistics; statistics of different ladders (region graphs), quantities or shapes.
+    """
+    stats = list(stats)
+    if not stats or not all(isinstance(s, FrequencyStatistics) for s in stats):
+        raise ValueError(f"stats: expected a non-empty sequence of FrequencyStatistics, got "
+                         f"{[type(s).__name__ for s in stats]}")
+    first = stats[0]
+    for s in stats[1:]:
+        if s.ladder is not first.ladder and not _same_layout(s.ladder, first.ladder):
+            raise ValueError("stats: statistics of different ladders (region graphs) cannot be stacked")
+        if set(s.means) != set(first.means) or [tuple(c.shape) for c in s.counts] != [
+                tuple(c.shape) for c in first.counts]:
+            raise ValueError("stats: statistics of different quantities or layouts cannot be stacked")
+
+    def each(lists: Iterable[Sequence[torch.Tensor | None]]) -> list:
+        """One stacked tensor (or None) per level of the replicates' per-level ``lists``."""
+        return [_stack(level) for level in zip(*lists, strict=True)]
+
+    P = EventStatistics(first.ladder, each(s.P.marginals for s in stats), each(s.P.joints for s in stats),
+                        first.P.num_examples)
+    means = {k: each(s.means[k] for s in stats) for k in first.means}
+    db = None if first.db is None else each(s.db or [] for s in stats)
+    return StackedStatistics(
+        first.ladder, first.num_examples, each(s.counts for s in stats), means, each(s.Fc for s in stats),
+        each(s.Gp_tilde for s in stats), each(s.dW for s in stats), db, P, first.loss,
+        sizes=torch.tensor([s.num_examples for s in stats], dtype=torch.int64, device=first.counts[0].device),
+        losses=torch.tensor([s.loss for s in stats], dtype=torch.float64))

@@ -58,15 +58,19 @@ class Reformulation:
 def _weighted_bn(F_: torch.Tensor, p: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor,
                  eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Eq 12 forward per region (:func:`~smaso.student.batchnorm.bn_forward_weighted` over the events): F_
-    ``(R, m, n)``, p ``(R, m)``; returns ``(Fbar, F_tilde, sigma)``."""
-    fbar, f_tilde, _, sigma = bn_forward_weighted(F_.transpose(0, 1), p.T, c1, c0, eps)
-    return fbar.transpose(0, 1), f_tilde.transpose(0, 1), sigma
+    ``(..., R, m, n)``, p ``(..., R, m)``; returns ``(Fbar, F_tilde, sigma)``."""
+    # the event axis first, as bn_forward_weighted sums over dim 0 (leading replicate axes ride along; p, of exact
+    # statistics shared by the replicates, is expanded to them)
+    fbar, f_tilde, _, sigma = bn_forward_weighted(F_.movedim(-2, 0), p.expand(F_.shape[:-1]).movedim(-1, 0), c1,
+                                                  c0, eps)
+    return fbar.movedim(0, -2), f_tilde.movedim(0, -2), sigma
 
 
 def _weighted_bn_backward(G: torch.Tensor, F_tilde: torch.Tensor, p: torch.Tensor, sigma: torch.Tensor,
                           c1: torch.Tensor) -> torch.Tensor:
-    """Eq 12 backward per region on P-weighted gradients ``(R, m, n)`` (of :func:`_weighted_bn`'s forward)."""
-    return bn_backward_weighted(G.transpose(0, 1), F_tilde.transpose(0, 1), p.T, sigma, c1).transpose(0, 1)
+    """Eq 12 backward per region on P-weighted gradients ``(..., R, m, n)`` (of :func:`_weighted_bn`'s forward)."""
+    return bn_backward_weighted(G.movedim(-2, 0), F_tilde.movedim(-2, 0), p.expand(G.shape[:-1]).movedim(-1, 0),
+                                sigma, c1).movedim(0, -2)
 
 
 def top_gradient(F_top: torch.Tensor, loss: str = "squared") -> torch.Tensor:
@@ -103,6 +107,11 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     """Thm 4 / Eq 9 (and Eq 12 with BN, after or before the gate): predicted F, Fbar, G~, Delta W
     of every level.
 
+    Replicates: ``measured`` (and ``P``) may carry a leading replicate axis, as the jackknife's leave-one-out
+    statistics stacked by :func:`~smaso.student.noise.stack_statistics` do (``(K, R_l, M_l, n_l)`` means); then every
+    output has it too (``(K, R_l, M_l, n_l)``, ``dW[l]`` ``(K, E_l, n_{l+1}, n_l)``), replicate i equal to this
+    function on replicate i alone to float64 round-off, and an exact ``P`` without that axis is shared by all.
+
     :param student: the student (its weights, biases, BN parameters and BN placement are used).
     :param P: event statistics: ``exact_statistics(ladder)`` or the empirical ones
         (``measured.P``), per edge (:class:`~teachers.statistics.EventStatistics`).
@@ -136,17 +145,18 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     bn_par = [None if bn is None else (bn[0].detach().to(dt).cpu(), bn[1].detach().to(dt).cpu())
               for bn in map(student.bn_params, range(d))]  # (c1, c0) per level, or None
     p = [m.to(dt) for m in P.marginals]
-    P_down: list[torch.Tensor | None] = [None] + [at_level(P.P_down, l, "P_down").to(dt) for l in range(1, d + 1)]
+    tables = P.P_down  # (a property that normalizes every level's joints: read once)
+    P_down: list[torch.Tensor | None] = [None] + [at_level(tables, l, "P_down").to(dt) for l in range(1, d + 1)]
     U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)  # type: list, list, list
     F_tilde, sigma, child = [None] * (d + 1), [None] * (d + 1), [None] * d  # type: list, list, list
     Fbar[d] = (leaf_inputs if leaf_inputs is not None else measured.Fbar[d]).to(dt)
     for l in range(d - 1, -1, -1):
         par, chi = edges[l]
-        child[l] = (Fbar[l + 1] if propagate or l + 1 == d else measured.Fbar[l + 1].to(dt)).index_select(0, chi)
-        msg = torch.einsum("eab,ebk,ekj->eaj", P_down[l + 1], child[l], W[l])  # P_ab Fbar_b W_ba per edge
-        U[l] = msg.new_zeros(lad.num_regions[l], msg.shape[1], msg.shape[2]).index_add_(0, par, msg)
+        child[l] = (Fbar[l + 1] if propagate or l + 1 == d else measured.Fbar[l + 1].to(dt)).index_select(-3, chi)
+        msg = torch.einsum("...eab,...ebk,...ekj->...eaj", P_down[l + 1], child[l], W[l])  # P_ab Fbar_b W_ba per edge
+        U[l] = msg.new_zeros(*msg.shape[:-3], lad.num_regions[l], *msg.shape[-2:]).index_add_(-3, par, msg)
         if bias[l] is not None:
-            U[l] = U[l] + bias[l][:, None, :]
+            U[l] = U[l] + bias[l][..., None, :]
         D, bn = measured.D[l].to(dt), bn_par[l]
         if bn is None:
             F_[l] = Fbar[l] = D * U[l]
@@ -166,12 +176,13 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     for l in range(d):
         par, chi = edges[l]
         parent = G_tilde[l] if propagate or l == 0 else (at_level(measured.G_tilde, l, "G~").to(dt))
-        g_par = parent.index_select(0, par)  # (E_l, M_l, n_l): each edge's parent
-        dW[l] = torch.einsum("eab,ebk,eaj->ekj", P_down[l + 1], child[l], g_par)  # (P_ab Fbar_b)^T G~_a
-        db[l] = parent.sum(1)
+        g_par = parent.index_select(-3, par)  # (..., E_l, M_l, n_l): each edge's parent
+        dW[l] = torch.einsum("...eab,...ebk,...eaj->...ekj", P_down[l + 1], child[l], g_par)  # (P_ab Fbar_b)^T G~_a
+        db[l] = parent.sum(-2)
         if l + 1 < d:
-            back = torch.einsum("eab,eaj,ekj->ebk", P_down[l + 1], g_par, W[l])  # P_ab^T G~_a W_ba^T per edge
-            g_raw = back.new_zeros(lad.num_regions[l + 1], back.shape[1], back.shape[2]).index_add_(0, chi, back)
+            back = torch.einsum("...eab,...eaj,...ekj->...ebk", P_down[l + 1], g_par, W[l])  # P_ab^T G~_a W_ba^T
+            g_raw = back.new_zeros(*back.shape[:-3], lad.num_regions[l + 1], *back.shape[-2:]).index_add_(-3, chi,
+                                                                                                         back)
             Dp, bn = measured.Dp[l + 1].to(dt), bn_par[l + 1]
             if bn is None:
                 G_tilde[l + 1] = Dp * g_raw
@@ -210,7 +221,7 @@ def _check(student: LadderStudent, P: EventStatistics, measured: FrequencyStatis
             raise ValueError(f"{name}: event statistics of another ladder (region graph) than the student's")
     shapes = [(student.num_edges(l), student.widths[l + 1], student.widths[l]) for l in range(lad.depth)]
     dW = getattr(measured, "dW", None)
-    if dW is not None and [tuple(m.shape) for m in dW] != shapes:
+    if dW is not None and [tuple(m.shape[-3:]) for m in dW] != shapes:  # (after any leading replicate axes)
         raise ValueError("measured: statistics of a student of other widths")
 
 
