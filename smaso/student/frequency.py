@@ -335,25 +335,33 @@ class FrequencyAccumulator(MergeableSums):
         """The derived sums (:meth:`_derivable`) of one batch from its edge sums into level ``l`` >= 1: U of the
         parents' level l - 1 from ``fc`` ``(E, M_{l-1}, n_l)``, Gf of the children's level l from ``gp``
         ``(E, M_l, n_{l-1})``; ``cnt[l - 1]``: the parents' event counts of the batch ``(R_{l-1}, M_{l-1})``.
-        In float64 (the totals' dtype): E M n_l n_{l-1} multiply-adds, a small fraction of the sums they replace."""
-        tot, st = TOTAL_DTYPE, self.student
-        W = st.edge_weights(l - 1).detach().to(tot)  # (E, n_l, n_{l-1}); detached: sums are data, not a graph
+        In the batch sums' dtype, like every batch sum: E M n_l n_{l-1} multiply-adds, a small fraction of the
+        R M N n per-example sums they replace."""
+        st, dt = self.student, self.dtype
+        W = st.edge_weights(l - 1).detach().to(dt)  # (E, n_l, n_{l-1}); detached: sums are data, not a graph
         par, chi = st.edge_index(l - 1)
-        for key, lev, edge_sums, index, eq in (("U", l - 1, fc, par, "eak,ekj->eaj"),
-                                               ("Gf", l, gp, chi, "eaj,ekj->eak")):
-            if lev == self.ladder.depth or key not in self._derived[lev]:
-                continue
-            own, w = self.own[lev], st.widths[lev]
-            i = self.summed.index(key)
-            per_edge = torch.einsum(eq, edge_sums.to(tot), W)
-            cols = own[..., i * w: (i + 1) * w]
-            if st.fast_path:  # edge = child region, the b children of parent p contiguous: a view, no scatter
-                per_region = per_edge.view(own.shape[0], -1, *per_edge.shape[1:]).sum(1) if key == "U" else per_edge
-                cols += per_region
+        if "U" in self._derived[l - 1]:
+            u_cols = self._own_columns(l - 1, "U")
+            fc = fc.to(dt)
+            if st.fast_path:  # per parent its b children's sums side by side times its stacked edge weights
+                Rp, mp, n_l = u_cols.shape[0], fc.shape[1], fc.shape[2]
+                u_cols += torch.bmm(fc.view(Rp, -1, mp, n_l).transpose(1, 2).reshape(Rp, mp, -1),
+                                    W.reshape(Rp, -1, W.shape[-1]))
             else:
-                cols.index_add_(0, index, per_edge)
-            if key == "U" and st.biases is not None:
-                cols += cnt[lev][..., None] * st.biases[lev].detach().to(tot)[:, None, :]
+                u_cols.index_add_(0, par, torch.bmm(fc, W).to(TOTAL_DTYPE))
+            if st.biases is not None:
+                u_cols += cnt[l - 1][..., None] * st.biases[l - 1].detach().to(dt)[:, None, :]
+        if l < self.ladder.depth and "Gf" in self._derived[l]:
+            gf_cols, gf = self._own_columns(l, "Gf"), torch.bmm(gp.to(dt), W.transpose(1, 2))  # (E, M_l, n_l)
+            if st.fast_path:  # one parent edge per child region
+                gf_cols += gf
+            else:
+                gf_cols.index_add_(0, chi, gf.to(TOTAL_DTYPE))
+
+    def _own_columns(self, level: int, key: str) -> torch.Tensor:
+        """The columns of quantity ``key`` in the level's per-event sums ``own[level]`` (a view)."""
+        i, w = self.summed.index(key), self.student.widths[level]
+        return self.own[level][..., i * w: (i + 1) * w]
 
     def _set_one_hot(self, level: int, ev: torch.Tensor) -> torch.Tensor:
         """The level's ``(R, M, N)`` scatter matrix [z[n, r] = a], in a buffer kept between batches
