@@ -8,8 +8,12 @@ F, Fbar, D, Dp, G, G~, U, Gf per event of the region, and per parent-child edge 
 
 All are per-event sums accumulated by one scatter per level and batch (a batched matmul with the events'
 one-hot matrix, ~10x faster on CPU than ``index_add_``; ``index_add_`` for regions with more than 256 events),
-so they stream over batches, in the student's dtype or float64.  Events never observed are reported in
-``empty_events`` and their rows are zero, never 0/0.  ``dW`` is the measured E_x[fbar_b g_a] per edge.
+so they stream over batches, in the student's dtype or float64.  U, and Gf at a level without BN, are not summed
+per example: they are linear in the same batch's edge sums (Eq 1: u = sum_e W_e^T fbar_child + b and
+g_f = g_raw = sum_e W_e g_parent), so each batch maps its Fc and Gp~ sums through the weights instead
+(:meth:`FrequencyAccumulator._derivable`; equal to the per-example sums to round-off, tested).  Events never
+observed are reported in ``empty_events`` and their rows are zero, never 0/0.  ``dW`` is the measured
+E_x[fbar_b g_a] per edge.
 
 :class:`ReplicateAccumulator` keeps K such accumulators over row groups of the same batches, for the
 jackknife's noise floors (:mod:`smaso.student.noise`).
@@ -212,9 +216,11 @@ def _runs(indices: list[int]) -> list[tuple[int, int]]:
 class FrequencyAccumulator(MergeableSums):
     """Streams :class:`StudentRecord` batches into the per-event sums of the module docstring, on any ladder.
 
-    Per batch and level one batched matmul of the events' one-hot matrix with the stacked quantities (those
-    that coincide summed once), per edge one count (``index_add_``) of (parent, child) event pairs; with one-hot leaves
-    the leaf sums follow exactly from the counts and Delta W.
+    Per batch and level one batched matmul of the events' one-hot matrix with each run of stacked quantities that
+    are summed (those that coincide summed once; U and, without BN, Gf mapped from the batch's edge sums by the
+    weights instead), per edge one count (``index_add_``) of (parent, child) event pairs; with one-hot leaves
+    the leaf sums follow exactly from the counts and Delta W.  The weights are read when a batch is added: add
+    batches of one fixed student (the sums describe that student).
 
     Precision contract: each batch is summed in ``dtype`` and added into float64 totals
     (:data:`TOTAL_DTYPE`), so only one batch's sums are rounded to ``dtype``, never the running total of N
