@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from conftest_student import assert_close, fi_sample, one_torch_thread  # noqa: F401 (fixture)
+from conftest_student import assert_close, fi_sample, one_torch_thread, perturb_params  # noqa: F401 (fixture)
 
 from smaso.student.frequency import FrequencyAccumulator, collect_statistics
 from smaso.student.network import LadderStudent
@@ -386,3 +386,58 @@ def test_float32_batch_sums_agree_with_float64_to_1e6(batch_norm):
                 assert abs(a[key] - value) <= 1e-6 * max(1.0, value), (b["level"], key, a[key], value)
                 compared += 1
     assert compared >= 20
+
+
+def _irregular_dag() -> Ladder:
+    """Regions of different event counts and 1-3 parents (the gather / index_add path of the edge sums)."""
+    return Ladder.random(events=[[3], [2, 4, 3], [3, 3, 3, 3]],
+                         parents=[[()], [(0,), (0,), (0,)], [(0,), (0, 1), (1, 2), (0, 1, 2)]], seed=5, sigma=0.6)
+
+
+@pytest.mark.parametrize("case", ["tree-onehot", "tree-onehot-bn", "tree-gauss-bn-before", "bottomup-shared",
+                                  "conv1d", "irregular", "many-events"])
+def test_u_and_gf_from_the_edge_sums_equal_their_per_example_sums(case):
+    """U and (without BN at the level) Gf are not summed per example but mapped from the same batch's edge sums
+    by the weights (u = W^T fbar_children + b, g_f = g_raw = W g_parents, Eq 1): on every path of the edge sums
+    (uniform tree with one-hot or Gaussian leaves, strided plan, gather path, regions with > 256 events), with
+    biases, shared weights and BN, they must equal plain per-example sums of the record's u and g_f to
+    float64 round-off, batch after batch."""
+    kw: dict = {}
+    if case.startswith("tree-onehot"):
+        lad = Ladder.random(depth=3, branching=3, events=6, seed=3)
+        kw["batch_norm"] = case.endswith("bn")
+    elif case == "tree-gauss-bn-before":
+        lad, kw["batch_norm"] = _ladder(), "before"
+    elif case == "bottomup-shared":
+        lad, kw["shared"] = Ladder.random(depth=3, branching=2, events=3, seed=1, mode="bottomup"), True
+    elif case == "conv1d":
+        lad = Ladder.conv1d(6, [3, 2, 3], [1, 1, 1], [3, 3, 2, 2], sigma=0.5, seed=10)
+    elif case == "irregular":
+        lad = _irregular_dag()
+    else:
+        lad = Ladder.random(depth=2, branching=2, events=[300, 260, 5], seed=2)
+    st = LadderStudent(lad, 3, activation="swish:0.7", dtype=torch.float64, seed=1, **kw)
+    perturb_params(st)
+    s = sample_ladder(lad, 90, seed=4)
+    x = s.inputs(dtype=torch.float64)
+    acc = FrequencyAccumulator(st)
+    derived = acc._derived  # which quantities take the edge sums' route (the test checks they do)
+    assert all("U" in derived[l] for l in range(lad.depth))
+    assert ("Gf" in derived[1]) == (not st.batch_norm)
+    d, off, M = lad.depth, lad.level_offsets, lad.events
+    sums = {k: [torch.zeros(lad.num_regions[l], M[l], st.widths[l], dtype=torch.float64) for l in range(d)]
+            for k in ("u", "g_f")}
+    for rows in (slice(0, 50), slice(50, 90)):
+        rec = st.forward_backward(x[rows], s.y[rows])
+        acc.add(rec, s.z[rows])
+        for l in range(d):
+            zl = s.z[rows, off[l]: off[l + 1]].long()
+            regions = torch.arange(lad.num_regions[l]).expand_as(zl)
+            for k in sums:
+                sums[k][l].index_put_((regions, zl), getattr(rec, k)[l], accumulate=True)
+    stats = acc.result()
+    for l in range(d):
+        for key, k in (("U", "u"), ("Gf", "g_f")):
+            ref = sums[k][l] / stats.counts[l].clamp(min=1)[..., None]
+            assert stats.means[key][l].dtype == torch.float64
+            assert_close(stats.means[key][l], ref, 1e-12, f"{key}[{l}] ({case})")

@@ -8,8 +8,12 @@ F, Fbar, D, Dp, G, G~, U, Gf per event of the region, and per parent-child edge 
 
 All are per-event sums accumulated by one scatter per level and batch (a batched matmul with the events'
 one-hot matrix, ~10x faster on CPU than ``index_add_``; ``index_add_`` for regions with more than 256 events),
-so they stream over batches, in the student's dtype or float64.  Events never observed are reported in
-``empty_events`` and their rows are zero, never 0/0.  ``dW`` is the measured E_x[fbar_b g_a] per edge.
+so they stream over batches, in the student's dtype or float64.  U, and Gf at a level without BN, are not summed
+per example: they are linear in the same batch's edge sums (Eq 1: u = sum_e W_e^T fbar_child + b and
+g_f = g_raw = sum_e W_e g_parent), so each batch maps its Fc and Gp~ sums through the weights instead
+(:meth:`FrequencyAccumulator._derivable`; equal to the per-example sums to round-off, tested).  Events never
+observed are reported in ``empty_events`` and their rows are zero, never 0/0.  ``dW`` is the measured
+E_x[fbar_b g_a] per edge.
 
 :class:`ReplicateAccumulator` keeps K such accumulators over row groups of the same batches, for the
 jackknife's noise floors (:mod:`smaso.student.noise`).
@@ -198,12 +202,25 @@ def scatter_sums(z: torch.Tensor, q: torch.Tensor, m: int, dtype: torch.dtype,
 
 
 
+def _runs(indices: list[int]) -> list[tuple[int, int]]:
+    """Sorted ``indices`` as maximal runs ``[(i0, i1), ...]`` of consecutive integers (i1 exclusive)."""
+    runs: list[tuple[int, int]] = []
+    for i in indices:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
+
+
 class FrequencyAccumulator(MergeableSums):
     """Streams :class:`StudentRecord` batches into the per-event sums of the module docstring, on any ladder.
 
-    Per batch and level one batched matmul of the events' one-hot matrix with the stacked quantities (those
-    that coincide summed once), per edge one count (``index_add_``) of (parent, child) event pairs; with one-hot leaves
-    the leaf sums follow exactly from the counts and Delta W.
+    Per batch and level one batched matmul of the events' one-hot matrix with each run of stacked quantities that
+    are summed (those that coincide summed once; U and, without BN, Gf mapped from the batch's edge sums by the
+    weights instead), per edge one count (``index_add_``) of (parent, child) event pairs; with one-hot leaves
+    the leaf sums follow exactly from the counts and Delta W.  The weights are read when a batch is added: add
+    batches of one fixed student (the sums describe that student).
 
     Precision contract: each batch is summed in ``dtype`` and added into float64 totals
     (:data:`TOTAL_DTYPE`), so only one batch's sums are rounded to ``dtype``, never the running total of N
@@ -261,6 +278,11 @@ class FrequencyAccumulator(MergeableSums):
         self._sizes = [None if lad.is_uniform() or len(set(lad.region_events[l])) == 1
                        else torch.tensor(lad.region_events[l], device=dev) for l in range(d + 1)]
         self._one_hot_buffers: dict[tuple[int, int], torch.Tensor] = {}
+        # the quantities of level l < d that follow from the edge sums by the weights rather than being summed
+        # (_add_derived), and the runs [i0, i1) of the others' indices in self.summed (stacked slots)
+        self._derived = [self._derivable(l) for l in range(d)]
+        self._direct_runs = [_runs([i for i, k in enumerate(self.summed) if k not in self._derived[l]])
+                             for l in range(d)]
 
     def add(self, rec: StudentRecord, z: torch.Tensor, rows: slice | None = None) -> None:
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, total_regions)``.
@@ -301,6 +323,52 @@ class FrequencyAccumulator(MergeableSums):
         self.n += n
         self.loss_sum += rec.loss * n
 
+    def _derivable(self, level: int) -> tuple[str, ...]:
+        """The per-event sums of ``level`` (< d) that are linear maps of the edge sums of the same batch, so that
+        summing them per example would repeat work (what :meth:`_add_derived` computes instead):
+
+        - U: u_r = sum_{e: parent r} W_e^T fbar_{child(e)} + b_r (Eq 1), so sum_x [z_r = a] u_r is
+          sum_e W_e^T (the edge's Fc sum) + b_r count(a);
+        - Gf at a hidden level without BN: g_f = g_raw = sum_{e: child r} W_e g_{parent(e)} (Eq 1), so its sums are
+          sum_e W_e (the edge's Gp~ sum) (with BN g_f = BN'(g_raw) is not linear in them: summed).
+        """
+        derived = ("U",) if "U" in self.summed else ()
+        if 0 < level and self.student.bn_params(level) is None and "Gf" in self.summed:
+            derived += ("Gf",)
+        return derived
+
+    def _add_derived(self, l: int, fc: torch.Tensor, gp: torch.Tensor, cnt: list) -> None:
+        """The derived sums (:meth:`_derivable`) of one batch from its edge sums into level ``l`` >= 1: U of the
+        parents' level l - 1 from ``fc`` ``(E, M_{l-1}, n_l)``, Gf of the children's level l from ``gp``
+        ``(E, M_l, n_{l-1})``; ``cnt[l - 1]``: the parents' event counts of the batch ``(R_{l-1}, M_{l-1})``.
+        In the batch sums' dtype, like every batch sum: E M n_l n_{l-1} multiply-adds, a small fraction of the
+        R M N n per-example sums they replace."""
+        st, dt = self.student, self.dtype
+        W = st.edge_weights(l - 1).detach().to(dt)  # (E, n_l, n_{l-1}); detached: sums are data, not a graph
+        par, chi = st.edge_index(l - 1)
+        if "U" in self._derived[l - 1]:
+            u_cols = self._own_columns(l - 1, "U")
+            fc = fc.to(dt)
+            if st.fast_path:  # per parent its b children's sums side by side times its stacked edge weights
+                Rp, mp, n_l = u_cols.shape[0], fc.shape[1], fc.shape[2]
+                u_cols += torch.bmm(fc.view(Rp, -1, mp, n_l).transpose(1, 2).reshape(Rp, mp, -1),
+                                    W.reshape(Rp, -1, W.shape[-1]))
+            else:
+                u_cols.index_add_(0, par, torch.bmm(fc, W).to(TOTAL_DTYPE))
+            if st.biases is not None:
+                u_cols += cnt[l - 1][..., None] * st.biases[l - 1].detach().to(dt)[:, None, :]
+        if l < self.ladder.depth and "Gf" in self._derived[l]:
+            gf_cols, gf = self._own_columns(l, "Gf"), torch.bmm(gp.to(dt), W.transpose(1, 2))  # (E, M_l, n_l)
+            if st.fast_path:  # one parent edge per child region
+                gf_cols += gf
+            else:
+                gf_cols.index_add_(0, chi, gf.to(TOTAL_DTYPE))
+
+    def _own_columns(self, level: int, key: str) -> torch.Tensor:
+        """The columns of quantity ``key`` in the level's per-event sums ``own[level]`` (a view)."""
+        i, w = self.summed.index(key), self.student.widths[level]
+        return self.own[level][..., i * w: (i + 1) * w]
+
     def _set_one_hot(self, level: int, ev: torch.Tensor) -> torch.Tensor:
         """The level's ``(R, M, N)`` scatter matrix [z[n, r] = a], in a buffer kept between batches
         (a fresh R M N allocation costs page faults and a fill on every batch)."""
@@ -319,32 +387,47 @@ class FrequencyAccumulator(MergeableSums):
         lad, dt = self.ladder, self.dtype
         d = lad.depth
         tree = self.student.fast_path  # the edge sums take the uniform tree's layout
+        cnt: list[torch.Tensor | None] = [None] * (d + 1)  # this batch's counts per level
         for l in range(d + 1):
             R, m = lad.num_regions[l], lad.events[l]
             # counts: row sums of the scatter matrix where there is one (0/1 sums, exact in float32 up
             # to 2^24 examples per batch), else (a tree) margins of the (parent, child) counts below; the
             # root and the regions of a region graph without one take a plain count
             if one_hot[l] is not None:
-                self.counts[l] += one_hot[l].sum(-1)
+                cnt[l] = one_hot[l].sum(-1)
             elif l == 0 or not tree:
                 code = bins[l].long() + torch.arange(R, device=self.device) * m
-                self.counts[l] += event_counts(code, R * m).view(R, m)
+                cnt[l] = event_counts(code, R * m).view(R, m)
             if l < d and small[l] and stacked and rec.stacked is not None:  # stacked: rec.stacked is set
-                # every quantity of the level at once: (R, m, N) @ (R, N, k n); one wide matmul is
-                # ~2.5x faster than k narrow ones (n = 16 columns each) on CPU
-                buf = rec.stacked[l].to(dt)
-                self.own[l] += torch.bmm(one_hot[l], buf.reshape(buf.shape[0], -1, n).transpose(1, 2))
-            elif l < d or not self.onehot_leaves:  # the leaves' sums are E[x | z]'s
-                q = torch.cat([getattr(rec, _RECORD[k])[l] for k in self.summed], -1) if l < d else rec.fbar[l]
-                self.own[l] += scatter_sums(levels[l], q, m, dt, one_hot[l])
+                # the summed quantities of the level, one run of stacked slots at a time: (R, m, N) @ (R, N, k n);
+                # one wide matmul is ~2.5x faster than k narrow ones (n = 16 columns each) on CPU
+                w = self.student.widths[l]
+                for i0, i1 in self._direct_runs[l]:
+                    buf = rec.stacked[l][:, i0:i1].to(dt)
+                    self.own[l][..., i0 * w: i1 * w] += torch.bmm(one_hot[l], buf.reshape(R, -1, n).transpose(1, 2))
+            elif l < d:
+                w = self.student.widths[l]
+                for i0, i1 in self._direct_runs[l]:
+                    q = torch.cat([getattr(rec, _RECORD[k])[l] for k in self.summed[i0:i1]], -1)
+                    self.own[l][..., i0 * w: i1 * w] += scatter_sums(levels[l], q, m, dt, one_hot[l])
+            elif not self.onehot_leaves:  # the leaves' sums are E[x | z]'s
+                self.own[l] += scatter_sums(levels[l], rec.fbar[l], m, dt, one_hot[l])
             if l > 0:
-                self._add_edges(l, rec, levels, bins, one_hot, small, n, tree)
+                pairs, fc, gp = self._add_edges(l, rec, levels, bins, one_hot, small, n, tree)
+                if cnt[l] is None:  # a tree without the level's scatter matrix: the margins of its pairs
+                    cnt[l] = pairs.sum(1)
+                self._add_derived(l, pairs if fc is None else fc, gp, cnt)
+            self.counts[l] += cnt[l]
 
     def _add_edges(self, l: int, rec: StudentRecord, levels: list, bins: list, one_hot: list, small: list[bool],
-                   n: int, tree: bool) -> None:
-        """Pair counts, focus and broadness sums of the edges into level ``l`` (parents in l - 1)."""
+                   n: int, tree: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """Pair counts, focus and broadness sums of the edges into level ``l`` (parents in l - 1).
+
+        :returns: this batch's ``(pairs, fc, gp)``: the (parent, child) event counts ``(E, M_{l-1}, M_l)`` and the
+            edges' Fc and Gp~ sums (``fc`` None at one-hot leaves, where it is ``pairs``: x = one-hot(z)).
+        """
         lad, dt = self.ladder, self.dtype
-        R, m, mp = lad.num_regions[l], lad.events[l], lad.events[l - 1]
+        m, mp = lad.events[l], lad.events[l - 1]
         Rp = lad.num_regions[l - 1]
         # the edges into level l >= 1: set (in place below, as the lists' own tensors)
         joint_counts, fc_sum, gp_sum, edge_base = (_ladder_parts.at_level(v, l, name) for v, name in (
@@ -358,37 +441,49 @@ class FrequencyAccumulator(MergeableSums):
             pair = (bins[l - 1][:, par] * m + bins[l][:, chi]) + edge_base
         pairs = event_counts(pair, E * mp * m).view(E, mp, m)
         joint_counts += pairs
-        if tree and one_hot[l] is None:
-            self.counts[l] += pairs.sum(1)
         if l == lad.depth and self.onehot_leaves:
             # x = one-hot(z): E[x | z_parent] follows from the joint counts, and
             # sum_n [z_c = k] g_parent = N * Delta W[e, k, :] exactly
-            gp_sum += rec.dW[l - 1].to(dt) * n
-            return
+            gp = rec.dW[l - 1].to(dt) * n
+            gp_sum += gp
+            return pairs, None, gp
         if not (small[l] and small[l - 1]):  # many events: index_add_ per edge
-            fc_sum += scatter_sums(levels[l - 1].index_select(1, par), rec.fbar[l].index_select(1, chi), mp, dt)
-            gp_sum += scatter_sums(levels[l].index_select(1, chi), rec.g[l - 1].index_select(1, par), m, dt)
-            return
+            fc = scatter_sums(levels[l - 1].index_select(1, par), rec.fbar[l].index_select(1, chi), mp, dt)
+            gp = scatter_sums(levels[l].index_select(1, chi), rec.g[l - 1].index_select(1, par), m, dt)
+        else:
+            fc, gp = self._edge_matmuls(l, rec, one_hot, n, tree, b)
+        fc_sum += fc
+        gp_sum += gp
+        return pairs, fc, gp
+
+    def _edge_matmuls(self, l: int, rec: StudentRecord, one_hot: list, n: int, tree: bool,
+                      b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Fc and Gp~ sums of one batch's edges into level ``l`` by batched matmuls with the levels' scatter
+        matrices (few events): ``(E, M_{l-1}, n_l)`` and ``(E, M_l, n_{l-1})`` in the batch sums' dtype."""
+        lad, dt = self.ladder, self.dtype
+        R, m, mp, Rp = lad.num_regions[l], lad.events[l], lad.events[l - 1], lad.num_regions[l - 1]
+        par, chi = self.student.edge_index(l - 1)
         child = rec.fbar[l].permute(1, 2, 0).to(dt)  # node-major (R_l, n_l, N): bmm reads it transposed
         g_par = rec.g[l - 1].permute(1, 2, 0).to(dt)  # (R_{l-1}, n_{l-1}, N)
         if tree:
             # grouped by parent region: no per-child copies of the parents' tensors
-            gp_sum += torch.bmm(one_hot[l].reshape(Rp, b * m, n), g_par.transpose(1, 2)).reshape(R, m, -1)
+            gp = torch.bmm(one_hot[l].reshape(Rp, b * m, n), g_par.transpose(1, 2)).reshape(R, m, -1)
             # child position c of every parent: a strided batch of the children's node-major outputs
-            fc = fc_sum.view(Rp, b, mp, -1)
-            for c in range(b):
-                fc[:, c] += torch.bmm(one_hot[l - 1], child[c::b].transpose(1, 2))
-            return
+            fc = torch.stack([torch.bmm(one_hot[l - 1], child[c::b].transpose(1, 2)) for c in range(b)], 1)
+            return fc.view(R, mp, -1), gp
         plan = self.student._plans[l - 1]
         if plan is None:  # irregular level: gather each edge's one-hot matrices and outputs
-            fc_sum += torch.bmm(one_hot[l - 1].index_select(0, par), child.index_select(0, chi).transpose(1, 2))
-            gp_sum += torch.bmm(one_hot[l].index_select(0, chi), g_par.index_select(0, par).transpose(1, 2))
-            return
+            return (torch.bmm(one_hot[l - 1].index_select(0, par), child.index_select(0, chi).transpose(1, 2)),
+                    torch.bmm(one_hot[l].index_select(0, chi), g_par.index_select(0, par).transpose(1, 2)))
+        E = par.shape[0]
+        fc = child.new_zeros(E, mp, child.shape[1])
+        gp = child.new_zeros(E, m, g_par.shape[1])
         for ps, places in plan:  # strided runs: views, no gathers
             oh_p, g_p = one_hot[l - 1][ps], g_par[ps].transpose(1, 2)
             for es, (a, st, q) in places:
-                fc_sum[es] += torch.bmm(oh_p, take_rows(child, a, st, q).transpose(1, 2))
-                gp_sum[es] += torch.bmm(take_rows(one_hot[l], a, st, q), g_p)
+                fc[es] += torch.bmm(oh_p, take_rows(child, a, st, q).transpose(1, 2))
+                gp[es] += torch.bmm(take_rows(one_hot[l], a, st, q), g_p)
+        return fc, gp
 
     def result(self) -> FrequencyStatistics:
         """Normalize the sums into :class:`FrequencyStatistics` (on the CPU).
