@@ -72,7 +72,7 @@ from smaso.student.frequency import (
     _student_events,
     scatter_sums,
 )
-from smaso.student.mergeable import MergeableSums, event_counts, event_flags
+from smaso.student.mergeable import MergeableSums, batch_loss_sum, event_counts, event_flags
 from smaso.student.network import (
     VARIABLES,
     LadderStudent,
@@ -361,7 +361,7 @@ class AlignmentAccumulator(MergeableSums):
     def _batch_state(self, rec: StudentRecord, z: torch.Tensor) -> dict:
         """The state of one batch alone (what a fresh accumulator holds after adding it)."""
         lad, off, n = self.ladder, self.ladder.level_offsets, z.shape[0]
-        state: dict[str, Any] = {"n": n, "loss_sum": rec.loss * n, "variable": self.variable,
+        state: dict[str, Any] = {"n": n, "loss_sum": batch_loss_sum(rec, n), "variable": self.variable,
                                  **{k: [] for k in self._SUMS}}
         for l in range(lad.depth):
             ev, m, r_l = z[:, off[l]: off[l + 1]], lad.events[l], lad.num_regions[l]
@@ -430,7 +430,7 @@ class AlignmentAccumulator(MergeableSums):
                 self.on_ctrl[l] = self.on_ctrl[l] + bl["on_ctrl"]
                 self.lo[l], self.hi[l] = torch.minimum(self.lo[l], bl["lo"]), torch.maximum(self.hi[l], bl["hi"])
         self.n += int(b["n"])
-        self.loss_sum += float(b["loss_sum"])
+        self._merge_loss(b["loss_sum"])  # (a batch's is a device tensor: read back once, by state_dict)
         return self
 
     def _eta2(self, counts: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor,

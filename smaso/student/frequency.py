@@ -299,7 +299,7 @@ class FrequencyAccumulator(MergeableSums):
             self.dW[l] += rec.dW[l].to(dt) * n
             self.db[l] += rec.db[l].to(dt) * n
         self.n += n
-        self.loss_sum += rec.loss * n
+        self._add_loss(rec, n)  # on the device: read back once, by result or state_dict
 
     def _set_one_hot(self, level: int, ev: torch.Tensor) -> torch.Tensor:
         """The level's ``(R, M, N)`` scatter matrix [z[n, r] = a], in a buffer kept between batches
@@ -570,10 +570,11 @@ def _accumulator(student: LadderStudent, dtype: torch.dtype | None,
     return FrequencyAccumulator(student, dtype) if groups is None else ReplicateAccumulator(student, dtype, groups)
 
 
-def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *adds: Any) -> int:
+def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *adds: Any) -> torch.Tensor:
     """Every ``(x, y, z)`` of ``batches`` through the student's explicit pass, each record and its events handed to
     every ``add`` (an accumulator's or a probe's); each batch writes into the previous one's stacked buffers (the
-    same memory).  Returns how many of the examples the student classifies correctly."""
+    same memory).  Returns how many of the examples the student classifies correctly, as a 0-dim int64 tensor on
+    the student's device: no host read per batch (the caller reads it once)."""
     dev = student.weights[0].device
     correct = torch.zeros((), dtype=torch.int64, device=dev)  # on the device: read back once, after the last batch
     buffers: bool | list[torch.Tensor] = True
@@ -585,7 +586,7 @@ def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *add
                 add(rec, z)
             correct += (rec.fbar[0][:, 0].argmax(-1) == y).sum()
             buffers = rec.stacked if rec.stacked is not None else True  # set: the pass was asked for them
-    return int(correct)
+    return correct
 
 
 def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData | _SampleChunks, loss: str,
@@ -600,7 +601,7 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData 
     acc = _accumulator(student, dtype, groups)
     rows = [slice(s, min(s + batch_size, len(part))) for s in range(0, len(part), batch_size)]
     correct = _run_batches(student, ((part.inputs(r, wdt), part.y[r], part.z[r]) for r in rows), loss, acc.add)
-    return acc.state_dict(), correct
+    return acc.state_dict(), int(correct)
 
 
 def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: str = "squared", batch_size: int = 4096,
