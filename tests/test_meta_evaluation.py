@@ -90,3 +90,32 @@ def test_statistics_entry_points_unchanged_on_cpu() -> None:
     assert correct == sum(int((r.fbar[0][:, 0].argmax(-1) == y[a:a + 16]).sum()) for r, a in zip(recs, range(0, 40, 16),
                                                                                              strict=True))
     assert acc.result().loss == stats.loss and not math.isnan(stats.loss)
+
+
+def test_labels_range_checked_once_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the labels' range (a host read on a device) is checked where they enter the pass: once for in-memory data,
+    # once per chunk when streamed (a chunk sits on the host), never per batch
+    from smaso.student.alignment import collect_alignment
+    from teachers.chunked import as_chunks
+
+    calls: list[bool] = []
+    check = LadderStudent._check_labels
+
+    def spy(self, x, y, loss, *, values=True):
+        calls.append(values)
+        return check(self, x, y, loss, values=values)
+
+    monkeypatch.setattr(LadderStudent, "_check_labels", spy)
+    st = LadderStudent(LAD, 4, seed=2, dtype=torch.float64)
+    s = sample_ladder(LAD, 40, 5)
+    x, y, z = s.inputs(dtype=torch.float64), s.y, s.z
+    collect_statistics(st, x, y, z, batch_size=8)
+    assert calls == [True] + [False] * 5
+    calls.clear()
+    accumulate_statistics(st, s, batch_size=8)
+    assert calls.count(True) == as_chunks(s).num_chunks and calls.count(False) == 5
+    calls.clear()
+    collect_alignment(st, x, z, batch_size=8)
+    assert calls.count(True) == 1 and calls.count(False) >= 5
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\), got \[0, 3\]"):
+        collect_statistics(st, x, torch.arange(40) % 4, z, batch_size=8)

@@ -66,6 +66,7 @@ import torch
 from smaso.student.frequency import (
     _ONE_HOT_MAX_EVENTS,
     _check_batch_size,
+    _check_label_range,
     _one_hot_events,
     _run_batches,
     _student_chunks,
@@ -563,6 +564,7 @@ def _collect(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, *, fit_ro
     fit = _check_fit_rows(fit_rows, n)
     bs = _check_batch_size(batch_size)
     acc, probe = AlignmentAccumulator(student, controls, variable=variable), LinearProbe(student, variable=variable)
+    _check_label_range(student, z[:, 0], "squared")
     for add, (lo, hi) in ((probe.add_fit, (0, fit)), (probe.add_score, (fit, n))):
         rows = [slice(s, min(s + bs, hi)) for s in range(lo, hi, bs)]
         _run_batches(student, ((x[r], z[r, 0], z[r]) for r in rows), "squared", acc.add, add)
@@ -600,6 +602,7 @@ def _chunk_alignment(c: int, student: LadderStudent, chunks: ChunkedLadderData |
     probe.coef = coef
     wdt = student.weights[0].dtype
     rows = [slice(s, min(s + batch_size, b)) for s in range(a, b, batch_size)]
+    _check_label_range(student, part.z[a:b, 0].long(), "squared")  # (a chunk is read on the host: no device read)
     _run_batches(student, ((part.inputs(r, wdt), part.z[r, 0].long(), part.z[r].long()) for r in rows), "squared",
                  acc.add, probe.add_fit if coef is None else probe.add_score)
     return acc.state_dict(), probe.state_dict()

@@ -560,6 +560,7 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     _check_groups(groups)
     bs = x.shape[0] if batch_size is None else _check_batch_size(batch_size)
     acc = _accumulator(student, dtype, groups)
+    _check_label_range(student, y, loss)
     _run_batches(student, ((x[s: s + bs], y[s: s + bs], z[s: s + bs]) for s in range(0, x.shape[0], bs)), loss,
                  acc.add)
     return acc.result()
@@ -570,18 +571,25 @@ def _accumulator(student: LadderStudent, dtype: torch.dtype | None,
     return FrequencyAccumulator(student, dtype) if groups is None else ReplicateAccumulator(student, dtype, groups)
 
 
+def _check_label_range(student: LadderStudent, y: torch.Tensor, loss: str) -> None:
+    """The range check of a pass's labels ``y`` ``(N,)``, once where they enter it (one host read, none on the host
+    tensors chunks hold), so that :func:`_run_batches` skips it per batch."""
+    student._check_labels(y, y, loss)  # (only the first argument's length is read: y's own)
+
+
 def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *adds: Any) -> torch.Tensor:
     """Every ``(x, y, z)`` of ``batches`` through the student's explicit pass, each record and its events handed to
     every ``add`` (an accumulator's or a probe's); each batch writes into the previous one's stacked buffers (the
     same memory).  Returns how many of the examples the student classifies correctly, as a 0-dim int64 tensor on
-    the student's device: no host read per batch (the caller reads it once)."""
+    the student's device: no host read per batch (the caller reads it once).  The labels' range must have been
+    checked by the caller (:func:`_check_label_range`): a batch's is not (a host read per batch on a device)."""
     dev = student.weights[0].device
     correct = torch.zeros((), dtype=torch.int64, device=dev)  # on the device: read back once, after the last batch
     buffers: bool | list[torch.Tensor] = True
     with torch.no_grad():
         for x, y, z in batches:
             y = y.to(dev)
-            rec = student.forward_backward(x.to(dev), y, loss, stacked=buffers)
+            rec = student.forward_backward(x.to(dev), y, loss, stacked=buffers, labels_checked=True)
             for add in adds:
                 add(rec, z)
             correct += (rec.fbar[0][:, 0].argmax(-1) == y).sum()
@@ -600,6 +608,7 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData 
     part, wdt = chunks.chunk(c), student.weights[0].dtype
     acc = _accumulator(student, dtype, groups)
     rows = [slice(s, min(s + batch_size, len(part))) for s in range(0, len(part), batch_size)]
+    _check_label_range(student, part.y, loss)  # (a chunk is read on the host: no device read)
     correct = _run_batches(student, ((part.inputs(r, wdt), part.y[r], part.z[r]) for r in rows), loss, acc.add)
     return acc.state_dict(), int(correct)
 
