@@ -533,7 +533,9 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
         if step == steps or result.stopped_at is not None:
             break
         x_b, y_b = next(batches)
-        rec = net.forward_backward(x_b.to(dev), y_b.to(dev), loss, labels_checked=True)
+        # (a host batch is copied without waiting for the device: a blocking copy synchronizes the stream)
+        rec = net.forward_backward(x_b.to(dev, non_blocking=True), y_b.to(dev, non_blocking=True), loss,
+                                   labels_checked=True)
         lt = rec.loss_tensor
         losses[step] = lt if lt is not None else rec.loss  # (forward_backward always leaves the tensor)
         if opt is None:
@@ -553,13 +555,19 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
                 result.stopped_at = step + 1
                 checkpoints.append(step + 1)
     bar.close()
-    if not all(bool(torch.isfinite(p).all()) for p in [*net.weights, *(net.biases or [])]):
-        raise TrainingDiverged(f"step {steps}: the weights are not finite (the run diverged; lower lr={lr})")
+    _check_weights(net, steps, lr)
     # (stats: the last checkpoint's, result.final_stats; every run has its checkpoint 0 and a last one)
     P = stats.P if P_source == "empirical" else exact_statistics(net.ladder)
     result.final_prediction = reformulate(net, P, stats, loss=loss)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _check_weights(net: LadderStudent, steps: int, lr: float) -> None:
+    """Raise :class:`TrainingDiverged` unless every weight and bias of the trained student is finite (one host
+    read for all of them)."""
+    if not bool(torch.stack([torch.isfinite(p).all() for p in [*net.weights, *(net.biases or [])]]).all()):
+        raise TrainingDiverged(f"step {steps}: the weights are not finite (the run diverged; lower lr={lr})")
 
 
 def _loss_ok(value: float, first: float) -> bool:

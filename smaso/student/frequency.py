@@ -588,8 +588,9 @@ def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *add
     buffers: bool | list[torch.Tensor] = True
     with torch.no_grad():
         for x, y, z in batches:
-            y = y.to(dev)
-            rec = student.forward_backward(x.to(dev), y, loss, stacked=buffers, labels_checked=True)
+            # host batches copied without waiting for the device (a blocking copy synchronizes the stream)
+            x, y, z = (t.to(dev, non_blocking=True) for t in (x, y, z))
+            rec = student.forward_backward(x, y, loss, stacked=buffers, labels_checked=True)
             for add in adds:
                 add(rec, z)
             correct += (rec.fbar[0][:, 0].argmax(-1) == y).sum()
