@@ -20,6 +20,7 @@ from smaso.student.frequency import (
     collect_statistics,
 )
 from smaso.student.network import LadderStudent
+from smaso.student.probe import LinearProbe
 from teachers.ladder import Ladder
 from teachers.sampling import sample_ladder
 
@@ -45,6 +46,12 @@ def test_evaluation_loop_runs_on_meta(batch_norm: bool) -> None:
         assert isinstance(total, torch.Tensor) and total.device.type == "meta" and total.dtype == torch.float64
     with pytest.raises(RuntimeError, match="meta"):
         _ = freq.loss_sum  # the read is where the sums leave the device, and only there
+    # the linear probes of the alignment: fitting and scoring batches (one_hot read the events' range back)
+    probe = LinearProbe(st)
+    _run_batches(st, _meta_batches(st, (8, 8)), "squared", probe.add_fit)
+    _run_batches(st, _meta_batches(st, (8, 5)), "squared", probe.add_score)
+    assert probe.n_fit == 16 and probe.n_score == 13
+    assert all(c.device.type == "meta" for c in [*probe.cross, *probe.counts, *probe.correct])
 
 
 def _cpu_batches(dtype: torch.dtype):
