@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -106,7 +106,8 @@ def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None) -> S
     stacked = None if rec.stacked is None else [buf[..., sl] for buf in rec.stacked]
     # the loss handed over as the device tensor when the record holds one: replace() would read ``loss`` (a sync)
     loss = rec.loss if rec.loss_tensor is None else rec.loss_tensor
-    return dataclasses.replace(rec, **per, dW=dW, db=db, stacked=stacked, loss=loss)
+    return dataclasses.replace(rec, **per, dW=dW, db=db, stacked=stacked,
+                               loss=cast(float, loss))  # (a tensor: the property keeps it on the device)
 
 
 class MergeableSums:
