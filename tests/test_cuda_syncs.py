@@ -50,15 +50,28 @@ def _allowed(fn):
     return run
 
 
+def _labels_checked_once(monkeypatch):
+    """The labels' range check where the data enters (``values=True``: a read on purpose) let through; the per-step
+    calls (``values=False``) stay watched."""
+    check = LadderStudent._check_labels
+
+    def labels(self, x, y, loss, *, values=True):
+        return (_allowed(check) if values else check)(self, x, y, loss, values=values)
+
+    monkeypatch.setattr(LadderStudent, "_check_labels", labels)
+
+
 def test_training_loop_has_no_sync_per_step(monkeypatch):
     monkeypatch.setattr(training, "_checkpoint", _allowed(training._checkpoint))
     monkeypatch.setattr(training, "CHECK_EVERY", 16)
+    _labels_checked_once(monkeypatch)
     s = sample_ladder(LAD, 256, 0)
     x, y = s.inputs(dtype=torch.float64), s.y
     st = LadderStudent(LAD, 8, seed=1, dtype=torch.float64, device="cuda")
     ref = LadderStudent(LAD, 8, seed=1, dtype=torch.float64)
+    xd, yd = x.cuda(), y.cuda()  # (the data enter the device before: a blocking copy, once)
     with _no_syncs():
-        got = train_ladder_student(st, x, y, steps=40, lr=0.05, batch_size=32, seed=2)
+        got = train_ladder_student(st, xd, yd, steps=40, lr=0.05, batch_size=32, seed=2)
     want = train_ladder_student(ref, x, y, steps=40, lr=0.05, batch_size=32, seed=2)
     assert got == pytest.approx(want, rel=1e-9)
 
@@ -85,7 +98,8 @@ def test_evaluation_loop_has_no_sync_per_batch(dtype):
 def test_compare_student_training_steps_have_no_sync(monkeypatch):
     # the checkpoints' evaluation and the deferred reads are the syncs on purpose; every training step runs between
     for name in ("accumulate_statistics", "collect_statistics", "compare_statistics_to_theory", "nonfinite_statistics",
-                 "accumulate_alignment", "_check_losses", "_check_weights", "reformulate"):
+                 "accumulate_alignment", "_check_losses", "_check_weights", "reformulate", "LadderStudent"):
+        # (LadderStudent: its weights are drawn on the host and copied to the device, once)
         monkeypatch.setattr(compare_mod, name, _allowed(getattr(compare_mod, name)))
     s = sample_ladder(LAD, 1200, 0)
     configs = (StudentConfig(width=6), TrainingConfig(steps=60, lr=0.05, batch_size=64),
