@@ -139,8 +139,7 @@ class MergeableSums:
         """The sum over the examples added of the loss (each batch's mean loss times its example count), as a
         float: a host read of the device total, made when asked for (by :meth:`state_dict` and ``result``),
         never per batch."""
-        t = self._loss_total
-        return float(t)
+        return float(self._loss_total)
 
     @loss_sum.setter
     def loss_sum(self, value: float | torch.Tensor) -> None:
