@@ -66,13 +66,14 @@ import torch
 from smaso.student.frequency import (
     _ONE_HOT_MAX_EVENTS,
     _check_batch_size,
+    _check_label_range,
     _one_hot_events,
     _run_batches,
     _student_chunks,
     _student_events,
     scatter_sums,
 )
-from smaso.student.mergeable import MergeableSums, event_counts, event_flags
+from smaso.student.mergeable import MergeableSums, batch_loss_sum, event_counts, event_flags
 from smaso.student.network import (
     VARIABLES,
     LadderStudent,
@@ -361,7 +362,7 @@ class AlignmentAccumulator(MergeableSums):
     def _batch_state(self, rec: StudentRecord, z: torch.Tensor) -> dict:
         """The state of one batch alone (what a fresh accumulator holds after adding it)."""
         lad, off, n = self.ladder, self.ladder.level_offsets, z.shape[0]
-        state: dict[str, Any] = {"n": n, "loss_sum": rec.loss * n, "variable": self.variable,
+        state: dict[str, Any] = {"n": n, "loss_sum": batch_loss_sum(rec, n), "variable": self.variable,
                                  **{k: [] for k in self._SUMS}}
         for l in range(lad.depth):
             ev, m, r_l = z[:, off[l]: off[l + 1]], lad.events[l], lad.num_regions[l]
@@ -430,7 +431,7 @@ class AlignmentAccumulator(MergeableSums):
                 self.on_ctrl[l] = self.on_ctrl[l] + bl["on_ctrl"]
                 self.lo[l], self.hi[l] = torch.minimum(self.lo[l], bl["lo"]), torch.maximum(self.hi[l], bl["hi"])
         self.n += int(b["n"])
-        self.loss_sum += float(b["loss_sum"])
+        self._merge_loss(b["loss_sum"])  # (a batch's is a device tensor: read back once, by state_dict)
         return self
 
     def _eta2(self, counts: torch.Tensor, mean: torch.Tensor, m2: torch.Tensor,
@@ -563,6 +564,7 @@ def _collect(student: LadderStudent, x: torch.Tensor, z: torch.Tensor, *, fit_ro
     fit = _check_fit_rows(fit_rows, n)
     bs = _check_batch_size(batch_size)
     acc, probe = AlignmentAccumulator(student, controls, variable=variable), LinearProbe(student, variable=variable)
+    _check_label_range(student, z[:, 0], "squared")
     for add, (lo, hi) in ((probe.add_fit, (0, fit)), (probe.add_score, (fit, n))):
         rows = [slice(s, min(s + bs, hi)) for s in range(lo, hi, bs)]
         _run_batches(student, ((x[r], z[r, 0], z[r]) for r in rows), "squared", acc.add, add)
@@ -600,6 +602,7 @@ def _chunk_alignment(c: int, student: LadderStudent, chunks: ChunkedLadderData |
     probe.coef = coef
     wdt = student.weights[0].dtype
     rows = [slice(s, min(s + batch_size, b)) for s in range(a, b, batch_size)]
+    _check_label_range(student, part.z[a:b, 0].long(), "squared")  # (a chunk is read on the host: no device read)
     _run_batches(student, ((part.inputs(r, wdt), part.z[r, 0].long(), part.z[r].long()) for r in rows), "squared",
                  acc.add, probe.add_fit if coef is None else probe.add_score)
     return acc.state_dict(), probe.state_dict()

@@ -19,10 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from smaso.student import training as _training
 from smaso.student.alignment import TABLE_LEGEND, accumulate_alignment, alignment_rows, undefined_note
 from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig, _configs
 from smaso.student.diagnosis import CONTRIBUTIONS, compare_statistics_to_theory, diagnose, nonfinite_statistics
-from smaso.student.frequency import FrequencyStatistics, ReplicateAccumulator, accumulate_statistics, collect_statistics
+from smaso.student.frequency import (
+    FrequencyStatistics,
+    ReplicateAccumulator,
+    _check_label_range,
+    accumulate_statistics,
+    collect_statistics,
+)
 from smaso.student.network import LadderStudent, _check_float_dtype
 from smaso.student.reformulation import Reformulation, reformulate
 from smaso.student.rows import _all_training_labels, _evaluation_rows, _head, _training_batches
@@ -479,7 +486,13 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
         assert full is not None
         y = _all_training_labels(chunks, skip, seed) if shuffle_labels else full.y[skip:]
         batches = itertools.repeat((full.inputs(dtype=dtype)[skip:], y))
+    if full is not None:  # the labels' range once, where they enter (a store's chunks are checked as they load)
+        _check_label_range(net, full.y, loss)
     dev = net.weights[0].device
+    # each step's loss stays on the device until a checkpoint reads a run of them (one sync; CHECK_EVERY steps at
+    # most, and before every evaluation); the plateau rule alone reads every step's (it decides when to stop)
+    losses = torch.empty(steps, dtype=net.weights[0].dtype, device=dev)
+    checked: list[float] = []  # the losses read back so far (checked[0]: the first minibatch's)
     smooth, best, since = None, math.inf, 0
     result = ComparisonResult(student=net)
     aligned_at_start = None  # the alignment at the first checkpoint (initialisation)
@@ -487,6 +500,8 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
     checkpoints = sorted({0, steps, *range(0, steps + 1, eval_every)})
     bar = tqdm(total=steps, desc="training student", disable=not progress)
     for step in range(steps + 1):
+        if step in checkpoints or step - len(checked) >= _training.CHECK_EVERY:
+            _check_losses(losses, checked, step, lr)
         if step in checkpoints:
             if streamed:
                 sums, correct = accumulate_statistics(net, ev_chunks, loss=loss, batch_size=eval_batch_size,
@@ -518,14 +533,11 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
         if step == steps or result.stopped_at is not None:
             break
         x_b, y_b = next(batches)
-        rec = net.forward_backward(x_b.to(dev), y_b.to(dev), loss)
-        if step == 0:
-            first_loss = rec.loss
-        # (the loss is a Python float already: no extra sync).  A loss 1e8 times its first value is a
-        # diverged run even while finite: its statistics would read as an exact reformulation of nonsense
-        if not math.isfinite(rec.loss) or rec.loss > DIVERGED * max(first_loss, 1.0):
-            raise TrainingDiverged(f"step {step}: the training loss is {rec.loss:.3g} (first minibatch: "
-                                   f"{first_loss:.3g}); the run diverged: lower lr={lr}, add weight_decay or BN")
+        # (a host batch is copied without waiting for the device: a blocking copy synchronizes the stream)
+        rec = net.forward_backward(x_b.to(dev, non_blocking=True), y_b.to(dev, non_blocking=True), loss,
+                                   labels_checked=True)
+        lt = rec.loss_tensor
+        losses[step] = lt if lt is not None else rec.loss  # (forward_backward always leaves the tensor)
         if opt is None:
             net.apply_update(rec, lr, weight_decay)
         else:
@@ -534,20 +546,50 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
             if schedule is not None:
                 schedule.step()
         bar.update(1)
-        if plateau is not None:
-            smooth = rec.loss if smooth is None else 0.95 * smooth + 0.05 * rec.loss
+        if plateau is not None:  # whether to stop depends on this step's loss: read (and checked) every step
+            _check_losses(losses, checked, step + 1, lr)
+            value = checked[-1]
+            smooth = value if smooth is None else 0.95 * smooth + 0.05 * value
             best, since = (smooth, 0) if smooth < best * (1 - PLATEAU_TOL) else (best, since + 1)
             if since >= plateau:
                 result.stopped_at = step + 1
                 checkpoints.append(step + 1)
     bar.close()
-    if not all(bool(torch.isfinite(p).all()) for p in [*net.weights, *(net.biases or [])]):
-        raise TrainingDiverged(f"step {steps}: the weights are not finite (the run diverged; lower lr={lr})")
+    _check_weights(net, steps, lr)
     # (stats: the last checkpoint's, result.final_stats; every run has its checkpoint 0 and a last one)
     P = stats.P if P_source == "empirical" else exact_statistics(net.ladder)
     result.final_prediction = reformulate(net, P, stats, loss=loss)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _check_weights(net: LadderStudent, steps: int, lr: float) -> None:
+    """Raise :class:`TrainingDiverged` unless every weight and bias of the trained student is finite (one host
+    read for all of them)."""
+    if not bool(torch.stack([torch.isfinite(p).all() for p in [*net.weights, *(net.biases or [])]]).all()):
+        raise TrainingDiverged(f"step {steps}: the weights are not finite (the run diverged; lower lr={lr})")
+
+
+def _loss_ok(value: float, first: float) -> bool:
+    """Whether a training loss is still that of a converging run: finite and at most :data:`DIVERGED` times the
+    first minibatch's (or above that where the first is below 1). A loss 1e8 times its first value is a diverged
+    run even while finite: its statistics would read as an exact reformulation of nonsense."""
+    return math.isfinite(value) and not value > DIVERGED * max(first, 1.0)
+
+
+def _check_losses(losses: torch.Tensor, checked: list[float], stop: int, lr: float) -> None:
+    """Read the losses of steps ``len(checked) .. stop-1`` from the device (one sync), append them to ``checked``
+    and raise :class:`TrainingDiverged` at the first one that :func:`_loss_ok` refuses, with the message the
+    per-step check gave before the losses were deferred (the same step, the same numbers)."""
+    start = len(checked)
+    if stop <= start:
+        return
+    for step, value in enumerate(losses[start:stop].tolist(), start):
+        first = checked[0] if checked else value
+        if not _loss_ok(value, first):
+            raise TrainingDiverged(f"step {step}: the training loss is {value:.3g} (first minibatch: "
+                                   f"{first:.3g}); the run diverged: lower lr={lr}, add weight_decay or BN")
+        checked.append(value)
 
 
 ERROR_KEYS = tuple(f"{q}_{kind}" for kind in ("propagated", "local") for q in ("F", "G", "dW"))

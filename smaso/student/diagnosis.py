@@ -31,7 +31,7 @@ from smaso._ladder_parts import at_level
 from smaso.student.frequency import FrequencyStatistics, PerEventMeans
 from smaso.student.network import LadderStudent
 from smaso.student.noise import ROUNDOFF, WITHIN_NOISE, StackedStatistics, norm_floor, stack_statistics
-from smaso.student.reformulation import eq7_signs, reformulate
+from smaso.student.reformulation import eq7_signs, reformulate, statistics_device
 from teachers.statistics import EventStatistics, exact_statistics, level_edge_index
 
 __all__ = ["CONTRIBUTIONS", "compare_statistics_to_theory", "dead_nodes", "degenerate", "diagnose",
@@ -135,7 +135,7 @@ def degenerate(levels: Sequence[dict], leaves: dict | None = None, causes: Seque
 
 
 def _condition_terms(stats: FrequencyStatistics, bn_before: Sequence[bool] | None = None,
-                     P: EventStatistics | None = None) -> list[dict[str, _Term]]:
+                     P: EventStatistics | None = None, dtype: torch.dtype | None = None) -> list[dict[str, _Term]]:
     """Thm 2's conditions per level as difference vectors, per edge for focus and broadness (module docstring).
     Statistics stacked along a leading replicate axis (:func:`~smaso.student.noise.stack_statistics`) give every
     vector and mask that axis too.
@@ -144,14 +144,15 @@ def _condition_terms(stats: FrequencyStatistics, bn_before: Sequence[bool] | Non
         gate acts on F = E[BN(u) | z] and the forward decorrelation compares D o F with Fbar; the backward
         one would need E[g_raw | z], which is not accumulated, and is left out).
     :param P: the event statistics of the focus and broadness terms (default: the sample's own, ``stats.P``).
+    :param dtype: the terms' dtype (default float64), on the statistics' device (:func:`statistics_device`).
     """
     lad = stats.ladder
     d = lad.depth
-    dt = torch.float64
-    P_down = (stats.P if P is None else P).P_down
+    dt, dev = torch.float64 if dtype is None else dtype, statistics_device(stats)
+    P_down = [None if t is None else t.to(dev) for t in (stats.P if P is None else P).P_down]
     G_tilde = [None if t is None else t.to(dt) for t in stats.G_tilde]
     m = {k: [None if t is None else t.to(dt) for t in stats.means[k]] for k in ("Fbar", "F", "D", "U", "G", "Gf", "Dp")}
-    edges = [tuple(t.cpu() for t in level_edge_index(lad, l)) for l in range(d)]
+    edges = [tuple(t.to(dev) for t in level_edge_index(lad, l)) for l in range(d)]
     seen = [c > 0 for c in stats.counts]  # (padding events are never seen)
 
     def mean(k: str, l: int) -> torch.Tensor:
@@ -199,13 +200,15 @@ def _bn_before(student: LadderStudent) -> list[bool]:
             for l in range(student.ladder.depth)]
 
 
-def diagnose(stats: FrequencyStatistics, student: LadderStudent | None = None) -> list[dict]:
+def diagnose(stats: FrequencyStatistics, student: LadderStudent | None = None, *,
+             dtype: torch.dtype | None = None) -> list[dict]:
     """Thm 2's conditions measured from the data, per level: the relative size of each condition's error term
     (``docs/theory.md`` §1.5).
 
     :param student: the student, needed only when its BN sits before the gate (``batch_norm="before"``).
+    :param dtype: the dtype the terms are computed in (default float64), on the statistics' device.
     """
-    terms = _condition_terms(stats, None if student is None else _bn_before(student))
+    terms = _condition_terms(stats, None if student is None else _bn_before(student), dtype=dtype)
     return [{"level": l, **_measure_row(row)} for l, row in enumerate(terms)]
 
 
@@ -214,16 +217,18 @@ CONTRIBUTIONS = {"F_local": ("focus", "decorrelation"), "G_local": ("broadness",
                  "dW_local": ("focus", "decorrelation")}
 
 
-def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P: Any, loss: str) -> tuple[list, dict]:
+def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P: Any, loss: str,
+                      dtype: torch.dtype | None = None) -> tuple[list, dict]:
     """Every reported number of :func:`compare_statistics_to_theory` as a :data:`_Term`, per level (of each
-    replicate, along a leading axis, for stacked statistics: :func:`~smaso.student.noise.stack_statistics`)."""
+    replicate, along a leading axis, for stacked statistics: :func:`~smaso.student.noise.stack_statistics`), in
+    ``dtype`` (default float64) on the statistics' device."""
     lad = stats.ladder
     d = lad.depth
-    dt = torch.float64
-    preds = {k: reformulate(student, P, stats, propagate=k == "propagated", loss=loss)
+    dt = torch.float64 if dtype is None else dtype
+    preds = {k: reformulate(student, P, stats, propagate=k == "propagated", loss=loss, dtype=dt)
              for k in ("propagated", "local")}
     local = preds["local"]
-    conditions = _condition_terms(stats, _bn_before(student), P)
+    conditions = _condition_terms(stats, _bn_before(student), P, dt)
     G_meas = [None if t is None else t.to(dt) for t in stats.G_tilde]
     p = [t.to(dt) for t in stats.p]
     levels = []
@@ -246,7 +251,7 @@ def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P: Any
             gf_tilde = stats.Gf[l].to(dt) * p[l][..., None]
             row["G_local_broadness"] = _Term(local.G_tilde[l] - Dp * gf_tilde, Gm, seen, what["G"])
             row["G_local_decorrelation"] = _Term(Dp * gf_tilde - Gm, Gm, seen, what["G"])
-        par = student.edge_index(l)[0].cpu()
+        par = student.edge_index(l)[0].to(Gm.device)
         row["dW_local_focus"] = _Term(torch.einsum("...eak,...eaj->...ekj", conditions[l + 1]["focus"].v,
                                                    Gm.index_select(-3, par)), dWm, None, what["dW"])
         row["dW_local_decorrelation"] = _Term(conditions[l]["decorrelation_dW"].v, dWm, None, what["dW"])
@@ -257,7 +262,8 @@ def _comparison_terms(student: LadderStudent, stats: FrequencyStatistics, P: Any
 
 def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatistics, *, P_source: str = "empirical",
                                  loss: str = "squared",
-                                 replicates: Sequence[FrequencyStatistics] | StackedStatistics | None = None) -> dict:
+                                 replicates: Sequence[FrequencyStatistics] | StackedStatistics | None = None,
+                                 dtype: torch.dtype | None = None) -> dict:
     """Relative errors of the reformulation against measured statistics, per level, plus the diagnosis.
 
     :param replicates: leave-one-out statistics of a jackknife
@@ -271,6 +277,8 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
         where Eq 12's normalization makes the split non-additive) and Thm 2's conditions of :func:`diagnose`),
         ``leaves`` (focus and broadness of the leaf level), ``loss``, ``P_source``, ``num_examples`` and, with
         replicates, ``noise_groups``.
+    :param dtype: the dtype the reformulation and the terms are computed in (default float64), on the statistics'
+        device (:func:`~smaso.student.reformulation.statistics_device`); the numbers reported are floats.
     :raises ValueError: an unknown ``P_source``.
     """
     if P_source not in ("empirical", "exact"):
@@ -278,7 +286,7 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
     exact = exact_statistics(stats.ladder) if P_source == "exact" else None
     lad = stats.ladder
     masks = stats.event_mask
-    levels_t, leaves_t = _comparison_terms(student, stats, stats.P if exact is None else exact, loss)
+    levels_t, leaves_t = _comparison_terms(student, stats, stats.P if exact is None else exact, loss, dtype)
     levels, leaves = [], {"level": lad.depth, **_measure_row(leaves_t)}
     dead = dead_nodes(stats)
     for l, terms in enumerate(levels_t):
@@ -298,7 +306,8 @@ def compare_statistics_to_theory(student: LadderStudent, stats: FrequencyStatist
     if isinstance(replicates, StackedStatistics) or replicates:
         # every replicate in one batched reformulation and one set of terms, along a leading axis
         stacked = replicates if isinstance(replicates, StackedStatistics) else stack_statistics(replicates)
-        rep_levels, rep_leaves = _comparison_terms(student, stacked, stacked.P if exact is None else exact, loss)
+        rep_levels, rep_leaves = _comparison_terms(student, stacked, stacked.P if exact is None else exact, loss,
+                                                   dtype)
         has_bn = any(student.bn_params(l) is not None for l in range(lad.depth))
         for l, (row, terms) in enumerate([*zip(levels, levels_t, strict=True), (leaves, leaves_t)]):
             rep_terms = rep_levels[l] if l < lad.depth else rep_leaves

@@ -321,7 +321,7 @@ class FrequencyAccumulator(MergeableSums):
             self.dW[l] += rec.dW[l].to(dt) * n
             self.db[l] += rec.db[l].to(dt) * n
         self.n += n
-        self.loss_sum += rec.loss * n
+        self._add_loss(rec, n)  # on the device: read back once, by result or state_dict
 
     def _derivable(self, level: int) -> tuple[str, ...]:
         """The per-event sums of ``level`` (< d) that are linear maps of the edge sums of the same batch, so that
@@ -332,7 +332,7 @@ class FrequencyAccumulator(MergeableSums):
         - Gf at a hidden level without BN: g_f = g_raw = sum_{e: child r} W_e g_{parent(e)} (Eq 1), so its sums are
           sum_e W_e (the edge's Gp~ sum) (with BN g_f = BN'(g_raw) is not linear in them: summed).
         """
-        derived = ("U",) if "U" in self.summed else ()
+        derived: tuple[str, ...] = ("U",) if "U" in self.summed else ()
         if 0 < level and self.student.bn_params(level) is None and "Gf" in self.summed:
             derived += ("Gf",)
         return derived
@@ -417,7 +417,10 @@ class FrequencyAccumulator(MergeableSums):
                 if cnt[l] is None:  # a tree without the level's scatter matrix: the margins of its pairs
                     cnt[l] = pairs.sum(1)
                 self._add_derived(l, pairs if fc is None else fc, gp, cnt)
-            self.counts[l] += cnt[l]
+            level_counts = cnt[l]
+            if level_counts is None:
+                raise RuntimeError(f"level {l}: no event counts were computed for this batch")  # (unreachable)
+            self.counts[l] += level_counts
 
     def _add_edges(self, l: int, rec: StudentRecord, levels: list, bins: list, one_hot: list, small: list[bool],
                    n: int, tree: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
@@ -655,6 +658,7 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     _check_groups(groups)
     bs = x.shape[0] if batch_size is None else _check_batch_size(batch_size)
     acc = _accumulator(student, dtype, groups)
+    _check_label_range(student, y, loss)
     _run_batches(student, ((x[s: s + bs], y[s: s + bs], z[s: s + bs]) for s in range(0, x.shape[0], bs)), loss,
                  acc.add)
     return acc.result()
@@ -665,22 +669,31 @@ def _accumulator(student: LadderStudent, dtype: torch.dtype | None,
     return FrequencyAccumulator(student, dtype) if groups is None else ReplicateAccumulator(student, dtype, groups)
 
 
-def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *adds: Any) -> int:
+def _check_label_range(student: LadderStudent, y: torch.Tensor, loss: str) -> None:
+    """The range check of a pass's labels ``y`` ``(N,)``, once where they enter it (one host read, none on the host
+    tensors chunks hold), so that :func:`_run_batches` skips it per batch."""
+    student._check_labels(y, y, loss)  # (only the first argument's length is read: y's own)
+
+
+def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *adds: Any) -> torch.Tensor:
     """Every ``(x, y, z)`` of ``batches`` through the student's explicit pass, each record and its events handed to
     every ``add`` (an accumulator's or a probe's); each batch writes into the previous one's stacked buffers (the
-    same memory).  Returns how many of the examples the student classifies correctly."""
+    same memory).  Returns how many of the examples the student classifies correctly, as a 0-dim int64 tensor on
+    the student's device: no host read per batch (the caller reads it once).  The labels' range must have been
+    checked by the caller (:func:`_check_label_range`): a batch's is not (a host read per batch on a device)."""
     dev = student.weights[0].device
     correct = torch.zeros((), dtype=torch.int64, device=dev)  # on the device: read back once, after the last batch
     buffers: bool | list[torch.Tensor] = True
     with torch.no_grad():
         for x, y, z in batches:
-            y = y.to(dev)
-            rec = student.forward_backward(x.to(dev), y, loss, stacked=buffers)
+            # host batches copied without waiting for the device (a blocking copy synchronizes the stream)
+            x, y, z = (t.to(dev, non_blocking=True) for t in (x, y, z))
+            rec = student.forward_backward(x, y, loss, stacked=buffers, labels_checked=True)
             for add in adds:
                 add(rec, z)
             correct += (rec.fbar[0][:, 0].argmax(-1) == y).sum()
             buffers = rec.stacked if rec.stacked is not None else True  # set: the pass was asked for them
-    return int(correct)
+    return correct
 
 
 def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData | _SampleChunks, loss: str,
@@ -694,8 +707,9 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData 
     part, wdt = chunks.chunk(c), student.weights[0].dtype
     acc = _accumulator(student, dtype, groups)
     rows = [slice(s, min(s + batch_size, len(part))) for s in range(0, len(part), batch_size)]
+    _check_label_range(student, part.y, loss)  # (a chunk is read on the host: no device read)
     correct = _run_batches(student, ((part.inputs(r, wdt), part.y[r], part.z[r]) for r in rows), loss, acc.add)
-    return acc.state_dict(), correct
+    return acc.state_dict(), int(correct)
 
 
 def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: str = "squared", batch_size: int = 4096,

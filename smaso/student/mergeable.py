@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -63,6 +63,14 @@ def event_counts(index: torch.Tensor, size: int) -> torch.Tensor:
     return torch.zeros(size, dtype=torch.float64, device=flat.device).index_add_(0, flat, ones)
 
 
+def batch_loss_sum(rec: StudentRecord, n: int) -> float | torch.Tensor:
+    """``rec.loss * n`` (a batch's mean loss times its example count) without reading a device loss back: a
+    float64 0-dim tensor on the record's device when it holds :attr:`~StudentRecord.loss_tensor`, else a float.
+    Bit for bit the float's product (a float32 loss widens to float64 exactly)."""
+    t = rec.loss_tensor
+    return rec.loss * n if t is None else t.to(torch.float64) * n
+
+
 def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None) -> StudentRecord:
     """The rows ``rows`` of a batch's record, as a record of its own.
 
@@ -96,7 +104,10 @@ def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None) -> S
             dW[l] = torch.einsum("nek,nej->ekj", child.index_select(1, chi), g.index_select(1, par)) / (hi - lo)
         db[l] = g.mean(0)
     stacked = None if rec.stacked is None else [buf[..., sl] for buf in rec.stacked]
-    return dataclasses.replace(rec, **per, dW=dW, db=db, stacked=stacked)
+    # the loss handed over as the device tensor when the record holds one: replace() would read ``loss`` (a sync)
+    loss = rec.loss if rec.loss_tensor is None else rec.loss_tensor
+    return dataclasses.replace(rec, **per, dW=dW, db=db, stacked=stacked,
+                               loss=cast(float, loss))  # (a tensor: the property keeps it on the device)
 
 
 class MergeableSums:
@@ -114,12 +125,37 @@ class MergeableSums:
     #: settings that are part of the state and must be equal in two states that merge (never added)
     _META: tuple[str, ...] = ()
     n: int
-    loss_sum: float
     ladder: Ladder  # (set by the subclasses that check events)
     #: events checked on the device, not yet on the host: ``(levels, 2)`` bool, True where a batch's events of that
     #: level fell outside [0, M_l) (column 0) or outside its regions' own ranges [0, m_r) (column 1); None: none
     #: pending (every batch so far was checked at once on the CPU)
     _event_flags: torch.Tensor | None = None
+    #: the loss total: a Python float, or a float64 0-dim tensor on the device once a batch's loss was added there
+    #: (:meth:`_add_loss`), read back by :attr:`loss_sum` only when the sums leave the device
+    _loss_total: float | torch.Tensor = 0.0
+
+    @property
+    def loss_sum(self) -> float:
+        """The sum over the examples added of the loss (each batch's mean loss times its example count), as a
+        float: a host read of the device total, made when asked for (by :meth:`state_dict` and ``result``),
+        never per batch."""
+        return float(self._loss_total)
+
+    @loss_sum.setter
+    def loss_sum(self, value: float | torch.Tensor) -> None:
+        self._loss_total = value
+
+    def _add_loss(self, rec: StudentRecord, n: int) -> None:
+        """Add a record's batch-mean loss times ``n`` (its example count) to the total, on the device when the
+        record holds its loss there (:attr:`~smaso.student.network.StudentRecord.loss_tensor`): no host read, and
+        the same float64 operations as on the float (a float32 loss widens exactly), so the same total bit for
+        bit."""
+        self._merge_loss(batch_loss_sum(rec, n))
+
+    def _merge_loss(self, loss_sum: float | torch.Tensor) -> None:
+        """Add a loss total (a state's float, or a batch's device tensor of :func:`batch_loss_sum`) to this one's,
+        without a host read."""
+        self._loss_total = self._loss_total + (loss_sum if isinstance(loss_sum, torch.Tensor) else float(loss_sum))
 
     def _defer_event_check(self, flags: torch.Tensor | None) -> None:
         """Keep a batch's device-side event flags (:func:`event_flags`) for :meth:`_raise_event_flags`: an OR on the
@@ -178,7 +214,10 @@ class MergeableSums:
                 if mine is not None:
                     mine += theirs.to(mine.device)
         for key, kind in self._COUNTS.items():
-            setattr(self, key, getattr(self, key) + kind(state[key]))
+            if key == "loss_sum":  # (kept where it is: a device total is not read back here)
+                self._merge_loss(state[key])
+            else:
+                setattr(self, key, getattr(self, key) + kind(state[key]))
         return self
 
     def __iadd__(self, other: Self | dict) -> Self:

@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from smaso.student.frequency import _student_events
-from smaso.student.mergeable import MergeableSums
+from smaso.student.frequency import _one_hot_events, _student_events
+from smaso.student.mergeable import MergeableSums, event_counts
 from smaso.student.network import LadderStudent, StudentRecord, _check_student, _check_variable, node_variable
 
 __all__ = ["LinearProbe"]
@@ -61,9 +61,11 @@ class LinearProbe(MergeableSums):
         off = self.ladder.level_offsets
         for l in range(self.ladder.depth):
             x = self._design(rec, l)
-            target = torch.nn.functional.one_hot(z[:, off[l]: off[l + 1]].long().T, self.ladder.events[l])
+            # (R, N, M_l) targets by a scatter on the device: one_hot reads the events' range back off CUDA
+            ev = z[:, off[l]: off[l + 1]].to(x.device, torch.int64)
+            target = _one_hot_events(ev, self.ladder.events[l], x.dtype).transpose(1, 2).contiguous()
             self.gram[l] += x.transpose(1, 2) @ x
-            self.cross[l] += x.transpose(1, 2) @ target.to(x)
+            self.cross[l] += x.transpose(1, 2) @ target
         self.n_fit += z.shape[0]
 
     def _solve(self) -> None:
@@ -85,7 +87,8 @@ class LinearProbe(MergeableSums):
             ev = z[:, off[l]: off[l + 1]].long().to(self.counts[l].device)
             pred = (self._design(rec, l) @ self.coef[l]).argmax(-1)  # type: ignore[index]  # (R, N); solved above
             self.correct[l] += (pred == ev.T.to(pred)).sum(-1).to(torch.float64)
-            self.counts[l] += torch.nn.functional.one_hot(ev, self.ladder.events[l]).sum(0).to(torch.float64)
+            r_l, m = ev.shape[1], self.ladder.events[l]
+            self.counts[l] += event_counts(ev + torch.arange(r_l, device=ev.device) * m, r_l * m).view(r_l, m)
         self.n_score += z.shape[0]
 
     def merge_(self, other: LinearProbe | dict) -> LinearProbe:

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from smaso._ladder_parts import at_level
 from smaso.student.batchnorm import bn_backward_weighted, bn_forward_weighted
 from smaso.student.frequency import FrequencyStatistics
-from smaso.student.network import LadderStudent, _check_student
+from smaso.student.network import LadderStudent, _check_float_dtype, _check_student
 from teachers.statistics import EventStatistics
 
 if TYPE_CHECKING:
@@ -103,7 +103,8 @@ def resolve_top(loss: str, top: str | None, propagate: bool) -> str:
 
 def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyStatistics, *,
                 propagate: bool = True, loss: str = "squared",
-                leaf_inputs: torch.Tensor | None = None, top: str | None = None) -> Reformulation:
+                leaf_inputs: torch.Tensor | None = None, top: str | None = None,
+                dtype: torch.dtype | None = None) -> Reformulation:
     """Thm 4 / Eq 9 (and Eq 12 with BN, after or before the gate): predicted F, Fbar, G~, Delta W
     of every level.
 
@@ -130,6 +131,9 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
         Default (None): ``"measured"`` for ``loss="cross_entropy"`` with ``propagate=False`` (the one-step
         error at level 0 is then the gate's alone), else ``"predicted"``.  When the two differ (for cross-entropy,
         by a Jensen gap): ``docs/theory.md`` §1.0, boundary conditions.
+    :param dtype: the dtype of the prediction (default float64). It is computed on the device of ``measured``
+        (:func:`statistics_device`): the student's parameters and ``P`` are moved there, not the statistics to
+        the host.
     :raises TypeError, ValueError: ``P`` or ``measured`` are not statistics of the student's ladder and widths;
         an unknown ``loss`` or ``top``.
     """
@@ -138,18 +142,19 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     top = resolve_top(loss, top, propagate)
     before = student.bn_placement == "before"
     d = lad.depth
-    dt = torch.float64
-    W = [student.edge_weights(l).detach().to(dt).cpu() for l in range(d)]
-    bias: list[Any] = [None] * d if student.biases is None else [b.detach().to(dt).cpu() for b in student.biases]
-    edges = [tuple(t.cpu() for t in student.edge_index(l)) for l in range(d)]
-    bn_par = [None if bn is None else (bn[0].detach().to(dt).cpu(), bn[1].detach().to(dt).cpu())
+    dt, dev = _check_float_dtype(torch.float64 if dtype is None else dtype), statistics_device(measured)
+    W = [student.edge_weights(l).detach().to(dev, dt) for l in range(d)]
+    bias: list[Any] = [None] * d if student.biases is None else [b.detach().to(dev, dt) for b in student.biases]
+    edges = [tuple(t.to(dev) for t in student.edge_index(l)) for l in range(d)]
+    bn_par = [None if bn is None else (bn[0].detach().to(dev, dt), bn[1].detach().to(dev, dt))
               for bn in map(student.bn_params, range(d))]  # (c1, c0) per level, or None
-    p = [m.to(dt) for m in P.marginals]
+    p = [m.to(dev, dt) for m in P.marginals]
     tables = P.P_down  # (a property that normalizes every level's joints: read once)
-    P_down: list[torch.Tensor | None] = [None] + [at_level(tables, l, "P_down").to(dt) for l in range(1, d + 1)]
+    P_down: list[torch.Tensor | None] = [None] + [at_level(tables, l, "P_down").to(dev, dt)
+                                                  for l in range(1, d + 1)]
     U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)  # type: list, list, list
     F_tilde, sigma, child = [None] * (d + 1), [None] * (d + 1), [None] * d  # type: list, list, list
-    Fbar[d] = (leaf_inputs if leaf_inputs is not None else measured.Fbar[d]).to(dt)
+    Fbar[d] = (leaf_inputs if leaf_inputs is not None else measured.Fbar[d]).to(dev, dt)
     for l in range(d - 1, -1, -1):
         par, chi = edges[l]
         child[l] = (Fbar[l + 1] if propagate or l + 1 == d else measured.Fbar[l + 1].to(dt)).index_select(-3, chi)
@@ -198,6 +203,12 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
             else:
                 G_tilde[l + 1] = Dp * _weighted_bn_backward(g_raw, ft, p[l + 1], sg, c1)
     return Reformulation(U, F_, Fbar, G_tilde, dW, db)
+
+
+def statistics_device(measured: Any) -> torch.device:
+    """The device that holds frequency statistics (their level-0 gates ``measured.D[0]``): where
+    :func:`reformulate` and the diagnosis compute."""
+    return measured.D[0].device
 
 
 def _same_layout(a: Ladder, b: Ladder) -> bool:

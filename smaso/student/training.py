@@ -36,7 +36,8 @@ def train_ladder_student(student: LadderStudent, x: torch.Tensor, y: torch.Tenso
     Each epoch visits the rows in a random order drawn from a local ``torch.Generator`` seeded with ``seed``
     (the global RNG is untouched); ``batch_size=None`` is full-batch gradient descent.
 
-    :param x: ``(N, leaves, dim)`` inputs; ``y``: ``(N,)`` labels.
+    :param x: ``(N, leaves, dim)`` inputs; ``y``: ``(N,)`` labels, on any device: they are moved to the student's
+        once, and each minibatch is gathered there.
     :returns: the loss of every step (the batch's mean loss before that step's update).
     :raises TrainingDiverged: a non-finite loss or weight (the message names the step). The step itself never
         waits for the device: the labels are range-checked once before the loop, and the losses and finite checks
@@ -56,6 +57,10 @@ def train_ladder_student(student: LadderStudent, x: torch.Tensor, y: torch.Tenso
     gen = torch.Generator().manual_seed(_check_int(seed, "seed", 0))
     student._check_labels(x, y, loss)  # the labels' range once, here where the data enters, not per step
     dev = student.weights[0].device
+    # the dataset on the student's device once (no copy where it is already), batches gathered there: no host
+    # copy per step; the epoch's order is drawn on the host (the generator's stream, the same batches on every
+    # device) and moved once per epoch
+    x, y = x.to(dev), y.to(dev)
     # per step, kept on the device and read at checkpoints: the loss, and whether a weight left the finite range
     losses = torch.empty(steps, dtype=student.weights[0].dtype, device=dev)
     weight_bad = torch.zeros(steps, dtype=torch.bool, device=dev)
@@ -64,13 +69,13 @@ def train_ladder_student(student: LadderStudent, x: torch.Tensor, y: torch.Tenso
     for step in range(steps):
         if bs < n:
             if pos + bs > n:
-                order, pos = torch.randperm(n, generator=gen), 0
+                order, pos = torch.randperm(n, generator=gen).to(dev, non_blocking=True), 0
             idx = order[pos: pos + bs]
             pos += bs
             xb, yb = x[idx], y[idx]
         else:
             xb, yb = x, y
-        rec = student.forward_backward(xb.to(dev), yb.to(dev), loss, labels_checked=True)
+        rec = student.forward_backward(xb, yb, loss, labels_checked=True)
         lt = rec.loss_tensor
         losses[step] = lt if lt is not None else rec.loss  # (forward_backward always leaves the tensor)
         student.apply_update(rec, lr, weight_decay)
