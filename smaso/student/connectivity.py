@@ -19,19 +19,31 @@ Three implementations of these two level operations, the same numbers to round-o
   strided *view* of the children, no gather and no scatter;
 - otherwise one gather of the children, one batched matmul over the edges and one ``index_add`` into the
   parents (backward: the same with W, added into the children).
+
+One-hot children given by their events z (``(N, R_{l+1})`` integers, f_c = onehot(z_c)) need no matmul forward:
+W_pc^T onehot(z_c) is row z_c of W_pc, so u_p is a sum of gathered weight rows (an embedding-bag sum,
+:func:`one_hot_pre_activation`), 4096 multiply-adds fewer per example and region of the default benchmark for
+every one it keeps.  Backward, Delta W of a one-hot child is a scatter of g by z; on the CPU torch's scatters
+(index_add_, embedding backward) run several times slower than the one-hot matmul, so :class:`OneHotLeaves`
+builds the one-hot node-major (:func:`one_hot_node_major`, contiguous over the batch, the layout the matmul
+reads fastest) and hands it to the level's own Delta W code.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from teachers.sampling import strided_runs
 from teachers.statistics import level_children, level_edge_index, level_edges
 
-__all__ = ["MAX_RUNS", "graph_backward", "graph_pre_activation", "level_children", "level_edge_index", "level_edges",
-           "strided_plan", "take_rows", "tree_backward", "tree_pre_activation"]
+__all__ = ["MAX_RUNS", "OneHotLeaves", "graph_backward", "graph_pre_activation", "level_children", "level_edge_index",
+           "level_edges", "one_hot_node_major", "one_hot_pre_activation", "one_hot_rows", "strided_plan", "take_rows",
+           "tree_backward", "tree_pre_activation"]
 
 #: A level split into more strided runs than this takes the gather / index_add path instead.
 MAX_RUNS = 64
@@ -78,15 +90,17 @@ def tree_pre_activation(W: torch.Tensor, grouped: torch.Tensor, bias: torch.Tens
     return torch.baddbmm(bias.unsqueeze(-1), Wt, grouped)
 
 
-def tree_backward(W: torch.Tensor, g: torch.Tensor, grouped: torch.Tensor, need_raw: bool
+def tree_backward(W: torch.Tensor, g: torch.Tensor, grouped: torch.Tensor, need_raw: bool, *, mean: bool = True
                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Delta W ``(R b, n_{l+1}, n_l)`` = E_x[f_c g_p^T] (Eq 2) and, if ``need_raw``, the children's raw gradient
     ``(R b, n_{l+1}, N)`` = W g (Eq 1; one parent each) of a uniform-tree level, from the gated gradient ``g``
-    ``(R, n_l, N)`` and the grouped children's outputs ``(R, b n_{l+1}, N)``."""
+    ``(R, n_l, N)`` and the grouped children's outputs ``(R, b n_{l+1}, N)`` (``mean=False``: the sum over the
+    batch, not the mean: autograd's weight gradient)."""
     R, n_l, N = g.shape
     # per parent region, g times its children's grouped outputs transposed, a contraction over the batch (in
     # this order the leaf view of x is read row by row: ~1.5x faster than child @ g^T)
-    dW = (torch.bmm(g, grouped.transpose(1, 2)).transpose(1, 2) / N).reshape(W.shape)
+    dW = torch.bmm(g, grouped.transpose(1, 2)).transpose(1, 2)
+    dW = (dW / N if mean else dW).reshape(W.shape)
     if not need_raw:
         return dW, None
     raw = torch.bmm(W.reshape(R, -1, n_l), g).reshape(W.shape[0], W.shape[1], N)
@@ -117,11 +131,13 @@ def graph_pre_activation(W: torch.Tensor, child: torch.Tensor, bias: torch.Tenso
 
 
 def graph_backward(W: torch.Tensor, g: torch.Tensor, child: torch.Tensor, need_raw: bool, plan: list | None,
-                   edges: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+                   edges: tuple[torch.Tensor, torch.Tensor], *, mean: bool = True
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Delta W of every edge ``(E, n_{l+1}, n_l)`` = E_x[f_c g_p^T] (Eq 2) and, if ``need_raw``, the children's raw
     gradient ``(R_{l+1}, n_{l+1}, N)`` = sum over each child's parents of W_pc g_p (Eq 1), from the gated gradient
-    ``g`` ``(R_l, n_l, N)`` and the children's outputs ``child`` ``(R_{l+1}, n_{l+1}, N)``."""
-    N = g.shape[-1]
+    ``g`` ``(R_l, n_l, N)`` and the children's outputs ``child`` ``(R_{l+1}, n_{l+1}, N)`` (``mean=False``: the sum
+    over the batch, not the mean)."""
+    N = g.shape[-1] if mean else 1
     shape = (child.shape[0], W.shape[1], N)
     if plan is None:
         par, chi = edges
@@ -143,3 +159,75 @@ def graph_backward(W: torch.Tensor, g: torch.Tensor, child: torch.Tensor, need_r
                 else:
                     raw[a: a + (q - 1) * st + 1: st] += back  # type: ignore[index]  # need_raw: raw is a tensor
     return dW, raw
+
+
+# ---------------------------------------------------------------------- one-hot children given by their events
+def one_hot_node_major(events: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
+    """The one-hot inputs of events ``events`` ``(N, R)`` (integers in [0, width)) node-major, ``(R, width, N)``
+    contiguous: ``one_hot_node_major(z, m, dt).permute(2, 0, 1)`` equals ``one_hot(z, m, dt)``
+    (:func:`teachers.emission.one_hot`) value for value."""
+    index = events.T.long().unsqueeze(1)  # (R, 1, N)
+    out = torch.zeros(events.shape[1], int(width), events.shape[0], dtype=dtype, device=events.device)
+    return out.scatter_(1, index, 1)
+
+
+def one_hot_rows(events: torch.Tensor, width: int, children: torch.Tensor | None) -> torch.Tensor:
+    """Per example and edge e, the row of the flattened edge weights ``W.reshape(E * width, n_l)`` that a one-hot
+    child picks: ``e * width + z_{child(e)}``, ``(N, E)`` int64 from the children's events ``(N, R_{l+1})``
+    (``children``: each edge's child, or None when edge e joins child e, as on a uniform tree)."""
+    z = events.long() if children is None else events.long().index_select(1, children)
+    return z + torch.arange(0, z.shape[1] * width, width, dtype=torch.int64, device=z.device)
+
+
+def _bag_sums(W: torch.Tensor, rows: torch.Tensor, num_parents: int, first_edge: torch.Tensor | None
+              ) -> torch.Tensor:
+    """Per example and parent the sum of the picked rows of the flattened edge weights, batch-major
+    ``(N, R_l, n_l)``: one embedding-bag sum (bags of E / R_l edges, or starting at ``first_edge``)."""
+    N, E = rows.shape
+    table = W.reshape(-1, W.shape[-1])
+    if first_edge is None:
+        u = F.embedding_bag(rows.reshape(N * num_parents, E // num_parents), table, mode="sum")
+    else:
+        offsets = torch.arange(0, N * E, E, dtype=torch.int64, device=rows.device)[:, None] + first_edge
+        u = F.embedding_bag(rows.reshape(-1), table, offsets.reshape(-1), mode="sum")
+    return u.view(N, num_parents, -1)
+
+
+def one_hot_pre_activation(W: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor | None, num_parents: int,
+                           first_edge: torch.Tensor | None) -> torch.Tensor:
+    """u ``(R_l, n_l, N)`` (Eq 1, forward) of a level whose children are one-hot: per parent the sum of the weight
+    rows that its children's events pick (``rows`` ``(N, E)`` from :func:`one_hot_rows`), one embedding-bag sum
+    over the flattened edge weights ``W`` ``(E, m, n_l)``, plus the bias ``(R_l, n_l)``.
+
+    ``first_edge``: ``(R_l,)`` the first edge of every parent (edges are parent-major), or None when every parent
+    has E / R_l children.  The result is a node-major *view* of a batch-major ``(N, R_l, n_l)`` tensor
+    (transposing it would cost more than the gather).
+    """
+    u = _bag_sums(W, rows, num_parents, first_edge)
+    return (u if bias is None else u + bias).permute(1, 2, 0)
+
+
+class OneHotLeaves(torch.autograd.Function):
+    """:func:`one_hot_pre_activation` without the bias, batch-major ``(N, R_l, n_l)``, whose weight gradient is
+    the level's own matmul on the node-major one-hot (:func:`one_hot_node_major`) instead of torch's
+    embedding-bag backward (a scatter, several times slower on the CPU).
+
+    ``OneHotLeaves.apply(W, rows, events, width, num_parents, first_edge, weight_grad)``: ``weight_grad(W, g,
+    child)`` is the level's Delta W code without the 1/N (:func:`tree_backward` / :func:`graph_backward`
+    with ``mean=False``), called with the incoming gradient node-major ``g`` ``(R_l, n_l, N)`` and the children's
+    one-hot ``child`` ``(R_{l+1}, width, N)``.  No gradient flows to the events.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, W: torch.Tensor, rows: torch.Tensor, events: torch.Tensor, width: int, num_parents: int,
+                first_edge: torch.Tensor | None,
+                weight_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        ctx.save_for_backward(W, events)
+        ctx.width, ctx.weight_grad = width, weight_grad
+        return _bag_sums(W, rows, num_parents, first_edge)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+        W, events = ctx.saved_tensors
+        child = one_hot_node_major(events, ctx.width, grad.dtype)
+        return ctx.weight_grad(W, grad.permute(1, 2, 0), child), None, None, None, None, None, None

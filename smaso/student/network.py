@@ -32,11 +32,15 @@ from torch import nn
 from smaso.student.activations import Activation, get_activation
 from smaso.student.batchnorm import bn_backward, bn_forward
 from smaso.student.connectivity import (
+    OneHotLeaves,
     graph_backward,
     graph_pre_activation,
     level_children,
     level_edge_index,
     level_edges,
+    one_hot_node_major,
+    one_hot_pre_activation,
+    one_hot_rows,
     strided_plan,
     tree_backward,
     tree_pre_activation,
@@ -283,6 +287,10 @@ class LadderStudent(nn.Module):
             par, chi = level_edge_index(ladder, l)
             self.register_buffer(f"edge_parent_{l}", par, persistent=False)
             self.register_buffer(f"edge_child_{l}", chi, persistent=False)
+            # every parent's first edge (edges are parent-major): the bags of a one-hot level's gather
+            first = torch.zeros(ladder.num_regions[l], dtype=torch.int64)
+            first[1:] = torch.tensor(kids[l][:-1], dtype=torch.int64).cumsum(0)
+            self.register_buffer(f"edge_first_{l}", first, persistent=False)
             # the place of every edge among its parent's sorted children
             place = (chi % ladder.branching[l]) if uniform else torch.tensor(  # type: ignore[index]  # uniform: a branching
                 [j for k in kids[l] for j in range(k)], dtype=torch.int64)
@@ -377,11 +385,24 @@ class LadderStudent(nn.Module):
             return readout_events(z)
         return z
 
-    def check_inputs(self, x: torch.Tensor) -> None:
-        """Raise a TypeError/ValueError unless ``x`` is ``(N, R_d, dim)`` for this student's ladder."""
+    def check_inputs(self, x: torch.Tensor, *, values: bool = True) -> None:
+        """Raise a TypeError/ValueError unless ``x`` is ``(N, R_d, dim)`` for this student's ladder, or one-hot inputs
+        given by their leaf events: integers ``(N, R_d)`` in [0, dim) (:meth:`forward`).
+
+        The events' range check reads them on the host (one sync): ``values=False`` skips it, for loops that
+        validated their data once where it entered; meta tensors carry no values and skip it too."""
         lad = self.ladder
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+        if self._events(x):
+            if x.dim() != 2 or x.shape[1] != lad.num_regions[-1] or x.dtype == torch.bool:
+                raise ValueError(f"x: integer inputs are leaf events: expected shape (N, {lad.num_regions[-1]}) "
+                                 f"and an integer dtype, got shape {tuple(x.shape)}, dtype {x.dtype}")
+            if values and x.numel() and x.device.type != "meta":
+                lo, hi = torch.stack(torch.aminmax(x)).tolist()  # one host read for both ends
+                if lo < 0 or hi >= self.widths[-1]:
+                    raise ValueError(f"x: leaf events must lie in [0, {self.widths[-1]}), got [{lo}, {hi}]")
+            return
         want = (lad.num_regions[-1], self.widths[-1])
         if x.dim() != 3 or tuple(x.shape[1:]) != want:
             raise ValueError(f"x: expected shape (N, {want[0]}, {want[1]}) for this student's ladder "
@@ -420,6 +441,35 @@ class LadderStudent(nn.Module):
         return graph_pre_activation(self.edge_weights(level), inputs, bias, self.ladder.num_regions[level],
                                     self._plans[level], self.edge_index(level))
 
+    @staticmethod
+    def _events(x: torch.Tensor) -> bool:
+        """Whether inputs ``x`` are leaf events (integers) rather than the inputs themselves."""
+        return not (x.is_floating_point() or x.is_complex())
+
+    def _one_hot_args(self, events: torch.Tensor) -> tuple[int, bool, torch.Tensor, torch.Tensor | None]:
+        """Level d - 1's gather of one-hot leaves given by their ``events`` ``(N, R_d)``: ``(l, fast, rows,
+        first_edge)`` (:func:`~smaso.student.connectivity.one_hot_rows`; first_edge None for fixed-size bags)."""
+        l = self.ladder.depth - 1
+        fast = self._fast
+        rows = one_hot_rows(events, self.widths[-1], None if fast else self.edge_index(l)[1])
+        return l, fast, rows, None if fast else getattr(self, f"edge_first_{l}")
+
+    def _one_hot_leaves(self, events: torch.Tensor) -> torch.Tensor:
+        """u of level d - 1 node-major ``(R, n, N)`` from one-hot leaves given by their ``events`` (a view of a
+        batch-major tensor): a gather of weight rows (Eq 1 on one-hot inputs), differentiable in the weights,
+        whose gradient is the level's own Delta W matmul on the node-major one-hot
+        (:class:`~smaso.student.connectivity.OneHotLeaves`)."""
+        l, fast, rows, first = self._one_hot_args(events)
+
+        def weight_grad(W: torch.Tensor, g: torch.Tensor, child: torch.Tensor) -> torch.Tensor:
+            if fast:
+                return tree_backward(W, g, self._grouped(l, child), False, mean=False)[0]
+            return graph_backward(W, g, child, False, self._plans[l], self.edge_index(l), mean=False)[0]
+
+        u = OneHotLeaves.apply(self.edge_weights(l), rows, events, self.widths[-1], self.ladder.num_regions[l],
+                               first, weight_grad)
+        return (u if self.biases is None else u + self.biases[l]).permute(1, 2, 0)
+
     def _leaves(self, x: torch.Tensor) -> torch.Tensor:
         """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
         return x.to(self.weights[0].dtype).permute(1, 2, 0)
@@ -436,12 +486,18 @@ class LadderStudent(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Outputs f_0 ``(N, n_0)`` (differentiable; BN uses the batch's statistics)."""
+        """Outputs f_0 ``(N, n_0)`` (differentiable; BN uses the batch's statistics).
+
+        ``x``: the inputs ``(N, R_d, dim)``, or one-hot inputs given by their leaf events, integers ``(N, R_d)`` in
+        [0, dim) (``sample.z[:, ladder.level_offsets[-2]:]``): then the leaf level is a gather of weight rows
+        (:func:`~smaso.student.connectivity.one_hot_pre_activation`) rather than a matmul on the one-hot, the same
+        outputs to round-off."""
         self.check_inputs(x)
-        h = self._leaves(x)
+        events = self._events(x)
+        h = None if events else self._leaves(x)
         before = self.bn_placement == "before"
         for l in range(self.ladder.depth - 1, -1, -1):
-            h = self._pre_activation(l, self._grouped(l, h))
+            h = self._one_hot_leaves(x) if h is None else self._pre_activation(l, self._grouped(l, h))
             bn = self._batch_norm(l, h) if before else None
             h = self.act(l).apply_(h if bn is None else bn[0])  # u (or BN(u)) is a fresh temporary: in place
             bn = None if before else self._batch_norm(l, h)
@@ -478,12 +534,16 @@ class LadderStudent(nn.Module):
             ``rec.stacked`` is reused when its shapes fit (that record's fields are overwritten):
             streaming over batches then writes into the same memory instead of faulting in fresh
             pages on every batch.
-        :param labels_checked: the caller has checked that the labels lie in [0, n_0) (a training loop validates
-            its dataset once before the loop): skip that check, the step's only host read. The record's
+        :param x: the inputs ``(N, R_d, dim)``, or one-hot inputs given by their leaf events (integers ``(N, R_d)``,
+            see :meth:`forward`): then ``rec.fbar[d]`` is their one-hot, a view of a node-major buffer.
+        :param labels_checked: the caller has checked that the labels lie in [0, n_0), and leaf events in [0, dim)
+            (a training loop validates its dataset once before the loop): skip those checks, the step's only host
+            reads. The record's
             ``loss`` is read from the device lazily (:attr:`StudentRecord.loss_tensor` never syncs).
         """
-        self.check_inputs(x)
+        self.check_inputs(x, values=not labels_checked)
         self._check_labels(x, y, loss, values=not labels_checked)
+        events = self._events(x)
         lad = self.ladder
         d, n = lad.depth, x.shape[0]
         dtype, dev = self.weights[0].dtype, self.weights[0].device
@@ -509,14 +569,22 @@ class LadderStudent(nn.Module):
 
         nm: dict[str, list[Any]] = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
         sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))  # type: list, list, list, list, list
-        nm["fbar"][d] = self._leaves(x)
+        # one-hot leaves given by their events: built node-major (contiguous over the batch, what Delta W's matmul
+        # reads fastest), while level d - 1's u is a gather of weight rows
+        nm["fbar"][d] = one_hot_node_major(x, self.widths[-1], dtype) if events else self._leaves(x)
         inputs: list[Any] = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"
         for l in range(d - 1, -1, -1):
             # a view, except for a slot of a stacked buffer on the fast path (then one copy, shared by forward and
             # Delta W)
             inputs[l] = self._grouped(l, nm["fbar"][l + 1])
-            u = nm["u"][l] = put(l, "u", self._pre_activation(l, inputs[l]))
+            if events and l == d - 1:
+                _, _, rows, first = self._one_hot_args(x)
+                u = one_hot_pre_activation(self.edge_weights(l), rows, None if self.biases is None
+                                           else self.biases[l], lad.num_regions[l], first)
+            else:
+                u = self._pre_activation(l, inputs[l])
+            u = nm["u"][l] = put(l, "u", u)
             has_bn = self.bn_params(l) is not None
             gate_in = u
             if before and has_bn:  # BN between the linear map and the gate: f = BN(u) is the gate's input
@@ -568,7 +636,7 @@ class LadderStudent(nn.Module):
                             sigma=sigma, dW=dW, db=db, dc1=dc1, dc0=dc0,
                             loss=cast(float, loss_value),  # the tensor: the property keeps it on the device
                             stacked=buffers if stacked else None, stacked_fields=keys if stacked else None)
-        rec.fbar[d] = x.to(dtype)
+        rec.fbar[d] = nm["fbar"][d].permute(2, 0, 1) if events else x.to(dtype)
         return rec
 
     # ------------------------------------------------------------------ updates
