@@ -148,3 +148,16 @@ def test_events_on_meta():
     rec = st.forward_backward(z.to("meta"), y.to("meta"))
     assert rec.u[-2].device.type == "meta" and rec.dW[-2].shape == st.weights[-1].shape
     assert st(z.to("meta")).shape == (z.shape[0], st.widths[0])
+
+
+def test_checked_events_skip_the_host_read(monkeypatch):
+    st, _, z, y = _student("tree fast")
+    reads = []
+    real = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda t: reads.append(t.shape) or real(t))
+    st(z)
+    assert reads == [(2,)]  # the events' one range read (aminmax's two ends)
+    reads.clear()
+    out = st(z, events_checked=True)
+    rec = st.forward_backward(z, y, labels_checked=True)
+    assert reads == [] and out.shape == (z.shape[0], st.widths[0]) and rec.loss_tensor is not None

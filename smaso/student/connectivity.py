@@ -162,13 +162,19 @@ def graph_backward(W: torch.Tensor, g: torch.Tensor, child: torch.Tensor, need_r
 
 
 # ---------------------------------------------------------------------- one-hot children given by their events
-def one_hot_node_major(events: torch.Tensor, width: int, dtype: torch.dtype) -> torch.Tensor:
+def one_hot_node_major(events: torch.Tensor, width: int, dtype: torch.dtype, *, out: torch.Tensor | None = None
+                       ) -> torch.Tensor:
     """The one-hot inputs of events ``events`` ``(N, R)`` (integers in [0, width)) node-major, ``(R, width, N)``
     contiguous: ``one_hot_node_major(z, m, dt).permute(2, 0, 1)`` equals ``one_hot(z, m, dt)``
-    (:func:`teachers.emission.one_hot`) value for value."""
-    index = events.T.long().unsqueeze(1)  # (R, 1, N)
-    out = torch.zeros(events.shape[1], int(width), events.shape[0], dtype=dtype, device=events.device)
-    return out.scatter_(1, index, 1)
+    (:func:`teachers.emission.one_hot`) value for value.  One vectorized comparison written in ``dtype`` (a
+    scatter_ of the ones runs several times slower on the CPU); ``out``: a buffer of that shape and dtype to write
+    into (a reused one saves faulting in fresh pages: 16 MB per batch of 1024 in the default benchmark)."""
+    levels = torch.arange(int(width), device=events.device).to(events.dtype)[:, None]  # (width, 1)
+    shape = (events.shape[1], int(width), events.shape[0])
+    if out is None or tuple(out.shape) != shape or out.dtype != dtype or out.device != events.device:
+        out = torch.empty(shape, dtype=dtype, device=events.device)
+    # the events transposed contiguous first: the comparison broadcast over a strided view runs ~6x slower
+    return torch.eq(events.T.contiguous().unsqueeze(1), levels, out=out)
 
 
 def one_hot_rows(events: torch.Tensor, width: int, children: torch.Tensor | None) -> torch.Tensor:
@@ -200,34 +206,54 @@ def one_hot_pre_activation(W: torch.Tensor, rows: torch.Tensor, bias: torch.Tens
     over the flattened edge weights ``W`` ``(E, m, n_l)``, plus the bias ``(R_l, n_l)``.
 
     ``first_edge``: ``(R_l,)`` the first edge of every parent (edges are parent-major), or None when every parent
-    has E / R_l children.  The result is a node-major *view* of a batch-major ``(N, R_l, n_l)`` tensor
-    (transposing it would cost more than the gather).
+    has E / R_l children.  The gather is batch-major; the result is transposed once to node-major, contiguous over
+    the batch (the layout the levels above and Delta W read fastest).
     """
     u = _bag_sums(W, rows, num_parents, first_edge)
-    return (u if bias is None else u + bias).permute(1, 2, 0)
+    if bias is not None:
+        u += bias  # the gather's fresh output: in place
+    return _node_major(u)
+
+
+def _node_major(u: torch.Tensor) -> torch.Tensor:
+    """A batch-major ``(N, R, n)`` tensor copied node-major ``(R, n, N)``: one 2-D transpose (torch's blocked
+    transpose kernel; a 3-D permute copy runs about 4x slower)."""
+    N, R, n = u.shape
+    out = u.new_empty(R, n, N)  # not a view: the activation above runs in place on it
+    out.view(R * n, N).copy_(u.reshape(N, R * n).t())
+    return out
 
 
 class OneHotLeaves(torch.autograd.Function):
-    """:func:`one_hot_pre_activation` without the bias, batch-major ``(N, R_l, n_l)``, whose weight gradient is
-    the level's own matmul on the node-major one-hot (:func:`one_hot_node_major`) instead of torch's
-    embedding-bag backward (a scatter, several times slower on the CPU).
+    """:func:`one_hot_pre_activation` differentiable in the weights and the bias, whose weight gradient is the
+    level's own matmul on the node-major one-hot (:func:`one_hot_node_major`) instead of torch's embedding-bag
+    backward (a scatter, several times slower on the CPU).
 
-    ``OneHotLeaves.apply(W, rows, events, width, num_parents, first_edge, weight_grad)``: ``weight_grad(W, g,
-    child)`` is the level's Delta W code without the 1/N (:func:`tree_backward` / :func:`graph_backward`
-    with ``mean=False``), called with the incoming gradient node-major ``g`` ``(R_l, n_l, N)`` and the children's
-    one-hot ``child`` ``(R_{l+1}, width, N)``.  No gradient flows to the events.
+    ``OneHotLeaves.apply(W, bias, rows, events, width, num_parents, first_edge, weight_grad, scratch)``:
+    ``weight_grad(W, g, child)`` is the level's Delta W code without the 1/N (:func:`tree_backward` /
+    :func:`graph_backward` with ``mean=False``), called with the incoming gradient node-major ``g`` ``(R_l, n_l, N)``
+    and the children's one-hot ``child`` ``(R_{l+1}, width, N)``; ``scratch``: a dict whose ``"one_hot"`` entry is
+    the one-hot's buffer, reused from one backward to the next (the one-hot lives only inside the backward; two
+    backward passes of one student must not run at once in different threads).  No gradient flows to the events.
     """
 
     @staticmethod
-    def forward(ctx: Any, W: torch.Tensor, rows: torch.Tensor, events: torch.Tensor, width: int, num_parents: int,
-                first_edge: torch.Tensor | None,
-                weight_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def forward(ctx: Any, W: torch.Tensor, bias: torch.Tensor | None, rows: torch.Tensor, events: torch.Tensor,
+                width: int, num_parents: int, first_edge: torch.Tensor | None,
+                weight_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+                scratch: dict) -> torch.Tensor:
         ctx.save_for_backward(W, events)
-        ctx.width, ctx.weight_grad = width, weight_grad
-        return _bag_sums(W, rows, num_parents, first_edge)
+        ctx.width, ctx.weight_grad, ctx.has_bias, ctx.scratch = width, weight_grad, bias is not None, scratch
+        return one_hot_pre_activation(W, rows, bias, num_parents, first_edge)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
         W, events = ctx.saved_tensors
-        child = one_hot_node_major(events, ctx.width, grad.dtype)
-        return ctx.weight_grad(W, grad.permute(1, 2, 0), child), None, None, None, None, None, None
+        dW = db = None
+        if ctx.needs_input_grad[0]:
+            child = ctx.scratch["one_hot"] = one_hot_node_major(events, ctx.width, grad.dtype,
+                                                                out=ctx.scratch.get("one_hot"))
+            dW = ctx.weight_grad(W, grad, child)
+        if ctx.has_bias and ctx.needs_input_grad[1]:
+            db = grad.sum(-1)
+        return dW, db, None, None, None, None, None, None, None

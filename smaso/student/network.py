@@ -455,8 +455,8 @@ class LadderStudent(nn.Module):
         return l, fast, rows, None if fast else getattr(self, f"edge_first_{l}")
 
     def _one_hot_leaves(self, events: torch.Tensor) -> torch.Tensor:
-        """u of level d - 1 node-major ``(R, n, N)`` from one-hot leaves given by their ``events`` (a view of a
-        batch-major tensor): a gather of weight rows (Eq 1 on one-hot inputs), differentiable in the weights,
+        """u of level d - 1 node-major ``(R, n, N)`` from one-hot leaves given by their ``events``: a gather of weight
+        rows (Eq 1 on one-hot inputs), differentiable in the weights,
         whose gradient is the level's own Delta W matmul on the node-major one-hot
         (:class:`~smaso.student.connectivity.OneHotLeaves`)."""
         l, fast, rows, first = self._one_hot_args(events)
@@ -466,9 +466,9 @@ class LadderStudent(nn.Module):
                 return tree_backward(W, g, self._grouped(l, child), False, mean=False)[0]
             return graph_backward(W, g, child, False, self._plans[l], self.edge_index(l), mean=False)[0]
 
-        u = OneHotLeaves.apply(self.edge_weights(l), rows, events, self.widths[-1], self.ladder.num_regions[l],
-                               first, weight_grad)
-        return (u if self.biases is None else u + self.biases[l]).permute(1, 2, 0)
+        return OneHotLeaves.apply(self.edge_weights(l), None if self.biases is None else self.biases[l], rows, events,
+                                  self.widths[-1], self.ladder.num_regions[l], first, weight_grad,
+                                  self.__dict__.setdefault("_one_hot_scratch", {}))
 
     def _leaves(self, x: torch.Tensor) -> torch.Tensor:
         """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
@@ -485,14 +485,15 @@ class LadderStudent(nn.Module):
         return fbar.permute(1, 2, 0), f_tilde.permute(1, 2, 0), sigma
 
     # ------------------------------------------------------------------ forward
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, events_checked: bool = False) -> torch.Tensor:
         """Outputs f_0 ``(N, n_0)`` (differentiable; BN uses the batch's statistics).
 
         ``x``: the inputs ``(N, R_d, dim)``, or one-hot inputs given by their leaf events, integers ``(N, R_d)`` in
         [0, dim) (``sample.z[:, ladder.level_offsets[-2]:]``): then the leaf level is a gather of weight rows
         (:func:`~smaso.student.connectivity.one_hot_pre_activation`) rather than a matmul on the one-hot, the same
-        outputs to round-off."""
-        self.check_inputs(x)
+        outputs to round-off.  ``events_checked``: the caller validated the events' range once where its data
+        entered: skip that check, a host read (an event out of range would silently pick another edge's row)."""
+        self.check_inputs(x, values=not events_checked)
         events = self._events(x)
         h = None if events else self._leaves(x)
         before = self.bn_placement == "before"
