@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from teachers.sampling import strided_runs
 from teachers.statistics import level_children, level_edge_index, level_edges
@@ -181,8 +182,9 @@ def one_hot_rows(events: torch.Tensor, width: int, children: torch.Tensor | None
     """Per example and edge e, the row of the flattened edge weights ``W.reshape(E * width, n_l)`` that a one-hot
     child picks: ``e * width + z_{child(e)}``, ``(N, E)`` int64 from the children's events ``(N, R_{l+1})``
     (``children``: each edge's child, or None when edge e joins child e, as on a uniform tree)."""
-    z = events.long() if children is None else events.long().index_select(1, children)
-    return z + torch.arange(0, z.shape[1] * width, width, dtype=torch.int64, device=z.device)
+    z = events if children is None else events.index_select(1, children)
+    # one pass: the int64 offsets promote the (often uint8) events as they are added
+    return torch.arange(0, z.shape[1] * width, width, dtype=torch.int64, device=z.device) + z
 
 
 def _bag_sums(W: torch.Tensor, rows: torch.Tensor, num_parents: int, first_edge: torch.Tensor | None
@@ -247,6 +249,7 @@ class OneHotLeaves(torch.autograd.Function):
         return one_hot_pre_activation(W, rows, bias, num_parents, first_edge)
 
     @staticmethod
+    @once_differentiable  # its backward is a plain matmul: a second derivative through it is refused, not wrong
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
         W, events = ctx.saved_tensors
         dW = db = None
