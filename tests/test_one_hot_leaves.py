@@ -163,7 +163,12 @@ def test_checked_events_skip_the_host_read(monkeypatch):
     assert reads == [] and out.shape == (z.shape[0], st.widths[0]) and rec.loss_tensor is not None
 
 
-def test_batch_sizes_change():
+@pytest.mark.parametrize("block_bytes", [None, 4 * 2 * 4 * 48 * 8 + 1], ids=["one block", "blocks of 4 and 2 parents"])
+def test_batch_sizes_change(monkeypatch, block_bytes):
+    import smaso.student.connectivity as connectivity
+
+    if block_bytes is not None:  # the backward's one-hot in blocks of parents (the last one shorter), not at once
+        monkeypatch.setattr(connectivity, "ONE_HOT_BLOCK_BYTES", block_bytes)
     st, x, z, y = _student("tree fast")
     # the backward's one-hot buffer is reused between calls: a smaller batch, then the full one again
     for n in (48, 17, 48):

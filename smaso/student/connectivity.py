@@ -42,9 +42,10 @@ from torch.autograd.function import once_differentiable
 from teachers.sampling import strided_runs
 from teachers.statistics import level_children, level_edge_index, level_edges
 
-__all__ = ["MAX_RUNS", "OneHotLeaves", "graph_backward", "graph_pre_activation", "level_children", "level_edge_index",
-           "level_edges", "one_hot_node_major", "one_hot_pre_activation", "one_hot_rows", "strided_plan", "take_rows",
-           "tree_backward", "tree_pre_activation"]
+__all__ = ["MAX_RUNS", "ONE_HOT_BLOCK_BYTES", "OneHotLeaves", "graph_backward", "graph_pre_activation",
+           "level_children", "level_edge_index", "level_edges", "one_hot_node_major", "one_hot_pre_activation",
+           "one_hot_rows", "one_hot_tree_weight_grad", "strided_plan", "take_rows", "tree_backward",
+           "tree_pre_activation"]
 
 #: A level split into more strided runs than this takes the gather / index_add path instead.
 MAX_RUNS = 64
@@ -170,12 +171,47 @@ def one_hot_node_major(events: torch.Tensor, width: int, dtype: torch.dtype, *, 
     (:func:`teachers.emission.one_hot`) value for value.  One vectorized comparison written in ``dtype`` (a
     scatter_ of the ones runs several times slower on the CPU); ``out``: a buffer of that shape and dtype to write
     into (a reused one saves faulting in fresh pages: 16 MB per batch of 1024 in the default benchmark)."""
-    levels = torch.arange(int(width), device=events.device).to(events.dtype)[:, None]  # (width, 1)
-    shape = (events.shape[1], int(width), events.shape[0])
-    if out is None or tuple(out.shape) != shape or out.dtype != dtype or out.device != events.device:
-        out = torch.empty(shape, dtype=dtype, device=events.device)
     # the events transposed contiguous first: the comparison broadcast over a strided view runs ~6x slower
-    return torch.eq(events.T.contiguous().unsqueeze(1), levels, out=out)
+    return _one_hot_rows_major(events.T.contiguous(), width, dtype, out)
+
+
+def _one_hot_rows_major(events_t: torch.Tensor, width: int, dtype: torch.dtype, out: torch.Tensor | None
+                        ) -> torch.Tensor:
+    """:func:`one_hot_node_major` from the events already transposed, ``(R, N)`` contiguous."""
+    levels = torch.arange(int(width), device=events_t.device).to(events_t.dtype)[:, None]  # (width, 1)
+    shape = (events_t.shape[0], int(width), events_t.shape[1])
+    if out is None or tuple(out.shape) != shape or out.dtype != dtype or out.device != events_t.device:
+        out = torch.empty(shape, dtype=dtype, device=events_t.device)
+    return torch.eq(events_t.unsqueeze(1), levels, out=out)
+
+
+#: The one-hot block that :func:`one_hot_tree_weight_grad` builds at a time, in bytes: it stays in a core's L2
+#: cache between its comparison and its matmul (the whole one-hot, 16 MB in the default benchmark, is written to
+#: memory and read back: about 2x slower on the CPU, more on a busy one).
+ONE_HOT_BLOCK_BYTES = 1 << 20
+
+
+def one_hot_tree_weight_grad(W: torch.Tensor, g: torch.Tensor, events: torch.Tensor, width: int, scratch: dict
+                             ) -> torch.Tensor:
+    """N E_x[f_c g_p^T] (Eq 2 summed over the batch, autograd's weight gradient) of a uniform-tree level whose
+    children are one-hot, from their ``events`` ``(N, R b)`` and the gated gradient ``g`` ``(R, n_l, N)``:
+    :func:`tree_backward`'s matmul, over blocks of parents whose one-hot (:func:`one_hot_node_major`, written
+    into ``scratch["one_hot_block"]``) fits :data:`ONE_HOT_BLOCK_BYTES`.  ``(R b, width, n_l)`` like ``W``."""
+    R, n_l, N = g.shape
+    b = W.shape[0] // R
+    block = max(1, min(R, ONE_HOT_BLOCK_BYTES // max(1, b * width * N * g.element_size())))
+    events_t = events.T.contiguous()  # (R b, N)
+    dWt = g.new_empty(R, n_l, b * width)
+    for p0 in range(0, R, block):
+        p1 = min(R, p0 + block)
+        buf = scratch.get("one_hot_block")
+        child = _one_hot_rows_major(events_t[p0 * b: p1 * b], width, g.dtype,
+                                    buf[: (p1 - p0) * b] if buf is not None and buf.shape[0] >= (p1 - p0) * b
+                                    and buf.shape[2] == N and buf.dtype == g.dtype else None)
+        if p0 == 0:
+            scratch["one_hot_block"] = child
+        torch.bmm(g[p0:p1], child.view(p1 - p0, b * width, N).transpose(1, 2), out=dWt[p0:p1])
+    return dWt.transpose(1, 2).reshape(W.shape)
 
 
 def one_hot_rows(events: torch.Tensor, width: int, children: torch.Tensor | None) -> torch.Tensor:
@@ -231,32 +267,25 @@ class OneHotLeaves(torch.autograd.Function):
     level's own matmul on the node-major one-hot (:func:`one_hot_node_major`) instead of torch's embedding-bag
     backward (a scatter, several times slower on the CPU).
 
-    ``OneHotLeaves.apply(W, bias, rows, events, width, num_parents, first_edge, weight_grad, scratch)``:
-    ``weight_grad(W, g, child)`` is the level's Delta W code without the 1/N (:func:`tree_backward` /
-    :func:`graph_backward` with ``mean=False``), called with the incoming gradient node-major ``g`` ``(R_l, n_l, N)``
-    and the children's one-hot ``child`` ``(R_{l+1}, width, N)``; ``scratch``: a dict whose ``"one_hot"`` entry is
-    the one-hot's buffer, reused from one backward to the next (the one-hot lives only inside the backward; two
-    backward passes of one student must not run at once in different threads).  No gradient flows to the events.
+    ``OneHotLeaves.apply(W, bias, rows, events, width, num_parents, first_edge, weight_grad)``:
+    ``weight_grad(W, g, events)`` is the level's Delta W summed over the batch (autograd's weight gradient), from
+    the incoming gradient node-major ``g`` ``(R_l, n_l, N)`` and the children's events ``(N, R_{l+1})``
+    (:func:`one_hot_tree_weight_grad`, or :func:`graph_backward` with ``mean=False`` on their one-hot).  No
+    gradient flows to the events.
     """
 
     @staticmethod
     def forward(ctx: Any, W: torch.Tensor, bias: torch.Tensor | None, rows: torch.Tensor, events: torch.Tensor,
                 width: int, num_parents: int, first_edge: torch.Tensor | None,
-                weight_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-                scratch: dict) -> torch.Tensor:
+                weight_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
         ctx.save_for_backward(W, events)
-        ctx.width, ctx.weight_grad, ctx.has_bias, ctx.scratch = width, weight_grad, bias is not None, scratch
+        ctx.weight_grad, ctx.has_bias = weight_grad, bias is not None
         return one_hot_pre_activation(W, rows, bias, num_parents, first_edge)
 
     @staticmethod
     @once_differentiable  # its backward is a plain matmul: a second derivative through it is refused, not wrong
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
         W, events = ctx.saved_tensors
-        dW = db = None
-        if ctx.needs_input_grad[0]:
-            child = ctx.scratch["one_hot"] = one_hot_node_major(events, ctx.width, grad.dtype,
-                                                                out=ctx.scratch.get("one_hot"))
-            dW = ctx.weight_grad(W, grad, child)
-        if ctx.has_bias and ctx.needs_input_grad[1]:
-            db = grad.sum(-1)
-        return dW, db, None, None, None, None, None, None, None
+        dW = ctx.weight_grad(W, grad, events) if ctx.needs_input_grad[0] else None
+        db = grad.sum(-1) if ctx.has_bias and ctx.needs_input_grad[1] else None
+        return dW, db, None, None, None, None, None, None

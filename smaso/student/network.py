@@ -41,6 +41,7 @@ from smaso.student.connectivity import (
     one_hot_node_major,
     one_hot_pre_activation,
     one_hot_rows,
+    one_hot_tree_weight_grad,
     strided_plan,
     tree_backward,
     tree_pre_activation,
@@ -460,15 +461,19 @@ class LadderStudent(nn.Module):
         whose gradient is the level's own Delta W matmul on the node-major one-hot
         (:class:`~smaso.student.connectivity.OneHotLeaves`)."""
         l, fast, rows, first = self._one_hot_args(events)
+        # buffers of the backward's one-hot, reused from one backward to the next (it lives only inside the
+        # backward: two backward passes of one student must not run at once in different threads)
+        scratch = self.__dict__.setdefault("_one_hot_scratch", {})
+        width = self.widths[-1]
 
-        def weight_grad(W: torch.Tensor, g: torch.Tensor, child: torch.Tensor) -> torch.Tensor:
+        def weight_grad(W: torch.Tensor, g: torch.Tensor, ev: torch.Tensor) -> torch.Tensor:
             if fast:
-                return tree_backward(W, g, self._grouped(l, child), False, mean=False)[0]
+                return one_hot_tree_weight_grad(W, g, ev, width, scratch)
+            child = scratch["one_hot"] = one_hot_node_major(ev, width, g.dtype, out=scratch.get("one_hot"))
             return graph_backward(W, g, child, False, self._plans[l], self.edge_index(l), mean=False)[0]
 
         return OneHotLeaves.apply(self.edge_weights(l), None if self.biases is None else self.biases[l], rows, events,
-                                  self.widths[-1], self.ladder.num_regions[l], first, weight_grad,
-                                  self.__dict__.setdefault("_one_hot_scratch", {}))
+                                  width, self.ladder.num_regions[l], first, weight_grad)
 
     def _leaves(self, x: torch.Tensor) -> torch.Tensor:
         """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
