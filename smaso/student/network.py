@@ -635,8 +635,11 @@ class LadderStudent(nn.Module):
             # Delta W_ba = E_x[fbar_b g_a] (Eq 2) per edge, and the raw gradient at the children's outputs:
             # W g summed over each child's parents (Eq 1; None below the leaves)
             W, need_raw = self.edge_weights(l), l + 1 < d
-            dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw) if self._fast else graph_backward(
-                W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
+            if events and self._fast and not need_raw:  # the node-major one-hot: one-hot @ g^T, in W's layout
+                dW[l] = (torch.bmm(inputs[l], g.transpose(1, 2)) / n).view(W.shape)
+            else:
+                dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw) if self._fast else graph_backward(
+                    W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
             db[l] = g.mean(-1)
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
                             sigma=sigma, dW=dW, db=db, dc1=dc1, dc0=dc0,
