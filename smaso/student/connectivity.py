@@ -285,7 +285,7 @@ class OneHotLeaves(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable  # its backward is a plain matmul: a second derivative through it is refused, not wrong
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
         W, events = ctx.saved_tensors
         dW = ctx.weight_grad(W, grad, events) if ctx.needs_input_grad[0] else None
         db = grad.sum(-1) if ctx.has_bias and ctx.needs_input_grad[1] else None

@@ -500,7 +500,7 @@ class LadderStudent(nn.Module):
         entered: skip that check, a host read (an event out of range would silently pick another edge's row)."""
         self.check_inputs(x, values=not events_checked)
         events = self._events(x)
-        h = None if events else self._leaves(x)
+        h: torch.Tensor | None = None if events else self._leaves(x)
         before = self.bn_placement == "before"
         for l in range(self.ladder.depth - 1, -1, -1):
             h = self._one_hot_leaves(x) if h is None else self._pre_activation(l, self._grouped(l, h))
@@ -508,7 +508,7 @@ class LadderStudent(nn.Module):
             h = self.act(l).apply_(h if bn is None else bn[0])  # u (or BN(u)) is a fresh temporary: in place
             bn = None if before else self._batch_norm(l, h)
             h = h if bn is None else bn[0]
-        return h[0].T
+        return cast(torch.Tensor, h)[0].T  # the loop ran at least once (depth >= 1)
 
     def loss(self, out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
         """Mean loss: ``"squared"`` 1/2 |f_0 - onehot(y)|^2 (G_omega = I - F_omega) or ``"cross_entropy"``."""
