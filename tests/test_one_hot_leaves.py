@@ -54,7 +54,7 @@ def _student(case, **kw):
     if not fast:
         st.fast_path = False
     if gather:
-        st._plans = [None] * lad.depth
+        st._plans = [None] * st.ladder.depth
     s = sample_ladder(lad, 48, seed=2)
     return st, s.inputs(dtype=torch.float64), s.z[:, lad.level_offsets[-2]:], s.y
 
@@ -67,7 +67,8 @@ def _grads(st, x, y, loss):
 
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("kw", [{}, {"batch_norm": "after", "activation": "silu"}, {"batch_norm": "before"},
-                                {"shared": True}], ids=["plain", "bn-after", "bn-before", "shared"])
+                                {"shared": True}, {"readout": 3}],
+                         ids=["plain", "bn-after", "bn-before", "shared", "readout"])
 def test_events_equal_the_one_hot_matmul_path(case, kw):
     if kw.get("shared") and case.startswith("irregular"):
         pytest.skip("shared weights need every parent of a level to have as many children")
