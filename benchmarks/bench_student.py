@@ -47,6 +47,14 @@ is timed the same way.  Equal MACs at every layer means the dense net has fewer 
 LC one (its input is K_d = 256 wide, the student's R_d * n_d = 4096): moving the LC layer's larger,
 region-batched activations is part of what the ratio measures.
 
+The same LC pass on one-hot inputs given by their leaf events, ``plain (leaf events)``: per minibatch
+``student(z, events_checked=True)`` with z = the sample's leaf events ``(N, R_d)`` (uint8, as stored; the range is
+checked once, where the data enters), so the leaf level is a gather of weight rows rather than a matmul on the
+4096-wide one-hot (``smaso.student.connectivity.OneHotLeaves``; the same outputs to round-off).  The one-hot that
+its weight gradient's matmul reads is built inside the timed backward, from the events; the ``plain`` row's
+one-hot x is built outside the timing.  ``locally_connected_vs_dense_events`` (judged, target 1.5x) is this row
+over ``dense``, beside ``locally_connected_vs_dense`` (the one-hot float input, judged as before).
+
 Timing: the one-hot inputs x of each minibatch (and the dense input) are built outside the timed region;
 each epoch's time is the sum of its per-minibatch times (plus building the accumulator and
 ``acc.result()`` for the stats rows).  Every contender is warmed up on ``--warmup-batches`` minibatches,
@@ -145,6 +153,10 @@ class Batches:
     def x(self, i: int) -> torch.Tensor:
         return self.sample.inputs(self.bounds(i), dtype=torch.float32)
 
+    def events(self, i: int) -> torch.Tensor:
+        """The leaf events of minibatch ``i`` ``(n, R_d)``, as the sample stores them (a view)."""
+        return self.sample.z[self.bounds(i), self.sample.ladder.level_offsets[-2]:]
+
     def dense_x(self, i: int) -> torch.Tensor:
         sl = self.bounds(i)
         g = torch.Generator().manual_seed(self.seed * 100_003 + i)
@@ -155,17 +167,21 @@ class Batches:
 # Each returns run(batch_indices) -> seconds: the summed times of the timed parts of the minibatches.
 
 def autograd_runner(model: nn.Module, loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                    inputs: Callable[[int], torch.Tensor], data: Batches) -> Callable[[list[int]], list[float]]:
+                    inputs: Callable[[int], torch.Tensor], data: Batches, events: bool = False
+                    ) -> Callable[[list[int]], list[float]]:
     """Per minibatch ``model.zero_grad(set_to_none=True)``, ``loss(model(x), y)``, ``backward()`` (autograd),
     with ``x = inputs(i)`` built outside the timed region: the ``plain`` rows (the student on its one-hot
-    inputs) and the ``dense`` row (the dense chain on its Gaussian inputs)."""
+    inputs, or with ``events`` on its leaf events, ``model(x, events_checked=True)``) and the ``dense`` row (the
+    dense chain on its Gaussian inputs)."""
+    kw = {"events_checked": True} if events else {}
+
     def run(batches: list[int]) -> list[float]:
         times = []
         for i in batches:
             x, y = inputs(i), data.y[data.bounds(i)]
             t0 = time.perf_counter()
             model.zero_grad(set_to_none=True)
-            value = loss(model(x), y)
+            value = loss(model(x, **kw), y)
             value.backward()
             times.append(time.perf_counter() - t0)
         assert torch.isfinite(value)
@@ -356,6 +372,12 @@ def main(argv: list[str] | None = None) -> dict:
                            "forward_backward + FrequencyAccumulator(float32).add per minibatch, result() once",
                            "batch_norm": bn, "accumulation": "float32", "target": False,
                            "run": stats_runner(ref, data, torch.float32, reference_frequency.FrequencyAccumulator)})
+    z_all = sample.z[:, ladder.level_offsets[-2]:]
+    student.check_inputs(z_all)  # the leaf events' range, once, where the data enters
+    contenders.append({"contender": "plain (leaf events)", "description": "student(z, events_checked=True) on the leaf "
+                       "events (a gather of weight rows), student.loss, loss.backward() (autograd), zero_grad per "
+                       "minibatch", "batch_norm": False, "accumulation": None, "target": True,
+                       "run": autograd_runner(student, student.loss, data.events, data, events=True)})
     contenders.append({"contender": "dense", "description": "chain of nn.Linear with the student's per-level MACs "
                        f"({' -> '.join(map(str, dims))}), autograd", "batch_norm": False, "accumulation": None,
                        "target": True, "run": autograd_runner(net, student.loss, data.dense_x, data), "dims": dims,
@@ -400,6 +422,7 @@ def main(argv: list[str] | None = None) -> dict:
         targets["stats_over_explicit_stacked_bn"] = ratio("stats f32 (BN)", "explicit stacked (BN)", None, False)
         targets["explicit_stacked_over_explicit_bn"] = ratio("explicit stacked (BN)", "explicit fwd+bwd (BN)", None,
                                                              False)
+    targets["locally_connected_vs_dense_events"] = ratio("plain (leaf events)", "dense", DENSE_TARGET, True)
     targets["locally_connected_vs_dense"] = ratio("plain", "dense", DENSE_TARGET, True)
     targets["locally_connected_vs_dense_out_of_place"] = ratio("plain", "dense (out-of-place act.)", None, False)
 
@@ -419,7 +442,8 @@ def main(argv: list[str] | None = None) -> dict:
               "stats_overhead_bn_float64": "BN: stats (float64 accum) / explicit BN",
               "stats_overhead_bn_vs_autograd": "BN: stats (float32 accum) / autograd BN",
               "explicit_backward_overhead_bn": "BN: explicit fwd+bwd / plain",
-              "locally_connected_vs_dense": "locally connected / dense (same MACs)",
+              "locally_connected_vs_dense_events": "LC on leaf events / dense (same MACs)",
+              "locally_connected_vs_dense": "LC on one-hot x / dense (same MACs)",
               "locally_connected_vs_dense_out_of_place": "  ... / dense with out-of-place activations"}
     for key, t in targets.items():
         verdict = ("PASS" if t["pass"] else "FAIL") if t["judged"] else "(not judged)" if "pass" in t else ""

@@ -170,6 +170,10 @@ def student_rows() -> list[str]:
              f"({' -> '.join(map(str, d['dense']['dims']))}; {_run_threads(d)})",
              f"{lc['value']:.2f}x {_ratio_name(lc)} {source}", _target(lc)),
     ]
+    if "locally_connected_vs_dense_events" in t:  # recorded since issue 39: one-hot leaves given by their events
+        ev = t["locally_connected_vs_dense_events"]
+        rows.append(_row("the same on one-hot leaves given by their events (the leaf level a gather of weight rows)",
+                         f"{ev['value']:.2f}x {_ratio_name(ev)} {source}", _target(ev)))
     if "stats_vs_reference" in t:  # recorded since the one student replaced the tree code (target 3)
         ref = t["stats_vs_reference"]
         measured, target = f"{ref['value']:.2f}x {_ratio_name(ref)}", _target(ref)

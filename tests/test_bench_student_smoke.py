@@ -33,7 +33,7 @@ def test_bench_student_quick(tmp_path):
 
     rows = {r["contender"]: r for r in data["results"]}
     expected = {"plain", "explicit fwd+bwd", "explicit stacked", "stats f64", "stats f32", "reference stats f32",
-                "dense"}
+                "dense", "plain (leaf events)"}
     expected |= {f"{name} (BN)" for name in ("plain", "explicit fwd+bwd", "explicit stacked", "stats f64",
                                              "stats f32", "reference stats f32")}
     assert expected <= set(rows)
@@ -51,13 +51,14 @@ def test_bench_student_quick(tmp_path):
                 "stats_vs_reference_bn", "stats_overhead_bn",
                 "stats_overhead_bn_float64", "stats_overhead_bn_vs_autograd", "explicit_backward_overhead_bn",
                 "locally_connected_vs_dense", "locally_connected_vs_dense_out_of_place", "explicit_stacked_overhead",
-                "stats_over_explicit_stacked", "stats_over_explicit_stacked_bn", "explicit_stacked_over_explicit_bn"):
+                "stats_over_explicit_stacked", "stats_over_explicit_stacked_bn", "explicit_stacked_over_explicit_bn",
+                "locally_connected_vs_dense_events"):
         target = data["targets"][key]
         assert math.isfinite(target["value"]) and target["value"] > 0
         for stat in ("value_median", "value_batch_min"):
             assert math.isfinite(target[stat]) and target[stat] > 0
     for key in ("stats_overhead", "stats_overhead_bn", "locally_connected_vs_dense", "stats_vs_reference",
-                "stats_vs_reference_bn"):
+                "stats_vs_reference_bn", "locally_connected_vs_dense_events"):
         assert data["targets"][key]["judged"] and isinstance(data["targets"][key]["pass"], bool)
     assert not data["targets"]["stats_overhead_float64"]["judged"]
     assert not data["targets"]["locally_connected_vs_dense_out_of_place"]["judged"]

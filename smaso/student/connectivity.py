@@ -19,19 +19,33 @@ Three implementations of these two level operations, the same numbers to round-o
   strided *view* of the children, no gather and no scatter;
 - otherwise one gather of the children, one batched matmul over the edges and one ``index_add`` into the
   parents (backward: the same with W, added into the children).
+
+One-hot children given by their events z (``(N, R_{l+1})`` integers, f_c = onehot(z_c)) need no matmul forward:
+W_pc^T onehot(z_c) is row z_c of W_pc, so u_p is a sum of gathered weight rows (an embedding-bag sum,
+:func:`one_hot_pre_activation`), 4096 multiply-adds fewer per example and region of the default benchmark for
+every one it keeps.  Backward, Delta W of a one-hot child is a scatter of g by z; on the CPU torch's scatters
+(index_add_, embedding backward) run several times slower than the one-hot matmul, so :class:`OneHotLeaves`
+builds the one-hot node-major (:func:`one_hot_node_major`, contiguous over the batch, the layout the matmul
+reads fastest) and hands it to the level's own Delta W code.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
 
 from teachers.sampling import strided_runs
 from teachers.statistics import level_children, level_edge_index, level_edges
 
-__all__ = ["MAX_RUNS", "graph_backward", "graph_pre_activation", "level_children", "level_edge_index", "level_edges",
-           "strided_plan", "take_rows", "tree_backward", "tree_pre_activation"]
+__all__ = ["MAX_RUNS", "ONE_HOT_BLOCK_BYTES", "OneHotLeaves", "graph_backward", "graph_pre_activation",
+           "level_children", "level_edge_index", "level_edges", "one_hot_node_major", "one_hot_pre_activation",
+           "one_hot_rows", "one_hot_tree_weight_grad", "strided_plan", "take_rows", "tree_backward",
+           "tree_pre_activation"]
 
 #: A level split into more strided runs than this takes the gather / index_add path instead.
 MAX_RUNS = 64
@@ -78,15 +92,17 @@ def tree_pre_activation(W: torch.Tensor, grouped: torch.Tensor, bias: torch.Tens
     return torch.baddbmm(bias.unsqueeze(-1), Wt, grouped)
 
 
-def tree_backward(W: torch.Tensor, g: torch.Tensor, grouped: torch.Tensor, need_raw: bool
+def tree_backward(W: torch.Tensor, g: torch.Tensor, grouped: torch.Tensor, need_raw: bool, *, mean: bool = True
                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Delta W ``(R b, n_{l+1}, n_l)`` = E_x[f_c g_p^T] (Eq 2) and, if ``need_raw``, the children's raw gradient
     ``(R b, n_{l+1}, N)`` = W g (Eq 1; one parent each) of a uniform-tree level, from the gated gradient ``g``
-    ``(R, n_l, N)`` and the grouped children's outputs ``(R, b n_{l+1}, N)``."""
+    ``(R, n_l, N)`` and the grouped children's outputs ``(R, b n_{l+1}, N)`` (``mean=False``: the sum over the
+    batch, not the mean: autograd's weight gradient)."""
     R, n_l, N = g.shape
     # per parent region, g times its children's grouped outputs transposed, a contraction over the batch (in
     # this order the leaf view of x is read row by row: ~1.5x faster than child @ g^T)
-    dW = (torch.bmm(g, grouped.transpose(1, 2)).transpose(1, 2) / N).reshape(W.shape)
+    dW = torch.bmm(g, grouped.transpose(1, 2)).transpose(1, 2)
+    dW = (dW / N if mean else dW).reshape(W.shape)
     if not need_raw:
         return dW, None
     raw = torch.bmm(W.reshape(R, -1, n_l), g).reshape(W.shape[0], W.shape[1], N)
@@ -117,11 +133,13 @@ def graph_pre_activation(W: torch.Tensor, child: torch.Tensor, bias: torch.Tenso
 
 
 def graph_backward(W: torch.Tensor, g: torch.Tensor, child: torch.Tensor, need_raw: bool, plan: list | None,
-                   edges: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+                   edges: tuple[torch.Tensor, torch.Tensor], *, mean: bool = True
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Delta W of every edge ``(E, n_{l+1}, n_l)`` = E_x[f_c g_p^T] (Eq 2) and, if ``need_raw``, the children's raw
     gradient ``(R_{l+1}, n_{l+1}, N)`` = sum over each child's parents of W_pc g_p (Eq 1), from the gated gradient
-    ``g`` ``(R_l, n_l, N)`` and the children's outputs ``child`` ``(R_{l+1}, n_{l+1}, N)``."""
-    N = g.shape[-1]
+    ``g`` ``(R_l, n_l, N)`` and the children's outputs ``child`` ``(R_{l+1}, n_{l+1}, N)`` (``mean=False``: the sum
+    over the batch, not the mean)."""
+    N = g.shape[-1] if mean else 1
     shape = (child.shape[0], W.shape[1], N)
     if plan is None:
         par, chi = edges
@@ -143,3 +161,132 @@ def graph_backward(W: torch.Tensor, g: torch.Tensor, child: torch.Tensor, need_r
                 else:
                     raw[a: a + (q - 1) * st + 1: st] += back  # type: ignore[index]  # need_raw: raw is a tensor
     return dW, raw
+
+
+# ---------------------------------------------------------------------- one-hot children given by their events
+def one_hot_node_major(events: torch.Tensor, width: int, dtype: torch.dtype, *, out: torch.Tensor | None = None
+                       ) -> torch.Tensor:
+    """The one-hot inputs of events ``events`` ``(N, R)`` (integers in [0, width)) node-major, ``(R, width, N)``
+    contiguous: ``one_hot_node_major(z, m, dt).permute(2, 0, 1)`` equals ``one_hot(z, m, dt)``
+    (:func:`teachers.emission.one_hot`) value for value.  One vectorized comparison written in ``dtype`` (a
+    scatter_ of the ones runs several times slower on the CPU); ``out``: a buffer of that shape and dtype to write
+    into (a reused one saves faulting in fresh pages: 16 MB per batch of 1024 in the default benchmark)."""
+    # the events transposed contiguous first: the comparison broadcast over a strided view runs ~6x slower
+    return _one_hot_rows_major(events.T.contiguous(), width, dtype, out)
+
+
+def _one_hot_rows_major(events_t: torch.Tensor, width: int, dtype: torch.dtype, out: torch.Tensor | None
+                        ) -> torch.Tensor:
+    """:func:`one_hot_node_major` from the events already transposed, ``(R, N)`` contiguous."""
+    levels = torch.arange(int(width), device=events_t.device).to(events_t.dtype)[:, None]  # (width, 1)
+    shape = (events_t.shape[0], int(width), events_t.shape[1])
+    if out is None or tuple(out.shape) != shape or out.dtype != dtype or out.device != events_t.device:
+        out = torch.empty(shape, dtype=dtype, device=events_t.device)
+    return torch.eq(events_t.unsqueeze(1), levels, out=out)
+
+
+#: The one-hot block that :func:`one_hot_tree_weight_grad` builds at a time, in bytes: it stays in the caches between
+#: its comparison and its matmul (the whole one-hot, 16 MB in the default benchmark, is written to memory and read
+#: back: about 2x slower on the CPU, more on a busy one).  1 and 2 MiB ran alike; 2 halves the Python loop's steps.
+ONE_HOT_BLOCK_BYTES = 2 << 20
+
+
+def one_hot_tree_weight_grad(W: torch.Tensor, g: torch.Tensor, events: torch.Tensor, width: int, scratch: dict
+                             ) -> torch.Tensor:
+    """N E_x[f_c g_p^T] (Eq 2 summed over the batch, autograd's weight gradient) of a uniform-tree level whose
+    children are one-hot, from their ``events`` ``(N, R b)`` and the gated gradient ``g`` ``(R, n_l, N)``:
+    :func:`tree_backward`'s matmul, over blocks of parents whose one-hot (:func:`one_hot_node_major`, written
+    into ``scratch["one_hot_block"]``) fits :data:`ONE_HOT_BLOCK_BYTES`.  ``(R b, width, n_l)`` like ``W``."""
+    R, n_l, N = g.shape
+    b = W.shape[0] // R
+    block = max(1, min(R, ONE_HOT_BLOCK_BYTES // max(1, b * width * N * g.element_size())))
+    events_t = events.T.contiguous()  # (R b, N)
+    dW = g.new_empty(R, b * width, n_l)  # W's layout: the matmul writes each block in place
+    for p0 in range(0, R, block):
+        p1 = min(R, p0 + block)
+        buf = scratch.get("one_hot_block")
+        child = _one_hot_rows_major(events_t[p0 * b: p1 * b], width, g.dtype,
+                                    buf[: (p1 - p0) * b] if buf is not None and buf.shape[0] >= (p1 - p0) * b
+                                    and buf.shape[2] == N and buf.dtype == g.dtype else None)
+        if p0 == 0:
+            scratch["one_hot_block"] = child
+        # one-hot @ g^T: (b m x N) @ (N x n_l) per parent, ~10% faster than tree_backward's g @ one-hot^T here
+        torch.bmm(child.view(p1 - p0, b * width, N), g[p0:p1].transpose(1, 2), out=dW[p0:p1])
+    return dW.view(W.shape)
+
+
+def one_hot_rows(events: torch.Tensor, width: int, children: torch.Tensor | None) -> torch.Tensor:
+    """Per example and edge e, the row of the flattened edge weights ``W.reshape(E * width, n_l)`` that a one-hot
+    child picks: ``e * width + z_{child(e)}``, ``(N, E)`` int64 from the children's events ``(N, R_{l+1})``
+    (``children``: each edge's child, or None when edge e joins child e, as on a uniform tree)."""
+    z = events if children is None else events.index_select(1, children)
+    # one pass: the int64 offsets promote the (often uint8) events as they are added
+    return torch.arange(0, z.shape[1] * width, width, dtype=torch.int64, device=z.device) + z
+
+
+def _bag_sums(W: torch.Tensor, rows: torch.Tensor, num_parents: int, first_edge: torch.Tensor | None
+              ) -> torch.Tensor:
+    """Per example and parent the sum of the picked rows of the flattened edge weights, batch-major
+    ``(N, R_l, n_l)``: one embedding-bag sum (bags of E / R_l edges, or starting at ``first_edge``)."""
+    N, E = rows.shape
+    table = W.reshape(-1, W.shape[-1])
+    if first_edge is None:
+        u = F.embedding_bag(rows.reshape(N * num_parents, E // num_parents), table, mode="sum")
+    else:
+        offsets = torch.arange(0, N * E, E, dtype=torch.int64, device=rows.device)[:, None] + first_edge
+        u = F.embedding_bag(rows.reshape(-1), table, offsets.reshape(-1), mode="sum")
+    return u.view(N, num_parents, -1)
+
+
+def one_hot_pre_activation(W: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor | None, num_parents: int,
+                           first_edge: torch.Tensor | None) -> torch.Tensor:
+    """u ``(R_l, n_l, N)`` (Eq 1, forward) of a level whose children are one-hot: per parent the sum of the weight
+    rows that its children's events pick (``rows`` ``(N, E)`` from :func:`one_hot_rows`), one embedding-bag sum
+    over the flattened edge weights ``W`` ``(E, m, n_l)``, plus the bias ``(R_l, n_l)``.
+
+    ``first_edge``: ``(R_l,)`` the first edge of every parent (edges are parent-major), or None when every parent
+    has E / R_l children.  The gather is batch-major; the result is transposed once to node-major, contiguous over
+    the batch (the layout the levels above and Delta W read fastest).
+    """
+    u = _bag_sums(W, rows, num_parents, first_edge)
+    if bias is not None:
+        u += bias  # the gather's fresh output: in place
+    return _node_major(u)
+
+
+def _node_major(u: torch.Tensor) -> torch.Tensor:
+    """A batch-major ``(N, R, n)`` tensor copied node-major ``(R, n, N)``: one 2-D transpose (torch's blocked
+    transpose kernel; a 3-D permute copy runs about 4x slower)."""
+    N, R, n = u.shape
+    out = u.new_empty(R, n, N)  # not a view: the activation above runs in place on it
+    out.view(R * n, N).copy_(u.reshape(N, R * n).t())
+    return out
+
+
+class OneHotLeaves(torch.autograd.Function):
+    """:func:`one_hot_pre_activation` differentiable in the weights and the bias, whose weight gradient is the
+    level's own matmul on the node-major one-hot (:func:`one_hot_node_major`) instead of torch's embedding-bag
+    backward (a scatter, several times slower on the CPU).
+
+    ``OneHotLeaves.apply(W, bias, rows, events, width, num_parents, first_edge, weight_grad)``:
+    ``weight_grad(W, g, events)`` is the level's Delta W summed over the batch (autograd's weight gradient), from
+    the incoming gradient node-major ``g`` ``(R_l, n_l, N)`` and the children's events ``(N, R_{l+1})``
+    (:func:`one_hot_tree_weight_grad`, or :func:`graph_backward` with ``mean=False`` on their one-hot).  No
+    gradient flows to the events.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, W: torch.Tensor, bias: torch.Tensor | None, rows: torch.Tensor, events: torch.Tensor,
+                width: int, num_parents: int, first_edge: torch.Tensor | None,
+                weight_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        ctx.save_for_backward(W, events)
+        ctx.weight_grad, ctx.has_bias = weight_grad, bias is not None
+        return one_hot_pre_activation(W, rows, bias, num_parents, first_edge)
+
+    @staticmethod
+    @once_differentiable  # its backward is a plain matmul: a second derivative through it is refused, not wrong
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:
+        W, events = ctx.saved_tensors
+        dW = ctx.weight_grad(W, grad, events) if ctx.needs_input_grad[0] else None
+        db = grad.sum(-1) if ctx.has_bias and ctx.needs_input_grad[1] else None
+        return dW, db, None, None, None, None, None, None

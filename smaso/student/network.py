@@ -32,11 +32,16 @@ from torch import nn
 from smaso.student.activations import Activation, get_activation
 from smaso.student.batchnorm import bn_backward, bn_forward
 from smaso.student.connectivity import (
+    OneHotLeaves,
     graph_backward,
     graph_pre_activation,
     level_children,
     level_edge_index,
     level_edges,
+    one_hot_node_major,
+    one_hot_pre_activation,
+    one_hot_rows,
+    one_hot_tree_weight_grad,
     strided_plan,
     tree_backward,
     tree_pre_activation,
@@ -283,6 +288,10 @@ class LadderStudent(nn.Module):
             par, chi = level_edge_index(ladder, l)
             self.register_buffer(f"edge_parent_{l}", par, persistent=False)
             self.register_buffer(f"edge_child_{l}", chi, persistent=False)
+            # every parent's first edge (edges are parent-major): the bags of a one-hot level's gather
+            first = torch.zeros(ladder.num_regions[l], dtype=torch.int64)
+            first[1:] = torch.tensor(kids[l][:-1], dtype=torch.int64).cumsum(0)
+            self.register_buffer(f"edge_first_{l}", first, persistent=False)
             # the place of every edge among its parent's sorted children
             place = (chi % ladder.branching[l]) if uniform else torch.tensor(  # type: ignore[index]  # uniform: a branching
                 [j for k in kids[l] for j in range(k)], dtype=torch.int64)
@@ -377,11 +386,24 @@ class LadderStudent(nn.Module):
             return readout_events(z)
         return z
 
-    def check_inputs(self, x: torch.Tensor) -> None:
-        """Raise a TypeError/ValueError unless ``x`` is ``(N, R_d, dim)`` for this student's ladder."""
+    def check_inputs(self, x: torch.Tensor, *, values: bool = True) -> None:
+        """Raise a TypeError/ValueError unless ``x`` is ``(N, R_d, dim)`` for this student's ladder, or one-hot inputs
+        given by their leaf events: integers ``(N, R_d)`` in [0, dim) (:meth:`forward`).
+
+        The events' range check reads them on the host (one sync): ``values=False`` skips it, for loops that
+        validated their data once where it entered; meta tensors carry no values and skip it too."""
         lad = self.ladder
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+        if self._events(x):
+            if x.dim() != 2 or x.shape[1] != lad.num_regions[-1] or x.dtype == torch.bool:
+                raise ValueError(f"x: integer inputs are leaf events: expected shape (N, {lad.num_regions[-1]}) "
+                                 f"and an integer dtype, got shape {tuple(x.shape)}, dtype {x.dtype}")
+            if values and x.numel() and x.device.type != "meta":
+                lo, hi = torch.stack(torch.aminmax(x)).tolist()  # one host read for both ends
+                if lo < 0 or hi >= self.widths[-1]:
+                    raise ValueError(f"x: leaf events must lie in [0, {self.widths[-1]}), got [{lo}, {hi}]")
+            return
         want = (lad.num_regions[-1], self.widths[-1])
         if x.dim() != 3 or tuple(x.shape[1:]) != want:
             raise ValueError(f"x: expected shape (N, {want[0]}, {want[1]}) for this student's ladder "
@@ -420,6 +442,39 @@ class LadderStudent(nn.Module):
         return graph_pre_activation(self.edge_weights(level), inputs, bias, self.ladder.num_regions[level],
                                     self._plans[level], self.edge_index(level))
 
+    @staticmethod
+    def _events(x: torch.Tensor) -> bool:
+        """Whether inputs ``x`` are leaf events (integers) rather than the inputs themselves."""
+        return not (x.is_floating_point() or x.is_complex())
+
+    def _one_hot_args(self, events: torch.Tensor) -> tuple[int, bool, torch.Tensor, torch.Tensor | None]:
+        """Level d - 1's gather of one-hot leaves given by their ``events`` ``(N, R_d)``: ``(l, fast, rows,
+        first_edge)`` (:func:`~smaso.student.connectivity.one_hot_rows`; first_edge None for fixed-size bags)."""
+        l = self.ladder.depth - 1
+        fast = self._fast
+        rows = one_hot_rows(events, self.widths[-1], None if fast else self.edge_index(l)[1])
+        return l, fast, rows, None if fast else getattr(self, f"edge_first_{l}")
+
+    def _one_hot_leaves(self, events: torch.Tensor) -> torch.Tensor:
+        """u of level d - 1 node-major ``(R, n, N)`` from one-hot leaves given by their ``events``: a gather of weight
+        rows (Eq 1 on one-hot inputs), differentiable in the weights,
+        whose gradient is the level's own Delta W matmul on the node-major one-hot
+        (:class:`~smaso.student.connectivity.OneHotLeaves`)."""
+        l, fast, rows, first = self._one_hot_args(events)
+        # buffers of the backward's one-hot, reused from one backward to the next (it lives only inside the
+        # backward: two backward passes of one student must not run at once in different threads)
+        scratch = self.__dict__.setdefault("_one_hot_scratch", {})
+        width = self.widths[-1]
+
+        def weight_grad(W: torch.Tensor, g: torch.Tensor, ev: torch.Tensor) -> torch.Tensor:
+            if fast:
+                return one_hot_tree_weight_grad(W, g, ev, width, scratch)
+            child = scratch["one_hot"] = one_hot_node_major(ev, width, g.dtype, out=scratch.get("one_hot"))
+            return graph_backward(W, g, child, False, self._plans[l], self.edge_index(l), mean=False)[0]
+
+        return OneHotLeaves.apply(self.edge_weights(l), None if self.biases is None else self.biases[l], rows, events,
+                                  width, self.ladder.num_regions[l], first, weight_grad)
+
     def _leaves(self, x: torch.Tensor) -> torch.Tensor:
         """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
         return x.to(self.weights[0].dtype).permute(1, 2, 0)
@@ -435,18 +490,25 @@ class LadderStudent(nn.Module):
         return fbar.permute(1, 2, 0), f_tilde.permute(1, 2, 0), sigma
 
     # ------------------------------------------------------------------ forward
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Outputs f_0 ``(N, n_0)`` (differentiable; BN uses the batch's statistics)."""
-        self.check_inputs(x)
-        h = self._leaves(x)
+    def forward(self, x: torch.Tensor, *, events_checked: bool = False) -> torch.Tensor:
+        """Outputs f_0 ``(N, n_0)`` (differentiable; BN uses the batch's statistics).
+
+        ``x``: the inputs ``(N, R_d, dim)``, or one-hot inputs given by their leaf events, integers ``(N, R_d)`` in
+        [0, dim) (``sample.z[:, ladder.level_offsets[-2]:]``): then the leaf level is a gather of weight rows
+        (:func:`~smaso.student.connectivity.one_hot_pre_activation`) rather than a matmul on the one-hot, the same
+        outputs to round-off.  ``events_checked``: the caller validated the events' range once where its data
+        entered: skip that check, a host read (an event out of range would silently pick another edge's row)."""
+        self.check_inputs(x, values=not events_checked)
+        events = self._events(x)
+        h: torch.Tensor | None = None if events else self._leaves(x)
         before = self.bn_placement == "before"
         for l in range(self.ladder.depth - 1, -1, -1):
-            h = self._pre_activation(l, self._grouped(l, h))
+            h = self._one_hot_leaves(x) if h is None else self._pre_activation(l, self._grouped(l, h))
             bn = self._batch_norm(l, h) if before else None
             h = self.act(l).apply_(h if bn is None else bn[0])  # u (or BN(u)) is a fresh temporary: in place
             bn = None if before else self._batch_norm(l, h)
             h = h if bn is None else bn[0]
-        return h[0].T
+        return cast(torch.Tensor, h)[0].T  # the loop ran at least once (depth >= 1)
 
     def loss(self, out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
         """Mean loss: ``"squared"`` 1/2 |f_0 - onehot(y)|^2 (G_omega = I - F_omega) or ``"cross_entropy"``."""
@@ -478,12 +540,16 @@ class LadderStudent(nn.Module):
             ``rec.stacked`` is reused when its shapes fit (that record's fields are overwritten):
             streaming over batches then writes into the same memory instead of faulting in fresh
             pages on every batch.
-        :param labels_checked: the caller has checked that the labels lie in [0, n_0) (a training loop validates
-            its dataset once before the loop): skip that check, the step's only host read. The record's
+        :param x: the inputs ``(N, R_d, dim)``, or one-hot inputs given by their leaf events (integers ``(N, R_d)``,
+            see :meth:`forward`): then ``rec.fbar[d]`` is their one-hot, a view of a node-major buffer.
+        :param labels_checked: the caller has checked that the labels lie in [0, n_0), and leaf events in [0, dim)
+            (a training loop validates its dataset once before the loop): skip those checks, the step's only host
+            reads. The record's
             ``loss`` is read from the device lazily (:attr:`StudentRecord.loss_tensor` never syncs).
         """
-        self.check_inputs(x)
+        self.check_inputs(x, values=not labels_checked)
         self._check_labels(x, y, loss, values=not labels_checked)
+        events = self._events(x)
         lad = self.ladder
         d, n = lad.depth, x.shape[0]
         dtype, dev = self.weights[0].dtype, self.weights[0].device
@@ -509,14 +575,22 @@ class LadderStudent(nn.Module):
 
         nm: dict[str, list[Any]] = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
         sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))  # type: list, list, list, list, list
-        nm["fbar"][d] = self._leaves(x)
+        # one-hot leaves given by their events: built node-major (contiguous over the batch, what Delta W's matmul
+        # reads fastest), while level d - 1's u is a gather of weight rows
+        nm["fbar"][d] = one_hot_node_major(x, self.widths[-1], dtype) if events else self._leaves(x)
         inputs: list[Any] = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"
         for l in range(d - 1, -1, -1):
             # a view, except for a slot of a stacked buffer on the fast path (then one copy, shared by forward and
             # Delta W)
             inputs[l] = self._grouped(l, nm["fbar"][l + 1])
-            u = nm["u"][l] = put(l, "u", self._pre_activation(l, inputs[l]))
+            if events and l == d - 1:
+                _, _, rows, first = self._one_hot_args(x)
+                u = one_hot_pre_activation(self.edge_weights(l), rows, None if self.biases is None
+                                           else self.biases[l], lad.num_regions[l], first)
+            else:
+                u = self._pre_activation(l, inputs[l])
+            u = nm["u"][l] = put(l, "u", u)
             has_bn = self.bn_params(l) is not None
             gate_in = u
             if before and has_bn:  # BN between the linear map and the gate: f = BN(u) is the gate's input
@@ -561,14 +635,17 @@ class LadderStudent(nn.Module):
             # Delta W_ba = E_x[fbar_b g_a] (Eq 2) per edge, and the raw gradient at the children's outputs:
             # W g summed over each child's parents (Eq 1; None below the leaves)
             W, need_raw = self.edge_weights(l), l + 1 < d
-            dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw) if self._fast else graph_backward(
-                W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
+            if events and self._fast and not need_raw:  # the node-major one-hot: one-hot @ g^T, in W's layout
+                dW[l] = (torch.bmm(inputs[l], g.transpose(1, 2)) / n).view(W.shape)
+            else:
+                dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw) if self._fast else graph_backward(
+                    W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
             db[l] = g.mean(-1)
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
                             sigma=sigma, dW=dW, db=db, dc1=dc1, dc0=dc0,
                             loss=cast(float, loss_value),  # the tensor: the property keeps it on the device
                             stacked=buffers if stacked else None, stacked_fields=keys if stacked else None)
-        rec.fbar[d] = x.to(dtype)
+        rec.fbar[d] = nm["fbar"][d].permute(2, 0, 1) if events else x.to(dtype)
         return rec
 
     # ------------------------------------------------------------------ updates
