@@ -441,3 +441,26 @@ def test_u_and_gf_from_the_edge_sums_equal_their_per_example_sums(case):
             ref = sums[k][l] / stats.counts[l].clamp(min=1)[..., None]
             assert stats.means[key][l].dtype == torch.float64
             assert_close(stats.means[key][l], ref, 1e-12, f"{key}[{l}] ({case})")
+
+
+def test_a_record_of_other_weights_is_refused():
+    """U and Gf come from the edge sums times the accumulator's student's weights: a record made before an update,
+    or by another student, would get a wrong U without a word; it is refused instead."""
+    from smaso.student.frequency import FrequencyAccumulator
+    from smaso.student.network import LadderStudent
+    from teachers.ladder import Ladder
+    from teachers.sampling import sample_ladder
+
+    lad = Ladder.random(depth=2, branching=2, events=3, seed=0)
+    s = sample_ladder(lad, 64, 0, progress=False)
+    x, y, z = s.inputs(dtype=torch.float64), s.y, s.z
+    student = LadderStudent(lad, 4, dtype=torch.float64, seed=0)
+    acc = FrequencyAccumulator(student)
+    rec = student.forward_backward(x, y)
+    acc.add(rec, z)  # the same weights: accepted
+    student.apply_update(rec, 0.1)
+    with pytest.raises(ValueError, match="before the student's weights changed"):
+        acc.add(rec, z)
+    other = LadderStudent(lad, 4, dtype=torch.float64, seed=0)
+    with pytest.raises(ValueError, match="another student"):
+        acc.add(other.forward_backward(x, y), z)

@@ -292,6 +292,12 @@ class FrequencyAccumulator(MergeableSums):
         """
         lad, dt = self.ladder, self.dtype
         z = _student_events(self.student, z, rec)
+        if any(self._derived) and rec.params_version is not None \
+                and rec.params_version != self.student.params_version():
+            # U and Gf are summed from the edge sums by the student's weights now (_add_derived): they must be the
+            # weights that made the record
+            raise ValueError("rec: made by another student, or before the student's weights changed (an update "
+                             "between forward_backward and add); add each record before updating the weights")
         if rows is not None:
             edges = None if lad.is_uniform() else [self.student.edge_index(l) for l in range(lad.depth)]
             rec, z = record_rows(rec, rows, edges), z[rows]

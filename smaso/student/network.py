@@ -121,6 +121,9 @@ class StudentRecord:
     loss: float = math.nan
     stacked: list | None = None
     stacked_fields: tuple[str, ...] | None = None
+    #: which student and which parameter values made the record (:meth:`LadderStudent.params_version` at its
+    #: forward pass): a reader that needs those weights (``FrequencyAccumulator``'s U and Gf) checks it
+    params_version: tuple[int, ...] | None = None
 
     @property
     def loss_tensor(self) -> torch.Tensor | None:
@@ -644,9 +647,15 @@ class LadderStudent(nn.Module):
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
                             sigma=sigma, dW=dW, db=db, dc1=dc1, dc0=dc0,
                             loss=cast(float, loss_value),  # the tensor: the property keeps it on the device
-                            stacked=buffers if stacked else None, stacked_fields=keys if stacked else None)
+                            stacked=buffers if stacked else None, stacked_fields=keys if stacked else None,
+                            params_version=self.params_version())
         rec.fbar[d] = nm["fbar"][d].permute(2, 0, 1) if events else x.to(dtype)
         return rec
+
+    def params_version(self) -> tuple[int, ...]:
+        """This student and the state of its parameters: ``id(self)`` and every parameter's version counter (bumped
+        by each in-place update, :meth:`apply_update` and optimizers alike). Equal tuples mean the same values."""
+        return (id(self), *(p._version for p in self.parameters()))
 
     # ------------------------------------------------------------------ updates
     def _updates(self, rec: StudentRecord, weight_decay: float) -> Any:
