@@ -1,0 +1,86 @@
+"""compare_student's evaluation at scale (issue 39): the checkpoints' sums in the student's dtype (float32 batch
+sums into float64 totals for a float32 student, within 1e-6 relative of float64 batch sums), and the streamed
+evaluation sharded on a ProcessEngine with the same history as in one process."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from conftest_student import one_torch_thread  # noqa: F401 (fixture)
+
+from smaso.student.compare import compare_student
+from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
+from smaso.student.frequency import FrequencyStatistics, accumulate_statistics, collect_statistics
+from teachers import Ladder, sample_ladder
+from teachers.chunked import open_dataset, sample_to_store
+from teachers.engine import ProcessEngine
+
+N, GROUPS = 3 * 1024 + 77, 4
+N_STORE, CHUNK = 2 * 4096 + 77, 4096  # three chunks, the last one short
+
+
+def _ladder() -> Ladder:
+    return Ladder.random(depth=2, branching=3, events=5, seed=2)
+
+
+def _run(data, dtype: torch.dtype, *, engine=None, eval_examples: int | None = None):
+    return compare_student(data, StudentConfig(width=6, readout=None, dtype=dtype),
+                           TrainingConfig(steps=3, lr=0.3, batch_size=256),
+                           EvaluationConfig(eval_every=3, eval_examples=eval_examples, eval_batch_size=512,
+                                            held_out=False, alignment=False, noise_groups=GROUPS), engine=engine)
+
+
+def _tensors(stats: FrequencyStatistics) -> list[torch.Tensor]:
+    """Every statistic (means, edge sums, dW, db, counts) as one list, in a fixed order."""
+    out = [*stats.counts, *(t for k in sorted(stats.means) for t in stats.means[k] if t is not None)]
+    out += [t for t in (*stats.Fc, *stats.Gp_tilde) if t is not None]
+    return [*out, *stats.dW, *(stats.db or [])]
+
+
+def _worst_relative(a: FrequencyStatistics, b: FrequencyStatistics) -> float:
+    worst = 0.0
+    for x, y in zip(_tensors(a), _tensors(b), strict=True):
+        assert x.shape == y.shape and x.dtype == y.dtype == torch.float64
+        scale = y.norm().item()
+        worst = max(worst, (x - y).norm().item() / scale if scale > 0 else (x - y).norm().item())
+    return worst
+
+
+def test_a_float32_students_checkpoint_sums_are_float32_batch_sums_within_1e6_of_float64():
+    """In-memory evaluation set: the last checkpoint's statistics are those of float32 batch sums of the final
+    student (bit for bit), and within 1e-6 relative of float64 batch sums (the precision contract), jackknife
+    replicates included; a float64 student's are the float64 sums, as before."""
+    lad = _ladder()
+    s = sample_ladder(lad, N, seed=4, progress=False)
+    run = _run(s, torch.float32, eval_examples=N)
+    net, got = run.student, run.final_stats
+    x = s.inputs(dtype=torch.float32)
+    # (without BN the evaluation set runs in batches of eval_batch_size)
+    ref = {dt: collect_statistics(net, x, s.y, s.z, batch_size=512, dtype=dt, groups=GROUPS)
+           for dt in (torch.float32, torch.float64)}
+    assert all(torch.equal(a, b) for a, b in zip(_tensors(got), _tensors(ref[torch.float32]), strict=True))
+    assert 0 < _worst_relative(got, ref[torch.float64]) <= 1e-6  # (0: the float32 path was not taken)
+    for rep, rep64 in zip(got.leave_one_out(), ref[torch.float64].leave_one_out(), strict=True):
+        assert _worst_relative(rep, rep64) <= 1e-6
+    run64 = _run(s, torch.float64, eval_examples=N)
+    exact = collect_statistics(run64.student, s.inputs(dtype=torch.float64), s.y, s.z, batch_size=512,
+                               dtype=torch.float64, groups=GROUPS)
+    assert all(torch.equal(a, b) for a, b in zip(_tensors(run64.final_stats), _tensors(exact), strict=True))
+
+
+def test_the_streamed_evaluation_sharded_on_processes_is_the_one_process_run(tmp_path):
+    """A store streamed chunk by chunk: on a ProcessEngine of 2 workers the history (every error, floor, the
+    accuracy and the loss) is the one-process run's exactly, and the statistics are the float32 batch sums of
+    accumulate_statistics."""
+    data = open_dataset(sample_to_store(_ladder(), N_STORE, tmp_path / "s.zarr", seed=5, chunk_rows=CHUNK,
+                                        progress=False))
+    one = _run(data, torch.float32)
+    with ProcessEngine(2) as engine:
+        two = _run(data, torch.float32, engine=engine)
+    assert one.history == two.history and len(one.history) == 2
+    assert one.final()["num_examples"] == N_STORE and math.isfinite(one.final()["accuracy"])
+    sums, correct = accumulate_statistics(one.student, data, batch_size=512, dtype=torch.float32, groups=GROUPS)
+    assert correct / N_STORE == pytest.approx(one.final()["accuracy"], abs=0)
+    assert all(torch.equal(a, b) for a, b in zip(_tensors(one.final_stats), _tensors(sums.result()), strict=True))
