@@ -465,18 +465,28 @@ class ReplicateAccumulator:
         A batch of fewer rows than groups feeds its rows to groups 0, 1, ... (one each).
 
         :param bounds: the groups' rows, group g's being ``bounds[g]:bounds[g + 1]`` (``groups + 1`` non-decreasing
-            integers from 0 to the batch's rows); None: the K blocks ``g N // K`` of the batch.
+            integers from 0 to the batch's rows; each group's Delta W then by strided matmuls,
+            :func:`record_rows`'s ``strided``, equal to the record dtype's round-off); None: the K blocks ``g N // K``
+            of the batch (bit for bit the sums of its rows added one group at a time).
         """
         n = z.shape[0]
         if bounds is None:
             bounds = [g * n // self.groups for g in range(self.groups + 1)]
-        elif len(bounds) != self.groups + 1 or bounds[0] != 0 or bounds[-1] != n \
+            for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):
+                if hi > lo:
+                    part.add(rec, z, rows=slice(lo, hi))
+            return
+        if len(bounds) != self.groups + 1 or bounds[0] != 0 or bounds[-1] != n \
                 or any(b > a for a, b in zip(bounds[1:], bounds[:-1], strict=True)):
             raise ValueError(f"bounds: expected {self.groups + 1} non-decreasing row bounds from 0 to {n}, got "
                              f"{bounds!r}")
+        # (the regrouped batches of a pass below float64: each group's Delta W by strided matmuls, within round-off)
+        strided = self.student.ladder.is_uniform() and self.student.fast_path
+        edges = None if self.student.ladder.is_uniform() else [self.student.edge_index(l)
+                                                                for l in range(self.student.ladder.depth)]
         for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):
             if hi > lo:
-                part.add(rec, z, rows=slice(lo, hi))
+                part.add(record_rows(rec, slice(lo, hi), edges, strided=strided), z[lo:hi])
 
     def state_dict(self) -> dict:
         """``{"groups": [state of group 0, ...]}`` (see :meth:`FrequencyAccumulator.state_dict`)."""
