@@ -5,6 +5,7 @@ evaluation sharded on a ProcessEngine with the same history as in one process.""
 from __future__ import annotations
 
 import math
+import weakref
 
 import pytest
 import torch
@@ -142,3 +143,36 @@ def test_strided_record_rows_are_the_einsums_to_round_off():
                 assert y is None
                 continue
             assert x.shape == y.shape and (x - y).abs().max() <= 1e-14 * max(x.abs().max(), 1e-300)
+
+
+class _Result:
+    """A task's result that counts its live copies in this process (made here when unpickled)."""
+
+    alive: weakref.WeakSet = weakref.WeakSet()
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        _Result.alive.add(self)
+
+
+def _task(i: int) -> _Result:
+    return _Result(i)
+
+
+def test_a_process_fold_keeps_a_few_results_in_memory_whatever_the_tasks():
+    """ProcessEngine.fold: results merged in order and dropped once merged, at most AHEAD tasks per worker in
+    flight, so a pass over many chunks holds a few chunks' results (memory flat in N), not every one."""
+    from teachers.engine import AHEAD
+
+    live = []
+
+    def merge(acc: list, r: _Result) -> list:
+        live.append(len(_Result.alive))
+        return [*acc, r.i]
+
+    with ProcessEngine(2) as engine:
+        assert engine.fold(_task, range(40), merge=merge, init=[]) == list(range(40))
+    assert 0 < max(live) <= AHEAD * 2 + 1
