@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -96,6 +97,10 @@ class SerialEngine(_Engine):
         return "SerialEngine()"
 
 
+#: Tasks in flight per worker of a :class:`ProcessEngine` fold (one running, one queued, one result waiting).
+AHEAD = 3
+
+
 def _one_thread() -> None:
     """A :class:`ProcessEngine` worker's start: one torch thread (the workers are the parallelism; intra-op threads
     on top oversubscribe the cores and lose most of the throughput under contention, bench_out_of_core.py)."""
@@ -138,13 +143,24 @@ class ProcessEngine(_Engine):
 
     def fold(self, fn: Callable[..., Any], items: Sequence, *args: Any, merge: Callable[[Any, Any], Any], init: Any,
              progress: str | None = None, **kwargs: Any) -> Any:
-        """As :meth:`SerialEngine.fold`, the tasks run in the pool; each result merged in ``items``' order."""
+        """As :meth:`SerialEngine.fold`, the tasks run in the pool; each result merged in ``items``' order.
+
+        At most :data:`AHEAD` tasks per worker are in flight, and a result is dropped once merged: memory of a few
+        results whatever the number of tasks (a list of every future kept every result, 40 MB per chunk of a
+        jackknife's statistics, until the pass ended)."""
+        from collections import deque
+
         pool = self._executor()
-        futures = [pool.submit(fn, item, *args, **kwargs) for item in items]
+        todo = iter(items)
+        pending = deque(pool.submit(fn, item, *args, **kwargs) for item in islice(todo, AHEAD * self.workers))
         acc = init
         with _progress_bar(len(items), progress) as bar:
-            for f in futures:
-                acc = merge(acc, f.result())
+            while pending:
+                result = pending.popleft().result()
+                for item in islice(todo, 1):  # the next task in, before this result is merged
+                    pending.append(pool.submit(fn, item, *args, **kwargs))
+                acc = merge(acc, result)
+                del result
                 bar.update(1)
         return acc
 

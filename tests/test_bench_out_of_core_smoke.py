@@ -29,3 +29,21 @@ def test_bench_out_of_core_quick(tmp_path):
     sample = next(r for r in data["results"] if r.get("job") == "sample")
     assert 50 < sample["bytes_per_example"] < 400  # 341 events per example, zstd-compressed
     assert [p.name for p in tmp_path.iterdir()] == ["b.json"]
+
+
+def test_bench_out_of_core_main_job_quick(tmp_path):
+    """The main job's section: compare_student over a store, its evaluation sharded on 2 worker processes; the row
+    carries the CPU seconds of the job and of its workers, the workers' peak memory, and the 40k ex/s target."""
+    bench = load_bench("bench_out_of_core")
+    out = tmp_path / "m.json"
+    data = bench.main(["--quick", "--sections", "main_job", "--out", str(out)])
+    (row,) = [r for r in data["results"] if r["section"] == "main_job" and r["job"] == "main_job"]
+    passes = [r for r in data["results"] if r["section"] == "main_job" and r["job"] == "eval_pass"]
+    assert [(r["dtype"], r["groups"], r["workers"]) for r in passes] == list(bench.EVAL_PASSES)
+    assert all(r["n"] == 20000 and r["cpu_s"] > 0 for r in passes)
+    assert passes[-1]["worker_cpu_s"] > 0 == passes[0]["worker_cpu_s"]  # sharded: the pass ran in the workers
+    assert row["workers"] == 2 and row["n"] == 20000 and 0 < row["final_accuracy"] <= 1
+    assert row["cpu_s"] > 0 and row["worker_cpu_s"] > 0  # the evaluation ran in the workers
+    assert 50 < row["worker_peak_rss_mib"] < 4096 and 50 < row["peak_rss_mib"] < 4096
+    target = data["targets"]["main_job_at_least_40k_examples_per_s"]
+    assert target["measured"] == row["examples_per_s"] and target["met"] == (row["examples_per_s"] >= 40_000)

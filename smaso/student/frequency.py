@@ -563,15 +563,34 @@ class ReplicateAccumulator:
         """Examples added so far."""
         return sum(p.n for p in self.parts)
 
-    def add(self, rec: StudentRecord, z: torch.Tensor) -> None:
+    def add(self, rec: StudentRecord, z: torch.Tensor, bounds: list[int] | None = None) -> None:
         """Add one batch (as :meth:`FrequencyAccumulator.add`), its rows split over the groups.
 
-        A batch of fewer rows than groups feeds its rows to groups 0, 1, ... (one each)."""
+        A batch of fewer rows than groups feeds its rows to groups 0, 1, ... (one each).
+
+        :param bounds: the groups' rows, group g's being ``bounds[g]:bounds[g + 1]`` (``groups + 1`` non-decreasing
+            integers from 0 to the batch's rows; each group's Delta W then by strided matmuls,
+            :func:`record_rows`'s ``strided``, equal to the record dtype's round-off); None: the K blocks ``g N // K``
+            of the batch (bit for bit the sums of its rows added one group at a time).
+        """
         n = z.shape[0]
-        bounds = [g * n // self.groups for g in range(self.groups + 1)]
+        if bounds is None:
+            bounds = [g * n // self.groups for g in range(self.groups + 1)]
+            for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):
+                if hi > lo:
+                    part.add(rec, z, rows=slice(lo, hi))
+            return
+        if len(bounds) != self.groups + 1 or bounds[0] != 0 or bounds[-1] != n \
+                or any(b > a for a, b in zip(bounds[1:], bounds[:-1], strict=True)):
+            raise ValueError(f"bounds: expected {self.groups + 1} non-decreasing row bounds from 0 to {n}, got "
+                             f"{bounds!r}")
+        # (the regrouped batches of a pass below float64: each group's Delta W by strided matmuls, within round-off)
+        strided = self.student.ladder.is_uniform() and self.student.fast_path
+        edges = None if self.student.ladder.is_uniform() else [self.student.edge_index(l)
+                                                                for l in range(self.student.ladder.depth)]
         for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):
             if hi > lo:
-                part.add(rec, z, rows=slice(lo, hi))
+                part.add(record_rows(rec, slice(lo, hi), edges, strided=strided), z[lo:hi])
 
     def state_dict(self) -> dict:
         """``{"groups": [state of group 0, ...]}`` (see :meth:`FrequencyAccumulator.state_dict`)."""
@@ -684,19 +703,21 @@ def _check_label_range(student: LadderStudent, y: torch.Tensor, loss: str) -> No
 def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *adds: Any) -> torch.Tensor:
     """Every ``(x, y, z)`` of ``batches`` through the student's explicit pass, each record and its events handed to
     every ``add`` (an accumulator's or a probe's); each batch writes into the previous one's stacked buffers (the
-    same memory).  Returns how many of the examples the student classifies correctly, as a 0-dim int64 tensor on
-    the student's device: no host read per batch (the caller reads it once).  The labels' range must have been
-    checked by the caller (:func:`_check_label_range`): a batch's is not (a host read per batch on a device)."""
+    same memory).  A batch ``(x, y, z, bounds)`` hands its row groups' bounds on too (``add(rec, z, bounds)``:
+    :meth:`ReplicateAccumulator.add`).  Returns how many of the examples the student classifies correctly, as a
+    0-dim int64 tensor on the student's device: no host read per batch (the caller reads it once).  The labels'
+    range must have been checked by the caller (:func:`_check_label_range`): a batch's is not (a host read per
+    batch on a device)."""
     dev = student.weights[0].device
     correct = torch.zeros((), dtype=torch.int64, device=dev)  # on the device: read back once, after the last batch
     buffers: bool | list[torch.Tensor] = True
     with torch.no_grad():
-        for x, y, z in batches:
+        for x, y, z, *bounds in batches:
             # host batches copied without waiting for the device (a blocking copy synchronizes the stream)
             x, y, z = (t.to(dev, non_blocking=True) for t in (x, y, z))
             rec = student.forward_backward(x, y, loss, stacked=buffers, labels_checked=True)
             for add in adds:
-                add(rec, z)
+                add(rec, z, *bounds)
             correct += (rec.fbar[0][:, 0].argmax(-1) == y).sum()
             buffers = rec.stacked if rec.stacked is not None else True  # set: the pass was asked for them
     return correct
@@ -712,10 +733,42 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData 
     """
     part, wdt = chunks.chunk(c), student.weights[0].dtype
     acc = _accumulator(student, dtype, groups)
-    rows = [slice(s, min(s + batch_size, len(part))) for s in range(0, len(part), batch_size)]
     _check_label_range(student, part.y, loss)  # (a chunk is read on the host: no device read)
-    correct = _run_batches(student, ((part.inputs(r, wdt), part.y[r], part.z[r]) for r in rows), loss, acc.add)
+    if groups is not None and _regroup(student, dtype):
+        batches: Iterator[Any] = ((part.inputs(idx, wdt), part.y[idx], part.z[idx], bounds)
+                                  for idx, bounds in _grouped_batches(len(part), batch_size, groups))
+    else:
+        rows = [slice(s, min(s + batch_size, len(part))) for s in range(0, len(part), batch_size)]
+        batches = ((part.inputs(r, wdt), part.y[r], part.z[r]) for r in rows)
+    correct = _run_batches(student, batches, loss, acc.add)
     return acc.state_dict(), int(correct)
+
+
+#: Batches of ``batch_size`` rows run together by :func:`_grouped_batches` (the row groups' sums then cost a
+#: quarter of the per-group calls per row; memory: this many batches' records).
+GROUPED_BATCHES = 4
+
+
+def _regroup(student: LadderStudent, dtype: torch.dtype | None) -> bool:
+    """Whether a streaming pass with row groups may run :data:`GROUPED_BATCHES` batches at once
+    (:func:`_grouped_batches`): without BN (each row's record is then its own, whatever batch it runs in) and with
+    batch sums below float64 (whose results are within their own round-off anyway: a float64 pass stays the same
+    bit for bit)."""
+    return not student.batch_norm and (dtype or student.weights[0].dtype) != torch.float64
+
+
+def _grouped_batches(n: int, batch_size: int, groups: int) -> Iterator[tuple[torch.Tensor, list[int]]]:
+    """The rows of a chunk of ``n`` rows as runs of :data:`GROUPED_BATCHES` batches of ``batch_size``, each run's
+    rows reordered group by group: ``(rows, bounds)``, group g's rows (block g of each batch, the K blocks
+    ``g N_b // K`` of :meth:`ReplicateAccumulator.add`) at ``bounds[g]:bounds[g + 1]`` of ``rows``.  So every group
+    holds the rows it holds batch by batch, in 1/GROUPED_BATCHES of the per-group calls."""
+    step = batch_size * GROUPED_BATCHES
+    for lo in range(0, n, step):
+        starts = range(lo, min(lo + step, n), batch_size)
+        cuts = [[s + g * (min(s + batch_size, n) - s) // groups for g in range(groups + 1)] for s in starts]
+        rows = torch.cat([torch.arange(c[g], c[g + 1]) for g in range(groups) for c in cuts])
+        sizes = [sum(c[g + 1] - c[g] for c in cuts) for g in range(groups)]
+        yield rows, [sum(sizes[:g]) for g in range(groups + 1)]
 
 
 def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: str = "squared", batch_size: int = 4096,
@@ -727,7 +780,9 @@ def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: s
     Each chunk is one task (in this process, or on a Dask cluster with ``engine``); it runs its rows in
     batches of ``batch_size`` (BN normalizes each batch by its own statistics) into a fresh accumulator, and
     the chunks' states are merged in chunk order, so the result does not depend on the engine.  Memory is one
-    chunk and one batch, whatever N is.
+    chunk and one batch, whatever N is.  With ``groups``, batch sums below float64 and no BN, the batches run
+    :data:`GROUPED_BATCHES` at a time, their rows reordered group by group (:func:`_grouped_batches`: every group
+    holds the rows it holds batch by batch; fewer, larger per-group sums, within the batch sums' round-off).
 
     :param source: a :class:`~teachers.sampling.LadderSample`, a :class:`~teachers.chunked.ChunkedLadderData`,
         or dataset path(s), of the student's ladder.
