@@ -2,8 +2,8 @@
 any host sync in the per-batch path (``.item()``, ``bool(t)``, ``torch.bincount``, ``one_hot``'s range check)
 raises; what runs here end to end runs on a GPU without stalling per batch.
 
-The records are the CPU student's, moved to meta: the accumulation alone is under test (the training step's own
-meta test is ``tests/test_meta_training.py``).  Bad events still raise: at once on the CPU, and from the
+The frequency accumulators take the meta student's own records (they derive U and Gf from its weights); the
+alignment's are the CPU student's, moved to meta.  Bad events still raise: at once on the CPU, and from the
 deferred device-side flag when the sums leave the device."""
 
 from __future__ import annotations
@@ -49,16 +49,24 @@ def _batches(name: str, dtype: torch.dtype = torch.float32, n: int = 64, bn: boo
     return lad, st, recs, [z[:n], z[n:]]
 
 
+def _meta_records(student: LadderStudent, name: str, n: int = 64) -> list[StudentRecord]:
+    """``_batches``' two batches through the meta ``student``'s own explicit pass (its accumulator derives U and Gf
+    from its own weights, so it takes only its own records)."""
+    s = sample_ladder(LADDERS[name](), 2 * n, 1)
+    x, z = s.inputs(dtype=student.weights[0].dtype).to("meta"), s.z.long().to("meta")
+    return [student.forward_backward(x[b: b + n], z[b: b + n, 0], stacked=True, labels_checked=True) for b in (0, n)]
+
+
 @pytest.mark.parametrize("name", sorted(LADDERS))
 def test_frequency_accumulation_runs_on_meta(name: str) -> None:
     lad, st, recs, zs = _batches(name)
     cpu = FrequencyAccumulator(st)
     meta_student = LadderStudent(lad, 4, seed=0, dtype=torch.float32, device="meta")
     acc, rep = FrequencyAccumulator(meta_student), ReplicateAccumulator(meta_student, groups=3)
-    for rec, z in zip(recs, zs, strict=True):
+    for rec, meta_rec, z in zip(recs, _meta_records(meta_student, name), zs, strict=True):
         cpu.add(rec, z)
-        acc.add(_to(rec, "meta"), z.to("meta"))
-        rep.add(_to(rec, "meta"), z.to("meta"))
+        acc.add(meta_rec, z.to("meta"))
+        rep.add(meta_rec, z.to("meta"))
     assert acc.n == cpu.n == 128 and rep.n == 128
     for key in FrequencyAccumulator._SUMS:
         for m, c in zip(getattr(acc, key), getattr(cpu, key), strict=True):
