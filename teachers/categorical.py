@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from pyro.distributions import TorchDistribution, constraints
 
-__all__ = ["AliasTable", "BlockRNG", "IndexedCategorical", "alias_setup", "uniform"]
+__all__ = ["AliasTable", "AliasWork", "BlockRNG", "IndexedCategorical", "alias_setup", "fill_uniform", "uniform"]
 
 # float32 uniforms carry 24 random bits; u * m keeps 24 - log2(m) of them for the
 # within-cell comparison.  Above this many events per row we draw float64 uniforms.
@@ -68,6 +68,41 @@ def uniform(shape: Sequence[int], generator: torch.Generator | BlockRNG | None, 
     if isinstance(generator, BlockRNG):
         return generator._draw(torch.rand, shape, dtype, device)
     return torch.rand(shape, generator=generator, dtype=dtype, device=device)
+
+
+def fill_uniform(out: torch.Tensor, generator: torch.Generator | BlockRNG | None) -> torch.Tensor:
+    """Fill ``out`` (contiguous, dim 0 covering a :class:`BlockRNG`'s examples) in place with the numbers
+    :func:`uniform` would return for its shape and dtype (``torch.rand`` is ``empty().uniform_()``: the same
+    stream), without allocating: the sampler reuses one buffer over its blocks."""
+    if isinstance(generator, BlockRNG):
+        for part, g in generator.split(out):
+            part.uniform_(generator=g)
+    else:
+        out.uniform_(generator=generator)
+    return out
+
+
+class AliasWork:
+    """Reusable temporaries of :meth:`AliasTable.sample_into`: one flat buffer per (name, dtype), grown on demand.
+
+    A sampler that draws block after block passes the same work to every draw: fresh multi-megabyte temporaries
+    per draw cost the page faults of new memory on every block (about a third of the sampler's time on CPU),
+    reused ones do not.
+
+    :param device: where the buffers live.
+    """
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self._buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+
+    def get(self, name: str, n: int, dtype: torch.dtype) -> torch.Tensor:
+        """A 1-D buffer of ``n`` elements of ``dtype`` (uninitialised), the same memory on every call that fits."""
+        key = (name, dtype)
+        b = self._buffers.get(key)
+        if b is None or b.numel() < n:
+            b = self._buffers[key] = torch.empty(n, dtype=dtype, device=self.device)
+        return b[:n]
 
 
 def alias_setup(probs: np.ndarray | torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -151,23 +186,39 @@ class AliasTable:
         u = uniform(row.shape, generator, dtype=self.uniform_dtype, device=self.device)
         return self.sample_from_uniforms(u, row)
 
+    def sample_into(self, out: torch.Tensor, row: torch.Tensor, generator: torch.Generator | BlockRNG | None,
+                    work: AliasWork) -> torch.Tensor:
+        """:meth:`sample` written into ``out`` (``event_dtype``, the shape of ``row``, any strides: a column slice
+        of the sampler's event buffer), its uniforms and temporaries taken from ``work``: the same draws, no
+        allocation once ``work`` has grown to the largest call.  Returns ``out``."""
+        u = work.get("u", row.numel(), self.uniform_dtype)
+        fill_uniform(u.view(row.shape), generator)
+        return self._draw(u, row.reshape(-1), out, work)
+
     def sample_from_uniforms(self, u: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
         """The draws that the uniforms ``u`` in [0, 1) (``uniform_dtype``, one per entry of ``row``) give: what
         :meth:`sample` does with its own uniforms.  Over every uniform of the grid (all ``i 2^-24`` for float32),
         it gives the sampler's exact distribution (:attr:`resolution`).  ``u`` is overwritten."""
-        shape = row.shape
-        m = self.num_events
-        um = u.reshape(-1).mul_(m)
-        k = um.to(self.index_dtype)  # float -> int32 is ~4x faster than float -> uint8 on CPU
+        out = torch.empty(row.shape, dtype=self.event_dtype, device=row.device)
+        return self._draw(u.reshape(-1), row.reshape(-1), out, AliasWork(row.device))
+
+    def _draw(self, um: torch.Tensor, row: torch.Tensor, out: torch.Tensor, work: AliasWork) -> torch.Tensor:
+        """The draws of uniforms ``um`` (flat, overwritten) for rows ``row`` (flat) into ``out``."""
+        n, m = um.numel(), self.num_events
+        um.mul_(m)
+        k = work.get("k", n, self.index_dtype).copy_(um)  # float -> int32 is ~4x faster than float -> uint8 on CPU
         if not self._exact_scale:
             k.clamp_(max=m - 1)  # u < 1 always, but u * m can round up to m
-        flat = torch.add(k, row.reshape(-1).to(self.index_dtype), alpha=m)  # k + m * row in one pass
-        keep = um < self.cut.index_select(0, flat)
-        alias = self.alias.index_select(0, flat)
-        k = k.to(self.event_dtype)
+        flat = torch.add(k, row.to(self.index_dtype), alpha=m,  # k + m * row in one pass
+                         out=work.get("flat", n, self.index_dtype))
+        keep = torch.lt(um, torch.index_select(self.cut, 0, flat, out=work.get("cut", n, self.uniform_dtype)),
+                        out=work.get("keep", n, torch.bool))
+        alias = torch.index_select(self.alias, 0, flat, out=work.get("alias", n, self.event_dtype))
+        ev = work.get("event", n, self.event_dtype).copy_(k)
         # alias + keep * (k - alias), exact even when k - alias wraps around in uint8; it is
         # ~5x faster than torch.where on CPU.
-        return k.sub_(alias).mul_(keep).add_(alias).reshape(shape)
+        ev.sub_(alias).mul_(keep)
+        return torch.add(ev.view(out.shape), alias.view(out.shape), out=out)
 
 
 class IndexedCategorical(TorchDistribution):
