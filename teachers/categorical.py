@@ -25,7 +25,8 @@ import numpy as np
 import torch
 from pyro.distributions import TorchDistribution, constraints
 
-__all__ = ["AliasTable", "AliasWork", "BlockRNG", "IndexedCategorical", "alias_setup", "fill_uniform", "uniform"]
+__all__ = ["AliasTable", "AliasWork", "BlockRNG", "IndexedCategorical", "alias_setup", "fill_bits", "fill_uniform",
+           "uniform"]
 
 # float32 uniforms carry 24 random bits; u * m keeps 24 - log2(m) of them for the
 # within-cell comparison.  Above this many events per row we draw float64 uniforms.
@@ -79,6 +80,23 @@ def fill_uniform(out: torch.Tensor, generator: torch.Generator | BlockRNG | None
             part.uniform_(generator=g)
     else:
         out.uniform_(generator=generator)
+    return out
+
+
+#: Random bits per float32 uniform: torch's CPU ``rand`` is ``(random() & (2^24 - 1)) * 2^-24``.
+UNIFORM_BITS = 24
+
+
+def fill_bits(out: torch.Tensor, generator: torch.Generator | BlockRNG | None) -> torch.Tensor:
+    """Fill the int32 ``out`` in place with the integers ``i = u * 2^24`` of the float32 uniforms ``u`` that
+    :func:`fill_uniform` would give on the CPU: ``random_(0, 2^24)`` draws ``random() % 2^24``, the same 32-bit
+    numbers masked the same way, one per element in the same order (``tests/test_alias_sampler.py`` checks the
+    identity).  Only the CPU's generators: a CUDA ``rand`` is not ``randint`` scaled."""
+    if isinstance(generator, BlockRNG):
+        for part, g in generator.split(out):
+            part.random_(0, 1 << UNIFORM_BITS, generator=g)
+    else:
+        out.random_(0, 1 << UNIFORM_BITS, generator=generator)
     return out
 
 
@@ -176,6 +194,19 @@ class AliasTable:
         # events are computed in the narrowest dtype: the blend below is exact modulo 2^8.
         self.event_dtype = torch.uint8 if m <= 256 else torch.int32
         self.alias = torch.as_tensor(alias.reshape(-1), dtype=self.event_dtype, device=self.device)
+        #: The draws from the uniforms' integers (:meth:`sample_from_bits`), on the CPU for 2 <= m <= 256 a power
+        #: of two: the shift of the cell, one gather of ``packed`` and integer compares instead of the float scale,
+        #: its conversion and two gathers; the same draws.
+        self.packed: torch.Tensor | None = None
+        if self.uniform_dtype == torch.float32 and self._exact_scale and m >= 2 and self.index_dtype == torch.int32:
+            self._shift = UNIFORM_BITS - (m.bit_length() - 1)
+            # u * m = i 2^(b - 24) exactly (m = 2^b), in cell k = i >> shift, kept iff i 2^(b - 24) < cut, i.e.
+            # iff frac = i - (k << shift) <= last = ceil(cut 2^shift) - 1 - (k << shift), in [-1, 2^shift - 1]:
+            # packed = last * 256 + alias fits int32 (< 2^31 for shift <= 23), the alias is its low byte
+            cut32 = cut.astype(np.float32).astype(np.float64)  # the cut as self.cut holds it (IEEE rounding)
+            cell = np.arange(m, dtype=np.int64) << self._shift
+            last = np.ceil(cut32 * 2.0**self._shift).astype(np.int64) - 1 - cell
+            self.packed = torch.as_tensor((last * 256 + alias).reshape(-1), dtype=torch.int32, device=self.device)
 
     def sample(self, row: torch.Tensor, generator: torch.Generator | BlockRNG | None = None) -> torch.Tensor:
         """One draw per entry of ``row`` (any shape, integer row indices).
@@ -190,10 +221,25 @@ class AliasTable:
                     work: AliasWork) -> torch.Tensor:
         """:meth:`sample` written into ``out`` (``event_dtype``, the shape of ``row``, any strides: a column slice
         of the sampler's event buffer), its uniforms and temporaries taken from ``work``: the same draws, no
-        allocation once ``work`` has grown to the largest call.  Returns ``out``."""
+        allocation once ``work`` has grown to the largest call; on the CPU, from the uniforms' integers when the
+        table has them (:meth:`sample_from_bits`).  Returns ``out``."""
+        if self.packed is not None and self.device.type == "cpu":  # the uniforms' integers (fill_bits: CPU only)
+            bits = work.get("bits", row.numel(), torch.int32)
+            fill_bits(bits.view(row.shape), generator)
+            return self._draw_bits(bits, row.reshape(-1), out, work)
         u = work.get("u", row.numel(), self.uniform_dtype)
         fill_uniform(u.view(row.shape), generator)
         return self._draw(u, row.reshape(-1), out, work)
+
+    def sample_from_bits(self, bits: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+        """The draws of the uniforms ``bits * 2^-24`` (``bits`` int32 in ``[0, 2^24)``, one per entry of ``row``):
+        :meth:`sample_from_uniforms` of those uniforms, computed in integers (tables with ``packed`` only).
+        ``bits`` is overwritten."""
+        if self.packed is None:
+            raise ValueError(f"bits: integer draws need 2 <= m <= 256 a power of two (and int32 rows), this table "
+                             f"has m = {self.num_events}")
+        out = torch.empty(row.shape, dtype=self.event_dtype, device=row.device)
+        return self._draw_bits(bits.reshape(-1), row.reshape(-1), out, AliasWork(row.device))
 
     def sample_from_uniforms(self, u: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
         """The draws that the uniforms ``u`` in [0, 1) (``uniform_dtype``, one per entry of ``row``) give: what
@@ -218,6 +264,20 @@ class AliasTable:
         # alias + keep * (k - alias), exact even when k - alias wraps around in uint8; it is
         # ~5x faster than torch.where on CPU.
         ev.sub_(alias).mul_(keep)
+        return torch.add(ev.view(out.shape), alias.view(out.shape), out=out)
+
+    def _draw_bits(self, bits: torch.Tensor, row: torch.Tensor, out: torch.Tensor, work: AliasWork) -> torch.Tensor:
+        """The draws of the uniforms' integers ``bits`` (flat int32, overwritten) for rows ``row`` into ``out``."""
+        assert self.packed is not None
+        n, shift = bits.numel(), self._shift
+        flat = torch.bitwise_right_shift(bits, shift, out=work.get("flat", n, torch.int32))  # the cell k
+        ev = work.get("event", n, self.event_dtype).copy_(flat)
+        flat.add_(row.to(torch.int32), alpha=self.num_events)  # k + m * row
+        packed = torch.index_select(self.packed, 0, flat, out=work.get("packed", n, torch.int32))
+        alias = work.get("alias", n, self.event_dtype).copy_(packed)  # the low byte (int32 -> uint8 wraps)
+        keep = torch.le(bits.bitwise_and_((1 << shift) - 1), packed.bitwise_right_shift_(8),
+                        out=work.get("keep", n, torch.bool))
+        ev.sub_(alias).mul_(keep)  # the blend of _draw
         return torch.add(ev.view(out.shape), alias.view(out.shape), out=out)
 
 
