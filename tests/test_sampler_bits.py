@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from teachers.categorical import AliasTable, AliasWork, BlockRNG, fill_bits, fill_uniform
+from teachers.ladder import Ladder
+from teachers.sampling import sampling_plan
 
 
 def rows_with_edges(m: int, rows: int, seed: int) -> np.ndarray:
@@ -118,3 +120,18 @@ def test_alias_work_reuses_its_buffers() -> None:
     assert work.get("x", 100, torch.float32).data_ptr() != a.data_ptr()  # another dtype: its own buffer
     b = work.get("x", 200, torch.int32)  # grown
     assert b.shape == (200,) and work.get("x", 150, torch.int32).data_ptr() == b.data_ptr()
+
+
+@pytest.mark.parametrize(("branching", "events"), [(2, 256), (4, 256), (4, 16), (3, 5)])
+def test_tree_rows_repeat_each_parent_event(branching: int, events: int) -> None:
+    """A tree level's table rows, ``i * m + z[parent(i)]``, whether built by repeating events in 16-bit lanes
+    (2 or 4 children, events up to 255) or by the broadcast add (other branchings)."""
+    lad = Ladder.random(depth=2, branching=branching, events=events, seed=3)
+    plan = sampling_plan(lad)
+    buf = torch.randint(0, events, (50, lad.total_regions), generator=torch.Generator().manual_seed(0))
+    buf = buf.to(lad.event_dtype())
+    for level in (1, 2):
+        parents = torch.tensor([p for (p,) in lad.parents[level]]) + lad.level_offsets[level - 1]
+        want = torch.arange(lad.num_regions[level]) * events + buf[:, parents].long()
+        got = plan.levels[level].rows(buf, AliasWork())
+        assert got.dtype == torch.int32 and torch.equal(got.long(), want)
