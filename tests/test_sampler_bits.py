@@ -135,3 +135,19 @@ def test_tree_rows_repeat_each_parent_event(branching: int, events: int) -> None
         want = torch.arange(lad.num_regions[level]) * events + buf[:, parents].long()
         got = plan.levels[level].rows(buf, AliasWork())
         assert got.dtype == torch.int32 and torch.equal(got.long(), want)
+
+
+def test_one_hot_gathers_identity_rows() -> None:
+    """``teachers.emission.one_hot`` (the leaves of every streamed batch): F.one_hot's values, a clear error for an
+    event out of range, and no values read on the meta device."""
+    from teachers.emission import one_hot
+
+    z = torch.randint(0, 16, (64, 256), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    assert torch.equal(one_hot(z, 16, torch.float32), torch.nn.functional.one_hot(z.long(), 16).float())
+    assert one_hot(z[:0], 16, torch.float32).shape == (0, 256, 16)
+    with pytest.raises(RuntimeError, match=r"z: events outside \[0, 16\)"):
+        one_hot(torch.tensor([[3, 16]]), 16)
+    with pytest.raises(RuntimeError, match="z: events outside"):
+        one_hot(torch.tensor([-1]), 16)
+    meta = one_hot(z.to("meta"), 16, torch.float64)
+    assert meta.device.type == "meta" and meta.shape == (64, 256, 16) and meta.dtype == torch.float64
