@@ -5,6 +5,10 @@ millions of times; the alias method needs one uniform number, two table look-ups
 whatever the number of events (``benchmarks/bench_ladder_sampling.py`` compares it with
 ``torch.multinomial``).  :class:`AliasTable` holds the tables of a stack of rows; :class:`IndexedCategorical` is
 the Pyro distribution of row ``row[i]`` of a shared :class:`CategoricalTable`, never materialized per draw.
+The block sampler (:mod:`teachers.sampling`) draws through :meth:`AliasTable.sample_into`: temporaries reused
+over its blocks (:class:`AliasWork`) and, on the CPU for m a power of two, the draw computed from the uniform's
+24-bit integer with one table look-up (:meth:`AliasTable.sample_from_bits`); the same draws as
+:meth:`AliasTable.sample`.
 
 Resolution.  A draw is a function of one uniform u, and torch's uniforms lie on a grid: ``i 2^-24`` in float32
 (rows of at most 256 events, for speed), ``i 2^-53`` in float64 (more events).  So the sampler's distribution is
