@@ -262,7 +262,7 @@ class AliasTable:
         flat = torch.add(k, row.to(self.index_dtype), alpha=m,  # k + m * row in one pass
                          out=work.get("flat", n, self.index_dtype))
         keep = torch.lt(um, torch.index_select(self.cut, 0, flat, out=work.get("cut", n, self.uniform_dtype)),
-                        out=work.get("keep", n, torch.bool))
+                        out=work.get("keep", n, self.event_dtype))  # 0/1 in the events' dtype: no bool cast
         alias = torch.index_select(self.alias, 0, flat, out=work.get("alias", n, self.event_dtype))
         ev = work.get("event", n, self.event_dtype).copy_(k)
         # alias + keep * (k - alias), exact even when k - alias wraps around in uint8; it is
@@ -280,7 +280,7 @@ class AliasTable:
         packed = torch.index_select(self.packed, 0, flat, out=work.get("packed", n, torch.int32))
         alias = work.get("alias", n, self.event_dtype).copy_(packed)  # the low byte (int32 -> uint8 wraps)
         keep = torch.le(bits.bitwise_and_((1 << shift) - 1), packed.bitwise_right_shift_(8),
-                        out=work.get("keep", n, torch.bool))
+                        out=work.get("keep", n, torch.uint8))  # 0/1 as uint8: the blend multiplies without a cast
         ev.sub_(alias).mul_(keep)  # the blend of _draw
         return torch.add(ev.view(out.shape), alias.view(out.shape), out=out)
 
