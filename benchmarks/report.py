@@ -127,12 +127,14 @@ def _row(benchmark: str, measured: str, target: str) -> str:
 
 # ---------------------------------------------------------------------- bench_ladder_sampling.py
 def ladder_sampling_rows() -> list[str]:
-    """The sampler against plain Pyro and against the ``torch.rand`` floor (best of the timed runs; the
-    contenders run one after the other, not interleaved)."""
+    """The sampler against plain Pyro and against the ``torch.rand`` floor (best of the timed runs; the sampler and
+    the floor in interleaved rounds where the recording says so, otherwise one contender after the other)."""
     d = _load("ladder_sampling")
     c, t = d["config"], d["targets"]
-    source = _source(d, "bench_ladder_sampling.py", f"best of {_runs(c['repeats'])} each, one contender after the "
-                     f"other; plain Pyro: {_runs(c['baseline_repeats'])} of N = {_count(c['baseline_n'])}")
+    order = ("the sampler and the floor in interleaved rounds" if c.get("interleaved")
+             else "one contender after the other")
+    source = _source(d, "bench_ladder_sampling.py", f"best of {_runs(c['repeats'])} each, {order}; "
+                     f"plain Pyro: {_runs(c['baseline_repeats'])} of N = {_count(c['baseline_n'])}")
     speed, floor = t["speedup_over_plain_pyro"], t["slowdown_vs_floor"]
     return [
         _row(f"ladder sampler vs plain Pyro `dist.Categorical` model (N = {_count(c['n'])}, "

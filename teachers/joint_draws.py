@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from .categorical import AliasTable, BlockRNG
+from .categorical import AliasTable, AliasWork, BlockRNG
 from .productions import Productions
 
 __all__ = ["JointLevel", "production_children"]
@@ -63,10 +63,15 @@ class JointLevel:
         flat = row.to(torch.int64).mul_(self.num_productions).add_(k.to(torch.int64))
         return self.rules.index_select(0, flat.reshape(-1)).reshape(row.shape[0], -1)
 
-    def sample(self, buf: torch.Tensor, rng: BlockRNG | torch.Generator) -> None:
-        """Draw every parent's production and write the children into ``buf`` ``(n, total_regions)``."""
+    def sample(self, buf: torch.Tensor, rng: BlockRNG | torch.Generator, work: AliasWork | None = None) -> None:
+        """Draw every parent's production and write the children into ``buf`` ``(n, total_regions)`` (temporaries
+        from ``work`` when given)."""
         row = self.rows(buf[:, self.parent_lo: self.lo])
-        k = self.table.sample(row, rng)
+        if work is None:
+            k = self.table.sample(row, rng)
+        else:
+            k = self.table.sample_into(work.get("production", row.numel(), self.table.event_dtype).view(row.shape),
+                                       row, rng, work)
         buf[:, self.lo: self.hi] = self.children(row, k)
 
 

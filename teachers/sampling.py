@@ -37,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from .categorical import AliasTable, BlockRNG
+from .categorical import AliasTable, AliasWork, BlockRNG
 from .emission import _check_leaf_events, one_hot, sampler_events
 from .joint_draws import JointLevel
 from .ladder import TOPDOWN, Ladder, _check_ladder, _joint_law, _known
@@ -278,6 +278,12 @@ def strided_runs(links: Sequence[Sequence[int]]) -> list[tuple[int, int, int, li
     return runs
 
 
+# children per parent -> (wide dtype, multiplier) that repeats a uint8 event in each 16-bit lane of the wide
+# integer (little-endian lanes: the int16 view of the product lists the event rep times, in order)
+_REPEAT_LANES = ({2: (torch.int32, 0x0001_0001), 4: (torch.int64, 0x0001_0001_0001_0001)}
+                 if sys.byteorder == "little" else {})
+
+
 class _Level:
     """One level's sampling plan: every region of the level in one vectorised step (module docstring).
 
@@ -291,24 +297,40 @@ class _Level:
         self.lo, self.hi, self.r, self.runs, self.offset = lo, lo + r, r, runs, offset
         self.table, self.draw = table, isinstance(table, AliasTable)
 
-    def rows(self, buf: torch.Tensor) -> torch.Tensor:
-        """Row (topdown) or lookup (bottomup) index ``(n, R)`` int32 of every region of every example."""
+    def rows(self, buf: torch.Tensor, work: AliasWork | None = None) -> torch.Tensor:
+        """Row (topdown) or lookup (bottomup) index ``(n, R)`` int32 of every region of every example (in
+        ``work``'s buffers when given: the sampler reuses them over its blocks)."""
         n = buf.shape[0]
         if not self.runs:
             return self.offset.expand(n, self.r)
-        out = None if len(self.runs) == 1 else torch.empty(n, self.r, dtype=torch.int32, device=buf.device)
+        work = AliasWork(buf.device) if work is None else work
+        out = work.get("row", n * self.r, torch.int32).view(n, self.r)
         for i0, q, rep, off, terms in self.runs:
-            code: torch.Tensor | None = None
-            for col, step, w in terms:
+            (col, step, w), lanes = terms[0], _REPEAT_LANES.get(rep)
+            if len(terms) == 1 and w is None and lanes is not None and buf.dtype == torch.uint8:
+                # a tree's run: each parent's event repeated for its rep children, then the rows' offsets.  The
+                # broadcast add of a (n, q, 1) view runs rep-element inner loops (3x slower); instead each event
+                # is copied into a wide integer and multiplied by 0x0001...0001, which puts it in every 16-bit lane
+                part = buf[:, col: col + step * (q - 1) + 1: step] if step else buf[:, col: col + 1].expand(n, q)
+                wide = work.get("lanes", n * q, lanes[0]).view(n, q).copy_(part).mul_(lanes[1])
+                torch.add(wide.view(torch.int16).view(n, q * rep), off.view(1, q * rep),
+                          out=out[:, i0: i0 + q * rep])
+                continue
+            code = out[:, i0: i0 + q * rep].view(n, q, rep) if len(self.runs) == 1 else None
+            for j, (col, step, w) in enumerate(terms):
                 part = buf[:, col: col + step * (q - 1) + 1: step] if step else buf[:, col: col + 1].expand(n, q)
                 part = part.unsqueeze(-1)  # (n, q, 1), a view of the buffer
-                term = part if w is None else part * w
-                code = term + off if code is None else code.add_(term)
+                if w is not None:
+                    part = torch.mul(part, w, out=work.get("term", n * q * rep, torch.int32).view(n, q, rep))
+                if j == 0:
+                    code = torch.add(part, off, out=work.get("code", n * q * rep, torch.int32).view(n, q, rep)
+                                     if code is None else code)
+                else:
+                    assert code is not None
+                    code.add_(part)
             assert code is not None  # every region of a run links at least one place (a parent or a child)
-            if out is None:
-                return code.reshape(n, self.r)
-            out[:, i0: i0 + q * rep] = code.reshape(n, q * rep)
-        assert out is not None  # several runs (a single one returned above)
+            if len(self.runs) > 1:
+                out[:, i0: i0 + q * rep] = code.reshape(n, q * rep)
         return out
 
 
@@ -376,21 +398,24 @@ class SamplingPlan:
             self.levels.append(_Level(off[l], r, runs, offset, table))
 
 
-def _sample_call(plan: SamplingPlan, rng: BlockRNG, buf: torch.Tensor, start: int = 0) -> torch.Tensor | None:
+def _sample_call(plan: SamplingPlan, rng: BlockRNG, buf: torch.Tensor, start: int = 0,
+                 work: AliasWork | None = None) -> torch.Tensor | None:
     """All events of ``rng.total`` rows written into ``buf`` ``(n, total_regions)`` (the event dtype), level by
     level as in the module docstring, and x when the emission is not derivable.  ``start``: the first of
-    ``plan.levels`` to draw (the levels before it are already in ``buf``)."""
+    ``plan.levels`` to draw (the levels before it are already in ``buf``); ``work``: temporaries to reuse over
+    the calls of one pass (:class:`~teachers.categorical.AliasWork`)."""
     g = plan.g
+    work = AliasWork(buf.device) if work is None else work
     for lvl in plan.levels[start:]:
         if isinstance(lvl, JointLevel):
-            lvl.sample(buf, rng)
+            lvl.sample(buf, rng, work)
             continue
-        row = lvl.rows(buf)
+        row = lvl.rows(buf, work)
         if isinstance(lvl.table, AliasTable):  # lvl.draw
-            ev = lvl.table.sample(row, rng)
+            lvl.table.sample_into(buf[:, lvl.lo: lvl.hi], row, rng, work)
         else:
-            ev = lvl.table.index_select(0, row.reshape(-1)).reshape(row.shape)
-        buf[:, lvl.lo: lvl.hi] = ev
+            ev = torch.index_select(lvl.table, 0, row.reshape(-1), out=work.get("lookup", row.numel(), buf.dtype))
+            buf[:, lvl.lo: lvl.hi] = ev.view(row.shape)
     if g.emission.derivable:
         return None
     leaves = buf[:, g.level_offsets[-2]:].long()
@@ -437,6 +462,7 @@ def _sample_rows(ladder: Ladder, seed: int, lo: int, hi: int, chunk_size: int | 
 
         bar = tqdm(total=hi - lo, unit="ex", unit_scale=True, desc="sampling ladder")
     first, last = lo // BLOCK_SIZE, -(-hi // BLOCK_SIZE)  # blocks [first, last)
+    work = AliasWork(device)  # one set of temporaries for every call: fresh ones cost page faults per block
     with torch.no_grad():
         for call in range(first, last, blocks_per_call):
             blocks = range(call, min(call + blocks_per_call, last))
@@ -446,7 +472,7 @@ def _sample_rows(ladder: Ladder, seed: int, lo: int, hi: int, chunk_size: int | 
             inside = (a, b) == (base, base + rng.total)
             buf = z[a - lo: b - lo] if inside else torch.empty(rng.total, g.total_regions, dtype=z.dtype,
                                                                  device=device)
-            xs = _sample_call(plan, rng, buf)
+            xs = _sample_call(plan, rng, buf, work=work)
             if not inside:
                 z[a - lo: b - lo] = buf[a - base: b - base]
             if x is not None:
