@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from smaso.student.compare import ComparisonResult
     from teachers.chunked import DataSource
 
-__all__ = ["PopulationTrajectory", "compare_population", "population_supported", "train_population"]
+__all__ = ["PopulationTrajectory", "compare_population", "population_supported", "train_ladder_population"]
 
 
 def population_supported(student: StudentConfig, training: TrainingConfig,
@@ -68,7 +68,7 @@ def population_supported(student: StudentConfig, training: TrainingConfig,
 
 @dataclasses.dataclass
 class PopulationTrajectory:
-    """What :func:`train_population` returns.
+    """What :func:`train_ladder_population` returns.
 
     :ivar snapshots: ``snapshots[step][r]``: member r's parameters (``named_parameters`` order, clones) after
         ``step`` updates, at every step asked for.
@@ -115,7 +115,7 @@ def _check_loss(losses: torch.Tensor, start: int, stop: int, first: torch.Tensor
                 break
 
 
-def train_population(nets: Sequence[LadderStudent], batches: Sequence, *, steps: int, lr: float,
+def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *, steps: int, lr: float,
                      loss: str = "squared", weight_decay: float = 0.0,
                      keep: Sequence[int] = ()) -> PopulationTrajectory:
     """Train R students of one architecture as one batched network by plain SGD (module docstring), member r on
@@ -273,7 +273,7 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
     steps = t0.steps
     keep = {s for _, _, e in cfg for s in (0, steps, *range(0, steps + 1, e.eval_every))}
     tic = time.perf_counter()
-    traj = train_population(nets, batches, steps=steps, lr=t0.lr, loss=t0.loss, weight_decay=t0.weight_decay,
+    traj = train_ladder_population(nets, batches, steps=steps, lr=t0.lr, loss=t0.loss, weight_decay=t0.weight_decay,
                             keep=keep)
     share = (time.perf_counter() - tic) / R
     out = []
