@@ -83,19 +83,24 @@ def _shuffled_control(sample: LadderSample | ChunkedLadderData, args: argparse.N
 def _other_seeds(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace, held_out: Any, engine: Any = None,
                  control: bool = False) -> list:
     """Futures (or, without ``engine``, the results) of the seeds after ``--student-seed`` (``--seeds`` in all),
-    each with its shuffled-label control when ``control``: :func:`~smaso.student.seeds._seed_run` tasks, without
-    the alignment (only the first seed's is printed).  With a
-    :class:`~teachers.engine.ProcessEngine` they are submitted now, from this thread, before any work here (a
-    fork once this process computes can copy a held lock), and run beside this process's own seed."""
-    from smaso.student.seeds import _seed_run
+    each with its shuffled-label control when ``control``, without the alignment (only the first seed's is
+    printed): trained as batched populations (:func:`~smaso.student.seeds._population_runs`; the runs one by one,
+    bit for bit), here one, with a :class:`~teachers.engine.ProcessEngine` one per worker (its futures' results are
+    lists of runs), with a Dask engine one task per seed.  A pool's tasks are submitted now, from this thread,
+    before any work here (a fork once this process computes can copy a held lock), and run beside this process's
+    own seed."""
+    from smaso.student.seeds import _population_runs, _seed_run
 
     configs = _configs(args, _held_out(sample, args, held_out), alignment=False)
     seeds = [args.student_seed + i for i in range(1, args.seeds)]
-    if engine is None:
-        return [_seed_run(s, sample, configs, control, args.device) for s in seeds]
+    if engine is None:  # here: every seed and control as one batched population
+        return _population_runs(seeds, sample, configs, control, args.device)
     if not hasattr(engine, "submit"):  # a Dask engine: one task per seed, here waited for
         return engine.map(_seed_run, seeds, sample, configs, control, args.device)
-    return [engine.submit(_seed_run, s, sample, configs, control, args.device) for s in seeds]
+    # a process pool: one population per worker (each future's result is a list of runs)
+    k = max(1, math.ceil(len(seeds) / getattr(engine, "workers", 1)))
+    return [engine.submit(_population_runs, seeds[i: i + k], sample, configs, control, args.device)
+            for i in range(0, len(seeds), k)]
 
 
 def _seed_summary(args: argparse.Namespace, result: ComparisonResult, runs: list, control: Any = None) -> Any:
@@ -108,6 +113,7 @@ def _seed_summary(args: argparse.Namespace, result: ComparisonResult, runs: list
     from smaso.student.seeds import summarize_seeds
 
     runs = [r.result() if hasattr(r, "result") else r for r in runs]
+    runs = [x for r in runs for x in (r if isinstance(r, list) else [r])]  # (a pool's populations: lists of runs)
     seeds = [args.student_seed + i for i in range(args.seeds)]
     shuffled = None if control is None else [control, *(r["shuffled"] for r in runs)]
     return summarize_seeds([result, *runs], seeds=seeds, last=3, shuffled=shuffled)
@@ -251,10 +257,14 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
           f"readout {args.readout or 'none'}, {args.activation}{f', BN {args.bn} the gate' if args.bn else ''}; "
           f"measured every {args.eval_every} steps on {args.eval_examples} "
           f"{'held-out' if evaluation is not False else 'training'} rows ==")
-    result = _run_comparison(sample, args, held_out=evaluation)
+    # --student-seed's run and its shuffled-label control (the reformulation's table and the alignment both measure
+    # it), trained as one batched population: the runs of _run_comparison and _shuffled_control, bit for bit
+    from smaso.student.population import compare_population
+
+    held = _held_out(sample, args, evaluation)
+    (s_cfg, t_cfg, e_cfg), (_, t_ctl, e_ctl) = _configs(args, held), _configs(args, held, shuffle_labels=True)
+    result, shuffled = compare_population(sample, s_cfg, [t_cfg, t_ctl], [e_cfg, e_ctl], device=args.device)
     student, _, _ = result._trained()
-    # the shuffled-label control of every seed: the reformulation's table and the alignment both measure it
-    shuffled = _shuffled_control(sample, args, held_out=evaluation)
     runs = others if others is not None else _other_seeds(sample, args, evaluation, None, control=True)
     seeds = _seed_summary(args, result, runs, control=shuffled)
     print(result.table(every=max(1, len(result.history) // 8)))
