@@ -81,18 +81,20 @@ def _shuffled_control(sample: LadderSample | ChunkedLadderData, args: argparse.N
 
 
 def _other_seeds(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace, held_out: Any, engine: Any = None,
-                 control: bool = False) -> list:
+                 control: bool = False, skip: int = 0) -> list:
     """Futures (or, without ``engine``, the results) of the seeds after ``--student-seed`` (``--seeds`` in all),
     each with its shuffled-label control when ``control``, without the alignment (only the first seed's is
     printed): trained as batched populations (:func:`~smaso.student.seeds._population_runs`; the runs one by one,
     bit for bit), here one, with a :class:`~teachers.engine.ProcessEngine` one per worker (its futures' results are
     lists of runs), with a Dask engine one task per seed.  A pool's tasks are submitted now, from this thread,
     before any work here (a fork once this process computes can copy a held lock), and run beside this process's
-    own seed."""
+    own seed.  ``skip``: leave out the first this many of them (the demo trains them with its own seed)."""
     from smaso.student.seeds import _population_runs, _seed_run
 
     configs = _configs(args, _held_out(sample, args, held_out), alignment=False)
-    seeds = [args.student_seed + i for i in range(1, args.seeds)]
+    seeds = [args.student_seed + i for i in range(1 + skip, args.seeds)]  # (the first ``skip`` run elsewhere)
+    if not seeds:
+        return []
     if engine is None:  # here: every seed and control as one batched population
         return _population_runs(seeds, sample, configs, control, args.device)
     if not hasattr(engine, "submit"):  # a Dask engine: one task per seed, here waited for
@@ -227,15 +229,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     with ProcessEngine(workers) if workers else nullcontext() as engine:
         # the other seeds go to the worker processes first (submitted before this process computes anything:
         # a fork mid-computation could copy a held lock); this process runs seed --student-seed meanwhile
-        others = _other_seeds(sample, args, evaluation, engine, control=True) if engine is not None else None
-        _demo_report(args, lad, sample, evaluation, others, t0, compare_student)
+        # (this process also trains the first `here` of them beside its own seed: it has the report to write too,
+        # about the work of one or two seeds (issue 39's profile), so it takes a share of one of w + 2 parts)
+        here = (args.seeds - 1) // (workers + 2) if engine is not None else args.seeds - 1
+        others = _other_seeds(sample, args, evaluation, engine, control=True, skip=here) \
+            if engine is not None else []
+        _demo_report(args, lad, sample, evaluation, others, t0, compare_student, here=here)
     return 0
 
 
 def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: LadderSample | bool, others: Any,
-                 t0: float, compare_student: Callable[..., ComparisonResult]) -> None:
-    """What ``smaso demo`` prints and writes, the other seeds' runs being ``others`` (futures, or None: run them
-    here when needed); ``evaluation`` is the held-out rows, or False (``--evaluate training``)."""
+                 t0: float, compare_student: Callable[..., ComparisonResult], here: int = 0) -> None:
+    """What ``smaso demo`` prints and writes, the other seeds' runs being the first ``here`` of them, trained here
+    in one population with ``--student-seed``'s, then ``others`` (futures or runs, :func:`_other_seeds`);
+    ``evaluation`` is the held-out rows, or False (``--evaluate training``)."""
     from teachers.ladder import Ladder
     from teachers.sampling import sample_ladder
 
@@ -258,14 +265,23 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
           f"measured every {args.eval_every} steps on {args.eval_examples} "
           f"{'held-out' if evaluation is not False else 'training'} rows ==")
     # --student-seed's run and its shuffled-label control (the reformulation's table and the alignment both measure
-    # it), trained as one batched population: the runs of _run_comparison and _shuffled_control, bit for bit
+    # it), trained as one batched population with the first `here` other seeds and their controls (without the
+    # alignment): the runs of _run_comparison, _shuffled_control and _other_seeds, bit for bit
+    import dataclasses
+
     from smaso.student.population import compare_population
+    from smaso.student.seeds import _run_dicts
 
     held = _held_out(sample, args, evaluation)
     (s_cfg, t_cfg, e_cfg), (_, t_ctl, e_ctl) = _configs(args, held), _configs(args, held, shuffle_labels=True)
-    result, shuffled = compare_population(sample, s_cfg, [t_cfg, t_ctl], [e_cfg, e_ctl], device=args.device)
+    mine = [args.student_seed + i for i in range(1, 1 + here)]
+    e_mine = dataclasses.replace(e_cfg, alignment=False)
+    res = compare_population(sample, s_cfg, [t_cfg, t_ctl, *(dataclasses.replace(t_cfg, seed=s) for s in mine),
+                                             *(dataclasses.replace(t_ctl, seed=s) for s in mine)],
+                             [e_cfg, e_ctl, *[e_mine] * (2 * here)], device=args.device)
+    result, shuffled = res[0], res[1]
     student, _, _ = result._trained()
-    runs = others if others is not None else _other_seeds(sample, args, evaluation, None, control=True)
+    runs = [*_run_dicts(mine, res[2:], shuffled=True), *others]
     seeds = _seed_summary(args, result, runs, control=shuffled)
     print(result.table(every=max(1, len(result.history) // 8)))
     print(f"\nerrors and terms of the reformulation at the end of training, trained vs controls "

@@ -509,11 +509,16 @@ def _population_runs(seeds: Sequence[int], sample: DataSource, configs: tuple, s
     if shuffled:
         trainings += [dataclasses.replace(training, seed=s, shuffle_labels=True) for s in seeds]
         evaluations += [dataclasses.replace(evaluation, alignment=False)] * len(seeds)
-    res = compare_population(sample, student, trainings, evaluations, device=device)
+    return _run_dicts(seeds, compare_population(sample, student, trainings, evaluations, device=device), shuffled)
+
+
+def _run_dicts(seeds: Sequence[int], results: Sequence, shuffled: bool) -> list[dict]:
+    """:func:`_seed_run`'s dicts from ComparisonResults: ``results`` the K seeds' runs, then (``shuffled``) their K
+    controls in the same order."""
     out = [{"seed": s, "history": r.history, "stopped_at": r.stopped_at, "seconds": r.seconds}
-           for s, r in zip(seeds, res, strict=False)]
+           for s, r in zip(seeds, results, strict=False)]
     if shuffled:
-        for o, ctl in zip(out, res[len(seeds):], strict=True):
+        for o, ctl in zip(out, results[len(seeds):], strict=True):
             o["shuffled"] = {"history": ctl.history, "stopped_at": ctl.stopped_at, "seconds": ctl.seconds}
     return out
 
