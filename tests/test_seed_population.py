@@ -15,10 +15,16 @@ import torch
 from smaso.student.compare import compare_student
 from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.network import LadderStudent
-from smaso.student.population import compare_population, population_supported, train_ladder_population
-from smaso.student.rows import _training_batches
+from smaso.student.population import (
+    compare_population,
+    population_batch,
+    population_supported,
+    train_ladder_population,
+)
+from smaso.student.rows import _training_batches, _training_pieces
 from smaso.student.training import TrainingDiverged
 from teachers.chunked import as_chunks
+from teachers.emission import GaussianEmission
 from teachers.ladder import Ladder
 from teachers.sampling import sample_ladder
 
@@ -104,3 +110,23 @@ def test_settings_outside_the_population_say_why_and_run_one_by_one(data):
         compare_population(data, student, [], evaluation)
     with pytest.raises(ValueError, match="batches"):
         train_ladder_population([LadderStudent(data.ladder, 4)], [], steps=1, lr=0.1)
+
+
+@pytest.mark.parametrize("gaussian", [False, True])
+def test_population_batches_are_the_members_batches(data, gaussian):
+    """Built at once from the members' rows (one one-hot for all, or the stored inputs), across chunk boundaries
+    (chunks of 100 rows, minibatches of 64), the population's minibatch is the members' own stacked."""
+    if gaussian:
+        lad = data.ladder.with_emission(GaussianEmission.around_one_hot(8, 4, 0.3))
+        data = sample_ladder(lad, 600, 1, progress=False)
+    chunks = as_chunks(data, chunk_rows=100)
+    members = [(0, False), (3, True)]
+    pieces = [_training_pieces(chunks, 64, torch.Generator().manual_seed(s), 30, s if sh else None)
+              for s, sh in members]
+    batches = [_training_batches(chunks, 64, torch.Generator().manual_seed(s), torch.float64, 30, s if sh else None)
+               for s, sh in members]
+    for _ in range(5):
+        x, y = population_batch([next(p) for p in pieces], torch.float64)
+        want = [next(b) for b in batches]
+        assert torch.equal(x, torch.stack([w[0] for w in want], 1)) and x.dtype == torch.float64
+        assert torch.equal(y, torch.stack([w[1] for w in want]))

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from smaso.student.compare import ComparisonResult
     from teachers.chunked import DataSource
 
-__all__ = ["PopulationTrajectory", "compare_population", "population_supported", "train_ladder_population"]
+__all__ = ["PopulationTrajectory", "compare_population", "population_batch", "population_supported",
+           "train_ladder_population"]
 
 
 def population_supported(student: StudentConfig, training: TrainingConfig,
@@ -115,9 +116,37 @@ def _check_loss(losses: torch.Tensor, start: int, stop: int, first: torch.Tensor
                 break
 
 
+def _stacked(items: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The population's minibatch from its members' ``(x (N, R_d, dim), y (N,))``: ``x (N, R, R_d, dim)`` and
+    ``y (R, N)``."""
+    xs, ys = zip(*items, strict=True)
+    return torch.stack(xs, 1), torch.stack(ys)
+
+
+def population_batch(items: Sequence[list], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The population's minibatch from its members' rows (:func:`~smaso.student.rows._training_pieces`, one list of
+    ``(chunk, row indices, labels)`` per member): ``x (N, R, R_d, dim)`` in ``dtype`` and ``y (R, N)``, the values
+    of the members' own :func:`~smaso.student.rows._training_batches`.  One-hot leaves are built once for every
+    member (one range check and one scatter, not R); a dataset that stores its inputs is read row by row."""
+    from teachers.emission import _check_leaf_events, one_hot
+
+    def cat(ts: list[torch.Tensor]) -> torch.Tensor:
+        return ts[0] if len(ts) == 1 else torch.cat(ts)
+
+    y = torch.stack([cat([labels[idx] for _, idx, labels in it]) for it in items])
+    if any(part.x is not None for it in items for part, _, _ in it):
+        return torch.stack([cat([part.inputs(idx, dtype) for part, idx, _ in it]) for it in items], 1), y
+    t = items[0][0][0].teacher
+    off = t.level_offsets[-2]
+    leaves = torch.stack([cat([part.z[idx, off:] for part, idx, _ in it]) for it in items], 1)  # (N, R, R_d)
+    _check_leaf_events(leaves.reshape(-1, leaves.shape[-1]), t.emission.num_regions, t.emission.num_events, t.depth)
+    return one_hot(leaves, t.emission.num_events, dtype), y
+
+
 def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *, steps: int, lr: float,
-                     loss: str = "squared", weight_decay: float = 0.0,
-                     keep: Sequence[int] = ()) -> PopulationTrajectory:
+                            loss: str = "squared", weight_decay: float = 0.0, keep: Sequence[int] = (),
+                            build: Callable[[list], tuple[torch.Tensor, torch.Tensor]] | None = None
+                            ) -> PopulationTrajectory:
     """Train R students of one architecture as one batched network by plain SGD (module docstring), member r on
     the minibatches ``batches[r]`` (an iterator of ``(x (N, R_d, dim), y (N,))``, every member the same N).
 
@@ -128,6 +157,8 @@ def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *,
     :param nets: R :class:`LadderStudent` of one architecture on the uniform-tree kernels, without Batch Norm or
         shared weights (:func:`population_supported`).
     :param steps, lr, loss, weight_decay: as :func:`~smaso.student.compare.compare_student`'s plain SGD.
+    :param build: the population's ``(x (N, R, R_d, dim), y (R, N))`` from the R members' next items (default: the
+        items are ``(x, y)`` pairs, stacked; :func:`population_batch` builds them from rows).
     """
     R = len(nets)
     if R == 0:
@@ -168,11 +199,11 @@ def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *,
     acts = [net.act(l) for l in range(d)]
     n0 = net.widths[0]
     for step in range(steps):
-        xs, ys = zip(*(next(it) for it in batches), strict=True)
-        N = xs[0].shape[0]
+        x, y = (build or _stacked)([next(it) for it in batches])
+        N = x.shape[0]
         # member-major regions in one row: (N, R R_d, dim), node-major (R R_d, dim, N) as the student's leaves
-        x = torch.stack(xs, 1).to(device=dev, dtype=dtype).view(N, -1, xs[0].shape[-1])
-        y = torch.stack(ys).to(dev)  # (R, N)
+        x = x.to(device=dev, dtype=dtype).view(N, -1, x.shape[-1])
+        y = y.to(dev)  # (R, N)
         h = x.permute(1, 2, 0)
         inputs, deriv = [None] * d, [None] * d
         with torch.no_grad():
@@ -235,7 +266,7 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
 
     from smaso.student.compare import _check_dtype_device, compare_student
     from smaso.student.config import _configs
-    from smaso.student.rows import _evaluation_rows, _training_batches
+    from smaso.student.rows import _evaluation_rows, _training_pieces
     from teachers.chunked import as_chunks
 
     trainings = list(trainings)
@@ -267,14 +298,13 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
     if not nets[0].fast_path or t0.steps < 0 or t0.batch_size < 1 or any(e.eval_every <= 0 for _, _, e in cfg):
         return one_by_one()
     skips = [_evaluation_rows(e.held_out, chunks, e.eval_examples, lad)[1] for _, _, e in cfg]
-    batches = [_training_batches(chunks, t.batch_size, torch.Generator().manual_seed(t.seed), dtype, skip,
-                                 t.seed if t.shuffle_labels else None)
-               for (_, t, _), skip in zip(cfg, skips, strict=True)]
+    rows = [_training_pieces(chunks, t.batch_size, torch.Generator().manual_seed(t.seed), skip,
+                             t.seed if t.shuffle_labels else None) for (_, t, _), skip in zip(cfg, skips, strict=True)]
     steps = t0.steps
     keep = {s for _, _, e in cfg for s in (0, steps, *range(0, steps + 1, e.eval_every))}
     tic = time.perf_counter()
-    traj = train_ladder_population(nets, batches, steps=steps, lr=t0.lr, loss=t0.loss, weight_decay=t0.weight_decay,
-                            keep=keep)
+    traj = train_ladder_population(nets, rows, steps=steps, lr=t0.lr, loss=t0.loss, weight_decay=t0.weight_decay,
+                                   keep=keep, build=lambda items: population_batch(items, dtype))
     share = (time.perf_counter() - tic) / R
     out = []
     for r, (s, t, e) in enumerate(cfg):
