@@ -130,3 +130,14 @@ def test_population_batches_are_the_members_batches(data, gaussian):
         want = [next(b) for b in batches]
         assert torch.equal(x, torch.stack([w[0] for w in want], 1)) and x.dtype == torch.float64
         assert torch.equal(y, torch.stack([w[1] for w in want]))
+
+
+def test_population_step_runs_on_meta(data):
+    """The population's step on device="meta": no host read and no device mismatch in the step (the rows are
+    built on the CPU and moved once per step; the losses are read only at checkpoints, never on meta)."""
+    lad = data.ladder
+    nets = [LadderStudent(lad, 6, readout=5, seed=s, dtype=torch.float64, device="meta") for s in (0, 1)]
+    traj = train_ladder_population(nets, _streams(data, [(0, False), (1, True)], 32), steps=3, lr=0.1, keep=[3])
+    assert traj.diverged == [None, None]
+    assert all(t.device.type == "meta" and t.shape == p.shape
+               for t, p in zip(traj.snapshots[3][1], nets[1].parameters(), strict=True))

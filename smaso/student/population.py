@@ -103,6 +103,8 @@ def _check_loss(losses: torch.Tensor, start: int, stop: int, first: torch.Tensor
     first bad step: not finite, or above DIVERGED times its first loss (at least 1): compare_student's check."""
     from smaso.student.compare import DIVERGED
 
+    if losses.device.type == "meta":  # no values to read (the meta tier checks shapes and devices only)
+        return
     vals = losses[start:stop].tolist()
     firsts = first.tolist()
     for r, f in enumerate(firsts):
@@ -177,10 +179,17 @@ def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *,
     lad, d = net.ladder, net.ladder.depth
     Rl = lad.num_regions
     dev, dtype = net.weights[0].device, net.weights[0].dtype
+    def stack(ts: list[torch.Tensor]) -> torch.Tensor:
+        # (R, ...) by copies into one buffer (torch.stack on "meta" first loads its Python decompositions: seconds)
+        out = ts[0].new_empty((R, *ts[0].shape))
+        for r, t in enumerate(ts):
+            out[r].copy_(t)
+        return out
+
     with torch.no_grad():
-        # (R, ...) stacks; flat[l]: the same memory as one level of R R_l regions, member-major
-        W = [torch.stack([m.weights[l].detach() for m in nets]) for l in range(d)]
-        b = None if net.biases is None else [torch.stack([m.biases[l].detach() for m in nets]) for l in range(d)]
+        # (R, ...) stacks; Wf[l], bf[l]: the same memory as one level of R R_l regions, member-major
+        W = [stack([m.weights[l].detach() for m in nets]) for l in range(d)]
+        b = None if net.biases is None else [stack([m.biases[l].detach() for m in nets]) for l in range(d)]
     Wf = [w.view(-1, *w.shape[2:]) for w in W]
     bf = None if b is None else [t.view(-1, t.shape[-1]) for t in b]
     keep = sorted(set(keep))
