@@ -150,13 +150,20 @@ def _save_outputs(out_dir: str | os.PathLike, payload: dict, result: ComparisonR
                   control: Any = None) -> list[str]:
     """comparison.json and comparison.png, and with the alignment measured alignment.png (``control``: the
     shuffled-label run's last alignment rows, drawn beside)."""
-    from smaso.plots import plot_comparison
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _write_json(out / "comparison.json", payload)
+    return [str(out / "comparison.json"), *_save_figures(out, result, title, control)]
+
+
+def _save_figures(out: Path, result: ComparisonResult, title: str, control: Any = None) -> list[str]:
+    """comparison.png, and with the alignment measured alignment.png, in ``out`` (made): :func:`_save_outputs`'s
+    figures, which need no other seed's run."""
+    from smaso.plots import plot_comparison
+
+    out.mkdir(parents=True, exist_ok=True)
     plot_comparison(result, out / "comparison.png", title=title)
-    files = [str(out / "comparison.json"), str(out / "comparison.png")]
+    files = [str(out / "comparison.png")]
     if result.history and "alignment" in result.history[-1]:
         from smaso.plots import plot_alignment
 
@@ -281,19 +288,10 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
                              [e_cfg, e_ctl, *[e_mine] * (2 * here)], device=args.device)
     result, shuffled = res[0], res[1]
     student, _, _ = result._trained()
-    runs = [*_run_dicts(mine, res[2:], shuffled=True), *others]
-    seeds = _seed_summary(args, result, runs, control=shuffled)
-    print(result.table(every=max(1, len(result.history) // 8)))
-    print(f"\nerrors and terms of the reformulation at the end of training, trained vs controls "
-          f"({seeds.evaluation} rows; student seed {args.student_seed}'s training curve above)")
-    print(seeds.table())
+    # first what needs no other seed's run, while the workers finish theirs (printed and listed in the order of
+    # before): the accuracy, Thm 3's check, the figures and the errors against N
     accuracy = accuracy_report(lad, student, report["bayes_optimal"], args.seed)
-    print("\n" + ACCURACY_WORDS.format(ev=seeds.evaluation or "", seed=args.student_seed), end="")
-    print(accuracy["text"])
-    rows = f"{args.eval_examples} {'held-out' if evaluation is not False else 'training'} rows"
     control = shuffled.final().get("alignment")
-    if args.alignment:
-        _print_alignment(result, control, rows)
     # Thm 3: on the fully informative ladder with one-hot leaves the reformulation is exact
     from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 
@@ -306,15 +304,8 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
     worst = exact.max_error(("F_propagated", "G_propagated", "dW_propagated"))
     verdict = (f"undefined ({'; '.join(exact.final()['degenerate'])}): not a check of Thm 3" if math.isnan(worst)
                else f"{worst:.1e}" + (" (float64 round-off: exact)" if worst < 1e-10 else " (NOT exact)"))
-    print(f"\nThm 3 check (fully informative ladder, one-hot leaves, {len(exact.history)} checkpoints): "
-          f"largest relative error {verdict}")
-    out_dir = args.out  # (its default, under $SMASO_OUTPUT, is set by cli_support._check_early)
-    payload = {"ladder_report": report, **_comparison_payload(result, args),
-               "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
-               "alignment_control_shuffled_labels": control,
-               "seeds": seeds.to_dict(), "thm3_fully_informative_max_error": worst,
-               "seed_workers": getattr(args, "seed_workers_used", 0)}
-    files = _save_outputs(out_dir, payload, result, title, control=control)
+    out_dir = Path(args.out)  # (its default, under $SMASO_OUTPUT, is set by cli_support._check_early)
+    files = _save_figures(out_dir, result, title, control=control)
     groups = _noise_groups(args)
     if groups and args.n >= 2048:
         from smaso.plots import plot_errors_against_n
@@ -324,10 +315,30 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
         fresh = sample_ladder(lad, args.n, args.seed + 3, progress=False)
         by_n = errors_against_n(student, fresh, n_min=1024, loss=args.loss, P_source=args.P_source,
                                 noise_groups=groups)
-        plot_errors_against_n(by_n, Path(out_dir) / "errors_vs_n.png",
+        plot_errors_against_n(by_n, out_dir / "errors_vs_n.png",
                               title=f"{title}: errors and noise floors against N")
-        _write_json(Path(out_dir) / "errors_vs_n.json", by_n)
-        files += [str(Path(out_dir) / "errors_vs_n.png"), str(Path(out_dir) / "errors_vs_n.json")]
+        _write_json(out_dir / "errors_vs_n.json", by_n)
+        files += [str(out_dir / "errors_vs_n.png"), str(out_dir / "errors_vs_n.json")]
+    runs = [*_run_dicts(mine, res[2:], shuffled=True), *others]
+    seeds = _seed_summary(args, result, runs, control=shuffled)
+    print(result.table(every=max(1, len(result.history) // 8)))
+    print(f"\nerrors and terms of the reformulation at the end of training, trained vs controls "
+          f"({seeds.evaluation} rows; student seed {args.student_seed}'s training curve above)")
+    print(seeds.table())
+    print("\n" + ACCURACY_WORDS.format(ev=seeds.evaluation or "", seed=args.student_seed), end="")
+    print(accuracy["text"])
+    rows = f"{args.eval_examples} {'held-out' if evaluation is not False else 'training'} rows"
+    if args.alignment:
+        _print_alignment(result, control, rows)
+    print(f"\nThm 3 check (fully informative ladder, one-hot leaves, {len(exact.history)} checkpoints): "
+          f"largest relative error {verdict}")
+    payload = {"ladder_report": report, **_comparison_payload(result, args),
+               "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
+               "alignment_control_shuffled_labels": control,
+               "seeds": seeds.to_dict(), "thm3_fully_informative_max_error": worst,
+               "seed_workers": getattr(args, "seed_workers_used", 0)}
+    _write_json(out_dir / "comparison.json", payload)
+    files.insert(0, str(out_dir / "comparison.json"))
     print(f"\nwrote {', '.join(files)}  ({time.perf_counter() - t0:.1f} s in all)")
 
 
