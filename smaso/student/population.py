@@ -179,6 +179,7 @@ def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *,
     lad, d = net.ladder, net.ladder.depth
     Rl = lad.num_regions
     dev, dtype = net.weights[0].device, net.weights[0].dtype
+
     def stack(ts: list[torch.Tensor]) -> torch.Tensor:
         # (R, ...) by copies into one buffer (torch.stack on "meta" first loads its Python decompositions: seconds)
         out = ts[0].new_empty((R, *ts[0].shape))
