@@ -81,21 +81,28 @@ def _shuffled_control(sample: LadderSample | ChunkedLadderData, args: argparse.N
 
 
 def _other_seeds(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace, held_out: Any, engine: Any = None,
-                 control: bool = False) -> list:
+                 control: bool = False, skip: int = 0) -> list:
     """Futures (or, without ``engine``, the results) of the seeds after ``--student-seed`` (``--seeds`` in all),
-    each with its shuffled-label control when ``control``: :func:`~smaso.student.seeds._seed_run` tasks, without
-    the alignment (only the first seed's is printed).  With a
-    :class:`~teachers.engine.ProcessEngine` they are submitted now, from this thread, before any work here (a
-    fork once this process computes can copy a held lock), and run beside this process's own seed."""
-    from smaso.student.seeds import _seed_run
+    each with its shuffled-label control when ``control``, without the alignment (only the first seed's is
+    printed): trained as batched populations (:func:`~smaso.student.seeds._population_runs`; the runs one by one,
+    bit for bit), here one, with a :class:`~teachers.engine.ProcessEngine` one per worker (its futures' results are
+    lists of runs), with a Dask engine one task per seed.  A pool's tasks are submitted now, from this thread,
+    before any work here (a fork once this process computes can copy a held lock), and run beside this process's
+    own seed.  ``skip``: leave out the first this many of them (the demo trains them with its own seed)."""
+    from smaso.student.seeds import _population_runs, _seed_run
 
     configs = _configs(args, _held_out(sample, args, held_out), alignment=False)
-    seeds = [args.student_seed + i for i in range(1, args.seeds)]
-    if engine is None:
-        return [_seed_run(s, sample, configs, control, args.device) for s in seeds]
+    seeds = [args.student_seed + i for i in range(1 + skip, args.seeds)]  # (the first ``skip`` run elsewhere)
+    if not seeds:
+        return []
+    if engine is None:  # here: every seed and control as one batched population
+        return _population_runs(seeds, sample, configs, control, args.device)
     if not hasattr(engine, "submit"):  # a Dask engine: one task per seed, here waited for
         return engine.map(_seed_run, seeds, sample, configs, control, args.device)
-    return [engine.submit(_seed_run, s, sample, configs, control, args.device) for s in seeds]
+    # a process pool: one population per worker (each future's result is a list of runs)
+    k = max(1, math.ceil(len(seeds) / getattr(engine, "workers", 1)))
+    return [engine.submit(_population_runs, seeds[i: i + k], sample, configs, control, args.device)
+            for i in range(0, len(seeds), k)]
 
 
 def _seed_summary(args: argparse.Namespace, result: ComparisonResult, runs: list, control: Any = None) -> Any:
@@ -108,6 +115,7 @@ def _seed_summary(args: argparse.Namespace, result: ComparisonResult, runs: list
     from smaso.student.seeds import summarize_seeds
 
     runs = [r.result() if hasattr(r, "result") else r for r in runs]
+    runs = [x for r in runs for x in (r if isinstance(r, list) else [r])]  # (a pool's populations: lists of runs)
     seeds = [args.student_seed + i for i in range(args.seeds)]
     shuffled = None if control is None else [control, *(r["shuffled"] for r in runs)]
     return summarize_seeds([result, *runs], seeds=seeds, last=3, shuffled=shuffled)
@@ -142,13 +150,20 @@ def _save_outputs(out_dir: str | os.PathLike, payload: dict, result: ComparisonR
                   control: Any = None) -> list[str]:
     """comparison.json and comparison.png, and with the alignment measured alignment.png (``control``: the
     shuffled-label run's last alignment rows, drawn beside)."""
-    from smaso.plots import plot_comparison
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _write_json(out / "comparison.json", payload)
+    return [str(out / "comparison.json"), *_save_figures(out, result, title, control)]
+
+
+def _save_figures(out: Path, result: ComparisonResult, title: str, control: Any = None) -> list[str]:
+    """comparison.png, and with the alignment measured alignment.png, in ``out`` (made): :func:`_save_outputs`'s
+    figures, which need no other seed's run."""
+    from smaso.plots import plot_comparison
+
+    out.mkdir(parents=True, exist_ok=True)
     plot_comparison(result, out / "comparison.png", title=title)
-    files = [str(out / "comparison.json"), str(out / "comparison.png")]
+    files = [str(out / "comparison.png")]
     if result.history and "alignment" in result.history[-1]:
         from smaso.plots import plot_alignment
 
@@ -221,15 +236,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     with ProcessEngine(workers) if workers else nullcontext() as engine:
         # the other seeds go to the worker processes first (submitted before this process computes anything:
         # a fork mid-computation could copy a held lock); this process runs seed --student-seed meanwhile
-        others = _other_seeds(sample, args, evaluation, engine, control=True) if engine is not None else None
-        _demo_report(args, lad, sample, evaluation, others, t0, compare_student)
+        # (this process also trains the first `here` of them beside its own seed: it has the report to write too,
+        # about the work of one or two seeds (issue 39's profile), so it takes a share of one of w + 2 parts)
+        here = (args.seeds - 1) // (workers + 2) if engine is not None else args.seeds - 1
+        others = _other_seeds(sample, args, evaluation, engine, control=True, skip=here) \
+            if engine is not None else []
+        _demo_report(args, lad, sample, evaluation, others, t0, compare_student, here=here)
     return 0
 
 
 def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: LadderSample | bool, others: Any,
-                 t0: float, compare_student: Callable[..., ComparisonResult]) -> None:
-    """What ``smaso demo`` prints and writes, the other seeds' runs being ``others`` (futures, or None: run them
-    here when needed); ``evaluation`` is the held-out rows, or False (``--evaluate training``)."""
+                 t0: float, compare_student: Callable[..., ComparisonResult], here: int = 0) -> None:
+    """What ``smaso demo`` prints and writes, the other seeds' runs being the first ``here`` of them, trained here
+    in one population with ``--student-seed``'s, then ``others`` (futures or runs, :func:`_other_seeds`);
+    ``evaluation`` is the held-out rows, or False (``--evaluate training``)."""
     from teachers.ladder import Ladder
     from teachers.sampling import sample_ladder
 
@@ -251,23 +271,27 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
           f"readout {args.readout or 'none'}, {args.activation}{f', BN {args.bn} the gate' if args.bn else ''}; "
           f"measured every {args.eval_every} steps on {args.eval_examples} "
           f"{'held-out' if evaluation is not False else 'training'} rows ==")
-    result = _run_comparison(sample, args, held_out=evaluation)
+    # --student-seed's run and its shuffled-label control (the reformulation's table and the alignment both measure
+    # it), trained as one batched population with the first `here` other seeds and their controls (without the
+    # alignment): the runs of _run_comparison, _shuffled_control and _other_seeds, bit for bit
+    import dataclasses
+
+    from smaso.student.population import compare_population
+    from smaso.student.seeds import _run_dicts
+
+    held = _held_out(sample, args, evaluation)
+    (s_cfg, t_cfg, e_cfg), (_, t_ctl, e_ctl) = _configs(args, held), _configs(args, held, shuffle_labels=True)
+    mine = [args.student_seed + i for i in range(1, 1 + here)]
+    e_mine = dataclasses.replace(e_cfg, alignment=False)
+    res = compare_population(sample, s_cfg, [t_cfg, t_ctl, *(dataclasses.replace(t_cfg, seed=s) for s in mine),
+                                             *(dataclasses.replace(t_ctl, seed=s) for s in mine)],
+                             [e_cfg, e_ctl, *[e_mine] * (2 * here)], device=args.device)
+    result, shuffled = res[0], res[1]
     student, _, _ = result._trained()
-    # the shuffled-label control of every seed: the reformulation's table and the alignment both measure it
-    shuffled = _shuffled_control(sample, args, held_out=evaluation)
-    runs = others if others is not None else _other_seeds(sample, args, evaluation, None, control=True)
-    seeds = _seed_summary(args, result, runs, control=shuffled)
-    print(result.table(every=max(1, len(result.history) // 8)))
-    print(f"\nerrors and terms of the reformulation at the end of training, trained vs controls "
-          f"({seeds.evaluation} rows; student seed {args.student_seed}'s training curve above)")
-    print(seeds.table())
+    # first what needs no other seed's run, while the workers finish theirs (printed and listed in the order of
+    # before): the accuracy, Thm 3's check, the figures and the errors against N
     accuracy = accuracy_report(lad, student, report["bayes_optimal"], args.seed)
-    print("\n" + ACCURACY_WORDS.format(ev=seeds.evaluation or "", seed=args.student_seed), end="")
-    print(accuracy["text"])
-    rows = f"{args.eval_examples} {'held-out' if evaluation is not False else 'training'} rows"
     control = shuffled.final().get("alignment")
-    if args.alignment:
-        _print_alignment(result, control, rows)
     # Thm 3: on the fully informative ladder with one-hot leaves the reformulation is exact
     from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 
@@ -280,15 +304,8 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
     worst = exact.max_error(("F_propagated", "G_propagated", "dW_propagated"))
     verdict = (f"undefined ({'; '.join(exact.final()['degenerate'])}): not a check of Thm 3" if math.isnan(worst)
                else f"{worst:.1e}" + (" (float64 round-off: exact)" if worst < 1e-10 else " (NOT exact)"))
-    print(f"\nThm 3 check (fully informative ladder, one-hot leaves, {len(exact.history)} checkpoints): "
-          f"largest relative error {verdict}")
-    out_dir = args.out  # (its default, under $SMASO_OUTPUT, is set by cli_support._check_early)
-    payload = {"ladder_report": report, **_comparison_payload(result, args),
-               "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
-               "alignment_control_shuffled_labels": control,
-               "seeds": seeds.to_dict(), "thm3_fully_informative_max_error": worst,
-               "seed_workers": getattr(args, "seed_workers_used", 0)}
-    files = _save_outputs(out_dir, payload, result, title, control=control)
+    out_dir = Path(args.out)  # (its default, under $SMASO_OUTPUT, is set by cli_support._check_early)
+    files = _save_figures(out_dir, result, title, control=control)
     groups = _noise_groups(args)
     if groups and args.n >= 2048:
         from smaso.plots import plot_errors_against_n
@@ -298,10 +315,30 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
         fresh = sample_ladder(lad, args.n, args.seed + 3, progress=False)
         by_n = errors_against_n(student, fresh, n_min=1024, loss=args.loss, P_source=args.P_source,
                                 noise_groups=groups)
-        plot_errors_against_n(by_n, Path(out_dir) / "errors_vs_n.png",
+        plot_errors_against_n(by_n, out_dir / "errors_vs_n.png",
                               title=f"{title}: errors and noise floors against N")
-        _write_json(Path(out_dir) / "errors_vs_n.json", by_n)
-        files += [str(Path(out_dir) / "errors_vs_n.png"), str(Path(out_dir) / "errors_vs_n.json")]
+        _write_json(out_dir / "errors_vs_n.json", by_n)
+        files += [str(out_dir / "errors_vs_n.png"), str(out_dir / "errors_vs_n.json")]
+    runs = [*_run_dicts(mine, res[2:], shuffled=True), *others]
+    seeds = _seed_summary(args, result, runs, control=shuffled)
+    print(result.table(every=max(1, len(result.history) // 8)))
+    print(f"\nerrors and terms of the reformulation at the end of training, trained vs controls "
+          f"({seeds.evaluation} rows; student seed {args.student_seed}'s training curve above)")
+    print(seeds.table())
+    print("\n" + ACCURACY_WORDS.format(ev=seeds.evaluation or "", seed=args.student_seed), end="")
+    print(accuracy["text"])
+    rows = f"{args.eval_examples} {'held-out' if evaluation is not False else 'training'} rows"
+    if args.alignment:
+        _print_alignment(result, control, rows)
+    print(f"\nThm 3 check (fully informative ladder, one-hot leaves, {len(exact.history)} checkpoints): "
+          f"largest relative error {verdict}")
+    payload = {"ladder_report": report, **_comparison_payload(result, args),
+               "accuracy": {k: v for k, v in accuracy.items() if k != "text"},
+               "alignment_control_shuffled_labels": control,
+               "seeds": seeds.to_dict(), "thm3_fully_informative_max_error": worst,
+               "seed_workers": getattr(args, "seed_workers_used", 0)}
+    _write_json(out_dir / "comparison.json", payload)
+    files.insert(0, str(out_dir / "comparison.json"))
     print(f"\nwrote {', '.join(files)}  ({time.perf_counter() - t0:.1f} s in all)")
 
 

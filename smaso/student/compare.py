@@ -343,6 +343,7 @@ def _check_dtype_device(dtype: Any, device: Any) -> None:
 def compare_student(sample: DataSource, student: StudentConfig | None = None, training: TrainingConfig | None = None,
                     evaluation: EvaluationConfig | None = None, *, device: torch.device | str | None = None,
                     engine: SerialEngine | DaskEngine | None = None, progress: bool = False,
+                    _replay: Callable[[LadderStudent, int], None] | None = None,
                     **legacy: Any) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
@@ -363,6 +364,9 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
     :param progress: a tqdm bar over the training steps.
     :param legacy: deprecated: the configs' fields as keywords (``width=16, steps=300``), mapped onto the configs
         with a :class:`DeprecationWarning`; a keyword that is no config field is a TypeError.
+    :param _replay: private (:func:`~smaso.student.population.compare_population`): called as ``_replay(net, step)``
+        in place of training step ``step``, it gives ``net`` the weights a batched population trained (or raises
+        where that member diverged); the checkpoints measure them as they measure a trained student.
 
     The configs' fields in detail (see also their classes):
 
@@ -534,6 +538,9 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
             result.final_stats = stats
         if step == steps or result.stopped_at is not None:
             break
+        if _replay is not None:  # a population trained this run (smaso.student.population): its weights, not a step
+            _replay(net, step)
+            continue
         x_b, y_b = next(batches)
         # (a host batch is copied without waiting for the device: a blocking copy synchronizes the stream)
         rec = net.forward_backward(x_b.to(dev, non_blocking=True), y_b.to(dev, non_blocking=True), loss,

@@ -75,19 +75,13 @@ def _all_training_labels(chunks: ChunkedLadderData | _SampleChunks, skip: int,
     return torch.cat(parts)
 
 
-def _training_batches(chunks: ChunkedLadderData | _SampleChunks, batch_size: int, gen: torch.Generator,
-                      dtype: torch.dtype, skip: int = 0,
-                      shuffle_seed: int | None = None) -> Iterator[Any]:
-    """SGD minibatches ``(x, y)`` without end: each epoch visits the chunks in a random order and each
-    chunk's rows in a random order (``gen``), a batch's last rows carried over into the next chunk, so
-    every row is used once per epoch.  Inputs are built per batch in ``dtype``; memory is one chunk.
-
-    :param skip: the first this many rows are never trained on (the held-out evaluation rows); ``skip=0``
-        draws exactly the random stream of the pass without held-out rows.
-    :param shuffle_seed: train on permuted labels (:func:`_training_labels`); the rows, their order and the
-        batches are those of the run without it.
-    """
-    xs, ys, have = [], [], 0  # the pieces of the batch being filled (across chunk boundaries)
+def _training_pieces(chunks: ChunkedLadderData | _SampleChunks, batch_size: int, gen: torch.Generator, skip: int = 0,
+                     shuffle_seed: int | None = None
+                     ) -> Iterator[list[tuple[LadderSample, torch.Tensor, torch.Tensor]]]:
+    """The rows of :func:`_training_batches`'s minibatches, not yet built: per minibatch a list of
+    ``(chunk, row indices, the chunk's training labels)``, one entry per chunk it takes rows from (the same random
+    stream: building a batch draws nothing).  A population builds its members' batches from these at once."""
+    pieces, have = [], 0  # the pieces of the batch being filled (across chunk boundaries)
     while True:
         for c in torch.randperm(chunks.num_chunks, generator=gen).tolist():
             lo, hi = chunks.chunk_bounds(c)
@@ -100,12 +94,29 @@ def _training_batches(chunks: ChunkedLadderData | _SampleChunks, batch_size: int
             s = 0
             while s < len(perm):
                 idx = perm[s: s + batch_size - have]
-                xs.append(part.inputs(idx, dtype))
-                ys.append(labels[idx])
+                pieces.append((part, idx, labels))
                 have, s = have + len(idx), s + len(idx)
                 if have == batch_size:
-                    yield (xs[0], ys[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(ys))
-                    xs, ys, have = [], [], 0
+                    yield pieces
+                    pieces, have = [], 0
+
+
+def _training_batches(chunks: ChunkedLadderData | _SampleChunks, batch_size: int, gen: torch.Generator,
+                      dtype: torch.dtype, skip: int = 0,
+                      shuffle_seed: int | None = None) -> Iterator[Any]:
+    """SGD minibatches ``(x, y)`` without end: each epoch visits the chunks in a random order and each
+    chunk's rows in a random order (``gen``), a batch's last rows carried over into the next chunk, so
+    every row is used once per epoch.  Inputs are built per batch in ``dtype``; memory is one chunk.
+
+    :param skip: the first this many rows are never trained on (the held-out evaluation rows); ``skip=0``
+        draws exactly the random stream of the pass without held-out rows.
+    :param shuffle_seed: train on permuted labels (:func:`_training_labels`); the rows, their order and the
+        batches are those of the run without it.
+    """
+    for pieces in _training_pieces(chunks, batch_size, gen, skip, shuffle_seed):
+        xs = [part.inputs(idx, dtype) for part, idx, _ in pieces]
+        ys = [labels[idx] for _, idx, labels in pieces]
+        yield (xs[0], ys[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(ys))
 
 
 def _evaluation_rows(held_out: Any, chunks: ChunkedLadderData | _SampleChunks, eval_examples: int | None,

@@ -491,16 +491,35 @@ def summarize_seeds(runs: Sequence, *, seeds: Sequence[int] | None = None, last:
 def _seed_run(seed: int, sample: DataSource, configs: tuple, shuffled: bool = False,
               device: torch.device | str | None = None) -> dict:
     """One student of :func:`compare_seeds` (a task of its engine: any process): its history, without tensors,
-    and with ``shuffled`` that of its shuffled-label control under ``"shuffled"`` (without the alignment)."""
-    from smaso.student.compare import compare_student
+    and with ``shuffled`` that of its shuffled-label control under ``"shuffled"`` (without the alignment); the two
+    trained as one population (:func:`_population_runs`)."""
+    return _population_runs([seed], sample, configs, shuffled, device)[0]
+
+
+def _population_runs(seeds: Sequence[int], sample: DataSource, configs: tuple, shuffled: bool = False,
+                     device: torch.device | str | None = None) -> list[dict]:
+    """:func:`_seed_run` of every seed in ``seeds``, the students (and with ``shuffled`` their controls) trained as
+    one batched population (:func:`~smaso.student.population.compare_population`: the runs one by one give the
+    same histories, bit for bit)."""
+    from smaso.student.population import compare_population
 
     student, training, evaluation = configs
-    res = compare_student(sample, student, dataclasses.replace(training, seed=seed), evaluation, device=device)
-    out = {"seed": seed, "history": res.history, "stopped_at": res.stopped_at, "seconds": res.seconds}
+    trainings = [dataclasses.replace(training, seed=s) for s in seeds]
+    evaluations = [evaluation] * len(seeds)
     if shuffled:
-        ctl = compare_student(sample, student, dataclasses.replace(training, seed=seed, shuffle_labels=True),
-                              dataclasses.replace(evaluation, alignment=False), device=device)
-        out["shuffled"] = {"history": ctl.history, "stopped_at": ctl.stopped_at, "seconds": ctl.seconds}
+        trainings += [dataclasses.replace(training, seed=s, shuffle_labels=True) for s in seeds]
+        evaluations += [dataclasses.replace(evaluation, alignment=False)] * len(seeds)
+    return _run_dicts(seeds, compare_population(sample, student, trainings, evaluations, device=device), shuffled)
+
+
+def _run_dicts(seeds: Sequence[int], results: Sequence, shuffled: bool) -> list[dict]:
+    """:func:`_seed_run`'s dicts from ComparisonResults: ``results`` the K seeds' runs, then (``shuffled``) their K
+    controls in the same order."""
+    out = [{"seed": s, "history": r.history, "stopped_at": r.stopped_at, "seconds": r.seconds}
+           for s, r in zip(seeds, results, strict=False)]
+    if shuffled:
+        for o, ctl in zip(out, results[len(seeds):], strict=True):
+            o["shuffled"] = {"history": ctl.history, "stopped_at": ctl.stopped_at, "seconds": ctl.seconds}
     return out
 
 
@@ -512,7 +531,8 @@ def compare_seeds(sample: DataSource, seeds: int | Sequence[int] = 3, *, last: i
                   **legacy: Any) -> tuple[SeedSummary, list[dict]]:
     """Train one student per seed on ``sample`` with :func:`~smaso.student.compare.compare_student` and summarize.
 
-    Each seed is one task of ``engine`` (``None``: here, one after the other; a
+    Each seed is one task of ``engine`` (``None``: here, every seed and control trained as one batched population,
+    :mod:`smaso.student.population`, the same runs as one after the other; a
     :class:`~teachers.engine.ProcessEngine` or :class:`~teachers.engine.DaskEngine`: in other processes); the
     runs do not depend on where they ran.  A student's seed sets its initial weights and its minibatch order; the
     data and the evaluation rows are the same for all.
@@ -555,7 +575,10 @@ def compare_seeds(sample: DataSource, seeds: int | Sequence[int] = 3, *, last: i
     configs = _configs(student, training, evaluation, legacy, "compare_seeds")
     from teachers.engine import get_engine
 
-    runs = get_engine(engine).map(_seed_run, seeds, sample, configs, shuffled, device,
-                                  progress="student seeds" if progress else None)
+    if engine is None:  # here: every seed (and control) trained as one batched population
+        runs = _population_runs(seeds, sample, configs, shuffled, device)
+    else:
+        runs = get_engine(engine).map(_seed_run, seeds, sample, configs, shuffled, device,
+                                      progress="student seeds" if progress else None)
     return summarize_seeds(runs, seeds=seeds, last=last,
                            shuffled=[r["shuffled"] for r in runs] if shuffled else None), runs
