@@ -42,6 +42,7 @@ from smaso.student.training import CHECK_EVERY, TrainingDiverged
 if TYPE_CHECKING:
     from smaso.student.compare import ComparisonResult
     from teachers.chunked import DataSource
+    from teachers.engine import DaskEngine, SerialEngine
 
 __all__ = ["PopulationTrajectory", "compare_population", "population_batch", "population_supported",
            "train_ladder_population"]
@@ -118,6 +119,13 @@ def _check_loss(losses: torch.Tensor, start: int, stop: int, first: torch.Tensor
                 break
 
 
+def _bias(net: LadderStudent, level: int) -> torch.Tensor:
+    """The biases of ``level`` of a student that has them (detached: the population updates them itself)."""
+    if net.biases is None:
+        raise ValueError("nets: every member needs biases when the first has them")
+    return net.biases[level].detach()
+
+
 def _stacked(items: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
     """The population's minibatch from its members' ``(x (N, R_d, dim), y (N,))``: ``x (N, R, R_d, dim)`` and
     ``y (R, N)``."""
@@ -190,7 +198,7 @@ def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *,
     with torch.no_grad():
         # (R, ...) stacks; Wf[l], bf[l]: the same memory as one level of R R_l regions, member-major
         W = [stack([m.weights[l].detach() for m in nets]) for l in range(d)]
-        b = None if net.biases is None else [stack([m.biases[l].detach() for m in nets]) for l in range(d)]
+        b = None if net.biases is None else [stack([_bias(m, l) for m in nets]) for l in range(d)]
     Wf = [w.view(-1, *w.shape[2:]) for w in W]
     bf = None if b is None else [t.view(-1, t.shape[-1]) for t in b]
     keep = sorted(set(keep))
@@ -215,7 +223,8 @@ def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *,
         x = x.to(device=dev, dtype=dtype).view(N, -1, x.shape[-1])
         y = y.to(dev)  # (R, N)
         h = x.permute(1, 2, 0)
-        inputs, deriv = [None] * d, [None] * d
+        inputs: dict[int, torch.Tensor] = {}  # by level, filled from the leaves up
+        deriv: dict[int, torch.Tensor] = {}
         with torch.no_grad():
             for l in range(d - 1, -1, -1):
                 inputs[l] = h.reshape(R * Rl[l], -1, N)  # grouped by parent (LadderStudent._grouped)
@@ -234,7 +243,9 @@ def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *,
                 first = losses[0].clone()
             for l in range(d):
                 g = torch.mul(deriv[l], g_raw)
-                dW, g_raw = tree_backward(Wf[l], g, inputs[l], l + 1 < d)
+                dW, below = tree_backward(Wf[l], g, inputs[l], l + 1 < d)
+                if below is not None:  # (None at the leaves: nothing below them)
+                    g_raw = below
                 # Eq 2 with the Frobenius regularizer, as LadderStudent.apply_update: W += lr (dW - 2 wd W)
                 Wf[l].add_(dW - 2 * weight_decay * Wf[l], alpha=lr)
                 if bf is not None:
@@ -259,7 +270,8 @@ def _same_setting(trainings: Sequence[TrainingConfig]) -> str | None:
 
 def compare_population(sample: DataSource, student: StudentConfig | None, trainings: Sequence[TrainingConfig],
                        evaluations: EvaluationConfig | Sequence[EvaluationConfig] | None = None, *,
-                       device: torch.device | str | None = None, engine: object = None) -> list[ComparisonResult]:
+                       device: torch.device | str | None = None,
+                       engine: SerialEngine | DaskEngine | None = None) -> list[ComparisonResult]:
     """:func:`~smaso.student.compare.compare_student` of every ``(trainings[r], evaluations[r])``, the students
     trained as one batched population (module docstring): the same results as calling it member by member.
 
@@ -283,12 +295,12 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
     R = len(trainings)
     if R == 0:
         raise ValueError("trainings: expected at least one member")
-    if evaluations is None or isinstance(evaluations, EvaluationConfig):
-        evaluations = [evaluations] * R  # type: ignore[list-item]  # None: compare_student's defaults
-    evaluations = list(evaluations)
-    if len(evaluations) != R:
-        raise ValueError(f"evaluations: expected one config, or one per member ({R}), got {len(evaluations)}")
-    cfg = [_configs(student, t, e, {}, "compare_population") for t, e in zip(trainings, evaluations, strict=True)]
+    # None: compare_student's defaults
+    evals: list[EvaluationConfig | None] = [evaluations] * R \
+        if evaluations is None or isinstance(evaluations, EvaluationConfig) else list(evaluations)
+    if len(evals) != R:
+        raise ValueError(f"evaluations: expected one config, or one per member ({R}), got {len(evals)}")
+    cfg = [_configs(student, t, e, {}, "compare_population") for t, e in zip(trainings, evals, strict=True)]
     cfg_s, t0 = cfg[0][0], cfg[0][1]
 
     def one_by_one() -> list[ComparisonResult]:
@@ -305,16 +317,17 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
     nets = [LadderStudent(lad, cfg_s.width, activation=cfg_s.activation, batch_norm=cfg_s.batch_norm,
                           bn_eps=cfg_s.bn_eps, bias=cfg_s.bias, seed=t.seed, shared=cfg_s.shared,
                           readout=cfg_s.readout, dtype=dtype, device=device) for _, t, _ in cfg]
-    if not nets[0].fast_path or t0.steps < 0 or t0.batch_size < 1 or any(e.eval_every <= 0 for _, _, e in cfg):
+    bs = t0.batch_size  # (one setting: _same_setting)
+    if not nets[0].fast_path or t0.steps < 0 or bs is None or bs < 1 or any(e.eval_every <= 0 for _, _, e in cfg):
         return one_by_one()
     skips = [_evaluation_rows(e.held_out, chunks, e.eval_examples, lad)[1] for _, _, e in cfg]
-    rows = [_training_pieces(chunks, t.batch_size, torch.Generator().manual_seed(t.seed), skip,
+    rows = [_training_pieces(chunks, bs, torch.Generator().manual_seed(t.seed), skip,
                              t.seed if t.shuffle_labels else None) for (_, t, _), skip in zip(cfg, skips, strict=True)]
     steps = t0.steps
     keep = {s for _, _, e in cfg for s in (0, steps, *range(0, steps + 1, e.eval_every))}
     tic = time.perf_counter()
     traj = train_ladder_population(nets, rows, steps=steps, lr=t0.lr, loss=t0.loss, weight_decay=t0.weight_decay,
-                                   keep=keep, build=lambda items: population_batch(items, dtype))
+                                   keep=sorted(keep), build=lambda items: population_batch(items, dtype))
     share = (time.perf_counter() - tic) / R
     out = []
     for r, (s, t, e) in enumerate(cfg):
