@@ -35,7 +35,9 @@ _ENTRY_POINTS = {
     "StudentConfig": "smaso.student.config",
     "TrainingConfig": "smaso.student.config",
     "EvaluationConfig": "smaso.student.config",
-    "errors_against_n": "smaso.student.compare",
+    "errors_against_n": "smaso.student.data_size",
+    "stack_statistics": "smaso.student.noise",
+    "compare_population": "smaso.student.population",
     "MASO": "smaso.splines.maso",
     "hard_regions": "smaso.splines.maso",
     "region_probabilities": "smaso.splines.maso",
@@ -84,6 +86,7 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "SynonymicSensitivity",
     "TrainingConfig",
     "collect_statistics",
+    "compare_population",
     "compare_student",
     "count_pieces",
     "error_rate",
@@ -102,6 +105,7 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "register_student",
     "sample_complexity_sweep",
     "shallow_student",
+    "stack_statistics",
     "synonymic_sensitivity",
     "train_ladder_student",
 ]
@@ -113,10 +117,13 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from smaso.plots.sweep import plot_sweep
     from smaso.splines.maso import MASO, hard_regions, region_probabilities
     from smaso.splines.modules import BetaSwish
-    from smaso.student.compare import ComparisonResult, compare_student, errors_against_n
+    from smaso.student.compare import ComparisonResult, compare_student
     from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
+    from smaso.student.data_size import errors_against_n
     from smaso.student.frequency import FrequencyStatistics, collect_statistics
     from smaso.student.network import LadderStudent
+    from smaso.student.noise import stack_statistics
+    from smaso.student.population import compare_population
     from smaso.student.reformulation import reformulate
     from smaso.student.rhm_measures import RHMMeasures
     from smaso.student.seeds import median_interval
