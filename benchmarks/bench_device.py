@@ -10,7 +10,9 @@ process, each section timed best-of ``--repeats`` (a device section synchronizes
    (``method="junction-tree"``) and of the top-down tree ``Ladder.random(4, 4, 16, mode="topdown")`` (the tree
    path); log p(x) and p(y | x) against the CPU's.
 3. ``training_step``: ``--steps`` SGD steps, ``LadderStudent.forward_backward(..., labels_checked=True)`` and
-   ``apply_update``, float32, width 16, batch ``--batch-size``, the minibatches already on the device.
+   ``apply_update``, float32, width 16, batch ``--batch-size``, the minibatches already on the device; once on
+   the one-hot inputs and once on the leaves' events (``*_events``: the leaf level as a gather), the final
+   weights of each against the CPU's one-hot run.
 4. ``statistics_pass``: the same student, one epoch of ``forward_backward(stacked=...)`` and
    ``FrequencyAccumulator(float32).add`` per minibatch (what ``collect_statistics`` does), ``result()`` after the
    loop; the statistics against the CPU's.
@@ -248,12 +250,14 @@ def _student(lad: Any, dev: torch.device) -> Any:
 
 
 def section_training_step(dev: torch.device, args: argparse.Namespace) -> dict:
-    lad, x, y, _ = _student_data(dev, args)
+    lad, x, y, z = _student_data(dev, args)
+    leaves = z[:, lad.level_offsets[-2]:].long()  # the leaves' events: the one-hot leaf level as a gather
     bs = args.batch_size
     row: dict = {"steps": args.steps, "batch_size": bs}
     finals = {}
-    for d in (torch.device("cpu"), dev) if dev.type != "cpu" else (torch.device("cpu"),):
-        xd, yd = x.to(d), y.to(d)
+    sides = (torch.device("cpu"), dev) if dev.type != "cpu" else (torch.device("cpu"),)
+    for d, (inputs, tag) in ((d, v) for d in sides for v in ((x, ""), (leaves, "_events"))):
+        xd, yd = inputs.to(d), y.to(d)
         batches = [(xd[i:i + bs], yd[i:i + bs]) for i in range(0, len(xd) - bs + 1, bs)]
         student = _student(lad, d)
 
@@ -264,15 +268,17 @@ def section_training_step(dev: torch.device, args: argparse.Namespace) -> dict:
                 student.apply_update(rec, 0.05)
 
         _, times = best_of(d, steps, args.repeats)
-        row[f"{d.type}_s"], row[f"{d.type}_times_s"] = min(times), times
-        row[f"{d.type}_ms_per_step"] = 1e3 * min(times) / args.steps
+        row[f"{d.type}{tag}_s"], row[f"{d.type}{tag}_times_s"] = min(times), times
+        row[f"{d.type}{tag}_ms_per_step"] = 1e3 * min(times) / args.steps
         if d.type != "cpu":
-            row["sync_error"] = sync_error(d, steps)
+            row[f"sync_error{tag}"] = sync_error(d, steps)
         fresh = _student(lad, d)
         steps(fresh)
-        finals[d.type] = torch.cat([w.detach().reshape(-1).cpu() for w in fresh.weights])
+        finals[d.type + tag] = torch.cat([w.detach().reshape(-1).cpu() for w in fresh.weights])
+    row["events_weights_rel_diff"] = _rel(finals["cpu_events"], finals["cpu"])  # the gather vs the one-hot matmul
     if dev.type != "cpu":
         row["weights_rel_diff"] = _rel(finals[dev.type], finals["cpu"])
+        row["events_weights_rel_diff_device"] = _rel(finals[dev.type + "_events"], finals["cpu"])
     return row
 
 
@@ -361,6 +367,19 @@ def section_compare_student(dev: torch.device, args: argparse.Namespace) -> dict
     return row
 
 
+def _commit() -> str | None:
+    """The checkout's commit (``git rev-parse --short HEAD``), or None outside a git checkout: which code a
+    recording measured."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=common.REPO_ROOT, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 RUNNERS: dict[str, Callable[[torch.device, argparse.Namespace], dict]] = {
     "sampling": section_sampling, "posterior": section_posterior, "training_step": section_training_step,
     "statistics_pass": section_statistics_pass, "train_ladder_student": section_train_ladder_student,
@@ -407,7 +426,8 @@ def main(argv: list[str] | None = None) -> dict:
                "note": None if dev.type != "cpu" else "no accelerator in this run: only the CPU side was measured",
                "sync_free_hot_loops": clean,
                "errors": {r["section"]: r["error"] for r in results if r["error"]}}
-    data = common.record("device", argv, {"config": cfg}, info, results, {"summary": summary}, total)
+    data = common.record("device", argv, {"config": cfg, "commit": _commit()}, info, results, {"summary": summary},
+                         total)
     common.write_json(args.out, data)
     common.print_done(total, args.out)
     if any(math.isnan(v) for r in results for v in r.values() if isinstance(v, float)):

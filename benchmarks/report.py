@@ -29,6 +29,7 @@ import os
 import statistics
 import tempfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -439,7 +440,8 @@ def rhm_row() -> str:
 # ---------------------------------------------------------------------- bench_device.py
 def device_row() -> str:
     """The hot paths on a GPU against the same machine's CPU (best of the repeats), with the host syncs counted:
-    recorded only from a run on a GPU (``bench_device.py --record``)."""
+    recorded only from a run on a GPU (``bench_device.py --record``); a section that failed in the recording is
+    named as failed, and the commit the recording measured is quoted."""
     d = _load("device")
     m, r = d["machine"], {row["section"]: row for row in d["results"]}
     if not d["summary"]["accelerator"]:
@@ -449,26 +451,42 @@ def device_row() -> str:
     def x(row: dict) -> str:
         return f"{row['x_cpu']:.1f}x"
 
-    def clean(name: str) -> str:
-        return "no sync" if r[name]["sync_error"] is None else "syncs"
+    def syncs(row: dict) -> str:
+        return f"{row['syncs_per_step']:.2g} syncs per step"
 
-    post = r["posterior"]
-    worst = max(max(c["log_px_max_abs_diff"], c["p_y_max_abs_diff"]) for c in post.values() if isinstance(c, dict))
-    cs = r["compare_student"]
-    measured = (
-        f"sampling {_count(r['sampling']['rows'])} rows {x(r['sampling'])}; posterior {_count(post['tree']['rows'])} "
-        f"rows: tree {x(post['tree'])}, junction tree {x(post['junction_tree'])}, within {worst:.0e} of the CPU's; "
-        f"training step {r['training_step'][f'{dev}_ms_per_step']:.2f} ms ({x(r['training_step'])}, "
-        f"{clean('training_step')}); statistics pass {x(r['statistics_pass'])} ({clean('statistics_pass')}); "
-        f"`train_ladder_student` {x(r['train_ladder_student'])}, {r['train_ladder_student']['syncs_per_step']:.2g} "
-        f"syncs per step; `compare_student` (the demo's run, {cs['steps']} steps) {x(cs)}, "
-        f"{cs['syncs_per_step']:.2g} syncs per step (`bench_device.py`, {_date(d)}, {m['gpu']}, torch {m['torch']}; "
-        f"CPU side {_run_threads(d)} of {m['cpu_count']} cores; best of {d['config']['repeats']})")
-    met = all(r[k]["sync_error"] is None for k in ("training_step", "statistics_pass"))
+    def hot(row: dict, key: str = "sync_error") -> str:
+        return "no sync" if row.get(key) is None else "syncs"
+
+    def part(name: str, text: Callable[[dict], str]) -> str:
+        row = r.get(name)
+        if row is None:
+            return f"{name} not run"
+        return f"{name} failed in this recording ({row['error'].split(':')[0]})" if row["error"] else text(row)
+
+    def post(p: dict) -> str:
+        worst = max(max(c["log_px_max_abs_diff"], c["p_y_max_abs_diff"]) for c in p.values() if isinstance(c, dict))
+        return (f"posterior of {_count(p['tree']['rows'])} rows: tree {x(p['tree'])}, junction tree "
+                f"{x(p['junction_tree'])}, within {worst:.0e} of the CPU's")
+
+    parts = [
+        part("sampling", lambda q: f"sampling {_count(q['rows'])} rows {x(q)}"),
+        part("posterior", post),
+        part("training_step", lambda q: f"training step {q[f'{dev}_ms_per_step']:.2f} ms ({x(q)}, {hot(q)})"),
+        part("statistics_pass", lambda q: f"statistics pass {x(q)} ({hot(q)})"),
+        part("train_ladder_student", lambda q: f"`train_ladder_student` {x(q)}, {syncs(q)}"),
+        part("compare_student", lambda q: f"`compare_student` (the demo's run, {q['steps']} steps) {x(q)}, {syncs(q)}"),
+    ]
+    commit = d.get("commit")
+    measured = ("; ".join(parts) + f" (`bench_device.py`, {_date(d)}" + (f", commit {commit}" if commit else "")
+                + (", an earlier version of the code: `provenance` in the JSON" if d.get("provenance") else "")
+                + f", {m['gpu']}, torch {m['torch']}; CPU side {_run_threads(d)} of {m['cpu_count']} cores; best of "
+                f"{d['config']['repeats']})")
+    met = all(k in r and not r[k]["error"] and r[k].get("sync_error") is None
+              for k in ("training_step", "statistics_pass"))
     return _row("the hot paths on a GPU against the same machine's CPU, host syncs counted "
                 "(`set_sync_debug_mode`)", measured,
-                "runs on CUDA; no host sync in the training step and the statistics pass" + ("" if met else
-                                                                                            " (not met)"))
+                "runs on CUDA; no host sync in the training step and the statistics pass"
+                + ("" if met else " (not met in this recording)"))
 
 
 # ---------------------------------------------------------------------- bench_diagnosis.py

@@ -38,6 +38,8 @@ _ENTRY_POINTS = {
     "errors_against_n": "smaso.student.data_size",
     "stack_statistics": "smaso.student.noise",
     "compare_population": "smaso.student.population",
+    "population_supported": "smaso.student.population",
+    "compare_seeds": "smaso.student.seeds",
     "MASO": "smaso.splines.maso",
     "hard_regions": "smaso.splines.maso",
     "region_probabilities": "smaso.splines.maso",
@@ -87,6 +89,7 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "TrainingConfig",
     "collect_statistics",
     "compare_population",
+    "compare_seeds",
     "compare_student",
     "count_pieces",
     "error_rate",
@@ -99,6 +102,7 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "plot_alignment",
     "plot_comparison",
     "plot_sweep",
+    "population_supported",
     "read_runs",
     "reformulate",
     "region_probabilities",
@@ -123,10 +127,10 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from smaso.student.frequency import FrequencyStatistics, collect_statistics
     from smaso.student.network import LadderStudent
     from smaso.student.noise import stack_statistics
-    from smaso.student.population import compare_population
+    from smaso.student.population import compare_population, population_supported
     from smaso.student.reformulation import reformulate
     from smaso.student.rhm_measures import RHMMeasures
-    from smaso.student.seeds import median_interval
+    from smaso.student.seeds import compare_seeds, median_interval
     from smaso.student.sensitivity import SynonymicSensitivity, synonymic_sensitivity
     from smaso.student.shallow import error_rate, flat_ladder, flat_sample, shallow_student
     from smaso.student.training import train_ladder_student
