@@ -79,6 +79,25 @@ def test_compare_population_is_compare_student_member_by_member(data):
         assert res.final_prediction is not None and res.final_stats is not None
 
 
+def test_a_replayed_member_reads_no_training_losses(data, monkeypatch):
+    """A replayed member's compare_student writes no per-step losses (the population checked its own): reading its
+    loss buffer would read uninitialized memory, and ``smaso demo`` stopped on such garbage as a diverged run. The
+    buffer is poisoned with NaN here, so any read of it fails the run."""
+    import smaso.student.compare as compare
+
+    real_empty = torch.empty
+
+    def poisoned(*args, **kwargs):
+        return real_empty(*args, **kwargs).fill_(float("nan"))
+
+    monkeypatch.setattr(compare.torch, "empty", poisoned)
+    student = StudentConfig(width=6, readout=5)
+    trainings = [TrainingConfig(steps=300, lr=0.5, batch_size=48, seed=s) for s in (0, 1)]
+    evaluation = EvaluationConfig(eval_every=300, eval_examples=256, noise_groups=None, alignment=False)
+    pop = compare_population(data, student, trainings, evaluation)
+    assert [len(r.history) for r in pop] == [2, 2]
+
+
 def test_a_diverged_member_raises_what_the_run_alone_raises(data):
     student = StudentConfig(width=6, readout=5)
     trainings = [TrainingConfig(steps=40, lr=1e4, batch_size=48, seed=s) for s in (0, 1)]

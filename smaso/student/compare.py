@@ -504,7 +504,8 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
     checkpoints = sorted({0, steps, *range(0, steps + 1, eval_every)})
     bar = tqdm(total=steps, desc="training student", disable=not progress)
     for step in range(steps + 1):
-        if step in checkpoints or step - len(checked) >= _training.CHECK_EVERY:
+        # (a replayed population wrote no losses here: it checked its own, smaso.student.population)
+        if _replay is None and (step in checkpoints or step - len(checked) >= _training.CHECK_EVERY):
             _check_losses(losses, checked, step, lr)
         if step in checkpoints:
             # batch sums in the student's dtype, into float64 totals: exact for a float64 student; a float32
