@@ -45,7 +45,9 @@ END = "<!-- /report.py -->"  # ends every generated part: the first one after it
 MARKER = "<!-- report.py:"  # every generated part's opening line starts so
 #: the results files the benchmark table is written from, in the table's order
 TABLE_FILES = ("ladder_sampling", "student", "activations", "factorial_map", "out_of_core", "sampling", "posterior",
-               "graph_statistics", "population", "rhm", "diagnosis")
+               "graph_statistics", "population", "rhm", "diagnosis", "device")
+#: the results files recorded on another machine than the 2-core one (their rows name it): not in the header's count
+OTHER_MACHINES = ("device",)
 
 
 # ---------------------------------------------------------------------- reading and formatting
@@ -294,7 +296,7 @@ def _ooc_main_job_row(d: dict) -> str:
     shards = (f", the evaluations sharded on {workers} processes (their peak RSS {r['worker_peak_rss_mib']:.0f} "
               "MiB each at most)" if workers > 1 else "")
     one = ("; one evaluation pass alone at N = " + _count(passes[0]["n"]) + ": " + ", ".join(
-        f"{p['dtype']} sums, {p['groups'] or 'no'} groups, {p['workers']} process{'es' if p['workers'] > 1 else ''}"
+        f"`{p['dtype']}` sums, {p['groups'] or 'no'} groups, {p['workers']} process{'es' if p['workers'] > 1 else ''}"
         f" {_rate(p['examples_per_s'])}/s" for p in passes) if passes else "")
     return _row(f"the main job streamed (`compare_student`, {_ooc_regions(d)} regions, {r['steps']} SGD steps, "
                 f"evaluations over every example), N = {_count(r['n'])}",
@@ -477,9 +479,9 @@ def device_row() -> str:
         part("compare_student", lambda q: f"`compare_student` (the demo's run, {q['steps']} steps) {x(q)}, {syncs(q)}"),
     ]
     commit = d.get("commit")
-    measured = ("; ".join(parts) + f" (`bench_device.py`, {_date(d)}" + (f", commit {commit}" if commit else "")
+    measured = ("; ".join(parts) + f" (`bench_device.py`, {_date(d)}" + (f", commit `{commit}`" if commit else "")
                 + (", an earlier version of the code: `provenance` in the JSON" if d.get("provenance") else "")
-                + f", {m['gpu']}, torch {m['torch']}; CPU side {_run_threads(d)} of {m['cpu_count']} cores; best of "
+                + f", `{m['gpu']}`, torch `{m['torch']}`; CPU side {_run_threads(d)} of {m['cpu_count']} cores; best of "
                 f"{d['config']['repeats']})")
     met = all(k in r and not r[k]["error"] and r[k].get("sync_error") is None
               for k in ("training_step", "statistics_pass"))
@@ -523,7 +525,7 @@ def rows() -> list[str]:
 
 def table() -> list[str]:
     """The benchmark table (docs/benchmarks.md): header (the recording machines' core counts) and :func:`rows`."""
-    cores = sorted({_load(name)["machine"]["cpu_count"] for name in TABLE_FILES})
+    cores = sorted({_load(name)["machine"]["cpu_count"] for name in TABLE_FILES if name not in OTHER_MACHINES})
     return [f"| benchmark | measured ({'/'.join(map(str, cores))} cores) | target |", "|---|---|---|", *rows()]
 
 
