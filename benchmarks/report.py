@@ -481,8 +481,8 @@ def device_row() -> str:
     commit = d.get("commit")
     measured = ("; ".join(parts) + f" (`bench_device.py`, {_date(d)}" + (f", commit `{commit}`" if commit else "")
                 + (", an earlier version of the code: `provenance` in the JSON" if d.get("provenance") else "")
-                + f", `{m['gpu']}`, torch `{m['torch']}`; CPU side {_run_threads(d)} of {m['cpu_count']} cores; best of "
-                f"{d['config']['repeats']})")
+                + f", `{m['gpu']}`, torch `{m['torch']}`; CPU side {_run_threads(d)} of {m['cpu_count']} cores; "
+                f"best of {d['config']['repeats']})")
     met = all(k in r and not r[k]["error"] and r[k].get("sync_error") is None
               for k in ("training_step", "statistics_pass"))
     return _row("the hot paths on a GPU against the same machine's CPU, host syncs counted "
