@@ -165,6 +165,24 @@ def best_of(device: torch.device, fn: Callable[[], Any], repeats: int) -> tuple[
     return out, times
 
 
+def _sides(dev: torch.device) -> tuple[torch.device, ...]:
+    """The CPU, then ``dev`` when it is another device: where every section runs."""
+    return (torch.device("cpu"), dev) if dev.type != "cpu" else (torch.device("cpu"),)
+
+
+def timed_side(row: dict, d: torch.device, run: Callable[[], Any], repeats: int, *, tag: str = "",
+               count: bool = True) -> Any:
+    """``run`` timed on ``d`` (:func:`best_of`) into ``row[f"{d.type}{tag}_s"]`` and ``..._times_s``; off the
+    CPU (with ``count``) one more call under :func:`count_syncs` into ``row["syncs"]`` and ``row["sync_sites"]``.
+    Returns the last timed call's result."""
+    out, times = best_of(d, run, repeats)
+    row[f"{d.type}{tag}_s"], row[f"{d.type}{tag}_times_s"] = min(times), times
+    if count and d.type != "cpu":
+        with count_syncs(d, row):
+            run()
+    return out
+
+
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     """Largest |a - b| over the largest |b| (both moved to the CPU, float64)."""
     a, b = a.detach().double().cpu(), b.detach().double().cpu()
@@ -185,16 +203,9 @@ def section_sampling(dev: torch.device, args: argparse.Namespace) -> dict:
     lad = _tree()
     row: dict = {}
     samples = {}
-    for side in ("cpu", dev.type) if dev.type != "cpu" else ("cpu",):
-        d = torch.device("cpu") if side == "cpu" else dev
-        sample, times = best_of(d, lambda d=d: sample_ladder(lad, args.n_sample, 0, device=d, progress=False),
-                                args.repeats)
-        row[f"{side}_s"] = min(times)
-        row[f"{side}_times_s"] = times
-        samples[side] = sample
-        if side != "cpu":
-            with count_syncs(d, row):
-                sample_ladder(lad, args.n_sample, 0, device=d, progress=False)
+    for d in _sides(dev):
+        samples[d.type] = timed_side(row, d, lambda d=d: sample_ladder(lad, args.n_sample, 0, device=d, progress=False),
+                                     args.repeats)
     # the device's rows follow the same law as the CPU's: the label's frequencies agree within sampling noise
     labels = {side: torch.bincount(smp.y.cpu().long(), minlength=lad.num_classes).double() / args.n_sample
               for side, smp in samples.items()}
@@ -216,17 +227,13 @@ def section_posterior(dev: torch.device, args: argparse.Namespace) -> dict:
         x = sample_ladder(lad, args.n_posterior, 1, progress=False).inputs(dtype=torch.float64)
         row: dict = {"rows": args.n_posterior, "method": method}
         got = {}
-        for d in (torch.device("cpu"), dev) if dev.type != "cpu" else (torch.device("cpu"),):
+        for d in _sides(dev):
             xd = x.to(d)
 
             def run(lad: Any = lad, xd: torch.Tensor = xd, d: torch.device = d, method: str = method) -> Any:
                 return posterior(lad, xd, device=d, method=method)
 
-            got[d.type], times = best_of(d, run, args.repeats)
-            row[f"{d.type}_s"], row[f"{d.type}_times_s"] = min(times), times
-            if d.type != "cpu":
-                with count_syncs(d, row):
-                    run()
+            got[d.type] = timed_side(row, d, run, args.repeats)
         if dev.type != "cpu":
             a, b = got[dev.type], got["cpu"]
             row["log_px_max_abs_diff"] = float((a.log_evidence.cpu() - b.log_evidence).abs().max())
@@ -255,7 +262,7 @@ def section_training_step(dev: torch.device, args: argparse.Namespace) -> dict:
     bs = args.batch_size
     row: dict = {"steps": args.steps, "batch_size": bs}
     finals = {}
-    sides = (torch.device("cpu"), dev) if dev.type != "cpu" else (torch.device("cpu"),)
+    sides = _sides(dev)
     for d, (inputs, tag) in ((d, v) for d in sides for v in ((x, ""), (leaves, "_events"))):
         xd, yd = inputs.to(d), y.to(d)
         batches = [(xd[i:i + bs], yd[i:i + bs]) for i in range(0, len(xd) - bs + 1, bs)]
@@ -267,9 +274,8 @@ def section_training_step(dev: torch.device, args: argparse.Namespace) -> dict:
                 rec = student.forward_backward(xb, yb, labels_checked=True)
                 student.apply_update(rec, 0.05)
 
-        _, times = best_of(d, steps, args.repeats)
-        row[f"{d.type}{tag}_s"], row[f"{d.type}{tag}_times_s"] = min(times), times
-        row[f"{d.type}{tag}_ms_per_step"] = 1e3 * min(times) / args.steps
+        timed_side(row, d, steps, args.repeats, tag=tag, count=False)
+        row[f"{d.type}{tag}_ms_per_step"] = 1e3 * row[f"{d.type}{tag}_s"] / args.steps
         if d.type != "cpu":
             row[f"sync_error{tag}"] = sync_error(d, steps)
         fresh = _student(lad, d)
@@ -289,7 +295,7 @@ def section_statistics_pass(dev: torch.device, args: argparse.Namespace) -> dict
     bs = args.batch_size
     row: dict = {"rows": len(x), "batch_size": bs, "accumulation": "float32"}
     results = {}
-    for d in (torch.device("cpu"), dev) if dev.type != "cpu" else (torch.device("cpu"),):
+    for d in _sides(dev):
         xd, yd, zd = x.to(d), y.to(d), z.to(d)
         student = _student(lad, d)
         box: dict = {}
@@ -303,8 +309,7 @@ def section_statistics_pass(dev: torch.device, args: argparse.Namespace) -> dict
                 buffers = rec.stacked
             box["acc"] = acc
 
-        _, times = best_of(d, loop, args.repeats)
-        row[f"{d.type}_s"], row[f"{d.type}_times_s"] = min(times), times
+        timed_side(row, d, loop, args.repeats, count=False)
         if d.type != "cpu":
             row["sync_error"] = sync_error(d, loop)
         results[d.type] = box["acc"].result()
@@ -320,18 +325,15 @@ def section_train_ladder_student(dev: torch.device, args: argparse.Namespace) ->
 
     lad, x, y, _ = _student_data(dev, args)
     row: dict = {"steps": args.steps, "batch_size": args.batch_size, "check_every": CHECK_EVERY}
-    for d in (torch.device("cpu"), dev) if dev.type != "cpu" else (torch.device("cpu"),):
+    for d in _sides(dev):
         xd, yd = x.to(d), y.to(d)
 
         def run(xd: torch.Tensor = xd, yd: torch.Tensor = yd, d: torch.device = d) -> list[float]:
             return train_ladder_student(_student(lad, d), xd, yd, steps=args.steps, lr=0.05,
                                         batch_size=args.batch_size, seed=0)
 
-        _, times = best_of(d, run, args.repeats)
-        row[f"{d.type}_s"], row[f"{d.type}_times_s"] = min(times), times
+        timed_side(row, d, run, args.repeats)
         if d.type != "cpu":
-            with count_syncs(d, row):
-                run()
             row["syncs_per_step"] = row["syncs"] / args.steps
     return row
 
@@ -349,17 +351,13 @@ def section_compare_student(dev: torch.device, args: argparse.Namespace) -> dict
     evaluation = EvaluationConfig(held_out=held)
     row: dict = {"rows": args.n_demo, "steps": training.steps, "eval_every": evaluation.eval_every}
     finals = {}
-    for d in (torch.device("cpu"), dev) if dev.type != "cpu" else (torch.device("cpu"),):
+    for d in _sides(dev):
         def run(d: torch.device = d) -> Any:
             return compare_student(sample, StudentConfig(), training, evaluation, device=d)
 
-        result, times = best_of(d, run, args.repeats)
-        row[f"{d.type}_s"], row[f"{d.type}_times_s"] = min(times), times
+        finals[d.type] = timed_side(row, d, run, args.repeats).final()
         if d.type != "cpu":
-            with count_syncs(d, row):
-                run()
             row["syncs_per_step"] = row["syncs"] / training.steps
-        finals[d.type] = result.final()
     if dev.type != "cpu":
         a, b = finals[dev.type], finals["cpu"]
         diffs = [abs(a[k] - b[k]) for k in ("loss", "accuracy") if isinstance(a.get(k), float)]
