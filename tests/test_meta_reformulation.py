@@ -91,3 +91,17 @@ def test_float32_computes_what_float64_does(trained) -> None:
     for a, b in zip(got["levels"], want["levels"], strict=True):
         for k in ("F_propagated", "G_propagated", "dW_propagated", "F_local", "G_local", "dW_local"):
             assert a[k] == pytest.approx(b[k], abs=1e-4), k
+
+
+@pytest.mark.parametrize("bad", ["float64", torch.int64, 3])
+def test_a_dtype_that_is_no_floating_dtype_is_refused(bad):
+    """``dtype=`` of the reformulation and the comparison: a string, an integer dtype or a number is a clear ValueError
+    naming the argument, not a cast or a deep torch error."""
+    lad = Ladder.random(depth=2, branching=2, events=3, seed=0)
+    s = sample_ladder(lad, 64, 0, progress=False)
+    st = LadderStudent(lad, 4, dtype=torch.float64)
+    stats = collect_statistics(st, s.inputs(dtype=torch.float64), s.y, s.z)
+    with pytest.raises(ValueError, match=r"dtype: expected a floating torch\.dtype"):
+        reformulate(st, stats.P, stats, dtype=bad)
+    with pytest.raises(ValueError, match=r"dtype: expected a floating torch\.dtype"):
+        compare_statistics_to_theory(st, stats, dtype=bad)
