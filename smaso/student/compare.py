@@ -597,9 +597,15 @@ def _check_losses(losses: torch.Tensor, checked: list[float], stop: int, lr: flo
     for step, value in enumerate(losses[start:stop].tolist(), start):
         first = checked[0] if checked else value
         if not _loss_ok(value, first):
-            raise TrainingDiverged(f"step {step}: the training loss is {value:.3g} (first minibatch: "
-                                   f"{first:.3g}); the run diverged: lower lr={lr}, add weight_decay or BN")
+            raise TrainingDiverged(_diverged_message(step, value, first, lr))
         checked.append(value)
+
+
+def _diverged_message(step: int, value: float, first: float, lr: float) -> str:
+    """What a run whose loss ``value`` at ``step`` :func:`_loss_ok` refuses raises (``first``: its first
+    minibatch's loss); a population member says the same (:mod:`smaso.student.population`)."""
+    return (f"step {step}: the training loss is {value:.3g} (first minibatch: {first:.3g}); the run diverged: "
+            f"lower lr={lr}, add weight_decay or BN")
 
 
 ERROR_KEYS = tuple(f"{q}_{kind}" for kind in ("propagated", "local") for q in ("F", "G", "dW"))

@@ -27,7 +27,6 @@ after the other (:func:`population_supported` says which).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -101,8 +100,8 @@ class PopulationTrajectory:
 def _check_loss(losses: torch.Tensor, start: int, stop: int, first: torch.Tensor, lr: float,
                 diverged: list[tuple[int, str] | None]) -> None:
     """Read steps ``start .. stop-1``'s per-member losses ``(steps, R)`` (one host read) and record each member's
-    first bad step: not finite, or above DIVERGED times its first loss (at least 1): compare_student's check."""
-    from smaso.student.compare import DIVERGED
+    first bad step: compare_student's check (:func:`~smaso.student.compare._loss_ok`) and message."""
+    from smaso.student.compare import _diverged_message, _loss_ok
 
     if losses.device.type == "meta":  # no values to read (the meta tier checks shapes and devices only)
         return
@@ -113,9 +112,8 @@ def _check_loss(losses: torch.Tensor, start: int, stop: int, first: torch.Tensor
             continue
         for step, row in enumerate(vals, start):
             v = row[r]
-            if not math.isfinite(v) or v > DIVERGED * max(f, 1.0):
-                diverged[r] = (step, f"step {step}: the training loss is {v:.3g} (first minibatch: {f:.3g}); the "
-                                     f"run diverged: lower lr={lr}, add weight_decay or BN")
+            if not _loss_ok(v, f):
+                diverged[r] = (step, _diverged_message(step, v, f, lr))
                 break
 
 
