@@ -29,6 +29,7 @@ def _help(capsys, argv) -> str:
     return " ".join(capsys.readouterr().out.split())  # argparse's line breaks as spaces
 
 
+@pytest.mark.slow  # a whole demo run (about 3.5 s) (slow tier: default-tier budget)
 def test_every_file_the_demo_writes_is_named_in_its_help(capsys, tmp_path):
     """Issue 27: the demo's --help names every file it writes into --out (errors_vs_n.* too)."""
     text = _help(capsys, ["demo"])
@@ -217,6 +218,7 @@ def test_engine_options_are_checked(capsys, tmp_path):
     assert not (tmp_path / "a.zarr").exists()
 
 
+@pytest.mark.slow  # a whole demo run (about 3 s) (slow tier: default-tier budget)
 def test_demo_with_bn_before_the_gate_and_cross_entropy(tmp_path, capsys):
     assert main(["demo", "-n", "3000", "--bayes-n", "200", "--steps", "10", "--eval-every", "10", "--eval-examples",
                  "1000", "--bn", "before", "--loss", "cross_entropy", "--noise-groups", "0", "--seeds", "1",

@@ -153,6 +153,7 @@ def test_device_is_checked_before_any_work(tmp_path, capsys, argv):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # the CLI's device option through every command (about 8 s) (slow tier: default-tier budget)
 def test_device_reaches_the_library(tmp_path, capsys, monkeypatch):
     import inference.posterior as lp
     import smaso.student.compare as cmp
@@ -190,6 +191,7 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow  # commands in fresh processes (about 8 s) (slow tier: default-tier budget)
 def test_third_party_warnings_are_filtered_at_the_cli_only(tmp_path):
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
     argv = ["spec", "--depth", "1", "--out", str(tmp_path / "s.json")]

@@ -65,6 +65,7 @@ def test_unwritable_out_is_refused_before_sampling(tmp_path, capsys):
     assert "permission denied" in _error(capsys, ["sample", "ladder", "-n", "10", "--out", str(locked / "a.zarr")])
 
 
+@pytest.mark.slow  # a command in a fresh process (about 2.5 s) (slow tier: default-tier budget)
 def test_a_full_disk_is_one_line(tmp_path):
     # a file-size limit of 64 KiB: the store's first chunk cannot be written (EFBIG), nothing is left behind
     code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (65536, 65536)); "

@@ -80,6 +80,7 @@ def test_paired_difference_matches_scipy(digits):
         digits.paired_difference([1.0, 2.0], [1.0])
 
 
+@pytest.mark.slow  # two runs of the example (about 2.6 s) (slow tier: default-tier budget)
 def test_same_seed_same_run_and_global_rng_untouched(digits):
     torch.manual_seed(123)
     random.seed(5)

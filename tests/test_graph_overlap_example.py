@@ -28,6 +28,7 @@ def _load():
     return mod
 
 
+@pytest.mark.slow  # the example's quick run (about 3 s) (slow tier: default-tier budget)
 def test_graph_overlap_quick(tmp_path, capsys):
     mod = _load()
     n = 3000

@@ -343,6 +343,7 @@ def _error(capsys, argv) -> str:
     return err
 
 
+@pytest.mark.slow  # a graph spec through three commands (about 4 s) (slow tier: default-tier budget)
 def test_cli_spec_sample_inspect_end_to_end(tmp_path, capsys):
     spec = tmp_path / "g.json"
     assert main(["-q", "spec", "--graph", "conv1d", "--width", "8", "--kernels", "3,2,3", "--strides", "1,2,1",

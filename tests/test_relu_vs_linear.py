@@ -60,6 +60,7 @@ def _dirichlet_rows(rng, m, n, alpha=1.0):
 
 
 # --------------------------------------------------------------------------- vert by LP
+@pytest.mark.slow  # brute force over many matrices (about 3 s) (slow tier: default-tier budget)
 def test_vertices_match_brute_force_on_small_integer_matrices():
     rng = np.random.default_rng(0)
     checked = non_vertices = 0

@@ -262,6 +262,7 @@ def test_bad_seeds(data):
         summarize_seeds([_run([0.1], [0.1]), deeper])
 
 
+@pytest.mark.slow  # three seeds through the CLI (about 3 s) (slow tier: default-tier budget)
 def test_cli_compare_with_seeds(tmp_path, capsys):
     data = str(tmp_path / "d.npz")
     assert main(["sample", "ladder", "-n", "1500", "--depth", "2", "--out", data, "-q"]) == 0
