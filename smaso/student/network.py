@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from smaso.student.activations import Activation, get_activation
+from smaso.student.batch_major import tree_level
 from smaso.student.batchnorm import bn_backward, bn_forward
 from smaso.student.connectivity import (
     OneHotLeaves,
@@ -458,9 +459,9 @@ class LadderStudent(nn.Module):
         rows = one_hot_rows(events, self.widths[-1], None if fast else self.edge_index(l)[1])
         return l, fast, rows, None if fast else getattr(self, f"edge_first_{l}")
 
-    def _one_hot_leaves(self, events: torch.Tensor) -> torch.Tensor:
-        """u of level d - 1 node-major ``(R, n, N)`` from one-hot leaves given by their ``events``: a gather of weight
-        rows (Eq 1 on one-hot inputs), differentiable in the weights,
+    def _one_hot_leaves(self, events: torch.Tensor, batch_major: bool = False) -> torch.Tensor:
+        """u of level d - 1 node-major ``(R, n, N)`` (or ``batch_major`` flat ``(N R, n)``) from one-hot leaves given by
+        their ``events``: a gather of weight rows (Eq 1 on one-hot inputs), differentiable in the weights,
         whose gradient is the level's own Delta W matmul on the node-major one-hot
         (:class:`~smaso.student.connectivity.OneHotLeaves`)."""
         l, fast, rows, first = self._one_hot_args(events)
@@ -476,18 +477,20 @@ class LadderStudent(nn.Module):
             return graph_backward(W, g, child, False, self._plans[l], self.edge_index(l), mean=False)[0]
 
         return OneHotLeaves.apply(self.edge_weights(l), None if self.biases is None else self.biases[l], rows, events,
-                                  width, self.ladder.num_regions[l], first, weight_grad)
+                                  width, self.ladder.num_regions[l], first, weight_grad, batch_major)
 
     def _leaves(self, x: torch.Tensor) -> torch.Tensor:
         """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
         return x.to(self.weights[0].dtype).permute(1, 2, 0)
 
-    def _batch_norm(self, level: int, f: torch.Tensor) -> Any:
-        """Eq 10 on a node-major ``(R_l, n_l, N)`` level (the BN input: f after, u before the gate), or
-        None without BN: ``(output, standardized input, sigma)``."""
+    def _batch_norm(self, level: int, f: torch.Tensor, batch_major: bool = False) -> Any:
+        """Eq 10 on a node-major ``(R_l, n_l, N)`` (or ``batch_major`` ``(N, R_l, n_l)``) level (the BN input: f
+        after, u before the gate), or None without BN: ``(output, standardized input, sigma)``."""
         bn = self.bn_params(level)
         if bn is None:
             return None
+        if batch_major:  # (N, R_l, n_l), or the leaves' flat (N R_l, n_l)
+            return bn_forward(f.view(-1, *bn[0].shape), bn[0], bn[1], self.bn_eps)
         # bn_forward normalizes over dim 0: hand it the (N, R, n) view; its outputs keep f's layout
         fbar, f_tilde, _, sigma = bn_forward(f.permute(2, 0, 1), bn[0], bn[1], self.bn_eps)
         return fbar.permute(1, 2, 0), f_tilde.permute(1, 2, 0), sigma
@@ -500,18 +503,27 @@ class LadderStudent(nn.Module):
         [0, dim) (``sample.z[:, ladder.level_offsets[-2]:]``): then the leaf level is a gather of weight rows
         (:func:`~smaso.student.connectivity.one_hot_pre_activation`) rather than a matmul on the one-hot, the same
         outputs to round-off.  ``events_checked``: the caller validated the events' range once where its data
-        entered: skip that check, a host read (an event out of range would silently pick another edge's row)."""
+        entered: skip that check, a host read (an event out of range would silently pick another edge's row).
+
+        On a uniform tree (:attr:`fast_path`) the levels run batch-major (:mod:`smaso.student.batch_major`)."""
         self.check_inputs(x, values=not events_checked)
-        events = self._events(x)
-        h: torch.Tensor | None = None if events else self._leaves(x)
+        bm = self._fast  # batch-major levels (N, R, n): the inputs' own layout, no transposes between levels
+        h: torch.Tensor | None = None if self._events(x) else x.to(self.weights[0].dtype) if bm else self._leaves(x)
         before = self.bn_placement == "before"
         for l in range(self.ladder.depth - 1, -1, -1):
-            h = self._one_hot_leaves(x) if h is None else self._pre_activation(l, self._grouped(l, h))
-            bn = self._batch_norm(l, h) if before else None
+            if h is None:
+                h = self._one_hot_leaves(x, bm)
+            elif bm:
+                h = tree_level(h.reshape(x.shape[0], self.ladder.num_regions[l], -1), self.edge_weights(l),
+                               None if self.biases is None else self.biases[l])
+            else:
+                h = self._pre_activation(l, self._grouped(l, h))
+            bn = self._batch_norm(l, h, bm) if before else None
             h = self.act(l).apply_(h if bn is None else bn[0])  # u (or BN(u)) is a fresh temporary: in place
-            bn = None if before else self._batch_norm(l, h)
+            bn = None if before else self._batch_norm(l, h, bm)
             h = h if bn is None else bn[0]
-        return cast(torch.Tensor, h)[0].T  # the loop ran at least once (depth >= 1)
+        h = cast(torch.Tensor, h)  # the loop ran at least once (depth >= 1)
+        return h.view(-1, self.widths[0]) if bm else h[0].T
 
     def loss(self, out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
         """Mean loss: ``"squared"`` 1/2 |f_0 - onehot(y)|^2 (G_omega = I - F_omega) or ``"cross_entropy"``."""
