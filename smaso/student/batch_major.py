@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["TreeLevel", "tree_level"]
+__all__ = ["TreeLevel", "student_forward", "tree_level"]
 
 
 class TreeLevel(torch.autograd.Function):
@@ -75,3 +75,25 @@ def tree_level(inputs: torch.Tensor, W: torch.Tensor, bias: torch.Tensor | None)
     """:class:`TreeLevel` applied: u ``(N, R, n_l)`` from the grouped children ``inputs`` ``(N, R, b n_{l+1})``, the
     edge weights ``W`` ``(R b, n_{l+1}, n_l)`` and ``bias`` ``(R, n_l)`` or None (Eq 1, forward)."""
     return TreeLevel.apply(inputs, W, bias)
+
+
+def student_forward(student: Any, events: torch.Tensor) -> torch.Tensor:
+    """:meth:`~smaso.student.network.LadderStudent.forward` of a student on a uniform tree (its fast path) whose
+    one-hot leaves are given by their events ``(N, R_d)`` (checked by the caller), batch-major: outputs f_0
+    ``(N, n_0)``.  Level d - 1's u is the gather of weight rows
+    (:class:`~smaso.student.connectivity.OneHotLeaves`, batch-major), level l's above it :func:`tree_level` of the
+    level below's outputs ``(N, R_{l+1}, n_{l+1})`` grouped by parent (a view)."""
+    lad, N = student.ladder, events.shape[0]
+    before = student.bn_placement == "before"
+    h = None
+    for l in range(lad.depth - 1, -1, -1):
+        if h is None:
+            h = student._one_hot_leaves(events, True)
+        else:
+            h = tree_level(h.reshape(N, lad.num_regions[l], -1), student.edge_weights(l),
+                           None if student.biases is None else student.biases[l])
+        bn = student._batch_norm(l, h, True) if before else None
+        h = student.act(l).apply_(h if bn is None else bn[0])  # u (or BN(u)) is a fresh temporary: in place
+        bn = None if before else student._batch_norm(l, h, True)
+        h = h if bn is None else bn[0]
+    return h.view(N, -1)

@@ -215,13 +215,15 @@ def one_hot_tree_weight_grad(W: torch.Tensor, g: torch.Tensor, events: torch.Ten
     return dW.view(W.shape)
 
 
-def one_hot_rows(events: torch.Tensor, width: int, children: torch.Tensor | None) -> torch.Tensor:
+def one_hot_rows(events: torch.Tensor, width: int, children: torch.Tensor | None, *,
+                 dtype: torch.dtype = torch.int64) -> torch.Tensor:
     """Per example and edge e, the row of the flattened edge weights ``W.reshape(E * width, n_l)`` that a one-hot
-    child picks: ``e * width + z_{child(e)}``, ``(N, E)`` int64 from the children's events ``(N, R_{l+1})``
-    (``children``: each edge's child, or None when edge e joins child e, as on a uniform tree)."""
+    child picks: ``e * width + z_{child(e)}``, ``(N, E)`` int64 (or ``dtype``: int32, 4x faster to write, for tables
+    of fewer than 2^31 rows) from the children's events ``(N, R_{l+1})`` (``children``: each edge's child, or None
+    when edge e joins child e, as on a uniform tree)."""
     z = events if children is None else events.index_select(1, children)
-    # one pass: the int64 offsets promote the (often uint8) events as they are added
-    return torch.arange(0, z.shape[1] * width, width, dtype=torch.int64, device=z.device) + z
+    # one pass: the integer offsets promote the (often uint8) events as they are added
+    return torch.arange(0, z.shape[1] * width, width, dtype=dtype, device=z.device) + z
 
 
 def _bag_sums(W: torch.Tensor, rows: torch.Tensor, num_parents: int, first_edge: torch.Tensor | None

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from smaso.student.activations import Activation, get_activation
-from smaso.student.batch_major import tree_level
+from smaso.student.batch_major import student_forward
 from smaso.student.batchnorm import bn_backward, bn_forward
 from smaso.student.connectivity import (
     OneHotLeaves,
@@ -451,12 +451,16 @@ class LadderStudent(nn.Module):
         """Whether inputs ``x`` are leaf events (integers) rather than the inputs themselves."""
         return not (x.is_floating_point() or x.is_complex())
 
-    def _one_hot_args(self, events: torch.Tensor) -> tuple[int, bool, torch.Tensor, torch.Tensor | None]:
+    def _one_hot_args(self, events: torch.Tensor, small: bool = False
+                      ) -> tuple[int, bool, torch.Tensor, torch.Tensor | None]:
         """Level d - 1's gather of one-hot leaves given by their ``events`` ``(N, R_d)``: ``(l, fast, rows,
-        first_edge)`` (:func:`~smaso.student.connectivity.one_hot_rows`; first_edge None for fixed-size bags)."""
+        first_edge)`` (:func:`~smaso.student.connectivity.one_hot_rows`, int32 with ``small`` where they fit;
+        first_edge None for fixed-size bags)."""
         l = self.ladder.depth - 1
         fast = self._fast
-        rows = one_hot_rows(events, self.widths[-1], None if fast else self.edge_index(l)[1])
+        small = small and fast and self.num_edges(l) * self.widths[-1] < 2**31
+        rows = one_hot_rows(events, self.widths[-1], None if fast else self.edge_index(l)[1],
+                            dtype=torch.int32 if small else torch.int64)
         return l, fast, rows, None if fast else getattr(self, f"edge_first_{l}")
 
     def _one_hot_leaves(self, events: torch.Tensor, batch_major: bool = False) -> torch.Tensor:
@@ -464,7 +468,7 @@ class LadderStudent(nn.Module):
         their ``events``: a gather of weight rows (Eq 1 on one-hot inputs), differentiable in the weights,
         whose gradient is the level's own Delta W matmul on the node-major one-hot
         (:class:`~smaso.student.connectivity.OneHotLeaves`)."""
-        l, fast, rows, first = self._one_hot_args(events)
+        l, fast, rows, first = self._one_hot_args(events, batch_major)
         # buffers of the backward's one-hot, reused from one backward to the next (it lives only inside the
         # backward: two backward passes of one student must not run at once in different threads)
         scratch = self.__dict__.setdefault("_one_hot_scratch", {})
@@ -505,25 +509,21 @@ class LadderStudent(nn.Module):
         outputs to round-off.  ``events_checked``: the caller validated the events' range once where its data
         entered: skip that check, a host read (an event out of range would silently pick another edge's row).
 
-        On a uniform tree (:attr:`fast_path`) the levels run batch-major (:mod:`smaso.student.batch_major`)."""
+        On a uniform tree (:attr:`fast_path`) events run batch-major, the gather's own layout, with no transposes
+        between levels (:func:`~smaso.student.batch_major.student_forward`)."""
         self.check_inputs(x, values=not events_checked)
-        bm = self._fast  # batch-major levels (N, R, n): the inputs' own layout, no transposes between levels
-        h: torch.Tensor | None = None if self._events(x) else x.to(self.weights[0].dtype) if bm else self._leaves(x)
+        events = self._events(x)
+        if events and self._fast:
+            return student_forward(self, x)
+        h: torch.Tensor | None = None if events else self._leaves(x)
         before = self.bn_placement == "before"
         for l in range(self.ladder.depth - 1, -1, -1):
-            if h is None:
-                h = self._one_hot_leaves(x, bm)
-            elif bm:
-                h = tree_level(h.reshape(x.shape[0], self.ladder.num_regions[l], -1), self.edge_weights(l),
-                               None if self.biases is None else self.biases[l])
-            else:
-                h = self._pre_activation(l, self._grouped(l, h))
-            bn = self._batch_norm(l, h, bm) if before else None
+            h = self._one_hot_leaves(x) if h is None else self._pre_activation(l, self._grouped(l, h))
+            bn = self._batch_norm(l, h) if before else None
             h = self.act(l).apply_(h if bn is None else bn[0])  # u (or BN(u)) is a fresh temporary: in place
-            bn = None if before else self._batch_norm(l, h, bm)
+            bn = None if before else self._batch_norm(l, h)
             h = h if bn is None else bn[0]
-        h = cast(torch.Tensor, h)  # the loop ran at least once (depth >= 1)
-        return h.view(-1, self.widths[0]) if bm else h[0].T
+        return cast(torch.Tensor, h)[0].T  # the loop ran at least once (depth >= 1)
 
     def loss(self, out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
         """Mean loss: ``"squared"`` 1/2 |f_0 - onehot(y)|^2 (G_omega = I - F_omega) or ``"cross_entropy"``."""
