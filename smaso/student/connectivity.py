@@ -288,6 +288,7 @@ class OneHotLeaves(torch.autograd.Function):
                 batch_major: bool = False) -> torch.Tensor:
         ctx.save_for_backward(W, events)
         ctx.weight_grad, ctx.has_bias, ctx.batch_major = weight_grad, bias is not None, batch_major
+        ctx.num_parents, ctx.fixed_bags = num_parents, first_edge is None
         return one_hot_pre_activation(W, rows, bias, num_parents, first_edge, batch_major=batch_major)
 
     @staticmethod
@@ -297,5 +298,12 @@ class OneHotLeaves(torch.autograd.Function):
         if ctx.batch_major:  # the flat (N R_l, n_l) gradient: node-major (R_l, n_l, N) as a view
             grad = grad.view(events.shape[0], -1, grad.shape[-1]).permute(1, 2, 0)
         dW = ctx.weight_grad(W, grad, events) if ctx.needs_input_grad[0] else None
-        db = grad.sum(-1) if ctx.has_bias and ctx.needs_input_grad[1] else None
+        db = None
+        if ctx.has_bias and ctx.needs_input_grad[1]:
+            if dW is not None and ctx.fixed_bags:
+                # a child's one-hot sums to 1 over its events: sum_v dW_{p c}[v] = sum_x g_p, from the few KB of dW
+                # rather than another pass over the (R_l, n_l, N) gradient (equal to round-off)
+                db = dW.view(ctx.num_parents, -1, *W.shape[1:])[:, 0].sum(1)
+            else:
+                db = grad.sum(-1)
         return dW, db, None, None, None, None, None, None, None
