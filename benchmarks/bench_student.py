@@ -50,9 +50,11 @@ region-batched activations is part of what the ratio measures.
 The same LC pass on one-hot inputs given by their leaf events, ``plain (leaf events)``: per minibatch
 ``student(z, events_checked=True)`` with z = the sample's leaf events ``(N, R_d)`` (uint8, as stored; the range is
 checked once, where the data enters), so the leaf level is a gather of weight rows rather than a matmul on the
-4096-wide one-hot (``smaso.student.connectivity.OneHotLeaves``; the same outputs to round-off).  The one-hot that
-its weight gradient's matmul reads is built inside the timed backward, from the events; the ``plain`` row's
-one-hot x is built outside the timing.  ``locally_connected_vs_dense_events`` (judged, target 1.5x) is this row
+4096-wide one-hot (``smaso.student.connectivity.OneHotLeaves``; the same outputs to round-off), and on this uniform
+tree every level runs batch-major (``smaso.student.batch_major``: the gather's ``(N, R, n)`` layout throughout, one
+batched matmul per level forward and two backward, no transposes between levels).  The one-hot that the leaf weight
+gradient's matmul reads is built inside the timed backward, from the events; the ``plain`` row's one-hot x is built
+outside the timing.  ``locally_connected_vs_dense_events`` (judged, target 1.5x) is this row
 over ``dense``, beside ``locally_connected_vs_dense`` (the one-hot float input, judged as before).
 
 Timing: the one-hot inputs x of each minibatch (and the dense input) are built outside the timed region;
