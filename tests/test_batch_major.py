@@ -67,7 +67,7 @@ def test_events_run_batch_major_and_float_inputs_node_major(monkeypatch):
     calls = []
     real = batch_major.student_forward
     monkeypatch.setattr("smaso.student.network.student_forward", lambda st, ev: calls.append(ev.shape) or real(st, ev))
-    st, x, z, y = _setup()
+    st, x, z, _ = _setup()
     st(z)
     assert calls == [z.shape]
     st(x)  # float inputs: the node-major path (its leaf matmul reads the inputs fastest)

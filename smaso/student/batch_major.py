@@ -85,11 +85,9 @@ def student_forward(student: Any, events: torch.Tensor) -> torch.Tensor:
     level below's outputs ``(N, R_{l+1}, n_{l+1})`` grouped by parent (a view)."""
     lad, N = student.ladder, events.shape[0]
     before = student.bn_placement == "before"
-    h = None
+    h: torch.Tensor = student._one_hot_leaves(events, True)  # u of level d - 1, flat (N R_{d-1}, n_{d-1})
     for l in range(lad.depth - 1, -1, -1):
-        if h is None:
-            h = student._one_hot_leaves(events, True)
-        else:
+        if l < lad.depth - 1:
             h = tree_level(h.reshape(N, lad.num_regions[l], -1), student.edge_weights(l),
                            None if student.biases is None else student.biases[l])
         bn = student._batch_norm(l, h, True) if before else None
