@@ -47,6 +47,7 @@ from smaso.student.connectivity import (
     tree_backward,
     tree_pre_activation,
 )
+from smaso.student.node_major import node_major_forward
 from smaso.student.readout import readout_events, readout_ladder
 from teachers.ladder import Ladder
 
@@ -510,11 +511,14 @@ class LadderStudent(nn.Module):
         entered: skip that check, a host read (an event out of range would silently pick another edge's row).
 
         On a uniform tree (:attr:`fast_path`) events run batch-major, the gather's own layout, with no transposes
-        between levels (:func:`~smaso.student.batch_major.student_forward`)."""
+        between levels (:func:`~smaso.student.batch_major.student_forward`); float inputs with ReLU and no BN
+        through :func:`~smaso.student.node_major.node_major_forward` (reused backward buffers)."""
         self.check_inputs(x, values=not events_checked)
         events = self._events(x)
         if events and self._fast:
             return student_forward(self, x)
+        if self._fast and not events and not self.batch_norm and self.act(self.ladder.depth - 1).name == "relu":
+            return node_major_forward(self, x)  # the path below bit for bit, with reused backward buffers
         h: torch.Tensor | None = None if events else self._leaves(x)
         before = self.bn_placement == "before"
         for l in range(self.ladder.depth - 1, -1, -1):
