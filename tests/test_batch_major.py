@@ -146,3 +146,49 @@ def test_batch_major_gather_and_its_gradients():
     want_W, want_b = torch.autograd.grad(ref.reshape(-1, n), [Wr, br], g)
     assert_close(dW, want_W, TOL, "dW")
     assert_close(db, want_b, TOL, "db (from dW: every one-hot sums to 1)")
+
+
+def _autograd_forward(st, x):
+    """The node-major loop of ``LadderStudent.forward`` through plain autograd (the path before the reused buffers)."""
+    h = st._leaves(x)
+    for l in range(st.ladder.depth - 1, -1, -1):
+        h = st.act(l).apply_(st._pre_activation(l, st._grouped(l, h)))
+    return h[0].T
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_float_inputs_equal_plain_autograd_bit_for_bit(monkeypatch, bias):
+    calls = []
+    from smaso.student import node_major
+
+    real = node_major.node_major_forward
+    monkeypatch.setattr("smaso.student.network.node_major_forward", lambda st, x: calls.append(1) or real(st, x))
+    st, x, _, y = _setup(bias=bias)
+    x = x.clone().requires_grad_()  # an input gradient too (saliency), fresh rather than a reused buffer
+    for batch in (40, 17, 40):  # the reused buffers across batch sizes
+        got, grads = _grads(st, x[:batch], y[:batch])
+        (dx,) = torch.autograd.grad(st.loss(st(x[:batch]), y[:batch]), [x])
+        st.zero_grad(set_to_none=True)
+        ref = _autograd_forward(st, x[:batch])
+        st.loss(ref, y[:batch]).backward()
+        want = [p.grad.clone() for p in st.parameters()]
+        (want_dx,) = torch.autograd.grad(st.loss(_autograd_forward(st, x[:batch]), y[:batch]), [x])
+        assert torch.equal(got, ref.detach())
+        assert all(torch.equal(g, w) for g, w in zip(grads, want, strict=True))
+        assert torch.equal(dx, want_dx)
+    assert len(calls) == 6
+
+
+@pytest.mark.parametrize("inputs", ["events", "float"])
+def test_two_graphs_alive_at_once(inputs):
+    """Forward A, forward B, backward A, backward B: the buffers reused between backward passes hold nothing that
+    a graph saved, so each graph's gradients are its own."""
+    st, x, z, y = _setup()
+    data = z if inputs == "events" else x
+    alone = [_grads(st, data[s], y[s])[1] for s in (slice(0, 25), slice(25, 40))]
+    st.zero_grad(set_to_none=True)
+    losses = [st.loss(st(data[s]), y[s]) for s in (slice(0, 25), slice(25, 40))]
+    for loss, want in zip(losses, alone, strict=True):
+        got = torch.autograd.grad(loss, list(st.parameters()))
+        for g, w in zip(got, want, strict=True):
+            assert_close(g, w, TOL, "gradient")
