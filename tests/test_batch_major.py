@@ -192,3 +192,17 @@ def test_two_graphs_alive_at_once(inputs):
         got = torch.autograd.grad(loss, list(st.parameters()))
         for g, w in zip(got, want, strict=True):
             assert_close(g, w, TOL, "gradient")
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_relu_top_over_the_leaves(depth):
+    """With a ReLU top, the level above the leaves may be the top itself (depth 1): its fused gate and the output
+    view, on events and floats, against the edge-list code of any ladder."""
+    st, x, z, y = _setup(depth=depth, top_activation="relu")
+    got = [_grads(st, inputs, y) for inputs in (x, z)]
+    st.fast_path = False
+    ref, want = _grads(st, x, y)
+    for out, grads in got:
+        assert_close(out, ref, TOL, "outputs")
+        for g, w in zip(grads, want, strict=True):
+            assert_close(g, w, TOL, "gradient")
