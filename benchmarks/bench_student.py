@@ -50,10 +50,15 @@ region-batched activations is part of what the ratio measures.
 The same LC pass on one-hot inputs given by their leaf events, ``plain (leaf events)``: per minibatch
 ``student(z, events_checked=True)`` with z = the sample's leaf events ``(N, R_d)`` (uint8, as stored; the range is
 checked once, where the data enters), so the leaf level is a gather of weight rows rather than a matmul on the
-4096-wide one-hot (``smaso.student.connectivity.OneHotLeaves``; the same outputs to round-off).  The one-hot that
-its weight gradient's matmul reads is built inside the timed backward, from the events; the ``plain`` row's
-one-hot x is built outside the timing.  ``locally_connected_vs_dense_events`` (judged, target 1.5x) is this row
-over ``dense``, beside ``locally_connected_vs_dense`` (the one-hot float input, judged as before).
+4096-wide one-hot (``smaso.student.connectivity.OneHotLeaves``; the same outputs to round-off), and on this uniform
+tree every level runs batch-major (``smaso.student.batch_major``: the gather's ``(N, R, n)`` layout throughout, one
+batched matmul per level forward and two backward, no transposes between levels).  The one-hot that the leaf weight
+gradient's matmul reads is built inside the timed backward, from the events; the ``plain`` row's one-hot x is built
+outside the timing.  ``locally_connected_vs_dense_events`` (judged, target 1.5x) is this row
+over ``dense``, beside ``locally_connected_vs_dense`` (the one-hot float input, judged as before).  The ``plain``,
+``plain (BN)``, ``plain (leaf events)`` and ``dense`` rows record ``minor_faults_per_batch``, per call of the contender
+(the warm-up first): the pages its timed parts faulted in fresh (glibc hands freed blocks of a few MB back to the
+system, and a step that allocates several pays for every page again; the student's autograd paths reuse buffers).
 
 Timing: the one-hot inputs x of each minibatch (and the dense input) are built outside the timed region;
 each epoch's time is the sum of its per-minibatch times (plus building the accumulator and
@@ -166,24 +171,37 @@ class Batches:
 # ---------------------------------------------------------------------- contenders
 # Each returns run(batch_indices) -> seconds: the summed times of the timed parts of the minibatches.
 
+def _minor_faults() -> int:
+    """This process's minor page faults so far (0 where ``resource`` is missing)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def autograd_runner(model: nn.Module, loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                    inputs: Callable[[int], torch.Tensor], data: Batches, events: bool = False
-                    ) -> Callable[[list[int]], list[float]]:
+                    inputs: Callable[[int], torch.Tensor], data: Batches, events: bool = False,
+                    faults: list[float] | None = None) -> Callable[[list[int]], list[float]]:
     """Per minibatch ``model.zero_grad(set_to_none=True)``, ``loss(model(x), y)``, ``backward()`` (autograd),
     with ``x = inputs(i)`` built outside the timed region: the ``plain`` rows (the student on its one-hot
     inputs, or with ``events`` on its leaf events, ``model(x, events_checked=True)``) and the ``dense`` row (the
-    dense chain on its Gaussian inputs)."""
+    dense chain on its Gaussian inputs).  ``faults``: appended per call, the minor page faults per minibatch of
+    the timed parts (freshly faulted-in pages: freed large blocks that the allocator handed back to the system)."""
     kw = {"events_checked": True} if events else {}
 
     def run(batches: list[int]) -> list[float]:
-        times = []
+        times, count = [], 0
         for i in batches:
             x, y = inputs(i), data.y[data.bounds(i)]
-            t0 = time.perf_counter()
+            f0, t0 = _minor_faults(), time.perf_counter()
             model.zero_grad(set_to_none=True)
             value = loss(model(x, **kw), y)
             value.backward()
             times.append(time.perf_counter() - t0)
+            count += _minor_faults() - f0
+        if faults is not None:
+            faults.append(count / max(1, len(batches)))
         assert torch.isfinite(value)
         return times
     return run
@@ -351,7 +369,8 @@ def main(argv: list[str] | None = None) -> dict:
         tag = " (BN)" if bn else ""
         contenders.append({"contender": "plain" + tag, "description": "student(x), student.loss, loss.backward() "
                            "(autograd), zero_grad per minibatch", "batch_norm": bn, "accumulation": None,
-                           "target": True, "run": autograd_runner(st, st.loss, data.x, data)})
+                           "target": True, "minor_faults_per_batch": (faults := []),
+                           "run": autograd_runner(st, st.loss, data.x, data, faults=faults)})
         contenders.append({"contender": "explicit fwd+bwd" + tag, "description": "student.forward_backward(x, y) "
                            "alone (no accumulation)", "batch_norm": bn, "accumulation": None, "target": False,
                            "run": explicit_runner(st, data)})
@@ -377,10 +396,12 @@ def main(argv: list[str] | None = None) -> dict:
     contenders.append({"contender": "plain (leaf events)", "description": "student(z, events_checked=True) on the leaf "
                        "events (a gather of weight rows), student.loss, loss.backward() (autograd), zero_grad per "
                        "minibatch", "batch_norm": False, "accumulation": None, "target": True,
-                       "run": autograd_runner(student, student.loss, data.events, data, events=True)})
+                       "minor_faults_per_batch": (faults := []),
+                       "run": autograd_runner(student, student.loss, data.events, data, events=True, faults=faults)})
     contenders.append({"contender": "dense", "description": "chain of nn.Linear with the student's per-level MACs "
                        f"({' -> '.join(map(str, dims))}), autograd", "batch_norm": False, "accumulation": None,
-                       "target": True, "run": autograd_runner(net, student.loss, data.dense_x, data), "dims": dims,
+                       "target": True, "minor_faults_per_batch": (faults := []),
+                       "run": autograd_runner(net, student.loss, data.dense_x, data, faults=faults), "dims": dims,
                        "macs_per_level": dense_macs})
     contenders.append({"contender": "dense (out-of-place act.)", "description": "the same chain with out-of-place "
                        "activations (reported, not judged)", "batch_norm": False, "accumulation": None,

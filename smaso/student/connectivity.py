@@ -215,19 +215,22 @@ def one_hot_tree_weight_grad(W: torch.Tensor, g: torch.Tensor, events: torch.Ten
     return dW.view(W.shape)
 
 
-def one_hot_rows(events: torch.Tensor, width: int, children: torch.Tensor | None) -> torch.Tensor:
+def one_hot_rows(events: torch.Tensor, width: int, children: torch.Tensor | None, *,
+                 dtype: torch.dtype = torch.int64) -> torch.Tensor:
     """Per example and edge e, the row of the flattened edge weights ``W.reshape(E * width, n_l)`` that a one-hot
-    child picks: ``e * width + z_{child(e)}``, ``(N, E)`` int64 from the children's events ``(N, R_{l+1})``
-    (``children``: each edge's child, or None when edge e joins child e, as on a uniform tree)."""
+    child picks: ``e * width + z_{child(e)}``, ``(N, E)`` int64 (or ``dtype``: int32, 4x faster to write, for tables
+    of fewer than 2^31 rows) from the children's events ``(N, R_{l+1})`` (``children``: each edge's child, or None
+    when edge e joins child e, as on a uniform tree)."""
     z = events if children is None else events.index_select(1, children)
-    # one pass: the int64 offsets promote the (often uint8) events as they are added
-    return torch.arange(0, z.shape[1] * width, width, dtype=torch.int64, device=z.device) + z
+    # one pass: the integer offsets promote the (often uint8) events as they are added
+    return torch.arange(0, z.shape[1] * width, width, dtype=dtype, device=z.device) + z
 
 
 def _bag_sums(W: torch.Tensor, rows: torch.Tensor, num_parents: int, first_edge: torch.Tensor | None
               ) -> torch.Tensor:
-    """Per example and parent the sum of the picked rows of the flattened edge weights, batch-major
-    ``(N, R_l, n_l)``: one embedding-bag sum (bags of E / R_l edges, or starting at ``first_edge``)."""
+    """Per example and parent the sum of the picked rows of the flattened edge weights, batch-major and flat
+    ``(N R_l, n_l)`` (not a view: a custom Function may return it): one embedding-bag sum (bags of E / R_l edges, or
+    starting at ``first_edge``)."""
     N, E = rows.shape
     table = W.reshape(-1, W.shape[-1])
     if first_edge is None:
@@ -235,23 +238,26 @@ def _bag_sums(W: torch.Tensor, rows: torch.Tensor, num_parents: int, first_edge:
     else:
         offsets = torch.arange(0, N * E, E, dtype=torch.int64, device=rows.device)[:, None] + first_edge
         u = F.embedding_bag(rows.reshape(-1), table, offsets.reshape(-1), mode="sum")
-    return u.view(N, num_parents, -1)
+    return u
 
 
 def one_hot_pre_activation(W: torch.Tensor, rows: torch.Tensor, bias: torch.Tensor | None, num_parents: int,
-                           first_edge: torch.Tensor | None) -> torch.Tensor:
+                           first_edge: torch.Tensor | None, *, batch_major: bool = False) -> torch.Tensor:
     """u ``(R_l, n_l, N)`` (Eq 1, forward) of a level whose children are one-hot: per parent the sum of the weight
     rows that its children's events pick (``rows`` ``(N, E)`` from :func:`one_hot_rows`), one embedding-bag sum
     over the flattened edge weights ``W`` ``(E, m, n_l)``, plus the bias ``(R_l, n_l)``.
 
     ``first_edge``: ``(R_l,)`` the first edge of every parent (edges are parent-major), or None when every parent
     has E / R_l children.  The gather is batch-major; the result is transposed once to node-major, contiguous over
-    the batch (the layout the levels above and Delta W read fastest).
+    the batch (the layout the levels above and Delta W read fastest), or with ``batch_major`` returned as it is,
+    flat ``(N R_l, n_l)``: ``.view(N, R_l, n_l)`` is the layout of :mod:`smaso.student.batch_major` (flat, it is
+    no view, so that :class:`OneHotLeaves` may return it and an activation run in place on it).
     """
-    u = _bag_sums(W, rows, num_parents, first_edge)
+    flat = _bag_sums(W, rows, num_parents, first_edge)
+    u = flat.view(rows.shape[0], num_parents, -1)
     if bias is not None:
         u += bias  # the gather's fresh output: in place
-    return _node_major(u)
+    return flat if batch_major else _node_major(u)
 
 
 def _node_major(u: torch.Tensor) -> torch.Tensor:
@@ -268,25 +274,36 @@ class OneHotLeaves(torch.autograd.Function):
     level's own matmul on the node-major one-hot (:func:`one_hot_node_major`) instead of torch's embedding-bag
     backward (a scatter, several times slower on the CPU).
 
-    ``OneHotLeaves.apply(W, bias, rows, events, width, num_parents, first_edge, weight_grad)``:
+    ``OneHotLeaves.apply(W, bias, rows, events, width, num_parents, first_edge, weight_grad, batch_major)``:
     ``weight_grad(W, g, events)`` is the level's Delta W summed over the batch (autograd's weight gradient), from
-    the incoming gradient node-major ``g`` ``(R_l, n_l, N)`` and the children's events ``(N, R_{l+1})``
-    (:func:`one_hot_tree_weight_grad`, or :func:`graph_backward` with ``mean=False`` on their one-hot).  No
-    gradient flows to the events.
+    the incoming gradient node-major ``g`` ``(R_l, n_l, N)`` (with ``batch_major``, u is ``(N, R_l, n_l)`` and g a
+    node-major view of its gradient) and the children's events ``(N, R_{l+1})`` (:func:`one_hot_tree_weight_grad`,
+    or :func:`graph_backward` with ``mean=False`` on their one-hot).  No gradient flows to the events.
     """
 
     @staticmethod
     def forward(ctx: Any, W: torch.Tensor, bias: torch.Tensor | None, rows: torch.Tensor, events: torch.Tensor,
                 width: int, num_parents: int, first_edge: torch.Tensor | None,
-                weight_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+                weight_grad: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+                batch_major: bool = False) -> torch.Tensor:
         ctx.save_for_backward(W, events)
-        ctx.weight_grad, ctx.has_bias = weight_grad, bias is not None
-        return one_hot_pre_activation(W, rows, bias, num_parents, first_edge)
+        ctx.weight_grad, ctx.has_bias, ctx.batch_major = weight_grad, bias is not None, batch_major
+        ctx.num_parents, ctx.fixed_bags = num_parents, first_edge is None
+        return one_hot_pre_activation(W, rows, bias, num_parents, first_edge, batch_major=batch_major)
 
     @staticmethod
     @once_differentiable  # its backward is a plain matmul: a second derivative through it is refused, not wrong
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
         W, events = ctx.saved_tensors
+        if ctx.batch_major:  # the flat (N R_l, n_l) gradient: node-major (R_l, n_l, N) as a view
+            grad = grad.view(events.shape[0], -1, grad.shape[-1]).permute(1, 2, 0)
         dW = ctx.weight_grad(W, grad, events) if ctx.needs_input_grad[0] else None
-        db = grad.sum(-1) if ctx.has_bias and ctx.needs_input_grad[1] else None
-        return dW, db, None, None, None, None, None, None
+        db = None
+        if ctx.has_bias and ctx.needs_input_grad[1]:
+            if dW is not None and ctx.fixed_bags:
+                # a child's one-hot sums to 1 over its events: sum_v dW_{p c}[v] = sum_x g_p, from the few KB of dW
+                # rather than another pass over the (R_l, n_l, N) gradient (equal to round-off)
+                db = dW.view(ctx.num_parents, -1, *W.shape[1:])[:, 0].sum(1)
+            else:
+                db = grad.sum(-1)
+        return dW, db, None, None, None, None, None, None, None

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from smaso.student.activations import Activation, get_activation
+from smaso.student.batch_major import student_forward
 from smaso.student.batchnorm import bn_backward, bn_forward
 from smaso.student.connectivity import (
     OneHotLeaves,
@@ -46,6 +47,7 @@ from smaso.student.connectivity import (
     tree_backward,
     tree_pre_activation,
 )
+from smaso.student.node_major import node_major_forward
 from smaso.student.readout import readout_events, readout_ladder
 from teachers.ladder import Ladder
 
@@ -450,20 +452,24 @@ class LadderStudent(nn.Module):
         """Whether inputs ``x`` are leaf events (integers) rather than the inputs themselves."""
         return not (x.is_floating_point() or x.is_complex())
 
-    def _one_hot_args(self, events: torch.Tensor) -> tuple[int, bool, torch.Tensor, torch.Tensor | None]:
+    def _one_hot_args(self, events: torch.Tensor, small: bool = False
+                      ) -> tuple[int, bool, torch.Tensor, torch.Tensor | None]:
         """Level d - 1's gather of one-hot leaves given by their ``events`` ``(N, R_d)``: ``(l, fast, rows,
-        first_edge)`` (:func:`~smaso.student.connectivity.one_hot_rows`; first_edge None for fixed-size bags)."""
+        first_edge)`` (:func:`~smaso.student.connectivity.one_hot_rows`, int32 with ``small`` where they fit;
+        first_edge None for fixed-size bags)."""
         l = self.ladder.depth - 1
         fast = self._fast
-        rows = one_hot_rows(events, self.widths[-1], None if fast else self.edge_index(l)[1])
+        small = small and fast and self.num_edges(l) * self.widths[-1] < 2**31
+        rows = one_hot_rows(events, self.widths[-1], None if fast else self.edge_index(l)[1],
+                            dtype=torch.int32 if small else torch.int64)
         return l, fast, rows, None if fast else getattr(self, f"edge_first_{l}")
 
-    def _one_hot_leaves(self, events: torch.Tensor) -> torch.Tensor:
-        """u of level d - 1 node-major ``(R, n, N)`` from one-hot leaves given by their ``events``: a gather of weight
-        rows (Eq 1 on one-hot inputs), differentiable in the weights,
+    def _one_hot_leaves(self, events: torch.Tensor, batch_major: bool = False) -> torch.Tensor:
+        """u of level d - 1 node-major ``(R, n, N)`` (or ``batch_major`` flat ``(N R, n)``) from one-hot leaves given by
+        their ``events``: a gather of weight rows (Eq 1 on one-hot inputs), differentiable in the weights,
         whose gradient is the level's own Delta W matmul on the node-major one-hot
         (:class:`~smaso.student.connectivity.OneHotLeaves`)."""
-        l, fast, rows, first = self._one_hot_args(events)
+        l, fast, rows, first = self._one_hot_args(events, batch_major)
         # buffers of the backward's one-hot, reused from one backward to the next (it lives only inside the
         # backward: two backward passes of one student must not run at once in different threads)
         scratch = self.__dict__.setdefault("_one_hot_scratch", {})
@@ -476,18 +482,20 @@ class LadderStudent(nn.Module):
             return graph_backward(W, g, child, False, self._plans[l], self.edge_index(l), mean=False)[0]
 
         return OneHotLeaves.apply(self.edge_weights(l), None if self.biases is None else self.biases[l], rows, events,
-                                  width, self.ladder.num_regions[l], first, weight_grad)
+                                  width, self.ladder.num_regions[l], first, weight_grad, batch_major)
 
     def _leaves(self, x: torch.Tensor) -> torch.Tensor:
         """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
         return x.to(self.weights[0].dtype).permute(1, 2, 0)
 
-    def _batch_norm(self, level: int, f: torch.Tensor) -> Any:
-        """Eq 10 on a node-major ``(R_l, n_l, N)`` level (the BN input: f after, u before the gate), or
-        None without BN: ``(output, standardized input, sigma)``."""
+    def _batch_norm(self, level: int, f: torch.Tensor, batch_major: bool = False) -> Any:
+        """Eq 10 on a node-major ``(R_l, n_l, N)`` (or ``batch_major`` ``(N, R_l, n_l)``) level (the BN input: f
+        after, u before the gate), or None without BN: ``(output, standardized input, sigma)``."""
         bn = self.bn_params(level)
         if bn is None:
             return None
+        if batch_major:  # (N, R_l, n_l), or the leaves' flat (N R_l, n_l)
+            return bn_forward(f.view(-1, *bn[0].shape), bn[0], bn[1], self.bn_eps)
         # bn_forward normalizes over dim 0: hand it the (N, R, n) view; its outputs keep f's layout
         fbar, f_tilde, _, sigma = bn_forward(f.permute(2, 0, 1), bn[0], bn[1], self.bn_eps)
         return fbar.permute(1, 2, 0), f_tilde.permute(1, 2, 0), sigma
@@ -500,9 +508,17 @@ class LadderStudent(nn.Module):
         [0, dim) (``sample.z[:, ladder.level_offsets[-2]:]``): then the leaf level is a gather of weight rows
         (:func:`~smaso.student.connectivity.one_hot_pre_activation`) rather than a matmul on the one-hot, the same
         outputs to round-off.  ``events_checked``: the caller validated the events' range once where its data
-        entered: skip that check, a host read (an event out of range would silently pick another edge's row)."""
+        entered: skip that check, a host read (an event out of range would silently pick another edge's row).
+
+        On a uniform tree (:attr:`fast_path`) events run batch-major, the gather's own layout, with no transposes
+        between levels (:func:`~smaso.student.batch_major.student_forward`); float inputs with ReLU and no BN
+        through :func:`~smaso.student.node_major.node_major_forward` (reused backward buffers)."""
         self.check_inputs(x, values=not events_checked)
         events = self._events(x)
+        if events and self._fast:
+            return student_forward(self, x)
+        if self._fast and not events and not self.batch_norm and self.act(self.ladder.depth - 1).name == "relu":
+            return node_major_forward(self, x)  # the path below bit for bit, with reused backward buffers
         h: torch.Tensor | None = None if events else self._leaves(x)
         before = self.bn_placement == "before"
         for l in range(self.ladder.depth - 1, -1, -1):
