@@ -464,3 +464,30 @@ def test_a_record_of_other_weights_is_refused():
     other = LadderStudent(lad, 4, dtype=torch.float64, seed=0)
     with pytest.raises(ValueError, match="another student"):
         acc.add(other.forward_backward(x, y), z)
+
+
+def test_scatter_matrices_are_written_whole_each_batch():
+    """The kept (R, M, N) scatter matrices are rebuilt whole from each batch's events (a comparison, not ones set on
+    a zeroed buffer and reset after the batch): whatever a buffer held before, a batch's sums are a fresh
+    accumulator's, bit for bit, and every matrix is the one-hot of its level's events."""
+    lad = _ladder()
+    s = sample_ladder(lad, 40, seed=6)
+    x = s.inputs(dtype=torch.float64)
+    st = _student(lad)
+    acc = FrequencyAccumulator(st)
+    acc.add(st.forward_backward(x[:20], s.y[:20]), s.z[:20])
+    assert acc._one_hot_buffers  # the levels' scatter matrices are kept between batches
+    for buf in acc._one_hot_buffers.values():
+        buf.fill_(math.nan)  # what a buffer holds must not reach the next batch
+    acc.add(st.forward_backward(x[20:], s.y[20:]), s.z[20:])
+    fresh = FrequencyAccumulator(st)
+    fresh.add(st.forward_backward(x[:20], s.y[:20]), s.z[:20])
+    fresh.add(st.forward_backward(x[20:], s.y[20:]), s.z[20:])
+    for name in ("counts", "joint_counts", "own", "fc", "gp"):
+        for a, b in zip(getattr(acc, name), getattr(fresh, name), strict=True):
+            assert (a is None and b is None) or torch.equal(a, b), name
+    off = lad.level_offsets
+    for (level, n), buf in acc._one_hot_buffers.items():
+        ev = s.z[20:, off[level]: off[level + 1]].long()
+        expected = torch.zeros(ev.shape[1], lad.events[level], n, dtype=buf.dtype).scatter_(1, ev.T.unsqueeze(1), 1.0)
+        assert torch.equal(buf, expected)
