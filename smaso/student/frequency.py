@@ -11,7 +11,9 @@ one-hot matrix, ~10x faster on CPU than ``index_add_``; ``index_add_`` for regio
 so they stream over batches, in the student's dtype or float64.  U, and Gf at a level without BN, are not summed
 per example: they are linear in the same batch's edge sums (Eq 1: u = sum_e W_e^T fbar_child + b and
 g_f = g_raw = sum_e W_e g_parent), so each batch maps its Fc and Gp~ sums through the weights instead
-(:meth:`FrequencyAccumulator._derivable`; equal to the per-example sums to round-off, tested).  Events never
+(:meth:`FrequencyAccumulator._derivable`; equal to the per-example sums to round-off, tested); at a level with BN
+after the gate, Fbar and Gf are BN's affine maps of the batch applied to the F sums and the raw gradient's
+(:mod:`smaso.student.bn_sums`).  Events never
 observed are reported in ``empty_events`` and their rows are zero, never 0/0.  ``dW`` is the measured
 E_x[fbar_b g_a] per edge.
 
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from smaso import _ladder_parts
+from smaso.student.bn_sums import bn_event_sums
 from smaso.student.connectivity import take_rows
 from smaso.student.event_means import FrequencyStatistics, PerEventMeans
 from smaso.student.mergeable import MergeableSums, event_counts, event_flags, negated_state, record_rows
@@ -174,8 +177,14 @@ class FrequencyAccumulator(MergeableSums):
         # the quantities of level l < d that follow from the edge sums by the weights rather than being summed
         # (_add_derived), and the runs [i0, i1) of the others' indices in self.summed (stacked slots)
         self._derived = [self._derivable(l) for l in range(d)]
-        self._direct_runs = [_runs([i for i, k in enumerate(self.summed) if k not in self._derived[l]])
-                             for l in range(d)]
+        # at a level with BN after the gate, Fbar and Gf through BN's affine maps of the batch (bn_sums) from the F
+        # sums and the raw gradient's (by the edge weights, as Gf without BN), where the record holds BN's mean
+        self._bn_derived = [("Fbar", "Gf") if student.bn_placement == "after" and student.bn_params(l) is not None
+                            and {"Fbar", "F", "Gf"} <= set(self.summed) else () for l in range(d)]
+        self._direct_runs = [_runs([i for i, k in enumerate(self.summed) if k not in self._derived[l]
+                                    + self._bn_derived[l]]) for l in range(d)]
+        self._plain_runs = [_runs([i for i, k in enumerate(self.summed) if k not in self._derived[l]])
+                            for l in range(d)]  # (a record without BN's mean: Fbar and Gf summed per example)
 
     def add(self, rec: StudentRecord, z: torch.Tensor, rows: slice | None = None) -> None:
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, total_regions)``.
@@ -236,12 +245,14 @@ class FrequencyAccumulator(MergeableSums):
             derived += ("Gf",)
         return derived
 
-    def _add_derived(self, l: int, fc: torch.Tensor, gp: torch.Tensor, cnt: list) -> None:
+    def _add_derived(self, l: int, fc: torch.Tensor, gp: torch.Tensor, cnt: list,
+                     bn: bool = False) -> torch.Tensor | None:
         """The derived sums (:meth:`_derivable`) of one batch from its edge sums into level ``l`` >= 1: U of the
         parents' level l - 1 from ``fc`` ``(E, M_{l-1}, n_l)``, Gf of the children's level l from ``gp``
         ``(E, M_l, n_{l-1})``; ``cnt[l - 1]``: the parents' event counts of the batch ``(R_{l-1}, M_{l-1})``.
         In the batch sums' dtype, like every batch sum: E M n_l n_{l-1} multiply-adds, a small fraction of the
-        R M N n per-example sums they replace."""
+        R M N n per-example sums they replace.  With ``bn`` (BN's maps at level l, :mod:`~smaso.student.bn_sums`)
+        returns the raw gradient's sums of level l ``(R_l, M_l, n_l)`` instead of adding them, else None."""
         st, dt = self.student, self.dtype
         W = st.edge_weights(l - 1).detach().to(dt)  # (E, n_l, n_{l-1}); detached: sums are data, not a graph
         par, chi = st.edge_index(l - 1)
@@ -256,12 +267,17 @@ class FrequencyAccumulator(MergeableSums):
                 u_cols.index_add_(0, par, torch.bmm(fc, W).to(TOTAL_DTYPE))
             if st.biases is not None:
                 u_cols += cnt[l - 1][..., None] * st.biases[l - 1].detach().to(dt)[:, None, :]
+        if bn:  # the raw gradient's sums, by the same map as Gf's without BN; BN's map is the caller's
+            graw = torch.bmm(gp.to(dt), W.transpose(1, 2))  # (E, M_l, n_l)
+            return graw if st.fast_path else graw.new_zeros(self.own[l].shape[:2] + graw.shape[-1:]).index_add_(
+                0, chi, graw)
         if l < self.ladder.depth and "Gf" in self._derived[l]:
             gf_cols, gf = self._own_columns(l, "Gf"), torch.bmm(gp.to(dt), W.transpose(1, 2))  # (E, M_l, n_l)
             if st.fast_path:  # one parent edge per child region
                 gf_cols += gf
             else:
                 gf_cols.index_add_(0, chi, gf.to(TOTAL_DTYPE))
+        return None
 
     def _own_columns(self, level: int, key: str) -> torch.Tensor:
         """The columns of quantity ``key`` in the level's per-event sums ``own[level]`` (a view)."""
@@ -301,28 +317,39 @@ class FrequencyAccumulator(MergeableSums):
             elif l == 0 or not tree:
                 code = bins[l].long() + torch.arange(R, device=self.device) * m
                 cnt[l] = event_counts(code, R * m).view(R, m)
-            if l < d and small[l] and stacked and rec.stacked is not None:  # stacked: rec.stacked is set
-                # the summed quantities of the level, one run of stacked slots at a time: (R, m, N) @ (R, N, k n);
-                # one wide matmul is ~2.5x faster than k narrow ones (n = 16 columns each) on CPU
-                w = self.student.widths[l]
-                for i0, i1 in self._direct_runs[l]:
-                    buf = rec.stacked[l][:, i0:i1].to(dt)
-                    self.own[l][..., i0 * w: i1 * w] += torch.bmm(one_hot[l], buf.reshape(R, -1, n).transpose(1, 2))
-            elif l < d:
-                w = self.student.widths[l]
-                for i0, i1 in self._direct_runs[l]:
-                    q = torch.cat([getattr(rec, _RECORD[k])[l] for k in self.summed[i0:i1]], -1)
-                    self.own[l][..., i0 * w: i1 * w] += scatter_sums(levels[l], q, m, dt, one_hot[l])
+            bn = l < d and bool(self._bn_derived[l]) and len(rec.mu) > l and rec.mu[l] is not None
+            f_sums = None  # with bn: this batch's F sums, for BN's maps
+            if l < d:
+                w, i_f = self.student.widths[l], self.summed.index("F") if bn else -1
+                for i0, i1 in (self._direct_runs if bn else self._plain_runs)[l]:
+                    if small[l] and stacked and rec.stacked is not None:  # stacked: rec.stacked is set
+                        # the summed quantities of the level, one run of stacked slots at a time:
+                        # (R, m, N) @ (R, N, k n); one wide matmul is ~2.5x faster than k narrow ones (n = 16
+                        # columns each) on CPU
+                        buf = rec.stacked[l][:, i0:i1].to(dt)
+                        part = torch.bmm(one_hot[l], buf.reshape(R, -1, n).transpose(1, 2))
+                    else:
+                        q = torch.cat([getattr(rec, _RECORD[k])[l] for k in self.summed[i0:i1]], -1)
+                        part = scatter_sums(levels[l], q, m, dt, one_hot[l])
+                    self.own[l][..., i0 * w: i1 * w] += part
+                    if i0 <= i_f < i1:
+                        f_sums = part[..., (i_f - i0) * w: (i_f - i0 + 1) * w]
             elif not self.onehot_leaves:  # the leaves' sums are E[x | z]'s
                 self.own[l] += scatter_sums(levels[l], rec.fbar[l], m, dt, one_hot[l])
             if l > 0:
                 pairs, fc, gp = self._add_edges(l, rec, levels, bins, one_hot, small, n, tree)
                 if cnt[l] is None:  # a tree without the level's scatter matrix: the margins of its pairs
                     cnt[l] = pairs.sum(1)
-                self._add_derived(l, pairs if fc is None else fc, gp, cnt)
+                graw = self._add_derived(l, pairs if fc is None else fc, gp, cnt, bn)
             level_counts = cnt[l]
             if level_counts is None:
                 raise RuntimeError(f"level {l}: no event counts were computed for this batch")  # (unreachable)
+            if bn and f_sums is not None and graw is not None:  # (both set with bn, at a hidden level l >= 1)
+                c1, c0 = self.student.bn_params(l)  # type: ignore[misc]  # bn: the level has BN
+                fbar, gf = bn_event_sums(f_sums, graw, level_counts, c1, c0, rec.mu[l], rec.sigma[l], rec.dc1[l],
+                                         rec.dc0[l], TOTAL_DTYPE)
+                self._own_columns(l, "Fbar").add_(fbar)
+                self._own_columns(l, "Gf").add_(gf)
             self.counts[l] += level_counts
 
     def _add_edges(self, l: int, rec: StudentRecord, levels: list, bins: list, one_hot: list, small: list[bool],
