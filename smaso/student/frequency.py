@@ -144,8 +144,9 @@ class FrequencyAccumulator(MergeableSums):
         dev = self.device = student.weights[0].device
         d, M, R = lad.depth, lad.events, lad.num_regions
         E = [student.num_edges(l) for l in range(lad.depth)]
-        # which of _RECORD's quantities are summed (the others are copies of one of them)
-        self.summed = [k for k in _RECORD if _RECORD[k] in student.stacked_fields()]
+        # which of _RECORD's quantities are summed (the others are copies of one of them): the stacked fields', in
+        # their order (a run of them is a run of stacked slots), and U (never stacked: mapped from the edge sums)
+        self.summed = [k for k in _RECORD if _RECORD[k] in student.stacked_fields()] + ["U"]
         self.onehot_leaves = lad.emission.kind == "onehot"
         self.counts = [torch.zeros(R[l], M[l], dtype=torch.float64, device=dev) for l in range(d + 1)]
         self.joint_counts = [None] + [torch.zeros(E[l - 1], M[l - 1], M[l], dtype=torch.float64, device=dev)
@@ -211,7 +212,7 @@ class FrequencyAccumulator(MergeableSums):
         self._defer_event_check(event_flags(bins, lad.events, self._sizes))
         small = [lad.events[l] <= _ONE_HOT_MAX_EVENTS for l in range(d + 1)]
         stacked = rec.stacked is not None and rec.stacked_fields is not None \
-            and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in self.summed)
+            and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in self.summed[:-1])
         # int64 events where torch needs them (scatter indices); not the one-hot leaves, the widest level
         levels = [None if l == d and self.onehot_leaves else ev.long() for l, ev in enumerate(bins)]
         # levels[l] is None exactly at the one-hot leaves

@@ -522,14 +522,15 @@ class LadderStudent(nn.Module):
 
     # ------------------------------------------------------------------ explicit forward + backward
     def stacked_fields(self) -> tuple[str, ...]:
-        """The record fields that differ per example and per node, in the order of a stacked buffer.
+        """The record fields that frequency statistics sum per example, in the order of a stacked buffer.
 
-        ``fbar, f, slope, deriv, u, g, g_f`` less those that coincide with another: f = fbar
+        ``fbar, f, slope, deriv, g, g_f`` less those that coincide with another: f = fbar
         without BN, and f' = s for activations with f(u) = f'(u) u (ReLU, leaky ReLU, abs, linear).
-        These are what frequency statistics average (Eq 6).
+        Frequency statistics average these and u (Eq 6); u is not stacked (not copied into the buffer): its
+        per-event sums follow from the edge sums (Eq 1, :class:`~smaso.student.frequency.FrequencyAccumulator`).
         """
         homogeneous = self.activation.homogeneous and self.top_activation.homogeneous
-        return tuple(k for k in ("fbar", "f", "slope", "deriv", "u", "g", "g_f")
+        return tuple(k for k in ("fbar", "f", "slope", "deriv", "g", "g_f")
                      if not (k == "f" and not self.batch_norm) and not (k == "deriv" and homogeneous))
 
     @torch.no_grad()
