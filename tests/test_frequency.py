@@ -491,3 +491,27 @@ def test_scatter_matrices_are_written_whole_each_batch():
         ev = s.z[20:, off[level]: off[level + 1]].long()
         expected = torch.zeros(ev.shape[1], lad.events[level], n, dtype=buf.dtype).scatter_(1, ev.T.unsqueeze(1), 1.0)
         assert torch.equal(buf, expected)
+
+
+@pytest.mark.parametrize("batch_norm", [False, True, "before"])
+def test_u_and_gf_are_not_stacked_and_their_sums_equal_the_per_example_sums(batch_norm):
+    """The stacked buffer holds only what the accumulator sums per example: never u (U is mapped from the edge
+    sums) and g_f only with BN before the gate (elsewhere the edge sums and BN's affine maps give Gf, and the top
+    level's Gf is summed from the record's own tensor); U and Gf still equal their per-example sums."""
+    lad = _ladder()
+    s = sample_ladder(lad, 60, seed=8)
+    st = _student(lad, batch_norm=batch_norm)
+    fields = st.stacked_fields()
+    assert "u" not in fields and ("g_f" in fields) == (batch_norm == "before")
+    rec = st.forward_backward(s.inputs(dtype=torch.float64), s.y, stacked=True)
+    acc = FrequencyAccumulator(st)
+    acc.add(rec, s.z)
+    res = acc.result()
+    off = lad.level_offsets
+    for l in range(lad.depth):
+        assert rec.stacked[l].shape[1] == len(fields)
+        one_hot = torch.nn.functional.one_hot(s.z[:, off[l]: off[l + 1]].long(), lad.events[l]).to(torch.float64)
+        counts = one_hot.sum(0).clamp(min=1)[..., None]
+        for key, field in (("U", "u"), ("Gf", "g_f")):
+            want = torch.einsum("nra,nrj->raj", one_hot, getattr(rec, field)[l]) / counts
+            assert_close(res.means[key][l], want, 1e-12, f"{key}[{l}]")

@@ -145,8 +145,11 @@ class FrequencyAccumulator(MergeableSums):
         d, M, R = lad.depth, lad.events, lad.num_regions
         E = [student.num_edges(l) for l in range(lad.depth)]
         # which of _RECORD's quantities are summed (the others are copies of one of them): the stacked fields', in
-        # their order (a run of them is a run of stacked slots), and U (never stacked: mapped from the edge sums)
-        self.summed = [k for k in _RECORD if _RECORD[k] in student.stacked_fields()] + ["U"]
+        # their order (a run of them is a run of stacked slots), then U and Gf where not stacked (at the hidden
+        # levels mapped from the edge sums; Gf of the top level summed from the record's own tensor)
+        stacked_keys = [k for k in _RECORD if _RECORD[k] in student.stacked_fields()]
+        self._num_stacked = len(stacked_keys)
+        self.summed = stacked_keys + [k for k in ("U", "Gf") if k not in stacked_keys]
         self.onehot_leaves = lad.emission.kind == "onehot"
         self.counts = [torch.zeros(R[l], M[l], dtype=torch.float64, device=dev) for l in range(d + 1)]
         self.joint_counts = [None] + [torch.zeros(E[l - 1], M[l - 1], M[l], dtype=torch.float64, device=dev)
@@ -212,7 +215,7 @@ class FrequencyAccumulator(MergeableSums):
         self._defer_event_check(event_flags(bins, lad.events, self._sizes))
         small = [lad.events[l] <= _ONE_HOT_MAX_EVENTS for l in range(d + 1)]
         stacked = rec.stacked is not None and rec.stacked_fields is not None \
-            and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in self.summed[:-1])
+            and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in self.summed[:self._num_stacked])
         # int64 events where torch needs them (scatter indices); not the one-hot leaves, the widest level
         levels = [None if l == d and self.onehot_leaves else ev.long() for l, ev in enumerate(bins)]
         # levels[l] is None exactly at the one-hot leaves
@@ -323,7 +326,7 @@ class FrequencyAccumulator(MergeableSums):
             if l < d:
                 w, i_f = self.student.widths[l], self.summed.index("F") if bn else -1
                 for i0, i1 in (self._direct_runs if bn else self._plain_runs)[l]:
-                    if small[l] and stacked and rec.stacked is not None:  # stacked: rec.stacked is set
+                    if small[l] and stacked and rec.stacked is not None and i1 <= self._num_stacked:
                         # the summed quantities of the level, one run of stacked slots at a time:
                         # (R, m, N) @ (R, N, k n); one wide matmul is ~2.5x faster than k narrow ones (n = 16
                         # columns each) on CPU
