@@ -494,15 +494,17 @@ def test_scatter_matrices_are_written_whole_each_batch():
 
 
 @pytest.mark.parametrize("batch_norm", [False, True, "before"])
-def test_u_and_gf_are_not_stacked_and_their_sums_equal_the_per_example_sums(batch_norm):
+def test_u_gf_and_fbar_are_not_stacked_and_their_sums_equal_the_per_example_sums(batch_norm):
     """The stacked buffer holds only what the accumulator sums per example: never u (U is mapped from the edge
-    sums) and g_f only with BN before the gate (elsewhere the edge sums and BN's affine maps give Gf, and the top
-    level's Gf is summed from the record's own tensor); U and Gf still equal their per-example sums."""
+    sums), g_f only with BN before the gate (elsewhere the edge sums and BN's affine maps give Gf, and the top
+    level's Gf is summed from the record's own tensor), fbar not with BN after it (BN's map of F); U, Gf and Fbar
+    still equal their per-example sums."""
     lad = _ladder()
     s = sample_ladder(lad, 60, seed=8)
     st = _student(lad, batch_norm=batch_norm)
     fields = st.stacked_fields()
     assert "u" not in fields and ("g_f" in fields) == (batch_norm == "before")
+    assert ("fbar" in fields) == (batch_norm is not True)
     rec = st.forward_backward(s.inputs(dtype=torch.float64), s.y, stacked=True)
     acc = FrequencyAccumulator(st)
     acc.add(rec, s.z)
@@ -512,6 +514,6 @@ def test_u_and_gf_are_not_stacked_and_their_sums_equal_the_per_example_sums(batc
         assert rec.stacked[l].shape[1] == len(fields)
         one_hot = torch.nn.functional.one_hot(s.z[:, off[l]: off[l + 1]].long(), lad.events[l]).to(torch.float64)
         counts = one_hot.sum(0).clamp(min=1)[..., None]
-        for key, field in (("U", "u"), ("Gf", "g_f")):
+        for key, field in (("U", "u"), ("Gf", "g_f"), ("Fbar", "fbar")):
             want = torch.einsum("nra,nrj->raj", one_hot, getattr(rec, field)[l]) / counts
             assert_close(res.means[key][l], want, 1e-12, f"{key}[{l}]")

@@ -145,11 +145,11 @@ class FrequencyAccumulator(MergeableSums):
         d, M, R = lad.depth, lad.events, lad.num_regions
         E = [student.num_edges(l) for l in range(lad.depth)]
         # which of _RECORD's quantities are summed (the others are copies of one of them): the stacked fields', in
-        # their order (a run of them is a run of stacked slots), then U and Gf where not stacked (at the hidden
-        # levels mapped from the edge sums; Gf of the top level summed from the record's own tensor)
+        # their order (a run of them is a run of stacked slots), then Fbar, U and Gf where not stacked (at the hidden
+        # levels mapped from the edge sums or BN's maps; the top level's summed from the record's own tensors)
         stacked_keys = [k for k in _RECORD if _RECORD[k] in student.stacked_fields()]
         self._num_stacked = len(stacked_keys)
-        self.summed = stacked_keys + [k for k in ("U", "Gf") if k not in stacked_keys]
+        self.summed = stacked_keys + [k for k in ("Fbar", "U", "Gf") if k not in stacked_keys]
         self.onehot_leaves = lad.emission.kind == "onehot"
         self.counts = [torch.zeros(R[l], M[l], dtype=torch.float64, device=dev) for l in range(d + 1)]
         self.joint_counts = [None] + [torch.zeros(E[l - 1], M[l - 1], M[l], dtype=torch.float64, device=dev)

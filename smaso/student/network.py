@@ -525,16 +525,18 @@ class LadderStudent(nn.Module):
         """The record fields that frequency statistics sum per example, in the order of a stacked buffer.
 
         ``fbar, f, slope, deriv, g, g_f`` less those that coincide with another: f = fbar
-        without BN, and f' = s for activations with f(u) = f'(u) u (ReLU, leaky ReLU, abs, linear); and less g_f
-        unless BN is before the gate.  Frequency statistics average these, u and g_f (Eq 6); u and g_f are not
-        stacked (not copied into the buffer) because at the hidden levels their per-event sums follow from the edge
-        sums (Eq 1) and, with BN after the gate, BN's affine maps
-        (:class:`~smaso.student.frequency.FrequencyAccumulator`).
+        without BN, and f' = s for activations with f(u) = f'(u) u (ReLU, leaky ReLU, abs, linear); less g_f
+        unless BN is before the gate, and fbar with BN after it.  Frequency statistics average these, u, g_f and
+        fbar (Eq 6); those are not stacked (not copied into the buffer) because at the hidden levels their
+        per-event sums follow from the edge sums (Eq 1) and, with BN after the gate, BN's affine maps
+        (:class:`~smaso.student.frequency.FrequencyAccumulator`); an unstacked fbar is also the next level's input
+        without a copy.
         """
         homogeneous = self.activation.homogeneous and self.top_activation.homogeneous
         return tuple(k for k in ("fbar", "f", "slope", "deriv", "g", "g_f")
                      if not (k == "f" and not self.batch_norm) and not (k == "deriv" and homogeneous)
-                     and not (k == "g_f" and self.bn_placement != "before"))
+                     and not (k == "g_f" and self.bn_placement != "before")
+                     and not (k == "fbar" and self.bn_placement == "after"))
 
     @torch.no_grad()
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss: str = "squared", *,
