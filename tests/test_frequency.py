@@ -464,3 +464,56 @@ def test_a_record_of_other_weights_is_refused():
     other = LadderStudent(lad, 4, dtype=torch.float64, seed=0)
     with pytest.raises(ValueError, match="another student"):
         acc.add(other.forward_backward(x, y), z)
+
+
+def test_scatter_matrices_are_written_whole_each_batch():
+    """The kept (R, M, N) scatter matrices are rebuilt whole from each batch's events (a comparison, not ones set on
+    a zeroed buffer and reset after the batch): whatever a buffer held before, a batch's sums are a fresh
+    accumulator's, bit for bit, and every matrix is the one-hot of its level's events."""
+    lad = _ladder()
+    s = sample_ladder(lad, 40, seed=6)
+    x = s.inputs(dtype=torch.float64)
+    st = _student(lad)
+    acc = FrequencyAccumulator(st)
+    acc.add(st.forward_backward(x[:20], s.y[:20]), s.z[:20])
+    assert acc._one_hot_buffers  # the levels' scatter matrices are kept between batches
+    for buf in acc._one_hot_buffers.values():
+        buf.fill_(math.nan)  # what a buffer holds must not reach the next batch
+    acc.add(st.forward_backward(x[20:], s.y[20:]), s.z[20:])
+    fresh = FrequencyAccumulator(st)
+    fresh.add(st.forward_backward(x[:20], s.y[:20]), s.z[:20])
+    fresh.add(st.forward_backward(x[20:], s.y[20:]), s.z[20:])
+    for name in ("counts", "joint_counts", "own", "fc", "gp"):
+        for a, b in zip(getattr(acc, name), getattr(fresh, name), strict=True):
+            assert (a is None and b is None) or torch.equal(a, b), name
+    off = lad.level_offsets
+    for (level, n), buf in acc._one_hot_buffers.items():
+        ev = s.z[20:, off[level]: off[level + 1]].long()
+        expected = torch.zeros(ev.shape[1], lad.events[level], n, dtype=buf.dtype).scatter_(1, ev.T.unsqueeze(1), 1.0)
+        assert torch.equal(buf, expected)
+
+
+@pytest.mark.parametrize("batch_norm", [False, True, "before"])
+def test_u_gf_and_fbar_are_not_stacked_and_their_sums_equal_the_per_example_sums(batch_norm):
+    """The stacked buffer holds only what the accumulator sums per example: never u (U is mapped from the edge
+    sums), g_f only with BN before the gate (elsewhere the edge sums and BN's affine maps give Gf, and the top
+    level's Gf is summed from the record's own tensor), fbar not with BN after it (BN's map of F); U, Gf and Fbar
+    still equal their per-example sums."""
+    lad = _ladder()
+    s = sample_ladder(lad, 60, seed=8)
+    st = _student(lad, batch_norm=batch_norm)
+    fields = st.stacked_fields()
+    assert "u" not in fields and ("g_f" in fields) == (batch_norm == "before")
+    assert ("fbar" in fields) == (batch_norm is not True)
+    rec = st.forward_backward(s.inputs(dtype=torch.float64), s.y, stacked=True)
+    acc = FrequencyAccumulator(st)
+    acc.add(rec, s.z)
+    res = acc.result()
+    off = lad.level_offsets
+    for l in range(lad.depth):
+        assert rec.stacked[l].shape[1] == len(fields)
+        one_hot = torch.nn.functional.one_hot(s.z[:, off[l]: off[l + 1]].long(), lad.events[l]).to(torch.float64)
+        counts = one_hot.sum(0).clamp(min=1)[..., None]
+        for key, field in (("U", "u"), ("Gf", "g_f"), ("Fbar", "fbar")):
+            want = torch.einsum("nra,nrj->raj", one_hot, getattr(rec, field)[l]) / counts
+            assert_close(res.means[key][l], want, 1e-12, f"{key}[{l}]")

@@ -102,6 +102,13 @@ def test_event_counts_are_bincounts() -> None:
     assert event_counts(idx.to("meta"), 60).shape == (60,)
 
 
+def test_event_counts_refuse_an_index_past_the_bins() -> None:
+    """On the CPU the counts are torch.bincount's: an index at or past ``size`` is a named error, not a longer
+    vector."""
+    with pytest.raises(ValueError, match=r"index: expected flat indices in \[0, 3\), got 5"):
+        event_counts(torch.tensor([0, 5, 1]), 3)
+
+
 def _bad_events(name: str, level: int, value: int):
     lad, st, recs, zs = _batches(name, n=16)
     z = zs[0].clone()

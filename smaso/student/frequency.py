@@ -11,7 +11,9 @@ one-hot matrix, ~10x faster on CPU than ``index_add_``; ``index_add_`` for regio
 so they stream over batches, in the student's dtype or float64.  U, and Gf at a level without BN, are not summed
 per example: they are linear in the same batch's edge sums (Eq 1: u = sum_e W_e^T fbar_child + b and
 g_f = g_raw = sum_e W_e g_parent), so each batch maps its Fc and Gp~ sums through the weights instead
-(:meth:`FrequencyAccumulator._derivable`; equal to the per-example sums to round-off, tested).  Events never
+(:meth:`FrequencyAccumulator._derivable`; equal to the per-example sums to round-off, tested); at a level with BN
+after the gate, Fbar and Gf are BN's affine maps of the batch applied to the F sums and the raw gradient's
+(:mod:`smaso.student.bn_sums`).  Events never
 observed are reported in ``empty_events`` and their rows are zero, never 0/0.  ``dW`` is the measured
 E_x[fbar_b g_a] per edge.
 
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from smaso import _ladder_parts
+from smaso.student.bn_sums import bn_event_sums
 from smaso.student.connectivity import take_rows
 from smaso.student.event_means import FrequencyStatistics, PerEventMeans
 from smaso.student.mergeable import MergeableSums, event_counts, event_flags, negated_state, record_rows
@@ -141,8 +144,12 @@ class FrequencyAccumulator(MergeableSums):
         dev = self.device = student.weights[0].device
         d, M, R = lad.depth, lad.events, lad.num_regions
         E = [student.num_edges(l) for l in range(lad.depth)]
-        # which of _RECORD's quantities are summed (the others are copies of one of them)
-        self.summed = [k for k in _RECORD if _RECORD[k] in student.stacked_fields()]
+        # which of _RECORD's quantities are summed (the others are copies of one of them): the stacked fields', in
+        # their order (a run of them is a run of stacked slots), then Fbar, U and Gf where not stacked (at the hidden
+        # levels mapped from the edge sums or BN's maps; the top level's summed from the record's own tensors)
+        stacked_keys = [k for k in _RECORD if _RECORD[k] in student.stacked_fields()]
+        self._num_stacked = len(stacked_keys)
+        self.summed = stacked_keys + [k for k in ("Fbar", "U", "Gf") if k not in stacked_keys]
         self.onehot_leaves = lad.emission.kind == "onehot"
         self.counts = [torch.zeros(R[l], M[l], dtype=torch.float64, device=dev) for l in range(d + 1)]
         self.joint_counts = [None] + [torch.zeros(E[l - 1], M[l - 1], M[l], dtype=torch.float64, device=dev)
@@ -170,11 +177,18 @@ class FrequencyAccumulator(MergeableSums):
         self._sizes = [None if lad.is_uniform() or len(set(lad.region_events[l])) == 1
                        else torch.tensor(lad.region_events[l], device=dev) for l in range(d + 1)]
         self._one_hot_buffers: dict[tuple[int, int], torch.Tensor] = {}
+        self._event_values: dict[int, torch.Tensor] = {}  # per event count M: the values 0..M-1, (M, 1) uint8
         # the quantities of level l < d that follow from the edge sums by the weights rather than being summed
         # (_add_derived), and the runs [i0, i1) of the others' indices in self.summed (stacked slots)
         self._derived = [self._derivable(l) for l in range(d)]
-        self._direct_runs = [_runs([i for i, k in enumerate(self.summed) if k not in self._derived[l]])
-                             for l in range(d)]
+        # at a level with BN after the gate, Fbar and Gf through BN's affine maps of the batch (bn_sums) from the F
+        # sums and the raw gradient's (by the edge weights, as Gf without BN), where the record holds BN's mean
+        self._bn_derived = [("Fbar", "Gf") if student.bn_placement == "after" and student.bn_params(l) is not None
+                            and {"Fbar", "F", "Gf"} <= set(self.summed) else () for l in range(d)]
+        self._direct_runs = [_runs([i for i, k in enumerate(self.summed) if k not in self._derived[l]
+                                    + self._bn_derived[l]]) for l in range(d)]
+        self._plain_runs = [_runs([i for i, k in enumerate(self.summed) if k not in self._derived[l]])
+                            for l in range(d)]  # (a record without BN's mean: Fbar and Gf summed per example)
 
     def add(self, rec: StudentRecord, z: torch.Tensor, rows: slice | None = None) -> None:
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, total_regions)``.
@@ -201,20 +215,20 @@ class FrequencyAccumulator(MergeableSums):
         self._defer_event_check(event_flags(bins, lad.events, self._sizes))
         small = [lad.events[l] <= _ONE_HOT_MAX_EVENTS for l in range(d + 1)]
         stacked = rec.stacked is not None and rec.stacked_fields is not None \
-            and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in self.summed)
+            and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in self.summed[:self._num_stacked])
         # int64 events where torch needs them (scatter indices); not the one-hot leaves, the widest level
         levels = [None if l == d and self.onehot_leaves else ev.long() for l, ev in enumerate(bins)]
-        try:
-            # levels[l] is None exactly at the one-hot leaves
-            one_hot = [self._set_one_hot(l, lev) if small[l] and lev is not None else None
-                       for l, lev in enumerate(levels)]
-            self._add_sums(rec, levels, bins, one_hot, small, stacked, n)
-        except BaseException:
-            self._one_hot_buffers.clear()  # a buffer may hold ones of this batch: rebuild from zeros next time
-            raise
-        for lev, oh in zip(levels, one_hot, strict=True):  # the one-hot buffers back to zero: N R writes, not R m N
-            if oh is not None and lev is not None:
-                oh.scatter_(1, lev.T.unsqueeze(1), 0.0)
+        # levels[l] is None exactly at the one-hot leaves
+        built = [l for l, lev in enumerate(levels) if small[l] and lev is not None]
+        one_hot: list[torch.Tensor | None] = [None] * (d + 1)
+        if built:
+            # the scatter matrices' levels as one uint8 (regions, N) block (events < 256 there): comparing bytes
+            # writes a whole matrix ~4x faster than setting its ones and resetting them after the batch
+            top = off[built[-1] + 1]
+            ev8 = z[:, :top].to(torch.uint8).T.contiguous()
+            for l in built:
+                one_hot[l] = self._set_one_hot(l, ev8[off[l]: off[l + 1]])
+        self._add_sums(rec, levels, bins, one_hot, small, stacked, n)
         for l in range(d):
             self.dW[l] += rec.dW[l].to(dt) * n
             self.db[l] += rec.db[l].to(dt) * n
@@ -235,12 +249,14 @@ class FrequencyAccumulator(MergeableSums):
             derived += ("Gf",)
         return derived
 
-    def _add_derived(self, l: int, fc: torch.Tensor, gp: torch.Tensor, cnt: list) -> None:
+    def _add_derived(self, l: int, fc: torch.Tensor, gp: torch.Tensor, cnt: list,
+                     bn: bool = False) -> torch.Tensor | None:
         """The derived sums (:meth:`_derivable`) of one batch from its edge sums into level ``l`` >= 1: U of the
         parents' level l - 1 from ``fc`` ``(E, M_{l-1}, n_l)``, Gf of the children's level l from ``gp``
         ``(E, M_l, n_{l-1})``; ``cnt[l - 1]``: the parents' event counts of the batch ``(R_{l-1}, M_{l-1})``.
         In the batch sums' dtype, like every batch sum: E M n_l n_{l-1} multiply-adds, a small fraction of the
-        R M N n per-example sums they replace."""
+        R M N n per-example sums they replace.  With ``bn`` (BN's maps at level l, :mod:`~smaso.student.bn_sums`)
+        returns the raw gradient's sums of level l ``(R_l, M_l, n_l)`` instead of adding them, else None."""
         st, dt = self.student, self.dtype
         W = st.edge_weights(l - 1).detach().to(dt)  # (E, n_l, n_{l-1}); detached: sums are data, not a graph
         par, chi = st.edge_index(l - 1)
@@ -255,12 +271,17 @@ class FrequencyAccumulator(MergeableSums):
                 u_cols.index_add_(0, par, torch.bmm(fc, W).to(TOTAL_DTYPE))
             if st.biases is not None:
                 u_cols += cnt[l - 1][..., None] * st.biases[l - 1].detach().to(dt)[:, None, :]
+        if bn:  # the raw gradient's sums, by the same map as Gf's without BN; BN's map is the caller's
+            graw = torch.bmm(gp.to(dt), W.transpose(1, 2))  # (E, M_l, n_l)
+            return graw if st.fast_path else graw.new_zeros(self.own[l].shape[:2] + graw.shape[-1:]).index_add_(
+                0, chi, graw)
         if l < self.ladder.depth and "Gf" in self._derived[l]:
             gf_cols, gf = self._own_columns(l, "Gf"), torch.bmm(gp.to(dt), W.transpose(1, 2))  # (E, M_l, n_l)
             if st.fast_path:  # one parent edge per child region
                 gf_cols += gf
             else:
                 gf_cols.index_add_(0, chi, gf.to(TOTAL_DTYPE))
+        return None
 
     def _own_columns(self, level: int, key: str) -> torch.Tensor:
         """The columns of quantity ``key`` in the level's per-event sums ``own[level]`` (a view)."""
@@ -268,16 +289,20 @@ class FrequencyAccumulator(MergeableSums):
         return self.own[level][..., i * w: (i + 1) * w]
 
     def _set_one_hot(self, level: int, ev: torch.Tensor) -> torch.Tensor:
-        """The level's ``(R, M, N)`` scatter matrix [z[n, r] = a], in a buffer kept between batches
-        (a fresh R M N allocation costs page faults and a fill on every batch)."""
+        """The level's ``(R, M, N)`` scatter matrix [z[n, r] = a] from its events ``ev`` ``(R, N)`` (uint8, M <= 256),
+        written whole (a comparison with the event values) into a buffer kept between batches (a fresh R M N
+        allocation costs page faults on every batch; nothing of a previous batch survives the write)."""
         R, m = self.ladder.num_regions[level], self.ladder.events[level]
-        key = (level, ev.shape[0])  # by size too: groups of a batch alternate between two sizes
+        key = (level, ev.shape[1])  # by size too: groups of a batch alternate between two sizes
         buf = self._one_hot_buffers.get(key)
         if buf is None:
             if len(self._one_hot_buffers) > 4 * (self.ladder.depth + 1):
                 self._one_hot_buffers.clear()
-            buf = self._one_hot_buffers[key] = torch.zeros(R, m, ev.shape[0], dtype=self.dtype, device=self.device)
-        return buf.scatter_(1, ev.T.unsqueeze(1), 1.0)
+            buf = self._one_hot_buffers[key] = torch.empty(R, m, ev.shape[1], dtype=self.dtype, device=self.device)
+        values = self._event_values.get(m)
+        if values is None:
+            values = self._event_values[m] = torch.arange(m, dtype=torch.uint8, device=self.device)[:, None]
+        return torch.eq(ev[:, None, :], values, out=buf)
 
     def _add_sums(self, rec: StudentRecord, levels: list, bins: list[torch.Tensor], one_hot: list,
                   small: list[bool], stacked: bool, n: int) -> None:
@@ -296,28 +321,39 @@ class FrequencyAccumulator(MergeableSums):
             elif l == 0 or not tree:
                 code = bins[l].long() + torch.arange(R, device=self.device) * m
                 cnt[l] = event_counts(code, R * m).view(R, m)
-            if l < d and small[l] and stacked and rec.stacked is not None:  # stacked: rec.stacked is set
-                # the summed quantities of the level, one run of stacked slots at a time: (R, m, N) @ (R, N, k n);
-                # one wide matmul is ~2.5x faster than k narrow ones (n = 16 columns each) on CPU
-                w = self.student.widths[l]
-                for i0, i1 in self._direct_runs[l]:
-                    buf = rec.stacked[l][:, i0:i1].to(dt)
-                    self.own[l][..., i0 * w: i1 * w] += torch.bmm(one_hot[l], buf.reshape(R, -1, n).transpose(1, 2))
-            elif l < d:
-                w = self.student.widths[l]
-                for i0, i1 in self._direct_runs[l]:
-                    q = torch.cat([getattr(rec, _RECORD[k])[l] for k in self.summed[i0:i1]], -1)
-                    self.own[l][..., i0 * w: i1 * w] += scatter_sums(levels[l], q, m, dt, one_hot[l])
+            bn = l < d and bool(self._bn_derived[l]) and len(rec.mu) > l and rec.mu[l] is not None
+            f_sums = None  # with bn: this batch's F sums, for BN's maps
+            if l < d:
+                w, i_f = self.student.widths[l], self.summed.index("F") if bn else -1
+                for i0, i1 in (self._direct_runs if bn else self._plain_runs)[l]:
+                    if small[l] and stacked and rec.stacked is not None and i1 <= self._num_stacked:
+                        # the summed quantities of the level, one run of stacked slots at a time:
+                        # (R, m, N) @ (R, N, k n); one wide matmul is ~2.5x faster than k narrow ones (n = 16
+                        # columns each) on CPU
+                        buf = rec.stacked[l][:, i0:i1].to(dt)
+                        part = torch.bmm(one_hot[l], buf.reshape(R, -1, n).transpose(1, 2))
+                    else:
+                        q = torch.cat([getattr(rec, _RECORD[k])[l] for k in self.summed[i0:i1]], -1)
+                        part = scatter_sums(levels[l], q, m, dt, one_hot[l])
+                    self.own[l][..., i0 * w: i1 * w] += part
+                    if i0 <= i_f < i1:
+                        f_sums = part[..., (i_f - i0) * w: (i_f - i0 + 1) * w]
             elif not self.onehot_leaves:  # the leaves' sums are E[x | z]'s
                 self.own[l] += scatter_sums(levels[l], rec.fbar[l], m, dt, one_hot[l])
             if l > 0:
                 pairs, fc, gp = self._add_edges(l, rec, levels, bins, one_hot, small, n, tree)
                 if cnt[l] is None:  # a tree without the level's scatter matrix: the margins of its pairs
                     cnt[l] = pairs.sum(1)
-                self._add_derived(l, pairs if fc is None else fc, gp, cnt)
+                graw = self._add_derived(l, pairs if fc is None else fc, gp, cnt, bn)
             level_counts = cnt[l]
             if level_counts is None:
                 raise RuntimeError(f"level {l}: no event counts were computed for this batch")  # (unreachable)
+            if bn and f_sums is not None and graw is not None:  # (both set with bn, at a hidden level l >= 1)
+                c1, c0 = self.student.bn_params(l)  # type: ignore[misc]  # bn: the level has BN
+                fbar, gf = bn_event_sums(f_sums, graw, level_counts, c1, c0, rec.mu[l], rec.sigma[l], rec.dc1[l],
+                                         rec.dc0[l], TOTAL_DTYPE)
+                self._own_columns(l, "Fbar").add_(fbar)
+                self._own_columns(l, "Gf").add_(gf)
             self.counts[l] += level_counts
 
     def _add_edges(self, l: int, rec: StudentRecord, levels: list, bins: list, one_hot: list, small: list[bool],

@@ -113,6 +113,9 @@ class StudentRecord:
     deriv: list = field(default_factory=list)
     f_tilde: list = field(default_factory=list)
     sigma: list = field(default_factory=list)
+    #: per level the batch mean of BN's input ``(R_l, n_l)`` (None without BN at the level): with ``sigma`` BN's
+    #: affine map of the batch, which frequency statistics apply to per-event sums instead of summing BN's output
+    mu: list = field(default_factory=list)
     g_raw: list = field(default_factory=list)
     g_f: list = field(default_factory=list)
     g: list = field(default_factory=list)
@@ -490,15 +493,16 @@ class LadderStudent(nn.Module):
 
     def _batch_norm(self, level: int, f: torch.Tensor, batch_major: bool = False) -> Any:
         """Eq 10 on a node-major ``(R_l, n_l, N)`` (or ``batch_major`` ``(N, R_l, n_l)``) level (the BN input: f
-        after, u before the gate), or None without BN: ``(output, standardized input, sigma)``."""
+        after, u before the gate), or None without BN: ``(output, standardized input, sigma, mean)``."""
         bn = self.bn_params(level)
         if bn is None:
             return None
         if batch_major:  # (N, R_l, n_l), or the leaves' flat (N R_l, n_l)
-            return bn_forward(f.view(-1, *bn[0].shape), bn[0], bn[1], self.bn_eps)
+            fbar, f_tilde, mu, sigma = bn_forward(f.view(-1, *bn[0].shape), bn[0], bn[1], self.bn_eps)
+            return fbar, f_tilde, sigma, mu
         # bn_forward normalizes over dim 0: hand it the (N, R, n) view; its outputs keep f's layout
-        fbar, f_tilde, _, sigma = bn_forward(f.permute(2, 0, 1), bn[0], bn[1], self.bn_eps)
-        return fbar.permute(1, 2, 0), f_tilde.permute(1, 2, 0), sigma
+        fbar, f_tilde, mu, sigma = bn_forward(f.permute(2, 0, 1), bn[0], bn[1], self.bn_eps)
+        return fbar.permute(1, 2, 0), f_tilde.permute(1, 2, 0), sigma, mu
 
     # ------------------------------------------------------------------ forward
     def forward(self, x: torch.Tensor, *, events_checked: bool = False) -> torch.Tensor:
@@ -535,15 +539,21 @@ class LadderStudent(nn.Module):
 
     # ------------------------------------------------------------------ explicit forward + backward
     def stacked_fields(self) -> tuple[str, ...]:
-        """The record fields that differ per example and per node, in the order of a stacked buffer.
+        """The record fields that frequency statistics sum per example, in the order of a stacked buffer.
 
-        ``fbar, f, slope, deriv, u, g, g_f`` less those that coincide with another: f = fbar
-        without BN, and f' = s for activations with f(u) = f'(u) u (ReLU, leaky ReLU, abs, linear).
-        These are what frequency statistics average (Eq 6).
+        ``fbar, f, slope, deriv, g, g_f`` less those that coincide with another: f = fbar
+        without BN, and f' = s for activations with f(u) = f'(u) u (ReLU, leaky ReLU, abs, linear); less g_f
+        unless BN is before the gate, and fbar with BN after it.  Frequency statistics average these, u, g_f and
+        fbar (Eq 6); those are not stacked (not copied into the buffer) because at the hidden levels their
+        per-event sums follow from the edge sums (Eq 1) and, with BN after the gate, BN's affine maps
+        (:class:`~smaso.student.frequency.FrequencyAccumulator`); an unstacked fbar is also the next level's input
+        without a copy.
         """
         homogeneous = self.activation.homogeneous and self.top_activation.homogeneous
-        return tuple(k for k in ("fbar", "f", "slope", "deriv", "u", "g", "g_f")
-                     if not (k == "f" and not self.batch_norm) and not (k == "deriv" and homogeneous))
+        return tuple(k for k in ("fbar", "f", "slope", "deriv", "g", "g_f")
+                     if not (k == "f" and not self.batch_norm) and not (k == "deriv" and homogeneous)
+                     and not (k == "g_f" and self.bn_placement != "before")
+                     and not (k == "fbar" and self.bn_placement == "after"))
 
     @torch.no_grad()
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss: str = "squared", *,
@@ -593,7 +603,7 @@ class LadderStudent(nn.Module):
             return value if out is None else out.copy_(value)
 
         nm: dict[str, list[Any]] = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
-        sigma, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(5))  # type: list, list, list, list, list
+        sigma, mu, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(6))  # type: list, list, list, list, list, list
         # one-hot leaves given by their events: built node-major (contiguous over the batch, what Delta W's matmul
         # reads fastest), while level d - 1's u is a gather of weight rows
         nm["fbar"][d] = one_hot_node_major(x, self.widths[-1], dtype) if events else self._leaves(x)
@@ -615,7 +625,7 @@ class LadderStudent(nn.Module):
             if before and has_bn:  # BN between the linear map and the gate: f = BN(u) is the gate's input
                 bn = self._batch_norm(l, u)
                 gate_in = nm["f"][l] = put(l, "f", bn[0])
-                nm["f_tilde"][l], sigma[l] = bn[1], bn[2]
+                nm["f_tilde"][l], sigma[l], mu[l] = bn[1], bn[2], bn[3]
             a = self.act(l)
             s = nm["slope"][l] = a.slope(gate_in, out=slot(l, "slope"))
             # (a homogeneous activation's f' is s: copied only where the other level's activation needs the slot)
@@ -631,7 +641,7 @@ class LadderStudent(nn.Module):
                     put(l, "f", f)
             else:
                 nm["fbar"][l] = put(l, "fbar", bn[0])
-                nm["f_tilde"][l], sigma[l] = bn[1], bn[2]
+                nm["f_tilde"][l], sigma[l], mu[l] = bn[1], bn[2], bn[3]
         out = nm["fbar"][0][0]  # (n_0, N)
         g_top, loss_value = _output_gradient(out, y, loss)
         nm["g_raw"][0] = g_top[None]
@@ -661,7 +671,7 @@ class LadderStudent(nn.Module):
                     W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
             db[l] = g.mean(-1)
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
-                            sigma=sigma, dW=dW, db=db, dc1=dc1, dc0=dc0,
+                            sigma=sigma, mu=mu, dW=dW, db=db, dc1=dc1, dc0=dc0,
                             loss=cast(float, loss_value),  # the tensor: the property keeps it on the device
                             stacked=buffers if stacked else None, stacked_fields=keys if stacked else None,
                             params_version=self.params_version())
