@@ -1,7 +1,7 @@
-"""The jackknife's row groups as an axis of one accumulation (issue 39): :func:`~smaso.student.row_groups.add_row_groups`
-adds every group of a batch at once, and its sums equal adding each group's rows (:func:`record_rows`, strided Delta
-W) to its own accumulator, the path ``ReplicateAccumulator.add`` took before: float64 to round-off, float32 to its
-round-off, the counts exact."""
+"""The jackknife's row groups as an axis of one accumulation (issue 39):
+:func:`~smaso.student.row_groups.add_row_groups` adds every group of a batch at once, and its sums equal adding each
+group's rows (:func:`record_rows`, strided Delta W) to its own accumulator, the path ``ReplicateAccumulator.add``
+took before: float64 to round-off, float32 to its round-off, the counts exact."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ the counts exact): ``tests/test_row_groups.py``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -53,14 +54,14 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
     from smaso.student.frequency import _student_events
 
     acc = parts[0]
-    st, lad, dt = acc.student, acc.ladder, acc.dtype
+    st, lad = acc.student, acc.ladder
     z = _student_events(st, z, rec)
     if any(acc._derived) and rec.params_version is not None and rec.params_version != st.params_version():
         raise ValueError("rec: made by another student, or before the student's weights changed (an update "
                          "between forward_backward and add); add each record before updating the weights")
     d, off, R, M = lad.depth, lad.level_offsets, lad.num_regions, lad.events
     G, n_all = len(parts), z.shape[0]
-    spans = [(g, lo, hi) for g, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)) if hi > lo]
+    spans = [(g, lo, hi) for g, (lo, hi) in enumerate(itertools.pairwise(bounds)) if hi > lo]
     # the flat count indices gain the group as a digit: int64 where G times the widest level's bins overflow int32
     widest = max(R[l] * M[l] * (M[l - 1] if l else 1) for l in range(d + 1))
     idt = acc._index_dtype if G * widest < 2**31 else torch.int64
@@ -70,7 +71,7 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
     for g, _, _ in spans:
         parts[g]._defer_event_check(flags)
     # each row's group as one more digit of the flat count indices: every group's counts in one count per level
-    sizes = torch.tensor([b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True)], device=acc.device)
+    sizes = torch.tensor([b - a for a, b in itertools.pairwise(bounds)], device=acc.device)
     group = torch.repeat_interleave(torch.arange(G, device=acc.device, dtype=idt), sizes,
                                     output_size=n_all)[:, None]
     levels = [None if l == d and acc.onehot_leaves else ev.long() for l, ev in enumerate(bins)]
