@@ -6,10 +6,10 @@ A batch whose groups are contiguous blocks of rows (:meth:`~smaso.student.freque
 event counts and the (parent, child) pair counts of every group are one count each, the group being one more digit
 of the count's flat index; each group's per-event sums are batched matmuls on column slices of the shared one-hot
 matrices and of the record's node-major buffers (views, no copies).  What stays per group is what differs per group:
-its Delta W (:func:`~smaso.student.mergeable.record_rows`, strided), its sums and the weights' map of its edge sums
-(:meth:`~smaso.student.frequency.FrequencyAccumulator._add_derived`).  The same sums as adding each group's
-:func:`record_rows` to its accumulator, to the batch sums' round-off (the same products on views instead of copies;
-the counts exact): ``tests/test_row_groups.py``.
+its matmuls (Delta W, the per-event and edge sums: one per level each, every child place of a parent at once) and
+the weights' map of its edge sums (:meth:`~smaso.student.frequency.FrequencyAccumulator._add_derived`).  The same
+sums as adding each group's :func:`~smaso.student.mergeable.record_rows` to its accumulator, to the batch sums'
+round-off (the same sums in another order; the counts exact): ``tests/test_row_groups.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from smaso import _ladder_parts
-from smaso.student.mergeable import event_counts, event_flags, record_rows
+from smaso.student.mergeable import event_counts, event_flags
 
 if TYPE_CHECKING:
     from smaso.student.frequency import FrequencyAccumulator
@@ -98,8 +98,12 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
     d, R, M, G = lad.depth, lad.num_regions, lad.events, len(parts)
     n_all = group.shape[0]
     branching = _ladder_parts.uniform_branching(lad)
-    # each group's Delta W and bias sums: the strided per-group matmuls of record_rows (views of this record)
-    recs = {g: record_rows(rec, slice(lo, hi), None, strided=True) for g, lo, hi in spans}
+    # node-major views: the children of parent r are regions r b .. r b + b - 1, so grouped by parent they are a view
+    # ``(R_l, b n_{l+1}, N)``, and each group's Delta W of level l is one matmul on its columns (Eq 2)
+    grouped = [rec.fbar[l + 1].permute(1, 2, 0).reshape(R[l], -1, n_all) for l in range(d)]
+    grads = [rec.g[l].permute(1, 2, 0) for l in range(d)]  # (R_l, n_l, N)
+    dW = {g: [(torch.bmm(grouped[l][..., lo:hi], grads[l][..., lo:hi].transpose(1, 2)) / (hi - lo))
+              .reshape(rec.dW[l].shape) for l in range(d)] for g, lo, hi in spans}
     cnt: list = [None] * (d + 1)  # (G, R_l, M_l) float64 counts of this batch
     for l in range(d + 1):
         if one_hot[l] is not None or l == 0:
@@ -129,19 +133,19 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
             cnt[l] = pairs.sum(2)
         onehot_leaf = l == d and acc.onehot_leaves
         if not onehot_leaf:
-            child = rec.fbar[l].permute(1, 2, 0)  # node-major (R_l, n_l, N)
-            g_par = rec.g[l - 1].permute(1, 2, 0)  # (R_{l-1}, n_{l-1}, N)
+            children, g_par = grouped[l - 1], grads[l - 1]
             oh_children = one_hot[l].reshape(Rp, b * m, n_all)  # grouped by parent region (a view)
         for g, lo, hi in spans:
             part, n = parts[g], hi - lo
             _ladder_parts.at_level(part.joint_counts, l, "joint_counts").add_(pairs[g])
             if onehot_leaf:
                 # x = one-hot(z): sum_n [z_c = k] g_parent = n Delta W[e, k, :] exactly
-                gp, fc = recs[g].dW[l - 1].to(dt) * n, None
+                gp, fc = dW[g][l - 1].to(dt) * n, None
             else:
                 gp = torch.bmm(oh_children[..., lo:hi], g_par[..., lo:hi].transpose(1, 2).to(dt)).reshape(E, m, -1)
-                fc = torch.stack([torch.bmm(one_hot[l - 1][..., lo:hi], child[c::b, :, lo:hi].transpose(1, 2).to(dt))
-                                  for c in range(b)], 1).view(E, mp, -1)
+                # every child place of a parent in one matmul: (R_{l-1}, M_{l-1}, b n_l), children then split out
+                fc = torch.bmm(one_hot[l - 1][..., lo:hi], children[..., lo:hi].transpose(1, 2).to(dt))
+                fc = fc.view(Rp, mp, b, -1).transpose(1, 2).reshape(E, mp, -1)
                 _ladder_parts.at_level(part.fc, l, "fc").add_(fc)
             _ladder_parts.at_level(part.gp, l, "gp").add_(gp)
             # the derived sums read the parents' counts in the batch sums' dtype, as the one-group path has them
@@ -152,5 +156,5 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
         for l in range(d + 1):
             part.counts[l] += cnt[l][g]
         for l in range(d):
-            part.dW[l] += recs[g].dW[l].to(dt) * n
-            part.db[l] += recs[g].db[l].to(dt) * n
+            part.dW[l] += dW[g][l].to(dt) * n
+            part.db[l] += rec.g[l][lo:hi].mean(0).to(dt) * n  # (the mean of the rows, as record_rows has it)
