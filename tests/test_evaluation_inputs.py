@@ -60,3 +60,20 @@ def test_bad_leaf_events_are_refused_before_the_pass():
     st = LadderStudent(lad, 3, dtype=torch.float32, seed=0)
     with pytest.raises(ValueError, match=r"z: level 2 \(the leaves\), region 3 holds event 3 \(row 5\)"):
         accumulate_statistics(st, dataclasses.replace(s, z=z), batch_size=16)
+
+
+def test_reused_buffers_reuse_the_leaves_one_hot_too():
+    """forward_backward with a previous record's buffers writes the leaves' node-major one-hot into the same memory
+    (no fresh allocation per batch), with the values of a fresh pass; without reuse a record keeps its own."""
+    lad = Ladder.random(depth=2, branching=2, events=3, seed=0)
+    st = LadderStudent(lad, 3, dtype=torch.float32, seed=0)
+    leaves = [sample_ladder(lad, 32, seed=k).leaves for k in range(2)]
+    y = torch.zeros(32, dtype=torch.long)
+    first = st.forward_backward(leaves[0], y, stacked=True)
+    kept = first.fbar[-1].clone()
+    again = st.forward_backward(leaves[0], y, stacked=first.stacked)
+    second = st.forward_backward(leaves[1], y, stacked=again.stacked)
+    fresh = st.forward_backward(leaves[1], y, stacked=True)
+    assert second.fbar[-1].data_ptr() == again.fbar[-1].data_ptr() != fresh.fbar[-1].data_ptr()
+    assert torch.equal(second.fbar[-1], fresh.fbar[-1]) and torch.equal(first.fbar[-1], kept)
+    assert all(b is None or torch.equal(a, b) for a, b in zip(second.dW, fresh.dW, strict=True))
