@@ -96,6 +96,9 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
     acc = parts[0]
     st, lad, dt = acc.student, acc.ladder, acc.dtype
     d, R, M, G = lad.depth, lad.num_regions, lad.events, len(parts)
+    if rec.stacked is None:
+        raise ValueError("rec: expected a record with stacked buffers (row_groups_supported)")
+    stacked = rec.stacked
     n_all = group.shape[0]
     branching = _ladder_parts.uniform_branching(lad)
     # node-major views: the children of parent r are regions r b .. r b + b - 1, so grouped by parent they are a view
@@ -111,7 +114,7 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
             cnt[l] = event_counts(code, G * R[l] * M[l]).view(G, R[l], M[l])
         if l < d:
             w = st.widths[l]
-            buf = rec.stacked[l]  # (R, k, n, N): the summed quantities' slots side by side
+            buf = stacked[l]  # (R, k, n, N): the summed quantities' slots side by side
             for i0, i1 in acc._direct_runs[l]:
                 cols = buf[:, i0:i1].reshape(R[l], -1, n_all)  # (a view: the slots of a region are contiguous)
                 for g, lo, hi in spans:
