@@ -65,4 +65,5 @@ def test_bench_out_of_core_evaluation_passes_alone_quick(tmp_path):
     assert cost["x_without_groups"] == pytest.approx(best["float32, groups=None, 1 process(es)"]
                                                      / best["float32, groups=10, 1 process(es)"])
     assert all(v["repeats"] == 2 and v["median_examples_per_s"] <= v["best_examples_per_s"]
-               for v in cost["passes"].values())
+               and v["best_examples_per_cpu_s"] > 0 for v in cost["passes"].values())
+    assert cost["x_without_groups_cpu"] > 0
