@@ -27,35 +27,22 @@ if TYPE_CHECKING:
     from smaso.student.frequency import FrequencyAccumulator
     from smaso.student.network import StudentRecord
 
-__all__ = ["add_row_groups", "row_groups_supported"]
-
-
-def row_groups_supported(acc: FrequencyAccumulator, rec: StudentRecord) -> bool:
-    """Whether :func:`add_row_groups` takes this record into accumulators like ``acc``: a uniform tree on the
-    student's fast path, every level's events few enough for one-hot matmuls, and a record whose stacked buffers
-    hold exactly the summed quantities (what ``forward_backward(..., stacked=True)`` writes for the accumulator).
-    Elsewhere the groups are added one at a time."""
-    from smaso.student.frequency import _ONE_HOT_MAX_EVENTS, _RECORD
-
-    lad = acc.ladder
-    return (lad.is_uniform() and acc.student.fast_path and max(lad.events) <= _ONE_HOT_MAX_EVENTS
-            and rec.stacked is not None and rec.stacked_fields is not None
-            and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in acc.summed))
+__all__ = ["add_row_groups"]
 
 
 def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z: torch.Tensor,
                    bounds: Sequence[int]) -> None:
     """Add one batch's rows ``bounds[g]:bounds[g + 1]`` to ``parts[g]`` for every group g at once.
 
-    :param parts: the groups' accumulators (one student, one dtype; :func:`row_groups_supported` true for the record).
-    :param rec: the batch's record ``(N, ...)``; ``z``: its events ``(N, total_regions)``.
+    :param parts: the groups' accumulators (one student, one dtype), on a uniform tree on the student's fast path with
+        every level's events few enough for one-hot matmuls (:meth:`~smaso.student.frequency.ReplicateAccumulator.
+        add` checks it, and the record's stacked buffers).
+    :param rec: the batch's record ``(N, ...)``; ``z``: its events ``(N, total_regions)`` of the student's ladder
+        (checked by the caller).
     :param bounds: ``len(parts) + 1`` non-decreasing row bounds from 0 to N (checked by the caller).
     """
-    from smaso.student.frequency import _student_events
-
     acc = parts[0]
     st, lad = acc.student, acc.ladder
-    z = _student_events(st, z, rec)
     if any(acc._derived) and rec.params_version is not None and rec.params_version != st.params_version():
         raise ValueError("rec: made by another student, or before the student's weights changed (an update "
                          "between forward_backward and add); add each record before updating the weights")
