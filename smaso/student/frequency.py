@@ -463,9 +463,10 @@ class ReplicateAccumulator:
         A batch of fewer rows than groups feeds its rows to groups 0, 1, ... (one each).
 
         :param bounds: the groups' rows, group g's being ``bounds[g]:bounds[g + 1]`` (``groups + 1`` non-decreasing
-            integers from 0 to the batch's rows; each group's Delta W then by strided matmuls,
-            :func:`record_rows`'s ``strided``, equal to the record dtype's round-off); None: the K blocks ``g N // K``
-            of the batch (bit for bit the sums of its rows added one group at a time).
+            integers from 0 to the batch's rows; on a tree every group at once, the groups an axis of one
+            accumulation (:func:`~smaso.student.row_groups.add_row_groups`), elsewhere each group's Delta W by strided
+            matmuls (:func:`record_rows`'s ``strided``): equal to the record dtype's round-off); None: the K blocks
+            ``g N // K`` of the batch (bit for bit the sums of its rows added one group at a time).
         """
         n = z.shape[0]
         if bounds is None:
