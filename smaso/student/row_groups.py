@@ -84,7 +84,7 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
     st, lad, dt = acc.student, acc.ladder, acc.dtype
     d, R, M, G = lad.depth, lad.num_regions, lad.events, len(parts)
     if rec.stacked is None:
-        raise ValueError("rec: expected a record with stacked buffers (row_groups_supported)")
+        raise ValueError("rec: expected a record with stacked buffers (ReplicateAccumulator._groups_at_once)")
     stacked = rec.stacked
     n_all = group.shape[0]
     branching = _ladder_parts.uniform_branching(lad)
