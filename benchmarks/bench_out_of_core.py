@@ -32,6 +32,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -308,21 +309,28 @@ def bench_contention(n: int, busy: int, work: Path) -> list[dict]:
 EVAL_PASSES = (("float64", 10, 1), ("float32", None, 1), ("float32", 10, 1), ("float32", 10, 2))
 
 
-def bench_main_job(n: int, steps: int, work: Path, workers: int = 2, pass_n: int = 0) -> list[dict]:
-    """``compare_student`` on a store of ``n`` rows: ``steps`` SGD steps, the evaluation over every row at the
-    first and the last step, sharded on ``workers`` processes (1: none); and (``pass_n`` > 0) one evaluation pass
-    alone over the first ``pass_n`` rows' store per contender of :data:`EVAL_PASSES`: where its time goes."""
+def bench_main_job(n: int, steps: int, work: Path, workers: int = 2, pass_n: int = 0, repeats: int = 1) -> list[dict]:
+    """``compare_student`` on a store of ``n`` rows (0: none): ``steps`` SGD steps, the evaluation over every row at
+    the first and the last step, sharded on ``workers`` processes (1: none); and (``pass_n`` > 0) one evaluation
+    pass alone over the first ``pass_n`` rows' store per contender of :data:`EVAL_PASSES`, ``repeats`` interleaved
+    rounds of them (a busy machine's noise hits every contender alike): where the job's time goes."""
     rows = []
     if pass_n:
         path = work / "pass.zarr"
         _run_child("sample", path, pass_n)
-        for dtype, groups, w in EVAL_PASSES:
-            r = _run_child("eval_pass", path, pass_n, dtype=dtype, groups=groups, workers=w)
-            rows.append(r)
-            print(f"one evaluation pass, N={pass_n:,}, {dtype} batch sums, groups={groups}, {w} process(es): "
-                  f"{r['seconds']:.1f} s = {r['examples_per_s']:,.0f} ex/s (CPU {r['cpu_s']:.1f} s + "
-                  f"{r['worker_cpu_s']:.1f} s in workers)", flush=True)
+        for rep in range(repeats):
+            for dtype, groups, w in EVAL_PASSES:
+                r = _run_child("eval_pass", path, pass_n, dtype=dtype, groups=groups, workers=w)
+                rows.append({**r, "repeat": rep, "loadavg": os.getloadavg()[0]})
+                print(f"one evaluation pass, N={pass_n:,}, {dtype} batch sums, groups={groups}, {w} process(es): "
+                      f"{r['seconds']:.1f} s = {r['examples_per_s']:,.0f} ex/s (CPU {r['cpu_s']:.1f} s + "
+                      f"{r['worker_cpu_s']:.1f} s in workers; load {os.getloadavg()[0]:.1f})", flush=True)
+        for k, v in _pass_summary(rows).items():
+            print(f"  {k}: best {v['best_examples_per_s']:,.0f} ex/s, median {v['median_examples_per_s']:,.0f}, best "
+                  f"{v['best_examples_per_cpu_s']:,.0f} ex per CPU s", flush=True)
         shutil.rmtree(path)
+    if not n:
+        return rows
     path = work / "main.zarr"
     sample = _run_child("sample", path, n)
     r = _run_child("main_job", path, n, steps=steps, workers=workers)
@@ -334,10 +342,34 @@ def bench_main_job(n: int, steps: int, work: Path, workers: int = 2, pass_n: int
     return [*rows, {**r, "sample_seconds": sample["seconds"]}]
 
 
+def _pass_summary(rows: list[dict]) -> dict:
+    """Per contender of :data:`EVAL_PASSES` (``"float32, groups=10, 2 process(es)"``) the best and median examples/s
+    of its ``eval_pass`` rows."""
+    out: dict = {}
+    for dtype, groups, w in EVAL_PASSES:
+        mine = [r for r in rows if r.get("job") == "eval_pass" and r["dtype"] == dtype and r["groups"] == groups
+                and r["workers"] == w]
+        if mine:
+            rates = [r["examples_per_s"] for r in mine]
+            # per CPU second of the job and its workers: what a busy machine's wall clock overstates
+            cpu = [r["n"] / (r["cpu_s"] + r["worker_cpu_s"]) for r in mine]
+            out[f"{dtype}, groups={groups}, {w} process(es)"] = {
+                "best_examples_per_s": max(rates), "median_examples_per_s": statistics.median(rates),
+                "best_examples_per_cpu_s": max(cpu), "repeats": len(rates)}
+    return out
+
+
 def _targets(results: list[dict]) -> dict:
     """The issue's goals against the measured rows: memory below 1.5 GB, 2 Dask workers >= 1.6x, the main job at
     >= 40k examples/s (issue 39, at the largest N recorded)."""
     out = {}
+    passes = _pass_summary([r for r in results if r.get("section") == "main_job"])
+    grouped, plain = passes.get("float32, groups=10, 1 process(es)"), passes.get("float32, groups=None, 1 process(es)")
+    if grouped and plain:  # what the jackknife's row groups cost an evaluation pass (issue 39: an axis, not K passes)
+        out["eval_pass_row_groups_cost"] = {
+            "x_without_groups": plain["best_examples_per_s"] / grouped["best_examples_per_s"],
+            "x_without_groups_cpu": plain["best_examples_per_cpu_s"] / grouped["best_examples_per_cpu_s"],
+            "passes": passes}
     main = [r for r in results if r.get("section") == "main_job" and r.get("job") == "main_job"]
     if main:
         big = max(main, key=lambda r: r["n"])
@@ -369,12 +401,14 @@ def main(argv: list[str] | None = None) -> dict:
                    help="the engine section's N, on both ladders (default 2e6 1e7; the largest gives the crossover)")
     p.add_argument("--chunk-rows", type=int, default=65536)
     p.add_argument("--busy", type=int, default=None, help="busy processes of the contention section (default 6)")
-    p.add_argument("--main-n", type=float, default=None)
+    p.add_argument("--main-n", type=float, default=None, help="N of the main job (0: the evaluation passes only)")
     p.add_argument("--main-steps", type=int, default=None)
     p.add_argument("--main-workers", type=int, default=2,
                    help="processes of one thread the main job's evaluation is sharded on (1: none; default 2)")
     p.add_argument("--pass-n", type=float, default=None,
                    help="N of the main job's section's single evaluation passes (EVAL_PASSES; 0: none; default 1e6)")
+    p.add_argument("--pass-repeats", type=int, default=1,
+                   help="interleaved rounds of the evaluation passes (best and median recorded; default 1)")
     p.add_argument("--workdir", type=Path, default=None, help="where the stores are written (default: a temp dir)")
     _common.add_quick_out_args(p, "small sizes, for the smoke test", _common.default_out("out_of_core"))
     args = p.parse_args(argv)
@@ -402,7 +436,7 @@ def main(argv: list[str] | None = None) -> dict:
         if "main_job" in args.sections:
             results += [{"section": "main_job", **r}
                         for r in bench_main_job(int(args.main_n), args.main_steps, work, args.main_workers,
-                                                int(args.pass_n))]
+                                                int(args.pass_n), args.pass_repeats)]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     total = _common.finish(machine, wall0)

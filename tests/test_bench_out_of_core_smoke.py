@@ -47,3 +47,23 @@ def test_bench_out_of_core_main_job_quick(tmp_path):
     assert 50 < row["worker_peak_rss_mib"] < 4096 and 50 < row["peak_rss_mib"] < 4096
     target = data["targets"]["main_job_at_least_40k_examples_per_s"]
     assert target["measured"] == row["examples_per_s"] and target["met"] == (row["examples_per_s"] >= 40_000)
+
+
+def test_bench_out_of_core_evaluation_passes_alone_quick(tmp_path):
+    """``--main-n 0`` runs the evaluation passes alone, ``--pass-repeats`` interleaved rounds of them; the targets
+    carry the row groups' cost (groups=10 against none, best of the rounds) and every contender's best and median."""
+    bench = load_bench("bench_out_of_core")
+    out = tmp_path / "p.json"
+    data = bench.main(["--quick", "--sections", "main_job", "--main-n", "0", "--pass-n", "6000", "--pass-repeats", "2",
+                       "--out", str(out)])
+    passes = [r for r in data["results"] if r["section"] == "main_job"]
+    assert all(r["job"] == "eval_pass" for r in passes)  # no main job
+    assert [(r["repeat"], r["dtype"], r["groups"], r["workers"]) for r in passes] == [
+        (rep, *c) for rep in range(2) for c in bench.EVAL_PASSES]
+    cost = data["targets"]["eval_pass_row_groups_cost"]
+    best = {k: v["best_examples_per_s"] for k, v in cost["passes"].items()}
+    assert cost["x_without_groups"] == pytest.approx(best["float32, groups=None, 1 process(es)"]
+                                                     / best["float32, groups=10, 1 process(es)"])
+    assert all(v["repeats"] == 2 and v["median_examples_per_s"] <= v["best_examples_per_s"]
+               and v["best_examples_per_cpu_s"] > 0 for v in cost["passes"].values())
+    assert cost["x_without_groups_cpu"] > 0

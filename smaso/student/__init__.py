@@ -17,6 +17,9 @@ receptive fields (a region with several parents).  One module per step of the pa
 - :mod:`smaso.student.mergeable`: the mergeable state of per-event sums and row groups of a record.
 - :mod:`smaso.student.frequency`: frequency statistics F, D, G, G~ averaged per teacher event, per region
   and per edge (Eq 6), streamed and merged; K row groups for the jackknife.
+- :mod:`smaso.student.row_groups`: the jackknife's row groups as an axis of one accumulation (every group of a
+  batch at once).
+- :mod:`smaso.student.scratch`: scratch buffers kept per object outside its state (reused by hot loops).
 - :mod:`smaso.student.reformulation`: the matrix recursion over P(z_beta | z_alpha) (Thm 4, Eq 9, summed
   over every parent; Eq 12 with BN), Eq 7's signs.
 - :mod:`smaso.student.noise`: the noise floor of every measured number (a delete-one-group jackknife).

@@ -34,6 +34,8 @@ from smaso.student.connectivity import take_rows
 from smaso.student.event_means import FrequencyStatistics, PerEventMeans
 from smaso.student.mergeable import MergeableSums, event_counts, event_flags, negated_state, record_rows
 from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
+from smaso.student.row_groups import add_row_groups
+from smaso.student.rows import evaluation_inputs, leaf_event_inputs
 from teachers.statistics import EventStatistics
 
 if TYPE_CHECKING:
@@ -497,9 +499,10 @@ class ReplicateAccumulator:
         A batch of fewer rows than groups feeds its rows to groups 0, 1, ... (one each).
 
         :param bounds: the groups' rows, group g's being ``bounds[g]:bounds[g + 1]`` (``groups + 1`` non-decreasing
-            integers from 0 to the batch's rows; each group's Delta W then by strided matmuls,
-            :func:`record_rows`'s ``strided``, equal to the record dtype's round-off); None: the K blocks ``g N // K``
-            of the batch (bit for bit the sums of its rows added one group at a time).
+            integers from 0 to the batch's rows; on a tree every group at once, the groups an axis of one
+            accumulation (:func:`~smaso.student.row_groups.add_row_groups`), elsewhere each group's Delta W by strided
+            matmuls (:func:`record_rows`'s ``strided``): equal to the record dtype's round-off); None: the K blocks
+            ``g N // K`` of the batch (bit for bit the sums of its rows added one group at a time).
         """
         n = z.shape[0]
         if bounds is None:
@@ -512,13 +515,26 @@ class ReplicateAccumulator:
                 or any(b > a for a, b in zip(bounds[1:], bounds[:-1], strict=True)):
             raise ValueError(f"bounds: expected {self.groups + 1} non-decreasing row bounds from 0 to {n}, got "
                              f"{bounds!r}")
-        # (the regrouped batches of a pass below float64: each group's Delta W by strided matmuls, within round-off)
+        # (the regrouped batches of a pass below float64: each group's Delta W by strided matmuls, within round-off;
+        # on a tree every group's sums at once, the groups an axis of one accumulation)
+        if self._groups_at_once(rec):
+            add_row_groups(self.parts, rec, _student_events(self.student, z, rec), bounds)
+            return
         strided = self.student.ladder.is_uniform() and self.student.fast_path
         edges = None if self.student.ladder.is_uniform() else [self.student.edge_index(l)
                                                                 for l in range(self.student.ladder.depth)]
         for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):
             if hi > lo:
                 part.add(record_rows(rec, slice(lo, hi), edges, strided=strided), z[lo:hi])
+
+    def _groups_at_once(self, rec: StudentRecord) -> bool:
+        """Whether :func:`~smaso.student.row_groups.add_row_groups` takes this record: a uniform tree on the fast
+        path, every level's events few enough for one-hot matmuls, the summed quantities in the record's stacked
+        buffers (elsewhere the groups are added one at a time)."""
+        lad, part = self.student.ladder, self.parts[0]
+        return (lad.is_uniform() and self.student.fast_path and max(lad.events) <= _ONE_HOT_MAX_EVENTS
+                and rec.stacked is not None and rec.stacked_fields is not None
+                and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in part.summed))
 
     def state_dict(self) -> dict:
         """``{"groups": [state of group 0, ...]}`` (see :meth:`FrequencyAccumulator.state_dict`)."""
@@ -662,12 +678,16 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData 
     part, wdt = chunks.chunk(c), student.weights[0].dtype
     acc = _accumulator(student, dtype, groups)
     _check_label_range(student, part.y, loss)  # (a chunk is read on the host: no device read)
+    # one-hot leaves handed on as their events (checked here, once) where a pass may reorder its sums (_regroup):
+    # the embedding sum of the picked weights is the one-hot matmul's to round-off; float64 and BN passes stay bit
+    # for bit
+    events = _regroup(student, dtype) and leaf_event_inputs(part, student)
     if groups is not None and _regroup(student, dtype):
-        batches: Iterator[Any] = ((part.inputs(idx, wdt), part.y[idx], part.z[idx], bounds)
+        batches: Iterator[Any] = ((evaluation_inputs(part, idx, wdt, events), part.y[idx], part.z[idx], bounds)
                                   for idx, bounds in _grouped_batches(len(part), batch_size, groups))
     else:
         rows = [slice(s, min(s + batch_size, len(part))) for s in range(0, len(part), batch_size)]
-        batches = ((part.inputs(r, wdt), part.y[r], part.z[r]) for r in rows)
+        batches = ((evaluation_inputs(part, r, wdt, events), part.y[r], part.z[r]) for r in rows)
     correct = _run_batches(student, batches, loss, acc.add)
     return acc.state_dict(), int(correct)
 
@@ -678,10 +698,11 @@ GROUPED_BATCHES = 4
 
 
 def _regroup(student: LadderStudent, dtype: torch.dtype | None) -> bool:
-    """Whether a streaming pass with row groups may run :data:`GROUPED_BATCHES` batches at once
-    (:func:`_grouped_batches`): without BN (each row's record is then its own, whatever batch it runs in) and with
-    batch sums below float64 (whose results are within their own round-off anyway: a float64 pass stays the same
-    bit for bit)."""
+    """Whether a streaming pass may reorder its sums: run :data:`GROUPED_BATCHES` batches at once with row groups
+    (:func:`_grouped_batches`), and take one-hot leaves as their events (:func:`~smaso.student.rows.
+    leaf_event_inputs`): without BN (each row's record is then its own, whatever batch it runs in) and with batch
+    sums below float64 (whose results are within their own round-off anyway: a float64 pass stays the same bit for
+    bit)."""
     return not student.batch_norm and (dtype or student.weights[0].dtype) != torch.float64
 
 

@@ -21,6 +21,31 @@ if TYPE_CHECKING:
 __all__ = ["SHUFFLE_STREAM"]
 
 
+def leaf_event_inputs(part: Any, student: Any) -> bool:
+    """Whether a chunk ``part``'s inputs can be handed to ``student`` as its leaf events (integers ``(n, R_d)``,
+    which ``forward_backward`` takes for one-hot inputs) instead of the one-hot ``x`` :meth:`~teachers.sampling.
+    EventRows.inputs` builds per batch (R_d dim floats per row written and read again: on the 341-region ladder a
+    large part of an evaluation pass): one-hot leaves without stored inputs, of the student's leaf width.  Checks
+    the chunk's leaf events' range once (one host read per chunk), as ``inputs`` would per batch; a batch then
+    passes ``labels_checked=True``."""
+    t = part.teacher
+    if part.x is not None or t.emission.kind != "onehot" or student.widths[-1] != t.emission.num_events \
+            or student.ladder.num_regions[-1] != t.emission.num_regions:
+        return False
+    from teachers.emission import _check_leaf_events
+
+    _check_leaf_events(part.leaves, t.emission.num_regions, t.emission.num_events, t.depth)
+    return True
+
+
+def evaluation_inputs(part: Any, rows: slice | torch.Tensor, dtype: torch.dtype, events: bool) -> torch.Tensor:
+    """The inputs of a batch of rows ``rows`` of chunk ``part``: its leaf events (``events``: what
+    :func:`leaf_event_inputs` allowed; the stored integers, no copy beyond the rows' own) or ``part.inputs``."""
+    if events:
+        return part.z[rows, part.teacher.level_offsets[-2]:]
+    return part.inputs(rows, dtype)
+
+
 def _head(chunks: ChunkedLadderData | _SampleChunks, k: int) -> LadderSample:
     """The first ``k`` rows of a chunked source, in memory (the evaluation set): a
     :class:`~teachers.sampling.LadderSample`."""

@@ -1,0 +1,150 @@
+"""The jackknife's row groups as an axis of one accumulation (issue 39): one batch's per-event sums of every row group
+at once, added into the groups' :class:`~smaso.student.frequency.FrequencyAccumulator` s.
+
+A batch whose groups are contiguous blocks of rows (:meth:`~smaso.student.frequency.ReplicateAccumulator.add`'s
+``bounds``) is checked, converted and scattered into the levels' one-hot matrices once, not once per group; the
+event counts and the (parent, child) pair counts of every group are one count each, the group being one more digit
+of the count's flat index; each group's per-event sums are batched matmuls on column slices of the shared one-hot
+matrices and of the record's node-major buffers (views, no copies).  What stays per group is what differs per group:
+its matmuls (Delta W, the per-event and edge sums: one per level each, every child place of a parent at once) and
+the weights' map of its edge sums (:meth:`~smaso.student.frequency.FrequencyAccumulator._add_derived`).  The same
+sums as adding each group's :func:`~smaso.student.mergeable.record_rows` to its accumulator, to the batch sums'
+round-off (the same sums in another order; the counts exact): ``tests/test_row_groups.py``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from smaso import _ladder_parts
+from smaso.student.mergeable import event_counts, event_flags
+
+if TYPE_CHECKING:
+    from smaso.student.frequency import FrequencyAccumulator
+    from smaso.student.network import StudentRecord
+
+__all__ = ["add_row_groups"]
+
+
+def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z: torch.Tensor,
+                   bounds: Sequence[int]) -> None:
+    """Add one batch's rows ``bounds[g]:bounds[g + 1]`` to ``parts[g]`` for every group g at once.
+
+    :param parts: the groups' accumulators (one student, one dtype), on a uniform tree on the student's fast path with
+        every level's events few enough for one-hot matmuls (:meth:`~smaso.student.frequency.ReplicateAccumulator.
+        add` checks it, and the record's stacked buffers).
+    :param rec: the batch's record ``(N, ...)``; ``z``: its events ``(N, total_regions)`` of the student's ladder
+        (checked by the caller).
+    :param bounds: ``len(parts) + 1`` non-decreasing row bounds from 0 to N (checked by the caller).
+    """
+    acc = parts[0]
+    st, lad = acc.student, acc.ladder
+    if any(acc._derived) and rec.params_version is not None and rec.params_version != st.params_version():
+        raise ValueError("rec: made by another student, or before the student's weights changed (an update "
+                         "between forward_backward and add); add each record before updating the weights")
+    d, off, R, M = lad.depth, lad.level_offsets, lad.num_regions, lad.events
+    G, n_all = len(parts), z.shape[0]
+    spans = [(g, lo, hi) for g, (lo, hi) in enumerate(itertools.pairwise(bounds)) if hi > lo]
+    # the flat count indices gain the group as a digit: int64 where G times the widest level's bins overflow int32
+    widest = max(R[l] * M[l] * (M[l - 1] if l else 1) for l in range(d + 1))
+    idt = acc._index_dtype if G * widest < 2**31 else torch.int64
+    z = z.to(acc.device, idt)
+    bins = [z[:, off[l]: off[l + 1]] for l in range(d + 1)]
+    flags = event_flags(bins, M, acc._sizes)  # (raises here on the CPU; on a device kept by every group with rows)
+    for g, _, _ in spans:
+        parts[g]._defer_event_check(flags)
+    # each row's group as one more digit of the flat count indices: every group's counts in one count per level
+    sizes = torch.tensor([b - a for a, b in itertools.pairwise(bounds)], device=acc.device)
+    group = torch.repeat_interleave(torch.arange(G, device=acc.device, dtype=idt), sizes,
+                                    output_size=n_all)[:, None]
+    levels = [None if l == d and acc.onehot_leaves else ev.long() for l, ev in enumerate(bins)]
+    one_hot = [None if lev is None else acc._set_one_hot(l, lev) for l, lev in enumerate(levels)]
+    try:
+        _add_level_sums(parts, rec, bins, one_hot, group, spans)
+    except BaseException:
+        acc._one_hot_buffers.clear()  # a buffer may hold ones of this batch: rebuild from zeros next time
+        raise
+    for lev, oh in zip(levels, one_hot, strict=True):  # the buffers back to zero: N R writes, not R m N
+        if oh is not None and lev is not None:
+            oh.scatter_(1, lev.T.unsqueeze(1), 0.0)
+    for g, lo, hi in spans:
+        parts[g].n += hi - lo
+        parts[g]._add_loss(rec, hi - lo)  # the batch's mean loss for its rows, as record_rows keeps it
+
+
+def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, bins: list[torch.Tensor],
+                    one_hot: list, group: torch.Tensor, spans: list[tuple[int, int, int]]) -> None:
+    """The counts, pair counts, per-event sums, edge sums, Delta W and bias sums of every group (the body of
+    :func:`add_row_groups`; the tree path of :meth:`FrequencyAccumulator._add_sums` with a group axis)."""
+    acc = parts[0]
+    st, lad, dt = acc.student, acc.ladder, acc.dtype
+    d, R, M, G = lad.depth, lad.num_regions, lad.events, len(parts)
+    if rec.stacked is None:
+        raise ValueError("rec: expected a record with stacked buffers (ReplicateAccumulator._groups_at_once)")
+    stacked = rec.stacked
+    n_all = group.shape[0]
+    branching = _ladder_parts.uniform_branching(lad)
+    # node-major views: the children of parent r are regions r b .. r b + b - 1, so grouped by parent they are a view
+    # ``(R_l, b n_{l+1}, N)``, and each group's Delta W of level l is one matmul on its columns (Eq 2)
+    grouped = [rec.fbar[l + 1].permute(1, 2, 0).reshape(R[l], -1, n_all) for l in range(d)]
+    grads = [rec.g[l].permute(1, 2, 0) for l in range(d)]  # (R_l, n_l, N)
+    dW = {g: [(torch.bmm(grouped[l][..., lo:hi], grads[l][..., lo:hi].transpose(1, 2)) / (hi - lo))
+              .reshape(rec.dW[l].shape) for l in range(d)] for g, lo, hi in spans}
+    cnt: list = [None] * (d + 1)  # (G, R_l, M_l) float64 counts of this batch
+    for l in range(d + 1):
+        if one_hot[l] is not None or l == 0:
+            code = bins[l] + torch.arange(R[l], device=acc.device, dtype=bins[l].dtype) * M[l] + group * (R[l] * M[l])
+            cnt[l] = event_counts(code, G * R[l] * M[l]).view(G, R[l], M[l])
+        if l < d:
+            w = st.widths[l]
+            buf = stacked[l]  # (R, k, n, N): the summed quantities' slots side by side
+            for i0, i1 in acc._direct_runs[l]:
+                cols = buf[:, i0:i1].reshape(R[l], -1, n_all)  # (a view: the slots of a region are contiguous)
+                for g, lo, hi in spans:
+                    parts[g].own[l][..., i0 * w: i1 * w] += torch.bmm(one_hot[l][..., lo:hi],
+                                                                      cols[..., lo:hi].transpose(1, 2).to(dt))
+        elif not acc.onehot_leaves:  # the leaves' sums are E[x | z]'s
+            leaves = rec.fbar[l].transpose(0, 1).to(dt)  # (R_d, N, dim)
+            for g, lo, hi in spans:
+                parts[g].own[l] += torch.bmm(one_hot[l][..., lo:hi], leaves[:, lo:hi])
+        if l == 0:
+            continue
+        m, mp, Rp, b = M[l], M[l - 1], R[l - 1], branching[l - 1]
+        E = R[l]  # a tree: one edge per child region
+        edge_base = _ladder_parts.at_level(acc._edge_base, l, "edge_base")
+        pair = (bins[l - 1][:, :, None] * m + edge_base.view(Rp, b)) + bins[l].view(n_all, Rp, b) \
+            + group[:, :, None] * (E * mp * m)
+        pairs = event_counts(pair, G * E * mp * m).view(G, E, mp, m)
+        if cnt[l] is None:  # the leaves without a scatter matrix: the margins of their pairs
+            cnt[l] = pairs.sum(2)
+        onehot_leaf = l == d and acc.onehot_leaves
+        if not onehot_leaf:
+            children, g_par = grouped[l - 1], grads[l - 1]
+            oh_children = one_hot[l].reshape(Rp, b * m, n_all)  # grouped by parent region (a view)
+        for g, lo, hi in spans:
+            part, n = parts[g], hi - lo
+            _ladder_parts.at_level(part.joint_counts, l, "joint_counts").add_(pairs[g])
+            if onehot_leaf:
+                # x = one-hot(z): sum_n [z_c = k] g_parent = n Delta W[e, k, :] exactly
+                gp, fc = dW[g][l - 1].to(dt) * n, None
+            else:
+                gp = torch.bmm(oh_children[..., lo:hi], g_par[..., lo:hi].transpose(1, 2).to(dt)).reshape(E, m, -1)
+                # every child place of a parent in one matmul: (R_{l-1}, M_{l-1}, b n_l), children then split out
+                fc = torch.bmm(one_hot[l - 1][..., lo:hi], children[..., lo:hi].transpose(1, 2).to(dt))
+                fc = fc.view(Rp, mp, b, -1).transpose(1, 2).reshape(E, mp, -1)
+                _ladder_parts.at_level(part.fc, l, "fc").add_(fc)
+            _ladder_parts.at_level(part.gp, l, "gp").add_(gp)
+            # the derived sums read the parents' counts in the batch sums' dtype, as the one-group path has them
+            part._add_derived(l, pairs[g] if fc is None else fc, gp,
+                              [None if c is None else c[g].to(dt) if k < d else c[g] for k, c in enumerate(cnt)])
+    for g, lo, hi in spans:
+        part, n = parts[g], hi - lo
+        for l in range(d + 1):
+            part.counts[l] += cnt[l][g]
+        for l in range(d):
+            part.dW[l] += dW[g][l].to(dt) * n
+            part.db[l] += rec.g[l][lo:hi].mean(0).to(dt) * n  # (the mean of the rows, as record_rows has it)

@@ -1,0 +1,25 @@
+"""Scratch buffers kept per object outside its state: memory a hot loop writes again on every call, reused instead
+of allocated afresh (a fresh allocation of tens of MB faults in its pages on every call), never pickled or copied
+with the object, and freed with it."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+
+__all__ = ["scratch_buffer"]
+
+_BUFFERS: weakref.WeakKeyDictionary[Any, dict[str, torch.Tensor]] = weakref.WeakKeyDictionary()
+
+
+def scratch_buffer(owner: Any, name: str, shape: tuple[int, ...], dtype: torch.dtype,
+                   device: torch.device) -> torch.Tensor:
+    """``owner``'s buffer ``name`` of ``shape``, ``dtype`` on ``device`` (uninitialized): the one returned last time
+    when it fits, else a new one that replaces it.  Two users of one owner's buffer must not run at once."""
+    mine = _BUFFERS.setdefault(owner, {})
+    buf = mine.get(name)
+    if buf is None or tuple(buf.shape) != tuple(shape) or buf.dtype != dtype or buf.device != torch.device(device):
+        buf = mine[name] = torch.empty(shape, dtype=dtype, device=device)
+    return buf
