@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from smaso.student.frequency import FrequencyAccumulator, ReplicateAccumulator, record_rows
+from smaso.student.frequency import _RECORD, FrequencyAccumulator, ReplicateAccumulator, record_rows
 from smaso.student.network import LadderStudent
-from smaso.student.row_groups import add_row_groups
+from smaso.student.row_groups import add_row_groups, groups_at_once
 from teachers import Ladder, sample_ladder
 
 F64 = torch.float64
@@ -36,8 +36,8 @@ def test_groups_at_once_equal_one_group_at_a_time(emission, dtype, biases):
     bounds = [0, 40, 40, 130, 131, 300]  # an empty group and a group of one row among them
     ref = _one_group_at_a_time(st, rec, s.z, bounds, dtype)
     acc = ReplicateAccumulator(st, dtype, groups=5)
-    assert acc._groups_at_once(rec)
-    add_row_groups(acc.parts, rec, s.z, bounds)
+    assert groups_at_once(acc.parts[0], rec, [_RECORD[k] for k in acc.parts[0].summed], 256)
+    add_row_groups(acc.parts, rec, s.z, bounds, [_RECORD[k] for k in acc.parts[0].summed])
     tol = 1e-12 if dtype == F64 else 2e-6
     for g, (mine, theirs) in enumerate(zip(acc.parts, ref, strict=True)):
         a, b = mine.state_dict(), theirs.state_dict()

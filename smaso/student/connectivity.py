@@ -39,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from smaso.student.scratch import scratch_buffer
 from teachers.sampling import strided_runs
 from teachers.statistics import level_children, level_edge_index, level_edges
 
@@ -164,13 +165,17 @@ def graph_backward(W: torch.Tensor, g: torch.Tensor, child: torch.Tensor, need_r
 
 
 # ---------------------------------------------------------------------- one-hot children given by their events
-def one_hot_node_major(events: torch.Tensor, width: int, dtype: torch.dtype, *, out: torch.Tensor | None = None
-                       ) -> torch.Tensor:
+def one_hot_node_major(events: torch.Tensor, width: int, dtype: torch.dtype, *, out: torch.Tensor | None = None,
+                       owner: object = None) -> torch.Tensor:
     """The one-hot inputs of events ``events`` ``(N, R)`` (integers in [0, width)) node-major, ``(R, width, N)``
     contiguous: ``one_hot_node_major(z, m, dt).permute(2, 0, 1)`` equals ``one_hot(z, m, dt)``
     (:func:`teachers.emission.one_hot`) value for value.  One vectorized comparison written in ``dtype`` (a
     scatter_ of the ones runs several times slower on the CPU); ``out``: a buffer of that shape and dtype to write
-    into (a reused one saves faulting in fresh pages: 16 MB per batch of 1024 in the default benchmark)."""
+    into (a reused one saves faulting in fresh pages: 16 MB per batch of 1024 in the default benchmark); ``owner``:
+    write into its kept scratch buffer (:func:`~smaso.student.scratch.scratch_buffer`; overwritten by its next call)."""
+    if owner is not None:
+        out = scratch_buffer(owner, "one_hot_node_major", (events.shape[1], int(width), events.shape[0]), dtype,
+                             events.device)
     # the events transposed contiguous first: the comparison broadcast over a strided view runs ~6x slower
     return _one_hot_rows_major(events.T.contiguous(), width, dtype, out)
 

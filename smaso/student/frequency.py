@@ -34,7 +34,7 @@ from smaso.student.connectivity import take_rows
 from smaso.student.event_means import FrequencyStatistics, PerEventMeans
 from smaso.student.mergeable import MergeableSums, event_counts, event_flags, negated_state, record_rows
 from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
-from smaso.student.row_groups import add_row_groups
+from smaso.student.row_groups import add_row_groups, groups_at_once
 from smaso.student.rows import evaluation_inputs, leaf_event_inputs
 from teachers.statistics import EventStatistics
 
@@ -517,8 +517,9 @@ class ReplicateAccumulator:
                              f"{bounds!r}")
         # (the regrouped batches of a pass below float64: each group's Delta W by strided matmuls, within round-off;
         # on a tree every group's sums at once, the groups an axis of one accumulation)
-        if self._groups_at_once(rec):
-            add_row_groups(self.parts, rec, _student_events(self.student, z, rec), bounds)
+        fields = [_RECORD[k] for k in self.parts[0].summed]
+        if groups_at_once(self.parts[0], rec, fields, _ONE_HOT_MAX_EVENTS):
+            add_row_groups(self.parts, rec, _student_events(self.student, z, rec), bounds, fields)
             return
         strided = self.student.ladder.is_uniform() and self.student.fast_path
         edges = None if self.student.ladder.is_uniform() else [self.student.edge_index(l)
@@ -526,15 +527,6 @@ class ReplicateAccumulator:
         for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):
             if hi > lo:
                 part.add(record_rows(rec, slice(lo, hi), edges, strided=strided), z[lo:hi])
-
-    def _groups_at_once(self, rec: StudentRecord) -> bool:
-        """Whether :func:`~smaso.student.row_groups.add_row_groups` takes this record: a uniform tree on the fast
-        path, every level's events few enough for one-hot matmuls, the summed quantities in the record's stacked
-        buffers (elsewhere the groups are added one at a time)."""
-        lad, part = self.student.ladder, self.parts[0]
-        return (lad.is_uniform() and self.student.fast_path and max(lad.events) <= _ONE_HOT_MAX_EVENTS
-                and rec.stacked is not None and rec.stacked_fields is not None
-                and tuple(rec.stacked_fields) == tuple(_RECORD[k] for k in part.summed))
 
     def state_dict(self) -> dict:
         """``{"groups": [state of group 0, ...]}`` (see :meth:`FrequencyAccumulator.state_dict`)."""

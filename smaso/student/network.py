@@ -49,7 +49,6 @@ from smaso.student.connectivity import (
 )
 from smaso.student.node_major import node_major_forward
 from smaso.student.readout import readout_events, readout_ladder
-from smaso.student.scratch import scratch_buffer
 from teachers.ladder import Ladder
 
 __all__ = ["BN_PLACEMENTS", "LOSSES", "PER_EXAMPLE", "VARIABLES", "LadderStudent", "StudentRecord", "node_variable",
@@ -605,12 +604,9 @@ class LadderStudent(nn.Module):
 
         nm: dict[str, list[Any]] = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
         sigma, mu, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(6))  # type: list, list, list, list, list, list
-        # one-hot leaves given by their events: built node-major (contiguous over the batch, what Delta W's matmul
-        # reads fastest), while level d - 1's u is a gather of weight rows
-        # (with reused buffers the leaves' one-hot too: a fresh R_d dim N allocation faults in its pages every batch)
-        leaf_buf = scratch_buffer(self, "leaves", (lad.num_regions[d], self.widths[d], n), dtype, dev) \
-            if reuse and events else None
-        nm["fbar"][d] = one_hot_node_major(x, self.widths[-1], dtype, out=leaf_buf) if events else self._leaves(x)
+        # one-hot leaves given by their events: node-major (Delta W reads it fastest), reused with reused buffers
+        nm["fbar"][d] = one_hot_node_major(x, self.widths[-1], dtype, owner=self if reuse else None) if events \
+            else self._leaves(x)
         inputs: list[Any] = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"
         for l in range(d - 1, -1, -1):

@@ -27,11 +27,22 @@ if TYPE_CHECKING:
     from smaso.student.frequency import FrequencyAccumulator
     from smaso.student.network import StudentRecord
 
-__all__ = ["add_row_groups"]
+__all__ = ["add_row_groups", "groups_at_once"]
+
+
+def groups_at_once(acc: FrequencyAccumulator, rec: StudentRecord, fields: Sequence[str], max_events: int) -> bool:
+    """Whether :func:`add_row_groups` takes this record into accumulators like ``acc``: a uniform tree on the
+    student's fast path, every level's events at most ``max_events`` (one-hot matmuls), and the record's stacked
+    buffers holding the first summed quantities (``fields``: each one's record field) in their order (elsewhere the
+    groups are added one at a time)."""
+    lad, k = acc.ladder, acc._num_stacked
+    return (lad.is_uniform() and acc.student.fast_path and max(lad.events) <= max_events
+            and rec.stacked is not None and rec.stacked_fields is not None
+            and tuple(rec.stacked_fields) == tuple(fields[:k]))
 
 
 def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z: torch.Tensor,
-                   bounds: Sequence[int]) -> None:
+                   bounds: Sequence[int], fields: Sequence[str]) -> None:
     """Add one batch's rows ``bounds[g]:bounds[g + 1]`` to ``parts[g]`` for every group g at once.
 
     :param parts: the groups' accumulators (one student, one dtype), on a uniform tree on the student's fast path with
@@ -40,6 +51,7 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
     :param rec: the batch's record ``(N, ...)``; ``z``: its events ``(N, total_regions)`` of the student's ladder
         (checked by the caller).
     :param bounds: ``len(parts) + 1`` non-decreasing row bounds from 0 to N (checked by the caller).
+    :param fields: the record's field of each of the accumulators' ``summed`` quantities.
     """
     acc = parts[0]
     st, lad = acc.student, acc.ladder
@@ -61,23 +73,19 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
     sizes = torch.tensor([b - a for a, b in itertools.pairwise(bounds)], device=acc.device)
     group = torch.repeat_interleave(torch.arange(G, device=acc.device, dtype=idt), sizes,
                                     output_size=n_all)[:, None]
-    levels = [None if l == d and acc.onehot_leaves else ev.long() for l, ev in enumerate(bins)]
-    one_hot = [None if lev is None else acc._set_one_hot(l, lev) for l, lev in enumerate(levels)]
-    try:
-        _add_level_sums(parts, rec, bins, one_hot, group, spans)
-    except BaseException:
-        acc._one_hot_buffers.clear()  # a buffer may hold ones of this batch: rebuild from zeros next time
-        raise
-    for lev, oh in zip(levels, one_hot, strict=True):  # the buffers back to zero: N R writes, not R m N
-        if oh is not None and lev is not None:
-            oh.scatter_(1, lev.T.unsqueeze(1), 0.0)
+    # the scatter matrices written whole from the levels' uint8 events (regions, N), as FrequencyAccumulator.add does
+    built = [l for l in range(d + 1) if not (l == d and acc.onehot_leaves)]
+    ev8 = z[:, :off[built[-1] + 1]].to(torch.uint8).T.contiguous()
+    one_hot = [acc._set_one_hot(l, ev8[off[l]: off[l + 1]]) if l in built else None for l in range(d + 1)]
+    _add_level_sums(parts, rec, bins, one_hot, group, spans, fields)
     for g, lo, hi in spans:
         parts[g].n += hi - lo
         parts[g]._add_loss(rec, hi - lo)  # the batch's mean loss for its rows, as record_rows keeps it
 
 
 def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, bins: list[torch.Tensor],
-                    one_hot: list, group: torch.Tensor, spans: list[tuple[int, int, int]]) -> None:
+                    one_hot: list, group: torch.Tensor, spans: list[tuple[int, int, int]],
+                    fields: Sequence[str]) -> None:
     """The counts, pair counts, per-event sums, edge sums, Delta W and bias sums of every group (the body of
     :func:`add_row_groups`; the tree path of :meth:`FrequencyAccumulator._add_sums` with a group axis)."""
     acc = parts[0]
@@ -102,8 +110,11 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
         if l < d:
             w = st.widths[l]
             buf = stacked[l]  # (R, k, n, N): the summed quantities' slots side by side
-            for i0, i1 in acc._direct_runs[l]:
-                cols = buf[:, i0:i1].reshape(R[l], -1, n_all)  # (a view: the slots of a region are contiguous)
+            for i0, i1 in acc._plain_runs[l]:  # (no BN here: every run but the derived quantities summed)
+                if i1 <= acc._num_stacked:  # (a view: the slots of a region are contiguous)
+                    cols = buf[:, i0:i1].reshape(R[l], -1, n_all)
+                else:  # quantities outside the stacked buffer: the record's own tensors, node-major
+                    cols = torch.cat([getattr(rec, f)[l] for f in fields[i0:i1]], -1).permute(1, 2, 0)
                 for g, lo, hi in spans:
                     parts[g].own[l][..., i0 * w: i1 * w] += torch.bmm(one_hot[l][..., lo:hi],
                                                                       cols[..., lo:hi].transpose(1, 2).to(dt))
