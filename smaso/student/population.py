@@ -26,9 +26,10 @@ after the other (:func:`population_supported` says which).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -254,6 +255,43 @@ def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *,
     return PopulationTrajectory(snapshots, diverged)
 
 
+class _MemberCheckpoints:
+    """The statistics of every member at a checkpoint, in one batched pass
+    (:func:`~smaso.student.member_statistics.member_statistics`) made when the first member asks for that step's
+    and handed to each member as :func:`~smaso.student.frequency.accumulate_statistics` would (``member(r)``, the
+    ``_statistics`` hook of :func:`~smaso.student.compare.compare_student`); a pass it does not cover is that
+    function's own, member by member."""
+
+    def __init__(self, nets: Sequence[LadderStudent], traj: PopulationTrajectory) -> None:
+        self.nets, self.traj = [copy.deepcopy(n) for n in nets], traj  # (own copies: loaded with each step's)
+        # step: (the members' sums, their correct counts, the members not yet served)
+        self.done: dict[int, tuple[Any, list[int], set[int]]] = {}
+
+    def member(self, r: int) -> Callable[..., tuple]:
+        def measure(step: int, net: LadderStudent, source: Any, *, loss: str, batch_size: int,
+                    dtype: torch.dtype | None, engine: Any, groups: int | None) -> tuple:
+            from smaso.student.frequency import accumulate_statistics
+            from smaso.student.member_statistics import member_statistics_supported, member_sums
+
+            snap = self.traj.snapshots.get(step)
+            if snap is None or member_statistics_supported(net, dtype, groups) is not None:
+                return accumulate_statistics(net, source, loss=loss, batch_size=batch_size, dtype=dtype,
+                                             engine=engine, groups=groups)
+            if step not in self.done:
+                with torch.no_grad():
+                    for m, weights in zip(self.nets, snap, strict=True):
+                        for p, v in zip(m.parameters(), weights, strict=True):
+                            p.copy_(v)
+                sums = member_sums(self.nets, source, loss=loss, batch_size=batch_size, dtype=dtype, groups=groups)
+                self.done[step] = (sums, sums.correct.tolist(), set(range(len(self.nets))))
+            sums, correct, waiting = self.done[step]
+            waiting.discard(r)
+            if not waiting:  # every member served: free the step's sums
+                del self.done[step]
+            return sums.accumulator(r, net), correct[r]  # (net: the member's own student, at these weights)
+        return measure
+
+
 def _same_setting(trainings: Sequence[TrainingConfig]) -> str | None:
     """Why ``trainings`` cannot be one population's (a sentence), or None: members may differ in their seed and
     ``shuffle_labels`` only."""
@@ -327,9 +365,12 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
     traj = train_ladder_population(nets, rows, steps=steps, lr=t0.lr, loss=t0.loss, weight_decay=t0.weight_decay,
                                    keep=sorted(keep), build=lambda items: population_batch(items, dtype))
     share = (time.perf_counter() - tic) / R
+    # one evaluation for all: the members' checkpoints read the same rows, measured together
+    measure = _MemberCheckpoints(nets, traj) if all(e == cfg[0][2] for _, _, e in cfg) else None
     out = []
     for r, (s, t, e) in enumerate(cfg):
-        res = compare_student(sample, s, t, e, device=device, engine=engine, _replay=traj.replay(r))
+        res = compare_student(sample, s, t, e, device=device, engine=engine, _replay=traj.replay(r),
+                              _statistics=None if measure is None else measure.member(r))
         res.seconds += share
         out.append(res)
     return out
