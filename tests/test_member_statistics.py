@@ -8,6 +8,8 @@ same products added in another order) to float64 round-off.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from history_compare import assert_same_history
@@ -81,17 +83,19 @@ def _counting(monkeypatch):
 
 def test_compare_population_measures_its_members_in_one_pass(data, monkeypatch):
     """No member runs its own statistics pass (before: one per member and checkpoint), and each member's history
-    is its compare_student run's, to round-off (jackknife floors included)."""
+    is its compare_student run's, to round-off (jackknife floors and the alignment included)."""
     student = StudentConfig(width=5, readout=4)
     trainings = [TrainingConfig(steps=12, lr=0.5, batch_size=40, seed=s, shuffle_labels=sh)
                  for s, sh in ((1, False), (1, True))]
     evaluation = EvaluationConfig(eval_every=6, eval_examples=250, eval_batch_size=128, noise_groups=3,
                                   alignment=False)
+    # (as smaso demo: the first member's alignment measured too, which does not change the rows)
+    evaluations = [dataclasses.replace(evaluation, alignment=True), evaluation]
     calls = _counting(monkeypatch)
-    pop = compare_population(data, student, trainings, evaluation)
+    pop = compare_population(data, student, trainings, evaluations)
     assert calls == []
-    for res, t in zip(pop, trainings, strict=True):
-        alone = compare_student(data, student, t, evaluation)
+    for res, t, e in zip(pop, trainings, evaluations, strict=True):
+        alone = compare_student(data, student, t, e)
         assert len(res.history) == 3 and assert_same_history(res.history, alone.history)
         assert "dW_local_floor" in res.history[-1]["levels"][1]
         assert torch.allclose(res.final_stats.dW[1], alone.final_stats.dW[1], rtol=0, atol=1e-12)

@@ -365,8 +365,10 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
     traj = train_ladder_population(nets, rows, steps=steps, lr=t0.lr, loss=t0.loss, weight_decay=t0.weight_decay,
                                    keep=sorted(keep), build=lambda items: population_batch(items, dtype))
     share = (time.perf_counter() - tic) / R
-    # one evaluation for all: the members' checkpoints read the same rows, measured together
-    measure = _MemberCheckpoints(nets, traj) if all(e == cfg[0][2] for _, _, e in cfg) else None
+    # the members' checkpoints measured together where they read the same rows (the alignment, the checkpoints'
+    # steps and where P comes from do not change them)
+    rows_of = [dataclasses.replace(e, alignment=False, eval_every=1, P_source="empirical") for _, _, e in cfg]
+    measure = _MemberCheckpoints(nets, traj) if all(e == rows_of[0] for e in rows_of) else None
     out = []
     for r, (s, t, e) in enumerate(cfg):
         res = compare_student(sample, s, t, e, device=device, engine=engine, _replay=traj.replay(r),
