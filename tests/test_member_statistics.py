@@ -19,7 +19,7 @@ import smaso.student.frequency as frequency
 from smaso.student.compare import compare_student
 from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
 from smaso.student.frequency import accumulate_statistics
-from smaso.student.member_statistics import MemberSums, member_statistics, member_statistics_supported
+from smaso.student.member_statistics import MemberRows, MemberSums, member_statistics, member_statistics_supported
 from smaso.student.network import LadderStudent
 from smaso.student.population import compare_population
 from teachers.emission import GaussianEmission
@@ -122,8 +122,12 @@ def test_unsupported_members_are_refused_with_the_reason(data):
     assert member_statistics_supported(net, torch.float32, None) is None
     gauss = lad.with_emission(GaussianEmission.around_one_hot(8, 4, 0.3))
     assert "one-hot" in member_statistics_supported(LadderStudent(gauss, 5), None, None)
+    rows = sample_ladder(lad, 40, 7, progress=False)
     bn = LadderStudent(lad, 5, batch_norm=True, dtype=torch.float64)
     with pytest.raises(ValueError, match="Batch Norm"):
-        MemberSums([bn])
+        MemberRows(bn, rows)
+    built = MemberRows(net, rows, batch_size=16, groups=3)
     with pytest.raises(ValueError, match="architecture of nets"):
-        MemberSums([net, LadderStudent(lad, 6, dtype=torch.float64)])
+        MemberSums([net, LadderStudent(lad, 6, dtype=torch.float64)], built)
+    with pytest.raises(ValueError, match="Batch Norm"):
+        MemberSums([bn], built)

@@ -266,15 +266,16 @@ class _MemberCheckpoints:
         self.nets, self.traj = [copy.deepcopy(n) for n in nets], traj  # (own copies: loaded with each step's)
         # step: (the members' sums, their correct counts, the members not yet served)
         self.done: dict[int, tuple[Any, list[int], set[int]]] = {}
+        self.rows: Any = None  # the pass's rows (MemberRows), once asked for
 
     def member(self, r: int) -> Callable[..., tuple]:
         def measure(step: int, net: LadderStudent, source: Any, *, loss: str, batch_size: int,
                     dtype: torch.dtype | None, engine: Any, groups: int | None) -> tuple:
             from smaso.student.frequency import accumulate_statistics
-            from smaso.student.member_statistics import member_statistics_supported, member_sums
+            from smaso.student.member_statistics import MAX_ROWS, MemberRows, MemberSums, member_statistics_supported
 
             snap = self.traj.snapshots.get(step)
-            if snap is None or member_statistics_supported(net, dtype, groups) is not None:
+            if snap is None or member_statistics_supported(net, dtype, groups) is not None or len(source) > MAX_ROWS:
                 return accumulate_statistics(net, source, loss=loss, batch_size=batch_size, dtype=dtype,
                                              engine=engine, groups=groups)
             if step not in self.done:
@@ -282,7 +283,9 @@ class _MemberCheckpoints:
                     for m, weights in zip(self.nets, snap, strict=True):
                         for p, v in zip(m.parameters(), weights, strict=True):
                             p.copy_(v)
-                sums = member_sums(self.nets, source, loss=loss, batch_size=batch_size, dtype=dtype, groups=groups)
+                if self.rows is None:  # (every member's checkpoints read these rows: built once)
+                    self.rows = MemberRows(net, source, loss=loss, batch_size=batch_size, groups=groups, dtype=dtype)
+                sums = MemberSums(self.nets, self.rows)
                 self.done[step] = (sums, sums.correct.tolist(), set(range(len(self.nets))))
             sums, correct, waiting = self.done[step]
             waiting.discard(r)
