@@ -31,8 +31,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
+import torch.nn.functional as F
 
 from smaso import _ladder_parts
+from smaso.student.connectivity import tree_pre_activation
 from smaso.student.frequency import (
     _ONE_HOT_MAX_EVENTS,
     TOTAL_DTYPE,
@@ -196,6 +198,11 @@ class MemberSums:
         self.dW = [zeros(M, K, E[l], n[l + 1], n[l]) for l in range(d)]
         self.db = [zeros(M, K, lad.num_regions[l], n[l]) for l in range(d)]
         self._slot_fbar, self._slot_g = keys.index("fbar"), keys.index("g")
+        self._keys = keys
+        # the members' weights and biases as one level of M R_l regions, member-major (as the population trains)
+        self._W = [torch.stack([m.edge_weights(l).detach() for m in nets]).flatten(0, 1) for l in range(d)]
+        self._b = None if net.biases is None else [torch.stack([m.biases[l].detach() for m in nets]).flatten(0, 1)
+                                                   for l in range(d)]
         N = rows.x.shape[0]
         out = torch.empty(M, N, n[0], dtype=net.weights[0].dtype, device=dev)  # the members' outputs
         buffers: dict[int, list[torch.Tensor]] = {}
@@ -205,13 +212,7 @@ class MemberSums:
                 if S is None:
                     S = buffers[hi - lo] = [torch.empty(M, lad.num_regions[l], len(keys), n[l], hi - lo,
                                                         dtype=net.weights[0].dtype, device=dev) for l in range(d)]
-                for r, m in enumerate(nets):
-                    rec = m.forward_backward(rows.x[lo:hi], rows.y[lo:hi], rows.loss, stacked=[s[r] for s in S],
-                                             labels_checked=True)
-                    if rec.stacked is None or any(a.data_ptr() != s[r].data_ptr()
-                                                  for a, s in zip(rec.stacked, S, strict=True)):
-                        raise RuntimeError("forward_backward did not write into the members' stacked buffers")
-                    out[r, lo:hi] = rec.fbar[0][:, 0]
+                out[:, lo:hi] = self._forward_backward(rows.x[lo:hi], rows.y[lo:hi], S).transpose(1, 2)
                 for g, a, b, oh in segs:
                     self._add_segment(g, oh, [s[..., a:b] for s in S])
             # each batch's mean loss (the record's), times its rows in each group: the accumulator's loss sums
@@ -219,6 +220,40 @@ class MemberSums:
                                                for idx in rows.batches]) for r in range(M)]).to(TOTAL_DTYPE)
             self.loss_sum = loss_b @ rows.sizes.T.to(dev)  # (M, K)
             self.correct = (out.argmax(-1) == rows.y).sum(-1)
+
+    def _forward_backward(self, x: torch.Tensor, y: torch.Tensor, S: list[torch.Tensor]) -> torch.Tensor:
+        """Every member's explicit forward and backward pass on one run of rows ``x`` ``(n, R_d, dim)``, ``y``
+        ``(n,)`` at once (Eq 1; :meth:`~smaso.student.network.LadderStudent.forward_backward`'s fields without
+        Batch Norm, each member's regions a block of one level of M R_l regions, as
+        :func:`~smaso.student.population.train_ladder_population`), the stacked fields written into ``S[l]``
+        ``(M, R_l, k, n_l, n)``.  Returns the members' outputs ``(M, n_0, n)``."""
+        net, keys, M = self.nets[0], self._keys, len(self.nets)
+        lad, d, n = net.ladder, net.ladder.depth, x.shape[0]
+
+        def slot(l: int, key: str) -> torch.Tensor:  # (M R_l, n_l, n): a view of the buffer
+            return S[l][:, :, keys.index(key)].flatten(0, 1)
+
+        leaves = x.permute(1, 2, 0).reshape(lad.num_regions[d - 1], -1, n)  # grouped by parent: the same for all
+        h = leaves.expand(M, *leaves.shape).reshape(-1, *leaves.shape[1:])
+        inputs: list[torch.Tensor] = [h] * d
+        deriv: list[torch.Tensor] = [h] * d
+        for l in range(d - 1, -1, -1):
+            inputs[l] = h if l == d - 1 else slot(l + 1, "fbar").reshape(M * lad.num_regions[l], -1, n)
+            u = slot(l, "u").copy_(tree_pre_activation(self._W[l], inputs[l], None if self._b is None else self._b[l]))
+            a = net.act(l)
+            s = a.slope(u, out=slot(l, "slope"))
+            deriv[l] = slot(l, "deriv").copy_(s if a.homogeneous else a.derivative(u)) if "deriv" in keys else s
+            torch.mul(s, u, out=slot(l, "fbar"))
+        out = slot(0, "fbar")  # (M, n_0, n): R_0 = 1
+        target = F.one_hot(y.long(), out.shape[1]).to(out.dtype).T
+        g_raw = target - (out if self.rows.loss == "squared" else out.softmax(1))  # (as _output_gradient)
+        for l in range(d):
+            gf = slot(l, "g_f").copy_(g_raw)
+            g = torch.mul(deriv[l], gf, out=slot(l, "g"))
+            if l + 1 < d:  # the children's raw gradient W g (Eq 1; tree_backward's second product)
+                W = self._W[l]
+                g_raw = torch.bmm(W.reshape(g.shape[0], -1, g.shape[1]), g).reshape(W.shape[0], W.shape[1], n)
+        return out
 
     def _add_segment(self, g: int, oh: list[torch.Tensor], S: list[torch.Tensor]) -> None:
         """Rows of group ``g`` in one run: their one-hot matrices ``oh[l]`` ``(R_l, m_l, n)`` and the members'
