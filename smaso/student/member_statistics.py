@@ -2,27 +2,29 @@
 
 The members of :func:`~smaso.student.population.compare_population` (seeds and shuffled-label controls) are
 measured at each checkpoint on the SAME evaluation rows and events, so everything that depends on the events
-alone is built once for all of them -- the one-hot scatter matrices [z[n, r] = a] of each level, the event
-counts and the (parent, child) pair counts -- and the per-event sums of every member are one batched product
-per level and row group, the members on a leading axis:
+alone is built once for every member and checkpoint (:class:`MemberRows`): the rows put group-major (the
+jackknife's row groups: the K blocks ``g N_b // K`` of every batch, as
+:meth:`~smaso.student.frequency.ReplicateAccumulator.add`, each group's rows contiguous), each group's event counts
+and (parent, child) pair counts, and the one-hot scatter matrices [z[n, r] = a] of each run of rows.  Per
+checkpoint (:class:`MemberSums`) the members' explicit forward and backward (Eq 1, the fields of
+:meth:`~smaso.student.network.LadderStudent.forward_backward`) run as one network of M R_l regions per level, as
+the population trains, writing into one ``(M, R_l, k, n_l, N)`` buffer per level; then per run, group and level
+one product gives every member's per-event sums
 
     own_r[l] += onehot_l (R_l, m_l, N_g) @ Q_{r,l} (R_l, N_g, k n_l)    for every member r at once
 
-(:func:`torch.matmul` broadcasting the one-hot over the members; Q the member's stacked buffers of
-:meth:`~smaso.student.network.LadderStudent.forward_backward`, written in place into one ``(M, R_l, k, n_l, N)``
-buffer per level, so no copies).  The edges' Fc and Gp~ sums, Delta W (Eq 2: sum_n fbar_child g_parent^T),
-the biases' sums and the derived U and Gf (Eq 1: linear maps of the edge sums through each member's weights,
-:meth:`~smaso.student.frequency.FrequencyAccumulator._derivable`) likewise.  Each member's forward and backward
-runs on the batches :func:`~smaso.student.frequency.accumulate_statistics` runs (the same records, the same
-per-batch losses); only the order of the additions inside the sums differs, so each member's
-:class:`~smaso.student.frequency.FrequencyAccumulator` (or :class:`~smaso.student.frequency.ReplicateAccumulator`
-of the jackknife's row groups: the K blocks ``g N_b // K`` of every batch, as its ``add``) equals the one-by-one
-pass's to float64 round-off (``tests/test_member_statistics.py``).
+(:func:`torch.matmul` broadcasting the one-hot over the members), and likewise the edges' Fc and Gp~ sums, Delta W
+(Eq 2: sum_n fbar_child g_parent^T) and the biases' sums.  U and Gf are summed per example with the other fields
+(the accumulator maps its edge sums through the weights instead).  The loss sums are each batch's mean loss times
+its rows in the group, the accumulator's.  So each member's :class:`~smaso.student.frequency.FrequencyAccumulator`
+(or :class:`~smaso.student.frequency.ReplicateAccumulator` of the row groups) holds the same sums as its own
+:func:`~smaso.student.frequency.accumulate_statistics` pass, added in another order: equal to float64 round-off,
+the counts exactly (``tests/test_member_statistics.py``).
 
 The batched pass covers the uniform tree's kernels without Batch Norm or shared weights, one-hot leaves, at most
-256 events per level and a pass whose row groups are cut batch by batch (float64 batch sums, or no groups:
-:func:`~smaso.student.frequency._regroup`); :func:`member_statistics_supported` says why not otherwise, and the
-caller then measures the members one by one.
+256 events per level, a pass whose row groups are cut batch by batch (float64 batch sums, or no groups:
+:func:`~smaso.student.frequency._regroup`) and at most :data:`MAX_ROWS` rows; :func:`member_statistics_supported`
+says why not otherwise, and the caller then measures the members one by one.
 """
 
 from __future__ import annotations
@@ -201,8 +203,9 @@ class MemberSums:
         self._keys = keys
         # the members' weights and biases as one level of M R_l regions, member-major (as the population trains)
         self._W = [torch.stack([m.edge_weights(l).detach() for m in nets]).flatten(0, 1) for l in range(d)]
-        self._b = None if net.biases is None else [torch.stack([m.biases[l].detach() for m in nets]).flatten(0, 1)
-                                                   for l in range(d)]
+        biases = [m.biases for m in nets]  # (all or none: checked above)
+        self._b = None if net.biases is None else [torch.stack([b[l].detach() for b in biases if b is not None])
+                                                   .flatten(0, 1) for l in range(d)]
         N = rows.x.shape[0]
         out = torch.empty(M, N, n[0], dtype=net.weights[0].dtype, device=dev)  # the members' outputs
         buffers: dict[int, list[torch.Tensor]] = {}

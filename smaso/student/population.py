@@ -17,9 +17,11 @@ same kernel on the same shapes), so the weights are those of training the member
 float64 (``tests/test_population.py``).
 
 :func:`compare_population` then measures each member with :func:`~smaso.student.compare.compare_student` itself,
-its checkpoints replaying the population's weights instead of training (the statistics, the reformulation, the
-diagnosis and the alignment are that function's): the :class:`~smaso.student.compare.ComparisonResult` of each
-member is the one training it alone gives.  Settings outside the population's step (Batch Norm, shared weights,
+its checkpoints replaying the population's weights instead of training (the reformulation, the diagnosis and the
+alignment are that function's); the statistics of every member at a checkpoint come from one batched pass over the
+same evaluation rows (:mod:`smaso.student.member_statistics`: the same sums in another order), so the
+:class:`~smaso.student.compare.ComparisonResult` of each member is the one training it alone gives, its weights bit
+for bit and its numbers to float64 round-off.  Settings outside the population's step (Batch Norm, shared weights,
 a non-tree ladder, full-batch GD, an optimizer other than plain SGD, a schedule, a plateau stop) run one member
 after the other (:func:`population_supported` says which).
 """
