@@ -39,6 +39,7 @@ from smaso import _ladder_parts
 from smaso.student.connectivity import tree_pre_activation
 from smaso.student.frequency import (
     _ONE_HOT_MAX_EVENTS,
+    _RECORD,
     TOTAL_DTYPE,
     FrequencyAccumulator,
     ReplicateAccumulator,
@@ -98,6 +99,10 @@ class MemberRows:
             raise ValueError(f"source: {len(chunks)} rows, more than the batched pass holds ({MAX_ROWS})")
         self.loss, self.groups, self.K = loss, groups, groups or 1
         self.dtype = _check_float_dtype(dtype or net.weights[0].dtype)
+        #: the record fields whose per-event sums the accumulator holds, in its columns' order (``own[l]``)
+        self.fields = [_RECORD[k] for k in FrequencyAccumulator(net, self.dtype).summed]
+        if "fbar" not in self.fields or "g" not in self.fields:  # (without BN both are summed)
+            raise ValueError("net: its accumulator sums no Fbar or G per example")
         wdt, dev, K = net.weights[0].dtype, net.weights[0].device, self.K
         xs, ys, zs, gid, sizes = [], [], [], [], []  # sizes: per batch its K blocks' rows
         for c in range(chunks.num_chunks):
@@ -189,7 +194,7 @@ class MemberSums:
         lad, n, dev = net.ladder, net.widths, net.weights[0].device
         d, M, K = lad.depth, len(nets), rows.K
         E = [net.num_edges(l) for l in range(d)]
-        keys = net.stacked_fields()
+        keys = rows.fields
 
         def zeros(*shape: int) -> torch.Tensor:
             return torch.zeros(*shape, dtype=TOTAL_DTYPE, device=dev)
@@ -200,7 +205,6 @@ class MemberSums:
         self.dW = [zeros(M, K, E[l], n[l + 1], n[l]) for l in range(d)]
         self.db = [zeros(M, K, lad.num_regions[l], n[l]) for l in range(d)]
         self._slot_fbar, self._slot_g = keys.index("fbar"), keys.index("g")
-        self._keys = keys
         # the members' weights and biases as one level of M R_l regions, member-major (as the population trains)
         self._W = [torch.stack([m.edge_weights(l).detach() for m in nets]).flatten(0, 1) for l in range(d)]
         biases = [m.biases for m in nets]  # (all or none: checked above)
@@ -228,31 +232,32 @@ class MemberSums:
         """Every member's explicit forward and backward pass on one run of rows ``x`` ``(n, R_d, dim)``, ``y``
         ``(n,)`` at once (Eq 1; :meth:`~smaso.student.network.LadderStudent.forward_backward`'s fields without
         Batch Norm, each member's regions a block of one level of M R_l regions, as
-        :func:`~smaso.student.population.train_ladder_population`), the stacked fields written into ``S[l]``
-        ``(M, R_l, k, n_l, n)``.  Returns the members' outputs ``(M, n_0, n)``."""
-        net, keys, M = self.nets[0], self._keys, len(self.nets)
+        :func:`~smaso.student.population.train_ladder_population`), the fields the accumulator sums
+        (:attr:`MemberRows.fields`) written into ``S[l]`` ``(M, R_l, k, n_l, n)``.  Returns the members' outputs
+        ``(M, n_0, n)``."""
+        net, keys, M = self.nets[0], self.rows.fields, len(self.nets)
         lad, d, n = net.ladder, net.ladder.depth, x.shape[0]
 
-        def slot(l: int, key: str) -> torch.Tensor:  # (M R_l, n_l, n): a view of the buffer
-            return S[l][:, :, keys.index(key)].flatten(0, 1)
+        def put(l: int, key: str, value: torch.Tensor) -> torch.Tensor:
+            """``value`` ``(M R_l, n_l, n)`` into its slot of the buffer (a view) where it is summed."""
+            return S[l][:, :, keys.index(key)].flatten(0, 1).copy_(value) if key in keys else value
 
         leaves = x.permute(1, 2, 0).reshape(lad.num_regions[d - 1], -1, n)  # grouped by parent: the same for all
         h = leaves.expand(M, *leaves.shape).reshape(-1, *leaves.shape[1:])
-        inputs: list[torch.Tensor] = [h] * d
         deriv: list[torch.Tensor] = [h] * d
         for l in range(d - 1, -1, -1):
-            inputs[l] = h if l == d - 1 else slot(l + 1, "fbar").reshape(M * lad.num_regions[l], -1, n)
-            u = slot(l, "u").copy_(tree_pre_activation(self._W[l], inputs[l], None if self._b is None else self._b[l]))
+            u = put(l, "u", tree_pre_activation(self._W[l], h, None if self._b is None else self._b[l]))
             a = net.act(l)
-            s = a.slope(u, out=slot(l, "slope"))
-            deriv[l] = slot(l, "deriv").copy_(s if a.homogeneous else a.derivative(u)) if "deriv" in keys else s
-            torch.mul(s, u, out=slot(l, "fbar"))
-        out = slot(0, "fbar")  # (M, n_0, n): R_0 = 1
+            s = put(l, "slope", a.slope(u))
+            deriv[l] = put(l, "deriv", s if a.homogeneous else a.derivative(u))
+            h = put(l, "fbar", torch.mul(s, u))  # (the next level's input, grouped by parent below)
+            if l:
+                h = h.reshape(M * lad.num_regions[l - 1], -1, n)
+        out = h  # (M, n_0, n): R_0 = 1
         target = F.one_hot(y.long(), out.shape[1]).to(out.dtype).T
         g_raw = target - (out if self.rows.loss == "squared" else out.softmax(1))  # (as _output_gradient)
         for l in range(d):
-            gf = slot(l, "g_f").copy_(g_raw)
-            g = torch.mul(deriv[l], gf, out=slot(l, "g"))
+            g = put(l, "g", torch.mul(deriv[l], put(l, "g_f", g_raw)))
             if l + 1 < d:  # the children's raw gradient W g (Eq 1; tree_backward's second product)
                 W = self._W[l]
                 g_raw = torch.bmm(W.reshape(g.shape[0], -1, g.shape[1]), g).reshape(W.shape[0], W.shape[1], n)
