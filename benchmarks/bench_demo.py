@@ -24,6 +24,10 @@
   by one (``forward_backward`` and ``apply_update`` per student: ``compare_student``'s step), interleaved rounds,
   CPU seconds; the two end at the same weights bit for bit (checked).  The issue-39 target is the whole demo at
   <= 15 s (``wall.target_s``; the median of the quiet runs).
+- ``measurement``: one checkpoint's statistics of those 2K students on the demo's evaluation rows and row groups,
+  one by one (``accumulate_statistics`` per student) and in one batched pass over a member axis
+  (:mod:`smaso.student.member_statistics`, what ``compare_population`` runs at every checkpoint), interleaved
+  rounds, CPU seconds, and the largest relative difference of their sums (float64 round-off).
 
 ``benchmarks/report.py`` writes the README's demo figures from ``results/demo.json``.
 
@@ -139,6 +143,60 @@ def _training(argv: list[str], seeds: int, steps: int, repeats: int) -> dict:
            "loadavg_after": _common.loadavg()}
     print(f"  training {len(members)} students x {steps} steps: population {pm:.2f} s, one by one {om:.2f} s CPU "
           f"(median; {out['speedup_median']:.2f}x, best {out['speedup_best']:.2f}x), same weights bit for bit")
+    return out
+
+
+def _measurement(argv: list[str], seeds: int, repeats: int) -> dict:
+    """One checkpoint's statistics of the demo's 2K students (K seeds and their controls, at their initial
+    weights, on the demo's evaluation rows with its row groups) measured one by one
+    (:func:`~smaso.student.frequency.accumulate_statistics` per member: what each member's ``compare_student``
+    ran before) and in one batched pass (:class:`~smaso.student.member_statistics.MemberSums`, what
+    ``compare_population`` runs now; the rows built once per run, as there), interleaved rounds, CPU seconds; and
+    the largest difference of their sums relative to each sum's largest entry (float64 round-off)."""
+    import dataclasses
+
+    import torch
+
+    from smaso.cli import build_parser
+    from smaso.cli_student import _configs
+    from smaso.student.frequency import accumulate_statistics
+    from smaso.student.member_statistics import MemberRows, MemberSums
+    from smaso.student.network import LadderStudent
+    from teachers.ladder import Ladder
+    from teachers.sampling import sample_ladder
+
+    args = build_parser().parse_args(["demo", *argv])
+    lad = Ladder.default()
+    rows = sample_ladder(lad, args.eval_examples, args.seed + 1, progress=False)
+    st, tr, ev = _configs(args, rows)
+    members = [dataclasses.replace(tr, seed=s, shuffle_labels=sh) for sh in (False, True) for s in range(seeds)]
+    nets = [LadderStudent(lad, st.width, activation=st.activation, bias=st.bias, readout=st.readout, seed=t.seed,
+                          dtype=torch.float64) for t in members]
+    kw = {"loss": tr.loss, "batch_size": ev.eval_batch_size, "groups": ev.noise_groups}
+    ends: dict = {}
+
+    def batched() -> None:
+        sums = MemberSums(nets, MemberRows(nets[0], rows, **kw))
+        ends["batched"] = [sums.accumulator(r) for r in range(len(nets))]
+
+    def one_by_one() -> None:
+        ends["one_by_one"] = [accumulate_statistics(net, rows, **kw)[0] for net in nets]
+
+    _, cpu = _common.round_robin([batched, one_by_one], repeats)
+    worst = 0.0
+    for a, b in zip(ends["batched"], ends["one_by_one"], strict=True):
+        for pa, pb in zip(getattr(a, "parts", [a]), getattr(b, "parts", [b]), strict=True):
+            for key in pa._SUMS:
+                for u, v in zip(getattr(pa, key), getattr(pb, key), strict=True):
+                    if v is not None:
+                        worst = max(worst, ((u - v).abs().max() / v.abs().max().clamp(min=1e-300)).item())
+    (bb, bm), (ob, om) = _common.best_median(cpu[0]), _common.best_median(cpu[1])
+    out = {"members": len(members), "rows": len(rows), "groups": ev.noise_groups,
+           "batch_size": ev.eval_batch_size, "batched_cpu_s": cpu[0], "one_by_one_cpu_s": cpu[1],
+           "speedup_best": ob / bb, "speedup_median": om / bm, "max_relative_difference": worst,
+           "loadavg_after": _common.loadavg()}
+    print(f"  one checkpoint's statistics of {len(members)} students: batched {bm:.3f} s, one by one {om:.3f} s CPU "
+          f"(median; {out['speedup_median']:.2f}x, best {out['speedup_best']:.2f}x), sums equal to {worst:.1e}")
     return out
 
 
@@ -261,13 +319,15 @@ def main(argv: list[str] | None = None) -> dict:
                                       for h in r["shuffled"].history]}
                 for r in runs]
     training = _training(demo_argv, args.seeds, args.train_steps, max(args.repeats, 3))
+    measurement = _measurement(demo_argv, args.seeds, max(args.repeats, 3))
     wall = _wall(demo_argv, args.repeats, serial=not args.quick)
     _print_wall(wall)
     total = _common.finish(machine, wall0)
     data = _common.record("demo", argv, {"config": {"quick": args.quick, "seeds": args.seeds,
                                                     "repeats": args.repeats, "demo_argv": demo_argv,
                                                     "train_steps": args.train_steps}},
-                          machine, per_seed, {"summary": summary.to_dict(), "wall": wall, "training": training},
+                          machine, per_seed, {"summary": summary.to_dict(), "wall": wall, "training": training,
+                                     "measurement": measurement},
                           total)
     from smaso.output import json_safe as _json_safe  # NaN (the alignment's undefined entries) as null: strict JSON
 

@@ -84,11 +84,12 @@ def _other_seeds(sample: LadderSample | ChunkedLadderData, args: argparse.Namesp
                  control: bool = False, skip: int = 0) -> list:
     """Futures (or, without ``engine``, the results) of the seeds after ``--student-seed`` (``--seeds`` in all),
     each with its shuffled-label control when ``control``, without the alignment (only the first seed's is
-    printed): trained as batched populations (:func:`~smaso.student.seeds._population_runs`; the runs one by one,
-    bit for bit), here one, with a :class:`~teachers.engine.ProcessEngine` one per worker (its futures' results are
-    lists of runs), with a Dask engine one task per seed.  A pool's tasks are submitted now, from this thread,
-    before any work here (a fork once this process computes can copy a held lock), and run beside this process's
-    own seed.  ``skip``: leave out the first this many of them (the demo trains them with its own seed)."""
+    printed): trained as batched populations (:func:`~smaso.student.seeds._population_runs`; the runs one by one:
+    the same weights bit for bit, the same histories to float64 round-off), here one, with a
+    :class:`~teachers.engine.ProcessEngine` one per worker (its futures' results are lists of runs), with a Dask
+    engine one task per seed.  A pool's tasks are submitted now, from this thread, before any work here (a fork once
+    this process computes can copy a held lock), and run beside this process's own seed.  ``skip``: leave out the
+    first this many of them (the demo trains them with its own seed)."""
     from smaso.student.seeds import _population_runs, _seed_run
 
     configs = _configs(args, _held_out(sample, args, held_out), alignment=False)
@@ -273,7 +274,8 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
           f"{'held-out' if evaluation is not False else 'training'} rows ==")
     # --student-seed's run and its shuffled-label control (the reformulation's table and the alignment both measure
     # it), trained as one batched population with the first `here` other seeds and their controls (without the
-    # alignment): the runs of _run_comparison, _shuffled_control and _other_seeds, bit for bit
+    # alignment): the runs of _run_comparison, _shuffled_control and _other_seeds (weights bit for bit, numbers to
+    # float64 round-off: the members' statistics are summed in one batched pass, smaso.student.member_statistics)
     import dataclasses
 
     from smaso.student.population import compare_population

@@ -26,5 +26,8 @@ def test_bench_demo_quick(tmp_path):
     assert set(s["controls"]) == {"init", "shuffled"} and len(s["levels"][1]["per_seed"]["F_local"]) == 5
     assert all(math.isfinite(s["levels"][1][k]) for k in ("F_propagated", "F_propagated_floor", "F_local_seed_se"))
     assert len(data["wall"]["seconds"]) == 1 and data["wall"]["median_s"] > 0
+    m = data["measurement"]  # the batched statistics of the 10 students: their one-by-one sums to round-off
+    assert m["members"] == 10 and m["groups"] == 10 and len(m["batched_cpu_s"]) == 3
+    assert 0 <= m["max_relative_difference"] < 1e-12
     for key in ("loadavg_start", "loadavg_end"):
         assert key in data["machine"]

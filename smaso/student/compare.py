@@ -9,6 +9,7 @@ ladder.  :func:`noise_sweep` relaxes Thm 3's delta condition (noisier leaves), :
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -344,6 +345,7 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
                     evaluation: EvaluationConfig | None = None, *, device: torch.device | str | None = None,
                     engine: SerialEngine | DaskEngine | None = None, progress: bool = False,
                     _replay: Callable[[LadderStudent, int], None] | None = None,
+                    _statistics: Callable[..., tuple[Any, int]] | None = None,
                     **legacy: Any) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
@@ -367,6 +369,9 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
     :param _replay: private (:func:`~smaso.student.population.compare_population`): called as ``_replay(net, step)``
         in place of training step ``step``, it gives ``net`` the weights a batched population trained (or raises
         where that member diverged); the checkpoints measure them as they measure a trained student.
+    :param _statistics: private (the same): called as ``_statistics(step, net, rows, **kw)`` in place of
+        :func:`~smaso.student.frequency.accumulate_statistics` ``(net, rows, **kw)`` at a streamed checkpoint (a
+        population's members measured in one batched pass, :mod:`smaso.student.member_statistics`).
 
     The configs' fields in detail (see also their classes):
 
@@ -512,8 +517,9 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
             # student's agree with float64 batch sums to 1e-6 relative (FrequencyAccumulator's precision
             # contract) at a fraction of the cost (float64 batch sums were most of a float32 evaluation's time)
             if streamed:
-                sums, correct = accumulate_statistics(net, ev_chunks, loss=loss, batch_size=eval_batch_size,
-                                                      dtype=dtype, engine=ev_engine, groups=noise_groups)
+                measure = accumulate_statistics if _statistics is None else functools.partial(_statistics, step)
+                sums, correct = measure(net, ev_chunks, loss=loss, batch_size=eval_batch_size, dtype=dtype,
+                                        engine=ev_engine, groups=noise_groups)
                 stats, acc = sums.result(), correct / n_eval
             else:
                 stats = collect_statistics(net, x_eval, y_eval, z_eval, loss=loss, dtype=dtype, groups=noise_groups)

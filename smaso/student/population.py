@@ -17,18 +17,21 @@ same kernel on the same shapes), so the weights are those of training the member
 float64 (``tests/test_population.py``).
 
 :func:`compare_population` then measures each member with :func:`~smaso.student.compare.compare_student` itself,
-its checkpoints replaying the population's weights instead of training (the statistics, the reformulation, the
-diagnosis and the alignment are that function's): the :class:`~smaso.student.compare.ComparisonResult` of each
-member is the one training it alone gives.  Settings outside the population's step (Batch Norm, shared weights,
+its checkpoints replaying the population's weights instead of training (the reformulation, the diagnosis and the
+alignment are that function's); the statistics of every member at a checkpoint come from one batched pass over the
+same evaluation rows (:mod:`smaso.student.member_statistics`: the same sums in another order), so the
+:class:`~smaso.student.compare.ComparisonResult` of each member is the one training it alone gives, its weights bit
+for bit and its numbers to float64 round-off.  Settings outside the population's step (Batch Norm, shared weights,
 a non-tree ladder, full-batch GD, an optimizer other than plain SGD, a schedule, a plateau stop) run one member
 after the other (:func:`population_supported` says which).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -254,6 +257,46 @@ def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *,
     return PopulationTrajectory(snapshots, diverged)
 
 
+class _MemberCheckpoints:
+    """The statistics of every member at a checkpoint, in one batched pass
+    (:func:`~smaso.student.member_statistics.member_statistics`) made when the first member asks for that step's
+    and handed to each member as :func:`~smaso.student.frequency.accumulate_statistics` would (``member(r)``, the
+    ``_statistics`` hook of :func:`~smaso.student.compare.compare_student`); a pass it does not cover is that
+    function's own, member by member."""
+
+    def __init__(self, nets: Sequence[LadderStudent], traj: PopulationTrajectory) -> None:
+        self.nets, self.traj = [copy.deepcopy(n) for n in nets], traj  # (own copies: loaded with each step's)
+        # step: (the members' sums, their correct counts, the members not yet served)
+        self.done: dict[int, tuple[Any, list[int], set[int]]] = {}
+        self.rows: Any = None  # the pass's rows (MemberRows), once asked for
+
+    def member(self, r: int) -> Callable[..., tuple]:
+        def measure(step: int, net: LadderStudent, source: Any, *, loss: str, batch_size: int,
+                    dtype: torch.dtype | None, engine: Any, groups: int | None) -> tuple:
+            from smaso.student.frequency import accumulate_statistics
+            from smaso.student.member_statistics import MAX_ROWS, MemberRows, MemberSums, member_statistics_supported
+
+            snap = self.traj.snapshots.get(step)
+            if snap is None or member_statistics_supported(net, dtype, groups) is not None or len(source) > MAX_ROWS:
+                return accumulate_statistics(net, source, loss=loss, batch_size=batch_size, dtype=dtype,
+                                             engine=engine, groups=groups)
+            if step not in self.done:
+                with torch.no_grad():
+                    for m, weights in zip(self.nets, snap, strict=True):
+                        for p, v in zip(m.parameters(), weights, strict=True):
+                            p.copy_(v)
+                if self.rows is None:  # (every member's checkpoints read these rows: built once)
+                    self.rows = MemberRows(net, source, loss=loss, batch_size=batch_size, groups=groups, dtype=dtype)
+                sums = MemberSums(self.nets, self.rows)
+                self.done[step] = (sums, sums.correct.tolist(), set(range(len(self.nets))))
+            sums, correct, waiting = self.done[step]
+            waiting.discard(r)
+            if not waiting:  # every member served: free the step's sums
+                del self.done[step]
+            return sums.accumulator(r, net), correct[r]  # (net: the member's own student, at these weights)
+        return measure
+
+
 def _same_setting(trainings: Sequence[TrainingConfig]) -> str | None:
     """Why ``trainings`` cannot be one population's (a sentence), or None: members may differ in their seed and
     ``shuffle_labels`` only."""
@@ -327,9 +370,14 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
     traj = train_ladder_population(nets, rows, steps=steps, lr=t0.lr, loss=t0.loss, weight_decay=t0.weight_decay,
                                    keep=sorted(keep), build=lambda items: population_batch(items, dtype))
     share = (time.perf_counter() - tic) / R
+    # the members' checkpoints measured together where they read the same rows (the alignment, the checkpoints'
+    # steps and where P comes from do not change them)
+    rows_of = [dataclasses.replace(e, alignment=False, eval_every=1, P_source="empirical") for _, _, e in cfg]
+    measure = _MemberCheckpoints(nets, traj) if all(e == rows_of[0] for e in rows_of) else None
     out = []
     for r, (s, t, e) in enumerate(cfg):
-        res = compare_student(sample, s, t, e, device=device, engine=engine, _replay=traj.replay(r))
+        res = compare_student(sample, s, t, e, device=device, engine=engine, _replay=traj.replay(r),
+                              _statistics=None if measure is None else measure.member(r))
         res.seconds += share
         out.append(res)
     return out

@@ -500,7 +500,7 @@ def _population_runs(seeds: Sequence[int], sample: DataSource, configs: tuple, s
                      device: torch.device | str | None = None) -> list[dict]:
     """:func:`_seed_run` of every seed in ``seeds``, the students (and with ``shuffled`` their controls) trained as
     one batched population (:func:`~smaso.student.population.compare_population`: the runs one by one give the
-    same histories, bit for bit)."""
+    same weights bit for bit, the same histories to float64 round-off)."""
     from smaso.student.population import compare_population
 
     student, training, evaluation = configs
