@@ -506,23 +506,23 @@ class LadderStudent(nn.Module):
 
     # ------------------------------------------------------------------ forward
     def forward(self, x: torch.Tensor, *, events_checked: bool = False) -> torch.Tensor:
-        """Outputs f_0 ``(N, n_0)`` (differentiable; BN uses the batch's statistics).
-
-        ``x``: the inputs ``(N, R_d, dim)``, or one-hot inputs given by their leaf events, integers ``(N, R_d)`` in
-        [0, dim) (``sample.z[:, ladder.level_offsets[-2]:]``): then the leaf level is a gather of weight rows
+        """Outputs f_0 ``(N, n_0)`` (differentiable; BN uses the batch's statistics).  ``x``: the inputs
+        ``(N, R_d, dim)``, or one-hot inputs given by their leaf events, integers ``(N, R_d)`` in [0, dim)
+        (``sample.z[:, ladder.level_offsets[-2]:]``): then the leaf level is a gather of weight rows
         (:func:`~smaso.student.connectivity.one_hot_pre_activation`) rather than a matmul on the one-hot, the same
         outputs to round-off.  ``events_checked``: the caller validated the events' range once where its data
         entered: skip that check, a host read (an event out of range would silently pick another edge's row).
 
-        On a uniform tree (:attr:`fast_path`) events run batch-major, the gather's own layout, with no transposes
-        between levels (:func:`~smaso.student.batch_major.student_forward`); float inputs with ReLU and no BN
-        through :func:`~smaso.student.node_major.node_major_forward` (reused backward buffers)."""
+        On a uniform tree (:attr:`fast_path`) outside vmap/grad, events run batch-major with no transposes
+        (:func:`~smaso.student.batch_major.student_forward`), float inputs with ReLU and no BN through
+        :func:`~smaso.student.node_major.node_major_forward` (reused backward buffers)."""
         self.check_inputs(x, values=not events_checked)
         events = self._events(x)
-        if events and self._fast:
-            return student_forward(self, x)
-        if self._fast and not events and not self.batch_norm and self.act(self.ladder.depth - 1).name == "relu":
-            return node_major_forward(self, x)  # the path below bit for bit, with reused backward buffers
+        if self._fast and not torch._C._are_functorch_transforms_active():  # (its Functions: no setup_context)
+            if events:
+                return student_forward(self, x)
+            if not self.batch_norm and self.act(self.ladder.depth - 1).name == "relu":
+                return node_major_forward(self, x)  # the path below bit for bit, with reused backward buffers
         h: torch.Tensor | None = None if events else self._leaves(x)
         before = self.bn_placement == "before"
         for l in range(self.ladder.depth - 1, -1, -1):
