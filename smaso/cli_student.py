@@ -287,7 +287,8 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
     e_mine = dataclasses.replace(e_cfg, alignment=False)
     res = compare_population(sample, s_cfg, [t_cfg, t_ctl, *(dataclasses.replace(t_cfg, seed=s) for s in mine),
                                              *(dataclasses.replace(t_ctl, seed=s) for s in mine)],
-                             [e_cfg, e_ctl, *[e_mine] * (2 * here)], device=args.device)
+                             [e_cfg, e_ctl, *[e_mine] * (2 * here)], device=args.device,
+                             progress=_progress(args))
     result, shuffled = res[0], res[1]
     student, _, _ = result._trained()
     # first what needs no other seed's run, while the workers finish theirs (printed and listed in the order of

@@ -101,6 +101,21 @@ def test_a_replayed_member_reads_no_training_losses(data, monkeypatch):
     assert [len(r.history) for r in pop] == [2, 2]
 
 
+def test_the_population_shows_one_progress_bar_over_its_steps_when_asked(data, capsys):
+    """``progress=True``: one tqdm bar over the population's training steps, naming how many students train (what
+    ``smaso demo`` shows on a terminal); by default none.  The runs are the same either way."""
+    student = StudentConfig(width=6, readout=5)
+    trainings = [TrainingConfig(steps=30, lr=0.5, batch_size=48, seed=s) for s in (0, 1)]
+    evaluation = EvaluationConfig(eval_every=30, eval_examples=256, noise_groups=None, alignment=False)
+    quiet = compare_population(data, student, trainings, evaluation)
+    assert capsys.readouterr().err == ""
+    shown = compare_population(data, student, trainings, evaluation, progress=True)
+    err = capsys.readouterr().err
+    assert "training 2 students" in err and "30/30" in err
+    for a, b in zip(quiet, shown, strict=True):
+        assert_same_history(a.history, b.history)
+
+
 def test_a_diverged_member_raises_what_the_run_alone_raises(data):
     student = StudentConfig(width=6, readout=5)
     trainings = [TrainingConfig(steps=40, lr=1e4, batch_size=48, seed=s) for s in (0, 1)]

@@ -156,8 +156,8 @@ def population_batch(items: Sequence[list], dtype: torch.dtype) -> tuple[torch.T
 
 def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *, steps: int, lr: float,
                             loss: str = "squared", weight_decay: float = 0.0, keep: Sequence[int] = (),
-                            build: Callable[[list], tuple[torch.Tensor, torch.Tensor]] | None = None
-                            ) -> PopulationTrajectory:
+                            build: Callable[[list], tuple[torch.Tensor, torch.Tensor]] | None = None,
+                            progress: bool = False) -> PopulationTrajectory:
     """Train R students of one architecture as one batched network by plain SGD (module docstring), member r on
     the minibatches ``batches[r]`` (an iterator of ``(x (N, R_d, dim), y (N,))``, every member the same N).
 
@@ -170,7 +170,10 @@ def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *,
     :param steps, lr, loss, weight_decay: as :func:`~smaso.student.compare.compare_student`'s plain SGD.
     :param build: the population's ``(x (N, R, R_d, dim), y (R, N))`` from the R members' next items (default: the
         items are ``(x, y)`` pairs, stacked; :func:`population_batch` builds them from rows).
+    :param progress: a tqdm bar over the steps (one for the whole population).
     """
+    from tqdm.auto import tqdm
+
     R = len(nets)
     if R == 0:
         raise ValueError("nets: expected at least one student")
@@ -217,6 +220,7 @@ def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *,
     first = None
     acts = [net.act(l) for l in range(d)]
     n0 = net.widths[0]
+    bar = tqdm(total=steps, desc=f"training {R} students", disable=not progress)
     for step in range(steps):
         x, y = (build or _stacked)([next(it) for it in batches])
         N = x.shape[0]
@@ -254,6 +258,8 @@ def train_ladder_population(nets: Sequence[LadderStudent], batches: Sequence, *,
         if (step + 1) % CHECK_EVERY == 0 or step + 1 == steps:
             _check_loss(losses, (step // CHECK_EVERY) * CHECK_EVERY, step + 1, first, lr, diverged)
         snapshot(step + 1)
+        bar.update(1)
+    bar.close()
     return PopulationTrajectory(snapshots, diverged)
 
 
@@ -312,7 +318,8 @@ def _same_setting(trainings: Sequence[TrainingConfig]) -> str | None:
 def compare_population(sample: DataSource, student: StudentConfig | None, trainings: Sequence[TrainingConfig],
                        evaluations: EvaluationConfig | Sequence[EvaluationConfig] | None = None, *,
                        device: torch.device | str | None = None,
-                       engine: SerialEngine | DaskEngine | None = None) -> list[ComparisonResult]:
+                       engine: SerialEngine | DaskEngine | None = None, progress: bool = False
+                       ) -> list[ComparisonResult]:
     """:func:`~smaso.student.compare.compare_student` of every ``(trainings[r], evaluations[r])``, the students
     trained as one batched population (module docstring): the same results as calling it member by member.
 
@@ -322,6 +329,7 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
         ``shuffle_labels`` only (otherwise, or where :func:`population_supported` says no, the members run one
         after the other).
     :param evaluations: one :class:`~smaso.student.config.EvaluationConfig` for all, or one per member.
+    :param progress: a tqdm bar over the training steps (the population's, or each member's run one by one).
     :returns: one :class:`~smaso.student.compare.ComparisonResult` per member, in order; each ``seconds`` is its
         measurement's time plus its share (1/R) of the population's training.
     """
@@ -345,7 +353,7 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
     cfg_s, t0 = cfg[0][0], cfg[0][1]
 
     def one_by_one() -> list[ComparisonResult]:
-        return [compare_student(sample, s, t, e, device=device, engine=engine) for s, t, e in cfg]
+        return [compare_student(sample, s, t, e, device=device, engine=engine, progress=progress) for s, t, e in cfg]
 
     if R == 1 or population_supported(cfg_s, t0) or _same_setting([c[1] for c in cfg]):
         return one_by_one()
@@ -368,7 +376,8 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
     keep = {s for _, _, e in cfg for s in (0, steps, *range(0, steps + 1, e.eval_every))}
     tic = time.perf_counter()
     traj = train_ladder_population(nets, rows, steps=steps, lr=t0.lr, loss=t0.loss, weight_decay=t0.weight_decay,
-                                   keep=sorted(keep), build=lambda items: population_batch(items, dtype))
+                                   keep=sorted(keep), build=lambda items: population_batch(items, dtype),
+                                   progress=progress)
     share = (time.perf_counter() - tic) / R
     # the members' checkpoints measured together where they read the same rows (the alignment, the checkpoints'
     # steps and where P comes from do not change them)
