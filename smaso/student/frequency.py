@@ -32,7 +32,14 @@ from smaso import _ladder_parts
 from smaso.student.bn_sums import bn_event_sums
 from smaso.student.connectivity import take_rows
 from smaso.student.event_means import FrequencyStatistics, PerEventMeans
-from smaso.student.mergeable import MergeableSums, event_counts, event_flags, negated_state, record_rows
+from smaso.student.mergeable import (
+    MergeableSums,
+    check_record_weights,
+    event_counts,
+    event_flags,
+    negated_state,
+    record_rows,
+)
 from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
 from smaso.student.row_groups import add_row_groups, groups_at_once
 from smaso.student.rows import evaluation_inputs, leaf_event_inputs
@@ -54,7 +61,6 @@ DEFAULT_GROUPS = 10
 # per-level quantities, in the order they are stacked for the single scatter per level,
 # and the StudentRecord field each one averages
 _RECORD = {"Fbar": "fbar", "F": "f", "D": "slope", "Dp": "deriv", "U": "u", "G": "g", "Gf": "g_f"}
-
 
 _ONE_HOT_MAX_EVENTS = 256
 
@@ -96,7 +102,6 @@ def scatter_sums(z: torch.Tensor, q: torch.Tensor, m: int, dtype: torch.dtype,
     out = torch.zeros(r * m, q.shape[-1], dtype=dtype, device=q.device)
     idx = (z + torch.arange(r, device=z.device) * m).reshape(-1)
     return out.index_add_(0, idx, q.reshape(n * r, -1)).reshape(r, m, -1)
-
 
 
 def _runs(indices: list[int]) -> list[tuple[int, int]]:
@@ -200,12 +205,7 @@ class FrequencyAccumulator(MergeableSums):
         """
         lad, dt = self.ladder, self.dtype
         z = _student_events(self.student, z, rec)
-        if any(self._derived) and rec.params_version is not None \
-                and rec.params_version != self.student.params_version():
-            # U and Gf are summed from the edge sums by the student's weights now (_add_derived): they must be the
-            # weights that made the record
-            raise ValueError("rec: made by another student, or before the student's weights changed (an update "
-                             "between forward_backward and add); add each record before updating the weights")
+        check_record_weights(self.student, rec, any(self._derived))  # (U and Gf read the weights now)
         if rows is not None:
             edges = None if lad.is_uniform() else [self.student.edge_index(l) for l in range(lad.depth)]
             rec, z = record_rows(rec, rows, edges), z[rows]

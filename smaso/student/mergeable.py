@@ -16,7 +16,8 @@ if TYPE_CHECKING:
 
     from teachers.ladder import Ladder
 
-__all__ = ["MergeableSums", "event_counts", "event_error", "event_flags", "negated_state", "record_rows"]
+__all__ = ["MergeableSums", "check_record_weights", "event_counts", "event_error", "event_flags", "negated_state",
+           "record_rows"]
 
 
 def event_error(level: int, bound: int, *, narrow: bool = False) -> str:
@@ -66,6 +67,15 @@ def event_counts(index: torch.Tensor, size: int) -> torch.Tensor:
         return counts.to(torch.float64)
     ones = torch.ones((), dtype=torch.float64, device=flat.device).expand(flat.shape[0])
     return torch.zeros(size, dtype=torch.float64, device=flat.device).index_add_(0, flat, ones)
+
+
+def check_record_weights(student: Any, rec: StudentRecord, derived: bool) -> None:
+    """Refuse ``rec`` when ``derived`` sums (U, Gf: mapped from the edge sums by the student's weights now) would
+    read other weights than those that made it (:attr:`StudentRecord.params_version`): a record of another student,
+    or one made before an update of the weights."""
+    if derived and rec.params_version is not None and rec.params_version != student.params_version():
+        raise ValueError("rec: made by another student, or before the student's weights changed (an update "
+                         "between forward_backward and add); add each record before updating the weights")
 
 
 def batch_loss_sum(rec: StudentRecord, n: int) -> float | torch.Tensor:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from smaso import _ladder_parts
-from smaso.student.mergeable import event_counts, event_flags
+from smaso.student.mergeable import check_record_weights, event_counts, event_flags
 
 if TYPE_CHECKING:
     from smaso.student.frequency import FrequencyAccumulator
@@ -55,9 +55,7 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
     """
     acc = parts[0]
     st, lad = acc.student, acc.ladder
-    if any(acc._derived) and rec.params_version is not None and rec.params_version != st.params_version():
-        raise ValueError("rec: made by another student, or before the student's weights changed (an update "
-                         "between forward_backward and add); add each record before updating the weights")
+    check_record_weights(st, rec, any(acc._derived))
     d, off, R, M = lad.depth, lad.level_offsets, lad.num_regions, lad.events
     G, n_all = len(parts), z.shape[0]
     spans = [(g, lo, hi) for g, (lo, hi) in enumerate(itertools.pairwise(bounds)) if hi > lo]
@@ -92,7 +90,7 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
     st, lad, dt = acc.student, acc.ladder, acc.dtype
     d, R, M, G = lad.depth, lad.num_regions, lad.events, len(parts)
     if rec.stacked is None:
-        raise ValueError("rec: expected a record with stacked buffers (ReplicateAccumulator._groups_at_once)")
+        raise ValueError("rec: expected a record with stacked buffers (groups_at_once)")
     stacked = rec.stacked
     n_all = group.shape[0]
     branching = _ladder_parts.uniform_branching(lad)
