@@ -39,6 +39,7 @@ from smaso.student.mergeable import (
     event_flags,
     negated_state,
     record_rows,
+    tree_pair_index,
 )
 from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
 from smaso.student.row_groups import add_row_groups, groups_at_once
@@ -367,7 +368,6 @@ class FrequencyAccumulator(MergeableSums):
         """
         lad, dt = self.ladder, self.dtype
         m, mp = lad.events[l], lad.events[l - 1]
-        Rp = lad.num_regions[l - 1]
         # the edges into level l >= 1: set (in place below, as the lists' own tensors)
         joint_counts, fc_sum, gp_sum, edge_base = (_ladder_parts.at_level(v, l, name) for v, name in (
             (self.joint_counts, "joint_counts"), (self.fc, "fc"), (self.gp, "gp"), (self._edge_base, "edge_base")))
@@ -375,7 +375,7 @@ class FrequencyAccumulator(MergeableSums):
         par, chi = self.student.edge_index(l - 1)
         b = _ladder_parts.uniform_branching(lad)[l - 1] if tree else 0  # read on the tree path only
         if tree:  # edge = child region; child c of parent p is region p b + c: views, no gathers
-            pair = (bins[l - 1][:, :, None] * m + edge_base.view(Rp, b)) + bins[l].view(n, Rp, b)
+            pair = tree_pair_index(bins[l - 1], bins[l], m, edge_base)
         else:
             pair = (bins[l - 1][:, par] * m + bins[l][:, chi]) + edge_base
         pairs = event_counts(pair, E * mp * m).view(E, mp, m)

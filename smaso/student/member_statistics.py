@@ -49,7 +49,7 @@ from smaso.student.frequency import (
     _student_chunks,
     _student_events,
 )
-from smaso.student.mergeable import event_counts, event_flags
+from smaso.student.mergeable import event_counts, event_flags, tree_pair_index
 from smaso.student.network import LadderStudent, _check_float_dtype, student_loss
 
 if TYPE_CHECKING:
@@ -135,7 +135,6 @@ class MemberRows:
         per_group = self.sizes.sum(1).long().tolist()
         self.n = per_group
         bounds = [sum(per_group[:g]) for g in range(K + 1)]
-        b = _ladder_parts.uniform_branching(lad)
         self.counts = [torch.zeros(K, lad.num_regions[l], lad.events[l], dtype=TOTAL_DTYPE, device=dev)
                        for l in range(d + 1)]
         self.joint_counts: list[torch.Tensor | None] = [None] + [
@@ -147,9 +146,8 @@ class MemberRows:
                 R, m = lad.num_regions[l], lad.events[l]
                 self.counts[l][g] = event_counts(e[l] + torch.arange(R, device=dev) * m, R * m).view(R, m)
                 if l:
-                    Rp, mp = lad.num_regions[l - 1], lad.events[l - 1]
-                    pair = (e[l - 1][:, :, None] * m + torch.arange(R, device=dev).view(Rp, b[l - 1]) * (mp * m)) \
-                        + e[l].view(-1, Rp, b[l - 1])
+                    mp = lad.events[l - 1]
+                    pair = tree_pair_index(e[l - 1], e[l], m, torch.arange(R, device=dev) * (mp * m))
                     jc = self.joint_counts[l]
                     assert jc is not None
                     jc[g] = event_counts(pair, R * mp * m).view(R, mp, m)

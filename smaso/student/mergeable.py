@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from teachers.ladder import Ladder
 
 __all__ = ["MergeableSums", "check_record_weights", "event_counts", "event_error", "event_flags", "negated_state",
-           "record_rows"]
+           "record_rows", "tree_pair_index"]
 
 
 def event_error(level: int, bound: int, *, narrow: bool = False) -> str:
@@ -76,6 +76,15 @@ def check_record_weights(student: Any, rec: StudentRecord, derived: bool) -> Non
     if derived and rec.params_version is not None and rec.params_version != student.params_version():
         raise ValueError("rec: made by another student, or before the student's weights changed (an update "
                          "between forward_backward and add); add each record before updating the weights")
+
+
+def tree_pair_index(parents: torch.Tensor, children: torch.Tensor, m: int, edge_base: torch.Tensor) -> torch.Tensor:
+    """The flat count index ``(e M_p + a_p) M + a`` of every (parent, child) event pair of a uniform tree's level,
+    whose edge e is child region e (parent e // b): ``parents`` ``(N, R_p)`` and ``children`` ``(N, R_p b)`` integer
+    events, ``m`` = M the children's event count, ``edge_base`` ``(R_p b,)`` = e M_p M.  Returns ``(N, R_p, b)``,
+    no gathers (the children grouped by parent are a view)."""
+    n, rp = parents.shape
+    return (parents[:, :, None] * m + edge_base.view(rp, -1)) + children.view(n, rp, -1)
 
 
 def batch_loss_sum(rec: StudentRecord, n: int) -> float | torch.Tensor:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from smaso import _ladder_parts
-from smaso.student.mergeable import check_record_weights, event_counts, event_flags
+from smaso.student.mergeable import check_record_weights, event_counts, event_flags, tree_pair_index
 
 if TYPE_CHECKING:
     from smaso.student.frequency import FrequencyAccumulator
@@ -125,7 +125,7 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
         m, mp, Rp, b = M[l], M[l - 1], R[l - 1], branching[l - 1]
         E = R[l]  # a tree: one edge per child region
         edge_base = _ladder_parts.at_level(acc._edge_base, l, "edge_base")
-        pair = (bins[l - 1][:, :, None] * m + edge_base.view(Rp, b)) + bins[l].view(n_all, Rp, b) \
+        pair = tree_pair_index(bins[l - 1], bins[l], m, edge_base) \
             + group[:, :, None] * (E * mp * m)
         pairs = event_counts(pair, G * E * mp * m).view(G, E, mp, m)
         if cnt[l] is None:  # the leaves without a scatter matrix: the margins of their pairs
