@@ -194,6 +194,24 @@ def test_two_graphs_alive_at_once(inputs):
             assert_close(g, w, TOL, "gradient")
 
 
+@pytest.mark.parametrize("inputs", ["events", "floats"])
+def test_reused_buffers_stay_beside_the_student_not_in_it(inputs):
+    """The backward's reused buffers are kept beside the student (``smaso.student.scratch``): a copy of a trained
+    student carries none of them (tens of MB at batch 1024), and its gradients are the original's."""
+    import copy
+
+    from smaso.student.scratch import scratch_dict
+
+    st, x, z, y = _setup()
+    data = z if inputs == "events" else x
+    _, want = _grads(st, data, y)
+    assert scratch_dict(st), "the backward kept no buffer: nothing to check"
+    twin = copy.deepcopy(st)
+    assert scratch_dict(twin) == {}
+    for g, w in zip(_grads(twin, data, y)[1], want, strict=True):
+        assert torch.equal(g, w)
+
+
 @pytest.mark.parametrize("depth", [1, 2])
 def test_a_relu_top_over_the_leaves(depth):
     """With a ReLU top, the level above the leaves may be the top itself (depth 1): its fused gate and the output

@@ -27,6 +27,7 @@ from torch.autograd.function import once_differentiable
 
 from smaso.student import connectivity
 from smaso.student.connectivity import _one_hot_rows_major, one_hot_rows
+from smaso.student.scratch import scratch_dict
 
 __all__ = ["ReluOneHotLeaves", "TreeLevel", "student_forward", "tree_level"]
 
@@ -155,7 +156,7 @@ def student_forward(student: Any, events: torch.Tensor) -> torch.Tensor:
     ``(N, R_{l+1}, n_{l+1})`` grouped by parent (a view)."""
     lad, N, d = student.ladder, events.shape[0], student.ladder.depth
     before = student.bn_placement == "before"
-    scratch = student.__dict__.setdefault("_one_hot_scratch", {})  # buffers reused from one backward to the next
+    scratch = scratch_dict(student)  # buffers reused from one backward to the next
     fused = student.act(d - 1).name == "relu" and not student.batch_norm
     if fused:
         h = ReluOneHotLeaves.apply(student.edge_weights(d - 1),

@@ -49,6 +49,7 @@ from smaso.student.connectivity import (
 )
 from smaso.student.node_major import node_major_forward
 from smaso.student.readout import readout_events, readout_ladder
+from smaso.student.scratch import scratch_dict
 from teachers.ladder import Ladder
 
 __all__ = ["BN_PLACEMENTS", "LOSSES", "PER_EXAMPLE", "VARIABLES", "LadderStudent", "StudentRecord", "node_variable",
@@ -473,9 +474,7 @@ class LadderStudent(nn.Module):
         whose gradient is the level's own Delta W matmul on the node-major one-hot
         (:class:`~smaso.student.connectivity.OneHotLeaves`)."""
         l, fast, rows, first = self._one_hot_args(events, batch_major)
-        # buffers of the backward's one-hot, reused from one backward to the next (it lives only inside the
-        # backward: two backward passes of one student must not run at once in different threads)
-        scratch = self.__dict__.setdefault("_one_hot_scratch", {})
+        scratch = scratch_dict(self)  # the backward's one-hot buffers: no two backward passes of it at once
         width = self.widths[-1]
 
         def weight_grad(W: torch.Tensor, g: torch.Tensor, ev: torch.Tensor) -> torch.Tensor:

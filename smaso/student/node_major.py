@@ -20,6 +20,7 @@ from torch.autograd.function import once_differentiable
 
 from smaso.student.batch_major import _buffer
 from smaso.student.connectivity import tree_pre_activation
+from smaso.student.scratch import scratch_dict
 
 __all__ = ["ReluTreeLeaves", "TreeLevelNodeMajor", "node_major_forward"]
 
@@ -93,7 +94,7 @@ def node_major_forward(student: Any, x: torch.Tensor) -> torch.Tensor:
     autograd path's numbers bit for bit, with the leaves' level and the level above as :class:`ReluTreeLeaves` and
     :class:`TreeLevelNodeMajor`."""
     d = student.ladder.depth
-    scratch = student.__dict__.setdefault("_one_hot_scratch", {})  # buffers reused from one backward to the next
+    scratch = scratch_dict(student)  # buffers reused from one backward to the next
     h = student._leaves(x)
     for l in range(d - 1, -1, -1):
         W, bias = student.edge_weights(l), None if student.biases is None else student.biases[l]

@@ -9,16 +9,21 @@ from typing import Any
 
 import torch
 
-__all__ = ["scratch_buffer"]
+__all__ = ["scratch_buffer", "scratch_dict"]
 
 _BUFFERS: weakref.WeakKeyDictionary[Any, dict[str, torch.Tensor]] = weakref.WeakKeyDictionary()
+
+
+def scratch_dict(owner: Any) -> dict[str, torch.Tensor]:
+    """``owner``'s scratch buffers by name (a dict kept beside the object, not in it; freed with it)."""
+    return _BUFFERS.setdefault(owner, {})
 
 
 def scratch_buffer(owner: Any, name: str, shape: tuple[int, ...], dtype: torch.dtype,
                    device: torch.device) -> torch.Tensor:
     """``owner``'s buffer ``name`` of ``shape``, ``dtype`` on ``device`` (uninitialized): the one returned last time
     when it fits, else a new one that replaces it.  Two users of one owner's buffer must not run at once."""
-    mine = _BUFFERS.setdefault(owner, {})
+    mine = scratch_dict(owner)
     buf = mine.get(name)
     if buf is None or tuple(buf.shape) != tuple(shape) or buf.dtype != dtype or buf.device != torch.device(device):
         buf = mine[name] = torch.empty(shape, dtype=dtype, device=device)
