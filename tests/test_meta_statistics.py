@@ -158,3 +158,57 @@ def test_events_past_their_regions_own_count() -> None:
         event_flags([bad], [3], [sizes])
     flags = event_flags([bad.to("meta")], [3], [sizes.to("meta")])
     assert flags is not None and flags.device.type == "meta" and tuple(flags.shape) == (1, 2)
+
+
+def test_row_groups_at_once_run_on_meta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The jackknife's row groups as one accumulation (``smaso.student.row_groups``, what an evaluation pass with
+    bounds runs on a tree) end to end on meta: the same sums' shapes and dtypes as on the CPU, no host read."""
+    import smaso.student.frequency as frequency
+
+    taken: list[str] = []
+    real = frequency.add_row_groups
+
+    def spy(parts, rec, z, bounds, fields):  # type: ignore[no-untyped-def]
+        taken.append(z.device.type)
+        return real(parts, rec, z, bounds, fields)
+
+    monkeypatch.setattr(frequency, "add_row_groups", spy)
+    lad, st, recs, zs = _batches("tree")
+    cpu = ReplicateAccumulator(st, groups=3)
+    meta = ReplicateAccumulator(LadderStudent(lad, 4, seed=0, dtype=torch.float32, device="meta"), groups=3)
+    bounds = [0, 20, 41, 64]
+    for rec, meta_rec, z in zip(recs, _meta_records(meta.student, "tree"), zs, strict=True):
+        cpu.add(rec, z, bounds)
+        meta.add(meta_rec, z.to("meta"), bounds)
+    assert taken == ["cpu", "meta", "cpu", "meta"]
+    assert [p.n for p in meta.parts] == [p.n for p in cpu.parts] == [40, 42, 46]
+    for mp, cp in zip(meta.parts, cpu.parts, strict=True):
+        for key in FrequencyAccumulator._SUMS:
+            for m, c in zip(getattr(mp, key), getattr(cp, key), strict=True):
+                assert (m is None) == (c is None)
+                if m is not None:
+                    assert m.device.type == "meta" and m.shape == c.shape and m.dtype == c.dtype, key
+
+
+def test_members_measured_at_once_run_on_meta() -> None:
+    """A population's members measured in one batched pass (``smaso.student.member_statistics``: the rows built
+    once, the members' forward and backward and their sums) on meta: each member's accumulator has the sums' shapes
+    and dtypes of its own CPU pass, on the device; only the pass's count of correct examples is read back, once
+    (as ``accumulate_statistics`` reads its own), so that read is left out here."""
+    from smaso.student.frequency import accumulate_statistics
+    from smaso.student.member_statistics import MemberRows, MemberSums
+
+    lad = LADDERS["tree"]()
+    s = sample_ladder(lad, 200, 1)
+    nets = [LadderStudent(lad, 4, seed=i, dtype=torch.float64, device="meta") for i in range(3)]
+    sums = MemberSums(nets, MemberRows(nets[0], s, batch_size=64, groups=3))
+    cpu, _ = accumulate_statistics(LadderStudent(lad, 4, seed=0, dtype=torch.float64), s, batch_size=64, groups=3)
+    assert sums.correct.device.type == "meta" and tuple(sums.correct.shape) == (3,)
+    rep = sums.accumulator(1)
+    for mp, cp in zip(rep.parts, cpu.parts, strict=True):
+        assert mp.n == cp.n
+        for key in FrequencyAccumulator._SUMS:
+            for m, c in zip(getattr(mp, key), getattr(cp, key), strict=True):
+                assert (m is None) == (c is None)
+                if m is not None:
+                    assert m.device.type == "meta" and m.shape == c.shape and m.dtype == c.dtype, key
