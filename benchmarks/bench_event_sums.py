@@ -29,21 +29,31 @@ Contenders, each timed over every problem of the batch (its own index or one-hot
 - ``read floor`` (not a sum): one read of every value (``q.sum()``), the memory floor of any formulation that reads
   the values once after the explicit pass wrote them.
 
+Two more contenders compute every problem of the batch at once, as an accumulator would on a record whose rows are
+examples-major (the tables built outside the timing, as such an explicit pass would write them):
+
+- ``segment sums (batch-major)`` / ``(region-major)``: per hidden level one stable sort of its rows by
+  ``r M + z[n, r]`` (int16 keys; the bincount of the keys is the level's counts), then ``F.embedding_bag`` sums: the
+  level's own rows in that order, each child's parent rows in the child's order (gp), each child's rows in its
+  parent's order (fc).  Rows ``n R + r`` (``(N, R, k n)``, the layout of a batch-major pass) or ``r N + n``
+  (``(R, N, k n)``).
+
 Every contender's sums are checked against float64 sums of the same values (``max_rel_err``, the largest error over
 the largest sum of each problem).  Context rows on the same batch: ``plain`` (autograd forward+backward on one-hot x,
-as ``bench_student``'s ``plain``), ``explicit stacked`` (``forward_backward`` into the previous buffers) and
-``accumulator add`` (``FrequencyAccumulator(float32).add`` of that record) and ``accumulator sums`` (the part of it
-that computes these sums, as it computes them: its one-hot matrices and batched matmuls alone).
-Rounds are round-robin over all
-contenders (``--repeats`` rounds of ``--inner`` calls each, the per-call time of a round its mean); best and median
-over the rounds are recorded with the load average.  ``estimates`` derives, from the best times, the statistics pass
-over plain now and with the accumulator's sums replaced by each formulation's standalone total (scatter_add;
-the fastest examples-major one, with and without the transpose; the read floor): arithmetic on measured parts, not a
-measured pass.
+as ``bench_student``'s ``plain``), ``explicit stacked`` (``forward_backward`` into the previous buffers),
+``accumulator add`` (``FrequencyAccumulator(float32).add`` of that record) and ``accumulator sums`` (the part of
+``add`` that computes these sums, as it computes them on a uniform tree: one one-hot per level shared by the own, fc
+and gp sums, the stacked runs' bmm, ``_edge_matmuls``' strided and grouped bmm; nothing else of ``add``).  Rounds are
+round-robin over all contenders (``--repeats`` rounds of ``--inner`` calls each, a round's time the mean per call);
+best and median over the rounds are recorded with the load average.  ``estimates`` derives, from the best times, the
+statistics pass over plain now (``explicit stacked`` + ``accumulator add``) and with ``accumulator sums`` replaced by
+another formulation's total (scatter_add; the fastest per-problem examples-major one, with and without the transpose;
+the faster segment sums; the read floor), and the accumulation budget the 1.3x target leaves
+(1.3 ``plain`` - ``explicit stacked``): arithmetic on measured parts, not measured passes.
 
 Run it with::
 
-    python benchmarks/bench_event_sums.py            # about 30 s on 2 cores
+    python benchmarks/bench_event_sums.py            # about 20 s on 2 cores
     python benchmarks/bench_event_sums.py --quick    # smoke run (batch 256, 1 round)
 """
 
@@ -186,6 +196,64 @@ def accumulator_sums(student: LadderStudent, rec, z: torch.Tensor) -> Callable[[
     return run
 
 
+def segment_sums(student: LadderStudent, rec, z: torch.Tensor, layout: str) -> Callable[[], dict[str, torch.Tensor]]:
+    """Every problem's sums from a record whose rows are examples-major (module docstring: ``segment sums``): per
+    hidden level one stable sort of the level's rows by ``r M + z[n, r]`` (int16 keys), whose counts are the level's
+    event counts, then ``F.embedding_bag`` sums of rows in that order: the own sums of the level's ``(N R, k n)``
+    rows, the gp sums of each child's parent rows (the child's order mapped to its parent's rows), the fc sums of each
+    child's rows in its parent's order.  ``layout``: ``"batch"`` (row ``n R + r``, the ``(N, R, k n)`` layout of a
+    batch-major pass: a region's rows are ``R k n`` values apart) or ``"region"`` (row ``r N + n``, ``(R, N, k n)``:
+    a region's rows are one block).  The tables are built outside the timing (what such an explicit pass would
+    write); keys, sorts, offsets and index maps inside."""
+    lad, d, N = student.ladder, student.ladder.depth, z.shape[0]
+    off, M, R = lad.level_offsets, lad.events, lad.num_regions
+    if (lad.total_regions + 1) * max(M) >= 2**15:
+        raise ValueError("segment sums: int16 keys need (regions + 1) * events < 2^15")
+    k, region = len(rec.stacked_fields), layout == "region"
+    perm = (0, 3, 1, 2) if region else (3, 0, 1, 2)
+    tables = [rec.stacked[l].permute(*perm).reshape(N * R[l], -1).contiguous() for l in range(d)]
+    n = [t.shape[1] // k for t in tables]
+    # fbar and g as tables of their own (a strided column view would be copied by every embedding_bag call)
+    fbar = [t.view(-1, k, n[l])[:, rec.stacked_fields.index("fbar")].contiguous() for l, t in enumerate(tables)]
+    g = [t.view(-1, k, n[l])[:, rec.stacked_fields.index("g")].contiguous() for l, t in enumerate(tables)]
+    bases = [(torch.arange(R[l]) * M[l]).to(torch.int16)[:, None] for l in range(d)]
+    ev = z[:, :off[d]].T.contiguous() if region else z
+
+    def row_parts(row: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(example, region) of rows of a level of ``r`` regions."""
+        if region:
+            return row % N, torch.div(row, N, rounding_mode="floor")
+        return torch.div(row, r, rounding_mode="floor"), row % r
+
+    def row_of(ex: torch.Tensor, reg: torch.Tensor | int, r: int) -> torch.Tensor:
+        return reg * N + ex if region else ex * r + reg
+
+    def run() -> dict[str, torch.Tensor]:
+        out, orders, starts = {}, [], []
+        for l in range(d):
+            lev = ev[off[l]: off[l + 1]] if region else ev[:, off[l]: off[l + 1]].T
+            key = (lev.to(torch.int16) + bases[l]) if region else (lev.to(torch.int16) + bases[l]).T
+            key = key.reshape(-1)
+            orders.append(torch.sort(key, stable=True).indices)
+            counts = torch.bincount(key, minlength=R[l] * M[l])
+            starts.append(torch.cumsum(counts, 0) - counts)
+            out[f"own {l}"] = F.embedding_bag(orders[l], tables[l], starts[l], mode="sum").view(R[l], M[l], -1)
+            if l == 0:
+                continue
+            b, Rp = R[l] // R[l - 1], R[l - 1]
+            ex, c = row_parts(orders[l], R[l])  # in (c, z_c) order: the parent rows of the same examples
+            out[f"gp {l}"] = F.embedding_bag(row_of(ex, torch.div(c, b, rounding_mode="floor"), Rp), g[l - 1],
+                                             starts[l], mode="sum").view(R[l], M[l], -1)
+            # each parent's rows in (p, z_p) order, N per parent; child c = p b + j takes its own rows in that order
+            ex_p = row_parts(orders[l - 1], Rp)[0].view(Rp, 1, N)
+            idx = row_of(ex_p, (torch.arange(Rp) * b)[:, None, None] + torch.arange(b)[None, :, None], R[l])
+            within = (starts[l - 1].view(Rp, M[l - 1]) - (torch.arange(Rp) * N)[:, None]).repeat_interleave(b, 0)
+            out[f"fc {l}"] = F.embedding_bag(idx.reshape(-1), fbar[l], (within + (torch.arange(R[l]) * N)[:, None])
+                                             .view(-1), mode="sum").view(R[l], M[l - 1], -1)
+        return out
+    return run
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     wall0 = common.start(args.threads)
@@ -205,6 +273,12 @@ def main(argv: list[str] | None = None) -> dict:
     for name, fn in sums.items():
         errors[name] = max(float((fn(p).double() - p["ref"]).abs().max() / p["ref"].abs().max().clamp(min=1e-300))
                            for p in probs)
+    segments = {f"segment sums ({layout}-major)": segment_sums(student, rec, z, layout)
+                for layout in ("batch", "region")}
+    for name, fn in segments.items():
+        got = fn()
+        errors[name] = max(float((got[p["name"]].double() - p["ref"]).abs().max()
+                                 / p["ref"].abs().max().clamp(min=1e-300)) for p in probs)
     acc = FrequencyAccumulator(student)
     buffers = [rec.stacked]
 
@@ -226,7 +300,7 @@ def main(argv: list[str] | None = None) -> dict:
         return run
 
     runs = {"plain": plain, "explicit stacked": explicit, "accumulator add": lambda: acc.add(rec, z),
-            "accumulator sums": accumulator_sums(student, rec, z),
+            "accumulator sums": accumulator_sums(student, rec, z), **segments,
             **{name: over_problems(name, fn) for name, fn in sums.items()},
             "transpose": over_problems("transpose", lambda p: p["vals"].permute(2, 0, 1).contiguous()),
             "read floor": over_problems("read floor", lambda p: p["vals"].sum())}
@@ -264,6 +338,7 @@ def main(argv: list[str] | None = None) -> dict:
         "accumulator_other_ms": by["accumulator add"] - by["accumulator sums"],
         "stats_over_plain_scatter_add": (rest + by["scatter_add"]) / by["plain"],
         "stats_over_plain_read_floor": (rest + by["read floor"]) / by["plain"],
+        "stats_over_plain_segment_sums": min(rest + by[k] for k in segments) / by["plain"],
         "fastest_examples_major": fastest,
         "stats_over_plain_examples_major_record": (rest + by[fastest]) / by["plain"],
         "stats_over_plain_examples_major_with_transpose": (rest + by[fastest] + by["transpose"]) / by["plain"],
