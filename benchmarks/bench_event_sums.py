@@ -18,8 +18,9 @@ outside the timing, in both layouts: node-major values ``(R, K, N)`` (what the e
 events ``(R, N)`` uint8, and examples-major rows ``(N R, K)`` with the events ``(N, R)`` uint8 (as a store holds them).
 Contenders, each timed over every problem of the batch (its own index or one-hot construction included):
 
-- ``one-hot bmm``: the accumulator's formulation (node-major): the one-hot written by one uint8 comparison into a
-  reused buffer, then ``bmm(one_hot (R, M, N), q^T)``;
+- ``one-hot bmm``: the accumulator's formulation (node-major) problem by problem: the one-hot written by one uint8
+  comparison into a reused buffer, then ``bmm(one_hot (R, M, N), q^T)`` (``accumulator sums`` below shares a
+  level's one-hot between problems, as the accumulator does);
 - ``scatter_add`` (node-major): ``zeros(R, K, M).scatter_add_(2, events, q)``;
 - ``index_add rows`` (examples-major): ``zeros(R M, K).index_add_(0, r M + z, rows)``;
 - ``embedding_bag sorted`` (examples-major): the rows' stable order by ``r M + z``, the counts as offsets, and
@@ -353,7 +354,7 @@ def main(argv: list[str] | None = None) -> dict:
     problem_info = [{k: p[k] for k in ("name", "m", "values_summed", "one_hot_macs")} for p in probs]
     data = common.record("event_sums", argv, {"config": config, "problems": problem_info}, info, results,
                          {"estimates": estimates}, total_s)
-    common.print_table([common.Column("contender", 22, "contender", align="<"),
+    common.print_table([common.Column("contender", 28, "contender", align="<"),
                         common.Column("best ms", 9, "best_ms", ".3f"),
                         common.Column("median ms", 10, "median_ms", ".3f"),
                         common.Column("max rel err", 12, lambda r: r.get("max_rel_err"), ".1e")], results,
