@@ -1,0 +1,370 @@
+"""Benchmark: formulations of the statistics pass's per-event sums, on one batch of ``bench_student``'s configuration.
+
+Why: the statistics pass (``bench_student``'s ``stats f32``) is about 1.9x a plain forward+backward against a target
+of 1.3x, and most of ``FrequencyAccumulator.add`` is per-event sums ``out[r, a, :] = sum_n [z[n, r] = a] q[n, r, :]``
+computed as batched matmuls with the events' one-hot matrices (M rows of 0/1 per region: M = 16 multiply-adds per
+value summed).  This script measures what other formulations of the same sums cost, so that a claim about where the
+floor lies rests on numbers.
+
+The sums of one batch (``Ladder.random(depth, branching, events, seed)``, ``LadderStudent(width, float32)`` without
+BN, one record of ``forward_backward(x, y, stacked=True)`` on ``--batch-size`` examples), every hidden level l < d:
+
+- ``own`` l: the level's stacked quantities (``rec.stacked[l]``, ``(R_l, k n_l, N)`` node-major) by the level's events;
+- ``fc`` l (1 <= l < d): the children's fbar ``(R_l, n_l, N)`` by their parent's events (Fc);
+- ``gp`` l (1 <= l < d): the parent's gradient g ``(R_l, n_{l-1}, N)`` by each child's events (Gp~).
+
+(The one-hot leaves' sums follow from the counts and Delta W: none is computed.)  Each problem's inputs are built
+outside the timing, in both layouts: node-major values ``(R, K, N)`` (what the explicit pass writes today) with the
+events ``(R, N)`` uint8, and examples-major rows ``(N R, K)`` with the events ``(N, R)`` uint8 (as a store holds them).
+Contenders, each timed over every problem of the batch (its own index or one-hot construction included):
+
+- ``one-hot bmm``: the accumulator's formulation (node-major) problem by problem: the one-hot written by one uint8
+  comparison into a reused buffer, then ``bmm(one_hot (R, M, N), q^T)`` (``accumulator sums`` below shares a
+  level's one-hot between problems, as the accumulator does);
+- ``scatter_add`` (node-major): ``zeros(R, K, M).scatter_add_(2, events, q)``;
+- ``index_add rows`` (examples-major): ``zeros(R M, K).index_add_(0, r M + z, rows)``;
+- ``embedding_bag sorted`` (examples-major): the rows' stable order by ``r M + z``, the counts as offsets, and
+  ``F.embedding_bag(order, rows, offsets, mode="sum")`` (a segment sum of gathered rows);
+- ``transpose`` (not a sum): node-major values copied to examples-major rows, what using the examples-major
+  formulations costs on today's record;
+- ``read floor`` (not a sum): one read of every value (``q.sum()``), the memory floor of any formulation that reads
+  the values once after the explicit pass wrote them.
+
+Two more contenders compute every problem of the batch at once, as an accumulator would on a record whose rows are
+examples-major (the tables built outside the timing, as such an explicit pass would write them):
+
+- ``segment sums (batch-major)`` / ``(region-major)``: per hidden level one stable sort of its rows by
+  ``r M + z[n, r]`` (int16 keys; the bincount of the keys is the level's counts), then ``F.embedding_bag`` sums: the
+  level's own rows in that order, each child's parent rows in the child's order (gp), each child's rows in its
+  parent's order (fc).  Rows ``n R + r`` (``(N, R, k n)``, the layout of a batch-major pass) or ``r N + n``
+  (``(R, N, k n)``).
+
+Every contender's sums are checked against float64 sums of the same values (``max_rel_err``, the largest error over
+the largest sum of each problem).  Context rows on the same batch: ``plain`` (autograd forward+backward on one-hot x,
+as ``bench_student``'s ``plain``), ``explicit stacked`` (``forward_backward`` into the previous buffers),
+``accumulator add`` (``FrequencyAccumulator(float32).add`` of that record) and ``accumulator sums`` (the part of
+``add`` that computes these sums, as it computes them on a uniform tree: one one-hot per level shared by the own, fc
+and gp sums, the stacked runs' bmm, ``_edge_matmuls``' strided and grouped bmm; nothing else of ``add``).  Rounds are
+round-robin over all contenders (``--repeats`` rounds of ``--inner`` calls each, a round's time the mean per call);
+best and median over the rounds are recorded with the load average.  ``estimates`` derives, from the best times, the
+statistics pass over plain now (``explicit stacked`` + ``accumulator add``) and with ``accumulator sums`` replaced by
+another formulation's total (scatter_add; the fastest per-problem examples-major one, with and without the transpose;
+the faster segment sums; the read floor), and the accumulation budget the 1.3x target leaves
+(1.3 ``plain`` - ``explicit stacked``): arithmetic on measured parts, not measured passes.
+
+Run it with::
+
+    python benchmarks/bench_event_sums.py            # about 20 s on 2 cores
+    python benchmarks/bench_event_sums.py --quick    # smoke run (batch 256, 1 round)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from smaso.student.frequency import FrequencyAccumulator
+from smaso.student.network import LadderStudent
+from smaso.student.rows import evaluation_inputs
+from teachers.ladder import Ladder
+from teachers.sampling import sample_ladder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common beside this script, also when loaded by path
+import _common as common
+
+DEFAULT_OUT = common.default_out("event_sums")
+SUMS = ("one-hot bmm", "scatter_add", "index_add rows", "embedding_bag sorted")
+EXAMPLES_MAJOR = ("index_add rows", "embedding_bag sorted")
+STATS_TARGET = 1.3
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="examples in the batch (default 1024; 256 with --quick)")
+    p.add_argument("--depth", type=int, default=4, help="levels below the root (default 4)")
+    p.add_argument("--branching", type=int, default=4, help="children per region (default 4)")
+    p.add_argument("--events", type=int, default=16, help="events per region (default 16)")
+    p.add_argument("--width", type=int, default=16, help="student nodes per hidden region (default 16)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the ladder, the sample and the weights (default 0)")
+    p.add_argument("--repeats", type=int, default=None, help="round-robin rounds (default 7; 1 with --quick)")
+    p.add_argument("--inner", type=int, default=None, help="calls per contender and round (default 5; 1 with --quick)")
+    common.add_threads_arg(p)
+    common.add_quick_out_args(p, "smoke run: batch 256, 1 round of 1 call", DEFAULT_OUT)
+    args = p.parse_args(argv)
+    common.fill_defaults(args, {"batch_size": 256, "repeats": 1, "inner": 1},
+                         {"batch_size": 1024, "repeats": 7, "inner": 5})
+    common.require_positive(p, args, ("batch_size", "depth", "branching", "events", "width", "repeats", "inner"))
+    if args.depth < 2:
+        p.error("--depth must be >= 2 (the student needs a hidden level)")
+    return args
+
+
+def problems(student: LadderStudent, rec, z: torch.Tensor) -> list[dict]:
+    """The per-event sum problems of one batch (module docstring), each in both layouts, with its float64 sums."""
+    lad, out = student.ladder, []
+    off, M = lad.level_offsets, lad.events
+    for l in range(lad.depth):
+        R, N = lad.num_regions[l], z.shape[0]
+        ev = z[:, off[l]: off[l + 1]]
+        stacked = rec.stacked[l]  # (R, k, n, N)
+        out.append(("own", l, ev, stacked.reshape(R, -1, N)))
+        if l > 0:
+            par = student.edge_index(l - 1)[0]  # the parent region of each child region (edge = child)
+            fbar = stacked[:, rec.stacked_fields.index("fbar")]
+            g_par = rec.stacked[l - 1][:, rec.stacked_fields.index("g")].index_select(0, par)
+            out.append(("fc", l, z[:, off[l - 1]: off[l]].index_select(1, par), fbar))
+            out.append(("gp", l, ev, g_par))
+    result = []
+    for kind, l, ev, vals in out:
+        m = M[l - 1] if kind == "fc" else M[l]
+        vals = vals.contiguous()  # (R, K, N) node-major
+        R, K, N = vals.shape
+        one_hot = (ev.T.long()[:, None, :] == torch.arange(m)[:, None]).double()
+        result.append({"name": f"{kind} {l}", "m": m, "ev_nm": ev.T.contiguous().to(torch.uint8),
+                       "ev_em": ev.contiguous().to(torch.uint8), "vals": vals,
+                       "rows": vals.permute(2, 0, 1).contiguous().view(N * R, K),
+                       "ref": torch.bmm(one_hot, vals.double().transpose(1, 2)),
+                       "values_summed": R * K * N, "one_hot_macs": R * m * K * N})
+    return result
+
+
+def sum_functions(probs: list[dict]) -> dict[str, Callable[[dict], torch.Tensor]]:
+    """Each contender: a problem -> its ``(R, M, K)`` sums (float32)."""
+    buffers: dict[str, torch.Tensor] = {}
+    values = {m: torch.arange(m, dtype=torch.uint8)[:, None] for m in {p["m"] for p in probs}}
+
+    def one_hot_bmm(p: dict) -> torch.Tensor:
+        ev, vals = p["ev_nm"], p["vals"]
+        buf = buffers.get(p["name"])
+        if buf is None:
+            buf = buffers[p["name"]] = torch.empty(ev.shape[0], p["m"], ev.shape[1])
+        torch.eq(ev[:, None, :], values[p["m"]], out=buf)
+        return torch.bmm(buf, vals.transpose(1, 2))
+
+    def scatter_add(p: dict) -> torch.Tensor:
+        vals = p["vals"]
+        idx = p["ev_nm"].long()[:, None, :].expand(vals.shape)
+        return vals.new_zeros(vals.shape[0], vals.shape[1], p["m"]).scatter_add_(2, idx, vals).transpose(1, 2)
+
+    def keys(p: dict) -> torch.Tensor:
+        ev = p["ev_em"]
+        return (ev.long() + torch.arange(ev.shape[1]) * p["m"]).view(-1)
+
+    def index_add_rows(p: dict) -> torch.Tensor:
+        R, K = p["vals"].shape[:2]
+        return p["rows"].new_zeros(R * p["m"], K).index_add_(0, keys(p), p["rows"]).view(R, p["m"], K)
+
+    def bag_sorted(p: dict) -> torch.Tensor:
+        R, K = p["vals"].shape[:2]
+        key = keys(p)
+        counts = torch.bincount(key, minlength=R * p["m"])
+        offsets = torch.cumsum(counts, 0) - counts
+        order = torch.argsort(key, stable=True)
+        return F.embedding_bag(order, p["rows"], offsets, mode="sum").view(R, p["m"], K)
+
+    return dict(zip(SUMS, (one_hot_bmm, scatter_add, index_add_rows, bag_sorted), strict=True))
+
+
+def accumulator_sums(student: LadderStudent, rec, z: torch.Tensor) -> Callable[[], None]:
+    """The own, fc and gp sums of one batch as ``FrequencyAccumulator.add`` computes them on a uniform tree (its
+    ``_set_one_hot``, the stacked runs' bmm and ``_edge_matmuls``): one one-hot per level shared by all three, the
+    fc sums by the parent's one-hot with each child place's strided view, the gp sums by the children's one-hots
+    grouped by parent.  Nothing else of ``add`` (counts, pair counts, maps, totals)."""
+    lad, d = student.ladder, student.ladder.depth
+    off, M, R = lad.level_offsets, lad.events, lad.num_regions
+    ev8 = z[:, :off[d]].T.contiguous()
+    i_fbar, i_g = rec.stacked_fields.index("fbar"), rec.stacked_fields.index("g")
+    bufs = [torch.empty(R[l], M[l], z.shape[0]) for l in range(d)]
+    values = [torch.arange(M[l], dtype=torch.uint8)[:, None] for l in range(d)]
+
+    def run() -> None:
+        one_hot = [torch.eq(ev8[off[l]: off[l + 1], None, :], values[l], out=bufs[l]) for l in range(d)]
+        n = z.shape[0]
+        for l in range(d):
+            torch.bmm(one_hot[l], rec.stacked[l].reshape(R[l], -1, n).transpose(1, 2))
+            if l > 0:
+                b = R[l] // R[l - 1]
+                child, g_par = rec.stacked[l][:, i_fbar], rec.stacked[l - 1][:, i_g]
+                torch.stack([torch.bmm(one_hot[l - 1], child[c::b].transpose(1, 2)) for c in range(b)], 1)
+                torch.bmm(one_hot[l].reshape(R[l - 1], b * M[l], n), g_par.transpose(1, 2))
+    return run
+
+
+def segment_sums(student: LadderStudent, rec, z: torch.Tensor, layout: str) -> Callable[[], dict[str, torch.Tensor]]:
+    """Every problem's sums from a record whose rows are examples-major (module docstring: ``segment sums``): per
+    hidden level one stable sort of the level's rows by ``r M + z[n, r]`` (int16 keys), whose counts are the level's
+    event counts, then ``F.embedding_bag`` sums of rows in that order: the own sums of the level's ``(N R, k n)``
+    rows, the gp sums of each child's parent rows (the child's order mapped to its parent's rows), the fc sums of each
+    child's rows in its parent's order.  ``layout``: ``"batch"`` (row ``n R + r``, the ``(N, R, k n)`` layout of a
+    batch-major pass: a region's rows are ``R k n`` values apart) or ``"region"`` (row ``r N + n``, ``(R, N, k n)``:
+    a region's rows are one block).  The tables are built outside the timing (what such an explicit pass would
+    write); keys, sorts, offsets and index maps inside."""
+    lad, d, N = student.ladder, student.ladder.depth, z.shape[0]
+    off, M, R = lad.level_offsets, lad.events, lad.num_regions
+    if (lad.total_regions + 1) * max(M) >= 2**15:
+        raise ValueError("segment sums: int16 keys need (regions + 1) * events < 2^15")
+    k, region = len(rec.stacked_fields), layout == "region"
+    perm = (0, 3, 1, 2) if region else (3, 0, 1, 2)
+    tables = [rec.stacked[l].permute(*perm).reshape(N * R[l], -1).contiguous() for l in range(d)]
+    n = [t.shape[1] // k for t in tables]
+    # fbar and g as tables of their own (a strided column view would be copied by every embedding_bag call)
+    fbar = [t.view(-1, k, n[l])[:, rec.stacked_fields.index("fbar")].contiguous() for l, t in enumerate(tables)]
+    g = [t.view(-1, k, n[l])[:, rec.stacked_fields.index("g")].contiguous() for l, t in enumerate(tables)]
+    bases = [(torch.arange(R[l]) * M[l]).to(torch.int16)[:, None] for l in range(d)]
+    ev = z[:, :off[d]].T.contiguous() if region else z
+
+    def row_parts(row: torch.Tensor, r: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(example, region) of rows of a level of ``r`` regions."""
+        if region:
+            return row % N, torch.div(row, N, rounding_mode="floor")
+        return torch.div(row, r, rounding_mode="floor"), row % r
+
+    def row_of(ex: torch.Tensor, reg: torch.Tensor | int, r: int) -> torch.Tensor:
+        return reg * N + ex if region else ex * r + reg
+
+    def run() -> dict[str, torch.Tensor]:
+        out, orders, starts = {}, [], []
+        for l in range(d):
+            lev = ev[off[l]: off[l + 1]] if region else ev[:, off[l]: off[l + 1]].T
+            key = (lev.to(torch.int16) + bases[l]) if region else (lev.to(torch.int16) + bases[l]).T
+            key = key.reshape(-1)
+            orders.append(torch.sort(key, stable=True).indices)
+            counts = torch.bincount(key, minlength=R[l] * M[l])
+            starts.append(torch.cumsum(counts, 0) - counts)
+            out[f"own {l}"] = F.embedding_bag(orders[l], tables[l], starts[l], mode="sum").view(R[l], M[l], -1)
+            if l == 0:
+                continue
+            b, Rp = R[l] // R[l - 1], R[l - 1]
+            ex, c = row_parts(orders[l], R[l])  # in (c, z_c) order: the parent rows of the same examples
+            out[f"gp {l}"] = F.embedding_bag(row_of(ex, torch.div(c, b, rounding_mode="floor"), Rp), g[l - 1],
+                                             starts[l], mode="sum").view(R[l], M[l], -1)
+            # each parent's rows in (p, z_p) order, N per parent; child c = p b + j takes its own rows in that order
+            ex_p = row_parts(orders[l - 1], Rp)[0].view(Rp, 1, N)
+            idx = row_of(ex_p, (torch.arange(Rp) * b)[:, None, None] + torch.arange(b)[None, :, None], R[l])
+            within = (starts[l - 1].view(Rp, M[l - 1]) - (torch.arange(Rp) * N)[:, None]).repeat_interleave(b, 0)
+            out[f"fc {l}"] = F.embedding_bag(idx.reshape(-1), fbar[l], (within + (torch.arange(R[l]) * N)[:, None])
+                                             .view(-1), mode="sum").view(R[l], M[l - 1], -1)
+        return out
+    return run
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    wall0 = common.start(args.threads)
+    ladder = Ladder.random(args.depth, args.branching, args.events, seed=args.seed)
+    sample = sample_ladder(ladder, 2 * args.batch_size, args.seed, progress=False)
+    student = LadderStudent(ladder, width=args.width, dtype=torch.float32, seed=args.seed)
+    rows_ = slice(0, args.batch_size)
+    x, y, z = evaluation_inputs(sample, rows_, torch.float32, False), sample.y[rows_], sample.z[rows_]
+    rec = student.forward_backward(x, y, stacked=True)
+    probs = problems(student, rec, z)
+    info = common.machine_info()
+    print(f"ladder: depth {args.depth}, branching {args.branching}, {args.events} events, {ladder.total_regions} "
+          f"regions; batch {args.batch_size}; {len(probs)} per-event sum problems; {common.torch_summary()}")
+
+    sums = sum_functions(probs)
+    errors = {}
+    for name, fn in sums.items():
+        errors[name] = max(float((fn(p).double() - p["ref"]).abs().max() / p["ref"].abs().max().clamp(min=1e-300))
+                           for p in probs)
+    segments = {f"segment sums ({layout}-major)": segment_sums(student, rec, z, layout)
+                for layout in ("batch", "region")}
+    for name, fn in segments.items():
+        got = fn()
+        errors[name] = max(float((got[p["name"]].double() - p["ref"]).abs().max()
+                                 / p["ref"].abs().max().clamp(min=1e-300)) for p in probs)
+    acc = FrequencyAccumulator(student)
+    buffers = [rec.stacked]
+
+    def plain() -> None:
+        student.zero_grad(set_to_none=True)
+        student.loss(student(x), y).backward()
+
+    def explicit() -> None:
+        buffers[0] = student.forward_backward(x, y, stacked=buffers[0]).stacked
+
+    per_problem: dict[str, dict[str, list[float]]] = {name: {p["name"]: [] for p in probs} for name in SUMS}
+
+    def over_problems(name: str, fn: Callable[[dict], object]) -> Callable[[], None]:
+        def run() -> None:
+            for p in probs:
+                t0 = time.perf_counter()
+                fn(p)
+                per_problem[name][p["name"]].append(time.perf_counter() - t0)
+        return run
+
+    runs = {"plain": plain, "explicit stacked": explicit, "accumulator add": lambda: acc.add(rec, z),
+            "accumulator sums": accumulator_sums(student, rec, z), **segments,
+            **{name: over_problems(name, fn) for name, fn in sums.items()},
+            "transpose": over_problems("transpose", lambda p: p["vals"].permute(2, 0, 1).contiguous()),
+            "read floor": over_problems("read floor", lambda p: p["vals"].sum())}
+    per_problem.update({k: {p["name"]: [] for p in probs} for k in ("transpose", "read floor")})
+    for run in runs.values():  # warm-up
+        run()
+    for times in per_problem.values():
+        for t in times.values():
+            t.clear()
+
+    def timed_run(run: Callable[[], None]) -> Callable[[], float]:
+        def go() -> float:
+            t0 = time.perf_counter()
+            for _ in range(args.inner):
+                run()
+            return (time.perf_counter() - t0) / args.inner
+        return go
+
+    times, cpu = common.round_robin([timed_run(r) for r in runs.values()], args.repeats)
+    results = []
+    for (name, _), t, c in zip(runs.items(), times, cpu, strict=True):
+        best, median = common.best_median(t)
+        row = {"contender": name, "times_s": t, "process_cpu_s": c, "best_ms": best * 1e3, "median_ms": median * 1e3}
+        if name in per_problem:
+            row["per_problem_best_ms"] = {k: min(v) * 1e3 for k, v in per_problem[name].items()}
+        if name in errors:
+            row["max_rel_err"] = errors[name]
+        results.append(row)
+    by = {r["contender"]: r["best_ms"] for r in results}
+    fastest = min(EXAMPLES_MAJOR, key=by.__getitem__)
+    rest = by["explicit stacked"] + by["accumulator add"] - by["accumulator sums"]
+    estimates = {
+        "stats_over_plain_now": (by["explicit stacked"] + by["accumulator add"]) / by["plain"],
+        "accumulator_sums_share_of_add": by["accumulator sums"] / by["accumulator add"],
+        "accumulator_other_ms": by["accumulator add"] - by["accumulator sums"],
+        "stats_over_plain_scatter_add": (rest + by["scatter_add"]) / by["plain"],
+        "stats_over_plain_read_floor": (rest + by["read floor"]) / by["plain"],
+        "stats_over_plain_segment_sums": min(rest + by[k] for k in segments) / by["plain"],
+        "fastest_examples_major": fastest,
+        "stats_over_plain_examples_major_record": (rest + by[fastest]) / by["plain"],
+        "stats_over_plain_examples_major_with_transpose": (rest + by[fastest] + by["transpose"]) / by["plain"],
+        "accumulation_budget_ms_at_target": STATS_TARGET * by["plain"] - by["explicit stacked"],
+        "target": STATS_TARGET,
+        "note": "arithmetic on the best times of measured parts (module docstring), not a measured pass",
+    }
+    total_s = common.finish(info, wall0)
+    config = {"batch_size": args.batch_size, "depth": args.depth, "branching": args.branching, "events": args.events,
+              "width": args.width, "seed": args.seed, "repeats": args.repeats, "inner": args.inner,
+              "quick": args.quick, "time_statistic": "best of the rounds (median recorded)"}
+    problem_info = [{k: p[k] for k in ("name", "m", "values_summed", "one_hot_macs")} for p in probs]
+    data = common.record("event_sums", argv, {"config": config, "problems": problem_info}, info, results,
+                         {"estimates": estimates}, total_s)
+    common.print_table([common.Column("contender", 28, "contender", align="<"),
+                        common.Column("best ms", 9, "best_ms", ".3f"),
+                        common.Column("median ms", 10, "median_ms", ".3f"),
+                        common.Column("max rel err", 12, lambda r: r.get("max_rel_err"), ".1e")], results,
+                       note=f"load {info['loadavg_start']} -> {info['loadavg_end']}; "
+                            + "; ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                        for k, v in estimates.items() if k != "note"))
+    common.write_json(args.out, data)
+    common.print_done(total_s, args.out)
+    return data
+
+
+if __name__ == "__main__":
+    main()

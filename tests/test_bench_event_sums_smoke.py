@@ -1,0 +1,40 @@
+"""Smoke test of ``benchmarks/bench_event_sums.py``: it runs, every formulation of the per-event sums agrees with
+float64 sums of the same values, and the results are well formed (never timings against a target)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from bench_smoke_helpers import load_bench, run_quick
+
+
+@pytest.mark.slow  # a benchmark script end to end (the slow tier)
+def test_bench_event_sums_quick(tmp_path):
+    bench = load_bench("bench_event_sums")
+    data = run_quick(bench, tmp_path)
+
+    for key in ("benchmark", "config", "problems", "machine", "results", "estimates", "total_wall_s"):
+        assert key in data
+    assert data["config"]["quick"] and data["config"]["repeats"] == 1
+    # depth 4: own sums at the 4 hidden levels, Fc and Gp~ sums into levels 1..3
+    names = [p["name"] for p in data["problems"]]
+    assert sorted(names) == sorted([f"own {l}" for l in range(4)] + [f"{k} {l}" for k in ("fc", "gp")
+                                                                     for l in range(1, 4)])
+    rows = {r["contender"]: r for r in data["results"]}
+    segments = {"segment sums (batch-major)", "segment sums (region-major)"}
+    assert set(bench.SUMS) | segments | {"plain", "explicit stacked", "accumulator add", "accumulator sums",
+                                         "transpose", "read floor"} == set(rows)
+    for name in segments:  # every problem's sums at once: within float32 round-off of the float64 sums
+        assert 0 <= rows[name]["max_rel_err"] < 1e-5, name
+    for name in bench.SUMS:  # float32 sums of 256 rows: within float32 round-off of the float64 sums
+        assert 0 <= rows[name]["max_rel_err"] < 1e-5, name
+        assert set(rows[name]["per_problem_best_ms"]) == set(names)
+    for row in rows.values():
+        assert len(row["times_s"]) == 1 and math.isfinite(row["best_ms"]) and row["best_ms"] > 0
+    est = data["estimates"]
+    assert est["fastest_examples_major"] in bench.EXAMPLES_MAJOR and est["target"] == bench.STATS_TARGET
+    for key in ("stats_over_plain_now", "stats_over_plain_scatter_add", "stats_over_plain_read_floor",
+                "stats_over_plain_segment_sums", "stats_over_plain_examples_major_record",
+                "stats_over_plain_examples_major_with_transpose", "accumulation_budget_ms_at_target"):
+        assert math.isfinite(est[key]), key
