@@ -29,7 +29,7 @@ from smaso.student import connectivity
 from smaso.student.connectivity import _one_hot_rows_major, one_hot_rows
 from smaso.student.scratch import scratch_dict
 
-__all__ = ["ReluOneHotLeaves", "TreeLevel", "student_forward", "tree_level"]
+__all__ = ["ReluOneHotLeaves", "TreeLevel", "one_hot_events", "student_forward", "tree_level"]
 
 
 class TreeLevel(torch.autograd.Function):
@@ -152,6 +152,19 @@ def _buffer(scratch: dict, key: str, shape: tuple[int, ...], like: torch.Tensor)
             or buf.device != like.device:
         buf = scratch[key] = like.new_empty(shape)
     return buf[: shape[0]]
+
+
+def one_hot_events(x: torch.Tensor) -> torch.Tensor:
+    """The leaf events ``(N, R_d)`` of one-hot inputs ``x`` ``(N, R_d, dim)``: ``x @ (0, 1, .., dim - 1)``, one read of
+    the inputs (a matrix-vector product: an argmax over the last axis runs about 6x slower on the CPU), exact on
+    one-hot rows (one nonzero term; an argmax where the dtype cannot hold every event, such as bfloat16 past 256);
+    uint8 where dim <= 256, else int64.  ``x`` is trusted to be one-hot: a row that is not gives a meaningless
+    event."""
+    dim = x.shape[-1]
+    if dim - 1 > 2 / torch.finfo(x.dtype).eps:  # every integer up to 2^(mantissa bits + 1) is exact
+        return x.argmax(-1)
+    events = torch.matmul(x, torch.arange(dim, dtype=x.dtype, device=x.device))
+    return events.to(torch.uint8 if dim <= 256 else torch.int64)
 
 
 def student_forward(student: Any, events: torch.Tensor) -> torch.Tensor:

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from smaso.student.activations import Activation, get_activation
-from smaso.student.batch_major import student_forward
+from smaso.student.batch_major import one_hot_events, student_forward
 from smaso.student.batchnorm import bn_backward, bn_forward
 from smaso.student.connectivity import (
     OneHotLeaves,
@@ -477,20 +477,27 @@ class LadderStudent(nn.Module):
         return fbar.permute(1, 2, 0), f_tilde.permute(1, 2, 0), sigma, mu
 
     # ------------------------------------------------------------------ forward
-    def forward(self, x: torch.Tensor, *, events_checked: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, events_checked: bool = False, one_hot_checked: bool = False
+                ) -> torch.Tensor:
         """Outputs f_0 ``(N, n_0)`` (differentiable; BN uses the batch's statistics).  ``x``: the inputs
         ``(N, R_d, dim)``, or one-hot inputs given by their leaf events, integers ``(N, R_d)`` in [0, dim)
         (``sample.z[:, ladder.level_offsets[-2]:]``): then the leaf level is a gather of weight rows
         (:func:`~smaso.student.connectivity.one_hot_pre_activation`) rather than a matmul on the one-hot, the same
         outputs to round-off.  ``events_checked``: the caller validated the events' range once where its data
         entered: skip that check, a host read (an event out of range would silently pick another edge's row).
+        ``one_hot_checked``: the caller validated once that the inputs ``x`` are one-hot (as a one-hot dataset's
+        are): they run as their events (:func:`~smaso.student.batch_major.one_hot_events`, one read), unless x
+        needs a gradient or a functorch transform is active.
 
         On a uniform tree (:attr:`fast_path`) outside vmap/grad, events run batch-major with no transposes
         (:func:`~smaso.student.batch_major.student_forward`), float inputs with ReLU and no BN through
         :func:`~smaso.student.node_major.node_major_forward` (reused backward buffers)."""
         self.check_inputs(x, values=not events_checked)
+        plain = not torch._C._are_functorch_transforms_active()  # (the fast Functions: no setup_context)
+        if one_hot_checked and plain and x.is_floating_point() and not x.requires_grad:
+            x = one_hot_events(x)  # then the gather path: no matmul on the one-hot's zeros
         events = self._events(x)
-        if self._fast and not torch._C._are_functorch_transforms_active():  # (its Functions: no setup_context)
+        if self._fast and plain:
             if events:
                 return student_forward(self, x)
             if not self.batch_norm and self.act(self.ladder.depth - 1).name == "relu":
