@@ -109,7 +109,7 @@ class ReluOneHotLeaves(torch.autograd.Function):
         if bias is not None:
             # the bias folded into the rows of each parent's first child (every bag picks exactly one of them):
             # 16 K adds on the table instead of one more pass over u (N R n, 1 M values a batch of 1024 here)
-            table = W.clone()
+            table = W.clone(memory_format=torch.contiguous_format)
             table.view(num_parents, -1, width, W.shape[-1])[:, 0] += bias[:, None]
         f = connectivity.one_hot_pre_activation(W if bias is None else table, rows, None, num_parents, None,
                                                 batch_major=True).relu_()
