@@ -272,3 +272,17 @@ def test_one_hot_events_reads_the_events_back(dtype, dim):
     ev = batch_major.one_hot_events(F.one_hot(z, dim).to(dtype))
     assert ev.dtype == (torch.uint8 if dim <= 256 else torch.int64)
     assert torch.equal(ev.long(), z)
+
+
+def test_the_leaf_gate_runs_in_place_in_the_level_above_reused_gradient():
+    """The leaves' ReLU gate is applied in place on dLoss/df where that is the level above's reused buffer (no
+    second 4 MB buffer at batch 1024), with the loop reference's gradients (test_events_equal_the_loop_reference)."""
+    from smaso.student.scratch import scratch_dict
+
+    st, x, z, y = _setup()
+    _, grads = _grads(st, z, y)
+    assert "level_grad" in scratch_dict(st) and "leaf_gate_batch_major" not in scratch_dict(st)
+    st.zero_grad(set_to_none=True)
+    st.loss(reference_forward(st, x)["fbar"][0][:, 0], y).backward()
+    for g, p in zip(grads, st.parameters(), strict=True):
+        assert_close(g, p.grad, TOL, "gradient")
