@@ -54,7 +54,11 @@ checked once, where the data enters), so the leaf level is a gather of weight ro
 tree every level runs batch-major (``smaso.student.batch_major``: the gather's ``(N, R, n)`` layout throughout, one
 batched matmul per level forward and two backward, no transposes between levels).  The one-hot that the leaf weight
 gradient's matmul reads is built inside the timed backward, from the events; the ``plain`` row's one-hot x is built
-outside the timing.  ``locally_connected_vs_dense_events`` (judged, target 1.5x) is this row
+outside the timing.  ``plain (one-hot x, declared)``: ``student(x, one_hot_checked=True)`` on the same one-hot x,
+declared one-hot (validated once where the data entered, as the leaf events' range is): the forward reads x as
+its leaf events (one matrix-vector pass, inside the timing) and runs the events' path; its ratio to ``dense``,
+``locally_connected_vs_dense_one_hot_declared``, is reported (target 1.5x, not judged).
+``locally_connected_vs_dense_events`` (judged, target 1.5x) is this row
 over ``dense``, beside ``locally_connected_vs_dense`` (the one-hot float input, judged as before).  The ``plain``,
 ``plain (BN)``, ``plain (leaf events)`` and ``dense`` rows record ``minor_faults_per_batch``, per call of the contender
 (the warm-up first): the pages its timed parts faulted in fresh (glibc hands freed blocks of a few MB back to the
@@ -182,13 +186,14 @@ def _minor_faults() -> int:
 
 def autograd_runner(model: nn.Module, loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                     inputs: Callable[[int], torch.Tensor], data: Batches, events: bool = False,
-                    faults: list[float] | None = None) -> Callable[[list[int]], list[float]]:
+                    faults: list[float] | None = None, one_hot: bool = False) -> Callable[[list[int]], list[float]]:
     """Per minibatch ``model.zero_grad(set_to_none=True)``, ``loss(model(x), y)``, ``backward()`` (autograd),
     with ``x = inputs(i)`` built outside the timed region: the ``plain`` rows (the student on its one-hot
     inputs, or with ``events`` on its leaf events, ``model(x, events_checked=True)``) and the ``dense`` row (the
-    dense chain on its Gaussian inputs).  ``faults``: appended per call, the minor page faults per minibatch of
+    dense chain on its Gaussian inputs; with ``one_hot`` the student on its one-hot inputs declared one-hot,
+    ``model(x, one_hot_checked=True)``).  ``faults``: appended per call, the minor page faults per minibatch of
     the timed parts (freshly faulted-in pages: freed large blocks that the allocator handed back to the system)."""
-    kw = {"events_checked": True} if events else {}
+    kw = {"events_checked": True} if events else {"one_hot_checked": True} if one_hot else {}
 
     def run(batches: list[int]) -> list[float]:
         times, count = [], 0
@@ -398,6 +403,11 @@ def main(argv: list[str] | None = None) -> dict:
                        "minibatch", "batch_norm": False, "accumulation": None, "target": True,
                        "minor_faults_per_batch": (faults := []),
                        "run": autograd_runner(student, student.loss, data.events, data, events=True, faults=faults)})
+    contenders.append({"contender": "plain (one-hot x, declared)", "description": "student(x, one_hot_checked=True) "
+                       "on the one-hot x (read as their leaf events inside the timed forward, then the gather path), "
+                       "student.loss, loss.backward() (autograd), zero_grad per minibatch", "batch_norm": False,
+                       "accumulation": None, "target": False, "minor_faults_per_batch": (faults := []),
+                       "run": autograd_runner(student, student.loss, data.x, data, faults=faults, one_hot=True)})
     contenders.append({"contender": "dense", "description": "chain of nn.Linear with the student's per-level MACs "
                        f"({' -> '.join(map(str, dims))}), autograd", "batch_norm": False, "accumulation": None,
                        "target": True, "minor_faults_per_batch": (faults := []),
@@ -445,6 +455,8 @@ def main(argv: list[str] | None = None) -> dict:
                                                              False)
     targets["locally_connected_vs_dense_events"] = ratio("plain (leaf events)", "dense", DENSE_TARGET, True)
     targets["locally_connected_vs_dense"] = ratio("plain", "dense", DENSE_TARGET, True)
+    targets["locally_connected_vs_dense_one_hot_declared"] = ratio("plain (one-hot x, declared)", "dense", DENSE_TARGET,
+                                                                   False)
     targets["locally_connected_vs_dense_out_of_place"] = ratio("plain", "dense (out-of-place act.)", None, False)
 
     print()
@@ -465,6 +477,7 @@ def main(argv: list[str] | None = None) -> dict:
               "explicit_backward_overhead_bn": "BN: explicit fwd+bwd / plain",
               "locally_connected_vs_dense_events": "LC on leaf events / dense (same MACs)",
               "locally_connected_vs_dense": "LC on one-hot x / dense (same MACs)",
+              "locally_connected_vs_dense_one_hot_declared": "LC on one-hot x declared / dense",
               "locally_connected_vs_dense_out_of_place": "  ... / dense with out-of-place activations"}
     for key, t in targets.items():
         verdict = ("PASS" if t["pass"] else "FAIL") if t["judged"] else "(not judged)" if "pass" in t else ""

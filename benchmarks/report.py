@@ -179,6 +179,10 @@ def student_rows() -> list[str]:
         ev = t["locally_connected_vs_dense_events"]
         rows.append(_row("the same on one-hot leaves given by their events (the leaf level a gather of weight rows)",
                          f"{ev['value']:.2f}x {_ratio_name(ev)} {source}", _target(ev)))
+    if "locally_connected_vs_dense_one_hot_declared" in t:  # one-hot x declared: run as their events (issue 39)
+        oh = t["locally_connected_vs_dense_one_hot_declared"]
+        rows.append(_row("the same on one-hot x declared one-hot (`student(x, one_hot_checked=True)`: read as their "
+                         "events inside the step)", f"{oh['value']:.2f}x {_ratio_name(oh)} {source}", _target(oh)))
     if "stats_vs_reference" in t:  # recorded since the one student replaced the tree code (target 3)
         ref = t["stats_vs_reference"]
         measured, target = f"{ref['value']:.2f}x {_ratio_name(ref)}", _target(ref)

@@ -224,3 +224,65 @@ def test_a_relu_top_over_the_leaves(depth):
         assert_close(out, ref, TOL, "outputs")
         for g, w in zip(grads, want, strict=True):
             assert_close(g, w, TOL, "gradient")
+
+
+@pytest.mark.parametrize("config", ["relu", "bn before", "silu, no bias"])
+@pytest.mark.parametrize("fast", [True, False])
+def test_declared_one_hot_inputs_run_as_their_leaf_events(monkeypatch, config, fast):
+    """``student(x, one_hot_checked=True)``: one-hot float inputs read as their leaf events (one pass) and run
+    through the events' gather path, the events path's numbers exactly and the float path's to 1e-12."""
+    calls = []
+    real = batch_major.student_forward
+    monkeypatch.setattr("smaso.student.network.student_forward", lambda st, ev: calls.append(ev) or real(st, ev))
+    st, x, z, y = _setup(**CONFIGS[config])
+    st.fast_path = fast
+    want_out, want = _grads(st, z, y)
+    got_out, got = _grads(st, x, y)  # undeclared: the float path
+    assert_close(got_out, want_out, TOL, "float outputs")
+    for g, w in zip(got, want, strict=True):
+        assert_close(g, w, TOL, "float gradients")
+    calls.clear()
+    st.zero_grad(set_to_none=True)
+    o = st(x, one_hot_checked=True)
+    st.loss(o, y).backward()
+    assert torch.equal(o.detach(), want_out)
+    for (name, _), p, w in zip(st.named_parameters(), st.parameters(), want, strict=True):
+        assert torch.equal(p.grad, w), name
+    assert len(calls) == (1 if fast else 0)
+    if fast:
+        assert torch.equal(calls[0].long(), z.long())
+
+
+def test_declared_one_hot_inputs_needing_a_gradient_take_the_float_path(monkeypatch):
+    """An input gradient (saliency) needs the float path: the declaration is then not used."""
+    calls = []
+    monkeypatch.setattr("smaso.student.network.student_forward", lambda st, ev: calls.append(1))
+    st, x, _, y = _setup()
+    x = x.clone().requires_grad_()
+    (got,) = torch.autograd.grad(st.loss(st(x, one_hot_checked=True), y), [x])
+    (want,) = torch.autograd.grad(st.loss(st(x), y), [x])
+    assert calls == [] and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dim", [3, 16, 300])
+def test_one_hot_events_reads_the_events_back(dtype, dim):
+    """:func:`batch_major.one_hot_events` against ``F.one_hot``: the events exactly, uint8 where they fit."""
+    z = torch.randint(0, dim, (7, 5), generator=torch.Generator().manual_seed(dim))
+    ev = batch_major.one_hot_events(F.one_hot(z, dim).to(dtype))
+    assert ev.dtype == (torch.uint8 if dim <= 256 else torch.int64)
+    assert torch.equal(ev.long(), z)
+
+
+def test_the_leaf_gate_runs_in_place_in_the_level_above_reused_gradient():
+    """The leaves' ReLU gate is applied in place on dLoss/df where that is the level above's reused buffer (no
+    second 4 MB buffer at batch 1024), with the loop reference's gradients (test_events_equal_the_loop_reference)."""
+    from smaso.student.scratch import scratch_dict
+
+    st, x, z, y = _setup()
+    _, grads = _grads(st, z, y)
+    assert "level_grad" in scratch_dict(st) and "leaf_gate_batch_major" not in scratch_dict(st)
+    st.zero_grad(set_to_none=True)
+    st.loss(reference_forward(st, x)["fbar"][0][:, 0], y).backward()
+    for g, p in zip(grads, st.parameters(), strict=True):
+        assert_close(g, p.grad, TOL, "gradient")

@@ -33,7 +33,7 @@ def test_bench_student_quick(tmp_path):
 
     rows = {r["contender"]: r for r in data["results"]}
     expected = {"plain", "explicit fwd+bwd", "explicit stacked", "stats f64", "stats f32", "reference stats f32",
-                "dense", "plain (leaf events)"}
+                "dense", "plain (leaf events)", "plain (one-hot x, declared)"}
     expected |= {f"{name} (BN)" for name in ("plain", "explicit fwd+bwd", "explicit stacked", "stats f64",
                                              "stats f32", "reference stats f32")}
     assert expected <= set(rows)
@@ -52,7 +52,7 @@ def test_bench_student_quick(tmp_path):
                 "stats_overhead_bn_float64", "stats_overhead_bn_vs_autograd", "explicit_backward_overhead_bn",
                 "locally_connected_vs_dense", "locally_connected_vs_dense_out_of_place", "explicit_stacked_overhead",
                 "stats_over_explicit_stacked", "stats_over_explicit_stacked_bn", "explicit_stacked_over_explicit_bn",
-                "locally_connected_vs_dense_events"):
+                "locally_connected_vs_dense_events", "locally_connected_vs_dense_one_hot_declared"):
         target = data["targets"][key]
         assert math.isfinite(target["value"]) and target["value"] > 0
         for stat in ("value_median", "value_batch_min"):
@@ -62,6 +62,7 @@ def test_bench_student_quick(tmp_path):
         assert data["targets"][key]["judged"] and isinstance(data["targets"][key]["pass"], bool)
     assert not data["targets"]["stats_overhead_float64"]["judged"]
     assert not data["targets"]["locally_connected_vs_dense_out_of_place"]["judged"]
+    assert not data["targets"]["locally_connected_vs_dense_one_hot_declared"]["judged"]
     # the stats epoch less its accumulation: a reported floor, not a target
     assert data["targets"]["explicit_stacked_overhead"]["numerator"] == "explicit stacked"
     assert not data["targets"]["explicit_stacked_overhead"]["judged"] and "pass" not in data["targets"][

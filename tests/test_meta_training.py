@@ -120,3 +120,22 @@ def test_divergence_raises_the_per_step_error(init_scale, lr, check_every, monke
     assert str(got.value) == str(want.value)
     bad = int(str(want.value).split(":")[0].split()[1])
     assert len(steps) <= (bad // check_every + 1) * check_every  # stopped at the first checkpoint after it
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_declared_one_hot_inputs_run_as_events_on_meta(fast, monkeypatch):
+    """``student(x, one_hot_checked=True)`` reads no value: its events (one matrix-vector product) and the gather
+    path's forward and autograd backward run on ``device="meta"`` (the events path taken, where the tree has one)."""
+    from smaso.student import batch_major
+
+    calls = []
+    real = batch_major.student_forward
+    monkeypatch.setattr("smaso.student.network.student_forward", lambda s, ev: calls.append(ev.dtype) or real(s, ev))
+    lad = Ladder.random(depth=3, branching=2, events=4, seed=0)
+    st = LadderStudent(lad, 4, device="meta")
+    st.fast_path = fast
+    x = torch.empty(8, lad.num_regions[-1], st.widths[-1], device="meta")
+    st.loss(st(x, one_hot_checked=True), torch.empty(8, dtype=torch.long, device="meta")).backward()
+    assert all(p.grad is not None and p.grad.device.type == "meta" and p.grad.shape == p.shape
+               for p in st.parameters())
+    assert calls == ([torch.uint8] if fast else [])

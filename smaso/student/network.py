@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from smaso.student.activations import Activation, get_activation
-from smaso.student.batch_major import student_forward
+from smaso.student.batch_major import one_hot_events, student_forward
 from smaso.student.batchnorm import bn_backward, bn_forward
 from smaso.student.connectivity import (
     OneHotLeaves,
@@ -47,6 +46,7 @@ from smaso.student.connectivity import (
     tree_backward,
     tree_pre_activation,
 )
+from smaso.student.losses import LOSSES, _output_gradient, output_gradient, student_loss
 from smaso.student.node_major import node_major_forward
 from smaso.student.readout import readout_events, readout_ladder
 from smaso.student.scratch import scratch_dict
@@ -55,7 +55,6 @@ from teachers.ladder import Ladder
 __all__ = ["BN_PLACEMENTS", "LOSSES", "PER_EXAMPLE", "VARIABLES", "LadderStudent", "StudentRecord", "node_variable",
            "output_gradient", "student_loss"]
 
-LOSSES = ("squared", "cross_entropy")
 BN_PLACEMENTS = ("after", "before")
 #: The per-example fields of a :class:`StudentRecord`.
 PER_EXAMPLE = ("u", "f", "fbar", "slope", "deriv", "f_tilde", "g_raw", "g_f", "g")
@@ -159,32 +158,6 @@ def _set_loss(rec: StudentRecord, value: float | torch.Tensor) -> None:
 # through this property, so forward_backward can hand over the device tensor without a host read
 setattr(StudentRecord, "loss", property(_get_loss, _set_loss,  # noqa: B010 (mypy reads the field as a float)
                                       doc="The mean loss as a float (read from the device once)."))
-
-
-def student_loss(out: torch.Tensor, y: torch.Tensor, kind: str = "squared") -> torch.Tensor:
-    """Mean loss of outputs ``out`` ``(N, m_0)`` against labels ``y`` ``(N,)``: ``"squared"``
-    1/2 |f_0 - onehot(y)|^2 (G_omega = I - F_omega) or ``"cross_entropy"`` (softmax)."""
-    if kind == "squared":
-        return 0.5 * (out - F.one_hot(y.long(), out.shape[-1]).to(out.dtype)).pow(2).sum(-1).mean()
-    if kind == "cross_entropy":
-        return F.cross_entropy(out, y.long())
-    raise ValueError(f"loss: expected one of {LOSSES}, got {kind!r}")
-
-
-def output_gradient(out: torch.Tensor, y: torch.Tensor, loss: str) -> tuple[torch.Tensor, float]:
-    """The backward signal at the top, ``-N dLoss/df_0``, and the loss, for outputs ``out`` ``(n_0, N)``.
-
-    ``"squared"``: ``onehot(y) - f_0`` (G_omega = I - F_omega); ``"cross_entropy"``: ``onehot(y) - softmax(f_0)``.
-    :returns: ``((n_0, N) gradient, the mean loss as a float)``.
-    """
-    grad, value = _output_gradient(out, y, loss)
-    return grad, value.item()
-
-
-def _output_gradient(out: torch.Tensor, y: torch.Tensor, loss: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`output_gradient` with the loss as a 0-dim tensor on ``out``'s device (no host read)."""
-    target = F.one_hot(y.long(), out.shape[0]).to(out.dtype).T
-    return target - (out if loss == "squared" else out.softmax(0)), student_loss(out.T, y, loss)
 
 
 def _check_int(value: object, name: str, low: int) -> int:
@@ -504,20 +477,27 @@ class LadderStudent(nn.Module):
         return fbar.permute(1, 2, 0), f_tilde.permute(1, 2, 0), sigma, mu
 
     # ------------------------------------------------------------------ forward
-    def forward(self, x: torch.Tensor, *, events_checked: bool = False) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, *, events_checked: bool = False, one_hot_checked: bool = False
+                ) -> torch.Tensor:
         """Outputs f_0 ``(N, n_0)`` (differentiable; BN uses the batch's statistics).  ``x``: the inputs
         ``(N, R_d, dim)``, or one-hot inputs given by their leaf events, integers ``(N, R_d)`` in [0, dim)
         (``sample.z[:, ladder.level_offsets[-2]:]``): then the leaf level is a gather of weight rows
         (:func:`~smaso.student.connectivity.one_hot_pre_activation`) rather than a matmul on the one-hot, the same
         outputs to round-off.  ``events_checked``: the caller validated the events' range once where its data
         entered: skip that check, a host read (an event out of range would silently pick another edge's row).
+        ``one_hot_checked``: the caller validated once that the inputs ``x`` are one-hot (as a one-hot dataset's
+        are): they run as their events (:func:`~smaso.student.batch_major.one_hot_events`, one read), unless x
+        needs a gradient or a functorch transform is active.
 
         On a uniform tree (:attr:`fast_path`) outside vmap/grad, events run batch-major with no transposes
         (:func:`~smaso.student.batch_major.student_forward`), float inputs with ReLU and no BN through
         :func:`~smaso.student.node_major.node_major_forward` (reused backward buffers)."""
         self.check_inputs(x, values=not events_checked)
+        plain = not torch._C._are_functorch_transforms_active()  # (the fast Functions: no setup_context)
+        if one_hot_checked and plain and x.is_floating_point() and not x.requires_grad:
+            x = one_hot_events(x)  # then the gather path: no matmul on the one-hot's zeros
         events = self._events(x)
-        if self._fast and not torch._C._are_functorch_transforms_active():  # (its Functions: no setup_context)
+        if self._fast and plain:
             if events:
                 return student_forward(self, x)
             if not self.batch_norm and self.act(self.ladder.depth - 1).name == "relu":
