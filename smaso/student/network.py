@@ -48,6 +48,7 @@ from smaso.student.connectivity import (
     tree_pre_activation,
 )
 from smaso.student.node_major import node_major_forward
+from smaso.student.node_variables import VARIABLES, _check_variable, node_variable  # noqa: F401  (re-exported)
 from smaso.student.readout import readout_events, readout_ladder
 from smaso.student.scratch import scratch_dict
 from teachers.ladder import Ladder
@@ -556,7 +557,8 @@ class LadderStudent(nn.Module):
 
     @torch.no_grad()
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss: str = "squared", *,
-                         stacked: bool | list[torch.Tensor] = False, labels_checked: bool = False) -> StudentRecord:
+                         stacked: bool | list[torch.Tensor] = False, labels_checked: bool = False,
+                         delta_w: bool = True) -> StudentRecord:
         """Forward and explicit backward pass on one batch, every per-example quantity recorded.
 
         Computed node-major (``(R_l, n_l, N)``, contiguous over the batch; see :class:`StudentRecord`).
@@ -574,6 +576,8 @@ class LadderStudent(nn.Module):
             (a training loop validates its dataset once before the loop): skip those checks, the step's only host
             reads. The record's
             ``loss`` is read from the device lazily (:attr:`StudentRecord.loss_tensor` never syncs).
+        :param delta_w: False: on a uniform tree's fast path leave ``rec.dW`` None, for a caller that sums Delta W
+            itself per row group (:meth:`~smaso.student.frequency.ReplicateAccumulator.add` with ``bounds``).
         """
         self.check_inputs(x, values=not labels_checked)
         self._check_labels(x, y, loss, values=not labels_checked)
@@ -664,9 +668,10 @@ class LadderStudent(nn.Module):
             # W g summed over each child's parents (Eq 1; None below the leaves)
             W, need_raw = self.edge_weights(l), l + 1 < d
             if events and self._fast and not need_raw:  # the node-major one-hot: one-hot @ g^T, in W's layout
-                dW[l] = (torch.bmm(inputs[l], g.transpose(1, 2)) / n).view(W.shape)
+                dW[l] = (torch.bmm(inputs[l], g.transpose(1, 2)) / n).view(W.shape) if delta_w else None
             else:
-                dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw) if self._fast else graph_backward(
+                dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw, delta_w=delta_w) \
+                    if self._fast else graph_backward(
                     W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
             db[l] = g.mean(-1)
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
@@ -718,32 +723,3 @@ class LadderStudent(nn.Module):
                 f"batch_norm={bn!r}, bias={self.biases is not None}, edges={edges}"
                 + (", shared" if self.shared else "") + ("" if self.readout is None else f", readout={self.readout}"))
 
-
-#: What a node's "f_j" is (:func:`node_variable`): ``"output"`` (default) the node's output as the next level sees
-#: it, the record's ``fbar`` (after the gate, after BN where BN follows the gate); ``"activation"`` the gate's
-#: output before any BN after it (BN's input for ``batch_norm="after"``); ``"preactivation"`` the linear map's
-#: output u (BN's input for ``batch_norm="before"``); ``"gate_input"`` what the gate reads (u, or BN(u) before
-#: the gate).  Before issue 36 this module measured the record's ``f``: the activation, or BN(u) before the gate.
-VARIABLES = ("output", "activation", "preactivation", "gate_input")
-
-
-def _check_variable(variable: object) -> str:
-    if not isinstance(variable, str) or variable not in VARIABLES:
-        raise ValueError(f"variable: expected one of {VARIABLES}, got {variable!r}")
-    return variable
-
-
-def node_variable(student: LadderStudent, rec: StudentRecord, level: int, variable: str = "output") -> torch.Tensor:
-    """The variable f_j of every node of level ``level`` in one batch's record, ``(N, R_l, n_l)`` (:data:`VARIABLES`).
-
-    :param student: the student that made ``rec`` (its BN placement says which record field is which).
-    """
-    _check_variable(variable)
-    before = student.bn_placement == "before"
-    if variable == "output":
-        return rec.fbar[level]
-    if variable == "preactivation":
-        return rec.u[level]
-    if variable == "activation":  # before the gate BN's output is f and the gate's output fbar; else f = s(u) u
-        return rec.fbar[level] if before else rec.f[level]
-    return rec.f[level] if before and rec.sigma[level] is not None else rec.u[level]

@@ -15,7 +15,7 @@ round-off (the same sums in another order; the counts exact): ``tests/test_row_g
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,7 +27,26 @@ if TYPE_CHECKING:
     from smaso.student.frequency import FrequencyAccumulator
     from smaso.student.network import StudentRecord
 
-__all__ = ["add_row_groups", "groups_at_once"]
+__all__ = ["GROUPED_BATCHES", "add_row_groups", "grouped_batches", "groups_at_once"]
+
+
+#: Batches of ``batch_size`` rows run together by :func:`grouped_batches` (the row groups' sums then cost a
+#: quarter of the per-group calls per row; memory: this many batches' records).
+GROUPED_BATCHES = 4
+
+
+def grouped_batches(n: int, batch_size: int, groups: int) -> Iterator[tuple[torch.Tensor, list[int]]]:
+    """The rows of a chunk of ``n`` rows as runs of :data:`GROUPED_BATCHES` batches of ``batch_size``, each run's
+    rows reordered group by group: ``(rows, bounds)``, group g's rows (block g of each batch, the K blocks
+    ``g N_b // K`` of :meth:`~smaso.student.frequency.ReplicateAccumulator.add`) at ``bounds[g]:bounds[g + 1]`` of
+    ``rows``.  So every group holds the rows it holds batch by batch, in 1/GROUPED_BATCHES of the per-group calls."""
+    step = batch_size * GROUPED_BATCHES
+    for lo in range(0, n, step):
+        starts = range(lo, min(lo + step, n), batch_size)
+        cuts = [[s + g * (min(s + batch_size, n) - s) // groups for g in range(groups + 1)] for s in starts]
+        rows = torch.cat([torch.arange(c[g], c[g + 1]) for g in range(groups) for c in cuts])
+        sizes = [sum(c[g + 1] - c[g] for c in cuts) for g in range(groups)]
+        yield rows, [sum(sizes[:g]) for g in range(groups + 1)]
 
 
 def groups_at_once(acc: FrequencyAccumulator, rec: StudentRecord, fields: Sequence[str], max_events: int) -> bool:
@@ -99,7 +118,7 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
     grouped = [rec.fbar[l + 1].permute(1, 2, 0).reshape(R[l], -1, n_all) for l in range(d)]
     grads = [rec.g[l].permute(1, 2, 0) for l in range(d)]  # (R_l, n_l, N)
     dW = {g: [(torch.bmm(grouped[l][..., lo:hi], grads[l][..., lo:hi].transpose(1, 2)) / (hi - lo))
-              .reshape(rec.dW[l].shape) for l in range(d)] for g, lo, hi in spans}
+              .reshape(acc.dW[l].shape) for l in range(d)] for g, lo, hi in spans}
     cnt: list = [None] * (d + 1)  # (G, R_l, M_l) float64 counts of this batch
     for l in range(d + 1):
         if one_hot[l] is not None or l == 0:
