@@ -25,12 +25,17 @@ def _events(s):
 
 
 def test_forward_backward_without_delta_w_leaves_only_delta_w_out(tree):
+    """Without Delta W the record is the same but for dW and, given leaf events, their one-hot (Delta W's only
+    reader: rec.fbar[d] None)."""
     lad, s = tree
+    d = lad.depth
     st = LadderStudent(lad, 4, dtype=F32, seed=0)
     for x in (s.inputs(dtype=F32), _events(s)):  # float one-hot inputs, and leaf events (the evaluation's)
         full = st.forward_backward(x, s.y, stacked=True)
         part = st.forward_backward(x, s.y, stacked=True, delta_w=False)
-        assert all(w is None for w in part.dW) and all(w is not None for w in full.dW[:lad.depth])
+        assert all(w is None for w in part.dW) and all(w is not None for w in full.dW[:d])
+        assert (part.fbar[d] is None) == (not x.is_floating_point()) and full.fbar[d] is not None
+        part.fbar[d] = full.fbar[d]
         for key in (*PER_EXAMPLE, "db", "stacked"):
             for a, b in zip(getattr(full, key), getattr(part, key), strict=True):
                 assert (a is None and b is None) or torch.equal(a, b), key
@@ -93,3 +98,16 @@ def test_the_grouped_streaming_pass_asks_for_no_whole_batch_delta_w(tree, monkey
         for key in FrequencyAccumulator._SUMS:
             for x, y in zip(a[key], b[key], strict=True):
                 assert (x is None and y is None) or torch.equal(x, y), key
+
+
+def test_a_record_without_its_leaves_one_hot_is_completed_from_the_events_or_refused(tree):
+    from smaso.student.mergeable import record_rows, with_leaves
+
+    lad, s = tree
+    st = LadderStudent(lad, 4, dtype=F32, seed=0)
+    rec = st.forward_backward(_events(s), s.y, stacked=True, delta_w=False)
+    with pytest.raises(ValueError, match="without their one-hot"):
+        record_rows(rec, slice(0, 10))
+    full = with_leaves(rec, s.z, st)
+    assert rec.fbar[-1] is None and torch.equal(full.fbar[-1], s.inputs(dtype=F32))
+    assert with_leaves(full, s.z, st) is full

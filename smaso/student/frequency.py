@@ -41,6 +41,7 @@ from smaso.student.mergeable import (
     negated_state,
     record_rows,
     tree_pair_index,
+    with_leaves,
 )
 from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
 from smaso.student.row_groups import add_row_groups, grouped_batches, groups_at_once
@@ -208,6 +209,7 @@ class FrequencyAccumulator(MergeableSums):
         lad, dt = self.ladder, self.dtype
         z = _student_events(self.student, z, rec)
         check_record_weights(self.student, rec, any(self._derived))  # (U and Gf read the weights now)
+        rec = with_leaves(rec, z, self.student)
         if rows is not None:  # (Delta W recomputed from the rows)
             edges = None if lad.is_uniform() else [self.student.edge_index(l) for l in range(lad.depth)]
             rec, z = record_rows(rec, rows, edges), z[rows]
@@ -524,6 +526,7 @@ class ReplicateAccumulator:
             add_row_groups(self.parts, rec, _student_events(self.student, z, rec), bounds, fields)
             return
         strided = self.student.ladder.is_uniform() and self.student.fast_path
+        rec = with_leaves(rec, _student_events(self.student, z, rec), self.student)
         edges = None if self.student.ladder.is_uniform() else [self.student.edge_index(l)
                                                                 for l in range(self.student.ladder.depth)]
         for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):

@@ -78,6 +78,20 @@ def check_record_weights(student: Any, rec: StudentRecord, derived: bool) -> Non
                          "between forward_backward and add); add each record before updating the weights")
 
 
+def with_leaves(rec: StudentRecord, z: torch.Tensor, student: Any) -> StudentRecord:
+    """``rec``, its leaves' one-hot ``rec.fbar[d]`` ``(N, R_d, m)`` built from the events ``z`` ``(N, total_regions)``
+    where ``forward_backward(delta_w=False)`` left it out (given leaf events, Delta W was its only reader); a record
+    that has it is returned as it is."""
+    if rec.fbar[-1] is not None:
+        return rec
+    from smaso.student.connectivity import one_hot_node_major
+
+    leaves = z[:, student.ladder.level_offsets[-2]:]
+    fbar = [*rec.fbar[:-1], one_hot_node_major(leaves, student.widths[-1], rec.g[0].dtype).permute(2, 0, 1)]
+    return dataclasses.replace(rec, fbar=fbar, loss=cast(float, rec.loss if rec.loss_tensor is None
+                                                         else rec.loss_tensor))  # (replace would read loss: a sync)
+
+
 def check_record_delta_w(rec: StudentRecord, depth: int) -> None:
     """Refuse ``rec`` where its whole batch's Delta W is read and it has none (made by
     :meth:`~smaso.student.network.LadderStudent.forward_backward` with ``delta_w=False``)."""
@@ -127,6 +141,9 @@ def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None, *, s
     lo, hi, _ = rows.indices(n_all)
     if hi <= lo:
         raise ValueError(f"rows: expected a non-empty range of the batch's {n_all} rows, got {rows!r}")
+    if rec.fbar[-1] is None:
+        raise ValueError("rec: made with forward_backward(delta_w=False) on leaf events, without their one-hot; "
+                         "complete it first (with_leaves)")
     sl = slice(lo, hi)
     per: dict[str, Any] = {k: [None if t is None else t[sl] for t in getattr(rec, k)] for k in PER_EXAMPLE}
     d = len(rec.fbar) - 1

@@ -576,8 +576,9 @@ class LadderStudent(nn.Module):
             (a training loop validates its dataset once before the loop): skip those checks, the step's only host
             reads. The record's
             ``loss`` is read from the device lazily (:attr:`StudentRecord.loss_tensor` never syncs).
-        :param delta_w: False: on a uniform tree's fast path leave ``rec.dW`` None, for a caller that sums Delta W
-            itself per row group (:meth:`~smaso.student.frequency.ReplicateAccumulator.add` with ``bounds``).
+        :param delta_w: False: on a uniform tree's fast path leave ``rec.dW`` None, and with leaf events ``rec.fbar[d]``
+            (no one-hot of them), for a caller that sums Delta W itself per row group from the events
+            (:meth:`~smaso.student.frequency.ReplicateAccumulator.add` with ``bounds``).
         """
         self.check_inputs(x, values=not labels_checked)
         self._check_labels(x, y, loss, values=not labels_checked)
@@ -607,15 +608,16 @@ class LadderStudent(nn.Module):
 
         nm: dict[str, list[Any]] = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
         sigma, mu, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(6))  # type: list, list, list, list, list, list
-        # one-hot leaves given by their events: node-major (Delta W reads it fastest), reused with reused buffers
-        nm["fbar"][d] = one_hot_node_major(x, self.widths[-1], dtype, owner=self if reuse else None) if events \
-            else self._leaves(x)
+        # one-hot leaves given by their events: node-major (Delta W reads it fastest), reused with reused buffers;
+        # none without Delta W on the fast path (Delta W its only reader here; a caller summing it has the events)
+        nm["fbar"][d] = self._leaves(x) if not events else None if not (delta_w or not self._fast) else \
+            one_hot_node_major(x, self.widths[-1], dtype, owner=self if reuse else None)
         inputs: list[Any] = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"
         for l in range(d - 1, -1, -1):
             # a view, except for a slot of a stacked buffer on the fast path (then one copy, shared by forward and
             # Delta W)
-            inputs[l] = self._grouped(l, nm["fbar"][l + 1])
+            inputs[l] = None if nm["fbar"][l + 1] is None else self._grouped(l, nm["fbar"][l + 1])
             if events and l == d - 1:
                 _, _, rows, first = self._one_hot_args(x)
                 u = one_hot_pre_activation(self.edge_weights(l), rows, None if self.biases is None
@@ -679,7 +681,7 @@ class LadderStudent(nn.Module):
                             loss=cast(float, loss_value),  # the tensor: the property keeps it on the device
                             stacked=buffers if stacked else None, stacked_fields=keys if stacked else None,
                             params_version=self.params_version())
-        rec.fbar[d] = nm["fbar"][d].permute(2, 0, 1) if events else x.to(dtype)
+        rec.fbar[d] = x.to(dtype) if not events else None if nm["fbar"][d] is None else nm["fbar"][d].permute(2, 0, 1)
         return rec
 
     def params_version(self) -> tuple[int, ...]:

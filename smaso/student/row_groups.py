@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from smaso import _ladder_parts
+from smaso.student.connectivity import one_hot_tree_weight_grad
 from smaso.student.mergeable import check_record_weights, event_counts, event_flags, tree_pair_index
+from smaso.student.scratch import scratch_dict
 
 if TYPE_CHECKING:
     from smaso.student.frequency import FrequencyAccumulator
@@ -115,10 +117,20 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
     branching = _ladder_parts.uniform_branching(lad)
     # node-major views: the children of parent r are regions r b .. r b + b - 1, so grouped by parent they are a view
     # ``(R_l, b n_{l+1}, N)``, and each group's Delta W of level l is one matmul on its columns (Eq 2)
-    grouped = [rec.fbar[l + 1].permute(1, 2, 0).reshape(R[l], -1, n_all) for l in range(d)]
+    # (one-hot leaves: none; their Delta W is their events' one-hot matmul, built block by block in the caches)
+    grouped = [None if l == d - 1 and acc.onehot_leaves else rec.fbar[l + 1].permute(1, 2, 0).reshape(R[l], -1, n_all)
+               for l in range(d)]
     grads = [rec.g[l].permute(1, 2, 0) for l in range(d)]  # (R_l, n_l, N)
-    dW = {g: [(torch.bmm(grouped[l][..., lo:hi], grads[l][..., lo:hi].transpose(1, 2)) / (hi - lo))
-              .reshape(acc.dW[l].shape) for l in range(d)] for g, lo, hi in spans}
+    scratch = scratch_dict(acc)
+
+    def delta_w(l: int, lo: int, hi: int) -> torch.Tensor:
+        """Level l's Delta W ``(E_l, n_{l+1}, n_l)`` (Eq 2) of rows lo:hi."""
+        if grouped[l] is None:
+            return one_hot_tree_weight_grad(acc.dW[l], grads[l][..., lo:hi], bins[d][lo:hi], M[d], scratch) / (hi - lo)
+        return (torch.bmm(grouped[l][..., lo:hi], grads[l][..., lo:hi].transpose(1, 2)) / (hi - lo)) \
+            .reshape(acc.dW[l].shape)
+
+    dW = {g: [delta_w(l, lo, hi) for l in range(d)] for g, lo, hi in spans}
     cnt: list = [None] * (d + 1)  # (G, R_l, M_l) float64 counts of this batch
     for l in range(d + 1):
         if one_hot[l] is not None or l == 0:
