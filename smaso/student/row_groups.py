@@ -124,18 +124,23 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
     scratch = scratch_dict(acc)
 
     def delta_w(l: int, lo: int, hi: int) -> torch.Tensor:
-        """Level l's Delta W ``(E_l, n_{l+1}, n_l)`` (Eq 2) of rows lo:hi."""
+        """Level l's Delta W ``(E_l, n_{l+1}, n_l)`` (Eq 2) summed over rows lo:hi (the sum, not the mean: the
+        accumulators add sums)."""
         if grouped[l] is None:
-            return one_hot_tree_weight_grad(acc.dW[l], grads[l][..., lo:hi], bins[d][lo:hi], M[d], scratch) / (hi - lo)
-        return (torch.bmm(grouped[l][..., lo:hi], grads[l][..., lo:hi].transpose(1, 2)) / (hi - lo)) \
-            .reshape(acc.dW[l].shape)
+            return one_hot_tree_weight_grad(acc.dW[l], grads[l][..., lo:hi], bins[d][lo:hi], M[d], scratch)
+        return torch.bmm(grouped[l][..., lo:hi], grads[l][..., lo:hi].transpose(1, 2)).reshape(acc.dW[l].shape)
 
-    dW = {g: [delta_w(l, lo, hi) for l in range(d)] for g, lo, hi in spans}
+    dW = {g: [delta_w(l, lo, hi).to(dt) for l in range(d)] for g, lo, hi in spans}
+    # every group's bias sums as one matmul per level, by the rows' group indicator (N, G)
+    member = (group == torch.arange(G, device=acc.device, dtype=group.dtype)).to(rec.g[0].dtype)
+    db = [torch.bmm(grads[l], member.expand(R[l], n_all, G)).to(dt) for l in range(d)]  # (R_l, n_l, G)
     cnt: list = [None] * (d + 1)  # (G, R_l, M_l) float64 counts of this batch
+    cnt_dt: list = [None] * (d + 1)  # the same in the batch sums' dtype (the leaves' stay float64)
     for l in range(d + 1):
         if one_hot[l] is not None or l == 0:
             code = bins[l] + torch.arange(R[l], device=acc.device, dtype=bins[l].dtype) * M[l] + group * (R[l] * M[l])
             cnt[l] = event_counts(code, G * R[l] * M[l]).view(G, R[l], M[l])
+            cnt_dt[l] = cnt[l].to(dt) if l < d else cnt[l]
         if l < d:
             w = st.widths[l]
             buf = stacked[l]  # (R, k, n, N): the summed quantities' slots side by side
@@ -160,17 +165,17 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
             + group[:, :, None] * (E * mp * m)
         pairs = event_counts(pair, G * E * mp * m).view(G, E, mp, m)
         if cnt[l] is None:  # the leaves without a scatter matrix: the margins of their pairs
-            cnt[l] = pairs.sum(2)
+            cnt[l] = cnt_dt[l] = pairs.sum(2)
         onehot_leaf = l == d and acc.onehot_leaves
         if not onehot_leaf:
             children, g_par = grouped[l - 1], grads[l - 1]
             oh_children = one_hot[l].reshape(Rp, b * m, n_all)  # grouped by parent region (a view)
         for g, lo, hi in spans:
-            part, n = parts[g], hi - lo
+            part = parts[g]
             _ladder_parts.at_level(part.joint_counts, l, "joint_counts").add_(pairs[g])
             if onehot_leaf:
                 # x = one-hot(z): sum_n [z_c = k] g_parent = n Delta W[e, k, :] exactly
-                gp, fc = dW[g][l - 1].to(dt) * n, None
+                gp, fc = dW[g][l - 1], None
             else:
                 gp = torch.bmm(oh_children[..., lo:hi], g_par[..., lo:hi].transpose(1, 2).to(dt)).reshape(E, m, -1)
                 # every child place of a parent in one matmul: (R_{l-1}, M_{l-1}, b n_l), children then split out
@@ -179,12 +184,11 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
                 _ladder_parts.at_level(part.fc, l, "fc").add_(fc)
             _ladder_parts.at_level(part.gp, l, "gp").add_(gp)
             # the derived sums read the parents' counts in the batch sums' dtype, as the one-group path has them
-            part._add_derived(l, pairs[g] if fc is None else fc, gp,
-                              [None if c is None else c[g].to(dt) if k < d else c[g] for k, c in enumerate(cnt)])
-    for g, lo, hi in spans:
-        part, n = parts[g], hi - lo
+            part._add_derived(l, pairs[g] if fc is None else fc, gp, [None if c is None else c[g] for c in cnt_dt])
+    for g, _, _ in spans:
+        part = parts[g]
         for l in range(d + 1):
             part.counts[l] += cnt[l][g]
         for l in range(d):
-            part.dW[l] += dW[g][l].to(dt) * n
-            part.db[l] += rec.g[l][lo:hi].mean(0).to(dt) * n  # (the mean of the rows, as record_rows has it)
+            part.dW[l] += dW[g][l]
+            part.db[l] += db[l][..., g]
