@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -118,8 +118,8 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
     # node-major views: the children of parent r are regions r b .. r b + b - 1, so grouped by parent they are a view
     # ``(R_l, b n_{l+1}, N)``, and each group's Delta W of level l is one matmul on its columns (Eq 2)
     # (one-hot leaves: none; their Delta W is their events' one-hot matmul, built block by block in the caches)
-    grouped = [None if l == d - 1 and acc.onehot_leaves else rec.fbar[l + 1].permute(1, 2, 0).reshape(R[l], -1, n_all)
-               for l in range(d)]
+    grouped: list[Any] = [None if l == d - 1 and acc.onehot_leaves
+                          else rec.fbar[l + 1].permute(1, 2, 0).reshape(R[l], -1, n_all) for l in range(d)]
     grads = [rec.g[l].permute(1, 2, 0) for l in range(d)]  # (R_l, n_l, N)
     scratch = scratch_dict(acc)
 
