@@ -77,3 +77,24 @@ def test_reused_buffers_reuse_the_leaves_one_hot_too():
     assert second.fbar[-1].data_ptr() == again.fbar[-1].data_ptr() != fresh.fbar[-1].data_ptr()
     assert torch.equal(second.fbar[-1], fresh.fbar[-1]) and torch.equal(first.fbar[-1], kept)
     assert all(b is None or torch.equal(a, b) for a, b in zip(second.dW, fresh.dW, strict=True))
+
+
+def test_the_chunk_s_leaf_events_are_checked_as_stored_not_widened(monkeypatch):
+    """``leaf_event_inputs`` reads the range of the leaf events in their stored dtype (uint8 in a store): no int64
+    copy of the chunk's leaves (``part.leaves``: 8 bytes a leaf, ~130 MB per chunk of the 341-region ladder), and a
+    bad stored event is still refused, named."""
+    from smaso.student.rows import leaf_event_inputs
+    from teachers.sampling import EventRows
+
+    lad = Ladder.random(depth=2, branching=3, events=4, seed=1)
+    s = sample_ladder(lad, 50, seed=2)
+    part = dataclasses.replace(s, z=s.z.to(torch.uint8))
+    st = LadderStudent(lad, 4, dtype=torch.float32, seed=0)
+    widened: list[int] = []
+    real = EventRows.events
+    monkeypatch.setattr(EventRows, "events", lambda self, level: widened.append(level) or real(self, level))
+    assert leaf_event_inputs(part, st) and not widened
+    z = part.z.clone()
+    z[7, lad.level_offsets[-2] + 2] = 4  # one past the leaves' 4 events
+    with pytest.raises(ValueError, match=r"region 2 holds event 4 \(row 7\)"):
+        leaf_event_inputs(dataclasses.replace(part, z=z), st)

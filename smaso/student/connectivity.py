@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -93,21 +93,20 @@ def tree_pre_activation(W: torch.Tensor, grouped: torch.Tensor, bias: torch.Tens
     return torch.baddbmm(bias.unsqueeze(-1), Wt, grouped)
 
 
-def tree_backward(W: torch.Tensor, g: torch.Tensor, grouped: torch.Tensor, need_raw: bool, *, mean: bool = True
-                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def tree_backward(W: torch.Tensor, g: torch.Tensor, grouped: torch.Tensor, need_raw: bool, *, mean: bool = True,
+                  delta_w: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Delta W ``(R b, n_{l+1}, n_l)`` = E_x[f_c g_p^T] (Eq 2) and, if ``need_raw``, the children's raw gradient
     ``(R b, n_{l+1}, N)`` = W g (Eq 1; one parent each) of a uniform-tree level, from the gated gradient ``g``
     ``(R, n_l, N)`` and the grouped children's outputs ``(R, b n_{l+1}, N)`` (``mean=False``: the sum over the
-    batch, not the mean: autograd's weight gradient)."""
+    batch, not the mean: autograd's weight gradient; ``delta_w=False``: no Delta W, None in its place)."""
     R, n_l, N = g.shape
+    raw = torch.bmm(W.reshape(R, -1, n_l), g).reshape(W.shape[0], W.shape[1], N) if need_raw else None
+    if not delta_w:
+        return cast(torch.Tensor, None), raw  # (typed as the default's: a caller asking for none reads none)
     # per parent region, g times its children's grouped outputs transposed, a contraction over the batch (in
     # this order the leaf view of x is read row by row: ~1.5x faster than child @ g^T)
     dW = torch.bmm(g, grouped.transpose(1, 2)).transpose(1, 2)
-    dW = (dW / N if mean else dW).reshape(W.shape)
-    if not need_raw:
-        return dW, None
-    raw = torch.bmm(W.reshape(R, -1, n_l), g).reshape(W.shape[0], W.shape[1], N)
-    return dW, raw
+    return (dW / N if mean else dW).reshape(W.shape), raw
 
 
 # ---------------------------------------------------------------------- any region graph

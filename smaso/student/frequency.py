@@ -34,15 +34,17 @@ from smaso.student.connectivity import take_rows
 from smaso.student.event_means import FrequencyStatistics, PerEventMeans
 from smaso.student.mergeable import (
     MergeableSums,
+    check_record_delta_w,
     check_record_weights,
     event_counts,
     event_flags,
     negated_state,
     record_rows,
     tree_pair_index,
+    with_leaves,
 )
 from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
-from smaso.student.row_groups import add_row_groups, groups_at_once
+from smaso.student.row_groups import add_row_groups, grouped_batches, groups_at_once
 from smaso.student.rows import evaluation_inputs, leaf_event_inputs
 from teachers.statistics import EventStatistics
 
@@ -207,9 +209,11 @@ class FrequencyAccumulator(MergeableSums):
         lad, dt = self.ladder, self.dtype
         z = _student_events(self.student, z, rec)
         check_record_weights(self.student, rec, any(self._derived))  # (U and Gf read the weights now)
-        if rows is not None:
+        rec = with_leaves(rec, z, self.student)
+        if rows is not None:  # (Delta W recomputed from the rows)
             edges = None if lad.is_uniform() else [self.student.edge_index(l) for l in range(lad.depth)]
             rec, z = record_rows(rec, rows, edges), z[rows]
+        check_record_delta_w(rec, lad.depth)
         d, off = lad.depth, lad.level_offsets
         n = z.shape[0]
         z = z.to(self.device, self._index_dtype)
@@ -522,6 +526,7 @@ class ReplicateAccumulator:
             add_row_groups(self.parts, rec, _student_events(self.student, z, rec), bounds, fields)
             return
         strided = self.student.ladder.is_uniform() and self.student.fast_path
+        rec = with_leaves(rec, _student_events(self.student, z, rec), self.student)
         edges = None if self.student.ladder.is_uniform() else [self.student.edge_index(l)
                                                                 for l in range(self.student.ladder.depth)]
         for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):
@@ -651,7 +656,9 @@ def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *add
         for x, y, z, *bounds in batches:
             # host batches copied without waiting for the device (a blocking copy synchronizes the stream)
             x, y, z = (t.to(dev, non_blocking=True) for t in (x, y, z))
-            rec = student.forward_backward(x, y, loss, stacked=buffers, labels_checked=True)
+            # (a batch cut into row groups: each group's Delta W is summed by ReplicateAccumulator.add, the whole
+            # batch's by nobody)
+            rec = student.forward_backward(x, y, loss, stacked=buffers, labels_checked=True, delta_w=not bounds)
             for add in adds:
                 add(rec, z, *bounds)
             correct += (rec.fbar[0][:, 0].argmax(-1) == y).sum()
@@ -676,7 +683,7 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData 
     events = _regroup(student, dtype) and leaf_event_inputs(part, student)
     if groups is not None and _regroup(student, dtype):
         batches: Iterator[Any] = ((evaluation_inputs(part, idx, wdt, events), part.y[idx], part.z[idx], bounds)
-                                  for idx, bounds in _grouped_batches(len(part), batch_size, groups))
+                                  for idx, bounds in grouped_batches(len(part), batch_size, groups))
     else:
         rows = [slice(s, min(s + batch_size, len(part))) for s in range(0, len(part), batch_size)]
         batches = ((evaluation_inputs(part, r, wdt, events), part.y[r], part.z[r]) for r in rows)
@@ -684,32 +691,13 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData 
     return acc.state_dict(), int(correct)
 
 
-#: Batches of ``batch_size`` rows run together by :func:`_grouped_batches` (the row groups' sums then cost a
-#: quarter of the per-group calls per row; memory: this many batches' records).
-GROUPED_BATCHES = 4
-
-
 def _regroup(student: LadderStudent, dtype: torch.dtype | None) -> bool:
-    """Whether a streaming pass may reorder its sums: run :data:`GROUPED_BATCHES` batches at once with row groups
-    (:func:`_grouped_batches`), and take one-hot leaves as their events (:func:`~smaso.student.rows.
-    leaf_event_inputs`): without BN (each row's record is then its own, whatever batch it runs in) and with batch
-    sums below float64 (whose results are within their own round-off anyway: a float64 pass stays the same bit for
-    bit)."""
+    """Whether a streaming pass may reorder its sums: run :data:`~smaso.student.row_groups.GROUPED_BATCHES`
+    batches at once with row groups (:func:`~smaso.student.row_groups.grouped_batches`), and take one-hot leaves as
+    their events (:func:`~smaso.student.rows.leaf_event_inputs`): without BN (each row's record is then its own,
+    whatever batch it runs in) and with batch sums below float64 (whose results are within their own round-off
+    anyway: a float64 pass stays the same bit for bit)."""
     return not student.batch_norm and (dtype or student.weights[0].dtype) != torch.float64
-
-
-def _grouped_batches(n: int, batch_size: int, groups: int) -> Iterator[tuple[torch.Tensor, list[int]]]:
-    """The rows of a chunk of ``n`` rows as runs of :data:`GROUPED_BATCHES` batches of ``batch_size``, each run's
-    rows reordered group by group: ``(rows, bounds)``, group g's rows (block g of each batch, the K blocks
-    ``g N_b // K`` of :meth:`ReplicateAccumulator.add`) at ``bounds[g]:bounds[g + 1]`` of ``rows``.  So every group
-    holds the rows it holds batch by batch, in 1/GROUPED_BATCHES of the per-group calls."""
-    step = batch_size * GROUPED_BATCHES
-    for lo in range(0, n, step):
-        starts = range(lo, min(lo + step, n), batch_size)
-        cuts = [[s + g * (min(s + batch_size, n) - s) // groups for g in range(groups + 1)] for s in starts]
-        rows = torch.cat([torch.arange(c[g], c[g + 1]) for g in range(groups) for c in cuts])
-        sizes = [sum(c[g + 1] - c[g] for c in cuts) for g in range(groups)]
-        yield rows, [sum(sizes[:g]) for g in range(groups + 1)]
 
 
 def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: str = "squared", batch_size: int = 4096,
@@ -722,8 +710,10 @@ def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: s
     batches of ``batch_size`` (BN normalizes each batch by its own statistics) into a fresh accumulator, and
     the chunks' states are merged in chunk order, so the result does not depend on the engine.  Memory is one
     chunk and one batch, whatever N is.  With ``groups``, batch sums below float64 and no BN, the batches run
-    :data:`GROUPED_BATCHES` at a time, their rows reordered group by group (:func:`_grouped_batches`: every group
-    holds the rows it holds batch by batch; fewer, larger per-group sums, within the batch sums' round-off).
+    :data:`~smaso.student.row_groups.GROUPED_BATCHES` at a time, their rows reordered group by group
+    (:func:`~smaso.student.row_groups.grouped_batches`: every group holds the rows it holds batch by batch; fewer,
+    larger per-group sums, within the batch sums' round-off), and no whole-batch Delta W is computed (each group's
+    is).
 
     :param source: a :class:`~teachers.sampling.LadderSample`, a :class:`~teachers.chunked.ChunkedLadderData`,
         or dataset path(s), of the student's ladder.

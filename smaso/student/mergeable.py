@@ -78,6 +78,29 @@ def check_record_weights(student: Any, rec: StudentRecord, derived: bool) -> Non
                          "between forward_backward and add); add each record before updating the weights")
 
 
+def with_leaves(rec: StudentRecord, z: torch.Tensor, student: Any) -> StudentRecord:
+    """``rec``, its leaves' one-hot ``rec.fbar[d]`` ``(N, R_d, m)`` built from the events ``z`` ``(N, total_regions)``
+    where ``forward_backward(delta_w=False)`` left it out (given leaf events, Delta W was its only reader); a record
+    that has it is returned as it is."""
+    if rec.fbar[-1] is not None:
+        return rec
+    from smaso.student.connectivity import one_hot_node_major
+
+    leaves = z[:, student.ladder.level_offsets[-2]:]
+    fbar = [*rec.fbar[:-1], one_hot_node_major(leaves, student.widths[-1], rec.g[0].dtype).permute(2, 0, 1)]
+    return dataclasses.replace(rec, fbar=fbar, loss=cast(float, rec.loss if rec.loss_tensor is None
+                                                         else rec.loss_tensor))  # (replace would read loss: a sync)
+
+
+def check_record_delta_w(rec: StudentRecord, depth: int) -> None:
+    """Refuse ``rec`` where its whole batch's Delta W is read and it has none (made by
+    :meth:`~smaso.student.network.LadderStudent.forward_backward` with ``delta_w=False``)."""
+    if any(w is None for w in rec.dW[:depth]):
+        raise ValueError("rec: made with forward_backward(delta_w=False), without the batch's Delta W; add it in row "
+                         "groups (ReplicateAccumulator.add with bounds, or rows=), which sum each group's own, or "
+                         "make it with delta_w=True")
+
+
 def tree_pair_index(parents: torch.Tensor, children: torch.Tensor, m: int, edge_base: torch.Tensor) -> torch.Tensor:
     """The flat count index ``(e M_p + a_p) M + a`` of every (parent, child) event pair of a uniform tree's level,
     whose edge e is child region e (parent e // b): ``parents`` ``(N, R_p)`` and ``children`` ``(N, R_p b)`` integer
@@ -118,6 +141,9 @@ def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None, *, s
     lo, hi, _ = rows.indices(n_all)
     if hi <= lo:
         raise ValueError(f"rows: expected a non-empty range of the batch's {n_all} rows, got {rows!r}")
+    if rec.fbar[-1] is None:
+        raise ValueError("rec: made with forward_backward(delta_w=False) on leaf events, without their one-hot; "
+                         "complete it first (with_leaves)")
     sl = slice(lo, hi)
     per: dict[str, Any] = {k: [None if t is None else t[sl] for t in getattr(rec, k)] for k in PER_EXAMPLE}
     d = len(rec.fbar) - 1
@@ -130,10 +156,10 @@ def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None, *, s
             rows_g = g.permute(1, 0, 2)  # (R_l, n, n_l)
             for c in range(b):  # child c of parent p is region p b + c
                 out[:, c] = torch.bmm(child[:, c::b].permute(1, 2, 0), rows_g)
-            dW[l] = (out / (hi - lo)).reshape(rec.dW[l].shape)
+            dW[l] = (out / (hi - lo)).reshape(-1, child.shape[2], g.shape[2])  # (E, n_{l+1}, n_l)
         elif edges is None:
             grouped = child.reshape(hi - lo, g.shape[1], -1)  # children grouped by parent
-            dW[l] = (torch.einsum("nrk,nrj->rkj", grouped, g) / (hi - lo)).reshape(rec.dW[l].shape)
+            dW[l] = (torch.einsum("nrk,nrj->rkj", grouped, g) / (hi - lo)).reshape(-1, child.shape[2], g.shape[2])
         else:
             par, chi = edges[l]
             dW[l] = torch.einsum("nek,nej->ekj", child.index_select(1, chi), g.index_select(1, par)) / (hi - lo)

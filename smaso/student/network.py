@@ -48,6 +48,7 @@ from smaso.student.connectivity import (
 )
 from smaso.student.losses import LOSSES, _output_gradient, output_gradient, student_loss
 from smaso.student.node_major import node_major_forward
+from smaso.student.node_variables import VARIABLES, _check_variable, node_variable  # noqa: F401  (re-exported)
 from smaso.student.readout import readout_events, readout_ladder
 from smaso.student.scratch import scratch_dict
 from teachers.ladder import Ladder
@@ -536,7 +537,8 @@ class LadderStudent(nn.Module):
 
     @torch.no_grad()
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss: str = "squared", *,
-                         stacked: bool | list[torch.Tensor] = False, labels_checked: bool = False) -> StudentRecord:
+                         stacked: bool | list[torch.Tensor] = False, labels_checked: bool = False,
+                         delta_w: bool = True) -> StudentRecord:
         """Forward and explicit backward pass on one batch, every per-example quantity recorded.
 
         Computed node-major (``(R_l, n_l, N)``, contiguous over the batch; see :class:`StudentRecord`).
@@ -554,6 +556,9 @@ class LadderStudent(nn.Module):
             (a training loop validates its dataset once before the loop): skip those checks, the step's only host
             reads. The record's
             ``loss`` is read from the device lazily (:attr:`StudentRecord.loss_tensor` never syncs).
+        :param delta_w: False: on a uniform tree's fast path leave ``rec.dW`` None, and with leaf events ``rec.fbar[d]``
+            (no one-hot of them), for a caller that sums Delta W itself per row group from the events
+            (:meth:`~smaso.student.frequency.ReplicateAccumulator.add` with ``bounds``).
         """
         self.check_inputs(x, values=not labels_checked)
         self._check_labels(x, y, loss, values=not labels_checked)
@@ -583,15 +588,16 @@ class LadderStudent(nn.Module):
 
         nm: dict[str, list[Any]] = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
         sigma, mu, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(6))  # type: list, list, list, list, list, list
-        # one-hot leaves given by their events: node-major (Delta W reads it fastest), reused with reused buffers
-        nm["fbar"][d] = one_hot_node_major(x, self.widths[-1], dtype, owner=self if reuse else None) if events \
-            else self._leaves(x)
+        # one-hot leaves given by their events: node-major (Delta W reads it fastest), reused with reused buffers;
+        # none without Delta W on the fast path (Delta W its only reader here; a caller summing it has the events)
+        nm["fbar"][d] = self._leaves(x) if not events else None if not (delta_w or not self._fast) else \
+            one_hot_node_major(x, self.widths[-1], dtype, owner=self if reuse else None)
         inputs: list[Any] = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"
         for l in range(d - 1, -1, -1):
             # a view, except for a slot of a stacked buffer on the fast path (then one copy, shared by forward and
             # Delta W)
-            inputs[l] = self._grouped(l, nm["fbar"][l + 1])
+            inputs[l] = None if nm["fbar"][l + 1] is None else self._grouped(l, nm["fbar"][l + 1])
             if events and l == d - 1:
                 _, _, rows, first = self._one_hot_args(x)
                 u = one_hot_pre_activation(self.edge_weights(l), rows, None if self.biases is None
@@ -644,9 +650,10 @@ class LadderStudent(nn.Module):
             # W g summed over each child's parents (Eq 1; None below the leaves)
             W, need_raw = self.edge_weights(l), l + 1 < d
             if events and self._fast and not need_raw:  # the node-major one-hot: one-hot @ g^T, in W's layout
-                dW[l] = (torch.bmm(inputs[l], g.transpose(1, 2)) / n).view(W.shape)
+                dW[l] = (torch.bmm(inputs[l], g.transpose(1, 2)) / n).view(W.shape) if delta_w else None
             else:
-                dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw) if self._fast else graph_backward(
+                dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw, delta_w=delta_w) \
+                    if self._fast else graph_backward(
                     W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
             db[l] = g.mean(-1)
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
@@ -654,7 +661,7 @@ class LadderStudent(nn.Module):
                             loss=cast(float, loss_value),  # the tensor: the property keeps it on the device
                             stacked=buffers if stacked else None, stacked_fields=keys if stacked else None,
                             params_version=self.params_version())
-        rec.fbar[d] = nm["fbar"][d].permute(2, 0, 1) if events else x.to(dtype)
+        rec.fbar[d] = x.to(dtype) if not events else None if nm["fbar"][d] is None else nm["fbar"][d].permute(2, 0, 1)
         return rec
 
     def params_version(self) -> tuple[int, ...]:
@@ -698,32 +705,3 @@ class LadderStudent(nn.Module):
                 f"batch_norm={bn!r}, bias={self.biases is not None}, edges={edges}"
                 + (", shared" if self.shared else "") + ("" if self.readout is None else f", readout={self.readout}"))
 
-
-#: What a node's "f_j" is (:func:`node_variable`): ``"output"`` (default) the node's output as the next level sees
-#: it, the record's ``fbar`` (after the gate, after BN where BN follows the gate); ``"activation"`` the gate's
-#: output before any BN after it (BN's input for ``batch_norm="after"``); ``"preactivation"`` the linear map's
-#: output u (BN's input for ``batch_norm="before"``); ``"gate_input"`` what the gate reads (u, or BN(u) before
-#: the gate).  Before issue 36 this module measured the record's ``f``: the activation, or BN(u) before the gate.
-VARIABLES = ("output", "activation", "preactivation", "gate_input")
-
-
-def _check_variable(variable: object) -> str:
-    if not isinstance(variable, str) or variable not in VARIABLES:
-        raise ValueError(f"variable: expected one of {VARIABLES}, got {variable!r}")
-    return variable
-
-
-def node_variable(student: LadderStudent, rec: StudentRecord, level: int, variable: str = "output") -> torch.Tensor:
-    """The variable f_j of every node of level ``level`` in one batch's record, ``(N, R_l, n_l)`` (:data:`VARIABLES`).
-
-    :param student: the student that made ``rec`` (its BN placement says which record field is which).
-    """
-    _check_variable(variable)
-    before = student.bn_placement == "before"
-    if variable == "output":
-        return rec.fbar[level]
-    if variable == "preactivation":
-        return rec.u[level]
-    if variable == "activation":  # before the gate BN's output is f and the gate's output fbar; else f = s(u) u
-        return rec.fbar[level] if before else rec.f[level]
-    return rec.f[level] if before and rec.sigma[level] is not None else rec.u[level]

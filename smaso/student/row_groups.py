@@ -15,19 +15,40 @@ round-off (the same sums in another order; the counts exact): ``tests/test_row_g
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from smaso import _ladder_parts
+from smaso.student.connectivity import one_hot_tree_weight_grad
 from smaso.student.mergeable import check_record_weights, event_counts, event_flags, tree_pair_index
+from smaso.student.scratch import scratch_dict
 
 if TYPE_CHECKING:
     from smaso.student.frequency import FrequencyAccumulator
     from smaso.student.network import StudentRecord
 
-__all__ = ["add_row_groups", "groups_at_once"]
+__all__ = ["GROUPED_BATCHES", "add_row_groups", "grouped_batches", "groups_at_once"]
+
+
+#: Batches of ``batch_size`` rows run together by :func:`grouped_batches` (the row groups' sums then cost a
+#: quarter of the per-group calls per row; memory: this many batches' records).
+GROUPED_BATCHES = 4
+
+
+def grouped_batches(n: int, batch_size: int, groups: int) -> Iterator[tuple[torch.Tensor, list[int]]]:
+    """The rows of a chunk of ``n`` rows as runs of :data:`GROUPED_BATCHES` batches of ``batch_size``, each run's
+    rows reordered group by group: ``(rows, bounds)``, group g's rows (block g of each batch, the K blocks
+    ``g N_b // K`` of :meth:`~smaso.student.frequency.ReplicateAccumulator.add`) at ``bounds[g]:bounds[g + 1]`` of
+    ``rows``.  So every group holds the rows it holds batch by batch, in 1/GROUPED_BATCHES of the per-group calls."""
+    step = batch_size * GROUPED_BATCHES
+    for lo in range(0, n, step):
+        starts = range(lo, min(lo + step, n), batch_size)
+        cuts = [[s + g * (min(s + batch_size, n) - s) // groups for g in range(groups + 1)] for s in starts]
+        rows = torch.cat([torch.arange(c[g], c[g + 1]) for g in range(groups) for c in cuts])
+        sizes = [sum(c[g + 1] - c[g] for c in cuts) for g in range(groups)]
+        yield rows, [sum(sizes[:g]) for g in range(groups + 1)]
 
 
 def groups_at_once(acc: FrequencyAccumulator, rec: StudentRecord, fields: Sequence[str], max_events: int) -> bool:
@@ -96,15 +117,30 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
     branching = _ladder_parts.uniform_branching(lad)
     # node-major views: the children of parent r are regions r b .. r b + b - 1, so grouped by parent they are a view
     # ``(R_l, b n_{l+1}, N)``, and each group's Delta W of level l is one matmul on its columns (Eq 2)
-    grouped = [rec.fbar[l + 1].permute(1, 2, 0).reshape(R[l], -1, n_all) for l in range(d)]
+    # (one-hot leaves: none; their Delta W is their events' one-hot matmul, built block by block in the caches)
+    grouped: list[Any] = [None if l == d - 1 and acc.onehot_leaves
+                          else rec.fbar[l + 1].permute(1, 2, 0).reshape(R[l], -1, n_all) for l in range(d)]
     grads = [rec.g[l].permute(1, 2, 0) for l in range(d)]  # (R_l, n_l, N)
-    dW = {g: [(torch.bmm(grouped[l][..., lo:hi], grads[l][..., lo:hi].transpose(1, 2)) / (hi - lo))
-              .reshape(rec.dW[l].shape) for l in range(d)] for g, lo, hi in spans}
+    scratch = scratch_dict(acc)
+
+    def delta_w(l: int, lo: int, hi: int) -> torch.Tensor:
+        """Level l's Delta W ``(E_l, n_{l+1}, n_l)`` (Eq 2) summed over rows lo:hi (the sum, not the mean: the
+        accumulators add sums)."""
+        if grouped[l] is None:
+            return one_hot_tree_weight_grad(acc.dW[l], grads[l][..., lo:hi], bins[d][lo:hi], M[d], scratch)
+        return torch.bmm(grouped[l][..., lo:hi], grads[l][..., lo:hi].transpose(1, 2)).reshape(acc.dW[l].shape)
+
+    dW = {g: [delta_w(l, lo, hi).to(dt) for l in range(d)] for g, lo, hi in spans}
+    # every group's bias sums as one matmul per level, by the rows' group indicator (N, G)
+    member = (group == torch.arange(G, device=acc.device, dtype=group.dtype)).to(rec.g[0].dtype)
+    db = [torch.bmm(grads[l], member.expand(R[l], n_all, G)).to(dt) for l in range(d)]  # (R_l, n_l, G)
     cnt: list = [None] * (d + 1)  # (G, R_l, M_l) float64 counts of this batch
+    cnt_dt: list = [None] * (d + 1)  # the same in the batch sums' dtype (the leaves' stay float64)
     for l in range(d + 1):
         if one_hot[l] is not None or l == 0:
             code = bins[l] + torch.arange(R[l], device=acc.device, dtype=bins[l].dtype) * M[l] + group * (R[l] * M[l])
             cnt[l] = event_counts(code, G * R[l] * M[l]).view(G, R[l], M[l])
+            cnt_dt[l] = cnt[l].to(dt) if l < d else cnt[l]
         if l < d:
             w = st.widths[l]
             buf = stacked[l]  # (R, k, n, N): the summed quantities' slots side by side
@@ -129,17 +165,17 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
             + group[:, :, None] * (E * mp * m)
         pairs = event_counts(pair, G * E * mp * m).view(G, E, mp, m)
         if cnt[l] is None:  # the leaves without a scatter matrix: the margins of their pairs
-            cnt[l] = pairs.sum(2)
+            cnt[l] = cnt_dt[l] = pairs.sum(2)
         onehot_leaf = l == d and acc.onehot_leaves
         if not onehot_leaf:
             children, g_par = grouped[l - 1], grads[l - 1]
             oh_children = one_hot[l].reshape(Rp, b * m, n_all)  # grouped by parent region (a view)
         for g, lo, hi in spans:
-            part, n = parts[g], hi - lo
+            part = parts[g]
             _ladder_parts.at_level(part.joint_counts, l, "joint_counts").add_(pairs[g])
             if onehot_leaf:
                 # x = one-hot(z): sum_n [z_c = k] g_parent = n Delta W[e, k, :] exactly
-                gp, fc = dW[g][l - 1].to(dt) * n, None
+                gp, fc = dW[g][l - 1], None
             else:
                 gp = torch.bmm(oh_children[..., lo:hi], g_par[..., lo:hi].transpose(1, 2).to(dt)).reshape(E, m, -1)
                 # every child place of a parent in one matmul: (R_{l-1}, M_{l-1}, b n_l), children then split out
@@ -148,12 +184,11 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
                 _ladder_parts.at_level(part.fc, l, "fc").add_(fc)
             _ladder_parts.at_level(part.gp, l, "gp").add_(gp)
             # the derived sums read the parents' counts in the batch sums' dtype, as the one-group path has them
-            part._add_derived(l, pairs[g] if fc is None else fc, gp,
-                              [None if c is None else c[g].to(dt) if k < d else c[g] for k, c in enumerate(cnt)])
-    for g, lo, hi in spans:
-        part, n = parts[g], hi - lo
+            part._add_derived(l, pairs[g] if fc is None else fc, gp, [None if c is None else c[g] for c in cnt_dt])
+    for g, _, _ in spans:
+        part = parts[g]
         for l in range(d + 1):
             part.counts[l] += cnt[l][g]
         for l in range(d):
-            part.dW[l] += dW[g][l].to(dt) * n
-            part.db[l] += rec.g[l][lo:hi].mean(0).to(dt) * n  # (the mean of the rows, as record_rows has it)
+            part.dW[l] += dW[g][l]
+            part.db[l] += db[l][..., g]
