@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from smaso.student.compare import ComparisonResult
     from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
-    from teachers.engine import DaskEngine, SerialEngine
+    from teachers.engine import DaskEngine, ProcessEngine, SerialEngine
     from teachers.sampling import LadderSample
     from teachers.store_reader import ChunkedLadderData
 
@@ -242,15 +242,35 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         here = (args.seeds - 1) // (workers + 2) if engine is not None else args.seeds - 1
         others = _other_seeds(sample, args, evaluation, engine, control=True, skip=here) \
             if engine is not None else []
-        _demo_report(args, lad, sample, evaluation, others, t0, compare_student, here=here)
+        _demo_report(args, lad, sample, evaluation, others, t0, compare_student, here=here, engine=engine)
     return 0
 
 
+def _errors_figure(student: Any, lad: Any, options: dict, groups: int, out_dir: Path, title: str) -> list[str]:
+    """errors_vs_n.png and .json in ``out_dir``: the trained ``student``'s errors and noise floors as N doubles,
+    on fresh rows of stream ``--seed`` + 3 (:func:`~smaso.student.compare.errors_against_n`): which terms are noise,
+    which persist.  ``options``: the demo's ``n``, ``seed``, ``loss`` and ``P_source`` (picklable, unlike the
+    parsed arguments).  The paths written."""
+    from smaso.plots import plot_errors_against_n
+    from smaso.student.compare import errors_against_n
+    from teachers.sampling import sample_ladder
+
+    fresh = sample_ladder(lad, options["n"], options["seed"] + 3, progress=False)
+    by_n = errors_against_n(student, fresh, n_min=1024, loss=options["loss"], P_source=options["P_source"],
+                            noise_groups=groups)
+    plot_errors_against_n(by_n, out_dir / "errors_vs_n.png", title=f"{title}: errors and noise floors against N")
+    _write_json(out_dir / "errors_vs_n.json", by_n)
+    return [str(out_dir / "errors_vs_n.png"), str(out_dir / "errors_vs_n.json")]
+
+
 def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: LadderSample | bool, others: Any,
-                 t0: float, compare_student: Callable[..., ComparisonResult], here: int = 0) -> None:
+                 t0: float, compare_student: Callable[..., ComparisonResult], here: int = 0,
+                 engine: ProcessEngine | None = None) -> None:
     """What ``smaso demo`` prints and writes, the other seeds' runs being the first ``here`` of them, trained here
     in one population with ``--student-seed``'s, then ``others`` (futures or runs, :func:`_other_seeds`);
-    ``evaluation`` is the held-out rows, or False (``--evaluate training``)."""
+    ``evaluation`` is the held-out rows, or False (``--evaluate training``).  With ``engine`` (the pool that trains
+    ``others``), the errors against N (:func:`_errors_figure`) are measured and drawn there, queued after its
+    seeds, while this process checks Thm 3 and draws the other figures: the same files."""
     from teachers.ladder import Ladder
     from teachers.sampling import sample_ladder
 
@@ -291,6 +311,14 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
                              progress=_progress(args))
     result, shuffled = res[0], res[1]
     student, _, _ = result._trained()
+    out_dir = Path(args.out)  # (its default, under $SMASO_OUTPUT, is set by cli_support._check_early)
+    groups = _noise_groups(args)
+    # the trained student's errors and floors as N doubles go to the pool first: its worker has none of this
+    # process's report to write and would wait idle once its seeds are done (issue 39: the demo's critical path
+    # was this process; bench_demo.py)
+    options = {k: getattr(args, k) for k in ("n", "seed", "loss", "P_source")}
+    by_n = engine.submit(_errors_figure, student, lad, options, groups, out_dir, title) \
+        if engine is not None and groups and args.n >= 2048 else None
     # first what needs no other seed's run, while the workers finish theirs (printed and listed in the order of
     # before): the accuracy, Thm 3's check, the figures and the errors against N
     accuracy = accuracy_report(lad, student, report["bayes_optimal"], args.seed)
@@ -307,21 +335,9 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
     worst = exact.max_error(("F_propagated", "G_propagated", "dW_propagated"))
     verdict = (f"undefined ({'; '.join(exact.final()['degenerate'])}): not a check of Thm 3" if math.isnan(worst)
                else f"{worst:.1e}" + (" (float64 round-off: exact)" if worst < 1e-10 else " (NOT exact)"))
-    out_dir = Path(args.out)  # (its default, under $SMASO_OUTPUT, is set by cli_support._check_early)
     files = _save_figures(out_dir, result, title, control=control)
-    groups = _noise_groups(args)
     if groups and args.n >= 2048:
-        from smaso.plots import plot_errors_against_n
-        from smaso.student.compare import errors_against_n
-
-        # the trained student's errors and floors as N doubles (on fresh rows): which terms are noise, which persist
-        fresh = sample_ladder(lad, args.n, args.seed + 3, progress=False)
-        by_n = errors_against_n(student, fresh, n_min=1024, loss=args.loss, P_source=args.P_source,
-                                noise_groups=groups)
-        plot_errors_against_n(by_n, out_dir / "errors_vs_n.png",
-                              title=f"{title}: errors and noise floors against N")
-        _write_json(out_dir / "errors_vs_n.json", by_n)
-        files += [str(out_dir / "errors_vs_n.png"), str(out_dir / "errors_vs_n.json")]
+        files += by_n.result() if by_n is not None else _errors_figure(student, lad, options, groups, out_dir, title)
     runs = [*_run_dicts(mine, res[2:], shuffled=True), *others]
     seeds = _seed_summary(args, result, runs, control=shuffled)
     print(result.table(every=max(1, len(result.history) // 8)))
