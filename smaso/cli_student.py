@@ -295,7 +295,9 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
     # --student-seed's run and its shuffled-label control (the reformulation's table and the alignment both measure
     # it), trained as one batched population with the first `here` other seeds and their controls (without the
     # alignment): the runs of _run_comparison, _shuffled_control and _other_seeds (weights bit for bit, numbers to
-    # float64 round-off: the members' statistics are summed in one batched pass, smaso.student.member_statistics)
+    # float64 round-off: the members' statistics are summed in one batched pass, smaso.student.member_statistics);
+    # the control's alignment is measured at its first and last checkpoints only, the rows read (its last, ranked at
+    # its first: the same numbers; about 0.1 s a checkpoint on the main process, issue 39)
     import dataclasses
 
     from smaso.student.population import compare_population
@@ -308,7 +310,7 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
     res = compare_population(sample, s_cfg, [t_cfg, t_ctl, *(dataclasses.replace(t_cfg, seed=s) for s in mine),
                                              *(dataclasses.replace(t_ctl, seed=s) for s in mine)],
                              [e_cfg, e_ctl, *[e_mine] * (2 * here)], device=args.device,
-                             progress=_progress(args))
+                             progress=_progress(args), _alignment_ends=[False, True, *[False] * (2 * here)])
     result, shuffled = res[0], res[1]
     student, _, _ = result._trained()
     out_dir = Path(args.out)  # (its default, under $SMASO_OUTPUT, is set by cli_support._check_early)

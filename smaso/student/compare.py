@@ -345,7 +345,7 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
                     evaluation: EvaluationConfig | None = None, *, device: torch.device | str | None = None,
                     engine: SerialEngine | DaskEngine | None = None, progress: bool = False,
                     _replay: Callable[[LadderStudent, int], None] | None = None,
-                    _statistics: Callable[..., tuple[Any, int]] | None = None,
+                    _statistics: Callable[..., tuple[Any, int]] | None = None, _alignment_ends: bool = False,
                     **legacy: Any) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
@@ -372,6 +372,8 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
     :param _statistics: private (the same): called as ``_statistics(step, net, rows, **kw)`` in place of
         :func:`~smaso.student.frequency.accumulate_statistics` ``(net, rows, **kw)`` at a streamed checkpoint (a
         population's members measured in one batched pass, :mod:`smaso.student.member_statistics`).
+    :param _alignment_ends: private (``smaso demo``'s shuffled-label control, whose last alignment alone is read,
+        ranked at its first): the alignment at the first and the last checkpoint only, the same rows there.
 
     The configs' fields in detail (see also their classes):
 
@@ -536,7 +538,8 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
             row = {"step": step, "accuracy": acc, "evaluation": evaluated_on, **report}
             if shuffle_labels:
                 row["shuffled_labels"] = True
-            if alignment is not None:  # (each checkpoint's best matches ranked at the first checkpoint's)
+            if alignment is not None and (not _alignment_ends or not result.history or step == steps
+                                          or result.stopped_at is not None):  # (ranked at the first checkpoint's)
                 moments, probe = accumulate_alignment(net, alignment, engine=engine)
                 aligned = moments.result()
                 aligned_at_start = aligned_at_start or aligned
