@@ -81,7 +81,7 @@ def _shuffled_control(sample: LadderSample | ChunkedLadderData, args: argparse.N
 
 
 def _other_seeds(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace, held_out: Any, engine: Any = None,
-                 control: bool = False, skip: int = 0) -> list:
+                 control: bool = False, skip: int = 0, last: int | None = None) -> list:
     """Futures (or, without ``engine``, the results) of the seeds after ``--student-seed`` (``--seeds`` in all),
     each with its shuffled-label control when ``control``, without the alignment (only the first seed's is
     printed): trained as batched populations (:func:`~smaso.student.seeds._population_runs`; the runs one by one:
@@ -89,7 +89,8 @@ def _other_seeds(sample: LadderSample | ChunkedLadderData, args: argparse.Namesp
     :class:`~teachers.engine.ProcessEngine` one per worker (its futures' results are lists of runs), with a Dask
     engine one task per seed.  A pool's tasks are submitted now, from this thread, before any work here (a fork once
     this process computes can copy a held lock), and run beside this process's own seed.  ``skip``: leave out the
-    first this many of them (the demo trains them with its own seed)."""
+    first this many of them (the demo trains them with its own seed).  ``last``: a process pool's runs measure their
+    first checkpoint and their last this many only (:func:`~smaso.student.seeds._population_runs`)."""
     from smaso.student.seeds import _population_runs, _seed_run
 
     configs = _configs(args, _held_out(sample, args, held_out), alignment=False)
@@ -102,8 +103,13 @@ def _other_seeds(sample: LadderSample | ChunkedLadderData, args: argparse.Namesp
         return engine.map(_seed_run, seeds, sample, configs, control, args.device)
     # a process pool: one population per worker (each future's result is a list of runs)
     k = max(1, math.ceil(len(seeds) / getattr(engine, "workers", 1)))
-    return [engine.submit(_population_runs, seeds[i: i + k], sample, configs, control, args.device)
+    return [engine.submit(_population_runs, seeds[i: i + k], sample, configs, control, args.device, last)
             for i in range(0, len(seeds), k)]
+
+
+#: The checkpoints of each run that the summary over seeds averages (its last this many; its first is the
+#: initialisation control): all that ``smaso demo`` reads of the other seeds' runs, so all they measure.
+SUMMARY_LAST = 3
 
 
 def _seed_summary(args: argparse.Namespace, result: ComparisonResult, runs: list, control: Any = None) -> Any:
@@ -119,7 +125,7 @@ def _seed_summary(args: argparse.Namespace, result: ComparisonResult, runs: list
     runs = [x for r in runs for x in (r if isinstance(r, list) else [r])]  # (a pool's populations: lists of runs)
     seeds = [args.student_seed + i for i in range(args.seeds)]
     shuffled = None if control is None else [control, *(r["shuffled"] for r in runs)]
-    return summarize_seeds([result, *runs], seeds=seeds, last=3, shuffled=shuffled)
+    return summarize_seeds([result, *runs], seeds=seeds, last=SUMMARY_LAST, shuffled=shuffled)
 
 
 def _noise_groups(args: argparse.Namespace) -> int | None:
@@ -240,7 +246,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         # (this process also trains the first `here` of them beside its own seed: it has the report to write too,
         # about the work of one or two seeds (issue 39's profile), so it takes a share of one of w + 2 parts)
         here = (args.seeds - 1) // (workers + 2) if engine is not None else args.seeds - 1
-        others = _other_seeds(sample, args, evaluation, engine, control=True, skip=here) \
+        others = _other_seeds(sample, args, evaluation, engine, control=True, skip=here, last=SUMMARY_LAST) \
             if engine is not None else []
         _demo_report(args, lad, sample, evaluation, others, t0, compare_student, here=here, engine=engine)
     return 0
@@ -297,7 +303,8 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
     # alignment): the runs of _run_comparison, _shuffled_control and _other_seeds (weights bit for bit, numbers to
     # float64 round-off: the members' statistics are summed in one batched pass, smaso.student.member_statistics);
     # the control's alignment is measured at its first and last checkpoints only, the rows read (its last, ranked at
-    # its first: the same numbers; about 0.1 s a checkpoint on the main process, issue 39)
+    # its first: the same numbers; about 0.1 s a checkpoint on the main process, issue 39), and the other seeds'
+    # runs at the checkpoints the summary over seeds reads only (SUMMARY_LAST)
     import dataclasses
 
     from smaso.student.population import compare_population
@@ -310,7 +317,8 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
     res = compare_population(sample, s_cfg, [t_cfg, t_ctl, *(dataclasses.replace(t_cfg, seed=s) for s in mine),
                                              *(dataclasses.replace(t_ctl, seed=s) for s in mine)],
                              [e_cfg, e_ctl, *[e_mine] * (2 * here)], device=args.device,
-                             progress=_progress(args), _alignment_ends=[False, True, *[False] * (2 * here)])
+                             progress=_progress(args), _member_options=[
+                                 {}, {"_alignment_ends": True}, *[{"_last_checkpoints": SUMMARY_LAST}] * (2 * here)])
     result, shuffled = res[0], res[1]
     student, _, _ = result._trained()
     out_dir = Path(args.out)  # (its default, under $SMASO_OUTPUT, is set by cli_support._check_early)

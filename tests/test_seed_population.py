@@ -189,7 +189,8 @@ def test_the_alignment_at_the_ends_only_is_the_full_runs_there(data):
     evaluation = EvaluationConfig(eval_every=4, eval_examples=256, noise_groups=None, alignment=True)
     full = compare_student(data, student, trainings[0], evaluation)
     ends = compare_student(data, student, trainings[0], evaluation, _alignment_ends=True)
-    pop = compare_population(data, student, trainings, evaluation, _alignment_ends=[True, False])
+    pop = compare_population(data, student, trainings, evaluation,
+                             _member_options=[{"_alignment_ends": True}, {}])
     assert [("alignment" in h) for h in full.history] == [True] * 4
     for run in (ends, pop[0]):
         assert [h["step"] for h in run.history] == [0, 4, 8, 12]
@@ -197,5 +198,23 @@ def test_the_alignment_at_the_ends_only_is_the_full_runs_there(data):
         for i in (0, -1):
             assert run.history[i]["alignment"] == full.history[i]["alignment"]
     assert all("alignment" in h for h in pop[1].history)
-    with pytest.raises(ValueError, match="_alignment_ends: expected one flag per member"):
-        compare_population(data, student, trainings, evaluation, _alignment_ends=[True])
+    with pytest.raises(ValueError, match="_member_options: expected one dict per member"):
+        compare_population(data, student, trainings, evaluation, _member_options=[{"_alignment_ends": True}])
+
+
+def test_the_last_checkpoints_only_are_the_full_runs_rows_there(data):
+    """``_last_checkpoints`` (smaso demo's other seeds: the summary over seeds reads their first checkpoint and the
+    last few): those checkpoints only, the full run's rows there (alone: exactly; in a population: its round-off)."""
+    student = StudentConfig(width=6, readout=5)
+    trainings = [TrainingConfig(steps=12, lr=0.5, batch_size=48, seed=5, shuffle_labels=sh) for sh in (False, True)]
+    evaluation = EvaluationConfig(eval_every=4, eval_examples=256, noise_groups=3, alignment=False)
+    full = compare_student(data, student, trainings[0], evaluation)
+    alone = compare_student(data, student, trainings[0], evaluation, _last_checkpoints=2)
+    pop = compare_population(data, student, trainings, evaluation,
+                             _member_options=[{"_last_checkpoints": 2}, {}])
+    assert [h["step"] for h in full.history] == [0, 4, 8, 12] == [h["step"] for h in pop[1].history]
+    assert [h["step"] for h in alone.history] == [0, 8, 12] == [h["step"] for h in pop[0].history]
+    kept = [full.history[i] for i in (0, 2, 3)]
+    assert_same_history(alone.history, kept) and assert_same_history(pop[0].history, kept)
+    assert all(torch.equal(a, b) for a, b in zip(full.student.parameters(), pop[0].student.parameters(),
+                                                 strict=True))

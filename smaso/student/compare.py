@@ -346,7 +346,7 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
                     engine: SerialEngine | DaskEngine | None = None, progress: bool = False,
                     _replay: Callable[[LadderStudent, int], None] | None = None,
                     _statistics: Callable[..., tuple[Any, int]] | None = None, _alignment_ends: bool = False,
-                    **legacy: Any) -> ComparisonResult:
+                    _last_checkpoints: int | None = None, **legacy: Any) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
     Training reads minibatches chunk by chunk (each epoch a seeded random order of the chunks and of their
@@ -374,6 +374,8 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
         population's members measured in one batched pass, :mod:`smaso.student.member_statistics`).
     :param _alignment_ends: private (``smaso demo``'s shuffled-label control, whose last alignment alone is read,
         ranked at its first): the alignment at the first and the last checkpoint only, the same rows there.
+    :param _last_checkpoints: private (``smaso demo``'s other seeds, of which the summary over seeds reads the first
+        checkpoint and the last few): the first checkpoint and the last this many only, the same rows there.
 
     The configs' fields in detail (see also their classes):
 
@@ -509,6 +511,8 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
     aligned_at_start = None  # the alignment at the first checkpoint (initialisation)
     t0 = time.perf_counter()
     checkpoints = sorted({0, steps, *range(0, steps + 1, eval_every)})
+    if _last_checkpoints is not None:
+        checkpoints = sorted({0, *checkpoints[-_last_checkpoints:]})
     bar = tqdm(total=steps, desc="training student", disable=not progress)
     for step in range(steps + 1):
         # (a replayed population wrote no losses here: it checked its own, smaso.student.population)
