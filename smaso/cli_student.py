@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from smaso.student.compare import ComparisonResult
     from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
-    from teachers.engine import DaskEngine, SerialEngine
+    from teachers.engine import DaskEngine, ProcessEngine, SerialEngine
     from teachers.sampling import LadderSample
     from teachers.store_reader import ChunkedLadderData
 
@@ -81,7 +81,7 @@ def _shuffled_control(sample: LadderSample | ChunkedLadderData, args: argparse.N
 
 
 def _other_seeds(sample: LadderSample | ChunkedLadderData, args: argparse.Namespace, held_out: Any, engine: Any = None,
-                 control: bool = False, skip: int = 0) -> list:
+                 control: bool = False, skip: int = 0, last: int | None = None) -> list:
     """Futures (or, without ``engine``, the results) of the seeds after ``--student-seed`` (``--seeds`` in all),
     each with its shuffled-label control when ``control``, without the alignment (only the first seed's is
     printed): trained as batched populations (:func:`~smaso.student.seeds._population_runs`; the runs one by one:
@@ -89,7 +89,8 @@ def _other_seeds(sample: LadderSample | ChunkedLadderData, args: argparse.Namesp
     :class:`~teachers.engine.ProcessEngine` one per worker (its futures' results are lists of runs), with a Dask
     engine one task per seed.  A pool's tasks are submitted now, from this thread, before any work here (a fork once
     this process computes can copy a held lock), and run beside this process's own seed.  ``skip``: leave out the
-    first this many of them (the demo trains them with its own seed)."""
+    first this many of them (the demo trains them with its own seed).  ``last``: a process pool's runs measure their
+    first checkpoint and their last this many only (:func:`~smaso.student.seeds._population_runs`)."""
     from smaso.student.seeds import _population_runs, _seed_run
 
     configs = _configs(args, _held_out(sample, args, held_out), alignment=False)
@@ -102,8 +103,13 @@ def _other_seeds(sample: LadderSample | ChunkedLadderData, args: argparse.Namesp
         return engine.map(_seed_run, seeds, sample, configs, control, args.device)
     # a process pool: one population per worker (each future's result is a list of runs)
     k = max(1, math.ceil(len(seeds) / getattr(engine, "workers", 1)))
-    return [engine.submit(_population_runs, seeds[i: i + k], sample, configs, control, args.device)
+    return [engine.submit(_population_runs, seeds[i: i + k], sample, configs, control, args.device, last)
             for i in range(0, len(seeds), k)]
+
+
+#: The checkpoints of each run that the summary over seeds averages (its last this many; its first is the
+#: initialisation control): all that ``smaso demo`` reads of the other seeds' runs, so all they measure.
+SUMMARY_LAST = 3
 
 
 def _seed_summary(args: argparse.Namespace, result: ComparisonResult, runs: list, control: Any = None) -> Any:
@@ -119,7 +125,7 @@ def _seed_summary(args: argparse.Namespace, result: ComparisonResult, runs: list
     runs = [x for r in runs for x in (r if isinstance(r, list) else [r])]  # (a pool's populations: lists of runs)
     seeds = [args.student_seed + i for i in range(args.seeds)]
     shuffled = None if control is None else [control, *(r["shuffled"] for r in runs)]
-    return summarize_seeds([result, *runs], seeds=seeds, last=3, shuffled=shuffled)
+    return summarize_seeds([result, *runs], seeds=seeds, last=SUMMARY_LAST, shuffled=shuffled)
 
 
 def _noise_groups(args: argparse.Namespace) -> int | None:
@@ -240,17 +246,37 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         # (this process also trains the first `here` of them beside its own seed: it has the report to write too,
         # about the work of one or two seeds (issue 39's profile), so it takes a share of one of w + 2 parts)
         here = (args.seeds - 1) // (workers + 2) if engine is not None else args.seeds - 1
-        others = _other_seeds(sample, args, evaluation, engine, control=True, skip=here) \
+        others = _other_seeds(sample, args, evaluation, engine, control=True, skip=here, last=SUMMARY_LAST) \
             if engine is not None else []
-        _demo_report(args, lad, sample, evaluation, others, t0, compare_student, here=here)
+        _demo_report(args, lad, sample, evaluation, others, t0, compare_student, here=here, engine=engine)
     return 0
 
 
+def _errors_figure(student: Any, lad: Any, options: dict, groups: int, out_dir: Path, title: str) -> list[str]:
+    """errors_vs_n.png and .json in ``out_dir``: the trained ``student``'s errors and noise floors as N doubles,
+    on fresh rows of stream ``--seed`` + 3 (:func:`~smaso.student.compare.errors_against_n`): which terms are noise,
+    which persist.  ``options``: the demo's ``n``, ``seed``, ``loss`` and ``P_source`` (picklable, unlike the
+    parsed arguments).  The paths written."""
+    from smaso.plots import plot_errors_against_n
+    from smaso.student.compare import errors_against_n
+    from teachers.sampling import sample_ladder
+
+    fresh = sample_ladder(lad, options["n"], options["seed"] + 3, progress=False)
+    by_n = errors_against_n(student, fresh, n_min=1024, loss=options["loss"], P_source=options["P_source"],
+                            noise_groups=groups)
+    plot_errors_against_n(by_n, out_dir / "errors_vs_n.png", title=f"{title}: errors and noise floors against N")
+    _write_json(out_dir / "errors_vs_n.json", by_n)
+    return [str(out_dir / "errors_vs_n.png"), str(out_dir / "errors_vs_n.json")]
+
+
 def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: LadderSample | bool, others: Any,
-                 t0: float, compare_student: Callable[..., ComparisonResult], here: int = 0) -> None:
+                 t0: float, compare_student: Callable[..., ComparisonResult], here: int = 0,
+                 engine: ProcessEngine | None = None) -> None:
     """What ``smaso demo`` prints and writes, the other seeds' runs being the first ``here`` of them, trained here
     in one population with ``--student-seed``'s, then ``others`` (futures or runs, :func:`_other_seeds`);
-    ``evaluation`` is the held-out rows, or False (``--evaluate training``)."""
+    ``evaluation`` is the held-out rows, or False (``--evaluate training``).  With ``engine`` (the pool that trains
+    ``others``), the errors against N (:func:`_errors_figure`) are measured and drawn there, queued after its
+    seeds, while this process checks Thm 3 and draws the other figures: the same files."""
     from teachers.ladder import Ladder
     from teachers.sampling import sample_ladder
 
@@ -275,7 +301,10 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
     # --student-seed's run and its shuffled-label control (the reformulation's table and the alignment both measure
     # it), trained as one batched population with the first `here` other seeds and their controls (without the
     # alignment): the runs of _run_comparison, _shuffled_control and _other_seeds (weights bit for bit, numbers to
-    # float64 round-off: the members' statistics are summed in one batched pass, smaso.student.member_statistics)
+    # float64 round-off: the members' statistics are summed in one batched pass, smaso.student.member_statistics);
+    # the control's alignment is measured at its first and last checkpoints only, the rows read (its last, ranked at
+    # its first: the same numbers; about 0.1 s a checkpoint on the main process, issue 39), and the other seeds'
+    # runs at the checkpoints the summary over seeds reads only (SUMMARY_LAST)
     import dataclasses
 
     from smaso.student.population import compare_population
@@ -288,9 +317,18 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
     res = compare_population(sample, s_cfg, [t_cfg, t_ctl, *(dataclasses.replace(t_cfg, seed=s) for s in mine),
                                              *(dataclasses.replace(t_ctl, seed=s) for s in mine)],
                              [e_cfg, e_ctl, *[e_mine] * (2 * here)], device=args.device,
-                             progress=_progress(args))
+                             progress=_progress(args), _member_options=[
+                                 {}, {"_alignment_ends": True}, *[{"_last_checkpoints": SUMMARY_LAST}] * (2 * here)])
     result, shuffled = res[0], res[1]
     student, _, _ = result._trained()
+    out_dir = Path(args.out)  # (its default, under $SMASO_OUTPUT, is set by cli_support._check_early)
+    groups = _noise_groups(args)
+    # the trained student's errors and floors as N doubles go to the pool first: its worker has none of this
+    # process's report to write and would wait idle once its seeds are done (issue 39: the demo's critical path
+    # was this process; bench_demo.py)
+    options = {k: getattr(args, k) for k in ("n", "seed", "loss", "P_source")}
+    by_n = engine.submit(_errors_figure, student, lad, options, groups, out_dir, title) \
+        if engine is not None and groups and args.n >= 2048 else None
     # first what needs no other seed's run, while the workers finish theirs (printed and listed in the order of
     # before): the accuracy, Thm 3's check, the figures and the errors against N
     accuracy = accuracy_report(lad, student, report["bayes_optimal"], args.seed)
@@ -307,21 +345,9 @@ def _demo_report(args: argparse.Namespace, lad: Any, sample: Any, evaluation: La
     worst = exact.max_error(("F_propagated", "G_propagated", "dW_propagated"))
     verdict = (f"undefined ({'; '.join(exact.final()['degenerate'])}): not a check of Thm 3" if math.isnan(worst)
                else f"{worst:.1e}" + (" (float64 round-off: exact)" if worst < 1e-10 else " (NOT exact)"))
-    out_dir = Path(args.out)  # (its default, under $SMASO_OUTPUT, is set by cli_support._check_early)
     files = _save_figures(out_dir, result, title, control=control)
-    groups = _noise_groups(args)
     if groups and args.n >= 2048:
-        from smaso.plots import plot_errors_against_n
-        from smaso.student.compare import errors_against_n
-
-        # the trained student's errors and floors as N doubles (on fresh rows): which terms are noise, which persist
-        fresh = sample_ladder(lad, args.n, args.seed + 3, progress=False)
-        by_n = errors_against_n(student, fresh, n_min=1024, loss=args.loss, P_source=args.P_source,
-                                noise_groups=groups)
-        plot_errors_against_n(by_n, out_dir / "errors_vs_n.png",
-                              title=f"{title}: errors and noise floors against N")
-        _write_json(out_dir / "errors_vs_n.json", by_n)
-        files += [str(out_dir / "errors_vs_n.png"), str(out_dir / "errors_vs_n.json")]
+        files += by_n.result() if by_n is not None else _errors_figure(student, lad, options, groups, out_dir, title)
     runs = [*_run_dicts(mine, res[2:], shuffled=True), *others]
     seeds = _seed_summary(args, result, runs, control=shuffled)
     print(result.table(every=max(1, len(result.history) // 8)))

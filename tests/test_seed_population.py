@@ -178,3 +178,43 @@ def test_population_step_runs_on_meta(data):
     assert traj.diverged == [None, None]
     assert all(t.device.type == "meta" and t.shape == p.shape
                for t, p in zip(traj.snapshots[3][1], nets[1].parameters(), strict=True))
+
+
+def test_the_alignment_at_the_ends_only_is_the_full_runs_there(data):
+    """``_alignment_ends`` (smaso demo's shuffled-label control, whose last alignment alone is read, ranked at its
+    first): the alignment at the first and the last checkpoint only, the full run's rows there exactly; a member
+    without it keeps every checkpoint's; the population's flags are one per member."""
+    student = StudentConfig(width=6, readout=5)
+    trainings = [TrainingConfig(steps=12, lr=0.5, batch_size=48, seed=7, shuffle_labels=sh) for sh in (True, False)]
+    evaluation = EvaluationConfig(eval_every=4, eval_examples=256, noise_groups=None, alignment=True)
+    full = compare_student(data, student, trainings[0], evaluation)
+    ends = compare_student(data, student, trainings[0], evaluation, _alignment_ends=True)
+    pop = compare_population(data, student, trainings, evaluation,
+                             _member_options=[{"_alignment_ends": True}, {}])
+    assert [("alignment" in h) for h in full.history] == [True] * 4
+    for run in (ends, pop[0]):
+        assert [h["step"] for h in run.history] == [0, 4, 8, 12]
+        assert [("alignment" in h) for h in run.history] == [True, False, False, True]
+        for i in (0, -1):
+            assert run.history[i]["alignment"] == full.history[i]["alignment"]
+    assert all("alignment" in h for h in pop[1].history)
+    with pytest.raises(ValueError, match="_member_options: expected one dict per member"):
+        compare_population(data, student, trainings, evaluation, _member_options=[{"_alignment_ends": True}])
+
+
+def test_the_last_checkpoints_only_are_the_full_runs_rows_there(data):
+    """``_last_checkpoints`` (smaso demo's other seeds: the summary over seeds reads their first checkpoint and the
+    last few): those checkpoints only, the full run's rows there (alone: exactly; in a population: its round-off)."""
+    student = StudentConfig(width=6, readout=5)
+    trainings = [TrainingConfig(steps=12, lr=0.5, batch_size=48, seed=5, shuffle_labels=sh) for sh in (False, True)]
+    evaluation = EvaluationConfig(eval_every=4, eval_examples=256, noise_groups=3, alignment=False)
+    full = compare_student(data, student, trainings[0], evaluation)
+    alone = compare_student(data, student, trainings[0], evaluation, _last_checkpoints=2)
+    pop = compare_population(data, student, trainings, evaluation,
+                             _member_options=[{"_last_checkpoints": 2}, {}])
+    assert [h["step"] for h in full.history] == [0, 4, 8, 12] == [h["step"] for h in pop[1].history]
+    assert [h["step"] for h in alone.history] == [0, 8, 12] == [h["step"] for h in pop[0].history]
+    kept = [full.history[i] for i in (0, 2, 3)]
+    assert_same_history(alone.history, kept) and assert_same_history(pop[0].history, kept)
+    assert all(torch.equal(a, b) for a, b in zip(full.student.parameters(), pop[0].student.parameters(),
+                                                 strict=True))

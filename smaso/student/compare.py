@@ -345,8 +345,8 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
                     evaluation: EvaluationConfig | None = None, *, device: torch.device | str | None = None,
                     engine: SerialEngine | DaskEngine | None = None, progress: bool = False,
                     _replay: Callable[[LadderStudent, int], None] | None = None,
-                    _statistics: Callable[..., tuple[Any, int]] | None = None,
-                    **legacy: Any) -> ComparisonResult:
+                    _statistics: Callable[..., tuple[Any, int]] | None = None, _alignment_ends: bool = False,
+                    _last_checkpoints: int | None = None, **legacy: Any) -> ComparisonResult:
     """Train a :class:`LadderStudent` on ``sample`` by (S)GD and compare it with the reformulation.
 
     Training reads minibatches chunk by chunk (each epoch a seeded random order of the chunks and of their
@@ -372,6 +372,10 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
     :param _statistics: private (the same): called as ``_statistics(step, net, rows, **kw)`` in place of
         :func:`~smaso.student.frequency.accumulate_statistics` ``(net, rows, **kw)`` at a streamed checkpoint (a
         population's members measured in one batched pass, :mod:`smaso.student.member_statistics`).
+    :param _alignment_ends: private (``smaso demo``'s shuffled-label control, whose last alignment alone is read,
+        ranked at its first): the alignment at the first and the last checkpoint only, the same rows there.
+    :param _last_checkpoints: private (``smaso demo``'s other seeds, of which the summary over seeds reads the first
+        checkpoint and the last few): the first checkpoint and the last this many only, the same rows there.
 
     The configs' fields in detail (see also their classes):
 
@@ -507,6 +511,8 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
     aligned_at_start = None  # the alignment at the first checkpoint (initialisation)
     t0 = time.perf_counter()
     checkpoints = sorted({0, steps, *range(0, steps + 1, eval_every)})
+    if _last_checkpoints is not None:
+        checkpoints = sorted({0, *checkpoints[-_last_checkpoints:]})
     bar = tqdm(total=steps, desc="training student", disable=not progress)
     for step in range(steps + 1):
         # (a replayed population wrote no losses here: it checked its own, smaso.student.population)
@@ -536,7 +542,8 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
             row = {"step": step, "accuracy": acc, "evaluation": evaluated_on, **report}
             if shuffle_labels:
                 row["shuffled_labels"] = True
-            if alignment is not None:  # (each checkpoint's best matches ranked at the first checkpoint's)
+            if alignment is not None and (not _alignment_ends or not result.history or step == steps
+                                          or result.stopped_at is not None):  # (ranked at the first checkpoint's)
                 moments, probe = accumulate_alignment(net, alignment, engine=engine)
                 aligned = moments.result()
                 aligned_at_start = aligned_at_start or aligned

@@ -94,9 +94,11 @@ def norm_floor(replicates: Sequence[torch.Tensor] | torch.Tensor, denominator: f
 
 def t_quantile(groups: int, level: float = 0.975) -> float:
     """Student's t quantile with ``groups - 1`` degrees of freedom (the jackknife interval's factor)."""
-    from scipy.stats import t
+    # scipy.special's inverse of the t CDF, what scipy.stats.t.ppf evaluates (the same bits), without importing
+    # scipy.stats (about 0.4 s, in every process of smaso demo)
+    from scipy.special import stdtrit
 
-    return float(t.ppf(level, groups - 1))
+    return float(stdtrit(groups - 1, level))
 
 
 @dataclass(repr=False)

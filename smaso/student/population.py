@@ -318,8 +318,8 @@ def _same_setting(trainings: Sequence[TrainingConfig]) -> str | None:
 def compare_population(sample: DataSource, student: StudentConfig | None, trainings: Sequence[TrainingConfig],
                        evaluations: EvaluationConfig | Sequence[EvaluationConfig] | None = None, *,
                        device: torch.device | str | None = None,
-                       engine: SerialEngine | DaskEngine | None = None, progress: bool = False
-                       ) -> list[ComparisonResult]:
+                       engine: SerialEngine | DaskEngine | None = None, progress: bool = False,
+                       _member_options: Sequence[dict] | None = None) -> list[ComparisonResult]:
     """:func:`~smaso.student.compare.compare_student` of every ``(trainings[r], evaluations[r])``, the students
     trained as one batched population (module docstring): the same results as calling it member by member.
 
@@ -330,6 +330,8 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
         after the other).
     :param evaluations: one :class:`~smaso.student.config.EvaluationConfig` for all, or one per member.
     :param progress: a tqdm bar over the training steps (the population's, or each member's run one by one).
+    :param _member_options: private (``smaso demo``), per member: compare_student's ``_alignment_ends`` and
+        ``_last_checkpoints`` (what the member's run measures), as keywords.
     :returns: one :class:`~smaso.student.compare.ComparisonResult` per member, in order; each ``seconds`` is its
         measurement's time plus its share (1/R) of the population's training.
     """
@@ -351,9 +353,14 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
         raise ValueError(f"evaluations: expected one config, or one per member ({R}), got {len(evals)}")
     cfg = [_configs(student, t, e, {}, "compare_population") for t, e in zip(trainings, evals, strict=True)]
     cfg_s, t0 = cfg[0][0], cfg[0][1]
+    opts = [{}] * R if _member_options is None else [dict(o) for o in _member_options]
+    if len(opts) != R or any(set(o) - {"_alignment_ends", "_last_checkpoints"} for o in opts):
+        raise ValueError(f"_member_options: expected one dict per member ({R}) of _alignment_ends and "
+                         f"_last_checkpoints, got {_member_options!r:.120}")
 
     def one_by_one() -> list[ComparisonResult]:
-        return [compare_student(sample, s, t, e, device=device, engine=engine, progress=progress) for s, t, e in cfg]
+        return [compare_student(sample, s, t, e, device=device, engine=engine, progress=progress, **o)
+                for (s, t, e), o in zip(cfg, opts, strict=True)]
 
     if R == 1 or population_supported(cfg_s, t0) or _same_setting([c[1] for c in cfg]):
         return one_by_one()
@@ -386,7 +393,7 @@ def compare_population(sample: DataSource, student: StudentConfig | None, traini
     out = []
     for r, (s, t, e) in enumerate(cfg):
         res = compare_student(sample, s, t, e, device=device, engine=engine, _replay=traj.replay(r),
-                              _statistics=None if measure is None else measure.member(r))
+                              _statistics=None if measure is None else measure.member(r), **opts[r])
         res.seconds += share
         out.append(res)
     return out

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from smaso._ladder_parts import at_level
 from smaso.student.batchnorm import bn_backward_weighted, bn_forward_weighted
+from smaso.student.einsum_paths import einsum
 from smaso.student.frequency import FrequencyStatistics
 from smaso.student.network import LadderStudent, _check_float_dtype, _check_student
 from teachers.statistics import EventStatistics
@@ -152,13 +153,14 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
     tables = P.P_down  # (a property that normalizes every level's joints: read once)
     P_down: list[torch.Tensor | None] = [None] + [at_level(tables, l, "P_down").to(dev, dt)
                                                   for l in range(1, d + 1)]
+    P_edge = [at_level(P_down, l + 1, "P_down") for l in range(d)]  # (the joints below each level's edges)
     U, F_, Fbar = [None] * (d + 1), [None] * (d + 1), [None] * (d + 1)  # type: list, list, list
     F_tilde, sigma, child = [None] * (d + 1), [None] * (d + 1), [None] * d  # type: list, list, list
     Fbar[d] = (leaf_inputs if leaf_inputs is not None else measured.Fbar[d]).to(dev, dt)
     for l in range(d - 1, -1, -1):
         par, chi = edges[l]
         child[l] = (Fbar[l + 1] if propagate or l + 1 == d else measured.Fbar[l + 1].to(dt)).index_select(-3, chi)
-        msg = torch.einsum("...eab,...ebk,...ekj->...eaj", P_down[l + 1], child[l], W[l])  # P_ab Fbar_b W_ba per edge
+        msg = einsum("...eab,...ebk,...ekj->...eaj", P_edge[l], child[l], W[l])  # P_ab Fbar_b W_ba per edge
         U[l] = msg.new_zeros(*msg.shape[:-3], lad.num_regions[l], *msg.shape[-2:]).index_add_(-3, par, msg)
         if bias[l] is not None:
             U[l] = U[l] + bias[l][..., None, :]
@@ -182,10 +184,10 @@ def reformulate(student: LadderStudent, P: EventStatistics, measured: FrequencyS
         par, chi = edges[l]
         parent = G_tilde[l] if propagate or l == 0 else (at_level(measured.G_tilde, l, "G~").to(dt))
         g_par = parent.index_select(-3, par)  # (..., E_l, M_l, n_l): each edge's parent
-        dW[l] = torch.einsum("...eab,...ebk,...eaj->...ekj", P_down[l + 1], child[l], g_par)  # (P_ab Fbar_b)^T G~_a
+        dW[l] = einsum("...eab,...ebk,...eaj->...ekj", P_edge[l], child[l], g_par)  # (P_ab Fbar_b)^T G~_a
         db[l] = parent.sum(-2)
         if l + 1 < d:
-            back = torch.einsum("...eab,...eaj,...ekj->...ebk", P_down[l + 1], g_par, W[l])  # P_ab^T G~_a W_ba^T
+            back = einsum("...eab,...eaj,...ekj->...ebk", P_edge[l], g_par, W[l])  # P_ab^T G~_a W_ba^T
             g_raw = back.new_zeros(*back.shape[:-3], lad.num_regions[l + 1], *back.shape[-2:]).index_add_(-3, chi,
                                                                                                          back)
             Dp, bn = measured.Dp[l + 1].to(dt), bn_par[l + 1]

@@ -497,10 +497,11 @@ def _seed_run(seed: int, sample: DataSource, configs: tuple, shuffled: bool = Fa
 
 
 def _population_runs(seeds: Sequence[int], sample: DataSource, configs: tuple, shuffled: bool = False,
-                     device: torch.device | str | None = None) -> list[dict]:
+                     device: torch.device | str | None = None, last: int | None = None) -> list[dict]:
     """:func:`_seed_run` of every seed in ``seeds``, the students (and with ``shuffled`` their controls) trained as
     one batched population (:func:`~smaso.student.population.compare_population`: the runs one by one give the
-    same weights bit for bit, the same histories to float64 round-off)."""
+    same weights bit for bit, the same histories to float64 round-off).  ``last``: measure each run's first
+    checkpoint and its last this many only (what :func:`summarize_seeds` with that ``last`` reads; None: all)."""
     from smaso.student.population import compare_population
 
     student, training, evaluation = configs
@@ -509,7 +510,9 @@ def _population_runs(seeds: Sequence[int], sample: DataSource, configs: tuple, s
     if shuffled:
         trainings += [dataclasses.replace(training, seed=s, shuffle_labels=True) for s in seeds]
         evaluations += [dataclasses.replace(evaluation, alignment=False)] * len(seeds)
-    return _run_dicts(seeds, compare_population(sample, student, trainings, evaluations, device=device), shuffled)
+    options = None if last is None else [{"_last_checkpoints": last}] * len(trainings)
+    return _run_dicts(seeds, compare_population(sample, student, trainings, evaluations, device=device,
+                                                _member_options=options), shuffled)
 
 
 def _run_dicts(seeds: Sequence[int], results: Sequence, shuffled: bool) -> list[dict]:
