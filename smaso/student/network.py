@@ -36,6 +36,7 @@ from smaso.student.connectivity import (
     OneHotLeaves,
     graph_backward,
     graph_pre_activation,
+    group_by_parent,
     level_children,
     level_edge_index,
     level_edges,
@@ -49,6 +50,7 @@ from smaso.student.connectivity import (
 )
 from smaso.student.node_major import node_major_forward
 from smaso.student.readout import readout_events, readout_ladder
+from smaso.student.record_buffers import RecordBuffers
 from smaso.student.scratch import scratch_dict
 from teachers.ladder import Ladder
 
@@ -435,19 +437,20 @@ class LadderStudent(nn.Module):
             if lo < 0 or hi >= self.widths[0]:
                 raise ValueError(f"y: labels must lie in [0, {self.widths[0]}), got [{lo}, {hi}]")
 
-    def _grouped(self, level: int, child: torch.Tensor) -> torch.Tensor:
+    def _grouped(self, level: int, child: torch.Tensor, owner: object = None) -> torch.Tensor:
         """The input of ``level`` from the children's outputs ``(R_{l+1}, n_{l+1}, N)``: on the fast path grouped by
-        parent, ``(R_l, b n_{l+1}, N)`` (the b children of parent r are regions rb .. rb+b-1, so in the node-major
-        layout this is a view), else the children's outputs themselves."""
+        parent, ``(R_l, b n_{l+1}, N)`` (:func:`~smaso.student.connectivity.group_by_parent`: a view in the node-major
+        layout; ``owner``: a copy into its scratch buffer), else the children's outputs themselves."""
         if not self._fast:
             return child
-        return child.reshape(self.ladder.num_regions[level], -1, child.shape[-1])
+        return group_by_parent(child, self.ladder.num_regions[level], owner=owner, name=f"grouped{level}")
 
-    def _pre_activation(self, level: int, inputs: torch.Tensor) -> torch.Tensor:
-        """u of ``level``, node-major ``(R_l, n_l, N)``, from :meth:`_grouped` inputs (Eq 1, forward)."""
+    def _pre_activation(self, level: int, inputs: torch.Tensor, owner: object = None) -> torch.Tensor:
+        """u of ``level``, node-major ``(R_l, n_l, N)``, from :meth:`_grouped` inputs (Eq 1, forward); ``owner``: on
+        the fast path written into its scratch buffer."""
         bias = None if self.biases is None else self.biases[level]
         if self._fast:
-            return tree_pre_activation(self.edge_weights(level), inputs, bias)
+            return tree_pre_activation(self.edge_weights(level), inputs, bias, owner=owner, name=f"u{level}")
         return graph_pre_activation(self.edge_weights(level), inputs, bias, self.ladder.num_regions[level],
                                     self._plans[level], self.edge_index(level))
 
@@ -565,9 +568,9 @@ class LadderStudent(nn.Module):
             ``rec.stacked[l]`` of shape ``(R_l, k, n_l, N)`` (the fields are views of its slots), so
             that per-event sums of all of them are one batched matmul
             (:class:`~smaso.student.frequency.FrequencyAccumulator` asks for this).  A previous record's
-            ``rec.stacked`` is reused when its shapes fit (that record's fields are overwritten):
-            streaming over batches then writes into the same memory instead of faulting in fresh
-            pages on every batch.
+            ``rec.stacked`` is reused when its shapes fit (that record's fields are overwritten, all of them:
+            :mod:`~smaso.student.record_buffers`): streaming over batches then writes into the same memory
+            instead of faulting in fresh pages on every batch.
         :param x: the inputs ``(N, R_d, dim)``, or one-hot inputs given by their leaf events (integers ``(N, R_d)``,
             see :meth:`forward`): then ``rec.fbar[d]`` is their one-hot, a view of a node-major buffer.
         :param labels_checked: the caller has checked that the labels lie in [0, n_0), and leaf events in [0, dim)
@@ -583,41 +586,25 @@ class LadderStudent(nn.Module):
         dtype, dev = self.weights[0].dtype, self.weights[0].device
         keys = self.stacked_fields()
         shapes = [(lad.num_regions[l], len(keys), self.widths[l], n) for l in range(d)]
-        if not isinstance(stacked, (bool, list, tuple)):
-            raise TypeError(f"stacked: expected a bool or a previous record's buffers, got {type(stacked).__name__}")
-        reuse = not isinstance(stacked, bool) and len(stacked) == d and all(
-            isinstance(b, torch.Tensor) and tuple(b.shape) == shape and b.dtype == dtype and b.device == dev
-            and b.is_contiguous() for b, shape in zip(stacked, shapes, strict=False))
-        stacked_given, stacked = stacked, stacked is not False  # buffers to reuse also mean "stacked"
-        buffers: list[Any] = (list(stacked_given) if reuse  # type: ignore[arg-type]  # reuse: a list
-                              else [torch.empty(shape, dtype=dtype, device=dev) if stacked else None
-                                    for shape in shapes])
-
-        def slot(l: int, key: str) -> torch.Tensor | None:
-            """Where field ``key`` of level ``l`` is written: a slot of the stacked buffer, or None (new tensor)."""
-            return buffers[l][:, keys.index(key)] if stacked and key in keys else None
-
-        def put(l: int, key: str, value: torch.Tensor) -> torch.Tensor:
-            out = slot(l, key)
-            return value if out is None else out.copy_(value)
-
+        bufs = RecordBuffers(self, stacked, keys, shapes, dtype, dev)  # (raises TypeError on a bad ``stacked``)
+        slot, put, owner = bufs.slot, bufs.put, bufs.owner  # owner: the scratch buffers' when reusing, else None
         nm: dict[str, list[Any]] = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
         sigma, mu, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(6))  # type: list, list, list, list, list, list
         # one-hot leaves given by their events: node-major (Delta W reads it fastest), reused with reused buffers
-        nm["fbar"][d] = one_hot_node_major(x, self.widths[-1], dtype, owner=self if reuse else None) if events \
+        nm["fbar"][d] = one_hot_node_major(x, self.widths[-1], dtype, owner=owner) if events \
             else self._leaves(x)
         inputs: list[Any] = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"
         for l in range(d - 1, -1, -1):
             # a view, except for a slot of a stacked buffer on the fast path (then one copy, shared by forward and
             # Delta W)
-            inputs[l] = self._grouped(l, nm["fbar"][l + 1])
+            inputs[l] = self._grouped(l, nm["fbar"][l + 1], owner)
             if events and l == d - 1:
                 _, _, rows, first = self._one_hot_args(x)
                 u = one_hot_pre_activation(self.edge_weights(l), rows, None if self.biases is None
                                            else self.biases[l], lad.num_regions[l], first)
             else:
-                u = self._pre_activation(l, inputs[l])
+                u = self._pre_activation(l, inputs[l], owner)
             u = nm["u"][l] = put(l, "u", u)
             has_bn = self.bn_params(l) is not None
             gate_in = u
@@ -666,13 +653,14 @@ class LadderStudent(nn.Module):
             if events and self._fast and not need_raw:  # the node-major one-hot: one-hot @ g^T, in W's layout
                 dW[l] = (torch.bmm(inputs[l], g.transpose(1, 2)) / n).view(W.shape)
             else:
-                dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw) if self._fast else graph_backward(
-                    W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
+                dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw, owner=owner, name=f"{l}") \
+                    if self._fast else graph_backward(W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
             db[l] = g.mean(-1)
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
                             sigma=sigma, mu=mu, dW=dW, db=db, dc1=dc1, dc0=dc0,
                             loss=cast(float, loss_value),  # the tensor: the property keeps it on the device
-                            stacked=buffers if stacked else None, stacked_fields=keys if stacked else None,
+                            stacked=bufs.buffers if bufs.stacked else None,
+                            stacked_fields=keys if bufs.stacked else None,
                             params_version=self.params_version())
         rec.fbar[d] = nm["fbar"][d].permute(2, 0, 1) if events else x.to(dtype)
         return rec
