@@ -49,13 +49,14 @@ def test_reused_passes_equal_fresh_passes_bit_for_bit(batch_norm, dtype, events)
         buffers = rec.stacked
 
 
-def test_a_reused_pass_writes_u_the_raw_gradients_and_delta_w_into_the_same_memory():
-    """With the previous record alive, the next reused pass writes its u, raw gradients and Delta W where that
-    record's were (no fresh batch-sized tensors: the page faults of issue 39); a fresh pass's record is its own,
-    unchanged by later reused passes."""
+@pytest.mark.parametrize("batch_norm", [False, "after", "before"])
+def test_a_reused_pass_writes_u_the_raw_gradients_and_delta_w_into_the_same_memory(batch_norm):
+    """With the previous record alive, the next reused pass writes its u, raw gradients, Delta W and BN's
+    standardized inputs where that record's were (no fresh batch-sized tensors: the page faults of issue 39); a
+    fresh pass's record is its own, unchanged by later reused passes."""
     lad = Ladder.random(depth=3, branching=3, events=4, seed=2)
     s = sample_ladder(lad, 64, seed=5)
-    st = LadderStudent(lad, 5, dtype=torch.float32, seed=1)
+    st = LadderStudent(lad, 5, dtype=torch.float32, batch_norm=batch_norm, seed=1)
     x = s.inputs(dtype=torch.float32)
     start = st.forward_backward(x[:32], s.y[:32], stacked=True)
     alone = st.forward_backward(x[32:], s.y[32:], stacked=True)  # buffers of its own, never handed back
@@ -69,5 +70,11 @@ def test_a_reused_pass_writes_u_the_raw_gradients_and_delta_w_into_the_same_memo
             assert a.data_ptr() == b.data_ptr() and a.shape == b.shape, (k, l)
     for l in range(d):
         assert first.dW[l].data_ptr() == second.dW[l].data_ptr(), l
+    bn_levels = [l for l in range(d) if first.f_tilde[l] is not None]
+    assert len(bn_levels) == (d - 1 if batch_norm else 0)  # BN on every hidden level below the top
+    for l in bn_levels:
+        # (before the gate BN's backward lands in the stacked g slot: only its f~ is a scratch buffer)
+        for k in ("f_tilde", "g_f") if batch_norm == "after" else ("f_tilde",):
+            assert getattr(first, k)[l].data_ptr() == getattr(second, k)[l].data_ptr(), (k, l)
     assert all(a.data_ptr() != b.data_ptr() for a, b in zip(alone.u[:d], second.u[:d], strict=True))
     _assert_equal(_fields(alone), kept)

@@ -493,9 +493,10 @@ class LadderStudent(nn.Module):
         """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
         return x.to(self.weights[0].dtype).permute(1, 2, 0)
 
-    def _batch_norm(self, level: int, f: torch.Tensor, batch_major: bool = False) -> Any:
+    def _batch_norm(self, level: int, f: torch.Tensor, batch_major: bool = False, owner: object = None) -> Any:
         """Eq 10 on a node-major ``(R_l, n_l, N)`` (or ``batch_major`` ``(N, R_l, n_l)``) level (the BN input: f
-        after, u before the gate), or None without BN: ``(output, standardized input, sigma, mean)``."""
+        after, u before the gate), or None without BN: ``(output, standardized input, sigma, mean)``; ``owner``
+        (node-major, no autograd): the outputs in its scratch buffers."""
         bn = self.bn_params(level)
         if bn is None:
             return None
@@ -503,7 +504,8 @@ class LadderStudent(nn.Module):
             fbar, f_tilde, mu, sigma = bn_forward(f.view(-1, *bn[0].shape), bn[0], bn[1], self.bn_eps)
             return fbar, f_tilde, sigma, mu
         # bn_forward normalizes over dim 0: hand it the (N, R, n) view; its outputs keep f's layout
-        fbar, f_tilde, mu, sigma = bn_forward(f.permute(2, 0, 1), bn[0], bn[1], self.bn_eps)
+        fbar, f_tilde, mu, sigma = bn_forward(f.permute(2, 0, 1), bn[0], bn[1], self.bn_eps, owner=owner,
+                                              name=f"bn{level}")
         return fbar.permute(1, 2, 0), f_tilde.permute(1, 2, 0), sigma, mu
 
     # ------------------------------------------------------------------ forward
@@ -609,7 +611,7 @@ class LadderStudent(nn.Module):
             has_bn = self.bn_params(l) is not None
             gate_in = u
             if before and has_bn:  # BN between the linear map and the gate: f = BN(u) is the gate's input
-                bn = self._batch_norm(l, u)
+                bn = self._batch_norm(l, u, owner=owner)
                 gate_in = nm["f"][l] = put(l, "f", bn[0])
                 nm["f_tilde"][l], sigma[l], mu[l] = bn[1], bn[2], bn[3]
             a = self.act(l)
@@ -620,7 +622,7 @@ class LadderStudent(nn.Module):
                 nm["fbar"][l] = torch.mul(s, gate_in, out=slot(l, "fbar"))
                 continue
             f = nm["f"][l] = torch.mul(s, u, out=slot(l, "f" if has_bn else "fbar"))
-            bn = self._batch_norm(l, f)  # None exactly when not has_bn
+            bn = self._batch_norm(l, f, owner=owner)  # None exactly when not has_bn
             if bn is None:
                 nm["fbar"][l] = f
                 if "f" in keys:  # BN elsewhere in the network: F = Fbar on this level
@@ -635,7 +637,8 @@ class LadderStudent(nn.Module):
         def bn_back(l: int, grad: torch.Tensor) -> torch.Tensor:
             """Thm 5: the node-major gradient at BN's output ``grad`` taken back to its input (and dc1, dc0)."""
             out, c1, c0 = bn_backward(grad.permute(2, 0, 1), nm["f_tilde"][l].permute(2, 0, 1), sigma[l],
-                                      self.bn_params(l)[0])  # type: ignore[index]  # bn_back runs with BN only
+                                      self.bn_params(l)[0],  # type: ignore[index]  # bn_back runs with BN only
+                                      owner=owner, name=f"bn{l}")
             dc1[l], dc0[l] = c1 / n, c0 / n
             return out.permute(1, 2, 0)
 
