@@ -41,7 +41,7 @@ class RecordBuffers:
             and b.is_contiguous() for b, shape in zip(stacked, shapes, strict=False))
         self.stacked = stacked is not False  # buffers to reuse also mean "stacked"
         self.keys = tuple(keys)
-        self.buffers: list[Any] = (list(stacked) if self.reuse
+        self.buffers: list[Any] = (list(stacked) if self.reuse  # type: ignore[arg-type]  # reuse: a list
                                    else [torch.empty(shape, dtype=dtype, device=device) if self.stacked else None
                                          for shape in shapes])
         #: the owner of the pass's scratch buffers when it reuses stacked ones, else None (fresh tensors)
