@@ -89,12 +89,10 @@ def group_by_parent(child: torch.Tensor, num_parents: int, *, owner: object = No
     outputs, the leaves' view of x), else a copy; ``owner``: the copy written into its scratch buffer ``name``
     (overwritten by the next call with that name)."""
     shape = (num_parents, -1, child.shape[-1])
-    if owner is None:
+    # a region's rows follow the previous region's (else a slot of a stacked buffer: other slots lie between)
+    if owner is None or child.stride(0) == child.shape[1] * child.stride(1):
         return child.reshape(shape)
-    try:
-        return child.view(shape)
-    except RuntimeError:  # a slot of a stacked buffer: its regions' rows are not adjacent
-        return scratch_buffer(owner, name, tuple(child.shape), child.dtype, child.device).copy_(child).view(shape)
+    return scratch_buffer(owner, name, tuple(child.shape), child.dtype, child.device).copy_(child).view(shape)
 
 
 def tree_pre_activation(W: torch.Tensor, grouped: torch.Tensor, bias: torch.Tensor | None, *, owner: object = None,
@@ -123,7 +121,7 @@ def tree_backward(W: torch.Tensor, g: torch.Tensor, grouped: torch.Tensor, need_
     # per parent region, g times its children's grouped outputs transposed, a contraction over the batch (in
     # this order the leaf view of x is read row by row: ~1.5x faster than child @ g^T)
     prod = torch.bmm(g, grouped.transpose(1, 2), out=_scratch(owner, name + "dW_t", (R, n_l, grouped.shape[1]), g))
-    # the transposed product made contiguous in W's layout by the division itself (or a copy): one pass
+    # with an owner the transposed product is laid out in W's layout by the division itself (or a copy)
     out = _scratch(owner, name + "dW", (R, grouped.shape[1], n_l), g)
     if out is None:
         dW = (prod.transpose(1, 2) / N if mean else prod.transpose(1, 2)).reshape(W.shape)
