@@ -60,9 +60,11 @@ its leaf events (one matrix-vector pass, inside the timing) and runs the events'
 ``locally_connected_vs_dense_one_hot_declared``, is reported (target 1.5x, not judged).
 ``locally_connected_vs_dense_events`` (judged, target 1.5x) is this row
 over ``dense``, beside ``locally_connected_vs_dense`` (the one-hot float input, judged as before).  The ``plain``,
-``plain (BN)``, ``plain (leaf events)`` and ``dense`` rows record ``minor_faults_per_batch``, per call of the contender
-(the warm-up first): the pages its timed parts faulted in fresh (glibc hands freed blocks of a few MB back to the
-system, and a step that allocates several pays for every page again; the student's autograd paths reuse buffers).
+``plain (BN)``, ``plain (leaf events)``, ``dense``, ``explicit`` and ``stats`` rows (not the reference's) record
+``minor_faults_per_batch``, per call of the contender (the warm-up first): the pages its timed parts faulted in fresh
+(glibc hands freed blocks of a few MB back to the system, and a step that allocates several pays for every page
+again; the student's autograd paths and a pass into reused stacked buffers reuse theirs; a call's first stacked pass
+makes its buffers: about 4,000 pages over the epoch's 64 minibatches).
 
 Timing: the one-hot inputs x of each minibatch (and the dense input) are built outside the timed region;
 each epoch's time is the sum of its per-minibatch times (plus building the accumulator and
@@ -212,41 +214,53 @@ def autograd_runner(model: nn.Module, loss: Callable[[torch.Tensor, torch.Tensor
     return run
 
 
-def explicit_runner(student: LadderStudent, data: Batches, stacked: bool = False) -> Callable[[list[int]], list[float]]:
+def explicit_runner(student: LadderStudent, data: Batches, stacked: bool = False,
+                    faults: list[float] | None = None) -> Callable[[list[int]], list[float]]:
     """Per minibatch ``student.forward_backward(x, y)``; with ``stacked`` into the previous minibatch's stacked
-    buffers as the stats rows run it (``stacked=rec.stacked``): the statistics epoch less its accumulation."""
+    buffers as the stats rows run it (``stacked=rec.stacked``): the statistics epoch less its accumulation.
+    ``faults``: as :func:`autograd_runner`'s (the first minibatch of a call makes its stacked buffers)."""
     def run(batches: list[int]) -> list[float]:
         times: list[float] = []
         buffers: bool | list[torch.Tensor] = stacked
+        count = 0
         for i in batches:
             x, y = data.x(i), data.y[data.bounds(i)]
-            t0 = time.perf_counter()
+            f0, t0 = _minor_faults(), time.perf_counter()
             rec = student.forward_backward(x, y, stacked=buffers)
             times.append(time.perf_counter() - t0)
+            count += _minor_faults() - f0
             buffers = rec.stacked if stacked else False
+        if faults is not None:
+            faults.append(count / max(1, len(batches)))
         assert np.isfinite(rec.loss)
         return times
     return run
 
 
 def stats_runner(student: LadderStudent, data: Batches, dtype: torch.dtype,
-                 accumulator: type = FrequencyAccumulator) -> Callable[[list[int]], list[float]]:
+                 accumulator: type = FrequencyAccumulator, faults: list[float] | None = None
+                 ) -> Callable[[list[int]], list[float]]:
     """Per-minibatch times, then one last entry: building the accumulator plus ``acc.result()`` (``accumulator``:
-    the library's, or the reference tree code's with its student)."""
+    the library's, or the reference tree code's with its student).  ``faults``: as :func:`autograd_runner`'s, of
+    the minibatches' ``forward_backward`` + ``add`` (the first makes the stacked buffers)."""
     def run(batches: list[int]) -> list[float]:
         t0 = time.perf_counter()
         acc = accumulator(student, dtype)
         setup = time.perf_counter() - t0
         times = []
         buffers = True
+        count = 0
         for i in batches:
             sl = data.bounds(i)
             x, y, z = data.x(i), data.y[sl], data.sample.z[sl]
-            t0 = time.perf_counter()
+            f0, t0 = _minor_faults(), time.perf_counter()
             rec = student.forward_backward(x, y, stacked=buffers)  # as collect_statistics does
             acc.add(rec, z)
             buffers = rec.stacked
             times.append(time.perf_counter() - t0)
+            count += _minor_faults() - f0
+        if faults is not None:
+            faults.append(count / max(1, len(batches)))
         t0 = time.perf_counter()
         stats = acc.result()
         times.append(setup + time.perf_counter() - t0)
@@ -378,16 +392,18 @@ def main(argv: list[str] | None = None) -> dict:
                            "run": autograd_runner(st, st.loss, data.x, data, faults=faults)})
         contenders.append({"contender": "explicit fwd+bwd" + tag, "description": "student.forward_backward(x, y) "
                            "alone (no accumulation)", "batch_norm": bn, "accumulation": None, "target": False,
-                           "run": explicit_runner(st, data)})
+                           "minor_faults_per_batch": (faults := []), "run": explicit_runner(st, data, faults=faults)})
         contenders.append({"contender": "explicit stacked" + tag, "description": "student.forward_backward(x, y, "
                            "stacked=previous buffers) alone: the stats rows' pass without the accumulation",
                            "batch_norm": bn, "accumulation": None, "target": False,
-                           "run": explicit_runner(st, data, stacked=True)})
+                           "minor_faults_per_batch": (faults := []),
+                           "run": explicit_runner(st, data, stacked=True, faults=faults)})
         for name, short, dt in (("float64", "f64", torch.float64), ("float32", "f32", torch.float32)):
             contenders.append({"contender": f"stats {short}" + tag,
                                "description": f"forward_backward + FrequencyAccumulator({name}).add per minibatch, "
                                "result() once", "batch_norm": bn, "accumulation": name,
-                               "target": name == JUDGED_ACCUMULATION, "run": stats_runner(st, data, dt)})
+                               "target": name == JUDGED_ACCUMULATION, "minor_faults_per_batch": (faults := []),
+                               "run": stats_runner(st, data, dt, faults=faults)})
         ref = reference_network.LadderStudent(ladder, width=args.width, dtype=torch.float32, batch_norm=bn,
                                               seed=args.seed)
         ref.load_state_dict(st.state_dict())  # the same weights (and the same seeded init anyway)

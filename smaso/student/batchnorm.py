@@ -10,30 +10,44 @@ from __future__ import annotations
 
 import torch
 
+from smaso.student.scratch import scratch_buffer
+
 __all__ = ["bn_backward", "bn_backward_weighted", "bn_forward", "bn_forward_weighted", "projection_matrix"]
 
 
-def bn_forward(f: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor,
-               eps: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Eq 10 over dim 0.  :returns: ``(fbar, f_tilde, mu, sigma)``."""
+def bn_forward(f: torch.Tensor, c1: torch.Tensor, c0: torch.Tensor, eps: float = 0.0, *, owner: object = None,
+               name: str = "bn") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eq 10 over dim 0.  :returns: ``(fbar, f_tilde, mu, sigma)``.  ``owner`` (no autograd: in place): the
+    batch-sized results written into its scratch buffers named after ``name``, laid out as ``f`` (the same values
+    bit for bit; overwritten by the next call with that name)."""
     mu = f.mean(0)
-    f_hat = f - mu
-    sigma = (f_hat.pow(2).mean(0) + eps).sqrt()
+    f_hat = torch.sub(f, mu, out=_out(owner, name + "f_tilde", f))
+    sigma = (torch.pow(f_hat, 2, out=_out(owner, name + "square", f)).mean(0) + eps).sqrt()
     if eps == 0 and not bool((sigma > 0).all()):
         raise ValueError("batch norm: a node is constant over the batch (sigma = 0; e.g. a dead ReLU) and eps = 0; "
                          "use eps > 0")
-    f_tilde = f_hat / sigma
-    return c1 * f_tilde + c0, f_tilde, mu, sigma
+    if owner is None:
+        f_tilde = f_hat / sigma
+        return c1 * f_tilde + c0, f_tilde, mu, sigma
+    f_tilde = f_hat.div_(sigma)
+    return torch.mul(c1, f_tilde, out=_out(owner, name + "out", f)).add_(c0), f_tilde, mu, sigma
 
 
-def bn_backward(g: torch.Tensor, f_tilde: torch.Tensor, sigma: torch.Tensor,
-                c1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def bn_backward(g: torch.Tensor, f_tilde: torch.Tensor, sigma: torch.Tensor, c1: torch.Tensor, *,
+                owner: object = None, name: str = "bn") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Thm 5 / Eq 11: gradient at the BN input and at (c1, c0), from the gradient ``g`` at its output.
 
-    :returns: ``(g_f, g_c1, g_c0)``; ``g_f`` has ``g``'s shape.
+    :returns: ``(g_f, g_c1, g_c0)``; ``g_f`` has ``g``'s shape.  ``owner`` (no autograd: in place): the
+    batch-sized results written into its scratch buffers named after ``name``, laid out as ``g`` (the same values
+    bit for bit; overwritten by the next call with that name).
     """
-    g_f = (c1 / sigma) * (g - g.mean(0) - f_tilde * (f_tilde * g).mean(0))
-    return g_f, (f_tilde * g).sum(0), g.sum(0)
+    if owner is None:
+        g_f = (c1 / sigma) * (g - g.mean(0) - f_tilde * (f_tilde * g).mean(0))
+        return g_f, (f_tilde * g).sum(0), g.sum(0)
+    prod = torch.mul(f_tilde, g, out=_out(owner, name + "prod", g))  # f~ o g: its mean and its sum (g_c1)
+    g_f = torch.sub(g, g.mean(0), out=_out(owner, name + "g_f", g))
+    g_f.sub_(torch.mul(f_tilde, prod.mean(0), out=_out(owner, name + "proj", g))).mul_(c1 / sigma)
+    return g_f, prod.sum(0), g.sum(0)
 
 
 def projection_matrix(f: torch.Tensor, eps: float = 0.0) -> torch.Tensor:
@@ -65,3 +79,13 @@ def bn_backward_weighted(G_tilde: torch.Tensor, F_tilde: torch.Tensor, p: torch.
     :func:`bn_forward_weighted`)."""
     w = p.reshape(*p.shape, *([1] * (G_tilde.dim() - p.dim())))
     return (c1 / sigma) * (G_tilde - w * G_tilde.sum(0) - w * F_tilde * (F_tilde * G_tilde).sum(0))
+
+
+def _out(owner: object, name: str, like: torch.Tensor) -> torch.Tensor | None:
+    """``owner``'s scratch buffer ``name`` with ``like``'s shape and dtype, laid out as an elementwise op's fresh
+    result on ``like`` is (dense, in the order of ``like``'s strides: so reductions over it add in the same order),
+    or None (a fresh result) without an owner."""
+    if owner is None:
+        return None
+    buf = scratch_buffer(owner, name, (like.numel(),), like.dtype, like.device)
+    return buf.as_strided(like.shape, torch.empty_like(like, device="meta").stride())

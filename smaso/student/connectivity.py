@@ -82,31 +82,64 @@ def strided_plan(children: tuple[tuple[int, ...], ...]) -> list | None:
 
 
 # ---------------------------------------------------------------------- uniform trees
-def tree_pre_activation(W: torch.Tensor, grouped: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def group_by_parent(child: torch.Tensor, num_parents: int, *, owner: object = None, name: str = "grouped"
+                    ) -> torch.Tensor:
+    """The children's outputs ``(R b, n_{l+1}, N)`` of a uniform-tree level grouped by parent, ``(R, b n_{l+1}, N)``
+    (the b children of parent r are regions rb .. rb+b-1): a view where ``child``'s strides allow one (node-major
+    outputs, the leaves' view of x), else a copy; ``owner``: the copy written into its scratch buffer ``name``
+    (overwritten by the next call with that name)."""
+    shape = (num_parents, -1, child.shape[-1])
+    # a region's rows follow the previous region's (else a slot of a stacked buffer: other slots lie between)
+    if owner is None or child.stride(0) == child.shape[1] * child.stride(1):
+        return child.reshape(shape)
+    return scratch_buffer(owner, name, tuple(child.shape), child.dtype, child.device).copy_(child).view(shape)
+
+
+def tree_pre_activation(W: torch.Tensor, grouped: torch.Tensor, bias: torch.Tensor | None, *, owner: object = None,
+                        name: str = "u") -> torch.Tensor:
     """u of a uniform-tree level ``(R, n_l, N)`` from edge weights ``W`` ``(R b, n_{l+1}, n_l)`` and the children's
     outputs grouped by parent ``grouped`` ``(R, b n_{l+1}, N)`` (a view of ``(R b, n_{l+1}, N)``): one batched
-    matmul, the bias added by the same call."""
+    matmul, the bias added by the same call.  ``owner``: written into its scratch buffer ``name`` (overwritten by
+    the next call with that name; the same values bit for bit)."""
     R, n_l = grouped.shape[0], W.shape[-1]
     Wt = W.reshape(R, -1, n_l).transpose(1, 2)  # (R, n_l, b n_{l+1})
+    out = _scratch(owner, name, (R, n_l, grouped.shape[-1]), grouped)
     if bias is None:
-        return torch.bmm(Wt, grouped)
-    return torch.baddbmm(bias.unsqueeze(-1), Wt, grouped)
+        return torch.bmm(Wt, grouped, out=out)
+    return torch.baddbmm(bias.unsqueeze(-1), Wt, grouped, out=out)
 
 
 def tree_backward(W: torch.Tensor, g: torch.Tensor, grouped: torch.Tensor, need_raw: bool, *, mean: bool = True,
-                  delta_w: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+                  delta_w: bool = True, owner: object = None, name: str = ""
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Delta W ``(R b, n_{l+1}, n_l)`` = E_x[f_c g_p^T] (Eq 2) and, if ``need_raw``, the children's raw gradient
     ``(R b, n_{l+1}, N)`` = W g (Eq 1; one parent each) of a uniform-tree level, from the gated gradient ``g``
     ``(R, n_l, N)`` and the grouped children's outputs ``(R, b n_{l+1}, N)`` (``mean=False``: the sum over the
-    batch, not the mean: autograd's weight gradient; ``delta_w=False``: no Delta W, None in its place)."""
+    batch, not the mean: autograd's weight gradient; ``delta_w=False``: no Delta W, None in its place).  ``owner``:
+    both written into its scratch buffers named after ``name`` (overwritten by the next call with that name; the
+    same values bit for bit): a batch's fresh megabytes would otherwise fault in their pages again on every call."""
     R, n_l, N = g.shape
-    raw = torch.bmm(W.reshape(R, -1, n_l), g).reshape(W.shape[0], W.shape[1], N) if need_raw else None
+    raw = None if not need_raw else torch.bmm(
+        W.reshape(R, -1, n_l), g, out=_scratch(owner, name + "raw", (R, grouped.shape[1], N), g)
+    ).view(W.shape[0], W.shape[1], N)
     if not delta_w:
         return cast(torch.Tensor, None), raw  # (typed as the default's: a caller asking for none reads none)
     # per parent region, g times its children's grouped outputs transposed, a contraction over the batch (in
     # this order the leaf view of x is read row by row: ~1.5x faster than child @ g^T)
-    dW = torch.bmm(g, grouped.transpose(1, 2)).transpose(1, 2)
-    return (dW / N if mean else dW).reshape(W.shape), raw
+    prod = torch.bmm(g, grouped.transpose(1, 2), out=_scratch(owner, name + "dW_t", (R, n_l, grouped.shape[1]), g))
+    # with an owner the transposed product is laid out in W's layout by the division itself (or a copy)
+    out = _scratch(owner, name + "dW", (R, grouped.shape[1], n_l), g)
+    if out is None:
+        dW = (prod.transpose(1, 2) / N if mean else prod.transpose(1, 2)).reshape(W.shape)
+    else:
+        dW = (torch.div(prod.transpose(1, 2), N, out=out) if mean else out.copy_(prod.transpose(1, 2))).view(W.shape)
+    return dW, raw
+
+
+def _scratch(owner: object, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor | None:
+    """``owner``'s scratch buffer ``name`` of ``shape`` in ``like``'s dtype and device, or None without an owner
+    (then the op allocates its output)."""
+    return None if owner is None else scratch_buffer(owner, name, shape, like.dtype, like.device)
 
 
 # ---------------------------------------------------------------------- any region graph

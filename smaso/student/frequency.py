@@ -320,10 +320,10 @@ class FrequencyAccumulator(MergeableSums):
         cnt: list[torch.Tensor | None] = [None] * (d + 1)  # this batch's counts per level
         for l in range(d + 1):
             R, m = lad.num_regions[l], lad.events[l]
-            # counts: row sums of the scatter matrix where there is one (0/1 sums, exact in float32 up
-            # to 2^24 examples per batch), else (a tree) margins of the (parent, child) counts below; the
-            # root and the regions of a region graph without one take a plain count
-            if one_hot[l] is not None:
+            # counts: on a tree below the root the margins of the (parent, child) counts below (R M M_p values
+            # instead of the scatter matrix's R M N); else row sums of the scatter matrix where there is one (0/1
+            # sums, exact in float32 up to 2^24 examples per batch), or a plain count
+            if one_hot[l] is not None and (l == 0 or not tree):
                 cnt[l] = one_hot[l].sum(-1)
             elif l == 0 or not tree:
                 code = bins[l].long() + torch.arange(R, device=self.device) * m
@@ -349,8 +349,8 @@ class FrequencyAccumulator(MergeableSums):
                 self.own[l] += scatter_sums(levels[l], rec.fbar[l], m, dt, one_hot[l])
             if l > 0:
                 pairs, fc, gp = self._add_edges(l, rec, levels, bins, one_hot, small, n, tree)
-                if cnt[l] is None:  # a tree without the level's scatter matrix: the margins of its pairs
-                    cnt[l] = pairs.sum(1)
+                if cnt[l] is None:  # a tree: the margins of its pairs (the scatter matrix's dtype where it has one)
+                    cnt[l] = pairs.sum(1) if one_hot[l] is None else pairs.sum(1).to(one_hot[l].dtype)
                 graw = self._add_derived(l, pairs if fc is None else fc, gp, cnt, bn)
             level_counts = cnt[l]
             if level_counts is None:

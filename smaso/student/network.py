@@ -35,6 +35,7 @@ from smaso.student.connectivity import (
     OneHotLeaves,
     graph_backward,
     graph_pre_activation,
+    group_by_parent,
     level_children,
     level_edge_index,
     level_edges,
@@ -50,6 +51,7 @@ from smaso.student.losses import LOSSES, _output_gradient, output_gradient, stud
 from smaso.student.node_major import node_major_forward
 from smaso.student.node_variables import VARIABLES, _check_variable, node_variable  # noqa: F401  (re-exported)
 from smaso.student.readout import readout_events, readout_ladder
+from smaso.student.record_buffers import RecordBuffers
 from smaso.student.scratch import scratch_dict
 from teachers.ladder import Ladder
 
@@ -409,19 +411,20 @@ class LadderStudent(nn.Module):
             if lo < 0 or hi >= self.widths[0]:
                 raise ValueError(f"y: labels must lie in [0, {self.widths[0]}), got [{lo}, {hi}]")
 
-    def _grouped(self, level: int, child: torch.Tensor) -> torch.Tensor:
+    def _grouped(self, level: int, child: torch.Tensor, owner: object = None) -> torch.Tensor:
         """The input of ``level`` from the children's outputs ``(R_{l+1}, n_{l+1}, N)``: on the fast path grouped by
-        parent, ``(R_l, b n_{l+1}, N)`` (the b children of parent r are regions rb .. rb+b-1, so in the node-major
-        layout this is a view), else the children's outputs themselves."""
+        parent, ``(R_l, b n_{l+1}, N)`` (:func:`~smaso.student.connectivity.group_by_parent`: a view in the node-major
+        layout; ``owner``: a copy into its scratch buffer), else the children's outputs themselves."""
         if not self._fast:
             return child
-        return child.reshape(self.ladder.num_regions[level], -1, child.shape[-1])
+        return group_by_parent(child, self.ladder.num_regions[level], owner=owner, name=f"grouped{level}")
 
-    def _pre_activation(self, level: int, inputs: torch.Tensor) -> torch.Tensor:
-        """u of ``level``, node-major ``(R_l, n_l, N)``, from :meth:`_grouped` inputs (Eq 1, forward)."""
+    def _pre_activation(self, level: int, inputs: torch.Tensor, owner: object = None) -> torch.Tensor:
+        """u of ``level``, node-major ``(R_l, n_l, N)``, from :meth:`_grouped` inputs (Eq 1, forward); ``owner``: on
+        the fast path written into its scratch buffer."""
         bias = None if self.biases is None else self.biases[level]
         if self._fast:
-            return tree_pre_activation(self.edge_weights(level), inputs, bias)
+            return tree_pre_activation(self.edge_weights(level), inputs, bias, owner=owner, name=f"u{level}")
         return graph_pre_activation(self.edge_weights(level), inputs, bias, self.ladder.num_regions[level],
                                     self._plans[level], self.edge_index(level))
 
@@ -464,9 +467,10 @@ class LadderStudent(nn.Module):
         """The inputs ``(N, R_d, dim)`` as a node-major view ``(R_d, dim, N)`` (no copy for the student's dtype)."""
         return x.to(self.weights[0].dtype).permute(1, 2, 0)
 
-    def _batch_norm(self, level: int, f: torch.Tensor, batch_major: bool = False) -> Any:
+    def _batch_norm(self, level: int, f: torch.Tensor, batch_major: bool = False, owner: object = None) -> Any:
         """Eq 10 on a node-major ``(R_l, n_l, N)`` (or ``batch_major`` ``(N, R_l, n_l)``) level (the BN input: f
-        after, u before the gate), or None without BN: ``(output, standardized input, sigma, mean)``."""
+        after, u before the gate), or None without BN: ``(output, standardized input, sigma, mean)``; ``owner``
+        (node-major, no autograd): the outputs in its scratch buffers."""
         bn = self.bn_params(level)
         if bn is None:
             return None
@@ -474,7 +478,8 @@ class LadderStudent(nn.Module):
             fbar, f_tilde, mu, sigma = bn_forward(f.view(-1, *bn[0].shape), bn[0], bn[1], self.bn_eps)
             return fbar, f_tilde, sigma, mu
         # bn_forward normalizes over dim 0: hand it the (N, R, n) view; its outputs keep f's layout
-        fbar, f_tilde, mu, sigma = bn_forward(f.permute(2, 0, 1), bn[0], bn[1], self.bn_eps)
+        fbar, f_tilde, mu, sigma = bn_forward(f.permute(2, 0, 1), bn[0], bn[1], self.bn_eps, owner=owner,
+                                              name=f"bn{level}")
         return fbar.permute(1, 2, 0), f_tilde.permute(1, 2, 0), sigma, mu
 
     # ------------------------------------------------------------------ forward
@@ -547,9 +552,9 @@ class LadderStudent(nn.Module):
             ``rec.stacked[l]`` of shape ``(R_l, k, n_l, N)`` (the fields are views of its slots), so
             that per-event sums of all of them are one batched matmul
             (:class:`~smaso.student.frequency.FrequencyAccumulator` asks for this).  A previous record's
-            ``rec.stacked`` is reused when its shapes fit (that record's fields are overwritten):
-            streaming over batches then writes into the same memory instead of faulting in fresh
-            pages on every batch.
+            ``rec.stacked`` is reused when its shapes fit (that record's fields are overwritten, all of them:
+            :mod:`~smaso.student.record_buffers`): streaming over batches then writes into the same memory
+            instead of faulting in fresh pages on every batch.
         :param x: the inputs ``(N, R_d, dim)``, or one-hot inputs given by their leaf events (integers ``(N, R_d)``,
             see :meth:`forward`): then ``rec.fbar[d]`` is their one-hot, a view of a node-major buffer.
         :param labels_checked: the caller has checked that the labels lie in [0, n_0), and leaf events in [0, dim)
@@ -568,47 +573,31 @@ class LadderStudent(nn.Module):
         dtype, dev = self.weights[0].dtype, self.weights[0].device
         keys = self.stacked_fields()
         shapes = [(lad.num_regions[l], len(keys), self.widths[l], n) for l in range(d)]
-        if not isinstance(stacked, (bool, list, tuple)):
-            raise TypeError(f"stacked: expected a bool or a previous record's buffers, got {type(stacked).__name__}")
-        reuse = not isinstance(stacked, bool) and len(stacked) == d and all(
-            isinstance(b, torch.Tensor) and tuple(b.shape) == shape and b.dtype == dtype and b.device == dev
-            and b.is_contiguous() for b, shape in zip(stacked, shapes, strict=False))
-        stacked_given, stacked = stacked, stacked is not False  # buffers to reuse also mean "stacked"
-        buffers: list[Any] = (list(stacked_given) if reuse  # type: ignore[arg-type]  # reuse: a list
-                              else [torch.empty(shape, dtype=dtype, device=dev) if stacked else None
-                                    for shape in shapes])
-
-        def slot(l: int, key: str) -> torch.Tensor | None:
-            """Where field ``key`` of level ``l`` is written: a slot of the stacked buffer, or None (new tensor)."""
-            return buffers[l][:, keys.index(key)] if stacked and key in keys else None
-
-        def put(l: int, key: str, value: torch.Tensor) -> torch.Tensor:
-            out = slot(l, key)
-            return value if out is None else out.copy_(value)
-
+        bufs = RecordBuffers(self, stacked, keys, shapes, dtype, dev)  # (raises TypeError on a bad ``stacked``)
+        slot, put, owner = bufs.slot, bufs.put, bufs.owner  # owner: the scratch buffers' when reusing, else None
         nm: dict[str, list[Any]] = {k: [None] * (d + 1) for k in PER_EXAMPLE}  # node-major (R_l, n_l, N)
         sigma, mu, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(6))  # type: list, list, list, list, list, list
         # one-hot leaves given by their events: node-major (Delta W reads it fastest), reused with reused buffers;
         # none without Delta W on the fast path (Delta W its only reader here; a caller summing it has the events)
         nm["fbar"][d] = self._leaves(x) if not events else None if not (delta_w or not self._fast) else \
-            one_hot_node_major(x, self.widths[-1], dtype, owner=self if reuse else None)
+            one_hot_node_major(x, self.widths[-1], dtype, owner=owner)
         inputs: list[Any] = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"
         for l in range(d - 1, -1, -1):
             # a view, except for a slot of a stacked buffer on the fast path (then one copy, shared by forward and
             # Delta W)
-            inputs[l] = None if nm["fbar"][l + 1] is None else self._grouped(l, nm["fbar"][l + 1])
+            inputs[l] = None if nm["fbar"][l + 1] is None else self._grouped(l, nm["fbar"][l + 1], owner)
             if events and l == d - 1:
                 _, _, rows, first = self._one_hot_args(x)
                 u = one_hot_pre_activation(self.edge_weights(l), rows, None if self.biases is None
                                            else self.biases[l], lad.num_regions[l], first)
             else:
-                u = self._pre_activation(l, inputs[l])
+                u = self._pre_activation(l, inputs[l], owner)
             u = nm["u"][l] = put(l, "u", u)
             has_bn = self.bn_params(l) is not None
             gate_in = u
             if before and has_bn:  # BN between the linear map and the gate: f = BN(u) is the gate's input
-                bn = self._batch_norm(l, u)
+                bn = self._batch_norm(l, u, owner=owner)
                 gate_in = nm["f"][l] = put(l, "f", bn[0])
                 nm["f_tilde"][l], sigma[l], mu[l] = bn[1], bn[2], bn[3]
             a = self.act(l)
@@ -619,7 +608,7 @@ class LadderStudent(nn.Module):
                 nm["fbar"][l] = torch.mul(s, gate_in, out=slot(l, "fbar"))
                 continue
             f = nm["f"][l] = torch.mul(s, u, out=slot(l, "f" if has_bn else "fbar"))
-            bn = self._batch_norm(l, f)  # None exactly when not has_bn
+            bn = self._batch_norm(l, f, owner=owner)  # None exactly when not has_bn
             if bn is None:
                 nm["fbar"][l] = f
                 if "f" in keys:  # BN elsewhere in the network: F = Fbar on this level
@@ -634,7 +623,8 @@ class LadderStudent(nn.Module):
         def bn_back(l: int, grad: torch.Tensor) -> torch.Tensor:
             """Thm 5: the node-major gradient at BN's output ``grad`` taken back to its input (and dc1, dc0)."""
             out, c1, c0 = bn_backward(grad.permute(2, 0, 1), nm["f_tilde"][l].permute(2, 0, 1), sigma[l],
-                                      self.bn_params(l)[0])  # type: ignore[index]  # bn_back runs with BN only
+                                      self.bn_params(l)[0],  # type: ignore[index]  # bn_back runs with BN only
+                                      owner=owner, name=f"bn{l}")
             dc1[l], dc0[l] = c1 / n, c0 / n
             return out.permute(1, 2, 0)
 
@@ -652,14 +642,15 @@ class LadderStudent(nn.Module):
             if events and self._fast and not need_raw:  # the node-major one-hot: one-hot @ g^T, in W's layout
                 dW[l] = (torch.bmm(inputs[l], g.transpose(1, 2)) / n).view(W.shape) if delta_w else None
             else:
-                dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw, delta_w=delta_w) \
-                    if self._fast else graph_backward(
-                    W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
+                dW[l], nm["g_raw"][l + 1] = tree_backward(W, g, inputs[l], need_raw, delta_w=delta_w, owner=owner,
+                                                          name=f"{l}") \
+                    if self._fast else graph_backward(W, g, inputs[l], need_raw, self._plans[l], self.edge_index(l))
             db[l] = g.mean(-1)
         rec = StudentRecord(**{k: [None if t is None else t.permute(2, 0, 1) for t in v] for k, v in nm.items()},
                             sigma=sigma, mu=mu, dW=dW, db=db, dc1=dc1, dc0=dc0,
                             loss=cast(float, loss_value),  # the tensor: the property keeps it on the device
-                            stacked=buffers if stacked else None, stacked_fields=keys if stacked else None,
+                            stacked=bufs.buffers if bufs.stacked else None,
+                            stacked_fields=keys if bufs.stacked else None,
                             params_version=self.params_version())
         rec.fbar[d] = x.to(dtype) if not events else None if nm["fbar"][d] is None else nm["fbar"][d].permute(2, 0, 1)
         return rec
