@@ -29,7 +29,8 @@ def test_einsum_is_torch_einsum_bit_for_bit_values_and_gradients(equation, shape
     assert all(torch.equal(x, y) for x, y in zip(ga, gb, strict=True))
 
 
-def test_the_path_is_asked_once_per_equation_and_shapes(monkeypatch):
+def _spy_on_paths(monkeypatch) -> list:
+    """The equations opt_einsum is asked a contraction path for, from now on (opt_einsum itself answers)."""
     from torch.backends import opt_einsum
 
     real = opt_einsum.get_opt_einsum()
@@ -42,6 +43,11 @@ def test_the_path_is_asked_once_per_equation_and_shapes(monkeypatch):
             return real.contract_path(*args, **kwargs)
 
     monkeypatch.setattr(opt_einsum, "get_opt_einsum", lambda: Spy)
+    return asked
+
+
+def test_the_path_is_asked_once_per_equation_and_shapes(monkeypatch):
+    asked = _spy_on_paths(monkeypatch)
     einsum_paths._path.cache_clear()
     eq, shapes = CASES[0]
     ops = [torch.ones(s, dtype=torch.float64) for s in shapes]
@@ -57,8 +63,6 @@ def test_the_path_is_asked_once_per_equation_and_shapes(monkeypatch):
 
 def test_the_reformulation_asks_for_no_path_once_its_shapes_are_known(monkeypatch):
     """A second reformulation of the same shapes asks opt_einsum nothing (torch.einsum asked on every product)."""
-    from torch.backends import opt_einsum
-
     from smaso.student.frequency import accumulate_statistics
     from smaso.student.network import LadderStudent
     from smaso.student.reformulation import reformulate
@@ -69,16 +73,7 @@ def test_the_reformulation_asks_for_no_path_once_its_shapes_are_known(monkeypatc
     net = LadderStudent(lad, 8, readout=None, seed=0, dtype=torch.float64)
     stats = accumulate_statistics(net, sample_ladder(lad, 512, 0, progress=False), batch_size=512)[0].result()
     first = reformulate(net, stats.P, stats)
-    real = opt_einsum.get_opt_einsum()
-    asked = []
-
-    class Spy:
-        @staticmethod
-        def contract_path(*args, **kwargs):
-            asked.append(args[0])
-            return real.contract_path(*args, **kwargs)
-
-    monkeypatch.setattr(opt_einsum, "get_opt_einsum", lambda: Spy)
+    asked = _spy_on_paths(monkeypatch)
     again = reformulate(net, stats.P, stats)
     assert asked == []
     for key in ("Fbar", "G_tilde", "dW"):
