@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from smaso.student.scratch import scratch_buffer
+from smaso.student.scratch import scratch_out
 
 __all__ = ["bn_backward", "bn_backward_weighted", "bn_forward", "bn_forward_weighted", "projection_matrix"]
 
@@ -85,7 +85,5 @@ def _out(owner: object, name: str, like: torch.Tensor) -> torch.Tensor | None:
     """``owner``'s scratch buffer ``name`` with ``like``'s shape and dtype, laid out as an elementwise op's fresh
     result on ``like`` is (dense, in the order of ``like``'s strides: so reductions over it add in the same order),
     or None (a fresh result) without an owner."""
-    if owner is None:
-        return None
-    buf = scratch_buffer(owner, name, (like.numel(),), like.dtype, like.device)
-    return buf.as_strided(like.shape, torch.empty_like(like, device="meta").stride())
+    buf = scratch_out(owner, name, (like.numel(),), like)
+    return None if buf is None else buf.as_strided(like.shape, torch.empty_like(like, device="meta").stride())

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from smaso.student.scratch import scratch_buffer
+from smaso.student.scratch import scratch_buffer, scratch_out
 from teachers.sampling import strided_runs
 from teachers.statistics import level_children, level_edge_index, level_edges
 
@@ -103,7 +103,7 @@ def tree_pre_activation(W: torch.Tensor, grouped: torch.Tensor, bias: torch.Tens
     the next call with that name; the same values bit for bit)."""
     R, n_l = grouped.shape[0], W.shape[-1]
     Wt = W.reshape(R, -1, n_l).transpose(1, 2)  # (R, n_l, b n_{l+1})
-    out = _scratch(owner, name, (R, n_l, grouped.shape[-1]), grouped)
+    out = scratch_out(owner, name, (R, n_l, grouped.shape[-1]), grouped)
     if bias is None:
         return torch.bmm(Wt, grouped, out=out)
     return torch.baddbmm(bias.unsqueeze(-1), Wt, grouped, out=out)
@@ -120,26 +120,20 @@ def tree_backward(W: torch.Tensor, g: torch.Tensor, grouped: torch.Tensor, need_
     same values bit for bit): a batch's fresh megabytes would otherwise fault in their pages again on every call."""
     R, n_l, N = g.shape
     raw = None if not need_raw else torch.bmm(
-        W.reshape(R, -1, n_l), g, out=_scratch(owner, name + "raw", (R, grouped.shape[1], N), g)
+        W.reshape(R, -1, n_l), g, out=scratch_out(owner, name + "raw", (R, grouped.shape[1], N), g)
     ).view(W.shape[0], W.shape[1], N)
     if not delta_w:
         return cast(torch.Tensor, None), raw  # (typed as the default's: a caller asking for none reads none)
     # per parent region, g times its children's grouped outputs transposed, a contraction over the batch (in
     # this order the leaf view of x is read row by row: ~1.5x faster than child @ g^T)
-    prod = torch.bmm(g, grouped.transpose(1, 2), out=_scratch(owner, name + "dW_t", (R, n_l, grouped.shape[1]), g))
+    prod = torch.bmm(g, grouped.transpose(1, 2), out=scratch_out(owner, name + "dW_t", (R, n_l, grouped.shape[1]), g))
     # with an owner the transposed product is laid out in W's layout by the division itself (or a copy)
-    out = _scratch(owner, name + "dW", (R, grouped.shape[1], n_l), g)
+    out = scratch_out(owner, name + "dW", (R, grouped.shape[1], n_l), g)
     if out is None:
         dW = (prod.transpose(1, 2) / N if mean else prod.transpose(1, 2)).reshape(W.shape)
     else:
         dW = (torch.div(prod.transpose(1, 2), N, out=out) if mean else out.copy_(prod.transpose(1, 2))).view(W.shape)
     return dW, raw
-
-
-def _scratch(owner: object, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor | None:
-    """``owner``'s scratch buffer ``name`` of ``shape`` in ``like``'s dtype and device, or None without an owner
-    (then the op allocates its output)."""
-    return None if owner is None else scratch_buffer(owner, name, shape, like.dtype, like.device)
 
 
 # ---------------------------------------------------------------------- any region graph

@@ -579,7 +579,7 @@ class LadderStudent(nn.Module):
         sigma, mu, dW, db, dc1, dc0 = ([None] * (d + 1) for _ in range(6))  # type: list, list, list, list, list, list
         # one-hot leaves given by their events: node-major (Delta W reads it fastest), reused with reused buffers;
         # none without Delta W on the fast path (Delta W its only reader here; a caller summing it has the events)
-        nm["fbar"][d] = self._leaves(x) if not events else None if not (delta_w or not self._fast) else \
+        nm["fbar"][d] = self._leaves(x) if not events else None if self._fast and not delta_w else \
             one_hot_node_major(x, self.widths[-1], dtype, owner=owner)
         inputs: list[Any] = [None] * d  # level l's input: its children's outputs (grouped by parent on the fast path)
         before = self.bn_placement == "before"

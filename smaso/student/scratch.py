@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["scratch_buffer", "scratch_dict"]
+__all__ = ["scratch_buffer", "scratch_dict", "scratch_out"]
 
 _BUFFERS: weakref.WeakKeyDictionary[Any, dict[str, torch.Tensor]] = weakref.WeakKeyDictionary()
 
@@ -28,3 +28,9 @@ def scratch_buffer(owner: Any, name: str, shape: tuple[int, ...], dtype: torch.d
     if buf is None or tuple(buf.shape) != tuple(shape) or buf.dtype != dtype or buf.device != torch.device(device):
         buf = mine[name] = torch.empty(shape, dtype=dtype, device=device)
     return buf
+
+
+def scratch_out(owner: Any, name: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor | None:
+    """An op's ``out=``: ``owner``'s buffer ``name`` of ``shape`` in ``like``'s dtype and device
+    (:func:`scratch_buffer`), or None without an owner (then the op allocates its result)."""
+    return None if owner is None else scratch_buffer(owner, name, shape, like.dtype, like.device)
