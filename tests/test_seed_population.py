@@ -218,3 +218,6 @@ def test_the_last_checkpoints_only_are_the_full_runs_rows_there(data):
     assert_same_history(alone.history, kept) and assert_same_history(pop[0].history, kept)
     assert all(torch.equal(a, b) for a, b in zip(full.student.parameters(), pop[0].student.parameters(),
                                                  strict=True))
+    for bad in (0, -1, 1.5, True):  # (0 would slice every checkpoint, -1 all but the first)
+        with pytest.raises(ValueError, match="_last_checkpoints: expected an integer >= 1"):
+            compare_student(data, student, trainings[0], evaluation, _last_checkpoints=bad)

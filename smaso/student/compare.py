@@ -31,7 +31,7 @@ from smaso.student.frequency import (
     accumulate_statistics,
     collect_statistics,
 )
-from smaso.student.network import LadderStudent, _check_float_dtype
+from smaso.student.network import LadderStudent, _check_float_dtype, _check_int
 from smaso.student.reformulation import Reformulation, reformulate
 from smaso.student.rows import _all_training_labels, _evaluation_rows, _head, _training_batches
 from smaso.student.training import TrainingDiverged, check_hyper
@@ -511,8 +511,8 @@ def compare_student(sample: DataSource, student: StudentConfig | None = None, tr
     aligned_at_start = None  # the alignment at the first checkpoint (initialisation)
     t0 = time.perf_counter()
     checkpoints = sorted({0, steps, *range(0, steps + 1, eval_every)})
-    if _last_checkpoints is not None:
-        checkpoints = sorted({0, *checkpoints[-_last_checkpoints:]})
+    if _last_checkpoints is not None:  # (0 would slice every checkpoint: refused)
+        checkpoints = sorted({0, *checkpoints[-_check_int(_last_checkpoints, "_last_checkpoints", 1):]})
     bar = tqdm(total=steps, desc="training student", disable=not progress)
     for step in range(steps + 1):
         # (a replayed population wrote no losses here: it checked its own, smaso.student.population)
