@@ -30,6 +30,7 @@ import torch
 
 from smaso import _ladder_parts
 from smaso.student.batch_sums import _ONE_HOT_MAX_EVENTS, _RECORD, TOTAL_DTYPE, BatchSums, _runs, scatter_sums
+from smaso.student.batch_sums import _one_hot_events as _one_hot_events  # (re-exported: probe, alignment, members)
 from smaso.student.event_means import FrequencyStatistics, PerEventMeans
 from smaso.student.mergeable import (
     MergeableSums,
