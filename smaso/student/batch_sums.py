@@ -16,11 +16,13 @@ import torch
 
 from smaso import _ladder_parts
 from smaso.student.bn_sums import bn_event_sums
+from smaso.student.compiled import check_kernel, compiled, use_compiled
 from smaso.student.connectivity import take_rows
+from smaso.student.event_kernels import MAX_EVENTS, examples_major, serial, tree_sums
 from smaso.student.mergeable import event_counts, tree_pair_index
 from smaso.student.network import LadderStudent, StudentRecord
 
-__all__ = ["TOTAL_DTYPE", "BatchSums", "scatter_sums"]
+__all__ = ["AUTO_ROWS", "TOTAL_DTYPE", "BatchSums", "scatter_sums"]
 
 
 # per-level quantities, in the order they are stacked for the single scatter per level,
@@ -28,6 +30,9 @@ __all__ = ["TOTAL_DTYPE", "BatchSums", "scatter_sums"]
 _RECORD = {"Fbar": "fbar", "F": "f", "D": "slope", "Dp": "deriv", "U": "u", "G": "g", "Gf": "g_f"}
 
 _ONE_HOT_MAX_EVENTS = 256
+
+#: ``kernel="auto"`` compiles when the caller will add at least this many rows (see the note at BatchSums._init_kernel)
+AUTO_ROWS = 2_000_000
 
 #: The dtype of an accumulator's totals (and of its statistics), whatever the dtype of its batch sums.
 TOTAL_DTYPE = torch.float64
@@ -92,6 +97,66 @@ class BatchSums:
     _plain_runs: list[list[tuple[int, int]]]
     _one_hot_buffers: dict[tuple[int, int], torch.Tensor]
     _event_values: dict[int, torch.Tensor]
+    _kernel_on: bool
+    _kernel_rows: int | None
+
+    def _init_kernel(self, kernel: str, expected_rows: int | None) -> None:
+        """Whether the batch sums run compiled (:mod:`smaso.student.event_kernels`): ``kernel`` as
+        :func:`~smaso.student.compiled.use_compiled` decides, ``"auto"`` worth it from :data:`AUTO_ROWS`
+        ``expected_rows`` on (None: unknown, eager), and only where the kernels apply: a uniform tree (the student's
+        fast path) with one-hot leaves and fewer than 255 events per region."""
+        check_kernel(kernel)
+        if expected_rows is not None and (isinstance(expected_rows, bool) or not isinstance(expected_rows, int)
+                                          or expected_rows < 0):
+            raise ValueError(f"expected_rows: expected a count >= 0 or None, got {expected_rows!r}")
+        lad = self.ladder
+        fits = self.student.fast_path and self.onehot_leaves and max(lad.events) <= MAX_EVENTS \
+            and {"fbar", "g"} <= set(self.student.stacked_fields())
+        worth_it = expected_rows is not None and expected_rows >= AUTO_ROWS
+        self._kernel_on = fits and use_compiled(kernel, self.device, worth_it=worth_it)
+        self._kernel_rows = None  # the rows of every compiled call: the first compiled batch's
+
+    def _compiled_sums(self, rec: StudentRecord, z: torch.Tensor, n: int) -> list[dict] | None:
+        """The batch's sums from the compiled kernels, per level a dict of ``own``, ``counts``, ``fc``, ``gp``,
+        ``pairs`` (:func:`~smaso.student.event_kernels.tree_level_sums`, the pad segments dropped; the leaves: pairs
+        and counts), or None where the eager path runs (kernel off, or more rows than the compiled shape).
+
+        Every call takes the first compiled batch's rows N_k: a shorter batch is padded to N_k with rows of event M
+        (dropped segments), so one compile serves it.  ``rec`` holds a stacked record; ``z`` ``(n, regions)``
+        checked events."""
+        if not self._kernel_on or rec.stacked is None or rec.stacked_fields is None:
+            return None
+        if self._kernel_rows is None:
+            self._kernel_rows = n
+        nk = self._kernel_rows
+        if n > nk:
+            return None
+        lad, dt = self.ladder, self.dtype
+        d, off, M = lad.depth, lad.level_offsets, lad.events
+        ev = z.to(torch.uint8).T
+        if n < nk:  # pad rows: each level's event M, one past its last
+            pad = torch.tensor([M[l] for l in range(d + 1) for _ in range(lad.num_regions[l])], dtype=torch.uint8,
+                               device=z.device)
+            ev = torch.cat([ev, pad[:, None].expand(-1, nk - n)], 1)
+        ev = ev.contiguous()
+        fields = rec.stacked_fields
+        stacked = [v if n == nk and v.is_contiguous()  # (a row slice's strides would be another compile)
+                   else torch.cat([v, v.new_zeros((*v.shape[:-1], nk - n))], -1) for v in rec.stacked[:d]]
+        with serial():
+            rows = compiled(examples_major)(stacked, dt)
+            res = iter(compiled(tree_sums)(ev, rows, tuple(M), tuple(off), len(fields), fields.index("fbar"),
+                                           fields.index("g")))
+        out: list[dict] = []
+        for l in range(d + 1):
+            m, mp = M[l], M[l - 1]
+            own = next(res)[:, :m] if l < d else None
+            if l == 0:
+                out.append({"own": own, "counts": next(res)[:, :m]})
+                continue
+            fc, gp = (next(res)[:, :mp], next(res)[:, :m]) if l < d else (None, None)
+            pairs = next(res)[:, :mp, :m]
+            out.append({"own": own, "fc": fc, "gp": gp, "pairs": pairs, "counts": pairs.sum(1)})
+        return out
 
     def _derivable(self, level: int) -> tuple[str, ...]:
         """The per-event sums of ``level`` (< d) that are linear maps of the edge sums of the same batch, so that
@@ -163,8 +228,9 @@ class BatchSums:
         return torch.eq(ev[:, None, :], values, out=buf)
 
     def _add_sums(self, rec: StudentRecord, levels: list, bins: list[torch.Tensor], one_hot: list,
-                  small: list[bool], stacked: bool, n: int) -> None:
-        """Counts, joint counts and per-event sums of one batch (the body of :meth:`add`)."""
+                  small: list[bool], stacked: bool, n: int, pre: list[dict] | None = None) -> None:
+        """Counts, joint counts and per-event sums of one batch (the body of :meth:`add`); ``pre``: the compiled
+        kernels' sums of the batch (:meth:`_compiled_sums`), taken instead of the eager ones where given."""
         lad, dt = self.ladder, self.dtype
         d = lad.depth
         tree = self.student.fast_path  # the edge sums take the uniform tree's layout
@@ -174,7 +240,9 @@ class BatchSums:
             # counts: on a tree below the root the margins of the (parent, child) counts below (R M M_p values
             # instead of the scatter matrix's R M N); else row sums of the scatter matrix where there is one (0/1
             # sums, exact in float32 up to 2^24 examples per batch), or a plain count
-            if one_hot[l] is not None and (l == 0 or not tree):
+            if pre is not None:  # (the hidden levels' in the batch dtype, as the eager path's one-hot row sums)
+                cnt[l] = pre[l]["counts"] if l == d else pre[l]["counts"].to(dt)
+            elif one_hot[l] is not None and (l == 0 or not tree):
                 cnt[l] = one_hot[l].sum(-1)
             elif l == 0 or not tree:
                 code = bins[l].long() + torch.arange(R, device=self.device) * m
@@ -184,7 +252,9 @@ class BatchSums:
             if l < d:
                 w, i_f = self.student.widths[l], self.summed.index("F") if bn else -1
                 for i0, i1 in (self._direct_runs if bn else self._plain_runs)[l]:
-                    if small[l] and stacked and rec.stacked is not None and i1 <= self._num_stacked:
+                    if pre is not None and i1 <= self._num_stacked:
+                        part = pre[l]["own"][..., i0 * w: i1 * w]
+                    elif small[l] and stacked and rec.stacked is not None and i1 <= self._num_stacked:
                         # the summed quantities of the level, one run of stacked slots at a time:
                         # (R, m, N) @ (R, N, k n); one wide matmul is ~2.5x faster than k narrow ones (n = 16
                         # columns each) on CPU
@@ -199,7 +269,8 @@ class BatchSums:
             elif not self.onehot_leaves:  # the leaves' sums are E[x | z]'s
                 self.own[l] += scatter_sums(levels[l], rec.fbar[l], m, dt, one_hot[l])
             if l > 0:
-                pairs, fc, gp = self._add_edges(l, rec, levels, bins, one_hot, small, n, tree)
+                pairs, fc, gp = self._add_edges(l, rec, levels, bins, one_hot, small, n, tree,
+                                                None if pre is None else pre[l])
                 if cnt[l] is None:  # a tree: the margins of its pairs (the scatter matrix's dtype where it has one)
                     cnt[l] = pairs.sum(1) if one_hot[l] is None else pairs.sum(1).to(one_hot[l].dtype)
                 graw = self._add_derived(l, pairs if fc is None else fc, gp, cnt, bn)
@@ -215,7 +286,8 @@ class BatchSums:
             self.counts[l] += level_counts
 
     def _add_edges(self, l: int, rec: StudentRecord, levels: list, bins: list, one_hot: list, small: list[bool],
-                   n: int, tree: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+                   n: int, tree: bool, pre: dict | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """Pair counts, focus and broadness sums of the edges into level ``l`` (parents in l - 1).
 
         :returns: this batch's ``(pairs, fc, gp)``: the (parent, child) event counts ``(E, M_{l-1}, M_l)`` and the
@@ -229,11 +301,14 @@ class BatchSums:
         E = joint_counts.shape[0]
         par, chi = self.student.edge_index(l - 1)
         b = _ladder_parts.uniform_branching(lad)[l - 1] if tree else 0  # read on the tree path only
-        if tree:  # edge = child region; child c of parent p is region p b + c: views, no gathers
-            pair = tree_pair_index(bins[l - 1], bins[l], m, edge_base)
+        if pre is not None:  # the compiled kernels' (edge = child region on the tree)
+            pairs = pre["pairs"]
         else:
-            pair = (bins[l - 1][:, par] * m + bins[l][:, chi]) + edge_base
-        pairs = event_counts(pair, E * mp * m).view(E, mp, m)
+            if tree:  # edge = child region; child c of parent p is region p b + c: views, no gathers
+                pair = tree_pair_index(bins[l - 1], bins[l], m, edge_base)
+            else:
+                pair = (bins[l - 1][:, par] * m + bins[l][:, chi]) + edge_base
+            pairs = event_counts(pair, E * mp * m).view(E, mp, m)
         joint_counts += pairs
         if l == lad.depth and self.onehot_leaves:
             # x = one-hot(z): E[x | z_parent] follows from the joint counts, and
@@ -241,7 +316,9 @@ class BatchSums:
             gp = rec.dW[l - 1].to(dt) * n
             gp_sum += gp
             return pairs, None, gp
-        if not (small[l] and small[l - 1]):  # many events: index_add_ per edge
+        if pre is not None:
+            fc, gp = pre["fc"].to(dt), pre["gp"].to(dt)
+        elif not (small[l] and small[l - 1]):  # many events: index_add_ per edge
             fc = scatter_sums(levels[l - 1].index_select(1, par), rec.fbar[l].index_select(1, chi), mp, dt)
             gp = scatter_sums(levels[l].index_select(1, chi), rec.g[l - 1].index_select(1, par), m, dt)
         else:

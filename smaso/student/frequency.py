@@ -31,6 +31,7 @@ import torch
 from smaso import _ladder_parts
 from smaso.student.batch_sums import _ONE_HOT_MAX_EVENTS, _RECORD, TOTAL_DTYPE, BatchSums, _runs, scatter_sums
 from smaso.student.batch_sums import _one_hot_events as _one_hot_events  # (re-exported: probe, alignment, members)
+from smaso.student.compiled import check_kernel
 from smaso.student.event_means import FrequencyStatistics, PerEventMeans
 from smaso.student.mergeable import (
     MergeableSums,
@@ -90,6 +91,13 @@ class FrequencyAccumulator(BatchSums, MergeableSums):
 
     :param student: the student (gives the ladder, the edges and the widths).
     :param dtype: the batch sums' dtype (default: the student's; float64 for exact sums).
+    :param kernel: ``"eager"`` (one-hot batched matmuls), ``"compiled"`` (on a uniform tree with one-hot leaves and a
+        stacked record: the sums, counts and pair counts as compiled segment sums, :mod:`smaso.student.event_kernels`;
+        elsewhere, and off the CPU or without a C++ compiler, eager) or ``"auto"`` (compiled from
+        :data:`~smaso.student.batch_sums.AUTO_ROWS` ``expected_rows`` on, else eager).  Compiled and eager sums
+        agree to the batch dtype's round-off (the order of a sum differs); a compiled accumulator takes every batch
+        at its first batch's size (shorter ones padded; longer ones run eager).
+    :param expected_rows: how many rows the caller will add (``"auto"``'s judgement; None: unknown, eager).
     """
 
     _SUMS = ("counts", "joint_counts", "own", "fc", "gp", "dW", "db")
@@ -101,7 +109,8 @@ class FrequencyAccumulator(BatchSums, MergeableSums):
     _edge_base: list[torch.Tensor | None]
     _sizes: list[torch.Tensor | None]
 
-    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None) -> None:
+    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None, *, kernel: str = "auto",
+                 expected_rows: int | None = None) -> None:
         _check_student(student)
         dtype = _check_float_dtype(dtype or student.weights[0].dtype)
         self.student, self.ladder, self.dtype = student, student.ladder, dtype
@@ -154,6 +163,7 @@ class FrequencyAccumulator(BatchSums, MergeableSums):
                                     + self._bn_derived[l]]) for l in range(d)]
         self._plain_runs = [_runs([i for i, k in enumerate(self.summed) if k not in self._derived[l]])
                             for l in range(d)]  # (a record without BN's mean: Fbar and Gf summed per example)
+        self._init_kernel(kernel, expected_rows)
 
     def add(self, rec: StudentRecord, z: torch.Tensor, rows: slice | None = None) -> None:
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, total_regions)``.
@@ -181,7 +191,8 @@ class FrequencyAccumulator(BatchSums, MergeableSums):
         # int64 events where torch needs them (scatter indices); not the one-hot leaves, the widest level
         levels = [None if l == d and self.onehot_leaves else ev.long() for l, ev in enumerate(bins)]
         # levels[l] is None exactly at the one-hot leaves
-        built = [l for l, lev in enumerate(levels) if small[l] and lev is not None]
+        pre = self._compiled_sums(rec, z, n) if stacked else None  # (kernel="compiled": module batch_sums)
+        built = [l for l, lev in enumerate(levels) if small[l] and lev is not None and pre is None]
         one_hot: list[torch.Tensor | None] = [None] * (d + 1)
         if built:
             # the scatter matrices' levels as one uint8 (regions, N) block (events < 256 there): comparing bytes
@@ -190,7 +201,7 @@ class FrequencyAccumulator(BatchSums, MergeableSums):
             ev8 = z[:, :top].to(torch.uint8).T.contiguous()
             for l in built:
                 one_hot[l] = self._set_one_hot(l, ev8[off[l]: off[l + 1]])
-        self._add_sums(rec, levels, bins, one_hot, small, stacked, n)
+        self._add_sums(rec, levels, bins, one_hot, small, stacked, n, pre)
         for l in range(d):
             self.dW[l] += rec.dW[l].to(dt) * n
             self.db[l] += rec.db[l].to(dt) * n
@@ -370,7 +381,8 @@ def _check_groups(groups: object) -> None:
 
 def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, *,
                        loss: str = "squared", batch_size: int | None = None,
-                       dtype: torch.dtype | None = None, groups: int | None = None) -> FrequencyStatistics:
+                       dtype: torch.dtype | None = None, groups: int | None = None,
+                       kernel: str = "auto") -> FrequencyStatistics:
     """One pass over a dataset at fixed weights: forward, explicit backward, per-event sums.
 
     :param x: ``(N, R_d, dim)`` inputs; ``y``: ``(N,)`` labels; ``z``: ``(N, regions)`` events.
@@ -380,9 +392,12 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     :param dtype: accumulation dtype (default: the student's; pass float64 for exact sums).
     :param groups: ``K`` >= 2: also keep K row groups (every batch cut into K blocks) for the jackknife, so that
         the result's :meth:`~FrequencyStatistics.leave_one_out` gives the K leave-one-group-out statistics.
+    :param kernel: the batch sums' kernels (:class:`FrequencyAccumulator`): ``"auto"`` compiles from
+        :data:`~smaso.student.batch_sums.AUTO_ROWS` rows on; without ``groups`` only.
     :returns: the :class:`FrequencyStatistics` of every row, with or without ``groups`` (one return type).
     """
     _check_student(student)
+    check_kernel(kernel)
     z = _student_events(student, z)
     if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
         raise ValueError("x, y: expected tensors")
@@ -392,16 +407,19 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
         raise ValueError("x: the dataset is empty")
     _check_groups(groups)
     bs = x.shape[0] if batch_size is None else _check_batch_size(batch_size)
-    acc = _accumulator(student, dtype, groups)
+    acc = _accumulator(student, dtype, groups, kernel, x.shape[0])
     _check_label_range(student, y, loss)
     _run_batches(student, ((x[s: s + bs], y[s: s + bs], z[s: s + bs]) for s in range(0, x.shape[0], bs)), loss,
                  acc.add)
     return acc.result()
 
 
-def _accumulator(student: LadderStudent, dtype: torch.dtype | None,
-                 groups: int | None) -> FrequencyAccumulator | ReplicateAccumulator:
-    return FrequencyAccumulator(student, dtype) if groups is None else ReplicateAccumulator(student, dtype, groups)
+def _accumulator(student: LadderStudent, dtype: torch.dtype | None, groups: int | None, kernel: str = "auto",
+                 rows: int | None = None) -> FrequencyAccumulator | ReplicateAccumulator:
+    """A fresh accumulator of a pass; ``rows``: how many the process will add (``kernel="auto"``'s judgement)."""
+    if groups is None:
+        return FrequencyAccumulator(student, dtype, kernel=kernel, expected_rows=rows)
+    return ReplicateAccumulator(student, dtype, groups)
 
 
 def _check_label_range(student: LadderStudent, y: torch.Tensor, loss: str) -> None:
@@ -437,14 +455,15 @@ def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *add
 
 def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData | _SampleChunks, loss: str,
                       batch_size: int,
-                      dtype: torch.dtype | None, groups: int | None = None) -> tuple[dict, int]:
+                      dtype: torch.dtype | None, groups: int | None = None, kernel: str = "auto",
+                      rows: int | None = None) -> tuple[dict, int]:
     """The task of one chunk (any process): its rows in batches of ``batch_size`` into a fresh accumulator.
 
     :returns: ``(state_dict, correct)``: the accumulator's state and how many of the chunk's examples
         the student classifies correctly.
     """
     part, wdt = chunks.chunk(c), student.weights[0].dtype
-    acc = _accumulator(student, dtype, groups)
+    acc = _accumulator(student, dtype, groups, kernel, rows)
     _check_label_range(student, part.y, loss)  # (a chunk is read on the host: no device read)
     # one-hot leaves handed on as their events (checked here, once) where a pass may reorder its sums (_regroup):
     # the embedding sum of the picked weights is the one-hot matmul's to round-off; float64 and BN passes stay bit
@@ -471,8 +490,8 @@ def _regroup(student: LadderStudent, dtype: torch.dtype | None) -> bool:
 
 def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: str = "squared", batch_size: int = 4096,
                           dtype: torch.dtype | None = None, engine: SerialEngine | DaskEngine | None = None,
-                          groups: int | None = None,
-                          progress: bool = False) -> tuple[FrequencyAccumulator | ReplicateAccumulator, int]:
+                          groups: int | None = None, progress: bool = False,
+                          kernel: str = "auto") -> tuple[FrequencyAccumulator | ReplicateAccumulator, int]:
     """One streaming pass of a fixed student over a dataset, chunk by chunk: the mergeable sums.
 
     Each chunk is one task (in this process, or on a Dask cluster with ``engine``); it runs its rows in
@@ -490,6 +509,9 @@ def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: s
     :param engine: None (this process), or a :class:`~teachers.engine.DaskEngine`.
     :param groups: ``K``: accumulate a :class:`ReplicateAccumulator` of K row groups instead (every batch split
         into K blocks), for the jackknife's noise floors.
+    :param kernel: the batch sums' kernels in every chunk's accumulator (:class:`FrequencyAccumulator`; without
+        ``groups`` only): ``"auto"`` compiles where the whole source has
+        :data:`~smaso.student.batch_sums.AUTO_ROWS` rows or more (a process compiles once, for all its chunks).
     :returns: ``(accumulator, correct)``: call ``accumulator.result()`` for the
         :class:`FrequencyStatistics`; ``correct`` counts the examples classified correctly.
     """
@@ -498,6 +520,7 @@ def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: s
     _check_student(student)
     _check_batch_size(batch_size)
     _check_groups(groups)
+    check_kernel(kernel)
     chunks = _student_chunks(student, source)
 
     def merge(total: tuple, part: tuple[dict, int]) -> tuple:
@@ -505,5 +528,6 @@ def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: s
 
     # chunk order: the same sums in the same order on every engine
     return get_engine(engine).fold(_chunk_statistics, range(chunks.num_chunks), student, chunks, loss, batch_size,
-                                   dtype, groups, merge=merge, init=(_accumulator(student, dtype, groups), 0),
+                                   dtype, groups, kernel, len(chunks), merge=merge,
+                                   init=(_accumulator(student, dtype, groups), 0),
                                    progress="student statistics" if progress else None)
