@@ -31,8 +31,11 @@ _RECORD = {"Fbar": "fbar", "F": "f", "D": "slope", "Dp": "deriv", "U": "u", "G":
 
 _ONE_HOT_MAX_EVENTS = 256
 
-#: ``kernel="auto"`` compiles when the caller will add at least this many rows (see the note at BatchSums._init_kernel)
-AUTO_ROWS = 2_000_000
+#: ``kernel="auto"`` compiles when the caller will add at least this many rows.  Measured (one thread, 341 regions,
+#: width 16, float32, batches of 1024, 2 cores shared with other jobs, load ~2): the compiled sums save ~1 ms per
+#: batch of a ~23 ms statistics pass (~1 us per row) and the first compile takes ~7 s, so they pay off from ~7e6
+#: rows; 10^7 leaves a margin.  With BN after the gate they were ~4% slower: "auto" stays eager there.
+AUTO_ROWS = 10_000_000
 
 #: The dtype of an accumulator's totals (and of its statistics), whatever the dtype of its batch sums.
 TOTAL_DTYPE = torch.float64
@@ -103,16 +106,18 @@ class BatchSums:
     def _init_kernel(self, kernel: str, expected_rows: int | None) -> None:
         """Whether the batch sums run compiled (:mod:`smaso.student.event_kernels`): ``kernel`` as
         :func:`~smaso.student.compiled.use_compiled` decides, ``"auto"`` worth it from :data:`AUTO_ROWS`
-        ``expected_rows`` on (None: unknown, eager), and only where the kernels apply: a uniform tree (the student's
-        fast path) with one-hot leaves and fewer than 255 events per region."""
+        ``expected_rows`` on (None: unknown, eager; eager too with BN after the gate, where they were slower), and
+        only where the kernels apply: a uniform tree (the student's fast path) with one-hot leaves and fewer than
+        255 events per region."""
         check_kernel(kernel)
         if expected_rows is not None and (isinstance(expected_rows, bool) or not isinstance(expected_rows, int)
                                           or expected_rows < 0):
             raise ValueError(f"expected_rows: expected a count >= 0 or None, got {expected_rows!r}")
         lad = self.ladder
         fits = self.student.fast_path and self.onehot_leaves and max(lad.events) <= MAX_EVENTS \
-            and {"fbar", "g"} <= set(self.student.stacked_fields())
-        worth_it = expected_rows is not None and expected_rows >= AUTO_ROWS
+            and "g" in self.student.stacked_fields()
+        worth_it = expected_rows is not None and expected_rows >= AUTO_ROWS \
+            and "fbar" in self.student.stacked_fields()
         self._kernel_on = fits and use_compiled(kernel, self.device, worth_it=worth_it)
         self._kernel_rows = None  # the rows of every compiled call: the first compiled batch's
 
@@ -142,10 +147,13 @@ class BatchSums:
         fields = rec.stacked_fields
         stacked = [v if n == nk and v.is_contiguous()  # (a row slice's strides would be another compile)
                    else torch.cat([v, v.new_zeros((*v.shape[:-1], nk - n))], -1) for v in rec.stacked[:d]]
+        # fbar where it is not stacked (BN after the gate): the record's own (N, R, n), as (R, N, n) rows
+        fbar = [None if "fbar" in fields else (f if n == nk else torch.cat([f, f.new_zeros((nk - n, *f.shape[1:]))]))
+                .transpose(0, 1) for f in rec.fbar[:d]]
         with serial():
             rows = compiled(examples_major)(stacked, dt)
-            res = iter(compiled(tree_sums)(ev, rows, tuple(M), tuple(off), len(fields), fields.index("fbar"),
-                                           fields.index("g")))
+            res = iter(compiled(tree_sums)(ev, rows, fbar, tuple(M), tuple(off), len(fields),
+                                           fields.index("fbar") if "fbar" in fields else -1, fields.index("g")))
         out: list[dict] = []
         for l in range(d + 1):
             m, mp = M[l], M[l - 1]

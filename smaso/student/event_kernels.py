@@ -58,15 +58,17 @@ def examples_major(stacked: list[torch.Tensor], dtype: torch.dtype) -> list[torc
     return [v.reshape(v.shape[0], -1, v.shape[-1]).transpose(1, 2).to(dtype).contiguous() for v in stacked]
 
 
-def tree_sums(ev: torch.Tensor, rows: list[torch.Tensor], events: tuple[int, ...], offsets: tuple[int, ...],
-              k: int, i_fbar: int, i_g: int) -> list[torch.Tensor]:
+def tree_sums(ev: torch.Tensor, rows: list[torch.Tensor], fbar: list[torch.Tensor | None], events: tuple[int, ...],
+              offsets: tuple[int, ...], k: int, i_fbar: int, i_g: int) -> list[torch.Tensor]:
     """Every per-event sum and pair count of one batch of a uniform tree (framework paper Eq 6 sums; module
     docstring), to be compiled.
 
     :param ev: ``(regions, N)`` uint8 events of every region (level l's rows ``offsets[l]:offsets[l+1]``), each in
         [0, M_l] where M_l = ``events[l]`` is the pad rows' value; child region r of a level has parent r // b.
     :param rows: per hidden level l < d its examples-major rows ``(R_l, N, k n_l)`` (:func:`examples_major`).
-    :param k: the stacked slots; ``i_fbar``, ``i_g``: those of fbar and g.
+    :param fbar: per hidden level its fbar ``(R_l, N, n_l)`` (any strides) where it is not a stacked slot (BN after
+        the gate), else None.
+    :param k: the stacked slots; ``i_fbar``, ``i_g``: those of fbar (where stacked) and g.
     :returns: flat, per hidden level l: ``own (R_l, M_l+1, k n_l)``, then at the root ``counts (R_0, M_0+1)``
         float64, below it ``fc (R_l, M_{l-1}+1, n_l)``, ``gp (R_l, M_l+1, n_{l-1})``, ``pairs (R_l, M_{l-1}+1,
         M_l+1)`` float64; last the leaves' ``pairs``.  Pad segments last on every event axis.
@@ -92,8 +94,9 @@ def tree_sums(ev: torch.Tensor, rows: list[torch.Tensor], events: tuple[int, ...
         key_p = parent + reg * (mp + 1)
         if l < d:
             n = rows[l].shape[-1] // k
+            child = rows[l][:, :, i_fbar * n:(i_fbar + 1) * n] if fbar[l] is None else fbar[l]
             out.append(rows[l].new_zeros(R * (mp + 1), n).index_add_(
-                0, key_p.reshape(-1), rows[l][:, :, i_fbar * n:(i_fbar + 1) * n].reshape(R * N, n)).view(R, mp + 1, n))
+                0, key_p.reshape(-1), child.to(rows[l].dtype).reshape(R * N, n)).view(R, mp + 1, n))
             n_p = rows[l - 1].shape[-1] // k
             g_par = rows[l - 1][:, :, i_g * n_p:(i_g + 1) * n_p][:, None].expand(Rp, R // Rp, N, n_p)
             out.append(rows[l].new_zeros(R * (m + 1), n_p).index_add_(0, key, g_par.reshape(R * N, n_p))
