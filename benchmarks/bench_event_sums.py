@@ -290,6 +290,11 @@ def main(argv: list[str] | None = None) -> dict:
     t0 = time.perf_counter()
     acc_compiled.add(rec, z)
     compile_s = time.perf_counter() - t0
+    acc.add(rec, z)  # (the eager sums of the same batch: the compiled ones' error against them)
+    errors["accumulator add (compiled)"] = max(
+        float((v - u).abs().max() / u.abs().max().clamp(min=1e-300))
+        for key in FrequencyAccumulator._SUMS for u, v in zip(getattr(acc, key), getattr(acc_compiled, key),
+                                                                 strict=True) if u is not None)
     buffers = [rec.stacked]
 
     def plain() -> None:

@@ -94,7 +94,8 @@ def tree_sums(ev: torch.Tensor, rows: list[torch.Tensor], fbar: list[torch.Tenso
         key_p = parent + reg * (mp + 1)
         if l < d:
             n = rows[l].shape[-1] // k
-            child = rows[l][:, :, i_fbar * n:(i_fbar + 1) * n] if fbar[l] is None else fbar[l]
+            f = fbar[l]
+            child = rows[l][:, :, i_fbar * n:(i_fbar + 1) * n] if f is None else f
             out.append(rows[l].new_zeros(R * (mp + 1), n).index_add_(
                 0, key_p.reshape(-1), child.to(rows[l].dtype).reshape(R * N, n)).view(R, mp + 1, n))
             n_p = rows[l - 1].shape[-1] // k

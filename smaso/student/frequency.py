@@ -456,14 +456,14 @@ def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *add
 def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData | _SampleChunks, loss: str,
                       batch_size: int,
                       dtype: torch.dtype | None, groups: int | None = None, kernel: str = "auto",
-                      rows: int | None = None) -> tuple[dict, int]:
+                      expected_rows: int | None = None) -> tuple[dict, int]:
     """The task of one chunk (any process): its rows in batches of ``batch_size`` into a fresh accumulator.
 
     :returns: ``(state_dict, correct)``: the accumulator's state and how many of the chunk's examples
         the student classifies correctly.
     """
     part, wdt = chunks.chunk(c), student.weights[0].dtype
-    acc = _accumulator(student, dtype, groups, kernel, rows)
+    acc = _accumulator(student, dtype, groups, kernel, expected_rows)
     _check_label_range(student, part.y, loss)  # (a chunk is read on the host: no device read)
     # one-hot leaves handed on as their events (checked here, once) where a pass may reorder its sums (_regroup):
     # the embedding sum of the picked weights is the one-hot matmul's to round-off; float64 and BN passes stay bit
