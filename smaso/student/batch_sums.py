@@ -102,6 +102,7 @@ class BatchSums:
     _event_values: dict[int, torch.Tensor]
     _kernel_on: bool
     _kernel_rows: int | None
+    _rows_buffers: list[torch.Tensor] | None
 
     def _init_kernel(self, kernel: str, expected_rows: int | None) -> None:
         """Whether the batch sums run compiled (:mod:`smaso.student.event_kernels`): ``kernel`` as
@@ -120,6 +121,7 @@ class BatchSums:
             and "fbar" in self.student.stacked_fields()
         self._kernel_on = fits and use_compiled(kernel, self.device, worth_it=worth_it)
         self._kernel_rows = None  # the rows of every compiled call: the first compiled batch's
+        self._rows_buffers: list[torch.Tensor] | None = None  # the examples-major rows, kept between batches
 
     def _compiled_sums(self, rec: StudentRecord, z: torch.Tensor, n: int) -> list[dict] | None:
         """The batch's sums from the compiled kernels, per level a dict of ``own``, ``counts``, ``fc``, ``gp``,
@@ -150,8 +152,12 @@ class BatchSums:
         # fbar where it is not stacked (BN after the gate): the record's own (N, R, n), as (R, N, n) rows
         fbar = [None if "fbar" in fields else (f if n == nk else torch.cat([f, f.new_zeros((nk - n, *f.shape[1:]))]))
                 .transpose(0, 1) for f in rec.fbar[:d]]
+        rows = self._rows_buffers
+        if rows is None or rows[0].shape[1] != nk:
+            rows = self._rows_buffers = [torch.empty(v.shape[0], nk, v.shape[1] * v.shape[2], dtype=dt,
+                                                     device=v.device) for v in stacked]
         with serial():
-            rows = compiled(examples_major)(stacked, dt)
+            compiled(examples_major)(stacked, rows)
             res = iter(compiled(tree_sums)(ev, rows, fbar, tuple(M), tuple(off), len(fields),
                                            fields.index("fbar") if "fbar" in fields else -1, fields.index("g")))
         out: list[dict] = []
