@@ -147,18 +147,20 @@ class BatchSums:
             ev = torch.cat([ev, pad[:, None].expand(-1, nk - n)], 1)
         ev = ev.contiguous()
         fields = rec.stacked_fields
-        stacked = [v if n == nk and v.is_contiguous()  # (a row slice's strides would be another compile)
-                   else torch.cat([v, v.new_zeros((*v.shape[:-1], nk - n))], -1) for v in rec.stacked[:d]]
-        # fbar where it is not stacked (BN after the gate): the record's own (N, R, n), as (R, N, n) rows
-        fbar = [None if "fbar" in fields else (f if n == nk else torch.cat([f, f.new_zeros((nk - n, *f.shape[1:]))]))
-                .transpose(0, 1) for f in rec.fbar[:d]]
+        # the stacked records (R, k, n, N) and, where fbar is not stacked (BN after the gate), the record's fbar as
+        # its node-major (R, 1, n, N) storage: all written as examples-major rows by one kernel
+        node_major = list(rec.stacked[:d]) if "fbar" in fields else \
+            list(rec.stacked[:d]) + [f.permute(1, 2, 0).unsqueeze(1) for f in rec.fbar[:d]]
+        node_major = [v if n == nk and v.is_contiguous()  # (a row slice's strides would be another compile)
+                      else torch.cat([v, v.new_zeros((*v.shape[:-1], nk - n))], -1) for v in node_major]
         rows = self._rows_buffers
         if rows is None or rows[0].shape[1] != nk:
             rows = self._rows_buffers = [torch.empty(v.shape[0], nk, v.shape[1] * v.shape[2], dtype=dt,
-                                                     device=v.device) for v in stacked]
+                                                     device=v.device) for v in node_major]
+        fbar: list[torch.Tensor | None] = [None] * d if "fbar" in fields else list(rows[d:])
         with serial():
-            compiled(examples_major)(stacked, rows)
-            res = iter(compiled(tree_sums)(ev, rows, fbar, tuple(M), tuple(off), len(fields),
+            compiled(examples_major)(node_major, rows)
+            res = iter(compiled(tree_sums)(ev, rows[:d], fbar, tuple(M), tuple(off), len(fields),
                                            fields.index("fbar") if "fbar" in fields else -1, fields.index("g")))
         out: list[dict] = []
         for l in range(d + 1):

@@ -52,10 +52,11 @@ def _ones(n: int, device: torch.device) -> torch.Tensor:
 
 
 def examples_major(stacked: list[torch.Tensor], out: list[torch.Tensor]) -> None:
-    """Each level's stacked record ``(R, k, n, N)`` written as examples-major rows ``(R, N, k n)`` into ``out`` (one
-    event's row of k n values contiguous, in ``out``'s dtype), to be compiled: one read and one write of the record,
-    a kernel of its own (fused into the sums' scatters, the transposed reads cost ~1.5x more: 2.7 against 1.8 ms on
-    the benchmark's deepest level), into buffers the caller keeps between batches (no fresh ~13 MB per batch)."""
+    """Each level's stacked record ``(R, k, n, N)`` (and any other node-major ``(R, k, n, N)``: BN's unstacked fbar)
+    written as examples-major rows ``(R, N, k n)`` into ``out`` (one event's row of k n values contiguous, in
+    ``out``'s dtype), to be compiled: one read and one write of the record, a kernel of its own (fused into the
+    sums' scatters, the transposed reads cost ~1.5x more: 2.7 against 1.8 ms on the benchmark's deepest level),
+    into buffers the caller keeps between batches (no fresh ~13 MB per batch)."""
     for v, o in zip(stacked, out, strict=True):
         o.copy_(v.reshape(v.shape[0], -1, v.shape[-1]).transpose(1, 2))
 
@@ -68,8 +69,8 @@ def tree_sums(ev: torch.Tensor, rows: list[torch.Tensor], fbar: list[torch.Tenso
     :param ev: ``(regions, N)`` uint8 events of every region (level l's rows ``offsets[l]:offsets[l+1]``), each in
         [0, M_l] where M_l = ``events[l]`` is the pad rows' value; child region r of a level has parent r // b.
     :param rows: per hidden level l < d its examples-major rows ``(R_l, N, k n_l)`` (:func:`examples_major`).
-    :param fbar: per hidden level its fbar ``(R_l, N, n_l)`` (any strides) where it is not a stacked slot (BN after
-        the gate), else None.
+    :param fbar: per hidden level its fbar rows ``(R_l, N, n_l)`` where it is not a stacked slot (BN after the gate;
+        :func:`examples_major` of the record's node-major fbar), else None.
     :param k: the stacked slots; ``i_fbar``, ``i_g``: those of fbar (where stacked) and g.
     :returns: flat, per hidden level l: ``own (R_l, M_l+1, k n_l)``, then at the root ``counts (R_0, M_0+1)``
         float64, below it ``fc (R_l, M_{l-1}+1, n_l)``, ``gp (R_l, M_l+1, n_{l-1})``, ``pairs (R_l, M_{l-1}+1,
