@@ -34,7 +34,8 @@ _ONE_HOT_MAX_EVENTS = 256
 #: ``kernel="auto"`` compiles when the caller will add at least this many rows.  Measured (one thread, 341 regions,
 #: width 16, float32, batches of 1024, 2 cores shared with other jobs, load ~2): the compiled sums save ~1 ms per
 #: batch of a ~23 ms statistics pass (~1 us per row) and the first compile takes ~7 s, so they pay off from ~7e6
-#: rows; 10^7 leaves a margin.  With BN after the gate they were ~4% slower: "auto" stays eager there.
+#: rows; 10^7 leaves a margin.  With BN after the gate (fbar transposed too) they were no faster (0.99x best,
+#: 1.04x median of the pass): "auto" stays eager there.
 AUTO_ROWS = 10_000_000
 
 #: The dtype of an accumulator's totals (and of its statistics), whatever the dtype of its batch sums.
@@ -107,7 +108,7 @@ class BatchSums:
     def _init_kernel(self, kernel: str, expected_rows: int | None) -> None:
         """Whether the batch sums run compiled (:mod:`smaso.student.event_kernels`): ``kernel`` as
         :func:`~smaso.student.compiled.use_compiled` decides, ``"auto"`` worth it from :data:`AUTO_ROWS`
-        ``expected_rows`` on (None: unknown, eager; eager too with BN after the gate, where they were slower), and
+        ``expected_rows`` on (None: unknown, eager; eager too with BN after the gate, where they were no faster), and
         only where the kernels apply: a uniform tree (the student's fast path) with one-hot leaves and fewer than
         255 events per region."""
         check_kernel(kernel)
