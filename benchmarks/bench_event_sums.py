@@ -42,14 +42,21 @@ examples-major (the tables built outside the timing, as such an explicit pass wo
 Every contender's sums are checked against float64 sums of the same values (``max_rel_err``, the largest error over
 the largest sum of each problem).  Context rows on the same batch: ``plain`` (autograd forward+backward on one-hot x,
 as ``bench_student``'s ``plain``), ``explicit stacked`` (``forward_backward`` into the previous buffers),
-``accumulator add`` (``FrequencyAccumulator(float32).add`` of that record) and ``accumulator sums`` (the part of
+``accumulator add`` (``FrequencyAccumulator(float32).add`` of that record), ``accumulator add (compiled)`` (the same
+with ``kernel="compiled"``: :mod:`smaso.student.event_kernels`; its first add, the compilation, is timed apart as
+``compile_s``, with ``compile_amortised_after_batches`` = ``compile_s`` over its saving per batch; its two kernels
+timed apart as ``compiled transpose`` (the stacked record into examples-major rows) and ``compiled sums from rows``)
+and
+``accumulator sums`` (the part of
 ``add`` that computes these sums, as it computes them on a uniform tree: one one-hot per level shared by the own, fc
 and gp sums, the stacked runs' bmm, ``_edge_matmuls``' strided and grouped bmm; nothing else of ``add``).  Rounds are
 round-robin over all contenders (``--repeats`` rounds of ``--inner`` calls each, a round's time the mean per call);
 best and median over the rounds are recorded with the load average.  ``estimates`` derives, from the best times, the
 statistics pass over plain now (``explicit stacked`` + ``accumulator add``) and with ``accumulator sums`` replaced by
 another formulation's total (scatter_add; the fastest per-problem examples-major one, with and without the transpose;
-the faster segment sums; the read floor), and the accumulation budget the 1.3x target leaves
+the faster segment sums; the read floor), the statistics pass with the compiled add
+(``stats_over_plain_compiled``) and without its transposition (``stats_over_plain_compiled_examples_major_record``:
+an explicit pass that wrote its record examples-major), and the accumulation budget the 1.3x target leaves
 (1.3 ``plain`` - ``explicit stacked``): arithmetic on measured parts, not measured passes.
 
 Run it with::
@@ -69,6 +76,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from smaso.student.compiled import compiled
+from smaso.student.event_kernels import examples_major, serial, tree_sums
 from smaso.student.frequency import FrequencyAccumulator
 from smaso.student.network import LadderStudent
 from smaso.student.rows import evaluation_inputs
@@ -281,7 +290,31 @@ def main(argv: list[str] | None = None) -> dict:
         errors[name] = max(float((got[p["name"]].double() - p["ref"]).abs().max()
                                  / p["ref"].abs().max().clamp(min=1e-300)) for p in probs)
     acc = FrequencyAccumulator(student)
+    # the compiled batch sums (kernel="compiled"): the first add compiles (once per process and shape), timed apart
+    acc_compiled = FrequencyAccumulator(student, kernel="compiled")
+    t0 = time.perf_counter()
+    acc_compiled.add(rec, z)
+    compile_s = time.perf_counter() - t0
+    acc.add(rec, z)  # (the eager sums of the same batch: the compiled ones' error against them)
+    errors["accumulator add (compiled)"] = max(
+        float((v - u).abs().max() / u.abs().max().clamp(min=1e-300))
+        for key in FrequencyAccumulator._SUMS for u, v in zip(getattr(acc, key), getattr(acc_compiled, key),
+                                                                 strict=True) if u is not None)
     buffers = [rec.stacked]
+    # the compiled add's two kernels apart, on the same batch: the transposition of the stacked record into
+    # examples-major rows, and every sum from those rows (what the add would cost on an examples-major record)
+    d, fields = ladder.depth, rec.stacked_fields
+    rows_em = [torch.empty(v.shape[0], v.shape[-1], v.shape[1] * v.shape[2]) for v in rec.stacked[:d]]
+    ev_all = z.to(torch.uint8).T.contiguous()
+
+    def compiled_transpose() -> None:
+        with serial():
+            compiled(examples_major)(rec.stacked[:d], rows_em)
+
+    def compiled_sums_from_rows() -> None:
+        with serial():
+            compiled(tree_sums)(ev_all, rows_em, [None] * d, tuple(ladder.events), tuple(ladder.level_offsets),
+                                len(fields), fields.index("fbar"), fields.index("g"))
 
     def plain() -> None:
         student.zero_grad(set_to_none=True)
@@ -301,6 +334,8 @@ def main(argv: list[str] | None = None) -> dict:
         return run
 
     runs = {"plain": plain, "explicit stacked": explicit, "accumulator add": lambda: acc.add(rec, z),
+            "accumulator add (compiled)": lambda: acc_compiled.add(rec, z),
+            "compiled transpose": compiled_transpose, "compiled sums from rows": compiled_sums_from_rows,
             "accumulator sums": accumulator_sums(student, rec, z), **segments,
             **{name: over_problems(name, fn) for name, fn in sums.items()},
             "transpose": over_problems("transpose", lambda p: p["vals"].permute(2, 0, 1).contiguous()),
@@ -344,6 +379,15 @@ def main(argv: list[str] | None = None) -> dict:
         "stats_over_plain_examples_major_record": (rest + by[fastest]) / by["plain"],
         "stats_over_plain_examples_major_with_transpose": (rest + by[fastest] + by["transpose"]) / by["plain"],
         "accumulation_budget_ms_at_target": STATS_TARGET * by["plain"] - by["explicit stacked"],
+        "stats_over_plain_compiled": (by["explicit stacked"] + by["accumulator add (compiled)"]) / by["plain"],
+        "compiled_add_over_eager_add": by["accumulator add (compiled)"] / by["accumulator add"],
+        "compile_s": compile_s,
+        # the lead: an explicit pass writing its stacked record examples-major would spare the transposition
+        "stats_over_plain_compiled_examples_major_record": (by["explicit stacked"] + by["accumulator add (compiled)"]
+                                                            - by["compiled transpose"]) / by["plain"],
+        "compiled": bool(acc_compiled._kernel_on),
+        "compile_amortised_after_batches": (compile_s / saved if (saved := (by["accumulator add"]
+                                            - by["accumulator add (compiled)"]) / 1e3) > 0 else None),
         "target": STATS_TARGET,
         "note": "arithmetic on the best times of measured parts (module docstring), not a measured pass",
     }

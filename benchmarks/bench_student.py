@@ -15,6 +15,11 @@ Target 1 -- frequency statistics cost at most 1.3x a plain epoch:
   ``acc.add(rec, z)`` on a ``smaso.student.frequency.FrequencyAccumulator`` with float32 (its default for a
   float32 student) or float64 (on request) accumulation, plus building the accumulator and one
   ``acc.result()`` at the end of the epoch;
+- ``stats f32 compiled`` (reported, not judged): the ``stats f32`` epoch with
+  ``FrequencyAccumulator(kernel="compiled")`` (the batch sums as compiled segment sums,
+  :mod:`smaso.student.event_kernels`), compiled before the warm-up: ``compile_s`` (the first ``add`` in the process)
+  and ``compile_amortised_after_batches`` (``compile_s`` over the saving per minibatch against ``stats f32``) are
+  recorded beside the steady state; ``stats_overhead_compiled`` / ``stats_compiled_over_eager`` its ratios;
 - ``explicit fwd+bwd`` (reference row): ``student.forward_backward(x, y)`` alone, no accumulation;
 - ``explicit stacked`` (reference row): the same into the previous minibatch's stacked buffers, as the stats rows
   run it: the stats epoch less the accumulation, so ``explicit_stacked_overhead`` is the floor under
@@ -238,14 +243,16 @@ def explicit_runner(student: LadderStudent, data: Batches, stacked: bool = False
 
 
 def stats_runner(student: LadderStudent, data: Batches, dtype: torch.dtype,
-                 accumulator: type = FrequencyAccumulator, faults: list[float] | None = None
-                 ) -> Callable[[list[int]], list[float]]:
+                 accumulator: type = FrequencyAccumulator, faults: list[float] | None = None,
+                 kernel: str | None = None) -> Callable[[list[int]], list[float]]:
     """Per-minibatch times, then one last entry: building the accumulator plus ``acc.result()`` (``accumulator``:
     the library's, or the reference tree code's with its student).  ``faults``: as :func:`autograd_runner`'s, of
-    the minibatches' ``forward_backward`` + ``add`` (the first makes the stacked buffers)."""
+    the minibatches' ``forward_backward`` + ``add`` (the first makes the stacked buffers).  ``kernel``: the
+    library accumulator's ``kernel=`` (None: its default, ``"auto"``, which is eager for an accumulator that is not
+    told how many rows it will see, as here)."""
     def run(batches: list[int]) -> list[float]:
         t0 = time.perf_counter()
-        acc = accumulator(student, dtype)
+        acc = accumulator(student, dtype) if kernel is None else accumulator(student, dtype, kernel=kernel)
         setup = time.perf_counter() - t0
         times = []
         buffers = True
@@ -267,6 +274,16 @@ def stats_runner(student: LadderStudent, data: Batches, dtype: torch.dtype,
         assert stats.num_examples == sum(data.bounds(i).stop - data.bounds(i).start for i in batches)
         return times
     return run
+
+
+def compile_seconds(student: LadderStudent, data: Batches, dtype: torch.dtype, kernel: str) -> float:
+    """The first ``add`` of a ``kernel="compiled"`` accumulator in this process, on the first minibatch: the
+    compilation of its kernels (once per process and shape) plus one batch, reported apart from the steady state."""
+    rec = student.forward_backward(data.x(0), data.y[data.bounds(0)], stacked=True)
+    acc = FrequencyAccumulator(student, dtype, kernel=kernel)
+    t0 = time.perf_counter()
+    acc.add(rec, data.sample.z[data.bounds(0)])
+    return time.perf_counter() - t0
 
 
 class DenseNet(nn.Module):
@@ -404,6 +421,13 @@ def main(argv: list[str] | None = None) -> dict:
                                "result() once", "batch_norm": bn, "accumulation": name,
                                "target": name == JUDGED_ACCUMULATION, "minor_faults_per_batch": (faults := []),
                                "run": stats_runner(st, data, dt, faults=faults)})
+        # the same with the compiled batch sums (smaso.student.event_kernels), compiled before the timing
+        contenders.append({"contender": "stats f32 compiled" + tag,
+                           "description": "forward_backward + FrequencyAccumulator(float32, kernel='compiled').add "
+                           "per minibatch, result() once (compiled before the warm-up: compile_s)", "batch_norm": bn,
+                           "accumulation": "float32", "target": False, "minor_faults_per_batch": (faults := []),
+                           "compile_s": compile_seconds(st, data, torch.float32, "compiled"),
+                           "run": stats_runner(st, data, torch.float32, faults=faults, kernel="compiled")})
         ref = reference_network.LadderStudent(ladder, width=args.width, dtype=torch.float32, batch_norm=bn,
                                               seed=args.seed)
         ref.load_state_dict(st.state_dict())  # the same weights (and the same seeded init anyway)
@@ -440,6 +464,10 @@ def main(argv: list[str] | None = None) -> dict:
     for r in rows:
         base = by_name["plain (BN)" if r["batch_norm"] else "plain"]
         r["x_plain"] = r["best_s"] / base["best_s"]
+    for r in rows:  # how many minibatches of the steady state repay the compilation (None: no saving)
+        if "compile_s" in r:
+            saved = (by_name[r["contender"].replace(" compiled", "")]["best_s"] - r["best_s"]) / r["batches"]
+            r["compile_amortised_after_batches"] = r["compile_s"] / saved if saved > 0 else None
 
     def ratio(num: str, den: str, limit: float | None, judged: bool) -> dict:
         a, b = by_name[num], by_name[den]
@@ -457,13 +485,17 @@ def main(argv: list[str] | None = None) -> dict:
                # the floor of stats_overhead that the accumulation cannot go below, and the accumulation's own cost
                "explicit_stacked_overhead": ratio("explicit stacked", "plain", None, False),
                "stats_over_explicit_stacked": ratio("stats f32", "explicit stacked", None, False),
-               "stats_vs_reference": ratio("stats f32", "reference stats f32", REFERENCE_TARGET, True)}
+               "stats_vs_reference": ratio("stats f32", "reference stats f32", REFERENCE_TARGET, True),
+               "stats_overhead_compiled": ratio("stats f32 compiled", "plain", STATS_TARGET, False),
+               "stats_compiled_over_eager": ratio("stats f32 compiled", "stats f32", None, False)}
     if not args.no_bn:
         targets["stats_vs_reference_bn"] = ratio("stats f32 (BN)", "reference stats f32 (BN)", REFERENCE_TARGET, True)
         # BN's baseline is the library's own explicit BN forward+backward: autograd through BN is itself
         # several times a plain pass, so a ratio to it would flatter the statistics
         targets["stats_overhead_bn"] = ratio("stats f32 (BN)", "explicit fwd+bwd (BN)", STATS_TARGET, True)
         targets["stats_overhead_bn_float64"] = ratio("stats f64 (BN)", "explicit fwd+bwd (BN)", STATS_TARGET, False)
+        targets["stats_overhead_bn_compiled"] = ratio("stats f32 compiled (BN)", "explicit fwd+bwd (BN)", STATS_TARGET,
+                                                      False)
         targets["stats_overhead_bn_vs_autograd"] = ratio("stats f32 (BN)", "plain (BN)", None, False)
         targets["explicit_backward_overhead_bn"] = ratio("explicit fwd+bwd (BN)", "plain (BN)", None, False)
         targets["stats_over_explicit_stacked_bn"] = ratio("stats f32 (BN)", "explicit stacked (BN)", None, False)
@@ -480,6 +512,9 @@ def main(argv: list[str] | None = None) -> dict:
     print()
     labels = {"stats_overhead": "stats (float32 accum, default) / plain",
               "stats_overhead_float64": "stats (float64 accum) / plain",
+              "stats_overhead_compiled": "stats f32, compiled sums / plain",
+              "stats_compiled_over_eager": "stats f32: compiled sums / eager",
+              "stats_overhead_bn_compiled": "BN: stats f32, compiled sums / expl. BN",
               "explicit_backward_overhead": "explicit fwd+bwd / plain",
               "explicit_stacked_overhead": "explicit fwd+bwd, stacked / plain",
               "stats_over_explicit_stacked": "stats f32 / explicit stacked",

@@ -24,7 +24,10 @@ def test_bench_event_sums_quick(tmp_path):
     rows = {r["contender"]: r for r in data["results"]}
     segments = {"segment sums (batch-major)", "segment sums (region-major)"}
     assert set(bench.SUMS) | segments | {"plain", "explicit stacked", "accumulator add", "accumulator sums",
+                                         "accumulator add (compiled)", "compiled transpose", "compiled sums from rows",
                                          "transpose", "read floor"} == set(rows)
+    # the compiled batch sums (kernel="compiled") against the eager ones of the same batch: float32 round-off
+    assert 0 <= rows["accumulator add (compiled)"]["max_rel_err"] < 1e-5
     for name in segments:  # every problem's sums at once: within float32 round-off of the float64 sums
         assert 0 <= rows[name]["max_rel_err"] < 1e-5, name
     for name in bench.SUMS:  # float32 sums of 256 rows: within float32 round-off of the float64 sums
@@ -36,5 +39,7 @@ def test_bench_event_sums_quick(tmp_path):
     assert est["fastest_examples_major"] in bench.EXAMPLES_MAJOR and est["target"] == bench.STATS_TARGET
     for key in ("stats_over_plain_now", "stats_over_plain_scatter_add", "stats_over_plain_read_floor",
                 "stats_over_plain_segment_sums", "stats_over_plain_examples_major_record",
-                "stats_over_plain_examples_major_with_transpose", "accumulation_budget_ms_at_target"):
+                "stats_over_plain_examples_major_with_transpose", "accumulation_budget_ms_at_target",
+                "stats_over_plain_compiled", "compiled_add_over_eager_add", "compile_s",
+                "stats_over_plain_compiled_examples_major_record"):
         assert math.isfinite(est[key]), key

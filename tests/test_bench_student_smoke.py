@@ -33,9 +33,9 @@ def test_bench_student_quick(tmp_path):
 
     rows = {r["contender"]: r for r in data["results"]}
     expected = {"plain", "explicit fwd+bwd", "explicit stacked", "stats f64", "stats f32", "reference stats f32",
-                "dense", "plain (leaf events)", "plain (one-hot x, declared)"}
+                "dense", "plain (leaf events)", "plain (one-hot x, declared)", "stats f32 compiled"}
     expected |= {f"{name} (BN)" for name in ("plain", "explicit fwd+bwd", "explicit stacked", "stats f64",
-                                             "stats f32", "reference stats f32")}
+                                             "stats f32", "reference stats f32", "stats f32 compiled")}
     assert expected <= set(rows)
     for row in rows.values():
         assert set(bench.RESULT_KEYS) <= set(row)
@@ -52,7 +52,8 @@ def test_bench_student_quick(tmp_path):
                 "stats_overhead_bn_float64", "stats_overhead_bn_vs_autograd", "explicit_backward_overhead_bn",
                 "locally_connected_vs_dense", "locally_connected_vs_dense_out_of_place", "explicit_stacked_overhead",
                 "stats_over_explicit_stacked", "stats_over_explicit_stacked_bn", "explicit_stacked_over_explicit_bn",
-                "locally_connected_vs_dense_events", "locally_connected_vs_dense_one_hot_declared"):
+                "locally_connected_vs_dense_events", "locally_connected_vs_dense_one_hot_declared",
+                "stats_overhead_compiled", "stats_compiled_over_eager", "stats_overhead_bn_compiled"):
         target = data["targets"][key]
         assert math.isfinite(target["value"]) and target["value"] > 0
         for stat in ("value_median", "value_batch_min"):

@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest_student import assert_close
 
-import smaso.student.frequency as frequency
+import smaso.student.batch_sums as batch_sums
 from smaso.student.batchnorm import bn_backward, bn_forward
 from smaso.student.bn_sums import bn_event_sums
 from smaso.student.frequency import FrequencyAccumulator, ReplicateAccumulator
@@ -72,7 +72,7 @@ def test_bn_levels_map_the_batch_sums_equal_the_per_example_path(groups, monkeyp
     float64 round-off, also for row groups (the batch's BN constants, not the group's)."""
     st, recs, zs = _bn_batches(True)
     calls = []
-    monkeypatch.setattr(frequency, "bn_event_sums", lambda *a: calls.append(1) or bn_event_sums(*a))
+    monkeypatch.setattr(batch_sums, "bn_event_sums", lambda *a: calls.append(1) or bn_event_sums(*a))
 
     def run(records):
         acc = FrequencyAccumulator(st) if groups is None else ReplicateAccumulator(st, groups=groups)
@@ -92,7 +92,7 @@ def test_bn_levels_map_the_batch_sums_equal_the_per_example_path(groups, monkeyp
 
 def test_bn_before_the_gate_and_no_bn_sum_per_example(monkeypatch):
     """Only BN after the gate has the affine maps of this module (before it, fbar = s o BN(u) is not affine)."""
-    monkeypatch.setattr(frequency, "bn_event_sums", lambda *a: pytest.fail("BN's maps taken"))
+    monkeypatch.setattr(batch_sums, "bn_event_sums", lambda *a: pytest.fail("BN's maps taken"))
     for batch_norm in ("before", False):
         st, recs, zs = _bn_batches(batch_norm)
         acc = FrequencyAccumulator(st)

@@ -153,9 +153,11 @@ def test_regions_with_many_events_take_the_index_add_path(emission, monkeypatch)
     """Regions with more than 256 events get no one-hot scatter matrix: their sums go through
     index_add_ and their counts through bincounts (root) or the margins of the pair counts.  Forcing
     that path on every level must give the brute-force loops' numbers."""
+    import smaso.student.batch_sums as batch_sums
     import smaso.student.frequency as frequency
 
-    monkeypatch.setattr(frequency, "_ONE_HOT_MAX_EVENTS", 0)
+    for module in (frequency, batch_sums):  # (add's choice of path, and scatter_sums' own)
+        monkeypatch.setattr(module, "_ONE_HOT_MAX_EVENTS", 0)
     lad = Ladder.random(depth=2, branching=[2, 3], events=[3, 4, 2], mode="topdown", concentration=0.6, seed=3,
                         emission=emission, sigma=0.5 if emission == "gaussian" else None)
     s = sample_ladder(lad, 40, seed=2)

@@ -29,18 +29,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from smaso import _ladder_parts
-from smaso.student.bn_sums import bn_event_sums
-from smaso.student.connectivity import take_rows
+from smaso.student.batch_sums import _ONE_HOT_MAX_EVENTS, _RECORD, TOTAL_DTYPE, BatchSums, _runs, scatter_sums
+from smaso.student.batch_sums import _one_hot_events as _one_hot_events  # (re-exported: probe, alignment, members)
+from smaso.student.compiled import check_kernel
 from smaso.student.event_means import FrequencyStatistics, PerEventMeans
 from smaso.student.mergeable import (
     MergeableSums,
     check_record_delta_w,
     check_record_weights,
-    event_counts,
     event_flags,
     negated_state,
     record_rows,
-    tree_pair_index,
     with_leaves,
 )
 from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
@@ -61,15 +60,6 @@ __all__ = ["DEFAULT_GROUPS", "FrequencyAccumulator", "FrequencyStatistics", "Mer
 #: 1 / sqrt(2 (K - 1)) = 24%).
 DEFAULT_GROUPS = 10
 
-# per-level quantities, in the order they are stacked for the single scatter per level,
-# and the StudentRecord field each one averages
-_RECORD = {"Fbar": "fbar", "F": "f", "D": "slope", "Dp": "deriv", "U": "u", "G": "g", "Gf": "g_f"}
-
-_ONE_HOT_MAX_EVENTS = 256
-
-#: The dtype of an accumulator's totals (and of its statistics), whatever the dtype of its batch sums.
-TOTAL_DTYPE = torch.float64
-
 
 def _student_events(student: LadderStudent, z: torch.Tensor, rec: StudentRecord | None = None) -> torch.Tensor:
     """``z`` as the events of the student's ladder (:meth:`~LadderStudent.ladder_events`), refused unless it holds
@@ -83,42 +73,8 @@ def _student_events(student: LadderStudent, z: torch.Tensor, rec: StudentRecord 
     return z
 
 
-def _one_hot_events(z: torch.Tensor, m: int, dtype: torch.dtype) -> torch.Tensor:
-    """``(R, m, N)`` with entry [r, a, n] = [z[n, r] = a] (the scatter matrix of one level)."""
-    n, r = z.shape
-    return torch.zeros(r, m, n, dtype=dtype, device=z.device).scatter_(1, z.T.unsqueeze(1), 1.0)
 
-
-def scatter_sums(z: torch.Tensor, q: torch.Tensor, m: int, dtype: torch.dtype,
-                 one_hot: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-event sums: ``out[r, a] = sum_n [z[n, r] = a] q[n, r]``.
-
-    :param z: ``(N, R)`` events in [0, m); ``q``: ``(N, R, K)``.
-    :param one_hot: the level's ``_one_hot_events`` when already built.
-    :returns: ``(R, m, K)`` in ``dtype``.
-    """
-    n, r = z.shape
-    q = q.to(dtype)
-    if m <= _ONE_HOT_MAX_EVENTS:
-        one_hot = _one_hot_events(z, m, dtype) if one_hot is None else one_hot
-        return torch.bmm(one_hot, q.transpose(0, 1))
-    out = torch.zeros(r * m, q.shape[-1], dtype=dtype, device=q.device)
-    idx = (z + torch.arange(r, device=z.device) * m).reshape(-1)
-    return out.index_add_(0, idx, q.reshape(n * r, -1)).reshape(r, m, -1)
-
-
-def _runs(indices: list[int]) -> list[tuple[int, int]]:
-    """Sorted ``indices`` as maximal runs ``[(i0, i1), ...]`` of consecutive integers (i1 exclusive)."""
-    runs: list[tuple[int, int]] = []
-    for i in indices:
-        if runs and runs[-1][1] == i:
-            runs[-1] = (runs[-1][0], i + 1)
-        else:
-            runs.append((i, i + 1))
-    return runs
-
-
-class FrequencyAccumulator(MergeableSums):
+class FrequencyAccumulator(BatchSums, MergeableSums):
     """Streams :class:`StudentRecord` batches into the per-event sums of the module docstring, on any ladder.
 
     Per batch and level one batched matmul of the events' one-hot matrix with each run of stacked quantities that
@@ -135,6 +91,13 @@ class FrequencyAccumulator(MergeableSums):
 
     :param student: the student (gives the ladder, the edges and the widths).
     :param dtype: the batch sums' dtype (default: the student's; float64 for exact sums).
+    :param kernel: ``"eager"`` (one-hot batched matmuls), ``"compiled"`` (on a uniform tree with one-hot leaves and a
+        stacked record: the sums, counts and pair counts as compiled segment sums, :mod:`smaso.student.event_kernels`;
+        elsewhere, and off the CPU or without a C++ compiler, eager) or ``"auto"`` (compiled from
+        :data:`~smaso.student.batch_sums.AUTO_ROWS` ``expected_rows`` on, else eager).  Compiled and eager sums
+        agree to the batch dtype's round-off (the order of a sum differs); a compiled accumulator takes every batch
+        at its first batch's size (shorter ones padded; longer ones run eager).
+    :param expected_rows: how many rows the caller will add (``"auto"``'s judgement; None: unknown, eager).
     """
 
     _SUMS = ("counts", "joint_counts", "own", "fc", "gp", "dW", "db")
@@ -146,7 +109,8 @@ class FrequencyAccumulator(MergeableSums):
     _edge_base: list[torch.Tensor | None]
     _sizes: list[torch.Tensor | None]
 
-    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None) -> None:
+    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None, *, kernel: str = "auto",
+                 expected_rows: int | None = None) -> None:
         _check_student(student)
         dtype = _check_float_dtype(dtype or student.weights[0].dtype)
         self.student, self.ladder, self.dtype = student, student.ladder, dtype
@@ -199,6 +163,7 @@ class FrequencyAccumulator(MergeableSums):
                                     + self._bn_derived[l]]) for l in range(d)]
         self._plain_runs = [_runs([i for i, k in enumerate(self.summed) if k not in self._derived[l]])
                             for l in range(d)]  # (a record without BN's mean: Fbar and Gf summed per example)
+        self._init_kernel(kernel, expected_rows)
 
     def add(self, rec: StudentRecord, z: torch.Tensor, rows: slice | None = None) -> None:
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, total_regions)``.
@@ -226,7 +191,8 @@ class FrequencyAccumulator(MergeableSums):
         # int64 events where torch needs them (scatter indices); not the one-hot leaves, the widest level
         levels = [None if l == d and self.onehot_leaves else ev.long() for l, ev in enumerate(bins)]
         # levels[l] is None exactly at the one-hot leaves
-        built = [l for l, lev in enumerate(levels) if small[l] and lev is not None]
+        pre = self._compiled_sums(rec, z, n) if stacked else None  # (kernel="compiled": module batch_sums)
+        built = [l for l, lev in enumerate(levels) if small[l] and lev is not None and pre is None]
         one_hot: list[torch.Tensor | None] = [None] * (d + 1)
         if built:
             # the scatter matrices' levels as one uint8 (regions, N) block (events < 256 there): comparing bytes
@@ -235,198 +201,12 @@ class FrequencyAccumulator(MergeableSums):
             ev8 = z[:, :top].to(torch.uint8).T.contiguous()
             for l in built:
                 one_hot[l] = self._set_one_hot(l, ev8[off[l]: off[l + 1]])
-        self._add_sums(rec, levels, bins, one_hot, small, stacked, n)
+        self._add_sums(rec, levels, bins, one_hot, small, stacked, n, pre)
         for l in range(d):
             self.dW[l] += rec.dW[l].to(dt) * n
             self.db[l] += rec.db[l].to(dt) * n
         self.n += n
         self._add_loss(rec, n)  # on the device: read back once, by result or state_dict
-
-    def _derivable(self, level: int) -> tuple[str, ...]:
-        """The per-event sums of ``level`` (< d) that are linear maps of the edge sums of the same batch, so that
-        summing them per example would repeat work (what :meth:`_add_derived` computes instead):
-
-        - U: u_r = sum_{e: parent r} W_e^T fbar_{child(e)} + b_r (Eq 1), so sum_x [z_r = a] u_r is
-          sum_e W_e^T (the edge's Fc sum) + b_r count(a);
-        - Gf at a hidden level without BN: g_f = g_raw = sum_{e: child r} W_e g_{parent(e)} (Eq 1), so its sums are
-          sum_e W_e (the edge's Gp~ sum) (with BN g_f = BN'(g_raw) is not linear in them: summed).
-        """
-        derived: tuple[str, ...] = ("U",) if "U" in self.summed else ()
-        if 0 < level and self.student.bn_params(level) is None and "Gf" in self.summed:
-            derived += ("Gf",)
-        return derived
-
-    def _add_derived(self, l: int, fc: torch.Tensor, gp: torch.Tensor, cnt: list,
-                     bn: bool = False) -> torch.Tensor | None:
-        """The derived sums (:meth:`_derivable`) of one batch from its edge sums into level ``l`` >= 1: U of the
-        parents' level l - 1 from ``fc`` ``(E, M_{l-1}, n_l)``, Gf of the children's level l from ``gp``
-        ``(E, M_l, n_{l-1})``; ``cnt[l - 1]``: the parents' event counts of the batch ``(R_{l-1}, M_{l-1})``.
-        In the batch sums' dtype, like every batch sum: E M n_l n_{l-1} multiply-adds, a small fraction of the
-        R M N n per-example sums they replace.  With ``bn`` (BN's maps at level l, :mod:`~smaso.student.bn_sums`)
-        returns the raw gradient's sums of level l ``(R_l, M_l, n_l)`` instead of adding them, else None."""
-        st, dt = self.student, self.dtype
-        W = st.edge_weights(l - 1).detach().to(dt)  # (E, n_l, n_{l-1}); detached: sums are data, not a graph
-        par, chi = st.edge_index(l - 1)
-        if "U" in self._derived[l - 1]:
-            u_cols = self._own_columns(l - 1, "U")
-            fc = fc.to(dt)
-            if st.fast_path:  # per parent its b children's sums side by side times its stacked edge weights
-                Rp, mp, n_l = u_cols.shape[0], fc.shape[1], fc.shape[2]
-                u_cols += torch.bmm(fc.view(Rp, -1, mp, n_l).transpose(1, 2).reshape(Rp, mp, -1),
-                                    W.reshape(Rp, -1, W.shape[-1]))
-            else:
-                u_cols.index_add_(0, par, torch.bmm(fc, W).to(TOTAL_DTYPE))
-            if st.biases is not None:
-                u_cols += cnt[l - 1][..., None] * st.biases[l - 1].detach().to(dt)[:, None, :]
-        if bn:  # the raw gradient's sums, by the same map as Gf's without BN; BN's map is the caller's
-            graw = torch.bmm(gp.to(dt), W.transpose(1, 2))  # (E, M_l, n_l)
-            return graw if st.fast_path else graw.new_zeros(self.own[l].shape[:2] + graw.shape[-1:]).index_add_(
-                0, chi, graw)
-        if l < self.ladder.depth and "Gf" in self._derived[l]:
-            gf_cols, gf = self._own_columns(l, "Gf"), torch.bmm(gp.to(dt), W.transpose(1, 2))  # (E, M_l, n_l)
-            if st.fast_path:  # one parent edge per child region
-                gf_cols += gf
-            else:
-                gf_cols.index_add_(0, chi, gf.to(TOTAL_DTYPE))
-        return None
-
-    def _own_columns(self, level: int, key: str) -> torch.Tensor:
-        """The columns of quantity ``key`` in the level's per-event sums ``own[level]`` (a view)."""
-        i, w = self.summed.index(key), self.student.widths[level]
-        return self.own[level][..., i * w: (i + 1) * w]
-
-    def _set_one_hot(self, level: int, ev: torch.Tensor) -> torch.Tensor:
-        """The level's ``(R, M, N)`` scatter matrix [z[n, r] = a] from its events ``ev`` ``(R, N)`` (uint8, M <= 256),
-        written whole (a comparison with the event values) into a buffer kept between batches (a fresh R M N
-        allocation costs page faults on every batch; nothing of a previous batch survives the write)."""
-        R, m = self.ladder.num_regions[level], self.ladder.events[level]
-        key = (level, ev.shape[1])  # by size too: groups of a batch alternate between two sizes
-        buf = self._one_hot_buffers.get(key)
-        if buf is None:
-            if len(self._one_hot_buffers) > 4 * (self.ladder.depth + 1):
-                self._one_hot_buffers.clear()
-            buf = self._one_hot_buffers[key] = torch.empty(R, m, ev.shape[1], dtype=self.dtype, device=self.device)
-        values = self._event_values.get(m)
-        if values is None:
-            values = self._event_values[m] = torch.arange(m, dtype=torch.uint8, device=self.device)[:, None]
-        return torch.eq(ev[:, None, :], values, out=buf)
-
-    def _add_sums(self, rec: StudentRecord, levels: list, bins: list[torch.Tensor], one_hot: list,
-                  small: list[bool], stacked: bool, n: int) -> None:
-        """Counts, joint counts and per-event sums of one batch (the body of :meth:`add`)."""
-        lad, dt = self.ladder, self.dtype
-        d = lad.depth
-        tree = self.student.fast_path  # the edge sums take the uniform tree's layout
-        cnt: list[torch.Tensor | None] = [None] * (d + 1)  # this batch's counts per level
-        for l in range(d + 1):
-            R, m = lad.num_regions[l], lad.events[l]
-            # counts: on a tree below the root the margins of the (parent, child) counts below (R M M_p values
-            # instead of the scatter matrix's R M N); else row sums of the scatter matrix where there is one (0/1
-            # sums, exact in float32 up to 2^24 examples per batch), or a plain count
-            if one_hot[l] is not None and (l == 0 or not tree):
-                cnt[l] = one_hot[l].sum(-1)
-            elif l == 0 or not tree:
-                code = bins[l].long() + torch.arange(R, device=self.device) * m
-                cnt[l] = event_counts(code, R * m).view(R, m)
-            bn = l < d and bool(self._bn_derived[l]) and len(rec.mu) > l and rec.mu[l] is not None
-            f_sums = None  # with bn: this batch's F sums, for BN's maps
-            if l < d:
-                w, i_f = self.student.widths[l], self.summed.index("F") if bn else -1
-                for i0, i1 in (self._direct_runs if bn else self._plain_runs)[l]:
-                    if small[l] and stacked and rec.stacked is not None and i1 <= self._num_stacked:
-                        # the summed quantities of the level, one run of stacked slots at a time:
-                        # (R, m, N) @ (R, N, k n); one wide matmul is ~2.5x faster than k narrow ones (n = 16
-                        # columns each) on CPU
-                        buf = rec.stacked[l][:, i0:i1].to(dt)
-                        part = torch.bmm(one_hot[l], buf.reshape(R, -1, n).transpose(1, 2))
-                    else:
-                        q = torch.cat([getattr(rec, _RECORD[k])[l] for k in self.summed[i0:i1]], -1)
-                        part = scatter_sums(levels[l], q, m, dt, one_hot[l])
-                    self.own[l][..., i0 * w: i1 * w] += part
-                    if i0 <= i_f < i1:
-                        f_sums = part[..., (i_f - i0) * w: (i_f - i0 + 1) * w]
-            elif not self.onehot_leaves:  # the leaves' sums are E[x | z]'s
-                self.own[l] += scatter_sums(levels[l], rec.fbar[l], m, dt, one_hot[l])
-            if l > 0:
-                pairs, fc, gp = self._add_edges(l, rec, levels, bins, one_hot, small, n, tree)
-                if cnt[l] is None:  # a tree: the margins of its pairs (the scatter matrix's dtype where it has one)
-                    cnt[l] = pairs.sum(1) if one_hot[l] is None else pairs.sum(1).to(one_hot[l].dtype)
-                graw = self._add_derived(l, pairs if fc is None else fc, gp, cnt, bn)
-            level_counts = cnt[l]
-            if level_counts is None:
-                raise RuntimeError(f"level {l}: no event counts were computed for this batch")  # (unreachable)
-            if bn and f_sums is not None and graw is not None:  # (both set with bn, at a hidden level l >= 1)
-                c1, c0 = self.student.bn_params(l)  # type: ignore[misc]  # bn: the level has BN
-                fbar, gf = bn_event_sums(f_sums, graw, level_counts, c1, c0, rec.mu[l], rec.sigma[l], rec.dc1[l],
-                                         rec.dc0[l], TOTAL_DTYPE)
-                self._own_columns(l, "Fbar").add_(fbar)
-                self._own_columns(l, "Gf").add_(gf)
-            self.counts[l] += level_counts
-
-    def _add_edges(self, l: int, rec: StudentRecord, levels: list, bins: list, one_hot: list, small: list[bool],
-                   n: int, tree: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        """Pair counts, focus and broadness sums of the edges into level ``l`` (parents in l - 1).
-
-        :returns: this batch's ``(pairs, fc, gp)``: the (parent, child) event counts ``(E, M_{l-1}, M_l)`` and the
-            edges' Fc and Gp~ sums (``fc`` None at one-hot leaves, where it is ``pairs``: x = one-hot(z)).
-        """
-        lad, dt = self.ladder, self.dtype
-        m, mp = lad.events[l], lad.events[l - 1]
-        # the edges into level l >= 1: set (in place below, as the lists' own tensors)
-        joint_counts, fc_sum, gp_sum, edge_base = (_ladder_parts.at_level(v, l, name) for v, name in (
-            (self.joint_counts, "joint_counts"), (self.fc, "fc"), (self.gp, "gp"), (self._edge_base, "edge_base")))
-        E = joint_counts.shape[0]
-        par, chi = self.student.edge_index(l - 1)
-        b = _ladder_parts.uniform_branching(lad)[l - 1] if tree else 0  # read on the tree path only
-        if tree:  # edge = child region; child c of parent p is region p b + c: views, no gathers
-            pair = tree_pair_index(bins[l - 1], bins[l], m, edge_base)
-        else:
-            pair = (bins[l - 1][:, par] * m + bins[l][:, chi]) + edge_base
-        pairs = event_counts(pair, E * mp * m).view(E, mp, m)
-        joint_counts += pairs
-        if l == lad.depth and self.onehot_leaves:
-            # x = one-hot(z): E[x | z_parent] follows from the joint counts, and
-            # sum_n [z_c = k] g_parent = N * Delta W[e, k, :] exactly
-            gp = rec.dW[l - 1].to(dt) * n
-            gp_sum += gp
-            return pairs, None, gp
-        if not (small[l] and small[l - 1]):  # many events: index_add_ per edge
-            fc = scatter_sums(levels[l - 1].index_select(1, par), rec.fbar[l].index_select(1, chi), mp, dt)
-            gp = scatter_sums(levels[l].index_select(1, chi), rec.g[l - 1].index_select(1, par), m, dt)
-        else:
-            fc, gp = self._edge_matmuls(l, rec, one_hot, n, tree, b)
-        fc_sum += fc
-        gp_sum += gp
-        return pairs, fc, gp
-
-    def _edge_matmuls(self, l: int, rec: StudentRecord, one_hot: list, n: int, tree: bool,
-                      b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The Fc and Gp~ sums of one batch's edges into level ``l`` by batched matmuls with the levels' scatter
-        matrices (few events): ``(E, M_{l-1}, n_l)`` and ``(E, M_l, n_{l-1})`` in the batch sums' dtype."""
-        lad, dt = self.ladder, self.dtype
-        R, m, mp, Rp = lad.num_regions[l], lad.events[l], lad.events[l - 1], lad.num_regions[l - 1]
-        par, chi = self.student.edge_index(l - 1)
-        child = rec.fbar[l].permute(1, 2, 0).to(dt)  # node-major (R_l, n_l, N): bmm reads it transposed
-        g_par = rec.g[l - 1].permute(1, 2, 0).to(dt)  # (R_{l-1}, n_{l-1}, N)
-        if tree:
-            # grouped by parent region: no per-child copies of the parents' tensors
-            gp = torch.bmm(one_hot[l].reshape(Rp, b * m, n), g_par.transpose(1, 2)).reshape(R, m, -1)
-            # child position c of every parent: a strided batch of the children's node-major outputs
-            fc = torch.stack([torch.bmm(one_hot[l - 1], child[c::b].transpose(1, 2)) for c in range(b)], 1)
-            return fc.view(R, mp, -1), gp
-        plan = self.student._plans[l - 1]
-        if plan is None:  # irregular level: gather each edge's one-hot matrices and outputs
-            return (torch.bmm(one_hot[l - 1].index_select(0, par), child.index_select(0, chi).transpose(1, 2)),
-                    torch.bmm(one_hot[l].index_select(0, chi), g_par.index_select(0, par).transpose(1, 2)))
-        E = par.shape[0]
-        fc = child.new_zeros(E, mp, child.shape[1])
-        gp = child.new_zeros(E, m, g_par.shape[1])
-        for ps, places in plan:  # strided runs: views, no gathers
-            oh_p, g_p = one_hot[l - 1][ps], g_par[ps].transpose(1, 2)
-            for es, (a, st, q) in places:
-                fc[es] += torch.bmm(oh_p, take_rows(child, a, st, q).transpose(1, 2))
-                gp[es] += torch.bmm(take_rows(one_hot[l], a, st, q), g_p)
-        return fc, gp
 
     def result(self) -> FrequencyStatistics:
         """Normalize the sums into :class:`FrequencyStatistics` (on the CPU).
@@ -601,7 +381,8 @@ def _check_groups(groups: object) -> None:
 
 def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor, *,
                        loss: str = "squared", batch_size: int | None = None,
-                       dtype: torch.dtype | None = None, groups: int | None = None) -> FrequencyStatistics:
+                       dtype: torch.dtype | None = None, groups: int | None = None,
+                       kernel: str = "auto") -> FrequencyStatistics:
     """One pass over a dataset at fixed weights: forward, explicit backward, per-event sums.
 
     :param x: ``(N, R_d, dim)`` inputs; ``y``: ``(N,)`` labels; ``z``: ``(N, regions)`` events.
@@ -611,9 +392,12 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     :param dtype: accumulation dtype (default: the student's; pass float64 for exact sums).
     :param groups: ``K`` >= 2: also keep K row groups (every batch cut into K blocks) for the jackknife, so that
         the result's :meth:`~FrequencyStatistics.leave_one_out` gives the K leave-one-group-out statistics.
+    :param kernel: the batch sums' kernels (:class:`FrequencyAccumulator`): ``"auto"`` compiles from
+        :data:`~smaso.student.batch_sums.AUTO_ROWS` rows on; without ``groups`` only.
     :returns: the :class:`FrequencyStatistics` of every row, with or without ``groups`` (one return type).
     """
     _check_student(student)
+    check_kernel(kernel)
     z = _student_events(student, z)
     if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
         raise ValueError("x, y: expected tensors")
@@ -623,16 +407,19 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
         raise ValueError("x: the dataset is empty")
     _check_groups(groups)
     bs = x.shape[0] if batch_size is None else _check_batch_size(batch_size)
-    acc = _accumulator(student, dtype, groups)
+    acc = _accumulator(student, dtype, groups, kernel, x.shape[0])
     _check_label_range(student, y, loss)
     _run_batches(student, ((x[s: s + bs], y[s: s + bs], z[s: s + bs]) for s in range(0, x.shape[0], bs)), loss,
                  acc.add)
     return acc.result()
 
 
-def _accumulator(student: LadderStudent, dtype: torch.dtype | None,
-                 groups: int | None) -> FrequencyAccumulator | ReplicateAccumulator:
-    return FrequencyAccumulator(student, dtype) if groups is None else ReplicateAccumulator(student, dtype, groups)
+def _accumulator(student: LadderStudent, dtype: torch.dtype | None, groups: int | None, kernel: str = "auto",
+                 rows: int | None = None) -> FrequencyAccumulator | ReplicateAccumulator:
+    """A fresh accumulator of a pass; ``rows``: how many the process will add (``kernel="auto"``'s judgement)."""
+    if groups is None:
+        return FrequencyAccumulator(student, dtype, kernel=kernel, expected_rows=rows)
+    return ReplicateAccumulator(student, dtype, groups)
 
 
 def _check_label_range(student: LadderStudent, y: torch.Tensor, loss: str) -> None:
@@ -668,14 +455,15 @@ def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *add
 
 def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData | _SampleChunks, loss: str,
                       batch_size: int,
-                      dtype: torch.dtype | None, groups: int | None = None) -> tuple[dict, int]:
+                      dtype: torch.dtype | None, groups: int | None = None, kernel: str = "auto",
+                      expected_rows: int | None = None) -> tuple[dict, int]:
     """The task of one chunk (any process): its rows in batches of ``batch_size`` into a fresh accumulator.
 
     :returns: ``(state_dict, correct)``: the accumulator's state and how many of the chunk's examples
         the student classifies correctly.
     """
     part, wdt = chunks.chunk(c), student.weights[0].dtype
-    acc = _accumulator(student, dtype, groups)
+    acc = _accumulator(student, dtype, groups, kernel, expected_rows)
     _check_label_range(student, part.y, loss)  # (a chunk is read on the host: no device read)
     # one-hot leaves handed on as their events (checked here, once) where a pass may reorder its sums (_regroup):
     # the embedding sum of the picked weights is the one-hot matmul's to round-off; float64 and BN passes stay bit
@@ -702,8 +490,8 @@ def _regroup(student: LadderStudent, dtype: torch.dtype | None) -> bool:
 
 def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: str = "squared", batch_size: int = 4096,
                           dtype: torch.dtype | None = None, engine: SerialEngine | DaskEngine | None = None,
-                          groups: int | None = None,
-                          progress: bool = False) -> tuple[FrequencyAccumulator | ReplicateAccumulator, int]:
+                          groups: int | None = None, progress: bool = False,
+                          kernel: str = "auto") -> tuple[FrequencyAccumulator | ReplicateAccumulator, int]:
     """One streaming pass of a fixed student over a dataset, chunk by chunk: the mergeable sums.
 
     Each chunk is one task (in this process, or on a Dask cluster with ``engine``); it runs its rows in
@@ -721,6 +509,9 @@ def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: s
     :param engine: None (this process), or a :class:`~teachers.engine.DaskEngine`.
     :param groups: ``K``: accumulate a :class:`ReplicateAccumulator` of K row groups instead (every batch split
         into K blocks), for the jackknife's noise floors.
+    :param kernel: the batch sums' kernels in every chunk's accumulator (:class:`FrequencyAccumulator`; without
+        ``groups`` only): ``"auto"`` compiles where the whole source has
+        :data:`~smaso.student.batch_sums.AUTO_ROWS` rows or more (a process compiles once, for all its chunks).
     :returns: ``(accumulator, correct)``: call ``accumulator.result()`` for the
         :class:`FrequencyStatistics`; ``correct`` counts the examples classified correctly.
     """
@@ -729,6 +520,7 @@ def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: s
     _check_student(student)
     _check_batch_size(batch_size)
     _check_groups(groups)
+    check_kernel(kernel)
     chunks = _student_chunks(student, source)
 
     def merge(total: tuple, part: tuple[dict, int]) -> tuple:
@@ -736,5 +528,6 @@ def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: s
 
     # chunk order: the same sums in the same order on every engine
     return get_engine(engine).fold(_chunk_statistics, range(chunks.num_chunks), student, chunks, loss, batch_size,
-                                   dtype, groups, merge=merge, init=(_accumulator(student, dtype, groups), 0),
+                                   dtype, groups, kernel, len(chunks), merge=merge,
+                                   init=(_accumulator(student, dtype, groups), 0),
                                    progress="student statistics" if progress else None)
