@@ -12,7 +12,7 @@ import torch
 import smaso.student.frequency as frequency
 from smaso.student.frequency import FrequencyAccumulator, ReplicateAccumulator, _chunk_statistics, _student_chunks
 from smaso.student.network import LadderStudent
-from smaso.student.row_groups import GROUPED_BATCHES, DeferredDerivation
+from smaso.student.row_groups import GROUPED_BATCHES, DeferredDerivation, settled
 from teachers import Ladder, sample_ladder
 
 F64 = torch.float64
@@ -104,3 +104,27 @@ def test_a_chunk_task_maps_the_derived_sums_once_per_group_and_level(monkeypatch
     ref, _ = _chunk_statistics(0, st, chunks, "squared", bs, torch.float32, GROUPS)
     assert len(calls) == GROUPS * lad.depth * runs
     _close(state, ref, 2e-6)
+
+
+def test_pending_derived_sums_settle_on_meta():
+    """The deferred map on ``device="meta"`` (a GPU's path without one): no host read, the CPU's shapes and dtypes."""
+    lad = Ladder.random(depth=2, branching=2, events=3, seed=0)
+    s = sample_ladder(lad, 128, seed=1)
+    x, z = s.inputs(), s.z.long()
+    states = []
+    for dev in ("cpu", "meta"):
+        st = LadderStudent(lad, 3, dtype=torch.float32, seed=0, device=dev)
+        acc = ReplicateAccumulator(st, torch.float32, GROUPS)
+        acc._deferred = DeferredDerivation()
+        for lo in (0, 64):
+            rec = st.forward_backward(x[lo: lo + 64].to(dev), z[lo: lo + 64, 0].to(dev), stacked=True,
+                                      labels_checked=True, delta_w=False)
+            acc.add(rec, z[lo: lo + 64].to(dev), [0, 20, 41, 64])
+            acc.merge_(ReplicateAccumulator(st, torch.float32, GROUPS))  # (settles; the next batch snapshots)
+        states.append(settled(acc._deferred, acc.parts))  # (state_dict reads the event check back: not on meta)
+    for cpu, meta in zip(*states, strict=True):
+        for key in FrequencyAccumulator._SUMS:
+            for c, m in zip(getattr(cpu, key), getattr(meta, key), strict=True):
+                assert (c is None) == (m is None)
+                if c is not None:
+                    assert m.device.type == "meta" and (m.shape, m.dtype) == (c.shape, c.dtype)

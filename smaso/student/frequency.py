@@ -44,7 +44,7 @@ from smaso.student.mergeable import (
     with_leaves,
 )
 from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
-from smaso.student.row_groups import DeferredDerivation, add_row_groups, grouped_batches, groups_at_once
+from smaso.student.row_groups import DeferredDerivation, add_row_groups, grouped_batches, groups_at_once, settled
 from smaso.student.rows import evaluation_inputs, leaf_event_inputs
 from teachers.statistics import EventStatistics
 
@@ -513,7 +513,7 @@ class ReplicateAccumulator:
         n = z.shape[0]
         if bounds is None:
             bounds = [g * n // self.groups for g in range(self.groups + 1)]
-            for part, lo, hi in zip(self._settled(), bounds[:-1], bounds[1:], strict=True):
+            for part, lo, hi in zip(settled(self._deferred, self.parts), bounds[:-1], bounds[1:], strict=True):
                 if hi > lo:
                     part.add(rec, z, rows=slice(lo, hi))
             return
@@ -525,32 +525,30 @@ class ReplicateAccumulator:
         # on a tree every group's sums at once, the groups an axis of one accumulation)
         fields = [_RECORD[k] for k in self.parts[0].summed]
         if groups_at_once(self.parts[0], rec, fields, _ONE_HOT_MAX_EVENTS):
-            add_row_groups(self.parts, rec, _student_events(self.student, z, rec), bounds, fields, self._deferred)
+            events = _student_events(self.student, z, rec)
+            if self._deferred is None:
+                add_row_groups(self.parts, rec, events, bounds, fields)
+            else:
+                add_row_groups(self.parts, rec, events, bounds, fields, self._deferred)
             return
         strided = self.student.ladder.is_uniform() and self.student.fast_path
         rec = with_leaves(rec, _student_events(self.student, z, rec), self.student)
         edges = None if self.student.ladder.is_uniform() else [self.student.edge_index(l)
                                                                 for l in range(self.student.ladder.depth)]
-        for part, lo, hi in zip(self._settled(), bounds[:-1], bounds[1:], strict=True):
+        for part, lo, hi in zip(settled(self._deferred, self.parts), bounds[:-1], bounds[1:], strict=True):
             if hi > lo:
                 part.add(record_rows(rec, slice(lo, hi), edges, strided=strided), z[lo:hi])
 
-    def _settled(self) -> list[FrequencyAccumulator]:
-        """The parts, their pending derived sums added (:class:`~smaso.student.row_groups.DeferredDerivation`)."""
-        if self._deferred is not None:
-            self._deferred.settle(self.parts)
-        return self.parts
-
     def state_dict(self) -> dict:
         """``{"groups": [state of group 0, ...]}`` (see :meth:`FrequencyAccumulator.state_dict`)."""
-        return {"groups": [p.state_dict() for p in self._settled()]}
+        return {"groups": [p.state_dict() for p in settled(self._deferred, self.parts)]}
 
     def merge_(self, other: ReplicateAccumulator | dict) -> ReplicateAccumulator:
         """Add another replicate state group by group, in place; returns self."""
         state = other.state_dict() if isinstance(other, ReplicateAccumulator) else other
         if not isinstance(state, dict) or len(state.get("groups", ())) != self.groups:
             raise ValueError(f"other: expected the state of a ReplicateAccumulator with {self.groups} groups")
-        for part, st in zip(self._settled(), state["groups"], strict=True):
+        for part, st in zip(settled(self._deferred, self.parts), state["groups"], strict=True):
             part.merge_(st)
         return self
 
@@ -559,7 +557,7 @@ class ReplicateAccumulator:
     def total(self) -> FrequencyAccumulator:
         """One accumulator holding every group's rows."""
         out = FrequencyAccumulator(self.student, self.parts[0].dtype)
-        for p in self._settled():
+        for p in settled(self._deferred, self.parts):
             out.merge_(p)
         return out
 

@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from smaso.student.frequency import FrequencyAccumulator
     from smaso.student.network import StudentRecord
 
-__all__ = ["GROUPED_BATCHES", "DeferredDerivation", "add_row_groups", "grouped_batches", "groups_at_once"]
+__all__ = ["GROUPED_BATCHES", "DeferredDerivation", "add_row_groups", "grouped_batches", "groups_at_once",
+           "settled"]
 
 
 #: Batches of ``batch_size`` rows run together by :func:`grouped_batches` (the row groups' sums then cost a
@@ -259,3 +260,12 @@ class DeferredDerivation:
                 part._add_derived(l, fc, pending["gp"][l], pending["counts"])
         self._version = None
         self._stale = True
+
+
+def settled(deferred: DeferredDerivation | None,
+            parts: list[FrequencyAccumulator]) -> list[FrequencyAccumulator]:
+    """``parts``, their pending derived sums added where ``deferred`` holds some (:meth:`DeferredDerivation.settle`):
+    what a replicate accumulator reads, merges into, or adds a self-deriving batch to."""
+    if deferred is not None:
+        deferred.settle(parts)
+    return parts
