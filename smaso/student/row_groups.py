@@ -7,9 +7,10 @@ event counts and the (parent, child) pair counts of every group are one count ea
 of the count's flat index; each group's per-event sums are batched matmuls on column slices of the shared one-hot
 matrices and of the record's node-major buffers (views, no copies).  What stays per group is what differs per group:
 its matmuls (Delta W, the per-event and edge sums: one per level each, every child place of a parent at once) and
-the weights' map of its edge sums (:meth:`~smaso.student.frequency.FrequencyAccumulator._add_derived`).  The same
-sums as adding each group's :func:`~smaso.student.mergeable.record_rows` to its accumulator, to the batch sums'
-round-off (the same sums in another order; the counts exact): ``tests/test_row_groups.py``.
+the weights' map of its edge sums (:meth:`~smaso.student.frequency.FrequencyAccumulator._add_derived`; in a streaming
+pass's chunk task once per chunk, :class:`DeferredDerivation`).  The same sums as adding each group's
+:func:`~smaso.student.mergeable.record_rows` to its accumulator, to the batch sums' round-off (the same sums in another
+order; the counts exact): ``tests/test_row_groups.py``, ``tests/test_deferred_derivation.py``.
 """
 
 from __future__ import annotations
