@@ -43,7 +43,7 @@ from smaso.student.mergeable import (
     with_leaves,
 )
 from smaso.student.network import LadderStudent, StudentRecord, _check_float_dtype, _check_student
-from smaso.student.row_groups import add_row_groups, grouped_batches, groups_at_once
+from smaso.student.row_groups import DeferredDerivation, add_row_groups, grouped_batches, groups_at_once, settled
 from smaso.student.rows import evaluation_inputs, leaf_event_inputs
 from teachers.statistics import EventStatistics
 
@@ -266,6 +266,8 @@ class ReplicateAccumulator:
     :ivar parts: the K group accumulators.
     """
 
+    _deferred: DeferredDerivation | None = None  # (a pass's chunk task: U and Gf mapped once from the chunk's sums)
+
     def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None, groups: int = DEFAULT_GROUPS) -> None:
         if isinstance(groups, bool) or not isinstance(groups, int) or groups < 2:
             raise ValueError(f"groups: expected an integer >= 2 (row groups of the jackknife), got {groups!r}")
@@ -291,7 +293,7 @@ class ReplicateAccumulator:
         n = z.shape[0]
         if bounds is None:
             bounds = [g * n // self.groups for g in range(self.groups + 1)]
-            for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):
+            for part, lo, hi in zip(settled(self._deferred, self.parts), bounds[:-1], bounds[1:], strict=True):
                 if hi > lo:
                     part.add(rec, z, rows=slice(lo, hi))
             return
@@ -303,26 +305,30 @@ class ReplicateAccumulator:
         # on a tree every group's sums at once, the groups an axis of one accumulation)
         fields = [_RECORD[k] for k in self.parts[0].summed]
         if groups_at_once(self.parts[0], rec, fields, _ONE_HOT_MAX_EVENTS):
-            add_row_groups(self.parts, rec, _student_events(self.student, z, rec), bounds, fields)
+            events = _student_events(self.student, z, rec)
+            if self._deferred is None:
+                add_row_groups(self.parts, rec, events, bounds, fields)
+            else:
+                add_row_groups(self.parts, rec, events, bounds, fields, self._deferred)
             return
         strided = self.student.ladder.is_uniform() and self.student.fast_path
         rec = with_leaves(rec, _student_events(self.student, z, rec), self.student)
         edges = None if self.student.ladder.is_uniform() else [self.student.edge_index(l)
                                                                 for l in range(self.student.ladder.depth)]
-        for part, lo, hi in zip(self.parts, bounds[:-1], bounds[1:], strict=True):
+        for part, lo, hi in zip(settled(self._deferred, self.parts), bounds[:-1], bounds[1:], strict=True):
             if hi > lo:
                 part.add(record_rows(rec, slice(lo, hi), edges, strided=strided), z[lo:hi])
 
     def state_dict(self) -> dict:
         """``{"groups": [state of group 0, ...]}`` (see :meth:`FrequencyAccumulator.state_dict`)."""
-        return {"groups": [p.state_dict() for p in self.parts]}
+        return {"groups": [p.state_dict() for p in settled(self._deferred, self.parts)]}
 
     def merge_(self, other: ReplicateAccumulator | dict) -> ReplicateAccumulator:
         """Add another replicate state group by group, in place; returns self."""
         state = other.state_dict() if isinstance(other, ReplicateAccumulator) else other
         if not isinstance(state, dict) or len(state.get("groups", ())) != self.groups:
             raise ValueError(f"other: expected the state of a ReplicateAccumulator with {self.groups} groups")
-        for part, st in zip(self.parts, state["groups"], strict=True):
+        for part, st in zip(settled(self._deferred, self.parts), state["groups"], strict=True):
             part.merge_(st)
         return self
 
@@ -331,7 +337,7 @@ class ReplicateAccumulator:
     def total(self) -> FrequencyAccumulator:
         """One accumulator holding every group's rows."""
         out = FrequencyAccumulator(self.student, self.parts[0].dtype)
-        for p in self.parts:
+        for p in settled(self._deferred, self.parts):
             out.merge_(p)
         return out
 
@@ -464,6 +470,8 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData 
     """
     part, wdt = chunks.chunk(c), student.weights[0].dtype
     acc = _accumulator(student, dtype, groups, kernel, expected_rows)
+    if isinstance(acc, ReplicateAccumulator) and _regroup(student, dtype):  # (its batches' U, Gf once, at its end)
+        acc._deferred = DeferredDerivation()
     _check_label_range(student, part.y, loss)  # (a chunk is read on the host: no device read)
     # one-hot leaves handed on as their events (checked here, once) where a pass may reorder its sums (_regroup):
     # the embedding sum of the picked weights is the one-hot matmul's to round-off; float64 and BN passes stay bit

@@ -7,9 +7,10 @@ event counts and the (parent, child) pair counts of every group are one count ea
 of the count's flat index; each group's per-event sums are batched matmuls on column slices of the shared one-hot
 matrices and of the record's node-major buffers (views, no copies).  What stays per group is what differs per group:
 its matmuls (Delta W, the per-event and edge sums: one per level each, every child place of a parent at once) and
-the weights' map of its edge sums (:meth:`~smaso.student.frequency.FrequencyAccumulator._add_derived`).  The same
-sums as adding each group's :func:`~smaso.student.mergeable.record_rows` to its accumulator, to the batch sums'
-round-off (the same sums in another order; the counts exact): ``tests/test_row_groups.py``.
+the weights' map of its edge sums (:meth:`~smaso.student.frequency.FrequencyAccumulator._add_derived`; in a streaming
+pass's chunk task once per chunk, :class:`DeferredDerivation`).  The same sums as adding each group's
+:func:`~smaso.student.mergeable.record_rows` to its accumulator, to the batch sums' round-off (the same sums in another
+order; the counts exact): ``tests/test_row_groups.py``, ``tests/test_deferred_derivation.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
     from smaso.student.frequency import FrequencyAccumulator
     from smaso.student.network import StudentRecord
 
-__all__ = ["GROUPED_BATCHES", "add_row_groups", "grouped_batches", "groups_at_once"]
+__all__ = ["GROUPED_BATCHES", "DeferredDerivation", "add_row_groups", "grouped_batches", "groups_at_once",
+           "settled"]
 
 
 #: Batches of ``batch_size`` rows run together by :func:`grouped_batches` (the row groups' sums then cost a
@@ -63,7 +65,7 @@ def groups_at_once(acc: FrequencyAccumulator, rec: StudentRecord, fields: Sequen
 
 
 def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z: torch.Tensor,
-                   bounds: Sequence[int], fields: Sequence[str]) -> None:
+                   bounds: Sequence[int], fields: Sequence[str], deferred: DeferredDerivation | None = None) -> None:
     """Add one batch's rows ``bounds[g]:bounds[g + 1]`` to ``parts[g]`` for every group g at once.
 
     :param parts: the groups' accumulators (one student, one dtype), on a uniform tree on the student's fast path with
@@ -73,7 +75,11 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
         (checked by the caller).
     :param bounds: ``len(parts) + 1`` non-decreasing row bounds from 0 to N (checked by the caller).
     :param fields: the record's field of each of the accumulators' ``summed`` quantities.
+    :param deferred: None: map this batch's edge sums to its derived sums (U, Gf) now; else leave them pending there
+        (:class:`DeferredDerivation`: mapped once from the sums of many batches).
     """
+    if deferred is not None:
+        deferred.before(parts)
     acc = parts[0]
     st, lad = acc.student, acc.ladder
     check_record_weights(st, rec, any(acc._derived))
@@ -96,15 +102,17 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
     built = [l for l in range(d + 1) if not (l == d and acc.onehot_leaves)]
     ev8 = z[:, :off[built[-1] + 1]].to(torch.uint8).T.contiguous()
     one_hot = [acc._set_one_hot(l, ev8[off[l]: off[l + 1]]) if l in built else None for l in range(d + 1)]
-    _add_level_sums(parts, rec, bins, one_hot, group, spans, fields)
+    _add_level_sums(parts, rec, bins, one_hot, group, spans, fields, deferred is None)
     for g, lo, hi in spans:
         parts[g].n += hi - lo
         parts[g]._add_loss(rec, hi - lo)  # the batch's mean loss for its rows, as record_rows keeps it
+    if deferred is not None:
+        deferred.added(parts)
 
 
 def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, bins: list[torch.Tensor],
                     one_hot: list, group: torch.Tensor, spans: list[tuple[int, int, int]],
-                    fields: Sequence[str]) -> None:
+                    fields: Sequence[str], derive: bool = True) -> None:
     """The counts, pair counts, per-event sums, edge sums, Delta W and bias sums of every group (the body of
     :func:`add_row_groups`; the tree path of :meth:`FrequencyAccumulator._add_sums` with a group axis)."""
     acc = parts[0]
@@ -131,9 +139,11 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
         return torch.bmm(grouped[l][..., lo:hi], grads[l][..., lo:hi].transpose(1, 2)).reshape(acc.dW[l].shape)
 
     dW = {g: [delta_w(l, lo, hi).to(dt) for l in range(d)] for g, lo, hi in spans}
-    # every group's bias sums as one matmul per level, by the rows' group indicator (N, G)
-    member = (group == torch.arange(G, device=acc.device, dtype=group.dtype)).to(rec.g[0].dtype)
-    db = [torch.bmm(grads[l], member.expand(R[l], n_all, G)).to(dt) for l in range(d)]  # (R_l, n_l, G)
+    # each group's bias sums sum_n g (Eq 2) are its per-event sums of G added over the events (every row has one
+    # event per region): an (R, M, n) sum instead of a pass over the batch's gradients (a matmul by the rows' group
+    # indicator was 6% of the grouped pass)
+    i_g = acc.summed.index("G")
+    db: dict[int, list] = {g: [None] * d for g, _, _ in spans}
     cnt: list = [None] * (d + 1)  # (G, R_l, M_l) float64 counts of this batch
     cnt_dt: list = [None] * (d + 1)  # the same in the batch sums' dtype (the leaves' stay float64)
     for l in range(d + 1):
@@ -150,8 +160,10 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
                 else:  # quantities outside the stacked buffer: the record's own tensors, node-major
                     cols = torch.cat([getattr(rec, f)[l] for f in fields[i0:i1]], -1).permute(1, 2, 0)
                 for g, lo, hi in spans:
-                    parts[g].own[l][..., i0 * w: i1 * w] += torch.bmm(one_hot[l][..., lo:hi],
-                                                                      cols[..., lo:hi].transpose(1, 2).to(dt))
+                    sums = torch.bmm(one_hot[l][..., lo:hi], cols[..., lo:hi].transpose(1, 2).to(dt))
+                    parts[g].own[l][..., i0 * w: i1 * w] += sums
+                    if i0 <= i_g < i1:
+                        db[g][l] = sums[..., (i_g - i0) * w: (i_g - i0 + 1) * w].sum(1)  # (R_l, n_l)
         elif not acc.onehot_leaves:  # the leaves' sums are E[x | z]'s
             leaves = rec.fbar[l].transpose(0, 1).to(dt)  # (R_d, N, dim)
             for g, lo, hi in spans:
@@ -183,12 +195,78 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
                 fc = fc.view(Rp, mp, b, -1).transpose(1, 2).reshape(E, mp, -1)
                 _ladder_parts.at_level(part.fc, l, "fc").add_(fc)
             _ladder_parts.at_level(part.gp, l, "gp").add_(gp)
-            # the derived sums read the parents' counts in the batch sums' dtype, as the one-group path has them
-            part._add_derived(l, pairs[g] if fc is None else fc, gp, [None if c is None else c[g] for c in cnt_dt])
+            if derive:  # (the derived sums read the parents' counts in the batch sums' dtype, as the one-group path)
+                part._add_derived(l, pairs[g] if fc is None else fc, gp, [None if c is None else c[g] for c in cnt_dt])
     for g, _, _ in spans:
         part = parts[g]
         for l in range(d + 1):
             part.counts[l] += cnt[l][g]
         for l in range(d):
             part.dW[l] += dW[g][l]
-            part.db[l] += db[l][..., g]
+            part.db[l] += db[g][l]
+
+
+class DeferredDerivation:
+    """The derived sums (U, Gf: linear maps of the edge sums by the weights, Eq 1;
+    :meth:`~smaso.student.frequency.FrequencyAccumulator._add_derived`) of row groups' accumulators mapped once from
+    the edge sums of many batches instead of once per group per batch (the map's ~10 torch calls per group and level
+    were 5% of a grouped float32 pass): the same linear map of the same sums, each rounded once to the batch sums'
+    dtype instead of batch by batch (float32 round-off; float64 passes do not defer).
+
+    What is pending is what the totals gained since the last :meth:`settle` (a snapshot of the edge sums and counts,
+    taken by :meth:`before` the next deferred batch; none while every total is still zero, a fresh accumulator's case):
+    :meth:`before` and :meth:`added` around each deferred batch, :meth:`settle` before the sums are read or merged or
+    a batch derives its own.  The weights must not change while sums are pending (checked at :meth:`settle`, as
+    :func:`~smaso.student.mergeable.check_record_weights` checks a record).
+    """
+
+    def __init__(self) -> None:
+        self._base: list[dict] | None = None  # the parts' edge sums and counts when last settled (None: zeros)
+        self._stale = False  # the totals changed without a snapshot: take one before the next deferred batch
+        self._version: object = None  # the weights' version of the pending batches; None: nothing pending
+
+    @staticmethod
+    def _edge_sums(part: FrequencyAccumulator) -> dict:
+        return {"fc": part.fc, "gp": part.gp, "joint_counts": part.joint_counts, "counts": part.counts}
+
+    def before(self, parts: Sequence[FrequencyAccumulator]) -> None:
+        """Before a deferred batch is added to ``parts``: the snapshot of their sums, if they changed since settled."""
+        if self._stale and self._version is None:
+            self._base = [{k: [None if t is None else t.clone() for t in v] for k, v in self._edge_sums(p).items()}
+                          for p in parts]
+            self._stale = False
+
+    def added(self, parts: Sequence[FrequencyAccumulator]) -> None:
+        """After a deferred batch was added to ``parts``: the weights' version its pending sums need."""
+        self._version = parts[0].student.params_version()
+
+    def settle(self, parts: Sequence[FrequencyAccumulator]) -> None:
+        """Add the pending derived sums to ``parts``: call before their sums are read, merged, or added to by a batch
+        that derives its own (their totals may change after it: the next deferred batch snapshots them first)."""
+        if self._version is None:
+            self._stale = True
+            return
+        st = parts[0].student
+        if st.params_version() != self._version:
+            raise ValueError("the student's weights changed while row groups' sums were pending (an update between "
+                             "add and reading the sums); read them before updating the weights")
+        d = parts[0].ladder.depth
+        for i, part in enumerate(parts):
+            now = self._edge_sums(part)
+            base = None if self._base is None else self._base[i]
+            pending = {k: [t if t is None or base is None else t - base[k][l] for l, t in enumerate(v)]
+                       for k, v in now.items()}
+            for l in range(1, d + 1):
+                fc = pending["joint_counts" if l == d and part.onehot_leaves else "fc"][l]
+                part._add_derived(l, fc, pending["gp"][l], pending["counts"])
+        self._version = None
+        self._stale = True
+
+
+def settled(deferred: DeferredDerivation | None,
+            parts: list[FrequencyAccumulator]) -> list[FrequencyAccumulator]:
+    """``parts``, their pending derived sums added where ``deferred`` holds some (:meth:`DeferredDerivation.settle`):
+    what a replicate accumulator reads, merges into, or adds a self-deriving batch to."""
+    if deferred is not None:
+        deferred.settle(parts)
+    return parts
