@@ -48,6 +48,7 @@ from smaso.student.connectivity import (
     tree_pre_activation,
 )
 from smaso.student.losses import LOSSES, _output_gradient, output_gradient, student_loss
+from smaso.student.leaf_kernels import LeafKernel
 from smaso.student.node_major import node_major_forward
 from smaso.student.node_variables import VARIABLES, _check_variable, node_variable  # noqa: F401  (re-exported)
 from smaso.student.readout import readout_events, readout_ladder
@@ -210,6 +211,11 @@ class LadderStudent(nn.Module):
         and :attr:`teacher` is ``ladder``.  Without it (None) the class scores are linear in the root's
         children's groups, so additive over them (:mod:`smaso.student.ceiling`).
     :param dtype, device: parameter dtype and device.
+    :param kernel: the one-hot leaves' weight gradient in training on a uniform tree with ReLU leaves and no BN
+        (:mod:`smaso.student.leaf_kernels`): ``"eager"`` (a one-hot matmul), ``"compiled"`` (an inductor-compiled
+        segment sum on the CPU, the same sums in another order: equal to round-off) or ``"auto"`` (compiled once
+        the student has run :data:`~smaso.student.leaf_kernels.AUTO_EDGE_ROWS` leaf rows, enough to amortise a
+        compilation of seconds; short runs never compile).  ``student.leaf_kernel = LeafKernel(k)`` changes it.
 
     :ivar ladder: the ladder the student is built on (``teacher``, or its readout ladder).
     :ivar teacher: the teacher's ladder, as given.
@@ -225,8 +231,10 @@ class LadderStudent(nn.Module):
                  batch_norm: bool | str = False, bias: bool = True,
                  bn_eps: float = 1e-5, init_scale: float = 1.0, seed: int = 0, shared: bool = False,
                  readout: int | None = None, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, kernel: str = "auto") -> None:
         super().__init__()
+        # the one-hot leaves' weight gradient: eager, compiled or auto (smaso.student.leaf_kernels)
+        self.leaf_kernel = LeafKernel(kernel)
         if not isinstance(ladder, Ladder):
             raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
         d = ladder.depth

@@ -1,0 +1,111 @@
+"""The one-hot leaf level's weight gradient as a compiled segment sum (issue 39: the LC layer's target).
+
+On one-hot children given by their events, Delta W of the level above the leaves summed over the batch (Eq 2,
+autograd's weight gradient) is a segment sum: the row of the flattened edge weights that example x's child of edge e
+picks, ``rows[x, e] = e m + z_{x, child(e)}`` (:func:`~smaso.student.connectivity.one_hot_rows`), receives the
+parent's gated gradient g_p(x) = dLoss/df_p(x) 1[f_p(x) > 0].  The eager student forms it as a one-hot matmul per
+block of parents (:class:`~smaso.student.batch_major.ReluOneHotLeaves`): m times the additions of the sum, because
+every eager segment sum (``index_add_``, ``index_put_``, ``embedding_bag``'s backward, CSR) ran slower still.
+Inductor writes :func:`gated_segment_sum` as one C++ loop that reads the gradient and the gate once and adds each
+row where it lands (about 4x faster than the one-hot matmul in the default benchmark, ``bench_student.py``).
+
+Rules kept (:mod:`smaso.student.compiled`): :func:`gated_segment_sum` is the reference and the fallback; the
+compiled kernel is built and run under one thread, so its additions run in one fixed order (at more threads
+inductor parallelises a scatter with atomic adds: the same bytes whatever the thread count); a batch shorter than
+a size already compiled is padded to it with rows whose gate is shut (f = 0 adds nothing), so an epoch's short
+last batch does not compile again; ``kernel="auto"`` compiles only once the student has run enough leaf rows
+through this backward (:data:`AUTO_EDGE_ROWS`) that a compilation costs less than what the eager sums already
+spent (the ski-rental rule: at most twice the best choice in hindsight).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from smaso.student.compiled import check_kernel, compiled, use_compiled
+
+__all__ = ["AUTO_EDGE_ROWS", "MAX_SIZES", "LeafKernel", "gated_segment_sum"]
+
+#: ``kernel="auto"`` compiles after this many (example, leaf edge) pairs have run through the eager backward: the
+#: first compilation in a process takes ~3-5 s, and the compiled sum saves ~1.3 ms per batch of 1024 x 256 edges
+#: (the default benchmark, one thread; ``bench_student.py``'s rows ``plain (leaf events)`` eager and compiled):
+#: ~5 ns per pair, so 5 s is ~10^9 pairs (~3,800 such batches).  The demo and the default test tier stay far below.
+AUTO_EDGE_ROWS = 10**9
+
+#: The most batch sizes compiled per student (torch._dynamo recompiles a function at most 8 times by default).
+MAX_SIZES = 4
+
+
+def gated_segment_sum(rows: torch.Tensor, grad: torch.Tensor, f: torch.Tensor, num_rows: int) -> torch.Tensor:
+    """dW[k] = sum over (x, e) with rows[x, e] = k of 1[f_p(x) > 0] grad_p(x), p = e // b (Eq 2 summed over the
+    batch, on one-hot children; the ReLU's gate f' = 1[f > 0] as autograd's ``threshold_backward`` applies it).
+
+    ``rows`` ``(N, R b)`` int32/int64 in [0, num_rows), ``grad`` = dLoss/df and ``f`` ``(N, R, n)``; returns
+    ``(num_rows, n)``, the flattened edge weights' layout ``(R b m, n)``."""
+    g = torch.where(f > 0, grad, 0)
+    N, R, n = g.shape
+    per_edge = g.unsqueeze(2).expand(N, R, rows.shape[1] // R, n).reshape(-1, n)
+    return g.new_zeros(num_rows, n).index_add_(0, rows.reshape(-1), per_edge)
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch's intra-op threads set to 1 inside (inductor compiles a kernel for the thread count it sees)."""
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class LeafKernel:
+    """A student's choice of the leaf weight gradient's kernel (``"eager"``, ``"compiled"``, ``"auto"``:
+    :func:`~smaso.student.compiled.use_compiled`) and what it decides from: the (example, edge) pairs seen so far
+    and the batch sizes compiled."""
+
+    def __init__(self, kernel: str = "auto") -> None:
+        self.kernel = check_kernel(kernel)
+        self.edge_rows = 0
+        self.sizes: list[int] = []
+
+    def __getstate__(self) -> dict:
+        return {"kernel": self.kernel}  # what was seen belongs to this process's compilations
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["kernel"])  # type: ignore[misc]
+
+    def size(self, rows: torch.Tensor) -> int | None:
+        """The compiled batch size for these rows ``(N, E)`` (N itself, or a larger size already compiled to pad
+        to), or None to run eager; counts the rows seen."""
+        worth_it = self.edge_rows >= AUTO_EDGE_ROWS
+        self.edge_rows += rows.numel()
+        if not use_compiled(self.kernel, rows.device, worth_it=worth_it):
+            return None
+        N = rows.shape[0]
+        fits = [s for s in self.sizes if s >= N]
+        if fits:
+            return min(fits)
+        if len(self.sizes) >= MAX_SIZES:
+            return None
+        self.sizes.append(N)
+        return N
+
+    def weight_grad(self, size: int, rows: torch.Tensor, grad: torch.Tensor, f: torch.Tensor, num_rows: int
+                    ) -> torch.Tensor:
+        """:func:`gated_segment_sum` compiled, at one thread, on the batch padded to ``size`` rows (from
+        :meth:`size`) with shut gates."""
+        N = rows.shape[0]
+        if size > N:
+            pad = size - N
+            rows = torch.cat([rows, rows.new_zeros(pad, rows.shape[1])])
+            grad = torch.cat([grad, grad.new_zeros(pad, *grad.shape[1:])])
+            f = torch.cat([f, f.new_zeros(pad, *f.shape[1:])])
+        with _one_thread():
+            return compiled(gated_segment_sum)(rows, grad, f, num_rows)
