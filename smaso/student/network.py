@@ -47,8 +47,8 @@ from smaso.student.connectivity import (
     tree_backward,
     tree_pre_activation,
 )
-from smaso.student.losses import LOSSES, _output_gradient, output_gradient, student_loss
 from smaso.student.leaf_kernels import LeafKernel
+from smaso.student.losses import LOSSES, _output_gradient, output_gradient, student_loss
 from smaso.student.node_major import node_major_forward
 from smaso.student.node_variables import VARIABLES, _check_variable, node_variable  # noqa: F401  (re-exported)
 from smaso.student.readout import readout_events, readout_ladder
