@@ -60,6 +60,11 @@ def test_compiled_gradients_equal_eager_pad_short_batches_and_do_not_depend_on_t
         for a, b in zip(got, want, strict=True):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
     assert co.leaf_kernel.sizes == [16]  # the short batch ran padded to the compiled size: one compilation
+    # the explicit forward_backward's Delta W (Eq 2, the batch mean) is minus the compiled autograd gradient
+    rec = co.forward_backward(z[:16], y[:16])
+    _grads(co, z[:16], y[:16])
+    for l, w in enumerate(co.weights):
+        torch.testing.assert_close(rec.dW[l].reshape(w.shape), -w.grad, rtol=0, atol=1e-12)
     one = _grads(co, z[:16], y[:16])
     before = torch.get_num_threads()
     try:
