@@ -112,3 +112,33 @@ def test_a_bad_kernel_is_refused_by_name_and_the_choice_pickles_without_its_hist
     k.edge_rows, k.sizes = 5, [3]
     back = pickle.loads(pickle.dumps(k))
     assert (back.kernel, back.edge_rows, back.sizes) == ("compiled", 0, [])
+
+
+_SCRIPT = """
+import sys, torch
+torch.set_num_threads(int(sys.argv[1]))
+sys.path.insert(0, sys.argv[3])
+from test_leaf_kernels import _grads, _setup
+students, z, y = _setup(torch.float32, n=64)
+torch.save(_grads(students["compiled"], z, y), sys.argv[2])
+"""
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_the_same_bytes_when_a_fresh_process_compiles_at_one_or_two_threads(tmp_path):
+    """Each process compiles afresh at the thread count it starts with: the kernel's additions keep one order."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = str(Path(__file__).resolve().parent)
+    out = {}
+    for threads in (1, 2):
+        out[threads] = tmp_path / f"grads{threads}.pt"
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / f"inductor{threads}")}  # none shared on disk
+        subprocess.run([sys.executable, "-c", _SCRIPT, str(threads), str(out[threads]), here], check=True, env=env,
+                       timeout=300)
+    for a, b in zip(torch.load(out[1]), torch.load(out[2]), strict=True):
+        assert torch.equal(a, b)
