@@ -36,9 +36,9 @@ def test_the_gated_segment_sum_is_the_one_hot_product():
     torch.testing.assert_close(gated_segment_sum(rows.int(), grad, f, R * b * m), want, rtol=0, atol=1e-12)
 
 
-def _setup(dtype=torch.float64, n=21):
+def _setup(dtype=torch.float64, n=21, **kw):
     lad = Ladder.random(depth=3, branching=[2, 3, 2], events=[3, 3, 3, 4], seed=0, sigma=0.5)
-    students = {k: LadderStudent(lad, 3, dtype=dtype, seed=1, kernel=k) for k in ("eager", "compiled")}
+    students = {k: LadderStudent(lad, 3, dtype=dtype, seed=1, kernel=k, **kw) for k in ("eager", "compiled")}
     for st in students.values():
         perturb_params(st, shift=0.1, seed=0)
     s = sample_ladder(lad, n, seed=2)
@@ -83,6 +83,20 @@ def test_compiled_gradients_equal_eager_in_float32_to_round_off():
     students, z, y = _setup(torch.float32, n=64)
     for a, b in zip(_grads(students["compiled"], z, y), _grads(students["eager"], z, y), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@needs_compiler
+@pytest.mark.slow
+@pytest.mark.parametrize("config", [{"batch_norm": "before"}, {"batch_norm": "after"}, {"activation": "silu"},
+                                    {"activation": "abs", "bias": False}])
+def test_the_ungated_leaves_compiled_equal_eager(config):
+    """Leaves without the fused ReLU (BN, other activations: connectivity.OneHotLeaves): the same sum ungated."""
+    students, z, y = _setup(**config)
+    for rows in (slice(0, 16), slice(16, 21)):
+        want, got = _grads(students["eager"], z[rows], y[rows]), _grads(students["compiled"], z[rows], y[rows])
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    assert students["compiled"].leaf_kernel.sizes == [16]
 
 
 def test_auto_compiles_only_past_its_threshold(monkeypatch):

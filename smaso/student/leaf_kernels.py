@@ -41,13 +41,15 @@ AUTO_EDGE_ROWS = 4 * 10**8
 MAX_SIZES = 4
 
 
-def gated_segment_sum(rows: torch.Tensor, grad: torch.Tensor, f: torch.Tensor, num_rows: int) -> torch.Tensor:
+def gated_segment_sum(rows: torch.Tensor, grad: torch.Tensor, f: torch.Tensor | None, num_rows: int
+                      ) -> torch.Tensor:
     """dW[k] = sum over (x, e) with rows[x, e] = k of 1[f_p(x) > 0] grad_p(x), p = e // b (Eq 2 summed over the
-    batch, on one-hot children; the ReLU's gate f' = 1[f > 0] as autograd's ``threshold_backward`` applies it).
+    batch, on one-hot children; the ReLU's gate f' = 1[f > 0] as autograd's ``threshold_backward`` applies it;
+    ``f`` None: no gate, ``grad`` is dLoss/du already).
 
     ``rows`` ``(N, R b)`` int32/int64 in [0, num_rows), ``grad`` = dLoss/df and ``f`` ``(N, R, n)``; returns
     ``(num_rows, n)``, the flattened edge weights' layout ``(R b m, n)``."""
-    g = torch.where(f > 0, grad, 0)
+    g = grad if f is None else torch.where(f > 0, grad, 0)
     N, R, n = g.shape
     per_edge = g.unsqueeze(2).expand(N, R, rows.shape[1] // R, n).reshape(-1, n)
     return g.new_zeros(num_rows, n).index_add_(0, rows.reshape(-1), per_edge)
@@ -99,15 +101,15 @@ class LeafKernel:
         self.sizes.append(N)
         return N
 
-    def weight_grad(self, size: int, rows: torch.Tensor, grad: torch.Tensor, f: torch.Tensor, num_rows: int
+    def weight_grad(self, size: int, rows: torch.Tensor, grad: torch.Tensor, f: torch.Tensor | None, num_rows: int
                     ) -> torch.Tensor:
         """:func:`gated_segment_sum` compiled, at one thread, on the batch padded to ``size`` rows (from
-        :meth:`size`) with shut gates."""
+        :meth:`size`) with shut gates and zero gradients."""
         N = rows.shape[0]
         if size > N:
             pad = size - N
             rows = torch.cat([rows, rows.new_zeros(pad, rows.shape[1])])
             grad = torch.cat([grad, grad.new_zeros(pad, *grad.shape[1:])])
-            f = torch.cat([f, f.new_zeros(pad, *f.shape[1:])])
+            f = None if f is None else torch.cat([f, f.new_zeros(pad, *f.shape[1:])])
         with _one_thread():
             return compiled(gated_segment_sum)(rows, grad, f, num_rows)

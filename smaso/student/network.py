@@ -463,6 +463,10 @@ class LadderStudent(nn.Module):
         width = self.widths[-1]
 
         def weight_grad(W: torch.Tensor, g: torch.Tensor, ev: torch.Tensor) -> torch.Tensor:
+            size = self.leaf_kernel.size(rows) if fast and batch_major else None
+            if size is not None:  # g: a node-major view of the batch-major (N, R, n) gradient
+                return self.leaf_kernel.weight_grad(size, rows, g.permute(2, 0, 1), None, W.shape[0] * width
+                                                    ).view(W.shape)
             if fast:
                 return one_hot_tree_weight_grad(W, g, ev, width, scratch)
             child = scratch["one_hot"] = one_hot_node_major(ev, width, g.dtype, out=scratch.get("one_hot"))
