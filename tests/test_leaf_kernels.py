@@ -1,9 +1,9 @@
-"""smaso.student.leaf_kernels: the one-hot leaves' weight gradient as a compiled segment sum (issue 39, the LC layer).
+"""smaso.student.leaf_kernels: the one-hot leaves' gather and weight gradient compiled (issue 39, the LC layer).
 
-The eager reference (:func:`gated_segment_sum`) is checked against a one-hot product nobody here wrote
-(``F.one_hot`` and ``torch.einsum``); the compiled student's gradients against the eager student's (float64 to
-1e-12, float32 to round-off), a short last batch padded to the compiled size (no second compilation), the same bytes
-at 1 and 2 threads, and ``kernel="auto"`` compiling only past its threshold."""
+The eager references (:func:`gather_relu`, :func:`gated_segment_sum`) are checked against a one-hot product nobody
+here wrote (``F.one_hot`` and ``torch.einsum``); the compiled student's outputs and gradients against the eager
+student's (float64 to 1e-12, float32 to round-off), a short last batch padded to the compiled size (no second
+compilation), the same bytes at 1 and 2 threads, and ``kernel="auto"`` compiling only past its threshold."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from conftest_student import perturb_params
 
 from smaso.student import leaf_kernels
 from smaso.student.compiled import compiler_available
-from smaso.student.leaf_kernels import LeafKernel, gated_segment_sum
+from smaso.student.leaf_kernels import LeafKernel, gated_segment_sum, gather_relu
 from smaso.student.network import LadderStudent
 from teachers import Ladder, sample_ladder
 
@@ -36,6 +36,16 @@ def test_the_gated_segment_sum_is_the_one_hot_product():
     torch.testing.assert_close(gated_segment_sum(rows.int(), grad, f, R * b * m), want, rtol=0, atol=1e-12)
 
 
+def test_the_gather_is_the_one_hot_product():
+    gen = torch.Generator().manual_seed(1)
+    N, R, b, m, n = 37, 3, 2, 4, 5
+    z = torch.randint(0, m, (N, R * b), generator=gen)
+    table = torch.randn(R * b * m, n, generator=gen, dtype=torch.float64)
+    u = torch.einsum("xev,evn->xen", F.one_hot(z, m).double(), table.view(R * b, m, n)).view(N, R, b, n).sum(2)
+    got = gather_relu(table, (torch.arange(R * b) * m + z).int(), R)
+    torch.testing.assert_close(got, u.relu().view(N * R, n), rtol=0, atol=1e-12)
+
+
 def _setup(dtype=torch.float64, n=21, **kw):
     lad = Ladder.random(depth=3, branching=[2, 3, 2], events=[3, 3, 3, 4], seed=0, sigma=0.5)
     students = {k: LadderStudent(lad, 3, dtype=dtype, seed=1, kernel=k, **kw) for k in ("eager", "compiled")}
@@ -46,9 +56,11 @@ def _setup(dtype=torch.float64, n=21, **kw):
 
 
 def _grads(st, z, y):
+    """The outputs and every parameter's gradient."""
     st.zero_grad(set_to_none=True)
-    st.loss(st(z, events_checked=True), y).backward()
-    return [p.grad.clone() for p in st.parameters()]
+    out = st(z, events_checked=True)
+    st.loss(out, y).backward()
+    return [out.detach(), *(p.grad.clone() for p in st.parameters())]
 
 
 @needs_compiler

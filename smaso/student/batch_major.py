@@ -93,9 +93,11 @@ class ReluOneHotLeaves(torch.autograd.Function):
     bias added to the table's rows of each parent's first child, which every sum picks once), batch-major flat
     ``(N R, n)``, the ReLU applied in place.
 
-    ``ReluOneHotLeaves.apply(W, bias, rows, events, width, num_parents, scratch)`` with ``W`` ``(R b, width, n)``,
-    ``bias`` ``(R, n)`` or None, ``rows`` :func:`~smaso.student.connectivity.one_hot_rows` of the ``events``
-    ``(N, R b)``; ``scratch``: a dict of buffers the backward reuses from one call to the next.
+    ``ReluOneHotLeaves.apply(W, bias, rows, events, width, num_parents, scratch, kernel)`` with ``W``
+    ``(R b, width, n)``, ``bias`` ``(R, n)`` or None, ``rows`` :func:`~smaso.student.connectivity.one_hot_rows` of
+    the ``events`` ``(N, R b)``; ``scratch``: a dict of buffers the backward reuses from one call to the next;
+    ``kernel``: the student's :class:`~smaso.student.leaf_kernels.LeafKernel` (compiled: the gather and the weight gradient below as
+    :func:`~smaso.student.leaf_kernels.gather_relu` and :func:`~smaso.student.leaf_kernels.gated_segment_sum`).
 
     Backward from dLoss/df: g = dLoss/df f'(u) (the ReLU's gate, from f) into a reused ``(N, R, n)`` buffer, then
     per block of parents dW = sum_x onehot(z_c) g_p^T (Eq 2 summed over the batch, autograd's weight gradient:
@@ -112,11 +114,15 @@ class ReluOneHotLeaves(torch.autograd.Function):
             # 16 K adds on the table instead of one more pass over u (N R n, 1 M values a batch of 1024 here)
             table = W.clone(memory_format=torch.contiguous_format)
             table.view(num_parents, -1, width, W.shape[-1])[:, 0] += bias[:, None]
-        f = connectivity.one_hot_pre_activation(W if bias is None else table, rows, None, num_parents, None,
-                                                batch_major=True).relu_()
+        size = None if kernel is None else kernel.size(rows)  # one decision per step, forward and backward
+        src = W if bias is None else table
+        if kernel is None or size is None:
+            f = connectivity.one_hot_pre_activation(src, rows, None, num_parents, None, batch_major=True).relu_()
+        else:  # gather, bag sums and gate in one compiled loop (smaso.student.leaf_kernels)
+            f = kernel.forward(size, src.reshape(-1, W.shape[-1]), rows, num_parents)
         ctx.save_for_backward(W, events, f, rows)
         ctx.width, ctx.num_parents, ctx.scratch, ctx.has_bias = width, num_parents, scratch, bias is not None
-        ctx.kernel = kernel
+        ctx.kernel, ctx.size = kernel, size
         return f
 
     @staticmethod
@@ -129,9 +135,8 @@ class ReluOneHotLeaves(torch.autograd.Function):
         N, R, m, n = events.shape[0], ctx.num_parents, ctx.width, f.shape[-1]
         b = W.shape[0] // R
         grad, f = grad.reshape(N, R, n), f.view(N, R, n)
-        size = None if ctx.kernel is None else ctx.kernel.size(rows)
-        if size is not None:  # the segment sum compiled (smaso.student.leaf_kernels): no one-hot, no gate pass
-            dW = ctx.kernel.weight_grad(size, rows, grad, f, W.shape[0] * m).view(R, b * m, n)
+        if ctx.size is not None:  # the segment sum compiled (smaso.student.leaf_kernels): no one-hot, no gate pass
+            dW = ctx.kernel.weight_grad(ctx.size, rows, grad, f, W.shape[0] * m).view(R, b * m, n)
             db = dW.view(R, b, m, n)[:, 0].sum(1) if need_b else None
             return dW.view(W.shape) if need_w else None, db, None, None, None, None, None, None
         block = max(1, min(R, connectivity.ONE_HOT_BLOCK_BYTES // max(1, b * m * N * f.element_size())))

@@ -211,11 +211,12 @@ class LadderStudent(nn.Module):
         and :attr:`teacher` is ``ladder``.  Without it (None) the class scores are linear in the root's
         children's groups, so additive over them (:mod:`smaso.student.ceiling`).
     :param dtype, device: parameter dtype and device.
-    :param kernel: the one-hot leaves' weight gradient in training on a uniform tree with ReLU leaves and no BN
-        (:mod:`smaso.student.leaf_kernels`): ``"eager"`` (a one-hot matmul), ``"compiled"`` (an inductor-compiled
-        segment sum on the CPU, the same sums in another order: equal to round-off) or ``"auto"`` (compiled once
-        the student has run :data:`~smaso.student.leaf_kernels.AUTO_EDGE_ROWS` leaf rows, enough to amortise a
-        compilation of seconds; short runs never compile).  ``student.leaf_kernel = LeafKernel(k)`` changes it.
+    :param kernel: the autograd path's one-hot leaves given by their events on a uniform tree (the gather, with a
+        ReLU above it and no BN, and the weight gradient: :mod:`smaso.student.leaf_kernels`): ``"eager"``
+        (embedding_bag and a one-hot matmul), ``"compiled"`` (inductor-compiled loops on the CPU, the same sums,
+        the gradient's in another order: equal to round-off) or ``"auto"`` (compiled once the student has run
+        :data:`~smaso.student.leaf_kernels.AUTO_EDGE_ROWS` leaf rows, enough to amortise a compilation of seconds;
+        short runs never compile).  ``student.leaf_kernel = LeafKernel(k)`` changes it.
 
     :ivar ladder: the ladder the student is built on (``teacher``, or its readout ladder).
     :ivar teacher: the teacher's ladder, as given.
