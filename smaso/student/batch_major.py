@@ -96,8 +96,9 @@ class ReluOneHotLeaves(torch.autograd.Function):
     ``ReluOneHotLeaves.apply(W, bias, rows, events, width, num_parents, scratch, kernel)`` with ``W``
     ``(R b, width, n)``, ``bias`` ``(R, n)`` or None, ``rows`` :func:`~smaso.student.connectivity.one_hot_rows` of
     the ``events`` ``(N, R b)``; ``scratch``: a dict of buffers the backward reuses from one call to the next;
-    ``kernel``: the student's :class:`~smaso.student.leaf_kernels.LeafKernel` (compiled: the gather and the weight gradient below as
-    :func:`~smaso.student.leaf_kernels.gather_relu` and :func:`~smaso.student.leaf_kernels.gated_segment_sum`).
+    ``kernel``: the student's :class:`~smaso.student.leaf_kernels.LeafKernel` (compiled: the gather and the weight
+    gradient below as :func:`~smaso.student.leaf_kernels.gather_relu` and
+    :func:`~smaso.student.leaf_kernels.gated_segment_sum`).
 
     Backward from dLoss/df: g = dLoss/df f'(u) (the ReLU's gate, from f) into a reused ``(N, R, n)`` buffer, then
     per block of parents dW = sum_x onehot(z_c) g_p^T (Eq 2 summed over the batch, autograd's weight gradient:
