@@ -61,15 +61,15 @@ its leaf events (one matrix-vector pass, inside the timing) and runs the events'
 ``plain (leaf events, compiled)`` and ``plain (one-hot x, declared, compiled)``: the same two passes on a student
 with the same weights built with ``kernel="compiled"`` (:mod:`smaso.student.leaf_kernels`: the leaf weight
 gradient an inductor-compiled gated segment sum instead of the one-hot matmul; the library's default ``"auto"``
-compiles only after ~4 x 10^8 (example, leaf edge) pairs, so the uncompiled rows are what a short run gets);
+compiles only after ~10^9 (example, leaf edge) pairs, so the uncompiled rows are what a short run gets);
 their one-off compilation is timed before the epochs (``compile_s``: the first minibatch less the second) and
 ``amortised_after_batches`` says how many minibatches' savings over the eager row pay it back.
 ``locally_connected_vs_dense_events_compiled`` (judged, target 1.5x, compilation excluded: steady state is the
 target).  ``dense (torch.compile)``: the dense chain under
 ``torch.compile`` (its ``compile_s`` too), labelled and not judged: the dense contender is the eager chain a user
 writes (``locally_connected_compiled_vs_dense_compiled`` is reported).  ``compile_s`` depends on inductor's on-disk
-cache (``/tmp/torchinductor_$USER``): a process after an earlier run compiles faster (cold: ~3-5 s for the leaf
-kernel, ~2 s of it inductor's own start).
+cache (``/tmp/torchinductor_$USER``): a process after an earlier run compiles faster (the leaf kernels took 3-5 s
+warm, 20 s cold at load 3.5).
 ``locally_connected_vs_dense_events`` (judged, target 1.5x) is ``plain (leaf events)``
 over ``dense``, beside ``locally_connected_vs_dense`` (the one-hot float input, judged as before).  The ``plain``,
 ``plain (BN)``, ``plain (leaf events)``, ``dense``, ``explicit`` and ``stats`` rows (not the reference's) record

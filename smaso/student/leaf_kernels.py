@@ -33,13 +33,13 @@ from smaso.student.compiled import check_kernel, compiled, use_compiled
 
 __all__ = ["AUTO_EDGE_ROWS", "MAX_SIZES", "LeafKernel", "gated_segment_sum", "gather_relu"]
 
-#: ``kernel="auto"`` compiles after this many (example, leaf edge) pairs have run through the eager backward (the
-#: ski-rental rule: compile once the eager sums have cost what a compilation does).  The first compilation in a
-#: process took 3.3 s (a warm on-disk inductor cache) to ~5 s (cold), and the compiled sum saved 3.4 ms per batch of
-#: 1024 examples x 256 leaf edges (``bench_student.py``, 1 thread, rows ``plain (leaf events)`` eager and compiled,
-#: load ~2): ~13 ns per pair, so 5 s is ~4 x 10^8 pairs (~1,500 such batches).  The demo and the default test tier
-#: stay far below it.
-AUTO_EDGE_ROWS = 4 * 10**8
+#: ``kernel="auto"`` compiles after this many (example, leaf edge) pairs have run through the eager kernels (the
+#: ski-rental rule: compile once the eager kernels have cost what a compilation does).  Compiling both kernels took
+#: 3.2-5.2 s in a process with inductor's on-disk cache warm and 20 s with it cold (a fresh
+#: ``TORCHINDUCTOR_CACHE_DIR``, load 3.5: gcc runs for each kernel); the compiled kernels saved 3.4-4 ms per batch of
+#: 1024 examples x 256 leaf edges (``bench_student.py``, 1 thread, rows ``plain (leaf events)`` eager and compiled):
+#: ~15 ns per pair, so ~15 s is ~10^9 pairs (~3,800 such batches).  The demo and the default test tier stay far below.
+AUTO_EDGE_ROWS = 10**9
 
 #: The most batch sizes compiled per student (torch._dynamo recompiles a function at most 8 times by default).
 MAX_SIZES = 4
