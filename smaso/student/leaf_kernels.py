@@ -85,9 +85,10 @@ def _one_thread() -> Iterator[None]:
 
 
 class LeafKernel:
-    """A student's choice of the leaf weight gradient's kernel (``"eager"``, ``"compiled"``, ``"auto"``:
+    """A student's choice of its one-hot leaf level's kernels (``"eager"``, ``"compiled"``, ``"auto"``:
     :func:`~smaso.student.compiled.use_compiled`) and what it decides from: the (example, edge) pairs seen so far
-    and the batch sizes compiled."""
+    and the batch sizes compiled (at most :data:`MAX_SIZES`; a larger batch than any compiled, past that, runs
+    eager)."""
 
     def __init__(self, kernel: str = "auto") -> None:
         self.kernel = check_kernel(kernel)
