@@ -169,3 +169,24 @@ def test_the_same_bytes_when_a_fresh_process_compiles_at_one_or_two_threads(tmp_
                        timeout=300)
     for a, b in zip(torch.load(out[1]), torch.load(out[2]), strict=True):
         assert torch.equal(a, b)
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_past_dynamo_s_recompile_limit_the_kernel_runs_eager(monkeypatch):
+    """With fullgraph=True a compilation past torch._dynamo's limit raises; the kernel then runs eager instead."""
+    import torch._dynamo
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    monkeypatch.setattr(leaf_kernels, "_EXHAUSTED", set())
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(2)
+    try:
+        for n in (5, 6, 7):  # three shapes: the second and third past the limit of 1
+            rows = torch.randint(0, 8, (n, 4), generator=gen, dtype=torch.int32)
+            grad, f = torch.randn(2, n, 2, 3, generator=gen, dtype=torch.float64)
+            got = LeafKernel("compiled").weight_grad(n, rows, grad, f, 8)
+            torch.testing.assert_close(got, gated_segment_sum(rows, grad, f, 8), rtol=0, atol=1e-12)
+        assert leaf_kernels._EXHAUSTED == {gated_segment_sum}
+    finally:
+        torch._dynamo.reset()  # no kernel compiled under the lowered limit outlives the test
