@@ -63,7 +63,19 @@ outside the timing.  ``plain (one-hot x, declared)``: ``student(x, one_hot_check
 declared one-hot (validated once where the data entered, as the leaf events' range is): the forward reads x as
 its leaf events (one matrix-vector pass, inside the timing) and runs the events' path; its ratio to ``dense``,
 ``locally_connected_vs_dense_one_hot_declared``, is reported (target 1.5x, not judged).
-``locally_connected_vs_dense_events`` (judged, target 1.5x) is this row
+``plain (leaf events, compiled)`` and ``plain (one-hot x, declared, compiled)``: the same two passes on a student
+with the same weights built with ``kernel="compiled"`` (:mod:`smaso.student.leaf_kernels`: the leaf weight
+gradient an inductor-compiled gated segment sum instead of the one-hot matmul; the library's default ``"auto"``
+compiles only after ~10^9 (example, leaf edge) pairs, so the uncompiled rows are what a short run gets);
+their one-off compilation is timed before the epochs (``compile_s``: the first minibatch less the second) and
+``amortised_after_batches`` says how many minibatches' savings over the eager row pay it back.
+``locally_connected_vs_dense_events_compiled`` (judged, target 1.5x, compilation excluded: steady state is the
+target).  ``dense (torch.compile)``: the dense chain under
+``torch.compile`` (its ``compile_s`` too), labelled and not judged: the dense contender is the eager chain a user
+writes (``locally_connected_compiled_vs_dense_compiled`` is reported).  ``compile_s`` depends on inductor's on-disk
+cache (``/tmp/torchinductor_$USER``): a process after an earlier run compiles faster (the leaf kernels took 3-5 s
+warm, 20 s cold at load 3.5).
+``locally_connected_vs_dense_events`` (judged, target 1.5x) is ``plain (leaf events)``
 over ``dense``, beside ``locally_connected_vs_dense`` (the one-hot float input, judged as before).  The ``plain``,
 ``plain (BN)``, ``plain (leaf events)``, ``dense``, ``explicit`` and ``stats`` rows (not the reference's) record
 ``minor_faults_per_batch``, per call of the contender (the warm-up first): the pages its timed parts faulted in fresh
@@ -306,6 +318,42 @@ class DenseNet(nn.Module):
         return x
 
 
+def _compile_seconds(run: Callable[[list[int]], list[float]]) -> float:
+    """The compilation a contender pays once per process: its first minibatch's time less its second's (the
+    same minibatch again, compiled code cached)."""
+    first = run([0])[0]
+    return max(0.0, first - run([0])[0])
+
+
+def lc_compiled_contenders(student: LadderStudent, data: Batches, dims: list[int], seed: int) -> list[dict]:
+    """The LC rows with the compiled leaf weight gradient (``LadderStudent(kernel="compiled")``, the same weights
+    as ``student``: :mod:`smaso.student.leaf_kernels`) on leaf events (judged) and on one-hot x declared
+    (reported), and the dense chain under ``torch.compile`` (labelled, not judged: the contender a user writes is
+    the eager one).  Each row records ``compile_s``, the one-off compilation, measured before the timed epochs
+    (steady state is the target) and ``amortised_after_batches`` is filled in once the eager rows are timed."""
+    st = LadderStudent(student.ladder, width=student.widths[1], dtype=torch.float32, seed=seed, kernel="compiled")
+    st.load_state_dict(student.state_dict())
+    rows: list[dict] = []
+    for name, kw, inputs in (("plain (leaf events, compiled)", {"events": True}, data.events),
+                             ("plain (one-hot x, declared, compiled)", {"one_hot": True}, data.x)):
+        # one kernel for both rows (the same student and shapes): the second row's compile_s is the first's; timed
+        # by a runner of its own, so that the faults recorded start with the warm-up as in the other rows
+        compile_s = _compile_seconds(autograd_runner(st, st.loss, inputs, data, **kw)) if not rows else \
+            rows[0]["compile_s"]
+        faults: list[float] = []
+        run = autograd_runner(st, st.loss, inputs, data, faults=faults, **kw)
+        rows.append({"contender": name, "description": f"as {name.replace(', compiled', '')!r} with "
+                     "LadderStudent(kernel='compiled'): the leaf weight gradient an inductor-compiled segment sum",
+                     "batch_norm": False, "accumulation": None, "target": True, "minor_faults_per_batch": faults,
+                     "compile_s": compile_s, "run": run})
+    net = DenseNet(dims, student, seed)
+    run = autograd_runner(torch.compile(net, fullgraph=True, dynamic=False), student.loss, data.dense_x, data)
+    rows.append({"contender": "dense (torch.compile)", "description": "the dense chain under torch.compile "
+                 "(fullgraph, inductor; labelled, not judged)", "batch_norm": False, "accumulation": None,
+                 "target": False, "compile_s": _compile_seconds(run), "run": run})
+    return rows
+
+
 def dense_dims(student: LadderStudent) -> tuple[list[int], list[int]]:
     """Input -> output widths of the equal-MACs dense chain (bottom to top), and the student's MACs per level.
 
@@ -448,6 +496,7 @@ def main(argv: list[str] | None = None) -> dict:
                        "student.loss, loss.backward() (autograd), zero_grad per minibatch", "batch_norm": False,
                        "accumulation": None, "target": False, "minor_faults_per_batch": (faults := []),
                        "run": autograd_runner(student, student.loss, data.x, data, faults=faults, one_hot=True)})
+    contenders += lc_compiled_contenders(student, data, dims, args.seed)
     contenders.append({"contender": "dense", "description": "chain of nn.Linear with the student's per-level MACs "
                        f"({' -> '.join(map(str, dims))}), autograd", "batch_norm": False, "accumulation": None,
                        "target": True, "minor_faults_per_batch": (faults := []),
@@ -461,6 +510,10 @@ def main(argv: list[str] | None = None) -> dict:
     rows = [finish_row(c, args.n, len(data), args.batch_size, args.repeats) for c in contenders]
 
     by_name = {r["contender"]: r for r in rows}
+    for name, eager in (("plain (leaf events, compiled)", "plain (leaf events)"),
+                        ("plain (one-hot x, declared, compiled)", "plain (one-hot x, declared)")):
+        saved = (by_name[eager]["best_s"] - by_name[name]["best_s"]) / len(data)  # per minibatch
+        by_name[name]["amortised_after_batches"] = by_name[name]["compile_s"] / saved if saved > 0 else None
     for r in rows:
         base = by_name["plain (BN)" if r["batch_norm"] else "plain"]
         r["x_plain"] = r["best_s"] / base["best_s"]
@@ -506,6 +559,12 @@ def main(argv: list[str] | None = None) -> dict:
     targets["locally_connected_vs_dense_one_hot_declared"] = ratio("plain (one-hot x, declared)", "dense", DENSE_TARGET,
                                                                    False)
     targets["locally_connected_vs_dense_out_of_place"] = ratio("plain", "dense (out-of-place act.)", None, False)
+    targets["locally_connected_vs_dense_events_compiled"] = ratio("plain (leaf events, compiled)", "dense",
+                                                                  DENSE_TARGET, True)
+    targets["locally_connected_vs_dense_one_hot_declared_compiled"] = ratio("plain (one-hot x, declared, compiled)",
+                                                                            "dense", DENSE_TARGET, False)
+    targets["locally_connected_compiled_vs_dense_compiled"] = ratio("plain (leaf events, compiled)",
+                                                                    "dense (torch.compile)", None, False)
 
     print()
     common.print_table(TABLE, rows, TABLE_NOTE)
@@ -529,7 +588,10 @@ def main(argv: list[str] | None = None) -> dict:
               "locally_connected_vs_dense_events": "LC on leaf events / dense (same MACs)",
               "locally_connected_vs_dense": "LC on one-hot x / dense (same MACs)",
               "locally_connected_vs_dense_one_hot_declared": "LC on one-hot x declared / dense",
-              "locally_connected_vs_dense_out_of_place": "  ... / dense with out-of-place activations"}
+              "locally_connected_vs_dense_out_of_place": "  ... / dense with out-of-place activations",
+              "locally_connected_vs_dense_events_compiled": "LC on leaf events, compiled kernel / dense",
+              "locally_connected_vs_dense_one_hot_declared_compiled": "LC on one-hot x declared, compiled / dense",
+              "locally_connected_compiled_vs_dense_compiled": "LC events compiled / dense torch.compile"}
     for key, t in targets.items():
         verdict = ("PASS" if t["pass"] else "FAIL") if t["judged"] else "(not judged)" if "pass" in t else ""
         tgt = f"target {t['target']}x" if "target" in t else ""

@@ -183,6 +183,11 @@ def student_rows() -> list[str]:
         oh = t["locally_connected_vs_dense_one_hot_declared"]
         rows.append(_row("the same on one-hot x declared one-hot (`student(x, one_hot_checked=True)`: read as their "
                          "events inside the step)", f"{oh['value']:.2f}x {_ratio_name(oh)} {source}", _target(oh)))
+    if "locally_connected_vs_dense_events_compiled" in t:  # the compiled leaf weight gradient (issue 39)
+        co = t["locally_connected_vs_dense_events_compiled"]
+        rows.append(_row("the same on leaf events with `LadderStudent(kernel=\"compiled\")` (the leaf weight "
+                         "gradient an inductor-compiled segment sum; compilation excluded)",
+                         f"{co['value']:.2f}x {_ratio_name(co)} {source}", _target(co)))
     if "stats_vs_reference" in t:  # recorded since the one student replaced the tree code (target 3)
         ref = t["stats_vs_reference"]
         measured, target = f"{ref['value']:.2f}x {_ratio_name(ref)}", _target(ref)

@@ -53,7 +53,9 @@ def test_bench_student_quick(tmp_path):
                 "locally_connected_vs_dense", "locally_connected_vs_dense_out_of_place", "explicit_stacked_overhead",
                 "stats_over_explicit_stacked", "stats_over_explicit_stacked_bn", "explicit_stacked_over_explicit_bn",
                 "locally_connected_vs_dense_events", "locally_connected_vs_dense_one_hot_declared",
-                "stats_overhead_compiled", "stats_compiled_over_eager", "stats_overhead_bn_compiled"):
+                "stats_overhead_compiled", "stats_compiled_over_eager", "stats_overhead_bn_compiled",
+                "locally_connected_vs_dense_events_compiled", "locally_connected_vs_dense_one_hot_declared_compiled",
+                "locally_connected_compiled_vs_dense_compiled"):
         target = data["targets"][key]
         assert math.isfinite(target["value"]) and target["value"] > 0
         for stat in ("value_median", "value_batch_min"):
@@ -64,6 +66,12 @@ def test_bench_student_quick(tmp_path):
     assert not data["targets"]["stats_overhead_float64"]["judged"]
     assert not data["targets"]["locally_connected_vs_dense_out_of_place"]["judged"]
     assert not data["targets"]["locally_connected_vs_dense_one_hot_declared"]["judged"]
+    # the compiled LC rows: judged on leaf events, the one-off compilation recorded beside the steady state
+    assert data["targets"]["locally_connected_vs_dense_events_compiled"]["judged"]
+    assert not data["targets"]["locally_connected_compiled_vs_dense_compiled"]["judged"]
+    for name in ("plain (leaf events, compiled)", "plain (one-hot x, declared, compiled)", "dense (torch.compile)"):
+        assert math.isfinite(rows[name]["compile_s"]) and rows[name]["compile_s"] >= 0
+    assert "amortised_after_batches" in rows["plain (leaf events, compiled)"]
     # the stats epoch less its accumulation: a reported floor, not a target
     assert data["targets"]["explicit_stacked_overhead"]["numerator"] == "explicit stacked"
     assert not data["targets"]["explicit_stacked_overhead"]["judged"] and "pass" not in data["targets"][

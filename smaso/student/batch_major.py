@@ -27,6 +27,7 @@ from torch.autograd.function import once_differentiable
 
 from smaso.student import connectivity
 from smaso.student.connectivity import _one_hot_rows_major, one_hot_rows
+from smaso.student.leaf_kernels import LeafKernel
 from smaso.student.scratch import scratch_dict
 
 __all__ = ["ReluOneHotLeaves", "TreeLevel", "one_hot_events", "student_forward", "tree_level"]
@@ -92,9 +93,12 @@ class ReluOneHotLeaves(torch.autograd.Function):
     bias added to the table's rows of each parent's first child, which every sum picks once), batch-major flat
     ``(N R, n)``, the ReLU applied in place.
 
-    ``ReluOneHotLeaves.apply(W, bias, rows, events, width, num_parents, scratch)`` with ``W`` ``(R b, width, n)``,
-    ``bias`` ``(R, n)`` or None, ``rows`` :func:`~smaso.student.connectivity.one_hot_rows` of the ``events``
-    ``(N, R b)``; ``scratch``: a dict of buffers the backward reuses from one call to the next.
+    ``ReluOneHotLeaves.apply(W, bias, rows, events, width, num_parents, scratch, kernel)`` with ``W``
+    ``(R b, width, n)``, ``bias`` ``(R, n)`` or None, ``rows`` :func:`~smaso.student.connectivity.one_hot_rows` of
+    the ``events`` ``(N, R b)``; ``scratch``: a dict of buffers the backward reuses from one call to the next;
+    ``kernel``: the student's :class:`~smaso.student.leaf_kernels.LeafKernel` (compiled: the gather and the weight
+    gradient below as :func:`~smaso.student.leaf_kernels.gather_relu` and
+    :func:`~smaso.student.leaf_kernels.gated_segment_sum`).
 
     Backward from dLoss/df: g = dLoss/df f'(u) (the ReLU's gate, from f) into a reused ``(N, R, n)`` buffer, then
     per block of parents dW = sum_x onehot(z_c) g_p^T (Eq 2 summed over the batch, autograd's weight gradient:
@@ -105,28 +109,37 @@ class ReluOneHotLeaves(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, W: torch.Tensor, bias: torch.Tensor | None, rows: torch.Tensor, events: torch.Tensor,
-                width: int, num_parents: int, scratch: dict) -> torch.Tensor:
+                width: int, num_parents: int, scratch: dict, kernel: LeafKernel | None = None) -> torch.Tensor:
         if bias is not None:
             # the bias folded into the rows of each parent's first child (every bag picks exactly one of them):
             # 16 K adds on the table instead of one more pass over u (N R n, 1 M values a batch of 1024 here)
             table = W.clone(memory_format=torch.contiguous_format)
             table.view(num_parents, -1, width, W.shape[-1])[:, 0] += bias[:, None]
-        f = connectivity.one_hot_pre_activation(W if bias is None else table, rows, None, num_parents, None,
-                                                batch_major=True).relu_()
-        ctx.save_for_backward(W, events, f)
+        size = None if kernel is None else kernel.size(rows)  # one decision per step, forward and backward
+        src = W if bias is None else table
+        if kernel is None or size is None:
+            f = connectivity.one_hot_pre_activation(src, rows, None, num_parents, None, batch_major=True).relu_()
+        else:  # gather, bag sums and gate in one compiled loop (smaso.student.leaf_kernels)
+            f = kernel.forward(size, src.reshape(-1, W.shape[-1]), rows, num_parents)
+        ctx.save_for_backward(W, events, f, rows)
         ctx.width, ctx.num_parents, ctx.scratch, ctx.has_bias = width, num_parents, scratch, bias is not None
+        ctx.kernel, ctx.size = kernel, size
         return f
 
     @staticmethod
     @once_differentiable  # a gate and a matmul: a second derivative through it is refused, not wrong
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
-        W, events, f = ctx.saved_tensors
+        W, events, f, rows = ctx.saved_tensors
         need_w, need_b = ctx.needs_input_grad[0], ctx.has_bias and ctx.needs_input_grad[1]
         if not (need_w or need_b):
-            return (None,) * 7
+            return (None,) * 8
         N, R, m, n = events.shape[0], ctx.num_parents, ctx.width, f.shape[-1]
         b = W.shape[0] // R
         grad, f = grad.reshape(N, R, n), f.view(N, R, n)
+        if ctx.size is not None:  # the segment sum compiled (smaso.student.leaf_kernels): no one-hot, no gate pass
+            dW = ctx.kernel.weight_grad(ctx.size, rows, grad, f, W.shape[0] * m).view(R, b * m, n)
+            db = dW.view(R, b, m, n)[:, 0].sum(1) if need_b else None
+            return dW.view(W.shape) if need_w else None, db, None, None, None, None, None, None
         block = max(1, min(R, connectivity.ONE_HOT_BLOCK_BYTES // max(1, b * m * N * f.element_size())))
         events_t = events.T.contiguous()  # (R b, N)
         dW = f.new_empty(R, b * m, n)  # W's layout: the matmul writes each block in place
@@ -146,7 +159,7 @@ class ReluOneHotLeaves(torch.autograd.Function):
                                      _buffer(scratch, "one_hot_block", (block * b, m, N), f)[: (p1 - p0) * b])
             torch.bmm(oh.view(p1 - p0, b * m, N), g[p0:p1], out=dW[p0:p1])
         db = dW.view(R, b, m, n)[:, 0].sum(1) if need_b else None
-        return dW.view(W.shape) if need_w else None, db, None, None, None, None, None
+        return dW.view(W.shape) if need_w else None, db, None, None, None, None, None, None
 
 
 def _buffer(scratch: dict, key: str, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
@@ -187,7 +200,7 @@ def student_forward(student: Any, events: torch.Tensor) -> torch.Tensor:
         h = ReluOneHotLeaves.apply(student.edge_weights(d - 1),
                                    None if student.biases is None else student.biases[d - 1],
                                    one_hot_rows(events, student.widths[-1], None, dtype=torch.int32), events,
-                                   student.widths[-1], lad.num_regions[d - 1], scratch)
+                                   student.widths[-1], lad.num_regions[d - 1], scratch, student.leaf_kernel)
     else:
         h = student._one_hot_leaves(events, True)  # u of level d - 1, flat (N R_{d-1}, n_{d-1})
     for l in range(d - 1, -1, -1):

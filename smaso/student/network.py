@@ -47,6 +47,7 @@ from smaso.student.connectivity import (
     tree_backward,
     tree_pre_activation,
 )
+from smaso.student.leaf_kernels import LeafKernel
 from smaso.student.losses import LOSSES, _output_gradient, output_gradient, student_loss
 from smaso.student.node_major import node_major_forward
 from smaso.student.node_variables import VARIABLES, _check_variable, node_variable  # noqa: F401  (re-exported)
@@ -210,6 +211,12 @@ class LadderStudent(nn.Module):
         and :attr:`teacher` is ``ladder``.  Without it (None) the class scores are linear in the root's
         children's groups, so additive over them (:mod:`smaso.student.ceiling`).
     :param dtype, device: parameter dtype and device.
+    :param kernel: the autograd path's one-hot leaves given by their events on a uniform tree (the gather, with a
+        ReLU above it and no BN, and the weight gradient: :mod:`smaso.student.leaf_kernels`): ``"eager"``
+        (embedding_bag and a one-hot matmul), ``"compiled"`` (inductor-compiled loops on the CPU, the same sums,
+        the gradient's in another order: equal to round-off) or ``"auto"`` (compiled once the student has run
+        :data:`~smaso.student.leaf_kernels.AUTO_EDGE_ROWS` leaf rows, enough to amortise a compilation of seconds;
+        short runs never compile).  ``student.leaf_kernel = LeafKernel(k)`` changes it.
 
     :ivar ladder: the ladder the student is built on (``teacher``, or its readout ladder).
     :ivar teacher: the teacher's ladder, as given.
@@ -225,8 +232,10 @@ class LadderStudent(nn.Module):
                  batch_norm: bool | str = False, bias: bool = True,
                  bn_eps: float = 1e-5, init_scale: float = 1.0, seed: int = 0, shared: bool = False,
                  readout: int | None = None, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, kernel: str = "auto") -> None:
         super().__init__()
+        # the one-hot leaves' weight gradient: eager, compiled or auto (smaso.student.leaf_kernels)
+        self.leaf_kernel = LeafKernel(kernel)
         if not isinstance(ladder, Ladder):
             raise TypeError(f"ladder: expected a Ladder, got {type(ladder).__name__}")
         d = ladder.depth
@@ -455,6 +464,10 @@ class LadderStudent(nn.Module):
         width = self.widths[-1]
 
         def weight_grad(W: torch.Tensor, g: torch.Tensor, ev: torch.Tensor) -> torch.Tensor:
+            size = self.leaf_kernel.size(rows) if fast and batch_major else None
+            if size is not None:  # g: a node-major view of the batch-major (N, R, n) gradient
+                return self.leaf_kernel.weight_grad(size, rows, g.permute(2, 0, 1), None, W.shape[0] * width
+                                                    ).view(W.shape)
             if fast:
                 return one_hot_tree_weight_grad(W, g, ev, width, scratch)
             child = scratch["one_hot"] = one_hot_node_major(ev, width, g.dtype, out=scratch.get("one_hot"))

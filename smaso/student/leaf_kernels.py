@@ -1,0 +1,160 @@
+"""The one-hot leaf level's gather and weight gradient as compiled loops (issue 39: the LC layer's target).
+
+On one-hot children given by their events, Delta W of the level above the leaves summed over the batch (Eq 2,
+autograd's weight gradient) is a segment sum: the row of the flattened edge weights that example x's child of edge e
+picks, ``rows[x, e] = e m + z_{x, child(e)}`` (:func:`~smaso.student.connectivity.one_hot_rows`), receives the
+parent's gated gradient g_p(x) = dLoss/df_p(x) 1[f_p(x) > 0].  The eager student forms it as a one-hot matmul per
+block of parents (:class:`~smaso.student.batch_major.ReluOneHotLeaves`): m times the additions of the sum, because
+every eager segment sum (``index_add_``, ``index_put_``, ``embedding_bag``'s backward, CSR) ran slower still.
+Inductor writes :func:`gated_segment_sum` as one C++ loop that reads the gradient and the gate once and adds each
+row where it lands.
+
+Its forward, the gather of the picked weight rows summed per parent and gated (:func:`gather_relu`), compiles to one
+loop too (about half the time of ``embedding_bag`` and an in-place ReLU; the same sums in the same order).  Both
+compiled, the default benchmark's autograd step on leaf events went from 7.9 to 4.5 ms (``bench_student.py``, 1
+thread, load ~2, best of 5 epochs: 1.64x to 0.93x the dense chain of equal MACs).
+
+Rules kept (:mod:`smaso.student.compiled`): :func:`gather_relu` and :func:`gated_segment_sum` are the references
+and the fallbacks; the compiled kernels are built and run under one thread, so their additions run in one fixed
+order (at more threads inductor parallelises a scatter with atomic adds: 20 distinct results in 20 calls here; the
+same bytes whatever the thread count, tests/test_leaf_kernels.py); a batch shorter than a size already compiled is
+padded to it with rows whose gate is shut and whose gradient is 0 (they add nothing; the gather's extra outputs are
+dropped), so an epoch's short last batch does not compile again; ``kernel="auto"`` compiles only once the student
+has run enough leaf rows through this level (:data:`AUTO_EDGE_ROWS`) that a compilation costs less than what the
+eager kernels already spent (the ski-rental rule: at most twice the best choice in hindsight).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch._dynamo
+
+from smaso.student.compiled import check_kernel, compiled, use_compiled
+
+__all__ = ["AUTO_EDGE_ROWS", "MAX_SIZES", "LeafKernel", "gated_segment_sum", "gather_relu"]
+
+#: ``kernel="auto"`` compiles after this many (example, leaf edge) pairs have run through the eager kernels (the
+#: ski-rental rule: compile once the eager kernels have cost what a compilation does).  Compiling both kernels took
+#: 3.2-5.2 s in a process with inductor's on-disk cache warm and 20 s with it cold (a fresh
+#: ``TORCHINDUCTOR_CACHE_DIR``, load 3.5: gcc runs for each kernel); the compiled kernels saved 3.4-4 ms per batch of
+#: 1024 examples x 256 leaf edges (``bench_student.py``, 1 thread, rows ``plain (leaf events)`` eager and compiled):
+#: ~15 ns per pair, so ~15 s is ~10^9 pairs (~3,800 such batches).  The demo and the default test tier stay far below.
+AUTO_EDGE_ROWS = 10**9
+
+#: The most batch sizes compiled per student (torch._dynamo recompiles a function at most 8 times by default).
+MAX_SIZES = 4
+
+
+def gated_segment_sum(rows: torch.Tensor, grad: torch.Tensor, f: torch.Tensor | None, num_rows: int
+                      ) -> torch.Tensor:
+    """dW[k] = sum over (x, e) with rows[x, e] = k of 1[f_p(x) > 0] grad_p(x), p = e // b (Eq 2 summed over the
+    batch, on one-hot children; the ReLU's gate f' = 1[f > 0] as autograd's ``threshold_backward`` applies it;
+    ``f`` None: no gate, ``grad`` is dLoss/du already).
+
+    ``rows`` ``(N, R b)`` int32/int64 in [0, num_rows), ``grad`` = dLoss/df and ``f`` ``(N, R, n)``; returns
+    ``(num_rows, n)``, the flattened edge weights' layout ``(R b m, n)``."""
+    g = grad if f is None else torch.where(f > 0, grad, 0)
+    N, R, n = g.shape
+    per_edge = g.unsqueeze(2).expand(N, R, rows.shape[1] // R, n).reshape(-1, n)
+    return g.new_zeros(num_rows, n).index_add_(0, rows.reshape(-1), per_edge)
+
+
+def gather_relu(table: torch.Tensor, rows: torch.Tensor, num_parents: int) -> torch.Tensor:
+    """f = ReLU(u), u_p(x) = sum_c table[rows[x, p b + c]] (Eq 1 on one-hot children: the sum of the weight rows
+    they pick, the bias folded into the table by the caller), batch-major flat ``(N R, n)``.
+
+    ``table`` ``(E m, n)`` (the flattened edge weights), ``rows`` ``(N, E)`` int32/int64, E = R b in bags of b
+    consecutive edges (:func:`~smaso.student.connectivity.one_hot_rows`)."""
+    N, E = rows.shape
+    picked = table.index_select(0, rows.reshape(-1)).view(N, num_parents, E // num_parents, -1)
+    return picked.sum(2).relu().view(N * num_parents, -1)
+
+
+#: Kernels whose compilations hit torch._dynamo's recompile limit in this process: eager from then on.
+_EXHAUSTED: set[Callable[..., torch.Tensor]] = set()
+
+
+def _run(fn: Callable[..., torch.Tensor], *args: Any) -> torch.Tensor:
+    """``fn(*args)`` compiled, built and run under one thread; eager once ``fn`` has hit torch._dynamo's recompile
+    limit in this process (8 shapes per function: with ``fullgraph=True`` the next one would raise rather than fall
+    back, and every student of a process shares the function)."""
+    if fn not in _EXHAUSTED:
+        try:
+            with _one_thread():
+                return compiled(fn)(*args)
+        except torch._dynamo.exc.FailOnRecompileLimitHit:
+            _EXHAUSTED.add(fn)
+    return fn(*args)
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """torch's intra-op threads set to 1 inside (inductor compiles a kernel for the thread count it sees)."""
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+class LeafKernel:
+    """A student's choice of its one-hot leaf level's kernels (``"eager"``, ``"compiled"``, ``"auto"``:
+    :func:`~smaso.student.compiled.use_compiled`) and what it decides from: the (example, edge) pairs seen so far
+    and the batch sizes compiled (at most :data:`MAX_SIZES`; a larger batch than any compiled, past that, runs
+    eager)."""
+
+    def __init__(self, kernel: str = "auto") -> None:
+        self.kernel = check_kernel(kernel)
+        self.edge_rows = 0
+        self.sizes: list[int] = []
+
+    def __getstate__(self) -> dict:
+        return {"kernel": self.kernel}  # what was seen belongs to this process's compilations
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["kernel"])  # type: ignore[misc]
+
+    def size(self, rows: torch.Tensor) -> int | None:
+        """The compiled batch size for these rows ``(N, E)`` (N itself, or a larger size already compiled to pad
+        to), or None to run eager; counts the rows seen."""
+        worth_it = self.edge_rows >= AUTO_EDGE_ROWS
+        self.edge_rows += rows.numel()
+        if not use_compiled(self.kernel, rows.device, worth_it=worth_it):
+            return None
+        N = rows.shape[0]
+        fits = [s for s in self.sizes if s >= N]
+        if fits:
+            return min(fits)
+        if len(self.sizes) >= MAX_SIZES:
+            return None
+        self.sizes.append(N)
+        return N
+
+    def forward(self, size: int, table: torch.Tensor, rows: torch.Tensor, num_parents: int) -> torch.Tensor:
+        """:func:`gather_relu` compiled, at one thread, on the batch padded to ``size`` rows (from :meth:`size`),
+        the padding's outputs dropped."""
+        N = rows.shape[0]
+        if size > N:
+            rows = torch.cat([rows, rows.new_zeros(size - N, rows.shape[1])])
+        f = _run(gather_relu, table, rows, num_parents)
+        return f if size == N else f[: N * num_parents]
+
+    def weight_grad(self, size: int, rows: torch.Tensor, grad: torch.Tensor, f: torch.Tensor | None, num_rows: int
+                    ) -> torch.Tensor:
+        """:func:`gated_segment_sum` compiled, at one thread, on the batch padded to ``size`` rows (from
+        :meth:`size`) with shut gates and zero gradients."""
+        N = rows.shape[0]
+        if size > N:
+            pad = size - N
+            rows = torch.cat([rows, rows.new_zeros(pad, rows.shape[1])])
+            grad = torch.cat([grad, grad.new_zeros(pad, *grad.shape[1:])])
+            f = None if f is None else torch.cat([f, f.new_zeros(pad, *f.shape[1:])])
+        return _run(gated_segment_sum, rows, grad, f, num_rows)
