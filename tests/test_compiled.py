@@ -26,11 +26,23 @@ def test_no_compilation_off_the_cpu():
     assert not C.use_compiled("compiled", torch.device("meta"))
 
 
+def test_serial_runs_one_thread_inside_and_restores_the_count():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with C.serial():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def _event_sums(z: torch.Tensor, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """sum_n 1[z_n = k] x_n g_n: (N,) int64, (N, W), (N, W) -> (4, W)."""
     return torch.zeros(4, x.shape[1], dtype=x.dtype).index_add_(0, z, x * g)
 
 
+@pytest.mark.slow  # (a compilation: 3-4 s with inductor's disk cache warm, ~14 s cold as on a fresh CI runner)
 @pytest.mark.skipif(not C.compiler_available(), reason="inductor has no C++ compiler here")
 def test_a_compiled_segment_sum_equals_the_one_hot_product_in_float64():
     gen = torch.Generator().manual_seed(3)

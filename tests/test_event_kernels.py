@@ -54,12 +54,10 @@ def eager_kernels(monkeypatch):
     """The kernels' functions run as written (no compilation), with the shapes of every call recorded."""
     calls = []
 
-    def spy(fn):
-        def run(*args):
-            calls.append((fn.__name__, args[0].shape if fn is event_kernels.tree_sums else None))
-            return fn(*args)
-        return run
-    monkeypatch.setattr(batch_sums, "compiled", spy)
+    def spy(fn, *args):
+        calls.append((fn.__name__, args[0].shape if fn is event_kernels.tree_sums else None))
+        return fn(*args)
+    monkeypatch.setattr(batch_sums, "run_compiled", spy)
     monkeypatch.setattr(batch_sums, "use_compiled", lambda kernel, device, worth_it=True:
                         kernel == "compiled" or (kernel == "auto" and worth_it))
     return calls
@@ -146,17 +144,6 @@ def test_bad_kernel_choices_are_refused_by_name():
         accumulate_statistics(st, sample_ladder(st.ladder, 8, 0, progress=False), kernel="fast")
 
 
-def test_serial_restores_the_thread_count():
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        with event_kernels.serial():
-            assert torch.get_num_threads() == 1
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not compiler_available(), reason="inductor's C++ compiler is not on the PATH")
 def test_compiled_sums_equal_eager_with_one_compile_for_full_and_padded_batches():
@@ -177,7 +164,7 @@ def test_compiled_sums_equal_eager_with_one_compile_for_full_and_padded_batches(
 @pytest.mark.skipif(not compiler_available(), reason="inductor's C++ compiler is not on the PATH")
 def test_compiled_sums_are_the_same_bytes_at_one_and_two_threads():
     """The benchmark's shape (341 regions, 16 events, 1024 rows, float32), compiled afresh at 1 and at 2 torch
-    threads: every sum the same bytes.  (Without :func:`~smaso.student.event_kernels.serial` inductor parallelises
+    threads: every sum the same bytes.  (Without :func:`~smaso.student.compiled.serial` inductor parallelises
     the scatters over rows at 2 threads and the float32 sums differ in their last bits: checked when written.)"""
     lad = Ladder.random(4, 4, 16, seed=0)
     s = sample_ladder(lad, 1024, 0, progress=False)

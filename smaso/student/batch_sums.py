@@ -16,9 +16,9 @@ import torch
 
 from smaso import _ladder_parts
 from smaso.student.bn_sums import bn_event_sums
-from smaso.student.compiled import check_kernel, compiled, use_compiled
+from smaso.student.compiled import check_kernel, run_compiled, use_compiled
 from smaso.student.connectivity import take_rows
-from smaso.student.event_kernels import MAX_EVENTS, examples_major, serial, tree_sums
+from smaso.student.event_kernels import MAX_EVENTS, examples_major, tree_sums
 from smaso.student.mergeable import event_counts, tree_pair_index
 from smaso.student.network import LadderStudent, StudentRecord
 
@@ -159,10 +159,9 @@ class BatchSums:
             rows = self._rows_buffers = [torch.empty(v.shape[0], nk, v.shape[1] * v.shape[2], dtype=dt,
                                                      device=v.device) for v in node_major]
         fbar: list[torch.Tensor | None] = [None] * d if "fbar" in fields else list(rows[d:])
-        with serial():
-            compiled(examples_major)(node_major, rows)
-            res = iter(compiled(tree_sums)(ev, rows[:d], fbar, tuple(M), tuple(off), len(fields),
-                                           fields.index("fbar") if "fbar" in fields else -1, fields.index("g")))
+        run_compiled(examples_major, node_major, rows)
+        res = iter(run_compiled(tree_sums, ev, rows[:d], fbar, tuple(M), tuple(off), len(fields),
+                                fields.index("fbar") if "fbar" in fields else -1, fields.index("g")))
         out: list[dict] = []
         for l in range(d + 1):
             m, mp = M[l], M[l - 1]

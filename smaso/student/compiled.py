@@ -14,18 +14,25 @@ only where the caller asks (``kernel="compiled"``) or where the work amortises i
 caller from the rows it will see), and only on the CPU with inductor's C++ compiler present: everywhere else (CUDA,
 ``meta``, no compiler) :func:`compiled` runs the eager function, which is the same arithmetic, so results agree to
 float32 round-off (the order of a sum may differ) and exactly in float64 where the sums are exact.
+
+A compiled kernel is built and run under one thread (:func:`run_compiled`, :func:`serial`): at more threads inductor
+parallelises a scatter over rows with atomic adds, whose order (and so a float sum's last bits) changes from call to
+call (20 distinct results in 20 calls of the leaves' weight gradient compiled at 2 threads), and the project promises
+the same bytes whatever the thread count.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any, Literal, TypeVar
 
 import torch
+import torch._dynamo
 
-__all__ = ["KERNELS", "check_kernel", "compiled", "compiler_available", "use_compiled"]
+__all__ = ["KERNELS", "check_kernel", "compiled", "compiler_available", "run_compiled", "serial", "use_compiled"]
 
 #: The kernel choices a caller may name.
 KERNELS: tuple[str, ...] = ("eager", "compiled", "auto")
@@ -78,3 +85,36 @@ def compiled(fn: F) -> F:
     if out is None:
         out = _COMPILED[fn] = torch.compile(fn, fullgraph=True, dynamic=False)
     return out  # type: ignore[return-value]
+
+
+@contextmanager
+def serial() -> Iterator[None]:
+    """torch's intra-op threads set to 1 inside, restored after: a kernel compiled and run there adds its rows in one
+    fixed order (inductor compiles for the thread count it sees)."""
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+#: Functions whose compilations hit torch._dynamo's recompile limit in this process: eager from then on.
+_EXHAUSTED: set[Callable[..., Any]] = set()
+
+
+def run_compiled(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` compiled (:func:`compiled`), built and run under one thread (:func:`serial`); eager
+    once ``fn`` has hit torch._dynamo's recompile limit in this process (8 shapes per function by default, shared by
+    every caller: with ``fullgraph=True`` the next shape raises ``FailOnRecompileLimitHit`` rather than falling back,
+    so it is caught here once and the function runs eager, the same arithmetic, from then on)."""
+    if fn not in _EXHAUSTED:
+        try:
+            with serial():
+                return compiled(fn)(*args, **kwargs)
+        except torch._dynamo.exc.FailOnRecompileLimitHit:
+            _EXHAUSTED.add(fn)
+    return fn(*args, **kwargs)

@@ -21,30 +21,12 @@ Two rules of the compiled kernels (``smaso.student.compiled``) shape these funct
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 
-__all__ = ["MAX_EVENTS", "examples_major", "serial", "tree_sums"]
+__all__ = ["MAX_EVENTS", "examples_major", "tree_sums"]
 
 #: The largest event count a compiled level takes (uint8 events plus the pad value M).
 MAX_EVENTS = 254
-
-
-@contextmanager
-def serial() -> Iterator[None]:
-    """Run the enclosed torch calls under one thread (compiled and run alike), restoring the count after: a
-    compiled scatter then adds in the rows' order, so its bytes do not depend on the caller's thread count."""
-    threads = torch.get_num_threads()
-    if threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _ones(n: int, device: torch.device) -> torch.Tensor:

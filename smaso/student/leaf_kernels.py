@@ -26,14 +26,10 @@ eager kernels already spent (the ski-rental rule: at most twice the best choice 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
-
 import torch
 import torch._dynamo
 
-from smaso.student.compiled import check_kernel, compiled, use_compiled
+from smaso.student.compiled import check_kernel, run_compiled, use_compiled
 
 __all__ = ["AUTO_EDGE_ROWS", "MAX_SIZES", "LeafKernel", "gated_segment_sum", "gather_relu"]
 
@@ -72,37 +68,6 @@ def gather_relu(table: torch.Tensor, rows: torch.Tensor, num_parents: int) -> to
     N, E = rows.shape
     picked = table.index_select(0, rows.reshape(-1)).view(N, num_parents, E // num_parents, -1)
     return picked.sum(2).relu().view(N * num_parents, -1)
-
-
-#: Kernels whose compilations hit torch._dynamo's recompile limit in this process: eager from then on.
-_EXHAUSTED: set[Callable[..., torch.Tensor]] = set()
-
-
-def _run(fn: Callable[..., torch.Tensor], *args: Any) -> torch.Tensor:
-    """``fn(*args)`` compiled, built and run under one thread; eager once ``fn`` has hit torch._dynamo's recompile
-    limit in this process (8 shapes per function: with ``fullgraph=True`` the next one would raise rather than fall
-    back, and every student of a process shares the function)."""
-    if fn not in _EXHAUSTED:
-        try:
-            with _one_thread():
-                return compiled(fn)(*args)
-        except torch._dynamo.exc.FailOnRecompileLimitHit:
-            _EXHAUSTED.add(fn)
-    return fn(*args)
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """torch's intra-op threads set to 1 inside (inductor compiles a kernel for the thread count it sees)."""
-    before = torch.get_num_threads()
-    if before == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 class LeafKernel:
@@ -144,7 +109,7 @@ class LeafKernel:
         N = rows.shape[0]
         if size > N:
             rows = torch.cat([rows, rows.new_zeros(size - N, rows.shape[1])])
-        f = _run(gather_relu, table, rows, num_parents)
+        f = run_compiled(gather_relu, table, rows, num_parents)
         return f if size == N else f[: N * num_parents]
 
     def weight_grad(self, size: int, rows: torch.Tensor, grad: torch.Tensor, f: torch.Tensor | None, num_rows: int
@@ -157,4 +122,4 @@ class LeafKernel:
             rows = torch.cat([rows, rows.new_zeros(pad, rows.shape[1])])
             grad = torch.cat([grad, grad.new_zeros(pad, *grad.shape[1:])])
             f = None if f is None else torch.cat([f, f.new_zeros(pad, *f.shape[1:])])
-        return _run(gated_segment_sum, rows, grad, f, num_rows)
+        return run_compiled(gated_segment_sum, rows, grad, f, num_rows)
