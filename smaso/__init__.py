@@ -28,6 +28,8 @@ from ._version import __version__
 _ENTRY_POINTS = {
     "LadderStudent": "smaso.student.network",
     "collect_statistics": "smaso.student.frequency",
+    "accumulate_statistics": "smaso.student.frequency",
+    "FrequencyAccumulator": "smaso.student.frequency",
     "FrequencyStatistics": "smaso.student.frequency",
     "reformulate": "smaso.student.reformulation",
     "compare_student": "smaso.student.compare",
@@ -76,6 +78,7 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "ComparisonResult",
     "DisjointSplit",
     "EvaluationConfig",
+    "FrequencyAccumulator",
     "FrequencyStatistics",
     "IndependentDraws",
     "LadderStudent",
@@ -87,6 +90,7 @@ __all__ = [  # noqa: RUF022 (the version first, then the entry points)
     "SweepRun",
     "SynonymicSensitivity",
     "TrainingConfig",
+    "accumulate_statistics",
     "collect_statistics",
     "compare_population",
     "compare_seeds",
@@ -124,7 +128,12 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time the names load lazi
     from smaso.student.compare import ComparisonResult, compare_student
     from smaso.student.config import EvaluationConfig, StudentConfig, TrainingConfig
     from smaso.student.data_size import errors_against_n
-    from smaso.student.frequency import FrequencyStatistics, collect_statistics
+    from smaso.student.frequency import (
+        FrequencyAccumulator,
+        FrequencyStatistics,
+        accumulate_statistics,
+        collect_statistics,
+    )
     from smaso.student.network import LadderStudent
     from smaso.student.noise import stack_statistics
     from smaso.student.population import compare_population, population_supported

@@ -94,7 +94,7 @@ def test_every_public_name_the_library_page_mentions_is_exported(name):
                 continue  # inference.posterior: the module, and inference.posterior.posterior its function
             if n not in pkg.__all__ or getattr(pkg, n) is not obj:
                 missing.append(f"{mod.__name__}.{n}")
-    assert missing == [], f"{name}.__all__ lacks names docs/library.md mentions"
+    assert missing == [], f"{name}.__all__ lacks names docs/library.md mentions: {missing}"
 
 
 def test_the_mention_scan_reads_code_not_paths():
