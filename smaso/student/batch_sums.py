@@ -31,12 +31,13 @@ _RECORD = {"Fbar": "fbar", "F": "f", "D": "slope", "Dp": "deriv", "U": "u", "G":
 
 _ONE_HOT_MAX_EVENTS = 256
 
-#: ``kernel="auto"`` compiles when the caller will add at least this many rows.  Measured (one thread, 341 regions,
-#: width 16, float32, batches of 1024, 2 cores shared with other jobs, load ~2): the compiled sums save ~1 ms per
-#: batch of a ~23 ms statistics pass (~1 us per row) and the first compile takes ~7 s, so they pay off from ~7e6
-#: rows; 10^7 leaves a margin.  With BN after the gate (fbar transposed too) they were no faster (0.99x best,
-#: 1.04x median of the pass): "auto" stays eager there.
-AUTO_ROWS = 10_000_000
+#: ``kernel="auto"`` compiles when the caller will add at least this many rows (the ski-rental rule: compile once
+#: the eager sums would have cost what a compilation does).  Recorded on 2 quiet cores (``bench_student.py``,
+#: 1 thread, 341 regions, width 16, float32, batches of 1024, load ~1): the compiled sums save 0.27 ms of a 22.9 ms
+#: statistics batch (1.2%; ~1 ms, 5%, under load ~2 beside other jobs), and a first compilation takes 2.7 s with
+#: inductor's on-disk cache warm and ~15 s cold: 5e7 rows (~49,000 batches) repay a cold one at the quiet saving.
+#: With BN after the gate (fbar transposed too) they were no faster (0.97-1.04x of the pass): "auto" stays eager.
+AUTO_ROWS = 50_000_000
 
 #: The dtype of an accumulator's totals (and of its statistics), whatever the dtype of its batch sums.
 TOTAL_DTYPE = torch.float64
