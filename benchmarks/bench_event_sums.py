@@ -76,8 +76,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from smaso.student.compiled import compiled
-from smaso.student.event_kernels import examples_major, serial, tree_sums
+from smaso.student.compiled import compiled, serial
+from smaso.student.event_kernels import examples_major, tree_sums
 from smaso.student.frequency import FrequencyAccumulator
 from smaso.student.network import LadderStudent
 from smaso.student.rows import evaluation_inputs
