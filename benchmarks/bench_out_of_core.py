@@ -66,6 +66,7 @@ def _child(job: str, path: str, n: int, threads: int, extra: dict) -> dict:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
     t0 = time.perf_counter()
+    kids0 = 0.0  # child processes' CPU seconds not the job's (a compilation's, timed apart)
     if job == "sample":
         from teachers.store import sample_to_store
 
@@ -131,8 +132,9 @@ def _child(job: str, path: str, n: int, threads: int, extra: dict) -> dict:
             tc = time.perf_counter()
             accumulate_statistics(student, sample_ladder(data.ladder, 1024 * 4, seed=0), **kw)
             extra["compile_s"] = time.perf_counter() - tc
-            usage = resource.getrusage(resource.RUSAGE_SELF)
+            usage, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu0, t0 = usage.ru_utime + usage.ru_stime, time.perf_counter()
+            kids0 = extra["compile_child_cpu_s"] = kids.ru_utime + kids.ru_stime  # (the C++ compiler's processes)
         engine = ProcessEngine(workers) if workers > 1 else None
         try:
             accumulate_statistics(student, data, engine=engine, **kw)
@@ -145,7 +147,7 @@ def _child(job: str, path: str, n: int, threads: int, extra: dict) -> dict:
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     if job in ("main_job", "eval_pass"):  # CPU seconds (a busy machine's wall clock overstates the job; these do not)
         extra["cpu_s"] = me.ru_utime + me.ru_stime - cpu0
-        extra["worker_cpu_s"] = kids.ru_utime + kids.ru_stime
+        extra["worker_cpu_s"] = kids.ru_utime + kids.ru_stime - kids0
         extra["worker_peak_rss_mib"] = kids.ru_maxrss / 1024
     return {"job": job, "n": n, "threads": threads, "seconds": seconds, "examples_per_s": n / seconds,
             "peak_rss_mib": _peak_rss_mib(), "rss_before_mib": rss0, **extra}
