@@ -161,8 +161,10 @@ class GroupedLeafKernel(LeafKernel):
     eager: ``"auto"`` compiles when the pass will run at least :data:`AUTO_EDGE_ROWS` (example, leaf edge) pairs
     (``expected_edge_rows``; None: unknown, eager).  Compiled, :func:`region_major` and :func:`grouped_segment_sum`
     ran 6.8 ms where the eager one-hot matmuls took 18.2 (median, 4096 rows in 10 groups, 256 leaf edges, m = n =
-    16, float32, 1 thread, load ~1.9): ~11 ns per pair saved, so 10^9 pairs repay a cold compilation (~15 s) as they
-    do the student's leaf kernels; the main job's 10^7 rows are 2.6 x 10^9 pairs per evaluation."""
+    16, float32, 1 thread, load ~1.9); a grouped float32 pass of 10^6 rows on one process went from 26.5 to 23.0 CPU
+    s (``bench_out_of_core.py``'s eval_pass, load ~2): ~13 ns per pair saved, so 10^9 pairs repay a compilation of
+    both kernels (10.5 s with inductor's disk cache cold, ~3 s warm) as they do the student's leaf kernels; the main
+    job's 10^7 rows are 2.6 x 10^9 pairs per evaluation."""
 
     def __init__(self, kernel: str = "auto", expected_edge_rows: int | None = None) -> None:
         super().__init__(kernel)
