@@ -66,6 +66,7 @@ def _child(job: str, path: str, n: int, threads: int, extra: dict) -> dict:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
     t0 = time.perf_counter()
+    kids0 = 0.0  # child processes' CPU seconds not the job's (a compilation's, timed apart)
     if job == "sample":
         from teachers.store import sample_to_store
 
@@ -121,11 +122,22 @@ def _child(job: str, path: str, n: int, threads: int, extra: dict) -> dict:
         # jackknife's row groups and the processes it is sharded on, one at a time
         data = open_dataset(path)
         student = LadderStudent(data.ladder, 16, dtype=torch.float32, seed=0)
-        workers = extra["workers"]
+        workers, kernel = extra["workers"], extra["kernel"]
+        kw = {"batch_size": 1024, "dtype": getattr(torch, extra["dtype"]), "groups": extra["groups"], "kernel": kernel}
+        if kernel == "compiled":
+            # this process's compilations timed apart (steady state is the pass's measure): one grouped batch of
+            # the same shapes first, then the clocks restart; worker processes compile inside the pass
+            from teachers import sample_ladder
+
+            tc = time.perf_counter()
+            accumulate_statistics(student, sample_ladder(data.ladder, 1024 * 4, seed=0), **kw)
+            extra["compile_s"] = time.perf_counter() - tc
+            usage, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu0, t0 = usage.ru_utime + usage.ru_stime, time.perf_counter()
+            kids0 = extra["compile_child_cpu_s"] = kids.ru_utime + kids.ru_stime  # (the C++ compiler's processes)
         engine = ProcessEngine(workers) if workers > 1 else None
         try:
-            accumulate_statistics(student, data, batch_size=1024, dtype=getattr(torch, extra["dtype"]),
-                                  groups=extra["groups"], engine=engine)
+            accumulate_statistics(student, data, engine=engine, **kw)
         finally:
             if engine is not None:
                 engine.close()
@@ -135,7 +147,7 @@ def _child(job: str, path: str, n: int, threads: int, extra: dict) -> dict:
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     if job in ("main_job", "eval_pass"):  # CPU seconds (a busy machine's wall clock overstates the job; these do not)
         extra["cpu_s"] = me.ru_utime + me.ru_stime - cpu0
-        extra["worker_cpu_s"] = kids.ru_utime + kids.ru_stime
+        extra["worker_cpu_s"] = kids.ru_utime + kids.ru_stime - kids0
         extra["worker_peak_rss_mib"] = kids.ru_maxrss / 1024
     return {"job": job, "n": n, "threads": threads, "seconds": seconds, "examples_per_s": n / seconds,
             "peak_rss_mib": _peak_rss_mib(), "rss_before_mib": rss0, **extra}
@@ -305,8 +317,12 @@ def bench_contention(n: int, busy: int, work: Path) -> list[dict]:
 
 
 #: The evaluation pass's contenders (``eval_pass`` rows of the main job's section): (batch sums' dtype, jackknife
-#: row groups, worker processes); the first is the main job's evaluation before issue 39, the last two after it.
-EVAL_PASSES = (("float64", 10, 1), ("float32", None, 1), ("float32", 10, 1), ("float32", 10, 2))
+#: row groups, worker processes, kernel); the first is the main job's evaluation before issue 39, the last ones after it
+#: (``kernel="compiled"``: the groups' Delta W above the one-hot leaves compiled, ``leaf_kernels.GroupedLeafKernel``,
+#: which the main job's ``"auto"`` picks on 10^7 rows; its compilation in the job's process timed apart, ``compile_s``,
+#: a worker's inside the pass).
+EVAL_PASSES = (("float64", 10, 1, "eager"), ("float32", None, 1, "eager"), ("float32", 10, 1, "eager"),
+               ("float32", 10, 1, "compiled"), ("float32", 10, 2, "eager"), ("float32", 10, 2, "compiled"))
 
 
 def bench_main_job(n: int, steps: int, work: Path, workers: int = 2, pass_n: int = 0, repeats: int = 1) -> list[dict]:
@@ -319,12 +335,13 @@ def bench_main_job(n: int, steps: int, work: Path, workers: int = 2, pass_n: int
         path = work / "pass.zarr"
         _run_child("sample", path, pass_n)
         for rep in range(repeats):
-            for dtype, groups, w in EVAL_PASSES:
-                r = _run_child("eval_pass", path, pass_n, dtype=dtype, groups=groups, workers=w)
+            for dtype, groups, w, kernel in EVAL_PASSES:
+                r = _run_child("eval_pass", path, pass_n, dtype=dtype, groups=groups, workers=w, kernel=kernel)
                 rows.append({**r, "repeat": rep, "loadavg": os.getloadavg()[0]})
-                print(f"one evaluation pass, N={pass_n:,}, {dtype} batch sums, groups={groups}, {w} process(es): "
-                      f"{r['seconds']:.1f} s = {r['examples_per_s']:,.0f} ex/s (CPU {r['cpu_s']:.1f} s + "
-                      f"{r['worker_cpu_s']:.1f} s in workers; load {os.getloadavg()[0]:.1f})", flush=True)
+                print(f"one evaluation pass, N={pass_n:,}, {dtype} batch sums, groups={groups}, {w} process(es), "
+                      f"{kernel}: {r['seconds']:.1f} s = {r['examples_per_s']:,.0f} ex/s (CPU {r['cpu_s']:.1f} s + "
+                      f"{r['worker_cpu_s']:.1f} s in workers; load {os.getloadavg()[0]:.1f})"
+                      + (f"; compiled first in {r['compile_s']:.1f} s" if "compile_s" in r else ""), flush=True)
         for k, v in _pass_summary(rows).items():
             print(f"  {k}: best {v['best_examples_per_s']:,.0f} ex/s, median {v['median_examples_per_s']:,.0f}, best "
                   f"{v['best_examples_per_cpu_s']:,.0f} ex per CPU s", flush=True)
@@ -346,14 +363,14 @@ def _pass_summary(rows: list[dict]) -> dict:
     """Per contender of :data:`EVAL_PASSES` (``"float32, groups=10, 2 process(es)"``) the best and median examples/s
     of its ``eval_pass`` rows."""
     out: dict = {}
-    for dtype, groups, w in EVAL_PASSES:
+    for dtype, groups, w, kernel in EVAL_PASSES:
         mine = [r for r in rows if r.get("job") == "eval_pass" and r["dtype"] == dtype and r["groups"] == groups
-                and r["workers"] == w]
+                and r["workers"] == w and r.get("kernel", "eager") == kernel]
         if mine:
             rates = [r["examples_per_s"] for r in mine]
             # per CPU second of the job and its workers: what a busy machine's wall clock overstates
             cpu = [r["n"] / (r["cpu_s"] + r["worker_cpu_s"]) for r in mine]
-            out[f"{dtype}, groups={groups}, {w} process(es)"] = {
+            out[f"{dtype}, groups={groups}, {w} process(es)" + (", compiled" if kernel == "compiled" else "")] = {
                 "best_examples_per_s": max(rates), "median_examples_per_s": statistics.median(rates),
                 "best_examples_per_cpu_s": max(cpu), "repeats": len(rates)}
     return out

@@ -39,7 +39,7 @@ def test_bench_out_of_core_main_job_quick(tmp_path):
     data = bench.main(["--quick", "--sections", "main_job", "--out", str(out)])
     (row,) = [r for r in data["results"] if r["section"] == "main_job" and r["job"] == "main_job"]
     passes = [r for r in data["results"] if r["section"] == "main_job" and r["job"] == "eval_pass"]
-    assert [(r["dtype"], r["groups"], r["workers"]) for r in passes] == list(bench.EVAL_PASSES)
+    assert [(r["dtype"], r["groups"], r["workers"], r["kernel"]) for r in passes] == list(bench.EVAL_PASSES)
     assert all(r["n"] == 20000 and r["cpu_s"] > 0 for r in passes)
     assert passes[-1]["worker_cpu_s"] > 0 == passes[0]["worker_cpu_s"]  # sharded: the pass ran in the workers
     assert row["workers"] == 2 and row["n"] == 20000 and 0 < row["final_accuracy"] <= 1
@@ -58,7 +58,7 @@ def test_bench_out_of_core_evaluation_passes_alone_quick(tmp_path):
                        "--out", str(out)])
     passes = [r for r in data["results"] if r["section"] == "main_job"]
     assert all(r["job"] == "eval_pass" for r in passes)  # no main job
-    assert [(r["repeat"], r["dtype"], r["groups"], r["workers"]) for r in passes] == [
+    assert [(r["repeat"], r["dtype"], r["groups"], r["workers"], r["kernel"]) for r in passes] == [
         (rep, *c) for rep in range(2) for c in bench.EVAL_PASSES]
     cost = data["targets"]["eval_pass_row_groups_cost"]
     best = {k: v["best_examples_per_s"] for k, v in cost["passes"].items()}

@@ -33,6 +33,7 @@ from smaso.student.batch_sums import _ONE_HOT_MAX_EVENTS, _RECORD, TOTAL_DTYPE, 
 from smaso.student.batch_sums import _one_hot_events as _one_hot_events  # (re-exported: probe, alignment, members)
 from smaso.student.compiled import check_kernel
 from smaso.student.event_means import FrequencyStatistics, PerEventMeans
+from smaso.student.leaf_kernels import GroupedLeafKernel
 from smaso.student.mergeable import (
     MergeableSums,
     check_record_delta_w,
@@ -262,17 +263,21 @@ class ReplicateAccumulator:
 
     :param student: the student; ``dtype``: accumulation dtype (float64 for floors that do not
         suffer from cancellation in ``total - group``).
-    :param groups: K >= 2.
+    :param groups: K >= 2.  ``kernel``, ``expected_rows``: how the groups' Delta W above one-hot leaves is summed
+        (:class:`~smaso.student.leaf_kernels.GroupedLeafKernel`, from the rows the caller will add).
     :ivar parts: the K group accumulators.
     """
 
     _deferred: DeferredDerivation | None = None  # (a pass's chunk task: U and Gf mapped once from the chunk's sums)
 
-    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None, groups: int = DEFAULT_GROUPS) -> None:
+    def __init__(self, student: LadderStudent, dtype: torch.dtype | None = None, groups: int = DEFAULT_GROUPS, *,
+                 kernel: str = "auto", expected_rows: int | None = None) -> None:
         if isinstance(groups, bool) or not isinstance(groups, int) or groups < 2:
             raise ValueError(f"groups: expected an integer >= 2 (row groups of the jackknife), got {groups!r}")
         self.student, self.groups = student, groups
         self.parts = [FrequencyAccumulator(student, dtype) for _ in range(groups)]
+        leaf_edges = student.num_edges(student.ladder.depth - 1) * (expected_rows or 0)  # (0: unknown, eager)
+        self._leaf_kernel = GroupedLeafKernel(kernel, leaf_edges if expected_rows is not None else None)
 
     @property
     def n(self) -> int:
@@ -306,10 +311,7 @@ class ReplicateAccumulator:
         fields = [_RECORD[k] for k in self.parts[0].summed]
         if groups_at_once(self.parts[0], rec, fields, _ONE_HOT_MAX_EVENTS):
             events = _student_events(self.student, z, rec)
-            if self._deferred is None:
-                add_row_groups(self.parts, rec, events, bounds, fields)
-            else:
-                add_row_groups(self.parts, rec, events, bounds, fields, self._deferred)
+            add_row_groups(self.parts, rec, events, bounds, fields, self._deferred, self._leaf_kernel)
             return
         strided = self.student.ladder.is_uniform() and self.student.fast_path
         rec = with_leaves(rec, _student_events(self.student, z, rec), self.student)
@@ -399,7 +401,9 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     :param groups: ``K`` >= 2: also keep K row groups (every batch cut into K blocks) for the jackknife, so that
         the result's :meth:`~FrequencyStatistics.leave_one_out` gives the K leave-one-group-out statistics.
     :param kernel: the batch sums' kernels (:class:`FrequencyAccumulator`): ``"auto"`` compiles from
-        :data:`~smaso.student.batch_sums.AUTO_ROWS` rows on; without ``groups`` only.
+        :data:`~smaso.student.batch_sums.AUTO_ROWS` rows on; with ``groups``, the groups' Delta W above one-hot leaves
+        (:class:`~smaso.student.leaf_kernels.GroupedLeafKernel`) from :data:`~smaso.student.leaf_kernels.
+        AUTO_EDGE_ROWS` (row, leaf edge) pairs on.
     :returns: the :class:`FrequencyStatistics` of every row, with or without ``groups`` (one return type).
     """
     _check_student(student)
@@ -425,7 +429,7 @@ def _accumulator(student: LadderStudent, dtype: torch.dtype | None, groups: int 
     """A fresh accumulator of a pass; ``rows``: how many the process will add (``kernel="auto"``'s judgement)."""
     if groups is None:
         return FrequencyAccumulator(student, dtype, kernel=kernel, expected_rows=rows)
-    return ReplicateAccumulator(student, dtype, groups)
+    return ReplicateAccumulator(student, dtype, groups, kernel=kernel, expected_rows=rows)
 
 
 def _check_label_range(student: LadderStudent, y: torch.Tensor, loss: str) -> None:
@@ -517,9 +521,11 @@ def accumulate_statistics(student: LadderStudent, source: DataSource, *, loss: s
     :param engine: None (this process), or a :class:`~teachers.engine.DaskEngine`.
     :param groups: ``K``: accumulate a :class:`ReplicateAccumulator` of K row groups instead (every batch split
         into K blocks), for the jackknife's noise floors.
-    :param kernel: the batch sums' kernels in every chunk's accumulator (:class:`FrequencyAccumulator`; without
-        ``groups`` only): ``"auto"`` compiles where the whole source has
-        :data:`~smaso.student.batch_sums.AUTO_ROWS` rows or more (a process compiles once, for all its chunks).
+    :param kernel: the batch sums' kernels in every chunk's accumulator (:class:`FrequencyAccumulator`; with
+        ``groups``, the groups' Delta W above one-hot leaves, :class:`ReplicateAccumulator`): ``"auto"`` compiles
+        where the whole source has :data:`~smaso.student.batch_sums.AUTO_ROWS` rows or more (with ``groups``:
+        :data:`~smaso.student.leaf_kernels.AUTO_EDGE_ROWS` (row, leaf edge) pairs; a process compiles once, for all
+        its chunks).
     :returns: ``(accumulator, correct)``: call ``accumulator.result()`` for the
         :class:`FrequencyStatistics`; ``correct`` counts the examples classified correctly.
     """

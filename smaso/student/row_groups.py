@@ -28,6 +28,7 @@ from smaso.student.scratch import scratch_dict
 
 if TYPE_CHECKING:
     from smaso.student.frequency import FrequencyAccumulator
+    from smaso.student.leaf_kernels import GroupedLeafKernel
     from smaso.student.network import StudentRecord
 
 __all__ = ["GROUPED_BATCHES", "DeferredDerivation", "add_row_groups", "grouped_batches", "groups_at_once",
@@ -65,7 +66,8 @@ def groups_at_once(acc: FrequencyAccumulator, rec: StudentRecord, fields: Sequen
 
 
 def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z: torch.Tensor,
-                   bounds: Sequence[int], fields: Sequence[str], deferred: DeferredDerivation | None = None) -> None:
+                   bounds: Sequence[int], fields: Sequence[str], deferred: DeferredDerivation | None = None,
+                   leaf_kernel: GroupedLeafKernel | None = None) -> None:
     """Add one batch's rows ``bounds[g]:bounds[g + 1]`` to ``parts[g]`` for every group g at once.
 
     :param parts: the groups' accumulators (one student, one dtype), on a uniform tree on the student's fast path with
@@ -77,6 +79,8 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
     :param fields: the record's field of each of the accumulators' ``summed`` quantities.
     :param deferred: None: map this batch's edge sums to its derived sums (U, Gf) now; else leave them pending there
         (:class:`DeferredDerivation`: mapped once from the sums of many batches).
+    :param leaf_kernel: with one-hot leaves, how every group's Delta W of the level above them is summed (compiled or
+        eager: :class:`~smaso.student.leaf_kernels.GroupedLeafKernel`); None: eager.
     """
     if deferred is not None:
         deferred.before(parts)
@@ -102,7 +106,7 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
     built = [l for l in range(d + 1) if not (l == d and acc.onehot_leaves)]
     ev8 = z[:, :off[built[-1] + 1]].to(torch.uint8).T.contiguous()
     one_hot = [acc._set_one_hot(l, ev8[off[l]: off[l + 1]]) if l in built else None for l in range(d + 1)]
-    _add_level_sums(parts, rec, bins, one_hot, group, spans, fields, deferred is None)
+    _add_level_sums(parts, rec, bins, one_hot, group, spans, fields, deferred is None, leaf_kernel)
     for g, lo, hi in spans:
         parts[g].n += hi - lo
         parts[g]._add_loss(rec, hi - lo)  # the batch's mean loss for its rows, as record_rows keeps it
@@ -112,7 +116,8 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
 
 def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, bins: list[torch.Tensor],
                     one_hot: list, group: torch.Tensor, spans: list[tuple[int, int, int]],
-                    fields: Sequence[str], derive: bool = True) -> None:
+                    fields: Sequence[str], derive: bool = True, leaf_kernel: GroupedLeafKernel | None = None
+                    ) -> None:
     """The counts, pair counts, per-event sums, edge sums, Delta W and bias sums of every group (the body of
     :func:`add_row_groups`; the tree path of :meth:`FrequencyAccumulator._add_sums` with a group axis)."""
     acc = parts[0]
@@ -130,15 +135,20 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
                           else rec.fbar[l + 1].permute(1, 2, 0).reshape(R[l], -1, n_all) for l in range(d)]
     grads = [rec.g[l].permute(1, 2, 0) for l in range(d)]  # (R_l, n_l, N)
     scratch = scratch_dict(acc)
+    # above one-hot leaves every group's Delta W at once where compiled (a segment sum; None: eager)
+    leaf_dw = None if grouped[d - 1] is not None or leaf_kernel is None \
+        else leaf_kernel.weight_grads(bins[d], group[:, 0], grads[d - 1], M[d], G)
 
-    def delta_w(l: int, lo: int, hi: int) -> torch.Tensor:
-        """Level l's Delta W ``(E_l, n_{l+1}, n_l)`` (Eq 2) summed over rows lo:hi (the sum, not the mean: the
-        accumulators add sums)."""
+    def delta_w(l: int, g: int, lo: int, hi: int) -> torch.Tensor:
+        """Level l's Delta W ``(E_l, n_{l+1}, n_l)`` (Eq 2) summed over group g's rows lo:hi (the sum, not the mean:
+        the accumulators add sums)."""
         if grouped[l] is None:
+            if leaf_dw is not None:
+                return leaf_dw[g].view(acc.dW[l].shape)
             return one_hot_tree_weight_grad(acc.dW[l], grads[l][..., lo:hi], bins[d][lo:hi], M[d], scratch)
         return torch.bmm(grouped[l][..., lo:hi], grads[l][..., lo:hi].transpose(1, 2)).reshape(acc.dW[l].shape)
 
-    dW = {g: [delta_w(l, lo, hi).to(dt) for l in range(d)] for g, lo, hi in spans}
+    dW = {g: [delta_w(l, g, lo, hi).to(dt) for l in range(d)] for g, lo, hi in spans}
     # each group's bias sums sum_n g (Eq 2) are its per-event sums of G added over the events (every row has one
     # event per region): an (R, M, n) sum instead of a pass over the batch's gradients (a matmul by the rows' group
     # indicator was 6% of the grouped pass)
