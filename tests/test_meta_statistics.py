@@ -168,9 +168,9 @@ def test_row_groups_at_once_run_on_meta(monkeypatch: pytest.MonkeyPatch) -> None
     taken: list[str] = []
     real = frequency.add_row_groups
 
-    def spy(parts, rec, z, bounds, fields):  # type: ignore[no-untyped-def]
+    def spy(parts, rec, z, bounds, fields, *rest):  # type: ignore[no-untyped-def]
         taken.append(z.device.type)
-        return real(parts, rec, z, bounds, fields)
+        return real(parts, rec, z, bounds, fields, *rest)
 
     monkeypatch.setattr(frequency, "add_row_groups", spy)
     lad, st, recs, zs = _batches("tree")
