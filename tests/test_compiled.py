@@ -1,5 +1,7 @@
 """smaso.student.compiled: the one switch between the student's eager and inductor-compiled kernels (issue 39)."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -52,3 +54,27 @@ def test_a_compiled_segment_sum_equals_the_one_hot_product_in_float64():
     fn = C.compiled(_event_sums)
     assert fn is C.compiled(_event_sums)  # built once per function
     torch.testing.assert_close(fn(z, x, g), want, rtol=0, atol=1e-12)
+
+
+def test_a_kernel_inductor_cannot_build_runs_eager_after_one_warning_naming_it(monkeypatch):
+    """A broken compiler (or warnings made errors inside inductor) must not end a long run: the eager function, the
+    same arithmetic, runs from then on, and the failure is said once."""
+    import torch._dynamo
+
+    def broken(fn):
+        def build(*args, **kwargs):
+            raise torch._dynamo.exc.BackendCompilerFailed(lambda: None, RuntimeError("cc1: out of memory"), None)
+        return build
+
+    monkeypatch.setattr(C, "compiled", broken)
+    monkeypatch.setattr(C, "_EXHAUSTED", set())
+    z = torch.tensor([0, 3, 3, 1])
+    x, g = torch.arange(8.0, dtype=torch.float64).view(4, 2), torch.ones(4, 2, dtype=torch.float64)
+    with pytest.warns(RuntimeWarning, match=r"_event_sums: inductor could not compile it \(RuntimeError: cc1: out of "
+                                            r"memory\); running it eager"):
+        got = C.run_compiled(_event_sums, z, x, g)
+    torch.testing.assert_close(got, _event_sums(z, x, g), rtol=0, atol=0)
+    assert C._EXHAUSTED == {_event_sums}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once: the second call runs eager without a word
+        torch.testing.assert_close(C.run_compiled(_event_sums, z, x, g), got, rtol=0, atol=0)

@@ -24,6 +24,7 @@ the same bytes whatever the thread count.
 from __future__ import annotations
 
 import shutil
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -102,19 +103,28 @@ def serial() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-#: Functions whose compilations hit torch._dynamo's recompile limit in this process: eager from then on.
+#: Functions that hit torch._dynamo's recompile limit, or that inductor failed to build, in this process: eager from
+#: then on.
 _EXHAUSTED: set[Callable[..., Any]] = set()
 
 
 def run_compiled(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` compiled (:func:`compiled`), built and run under one thread (:func:`serial`); eager
-    once ``fn`` has hit torch._dynamo's recompile limit in this process (8 shapes per function by default, shared by
-    every caller: with ``fullgraph=True`` the next shape raises ``FailOnRecompileLimitHit`` rather than falling back,
-    so it is caught here once and the function runs eager, the same arithmetic, from then on)."""
+    from then on once ``fn`` has hit torch._dynamo's recompile limit in this process (8 shapes per function by
+    default, shared by every caller: with ``fullgraph=True`` the next shape raises ``FailOnRecompileLimitHit`` rather
+    than falling back) or once inductor failed to build it (a broken compiler, warnings turned into errors): the
+    same arithmetic, so a long run finishes rather than dying on a kernel it only wanted faster.  A build failure is
+    said once, as a ``RuntimeWarning`` naming the function and the cause."""
     if fn not in _EXHAUSTED:
         try:
             with serial():
                 return compiled(fn)(*args, **kwargs)
         except torch._dynamo.exc.FailOnRecompileLimitHit:
             _EXHAUSTED.add(fn)
+        except torch._dynamo.exc.BackendCompilerFailed as e:
+            _EXHAUSTED.add(fn)
+            cause = getattr(e, "inner_exception", e)
+            warnings.warn(f"{getattr(fn, '__name__', fn)}: inductor could not compile it ({type(cause).__name__}: "
+                          f"{str(cause).splitlines()[0] if str(cause) else ''}); running it eager, the same "
+                          "arithmetic", RuntimeWarning, stacklevel=2)
     return fn(*args, **kwargs)
