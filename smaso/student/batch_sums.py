@@ -33,10 +33,11 @@ _ONE_HOT_MAX_EVENTS = 256
 
 #: ``kernel="auto"`` compiles when the caller will add at least this many rows (the ski-rental rule: compile once
 #: the eager sums would have cost what a compilation does).  Recorded on 2 quiet cores (``bench_student.py``,
-#: 1 thread, 341 regions, width 16, float32, batches of 1024, load ~1): the compiled sums save 0.27 ms of a 22.9 ms
-#: statistics batch (1.2%; ~1 ms, 5%, under load ~2 beside other jobs), and a first compilation takes 2.7 s with
-#: inductor's on-disk cache warm and ~15 s cold: 5e7 rows (~49,000 batches) repay a cold one at the quiet saving.
-#: With BN after the gate (fbar transposed too) they were no faster (0.97-1.04x of the pass): "auto" stays eager.
+#: 1 thread, 341 regions, width 16, float32, batches of 1024, load ~1): the compiled sums save 0.27-0.44 ms of a
+#: ~23 ms statistics batch (1-2%, two recordings; ~1 ms, 5%, under load ~2 beside other jobs), and a first
+#: compilation takes ~3 s with inductor's on-disk cache warm and ~15 s cold: 5e7 rows (~49,000 batches) repay a
+#: cold one at the quiet saving.  With BN after the gate (fbar transposed too) they were no faster (0.97-1.04x of
+#: the pass): "auto" stays eager.
 AUTO_ROWS = 50_000_000
 
 #: The dtype of an accumulator's totals (and of its statistics), whatever the dtype of its batch sums.
@@ -127,7 +128,7 @@ class BatchSums:
 
     def _compiled_sums(self, rec: StudentRecord, z: torch.Tensor, n: int) -> list[dict] | None:
         """The batch's sums from the compiled kernels, per level a dict of ``own``, ``counts``, ``fc``, ``gp``,
-        ``pairs`` (:func:`~smaso.student.event_kernels.tree_level_sums`, the pad segments dropped; the leaves: pairs
+        ``pairs`` (:func:`~smaso.student.event_kernels.tree_sums`, the pad segments dropped; the leaves: pairs
         and counts), or None where the eager path runs (kernel off, or more rows than the compiled shape).
 
         Every call takes the first compiled batch's rows N_k: a shorter batch is padded to N_k with rows of event M
