@@ -122,6 +122,9 @@ def test_the_grouped_kernel_choice_is_checked_and_pickles():
     st, _ = _tree(torch.float64)
     with pytest.raises(ValueError, match="kernel: expected one of"):
         ReplicateAccumulator(st, groups=2, kernel="fast")
+    for bad in (-1, 2.5, True, "10"):  # a row count the pass will see, as FrequencyAccumulator checks it
+        with pytest.raises(ValueError, match="expected_rows: expected a count >= 0 or None"):
+            ReplicateAccumulator(st, groups=2, expected_rows=bad)
     assert not GroupedLeafKernel("auto")._worth_it() and GroupedLeafKernel("auto", 10**10)._worth_it()
     k = GroupedLeafKernel("compiled", 7)
     k.sizes = [3]

@@ -16,7 +16,7 @@ import torch
 
 from smaso import _ladder_parts
 from smaso.student.bn_sums import bn_event_sums
-from smaso.student.compiled import check_kernel, run_compiled, use_compiled
+from smaso.student.compiled import check_expected_rows, check_kernel, run_compiled, use_compiled
 from smaso.student.connectivity import take_rows
 from smaso.student.event_kernels import MAX_EVENTS, examples_major, tree_sums
 from smaso.student.mergeable import event_counts, tree_pair_index
@@ -114,9 +114,7 @@ class BatchSums:
         only where the kernels apply: a uniform tree (the student's fast path) with one-hot leaves and fewer than
         255 events per region."""
         check_kernel(kernel)
-        if expected_rows is not None and (isinstance(expected_rows, bool) or not isinstance(expected_rows, int)
-                                          or expected_rows < 0):
-            raise ValueError(f"expected_rows: expected a count >= 0 or None, got {expected_rows!r}")
+        check_expected_rows(expected_rows)
         lad = self.ladder
         fits = self.student.fast_path and self.onehot_leaves and max(lad.events) <= MAX_EVENTS \
             and "g" in self.student.stacked_fields()

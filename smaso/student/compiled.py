@@ -33,7 +33,8 @@ from typing import Any, Literal, TypeVar
 import torch
 import torch._dynamo
 
-__all__ = ["KERNELS", "check_kernel", "compiled", "compiler_available", "run_compiled", "serial", "use_compiled"]
+__all__ = ["KERNELS", "check_expected_rows", "check_kernel", "compiled", "compiler_available", "run_compiled", "serial",
+           "use_compiled"]
 
 #: The kernel choices a caller may name.
 KERNELS: tuple[str, ...] = ("eager", "compiled", "auto")
@@ -49,6 +50,15 @@ def check_kernel(kernel: object, name: str = "kernel") -> str:
     if kernel not in KERNELS:
         raise ValueError(f"{name}: expected one of {', '.join(map(repr, KERNELS))}, got {kernel!r}")
     return kernel
+
+
+def check_expected_rows(expected_rows: object) -> int | None:
+    """``expected_rows`` (the rows a pass will see: ``"auto"``'s judgement) if it is a count >= 0 or None, else a
+    ``ValueError`` naming it."""
+    if expected_rows is not None and (isinstance(expected_rows, bool) or not isinstance(expected_rows, int)
+                                      or expected_rows < 0):
+        raise ValueError(f"expected_rows: expected a count >= 0 or None, got {expected_rows!r}")
+    return expected_rows
 
 
 @lru_cache(maxsize=1)

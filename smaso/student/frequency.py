@@ -31,7 +31,7 @@ import torch
 from smaso import _ladder_parts
 from smaso.student.batch_sums import _ONE_HOT_MAX_EVENTS, _RECORD, TOTAL_DTYPE, BatchSums, _runs, scatter_sums
 from smaso.student.batch_sums import _one_hot_events as _one_hot_events  # (re-exported: probe, alignment, members)
-from smaso.student.compiled import check_kernel
+from smaso.student.compiled import check_expected_rows, check_kernel
 from smaso.student.event_means import FrequencyStatistics, PerEventMeans
 from smaso.student.leaf_kernels import GroupedLeafKernel
 from smaso.student.mergeable import (
@@ -274,6 +274,7 @@ class ReplicateAccumulator:
                  kernel: str = "auto", expected_rows: int | None = None) -> None:
         if isinstance(groups, bool) or not isinstance(groups, int) or groups < 2:
             raise ValueError(f"groups: expected an integer >= 2 (row groups of the jackknife), got {groups!r}")
+        check_expected_rows(expected_rows)
         self.student, self.groups = student, groups
         self.parts = [FrequencyAccumulator(student, dtype) for _ in range(groups)]
         leaf_edges = student.num_edges(student.ladder.depth - 1) * (expected_rows or 0)  # (0: unknown, eager)
