@@ -88,6 +88,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -431,20 +432,34 @@ def write_chunk(partial: str | os.PathLike, chunk_index: int, z: torch.Tensor | 
         data["x"] = np.ascontiguousarray(x, dtype=np.float32)
     elif x is not None:
         raise ValueError("x: this store rebuilds the inputs from z (derivable emission); pass x=None")
-    sums = {}
+    # every array is opened and checked before any is written: opening one after the store was abandoned
+    # would fail between two writes and leave the first behind
+    arrays = {name: z_arr if name == "z" else _open_for_write(partial / name) for name in data}
     for name, arr in data.items():
-        a = z_arr if name == "z" else _open_for_write(partial / name)
-        if arr.shape[1:] != a.shape[1:] or arr.shape[0] != hi - lo:
-            raise ValueError(f"{name}: chunk {c} expects shape {(hi - lo, *a.shape[1:])}, got {arr.shape}")
-        a[lo:hi] = arr
-        sums[name] = _sha256(arr)
-    if not (partial / "zarr.json").exists():
-        # the write was abandoned (:func:`_discard`) while this chunk was being written, and writing it made
-        # the folders again: remove them (a Dask task outlives a lost scheduler and cannot be cancelled)
-        shutil.rmtree(partial, ignore_errors=True)
+        if arr.shape[1:] != arrays[name].shape[1:] or arr.shape[0] != hi - lo:
+            raise ValueError(f"{name}: chunk {c} expects shape {(hi - lo, *arrays[name].shape[1:])}, got {arr.shape}")
+    sums = {}
+    try:
+        for name, arr in data.items():
+            arrays[name][lo:hi] = arr
+            sums[name] = _sha256(arr)
+    except BaseException:
+        _remove_if_abandoned(partial)
+        raise
+    if _remove_if_abandoned(partial):
         raise ValueError(f"partial: {str(partial)!r} was removed while chunk {c} was written (the write was "
                          "abandoned)")
     return {"chunk": c, "rows": [lo, hi], "sha256": sums}
+
+
+def _remove_if_abandoned(partial: Path) -> bool:
+    """Whether the write was abandoned (:func:`_discard`) while a chunk was being written; if so, remove what
+    writing it made again (zarr creates the folders a chunk file needs), since a Dask task outlives a lost
+    scheduler and cannot be cancelled, and nobody else will."""
+    if (partial / "zarr.json").exists():
+        return False
+    shutil.rmtree(partial, ignore_errors=True)
+    return True
 
 
 def _discard(partial: Path) -> None:
@@ -455,7 +470,12 @@ def _discard(partial: Path) -> None:
         os.replace(partial, trash)
     except OSError:
         trash = partial
-    shutil.rmtree(trash, ignore_errors=True)
+    # a worker's chunk file created in a folder after rmtree listed it keeps that folder: list it again
+    for attempt in range(5):
+        shutil.rmtree(trash, ignore_errors=True)
+        if not os.path.lexists(trash):
+            return
+        time.sleep(0.05 * (attempt + 1))
 
 
 def _chunk_file(store: Path, name: str, arr_meta: dict, c: int) -> Path:

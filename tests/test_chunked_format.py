@@ -249,6 +249,35 @@ def test_write_chunk_checks_its_arguments(tmp_path, ladder, gaussian):
         write_chunk(tmp_path, 0, z)
 
 
+class _DiscardOnWrite:
+    """A chunk array whose write first abandons the store (as a driver that lost its Dask scheduler does,
+    ``store._discard``) and then, if ``fail``, raises as a write into a vanished folder can."""
+
+    def __init__(self, arr, partial: Path, fail: bool):
+        self.arr, self.partial, self.fail, self.shape, self.dtype = arr, partial, fail, arr.shape, arr.dtype
+
+    def __setitem__(self, key, value):
+        store._discard(self.partial)
+        if self.fail:
+            raise OSError("the folder went away")
+        self.arr[key] = value
+
+
+@pytest.mark.parametrize("fail", [False, True])
+@pytest.mark.parametrize("victim", ["z", "y", "x"])
+def test_a_chunk_written_into_an_abandoned_store_leaves_nothing(tmp_path, gaussian, monkeypatch, victim, fail):
+    # a Dask task outlives its lost scheduler: whichever array it is writing when the driver abandons the store,
+    # the folders its writes make again are removed (the slow tier's lost-scheduler test found one left once)
+    part = create_partial(tmp_path / "g.zarr", gaussian, n=2 * BLOCK_SIZE, chunk_rows=BLOCK_SIZE)
+    z, x = sample_rows(gaussian, 0, BLOCK_SIZE, 2 * BLOCK_SIZE)
+    opened = store._open_for_write
+    monkeypatch.setattr(store, "_open_for_write", lambda a: _DiscardOnWrite(opened(a), part, fail)
+                        if a.name == victim else opened(a))
+    with pytest.raises(OSError if fail else ValueError, match="went away" if fail else "removed while chunk 1"):
+        write_chunk(part, 1, z, x)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_create_partial_checks_its_arguments(tmp_path, ladder):
     with pytest.raises(ValueError, match="chunk_rows"):
         create_partial(tmp_path / "a.zarr", ladder, n=10, chunk_rows=1000)
