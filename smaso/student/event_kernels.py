@@ -44,7 +44,8 @@ def examples_major(stacked: list[torch.Tensor], out: list[torch.Tensor]) -> None
 
 
 def tree_sums(ev: torch.Tensor, rows: list[torch.Tensor], fbar: list[torch.Tensor | None], events: tuple[int, ...],
-              offsets: tuple[int, ...], k: int, i_fbar: int, i_g: int) -> list[torch.Tensor]:
+              offsets: tuple[int, ...], k: int, i_fbar: int, i_g: int, group: torch.Tensor | None = None,
+              groups: int = 1) -> list[torch.Tensor]:
     """Every per-event sum and pair count of one batch of a uniform tree (framework paper Eq 6 sums; module
     docstring), to be compiled.
 
@@ -54,9 +55,13 @@ def tree_sums(ev: torch.Tensor, rows: list[torch.Tensor], fbar: list[torch.Tenso
     :param fbar: per hidden level its fbar rows ``(R_l, N, n_l)`` where it is not a stacked slot (BN after the gate;
         :func:`examples_major` of the record's node-major fbar), else None.
     :param k: the stacked slots; ``i_fbar``, ``i_g``: those of fbar (where stacked) and g.
-    :returns: flat, per hidden level l: ``own (R_l, M_l+1, k n_l)``, then at the root ``counts (R_0, M_0+1)``
-        float64, below it ``fc (R_l, M_{l-1}+1, n_l)``, ``gp (R_l, M_l+1, n_{l-1})``, ``pairs (R_l, M_{l-1}+1,
-        M_l+1)`` float64; last the leaves' ``pairs``.  Pad segments last on every event axis.
+    :param group: ``(N,)`` int32 each row's row group in [0, ``groups``) (the jackknife's,
+        :func:`~smaso.student.row_groups.add_row_groups`): every sum is then one per group, the group one more digit
+        of its segment (a pad row's group is any: its segment is dropped); None: one group.
+    :returns: flat, per hidden level l: ``own (G R_l, M_l+1, k n_l)``, then at the root ``counts (G R_0, M_0+1)``
+        float64, below it ``fc (G R_l, M_{l-1}+1, n_l)``, ``gp (G R_l, M_l+1, n_{l-1})``, ``pairs (G R_l,
+        M_{l-1}+1, M_l+1)`` float64; last the leaves' ``pairs``; G = ``groups``, group-major.  Pad segments last on
+        every event axis.
     """
     out: list[torch.Tensor] = []
     d = len(rows)
@@ -64,14 +69,17 @@ def tree_sums(ev: torch.Tensor, rows: list[torch.Tensor], fbar: list[torch.Tenso
         e, m = ev[offsets[l]: offsets[l + 1]], events[l]
         R, N = e.shape
         reg = torch.arange(R, device=ev.device, dtype=torch.int32)[:, None]
-        key = (e.to(torch.int32) + reg * (m + 1)).reshape(-1)  # segment r (M + 1) + z
+        if group is not None:  # (R, N): the row's group as the segment's leading digit
+            reg = reg + group.to(torch.int32)[None, :] * R
+        GR = groups * R
+        key = (e.to(torch.int32) + reg * (m + 1)).reshape(-1)  # segment (g R + r) (M + 1) + z
         if l < d:
             K = rows[l].shape[-1]
-            out.append(rows[l].new_zeros(R * (m + 1), K).index_add_(0, key, rows[l].reshape(R * N, K))
-                       .view(R, m + 1, K))
+            out.append(rows[l].new_zeros(GR * (m + 1), K).index_add_(0, key, rows[l].reshape(R * N, K))
+                       .view(GR, m + 1, K))
         if l == 0:
-            out.append(torch.zeros(R * (m + 1), dtype=torch.float64, device=ev.device).index_add_(
-                0, key, _ones(R * N, ev.device)).view(R, m + 1))
+            out.append(torch.zeros(GR * (m + 1), dtype=torch.float64, device=ev.device).index_add_(
+                0, key, _ones(R * N, ev.device)).view(GR, m + 1))
             continue
         mp, ep = events[l - 1], ev[offsets[l - 1]: offsets[l]]
         Rp = ep.shape[0]
@@ -81,13 +89,13 @@ def tree_sums(ev: torch.Tensor, rows: list[torch.Tensor], fbar: list[torch.Tenso
             n = rows[l].shape[-1] // k
             f = fbar[l]
             child = rows[l][:, :, i_fbar * n:(i_fbar + 1) * n] if f is None else f
-            out.append(rows[l].new_zeros(R * (mp + 1), n).index_add_(
-                0, key_p.reshape(-1), child.to(rows[l].dtype).reshape(R * N, n)).view(R, mp + 1, n))
+            out.append(rows[l].new_zeros(GR * (mp + 1), n).index_add_(
+                0, key_p.reshape(-1), child.to(rows[l].dtype).reshape(R * N, n)).view(GR, mp + 1, n))
             n_p = rows[l - 1].shape[-1] // k
             g_par = rows[l - 1][:, :, i_g * n_p:(i_g + 1) * n_p][:, None].expand(Rp, R // Rp, N, n_p)
-            out.append(rows[l].new_zeros(R * (m + 1), n_p).index_add_(0, key, g_par.reshape(R * N, n_p))
-                       .view(R, m + 1, n_p))
+            out.append(rows[l].new_zeros(GR * (m + 1), n_p).index_add_(0, key, g_par.reshape(R * N, n_p))
+                       .view(GR, m + 1, n_p))
         pair = ((key_p * (m + 1)) + e.to(torch.int32)).reshape(-1)
-        out.append(torch.zeros(R * (mp + 1) * (m + 1), dtype=torch.float64, device=ev.device).index_add_(
-            0, pair, _ones(R * N, ev.device)).view(R, mp + 1, m + 1))
+        out.append(torch.zeros(GR * (mp + 1) * (m + 1), dtype=torch.float64, device=ev.device).index_add_(
+            0, pair, _ones(R * N, ev.device)).view(GR, mp + 1, m + 1))
     return out

@@ -164,7 +164,9 @@ class GroupedLeafKernel(LeafKernel):
     16, float32, 1 thread, load ~1.9); a grouped float32 pass of 10^6 rows on one process went from 26.5 to 23.0 CPU
     s (``bench_out_of_core.py``'s eval_pass, load ~2): ~13 ns per pair saved, so 10^9 pairs repay a compilation of
     both kernels (10.5 s with inductor's disk cache cold, ~3 s warm) as they do the student's leaf kernels; the main
-    job's 10^7 rows are 2.6 x 10^9 pairs per evaluation."""
+    job's 10^7 rows are 2.6 x 10^9 pairs per evaluation.  Its choice also runs the groups' per-event and edge sums
+    compiled (:func:`~smaso.student.row_groups.add_row_groups`), whose examples-major record then hands the leaf sum
+    its gradient region-major (``grad_rows``): no transpose of its own."""
 
     def __init__(self, kernel: str = "auto", expected_edge_rows: int | None = None) -> None:
         super().__init__(kernel)
@@ -179,24 +181,27 @@ class GroupedLeafKernel(LeafKernel):
     def _worth_it(self) -> bool:
         return self.expected is not None and self.expected >= AUTO_EDGE_ROWS
 
-    def weight_grads(self, events: torch.Tensor, group: torch.Tensor, grad: torch.Tensor, width: int, groups: int
-                     ) -> torch.Tensor | None:
-        """Every group's Delta W compiled (:func:`grouped_segment_sum`, at one thread) ``(groups, E m, n)``, or None
-        to run eager (:meth:`size`).  ``events`` ``(N, E)`` the leaf events (a column slice of the batch's events is
-        read as it is), ``group`` ``(N,)``, ``grad`` the node-major gated gradient ``(R, n, N)``.  A batch shorter
-        than the compiled size is padded with rows of an extra group, dropped (events 0, gradient 0), laid out as
-        the full batches are, so that it runs the same compilation."""
-        size = self.size(events)
-        if size is None:
-            return None
+    def weight_grads(self, size: int, events: torch.Tensor, group: torch.Tensor, grad: torch.Tensor, width: int,
+                     groups: int, grad_rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Every group's Delta W compiled (:func:`grouped_segment_sum`, at one thread) ``(groups, E m, n)``, on the
+        batch padded to ``size`` rows (from :meth:`size`, which said whether to run compiled).  ``events`` ``(N, E)``
+        the leaf events (a column slice of the batch's events is read as it is), ``group`` ``(N,)``, ``grad`` the
+        node-major gated gradient ``(R, n, N)``, or ``grad_rows``: the same already region-major and padded,
+        ``(R, size, n)`` with zero pad rows (the g slot of the examples-major record the group sums read, any
+        strides: no transpose of its own).  A batch shorter than the compiled size is padded with rows of an extra
+        group, dropped (events 0, gradient 0), laid out as the full batches are, so that it runs the same
+        compilation."""
         N, E = events.shape
         if size > N:  # (the same strides as a full batch: a column slice of as wide a block of events)
             full = events.new_zeros(size, events.stride(0))[:, :E]
             full[:N] = events
-            grm = grad.new_zeros(grad.shape[0], size, grad.shape[1])
-            grm[:, :N] = grad.transpose(1, 2)  # (a copy: exact, as the compiled transpose)
             group = torch.cat([group, group.new_full((size - N,), groups)])
             events = full
+        if grad_rows is not None:
+            grm = grad_rows
+        elif size > N:
+            grm = grad.new_zeros(grad.shape[0], size, grad.shape[1])
+            grm[:, :N] = grad.transpose(1, 2)  # (a copy: exact, as the compiled transpose)
         else:
             grm = run_compiled(region_major, grad)
         out = run_compiled(grouped_segment_sum, events.T, group, grm, width, groups + 1)

@@ -11,6 +11,13 @@ the weights' map of its edge sums (:meth:`~smaso.student.frequency.FrequencyAccu
 pass's chunk task once per chunk, :class:`DeferredDerivation`).  The same sums as adding each group's
 :func:`~smaso.student.mergeable.record_rows` to its accumulator, to the batch sums' round-off (the same sums in another
 order; the counts exact): ``tests/test_row_groups.py``, ``tests/test_deferred_derivation.py``.
+
+Where the groups' leaf kernel runs compiled (:class:`~smaso.student.leaf_kernels.GroupedLeafKernel`: a pass long
+enough to repay a compilation, one-hot leaves), every group's counts, pair counts, per-event and edge sums come from
+the compiled segment sums of :func:`~smaso.student.event_kernels.tree_sums` instead, the group one more digit of each
+segment (:func:`_compiled_group_sums`): one pass over the record written examples-major, whose gated-gradient slot
+is also what the leaves' Delta W reads, where the matmuls run once per group (``tests/test_grouped_leaf_kernel.py``:
+equal to the eager sums to 1e-12 in float64).
 """
 
 from __future__ import annotations
@@ -22,9 +29,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from smaso import _ladder_parts
+from smaso.student.compiled import run_compiled
 from smaso.student.connectivity import one_hot_tree_weight_grad
+from smaso.student.event_kernels import MAX_EVENTS, examples_major, tree_sums
 from smaso.student.mergeable import check_record_weights, event_counts, event_flags, tree_pair_index
-from smaso.student.scratch import scratch_dict
+from smaso.student.scratch import scratch_buffer, scratch_dict
 
 if TYPE_CHECKING:
     from smaso.student.frequency import FrequencyAccumulator
@@ -102,11 +111,20 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
     sizes = torch.tensor([b - a for a, b in itertools.pairwise(bounds)], device=acc.device)
     group = torch.repeat_interleave(torch.arange(G, device=acc.device, dtype=idt), sizes,
                                     output_size=n_all)[:, None]
-    # the scatter matrices written whole from the levels' uint8 events (regions, N), as FrequencyAccumulator.add does
-    built = [l for l in range(d + 1) if not (l == d and acc.onehot_leaves)]
-    ev8 = z[:, :off[built[-1] + 1]].to(torch.uint8).T.contiguous()
-    one_hot = [acc._set_one_hot(l, ev8[off[l]: off[l + 1]]) if l in built else None for l in range(d + 1)]
-    _add_level_sums(parts, rec, bins, one_hot, group, spans, fields, deferred is None, leaf_kernel)
+    # with one-hot leaves and the leaf kernel compiled, every level's sums too, as segment sums with the group as a
+    # digit (:func:`_compiled_group_sums`); else the scatter matrices, written whole from the levels' uint8 events
+    # (regions, N) as FrequencyAccumulator.add does, for the groups' matmuls
+    size = None if leaf_kernel is None or not acc.onehot_leaves else leaf_kernel.size(bins[d])
+    pre = None if size is None else _compiled_group_sums(acc, rec, z, group[:, 0], G, size)
+    # (compiled: only levels summing a quantity outside the stacked buffers, e.g. the root's Gf, need a matrix)
+    built = [l for l in range(d + 1) if not (l == d and acc.onehot_leaves)
+             and (pre is None or (l < d and any(i1 > acc._num_stacked for _, i1 in acc._plain_runs[l])))]
+    one_hot: list[torch.Tensor | None] = [None] * (d + 1)
+    if built:
+        ev8 = z[:, :off[built[-1] + 1]].to(torch.uint8).T.contiguous()
+        for l in built:
+            one_hot[l] = acc._set_one_hot(l, ev8[off[l]: off[l + 1]])
+    _add_level_sums(parts, rec, bins, one_hot, group, spans, fields, deferred is None, leaf_kernel, size, pre)
     for g, lo, hi in spans:
         parts[g].n += hi - lo
         parts[g]._add_loss(rec, hi - lo)  # the batch's mean loss for its rows, as record_rows keeps it
@@ -114,12 +132,66 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
         deferred.added(parts)
 
 
+def _compiled_group_sums(acc: FrequencyAccumulator, rec: StudentRecord, z: torch.Tensor, group: torch.Tensor,
+                         groups: int, size: int) -> list[dict] | None:
+    """Every group's counts, pair counts, per-event and edge sums of one batch from the compiled segment sums
+    (:func:`~smaso.student.event_kernels.tree_sums` with the group as a digit: one pass over the record, where the
+    eager path runs a one-hot matmul per group, level and run of quantities): per level a dict of ``own``
+    ``(G, R_l, M_l, k n_l)`` (hidden levels), ``counts`` ``(G, R_0, M_0)`` (the root), ``fc`` ``(G, R_l, M_{l-1},
+    n_l)``, ``gp`` ``(G, R_l, M_l, n_{l-1})`` (hidden levels below the root), ``pairs`` ``(G, R_l, M_{l-1}, M_l)``
+    float64, views with the pad segments dropped, and at level d - 1 ``g_rows`` ``(R, size, n)``, its gated gradient
+    region-major (for the leaf kernel's Delta W); None where the record's stacked buffers lack fbar or g (eager).
+
+    ``z`` ``(N, regions)`` the batch's checked events, ``group`` ``(N,)`` its rows' groups; the batch is padded to
+    ``size`` rows (the compiled size, :meth:`~smaso.student.leaf_kernels.LeafKernel.size`) with rows of event M
+    (dropped segments), as :meth:`~smaso.student.frequency.FrequencyAccumulator._compiled_sums` pads."""
+    fields = rec.stacked_fields
+    if rec.stacked is None or fields is None or "fbar" not in fields or "g" not in fields \
+            or max(acc.ladder.events) > MAX_EVENTS:
+        return None
+    lad, dt = acc.ladder, acc.dtype
+    d, off, M, R = lad.depth, lad.level_offsets, lad.events, lad.num_regions
+    N = z.shape[0]
+    ev, group = z.to(torch.uint8).T, group.to(torch.int32)
+    node_major = list(rec.stacked[:d])
+    if size > N:  # pad rows: each level's event M, one past its last (any group: their segments are dropped)
+        pad = torch.tensor([M[l] for l in range(d + 1) for _ in range(R[l])], dtype=torch.uint8, device=z.device)
+        ev = torch.cat([ev, pad[:, None].expand(-1, size - N)], 1)
+        group = torch.cat([group, group.new_zeros(size - N)])
+        node_major = [torch.cat([v, v.new_zeros((*v.shape[:-1], size - N))], -1) for v in node_major]
+    else:  # (a row slice's strides would be another compile)
+        node_major = [v if v.is_contiguous() else v.contiguous() for v in node_major]
+    rows = [scratch_buffer(acc, f"group_rows{l}", (v.shape[0], size, v.shape[1] * v.shape[2]), dt, v.device)
+            for l, v in enumerate(node_major)]
+    run_compiled(examples_major, node_major, rows)
+    res = iter(run_compiled(tree_sums, ev.contiguous(), rows, [None] * d, tuple(M), tuple(off), len(fields),
+                            fields.index("fbar"), fields.index("g"), group, groups))
+    n_g = acc.student.widths[d - 1]
+    i_g = fields.index("g")
+    out: list[dict] = []
+    for l in range(d + 1):
+        m, mp, r = M[l], M[l - 1], R[l]
+        own = next(res).view(groups, r, m + 1, -1)[:, :, :m] if l < d else None
+        if l == 0:
+            out.append({"own": own, "counts": next(res).view(groups, r, m + 1)[..., :m]})
+            continue
+        fc, gp = (next(res).view(groups, r, mp + 1, -1)[:, :, :mp], next(res).view(groups, r, m + 1, -1)[:, :, :m]) \
+            if l < d else (None, None)
+        out.append({"own": own, "fc": fc, "gp": gp,
+                    "pairs": next(res).view(groups, r, mp + 1, m + 1)[:, :, :mp, :m]})
+    # the leaves' parents' gated gradient region-major, padded: what the leaf kernel's Delta W reads
+    out[d - 1]["g_rows"] = rows[d - 1][..., i_g * n_g:(i_g + 1) * n_g]
+    return out
+
+
 def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, bins: list[torch.Tensor],
                     one_hot: list, group: torch.Tensor, spans: list[tuple[int, int, int]],
-                    fields: Sequence[str], derive: bool = True, leaf_kernel: GroupedLeafKernel | None = None
-                    ) -> None:
+                    fields: Sequence[str], derive: bool = True, leaf_kernel: GroupedLeafKernel | None = None,
+                    size: int | None = None, pre: list[dict] | None = None) -> None:
     """The counts, pair counts, per-event sums, edge sums, Delta W and bias sums of every group (the body of
-    :func:`add_row_groups`; the tree path of :meth:`FrequencyAccumulator._add_sums` with a group axis)."""
+    :func:`add_row_groups`; the tree path of :meth:`FrequencyAccumulator._add_sums` with a group axis); ``size``:
+    the leaf kernel's compiled size (None: eager), ``pre``: the compiled sums (:func:`_compiled_group_sums`), taken
+    instead of the one-hot matmuls where given."""
     acc = parts[0]
     st, lad, dt = acc.student, acc.ladder, acc.dtype
     d, R, M, G = lad.depth, lad.num_regions, lad.events, len(parts)
@@ -136,8 +208,9 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
     grads = [rec.g[l].permute(1, 2, 0) for l in range(d)]  # (R_l, n_l, N)
     scratch = scratch_dict(acc)
     # above one-hot leaves every group's Delta W at once where compiled (a segment sum; None: eager)
-    leaf_dw = None if grouped[d - 1] is not None or leaf_kernel is None \
-        else leaf_kernel.weight_grads(bins[d], group[:, 0], grads[d - 1], M[d], G)
+    leaf_dw = None if grouped[d - 1] is not None or leaf_kernel is None or size is None \
+        else leaf_kernel.weight_grads(size, bins[d], group[:, 0], grads[d - 1], M[d], G,
+                                      None if pre is None else pre[d - 1]["g_rows"])
 
     def delta_w(l: int, g: int, lo: int, hi: int) -> torch.Tensor:
         """Level l's Delta W ``(E_l, n_{l+1}, n_l)`` (Eq 2) summed over group g's rows lo:hi (the sum, not the mean:
@@ -157,7 +230,10 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
     cnt: list = [None] * (d + 1)  # (G, R_l, M_l) float64 counts of this batch
     cnt_dt: list = [None] * (d + 1)  # the same in the batch sums' dtype (the leaves' stay float64)
     for l in range(d + 1):
-        if one_hot[l] is not None or l == 0:
+        if pre is not None and l == 0:
+            cnt[l] = pre[0]["counts"]
+            cnt_dt[l] = cnt[l].to(dt)
+        elif one_hot[l] is not None or l == 0:
             code = bins[l] + torch.arange(R[l], device=acc.device, dtype=bins[l].dtype) * M[l] + group * (R[l] * M[l])
             cnt[l] = event_counts(code, G * R[l] * M[l]).view(G, R[l], M[l])
             cnt_dt[l] = cnt[l].to(dt) if l < d else cnt[l]
@@ -170,7 +246,8 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
                 else:  # quantities outside the stacked buffer: the record's own tensors, node-major
                     cols = torch.cat([getattr(rec, f)[l] for f in fields[i0:i1]], -1).permute(1, 2, 0)
                 for g, lo, hi in spans:
-                    sums = torch.bmm(one_hot[l][..., lo:hi], cols[..., lo:hi].transpose(1, 2).to(dt))
+                    sums = pre[l]["own"][g, ..., i0 * w: i1 * w] if pre is not None and i1 <= acc._num_stacked \
+                        else torch.bmm(one_hot[l][..., lo:hi], cols[..., lo:hi].transpose(1, 2).to(dt))
                     parts[g].own[l][..., i0 * w: i1 * w] += sums
                     if i0 <= i_g < i1:
                         db[g][l] = sums[..., (i_g - i0) * w: (i_g - i0 + 1) * w].sum(1)  # (R_l, n_l)
@@ -183,13 +260,18 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
         m, mp, Rp, b = M[l], M[l - 1], R[l - 1], branching[l - 1]
         E = R[l]  # a tree: one edge per child region
         edge_base = _ladder_parts.at_level(acc._edge_base, l, "edge_base")
-        pair = tree_pair_index(bins[l - 1], bins[l], m, edge_base) \
-            + group[:, :, None] * (E * mp * m)
-        pairs = event_counts(pair, G * E * mp * m).view(G, E, mp, m)
+        if pre is not None:
+            pairs = pre[l]["pairs"]
+            cnt[l] = pairs.sum(2)
+            cnt_dt[l] = cnt[l].to(dt) if l < d else cnt[l]
+        else:
+            pair = tree_pair_index(bins[l - 1], bins[l], m, edge_base) \
+                + group[:, :, None] * (E * mp * m)
+            pairs = event_counts(pair, G * E * mp * m).view(G, E, mp, m)
         if cnt[l] is None:  # the leaves without a scatter matrix: the margins of their pairs
             cnt[l] = cnt_dt[l] = pairs.sum(2)
         onehot_leaf = l == d and acc.onehot_leaves
-        if not onehot_leaf:
+        if not onehot_leaf and pre is None:
             children, g_par = grouped[l - 1], grads[l - 1]
             oh_children = one_hot[l].reshape(Rp, b * m, n_all)  # grouped by parent region (a view)
         for g, lo, hi in spans:
@@ -198,6 +280,9 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
             if onehot_leaf:
                 # x = one-hot(z): sum_n [z_c = k] g_parent = n Delta W[e, k, :] exactly
                 gp, fc = dW[g][l - 1], None
+            elif pre is not None:
+                gp, fc = pre[l]["gp"][g], pre[l]["fc"][g]
+                _ladder_parts.at_level(part.fc, l, "fc").add_(fc)
             else:
                 gp = torch.bmm(oh_children[..., lo:hi], g_par[..., lo:hi].transpose(1, 2).to(dt)).reshape(E, m, -1)
                 # every child place of a parent in one matmul: (R_{l-1}, M_{l-1}, b n_l), children then split out
