@@ -66,7 +66,10 @@ def _child(job: str, path: str, n: int, threads: int, extra: dict) -> dict:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
     t0 = time.perf_counter()
-    kids0 = 0.0  # child processes' CPU seconds not the job's (a compilation's, timed apart)
+    # child processes' CPU seconds not the job's: whatever ran before it (an import's helper processes) and, below,
+    # a compilation's, timed apart
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    kids0 = kids.ru_utime + kids.ru_stime
     if job == "sample":
         from teachers.store import sample_to_store
 
