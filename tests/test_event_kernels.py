@@ -57,7 +57,7 @@ def eager_kernels(monkeypatch):
     def spy(fn, *args):
         calls.append((fn.__name__, args[0].shape if fn is event_kernels.tree_sums else None))
         return fn(*args)
-    monkeypatch.setattr(batch_sums, "run_compiled", spy)
+    monkeypatch.setattr(event_kernels, "run_compiled", spy)
     monkeypatch.setattr(batch_sums, "use_compiled", lambda kernel, device, worth_it=True:
                         kernel == "compiled" or (kernel == "auto" and worth_it))
     return calls

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
-from smaso.student import leaf_kernels, row_groups
+from smaso.student import event_kernels, leaf_kernels
 from smaso.student.compiled import compiler_available
 from smaso.student.frequency import FrequencyAccumulator, ReplicateAccumulator, accumulate_statistics
 from smaso.student.leaf_kernels import GroupedLeafKernel, grouped_segment_sum, region_major
@@ -105,7 +105,7 @@ def test_auto_reaches_the_grouped_pass_and_compiles_only_from_its_threshold(monk
 
     monkeypatch.setattr(leaf_kernels, "use_compiled", lambda kernel, device, worth_it: kernel != "eager" and worth_it)
     monkeypatch.setattr(leaf_kernels, "run_compiled", stub)
-    monkeypatch.setattr(row_groups, "run_compiled", stub)
+    monkeypatch.setattr(event_kernels, "run_compiled", stub)
     eager = accumulate_statistics(st, s, batch_size=50, groups=4, dtype=torch.float32)[0]
     assert calls == []
     leaf_edges = st.num_edges(st.ladder.depth - 1)

@@ -16,9 +16,9 @@ import torch
 
 from smaso import _ladder_parts
 from smaso.student.bn_sums import bn_event_sums
-from smaso.student.compiled import check_expected_rows, check_kernel, run_compiled, use_compiled
+from smaso.student.compiled import check_expected_rows, check_kernel, use_compiled
 from smaso.student.connectivity import take_rows
-from smaso.student.event_kernels import MAX_EVENTS, examples_major, tree_sums
+from smaso.student.event_kernels import MAX_EVENTS, padded_tree_sums
 from smaso.student.mergeable import event_counts, tree_pair_index
 from smaso.student.network import LadderStudent, StudentRecord
 
@@ -126,7 +126,7 @@ class BatchSums:
 
     def _compiled_sums(self, rec: StudentRecord, z: torch.Tensor, n: int) -> list[dict] | None:
         """The batch's sums from the compiled kernels, per level a dict of ``own``, ``counts``, ``fc``, ``gp``,
-        ``pairs`` (:func:`~smaso.student.event_kernels.tree_sums`, the pad segments dropped; the leaves: pairs
+        ``pairs`` (:func:`~smaso.student.event_kernels.padded_tree_sums`, the pad segments dropped; the leaves: pairs
         and counts), or None where the eager path runs (kernel off, or more rows than the compiled shape).
 
         Every call takes the first compiled batch's rows N_k: a shorter batch is padded to N_k with rows of event M
@@ -140,38 +140,24 @@ class BatchSums:
         if n > nk:
             return None
         lad, dt = self.ladder, self.dtype
-        d, off, M = lad.depth, lad.level_offsets, lad.events
-        ev = z.to(torch.uint8).T
-        if n < nk:  # pad rows: each level's event M, one past its last
-            pad = torch.tensor([M[l] for l in range(d + 1) for _ in range(lad.num_regions[l])], dtype=torch.uint8,
-                               device=z.device)
-            ev = torch.cat([ev, pad[:, None].expand(-1, nk - n)], 1)
-        ev = ev.contiguous()
+        d = lad.depth
         fields = rec.stacked_fields
         # the stacked records (R, k, n, N) and, where fbar is not stacked (BN after the gate), the record's fbar as
         # its node-major (R, 1, n, N) storage: all written as examples-major rows by one kernel
         node_major = list(rec.stacked[:d]) if "fbar" in fields else \
             list(rec.stacked[:d]) + [f.permute(1, 2, 0).unsqueeze(1) for f in rec.fbar[:d]]
-        node_major = [v if n == nk and v.is_contiguous()  # (a row slice's strides would be another compile)
-                      else torch.cat([v, v.new_zeros((*v.shape[:-1], nk - n))], -1) for v in node_major]
         rows = self._rows_buffers
         if rows is None or rows[0].shape[1] != nk:
             rows = self._rows_buffers = [torch.empty(v.shape[0], nk, v.shape[1] * v.shape[2], dtype=dt,
                                                      device=v.device) for v in node_major]
-        fbar: list[torch.Tensor | None] = [None] * d if "fbar" in fields else list(rows[d:])
-        run_compiled(examples_major, node_major, rows)
-        res = iter(run_compiled(tree_sums, ev, rows[:d], fbar, tuple(M), tuple(off), len(fields),
-                                fields.index("fbar") if "fbar" in fields else -1, fields.index("g")))
+        sums = padded_tree_sums(z, node_major, rows, tuple(lad.events), tuple(lad.level_offsets), len(fields),
+                                fields.index("fbar") if "fbar" in fields else -1, fields.index("g"), nk)
         out: list[dict] = []
-        for l in range(d + 1):
-            m, mp = M[l], M[l - 1]
-            own = next(res)[:, :m] if l < d else None
-            if l == 0:
-                out.append({"own": own, "counts": next(res)[:, :m]})
-                continue
-            fc, gp = (next(res)[:, :mp], next(res)[:, :m]) if l < d else (None, None)
-            pairs = next(res)[:, :mp, :m]
-            out.append({"own": own, "fc": fc, "gp": gp, "pairs": pairs, "counts": pairs.sum(1)})
+        for l, level in enumerate(sums):  # (one group)
+            one = {k: None if v is None else v[0] for k, v in level.items()}
+            if l > 0:
+                one["counts"] = level["pairs"][0].sum(1)
+            out.append(one)
         return out
 
     def _derivable(self, level: int) -> tuple[str, ...]:

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["MAX_EVENTS", "examples_major", "tree_sums"]
+from smaso.student.compiled import run_compiled
+
+__all__ = ["MAX_EVENTS", "examples_major", "padded_tree_sums", "tree_sums"]
 
 #: The largest event count a compiled level takes (uint8 events plus the pad value M).
 MAX_EVENTS = 254
@@ -98,4 +100,51 @@ def tree_sums(ev: torch.Tensor, rows: list[torch.Tensor], fbar: list[torch.Tenso
         pair = ((key_p * (m + 1)) + e.to(torch.int32)).reshape(-1)
         out.append(torch.zeros(GR * (mp + 1) * (m + 1), dtype=torch.float64, device=ev.device).index_add_(
             0, pair, _ones(R * N, ev.device)).view(GR, mp + 1, m + 1))
+    return out
+
+
+def padded_tree_sums(z: torch.Tensor, node_major: list[torch.Tensor], rows: list[torch.Tensor],
+                     events: tuple[int, ...], offsets: tuple[int, ...], k: int, i_fbar: int, i_g: int, size: int,
+                     group: torch.Tensor | None = None, groups: int = 1) -> list[dict]:
+    """One batch's sums by the compiled kernels (:func:`examples_major`, then :func:`tree_sums`, each built and run
+    by :func:`~smaso.student.compiled.run_compiled`), the batch padded to ``size`` rows so that one compilation
+    serves every batch of at most that many: the shared body of the statistics accumulator's compiled sums and of
+    the row groups' (:mod:`smaso.student.row_groups`).
+
+    :param z: ``(N, regions)`` the batch's checked events, N <= ``size``; pad rows get each level's event M (one
+        past its last), whose segments are dropped.
+    :param node_major: the record's stacked buffers ``(R_l, k, n_l, N)`` of the d hidden levels, then, where fbar is
+        not stacked (``i_fbar`` -1: BN after the gate), its node-major fbar ``(R_l, 1, n_l, N)`` per hidden level.
+    :param rows: the caller's buffers ``(R_l, size, k' n_l)``, one per ``node_major`` entry (kept between batches:
+        no fresh allocation per batch), written examples-major.
+    :param group: ``(N,)`` each row's group in [0, ``groups``) (pad rows: group 0); None: one group.
+    :returns: per level a dict, every tensor with the group axis first and its pad segments dropped (views):
+        ``own`` ``(G, R_l, M_l, k n_l)`` (hidden levels; None at the leaves), at the root ``counts`` ``(G, R_0,
+        M_0)`` float64, below it ``fc`` ``(G, R_l, M_{l-1}, n_l)`` and ``gp`` ``(G, R_l, M_l, n_{l-1})`` (None at
+        the leaves) and ``pairs`` ``(G, R_l, M_{l-1}, M_l)`` float64.
+    """
+    d, N = len(events) - 1, z.shape[0]
+    ev = z.to(torch.uint8).T
+    if size > N:
+        pad = torch.tensor([events[l] for l in range(d + 1) for _ in range(offsets[l + 1] - offsets[l])],
+                           dtype=torch.uint8, device=z.device)
+        ev = torch.cat([ev, pad[:, None].expand(-1, size - N)], 1)
+        group = None if group is None else torch.cat([group, group.new_zeros(size - N)])
+        node_major = [torch.cat([v, v.new_zeros((*v.shape[:-1], size - N))], -1) for v in node_major]
+    else:  # (a row slice's strides would be another compilation)
+        node_major = [v.contiguous() for v in node_major]
+    run_compiled(examples_major, node_major, rows)
+    fbar: list[torch.Tensor | None] = [None] * d if i_fbar >= 0 else list(rows[d:])
+    res = iter(run_compiled(tree_sums, ev.contiguous(), rows[:d], fbar, events, offsets, k, i_fbar, i_g,
+                            None if group is None else group.to(torch.int32), groups))
+    out: list[dict] = []
+    for l in range(d + 1):
+        m, mp, r = events[l], events[l - 1], offsets[l + 1] - offsets[l]
+        own = next(res).view(groups, r, m + 1, -1)[:, :, :m] if l < d else None
+        if l == 0:
+            out.append({"own": own, "counts": next(res).view(groups, r, m + 1)[..., :m]})
+            continue
+        fc, gp = (next(res).view(groups, r, mp + 1, -1)[:, :, :mp], next(res).view(groups, r, m + 1, -1)[:, :, :m]) \
+            if l < d else (None, None)
+        out.append({"own": own, "fc": fc, "gp": gp, "pairs": next(res).view(groups, r, mp + 1, m + 1)[:, :, :mp, :m]})
     return out

@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from smaso import _ladder_parts
-from smaso.student.compiled import run_compiled
 from smaso.student.connectivity import one_hot_tree_weight_grad
-from smaso.student.event_kernels import MAX_EVENTS, examples_major, tree_sums
+from smaso.student.event_kernels import MAX_EVENTS, padded_tree_sums
 from smaso.student.mergeable import check_record_weights, event_counts, event_flags, tree_pair_index
 from smaso.student.scratch import scratch_buffer, scratch_dict
 
@@ -143,42 +142,19 @@ def _compiled_group_sums(acc: FrequencyAccumulator, rec: StudentRecord, z: torch
     region-major (for the leaf kernel's Delta W); None where the record's stacked buffers lack fbar or g (eager).
 
     ``z`` ``(N, regions)`` the batch's checked events, ``group`` ``(N,)`` its rows' groups; the batch is padded to
-    ``size`` rows (the compiled size, :meth:`~smaso.student.leaf_kernels.LeafKernel.size`) with rows of event M
-    (dropped segments), as :meth:`~smaso.student.frequency.FrequencyAccumulator._compiled_sums` pads."""
+    ``size`` rows (the compiled size, :meth:`~smaso.student.leaf_kernels.LeafKernel.size`) by
+    :func:`~smaso.student.event_kernels.padded_tree_sums`, as the statistics accumulator's compiled sums are."""
     fields = rec.stacked_fields
     if rec.stacked is None or fields is None or "fbar" not in fields or "g" not in fields \
             or max(acc.ladder.events) > MAX_EVENTS:
         return None
-    lad, dt = acc.ladder, acc.dtype
-    d, off, M, R = lad.depth, lad.level_offsets, lad.events, lad.num_regions
-    N = z.shape[0]
-    ev, group = z.to(torch.uint8).T, group.to(torch.int32)
+    d = acc.ladder.depth
     node_major = list(rec.stacked[:d])
-    if size > N:  # pad rows: each level's event M, one past its last (any group: their segments are dropped)
-        pad = torch.tensor([M[l] for l in range(d + 1) for _ in range(R[l])], dtype=torch.uint8, device=z.device)
-        ev = torch.cat([ev, pad[:, None].expand(-1, size - N)], 1)
-        group = torch.cat([group, group.new_zeros(size - N)])
-        node_major = [torch.cat([v, v.new_zeros((*v.shape[:-1], size - N))], -1) for v in node_major]
-    else:  # (a row slice's strides would be another compile)
-        node_major = [v if v.is_contiguous() else v.contiguous() for v in node_major]
-    rows = [scratch_buffer(acc, f"group_rows{l}", (v.shape[0], size, v.shape[1] * v.shape[2]), dt, v.device)
+    rows = [scratch_buffer(acc, f"group_rows{l}", (v.shape[0], size, v.shape[1] * v.shape[2]), acc.dtype, v.device)
             for l, v in enumerate(node_major)]
-    run_compiled(examples_major, node_major, rows)
-    res = iter(run_compiled(tree_sums, ev.contiguous(), rows, [None] * d, tuple(M), tuple(off), len(fields),
-                            fields.index("fbar"), fields.index("g"), group, groups))
-    n_g = acc.student.widths[d - 1]
-    i_g = fields.index("g")
-    out: list[dict] = []
-    for l in range(d + 1):
-        m, mp, r = M[l], M[l - 1], R[l]
-        own = next(res).view(groups, r, m + 1, -1)[:, :, :m] if l < d else None
-        if l == 0:
-            out.append({"own": own, "counts": next(res).view(groups, r, m + 1)[..., :m]})
-            continue
-        fc, gp = (next(res).view(groups, r, mp + 1, -1)[:, :, :mp], next(res).view(groups, r, m + 1, -1)[:, :, :m]) \
-            if l < d else (None, None)
-        out.append({"own": own, "fc": fc, "gp": gp,
-                    "pairs": next(res).view(groups, r, mp + 1, m + 1)[:, :, :mp, :m]})
+    i_g, n_g = fields.index("g"), acc.student.widths[d - 1]
+    out = padded_tree_sums(z, node_major, rows, tuple(acc.ladder.events), tuple(acc.ladder.level_offsets),
+                           len(fields), fields.index("fbar"), i_g, size, group, groups)
     # the leaves' parents' gated gradient region-major, padded: what the leaf kernel's Delta W reads
     out[d - 1]["g_rows"] = rows[d - 1][..., i_g * n_g:(i_g + 1) * n_g]
     return out
