@@ -541,7 +541,7 @@ _SAMPLE_SETUP = """
 def test_memory_stays_bounded_whatever_n(tmp_path):
     """The store writer's resident memory during the call does not grow with N (4x the rows: the same
     within 100 MiB, and under 200 MiB above where it started), while the in-memory sampler's grows by
-    the events themselves (341 B per row)."""
+    the events themselves (341 B per row, less what the allocator already held)."""
     regions = 341
     calls = {"store": "sample_to_store(lad, n, sys.argv[3], seed=0, chunk_rows=65536, progress=False)",
              "memory": "sample_ladder(lad, n, seed=0)"}
@@ -550,7 +550,9 @@ def test_memory_stays_bounded_whatever_n(tmp_path):
     print("\nresident growth during the call (MiB): "
           + ", ".join(f"{m} N={n}: {v / 2**20:.0f}" for (m, n), v in growth.items()))
     assert abs(growth["store", 2_000_000] - growth["store", 500_000]) < 100 * 2**20
-    assert growth["store", 2_000_000] < 200 * 2**20 < 2_000_000 * regions <= growth["memory", 2_000_000]
+    # 0.9: the resident set counts pages, and the allocator hands back pages the process already holds
+    # (CI once measured 681.7 MB for 682.0 MB of events), so the in-memory control may grow a little less
+    assert growth["store", 2_000_000] < 200 * 2**20 < 0.9 * 2_000_000 * regions <= growth["memory", 2_000_000]
     assert growth["memory", 2_000_000] - growth["memory", 500_000] >= 0.8 * 1_500_000 * regions  # the events
     data = open_dataset(tmp_path / "big2000000store.zarr")
     assert len(data) == 2_000_000 and data.num_chunks == -(-2_000_000 // 65536)

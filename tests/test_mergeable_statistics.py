@@ -206,7 +206,8 @@ def test_statistics_pass_memory_does_not_grow_with_n(tmp_path):
     assert abs(growth["stream()", 1_000_000] - growth["stream()", 250_000]) < 40 * 2**20
     assert growth["stream()", 1_000_000] < 120 * 2**20
     loaded = 1_000_000 * row_bytes(lad)  # 534 MB: what the streaming pass never holds
-    assert growth["in_memory()", 1_000_000] >= loaded > 4 * growth["stream()", 1_000_000]
+    # 0.9: resident pages the allocator already held are reused, so loading may show a little less than its bytes
+    assert growth["in_memory()", 1_000_000] >= 0.9 * loaded > 4 * growth["stream()", 1_000_000]
 
 
 @pytest.mark.slow
