@@ -17,9 +17,10 @@ Target 1 -- frequency statistics cost at most 1.3x a plain epoch:
   ``acc.result()`` at the end of the epoch;
 - ``stats f32 compiled`` (reported, not judged): the ``stats f32`` epoch with
   ``FrequencyAccumulator(kernel="compiled")`` (the batch sums as compiled segment sums,
-  :mod:`smaso.student.event_kernels`), compiled before the warm-up: ``compile_s`` (the first ``add`` in the
-  process less the second) and ``amortised_after_batches`` (``compile_s`` over the saving per minibatch against
-  ``stats f32``) are recorded beside the steady state; ``stats_overhead_compiled`` /
+  :mod:`smaso.student.event_kernels`, over the record written batch-major, ``layout=acc.record_layout()``, as
+  ``collect_statistics`` runs it: :mod:`smaso.student.batch_record`), compiled before the warm-up: ``compile_s``
+  (the first ``add`` in the process less the second) and ``amortised_after_batches`` (``compile_s`` over the saving
+  per minibatch against ``stats f32``) are recorded beside the steady state; ``stats_overhead_compiled`` /
   ``stats_compiled_over_eager`` its ratios;
 - ``explicit fwd+bwd`` (reference row): ``student.forward_backward(x, y)`` alone, no accumulation;
 - ``explicit stacked`` (reference row): the same into the previous minibatch's stacked buffers, as the stats rows
@@ -274,7 +275,10 @@ def stats_runner(student: LadderStudent, data: Batches, dtype: torch.dtype,
             sl = data.bounds(i)
             x, y, z = data.x(i), data.y[sl], data.sample.z[sl]
             f0, t0 = _minor_faults(), time.perf_counter()
-            rec = student.forward_backward(x, y, stacked=buffers)  # as collect_statistics does
+            # as collect_statistics does: the record in the layout the accumulator reads (batch-major for the
+            # compiled sums, node-major for the eager ones; the reference tree code knows only the latter)
+            layout = acc.record_layout() if hasattr(acc, "record_layout") else "node"
+            rec = student.forward_backward(x, y, stacked=buffers, **({"layout": layout} if layout != "node" else {}))
             acc.add(rec, z)
             buffers = rec.stacked
             times.append(time.perf_counter() - t0)
@@ -292,8 +296,8 @@ def stats_runner(student: LadderStudent, data: Batches, dtype: torch.dtype,
 def compile_seconds(student: LadderStudent, data: Batches, dtype: torch.dtype, kernel: str) -> float:
     """The compilation a ``kernel="compiled"`` accumulator pays once per process: its first ``add`` of the first
     minibatch less its second ``add`` of the same minibatch (:func:`_compile_seconds`, as the LC rows are timed)."""
-    rec = student.forward_backward(data.x(0), data.y[data.bounds(0)], stacked=True)
     acc, z = FrequencyAccumulator(student, dtype, kernel=kernel), data.sample.z[data.bounds(0)]
+    rec = student.forward_backward(data.x(0), data.y[data.bounds(0)], stacked=True, layout=acc.record_layout())
 
     def add_once(_: list[int]) -> list[float]:
         t0 = time.perf_counter()

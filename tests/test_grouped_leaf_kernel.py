@@ -19,7 +19,7 @@ from torch._dynamo.utils import counters
 from smaso.student import event_kernels, leaf_kernels
 from smaso.student.compiled import compiler_available
 from smaso.student.frequency import FrequencyAccumulator, ReplicateAccumulator, accumulate_statistics
-from smaso.student.leaf_kernels import GroupedLeafKernel, grouped_segment_sum, region_major
+from smaso.student.leaf_kernels import GroupedLeafKernel, grouped_segment_sum, grouped_segment_sum_batch, region_major
 from smaso.student.network import LadderStudent
 from teachers import Ladder, sample_ladder
 
@@ -36,6 +36,21 @@ def test_the_grouped_segment_sum_is_the_one_hot_product():
                         g.permute(2, 0, 1).repeat_interleave(b, 1)).reshape(G * R * b * m, n)
     got = grouped_segment_sum(z.T, group, region_major(g), m, G)
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def test_the_batch_major_grouped_segment_sum_is_the_region_major_one_bit_for_bit():
+    gen = torch.Generator().manual_seed(1)
+    N, R, b, m, n, G, k = 37, 3, 2, 4, 5, 3, 2
+    z = torch.randint(0, m, (N, R * b), generator=gen, dtype=torch.int32)
+    group = torch.randint(0, G, (N,), generator=gen)
+    record = torch.randn(N, k, R, n, generator=gen, dtype=torch.float32)  # a batch-major record: g its slot 1
+    g = record[:, 1]
+    want = grouped_segment_sum(z.T, group, g.transpose(0, 1).contiguous(), m, G)
+    got = grouped_segment_sum_batch(z, group, g, m, G)
+    assert torch.equal(got, want)  # every row adds its examples in the same order
+    ref = torch.einsum("xs,xev,xen->sevn", F.one_hot(group, G).double(), F.one_hot(z.long(), m).double(),
+                       g.double().repeat_interleave(b, 1)).reshape(G * R * b * m, n)
+    torch.testing.assert_close(got.double(), ref, rtol=0, atol=1e-5)
 
 
 def _tree(dtype, n=150):
@@ -111,7 +126,8 @@ def test_auto_reaches_the_grouped_pass_and_compiles_only_from_its_threshold(monk
     leaf_edges = st.num_edges(st.ladder.depth - 1)
     monkeypatch.setattr(leaf_kernels, "AUTO_EDGE_ROWS", 150 * leaf_edges)
     auto = accumulate_statistics(st, s, batch_size=50, groups=4, dtype=torch.float32)[0]
-    assert calls and set(calls) == {"grouped_segment_sum", "examples_major", "tree_sums"}  # (g read from the rows)
+    # the record written batch-major for the compiled sums: no examples-major copy, the leaves' sum reading its g
+    assert calls and set(calls) == {"grouped_segment_sum_batch", "tree_sums"}
     _assert_states(auto.state_dict()["groups"], eager.state_dict()["groups"], rtol=1e-6, atol=1e-6)
     calls.clear()
     accumulate_statistics(st, s, batch_size=50, groups=4, dtype=torch.float32, kernel="eager")

@@ -142,16 +142,20 @@ class BatchSums:
         lad, dt = self.ladder, self.dtype
         d = lad.depth
         fields = rec.stacked_fields
-        # the stacked records (R, k, n, N) and, where fbar is not stacked (BN after the gate), the record's fbar as
-        # its node-major (R, 1, n, N) storage: all written as examples-major rows by one kernel
-        node_major = list(rec.stacked[:d]) if "fbar" in fields else \
-            list(rec.stacked[:d]) + [f.permute(1, 2, 0).unsqueeze(1) for f in rec.fbar[:d]]
-        rows = self._rows_buffers
-        if rows is None or rows[0].shape[1] != nk:
-            rows = self._rows_buffers = [torch.empty(v.shape[0], nk, v.shape[1] * v.shape[2], dtype=dt,
-                                                     device=v.device) for v in node_major]
-        sums = padded_tree_sums(z, node_major, rows, tuple(lad.events), tuple(lad.level_offsets), len(fields),
-                                fields.index("fbar") if "fbar" in fields else -1, fields.index("g"), nk)
+        if rec.stacked_layout == "batch":  # summed as it is (fbar always stacked: no BN)
+            stacked, rows = list(rec.stacked[:d]), None
+        else:
+            # the stacked records (R, k, n, N) and, where fbar is not stacked (BN after the gate), the record's fbar
+            # as its node-major (R, 1, n, N) storage: all written as examples-major rows by one kernel
+            stacked = list(rec.stacked[:d]) if "fbar" in fields else \
+                list(rec.stacked[:d]) + [f.permute(1, 2, 0).unsqueeze(1) for f in rec.fbar[:d]]
+            rows = self._rows_buffers
+            if rows is None or rows[0].shape[1] != nk:
+                rows = self._rows_buffers = [torch.empty(v.shape[0], nk, v.shape[1] * v.shape[2], dtype=dt,
+                                                         device=v.device) for v in stacked]
+        sums = padded_tree_sums(z, stacked, rows, tuple(lad.events), tuple(lad.level_offsets), len(fields),
+                                fields.index("fbar") if "fbar" in fields else -1, fields.index("g"), nk,
+                                layout=rec.stacked_layout)
         out: list[dict] = []
         for l, level in enumerate(sums):  # (one group)
             one = {k: None if v is None else v[0] for k, v in level.items()}

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from smaso import _ladder_parts
+from smaso.student.batch_record import as_node_major
 from smaso.student.batch_sums import _ONE_HOT_MAX_EVENTS, _RECORD, TOTAL_DTYPE, BatchSums, _runs, scatter_sums
 from smaso.student.batch_sums import _one_hot_events as _one_hot_events  # (re-exported: probe, alignment, members)
 from smaso.student.compiled import check_expected_rows, check_kernel
@@ -166,6 +167,13 @@ class FrequencyAccumulator(BatchSums, MergeableSums):
                             for l in range(d)]  # (a record without BN's mean: Fbar and Gf summed per example)
         self._init_kernel(kernel, expected_rows)
 
+    def record_layout(self, grouped: bool = False) -> str:
+        """The layout of the records this accumulator sums without a copy (``forward_backward``'s ``layout``):
+        ``"batch"`` where its compiled kernels run (:mod:`~smaso.student.batch_record`), else ``"node"``; any record
+        is taken (a batch-major one copied node-major where the eager sums read it).  ``grouped``: unused here (the
+        signature of :meth:`ReplicateAccumulator.record_layout`)."""
+        return "batch" if self._kernel_on else "node"
+
     def add(self, rec: StudentRecord, z: torch.Tensor, rows: slice | None = None) -> None:
         """Add one batch: ``rec`` from ``student.forward_backward`` and its events ``z`` ``(N, total_regions)``.
 
@@ -175,7 +183,8 @@ class FrequencyAccumulator(BatchSums, MergeableSums):
         lad, dt = self.ladder, self.dtype
         z = _student_events(self.student, z, rec)
         check_record_weights(self.student, rec, any(self._derived))  # (U and Gf read the weights now)
-        rec = with_leaves(rec, z, self.student)
+        if rows is not None or not self.onehot_leaves:  # (one-hot leaves' sums follow from the counts and Delta W)
+            rec = with_leaves(rec, z, self.student)
         if rows is not None:  # (Delta W recomputed from the rows)
             edges = None if lad.is_uniform() else [self.student.edge_index(l) for l in range(lad.depth)]
             rec, z = record_rows(rec, rows, edges), z[rows]
@@ -193,6 +202,8 @@ class FrequencyAccumulator(BatchSums, MergeableSums):
         levels = [None if l == d and self.onehot_leaves else ev.long() for l, ev in enumerate(bins)]
         # levels[l] is None exactly at the one-hot leaves
         pre = self._compiled_sums(rec, z, n) if stacked else None  # (kernel="compiled": module batch_sums)
+        if pre is None:  # the one-hot matmuls read node-major buffers
+            rec = as_node_major(rec)
         built = [l for l, lev in enumerate(levels) if small[l] and lev is not None and pre is None]
         one_hot: list[torch.Tensor | None] = [None] * (d + 1)
         if built:
@@ -284,6 +295,13 @@ class ReplicateAccumulator:
     def n(self) -> int:
         """Examples added so far."""
         return sum(p.n for p in self.parts)
+
+    def record_layout(self, grouped: bool = True) -> str:
+        """The layout of the records this accumulator sums without a copy (``forward_backward``'s ``layout``):
+        ``"batch"`` for batches added with ``bounds`` (``grouped``) where every group's sums run compiled (one-hot
+        leaves and a compiled leaf kernel: :func:`~smaso.student.row_groups.add_row_groups`), else ``"node"``."""
+        part = self.parts[0]
+        return "batch" if grouped and part.onehot_leaves and self._leaf_kernel.compiles(part.device) else "node"
 
     def add(self, rec: StudentRecord, z: torch.Tensor, bounds: list[int] | None = None) -> None:
         """Add one batch (as :meth:`FrequencyAccumulator.add`), its rows split over the groups.
@@ -421,7 +439,7 @@ def collect_statistics(student: LadderStudent, x: torch.Tensor, y: torch.Tensor,
     acc = _accumulator(student, dtype, groups, kernel, x.shape[0])
     _check_label_range(student, y, loss)
     _run_batches(student, ((x[s: s + bs], y[s: s + bs], z[s: s + bs]) for s in range(0, x.shape[0], bs)), loss,
-                 acc.add)
+                 acc.add, layout=acc.record_layout(grouped=False))
     return acc.result()
 
 
@@ -439,14 +457,16 @@ def _check_label_range(student: LadderStudent, y: torch.Tensor, loss: str) -> No
     student._check_labels(y, y, loss)  # (only the first argument's length is read: y's own)
 
 
-def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *adds: Any) -> torch.Tensor:
+def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *adds: Any,
+                 layout: str = "node") -> torch.Tensor:
     """Every ``(x, y, z)`` of ``batches`` through the student's explicit pass, each record and its events handed to
     every ``add`` (an accumulator's or a probe's); each batch writes into the previous one's stacked buffers (the
-    same memory).  A batch ``(x, y, z, bounds)`` hands its row groups' bounds on too (``add(rec, z, bounds)``:
-    :meth:`ReplicateAccumulator.add`).  Returns how many of the examples the student classifies correctly, as a
-    0-dim int64 tensor on the student's device: no host read per batch (the caller reads it once).  The labels'
-    range must have been checked by the caller (:func:`_check_label_range`): a batch's is not (a host read per
-    batch on a device)."""
+    same memory), in ``layout`` (``forward_backward``'s: ``"batch"`` where every ``add`` reads it, the accumulators'
+    :meth:`~FrequencyAccumulator.record_layout`).  A batch ``(x, y, z, bounds)`` hands its row groups' bounds on
+    too (``add(rec, z, bounds)``: :meth:`ReplicateAccumulator.add`).  Returns how many of the examples the student
+    classifies correctly, as a 0-dim int64 tensor on the student's device: no host read per batch (the caller reads
+    it once).  The labels' range must have been checked by the caller (:func:`_check_label_range`): a batch's is
+    not (a host read per batch on a device)."""
     dev = student.weights[0].device
     correct = torch.zeros((), dtype=torch.int64, device=dev)  # on the device: read back once, after the last batch
     buffers: bool | list[torch.Tensor] = True
@@ -456,7 +476,8 @@ def _run_batches(student: LadderStudent, batches: Iterable[Any], loss: str, *add
             x, y, z = (t.to(dev, non_blocking=True) for t in (x, y, z))
             # (a batch cut into row groups: each group's Delta W is summed by ReplicateAccumulator.add, the whole
             # batch's by nobody)
-            rec = student.forward_backward(x, y, loss, stacked=buffers, labels_checked=True, delta_w=not bounds)
+            rec = student.forward_backward(x, y, loss, stacked=buffers, labels_checked=True, delta_w=not bounds,
+                                           layout=layout)
             for add in adds:
                 add(rec, z, *bounds)
             correct += (rec.fbar[0][:, 0].argmax(-1) == y).sum()
@@ -482,13 +503,14 @@ def _chunk_statistics(c: int, student: LadderStudent, chunks: ChunkedLadderData 
     # the embedding sum of the picked weights is the one-hot matmul's to round-off; float64 and BN passes stay bit
     # for bit
     events = _regroup(student, dtype) and leaf_event_inputs(part, student)
-    if groups is not None and _regroup(student, dtype):
+    grouped = groups is not None and _regroup(student, dtype)
+    if groups is not None and grouped:
         batches: Iterator[Any] = ((evaluation_inputs(part, idx, wdt, events), part.y[idx], part.z[idx], bounds)
                                   for idx, bounds in grouped_batches(len(part), batch_size, groups))
     else:
         rows = [slice(s, min(s + batch_size, len(part))) for s in range(0, len(part), batch_size)]
         batches = ((evaluation_inputs(part, r, wdt, events), part.y[r], part.z[r]) for r in rows)
-    correct = _run_batches(student, batches, loss, acc.add)
+    correct = _run_batches(student, batches, loss, acc.add, layout=acc.record_layout(grouped=grouped))
     return acc.state_dict(), int(correct)
 
 

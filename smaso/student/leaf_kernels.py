@@ -156,6 +156,24 @@ def grouped_segment_sum(events_t: torch.Tensor, group: torch.Tensor, grad: torch
     return grad.new_zeros(groups * E * width, n).index_add_(0, rows.reshape(-1), per_edge)
 
 
+def grouped_segment_sum_batch(events: torch.Tensor, group: torch.Tensor, grad: torch.Tensor, width: int,
+                              groups: int) -> torch.Tensor:
+    """:func:`grouped_segment_sum` from a batch-major gradient: ``events`` ``(N, E)`` (any strides), ``grad`` the
+    parents' gated gradient ``(N, R, n)`` (a slot of a batch-major record, any strides,
+    :mod:`~smaso.student.batch_record`); the same ``(groups E m, n)``, bit for bit (every row of the result adds
+    its examples in the same order).  The loop runs example by example, reading the gradient as it lies; the rows
+    it adds into are one group's ``E m`` (a few hundred KB, in the L2 cache while a group's examples pass): 6.4 ms
+    against 9.7 for the region-major sum and 1.3 more for the transpose that feeds it (4096 rows, 256 leaf edges,
+    m = n = 16, 10 groups, float32, median, 1 thread)."""
+    N, E = events.shape
+    R, n = grad.shape[1], grad.shape[2]
+    idt = torch.int32 if groups * E * width < 2**31 else torch.int64
+    rows = events.to(idt) + (torch.arange(0, E * width, width, dtype=idt, device=grad.device)[None, :]
+                             + group.to(idt)[:, None] * (E * width))
+    per_edge = grad.unsqueeze(2).expand(N, R, E // R, n).reshape(-1, n)
+    return grad.new_zeros(groups * E * width, n).index_add_(0, rows.reshape(-1), per_edge)
+
+
 class GroupedLeafKernel(LeafKernel):
     """The row groups' Delta W above one-hot leaves (:func:`~smaso.student.row_groups.add_row_groups`) compiled or
     eager: ``"auto"`` compiles when the pass will run at least :data:`AUTO_EDGE_ROWS` (example, leaf edge) pairs
@@ -181,22 +199,32 @@ class GroupedLeafKernel(LeafKernel):
     def _worth_it(self) -> bool:
         return self.expected is not None and self.expected >= AUTO_EDGE_ROWS
 
+    def compiles(self, device: torch.device | str) -> bool:
+        """Whether its batches on ``device`` run compiled (up to :data:`MAX_SIZES` batch sizes): what the pass's
+        record layout is chosen by (:meth:`~smaso.student.frequency.ReplicateAccumulator.record_layout`)."""
+        return use_compiled(self.kernel, device, worth_it=self._worth_it())
+
     def weight_grads(self, size: int, events: torch.Tensor, group: torch.Tensor, grad: torch.Tensor, width: int,
-                     groups: int, grad_rows: torch.Tensor | None = None) -> torch.Tensor:
+                     groups: int, grad_rows: torch.Tensor | None = None,
+                     grad_batch: torch.Tensor | None = None) -> torch.Tensor:
         """Every group's Delta W compiled (:func:`grouped_segment_sum`, at one thread) ``(groups, E m, n)``, on the
         batch padded to ``size`` rows (from :meth:`size`, which said whether to run compiled).  ``events`` ``(N, E)``
         the leaf events (a column slice of the batch's events is read as it is), ``group`` ``(N,)``, ``grad`` the
         node-major gated gradient ``(R, n, N)``, or ``grad_rows``: the same already region-major and padded,
         ``(R, size, n)`` with zero pad rows (the g slot of the examples-major record the group sums read, any
-        strides: no transpose of its own).  A batch shorter than the compiled size is padded with rows of an extra
-        group, dropped (events 0, gradient 0), laid out as the full batches are, so that it runs the same
-        compilation."""
+        strides: no transpose of its own), or ``grad_batch``: batch-major and padded, ``(size, R, n)`` (the g slot of
+        a batch-major record, summed example by example: :func:`grouped_segment_sum_batch`).  A batch shorter than
+        the compiled size is padded with rows of an extra group, dropped (events 0, gradient 0), laid out as the
+        full batches are, so that it runs the same compilation."""
         N, E = events.shape
         if size > N:  # (the same strides as a full batch: a column slice of as wide a block of events)
             full = events.new_zeros(size, events.stride(0))[:, :E]
             full[:N] = events
             group = torch.cat([group, group.new_full((size - N,), groups)])
             events = full
+        if grad_batch is not None:
+            out = run_compiled(grouped_segment_sum_batch, events, group, grad_batch, width, groups + 1)
+            return out.view(groups + 1, E * width, -1)[:groups]
         if grad_rows is not None:
             grm = grad_rows
         elif size > N:

@@ -121,11 +121,11 @@ def batch_loss_sum(rec: StudentRecord, n: int) -> float | torch.Tensor:
 def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None, *, strided: bool = False) -> StudentRecord:
     """The rows ``rows`` of a batch's record, as a record of its own.
 
-    Per-example fields (``(N, R_l, n_l)``) and the stacked buffers (``(R_l, k, n_l, N)``) are sliced
-    (views); ``dW`` and ``db`` are recomputed as the means over these rows (Eq 2: E[fbar_b g_a]
-    per edge and E[g_a]).  Batch-level quantities stay those of the whole batch: BN's ``sigma`` and the
-    parameter updates ``dc1``/``dc0`` (the rows were normalized with the batch's statistics), and
-    ``loss`` (the batch mean; the record keeps no per-example loss).
+    Per-example fields (``(N, R_l, n_l)``) and the stacked buffers (``(R_l, k, n_l, N)``, or batch-major
+    ``(N, k, R_l, n_l)``) are sliced (views); ``dW`` and ``db`` are recomputed as the means over these rows
+    (Eq 2: E[fbar_b g_a] per edge and E[g_a]).  Batch-level quantities stay those of the whole batch: BN's
+    ``sigma`` and the parameter updates ``dc1``/``dc0`` (the rows were normalized with the batch's statistics),
+    and ``loss`` (the batch mean; the record keeps no per-example loss).
 
     :param edges: per level the ``(parents, children)`` edge index of the student
         (:meth:`~smaso.student.network.LadderStudent.edge_index`); None for a uniform tree (a parent's
@@ -164,7 +164,8 @@ def record_rows(rec: StudentRecord, rows: slice, edges: list | None = None, *, s
             par, chi = edges[l]
             dW[l] = torch.einsum("nek,nej->ekj", child.index_select(1, chi), g.index_select(1, par)) / (hi - lo)
         db[l] = g.mean(0)
-    stacked = None if rec.stacked is None else [buf[..., sl] for buf in rec.stacked]
+    stacked = None if rec.stacked is None else [buf[sl] if rec.stacked_layout == "batch" else buf[..., sl]
+                                                for buf in rec.stacked]
     # the loss handed over as the device tensor when the record holds one: replace() would read ``loss`` (a sync)
     loss = rec.loss if rec.loss_tensor is None else rec.loss_tensor
     return dataclasses.replace(rec, **per, dW=dW, db=db, stacked=stacked,

@@ -30,6 +30,7 @@ from torch import nn
 
 from smaso.student.activations import Activation, get_activation
 from smaso.student.batch_major import one_hot_events, student_forward
+from smaso.student.batch_record import LAYOUTS, batch_forward_backward, supports_batch_layout
 from smaso.student.batchnorm import bn_backward, bn_forward
 from smaso.student.connectivity import (
     OneHotLeaves,
@@ -107,7 +108,8 @@ class StudentRecord:
     The per-example fields are views of node-major ``(R_l, n_l, N)`` tensors (``t.permute(1, 2, 0)``
     is contiguous), the layout :meth:`LadderStudent.forward_backward` computes in.  With
     ``stacked=True`` they live in one buffer per level: ``stacked[l]`` ``(R_l, k, n_l, N)`` whose
-    slots are the fields named by ``stacked_fields`` (see :meth:`LadderStudent.stacked_fields`).
+    slots are the fields named by ``stacked_fields`` (see :meth:`LadderStudent.stacked_fields`); with
+    ``layout="batch"`` ``(N, k, R_l, n_l)`` (``stacked_layout``; :mod:`~smaso.student.batch_record`).
     """
 
     u: list = field(default_factory=list)
@@ -130,6 +132,9 @@ class StudentRecord:
     loss: float = math.nan
     stacked: list | None = None
     stacked_fields: tuple[str, ...] | None = None
+    #: the stacked buffers' layout: ``"node"`` ``(R_l, k, n_l, N)``, or ``"batch"`` ``(N, k, R_l, n_l)``
+    #: (``forward_backward(layout="batch")``, :mod:`~smaso.student.batch_record`)
+    stacked_layout: str = "node"
     #: which student and which parameter values made the record (:meth:`LadderStudent.params_version` at its
     #: forward pass): a reader that needs those weights (``FrequencyAccumulator``'s U and Gf) checks it
     params_version: tuple[int, ...] | None = None
@@ -556,7 +561,7 @@ class LadderStudent(nn.Module):
     @torch.no_grad()
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor, loss: str = "squared", *,
                          stacked: bool | list[torch.Tensor] = False, labels_checked: bool = False,
-                         delta_w: bool = True) -> StudentRecord:
+                         delta_w: bool = True, layout: str = "node") -> StudentRecord:
         """Forward and explicit backward pass on one batch, every per-example quantity recorded.
 
         Computed node-major (``(R_l, n_l, N)``, contiguous over the batch; see :class:`StudentRecord`).
@@ -577,9 +582,17 @@ class LadderStudent(nn.Module):
         :param delta_w: False: on a uniform tree's fast path leave ``rec.dW`` None, and with leaf events ``rec.fbar[d]``
             (no one-hot of them), for a caller that sums Delta W itself per row group from the events
             (:meth:`~smaso.student.frequency.ReplicateAccumulator.add` with ``bounds``).
+        :param layout: ``"batch"``: where the student supports it (a uniform tree on the fast path, no BN:
+            :func:`~smaso.student.batch_record.supports_batch_layout`) the pass runs batch-major and writes stacked
+            buffers ``(N, k, R_l, n_l)`` (whatever ``stacked``; no transposes, the layout the compiled event sums
+            read; with leaf events ``rec.fbar[d]`` None); elsewhere node-major.  ``rec.stacked_layout`` says which.
         """
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout: expected one of {LAYOUTS}, got {layout!r}")
         self.check_inputs(x, values=not labels_checked)
         self._check_labels(x, y, loss, values=not labels_checked)
+        if layout == "batch" and supports_batch_layout(self):
+            return StudentRecord(**batch_forward_backward(self, x, y, loss, stacked, delta_w))
         events = self._events(x)
         lad = self.ladder
         d, n = lad.depth, x.shape[0]
@@ -663,7 +676,7 @@ class LadderStudent(nn.Module):
                             sigma=sigma, mu=mu, dW=dW, db=db, dc1=dc1, dc0=dc0,
                             loss=cast(float, loss_value),  # the tensor: the property keeps it on the device
                             stacked=bufs.buffers if bufs.stacked else None,
-                            stacked_fields=keys if bufs.stacked else None,
+                            stacked_fields=keys if bufs.stacked else None, stacked_layout="node",
                             params_version=self.params_version())
         rec.fbar[d] = x.to(dtype) if not events else None if nm["fbar"][d] is None else nm["fbar"][d].permute(2, 0, 1)
         return rec

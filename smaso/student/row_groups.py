@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from smaso import _ladder_parts
+from smaso.student.batch_record import as_node_major
 from smaso.student.connectivity import one_hot_tree_weight_grad
 from smaso.student.event_kernels import MAX_EVENTS, padded_tree_sums
 from smaso.student.mergeable import check_record_weights, event_counts, event_flags, tree_pair_index
@@ -115,6 +116,8 @@ def add_row_groups(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, z:
     # (regions, N) as FrequencyAccumulator.add does, for the groups' matmuls
     size = None if leaf_kernel is None or not acc.onehot_leaves else leaf_kernel.size(bins[d])
     pre = None if size is None else _compiled_group_sums(acc, rec, z, group[:, 0], G, size)
+    if pre is None:  # the one-hot matmuls read node-major buffers
+        rec = as_node_major(rec)
     # (compiled: only levels summing a quantity outside the stacked buffers, e.g. the root's Gf, need a matrix)
     built = [l for l in range(d + 1) if not (l == d and acc.onehot_leaves)
              and (pre is None or (l < d and any(i1 > acc._num_stacked for _, i1 in acc._plain_runs[l])))]
@@ -149,15 +152,14 @@ def _compiled_group_sums(acc: FrequencyAccumulator, rec: StudentRecord, z: torch
             or max(acc.ladder.events) > MAX_EVENTS:
         return None
     d = acc.ladder.depth
-    node_major = list(rec.stacked[:d])
-    rows = [scratch_buffer(acc, f"group_rows{l}", (v.shape[0], size, v.shape[1] * v.shape[2]), acc.dtype, v.device)
-            for l, v in enumerate(node_major)]
-    i_g, n_g = fields.index("g"), acc.student.widths[d - 1]
-    out = padded_tree_sums(z, node_major, rows, tuple(acc.ladder.events), tuple(acc.ladder.level_offsets),
-                           len(fields), fields.index("fbar"), i_g, size, group, groups)
-    # the leaves' parents' gated gradient region-major, padded: what the leaf kernel's Delta W reads
-    out[d - 1]["g_rows"] = rows[d - 1][..., i_g * n_g:(i_g + 1) * n_g]
-    return out
+    stacked = list(rec.stacked[:d])
+    batch = rec.stacked_layout == "batch"  # (summed as it is: no examples-major copy)
+    rows = None if batch else [scratch_buffer(acc, f"group_rows{l}", (v.shape[0], size, v.shape[1] * v.shape[2]),
+                                              acc.dtype, v.device) for l, v in enumerate(stacked)]
+    # (each level's g_rows: its gated gradient region-major, padded, what the leaf kernel's Delta W reads)
+    return padded_tree_sums(z, stacked, rows, tuple(acc.ladder.events), tuple(acc.ladder.level_offsets),
+                            len(fields), fields.index("fbar"), fields.index("g"), size, group, groups,
+                            rec.stacked_layout)
 
 
 def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, bins: list[torch.Tensor],
@@ -186,7 +188,8 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
     # above one-hot leaves every group's Delta W at once where compiled (a segment sum; None: eager)
     leaf_dw = None if grouped[d - 1] is not None or leaf_kernel is None or size is None \
         else leaf_kernel.weight_grads(size, bins[d], group[:, 0], grads[d - 1], M[d], G,
-                                      None if pre is None else pre[d - 1]["g_rows"])
+                                      grad_rows=None if pre is None else pre[d - 1].get("g_rows"),
+                                      grad_batch=None if pre is None else pre[d - 1].get("g_batch"))
 
     def delta_w(l: int, g: int, lo: int, hi: int) -> torch.Tensor:
         """Level l's Delta W ``(E_l, n_{l+1}, n_l)`` (Eq 2) summed over group g's rows lo:hi (the sum, not the mean:
@@ -217,12 +220,14 @@ def _add_level_sums(parts: Sequence[FrequencyAccumulator], rec: StudentRecord, b
             w = st.widths[l]
             buf = stacked[l]  # (R, k, n, N): the summed quantities' slots side by side
             for i0, i1 in acc._plain_runs[l]:  # (no BN here: every run but the derived quantities summed)
-                if i1 <= acc._num_stacked:  # (a view: the slots of a region are contiguous)
+                if pre is not None and i1 <= acc._num_stacked:
+                    cols = None  # (summed by the compiled kernels)
+                elif i1 <= acc._num_stacked:  # (a view: the slots of a region are contiguous)
                     cols = buf[:, i0:i1].reshape(R[l], -1, n_all)
                 else:  # quantities outside the stacked buffer: the record's own tensors, node-major
                     cols = torch.cat([getattr(rec, f)[l] for f in fields[i0:i1]], -1).permute(1, 2, 0)
                 for g, lo, hi in spans:
-                    sums = pre[l]["own"][g, ..., i0 * w: i1 * w] if pre is not None and i1 <= acc._num_stacked \
+                    sums = cast(list, pre)[l]["own"][g, ..., i0 * w: i1 * w] if cols is None \
                         else torch.bmm(one_hot[l][..., lo:hi], cols[..., lo:hi].transpose(1, 2).to(dt))
                     parts[g].own[l][..., i0 * w: i1 * w] += sums
                     if i0 <= i_g < i1:
