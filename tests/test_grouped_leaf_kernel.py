@@ -60,14 +60,15 @@ def _tree(dtype, n=150):
     return st, s
 
 
-def _states(st, s, kernel, batches, groups=4, leaf_kernel=None):
-    """The replicate accumulator's group states after ``batches`` (row slices, each cut into ``groups`` blocks)."""
+def _states(st, s, kernel, batches, groups=4, leaf_kernel=None, layout="node"):
+    """The replicate accumulator's group states after ``batches`` (row slices, each cut into ``groups`` blocks), from
+    records of ``layout`` (``forward_backward``'s)."""
     acc = ReplicateAccumulator(st, st.weights[0].dtype, groups, kernel=kernel)
     if leaf_kernel is not None:
         acc._leaf_kernel = leaf_kernel
     x = s.z[:, s.ladder.level_offsets[-2]:]
     for r in batches:
-        rec = st.forward_backward(x[r], s.y[r], stacked=True, delta_w=False)
+        rec = st.forward_backward(x[r], s.y[r], stacked=True, delta_w=False, layout=layout)
         n = rec.g[0].shape[0]
         acc.add(rec, s.z[r], [k * n // groups for k in range(groups + 1)])
     return acc, acc.state_dict()["groups"]
@@ -84,11 +85,12 @@ def _assert_states(a, b, **tol):
 
 @needs_compiler
 @pytest.mark.slow  # two inductor compilations per dtype: ~2-4 s with its disk cache warm, ~15 s cold
-def test_compiled_group_sums_equal_eager_pad_a_short_batch_and_do_not_depend_on_threads():
+@pytest.mark.parametrize("layout", ["node", "batch"])  # (batch: summed as it lies, smaso.student.batch_record)
+def test_compiled_group_sums_equal_eager_pad_a_short_batch_and_do_not_depend_on_threads(layout):
     st, s = _tree(torch.float64)
     batches = [slice(0, 64), slice(64, 128), slice(128, 150)]  # two full batches, then a short one (padded)
     graphs = counters["stats"]["unique_graphs"]
-    acc, got = _states(st, s, "compiled", batches)
+    acc, got = _states(st, s, "compiled", batches, layout=layout)
     assert acc._leaf_kernel.sizes == [64]  # the short batch ran padded to the compiled size: one compilation
     # (the leaves' transpose and sum, the record's examples-major copy and the levels' sums: no recompilation)
     assert counters["stats"]["unique_graphs"] - graphs <= 4
@@ -97,14 +99,14 @@ def test_compiled_group_sums_equal_eager_pad_a_short_batch_and_do_not_depend_on_
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        _, two = _states(st, s, "compiled", batches)
+        _, two = _states(st, s, "compiled", batches, layout=layout)
         assert torch.get_num_threads() == 2  # the kernel's one thread is restored after it
     finally:
         torch.set_num_threads(before)
     _assert_states(two, got, rtol=0, atol=0)  # the same bytes
     st32, s32 = _tree(torch.float32)
-    _assert_states(_states(st32, s32, "compiled", batches[:1])[1], _states(st32, s32, "eager", batches[:1])[1],
-                   rtol=1e-5, atol=1e-5)
+    _assert_states(_states(st32, s32, "compiled", batches[:1], layout=layout)[1],
+                   _states(st32, s32, "eager", batches[:1])[1], rtol=1e-5, atol=1e-5)
 
 
 def test_auto_reaches_the_grouped_pass_and_compiles_only_from_its_threshold(monkeypatch):
