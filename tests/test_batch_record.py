@@ -181,3 +181,41 @@ def test_row_groups_of_batch_records_equal_those_of_node_major_records(monkeypat
     assert ("tree_sums" in calls) == (kernel == "compiled")
     for a, b in zip(states["batch"], states["node"], strict=True):
         _sums_close(a, b)
+
+
+@pytest.mark.parametrize("inputs", ["leaf events", "float one-hot"])
+def test_the_batch_major_pass_and_its_readers_run_on_meta(inputs):
+    """No host read and no device mismatch on the batch-major path (a meta tensor has no values: any sync raises):
+    the pass, with Delta W, and the accumulators taking its record (copied node-major for the eager sums) run on the
+    meta device with the CPU's shapes and dtypes."""
+    st, s = _case(n=48)
+    meta = LadderStudent(st.ladder, 3, dtype=torch.float64, seed=1, device="meta")
+    x = s.z[:, st.ladder.level_offsets[-2]:] if inputs == "leaf events" else s.inputs(dtype=torch.float64)
+    cpu = st.forward_backward(x, s.y, stacked=True, layout="batch")
+    rec = meta.forward_backward(x.to("meta"), s.y.to("meta"), stacked=True, labels_checked=True, layout="batch")
+    assert rec.stacked_layout == "batch"
+    for key in (*PER_EXAMPLE, "dW", "db", "stacked"):
+        for m, c in zip(getattr(rec, key), getattr(cpu, key), strict=True):
+            assert (m is None) == (c is None), key
+            if m is not None:
+                assert m.device.type == "meta" and m.shape == c.shape and m.dtype == c.dtype, key
+    acc, rep = FrequencyAccumulator(meta), ReplicateAccumulator(meta, groups=3)
+    acc.add(rec, s.z.to("meta"))
+    rep.add(meta.forward_backward(x.to("meta"), s.y.to("meta"), stacked=True, labels_checked=True, delta_w=False,
+                                  layout="batch"), s.z.to("meta"), [0, 16, 32, 48])
+    assert acc.n == rep.n == 48 and acc.own[0].device.type == "meta"
+
+
+def test_replicates_of_a_batch_record_cut_into_blocks_equal_those_of_a_node_major_one():
+    """A replicate accumulator given no bounds cuts each batch into row blocks (``record_rows``, which slices a
+    batch-major record's buffers along their first axis): the same sums as from the node-major record."""
+    st, s = _case(n=90)
+    x = s.inputs(dtype=torch.float64)
+    states = {}
+    for layout in ("node", "batch"):
+        acc = ReplicateAccumulator(st, torch.float64, 3)
+        for r in (slice(0, 45), slice(45, 90)):
+            acc.add(st.forward_backward(x[r], s.y[r], stacked=True, layout=layout), s.z[r])
+        states[layout] = acc.state_dict()["groups"]
+    for a, b in zip(states["batch"], states["node"], strict=True):
+        _sums_close(a, b)
