@@ -219,3 +219,15 @@ def test_replicates_of_a_batch_record_cut_into_blocks_equal_those_of_a_node_majo
         states[layout] = acc.state_dict()["groups"]
     for a, b in zip(states["batch"], states["node"], strict=True):
         _sums_close(a, b)
+
+
+def test_the_replicates_ask_for_the_batch_layout_only_where_their_compiled_sums_read_it(monkeypatch):
+    """``ReplicateAccumulator.record_layout``: "batch" for grouped batches with a compiled leaf kernel on a uniform
+    tree on the fast path; "node" without groups, without compilation, or on the edge-list path."""
+    _stub_kernels(monkeypatch)
+    st, _ = _case()
+    assert ReplicateAccumulator(st, torch.float64, 3, kernel="compiled").record_layout() == "batch"
+    assert ReplicateAccumulator(st, torch.float64, 3, kernel="compiled").record_layout(grouped=False) == "node"
+    assert ReplicateAccumulator(st, torch.float64, 3, kernel="eager").record_layout() == "node"
+    st.fast_path = False
+    assert ReplicateAccumulator(st, torch.float64, 3, kernel="compiled").record_layout() == "node"
