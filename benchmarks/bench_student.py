@@ -271,14 +271,14 @@ def stats_runner(student: LadderStudent, data: Batches, dtype: torch.dtype,
         times = []
         buffers = True
         count = 0
+        # as collect_statistics does: the record in the layout the accumulator reads (batch-major for the compiled
+        # sums, node-major for the eager ones; the reference tree code knows only the latter)
+        layout = {"layout": acc.record_layout()} if hasattr(acc, "record_layout") else {}
         for i in batches:
             sl = data.bounds(i)
             x, y, z = data.x(i), data.y[sl], data.sample.z[sl]
             f0, t0 = _minor_faults(), time.perf_counter()
-            # as collect_statistics does: the record in the layout the accumulator reads (batch-major for the
-            # compiled sums, node-major for the eager ones; the reference tree code knows only the latter)
-            layout = acc.record_layout() if hasattr(acc, "record_layout") else "node"
-            rec = student.forward_backward(x, y, stacked=buffers, **({"layout": layout} if layout != "node" else {}))
+            rec = student.forward_backward(x, y, stacked=buffers, **layout)
             acc.add(rec, z)
             buffers = rec.stacked
             times.append(time.perf_counter() - t0)

@@ -80,11 +80,12 @@ def batch_forward_backward(student: Any, x: torch.Tensor, y: torch.Tensor, loss:
     slope: list[Any] = [None] * (d + 1)
     deriv: list[Any] = [None] * (d + 1)
     inputs: list[Any] = [None] * d  # level l's input grouped by parent (N, R_l, b n_{l+1}); None: leaf events
+    rows: torch.Tensor | None = None  # leaf events: their weight rows, read by the gather and by Delta W
     for l in range(d - 1, -1, -1):
         W = student.edge_weights(l)  # (R_l b, n_{l+1}, n_l)
         bias = None if student.biases is None else student.biases[l]
         if events and l == d - 1:
-            _, _, rows, first = student._one_hot_args(x)
+            _, _, rows, first = student._one_hot_args(x, True)
             ul = one_hot_pre_activation(W, rows, bias, R[l], first, batch_major=True).view(N, R[l], -1)
         else:
             below: Any = leaves if l == d - 1 else fbar[l + 1]
@@ -113,7 +114,7 @@ def batch_forward_backward(student: Any, x: torch.Tensor, y: torch.Tensor, loss:
             torch.bmm(gl.transpose(0, 1), Wp.transpose(1, 2), out=raw.view(N, R[l], -1).transpose(0, 1))
         if delta_w:  # Eq 2 per edge: E_x[fbar_child g_parent^T] in W's layout
             if inputs[l] is None:
-                dW[l] = _leaf_weight_grad(student, W, gl, x) / N
+                dW[l] = _leaf_weight_grad(student, W, gl, x, cast(torch.Tensor, rows)) / N
             else:  # g^T @ inputs per parent, then W's layout (batch_major.TreeLevel's orientation)
                 dW[l] = (torch.bmm(gl.permute(1, 2, 0), inputs[l].transpose(0, 1)) / N).transpose(1, 2) \
                     .reshape(W.shape)
@@ -129,12 +130,13 @@ def batch_forward_backward(student: Any, x: torch.Tensor, y: torch.Tensor, loss:
     return fields
 
 
-def _leaf_weight_grad(student: Any, W: torch.Tensor, g: torch.Tensor, events: torch.Tensor) -> torch.Tensor:
-    """N Delta W of the level above one-hot leaves given by their ``events`` ``(N, R_d)``, from its gated gradient
-    ``g`` ``(N, R, n)``: the student's compiled segment sum where its leaf kernel runs compiled, else the one-hot
-    matmul (:func:`~smaso.student.connectivity.one_hot_tree_weight_grad`); ``(E, m, n)`` like ``W``."""
+def _leaf_weight_grad(student: Any, W: torch.Tensor, g: torch.Tensor, events: torch.Tensor, rows: torch.Tensor
+                      ) -> torch.Tensor:
+    """N Delta W of the level above one-hot leaves given by their ``events`` ``(N, R_d)`` (``rows``: the weight rows
+    they pick, the gather's), from its gated gradient ``g`` ``(N, R, n)``: the student's compiled segment sum where
+    its leaf kernel runs compiled, else the one-hot matmul
+    (:func:`~smaso.student.connectivity.one_hot_tree_weight_grad`); ``(E, m, n)`` like ``W``."""
     width = student.widths[-1]
-    _, _, rows, _ = student._one_hot_args(events, True)
     size = student.leaf_kernel.size(rows)
     if size is not None:
         return student.leaf_kernel.weight_grad(size, rows, g, None, W.shape[0] * width).view(W.shape)
@@ -150,8 +152,7 @@ def as_node_major(rec: Any) -> Any:
     keys = rec.stacked_fields
     stacked = [b.permute(2, 1, 3, 0).contiguous() for b in rec.stacked]
     fields: dict[str, list] = {}
-    for key in set(keys):
-        i = keys.index(key)
+    for i, key in enumerate(keys):
         fields[key] = [v if l >= len(stacked) else stacked[l][:, i].permute(2, 0, 1)
                        for l, v in enumerate(getattr(rec, key))]
     if "fbar" in fields:  # without BN f is fbar

@@ -81,7 +81,7 @@ def tree_sums(ev: torch.Tensor, rows: list[torch.Tensor], fbar: list[torch.Tenso
     :param ev_batch: the same events ``(N, regions)`` (contiguous, as ``ev``: each order's keys read without
         strides) with a batch-major record, else None.
     :param fbar: per hidden level its fbar rows ``(R_l, N, n_l)`` where it is not a stacked slot (BN after the gate;
-        :func:`examples_major` of the record's node-major fbar), else None (always None with ``batch_first``).
+        :func:`examples_major` of the record's node-major fbar), else None (always None with ``ev_batch``).
     :param k: the stacked slots; ``i_fbar``, ``i_g``: those of fbar (where stacked) and g.
     :param group: ``(N,)`` int32 each row's row group in [0, ``groups``) (the jackknife's,
         :func:`~smaso.student.row_groups.add_row_groups`): every sum is then one per group, the group one more digit

@@ -164,14 +164,13 @@ def grouped_segment_sum_batch(events: torch.Tensor, group: torch.Tensor, grad: t
     its examples in the same order).  The loop runs example by example, reading the gradient as it lies; the rows
     it adds into are one group's ``E m`` (a few hundred KB, in the L2 cache while a group's examples pass): 6.4 ms
     against 9.7 for the region-major sum and 1.3 more for the transpose that feeds it (4096 rows, 256 leaf edges,
-    m = n = 16, 10 groups, float32, median, 1 thread)."""
-    N, E = events.shape
-    R, n = grad.shape[1], grad.shape[2]
+    m = n = 16, 10 groups, float32, median, 1 thread).  The student's own :func:`gated_segment_sum` (ungated) over
+    the edge rows with the group as one more digit."""
+    E = events.shape[1]
     idt = torch.int32 if groups * E * width < 2**31 else torch.int64
     rows = events.to(idt) + (torch.arange(0, E * width, width, dtype=idt, device=grad.device)[None, :]
                              + group.to(idt)[:, None] * (E * width))
-    per_edge = grad.unsqueeze(2).expand(N, R, E // R, n).reshape(-1, n)
-    return grad.new_zeros(groups * E * width, n).index_add_(0, rows.reshape(-1), per_edge)
+    return gated_segment_sum(rows, grad, None, groups * E * width)
 
 
 class GroupedLeafKernel(LeafKernel):

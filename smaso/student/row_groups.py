@@ -141,8 +141,9 @@ def _compiled_group_sums(acc: FrequencyAccumulator, rec: StudentRecord, z: torch
     eager path runs a one-hot matmul per group, level and run of quantities): per level a dict of ``own``
     ``(G, R_l, M_l, k n_l)`` (hidden levels), ``counts`` ``(G, R_0, M_0)`` (the root), ``fc`` ``(G, R_l, M_{l-1},
     n_l)``, ``gp`` ``(G, R_l, M_l, n_{l-1})`` (hidden levels below the root), ``pairs`` ``(G, R_l, M_{l-1}, M_l)``
-    float64, views with the pad segments dropped, and at level d - 1 ``g_rows`` ``(R, size, n)``, its gated gradient
-    region-major (for the leaf kernel's Delta W); None where the record's stacked buffers lack fbar or g (eager).
+    float64, views with the pad segments dropped, and at every hidden level its gated gradient as summed, padded
+    (``g_rows`` ``(R, size, n)`` region-major, or ``g_batch`` ``(size, R, n)`` for a batch-major record: what the
+    leaf kernel's Delta W reads at level d - 1); None where the record's stacked buffers lack fbar or g (eager).
 
     ``z`` ``(N, regions)`` the batch's checked events, ``group`` ``(N,)`` its rows' groups; the batch is padded to
     ``size`` rows (the compiled size, :meth:`~smaso.student.leaf_kernels.LeafKernel.size`) by
@@ -156,7 +157,6 @@ def _compiled_group_sums(acc: FrequencyAccumulator, rec: StudentRecord, z: torch
     batch = rec.stacked_layout == "batch"  # (summed as it is: no examples-major copy)
     rows = None if batch else [scratch_buffer(acc, f"group_rows{l}", (v.shape[0], size, v.shape[1] * v.shape[2]),
                                               acc.dtype, v.device) for l, v in enumerate(stacked)]
-    # (each level's g_rows: its gated gradient region-major, padded, what the leaf kernel's Delta W reads)
     return padded_tree_sums(z, stacked, rows, tuple(acc.ladder.events), tuple(acc.ladder.level_offsets),
                             len(fields), fields.index("fbar"), fields.index("g"), size, group, groups,
                             rec.stacked_layout)
