@@ -377,6 +377,7 @@ def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: in
         attrs["spec_sha256"] = spec_sums
         root.attrs.update(attrs)
     except BaseException:
+        _settle_writes()
         shutil.rmtree(partial, ignore_errors=True)
         raise
     return partial
@@ -444,6 +445,7 @@ def write_chunk(partial: str | os.PathLike, chunk_index: int, z: torch.Tensor | 
             arrays[name][lo:hi] = arr
             sums[name] = _sha256(arr)
     except BaseException:
+        _settle_writes()  # (an interrupted wait: the chunk's files are still being written)
         _remove_if_abandoned(partial)
         raise
     if _remove_if_abandoned(partial):
@@ -462,9 +464,37 @@ def _remove_if_abandoned(partial: Path) -> bool:
     return True
 
 
+def _settle_writes(timeout: float = 30.0) -> None:
+    """Wait until zarr has no write of this process in flight.  zarr runs each write as a task of its IO thread's
+    event loop, which the calling thread only waits for: where that wait is interrupted (SIGTERM raised as an
+    exception by the CLI, Ctrl-C), the write goes on, and its chunk file, with the folders it needs, lands after the
+    caller removed the partial store (``tests/test_store_interrupted.py``).  Called before such a removal; a no-op
+    where zarr has no IO loop running."""
+    import asyncio
+    import concurrent.futures
+
+    from zarr.core import sync
+
+    loop = sync.loop[0]
+    if loop is None or not loop.is_running():
+        return
+
+    async def drain() -> None:
+        me = asyncio.current_task()
+        await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not me), return_exceptions=True)
+
+    done = asyncio.run_coroutine_threadsafe(drain(), loop)
+    try:
+        done.result(timeout)
+    except concurrent.futures.TimeoutError:  # (a stuck disk: remove what is there, as before)
+        done.cancel()
+
+
 def _discard(partial: Path) -> None:
-    """Remove an abandoned partial store: renamed first, so that a worker still writing a chunk into it finds
-    its root gone and removes what it wrote (:func:`write_chunk`), then deleted."""
+    """Remove an abandoned partial store: zarr's writes in flight settled first (:func:`_settle_writes`), then
+    renamed, so that a worker still writing a chunk into it finds its root gone and removes what it wrote
+    (:func:`write_chunk`), then deleted."""
+    _settle_writes()
     trash = partial.with_name(f"{partial.name}.discard-{os.getpid()}")
     try:
         os.replace(partial, trash)
