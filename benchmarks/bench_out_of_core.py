@@ -324,8 +324,9 @@ def bench_contention(n: int, busy: int, work: Path) -> list[dict]:
 #: (``kernel="compiled"``: the groups' Delta W above the one-hot leaves compiled, ``leaf_kernels.GroupedLeafKernel``,
 #: which the main job's ``"auto"`` picks on 10^7 rows; its compilation in the job's process timed apart, ``compile_s``,
 #: a worker's inside the pass).
-EVAL_PASSES = (("float64", 10, 1, "eager"), ("float32", None, 1, "eager"), ("float32", 10, 1, "eager"),
-               ("float32", 10, 1, "compiled"), ("float32", 10, 2, "eager"), ("float32", 10, 2, "compiled"))
+EVAL_PASSES = (("float64", 10, 1, "eager"), ("float32", None, 1, "eager"), ("float32", None, 1, "compiled"),
+               ("float32", 10, 1, "eager"), ("float32", 10, 1, "compiled"), ("float32", 10, 2, "eager"),
+               ("float32", 10, 2, "compiled"))
 
 
 def bench_main_job(n: int, steps: int, work: Path, workers: int = 2, pass_n: int = 0, repeats: int = 1) -> list[dict]:

@@ -31,14 +31,18 @@ _RECORD = {"Fbar": "fbar", "F": "f", "D": "slope", "Dp": "deriv", "U": "u", "G":
 
 _ONE_HOT_MAX_EVENTS = 256
 
-#: ``kernel="auto"`` compiles when the caller will add at least this many rows (the ski-rental rule: compile once
-#: the eager sums would have cost what a compilation does).  Recorded on 2 quiet cores (``bench_student.py``,
-#: 1 thread, 341 regions, width 16, float32, batches of 1024, load ~1): the compiled sums save 0.27-0.44 ms of a
-#: ~23 ms statistics batch (1-2%, two recordings; ~1 ms, 5%, under load ~2 beside other jobs), and a first
-#: compilation takes ~3 s with inductor's on-disk cache warm and ~15 s cold: 5e7 rows (~49,000 batches) repay a
-#: cold one at the quiet saving.  With BN after the gate (fbar transposed too) they were no faster (0.97-1.04x of
-#: the pass): "auto" stays eager.
-AUTO_ROWS = 50_000_000
+#: ``kernel="auto"`` compiles when the caller will add at least this many rows: where the eager sums would cost at
+#: least what a compilation with inductor's disk cache cold does (the rows are known beforehand, so no ski-rental
+#: is needed).  Since the record is written batch-major for them (issue 39, seventh round) the compiled sums save
+#: 3.2 us per row in memory with float one-hot inputs (``bench_student.py``'s "stats f32 compiled" against
+#: "stats f32", recorded: 1.45 against 1.66 s per 65,536 rows, 1 thread) and 8-16 us in a streaming pass on leaf
+#: events (``accumulate_statistics`` without groups, 341 regions, float32, 1 thread: ``bench_out_of_core.py``'s
+#: eval_pass rows, recorded 2026-12-07 at N = 2e5, 52.6k against 29.5k examples/s, best of 2; 18.7 against 27.0 us
+#: per row over 10^6 rows in a scratch run).  A first compilation took 3.0-4.1 s with the cache warm (the same
+#: rows' ``compile_s``) and 18.1 s cold (a fresh ``TORCHINDUCTOR_CACHE_DIR``, load ~1, scratch): 18.1 s / 3.2 us =
+#: 5.7 million rows.  (It was 5e7 while the compiled sums saved only 1-2%.)  With BN after the
+#: gate they were no faster (0.97-1.04x of the pass): "auto" stays eager there.
+AUTO_ROWS = 6_000_000
 
 #: The dtype of an accumulator's totals (and of its statistics), whatever the dtype of its batch sums.
 TOTAL_DTYPE = torch.float64
