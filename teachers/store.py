@@ -475,7 +475,7 @@ def _settle_writes(timeout: float = 30.0) -> None:
 
     from zarr.core import sync
 
-    loop = sync.loop[0]
+    loop = getattr(sync, "loop", [None])[0]  # (zarr's IO loop, private: absent in some other zarr 3.x, skip)
     if loop is None or not loop.is_running():
         return
 
