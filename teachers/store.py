@@ -377,8 +377,7 @@ def create_partial(path: str | os.PathLike, ladder: Ladder, *, n: int, start: in
         attrs["spec_sha256"] = spec_sums
         root.attrs.update(attrs)
     except BaseException:
-        _settle_writes()
-        shutil.rmtree(partial, ignore_errors=True)
+        _discard(partial)
         raise
     return partial
 
