@@ -59,9 +59,30 @@ the faster segment sums; the read floor), the statistics pass with the compiled 
 an explicit pass that wrote its record examples-major), and the accumulation budget the 1.3x target leaves
 (1.3 ``plain`` - ``explicit stacked``): arithmetic on measured parts, not measured passes.
 
+What a native segment-sum kernel would buy (issue 39: whether to ship one), where numba is installed (it is not a
+dependency of the library; ``pip install numba``; without it these rows are left out and ``estimates["native"]``
+says why).  ``explicit stacked (batch-major)``: ``forward_backward(layout="batch")`` into the previous buffers, the
+record ``(N, k, R_l, n_l)`` in which one example's k n values of a region lie together.  The native sums
+(:func:`_native_kernels`: numba-compiled loops, per level one call), each computing every hidden level's own, fc and
+gp sums and pair counts and the leaves' pair counts, no one-hot:
+
+- ``native sums (batch-major, float32 batch sums)``: from the batch-major record, each example's row added as one
+  vector into its event's row of the sums; float32 sums of the batch, zeroed inside the timing (the accumulator's
+  precision contract);
+- ``native sums (batch-major, float64 totals)``: the same added straight into float64 totals (no batch sums);
+- ``native sums (node-major, float32 batch sums)``: from today's node-major record ``(R_l, k, n_l, N)``, each value's
+  row over the batch scattered into M per-event accumulators.
+
+``estimates["native"]``: ``compile_s`` (the kernels' first calls), and per layout the statistics pass with these sums
+in place of the accumulator's, ``stats_over_plain_native_<layout>`` = (that layout's explicit pass + its native sums
++ ``accumulator_other_ms``) / ``plain`` (conservative: ``accumulator_other_ms`` still holds pair counts and totals
+that the native loops do themselves) and ``stats_over_plain_native_<layout>_floor`` without
+``accumulator_other_ms`` (no checks, maps or totals at all: the floor of this formulation), beside each explicit
+pass over ``plain`` and ``native_sums_budget_ms_at_target`` (the accumulation budget above).
+
 Run it with::
 
-    python benchmarks/bench_event_sums.py            # about 20 s on 2 cores
+    python benchmarks/bench_event_sums.py --threads 1   # about 45 s on 2 cores (1 thread: the stats target's setting)
     python benchmarks/bench_event_sums.py --quick    # smoke run (batch 256, 1 round)
 """
 
@@ -73,6 +94,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -264,6 +286,143 @@ def segment_sums(student: LadderStudent, rec, z: torch.Tensor, layout: str) -> C
     return run
 
 
+NATIVE = {"batch": "native sums (batch-major, float32 batch sums)",
+          "node": "native sums (node-major, float32 batch sums)",
+          "totals": "native sums (batch-major, float64 totals)"}
+
+
+def _native_kernels() -> dict[str, Callable[..., None]] | str:
+    """The numba-compiled loops of the native sums (module docstring), or why there are none (numba missing):
+    ``"batch"`` and ``"node"``, one level's sums from a record of that layout, and ``"leaf_pairs"``."""
+    try:
+        import numba
+    except ImportError as err:
+        return f"numba is not installed ({err}); pip install numba to measure the native sums"
+
+    @numba.njit(boundscheck=False, nogil=True, cache=False)
+    def batch_level(X, Xp, z, zp, b, i_fbar, i_g, own, fc, gp, pairs):  # pragma: no cover (compiled)
+        # X (N, k, R, n) the level's batch-major record, Xp (N, k, R_p, n_p) its parents' (R_p = 0 at the root);
+        # z (N, R), zp (N, R_p) events; own (R, M, k n), fc (R, M_p, n), gp (R, M, n_p), pairs (R, M_p, M).  Each
+        # example's k n values of a region added as one vector into its event's row (the own sums in a loop of their
+        # own: 10-15% faster than one loop for all four, which LLVM vectorises less well)
+        N, k, R, n = X.shape
+        n_p = Xp.shape[3]
+        for i in range(N):
+            for r in range(R):
+                row = own[r, z[i, r]]
+                for kk in range(k):
+                    x = X[i, kk, r]
+                    for j in range(n):
+                        row[kk * n + j] += x[j]
+        if Xp.shape[2] == 0:  # the root: no parent
+            return
+        for i in range(N):
+            for r in range(R):
+                p, e = r // b, z[i, r]
+                ep = zp[i, p]
+                pairs[r, ep, e] += 1.0
+                f, x = fc[r, ep], X[i, i_fbar, r]
+                for j in range(n):
+                    f[j] += x[j]
+                g, xp = gp[r, e], Xp[i, i_g, p]
+                for j in range(n_p):
+                    g[j] += xp[j]
+
+    @numba.njit(boundscheck=False, nogil=True, cache=False)
+    def node_level(X, Xp, z, zp, b, i_fbar, i_g, own, fc, gp, pairs):  # pragma: no cover (compiled)
+        # X (R, k, n, N) node-major, Xp (R_p, k, n_p, N) (R_p = 0 at the root); z (R, N), zp (R_p, N) region-major
+        # events.  Each value's row over the batch scattered into M per-event accumulators, then added
+        R, k, n, N = X.shape
+        m, m_p, n_p = own.shape[1], fc.shape[1], Xp.shape[2]
+        acc, acc_p = np.zeros(m, own.dtype), np.zeros(m_p, own.dtype)
+        for r in range(R):
+            e = z[r]
+            for kk in range(k):
+                for j in range(n):
+                    x = X[r, kk, j]
+                    acc[:] = 0
+                    for i in range(N):
+                        acc[e[i]] += x[i]
+                    for a in range(m):
+                        own[r, a, kk * n + j] += acc[a]
+        if Xp.shape[0] == 0:  # the root: no parent
+            return
+        for r in range(R):
+            p = r // b
+            e, ep = z[r], zp[p]
+            for i in range(N):
+                pairs[r, ep[i], e[i]] += 1.0
+            for j in range(n):
+                x = X[r, i_fbar, j]
+                acc_p[:] = 0
+                for i in range(N):
+                    acc_p[ep[i]] += x[i]
+                for a in range(m_p):
+                    fc[r, a, j] += acc_p[a]
+            for j in range(n_p):
+                x = Xp[p, i_g, j]
+                acc[:] = 0
+                for i in range(N):
+                    acc[e[i]] += x[i]
+                for a in range(m):
+                    gp[r, a, j] += acc[a]
+
+    @numba.njit(boundscheck=False, nogil=True, cache=False)
+    def leaf_pairs(zt, zpt, b, pairs):  # pragma: no cover (compiled)
+        # region-major leaf events zt (R, N) and their parents' zpt (R_p, N)
+        R, N = zt.shape
+        for r in range(R):
+            p = r // b
+            for i in range(N):
+                pairs[r, zpt[p, i], zt[r, i]] += 1.0
+
+    return {"batch": batch_level, "node": node_level, "leaf_pairs": leaf_pairs}
+
+
+def native_sums(student: LadderStudent, rec, z: torch.Tensor, dtype: torch.dtype,
+                kernels: dict[str, Callable[..., None]]) -> tuple[Callable[[], None], dict]:
+    """The native sums of one record ``rec`` of ``forward_backward(stacked=True)`` (batch-major with
+    ``layout="batch"``, else node-major: the kernel of its layout) with events ``z`` ``(N, regions)``, into sums of
+    ``dtype`` (float64: totals added to across calls; float32: one batch's, zeroed by each call): ``(run, sums)``,
+    ``sums`` the numpy arrays ``{"own l": (R, M, k n), "fc l": (R, M_p, n), "gp l": (R, M, n_p), "pairs l": (R, M_p,
+    M)}`` that ``run`` adds to (views of torch tensors)."""
+    lad, d = student.ladder, student.ladder.depth
+    off, M, R, w = lad.level_offsets, lad.events, lad.num_regions, student.widths
+    fields, batch = rec.stacked_fields, rec.stacked_layout == "batch"
+    level_sums, leaf_pairs = kernels["batch" if batch else "node"], kernels["leaf_pairs"]
+    k, i_fbar, i_g = len(fields), fields.index("fbar"), fields.index("g")
+    zero = dtype == torch.float32
+    sums = {}
+    for l in range(d + 1):
+        if l < d:
+            sums[f"own {l}"] = torch.zeros(R[l], M[l], k * w[l], dtype=dtype)
+            sums[f"fc {l}"] = torch.zeros(R[l], M[l - 1] if l else 1, w[l], dtype=dtype)
+            sums[f"gp {l}"] = torch.zeros(R[l], M[l], w[l - 1] if l else 1, dtype=dtype)
+        sums[f"pairs {l}"] = torch.zeros(R[l], M[l - 1] if l else 1, M[l], dtype=dtype)
+    arrays = {key: t.numpy() for key, t in sums.items()}
+    stacked = [t.numpy() for t in rec.stacked[:d]]
+    no_parent = torch.zeros((1, 1, 0, 1) if batch else (0, 1, 1, 1), dtype=rec.stacked[0].dtype).numpy()
+    no_events = torch.zeros((1, 0) if batch else (0, 1), dtype=torch.uint8).numpy()
+
+    def run() -> None:
+        if zero:
+            for t in sums.values():
+                t.zero_()
+        ev = z.to(torch.uint8)
+        region_major = ev.T.contiguous()
+        # each level's events in the record's order: (N, R_l) batch-major, (R_l, N) region-major
+        levels = [ev[:, off[l]: off[l + 1]].contiguous().numpy() if batch
+                  else region_major[off[l]: off[l + 1]].numpy() for l in range(d)]
+        for l in range(d):
+            a = {key: arrays[f"{key} {l}"] for key in ("own", "fc", "gp", "pairs")}
+            parent = (no_parent, no_events, 1) if l == 0 else (stacked[l - 1], levels[l - 1], R[l] // R[l - 1])
+            level_sums(stacked[l], parent[0], levels[l], parent[1], parent[2], i_fbar, i_g, a["own"], a["fc"],
+                       a["gp"], a["pairs"])
+        leaves = region_major[off[d - 1]: off[d + 1]].numpy()  # (R_{d-1} + R_d, N)
+        leaf_pairs(leaves[R[d - 1]:], leaves[:R[d - 1]], R[d] // R[d - 1], arrays[f"pairs {d}"])
+    return run, arrays
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     wall0 = common.start(args.threads)
@@ -301,6 +460,29 @@ def main(argv: list[str] | None = None) -> dict:
         for key in FrequencyAccumulator._SUMS for u, v in zip(getattr(acc, key), getattr(acc_compiled, key),
                                                                  strict=True) if u is not None)
     buffers = [rec.stacked]
+    # the batch-major record the native sums read, and the same pass into the previous buffers (a record of its own)
+    rec_batch = student.forward_backward(x, y, stacked=True, layout="batch")
+    buffers_batch = [student.forward_backward(x, y, stacked=True, layout="batch").stacked]
+    kernels = _native_kernels()
+    native: dict[str, Callable[[], None]] = {}
+    native_info: dict = {"reason": kernels} if isinstance(kernels, str) else {}
+    if not isinstance(kernels, str):
+        import numba
+
+        native_info["numba"] = numba.__version__
+        native_info["compile_s"] = 0.0
+        for key, record, dt in (("totals", rec_batch, torch.float64), ("batch", rec_batch, torch.float32),
+                                ("node", rec, torch.float32)):
+            run, got = native_sums(student, record, z, dt, kernels)
+            t0 = time.perf_counter()
+            run()  # (a kernel's first call compiles it; float64 totals after one call: this batch's sums)
+            native_info["compile_s"] += time.perf_counter() - t0
+            name = NATIVE[key]
+            native[name] = run
+            errors[name] = max(max(float((torch.from_numpy(got[p["name"]]).double() - p["ref"]).abs().max()
+                                         / p["ref"].abs().max().clamp(min=1e-300)) for p in probs),
+                               max(float((torch.from_numpy(got[f"pairs {l}"]).double() - acc.joint_counts[l]).abs()
+                                         .max()) for l in range(1, ladder.depth + 1)))
     # the compiled add's two kernels apart, on the same batch: the transposition of the stacked record into
     # examples-major rows, and every sum from those rows (what the add would cost on an examples-major record)
     d, fields = ladder.depth, rec.stacked_fields
@@ -333,7 +515,11 @@ def main(argv: list[str] | None = None) -> dict:
                 per_problem[name][p["name"]].append(time.perf_counter() - t0)
         return run
 
-    runs = {"plain": plain, "explicit stacked": explicit, "accumulator add": lambda: acc.add(rec, z),
+    def explicit_batch() -> None:
+        buffers_batch[0] = student.forward_backward(x, y, stacked=buffers_batch[0], layout="batch").stacked
+
+    runs = {"plain": plain, "explicit stacked": explicit, "explicit stacked (batch-major)": explicit_batch,
+            **native, "accumulator add": lambda: acc.add(rec, z),
             "accumulator add (compiled)": lambda: acc_compiled.add(rec, z),
             "compiled transpose": compiled_transpose, "compiled sums from rows": compiled_sums_from_rows,
             "accumulator sums": accumulator_sums(student, rec, z), **segments,
@@ -391,6 +577,16 @@ def main(argv: list[str] | None = None) -> dict:
         "target": STATS_TARGET,
         "note": "arithmetic on the best times of measured parts (module docstring), not a measured pass",
     }
+    if native:
+        other = estimates["accumulator_other_ms"]
+        for key, explicit_row in (("batch", "explicit stacked (batch-major)"), ("node", "explicit stacked")):
+            native_info[f"stats_over_plain_native_{key}"] = (by[explicit_row] + by[NATIVE[key]] + other) / by["plain"]
+            native_info[f"stats_over_plain_native_{key}_floor"] = (by[explicit_row] + by[NATIVE[key]]) / by["plain"]
+            native_info[f"native_{key}_over_accumulator_sums"] = by[NATIVE[key]] / by["accumulator sums"]
+        native_info["explicit_batch_major_over_plain"] = by["explicit stacked (batch-major)"] / by["plain"]
+        native_info["explicit_node_major_over_plain"] = by["explicit stacked"] / by["plain"]
+        native_info["native_sums_budget_ms_at_target"] = estimates["accumulation_budget_ms_at_target"]
+    estimates["native"] = native_info
     total_s = common.finish(info, wall0)
     config = {"batch_size": args.batch_size, "depth": args.depth, "branching": args.branching, "events": args.events,
               "width": args.width, "seed": args.seed, "repeats": args.repeats, "inner": args.inner,
@@ -404,7 +600,9 @@ def main(argv: list[str] | None = None) -> dict:
                         common.Column("max rel err", 12, lambda r: r.get("max_rel_err"), ".1e")], results,
                        note=f"load {info['loadavg_start']} -> {info['loadavg_end']}; "
                             + "; ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                                        for k, v in estimates.items() if k != "note"))
+                                        for k, v in estimates.items() if k not in ("note", "native"))
+                            + "; native: " + "; ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
+                                                       for k, v in native_info.items()))
     common.write_json(args.out, data)
     common.print_done(total_s, args.out)
     return data

@@ -3,6 +3,7 @@ float64 sums of the same values, and the results are well formed (never timings 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 
 import pytest
@@ -23,9 +24,28 @@ def test_bench_event_sums_quick(tmp_path):
                                                                      for l in range(1, 4)])
     rows = {r["contender"]: r for r in data["results"]}
     segments = {"segment sums (batch-major)", "segment sums (region-major)"}
-    assert set(bench.SUMS) | segments | {"plain", "explicit stacked", "accumulator add", "accumulator sums",
-                                         "accumulator add (compiled)", "compiled transpose", "compiled sums from rows",
-                                         "transpose", "read floor"} == set(rows)
+    # the native sums (numba, not a dependency of the library) where numba is installed, else a reason
+    native = set(bench.NATIVE.values())
+    has_numba = importlib.util.find_spec("numba") is not None
+    assert set(bench.SUMS) | segments | {"plain", "explicit stacked", "explicit stacked (batch-major)",
+                                         "accumulator add", "accumulator sums", "accumulator add (compiled)",
+                                         "compiled transpose", "compiled sums from rows", "transpose",
+                                         "read floor"} | (native if has_numba else set()) == set(rows)
+    info = data["estimates"]["native"]
+    if has_numba:
+        # every own, fc and gp sum and every pair count of the batch against float64 sums of the same values: the
+        # float64 totals of one batch to float64 round-off, float32 sums to float32 round-off
+        assert 0 <= rows[bench.NATIVE["totals"]]["max_rel_err"] < 1e-12
+        for key in ("batch", "node"):
+            assert 0 <= rows[bench.NATIVE[key]]["max_rel_err"] < 1e-5, key
+            for name in (f"stats_over_plain_native_{key}", f"stats_over_plain_native_{key}_floor",
+                         f"native_{key}_over_accumulator_sums"):
+                assert math.isfinite(info[name]) and info[name] > 0, name
+            assert info[f"stats_over_plain_native_{key}_floor"] < info[f"stats_over_plain_native_{key}"]
+        for name in ("compile_s", "explicit_batch_major_over_plain", "explicit_node_major_over_plain"):
+            assert math.isfinite(info[name]) and info[name] > 0, name
+    else:
+        assert "numba is not installed" in info["reason"]
     # the compiled batch sums (kernel="compiled") against the eager ones of the same batch: float32 round-off
     assert 0 <= rows["accumulator add (compiled)"]["max_rel_err"] < 1e-5
     for name in segments:  # every problem's sums at once: within float32 round-off of the float64 sums
