@@ -329,43 +329,35 @@ def _native_kernels() -> dict[str, Callable[..., None]] | str:
                     g[j] += xp[j]
 
     @numba.njit(boundscheck=False, nogil=True, cache=False)
+    def scatter_row(x, e, acc):  # pragma: no cover (compiled)
+        # acc[a] = sum_i [e[i] = a] x[i]: one value's row over the batch by its events
+        acc[:] = 0
+        for i in range(x.shape[0]):
+            acc[e[i]] += x[i]
+
+    @numba.njit(boundscheck=False, nogil=True, cache=False)
     def node_level(X, Xp, z, zp, b, i_fbar, i_g, own, fc, gp, pairs):  # pragma: no cover (compiled)
         # X (R, k, n, N) node-major, Xp (R_p, k, n_p, N) (R_p = 0 at the root); z (R, N), zp (R_p, N) region-major
         # events.  Each value's row over the batch scattered into M per-event accumulators, then added
         R, k, n, N = X.shape
-        m, m_p, n_p = own.shape[1], fc.shape[1], Xp.shape[2]
-        acc, acc_p = np.zeros(m, own.dtype), np.zeros(m_p, own.dtype)
+        acc, acc_p = np.zeros(own.shape[1], own.dtype), np.zeros(fc.shape[1], own.dtype)
         for r in range(R):
-            e = z[r]
             for kk in range(k):
                 for j in range(n):
-                    x = X[r, kk, j]
-                    acc[:] = 0
-                    for i in range(N):
-                        acc[e[i]] += x[i]
-                    for a in range(m):
-                        own[r, a, kk * n + j] += acc[a]
+                    scatter_row(X[r, kk, j], z[r], acc)
+                    own[r, :, kk * n + j] += acc
         if Xp.shape[0] == 0:  # the root: no parent
             return
         for r in range(R):
             p = r // b
-            e, ep = z[r], zp[p]
             for i in range(N):
-                pairs[r, ep[i], e[i]] += 1.0
+                pairs[r, zp[p, i], z[r, i]] += 1.0
             for j in range(n):
-                x = X[r, i_fbar, j]
-                acc_p[:] = 0
-                for i in range(N):
-                    acc_p[ep[i]] += x[i]
-                for a in range(m_p):
-                    fc[r, a, j] += acc_p[a]
-            for j in range(n_p):
-                x = Xp[p, i_g, j]
-                acc[:] = 0
-                for i in range(N):
-                    acc[e[i]] += x[i]
-                for a in range(m):
-                    gp[r, a, j] += acc[a]
+                scatter_row(X[r, i_fbar, j], zp[p], acc_p)
+                fc[r, :, j] += acc_p
+            for j in range(Xp.shape[2]):
+                scatter_row(Xp[p, i_g, j], z[r], acc)
+                gp[r, :, j] += acc
 
     @numba.njit(boundscheck=False, nogil=True, cache=False)
     def leaf_pairs(zt, zpt, b, pairs):  # pragma: no cover (compiled)
