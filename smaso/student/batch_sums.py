@@ -119,14 +119,19 @@ class BatchSums:
         255 events per region."""
         check_kernel(kernel)
         check_expected_rows(expected_rows)
-        lad = self.ladder
-        fits = self.student.fast_path and self.onehot_leaves and max(lad.events) <= MAX_EVENTS \
-            and "g" in self.student.stacked_fields()
+        fits = self._kernels_fit() and "g" in self.student.stacked_fields()
         worth_it = expected_rows is not None and expected_rows >= AUTO_ROWS \
             and "fbar" in self.student.stacked_fields()
         self._kernel_on = fits and use_compiled(kernel, self.device, worth_it=worth_it)
         self._kernel_rows = None  # the rows of every compiled call: the first compiled batch's
         self._rows_buffers: list[torch.Tensor] | None = None  # the examples-major rows, kept between batches
+
+    def _kernels_fit(self) -> bool:
+        """Whether the compiled sums (:mod:`smaso.student.event_kernels`) take this ladder: a uniform tree on the
+        student's fast path (which implies it), one-hot leaves, at most :data:`~smaso.student.event_kernels.MAX_EVENTS`
+        events per level.  Also the condition of :meth:`~smaso.student.frequency.ReplicateAccumulator.record_layout`'s
+        batch-major records."""
+        return self.student.fast_path and self.onehot_leaves and max(self.ladder.events) <= MAX_EVENTS
 
     def _compiled_sums(self, rec: StudentRecord, z: torch.Tensor, n: int) -> list[dict] | None:
         """The batch's sums from the compiled kernels, per level a dict of ``own``, ``counts``, ``fc``, ``gp``,

@@ -33,7 +33,6 @@ from smaso.student.batch_record import as_node_major
 from smaso.student.batch_sums import _ONE_HOT_MAX_EVENTS, _RECORD, TOTAL_DTYPE, BatchSums, _runs, scatter_sums
 from smaso.student.batch_sums import _one_hot_events as _one_hot_events  # (re-exported: probe, alignment, members)
 from smaso.student.compiled import check_expected_rows, check_kernel
-from smaso.student.event_kernels import MAX_EVENTS
 from smaso.student.event_means import FrequencyStatistics, PerEventMeans
 from smaso.student.leaf_kernels import GroupedLeafKernel
 from smaso.student.mergeable import (
@@ -303,9 +302,8 @@ class ReplicateAccumulator:
         tree on the student's fast path, one-hot leaves, at most :data:`~smaso.student.event_kernels.MAX_EVENTS`
         events per level and a compiled leaf kernel: :func:`~smaso.student.row_groups.add_row_groups`), else
         ``"node"``."""
-        part, lad = self.parts[0], self.student.ladder
-        fits = lad.is_uniform() and self.student.fast_path and max(lad.events) <= MAX_EVENTS and part.onehot_leaves
-        return "batch" if grouped and fits and self._leaf_kernel.compiles(part.device) else "node"
+        part = self.parts[0]
+        return "batch" if grouped and part._kernels_fit() and self._leaf_kernel.compiles(part.device) else "node"
 
     def add(self, rec: StudentRecord, z: torch.Tensor, bounds: list[int] | None = None) -> None:
         """Add one batch (as :meth:`FrequencyAccumulator.add`), its rows split over the groups.
